@@ -1,0 +1,53 @@
+# cute-conv developer commands. Works on the CPU box and any machine with a package index.
+# On the GPU machine (no index) run the scripts directly after
+# `pip install --no-deps --no-build-isolation -e .` (see README).
+
+PYTHON ?= python3
+VENV ?= .venv
+VPY := $(VENV)/bin/python
+# Pinned so that the CPU box takes its local CPU wheel instead of the registry's CUDA build.
+TORCH_SPEC ?= torch==2.13.0
+# Written once the install succeeded; redone when pyproject.toml changes.
+STAMP := $(VENV)/.cute-conv-installed
+
+.PHONY: install test demo bench lint clean distclean
+
+install: $(STAMP)
+
+$(VPY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(VPY)
+	@if $(VPY) -c "import sys, torch; sys.exit(0 if torch.version.cuda else 1)" 2>/dev/null; then \
+		echo "keeping the installed CUDA build of torch"; \
+	else \
+		echo "$(VPY) -m pip install '$(TORCH_SPEC)'"; \
+		$(VPY) -m pip install "$(TORCH_SPEC)"; \
+	fi
+	$(VPY) -m pip install -e ".[test]"
+	@touch $@
+
+test: install
+	$(VPY) -m pytest -q
+
+demo: install
+	$(VPY) examples/demo.py
+
+bench: install
+	$(VPY) benchmarks/bench.py
+
+lint:
+	@if $(VPY) -m ruff --version >/dev/null 2>&1; then \
+		$(VPY) -m ruff check .; \
+	elif command -v ruff >/dev/null 2>&1; then \
+		ruff check .; \
+	else \
+		echo "ruff is not installed ($(VPY) -m pip install ruff); skipping lint"; \
+	fi
+
+clean:
+	rm -rf build dist .pytest_cache .ruff_cache *.egg-info
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,19 @@
+"""cute_conv: Conv2D forward kernels written in CuTe DSL, callable on torch tensors.
+
+NHWC activation, KRSC filter, NPQK output; one persistent warp-specialized kernel per call.
+"""
+
+from .api import conv2d_fprop
+from .compile import CompiledConv2d, compile_kernel
+from .config import Conv2dConfig, default_config
+from .problem import Conv2dProblemShape
+
+__all__ = [
+    "CompiledConv2d",
+    "Conv2dConfig",
+    "Conv2dProblemShape",
+    "compile_kernel",
+    "conv2d_fprop",
+    "default_config",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,120 @@
+"""Kernel configuration: tile shape, cluster shape, pipeline depth and rasterization.
+
+A ``Conv2dConfig`` is part of the compile-cache key, so it is frozen and hashable and holds only
+what changes the compiled kernel; geometry (``Conv2dProblemShape``) never does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from .problem import Conv2dProblemShape
+
+__all__ = ["Conv2dConfig", "default_config"]
+
+TILE_M_CHOICES = (128, 256)
+TILE_N_CHOICES = (64, 128, 192, 256)
+# Two consumer warpgroups hold the fp32 accumulator in registers: 128x256 is the largest tile
+# that leaves them room for the epilogue.
+MAX_TILE_ELEMS = 128 * 256
+# One 128-byte swizzle row of 16-bit data; k-tiles never straddle a filter tap.
+TILE_K_CHOICES = (64,)
+CLUSTER_CHOICES = (1, 2)
+MAX_CLUSTER_SIZE = 2
+MIN_STAGES, MAX_STAGES = 2, 16
+
+
+@dataclass(frozen=True)
+class Conv2dConfig:
+    """Compile-time choices of one Conv2D forward kernel.
+
+    Attributes:
+        tile_m: CTA tile along GEMM M (output pixels): 128 or 256.
+        tile_n: CTA tile along GEMM N (output channels): 64, 128, 192 or 256.
+        tile_k: CTA tile along GEMM K (channels of one filter tap): 64.
+        cluster_m: CTAs per cluster along M (1 or 2); they share the filter tile by multicast.
+        cluster_n: CTAs per cluster along N (1 or 2); they share the activation tile.
+        stages: depth of the shared-memory input ring; 0 means as many as fit in shared memory.
+        raster_along_m: walk output tiles M-fastest (True) or N-fastest (False).
+        swizzle: grouped rasterization, for L2 reuse: tiles are walked in groups of ``swizzle``
+            tiles along the raster's minor direction.
+    """
+
+    tile_m: int = 128
+    tile_n: int = 128
+    tile_k: int = 64
+    cluster_m: int = 1
+    cluster_n: int = 1
+    stages: int = 0
+    raster_along_m: bool = True
+    swizzle: int = 8
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "raster_along_m":
+                expected, ok = "a bool", isinstance(value, bool)
+            else:
+                expected, ok = "an int", isinstance(value, int) and not isinstance(value, bool)
+            if not ok:
+                raise TypeError(
+                    f"{f.name} must be {expected}, got {value!r} ({type(value).__name__})"
+                )
+        _check_choice("tile_m", self.tile_m, TILE_M_CHOICES)
+        _check_choice("tile_n", self.tile_n, TILE_N_CHOICES)
+        if self.tile_m * self.tile_n > MAX_TILE_ELEMS:
+            raise ValueError(
+                f"tile_m*tile_n must be <= {MAX_TILE_ELEMS} (128x256, the accumulator register "
+                f"budget of two consumer warpgroups), got tile_m={self.tile_m}, "
+                f"tile_n={self.tile_n} ({self.tile_m * self.tile_n})"
+            )
+        _check_choice("tile_k", self.tile_k, TILE_K_CHOICES)
+        _check_choice("cluster_m", self.cluster_m, CLUSTER_CHOICES)
+        _check_choice("cluster_n", self.cluster_n, CLUSTER_CHOICES)
+        if self.cluster_m * self.cluster_n > MAX_CLUSTER_SIZE:
+            raise ValueError(
+                f"cluster_m*cluster_n must be <= {MAX_CLUSTER_SIZE}, got "
+                f"cluster_m={self.cluster_m}, cluster_n={self.cluster_n}"
+            )
+        if self.stages != 0 and not MIN_STAGES <= self.stages <= MAX_STAGES:
+            raise ValueError(
+                f"stages must be 0 (as many as fit) or in {MIN_STAGES}..{MAX_STAGES}, "
+                f"got {self.stages}"
+            )
+        if self.swizzle < 1:
+            raise ValueError(f"swizzle must be >= 1, got {self.swizzle}")
+
+    @property
+    def tile_shape_mnk(self) -> tuple[int, int, int]:
+        """``(tile_m, tile_n, tile_k)``."""
+        return (self.tile_m, self.tile_n, self.tile_k)
+
+    @property
+    def cluster_shape_mn(self) -> tuple[int, int]:
+        """``(cluster_m, cluster_n)``."""
+        return (self.cluster_m, self.cluster_n)
+
+
+def _check_choice(name: str, value: int, choices: tuple[int, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value}")
+
+
+def default_config(problem: Conv2dProblemShape) -> Conv2dConfig:
+    """A first heuristic for an H100/H200 (132 SMs); to be replaced by measured tuning.
+
+    The activation tile is re-read once per N tile, so a wide N tile saves im2col traffic:
+    use tile_n = 256 (the widest tile the consumer registers hold at tile_m = 128) when K fills
+    it well (a multiple of 256, or at least 384 so the ragged last tile wastes at most a third).
+    Small K would pay for zero columns in every MMA, so K <= 64 gets tile_n = 64 and anything
+    else 128. tile_m stays 128: it keeps two 64-row consumer warpgroups and more M tiles to
+    spread over the SMs.
+    """
+    k = problem.K
+    if k <= 64:
+        tile_n = 64
+    elif k % 256 == 0 or k >= 384:
+        tile_n = 256
+    else:
+        tile_n = 128
+    return Conv2dConfig(tile_m=128, tile_n=tile_n)

@@ -1,0 +1,69 @@
+"""Numerical checks shared by the tests, the examples and the benchmark."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["ErrorReport", "compare_to_reference", "random_conv_inputs"]
+
+REL_TOL = 1e-2
+# Max abs error allowed, in units of the largest rounding error of the reference itself in the
+# output dtype (half an ulp at the largest magnitudes): a few output ulps.
+ULP_FACTOR = 4.0
+
+
+@dataclass(frozen=True)
+class ErrorReport:
+    rel_err: float  # ||out - ref|| / ||ref|| (Frobenius)
+    max_abs_err: float
+    max_abs_allowed: float
+    nan_count: int
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.nan_count == 0
+            and self.rel_err < REL_TOL
+            and self.max_abs_err <= self.max_abs_allowed
+        )
+
+    def __str__(self) -> str:
+        return (
+            f"rel_err={self.rel_err:.2e} (< {REL_TOL:.0e}), max_abs_err={self.max_abs_err:.3e} "
+            f"(<= {self.max_abs_allowed:.3e}), nan={self.nan_count}"
+        )
+
+
+def compare_to_reference(out: torch.Tensor, ref: torch.Tensor) -> ErrorReport:
+    """Compare a kernel output with a float32 reference of the same shape."""
+    out32 = out.float()
+    ref32 = ref.float().to(out32.device)
+    nan_count = int(torch.isnan(out32).sum().item())
+    diff = (out32 - ref32).nan_to_num(nan=float("inf"))
+    ref_norm = ref32.norm().item()
+    rel_err = diff.norm().item() / ref_norm if ref_norm > 0 else diff.norm().item()
+    rounding = (ref32.to(out.dtype).float() - ref32).abs().max().item() if ref32.numel() else 0.0
+    allowed = ULP_FACTOR * rounding + 1e-6 * (ref32.abs().max().item() if ref32.numel() else 0.0)
+    max_abs = diff.abs().max().item() if diff.numel() else 0.0
+    return ErrorReport(rel_err, max_abs, allowed, nan_count)
+
+
+def random_conv_inputs(
+    n: int,
+    h: int,
+    w: int,
+    c: int,
+    k: int,
+    r: int,
+    s: int,
+    *,
+    dtype: torch.dtype = torch.bfloat16,
+    device: str | torch.device = "cuda",
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fresh NHWC activation and KRSC filter, scaled so outputs are O(1) whatever C*R*S is."""
+    act = torch.randn(n, h, w, c, device=device, generator=generator)
+    flt = torch.randn(k, r, s, c, device=device, generator=generator) / (c * r * s) ** 0.5
+    return act.to(dtype), flt.to(dtype)

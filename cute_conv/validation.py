@@ -1,0 +1,292 @@
+"""Checks on the arguments of a Conv2D forward call.
+
+``validate_conv_inputs`` runs before any launch and before any CUDA query, so everything it
+checks is testable on a CPU with CPU tensors. ``validate_device`` runs after it and is the only
+place that asks the CUDA runtime anything. Every error names the argument, the offending value
+and the limit; nothing here writes to any tensor.
+
+The limits are those of DESIGN.md section 3: im2col-mode TMA on a 4-D tensor (pixel-box
+corners in [-128, 127], traversal stride <= 8, filter span <= 255) and the Int32 implicit-GEMM
+M coordinate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import torch
+
+from .problem import Conv2dProblemShape, Pair, normalize_padding, normalize_pair
+
+__all__ = [
+    "ALIGNMENT_BYTES",
+    "ARCH_TABLE",
+    "INPUT_DTYPES",
+    "OUTPUT_DTYPES",
+    "check_compute_capability",
+    "check_problem_limits",
+    "check_tensor",
+    "validate_conv_inputs",
+    "validate_device",
+]
+
+INPUT_DTYPES: tuple[torch.dtype, ...] = (torch.bfloat16, torch.float16)
+OUTPUT_DTYPES: tuple[torch.dtype, ...] = (torch.bfloat16, torch.float16, torch.float32)
+ALIGNMENT_BYTES = 16  # TMA global base addresses
+MAX_PAD_LO = 128  # lower im2col corner -pad_lo >= -128
+CORNER_MIN, CORNER_MAX = -128, 127  # upper im2col corner pad_hi - (R-1)*dilation
+MAX_FILTER_SPAN = 255  # (R-1)*dilation
+MIN_STRIDE, MAX_STRIDE = 1, 8  # im2col traversal stride
+MAX_GEMM_M = 2**31  # exclusive: N*P*Q is an Int32 coordinate
+
+
+class Arch(NamedTuple):
+    """What cute_conv does on one compute capability."""
+
+    name: str  # the CUDA arch the kernels are compiled for
+    gpus: str
+    runnable: bool  # False: compiled and checked on the CPU only, never launched
+
+
+# One entry per compute capability cute_conv knows. Make sm_100a runnable here once a B200 has
+# verified it.
+ARCH_TABLE: dict[tuple[int, int], Arch] = {
+    (9, 0): Arch("sm_90a", "H100/H200", runnable=True),
+    (10, 0): Arch("sm_100a", "B200", runnable=False),
+}
+
+_LAYOUTS = {
+    "activation": ("[N, H, W, C]", "x.permute(0, 2, 3, 1).contiguous() from an NCHW tensor"),
+    "filter": ("[K, R, S, C]", "w.permute(0, 2, 3, 1).contiguous() from a [K, C, R, S] weight"),
+    "out": ("[N, P, Q, K]", "torch.empty(N, P, Q, K, ...)"),
+}
+
+
+def _names(dtypes: Sequence[torch.dtype]) -> str:
+    return ", ".join(str(d) for d in dtypes)
+
+
+def check_tensor(name: str, t: object, dtypes: Sequence[torch.dtype]) -> torch.Tensor:
+    """Check that ``t`` is a dense, contiguous, 16-byte aligned rank-4 tensor of ``dtypes``.
+
+    ``name`` is one of ``activation``, ``filter`` or ``out`` and picks the expected layout.
+    """
+    layout, how = _LAYOUTS[name]
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.layout != torch.strided:
+        raise ValueError(f"{name} must be a dense (torch.strided) tensor, got layout {t.layout}")
+    if t.dim() != 4:
+        raise ValueError(
+            f"{name} must be a rank-4 {layout} tensor, got rank {t.dim()} (shape {tuple(t.shape)})"
+        )
+    if t.dtype not in dtypes:
+        raise TypeError(f"{name} has dtype {t.dtype}; supported dtypes: {_names(dtypes)}")
+    if not t.is_contiguous():
+        hint = f"e.g. {how}"
+        if t.is_contiguous(memory_format=torch.channels_last):
+            hint = (
+                "it looks like an NCHW-shaped tensor in channels_last memory format; pass "
+                f"{name}.permute(0, 2, 3, 1), which is a contiguous NHWC view, or {how}"
+            )
+        raise ValueError(
+            f"{name} must be a contiguous {layout} tensor, got shape {tuple(t.shape)} with "
+            f"strides {t.stride()}; {hint}"
+        )
+    if t.data_ptr() % ALIGNMENT_BYTES:
+        raise ValueError(
+            f"{name}.data_ptr() = {t.data_ptr():#x} is not {ALIGNMENT_BYTES}-byte aligned "
+            f"(offset {t.data_ptr() % ALIGNMENT_BYTES}); TMA needs {ALIGNMENT_BYTES}-byte "
+            f"aligned base addresses: pass {name}.clone() instead of an offset view"
+        )
+    return t
+
+
+def _check_stride_dilation(stride: Pair, dilation: Pair) -> None:
+    for dim, s in zip("hw", stride, strict=True):
+        if not MIN_STRIDE <= s <= MAX_STRIDE:
+            raise ValueError(
+                f"stride must be in {MIN_STRIDE}..{MAX_STRIDE} (im2col TMA limit), "
+                f"got {s} along {dim} (stride={stride})"
+            )
+    for dim, d in zip("hw", dilation, strict=True):
+        if d < 1:
+            raise ValueError(f"dilation must be >= 1, got {d} along {dim} (dilation={dilation})")
+
+
+def check_problem_limits(problem: Conv2dProblemShape) -> None:
+    """Raise ``ValueError`` unless the output is non-empty and im2col TMA can express it."""
+    dims = (
+        ("height", "P", "H", "R", ("top", "bottom"), 0),
+        ("width", "Q", "W", "S", ("left", "right"), 1),
+    )
+    for what, out_name, in_name, f_name, (lo_name, hi_name), i in dims:
+        lo, hi = problem.padding[i]
+        size, taps = getattr(problem, in_name), getattr(problem, f_name)
+        dil = problem.dilation[i]
+        span = (taps - 1) * dil
+        out_size = getattr(problem, out_name)
+        if out_size < 1:
+            raise ValueError(
+                f"output {what} {out_name} = {out_size} must be >= 1: activation {in_name}={size} "
+                f"plus padding {lo_name}/{hi_name}=({lo}, {hi}) is smaller than the filter's "
+                f"dilated extent (filter {f_name}={taps}, dilation={dil}): "
+                f"{size + lo + hi} < (R-1)*dilation + 1 = {span + 1}"
+            )
+        if lo > MAX_PAD_LO:
+            raise ValueError(
+                f"padding {lo_name}={lo} exceeds the im2col TMA limit: padding before each "
+                f"spatial dimension must be <= {MAX_PAD_LO}"
+            )
+        if span > MAX_FILTER_SPAN:
+            raise ValueError(
+                f"filter {f_name}={taps} with dilation={dil} spans (R-1)*dilation = {span} "
+                f"{what} positions; the im2col TMA limit is {MAX_FILTER_SPAN}"
+            )
+        corner = hi - span
+        if not CORNER_MIN <= corner <= CORNER_MAX:
+            raise ValueError(
+                f"padding {hi_name}={hi} minus the filter span (filter {f_name}={taps}, "
+                f"dilation={dil}: (R-1)*dilation = {span}) is {corner}; the im2col TMA limit is "
+                f"{CORNER_MIN} <= padding {hi_name} - (R-1)*dilation <= {CORNER_MAX}"
+            )
+    if problem.gemm_m >= MAX_GEMM_M:
+        raise ValueError(
+            f"activation gives N*P*Q = {problem.N}*{problem.P}*{problem.Q} = {problem.gemm_m} "
+            f"output pixels; the limit is < 2**31 ({MAX_GEMM_M}): split the batch"
+        )
+
+
+def validate_conv_inputs(
+    activation: torch.Tensor,
+    filter: torch.Tensor,
+    *,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] | Sequence[Sequence[int]] = 0,
+    dilation: int | Sequence[int] = 1,
+    out: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+) -> tuple[Conv2dProblemShape, torch.dtype]:
+    """Check a Conv2D forward call; return its problem shape and the resolved output dtype.
+
+    The output dtype is ``out_dtype`` if given, else ``out.dtype`` if ``out`` is given, else the
+    activation's dtype. C or K that is not a multiple of 8 is accepted (the API pads channels).
+    Makes no CUDA query: run ``validate_device`` afterwards.
+    """
+    check_tensor("activation", activation, INPUT_DTYPES)
+    check_tensor("filter", filter, INPUT_DTYPES)
+    if filter.dtype != activation.dtype:
+        raise TypeError(
+            f"filter has dtype {filter.dtype} but activation has dtype {activation.dtype}; "
+            "they must be equal"
+        )
+    stride_hw = normalize_pair("stride", stride)
+    dilation_hw = normalize_pair("dilation", dilation)
+    padding_hw = normalize_padding(padding)
+    _check_stride_dilation(stride_hw, dilation_hw)
+
+    n, h, w, c = activation.shape
+    k, r, s, c_filter = filter.shape
+    for name, t, dims in (("activation", activation, "NHWC"), ("filter", filter, "KRSC")):
+        for dim, size in zip(dims, t.shape, strict=True):
+            if size < 1 and dim != "N":
+                raise ValueError(
+                    f"{name} has {dim}={size} in shape {tuple(t.shape)}; "
+                    f"{', '.join(dims.replace('N', ''))} must be >= 1"
+                    + (" (N may be 0)" if name == "activation" else "")
+                )
+    if c_filter != c:
+        raise ValueError(
+            f"filter has C={c_filter} channels but activation has C={c} (filter shape "
+            f"{tuple(filter.shape)}, activation shape {tuple(activation.shape)}); "
+            "they must be equal"
+        )
+    problem = Conv2dProblemShape(
+        n, h, w, c, k, r, s, padding=padding_hw, stride=stride_hw, dilation=dilation_hw
+    )
+    check_problem_limits(problem)
+
+    if out_dtype is not None:
+        if not isinstance(out_dtype, torch.dtype):
+            raise TypeError(f"out_dtype must be a torch.dtype, got {out_dtype!r}")
+        if out_dtype not in OUTPUT_DTYPES:
+            raise TypeError(
+                f"out_dtype is {out_dtype}; supported output dtypes: {_names(OUTPUT_DTYPES)}"
+            )
+    if out is not None:
+        _check_out(out, out_dtype, activation, problem)
+    if out_dtype is None:
+        out_dtype = out.dtype if out is not None else activation.dtype
+    return problem, out_dtype
+
+
+def _check_out(
+    out: torch.Tensor,
+    out_dtype: torch.dtype | None,
+    activation: torch.Tensor,
+    problem: Conv2dProblemShape,
+) -> None:
+    check_tensor("out", out, OUTPUT_DTYPES)
+    if out_dtype is not None and out.dtype != out_dtype:
+        raise TypeError(
+            f"out has dtype {out.dtype} but out_dtype is {out_dtype}; they must be equal "
+            "(or leave out_dtype unset)"
+        )
+    if tuple(out.shape) != problem.output_shape:
+        raise ValueError(
+            f"out has shape {tuple(out.shape)}; this convolution writes [N, P, Q, K] = "
+            f"{problem.output_shape}"
+        )
+    if out.device != activation.device:
+        raise ValueError(
+            f"out is on {out.device} but activation is on {activation.device}; "
+            "they must be on the same device"
+        )
+
+
+def check_compute_capability(capability: tuple[int, int], device: object = "the device") -> str:
+    """Return the arch name (e.g. ``"sm_90a"``) for ``capability`` if cute_conv runs there."""
+    major, minor = capability
+    arch = ARCH_TABLE.get((major, minor))
+    if arch is not None and arch.runnable:
+        return arch.name
+    found = f"{device} has compute capability {major}.{minor}"
+    if arch is not None:
+        found += f" ({arch.name}, {arch.gpus})"
+    runnable = ", ".join(
+        f"{a.name} ({a.gpus}, compute capability {cc[0]}.{cc[1]})"
+        for cc, a in ARCH_TABLE.items()
+        if a.runnable
+    )
+    message = f"{found}; the supported arch is {runnable}"
+    compile_only = ", ".join(a.name for a in ARCH_TABLE.values() if not a.runnable)
+    if compile_only:
+        message += f"; {compile_only} is compile-only in this release (built, never launched)"
+    raise ValueError(message)
+
+
+def validate_device(
+    activation: torch.Tensor,
+    filter: torch.Tensor,
+    out: torch.Tensor | None = None,
+) -> str:
+    """Check that all tensors are on one CUDA device that cute_conv runs on; return its arch.
+
+    Run after ``validate_conv_inputs``; this is the first check that queries the CUDA runtime.
+    """
+    tensors = [("activation", activation), ("filter", filter)]
+    if out is not None:
+        tensors.append(("out", out))
+    for name, t in tensors:
+        if t.device.type != "cuda":
+            raise ValueError(f"{name} is on {t.device}; cute_conv runs on CUDA tensors")
+    device = activation.device
+    for name, t in tensors[1:]:
+        if t.device != device:
+            raise ValueError(
+                f"{name} is on {t.device} but activation is on {device}; "
+                "all tensors must be on the same CUDA device"
+            )
+    capability = torch.cuda.get_device_capability(device)
+    return check_compute_capability(capability, device)

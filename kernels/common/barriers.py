@@ -1,0 +1,13 @@
+"""Named hardware barriers shared by the conv kernels.
+
+Barrier 0 is what ``__syncthreads`` uses, so the enum starts at 1.
+"""
+
+import enum
+
+
+class NamedBarrierConv(enum.IntEnum):
+    # The consumer warpgroups meet here around each epilogue subtile: all of them have
+    # written their part of the SMEM staging buffer before one warp issues the TMA store,
+    # and nobody overwrites a buffer the store may still read.
+    Epilogue = enum.auto()

@@ -1,0 +1,85 @@
+"""The implicit-GEMM views of an NHWC/KRSC/NPQK convolution and its im2col-TMA parameters.
+
+GEMM M = N*P*Q (output pixels), GEMM N = K (output channels), GEMM K = C*S*R.
+The K mode is hierarchical, ``(c, s, r)``: a K tile of ``(TK, 1, 1)`` covers TK channels of a
+single filter tap, and the rest-K mode ``(c-blocks, S, R)`` is walked colexicographically
+(c-block fastest, then s, then r) by a linear k-tile index. Activation and filter views must use
+that same order.
+
+Every extent and every geometry scalar here may be a runtime ``Int32``: one compiled kernel
+serves every N/H/W/padding/stride/dilation.
+"""
+
+from typing import NamedTuple
+
+import cutlass
+import cutlass.cute as cute
+
+
+class ConvGeometry(NamedTuple):
+    """Runtime geometry scalars in the order the kernels take them."""
+
+    n: cutlass.Int32
+    h: cutlass.Int32
+    w: cutlass.Int32
+    c: cutlass.Int32
+    k: cutlass.Int32
+    r: cutlass.Int32
+    s: cutlass.Int32
+    p: cutlass.Int32
+    q: cutlass.Int32
+    pad_top: cutlass.Int32
+    pad_bottom: cutlass.Int32
+    pad_left: cutlass.Int32
+    pad_right: cutlass.Int32
+    stride_h: cutlass.Int32
+    stride_w: cutlass.Int32
+    dil_h: cutlass.Int32
+    dil_w: cutlass.Int32
+
+
+@cute.jit
+def activation_im2col_view(act_ptr: cute.Pointer, g: ConvGeometry) -> cute.Tensor:
+    """Contiguous NHWC activation as ``((w, h, n), c)``, the form the im2col TMA atom expects."""
+    row = g.w * g.c
+    image = cutlass.Int64(g.h) * row  # N*H*W*C may pass 2**31 elements
+    layout = cute.make_layout(((g.w, g.h, g.n), g.c), stride=((g.c, row, image), 1))
+    return cute.make_tensor(act_ptr, layout)
+
+
+@cute.jit
+def filter_gemm_view(filter_ptr: cute.Pointer, g: ConvGeometry) -> cute.Tensor:
+    """Contiguous KRSC filter as ``(k, (c, s, r))``: the GEMM B operand, K-major."""
+    layout = cute.make_layout(
+        (g.k, (g.c, g.s, g.r)), stride=(g.r * g.s * g.c, (1, g.c, g.s * g.c))
+    )
+    return cute.make_tensor(filter_ptr, layout)
+
+
+@cute.jit
+def output_gemm_view(out_ptr: cute.Pointer, g: ConvGeometry) -> cute.Tensor:
+    """Contiguous NPQK output as the row-major ``(N*P*Q, K)`` GEMM D matrix."""
+    m = g.n * g.p * g.q
+    return cute.make_tensor(out_ptr, cute.make_layout((m, g.k), stride=(g.k, 1)))
+
+
+def fprop_im2col_params(g: ConvGeometry) -> dict:
+    """Keyword arguments of ``cpasync.make_im2col_tma_atom`` for forward propagation.
+
+    The corners bound the filter's footprint relative to the input, W before H
+    (the same formulas as CUTLASS's conv collective): the box walks output pixels from
+    ``-pad_lo`` to ``W - 1 + pad_hi - (S-1)*dil`` with the conv stride, and the filter tap
+    offsets ``(s, r) * dilation`` are added by the im2col offsets of each load.
+    """
+    return dict(
+        lower_corner_whd=(-g.pad_left, -g.pad_top),
+        upper_corner_whd=(
+            g.pad_right - (g.s - 1) * g.dil_w,
+            g.pad_bottom - (g.r - 1) * g.dil_h,
+        ),
+        lower_padding_whd=(g.pad_left, g.pad_top),
+        upper_padding_whd=(g.pad_right, g.pad_bottom),
+        stride_whd=(g.stride_w, g.stride_h),
+        lower_srt=(0, 0),
+        stride_srt=(g.dil_w, g.dil_h),
+    )

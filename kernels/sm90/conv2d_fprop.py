@@ -1,0 +1,601 @@
+"""Conv2D forward propagation on Hopper (SM90): a persistent, warp-specialized implicit GEMM.
+
+GEMM view (see ``kernels/common/im2col.py``): M = N*P*Q output pixels, N = K output channels,
+K = (C, S, R) walked c-block fastest. The activation tile is loaded by TMA in im2col mode, the
+filter tile by tiled TMA; padding, halos and M/K tails are zero-filled by the TMA unit, so the
+mainloop has no predication. The output is written through SMEM by TMA stores, which clip the
+M and K tails.
+
+Roles (384 threads):
+
+  warpgroup 0 (producer, ``setmaxnreg`` down to 40)
+    warp 0       load: im2col TMA of the activation + tiled TMA of the filter into the ring
+    warps 1-3    idle
+  warpgroups 1-2 (consumers, ``setmaxnreg`` up to 232)
+    WGMMA on a 128 x tile_n accumulator (64 rows each), then the epilogue:
+    registers -> SMEM (stmatrix) -> TMA store issued by warp 4.
+
+Pipelines and barriers:
+
+  ab      PipelineTmaAsync: load warp -> consumers, ``stages`` deep.
+          full: 1 arrive (expect_tx = A + B tile bytes per CTA);
+          empty: 1 arrive per consumer warp per CTA of the multicast group.
+  store   PipelineTmaStore: bulk-group accounting of the epilogue's TMA stores.
+  Epilogue named barrier: the 256 consumer threads around each epilogue subtile.
+
+Persistence: a static tile scheduler (``kernels/common/tile_scheduler.py``); every role walks
+the same sequence of output tiles. Clusters of (cluster_m, cluster_n) CTAs multicast the
+activation tile along N and the filter tile along M.
+"""
+
+from typing import Tuple, Type
+
+import cuda.bindings.driver as cuda
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.memory
+import cutlass.pipeline as pipeline
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
+from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
+from cutlass.tensor_utils import LayoutEnum
+
+from ..common.barriers import NamedBarrierConv
+from ..common.im2col import (
+    ConvGeometry,
+    activation_im2col_view,
+    filter_gemm_view,
+    fprop_im2col_params,
+    output_gemm_view,
+)
+from ..common.tile_scheduler import StaticTileScheduler
+
+SMEM_CAPACITY_SM90 = 232448  # bytes of dynamic SMEM one CTA may use on H100/H200
+_MBARRIER_BYTES_RESERVED = 1024
+_EPI_STAGES = 4
+
+
+class Conv2dFpropSm90:
+    """Compile-time configuration of one SM90 conv fprop kernel.
+
+    :param act_dtype, filter_dtype: input types (BFloat16 or Float16, equal).
+    :param out_dtype: BFloat16, Float16 or Float32.
+    :param tile_mnk: CTA tile (tile_m, tile_n, tile_k); tile_m = 128 (two 64-row warpgroups).
+    :param cluster_mn: CTAs per cluster along M (filter multicast) and N (activation multicast).
+    :param stages: depth of the A/B ring; 0 means as many as fit in SMEM.
+    :param swizzle, raster_along_m: tile rasterization, see ``StaticTileScheduler``.
+    """
+
+    num_threads_per_warpgroup = 128
+    load_warp_id = 0
+    producer_registers = 40
+    consumer_registers = 232
+
+    def __init__(
+        self,
+        act_dtype: Type[cutlass.Numeric],
+        filter_dtype: Type[cutlass.Numeric],
+        out_dtype: Type[cutlass.Numeric],
+        tile_mnk: Tuple[int, int, int],
+        cluster_mn: Tuple[int, int],
+        stages: int = 0,
+        swizzle: int = 1,
+        raster_along_m: bool = True,
+    ):
+        if act_dtype not in (cutlass.BFloat16, cutlass.Float16) or filter_dtype != act_dtype:
+            raise TypeError(
+                f"act_dtype and filter_dtype must both be BFloat16 or both Float16, "
+                f"got {act_dtype} and {filter_dtype}"
+            )
+        if out_dtype not in (cutlass.BFloat16, cutlass.Float16, cutlass.Float32):
+            raise TypeError(f"out_dtype must be BFloat16, Float16 or Float32, got {out_dtype}")
+        tile_m, tile_n, tile_k = tile_mnk
+        if tile_m != 128:
+            raise ValueError(f"tile_m must be 128 on SM90 (two 64-row warpgroups), got {tile_m}")
+        if tile_n not in (64, 128, 192, 256):
+            raise ValueError(f"tile_n must be one of 64, 128, 192, 256, got {tile_n}")
+        if tile_k * act_dtype.width != 128 * 8:
+            raise ValueError(f"tile_k must span one 128-byte swizzle row, got {tile_k}")
+        self.act_dtype = act_dtype
+        self.filter_dtype = filter_dtype
+        self.out_dtype = out_dtype
+        self.acc_dtype = cutlass.Float32
+        self.tile_mnk = tile_mnk
+        self.cluster_mn = cluster_mn
+        self.swizzle = swizzle
+        self.raster_along_m = raster_along_m
+
+        self.num_consumer_warpgroups = 2
+        self.num_consumer_threads = self.num_consumer_warpgroups * self.num_threads_per_warpgroup
+        self.threads_per_cta = self.num_threads_per_warpgroup * (1 + self.num_consumer_warpgroups)
+        self.epi_store_warp_id = 4  # first warp of the first consumer warpgroup
+        self.num_mcast_a = cluster_mn[1]  # the activation tile is shared along cluster N
+        self.num_mcast_b = cluster_mn[0]  # the filter tile is shared along cluster M
+
+        self.epi_tile = (tile_m, 32)
+        self.ab_stages, self.epi_stages = self._compute_stages(stages)
+
+    # ------------------------------------------------------------------------------------------
+    # Host-side helpers
+    # ------------------------------------------------------------------------------------------
+
+    def _ab_bytes_per_stage(self) -> int:
+        tile_m, tile_n, tile_k = self.tile_mnk
+        return (tile_m + tile_n) * tile_k * self.act_dtype.width // 8
+
+    def _epi_bytes(self) -> int:
+        return self.epi_tile[0] * self.epi_tile[1] * self.out_dtype.width // 8 * _EPI_STAGES
+
+    def _compute_stages(self, stages: int) -> Tuple[int, int]:
+        budget = SMEM_CAPACITY_SM90 - _MBARRIER_BYTES_RESERVED - self._epi_bytes()
+        fit = budget // self._ab_bytes_per_stage()
+        if stages == 0:
+            stages = fit
+        if stages < 2 or stages > fit:
+            raise ValueError(
+                f"stages={stages} does not fit: tile {self.tile_mnk} with {self.out_dtype} "
+                f"output leaves room for 2..{fit} stages in {SMEM_CAPACITY_SM90} bytes of SMEM"
+            )
+        return stages, _EPI_STAGES
+
+    def smem_bytes(self) -> int:
+        """Shared memory the kernel asks for (ring + epilogue staging + barriers)."""
+        return (
+            self.ab_stages * self._ab_bytes_per_stage()
+            + self._epi_bytes()
+            + _MBARRIER_BYTES_RESERVED
+        )
+
+    def _setup_attributes(self):
+        tile_m, tile_n, tile_k = self.tile_mnk
+        self.tiled_mma = sm90_utils.make_trivial_tiled_mma(
+            self.act_dtype,
+            self.filter_dtype,
+            OperandMajorMode.K,
+            OperandMajorMode.K,
+            self.acc_dtype,
+            (self.num_consumer_warpgroups, 1, 1),
+            tiler_mn=(64, tile_n),
+        )
+        self.a_smem_layout_staged = sm90_utils.make_smem_layout_a(
+            LayoutEnum.ROW_MAJOR, self.tile_mnk, self.act_dtype, self.ab_stages
+        )
+        self.b_smem_layout_staged = sm90_utils.make_smem_layout_b(
+            LayoutEnum.ROW_MAJOR, self.tile_mnk, self.filter_dtype, self.ab_stages
+        )
+        self.epi_smem_layout_staged = sm90_utils.make_smem_layout_epi(
+            self.out_dtype, LayoutEnum.ROW_MAJOR, self.epi_tile, self.epi_stages
+        )
+        self.cta_layout_mnk = cute.make_layout((*self.cluster_mn, 1))
+
+    # ------------------------------------------------------------------------------------------
+    # Host JIT entry: build views, TMA atoms, shared storage; launch
+    # ------------------------------------------------------------------------------------------
+
+    @cute.jit
+    def __call__(
+        self,
+        act_ptr: cute.Pointer,
+        filter_ptr: cute.Pointer,
+        out_ptr: cute.Pointer,
+        n: cutlass.Int32,
+        h: cutlass.Int32,
+        w: cutlass.Int32,
+        c: cutlass.Int32,
+        k: cutlass.Int32,
+        r: cutlass.Int32,
+        s: cutlass.Int32,
+        p: cutlass.Int32,
+        q: cutlass.Int32,
+        pad_top: cutlass.Int32,
+        pad_bottom: cutlass.Int32,
+        pad_left: cutlass.Int32,
+        pad_right: cutlass.Int32,
+        stride_h: cutlass.Int32,
+        stride_w: cutlass.Int32,
+        dil_h: cutlass.Int32,
+        dil_w: cutlass.Int32,
+        max_clusters: cutlass.Int32,
+        stream: cuda.CUstream,
+    ):
+        geom = ConvGeometry(
+            n, h, w, c, k, r, s, p, q,
+            pad_top, pad_bottom, pad_left, pad_right, stride_h, stride_w, dil_h, dil_w,
+        )  # fmt: skip
+        self._setup_attributes()
+        tile_m, tile_n, tile_k = self.tile_mnk
+
+        a_smem_layout = cute.slice_(self.a_smem_layout_staged, (None, None, 0))
+        b_smem_layout = cute.slice_(self.b_smem_layout_staged, (None, None, 0))
+        epi_smem_layout = cute.slice_(self.epi_smem_layout_staged, (None, None, 0))
+
+        a_op = (
+            cpasync.CopyBulkTensorIm2ColG2SMulticastOp()
+            if cutlass.const_expr(self.num_mcast_a > 1)
+            else cpasync.CopyBulkTensorIm2ColG2SOp()
+        )
+        tma_atom_a, tma_tensor_a = cpasync.make_im2col_tma_atom(
+            a_op,
+            activation_im2col_view(act_ptr, geom),
+            a_smem_layout,
+            (tile_m, tile_k),  # the activation's K mode is c alone: a flat tiler here
+            num_multicast=self.num_mcast_a,
+            **fprop_im2col_params(geom),
+        )
+        b_op = (
+            cpasync.CopyBulkTensorTileG2SMulticastOp()
+            if cutlass.const_expr(self.num_mcast_b > 1)
+            else cpasync.CopyBulkTensorTileG2SOp()
+        )
+        tma_atom_b, tma_tensor_b = cpasync.make_tiled_tma_atom(
+            b_op,
+            filter_gemm_view(filter_ptr, geom),
+            b_smem_layout,
+            (tile_n, (tile_k, 1, 1)),  # hierarchical K keeps the tiler static for runtime C
+            num_multicast=self.num_mcast_b,
+        )
+        tma_atom_d, tma_tensor_d = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileS2GOp(),
+            output_gemm_view(out_ptr, geom),
+            epi_smem_layout,
+            self.epi_tile,
+        )
+
+        @cute.struct
+        class SharedStorage:
+            ab_mbar: cute.struct.MemRange[cutlass.Int64, self.ab_stages * 2]
+            sA: cute.struct.Align[
+                cute.struct.MemRange[self.act_dtype, cute.cosize(self.a_smem_layout_staged)],
+                1024,
+            ]
+            sB: cute.struct.Align[
+                cute.struct.MemRange[self.filter_dtype, cute.cosize(self.b_smem_layout_staged)],
+                1024,
+            ]
+            sD: cute.struct.Align[
+                cute.struct.MemRange[self.out_dtype, cute.cosize(self.epi_smem_layout_staged)],
+                1024,
+            ]
+
+        self.shared_storage = SharedStorage
+
+        gemm_m = n * p * q
+        num_tiles_m = (gemm_m + tile_m - 1) // tile_m
+        num_tiles_n = (k + tile_n - 1) // tile_n
+        cm, cn = self.cluster_mn
+        num_work = ((num_tiles_m + cm - 1) // cm) * ((num_tiles_n + cn - 1) // cn)
+        num_clusters = cutlass.max(cutlass.min(num_work, max_clusters), 1)
+
+        self.kernel(
+            tma_atom_a,
+            tma_tensor_a,
+            tma_atom_b,
+            tma_tensor_b,
+            tma_atom_d,
+            tma_tensor_d,
+            self.tiled_mma,
+            self.cta_layout_mnk,
+            self.a_smem_layout_staged,
+            self.b_smem_layout_staged,
+            self.epi_smem_layout_staged,
+            num_tiles_m,
+            num_tiles_n,
+        ).launch(
+            grid=(cm, cn, num_clusters),
+            block=[self.threads_per_cta, 1, 1],
+            cluster=(cm, cn, 1),
+            min_blocks_per_mp=1,
+            stream=stream,
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # Device kernel: shared setup, then one method per role
+    # ------------------------------------------------------------------------------------------
+
+    @cute.kernel
+    def kernel(
+        self,
+        tma_atom_a: cute.CopyAtom,
+        mA_mk: cute.Tensor,
+        tma_atom_b: cute.CopyAtom,
+        mB_nk: cute.Tensor,
+        tma_atom_d: cute.CopyAtom,
+        mD_mn: cute.Tensor,
+        tiled_mma: cute.TiledMma,
+        cta_layout_mnk: cute.Layout,
+        a_smem_layout_staged: cute.ComposedLayout,
+        b_smem_layout_staged: cute.ComposedLayout,
+        epi_smem_layout_staged: cute.ComposedLayout,
+        num_tiles_m: cutlass.Int32,
+        num_tiles_n: cutlass.Int32,
+    ):
+        tile_m, tile_n, tile_k = self.tile_mnk
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        if warp_idx == self.load_warp_id:
+            cpasync.prefetch_descriptor(tma_atom_a)
+            cpasync.prefetch_descriptor(tma_atom_b)
+            cpasync.prefetch_descriptor(tma_atom_d)
+
+        cta_rank_in_cluster = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+        cluster_coord_mnk = cta_layout_mnk.get_flat_coord(cta_rank_in_cluster)
+
+        smem = cutlass.memory.SmemAllocator()
+        storage = smem.allocate(self.shared_storage)
+
+        a_smem_layout = cute.slice_(a_smem_layout_staged, (None, None, 0))
+        b_smem_layout = cute.slice_(b_smem_layout_staged, (None, None, 0))
+        tma_copy_bytes = cute.size_in_bytes(self.act_dtype, a_smem_layout) + cute.size_in_bytes(
+            self.filter_dtype, b_smem_layout
+        )
+        # Each consumer warp releases a stage once for every CTA whose TMA wrote into it.
+        mcast_size = self.num_mcast_a + self.num_mcast_b - 1
+        ab_pipeline = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.ab_mbar.data_ptr(),
+            num_stages=self.ab_stages,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(
+                pipeline.Agent.Thread, mcast_size * self.num_consumer_threads // 32
+            ),
+            tx_count=tma_copy_bytes,
+            cta_layout_vmnk=cute.make_layout((1, *cta_layout_mnk.shape)),
+            defer_sync=True,
+        )
+        pipeline_init_arrive(cluster_shape_mn=self.cluster_mn, is_relaxed=True)
+
+        sA = storage.sA.get_tensor(a_smem_layout_staged.outer, swizzle=a_smem_layout_staged.inner)
+        sB = storage.sB.get_tensor(b_smem_layout_staged.outer, swizzle=b_smem_layout_staged.inner)
+        sD = storage.sD.get_tensor(
+            epi_smem_layout_staged.outer, swizzle=epi_smem_layout_staged.inner
+        )
+
+        # (tile_m, (tile_k,1,1), m_tiles, (c_blocks, S, R))
+        gA = cute.local_tile(mA_mk, (tile_m, (tile_k, 1, 1)), (None, None))
+        # (tile_n, (tile_k,1,1), n_tiles, (c_blocks, S, R))
+        gB = cute.local_tile(mB_nk, (tile_n, (tile_k, 1, 1)), (None, None))
+        # (tile_m, tile_n, m_tiles, n_tiles)
+        gD = cute.local_tile(mD_mn, (tile_m, tile_n), (None, None))
+        k_tile_cnt = cute.size(gA, mode=[3])
+
+        scheduler = StaticTileScheduler(
+            num_tiles_m, num_tiles_n, self.cluster_mn, self.swizzle, self.raster_along_m
+        )
+
+        pipeline_init_wait(cluster_shape_mn=self.cluster_mn)
+
+        # ////////////////////////////////////////////////////////////////////////////////////
+        #  PRODUCER WARPGROUP
+        # ////////////////////////////////////////////////////////////////////////////////////
+        if warp_idx < 4:
+            cute.arch.setmaxregister_decrease(self.producer_registers)
+            if warp_idx == self.load_warp_id:
+                self.load(
+                    ab_pipeline,
+                    tma_atom_a,
+                    tma_atom_b,
+                    gA,
+                    gB,
+                    sA,
+                    sB,
+                    cta_layout_mnk,
+                    cluster_coord_mnk,
+                    k_tile_cnt,
+                    scheduler,
+                )
+
+        # ////////////////////////////////////////////////////////////////////////////////////
+        #  CONSUMER WARPGROUPS: MMA + EPILOGUE
+        # ////////////////////////////////////////////////////////////////////////////////////
+        if warp_idx >= 4:
+            cute.arch.setmaxregister_increase(self.consumer_registers)
+            self.mma_and_epilogue(
+                ab_pipeline,
+                tiled_mma,
+                tma_atom_d,
+                sA,
+                sB,
+                sD,
+                gD,
+                k_tile_cnt,
+                scheduler,
+                warp_idx,
+            )
+
+    @cute.jit
+    def load(
+        self,
+        ab_pipeline: pipeline.PipelineTmaAsync,
+        tma_atom_a: cute.CopyAtom,
+        tma_atom_b: cute.CopyAtom,
+        gA: cute.Tensor,
+        gB: cute.Tensor,
+        sA: cute.Tensor,
+        sB: cute.Tensor,
+        cta_layout_mnk: cute.Layout,
+        cluster_coord_mnk: cute.Coord,
+        k_tile_cnt: cutlass.Int32,
+        scheduler: StaticTileScheduler,
+    ):
+        """Load warp: fills the A/B ring for every k-tile of every output tile of this CTA."""
+        # Each CTA of a multicast group issues its slice of the box; TMA delivers it to all.
+        tAsA, tAgA = cpasync.tma_partition(
+            tma_atom_a,
+            cluster_coord_mnk[1],
+            cute.make_layout(cute.slice_(cta_layout_mnk, (0, None, 0)).shape),
+            cute.group_modes(sA, 0, 2),
+            cute.group_modes(gA, 0, 2),
+        )
+        tBsB, tBgB = cpasync.tma_partition(
+            tma_atom_b,
+            cluster_coord_mnk[0],
+            cute.make_layout(cute.slice_(cta_layout_mnk, (None, 0, 0)).shape),
+            cute.group_modes(sB, 0, 2),
+            cute.group_modes(gB, 0, 2),
+        )
+        a_mcast_mask = cute.make_layout_image_mask(cta_layout_mnk, cluster_coord_mnk, mode=1)
+        b_mcast_mask = cute.make_layout_image_mask(cta_layout_mnk, cluster_coord_mnk, mode=0)
+        a_mcast_mask = a_mcast_mask if self.num_mcast_a > 1 else 0
+        b_mcast_mask = b_mcast_mask if self.num_mcast_b > 1 else 0
+
+        producer_state = pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Producer, self.ab_stages
+        )
+        num_work = scheduler.num_work
+        work = scheduler.first_work()
+        while work < num_work:
+            m_tile, n_tile = scheduler.tile_coord(work)
+            tAgA_m = tAgA[(None, m_tile, None)]
+            tBgB_n = tBgB[(None, n_tile, None)]
+            for k_tile in range(k_tile_cnt):
+                ab_pipeline.producer_acquire(producer_state)
+                barrier = ab_pipeline.producer_get_barrier(producer_state)
+                cute.copy(
+                    tma_atom_a,
+                    tAgA_m[(None, k_tile)],
+                    tAsA[(None, producer_state.index)],
+                    tma_bar_ptr=barrier,
+                    mcast_mask=a_mcast_mask,
+                )
+                cute.copy(
+                    tma_atom_b,
+                    tBgB_n[(None, k_tile)],
+                    tBsB[(None, producer_state.index)],
+                    tma_bar_ptr=barrier,
+                    mcast_mask=b_mcast_mask,
+                )
+                ab_pipeline.producer_commit(producer_state)
+                producer_state.advance()
+            work = scheduler.next_work(work)
+        ab_pipeline.producer_tail(producer_state)
+
+    @cute.jit
+    def mma_and_epilogue(
+        self,
+        ab_pipeline: pipeline.PipelineTmaAsync,
+        tiled_mma: cute.TiledMma,
+        tma_atom_d: cute.CopyAtom,
+        sA: cute.Tensor,
+        sB: cute.Tensor,
+        sD: cute.Tensor,
+        gD: cute.Tensor,
+        k_tile_cnt: cutlass.Int32,
+        scheduler: StaticTileScheduler,
+        warp_idx: cutlass.Int32,
+    ):
+        """Consumer warpgroups: WGMMA over the ring, then the epilogue of each output tile."""
+        tidx, _, _ = cute.arch.thread_idx()
+        consumer_tidx = tidx - self.num_threads_per_warpgroup
+        warpgroup_idx = cute.arch.make_warp_uniform(consumer_tidx // self.num_threads_per_warpgroup)
+        thr_mma = tiled_mma.get_slice(warpgroup_idx * self.num_threads_per_warpgroup)
+        tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
+        tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
+        acc_shape = thr_mma.partition_shape_C(cute.select(self.tile_mnk, mode=[0, 1]))
+        accumulators = cute.make_rmem_tensor(acc_shape, self.acc_dtype)
+
+        # Epilogue partitions: accumulator registers -> SMEM staging buffer (stmatrix).
+        copy_atom_r2s = sm90_utils.get_smem_store_op(
+            LayoutEnum.ROW_MAJOR, self.out_dtype, self.acc_dtype
+        )
+        copy_atom_d = cute.make_copy_atom(
+            cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), self.out_dtype
+        )
+        tiled_copy_r2s = cute.make_tiled_copy_S(
+            copy_atom_r2s, cute.make_tiled_copy_C_atom(copy_atom_d, tiled_mma)
+        )
+        thr_copy_r2s = tiled_copy_r2s.get_slice(consumer_tidx)
+        tRS_sD = thr_copy_r2s.partition_D(sD)  # (R2S, R2S_M, R2S_N, PIPE_D)
+        tRS_rAcc = tiled_copy_r2s.retile(accumulators)
+        rD_shape = cute.shape(thr_copy_r2s.partition_S(sD))[:3]
+        tRS_rD = cute.make_rmem_tensor(rD_shape, self.acc_dtype)
+        tRS_rD_out = cute.make_rmem_tensor(rD_shape, self.out_dtype)
+        size_tRS_rD = cute.size(tRS_rD)
+
+        epilogue_barrier = pipeline.NamedBarrier(
+            barrier_id=int(NamedBarrierConv.Epilogue), num_threads=self.num_consumer_threads
+        )
+        store_pipeline = pipeline.PipelineTmaStore.create(
+            num_stages=self.epi_stages,
+            producer_group=pipeline.CooperativeGroup(
+                pipeline.Agent.Thread, self.num_consumer_threads
+            ),
+        )
+
+        read_state = pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Consumer, self.ab_stages
+        )
+        release_state = pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Consumer, self.ab_stages
+        )
+        num_epi_tiles_done = cutlass.Int32(0)
+        num_work = scheduler.num_work
+        work = scheduler.first_work()
+        while work < num_work:
+            m_tile, n_tile = scheduler.tile_coord(work)
+
+            # ---- mainloop: keep one WGMMA batch in flight, release the stage behind it ----
+            accumulators.fill(0.0)
+            tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+            warpgroup.fence()
+            ab_pipeline.consumer_wait(read_state)
+            self.mma_k_tile(tiled_mma, accumulators, tCrA, tCrB, read_state.index)
+            read_state.advance()
+            for k_tile in range(1, k_tile_cnt):
+                ab_pipeline.consumer_wait(read_state)
+                self.mma_k_tile(tiled_mma, accumulators, tCrA, tCrB, read_state.index)
+                read_state.advance()
+                warpgroup.wait_group(1)
+                ab_pipeline.consumer_release(release_state)
+                release_state.advance()
+            warpgroup.wait_group(0)
+            ab_pipeline.consumer_release(release_state)
+            release_state.advance()
+
+            # ---- epilogue: subtiles of epi_tile through SMEM, stored by TMA ----
+            gD_tile = cute.zipped_divide(gD[(None, None, m_tile, n_tile)], self.epi_tile)
+            bSG_sD, bSG_gD = cpasync.tma_partition(
+                tma_atom_d,
+                0,
+                cute.make_layout(1),
+                cute.group_modes(sD, 0, 2),
+                gD_tile,
+            )
+            epi_tile_shape = gD_tile.shape[1]
+            epi_tile_layout = cute.make_layout(epi_tile_shape, stride=(epi_tile_shape[1], 1))
+            num_epi_tiles = cute.size(epi_tile_layout)
+            for epi_idx in cutlass.range_constexpr(num_epi_tiles):
+                for v in cutlass.range_constexpr(size_tRS_rD):
+                    tRS_rD[v] = tRS_rAcc[epi_idx * size_tRS_rD + v]
+                tRS_rD_out.store(tRS_rD.load().to(self.out_dtype))
+                epi_buffer = (num_epi_tiles_done + epi_idx) % self.epi_stages
+                cute.copy(tiled_copy_r2s, tRS_rD_out, tRS_sD[(None, None, None, epi_buffer)])
+                # Make the generic-proxy SMEM writes visible to the TMA (async proxy).
+                cute.arch.fence_proxy("async.shared", space="cta")
+                epilogue_barrier.arrive_and_wait()
+                if warp_idx == self.epi_store_warp_id:
+                    cute.copy(
+                        tma_atom_d,
+                        bSG_sD[(None, epi_buffer)],
+                        bSG_gD[(None, epi_tile_layout.get_hier_coord(epi_idx))],
+                    )
+                    store_pipeline.producer_commit()
+                    store_pipeline.producer_acquire()
+                epilogue_barrier.arrive_and_wait()
+            num_epi_tiles_done += num_epi_tiles
+            work = scheduler.next_work(work)
+
+        store_pipeline.producer_tail()
+
+    @cute.jit
+    def mma_k_tile(
+        self,
+        tiled_mma: cute.TiledMma,
+        accumulators: cute.Tensor,
+        tCrA: cute.Tensor,
+        tCrB: cute.Tensor,
+        stage: cutlass.Int32,
+    ):
+        """Issue the WGMMAs of one k-tile (from ring stage ``stage``) as one commit group."""
+        for k_block in cutlass.range_constexpr(cute.size(tCrA, mode=[2])):
+            kb = (None, None, k_block, stage)
+            cute.gemm(tiled_mma, accumulators, tCrA[kb], tCrB[kb], accumulators)
+        warpgroup.commit_group()

@@ -1,0 +1,201 @@
+"""GPU numerics of conv2d_fprop on Hopper against a float32 torch reference.
+
+Every case draws fresh random inputs and poisons the output with NaN before the launch, so an
+element the kernel fails to write fails the test.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import cute_conv
+from cute_conv.reference import conv2d_reference
+from cute_conv.testing import compare_to_reference, random_conv_inputs
+
+pytestmark = pytest.mark.gpu
+
+SHAPES_JSON = Path(__file__).resolve().parents[1] / "benchmarks" / "shapes.json"
+
+
+def run_and_check(
+    n, h, w, c, k, r, s, *, stride=1, padding=0, dilation=1,
+    dtype=torch.bfloat16, out_dtype=None, config=None,
+):  # fmt: skip
+    act, flt = random_conv_inputs(n, h, w, c, k, r, s, dtype=dtype)
+    problem = cute_conv.Conv2dProblemShape.from_shapes(
+        act.shape, flt.shape, stride=stride, padding=padding, dilation=dilation
+    )
+    out = torch.full(
+        problem.output_shape, float("nan"), dtype=out_dtype or dtype, device="cuda"
+    )
+    result = cute_conv.conv2d_fprop(
+        act, flt, stride=stride, padding=padding, dilation=dilation, out=out, config=config
+    )
+    assert result is out
+    torch.cuda.synchronize()
+    ref = conv2d_reference(act, flt, stride=stride, padding=padding, dilation=dilation)
+    report = compare_to_reference(out, ref)
+    assert report.ok, f"{problem}: {report}"
+    return out
+
+
+# The seed matrix: N x C=K x filter x stride x padding.
+SEED_MATRIX = list(itertools.product((1, 8), (384, 416), (3, 4, 5), (1, 2), (0, 1)))
+
+
+@pytest.mark.parametrize(
+    "n,ck,rs,stride,pad",
+    SEED_MATRIX,
+    ids=[f"n{n}-c{ck}-{rs}x{rs}-s{st}-p{p}" for n, ck, rs, st, p in SEED_MATRIX],
+)
+def test_seed_matrix(n, ck, rs, stride, pad):
+    run_and_check(n, 12, 13, ck, ck, rs, rs, stride=stride, padding=pad)
+
+
+GEOMETRIES = [
+    pytest.param(dict(n=2, h=17, w=19, c=64, k=128, r=3, s=3, stride=(1, 2), padding=1), id="stride-1x2"),
+    pytest.param(dict(n=2, h=20, w=20, c=64, k=64, r=3, s=3, dilation=2, padding=2), id="dilation-2"),
+    pytest.param(dict(n=1, h=24, w=23, c=32, k=96, r=3, s=3, dilation=3, padding=1), id="dilation-3"),
+    pytest.param(dict(n=2, h=16, w=16, c=64, k=64, r=3, s=3, dilation=(1, 2), padding=(1, 2)), id="dilation-1x2"),
+    pytest.param(dict(n=2, h=15, w=16, c=64, k=64, r=3, s=3, padding=((0, 2), (1, 0))), id="asym-padding"),
+    pytest.param(dict(n=2, h=15, w=16, c=64, k=64, r=5, s=3, padding=((2, 0), (0, 1)), stride=2), id="asym-padding-stride2"),
+    pytest.param(dict(n=4, h=14, w=14, c=256, k=512, r=1, s=1), id="1x1"),
+    pytest.param(dict(n=2, h=28, w=28, c=64, k=256, r=1, s=1, stride=2), id="1x1-stride2"),
+    pytest.param(dict(n=2, h=32, w=32, c=8, k=64, r=7, s=7, stride=2, padding=3), id="7x7-s2"),
+    pytest.param(dict(n=3, h=7, w=9, c=72, k=200, r=3, s=3, padding=1), id="m-and-k-tails"),
+    pytest.param(dict(n=1, h=5, w=5, c=16, k=40, r=3, s=3), id="one-tile"),
+    pytest.param(dict(n=1, h=1, w=1, c=64, k=64, r=1, s=1), id="single-pixel"),
+    pytest.param(dict(n=2, h=9, w=9, c=64, k=64, r=4, s=2, padding=((2, 1), (1, 0))), id="even-filter"),
+    pytest.param(dict(n=2, h=12, w=12, c=48, k=64, r=3, s=3, stride=3, padding=1), id="stride-3"),
+    pytest.param(dict(n=1, h=40, w=40, c=16, k=32, r=3, s=3, stride=8, padding=1), id="stride-8"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES)
+def test_geometry(geometry):
+    run_and_check(**geometry)
+
+
+@pytest.mark.parametrize(
+    "c,k",
+    [(3, 64), (5, 64), (3, 5), (64, 20), (12, 36)],
+    ids=["rgb-stem", "c5", "c3-k5", "k20", "c12-k36"],
+)
+def test_unaligned_channels_are_padded(c, k):
+    run_and_check(2, 16, 16, c, k, 3, 3, padding=1)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize(
+    "out_dtype", [None, torch.float32, torch.bfloat16, torch.float16], ids=["same", "fp32", "bf16", "fp16"]
+)
+def test_dtypes(dtype, out_dtype):
+    run_and_check(2, 10, 10, 64, 128, 3, 3, padding=1, dtype=dtype, out_dtype=out_dtype)
+
+
+CONFIGS = [
+    cute_conv.Conv2dConfig(tile_n=64),
+    cute_conv.Conv2dConfig(tile_n=128, stages=2),
+    cute_conv.Conv2dConfig(tile_n=192),
+    cute_conv.Conv2dConfig(tile_n=256),
+    cute_conv.Conv2dConfig(tile_n=128, cluster_m=2),
+    cute_conv.Conv2dConfig(tile_n=128, cluster_n=2),
+    cute_conv.Conv2dConfig(tile_n=128, raster_along_m=False, swizzle=3),
+    cute_conv.Conv2dConfig(tile_n=256, swizzle=1),
+]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"n{c.tile_n}-cl{c.cluster_m}x{c.cluster_n}-st{c.stages}-sw{c.swizzle}{'' if c.raster_along_m else '-rn'}")
+def test_configs(config):
+    # Tails in M and K, more tiles than a cluster, odd tile counts for the partial clusters.
+    run_and_check(3, 19, 21, 96, 328, 3, 3, padding=1, config=config)
+
+
+def _bench_shapes():
+    shapes = json.loads(SHAPES_JSON.read_text())["shapes"]
+    return [pytest.param(s, id=s["name"]) for s in shapes]
+
+
+@pytest.mark.parametrize("shape", _bench_shapes())
+def test_benchmark_shapes(shape):
+    run_and_check(
+        shape["N"], shape["H"], shape["W"], shape["C"], shape["K"], shape["R"], shape["S"],
+        stride=shape["stride"], padding=shape["pad"], dilation=shape["dilation"],
+    )  # fmt: skip
+
+
+def test_two_geometries_share_one_compilation():
+    config = cute_conv.Conv2dConfig(tile_n=128, swizzle=2)
+    run_and_check(2, 9, 9, 64, 128, 3, 3, padding=1, config=config)
+    count = cute_conv.compile.cached_kernel_count()
+    run_and_check(1, 20, 11, 128, 64, 5, 5, stride=2, padding=2, dilation=1, config=config)
+    run_and_check(4, 7, 7, 32, 256, 1, 1, config=config)
+    assert cute_conv.compile.cached_kernel_count() == count
+
+
+def test_empty_batch_returns_empty_output():
+    act, flt = random_conv_inputs(0, 8, 8, 64, 64, 3, 3)
+    out = cute_conv.conv2d_fprop(act, flt, padding=1)
+    assert out.shape == (0, 8, 8, 64) and out.device.type == "cuda"
+
+
+def test_default_output_and_current_stream():
+    act, flt = random_conv_inputs(2, 10, 10, 64, 64, 3, 3)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        out = cute_conv.conv2d_fprop(act, flt, padding=1)
+    side.synchronize()
+    assert out.shape == (2, 10, 10, 64) and out.dtype == torch.bfloat16
+    report = compare_to_reference(out, conv2d_reference(act, flt, padding=1))
+    assert report.ok, str(report)
+
+
+def test_explicit_stream_argument():
+    act, flt = random_conv_inputs(2, 10, 10, 64, 64, 3, 3)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    out = cute_conv.conv2d_fprop(act, flt, padding=1, stream=side)
+    side.synchronize()
+    report = compare_to_reference(out, conv2d_reference(act, flt, padding=1))
+    assert report.ok, str(report)
+
+
+def test_repeat_runs_are_bitwise_identical():
+    act, flt = random_conv_inputs(4, 16, 16, 128, 256, 3, 3)
+    first = cute_conv.conv2d_fprop(act, flt, padding=1)
+    second = cute_conv.conv2d_fprop(act, flt, padding=1)
+    assert torch.equal(first, second)
+
+
+def test_dlpack_inputs_with_out():
+    act, flt = random_conv_inputs(2, 8, 8, 64, 64, 3, 3)
+    out = torch.full((2, 8, 8, 64), float("nan"), dtype=torch.bfloat16, device="cuda")
+
+    class Capsule:  # a non-torch DLPack producer
+        def __init__(self, t):
+            self.t = t
+
+        def __dlpack__(self, **kwargs):
+            return self.t.__dlpack__(**kwargs)
+
+        def __dlpack_device__(self):
+            return self.t.__dlpack_device__()
+
+    cute_conv.conv2d_fprop(Capsule(act), Capsule(flt), padding=1, out=Capsule(out))
+    torch.cuda.synchronize()
+    report = compare_to_reference(out, conv2d_reference(act, flt, padding=1))
+    assert report.ok, str(report)
+
+
+def test_rejected_call_writes_nothing():
+    act, flt = random_conv_inputs(2, 8, 8, 64, 64, 3, 3)
+    out = torch.full((2, 8, 8, 64), 7.0, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match="stride"):
+        cute_conv.conv2d_fprop(act, flt, padding=1, stride=9, out=out)
+    assert bool((out == 7.0).all())
