@@ -18,11 +18,12 @@ import cutlass.cute as cute
 from cutlass.cute.runtime import make_fake_stream, make_ptr
 
 from .config import Conv2dConfig
-from .kernels.sm90.conv2d_fprop import Conv2dFpropSm90
+from .kernels.sm90.conv2d_fprop import SMEM_CAPACITY_SM90, Conv2dFpropSm90
 from .problem import Conv2dProblemShape
 
 # Kernel class per compilation target. sm_100a joins when its kernel exists.
 KERNELS_BY_ARCH: dict[str, type] = {"sm_90a": Conv2dFpropSm90}
+SMEM_CAPACITY_BY_ARCH: dict[str, int] = {"sm_90a": SMEM_CAPACITY_SM90}
 
 _CUTLASS_DTYPES: dict[str, type[cutlass.Numeric]] = {
     "bfloat16": cutlass.BFloat16,

@@ -12,7 +12,8 @@ from .problem import Conv2dProblemShape
 
 __all__ = ["Conv2dConfig", "default_config"]
 
-TILE_M_CHOICES = (128, 256)
+# Two consumer warpgroups of 64 rows each.
+TILE_M_CHOICES = (128,)
 TILE_N_CHOICES = (64, 128, 192, 256)
 # Two consumer warpgroups hold the fp32 accumulator in registers: 128x256 is the largest tile
 # that leaves them room for the epilogue.
@@ -29,7 +30,7 @@ class Conv2dConfig:
     """Compile-time choices of one Conv2D forward kernel.
 
     Attributes:
-        tile_m: CTA tile along GEMM M (output pixels): 128 or 256.
+        tile_m: CTA tile along GEMM M (output pixels): 128 (two 64-row warpgroups).
         tile_n: CTA tile along GEMM N (output channels): 64, 128, 192 or 256.
         tile_k: CTA tile along GEMM K (channels of one filter tap): 64.
         cluster_m: CTAs per cluster along M (1 or 2); they share the filter tile by multicast.
@@ -68,7 +69,10 @@ class Conv2dConfig:
                 f"budget of two consumer warpgroups), got tile_m={self.tile_m}, "
                 f"tile_n={self.tile_n} ({self.tile_m * self.tile_n})"
             )
-        _check_choice("tile_k", self.tile_k, TILE_K_CHOICES)
+        if self.tile_k not in TILE_K_CHOICES:
+            raise ValueError(
+                f"tile_k must be 64 (one 128-byte swizzle row of 16-bit data), got {self.tile_k}"
+            )
         _check_choice("cluster_m", self.cluster_m, CLUSTER_CHOICES)
         _check_choice("cluster_n", self.cluster_n, CLUSTER_CHOICES)
         if self.cluster_m * self.cluster_n > MAX_CLUSTER_SIZE:

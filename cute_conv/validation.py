@@ -56,10 +56,11 @@ ARCH_TABLE: dict[tuple[int, int], Arch] = {
     (10, 0): Arch("sm_100a", "B200", runnable=False),
 }
 
+# name -> (the layout cute_conv expects, the channels-first layout torch uses for it)
 _LAYOUTS = {
-    "activation": ("[N, H, W, C]", "x.permute(0, 2, 3, 1).contiguous() from an NCHW tensor"),
-    "filter": ("[K, R, S, C]", "w.permute(0, 2, 3, 1).contiguous() from a [K, C, R, S] weight"),
-    "out": ("[N, P, Q, K]", "torch.empty(N, P, Q, K, ...)"),
+    "activation": ("[N, H, W, C]", "[N, C, H, W]"),
+    "filter": ("[K, R, S, C]", "[K, C, R, S]"),
+    "out": ("[N, P, Q, K]", "[N, K, P, Q]"),
 }
 
 
@@ -72,7 +73,7 @@ def check_tensor(name: str, t: object, dtypes: Sequence[torch.dtype]) -> torch.T
 
     ``name`` is one of ``activation``, ``filter`` or ``out`` and picks the expected layout.
     """
-    layout, how = _LAYOUTS[name]
+    layout, torch_layout = _LAYOUTS[name]
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.layout != torch.strided:
@@ -84,11 +85,11 @@ def check_tensor(name: str, t: object, dtypes: Sequence[torch.dtype]) -> torch.T
     if t.dtype not in dtypes:
         raise TypeError(f"{name} has dtype {t.dtype}; supported dtypes: {_names(dtypes)}")
     if not t.is_contiguous():
-        hint = f"e.g. {how}"
+        hint = f"e.g. t.permute(0, 2, 3, 1).contiguous() for a {torch_layout} tensor t"
         if t.is_contiguous(memory_format=torch.channels_last):
             hint = (
-                "it looks like an NCHW-shaped tensor in channels_last memory format; pass "
-                f"{name}.permute(0, 2, 3, 1), which is a contiguous NHWC view, or {how}"
+                f"it looks like a {torch_layout} tensor in channels_last memory format: "
+                f"{name}.permute(0, 2, 3, 1) is its contiguous {layout} view (no copy)"
             )
         raise ValueError(
             f"{name} must be a contiguous {layout} tensor, got shape {tuple(t.shape)} with "
@@ -132,7 +133,7 @@ def check_problem_limits(problem: Conv2dProblemShape) -> None:
                 f"output {what} {out_name} = {out_size} must be >= 1: activation {in_name}={size} "
                 f"plus padding {lo_name}/{hi_name}=({lo}, {hi}) is smaller than the filter's "
                 f"dilated extent (filter {f_name}={taps}, dilation={dil}): "
-                f"{size + lo + hi} < (R-1)*dilation + 1 = {span + 1}"
+                f"{size + lo + hi} < ({f_name}-1)*dilation + 1 = {span + 1}"
             )
         if lo > MAX_PAD_LO:
             raise ValueError(
@@ -141,15 +142,15 @@ def check_problem_limits(problem: Conv2dProblemShape) -> None:
             )
         if span > MAX_FILTER_SPAN:
             raise ValueError(
-                f"filter {f_name}={taps} with dilation={dil} spans (R-1)*dilation = {span} "
+                f"filter {f_name}={taps} with dilation={dil} spans ({f_name}-1)*dilation = {span} "
                 f"{what} positions; the im2col TMA limit is {MAX_FILTER_SPAN}"
             )
         corner = hi - span
         if not CORNER_MIN <= corner <= CORNER_MAX:
             raise ValueError(
                 f"padding {hi_name}={hi} minus the filter span (filter {f_name}={taps}, "
-                f"dilation={dil}: (R-1)*dilation = {span}) is {corner}; the im2col TMA limit is "
-                f"{CORNER_MIN} <= padding {hi_name} - (R-1)*dilation <= {CORNER_MAX}"
+                f"dilation={dil}: ({f_name}-1)*dilation = {span}) is {corner}; the im2col TMA "
+                f"limit is {CORNER_MIN} <= padding {hi_name} - ({f_name}-1)*dilation <= {CORNER_MAX}"
             )
     if problem.gemm_m >= MAX_GEMM_M:
         raise ValueError(

@@ -117,6 +117,12 @@ REJECTIONS = [
         id="activation-strided-view",
     ),
     pytest.param(
+        lambda: _call(filter=_t(32, 16, 3, 3).to(memory_format=torch.channels_last)),
+        ValueError,
+        ("filter", "contiguous [K, R, S, C]", "[K, C, R, S]", "filter.permute(0, 2, 3, 1)"),
+        id="filter-kcrs-channels-last",
+    ),
+    pytest.param(
         lambda: _call(filter=_t(32, 16, 3, 3).permute(0, 2, 3, 1)),
         ValueError,
         ("filter", "contiguous [K, R, S, C]"),
@@ -346,6 +352,12 @@ def test_output_dtype_resolution(overrides, expected):
         pytest.param(
             lambda: _call(activation=_channels_last_nchw().permute(0, 2, 3, 1)),
             id="channels-last-permuted-view",
+        ),
+        pytest.param(
+            lambda: _call(
+                filter=_t(32, 16, 3, 3).to(memory_format=torch.channels_last).permute(0, 2, 3, 1)
+            ),
+            id="channels-last-weight-permuted-view",
         ),
         pytest.param(lambda: _call(padding=((128, 0), (0, 128)), stride=8), id="pad-lo-128"),
         pytest.param(

@@ -1,0 +1,96 @@
+"""Compile-only checks of the SM90 kernel: they need no GPU and run in CI."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import cute_conv
+from cute_conv.compile import SMEM_CAPACITY_BY_ARCH, cached_kernel_count
+
+
+@pytest.fixture(scope="module")
+def bf16_kernel():
+    return cute_conv.compile_kernel("sm_90a", act_dtype=torch.bfloat16)
+
+
+def test_ptx_has_wgmma_and_im2col_tma(bf16_kernel):
+    ptx = bf16_kernel.ptx
+    assert ".target sm_90a" in ptx
+    assert "wgmma.mma_async" in ptx
+    # Activation: im2col-mode bulk tensor loads with the two filter-tap offsets.
+    im2col_loads = re.findall(r"cp\.async\.bulk\.tensor\.4d\.[^\s]*\.im2col[^\n]*", ptx)
+    assert im2col_loads, "no im2col TMA load in the PTX"
+    # Filter: tiled loads of the (K, (C, S, R)) view; output: tiled stores of (N*P*Q, K).
+    assert re.search(r"cp\.async\.bulk\.tensor\.4d\.shared::\w+\.global\.tile\.mbarrier", ptx)
+    assert re.search(r"cp\.async\.bulk\.tensor\.2d\.global\.shared::cta\.tile\.bulk_group", ptx)
+    # Register reallocation between the producer and the consumer warpgroups.
+    assert re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+40;", ptx)
+    assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+232;", ptx)
+    assert len(bf16_kernel.cubin) > 0
+
+
+def test_smem_within_limit(bf16_kernel):
+    assert 0 < bf16_kernel.smem_bytes <= SMEM_CAPACITY_BY_ARCH["sm_90a"]
+
+
+@pytest.mark.parametrize(
+    "act_dtype,out_dtype",
+    [(torch.float16, torch.float16), (torch.bfloat16, torch.float32), (torch.float16, torch.bfloat16)],
+    ids=["fp16", "bf16-to-fp32", "fp16-to-bf16"],
+)
+def test_dtype_variants_compile(act_dtype, out_dtype):
+    kernel = cute_conv.compile_kernel("sm_90a", act_dtype=act_dtype, out_dtype=out_dtype)
+    assert "wgmma.mma_async" in kernel.ptx
+    wgmma_type = "f16.f16" if act_dtype == torch.float16 else "bf16.bf16"
+    assert wgmma_type in kernel.ptx
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        cute_conv.Conv2dConfig(tile_n=64),
+        cute_conv.Conv2dConfig(tile_n=192, stages=3),
+        cute_conv.Conv2dConfig(tile_n=256),
+        cute_conv.Conv2dConfig(cluster_m=2),
+        cute_conv.Conv2dConfig(cluster_n=2),
+    ],
+    ids=["n64", "n192-st3", "n256", "cluster-2x1", "cluster-1x2"],
+)
+def test_config_variants_compile(config):
+    kernel = cute_conv.compile_kernel("sm_90a", act_dtype=torch.bfloat16, config=config)
+    assert kernel.smem_bytes <= SMEM_CAPACITY_BY_ARCH["sm_90a"]
+    multicast = ".multicast::cluster" in kernel.ptx
+    assert multicast == (config.cluster_m * config.cluster_n > 1)
+
+
+def test_cache_keys_on_dtypes_and_config_only():
+    before = cached_kernel_count()
+    first = cute_conv.compile_kernel("sm_90a", act_dtype="float16", out_dtype="float32")
+    again = cute_conv.compile_kernel("sm_90a", act_dtype=torch.float16, out_dtype=torch.float32)
+    assert first is again
+    assert cached_kernel_count() <= before + 1
+
+
+def test_too_many_stages_is_rejected():
+    with pytest.raises(ValueError, match="stages=16"):
+        cute_conv.compile_kernel("sm_90a", config=cute_conv.Conv2dConfig(tile_n=256, stages=16))
+
+
+@pytest.mark.parametrize(
+    "kwargs,exc,match",
+    [
+        (dict(arch="sm_80"), ValueError, "arch='sm_80'"),
+        (dict(act_dtype=torch.float32), TypeError, "act_dtype=float32"),
+        (dict(act_dtype=torch.bfloat16, filter_dtype=torch.float16), TypeError, "filter_dtype"),
+        (dict(out_dtype=torch.int8), TypeError, "int8"),
+        (dict(config=(128, 128)), TypeError, "Conv2dConfig"),
+    ],
+    ids=["arch", "fp32-input", "mixed-inputs", "int8-output", "config-type"],
+)
+def test_compile_kernel_rejects_bad_arguments(kwargs, exc, match):
+    arch = kwargs.pop("arch", "sm_90a")
+    with pytest.raises(exc, match=match):
+        cute_conv.compile_kernel(arch, **kwargs)
