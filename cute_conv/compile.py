@@ -78,20 +78,23 @@ class CompiledConv2d:
         filter_ptr: int,
         out_ptr: int,
         *,
-        stream: Any,
+        stream: int,
         max_clusters: int,
     ) -> None:
         """Run on device pointers of contiguous NHWC / KRSC / NPQK tensors.
 
-        ``problem`` must already be validated and channel-aligned; ``stream`` is a
-        ``cuda.bindings.driver.CUstream``; ``max_clusters`` bounds the persistent grid.
+        ``problem`` must already be validated and channel-aligned; ``stream`` is a raw
+        ``cudaStream_t`` handle; ``max_clusters`` bounds the persistent grid.
         """
-        dtypes = (self.key.act_dtype, self.key.filter_dtype, self.key.out_dtype)
-        ptrs = [
-            make_ptr(_CUTLASS_DTYPES[d], p, cute.AddressSpace.gmem, assumed_align=16)
-            for d, p in zip(dtypes, (act_ptr, filter_ptr, out_ptr))
-        ]
-        self._fn(*ptrs, *geometry_args(problem), max_clusters, stream)
+        self.launch_raw(
+            act_ptr, filter_ptr, out_ptr, (*geometry_args(problem), max_clusters), stream
+        )
+
+    def launch_raw(
+        self, act_ptr: int, filter_ptr: int, out_ptr: int, scalars: tuple, stream: int
+    ) -> None:
+        """The hot path: ``scalars`` is ``(*geometry_args(problem), max_clusters)``."""
+        self._fn(act_ptr, filter_ptr, out_ptr, *scalars, stream)
 
 
 def geometry_args(problem: Conv2dProblemShape) -> tuple[int, ...]:
@@ -132,7 +135,10 @@ def _compile(key: KernelKey) -> CompiledConv2d:
             *null,
             *scalars,
             make_fake_stream(),
-            options=f"--gpu-arch {key.arch} --keep-ptx --keep-cubin --dump-dir {dump_dir}",
+            options=(
+                f"--gpu-arch {key.arch} --enable-tvm-ffi --keep-ptx --keep-cubin "
+                f"--dump-dir {dump_dir}"
+            ),
         )
         ptx = fn.__ptx__ or ""
         cubin = fn.__cubin__ or b""

@@ -22,6 +22,7 @@ from .problem import Conv2dProblemShape, Pair, normalize_padding, normalize_pair
 __all__ = [
     "ALIGNMENT_BYTES",
     "ARCH_TABLE",
+    "check_alignment",
     "INPUT_DTYPES",
     "OUTPUT_DTYPES",
     "check_compute_capability",
@@ -95,13 +96,18 @@ def check_tensor(name: str, t: object, dtypes: Sequence[torch.dtype]) -> torch.T
             f"{name} must be a contiguous {layout} tensor, got shape {tuple(t.shape)} with "
             f"strides {t.stride()}; {hint}"
         )
+    check_alignment(name, t)
+    return t
+
+
+def check_alignment(name: str, t: torch.Tensor) -> None:
+    """TMA needs 16-byte aligned base addresses; the one check repeated on every call."""
     if t.data_ptr() % ALIGNMENT_BYTES:
         raise ValueError(
             f"{name}.data_ptr() = {t.data_ptr():#x} is not {ALIGNMENT_BYTES}-byte aligned "
             f"(offset {t.data_ptr() % ALIGNMENT_BYTES}); TMA needs {ALIGNMENT_BYTES}-byte "
             f"aligned base addresses: pass {name}.clone() instead of an offset view"
         )
-    return t
 
 
 def _check_stride_dilation(stride: Pair, dilation: Pair) -> None:

@@ -59,13 +59,17 @@ def main() -> int:
     print(f"conv {N}x{H}x{W}x{C} * {K}x{R}x{S}x{C}, pad {PAD}: {report}")
 
     problem = cute_conv.Conv2dProblemShape.from_shapes(act.shape, flt.shape, padding=PAD)
-    ours = do_bench(lambda: cute_conv.conv2d_fprop(act, flt, padding=PAD, out=out), return_mode="median")
+    ours = do_bench(
+        lambda: cute_conv.conv2d_fprop(act, flt, padding=PAD, out=out), return_mode="median"
+    )
     x_cl, w_cl = act.permute(0, 3, 1, 2), flt.permute(0, 3, 1, 2)
     cudnn = do_bench(lambda: F.conv2d(x_cl, w_cl, padding=PAD), return_mode="median")
     tflops = lambda ms: problem.flops / ms / 1e9  # noqa: E731
     print(f"first call (compile + run): {first_call:.1f} s")
     print(f"cute_conv: {ours:.3f} ms  {tflops(ours):.0f} TFLOP/s")
-    print(f"cuDNN:     {cudnn:.3f} ms  {tflops(cudnn):.0f} TFLOP/s  (cute_conv is {cudnn / ours:.2f}x)")
+    print(
+        f"cuDNN:     {cudnn:.3f} ms  {tflops(cudnn):.0f} TFLOP/s  (cute_conv is {cudnn / ours:.2f}x)"
+    )
     return 0 if report.ok else 1
 
 

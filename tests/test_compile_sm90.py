@@ -38,7 +38,11 @@ def test_smem_within_limit(bf16_kernel):
 
 @pytest.mark.parametrize(
     "act_dtype,out_dtype",
-    [(torch.float16, torch.float16), (torch.bfloat16, torch.float32), (torch.float16, torch.bfloat16)],
+    [
+        (torch.float16, torch.float16),
+        (torch.bfloat16, torch.float32),
+        (torch.float16, torch.bfloat16),
+    ],
     ids=["fp16", "bf16-to-fp32", "fp16-to-bf16"],
 )
 def test_dtype_variants_compile(act_dtype, out_dtype):

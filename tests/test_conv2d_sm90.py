@@ -30,9 +30,7 @@ def run_and_check(
     problem = cute_conv.Conv2dProblemShape.from_shapes(
         act.shape, flt.shape, stride=stride, padding=padding, dilation=dilation
     )
-    out = torch.full(
-        problem.output_shape, float("nan"), dtype=out_dtype or dtype, device="cuda"
-    )
+    out = torch.full(problem.output_shape, float("nan"), dtype=out_dtype or dtype, device="cuda")
     result = cute_conv.conv2d_fprop(
         act, flt, stride=stride, padding=padding, dilation=dilation, out=out, config=config
     )
@@ -92,7 +90,9 @@ def test_unaligned_channels_are_padded(c, k):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize(
-    "out_dtype", [None, torch.float32, torch.bfloat16, torch.float16], ids=["same", "fp32", "bf16", "fp16"]
+    "out_dtype",
+    [None, torch.float32, torch.bfloat16, torch.float16],
+    ids=["same", "fp32", "bf16", "fp16"],
 )
 def test_dtypes(dtype, out_dtype):
     run_and_check(2, 10, 10, 64, 128, 3, 3, padding=1, dtype=dtype, out_dtype=out_dtype)
@@ -110,7 +110,13 @@ CONFIGS = [
 ]
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"n{c.tile_n}-cl{c.cluster_m}x{c.cluster_n}-st{c.stages}-sw{c.swizzle}{'' if c.raster_along_m else '-rn'}")
+@pytest.mark.parametrize(
+    "config",
+    CONFIGS,
+    ids=lambda c: (
+        f"n{c.tile_n}-cl{c.cluster_m}x{c.cluster_n}-st{c.stages}-sw{c.swizzle}{'' if c.raster_along_m else '-rn'}"
+    ),
+)
 def test_configs(config):
     # Tails in M and K, more tiles than a cluster, odd tile counts for the partial clusters.
     run_and_check(3, 19, 21, 96, 328, 3, 3, padding=1, config=config)

@@ -50,9 +50,7 @@ def activation_im2col_view(act_ptr: cute.Pointer, g: ConvGeometry) -> cute.Tenso
 @cute.jit
 def filter_gemm_view(filter_ptr: cute.Pointer, g: ConvGeometry) -> cute.Tensor:
     """Contiguous KRSC filter as ``(k, (c, s, r))``: the GEMM B operand, K-major."""
-    layout = cute.make_layout(
-        (g.k, (g.c, g.s, g.r)), stride=(g.r * g.s * g.c, (1, g.c, g.s * g.c))
-    )
+    layout = cute.make_layout((g.k, (g.c, g.s, g.r)), stride=(g.r * g.s * g.c, (1, g.c, g.s * g.c)))
     return cute.make_tensor(filter_ptr, layout)
 
 

@@ -31,7 +31,6 @@ activation tile along N and the filter tile along M.
 from typing import Tuple, Type
 
 import cuda.bindings.driver as cuda
-
 import cutlass
 import cutlass.cute as cute
 import cutlass.memory
@@ -379,7 +378,6 @@ class Conv2dFpropSm90:
                     sB,
                     cta_layout_mnk,
                     cluster_coord_mnk,
-                    k_tile_cnt,
                     scheduler,
                 )
 
@@ -413,7 +411,6 @@ class Conv2dFpropSm90:
         sB: cute.Tensor,
         cta_layout_mnk: cute.Layout,
         cluster_coord_mnk: cute.Coord,
-        k_tile_cnt: cutlass.Int32,
         scheduler: StaticTileScheduler,
     ):
         """Load warp: fills the A/B ring for every k-tile of every output tile of this CTA."""
@@ -437,6 +434,9 @@ class Conv2dFpropSm90:
         a_mcast_mask = a_mcast_mask if self.num_mcast_a > 1 else 0
         b_mcast_mask = b_mcast_mask if self.num_mcast_b > 1 else 0
 
+        c_blocks = cute.size(gA, mode=[3, 0])
+        taps_s = cute.size(gA, mode=[3, 1])
+        taps_r = cute.size(gA, mode=[3, 2])
         producer_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Producer, self.ab_stages
         )
@@ -446,25 +446,30 @@ class Conv2dFpropSm90:
             m_tile, n_tile = scheduler.tile_coord(work)
             tAgA_m = tAgA[(None, m_tile, None)]
             tBgB_n = tBgB[(None, n_tile, None)]
-            for k_tile in range(k_tile_cnt):
-                ab_pipeline.producer_acquire(producer_state)
-                barrier = ab_pipeline.producer_get_barrier(producer_state)
-                cute.copy(
-                    tma_atom_a,
-                    tAgA_m[(None, k_tile)],
-                    tAsA[(None, producer_state.index)],
-                    tma_bar_ptr=barrier,
-                    mcast_mask=a_mcast_mask,
-                )
-                cute.copy(
-                    tma_atom_b,
-                    tBgB_n[(None, k_tile)],
-                    tBsB[(None, producer_state.index)],
-                    tma_bar_ptr=barrier,
-                    mcast_mask=b_mcast_mask,
-                )
-                ab_pipeline.producer_commit(producer_state)
-                producer_state.advance()
+            # Walk the hierarchical k mode (c-block, s, r) with nested loops: indexing it
+            # with a linear k-tile would cost runtime divisions by C/TK and S per load.
+            for r in range(taps_r):
+                for s in range(taps_s):
+                    for c_block in range(c_blocks):
+                        k_coord = (c_block, s, r)
+                        ab_pipeline.producer_acquire(producer_state)
+                        barrier = ab_pipeline.producer_get_barrier(producer_state)
+                        cute.copy(
+                            tma_atom_a,
+                            tAgA_m[(None, k_coord)],
+                            tAsA[(None, producer_state.index)],
+                            tma_bar_ptr=barrier,
+                            mcast_mask=a_mcast_mask,
+                        )
+                        cute.copy(
+                            tma_atom_b,
+                            tBgB_n[(None, k_coord)],
+                            tBsB[(None, producer_state.index)],
+                            tma_bar_ptr=barrier,
+                            mcast_mask=b_mcast_mask,
+                        )
+                        ab_pipeline.producer_commit(producer_state)
+                        producer_state.advance()
             work = scheduler.next_work(work)
         ab_pipeline.producer_tail(producer_state)
 
@@ -539,7 +544,7 @@ class Conv2dFpropSm90:
             ab_pipeline.consumer_wait(read_state)
             self.mma_k_tile(tiled_mma, accumulators, tCrA, tCrB, read_state.index)
             read_state.advance()
-            for k_tile in range(1, k_tile_cnt):
+            for _ in range(1, k_tile_cnt):
                 ab_pipeline.consumer_wait(read_state)
                 self.mma_k_tile(tiled_mma, accumulators, tCrA, tCrB, read_state.index)
                 read_state.advance()
