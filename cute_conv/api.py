@@ -1,81 +1,159 @@
-"""The public conv functions on torch (or DLPack) tensors."""
+"""The public conv functions on torch (or DLPack) tensors.
+
+The input tensors are positional-only: ``activation=`` names the epilogue's nonlinearity, as in
+the rest of the API, so the activation *tensor* is simply the first argument.
+"""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 
-from .compile import CompiledConv2d, compile_kernel, geometry_args
+from .compile import CompiledConv2d, compile_kernel, kernel_scalars
 from .config import Conv2dConfig, default_config
+from .epilogue import EpilogueSpec, validate_epilogue_args
 from .problem import Conv2dProblemShape
 from .validation import check_alignment, validate_conv_inputs, validate_device
 
-__all__ = ["conv2d_fprop"]
+__all__ = ["conv2d_fprop", "conv2d_fprop_with_residual"]
 
 # TMA rows are 16 bytes: C and K of 16-bit tensors must be multiples of 8 elements.
 CHANNEL_ALIGNMENT = 8
 
+Geometry = int | Sequence[int]
+
 
 def conv2d_fprop(
-    activation: Any,
-    filter: Any,  # noqa: A002 - the documented argument name
+    x: Any,
+    filter: Any,  # noqa: A002 - the conv's own word for it
+    /,
     *,
-    stride: int | Sequence[int] = 1,
-    padding: int | Sequence[int] | Sequence[Sequence[int]] = 0,
-    dilation: int | Sequence[int] = 1,
+    stride: Geometry = 1,
+    padding: Geometry | Sequence[Sequence[int]] = 0,
+    dilation: Geometry = 1,
+    alpha: float = 1.0,
+    bias: torch.Tensor | None = None,
+    scale: torch.Tensor | None = None,
+    activation: str | None = None,
+    epilogue_fn: Callable | None = None,
     out: Any = None,
     out_dtype: torch.dtype | None = None,
     config: Conv2dConfig | None = None,
     stream: torch.cuda.Stream | None = None,
 ) -> torch.Tensor:
-    """Conv2D forward propagation: ``out[n,p,q,k] = sum_{r,s,c} act[n,h,w,c] * flt[k,r,s,c]``.
+    """Conv2D forward propagation with a fused epilogue, in one kernel:
+
+        out = epilogue_fn(activation(alpha * conv2d(x, filter) * scale + bias))
 
     Args:
-        activation: ``[N, H, W, C]`` contiguous (NHWC), bfloat16 or float16.
-        filter: ``[K, R, S, C]`` contiguous (KRSC), same dtype as ``activation``.
+        x: the activation, ``[N, H, W, C]`` contiguous (NHWC), bfloat16 or float16.
+        filter: ``[K, R, S, C]`` contiguous (KRSC), same dtype as ``x``.
         stride, dilation: int or ``(h, w)``.
         padding: int, ``(h, w)`` or ``((top, bottom), (left, right))``.
+        alpha: scales the accumulator.
+        bias, scale: optional per-output-channel vectors of length K (float32, bfloat16 or
+            float16; applied in float32). ``scale`` and ``bias`` together fold a batch norm.
+        activation: None or one of "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh",
+            "leaky_relu" (negative slope 0.01).
+        epilogue_fn: a function of one float32 ``cute.TensorSSA`` (the value after
+            ``activation``) returning one of the same shape, compiled into the kernel: use
+            arithmetic and ``cutlass.cute.math`` (``lambda y: y * cute.math.tanh(y)``).
+            Compiled once per function object.
         out: optional ``[N, P, Q, K]`` contiguous output to write. Any DLPack tensor is
-            accepted for the three tensors when ``out`` is given.
+            accepted for ``x``, ``filter`` and ``out`` when ``out`` is given.
         out_dtype: bfloat16, float16 or float32; defaults to ``out.dtype`` or the input dtype.
         config: kernel configuration; defaults to ``default_config(problem)``.
-        stream: CUDA stream to run on; defaults to the current torch stream of the
-            activation's device.
+        stream: CUDA stream to run on; defaults to the current torch stream of ``x``'s device.
 
     Returns:
-        ``out`` (or a new ``[N, P, Q, K]`` tensor), written by one kernel launch.
+        ``out`` (or a new ``[N, P, Q, K]`` tensor). Accumulation is in float32.
 
     Raises:
         TypeError, ValueError: on bad input, before anything is launched or written.
 
-    Accumulation is in float32. C or K not a multiple of 8 are padded with zeros on the device
-    (an extra copy of the activation and/or filter, and for K an extra output copy).
+    C or K not a multiple of 8 are zero-padded on the device (an extra copy of ``x`` and/or
+    ``filter``, and for K a scratch output and a copy).
     """
-    activation, filter, out = _as_torch(activation, filter, out)
+    return _conv2d(
+        x, filter, None,
+        stride=stride, padding=padding, dilation=dilation, alpha=alpha, beta=0.0, bias=bias,
+        scale=scale, activation=activation, epilogue_fn=epilogue_fn, out=out,
+        out_dtype=out_dtype, config=config, stream=stream,
+    )  # fmt: skip
+
+
+def conv2d_fprop_with_residual(
+    x: Any,
+    filter: Any,  # noqa: A002
+    source: Any,
+    /,
+    *,
+    beta: float = 1.0,
+    stride: Geometry = 1,
+    padding: Geometry | Sequence[Sequence[int]] = 0,
+    dilation: Geometry = 1,
+    alpha: float = 1.0,
+    bias: torch.Tensor | None = None,
+    scale: torch.Tensor | None = None,
+    activation: str | None = None,
+    epilogue_fn: Callable | None = None,
+    out: Any = None,
+    out_dtype: torch.dtype | None = None,
+    config: Conv2dConfig | None = None,
+    stream: torch.cuda.Stream | None = None,
+) -> torch.Tensor:
+    """Conv2D forward propagation with a fused epilogue and residual add, in one kernel:
+
+        out = epilogue_fn(activation(alpha * conv2d(x, filter) * scale + bias)) + beta * source
+
+    ``source`` is ``[N, P, Q, K]``, contiguous, of the output dtype; a dedicated warp loads it
+    by TMA while the mainloop runs. ``out`` may be ``source`` itself (an in-place residual);
+    when ``out`` overlaps ``x`` or ``filter`` (``x = x + conv(x)``) the result goes through a
+    scratch tensor first. With ``beta == 0`` the source is not read and the result is
+    bit-identical to ``conv2d_fprop``. The other arguments are those of ``conv2d_fprop``.
+    """
+    return _conv2d(
+        x, filter, source,
+        stride=stride, padding=padding, dilation=dilation, alpha=alpha, beta=beta, bias=bias,
+        scale=scale, activation=activation, epilogue_fn=epilogue_fn, out=out,
+        out_dtype=out_dtype, config=config, stream=stream,
+    )  # fmt: skip
+
+
+def _conv2d(x, filter, source, *, out, stream, **args) -> torch.Tensor:  # noqa: A002
+    x, filter, source, out = _as_torch(x, filter, source, out)
     if stream is not None and not isinstance(stream, torch.cuda.Stream):
         raise TypeError(f"stream must be a torch.cuda.Stream or None, got {type(stream).__name__}")
-    plan = _plan(activation, filter, out, stride, padding, dilation, out_dtype, config)
-    _check_alignment(activation, filter, out)
-    device = activation.device
+    plan = _plan(x, filter, source, out, args)
+    tensors = {"activation": x, "filter": filter, "out": out, "source": source}
+    for name, t in tensors.items():
+        if t is not None:
+            check_alignment(name, t)
+    device = x.device
     if out is None:
         out = torch.empty(plan.problem.output_shape, dtype=plan.out_dtype, device=device)
     if plan.problem.gemm_m == 0:
         return out
     if stream is None:
         stream = torch.cuda.current_stream(device)
-    if plan.channel_padding:
+    bias, scale = args["bias"], args["scale"]
+    needs_staging = plan.channel_padding or _overlaps(out, x) or _overlaps(out, filter)
+    needs_staging |= plan.epilogue.has_channel_vectors and _not_fp32(bias, scale)
+    if plan.epilogue.has_residual and source is not out and _overlaps(source, out):
+        needs_staging = True
+    if needs_staging:
         with torch.cuda.device(device), torch.cuda.stream(stream):
-            _run_channel_padded(plan, activation, filter, out, stream.cuda_stream)
+            _run_staged(plan, x, filter, out, source, bias, scale, stream.cuda_stream)
     elif device.index == torch.cuda.current_device():
-        plan.launch(activation, filter, out, stream.cuda_stream)
+        plan.launch(x, filter, out, source, bias, scale, stream.cuda_stream)
     else:
         with torch.cuda.device(device):
-            plan.launch(activation, filter, out, stream.cuda_stream)
+            plan.launch(x, filter, out, source, bias, scale, stream.cuda_stream)
     return out
 
 
@@ -85,6 +163,7 @@ class _LaunchPlan:
 
     problem: Conv2dProblemShape  # the user's problem
     out_dtype: torch.dtype
+    epilogue: EpilogueSpec
     kernel: CompiledConv2d
     kernel_problem: Conv2dProblemShape  # channels padded to multiples of 8
     scalars: tuple  # the kernel's runtime scalars for kernel_problem
@@ -93,34 +172,38 @@ class _LaunchPlan:
     def channel_padding(self) -> bool:
         return self.kernel_problem is not self.problem
 
-    def launch(self, act: torch.Tensor, flt: torch.Tensor, out: torch.Tensor, stream: int):
-        self.kernel.launch_raw(act.data_ptr(), flt.data_ptr(), out.data_ptr(), self.scalars, stream)
+    def launch(self, x, flt, out, source, bias, scale, stream: int) -> None:
+        """Launch on tensors already laid out for the kernel (aligned channels, fp32 vectors)."""
+        epi = self.epilogue
+        pointers = (
+            x.data_ptr(),
+            flt.data_ptr(),
+            out.data_ptr(),
+            source.data_ptr() if epi.has_residual else 0,
+            bias.data_ptr() if epi.has_bias else 0,
+            scale.data_ptr() if epi.has_scale else 0,
+        )
+        self.kernel.launch(pointers, self.scalars, stream)
 
 
-def _plan(activation, filter, out, stride, padding, dilation, out_dtype, config) -> _LaunchPlan:  # noqa: A002
+def _plan(x, filter, source, out, args: dict) -> _LaunchPlan:  # noqa: A002
     """Validate a call and pick its kernel; memoized on the call's metadata.
 
     The key holds every property of the tensors and arguments that validation looks at
-    except the data pointers (checked on every call by ``_check_alignment``), so a cached
-    plan is exactly what a fresh validation would produce.
+    except the data pointers (their alignment is checked on every call), so a cached plan is
+    exactly what a fresh validation would produce.
     """
     try:
         key = (
-            _tensor_key(activation),
-            _tensor_key(filter),
-            None if out is None else _tensor_key(out),
-            _freeze(stride),
-            _freeze(padding),
-            _freeze(dilation),
-            out_dtype,
-            config,
+            *(_tensor_key(t) for t in (x, filter, source, out, args["bias"], args["scale"])),
+            *(_freeze(v) for name, v in sorted(args.items()) if name not in ("bias", "scale")),
         )
         hash(key)
     except TypeError:  # an unhashable argument: validation will say what is wrong with it
-        return _make_plan(activation, filter, out, stride, padding, dilation, out_dtype, config)
+        return _make_plan(x, filter, source, out, args)
     plan = _plans.get(key)
     if plan is None:
-        plan = _make_plan(activation, filter, out, stride, padding, dilation, out_dtype, config)
+        plan = _make_plan(x, filter, source, out, args)
         if len(_plans) >= _MAX_PLANS:
             _plans.clear()
         _plans[key] = plan
@@ -131,35 +214,59 @@ _plans: dict[tuple, _LaunchPlan] = {}
 _MAX_PLANS = 4096
 
 
-def _make_plan(activation, filter, out, stride, padding, dilation, out_dtype, config):  # noqa: A002
+def _make_plan(x, filter, source, out, args: dict) -> _LaunchPlan:  # noqa: A002
     problem, out_dtype = validate_conv_inputs(
-        activation,
+        x,
         filter,
-        stride=stride,
-        padding=padding,
-        dilation=dilation,
+        stride=args["stride"],
+        padding=args["padding"],
+        dilation=args["dilation"],
         out=out,
-        out_dtype=out_dtype,
+        out_dtype=args["out_dtype"],
     )
+    epilogue = validate_epilogue_args(
+        problem,
+        out_dtype,
+        x.device,
+        alpha=args["alpha"],
+        bias=args["bias"],
+        scale=args["scale"],
+        activation=args["activation"],
+        epilogue_fn=args["epilogue_fn"],
+        source=source,
+        beta=args["beta"],
+    )
+    config = args["config"]
     if config is not None and not isinstance(config, Conv2dConfig):
         raise TypeError(f"config must be a Conv2dConfig or None, got {type(config).__name__}")
-    arch = validate_device(activation, filter, out)
-    num_sms = _sm_count(activation.device.index)
+    arch = validate_device(x, filter, out, source=source, bias=args["bias"], scale=args["scale"])
+    num_sms = _sm_count(x.device.index)
     config = config or default_config(problem, num_sms)
-    kernel = compile_kernel(
-        arch,
-        act_dtype=activation.dtype,
-        filter_dtype=filter.dtype,
-        out_dtype=out_dtype,
-        config=config,
-    )
+    try:
+        kernel = compile_kernel(
+            arch,
+            act_dtype=x.dtype,
+            filter_dtype=filter.dtype,
+            out_dtype=out_dtype,
+            config=config,
+            epilogue=epilogue,
+        )
+    except Exception as exc:
+        if epilogue.epilogue_fn is None:
+            raise
+        raise ValueError(
+            f"epilogue_fn {epilogue.epilogue_fn!r} could not be compiled into the kernel: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
     kernel_problem = _channel_aligned(problem)
     max_clusters = num_sms // (config.cluster_m * config.cluster_n)
-    scalars = (*geometry_args(kernel_problem), max_clusters)
-    return _LaunchPlan(problem, out_dtype, kernel, kernel_problem, scalars)
+    scalars = kernel_scalars(kernel_problem, args["alpha"], args["beta"], max_clusters)
+    return _LaunchPlan(problem, out_dtype, epilogue, kernel, kernel_problem, scalars)
 
 
-def _tensor_key(t: torch.Tensor) -> tuple:
+def _tensor_key(t: torch.Tensor | None) -> tuple | None:
+    if t is None:
+        return None
     return (type(t), t.dtype, t.device, t.layout, tuple(t.shape), t.stride())
 
 
@@ -170,31 +277,40 @@ def _freeze(value: Any) -> Any:
     return (type(value), value)
 
 
-def _check_alignment(*tensors: torch.Tensor | None) -> None:
-    for name, t in zip(("activation", "filter", "out"), tensors, strict=False):
-        if t is not None:
-            check_alignment(name, t)
+def _overlaps(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    """Whether two contiguous tensors share any byte of memory."""
+    if a is None or b is None or a.numel() == 0 or b.numel() == 0:
+        return False
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    return a0 < b0 + b.numel() * b.element_size() and b0 < a0 + a.numel() * a.element_size()
 
 
-def _as_torch(activation: Any, filter: Any, out: Any) -> tuple[Any, Any, Any]:  # noqa: A002
-    """Wrap DLPack tensors (zero-copy) when ``out`` is given; torch tensors pass through."""
-    tensors = {"activation": activation, "filter": filter, "out": out}
-    foreign = [n for n, t in tensors.items() if t is not None and not isinstance(t, torch.Tensor)]
+def _not_fp32(*vectors: torch.Tensor | None) -> bool:
+    return any(v is not None and v.dtype != torch.float32 for v in vectors)
+
+
+def _as_torch(*tensors: Any) -> tuple[Any, ...]:
+    """Wrap DLPack tensors (zero-copy) when ``out`` (the last) is given."""
+    names = ("activation", "filter", "source", "out")
+    foreign = [
+        name
+        for name, t in zip(names, tensors, strict=True)
+        if t is not None and not isinstance(t, torch.Tensor)
+    ]
     if not foreign:
-        return activation, filter, out
-    for name in foreign:
-        if not hasattr(tensors[name], "__dlpack__"):
+        return tensors
+    for name, t in zip(names, tensors, strict=True):
+        if name in foreign and not hasattr(t, "__dlpack__"):
             raise TypeError(
-                f"{name} must be a torch.Tensor or a DLPack tensor, "
-                f"got {type(tensors[name]).__name__}"
+                f"{name} must be a torch.Tensor or a DLPack tensor, got {type(t).__name__}"
             )
-    if out is None:
+    if tensors[-1] is None:
         raise TypeError(
             f"{', '.join(foreign)} is a non-torch DLPack tensor: pass out= (a preallocated "
             "[N, P, Q, K] tensor) so the result has a home outside torch"
         )
     return tuple(
-        t if isinstance(t, torch.Tensor) else torch.from_dlpack(t) for t in tensors.values()
+        t if t is None or isinstance(t, torch.Tensor) else torch.from_dlpack(t) for t in tensors
     )
 
 
@@ -210,27 +326,38 @@ def _channel_aligned(problem: Conv2dProblemShape) -> Conv2dProblemShape:
     )  # fmt: skip
 
 
-def _run_channel_padded(
-    plan: _LaunchPlan,
-    activation: torch.Tensor,
-    filter: torch.Tensor,  # noqa: A002
-    out: torch.Tensor,
-    stream: int,
-) -> None:
-    """Zero-pad C and K so every TMA row is 16 bytes, run, and keep the first K channels.
+def _run_staged(plan: _LaunchPlan, x, filter, out, source, bias, scale, stream: int) -> None:  # noqa: A002
+    """The general path: stage every operand into the layout the kernel needs, then run.
 
-    Zero channels add nothing to the sum; padded output channels go to a scratch tensor.
+    - C, K not multiples of 8: zero channels (they add nothing) up to the next multiple;
+      padded output channels land in a scratch tensor and are dropped.
+    - ``out`` overlapping ``x`` or ``filter``: the kernel writes a scratch tensor, because
+      other CTAs may still read the halo of a tile already written.
+    - ``source`` overlapping ``out`` without being it: a copy of ``source`` is read.
+    - bias/scale in 16-bit: converted to float32.
     """
     c_pad = plan.kernel_problem.C - plan.problem.C
     k_pad = plan.kernel_problem.K - plan.problem.K
-    act = F.pad(activation, (0, c_pad)) if c_pad else activation
-    flt = F.pad(filter, (0, c_pad, 0, 0, 0, 0, 0, k_pad))
+    epi = plan.epilogue
+    flt = F.pad(filter, (0, c_pad, 0, 0, 0, 0, 0, k_pad)) if c_pad or k_pad else filter
+    x_k = F.pad(x, (0, c_pad)) if c_pad else x
+    vectors = [
+        F.pad(v.float(), (0, k_pad)) if v is not None else None
+        for v in (bias if epi.has_bias else None, scale if epi.has_scale else None)
+    ]
+    src = None
+    if epi.has_residual:
+        src = F.pad(source, (0, k_pad)) if k_pad else source
+        if src is not out and _overlaps(src, out):
+            src = src.clone()
     kernel_out = out
-    if k_pad:
+    if k_pad or _overlaps(out, x) or _overlaps(out, filter):
+        # The kernel reads the residual from ``out`` itself if that is the source: fine, it
+        # only writes the scratch.
         kernel_out = torch.empty(
             plan.kernel_problem.output_shape, dtype=out.dtype, device=out.device
         )
-    plan.launch(act, flt, kernel_out, stream)
+    plan.launch(x_k.contiguous(), flt.contiguous(), kernel_out, src, *vectors, stream)
     if kernel_out is not out:
         out.copy_(kernel_out[..., : plan.problem.K])
 

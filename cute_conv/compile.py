@@ -18,6 +18,7 @@ import cutlass.cute as cute
 from cutlass.cute.runtime import make_fake_stream, make_ptr
 
 from .config import Conv2dConfig
+from .kernels.common.epilogue import EpilogueSpec
 from .kernels.sm90.conv2d_fprop import SMEM_CAPACITY_SM90, Conv2dFpropSm90
 from .problem import Conv2dProblemShape
 
@@ -59,6 +60,7 @@ class KernelKey:
     filter_dtype: str
     out_dtype: str
     config: Conv2dConfig
+    epilogue: EpilogueSpec = EpilogueSpec()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,41 +73,27 @@ class CompiledConv2d:
     smem_bytes: int
     _fn: Callable = dataclasses.field(repr=False)
 
-    def launch(
-        self,
-        problem: Conv2dProblemShape,
-        act_ptr: int,
-        filter_ptr: int,
-        out_ptr: int,
-        *,
-        stream: int,
-        max_clusters: int,
-    ) -> None:
-        """Run on device pointers of contiguous NHWC / KRSC / NPQK tensors.
+    def launch(self, pointers: tuple[int, ...], scalars: tuple, stream: int) -> None:
+        """Run the kernel: the hot path of every call.
 
-        ``problem`` must already be validated and channel-aligned; ``stream`` is a raw
-        ``cudaStream_t`` handle; ``max_clusters`` bounds the persistent grid.
+        ``pointers``: device addresses of (activation, filter, out, source, bias, scale), 0 for
+        terms the epilogue leaves out; ``scalars``: ``kernel_scalars(...)``; ``stream``: a raw
+        ``cudaStream_t`` handle. The problem must be validated and channel-aligned.
         """
-        self.launch_raw(
-            act_ptr, filter_ptr, out_ptr, (*geometry_args(problem), max_clusters), stream
-        )
-
-    def launch_raw(
-        self, act_ptr: int, filter_ptr: int, out_ptr: int, scalars: tuple, stream: int
-    ) -> None:
-        """The hot path: ``scalars`` is ``(*geometry_args(problem), max_clusters)``."""
-        self._fn(act_ptr, filter_ptr, out_ptr, *scalars, stream)
+        self._fn(*pointers, *scalars, stream)
 
 
-def geometry_args(problem: Conv2dProblemShape) -> tuple[int, ...]:
-    """The runtime geometry scalars, in the order of ``kernels.common.im2col.ConvGeometry``."""
+def kernel_scalars(
+    problem: Conv2dProblemShape, alpha: float, beta: float, max_clusters: int
+) -> tuple:
+    """The kernel's runtime scalars: geometry (in ``kernels.common.im2col.ConvGeometry``
+    order), the epilogue's alpha and beta, and the bound of the persistent grid."""
     (pad_top, pad_bottom), (pad_left, pad_right) = problem.padding
-    args = (
+    return (
         problem.N, problem.H, problem.W, problem.C, problem.K, problem.R, problem.S,
         problem.P, problem.Q, pad_top, pad_bottom, pad_left, pad_right,
-        *problem.stride, *problem.dilation,
+        *problem.stride, *problem.dilation, float(alpha), float(beta), max_clusters,
     )  # fmt: skip
-    return args
 
 
 def _build(key: KernelKey):
@@ -119,21 +107,28 @@ def _build(key: KernelKey):
         stages=cfg.stages,
         swizzle=cfg.swizzle,
         raster_along_m=cfg.raster_along_m,
+        epilogue=key.epilogue,
     )
 
 
 def _compile(key: KernelKey) -> CompiledConv2d:
     kernel = _build(key)
+    # act, filter, out, source (out dtype), bias and scale (fp32)
+    pointer_dtypes = (key.act_dtype, key.filter_dtype, key.out_dtype, key.out_dtype)
+    pointer_dtypes += ("float32", "float32")
     null = [
         make_ptr(_CUTLASS_DTYPES[d], 0, cute.AddressSpace.gmem, assumed_align=16)
-        for d in (key.act_dtype, key.filter_dtype, key.out_dtype)
+        for d in pointer_dtypes
     ]
-    scalars = [cutlass.Int32(1)] * (_NUM_GEOMETRY_ARGS + 1)
+    geometry = [cutlass.Int32(1)] * _NUM_GEOMETRY_ARGS
+    alpha_beta = [cutlass.Float32(1.0)] * 2
     with tempfile.TemporaryDirectory(prefix="cute_conv_") as dump_dir:
         fn = cute.compile(
             kernel,
             *null,
-            *scalars,
+            *geometry,
+            *alpha_beta,
+            cutlass.Int32(1),  # max_clusters
             make_fake_stream(),
             options=(
                 f"--gpu-arch {key.arch} --enable-tvm-ffi --keep-ptx --keep-cubin "
@@ -158,12 +153,14 @@ def compile_kernel(
     filter_dtype: Any = None,
     out_dtype: Any = None,
     config: Conv2dConfig | None = None,
+    epilogue: EpilogueSpec | None = None,
 ) -> CompiledConv2d:
     """Compile (or fetch from the in-process cache) the conv fprop kernel for ``arch``.
 
     Needs no GPU. ``act_dtype``/``filter_dtype``: bfloat16 or float16 (torch dtypes, cutlass
     types or names; ``filter_dtype`` defaults to ``act_dtype``); ``out_dtype``: bfloat16,
-    float16 or float32 (defaults to ``act_dtype``). ``config`` defaults to ``Conv2dConfig()``.
+    float16 or float32 (defaults to ``act_dtype``). ``config`` defaults to ``Conv2dConfig()``;
+    ``epilogue`` (bias, scale, activation, epilogue_fn, has_residual) to a plain store.
     The result has ``.ptx``, ``.cubin`` and ``.smem_bytes``.
     """
     if arch not in KERNELS_BY_ARCH:
@@ -182,7 +179,11 @@ def compile_kernel(
         config = Conv2dConfig()
     if not isinstance(config, Conv2dConfig):
         raise TypeError(f"config must be a Conv2dConfig, got {type(config).__name__}")
-    key = KernelKey(arch, act, flt, out, config)
+    if epilogue is None:
+        epilogue = EpilogueSpec()
+    if not isinstance(epilogue, EpilogueSpec):
+        raise TypeError(f"epilogue must be an EpilogueSpec, got {type(epilogue).__name__}")
+    key = KernelKey(arch, act, flt, out, config, epilogue)
     with _cache_lock:
         compiled = _cache.get(key)
         if compiled is None:

@@ -62,6 +62,7 @@ _LAYOUTS = {
     "activation": ("[N, H, W, C]", "[N, C, H, W]"),
     "filter": ("[K, R, S, C]", "[K, C, R, S]"),
     "out": ("[N, P, Q, K]", "[N, K, P, Q]"),
+    "source": ("[N, P, Q, K]", "[N, K, P, Q]"),
 }
 
 
@@ -72,7 +73,8 @@ def _names(dtypes: Sequence[torch.dtype]) -> str:
 def check_tensor(name: str, t: object, dtypes: Sequence[torch.dtype]) -> torch.Tensor:
     """Check that ``t`` is a dense, contiguous, 16-byte aligned rank-4 tensor of ``dtypes``.
 
-    ``name`` is one of ``activation``, ``filter`` or ``out`` and picks the expected layout.
+    ``name`` is one of ``activation``, ``filter``, ``out`` or ``source`` and picks the
+    expected layout.
     """
     layout, torch_layout = _LAYOUTS[name]
     if not isinstance(t, torch.Tensor):
@@ -277,14 +279,16 @@ def validate_device(
     activation: torch.Tensor,
     filter: torch.Tensor,
     out: torch.Tensor | None = None,
+    **others: torch.Tensor | None,
 ) -> str:
     """Check that all tensors are on one CUDA device that cute_conv runs on; return its arch.
 
-    Run after ``validate_conv_inputs``; this is the first check that queries the CUDA runtime.
+    ``others`` are further named tensors of the call (``source=``, ``bias=``, ...; None is
+    skipped). Run after ``validate_conv_inputs``; this is the first check that queries the
+    CUDA runtime.
     """
-    tensors = [("activation", activation), ("filter", filter)]
-    if out is not None:
-        tensors.append(("out", out))
+    named = {"activation": activation, "filter": filter, "out": out, **others}
+    tensors = [(name, t) for name, t in named.items() if t is not None]
     for name, t in tensors:
         if t.device.type != "cuda":
             raise ValueError(f"{name} is on {t.device}; cute_conv runs on CUDA tensors")

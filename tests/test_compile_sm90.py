@@ -98,3 +98,38 @@ def test_compile_kernel_rejects_bad_arguments(kwargs, exc, match):
     arch = kwargs.pop("arch", "sm_90a")
     with pytest.raises(exc, match=match):
         cute_conv.compile_kernel(arch, **kwargs)
+
+
+C_LOAD = re.compile(r"cp\.async\.bulk\.tensor\.2d\.shared::\w+\.global\.tile\.mbarrier")
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        cute_conv.EpilogueSpec(),
+        cute_conv.EpilogueSpec(has_bias=True, activation="relu"),
+        cute_conv.EpilogueSpec(has_scale=True, has_bias=True, activation="silu"),
+        cute_conv.EpilogueSpec(activation="gelu", epilogue_fn=lambda y: y * 0.5),
+        *[
+            cute_conv.EpilogueSpec(activation=a)
+            for a in ("gelu_tanh", "sigmoid", "tanh", "leaky_relu")
+        ],
+        cute_conv.EpilogueSpec(has_residual=True),
+        cute_conv.EpilogueSpec(has_bias=True, activation="relu", has_residual=True),
+    ],
+    ids=lambda spec: spec.name,
+)
+def test_epilogue_variants_compile(spec):
+    kernel = cute_conv.compile_kernel("sm_90a", act_dtype=torch.bfloat16, epilogue=spec)
+    assert "wgmma.mma_async" in kernel.ptx
+    assert kernel.smem_bytes <= SMEM_CAPACITY_BY_ARCH["sm_90a"]
+    # Only a residual kernel has the source-tile TMA loads (2-D tiles of the (N*P*Q, K) C).
+    assert bool(C_LOAD.search(kernel.ptx)) == spec.has_residual
+    if spec.activation == "gelu":
+        assert "erf" in kernel.ptx or "ex2" in kernel.ptx
+
+
+def test_epilogue_fn_that_does_not_trace_fails_to_compile():
+    spec = cute_conv.EpilogueSpec(epilogue_fn=lambda y: y.no_such_op())
+    with pytest.raises(AttributeError, match="no_such_op"):
+        cute_conv.compile_kernel("sm_90a", act_dtype=torch.bfloat16, epilogue=spec)

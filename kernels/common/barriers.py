@@ -11,3 +11,6 @@ class NamedBarrierConv(enum.IntEnum):
     # written their part of the SMEM staging buffer before one warp issues the TMA store,
     # and nobody overwrites a buffer the store may still read.
     Epilogue = enum.auto()
+    # The load warp arrives once the first tile's A/B loads are issued; the source-load warp
+    # waits here before its first C load, so C does not compete with the mainloop's fill.
+    EpilogueLoad = enum.auto()

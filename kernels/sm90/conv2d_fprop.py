@@ -4,31 +4,38 @@ GEMM view (see ``kernels/common/im2col.py``): M = N*P*Q output pixels, N = K out
 K = (C, S, R) walked c-block fastest. The activation tile is loaded by TMA in im2col mode, the
 filter tile by tiled TMA; padding, halos and M/K tails are zero-filled by the TMA unit, so the
 mainloop has no predication. The output is written through SMEM by TMA stores, which clip the
-M and K tails.
+M and K tails. The epilogue (``kernels/common/epilogue.py``) is fused:
+``D = epilogue_fn(act(alpha * acc * scale + bias)) + beta * C``, its terms chosen at compile time.
 
 Roles (384 threads):
 
   warpgroup 0 (producer, ``setmaxnreg`` down to 40)
     warp 0       load: im2col TMA of the activation + tiled TMA of the filter into the ring
-    warps 1-3    idle
+    warp 1       source load (residual kernels only): TMA of the residual C, subtile by
+                 subtile, into SMEM source buffers ahead of the epilogue
+    warps 2-3    idle
   warpgroups 1-2 (consumers, ``setmaxnreg`` up to 232)
     WGMMA on a 128 x tile_n accumulator (64 rows each), then the epilogue:
-    registers -> SMEM (stmatrix) -> TMA store issued by warp 4.
+    registers (fp32 math, + beta * C read from SMEM) -> SMEM (stmatrix) -> TMA store (warp 4).
 
 Pipelines and barriers:
 
-  ab      PipelineTmaAsync: load warp -> consumers, ``stages`` deep.
+  ab      PipelineTmaAsync: load warp -> consumers, ``ab_stages`` deep.
           full: 1 arrive (expect_tx = A + B tile bytes per CTA);
           empty: 1 arrive per consumer warp per CTA of the multicast group.
+  source  PipelineTmaAsync: source-load warp -> consumers, ``source_stages`` deep.
+          full: 1 arrive (expect_tx = one C subtile); empty: 1 arrive per consumer warp.
   store   PipelineTmaStore: bulk-group accounting of the epilogue's TMA stores.
   Epilogue named barrier: the 256 consumer threads around each epilogue subtile.
+  EpilogueLoad named barrier (load warp + source-load warp): the source loads start only once
+          the first tile's A/B loads are issued, so C does not compete with the mainloop fill.
 
 Persistence: a static tile scheduler (``kernels/common/tile_scheduler.py``); every role walks
 the same sequence of output tiles. Clusters of (cluster_m, cluster_n) CTAs multicast the
 activation tile along N and the filter tile along M.
 """
 
-from typing import Tuple, Type
+from typing import Optional, Tuple, Type
 
 import cuda.bindings.driver as cuda
 import cutlass
@@ -41,6 +48,7 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from cutlass.tensor_utils import LayoutEnum
 
 from ..common.barriers import NamedBarrierConv
+from ..common.epilogue import EpilogueSpec, apply_epilogue
 from ..common.im2col import (
     ConvGeometry,
     activation_im2col_view,
@@ -52,7 +60,7 @@ from ..common.tile_scheduler import StaticTileScheduler
 
 SMEM_CAPACITY_SM90 = 232448  # bytes of dynamic SMEM one CTA may use on H100/H200
 _MBARRIER_BYTES_RESERVED = 1024
-_EPI_STAGES = 4
+_EPI_STAGES = 4  # output staging buffers; a residual kernel splits them 2 + 2 with C
 
 
 class Conv2dFpropSm90:
@@ -64,6 +72,7 @@ class Conv2dFpropSm90:
     :param cluster_mn: CTAs per cluster along M (filter multicast) and N (activation multicast).
     :param stages: depth of the A/B ring; 0 means as many as fit in SMEM.
     :param swizzle, raster_along_m: tile rasterization, see ``StaticTileScheduler``.
+    :param epilogue: the fused epilogue terms, see ``EpilogueSpec``.
     """
 
     num_threads_per_warpgroup = 128
@@ -81,6 +90,7 @@ class Conv2dFpropSm90:
         stages: int = 0,
         swizzle: int = 1,
         raster_along_m: bool = True,
+        epilogue: EpilogueSpec = EpilogueSpec(),
     ):
         if act_dtype not in (cutlass.BFloat16, cutlass.Float16) or filter_dtype != act_dtype:
             raise TypeError(
@@ -104,16 +114,20 @@ class Conv2dFpropSm90:
         self.cluster_mn = cluster_mn
         self.swizzle = swizzle
         self.raster_along_m = raster_along_m
+        self.epilogue = epilogue
 
         self.num_consumer_warpgroups = 2
         self.num_consumer_threads = self.num_consumer_warpgroups * self.num_threads_per_warpgroup
         self.threads_per_cta = self.num_threads_per_warpgroup * (1 + self.num_consumer_warpgroups)
+        self.source_load_warp_id = 1
         self.epi_store_warp_id = 4  # first warp of the first consumer warpgroup
         self.num_mcast_a = cluster_mn[1]  # the activation tile is shared along cluster N
         self.num_mcast_b = cluster_mn[0]  # the filter tile is shared along cluster M
 
         self.epi_tile = (tile_m, 32)
-        self.ab_stages, self.epi_stages = self._compute_stages(stages)
+        self.source_stages = _EPI_STAGES // 2 if epilogue.has_residual else 0
+        self.epi_stages = _EPI_STAGES - self.source_stages
+        self.ab_stages = self._compute_ab_stages(stages)
 
     # ------------------------------------------------------------------------------------------
     # Host-side helpers
@@ -124,9 +138,10 @@ class Conv2dFpropSm90:
         return (tile_m + tile_n) * tile_k * self.act_dtype.width // 8
 
     def _epi_bytes(self) -> int:
+        """Output staging plus source buffers: always ``_EPI_STAGES`` subtiles in all."""
         return self.epi_tile[0] * self.epi_tile[1] * self.out_dtype.width // 8 * _EPI_STAGES
 
-    def _compute_stages(self, stages: int) -> Tuple[int, int]:
+    def _compute_ab_stages(self, stages: int) -> int:
         budget = SMEM_CAPACITY_SM90 - _MBARRIER_BYTES_RESERVED - self._epi_bytes()
         fit = budget // self._ab_bytes_per_stage()
         if stages == 0:
@@ -136,7 +151,7 @@ class Conv2dFpropSm90:
                 f"stages={stages} does not fit: tile {self.tile_mnk} with {self.out_dtype} "
                 f"output leaves room for 2..{fit} stages in {SMEM_CAPACITY_SM90} bytes of SMEM"
             )
-        return stages, _EPI_STAGES
+        return stages
 
     def smem_bytes(self) -> int:
         """Shared memory the kernel asks for (ring + epilogue staging + barriers)."""
@@ -166,6 +181,10 @@ class Conv2dFpropSm90:
         self.epi_smem_layout_staged = sm90_utils.make_smem_layout_epi(
             self.out_dtype, LayoutEnum.ROW_MAJOR, self.epi_tile, self.epi_stages
         )
+        # Source C subtiles share the output's SMEM layout, so one TMA box shape serves both.
+        self.source_smem_layout_staged = sm90_utils.make_smem_layout_epi(
+            self.out_dtype, LayoutEnum.ROW_MAJOR, self.epi_tile, max(self.source_stages, 1)
+        )
         self.cta_layout_mnk = cute.make_layout((*self.cluster_mn, 1))
 
     # ------------------------------------------------------------------------------------------
@@ -178,6 +197,9 @@ class Conv2dFpropSm90:
         act_ptr: cute.Pointer,
         filter_ptr: cute.Pointer,
         out_ptr: cute.Pointer,
+        source_ptr: cute.Pointer,
+        bias_ptr: cute.Pointer,
+        scale_ptr: cute.Pointer,
         n: cutlass.Int32,
         h: cutlass.Int32,
         w: cutlass.Int32,
@@ -195,9 +217,13 @@ class Conv2dFpropSm90:
         stride_w: cutlass.Int32,
         dil_h: cutlass.Int32,
         dil_w: cutlass.Int32,
+        alpha: cutlass.Float32,
+        beta: cutlass.Float32,
         max_clusters: cutlass.Int32,
         stream: cuda.CUstream,
     ):
+        """Launch on raw device pointers. Pointers of terms the epilogue spec leaves out are
+        never dereferenced (pass 0); bias and scale are fp32 vectors of length K."""
         geom = ConvGeometry(
             n, h, w, c, k, r, s, p, q,
             pad_top, pad_bottom, pad_left, pad_right, stride_h, stride_w, dil_h, dil_w,
@@ -240,6 +266,17 @@ class Conv2dFpropSm90:
             epi_smem_layout,
             self.epi_tile,
         )
+        tma_atom_c, tma_tensor_c = None, None
+        if cutlass.const_expr(self.epilogue.has_residual):
+            tma_atom_c, tma_tensor_c = cpasync.make_tiled_tma_atom(
+                cpasync.CopyBulkTensorTileG2SOp(),
+                output_gemm_view(source_ptr, geom),
+                cute.slice_(self.source_smem_layout_staged, (None, None, 0)),
+                self.epi_tile,
+            )
+        channel_vector = cute.make_layout(k)
+        m_bias = cute.make_tensor(bias_ptr, channel_vector) if self.epilogue.has_bias else None
+        m_scale = cute.make_tensor(scale_ptr, channel_vector) if self.epilogue.has_scale else None
 
         @cute.struct
         class SharedStorage:
@@ -254,6 +291,15 @@ class Conv2dFpropSm90:
             ]
             sD: cute.struct.Align[
                 cute.struct.MemRange[self.out_dtype, cute.cosize(self.epi_smem_layout_staged)],
+                1024,
+            ]
+            # Without a residual these hold one unused slot: the struct's shape stays fixed.
+            source_mbar: cute.struct.MemRange[cutlass.Int64, max(self.source_stages, 1) * 2]
+            sC: cute.struct.Align[
+                cute.struct.MemRange[
+                    self.out_dtype,
+                    cute.cosize(self.source_smem_layout_staged) if self.source_stages else 8,
+                ],
                 1024,
             ]
 
@@ -273,11 +319,18 @@ class Conv2dFpropSm90:
             tma_tensor_b,
             tma_atom_d,
             tma_tensor_d,
+            tma_atom_c,
+            tma_tensor_c,
+            m_bias,
+            m_scale,
+            alpha,
+            beta,
             self.tiled_mma,
             self.cta_layout_mnk,
             self.a_smem_layout_staged,
             self.b_smem_layout_staged,
             self.epi_smem_layout_staged,
+            self.source_smem_layout_staged,
             num_tiles_m,
             num_tiles_n,
         ).launch(
@@ -301,11 +354,18 @@ class Conv2dFpropSm90:
         mB_nk: cute.Tensor,
         tma_atom_d: cute.CopyAtom,
         mD_mn: cute.Tensor,
+        tma_atom_c: Optional[cute.CopyAtom],
+        mC_mn: Optional[cute.Tensor],
+        m_bias: Optional[cute.Tensor],
+        m_scale: Optional[cute.Tensor],
+        alpha: cutlass.Float32,
+        beta: cutlass.Float32,
         tiled_mma: cute.TiledMma,
         cta_layout_mnk: cute.Layout,
         a_smem_layout_staged: cute.ComposedLayout,
         b_smem_layout_staged: cute.ComposedLayout,
         epi_smem_layout_staged: cute.ComposedLayout,
+        source_smem_layout_staged: cute.ComposedLayout,
         num_tiles_m: cutlass.Int32,
         num_tiles_n: cutlass.Int32,
     ):
@@ -315,6 +375,8 @@ class Conv2dFpropSm90:
             cpasync.prefetch_descriptor(tma_atom_a)
             cpasync.prefetch_descriptor(tma_atom_b)
             cpasync.prefetch_descriptor(tma_atom_d)
+            if cutlass.const_expr(self.epilogue.has_residual):
+                cpasync.prefetch_descriptor(tma_atom_c)
 
         cta_rank_in_cluster = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
         cluster_coord_mnk = cta_layout_mnk.get_flat_coord(cta_rank_in_cluster)
@@ -340,6 +402,20 @@ class Conv2dFpropSm90:
             cta_layout_vmnk=cute.make_layout((1, *cta_layout_mnk.shape)),
             defer_sync=True,
         )
+        source_pipeline = None
+        if cutlass.const_expr(self.epilogue.has_residual):
+            source_pipeline = pipeline.PipelineTmaAsync.create(
+                barrier_storage=storage.source_mbar.data_ptr(),
+                num_stages=self.source_stages,
+                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+                consumer_group=pipeline.CooperativeGroup(
+                    pipeline.Agent.Thread, self.num_consumer_threads // 32
+                ),
+                tx_count=cute.size_in_bytes(
+                    self.out_dtype, cute.slice_(source_smem_layout_staged, (None, None, 0))
+                ),
+                defer_sync=True,
+            )
         pipeline_init_arrive(cluster_shape_mn=self.cluster_mn, is_relaxed=True)
 
         sA = storage.sA.get_tensor(a_smem_layout_staged.outer, swizzle=a_smem_layout_staged.inner)
@@ -347,6 +423,11 @@ class Conv2dFpropSm90:
         sD = storage.sD.get_tensor(
             epi_smem_layout_staged.outer, swizzle=epi_smem_layout_staged.inner
         )
+        sC = None
+        if cutlass.const_expr(self.epilogue.has_residual):
+            sC = storage.sC.get_tensor(
+                source_smem_layout_staged.outer, swizzle=source_smem_layout_staged.inner
+            )
 
         # (tile_m, (tile_k,1,1), m_tiles, (c_blocks, S, R))
         gA = cute.local_tile(mA_mk, (tile_m, (tile_k, 1, 1)), (None, None))
@@ -354,6 +435,9 @@ class Conv2dFpropSm90:
         gB = cute.local_tile(mB_nk, (tile_n, (tile_k, 1, 1)), (None, None))
         # (tile_m, tile_n, m_tiles, n_tiles)
         gD = cute.local_tile(mD_mn, (tile_m, tile_n), (None, None))
+        gC = None
+        if cutlass.const_expr(self.epilogue.has_residual):
+            gC = cute.local_tile(mC_mn, (tile_m, tile_n), (None, None))
         k_tile_cnt = cute.size(gA, mode=[3])
 
         scheduler = StaticTileScheduler(
@@ -380,6 +464,9 @@ class Conv2dFpropSm90:
                     cluster_coord_mnk,
                     scheduler,
                 )
+            if cutlass.const_expr(self.epilogue.has_residual):
+                if warp_idx == self.source_load_warp_id:
+                    self.load_source(source_pipeline, tma_atom_c, gC, sC, scheduler)
 
         # ////////////////////////////////////////////////////////////////////////////////////
         #  CONSUMER WARPGROUPS: MMA + EPILOGUE
@@ -388,12 +475,18 @@ class Conv2dFpropSm90:
             cute.arch.setmaxregister_increase(self.consumer_registers)
             self.mma_and_epilogue(
                 ab_pipeline,
+                source_pipeline,
                 tiled_mma,
                 tma_atom_d,
                 sA,
                 sB,
                 sD,
+                sC,
                 gD,
+                m_bias,
+                m_scale,
+                alpha,
+                beta,
                 k_tile_cnt,
                 scheduler,
                 warp_idx,
@@ -470,24 +563,82 @@ class Conv2dFpropSm90:
                         )
                         ab_pipeline.producer_commit(producer_state)
                         producer_state.advance()
+            if cutlass.const_expr(self.epilogue.has_residual):
+                # The first tile's A/B loads are out: let the source loads begin.
+                if work == scheduler.first_work():
+                    self.epilogue_load_barrier().arrive()
             work = scheduler.next_work(work)
         ab_pipeline.producer_tail(producer_state)
+
+    def epilogue_load_barrier(self) -> pipeline.NamedBarrier:
+        """Orders the source loads after the mainloop prologue (load + source-load warps)."""
+        return pipeline.NamedBarrier(barrier_id=int(NamedBarrierConv.EpilogueLoad), num_threads=64)
+
+    @cute.jit
+    def load_source(
+        self,
+        source_pipeline: pipeline.PipelineTmaAsync,
+        tma_atom_c: cute.CopyAtom,
+        gC: cute.Tensor,
+        sC: cute.Tensor,
+        scheduler: StaticTileScheduler,
+    ):
+        """Source-load warp: TMA-loads the residual C subtile by subtile, in epilogue order."""
+        self.epilogue_load_barrier().arrive_and_wait()
+        producer_state = pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Producer, self.source_stages
+        )
+        num_work = scheduler.num_work
+        work = scheduler.first_work()
+        while work < num_work:
+            m_tile, n_tile = scheduler.tile_coord(work)
+            gC_tile = cute.zipped_divide(gC[(None, None, m_tile, n_tile)], self.epi_tile)
+            bGS_sC, bGS_gC = cpasync.tma_partition(
+                tma_atom_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), gC_tile
+            )
+            epi_tile_layout = self.epi_tile_layout(gC_tile)
+            for epi_idx in cutlass.range_constexpr(cute.size(epi_tile_layout)):
+                source_pipeline.producer_acquire(producer_state)
+                cute.copy(
+                    tma_atom_c,
+                    bGS_gC[(None, epi_tile_layout.get_hier_coord(epi_idx))],
+                    bGS_sC[(None, producer_state.index)],
+                    tma_bar_ptr=source_pipeline.producer_get_barrier(producer_state),
+                )
+                source_pipeline.producer_commit(producer_state)
+                producer_state.advance()
+            work = scheduler.next_work(work)
+        source_pipeline.producer_tail(producer_state)
+
+    @staticmethod
+    def epi_tile_layout(g_tile_divided: cute.Tensor) -> cute.Layout:
+        """Order of the epilogue subtiles of one output tile: N fastest."""
+        shape = g_tile_divided.shape[1]
+        return cute.make_layout(shape, stride=(shape[1], 1))
 
     @cute.jit
     def mma_and_epilogue(
         self,
         ab_pipeline: pipeline.PipelineTmaAsync,
+        source_pipeline: Optional[pipeline.PipelineTmaAsync],
         tiled_mma: cute.TiledMma,
         tma_atom_d: cute.CopyAtom,
         sA: cute.Tensor,
         sB: cute.Tensor,
         sD: cute.Tensor,
+        sC: Optional[cute.Tensor],
         gD: cute.Tensor,
+        m_bias: Optional[cute.Tensor],
+        m_scale: Optional[cute.Tensor],
+        alpha: cutlass.Float32,
+        beta: cutlass.Float32,
         k_tile_cnt: cutlass.Int32,
         scheduler: StaticTileScheduler,
         warp_idx: cutlass.Int32,
     ):
         """Consumer warpgroups: WGMMA over the ring, then the epilogue of each output tile."""
+        tile_m, tile_n, _ = self.tile_mnk
+        epi = self.epilogue
         tidx, _, _ = cute.arch.thread_idx()
         consumer_tidx = tidx - self.num_threads_per_warpgroup
         warpgroup_idx = cute.arch.make_warp_uniform(consumer_tidx // self.num_threads_per_warpgroup)
@@ -514,6 +665,17 @@ class Conv2dFpropSm90:
         tRS_rD = cute.make_rmem_tensor(rD_shape, self.acc_dtype)
         tRS_rD_out = cute.make_rmem_tensor(rD_shape, self.out_dtype)
         size_tRS_rD = cute.size(tRS_rD)
+        # The (m, n) position inside a subtile of each of this thread's values: what bias and
+        # scale are indexed by. The source side of the r2s copy is the register fragment, so
+        # partition_S of a subtile-shaped tensor lines up element for element with tRS_rD.
+        tRS_cD = thr_copy_r2s.partition_S(cute.make_identity_tensor(self.epi_tile))
+        tRS_sC = None
+        tRS_rC = None
+        if cutlass.const_expr(epi.has_residual):
+            tRS_sC = thr_copy_r2s.partition_S(sC)  # this thread's values, in C's buffers
+            tRS_rC = cute.make_rmem_tensor(rD_shape, self.out_dtype)
+        tRS_rBias = cute.make_rmem_tensor(rD_shape, self.acc_dtype)
+        tRS_rScale = cute.make_rmem_tensor(rD_shape, self.acc_dtype)
 
         epilogue_barrier = pipeline.NamedBarrier(
             barrier_id=int(NamedBarrierConv.Epilogue), num_threads=self.num_consumer_threads
@@ -530,6 +692,9 @@ class Conv2dFpropSm90:
         )
         release_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Consumer, self.ab_stages
+        )
+        source_state = pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Consumer, max(self.source_stages, 1)
         )
         num_epi_tiles_done = cutlass.Int32(0)
         num_work = scheduler.num_work
@@ -564,13 +729,26 @@ class Conv2dFpropSm90:
                 cute.group_modes(sD, 0, 2),
                 gD_tile,
             )
-            epi_tile_shape = gD_tile.shape[1]
-            epi_tile_layout = cute.make_layout(epi_tile_shape, stride=(epi_tile_shape[1], 1))
+            epi_tile_layout = self.epi_tile_layout(gD_tile)
             num_epi_tiles = cute.size(epi_tile_layout)
             for epi_idx in cutlass.range_constexpr(num_epi_tiles):
                 for v in cutlass.range_constexpr(size_tRS_rD):
                     tRS_rD[v] = tRS_rAcc[epi_idx * size_tRS_rD + v]
-                tRS_rD_out.store(tRS_rD.load().to(self.out_dtype))
+                if cutlass.const_expr(epi.has_channel_vectors):
+                    subtile_n = epi_tile_layout.get_hier_coord(epi_idx)[1]
+                    subtile_n0 = n_tile * tile_n + subtile_n * self.epi_tile[1]
+                    self.load_channel_vectors(
+                        m_bias, m_scale, tRS_cD, subtile_n0, tRS_rBias, tRS_rScale
+                    )
+                y = apply_epilogue(epi, tRS_rD.load(), alpha, tRS_rScale.load(), tRS_rBias.load())
+                if cutlass.const_expr(epi.has_residual):
+                    source_pipeline.consumer_wait(source_state)
+                    cute.autovec_copy(tRS_sC[(None, None, None, source_state.index)], tRS_rC)
+                    # Registers hold C now: hand the buffer back to the source-load warp.
+                    source_pipeline.consumer_release(source_state)
+                    source_state.advance()
+                    y = y + beta * tRS_rC.load().to(self.acc_dtype)
+                tRS_rD_out.store(y.to(self.out_dtype))
                 epi_buffer = (num_epi_tiles_done + epi_idx) % self.epi_stages
                 cute.copy(tiled_copy_r2s, tRS_rD_out, tRS_sD[(None, None, None, epi_buffer)])
                 # Make the generic-proxy SMEM writes visible to the TMA (async proxy).
@@ -589,6 +767,27 @@ class Conv2dFpropSm90:
             work = scheduler.next_work(work)
 
         store_pipeline.producer_tail()
+
+    @cute.jit
+    def load_channel_vectors(
+        self,
+        m_bias: Optional[cute.Tensor],
+        m_scale: Optional[cute.Tensor],
+        tRS_cD: cute.Tensor,
+        subtile_n0: cutlass.Int32,
+        tRS_rBias: cute.Tensor,
+        tRS_rScale: cute.Tensor,
+    ):
+        """Per-channel bias/scale for this thread's values of one subtile (fp32, from L1/L2)."""
+        ref = m_bias if cutlass.const_expr(self.epilogue.has_bias) else m_scale
+        last_channel = cute.size(ref) - 1
+        for v in cutlass.range_constexpr(cute.size(tRS_rBias)):
+            # Clamped: values past K (the N tail) are computed but clipped by the TMA store.
+            channel = cutlass.min(subtile_n0 + tRS_cD[v][1], last_channel)
+            if cutlass.const_expr(self.epilogue.has_bias):
+                tRS_rBias[v] = m_bias[channel]
+            if cutlass.const_expr(self.epilogue.has_scale):
+                tRS_rScale[v] = m_scale[channel]
 
     @cute.jit
     def mma_k_tile(

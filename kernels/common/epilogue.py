@@ -1,0 +1,122 @@
+"""The fused epilogue shared by the conv kernels: its compile-time spec and its math.
+
+    D = epilogue_fn(act(alpha * acc * scale[k] + bias[k])) + beta * C
+
+applied in fp32 registers to every accumulator element. ``alpha`` and ``beta`` are runtime
+scalars; which terms exist is compile time (``EpilogueSpec``), so a kernel without bias loads no
+bias and a kernel without residual has no source-tile loader.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import cutlass
+import cutlass.cute as cute
+
+LEAKY_RELU_SLOPE = 0.01  # torch.nn.functional.leaky_relu's default
+
+
+def _relu(x):
+    return cute.where(x > 0.0, x, cute.full_like(x, 0.0))
+
+
+def _leaky_relu(x):
+    return cute.where(x > 0.0, x, x * LEAKY_RELU_SLOPE)
+
+
+def _gelu(x):
+    return x * 0.5 * (1.0 + cute.math.erf(x * (1.0 / math.sqrt(2.0))))
+
+
+def _gelu_tanh(x):
+    inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
+    return x * 0.5 * (1.0 + cute.math.tanh(inner))
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + cute.math.exp(-x))
+
+
+def _silu(x):
+    return x / (1.0 + cute.math.exp(-x))
+
+
+def _tanh(x):
+    return cute.math.tanh(x)
+
+
+# Name -> elementwise function on an fp32 TensorSSA. Names follow torch.nn.functional.
+ACTIVATIONS: dict[str, Callable] = {
+    "relu": _relu,
+    "gelu": _gelu,
+    "gelu_tanh": _gelu_tanh,
+    "silu": _silu,
+    "sigmoid": _sigmoid,
+    "tanh": _tanh,
+    "leaky_relu": _leaky_relu,
+}
+
+
+@dataclass(frozen=True)
+class EpilogueSpec:
+    """Which epilogue terms a kernel is compiled with. Part of the compile-cache key.
+
+    ``epilogue_fn`` is a user function of one fp32 TensorSSA (the value after the activation)
+    returning a TensorSSA of the same shape; it is traced into the kernel, so it may use
+    arithmetic operators and ``cutlass.cute.math`` functions.
+    """
+
+    has_bias: bool = False
+    has_scale: bool = False
+    activation: Optional[str] = None
+    epilogue_fn: Optional[Callable] = None
+    has_residual: bool = False
+
+    def __post_init__(self) -> None:
+        if self.activation is not None and self.activation not in ACTIVATIONS:
+            raise ValueError(
+                f"activation={self.activation!r} is not supported; use None or one of "
+                f"{', '.join(ACTIVATIONS)}"
+            )
+        if self.epilogue_fn is not None and not callable(self.epilogue_fn):
+            raise TypeError(f"epilogue_fn must be callable, got {type(self.epilogue_fn).__name__}")
+
+    @property
+    def has_channel_vectors(self) -> bool:
+        return self.has_bias or self.has_scale
+
+    @property
+    def name(self) -> str:
+        """A short id for logs and test names, e.g. ``bias-relu-residual``."""
+        parts = [flag for flag, on in (("scale", self.has_scale), ("bias", self.has_bias)) if on]
+        if self.activation:
+            parts.append(self.activation)
+        if self.epilogue_fn is not None:
+            parts.append("fn")
+        if self.has_residual:
+            parts.append("residual")
+        return "-".join(parts) or "linear"
+
+
+@cute.jit
+def apply_epilogue(
+    spec: cutlass.Constexpr,
+    acc: cute.TensorSSA,
+    alpha: cutlass.Float32,
+    scale: Optional[cute.TensorSSA],
+    bias: Optional[cute.TensorSSA],
+) -> cute.TensorSSA:
+    """Everything but the residual, in the documented order, on fp32 values."""
+    y = acc * alpha
+    if cutlass.const_expr(spec.has_scale):
+        y = y * scale
+    if cutlass.const_expr(spec.has_bias):
+        y = y + bias
+    if cutlass.const_expr(spec.activation is not None):
+        y = ACTIVATIONS[spec.activation](y)
+    if cutlass.const_expr(spec.epilogue_fn is not None):
+        y = spec.epilogue_fn(y)
+    return y

@@ -1,0 +1,163 @@
+"""GPU numerics of the fused epilogues and the residual add against a float32 torch reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import cute_conv
+from cute_conv.reference import conv2d_reference
+from cute_conv.testing import compare_to_reference, random_conv_inputs
+
+pytestmark = pytest.mark.gpu
+
+TORCH_ACTIVATIONS = {
+    None: lambda y: y,
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda y: F.gelu(y, approximate="tanh"),
+    "silu": F.silu,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+    "leaky_relu": lambda y: F.leaky_relu(y, 0.01),
+}
+
+
+def cubic(y):  # works on torch tensors and on cute TensorSSA alike
+    return y * y * y * 0.25 - y
+
+
+def reference(x, flt, geom, *, alpha=1.0, bias=None, scale=None, activation=None, fn=None,
+              source=None, beta=0.0):  # fmt: skip
+    y = conv2d_reference(x, flt, **geom) * alpha
+    if scale is not None:
+        y = y * scale.float()
+    if bias is not None:
+        y = y + bias.float()
+    y = TORCH_ACTIVATIONS[activation](y)
+    if fn is not None:
+        y = fn(y)
+    if source is not None:
+        y = y + beta * source.float()
+    return y
+
+
+CASES = [
+    pytest.param(dict(bias=True), id="bias"),
+    pytest.param(dict(alpha=0.5, scale=True, bias=True), id="alpha-scale-bias"),
+    *[pytest.param(dict(bias=True, activation=a), id=f"bias-{a}") for a in TORCH_ACTIVATIONS if a],
+    pytest.param(dict(fn=cubic), id="epilogue-fn"),
+    pytest.param(dict(scale=True, bias=True, activation="silu", fn=cubic), id="bn-silu-fn"),
+    pytest.param(dict(residual=1.0), id="residual"),
+    pytest.param(dict(residual=0.5), id="residual-beta-0.5"),
+    pytest.param(dict(activation="relu", residual=1.0), id="relu-residual"),
+    pytest.param(dict(bias=True, activation="relu", residual=-2.0), id="bias-relu-residual"),
+    pytest.param(dict(scale=True, bias=True, activation="gelu", fn=cubic, residual=0.3), id="all"),
+]
+
+SHAPES = [
+    pytest.param((2, 12, 13, 64, 128, 3, 3, dict(padding=1)), id="3x3"),
+    pytest.param((3, 9, 11, 72, 200, 3, 3, dict(padding=1, stride=2)), id="tails-stride2"),
+    pytest.param((2, 14, 14, 256, 384, 1, 1, {}), id="1x1-k384"),
+]
+
+
+def run_case(shape, case, *, out_dtype=torch.bfloat16, vector_dtype=torch.float32, config=None):
+    n, h, w, c, k, r, s, geom = shape
+    x, flt = random_conv_inputs(n, h, w, c, k, r, s)
+    problem = cute_conv.Conv2dProblemShape.from_shapes(x.shape, flt.shape, **geom)
+    bias = torch.randn(k, device="cuda").to(vector_dtype) if case.get("bias") else None
+    scale = (torch.rand(k, device="cuda") + 0.5).to(vector_dtype) if case.get("scale") else None
+    epi = dict(alpha=case.get("alpha", 1.0), bias=bias, scale=scale,
+               activation=case.get("activation"), epilogue_fn=case.get("fn"))  # fmt: skip
+    out = torch.full(problem.output_shape, float("nan"), dtype=out_dtype, device="cuda")
+    if "residual" in case:
+        beta = case["residual"]
+        source = torch.randn(problem.output_shape, device="cuda").to(out_dtype)
+        cute_conv.conv2d_fprop_with_residual(
+            x, flt, source, beta=beta, out=out, config=config, **geom, **epi
+        )
+    else:
+        beta, source = 0.0, None
+        cute_conv.conv2d_fprop(x, flt, out=out, config=config, **geom, **epi)
+    torch.cuda.synchronize()
+    ref = reference(x, flt, geom, alpha=epi["alpha"], bias=bias, scale=scale,
+                    activation=epi["activation"], fn=case.get("fn"), source=source, beta=beta)  # fmt: skip
+    report = compare_to_reference(out, ref)
+    assert report.ok, f"{problem} {case}: {report}"
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("case", CASES)
+def test_epilogue_variants(shape, case):
+    run_case(shape, case)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [cute_conv.Conv2dConfig(tile_n=256), cute_conv.Conv2dConfig(tile_n=128, cluster_n=2),
+     cute_conv.Conv2dConfig(tile_n=64, cluster_m=2)],
+    ids=["n256", "n128-cluster-1x2", "n64-cluster-2x1"],
+)  # fmt: skip
+def test_residual_across_configs(config):
+    run_case(SHAPES[1].values[0], dict(bias=True, activation="relu", residual=1.0), config=config)
+
+
+def test_fp32_output_and_16bit_vectors():
+    case = dict(scale=True, bias=True, activation="gelu_tanh", residual=0.5)
+    run_case(SHAPES[0].values[0], case, out_dtype=torch.float32, vector_dtype=torch.bfloat16)
+    run_case(SHAPES[0].values[0], case, out_dtype=torch.float16, vector_dtype=torch.float16)
+
+
+def test_unaligned_channels_with_epilogue_and_residual():
+    run_case((2, 10, 10, 5, 20, 3, 3, dict(padding=1)), dict(bias=True, scale=True, residual=1.0))
+
+
+def test_beta_zero_is_bit_identical_to_conv2d_fprop():
+    x, flt = random_conv_inputs(2, 16, 16, 64, 192, 3, 3)
+    bias = torch.randn(192, device="cuda")
+    source = torch.randn(2, 16, 16, 192, device="cuda").to(torch.bfloat16)
+    plain = cute_conv.conv2d_fprop(x, flt, padding=1, bias=bias, activation="silu")
+    fused = cute_conv.conv2d_fprop_with_residual(
+        x, flt, source, beta=0.0, padding=1, bias=bias, activation="silu"
+    )
+    assert torch.equal(plain, fused)
+
+
+def test_in_place_residual_out_is_source():
+    x, flt = random_conv_inputs(2, 12, 12, 64, 96, 3, 3)
+    source = torch.randn(2, 12, 12, 96, device="cuda").to(torch.bfloat16)
+    expected = reference(x, flt, dict(padding=1), source=source, beta=1.0)
+    result = cute_conv.conv2d_fprop_with_residual(x, flt, source, padding=1, out=source)
+    torch.cuda.synchronize()
+    assert result is source
+    report = compare_to_reference(source, expected)
+    assert report.ok, str(report)
+
+
+def test_x_plus_conv_x_in_place():
+    # out, source and the activation are one tensor: x = x + conv(x).
+    x, flt = random_conv_inputs(4, 20, 20, 64, 64, 3, 3)
+    expected = reference(x, flt, dict(padding=1), source=x, beta=1.0)
+    cute_conv.conv2d_fprop_with_residual(x, flt, x, padding=1, out=x)
+    torch.cuda.synchronize()
+    report = compare_to_reference(x, expected)
+    assert report.ok, str(report)
+
+
+def test_epilogue_fn_that_does_not_compile_is_a_clear_error():
+    x, flt = random_conv_inputs(1, 8, 8, 64, 64, 3, 3)
+    out = torch.full((1, 8, 8, 64), 3.0, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match="epilogue_fn .* could not be compiled"):
+        cute_conv.conv2d_fprop(x, flt, padding=1, out=out, epilogue_fn=lambda y: y.no_such_op())
+    assert bool((out == 3.0).all())
+
+
+def test_rejected_residual_call_writes_nothing():
+    x, flt = random_conv_inputs(1, 8, 8, 64, 64, 3, 3)
+    out = torch.full((1, 8, 8, 64), 3.0, dtype=torch.bfloat16, device="cuda")
+    source = torch.zeros(1, 8, 8, 32, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match="source has shape"):
+        cute_conv.conv2d_fprop_with_residual(x, flt, source, padding=1, out=out)
+    assert bool((out == 3.0).all())
