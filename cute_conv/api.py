@@ -12,18 +12,15 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
-import torch.nn.functional as F
 
 from .compile import CompiledConv2d, compile_kernel, kernel_scalars
 from .config import Conv2dConfig, default_config
 from .epilogue import EpilogueSpec, validate_epilogue_args
 from .problem import Conv2dProblemShape
+from .staging import kernel_problem_for, overlaps, run_staged
 from .validation import check_alignment, validate_conv_inputs, validate_device
 
 __all__ = ["conv2d_fprop", "conv2d_fprop_with_residual"]
-
-# TMA rows are 16 bytes: C and K of 16-bit tensors must be multiples of 8 elements.
-CHANNEL_ALIGNMENT = 8
 
 Geometry = int | Sequence[int]
 
@@ -142,18 +139,24 @@ def _conv2d(x, filter, source, *, out, stream, **args) -> torch.Tensor:  # noqa:
     if stream is None:
         stream = torch.cuda.current_stream(device)
     bias, scale = args["bias"], args["scale"]
-    needs_staging = plan.channel_padding or _overlaps(out, x) or _overlaps(out, filter)
-    needs_staging |= plan.epilogue.has_channel_vectors and _not_fp32(bias, scale)
-    if plan.epilogue.has_residual and source is not out and _overlaps(source, out):
-        needs_staging = True
+    epi = plan.epilogue
+    source = source if epi.has_residual else None
+    bias = bias if epi.has_bias else None
+    scale = scale if epi.has_scale else None
+    needs_staging = plan.staged or overlaps(out, x) or overlaps(out, filter)
+    needs_staging |= _not_fp32(bias, scale)
+    needs_staging |= source is not None and source is not out and overlaps(source, out)
     if needs_staging:
         with torch.cuda.device(device), torch.cuda.stream(stream):
-            _run_staged(plan, x, filter, out, source, bias, scale, stream.cuda_stream)
+            run_staged(
+                functools.partial(plan.launch, stream=stream.cuda_stream),
+                plan.problem, plan.kernel_problem, x, filter, out, source, bias, scale,
+            )  # fmt: skip
     elif device.index == torch.cuda.current_device():
-        plan.launch(x, filter, out, source, bias, scale, stream.cuda_stream)
+        plan.launch(x, filter, out, source, bias, scale, stream=stream.cuda_stream)
     else:
         with torch.cuda.device(device):
-            plan.launch(x, filter, out, source, bias, scale, stream.cuda_stream)
+            plan.launch(x, filter, out, source, bias, scale, stream=stream.cuda_stream)
     return out
 
 
@@ -165,25 +168,20 @@ class _LaunchPlan:
     out_dtype: torch.dtype
     epilogue: EpilogueSpec
     kernel: CompiledConv2d
-    kernel_problem: Conv2dProblemShape  # channels padded to multiples of 8
+    kernel_problem: Conv2dProblemShape  # what the kernel runs; see staging.kernel_problem_for
     scalars: tuple  # the kernel's runtime scalars for kernel_problem
 
     @property
-    def channel_padding(self) -> bool:
+    def staged(self) -> bool:
         return self.kernel_problem is not self.problem
 
-    def launch(self, x, flt, out, source, bias, scale, stream: int) -> None:
-        """Launch on tensors already laid out for the kernel (aligned channels, fp32 vectors)."""
-        epi = self.epilogue
-        pointers = (
-            x.data_ptr(),
-            flt.data_ptr(),
-            out.data_ptr(),
-            source.data_ptr() if epi.has_residual else 0,
-            bias.data_ptr() if epi.has_bias else 0,
-            scale.data_ptr() if epi.has_scale else 0,
+    def launch(self, x, flt, out, source, bias, scale, *, stream: int) -> None:
+        """Launch on tensors already laid out for the kernel (see ``staging``); the
+        tensors of terms the epilogue leaves out are None."""
+        pointers = (x, flt, out, source, bias, scale)
+        self.kernel.launch(
+            tuple(0 if t is None else t.data_ptr() for t in pointers), self.scalars, stream
         )
-        self.kernel.launch(pointers, self.scalars, stream)
 
 
 def _plan(x, filter, source, out, args: dict) -> _LaunchPlan:  # noqa: A002
@@ -240,8 +238,9 @@ def _make_plan(x, filter, source, out, args: dict) -> _LaunchPlan:  # noqa: A002
     if config is not None and not isinstance(config, Conv2dConfig):
         raise TypeError(f"config must be a Conv2dConfig or None, got {type(config).__name__}")
     arch = validate_device(x, filter, out, source=source, bias=args["bias"], scale=args["scale"])
+    kernel_problem = kernel_problem_for(problem)
     num_sms = _sm_count(x.device.index)
-    config = config or default_config(problem, num_sms)
+    config = config or default_config(kernel_problem, num_sms)
     try:
         kernel = compile_kernel(
             arch,
@@ -258,7 +257,6 @@ def _make_plan(x, filter, source, out, args: dict) -> _LaunchPlan:  # noqa: A002
             f"epilogue_fn {epilogue.epilogue_fn!r} could not be compiled into the kernel: "
             f"{type(exc).__name__}: {exc}"
         ) from exc
-    kernel_problem = _channel_aligned(problem)
     max_clusters = num_sms // (config.cluster_m * config.cluster_n)
     scalars = kernel_scalars(kernel_problem, args["alpha"], args["beta"], max_clusters)
     return _LaunchPlan(problem, out_dtype, epilogue, kernel, kernel_problem, scalars)
@@ -275,14 +273,6 @@ def _freeze(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return (type(value) is tuple, tuple(_freeze(v) for v in value))
     return (type(value), value)
-
-
-def _overlaps(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
-    """Whether two contiguous tensors share any byte of memory."""
-    if a is None or b is None or a.numel() == 0 or b.numel() == 0:
-        return False
-    a0, b0 = a.data_ptr(), b.data_ptr()
-    return a0 < b0 + b.numel() * b.element_size() and b0 < a0 + a.numel() * a.element_size()
 
 
 def _not_fp32(*vectors: torch.Tensor | None) -> bool:
@@ -312,54 +302,6 @@ def _as_torch(*tensors: Any) -> tuple[Any, ...]:
     return tuple(
         t if t is None or isinstance(t, torch.Tensor) else torch.from_dlpack(t) for t in tensors
     )
-
-
-def _channel_aligned(problem: Conv2dProblemShape) -> Conv2dProblemShape:
-    """``problem`` with C and K rounded up to multiples of 8 (the same object if aligned)."""
-    c = -(-problem.C // CHANNEL_ALIGNMENT) * CHANNEL_ALIGNMENT
-    k = -(-problem.K // CHANNEL_ALIGNMENT) * CHANNEL_ALIGNMENT
-    if (c, k) == (problem.C, problem.K):
-        return problem
-    return Conv2dProblemShape(
-        problem.N, problem.H, problem.W, c, k, problem.R, problem.S,
-        padding=problem.padding, stride=problem.stride, dilation=problem.dilation,
-    )  # fmt: skip
-
-
-def _run_staged(plan: _LaunchPlan, x, filter, out, source, bias, scale, stream: int) -> None:  # noqa: A002
-    """The general path: stage every operand into the layout the kernel needs, then run.
-
-    - C, K not multiples of 8: zero channels (they add nothing) up to the next multiple;
-      padded output channels land in a scratch tensor and are dropped.
-    - ``out`` overlapping ``x`` or ``filter``: the kernel writes a scratch tensor, because
-      other CTAs may still read the halo of a tile already written.
-    - ``source`` overlapping ``out`` without being it: a copy of ``source`` is read.
-    - bias/scale in 16-bit: converted to float32.
-    """
-    c_pad = plan.kernel_problem.C - plan.problem.C
-    k_pad = plan.kernel_problem.K - plan.problem.K
-    epi = plan.epilogue
-    flt = F.pad(filter, (0, c_pad, 0, 0, 0, 0, 0, k_pad)) if c_pad or k_pad else filter
-    x_k = F.pad(x, (0, c_pad)) if c_pad else x
-    vectors = [
-        F.pad(v.float(), (0, k_pad)) if v is not None else None
-        for v in (bias if epi.has_bias else None, scale if epi.has_scale else None)
-    ]
-    src = None
-    if epi.has_residual:
-        src = F.pad(source, (0, k_pad)) if k_pad else source
-        if src is not out and _overlaps(src, out):
-            src = src.clone()
-    kernel_out = out
-    if k_pad or _overlaps(out, x) or _overlaps(out, filter):
-        # The kernel reads the residual from ``out`` itself if that is the source: fine, it
-        # only writes the scratch.
-        kernel_out = torch.empty(
-            plan.kernel_problem.output_shape, dtype=out.dtype, device=out.device
-        )
-    plan.launch(x_k.contiguous(), flt.contiguous(), kernel_out, src, *vectors, stream)
-    if kernel_out is not out:
-        out.copy_(kernel_out[..., : plan.problem.K])
 
 
 @functools.lru_cache(maxsize=None)

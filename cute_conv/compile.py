@@ -17,6 +17,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.cute.runtime import make_fake_stream, make_ptr
 
+from . import disk_cache
 from .config import Conv2dConfig
 from .kernels.common.epilogue import EpilogueSpec
 from .kernels.sm90.conv2d_fprop import SMEM_CAPACITY_SM90, Conv2dFpropSm90
@@ -113,33 +114,41 @@ def _build(key: KernelKey):
 
 def _compile(key: KernelKey) -> CompiledConv2d:
     kernel = _build(key)
-    # act, filter, out, source (out dtype), bias and scale (fp32)
-    pointer_dtypes = (key.act_dtype, key.filter_dtype, key.out_dtype, key.out_dtype)
-    pointer_dtypes += ("float32", "float32")
-    null = [
-        make_ptr(_CUTLASS_DTYPES[d], 0, cute.AddressSpace.gmem, assumed_align=16)
-        for d in pointer_dtypes
-    ]
-    geometry = [cutlass.Int32(1)] * _NUM_GEOMETRY_ARGS
-    alpha_beta = [cutlass.Float32(1.0)] * 2
-    with tempfile.TemporaryDirectory(prefix="cute_conv_") as dump_dir:
-        fn = cute.compile(
-            kernel,
-            *null,
-            *geometry,
-            *alpha_beta,
-            cutlass.Int32(1),  # max_clusters
-            make_fake_stream(),
-            options=(
-                f"--gpu-arch {key.arch} --enable-tvm-ffi --keep-ptx --keep-cubin "
-                f"--dump-dir {dump_dir}"
-            ),
-        )
-        ptx = fn.__ptx__ or ""
-        cubin = fn.__cubin__ or b""
-        if isinstance(cubin, str):
-            cubin = Path(cubin).read_bytes() if Path(cubin).is_file() else cubin.encode()
-    return CompiledConv2d(key, ptx, cubin, kernel.smem_bytes(), fn)
+
+    def compile_now() -> tuple[Callable, str, bytes, int]:
+        # act, filter, out, source (out dtype), bias and scale (fp32)
+        pointer_dtypes = (key.act_dtype, key.filter_dtype, key.out_dtype, key.out_dtype)
+        pointer_dtypes += ("float32", "float32")
+        null = [
+            make_ptr(_CUTLASS_DTYPES[d], 0, cute.AddressSpace.gmem, assumed_align=16)
+            for d in pointer_dtypes
+        ]
+        geometry = [cutlass.Int32(1)] * _NUM_GEOMETRY_ARGS
+        alpha_beta = [cutlass.Float32(1.0)] * 2
+        with tempfile.TemporaryDirectory(prefix="cute_conv_") as dump_dir:
+            fn = cute.compile(
+                kernel,
+                *null,
+                *geometry,
+                *alpha_beta,
+                cutlass.Int32(1),  # max_clusters
+                make_fake_stream(),
+                options=(
+                    f"--gpu-arch {key.arch} --enable-tvm-ffi --keep-ptx --keep-cubin "
+                    f"--dump-dir {dump_dir}"
+                ),
+            )
+            ptx = fn.__ptx__ or ""
+            cubin = fn.__cubin__ or b""
+            if isinstance(cubin, str):
+                cubin = Path(cubin).read_bytes() if Path(cubin).is_file() else cubin.encode()
+        return fn, ptx, cubin, kernel.smem_bytes()
+
+    if disk_cache.enabled() and key.epilogue.epilogue_fn is None:
+        fn, ptx, cubin, smem_bytes = disk_cache.load_or_compile(key, compile_now)
+    else:
+        fn, ptx, cubin, smem_bytes = compile_now()
+    return CompiledConv2d(key, ptx, cubin, smem_bytes, fn)
 
 
 _cache: dict[KernelKey, CompiledConv2d] = {}
@@ -192,5 +201,11 @@ def compile_kernel(
 
 
 def cached_kernel_count() -> int:
-    """Number of kernels compiled in this process (for tests of cache reuse)."""
+    """Number of kernels held by this process's in-memory cache."""
     return len(_cache)
+
+
+def clear_cache() -> None:
+    """Forget the kernels held in memory (the on-disk tier, if enabled, keeps them)."""
+    with _cache_lock:
+        _cache.clear()

@@ -90,7 +90,7 @@ class Conv2dFpropSm90:
         stages: int = 0,
         swizzle: int = 1,
         raster_along_m: bool = True,
-        epilogue: EpilogueSpec = EpilogueSpec(),
+        epilogue: Optional[EpilogueSpec] = None,
     ):
         if act_dtype not in (cutlass.BFloat16, cutlass.Float16) or filter_dtype != act_dtype:
             raise TypeError(
@@ -114,7 +114,7 @@ class Conv2dFpropSm90:
         self.cluster_mn = cluster_mn
         self.swizzle = swizzle
         self.raster_along_m = raster_along_m
-        self.epilogue = epilogue
+        self.epilogue = epilogue or EpilogueSpec()
 
         self.num_consumer_warpgroups = 2
         self.num_consumer_threads = self.num_consumer_warpgroups * self.num_threads_per_warpgroup
@@ -125,7 +125,7 @@ class Conv2dFpropSm90:
         self.num_mcast_b = cluster_mn[0]  # the filter tile is shared along cluster M
 
         self.epi_tile = (tile_m, 32)
-        self.source_stages = _EPI_STAGES // 2 if epilogue.has_residual else 0
+        self.source_stages = _EPI_STAGES // 2 if self.epilogue.has_residual else 0
         self.epi_stages = _EPI_STAGES - self.source_stages
         self.ab_stages = self._compute_ab_stages(stages)
 

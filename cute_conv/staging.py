@@ -1,0 +1,130 @@
+"""Operand staging for the calls the kernel cannot take as they are.
+
+The kernel wants 16-byte channel rows (C, K multiples of 8), an output that no input
+aliases, a source that is the output or disjoint from it, and float32 bias/scale vectors.
+Most calls meet all of that and launch directly; the others are staged here with a few torch
+ops on the same stream, around the one kernel launch. Every extra copy is listed in
+``run_staged``'s docstring and in the README.
+
+One more staging is for speed: a conv with very few input channels (the RGB stem, C=3) wastes
+most of each 64-channel k-tile, since a k-tile never spans two filter taps. For those, the
+activation is unfolded into explicit im2col columns ``[N, P, Q, R*S*C]`` and the kernel runs
+the equivalent 1x1 conv, whose k-tiles are full.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .problem import Conv2dProblemShape
+
+__all__ = ["CHANNEL_ALIGNMENT", "kernel_problem_for", "run_staged", "uses_im2col"]
+
+# TMA rows are 16 bytes: C and K of 16-bit tensors must be multiples of 8 elements.
+CHANNEL_ALIGNMENT = 8
+# Unfold when a filter tap holds at most this many channels and there are several taps: the
+# implicit GEMM would use at most 8 of each 64-wide k-tile.
+IM2COL_MAX_CHANNELS = 8
+IM2COL_MIN_TAPS = 4
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def uses_im2col(problem: Conv2dProblemShape) -> bool:
+    return problem.C <= IM2COL_MAX_CHANNELS and problem.R * problem.S >= IM2COL_MIN_TAPS
+
+
+def kernel_problem_for(problem: Conv2dProblemShape) -> Conv2dProblemShape:
+    """The problem the kernel runs: ``problem`` itself when it needs no staging."""
+    k = _round_up(problem.K, CHANNEL_ALIGNMENT)
+    if uses_im2col(problem):
+        columns = _round_up(problem.C * problem.R * problem.S, CHANNEL_ALIGNMENT)
+        return Conv2dProblemShape(problem.N, problem.P, problem.Q, columns, k, 1, 1)
+    c = _round_up(problem.C, CHANNEL_ALIGNMENT)
+    if (c, k) == (problem.C, problem.K):
+        return problem
+    return Conv2dProblemShape(
+        problem.N, problem.H, problem.W, c, k, problem.R, problem.S,
+        padding=problem.padding, stride=problem.stride, dilation=problem.dilation,
+    )  # fmt: skip
+
+
+def _im2col_columns(x: torch.Tensor, problem: Conv2dProblemShape, width: int) -> torch.Tensor:
+    """``[N, P, Q, width]``: row (n, p, q) holds the (r, s, c) patch under output (p, q)."""
+    (top, bottom), (left, right) = problem.padding
+    padded = F.pad(x, (0, 0, left, right, top, bottom))
+    s_n, s_h, s_w, s_c = padded.stride()
+    (stride_h, stride_w), (dil_h, dil_w) = problem.stride, problem.dilation
+    patches = padded.as_strided(
+        (problem.N, problem.P, problem.Q, problem.R, problem.S, problem.C),
+        (s_n, s_h * stride_h, s_w * stride_w, s_h * dil_h, s_w * dil_w, s_c),
+    )
+    columns = x.new_zeros(problem.N, problem.P, problem.Q, width)
+    used = problem.R * problem.S * problem.C
+    columns[..., :used].unflatten(-1, (problem.R, problem.S, problem.C)).copy_(patches)
+    return columns
+
+
+def _stage_inputs(
+    x: torch.Tensor, filter: torch.Tensor, problem: Conv2dProblemShape, kp: Conv2dProblemShape
+) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: A002
+    k_pad = kp.K - problem.K
+    if uses_im2col(problem):
+        flt = filter.reshape(problem.K, 1, 1, problem.R * problem.S * problem.C)
+        flt = F.pad(flt, (0, kp.C - flt.shape[-1], 0, 0, 0, 0, 0, k_pad))
+        return _im2col_columns(x, problem, kp.C), flt.contiguous()
+    c_pad = kp.C - problem.C
+    x_k = F.pad(x, (0, c_pad)) if c_pad else x
+    flt = F.pad(filter, (0, c_pad, 0, 0, 0, 0, 0, k_pad)) if c_pad or k_pad else filter
+    return x_k.contiguous(), flt.contiguous()
+
+
+def run_staged(
+    launch,
+    problem: Conv2dProblemShape,
+    kernel_problem: Conv2dProblemShape,
+    x: torch.Tensor,
+    filter: torch.Tensor,  # noqa: A002
+    out: torch.Tensor,
+    source: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    scale: torch.Tensor | None,
+) -> None:
+    """Stage the operands, call ``launch(x, filter, out, source, bias, scale)``, unstage.
+
+    Must run on the call's stream. The copies, by case:
+    - C or K not a multiple of 8: ``x`` and/or ``filter`` zero-padded to the next multiple
+      (zero channels add nothing); with K padded, the kernel writes a scratch output whose
+      first K channels are copied to ``out``, and ``source``/``bias``/``scale`` are padded too.
+    - few input channels (``uses_im2col``): ``x`` unfolded into ``[N, P, Q, R*S*C]`` columns,
+      about ``R*S / (stride_h*stride_w)`` times the activation's size.
+    - ``out`` overlapping ``x`` or ``filter`` (``x = x + conv(x)``): a scratch output, copied
+      to ``out`` after the kernel, since other CTAs may still read a halo already written.
+    - ``source`` overlapping ``out`` without being it: a copy of ``source``.
+    - bias/scale not float32: converted.
+    """
+    k_pad = kernel_problem.K - problem.K
+    x_k, flt_k = _stage_inputs(x, filter, problem, kernel_problem)
+    bias, scale = (F.pad(v.float(), (0, k_pad)) if v is not None else None for v in (bias, scale))
+    if source is not None:
+        source = F.pad(source, (0, k_pad)) if k_pad else source
+        if source is not out and overlaps(source, out):
+            source = source.clone()
+    kernel_out = out
+    if k_pad or overlaps(out, x) or overlaps(out, filter):
+        # If ``out`` is also the source, the kernel reads it and writes only the scratch.
+        kernel_out = torch.empty(kernel_problem.output_shape, dtype=out.dtype, device=out.device)
+    launch(x_k, flt_k, kernel_out, source, bias, scale)
+    if kernel_out is not out:
+        out.copy_(kernel_out[..., : problem.K])
+
+
+def overlaps(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    """Whether two contiguous tensors share any byte of memory."""
+    if a is None or b is None or a.numel() == 0 or b.numel() == 0:
+        return False
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    return a0 < b0 + b.numel() * b.element_size() and b0 < a0 + a.numel() * a.element_size()

@@ -1,0 +1,89 @@
+"""CPU checks of operand staging: the staged problem computes the same convolution."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cute_conv.problem import Conv2dProblemShape
+from cute_conv.reference import conv2d_reference
+from cute_conv.staging import kernel_problem_for, overlaps, run_staged, uses_im2col
+
+CASES = [
+    pytest.param((2, 15, 17, 3, 16, 7, 7, dict(stride=2, padding=3)), id="rgb-stem"),
+    pytest.param(
+        (1, 9, 8, 5, 12, 3, 3, dict(padding=((0, 2), (1, 0)), dilation=2)), id="c5-asym-dil"
+    ),
+    pytest.param((2, 8, 8, 12, 20, 3, 3, dict(padding=1)), id="c12-k20-padded"),
+    pytest.param((2, 8, 8, 16, 24, 1, 1, {}), id="aligned"),
+]
+
+
+def fake_launch(kernel_problem):
+    """Stands in for the kernel: the reference conv of the staged operands."""
+
+    def launch(x, flt, out, source, bias, scale):
+        assert x.is_contiguous() and flt.is_contiguous()
+        assert x.shape[-1] % 8 == 0 and flt.shape[0] % 8 == 0
+        geom = dict(stride=kernel_problem.stride, padding=kernel_problem.padding,
+                    dilation=kernel_problem.dilation)  # fmt: skip
+        y = conv2d_reference(x, flt, **geom)
+        if scale is not None:
+            y = y * scale
+        if bias is not None:
+            y = y + bias
+        if source is not None:
+            y = y + source.float()
+        out.copy_(y)
+
+    return launch
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_staged_problem_matches_the_conv(case):
+    n, h, w, c, k, r, s, geom = case
+    x = torch.randn(n, h, w, c)
+    flt = torch.randn(k, r, s, c)
+    problem = Conv2dProblemShape.from_shapes(x.shape, flt.shape, **geom)
+    kp = kernel_problem_for(problem)
+    assert kp.C % 8 == 0 and kp.K % 8 == 0 and kp.output_shape[:3] == problem.output_shape[:3]
+    bias, scale = torch.randn(k), torch.rand(k)
+    source = torch.randn(problem.output_shape)
+    out = torch.full(problem.output_shape, float("nan"))
+    run_staged(fake_launch(kp), problem, kp, x, flt, out, source, bias, scale)
+    expected = conv2d_reference(x, flt, **geom) * scale + bias + source
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-4)
+
+
+def test_im2col_is_used_for_few_channels_only():
+    stem = Conv2dProblemShape.from_shapes((1, 32, 32, 3), (64, 7, 7, 3), stride=2, padding=3)
+    assert uses_im2col(stem)
+    kp = kernel_problem_for(stem)
+    assert (kp.R, kp.S, kp.C) == (1, 1, 152)  # 7*7*3 = 147 columns, padded to 152
+    assert not uses_im2col(Conv2dProblemShape.from_shapes((1, 8, 8, 16), (8, 3, 3, 16)))
+    assert not uses_im2col(Conv2dProblemShape.from_shapes((1, 8, 8, 3), (8, 1, 1, 3)))
+    aligned = Conv2dProblemShape.from_shapes((1, 8, 8, 64), (64, 3, 3, 64))
+    assert kernel_problem_for(aligned) is aligned
+
+
+def test_out_aliasing_x_goes_through_a_scratch():
+    x = torch.randn(1, 6, 6, 16)
+    flt = torch.randn(16, 3, 3, 16)
+    problem = Conv2dProblemShape.from_shapes(x.shape, flt.shape, padding=1)
+    expected = conv2d_reference(x, flt, padding=1) + x
+    seen = {}
+
+    def launch(xs, fs, out, source, bias, scale):
+        seen["scratch"] = out.data_ptr() != x.data_ptr()
+        fake_launch(problem)(xs, fs, out, source, bias, scale)
+
+    run_staged(launch, problem, problem, x, flt, x, x, None, None)
+    assert seen["scratch"]
+    torch.testing.assert_close(x, expected, rtol=1e-5, atol=1e-4)
+
+
+def test_overlaps():
+    base = torch.zeros(100)
+    assert overlaps(base[:50], base[49:])
+    assert not overlaps(base[:50], base[50:])
+    assert not overlaps(base, None)
