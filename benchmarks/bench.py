@@ -1,11 +1,17 @@
-"""Benchmark conv2d_fprop against cuDNN on the shape suite, in one process.
+"""Benchmark cute_conv against cuDNN and torch on the shape suite, in one process.
 
-    python benchmarks/bench.py [--shapes NAME,NAME] [--output benchmarks/RESULTS.md]
+    python benchmarks/bench.py [--shapes NAME,...] [--autotune] [--no-compile]
+                               [--output benchmarks/RESULTS.md]
 
-For every shape of ``benchmarks/shapes.json``: check the result against a float32 reference,
-then time cute_conv and cuDNN (torch conv2d on channels_last tensors, cudnn.benchmark=True)
-with the median of ``triton.testing.do_bench``, and report TFLOP/s, the ratio and the share of
-the bf16 GEMM ceiling (torch.matmul 8192^3 measured in the same run). Writes a Markdown report.
+For every shape of ``benchmarks/shapes.json`` (NHWC bf16):
+- plain conv: cute_conv.conv2d_fprop vs cuDNN (torch conv2d on channels_last views of the same
+  memory, cudnn.benchmark=True), TFLOP/s and the share of the bf16 GEMM ceiling
+  (torch.matmul 8192^3, measured in the same run);
+- fused ``relu(conv + bias) + residual``: one cute_conv.conv2d_fprop_with_residual call vs the
+  same expression in torch eager and under torch.compile.
+Every result is checked against a float32 reference before it is timed. Times are medians of
+``triton.testing.do_bench``. Also reports the host overhead of a cached call and the compile
+and disk-load times of a kernel. Writes a Markdown report and a PNG chart of the ratios.
 """
 
 from __future__ import annotations
@@ -14,13 +20,16 @@ import argparse
 import datetime
 import json
 import math
+import os
 import platform
+import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 import cute_conv
+from cute_conv import compile as compile_mod
 from cute_conv.reference import conv2d_reference
 from cute_conv.testing import compare_to_reference, random_conv_inputs
 
@@ -37,75 +46,195 @@ def do_bench(fn) -> float:
 def gemm_ceiling_tflops() -> float:
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    ms = do_bench(lambda: torch.matmul(a, b))
-    return 2 * 8192**3 / ms / 1e9
+    return 2 * 8192**3 / do_bench(lambda: torch.matmul(a, b)) / 1e9
 
 
-def bench_shape(shape: dict) -> dict:
+def fused_torch(x, w, bias, res, stride, padding, dilation):
+    return torch.relu(F.conv2d(x, w, bias, stride, padding, dilation)) + res
+
+
+def bench_shape(shape: dict, *, autotune: bool, with_compile: bool) -> dict:
     n, h, w, c, k, r, s = (shape[x] for x in "NHWCKRS")
     geom = dict(stride=shape["stride"], padding=shape["pad"], dilation=shape["dilation"])
-    act, flt = random_conv_inputs(n, h, w, c, k, r, s)
-    problem = cute_conv.Conv2dProblemShape.from_shapes(act.shape, flt.shape, **geom)
-    out = torch.full(problem.output_shape, float("nan"), dtype=act.dtype, device="cuda")
-    cute_conv.conv2d_fprop(act, flt, out=out, **geom)
-    report = compare_to_reference(out, conv2d_reference(act, flt, **geom))
+    x, flt = random_conv_inputs(n, h, w, c, k, r, s)
+    problem = cute_conv.Conv2dProblemShape.from_shapes(x.shape, flt.shape, **geom)
+    config = None
+    if autotune:
+        config = cute_conv.autotune(x.shape, flt.shape, **geom)
+    shown_config = config or cute_conv.default_config(problem)
+    row = dict(name=shape["name"], problem=problem, config=shown_config, tuned=autotune)
 
-    ours_ms = do_bench(lambda: cute_conv.conv2d_fprop(act, flt, out=out, **geom))
-    # cuDNN on the same NHWC memory: NCHW-shaped channels_last views, no copies.
-    x_cl = act.permute(0, 3, 1, 2)
-    w_cl = flt.permute(0, 3, 1, 2)
-    cudnn_ms = do_bench(lambda: F.conv2d(x_cl, w_cl, **geom))
-    flops = problem.flops
-    return dict(
-        name=shape["name"],
-        gemm=(problem.gemm_m, problem.gemm_n, problem.gemm_k),
-        config=cute_conv.default_config(problem),
-        ours_ms=ours_ms,
-        cudnn_ms=cudnn_ms,
-        ours_tflops=flops / ours_ms / 1e9,
-        cudnn_tflops=flops / cudnn_ms / 1e9,
-        ratio=cudnn_ms / ours_ms,
-        check=report,
+    # ---- plain conv vs cuDNN ----
+    out = torch.full(problem.output_shape, float("nan"), dtype=x.dtype, device="cuda")
+    cute_conv.conv2d_fprop(x, flt, out=out, config=config, **geom)
+    ref = conv2d_reference(x, flt, **geom)
+    row["check"] = compare_to_reference(out, ref)
+    row["ours_ms"] = do_bench(
+        lambda: cute_conv.conv2d_fprop(x, flt, out=out, config=config, **geom)
     )
+    x_cl, w_cl = x.permute(0, 3, 1, 2), flt.permute(0, 3, 1, 2)  # channels_last NCHW views
+    row["cudnn_ms"] = do_bench(lambda: F.conv2d(x_cl, w_cl, **geom))
+
+    # ---- fused relu(conv + bias) + residual ----
+    bias = torch.randn(k, device="cuda", dtype=x.dtype)
+    res = torch.randn(problem.output_shape, device="cuda").to(x.dtype)
+    res_cl = res.permute(0, 3, 1, 2)
+    fused_out = torch.full_like(res, float("nan"))
+
+    def ours_fused():
+        return cute_conv.conv2d_fprop_with_residual(
+            x, flt, res, bias=bias, activation="relu", out=fused_out, config=config, **geom
+        )
+
+    ours_fused()
+    fused_ref = torch.relu(ref + bias.float()) + res.float()
+    row["fused_check"] = compare_to_reference(fused_out, fused_ref)
+    row["fused_ms"] = do_bench(ours_fused)
+    args = (x_cl, w_cl, bias, res_cl, geom["stride"], geom["padding"], geom["dilation"])
+    row["eager_ms"] = do_bench(lambda: fused_torch(*args))
+    if with_compile:
+        compiled = torch.compile(fused_torch, dynamic=False)
+        compiled(*args)
+        row["compile_ms"] = do_bench(lambda: compiled(*args))
+    return row
 
 
-def write_report(rows: list[dict], ceiling: float, path: Path) -> str:
+def host_overhead_us() -> float:
+    """Host time of a cached conv2d_fprop call on a tiny problem (no CUDA graph)."""
+    x, flt = random_conv_inputs(1, 8, 8, 64, 64, 3, 3)
+    out = torch.empty(1, 8, 8, 64, dtype=x.dtype, device="cuda")
+    call = lambda: cute_conv.conv2d_fprop(x, flt, padding=1, out=out)  # noqa: E731
+    for _ in range(100):
+        call()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(2000):
+        call()
+    elapsed = (time.perf_counter() - start) / 2000 * 1e6
+    torch.cuda.synchronize()
+    return elapsed
+
+
+def compile_and_load_seconds() -> tuple[float, float]:
+    """Compile time of a kernel no cache holds, and the time to load it back from disk."""
+    config = cute_conv.Conv2dConfig(tile_n=192, stages=3, swizzle=7)
+    key = dict(act_dtype=torch.float16, out_dtype=torch.float32, config=config)
+    os.environ["CUTE_CONV_DISK_CACHE"] = "0"
+    start = time.perf_counter()
+    cute_conv.compile_kernel("sm_90a", **key)
+    compile_s = time.perf_counter() - start
+    os.environ["CUTE_CONV_DISK_CACHE"] = "1"
+    compile_mod.clear_cache()
+    cute_conv.compile_kernel("sm_90a", **key)  # compiles once more and stores
+    compile_mod.clear_cache()
+    start = time.perf_counter()
+    cute_conv.compile_kernel("sm_90a", **key)
+    return compile_s, time.perf_counter() - start
+
+
+def geomean(values) -> float:
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def write_chart(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r["name"] for r in rows]
+    series = [("vs cuDNN (plain conv)", [r["cudnn_ms"] / r["ours_ms"] for r in rows])]
+    series.append(("vs torch eager (fused)", [r["eager_ms"] / r["fused_ms"] for r in rows]))
+    if all("compile_ms" in r for r in rows):
+        series.append(("vs torch.compile (fused)", [r["compile_ms"] / r["fused_ms"] for r in rows]))
+    fig, ax = plt.subplots(figsize=(12, 5))
+    width = 0.8 / len(series)
+    for i, (label, values) in enumerate(series):
+        ax.bar([j + i * width for j in range(len(names))], values, width, label=label)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks([j + width * (len(series) - 1) / 2 for j in range(len(names))])
+    ax.set_xticklabels(names, rotation=45, ha="right")
+    ax.set_ylabel("speedup of cute_conv (x)")
+    ax.set_title(f"cute_conv on {torch.cuda.get_device_name()}: speedup per shape")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def write_report(rows, ceiling, overhead_us, compile_s, load_s, path: Path) -> str:
     props = torch.cuda.get_device_properties(0)
-    geomean = math.exp(sum(math.log(r["ratio"]) for r in rows) / len(rows))
+    has_compile = all("compile_ms" in r for r in rows)
+    plain = geomean(r["cudnn_ms"] / r["ours_ms"] for r in rows)
+    fused_eager = geomean(r["eager_ms"] / r["fused_ms"] for r in rows)
     lines = [
-        "# Benchmark: cute_conv.conv2d_fprop vs cuDNN",
+        "# Benchmark results",
         "",
-        f"- device: {props.name} ({props.multi_processor_count} SMs)",
-        f"- date: {datetime.date.today().isoformat()}; torch {torch.__version__}, cuDNN "
-        f"{torch.backends.cudnn.version()}, nvidia-cutlass-dsl {_dsl_version()}, "
-        f"Python {platform.python_version()}",
-        "- bf16 in/out, fp32 accumulation; cuDNN = torch conv2d on channels_last tensors with "
-        "cudnn.benchmark=True; median of triton.testing.do_bench; all in one process",
-        f"- bf16 GEMM ceiling (torch.matmul 8192^3, same run): {ceiling:.0f} TFLOP/s",
-        f"- **geomean speed ratio (cuDNN time / ours): {geomean:.3f}x** over {len(rows)} shapes",
+        f"- device: {props.name} ({props.multi_processor_count} SMs); date "
+        f"{datetime.date.today().isoformat()}",
+        f"- torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
+        f"nvidia-cutlass-dsl {_version('nvidia-cutlass-dsl')}, apache-tvm-ffi "
+        f"{_version('apache-tvm-ffi')}, Python {platform.python_version()}",
+        "- bf16 in/out, fp32 accumulation; medians of triton.testing.do_bench; everything in one "
+        "process. cuDNN: torch conv2d on channels_last views, cudnn.benchmark=True.",
+        f"- configs: {'autotuned per shape' if rows and rows[0]['tuned'] else 'default heuristic'}",
+        f"- bf16 GEMM ceiling (torch.matmul 8192^3, this run): {ceiling:.0f} TFLOP/s",
+        f"- **plain conv, geomean speedup vs cuDNN: {plain:.3f}x** "
+        f"(min {min(r['cudnn_ms'] / r['ours_ms'] for r in rows):.2f}x)",
+        f"- **fused relu(conv + bias) + residual, geomean speedup vs torch eager: "
+        f"{fused_eager:.3f}x**",
+    ]
+    if has_compile:
+        fused_compile = geomean(r["compile_ms"] / r["fused_ms"] for r in rows)
+        lines.append(f"- fused, geomean speedup vs torch.compile: {fused_compile:.3f}x")
+    lines += [
+        f"- host overhead of a cached call (1x8x8x64 conv, no CUDA graph): {overhead_us:.1f} us",
+        f"- compile time of a new kernel: {compile_s:.1f} s; loading it from the disk cache in a "
+        f"fresh in-memory cache: {load_s * 1000:.0f} ms",
         "",
-        "| shape | GEMM M x N x K | config (tile_n) | ours ms | cuDNN ms | ours TFLOP/s "
-        "| cuDNN TFLOP/s | ratio | % of GEMM ceiling | check |",
+        "## Plain conv vs cuDNN",
+        "",
+        "| shape | GEMM M x N x K | tile_n, cluster | ours ms | cuDNN ms | ours TFLOP/s "
+        "| cuDNN TFLOP/s | speedup | % of GEMM ceiling | check |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        m, n, k = r["gemm"]
+        p, cfg = r["problem"], r["config"]
+        tflops = p.flops / r["ours_ms"] / 1e9
         lines.append(
-            f"| {r['name']} | {m} x {n} x {k} | {r['config'].tile_n} | {r['ours_ms']:.3f} "
-            f"| {r['cudnn_ms']:.3f} | {r['ours_tflops']:.0f} | {r['cudnn_tflops']:.0f} "
-            f"| {r['ratio']:.2f}x | {100 * r['ours_tflops'] / ceiling:.0f}% "
-            f"| {'ok' if r['check'].ok else 'FAIL'} (rel {r['check'].rel_err:.1e}) |"
+            f"| {r['name']} | {p.gemm_m} x {p.gemm_n} x {p.gemm_k} | {cfg.tile_n}, "
+            f"{cfg.cluster_m}x{cfg.cluster_n} | {r['ours_ms']:.3f} | {r['cudnn_ms']:.3f} "
+            f"| {tflops:.0f} | {p.flops / r['cudnn_ms'] / 1e9:.0f} "
+            f"| {r['cudnn_ms'] / r['ours_ms']:.2f}x | {100 * tflops / ceiling:.0f}% "
+            f"| {'ok' if r['check'].ok else 'FAIL'} ({r['check'].rel_err:.1e}) |"
         )
-    text = "\n".join(lines) + "\n"
+    lines += [
+        "",
+        "## Fused relu(conv + bias) + residual",
+        "",
+        "| shape | ours ms | eager ms | torch.compile ms | vs eager | vs torch.compile | check |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        comp = r.get("compile_ms")
+        comp_ms, comp_ratio = (
+            ("-", "-") if comp is None else (f"{comp:.3f}", f"{comp / r['fused_ms']:.2f}x")
+        )
+        lines.append(
+            f"| {r['name']} | {r['fused_ms']:.3f} | {r['eager_ms']:.3f} | {comp_ms} "
+            f"| {r['eager_ms'] / r['fused_ms']:.2f}x | {comp_ratio} "
+            f"| {'ok' if r['fused_check'].ok else 'FAIL'} ({r['fused_check'].rel_err:.1e}) |"
+        )
+    text = "\n".join(lines) + "\n\n![speedups](ratios.png)\n"
     path.write_text(text)
     return text
 
 
-def _dsl_version() -> str:
+def _version(dist: str) -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return version("nvidia-cutlass-dsl")
+        return version(dist)
     except PackageNotFoundError:
         return "unknown"
 
@@ -113,28 +242,35 @@ def _dsl_version() -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", help="comma-separated shape names (default: all)")
+    parser.add_argument("--autotune", action="store_true", help="tune each shape first")
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--output", type=Path, default=HERE / "RESULTS.md")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("bench: no CUDA GPU here; the benchmark needs an H100/H200.")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        print("bench: needs an H100/H200 (compute capability 9.0); nothing was measured.")
         return 1
     torch.backends.cudnn.benchmark = True
     shapes = json.loads((HERE / "shapes.json").read_text())["shapes"]
     if args.shapes:
-        wanted = set(args.shapes.split(","))
-        shapes = [s for s in shapes if s["name"] in wanted]
+        shapes = [s for s in shapes if s["name"] in set(args.shapes.split(","))]
     ceiling = gemm_ceiling_tflops()
     rows = []
     for shape in shapes:
-        row = bench_shape(shape)
+        row = bench_shape(shape, autotune=args.autotune, with_compile=not args.no_compile)
+        comp = row.get("compile_ms")
         print(
-            f"{row['name']:>18}: ours {row['ours_tflops']:6.0f} TFLOP/s, cuDNN "
-            f"{row['cudnn_tflops']:6.0f}, ratio {row['ratio']:.2f}x, {row['check']}",
+            f"{row['name']:>16}: plain {row['cudnn_ms'] / row['ours_ms']:.2f}x cuDNN | fused "
+            f"{row['eager_ms'] / row['fused_ms']:.2f}x eager"
+            + (f", {comp / row['fused_ms']:.2f}x compile" if comp else "")
+            + f" | {row['check']} | {row['fused_check']}",
             flush=True,
         )
         rows.append(row)
-    print(write_report(rows, ceiling, args.output))
-    return 0 if all(r["check"].ok for r in rows) else 2
+    overhead = host_overhead_us()
+    compile_s, load_s = compile_and_load_seconds()
+    write_chart(rows, args.output.parent / "ratios.png")
+    print(write_report(rows, ceiling, overhead, compile_s, load_s, args.output))
+    return 0 if all(r["check"].ok and r["fused_check"].ok for r in rows) else 2
 
 
 if __name__ == "__main__":

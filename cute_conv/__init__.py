@@ -4,6 +4,7 @@ NHWC activation, KRSC filter, NPQK output; one persistent warp-specialized kerne
 """
 
 from .api import conv2d_fprop, conv2d_fprop_with_residual
+from .autotune import autotune
 from .compile import CompiledConv2d, compile_kernel
 from .config import Conv2dConfig, default_config
 from .epilogue import ACTIVATIONS, EpilogueSpec
@@ -15,6 +16,7 @@ __all__ = [
     "Conv2dConfig",
     "Conv2dProblemShape",
     "EpilogueSpec",
+    "autotune",
     "compile_kernel",
     "conv2d_fprop",
     "conv2d_fprop_with_residual",

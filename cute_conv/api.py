@@ -13,8 +13,9 @@ from typing import Any, Callable
 
 import torch
 
+from .autotune import choose_config
 from .compile import CompiledConv2d, compile_kernel, kernel_scalars
-from .config import Conv2dConfig, default_config
+from .config import Conv2dConfig
 from .epilogue import EpilogueSpec, validate_epilogue_args
 from .problem import Conv2dProblemShape
 from .staging import kernel_problem_for, overlaps, run_staged
@@ -240,7 +241,9 @@ def _make_plan(x, filter, source, out, args: dict) -> _LaunchPlan:  # noqa: A002
     arch = validate_device(x, filter, out, source=source, bias=args["bias"], scale=args["scale"])
     kernel_problem = kernel_problem_for(problem)
     num_sms = _sm_count(x.device.index)
-    config = config or default_config(kernel_problem, num_sms)
+    config = config or choose_config(
+        problem, kernel_problem, x, tuple(filter.shape), out_dtype, num_sms
+    )
     try:
         kernel = compile_kernel(
             arch,

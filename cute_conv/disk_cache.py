@@ -61,7 +61,7 @@ def _entry_dir(key: Any) -> Path:
 
 
 @contextlib.contextmanager
-def _locked(directory: Path) -> Iterator[None]:
+def locked(directory: Path) -> Iterator[None]:
     """One process at a time compiles and writes a given entry."""
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / ".lock", "w") as lock:
@@ -105,7 +105,7 @@ def load_or_compile(
     ``key`` must have a ``repr`` that identifies the kernel across processes.
     """
     directory = _entry_dir(key)
-    with _locked(directory):
+    with locked(directory):
         loaded = _load(directory)
         if loaded is not None:
             fn, meta = loaded

@@ -1,0 +1,172 @@
+"""Autotuning: measure the candidate configs of a problem and remember the fastest.
+
+Choices persist in ``$CUTE_CONV_CACHE_DIR/autotune.json`` (default ``~/.cache/cute_conv``),
+keyed by device name and problem (N*P*Q, K, C, R, S, stride, dilation, dtypes). A call with
+``config=None`` uses a stored choice when there is one; with ``CUTE_CONV_AUTOTUNE=1`` it tunes
+a problem it has no choice for on first use. Otherwise the fast heuristic
+``default_config`` decides.
+
+Tuning never touches the caller's tensors: it times each candidate on scratch tensors of the
+same shapes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import statistics
+from collections.abc import Sequence
+
+import torch
+
+from . import disk_cache
+from .config import TILE_N_CHOICES, Conv2dConfig, default_config
+from .problem import Conv2dProblemShape
+
+__all__ = ["autotune", "candidate_configs", "lookup", "problem_key"]
+
+
+def autotune_on_first_use() -> bool:
+    return os.environ.get("CUTE_CONV_AUTOTUNE", "0") == "1"
+
+
+def problem_key(problem: Conv2dProblemShape, act_dtype: torch.dtype, out_dtype: torch.dtype) -> str:
+    """What the best config depends on; padding only changes P and Q, which N*P*Q holds."""
+    p = problem
+    return (
+        f"m{p.gemm_m}-k{p.K}-c{p.C}-r{p.R}s{p.S}-st{p.stride[0]}x{p.stride[1]}"
+        f"-dil{p.dilation[0]}x{p.dilation[1]}-{str(act_dtype).removeprefix('torch.')}"
+        f"-{str(out_dtype).removeprefix('torch.')}"
+    )
+
+
+def candidate_configs(problem: Conv2dProblemShape) -> list[Conv2dConfig]:
+    """Tile widths that fit K, each alone and in both 2-CTA clusters, two rasterizations."""
+    widths = [n for n in TILE_N_CHOICES if n <= max(64, problem.K * 2)]
+    configs = []
+    for tile_n in widths:
+        for cluster_m, cluster_n in ((1, 1), (2, 1), (1, 2)):
+            for swizzle in (1, 8):
+                configs.append(
+                    Conv2dConfig(
+                        tile_n=tile_n, cluster_m=cluster_m, cluster_n=cluster_n, swizzle=swizzle
+                    )
+                )
+    return configs
+
+
+def _table_path():
+    return disk_cache.cache_root() / "autotune.json"
+
+
+def _read_table() -> dict:
+    path = _table_path()
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+@functools.lru_cache(maxsize=None)
+def _device_name(index: int) -> str:
+    return torch.cuda.get_device_name(index)
+
+
+def lookup(device: torch.device, key: str) -> Conv2dConfig | None:
+    """The stored choice for ``key`` on ``device``'s kind of GPU, if any."""
+    entry = _read_table().get(_device_name(device.index), {}).get(key)
+    return Conv2dConfig(**entry["config"]) if entry else None
+
+
+def _store(device: torch.device, key: str, config: Conv2dConfig, timings: dict) -> None:
+    path = _table_path()
+    with disk_cache.locked(path.parent):
+        table = _read_table()
+        table.setdefault(_device_name(device.index), {})[key] = {
+            "config": dataclasses.asdict(config),
+            "ms": timings,
+        }
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(table, indent=1, sort_keys=True))
+        os.replace(tmp, path)
+
+
+def _time_ms(fn, warmup: int = 3, reps: int = 10) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def autotune(
+    x_shape: Sequence[int],
+    filter_shape: Sequence[int],
+    *,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] | Sequence[Sequence[int]] = 0,
+    dilation: int | Sequence[int] = 1,
+    dtype: torch.dtype = torch.bfloat16,
+    out_dtype: torch.dtype | None = None,
+    device: torch.device | str = "cuda",
+    configs: Sequence[Conv2dConfig] | None = None,
+) -> Conv2dConfig:
+    """Time ``configs`` (default: ``candidate_configs``) on this problem; store and return
+    the fastest. Shapes are NHWC / KRSC as for ``conv2d_fprop``."""
+    from .api import conv2d_fprop
+
+    device = torch.device(device)
+    if device.index is None:
+        device = torch.device(device.type, torch.cuda.current_device())
+    out_dtype = out_dtype or dtype
+    x = torch.randn(*x_shape, device=device).to(dtype)
+    flt = torch.randn(*filter_shape, device=device).to(dtype) / 16
+    problem = Conv2dProblemShape.from_shapes(
+        x.shape, flt.shape, stride=stride, padding=padding, dilation=dilation
+    )
+    out = torch.empty(problem.output_shape, dtype=out_dtype, device=device)
+    geom = dict(stride=stride, padding=padding, dilation=dilation)
+    timings = {}
+    for config in configs or candidate_configs(problem):
+        timings[_config_id(config)] = _time_ms(
+            lambda config=config: conv2d_fprop(x, flt, out=out, config=config, **geom)
+        )
+    best_id = min(timings, key=timings.get)
+    best = next(c for c in (configs or candidate_configs(problem)) if _config_id(c) == best_id)
+    _store(device, problem_key(problem, dtype, out_dtype), best, timings)
+    return best
+
+
+def _config_id(config: Conv2dConfig) -> str:
+    return (
+        f"n{config.tile_n}-c{config.cluster_m}x{config.cluster_n}-s{config.stages}"
+        f"-sw{config.swizzle}-{'m' if config.raster_along_m else 'n'}"
+    )
+
+
+def choose_config(
+    problem: Conv2dProblemShape,
+    kernel_problem: Conv2dProblemShape,
+    x: torch.Tensor,
+    filter_shape: Sequence[int],
+    out_dtype: torch.dtype,
+    num_sms: int,
+) -> Conv2dConfig:
+    """The config a call with ``config=None`` runs: stored, tuned now, or the heuristic."""
+    key = problem_key(problem, x.dtype, out_dtype)
+    stored = lookup(x.device, key)
+    if stored is not None:
+        return stored
+    if autotune_on_first_use() and kernel_problem is problem:
+        (top, bottom), (left, right) = problem.padding
+        return autotune(
+            tuple(x.shape), tuple(filter_shape), stride=problem.stride,
+            padding=((top, bottom), (left, right)), dilation=problem.dilation,
+            dtype=x.dtype, out_dtype=out_dtype, device=x.device,
+        )  # fmt: skip
+    return default_config(kernel_problem, num_sms)
