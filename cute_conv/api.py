@@ -19,7 +19,7 @@ from .config import Conv2dConfig
 from .epilogue import EpilogueSpec, validate_epilogue_args
 from .problem import Conv2dProblemShape
 from .staging import kernel_problem_for, overlaps, run_staged
-from .validation import check_alignment, validate_conv_inputs, validate_device
+from .validation import ALIGNMENT_BYTES, check_alignment, validate_conv_inputs, validate_device
 
 __all__ = ["conv2d_fprop", "conv2d_fprop_with_residual"]
 
@@ -124,40 +124,48 @@ def conv2d_fprop_with_residual(
 
 
 def _conv2d(x, filter, source, *, out, stream, **args) -> torch.Tensor:  # noqa: A002
+    """The shared body of the public functions; its fast path is a cached plan + a launch."""
     x, filter, source, out = _as_torch(x, filter, source, out)
     if stream is not None and not isinstance(stream, torch.cuda.Stream):
         raise TypeError(f"stream must be a torch.cuda.Stream or None, got {type(stream).__name__}")
     plan = _plan(x, filter, source, out, args)
-    tensors = {"activation": x, "filter": filter, "out": out, "source": source}
-    for name, t in tensors.items():
-        if t is not None:
-            check_alignment(name, t)
-    device = x.device
-    if out is None:
-        out = torch.empty(plan.problem.output_shape, dtype=plan.out_dtype, device=device)
+    epi = plan.epilogue
+    bias = args["bias"] if epi.has_bias else None
+    scale = args["scale"] if epi.has_scale else None
+    source = source if epi.has_residual else None
+    fresh_out = out is None
+    if fresh_out:
+        out = torch.empty(plan.problem.output_shape, dtype=plan.out_dtype, device=x.device)
+    tensors = (x, filter, out, source, bias, scale)
+    pointers = tuple(0 if t is None else t.data_ptr() for t in tensors)
+    if (pointers[0] | pointers[1] | pointers[2] | pointers[3]) % ALIGNMENT_BYTES:
+        for name, t in zip(("activation", "filter", "out", "source"), tensors, strict=False):
+            if t is not None:
+                check_alignment(name, t)
     if plan.problem.gemm_m == 0:
         return out
-    if stream is None:
-        stream = torch.cuda.current_stream(device)
-    bias, scale = args["bias"], args["scale"]
-    epi = plan.epilogue
-    source = source if epi.has_residual else None
-    bias = bias if epi.has_bias else None
-    scale = scale if epi.has_scale else None
-    needs_staging = plan.staged or overlaps(out, x) or overlaps(out, filter)
-    needs_staging |= _not_fp32(bias, scale)
-    needs_staging |= source is not None and source is not out and overlaps(source, out)
+    stream_handle = (stream or torch.cuda.current_stream(x.device)).cuda_stream
+    needs_staging = plan.staged or not plan.vectors_fp32
+    if not fresh_out:  # the kernel cannot write an input, nor read a source it is overwriting
+        needs_staging = needs_staging or overlaps(out, x) or overlaps(out, filter)
+        needs_staging = needs_staging or (
+            source is not None and pointers[3] != pointers[2] and overlaps(source, out)
+        )
+    on_current = x.device.index == torch.cuda.current_device()
     if needs_staging:
-        with torch.cuda.device(device), torch.cuda.stream(stream):
+        with (
+            torch.cuda.device(x.device),
+            torch.cuda.stream(stream or torch.cuda.current_stream(x.device)),
+        ):
             run_staged(
-                functools.partial(plan.launch, stream=stream.cuda_stream),
+                functools.partial(plan.launch, stream=stream_handle),
                 plan.problem, plan.kernel_problem, x, filter, out, source, bias, scale,
             )  # fmt: skip
-    elif device.index == torch.cuda.current_device():
-        plan.launch(x, filter, out, source, bias, scale, stream=stream.cuda_stream)
+    elif on_current:
+        plan.kernel.launch(pointers, plan.scalars, stream_handle)
     else:
-        with torch.cuda.device(device):
-            plan.launch(x, filter, out, source, bias, scale, stream=stream.cuda_stream)
+        with torch.cuda.device(x.device):
+            plan.kernel.launch(pointers, plan.scalars, stream_handle)
     return out
 
 
@@ -171,6 +179,7 @@ class _LaunchPlan:
     kernel: CompiledConv2d
     kernel_problem: Conv2dProblemShape  # what the kernel runs; see staging.kernel_problem_for
     scalars: tuple  # the kernel's runtime scalars for kernel_problem
+    vectors_fp32: bool  # bias/scale (those the epilogue uses) are float32 already
 
     @property
     def staged(self) -> bool:
@@ -195,7 +204,7 @@ def _plan(x, filter, source, out, args: dict) -> _LaunchPlan:  # noqa: A002
     try:
         key = (
             *(_tensor_key(t) for t in (x, filter, source, out, args["bias"], args["scale"])),
-            *(_freeze(v) for name, v in sorted(args.items()) if name not in ("bias", "scale")),
+            *(_freeze(args[name]) for name in _ARG_ORDER),
         )
         hash(key)
     except TypeError:  # an unhashable argument: validation will say what is wrong with it
@@ -211,6 +220,11 @@ def _plan(x, filter, source, out, args: dict) -> _LaunchPlan:  # noqa: A002
 
 _plans: dict[tuple, _LaunchPlan] = {}
 _MAX_PLANS = 4096
+# The non-tensor arguments of a call, in key order.
+_ARG_ORDER = (
+    "stride", "padding", "dilation", "alpha", "beta", "activation", "epilogue_fn",
+    "out_dtype", "config",
+)  # fmt: skip
 
 
 def _make_plan(x, filter, source, out, args: dict) -> _LaunchPlan:  # noqa: A002
@@ -262,7 +276,12 @@ def _make_plan(x, filter, source, out, args: dict) -> _LaunchPlan:  # noqa: A002
         ) from exc
     max_clusters = num_sms // (config.cluster_m * config.cluster_n)
     scalars = kernel_scalars(kernel_problem, args["alpha"], args["beta"], max_clusters)
-    return _LaunchPlan(problem, out_dtype, epilogue, kernel, kernel_problem, scalars)
+    used_vectors = (
+        args["bias"] if epilogue.has_bias else None,
+        args["scale"] if epilogue.has_scale else None,
+    )
+    vectors_fp32 = all(v is None or v.dtype == torch.float32 for v in used_vectors)
+    return _LaunchPlan(problem, out_dtype, epilogue, kernel, kernel_problem, scalars, vectors_fp32)
 
 
 def _tensor_key(t: torch.Tensor | None) -> tuple | None:
@@ -272,14 +291,13 @@ def _tensor_key(t: torch.Tensor | None) -> tuple | None:
 
 
 def _freeze(value: Any) -> Any:
-    """Lists (at any depth) to tuples, so equal arguments give equal cache keys."""
+    """A hashable key that tells apart what validation tells apart (1 vs True vs 1.0)."""
+    kind = type(value)
+    if kind is int or kind is float or value is None:
+        return (kind, value)
     if isinstance(value, (list, tuple)):
-        return (type(value) is tuple, tuple(_freeze(v) for v in value))
-    return (type(value), value)
-
-
-def _not_fp32(*vectors: torch.Tensor | None) -> bool:
-    return any(v is not None and v.dtype != torch.float32 for v in vectors)
+        return (kind is tuple, tuple(_freeze(v) for v in value))
+    return (kind, value)
 
 
 def _as_torch(*tensors: Any) -> tuple[Any, ...]:

@@ -19,7 +19,7 @@ TILE_N_CHOICES = (64, 128, 192, 256)
 # that leaves them room for the epilogue.
 MAX_TILE_ELEMS = 128 * 256
 # One 128-byte swizzle row of 16-bit data; k-tiles never straddle a filter tap.
-TILE_K_CHOICES = (64,)
+TILE_K_CHOICES = (16, 32, 64)
 CLUSTER_CHOICES = (1, 2)
 MAX_CLUSTER_SIZE = 2
 MIN_STAGES, MAX_STAGES = 2, 16
@@ -32,7 +32,9 @@ class Conv2dConfig:
     Attributes:
         tile_m: CTA tile along GEMM M (output pixels): 128 (two 64-row warpgroups).
         tile_n: CTA tile along GEMM N (output channels): 64, 128, 192 or 256.
-        tile_k: CTA tile along GEMM K (channels of one filter tap): 64.
+        tile_k: CTA tile along GEMM K (channels of one filter tap): 64 (a 128-byte row);
+            16 or 32 for convs with few input channels, where a 64-wide k-tile would be mostly
+            zero-fill.
         cluster_m: CTAs per cluster along M (1 or 2); they share the filter tile by multicast.
         cluster_n: CTAs per cluster along N (1 or 2); they share the activation tile.
         stages: depth of the shared-memory input ring; 0 means as many as fit in shared memory.
@@ -69,10 +71,7 @@ class Conv2dConfig:
                 f"budget of two consumer warpgroups), got tile_m={self.tile_m}, "
                 f"tile_n={self.tile_n} ({self.tile_m * self.tile_n})"
             )
-        if self.tile_k not in TILE_K_CHOICES:
-            raise ValueError(
-                f"tile_k must be 64 (one 128-byte swizzle row of 16-bit data), got {self.tile_k}"
-            )
+        _check_choice("tile_k", self.tile_k, TILE_K_CHOICES)
         _check_choice("cluster_m", self.cluster_m, CLUSTER_CHOICES)
         _check_choice("cluster_n", self.cluster_n, CLUSTER_CHOICES)
         if self.cluster_m * self.cluster_n > MAX_CLUSTER_SIZE:
@@ -117,6 +116,8 @@ def default_config(problem: Conv2dProblemShape, num_sms: int = 132) -> Conv2dCon
     Cluster: two CTAs along N share the activation tile by multicast, halving its L2 traffic,
     when the N tiles pair up evenly; otherwise no cluster (a lone CTA of a pair would compute a
     tile of zeros).
+
+    tile_k: the narrowest of 16/32/64 that holds C (a k-tile never spans two filter taps).
     """
     tiles_m = -(-problem.gemm_m // 128)
     best = None
@@ -128,4 +129,6 @@ def default_config(problem: Conv2dProblemShape, num_sms: int = 132) -> Conv2dCon
             best = (cost, tile_n, tiles_n)
     _, tile_n, tiles_n = best
     cluster_n = 2 if tiles_n % 2 == 0 else 1
-    return Conv2dConfig(tile_m=128, tile_n=tile_n, cluster_n=cluster_n)
+    # A k-tile holds channels of one filter tap: no wider than C needs.
+    tile_k = next(k for k in TILE_K_CHOICES if k >= min(problem.C, TILE_K_CHOICES[-1]))
+    return Conv2dConfig(tile_m=128, tile_n=tile_n, tile_k=tile_k, cluster_n=cluster_n)

@@ -107,6 +107,8 @@ CONFIGS = [
     cute_conv.Conv2dConfig(tile_n=128, cluster_n=2),
     cute_conv.Conv2dConfig(tile_n=128, raster_along_m=False, swizzle=3),
     cute_conv.Conv2dConfig(tile_n=256, swizzle=1),
+    cute_conv.Conv2dConfig(tile_n=64, tile_k=16),
+    cute_conv.Conv2dConfig(tile_n=128, tile_k=32, cluster_n=2),
 ]
 
 
@@ -114,7 +116,7 @@ CONFIGS = [
     "config",
     CONFIGS,
     ids=lambda c: (
-        f"n{c.tile_n}-cl{c.cluster_m}x{c.cluster_n}-st{c.stages}-sw{c.swizzle}{'' if c.raster_along_m else '-rn'}"
+        f"n{c.tile_n}-k{c.tile_k}-cl{c.cluster_m}x{c.cluster_n}-st{c.stages}-sw{c.swizzle}{'' if c.raster_along_m else '-rn'}"
     ),
 )
 def test_configs(config):

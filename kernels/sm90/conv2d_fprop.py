@@ -60,6 +60,7 @@ from ..common.tile_scheduler import StaticTileScheduler
 
 SMEM_CAPACITY_SM90 = 232448  # bytes of dynamic SMEM one CTA may use on H100/H200
 _MBARRIER_BYTES_RESERVED = 1024
+_MAX_AB_STAGES = 16  # small k-tiles would fit more; past this, latency is long hidden
 _EPI_STAGES = 4  # output staging buffers; a residual kernel splits them 2 + 2 with C
 
 
@@ -104,8 +105,11 @@ class Conv2dFpropSm90:
             raise ValueError(f"tile_m must be 128 on SM90 (two 64-row warpgroups), got {tile_m}")
         if tile_n not in (64, 128, 192, 256):
             raise ValueError(f"tile_n must be one of 64, 128, 192, 256, got {tile_n}")
-        if tile_k * act_dtype.width != 128 * 8:
-            raise ValueError(f"tile_k must span one 128-byte swizzle row, got {tile_k}")
+        if tile_k * act_dtype.width // 8 not in (32, 64, 128):
+            raise ValueError(
+                f"tile_k must span a 32-, 64- or 128-byte swizzle row (16, 32 or 64 16-bit "
+                f"channels), got {tile_k}"
+            )
         self.act_dtype = act_dtype
         self.filter_dtype = filter_dtype
         self.out_dtype = out_dtype
@@ -143,7 +147,7 @@ class Conv2dFpropSm90:
 
     def _compute_ab_stages(self, stages: int) -> int:
         budget = SMEM_CAPACITY_SM90 - _MBARRIER_BYTES_RESERVED - self._epi_bytes()
-        fit = budget // self._ab_bytes_per_stage()
+        fit = min(budget // self._ab_bytes_per_stage(), _MAX_AB_STAGES)
         if stages == 0:
             stages = fit
         if stages < 2 or stages > fit:
