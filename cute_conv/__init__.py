@@ -4,11 +4,11 @@ NHWC activation, KRSC filter, NPQK output; one persistent warp-specialized kerne
 """
 
 from .api import conv2d_fprop, conv2d_fprop_with_residual
-from .autotune import autotune
 from .compile import CompiledConv2d, compile_kernel
 from .config import Conv2dConfig, default_config
 from .epilogue import ACTIVATIONS, EpilogueSpec
 from .problem import Conv2dProblemShape
+from .tuning import autotune
 
 __all__ = [
     "ACTIVATIONS",

@@ -7,18 +7,19 @@ the rest of the API, so the activation *tensor* is simply the first argument.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
-from .autotune import choose_config
 from .compile import CompiledConv2d, compile_kernel, kernel_scalars
 from .config import Conv2dConfig
 from .epilogue import EpilogueSpec, validate_epilogue_args
 from .problem import Conv2dProblemShape
-from .staging import kernel_problem_for, overlaps, run_staged
+from .staging import kernel_problem_for, run_staged
+from .tuning import choose_config
 from .validation import ALIGNMENT_BYTES, check_alignment, validate_conv_inputs, validate_device
 
 __all__ = ["conv2d_fprop", "conv2d_fprop_with_residual"]
@@ -125,7 +126,12 @@ def conv2d_fprop_with_residual(
 
 def _conv2d(x, filter, source, *, out, stream, **args) -> torch.Tensor:  # noqa: A002
     """The shared body of the public functions; its fast path is a cached plan + a launch."""
-    x, filter, source, out = _as_torch(x, filter, source, out)
+    if not (type(x) is torch.Tensor and type(filter) is torch.Tensor):  # noqa: E721
+        x, filter, source, out = _as_torch(x, filter, source, out)
+    elif (out is not None and type(out) is not torch.Tensor) or (  # noqa: E721
+        source is not None and type(source) is not torch.Tensor  # noqa: E721
+    ):
+        x, filter, source, out = _as_torch(x, filter, source, out)
     if stream is not None and not isinstance(stream, torch.cuda.Stream):
         raise TypeError(f"stream must be a torch.cuda.Stream or None, got {type(stream).__name__}")
     plan = _plan(x, filter, source, out, args)
@@ -136,37 +142,51 @@ def _conv2d(x, filter, source, *, out, stream, **args) -> torch.Tensor:  # noqa:
     fresh_out = out is None
     if fresh_out:
         out = torch.empty(plan.problem.output_shape, dtype=plan.out_dtype, device=x.device)
-    tensors = (x, filter, out, source, bias, scale)
-    pointers = tuple(0 if t is None else t.data_ptr() for t in tensors)
-    if (pointers[0] | pointers[1] | pointers[2] | pointers[3]) % ALIGNMENT_BYTES:
-        for name, t in zip(("activation", "filter", "out", "source"), tensors, strict=False):
+    x_ptr, f_ptr, out_ptr = x.data_ptr(), filter.data_ptr(), out.data_ptr()
+    src_ptr = 0 if source is None else source.data_ptr()
+    if (x_ptr | f_ptr | out_ptr | src_ptr) % ALIGNMENT_BYTES:
+        tensors = {"activation": x, "filter": filter, "out": out, "source": source}
+        for name, t in tensors.items():
             if t is not None:
                 check_alignment(name, t)
-    if plan.problem.gemm_m == 0:
+    if plan.empty:
         return out
-    stream_handle = (stream or torch.cuda.current_stream(x.device)).cuda_stream
     needs_staging = plan.staged or not plan.vectors_fp32
     if not fresh_out:  # the kernel cannot write an input, nor read a source it is overwriting
-        needs_staging = needs_staging or overlaps(out, x) or overlaps(out, filter)
-        needs_staging = needs_staging or (
-            source is not None and pointers[3] != pointers[2] and overlaps(source, out)
+        x_bytes, f_bytes, out_bytes = plan.nbytes
+        needs_staging = (
+            needs_staging
+            or _spans_overlap(out_ptr, out_bytes, x_ptr, x_bytes)
+            or _spans_overlap(out_ptr, out_bytes, f_ptr, f_bytes)
+            or (
+                src_ptr
+                and src_ptr != out_ptr
+                and _spans_overlap(out_ptr, out_bytes, src_ptr, out_bytes)
+            )
         )
-    on_current = x.device.index == torch.cuda.current_device()
+    if stream is None:
+        stream = torch.cuda.current_stream(x.device)
     if needs_staging:
-        with (
-            torch.cuda.device(x.device),
-            torch.cuda.stream(stream or torch.cuda.current_stream(x.device)),
-        ):
+        with torch.cuda.device(x.device), torch.cuda.stream(stream):
             run_staged(
-                functools.partial(plan.launch, stream=stream_handle),
+                functools.partial(plan.launch, stream=stream.cuda_stream),
                 plan.problem, plan.kernel_problem, x, filter, out, source, bias, scale,
             )  # fmt: skip
-    elif on_current:
-        plan.kernel.launch(pointers, plan.scalars, stream_handle)
+        return out
+    pointers = (
+        x_ptr, f_ptr, out_ptr, src_ptr,
+        0 if bias is None else bias.data_ptr(), 0 if scale is None else scale.data_ptr(),
+    )  # fmt: skip
+    if x.device.index == torch.cuda.current_device():
+        plan.kernel.launch(pointers, plan.scalars, stream.cuda_stream)
     else:
         with torch.cuda.device(x.device):
-            plan.kernel.launch(pointers, plan.scalars, stream_handle)
+            plan.kernel.launch(pointers, plan.scalars, stream.cuda_stream)
     return out
+
+
+def _spans_overlap(a: int, a_bytes: int, b: int, b_bytes: int) -> bool:
+    return a < b + b_bytes and b < a + a_bytes
 
 
 @dataclass(frozen=True)
@@ -180,6 +200,8 @@ class _LaunchPlan:
     kernel_problem: Conv2dProblemShape  # what the kernel runs; see staging.kernel_problem_for
     scalars: tuple  # the kernel's runtime scalars for kernel_problem
     vectors_fp32: bool  # bias/scale (those the epilogue uses) are float32 already
+    nbytes: tuple[int, int, int]  # sizes of x, filter and out, for the aliasing checks
+    empty: bool  # N == 0: nothing to launch
 
     @property
     def staged(self) -> bool:
@@ -203,8 +225,13 @@ def _plan(x, filter, source, out, args: dict) -> _LaunchPlan:  # noqa: A002
     """
     try:
         key = (
-            *(_tensor_key(t) for t in (x, filter, source, out, args["bias"], args["scale"])),
-            *(_freeze(args[name]) for name in _ARG_ORDER),
+            _tensor_key(x),
+            _tensor_key(filter),
+            None if source is None else _tensor_key(source),
+            None if out is None else _tensor_key(out),
+            None if args["bias"] is None else _tensor_key(args["bias"]),
+            None if args["scale"] is None else _tensor_key(args["scale"]),
+            *[_freeze(args[name]) for name in _ARG_ORDER],
         )
         hash(key)
     except TypeError:  # an unhashable argument: validation will say what is wrong with it
@@ -281,19 +308,24 @@ def _make_plan(x, filter, source, out, args: dict) -> _LaunchPlan:  # noqa: A002
         args["scale"] if epilogue.has_scale else None,
     )
     vectors_fp32 = all(v is None or v.dtype == torch.float32 for v in used_vectors)
-    return _LaunchPlan(problem, out_dtype, epilogue, kernel, kernel_problem, scalars, vectors_fp32)
+    out_bytes = math.prod(problem.output_shape) * torch.finfo(out_dtype).bits // 8
+    nbytes = (x.numel() * x.element_size(), filter.numel() * filter.element_size(), out_bytes)
+    return _LaunchPlan(
+        problem, out_dtype, epilogue, kernel, kernel_problem, scalars, vectors_fp32, nbytes,
+        problem.gemm_m == 0,
+    )  # fmt: skip
 
 
-def _tensor_key(t: torch.Tensor | None) -> tuple | None:
-    if t is None:
-        return None
-    return (type(t), t.dtype, t.device, t.layout, tuple(t.shape), t.stride())
+def _tensor_key(t: torch.Tensor) -> tuple:
+    return (type(t), t.dtype, t.device, t.layout, t.shape, t.stride())
 
 
 def _freeze(value: Any) -> Any:
     """A hashable key that tells apart what validation tells apart (1 vs True vs 1.0)."""
     kind = type(value)
-    if kind is int or kind is float or value is None:
+    if kind is int or value is None:  # the common case, cheapest key
+        return value
+    if kind is float:
         return (kind, value)
     if isinstance(value, (list, tuple)):
         return (kind is tuple, tuple(_freeze(v) for v in value))

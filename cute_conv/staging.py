@@ -25,7 +25,7 @@ __all__ = ["CHANNEL_ALIGNMENT", "kernel_problem_for", "run_staged", "uses_im2col
 CHANNEL_ALIGNMENT = 8
 # Unfold when a filter tap holds at most this many channels and there are several taps: the
 # implicit GEMM would use at most 8 of each 64-wide k-tile.
-IM2COL_MAX_CHANNELS = 8
+IM2COL_MAX_CHANNELS = 4
 IM2COL_MIN_TAPS = 4
 
 
