@@ -23,6 +23,7 @@ TILE_K_CHOICES = (16, 32, 64)
 CLUSTER_CHOICES = (1, 2)
 MAX_CLUSTER_SIZE = 2
 MIN_STAGES, MAX_STAGES = 2, 16
+_K_TILE_COST = 16  # the fixed cost of a k-tile (barriers, issue), in channels of MMA work
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,9 @@ def default_config(problem: Conv2dProblemShape, num_sms: int = 132) -> Conv2dCon
     when the N tiles pair up evenly; otherwise no cluster (a lone CTA of a pair would compute a
     tile of zeros).
 
-    tile_k: the narrowest of 16/32/64 that holds C (a k-tile never spans two filter taps).
+    tile_k: a k-tile never spans two filter taps, so each tap's C channels are padded up to a
+    multiple of tile_k; the choice trades that padding (C=96: 128 with 64, none with 32)
+    against the fixed cost of each k-tile.
     """
     tiles_m = -(-problem.gemm_m // 128)
     best = None
@@ -129,6 +132,10 @@ def default_config(problem: Conv2dProblemShape, num_sms: int = 132) -> Conv2dCon
             best = (cost, tile_n, tiles_n)
     _, tile_n, tiles_n = best
     cluster_n = 2 if tiles_n % 2 == 0 else 1
-    # A k-tile holds channels of one filter tap: no wider than C needs.
-    tile_k = next(k for k in TILE_K_CHOICES if k >= min(problem.C, TILE_K_CHOICES[-1]))
+    # A k-tile holds channels of one filter tap, so C is padded up to a multiple of tile_k.
+    # Weigh that padding against a per-k-tile cost worth 16 channels; ties go to the wider.
+    tile_k = min(
+        sorted(TILE_K_CHOICES, reverse=True),
+        key=lambda k: -(-problem.C // k) * (k + _K_TILE_COST),
+    )
     return Conv2dConfig(tile_m=128, tile_n=tile_n, tile_k=tile_k, cluster_n=cluster_n)
