@@ -58,13 +58,16 @@ def _im2col_columns(x: torch.Tensor, problem: Conv2dProblemShape, width: int) ->
     padded = F.pad(x, (0, 0, left, right, top, bottom))
     s_n, s_h, s_w, s_c = padded.stride()
     (stride_h, stride_w), (dil_h, dil_w) = problem.stride, problem.dilation
-    patches = padded.as_strided(
-        (problem.N, problem.P, problem.Q, problem.R, problem.S, problem.C),
-        (s_n, s_h * stride_h, s_w * stride_w, s_h * dil_h, s_w * dil_w, s_c),
-    )
-    columns = x.new_zeros(problem.N, problem.P, problem.Q, width)
-    used = problem.R * problem.S * problem.C
-    columns[..., :used].unflatten(-1, (problem.R, problem.S, problem.C)).copy_(patches)
+    n, p, q, r, s, c = problem.N, problem.P, problem.Q, problem.R, problem.S, problem.C
+    if dil_w == 1:  # the s taps of one row are adjacent pixels: copy S*C contiguous values
+        shape = (n, p, q, r, s * c)
+        strides = (s_n, s_h * stride_h, s_w * stride_w, s_h * dil_h, s_c)
+    else:
+        shape = (n, p, q, r, s, c)
+        strides = (s_n, s_h * stride_h, s_w * stride_w, s_h * dil_h, s_w * dil_w, s_c)
+    patches = padded.as_strided(shape, strides)
+    columns = x.new_zeros(n, p, q, width)
+    columns[..., : r * s * c].unflatten(-1, shape[3:]).copy_(patches)
     return columns
 
 
