@@ -1,0 +1,82 @@
+"""Conv2dConfig validation, the default heuristic and the autotuner's bookkeeping (CPU)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import cute_conv
+from cute_conv import tuning
+from cute_conv.config import Conv2dConfig, default_config
+from cute_conv.problem import Conv2dProblemShape
+
+
+@pytest.mark.parametrize(
+    "kwargs,exc,match",
+    [
+        pytest.param(dict(tile_m=256), ValueError, "tile_m must be one of", id="tile-m"),
+        pytest.param(dict(tile_n=96), ValueError, "tile_n must be one of", id="tile-n"),
+        pytest.param(dict(tile_k=128), ValueError, "tile_k must be one of", id="tile-k"),
+        pytest.param(dict(cluster_m=4), ValueError, "cluster_m must be one of", id="cluster-m"),
+        pytest.param(dict(cluster_m=2, cluster_n=2), ValueError, "cluster_m\\*cluster_n", id="cluster-size"),
+        pytest.param(dict(stages=1), ValueError, "stages must be 0", id="stages"),
+        pytest.param(dict(swizzle=0), ValueError, "swizzle must be >= 1", id="swizzle"),
+        pytest.param(dict(tile_n=128.0), TypeError, "tile_n must be an int", id="tile-n-type"),
+        pytest.param(dict(raster_along_m=1), TypeError, "raster_along_m must be a bool", id="raster-type"),
+    ],
+)  # fmt: skip
+def test_config_rejections(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        Conv2dConfig(**kwargs)
+
+
+def problem(n, hw, c, k, rs, **geom):
+    return Conv2dProblemShape.from_shapes((n, hw, hw, c), (k, rs, rs, c), **geom)
+
+
+@pytest.mark.parametrize(
+    "prob,tile_n,tile_k,cluster_n",
+    [
+        pytest.param(problem(128, 64, 384, 384, 3, padding=1), 192, 64, 2, id="k384-fits-192"),
+        pytest.param(problem(128, 56, 64, 64, 3, padding=1), 64, 64, 1, id="k64"),
+        pytest.param(problem(128, 14, 256, 256, 3, padding=1), 128, 64, 2, id="few-m-tiles"),
+        pytest.param(problem(128, 64, 256, 256, 3, padding=1), 256, 64, 1, id="k256-many-m"),
+        pytest.param(problem(64, 16, 96, 192, 5, padding=2), 192, 32, 1, id="c96-tile-k-32"),
+        pytest.param(problem(8, 32, 8, 64, 3, padding=1), 64, 16, 1, id="c8-tile-k-16"),
+    ],
+)  # fmt: skip
+def test_default_config(prob, tile_n, tile_k, cluster_n):
+    config = default_config(prob)
+    assert (config.tile_n, config.tile_k, config.cluster_n) == (tile_n, tile_k, cluster_n)
+
+
+def test_candidates_are_valid_and_fit_k():
+    prob = problem(2, 8, 64, 64, 3)
+    candidates = tuning.candidate_configs(prob)
+    assert candidates and all(isinstance(c, Conv2dConfig) for c in candidates)
+    assert {c.tile_n for c in candidates} == {64, 128}
+    assert len(set(candidates)) == len(candidates)
+
+
+def test_problem_key_separates_what_matters():
+    a = problem(2, 8, 64, 64, 3, padding=1)
+    b = problem(2, 8, 64, 64, 3, padding=1, stride=2)
+    key = tuning.problem_key(a, torch.bfloat16, torch.bfloat16)
+    assert key != tuning.problem_key(b, torch.bfloat16, torch.bfloat16)
+    assert key != tuning.problem_key(a, torch.float16, torch.float16)
+    assert key.startswith(f"m{a.gemm_m}-k64-c64-r3s3")
+
+
+def test_stored_choice_round_trips(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUTE_CONV_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(tuning, "_device_name", lambda index: "Fake H200")
+    device = torch.device("cuda", 0)
+    config = Conv2dConfig(tile_n=192, cluster_n=2, swizzle=1)
+    assert tuning.lookup(device, "some-key") is None
+    tuning._store(device, "some-key", config, {"n192": 0.1})
+    assert tuning.lookup(device, "some-key") == config
+    table = json.loads((tmp_path / "autotune.json").read_text())
+    assert table["Fake H200"]["some-key"]["ms"] == {"n192": 0.1}
+    assert cute_conv.autotune is tuning.autotune
