@@ -6,10 +6,13 @@ Most calls meet all of that and launch directly; the others are staged here with
 ops on the same stream, around the one kernel launch. Every extra copy is listed in
 ``run_staged``'s docstring and in the README.
 
-One more staging is for speed: a conv with very few input channels (the RGB stem, C=3) wastes
-most of each 64-channel k-tile, since a k-tile never spans two filter taps. For those, the
-activation is unfolded into explicit im2col columns ``[N, P, Q, R*S*C]`` and the kernel runs
-the equivalent 1x1 conv, whose k-tiles are full.
+Two more stagings are for speed: a conv with very few input channels (the RGB stem, C=3)
+wastes most of each k-tile, since a k-tile never spans two filter taps.
+- Stride 2: space-to-depth. Each 2x2 pixel block becomes one pixel of 4*C channels and the
+  filter is regrouped the same way, giving an equivalent stride-1 conv with ceil(R/2) x
+  ceil(S/2) taps of 4*C channels (the 7x7 stem: 16 taps of 12 channels instead of 49 of 3).
+- Otherwise: the activation is unfolded into explicit im2col columns ``[N, P, Q, R*S*C]`` and
+  the kernel runs the equivalent 1x1 conv, whose k-tiles are full.
 """
 
 from __future__ import annotations
@@ -19,7 +22,13 @@ import torch.nn.functional as F
 
 from .problem import Conv2dProblemShape
 
-__all__ = ["CHANNEL_ALIGNMENT", "kernel_problem_for", "run_staged", "uses_im2col"]
+__all__ = [
+    "CHANNEL_ALIGNMENT",
+    "kernel_problem_for",
+    "run_staged",
+    "uses_im2col",
+    "uses_space_to_depth",
+]
 
 # TMA rows are 16 bytes: C and K of 16-bit tensors must be multiples of 8 elements.
 CHANNEL_ALIGNMENT = 8
@@ -33,13 +42,27 @@ def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
-def uses_im2col(problem: Conv2dProblemShape) -> bool:
+def _few_channels(problem: Conv2dProblemShape) -> bool:
     return problem.C <= IM2COL_MAX_CHANNELS and problem.R * problem.S >= IM2COL_MIN_TAPS
+
+
+def uses_space_to_depth(problem: Conv2dProblemShape) -> bool:
+    return _few_channels(problem) and problem.stride == (2, 2) and problem.dilation == (1, 1)
+
+
+def uses_im2col(problem: Conv2dProblemShape) -> bool:
+    return _few_channels(problem) and not uses_space_to_depth(problem)
 
 
 def kernel_problem_for(problem: Conv2dProblemShape) -> Conv2dProblemShape:
     """The problem the kernel runs: ``problem`` itself when it needs no staging."""
     k = _round_up(problem.K, CHANNEL_ALIGNMENT)
+    if uses_space_to_depth(problem):
+        taps_h, taps_w = -(-problem.R // 2), -(-problem.S // 2)
+        return Conv2dProblemShape(
+            problem.N, problem.P + taps_h - 1, problem.Q + taps_w - 1,
+            _round_up(4 * problem.C, CHANNEL_ALIGNMENT), k, taps_h, taps_w,
+        )  # fmt: skip
     if uses_im2col(problem):
         columns = _round_up(problem.C * problem.R * problem.S, CHANNEL_ALIGNMENT)
         return Conv2dProblemShape(problem.N, problem.P, problem.Q, columns, k, 1, 1)
@@ -71,10 +94,33 @@ def _im2col_columns(x: torch.Tensor, problem: Conv2dProblemShape, width: int) ->
     return columns
 
 
+def _space_to_depth(x: torch.Tensor, problem: Conv2dProblemShape, kp: Conv2dProblemShape):
+    """``[N, kp.H, kp.W, kp.C]``: pixel (i, j) holds the 2x2 block at (2i, 2j) of the padded
+    input, channels ordered (a, b, c) for block offset (a, b)."""
+    (top, _), (left, _) = problem.padding
+    n, c = problem.N, problem.C
+    padded = x.new_zeros(n, 2 * kp.H, 2 * kp.W, c)
+    rows, cols = min(problem.H, 2 * kp.H - top), min(problem.W, 2 * kp.W - left)
+    padded[:, top : top + rows, left : left + cols] = x[:, :rows, :cols]
+    blocks = padded.view(n, kp.H, 2, kp.W, 2, c).permute(0, 1, 3, 2, 4, 5)
+    return F.pad(blocks.reshape(n, kp.H, kp.W, 4 * c), (0, kp.C - 4 * c))
+
+
+def _space_to_depth_filter(filter: torch.Tensor, kp: Conv2dProblemShape) -> torch.Tensor:  # noqa: A002
+    """The filter regrouped like ``_space_to_depth``: tap (u, v) holds taps (2u+a, 2v+b)."""
+    k, r, s, c = filter.shape
+    padded = F.pad(filter, (0, 0, 0, 2 * kp.S - s, 0, 2 * kp.R - r))
+    blocks = padded.view(k, kp.R, 2, kp.S, 2, c).permute(0, 1, 3, 2, 4, 5)
+    regrouped = blocks.reshape(k, kp.R, kp.S, 4 * c)
+    return F.pad(regrouped, (0, kp.C - 4 * c, 0, 0, 0, 0, 0, kp.K - k))
+
+
 def _stage_inputs(
     x: torch.Tensor, filter: torch.Tensor, problem: Conv2dProblemShape, kp: Conv2dProblemShape
 ) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: A002
     k_pad = kp.K - problem.K
+    if uses_space_to_depth(problem):
+        return _space_to_depth(x, problem, kp), _space_to_depth_filter(filter, kp).contiguous()
     if uses_im2col(problem):
         flt = filter.reshape(problem.K, 1, 1, problem.R * problem.S * problem.C)
         flt = F.pad(flt, (0, kp.C - flt.shape[-1], 0, 0, 0, 0, 0, k_pad))
@@ -102,8 +148,11 @@ def run_staged(
     - C or K not a multiple of 8: ``x`` and/or ``filter`` zero-padded to the next multiple
       (zero channels add nothing); with K padded, the kernel writes a scratch output whose
       first K channels are copied to ``out``, and ``source``/``bias``/``scale`` are padded too.
-    - few input channels (``uses_im2col``): ``x`` unfolded into ``[N, P, Q, R*S*C]`` columns,
-      about ``R*S / (stride_h*stride_w)`` times the activation's size.
+    - few input channels and stride 2 (``uses_space_to_depth``): ``x`` rearranged into 2x2
+      blocks (about the activation's size, times 16/(4*C) for the channel padding) and the
+      filter regrouped.
+    - few input channels otherwise (``uses_im2col``): ``x`` unfolded into ``[N, P, Q, R*S*C]``
+      columns, about ``R*S / (stride_h*stride_w)`` times the activation's size.
     - ``out`` overlapping ``x`` or ``filter`` (``x = x + conv(x)``): a scratch output, copied
       to ``out`` after the kernel, since other CTAs may still read a halo already written.
     - ``source`` overlapping ``out`` without being it: a copy of ``source``.

@@ -65,6 +65,8 @@ GEOMETRIES = [
     pytest.param(dict(n=4, h=14, w=14, c=256, k=512, r=1, s=1), id="1x1"),
     pytest.param(dict(n=2, h=28, w=28, c=64, k=256, r=1, s=1, stride=2), id="1x1-stride2"),
     pytest.param(dict(n=2, h=32, w=32, c=8, k=64, r=7, s=7, stride=2, padding=3), id="7x7-s2"),
+    pytest.param(dict(n=2, h=33, w=30, c=3, k=64, r=7, s=7, stride=2, padding=3), id="rgb-stem-space-to-depth"),
+    pytest.param(dict(n=2, h=33, w=30, c=3, k=40, r=5, s=5, stride=3, padding=2), id="rgb-im2col"),
     pytest.param(dict(n=3, h=7, w=9, c=72, k=200, r=3, s=3, padding=1), id="m-and-k-tails"),
     pytest.param(dict(n=1, h=5, w=5, c=16, k=40, r=3, s=3), id="one-tile"),
     pytest.param(dict(n=1, h=1, w=1, c=64, k=64, r=1, s=1), id="single-pixel"),

@@ -7,10 +7,19 @@ import torch
 
 from cute_conv.problem import Conv2dProblemShape
 from cute_conv.reference import conv2d_reference
-from cute_conv.staging import kernel_problem_for, overlaps, run_staged, uses_im2col
+from cute_conv.staging import (
+    kernel_problem_for,
+    overlaps,
+    run_staged,
+    uses_im2col,
+    uses_space_to_depth,
+)
 
 CASES = [
-    pytest.param((2, 15, 17, 3, 16, 7, 7, dict(stride=2, padding=3)), id="rgb-stem"),
+    pytest.param((2, 15, 17, 3, 16, 7, 7, dict(stride=2, padding=3)), id="rgb-stem-s2d"),
+    pytest.param((2, 16, 16, 4, 16, 3, 3, dict(stride=2, padding=((0, 1), (1, 0)))), id="s2d-asym"),
+    pytest.param((1, 13, 12, 3, 8, 5, 4, dict(stride=2)), id="s2d-even-odd-filter"),
+    pytest.param((2, 15, 17, 3, 16, 7, 7, dict(stride=3, padding=3)), id="rgb-im2col-s3"),
     pytest.param(
         (1, 9, 8, 5, 12, 3, 3, dict(padding=((0, 2), (1, 0)), dilation=2)), id="c5-asym-dil"
     ),
@@ -57,8 +66,13 @@ def test_staged_problem_matches_the_conv(case):
 
 def test_im2col_is_used_for_few_channels_only():
     stem = Conv2dProblemShape.from_shapes((1, 32, 32, 3), (64, 7, 7, 3), stride=2, padding=3)
-    assert uses_im2col(stem)
+    assert uses_space_to_depth(stem) and not uses_im2col(stem)
     kp = kernel_problem_for(stem)
+    assert (kp.R, kp.S, kp.C, kp.stride) == (4, 4, 16, (1, 1))  # 2x2 blocks of 3 channels
+    assert kp.output_shape == stem.output_shape
+    stem3 = Conv2dProblemShape.from_shapes((1, 32, 32, 3), (64, 7, 7, 3), stride=3, padding=3)
+    assert uses_im2col(stem3)
+    kp = kernel_problem_for(stem3)
     assert (kp.R, kp.S, kp.C) == (1, 1, 152)  # 7*7*3 = 147 columns, padded to 152
     assert not uses_im2col(Conv2dProblemShape.from_shapes((1, 8, 8, 16), (8, 3, 3, 16)))
     assert not uses_im2col(Conv2dProblemShape.from_shapes((1, 8, 8, 3), (8, 1, 1, 3)))
