@@ -103,7 +103,9 @@ def _space_to_depth(x: torch.Tensor, problem: Conv2dProblemShape, kp: Conv2dProb
     rows, cols = min(problem.H, 2 * kp.H - top), min(problem.W, 2 * kp.W - left)
     padded[:, top : top + rows, left : left + cols] = x[:, :rows, :cols]
     blocks = padded.view(n, kp.H, 2, kp.W, 2, c).permute(0, 1, 3, 2, 4, 5)
-    return F.pad(blocks.reshape(n, kp.H, kp.W, 4 * c), (0, kp.C - 4 * c))
+    staged = x.new_zeros(n, kp.H, kp.W, kp.C)  # one copy into the zero-padded channels
+    staged[..., : 4 * c].unflatten(-1, (2, 2, c)).copy_(blocks)
+    return staged
 
 
 def _space_to_depth_filter(filter: torch.Tensor, kp: Conv2dProblemShape) -> torch.Tensor:  # noqa: A002
