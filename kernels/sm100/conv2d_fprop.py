@@ -1,0 +1,1065 @@
+"""Conv2D forward propagation on Blackwell (SM100): the seed's ``Conv2dFpropKernel``.
+
+A persistent, warp-specialized implicit GEMM (GEMM view in ``kernels/common/im2col.py``):
+M = N*P*Q output pixels, N = K output channels, K = (C, S, R) walked c-block fastest. The
+activation tile is loaded by TMA in im2col mode, the filter tile by tiled TMA; padding, halos
+and M/K tails are zero-filled by the TMA unit. ``tcgen05.mma`` accumulates in tensor memory
+(TMEM), 1-SM (MMA 128xN) or 2-SM (a CTA pair shares one 256xN MMA). The fused epilogue is the
+Hopper kernel's (``kernels/common/epilogue.py``), fed from TMEM:
+``D = epilogue_fn(act(alpha * acc * scale + bias)) + beta * C``.
+
+Compile-verified only: this kernel has been compiled for ``sm_100a`` and its PTX checked; it has
+never run on a Blackwell GPU.
+
+The A operand uses the rank-generic im2col atom (``cpasync.make_im2col_tma_atom``, a 4-D
+``(C, W, H, N)`` descriptor, as on SM90) rather than ``cute.nvgpu.make_im2col_tma_atom_A``,
+which only builds 5-D descriptors and so would narrow the corner range to [-16, 15] and the
+filter span to 31. Its SMEM layout is handed over as the ``(BM, BK)`` row-major equivalent of
+the MMA's K-major layout: with ``BK`` one swizzle row wide the two are the same function.
+
+Where this differs from the seed (Modular's SM100 conv), and why:
+
+- The load-order barrier is arrived once, after the first tile's prologue (as CUTLASS does),
+  not per tile: a single per-tile mbarrier has no back-pressure, so a load warp two tiles ahead
+  of the epilogue-load warp would alias its phase.
+- The accumulator-empty and TMEM-dealloc barriers take one elected arrive per epilogue warp
+  (``4 * cta_group``) instead of one per thread (``128 * cta_group``); the same ordering.
+- TMEM: ``acc_stages * MMA_N`` columns rounded up to a power of two, not always all 512.
+- ``block_swizzle`` is the grouped rasterization of the SM90 scheduler, not a serpentine walk;
+  work items run along grid x, so more than 65535 clusters can be launched.
+- The source ring defaults to one output tile of subtiles (the seed's ``MMA_N / OutputN``),
+  halved while the A/B ring would keep fewer than 3 stages.
+- No ``setmaxnreg``: 256 threads x 255 registers fit the register file (ptxas: no spills in
+  the tested configs; 46-174 registers with 32-column subtiles, up to 255 with 64).
+"""
+
+import enum
+from typing import Optional, Type
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+import cutlass.memory
+import cutlass.pipeline as pipeline
+import cutlass.utils.blackwell_helpers as sm100_utils
+from cutlass.cute.nvgpu import OperandMajorMode, cpasync, tcgen05
+from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
+from cutlass.tensor_utils import LayoutEnum
+from cutlass.utils.gemm.sm100 import transform_partitioned_tensor_layout
+
+from ..common.barriers import NamedBarrierConv
+from ..common.epilogue import EpilogueSpec, apply_epilogue
+from ..common.im2col import (
+    ConvGeometry,
+    activation_im2col_view,
+    filter_gemm_view,
+    fprop_im2col_params,
+    output_gemm_view,
+)
+from .config import SMEM_CAPACITY_SM100, Conv2dConfigSm100
+from .pipeline_checks import WarpRoles, check_pipeline, conv2d_barrier_specs
+from .smem import Conv2dSmem, conv2d_smem_struct
+from .tile_scheduler import ClcTileScheduler
+
+__all__ = ["Conv2dFpropKernel", "SMEM_CAPACITY_SM100"]
+
+
+class NamedBarrierSm100(enum.IntEnum):
+    """Hardware named barriers of the SM100 kernel (0 is ``__syncthreads``)."""
+
+    # The 4 epilogue warps around each output subtile (as on SM90).
+    Epilogue = int(NamedBarrierConv.Epilogue)
+    # The MMA warp publishes the TMEM address it allocated; the epilogue warps read it.
+    TmemAllocation = max(int(b) for b in NamedBarrierConv) + 1
+
+
+class Conv2dFpropKernel:
+    """One compiled configuration of the SM100 conv fprop kernel.
+
+    Warp roles (256 threads, one CTA per SM; a 2-SM config runs CTA pairs in 2x1 clusters):
+
+      warps 0-3  epilogue: TMEM -> registers (tcgen05.ld) -> alpha, scale, bias, activation,
+                 epilogue_fn -> + beta * C (from SMEM) -> SMEM (st.shared.v4) -> TMA store
+      warp 4     scheduler (CTA 0 of the cluster only): clusterlaunchcontrol.try_cancel
+      warp 5     TMA load: im2col activation tile + filter tile per k-tile
+      warp 6     MMA: allocates TMEM, issues tcgen05.mma (leader CTA of a pair), frees TMEM
+      warp 7     epilogue load: TMA of the residual C subtiles; exits at once without residual
+
+    Pipelines and barriers (arrive counts per phase; ``pipeline_checks.py`` derives them from
+    the roles and checks the DSL objects against them at trace time). "pair" is the CTA pair
+    of a 2-SM MMA (just the CTA for 1-SM), cs the cluster size (= cta_group):
+
+      input         PipelineTmaUmma, ``stages`` deep: load -> MMA.
+                    full: 1 (leader's load warp, expect_tx = A+B bytes of the pair);
+                    empty: 1 (leader's tcgen05.commit, multicast to the pair).
+      accumulator   PipelineUmmaAsync, ``acc_stages`` TMEM buffers: MMA -> epilogue.
+                    full: 1 (leader's tcgen05.commit, multicast to the pair);
+                    empty: 4 * cta_group (one elected lane per epilogue warp of the pair,
+                    after the tile's last TMEM load, on the leader's barrier).
+      clc           PipelineClcFetchAsync, ``clc_stages`` responses: scheduler -> all roles.
+                    full: 1 (scheduler lane d arrives with expect_tx 16 on CTA d);
+                    empty: 32 * (1 + cs * (6 + residual)) (every thread that reads a
+                    response: scheduler; load, MMA, 4 epilogue and epilogue-load warps).
+      clc_throttle  PipelineAsync, ``clc_stages``: load (CTA 0) -> scheduler. full: 32 (load
+                    warp, once per tile it starts); empty: 32 (scheduler, once per query).
+                    The scheduler steals the next cluster only once this one's loads begin.
+      epi_load      PipelineTmaAsync, ``source_stages``: epilogue load -> epilogue (residual).
+                    full: 1 (expect_tx = one C subtile); empty: 4 (lane 0 per epilogue warp).
+      store         PipelineTmaStore, ``output_stages``: bulk-group accounting of D stores.
+      load_order    1 mbarrier (residual): the load warp arrives once, when the first tile's
+                    prologue (min(stages, k-tiles) loads) is issued; the epilogue-load warp
+                    waits before its first C load, so C does not compete with the first fill.
+      tmem_dealloc  1 mbarrier: 4 * cta_group (one elected lane per epilogue warp of the pair,
+                    after its last TMEM load); the MMA warp waits, then frees TMEM.
+      named         Epilogue (128 threads), TmemAllocation (160: MMA + epilogue warps).
+    """
+
+    roles = WarpRoles()
+    threads_per_cta = roles.threads_per_cta
+
+    def __init__(
+        self,
+        act_dtype: Type[cutlass.Numeric],
+        filter_dtype: Type[cutlass.Numeric],
+        out_dtype: Type[cutlass.Numeric],
+        config: Conv2dConfigSm100,
+        epilogue: Optional[EpilogueSpec] = None,
+    ):
+        epilogue = EpilogueSpec() if epilogue is None else epilogue
+        if act_dtype not in (cutlass.BFloat16, cutlass.Float16) or filter_dtype != act_dtype:
+            raise TypeError(
+                f"act_dtype and filter_dtype must both be BFloat16 or both Float16, "
+                f"got {act_dtype} and {filter_dtype}"
+            )
+        if out_dtype not in (cutlass.BFloat16, cutlass.Float16, cutlass.Float32):
+            raise TypeError(f"out_dtype must be BFloat16, Float16 or Float32, got {out_dtype}")
+        if not isinstance(config, Conv2dConfigSm100):
+            raise TypeError(f"config must be a Conv2dConfigSm100, got {type(config).__name__}")
+        self.act_dtype = act_dtype
+        self.filter_dtype = filter_dtype
+        self.out_dtype = out_dtype
+        self.acc_dtype = cutlass.Float32
+        self.config = config
+        self.epilogue = epilogue
+        self.plan = config.plan(act_dtype, out_dtype, epilogue.has_residual)
+
+        self.cta_group = config.cta_group
+        self.use_2cta = config.cta_group == 2
+        self.cluster_shape_mn = config.cluster_shape_mn
+        self.cluster_size = config.cluster_m * config.cluster_n
+        self.mma_tiler = (config.mma_m, config.mma_n, config.tile_k)
+        self.block_tile = config.block_tile_shape
+        self.epi_tile = config.output_tile_shape
+        self.num_subtiles = config.mma_n // config.epi_n
+        self.ab_stages = self.plan.ab_stages
+        self.acc_stages = config.acc_stages
+        self.clc_stages = config.clc_stages
+        self.output_stages = config.output_stages
+        self.source_stages = self.plan.source_stages
+        self.num_tmem_cols = self.plan.tmem_columns
+        self.barrier_specs = conv2d_barrier_specs(
+            cta_group=self.cta_group,
+            cluster_size=self.cluster_size,
+            has_residual=epilogue.has_residual,
+            roles=self.roles,
+        )
+        bm, bn, bk = self.block_tile
+        om, on = self.epi_tile
+        self.smem_struct = conv2d_smem_struct(
+            act_dtype=act_dtype,
+            out_dtype=out_dtype,
+            act_elems=bm * bk * self.ab_stages,
+            filter_elems=bn * bk * self.ab_stages,
+            out_elems=om * on * self.output_stages,
+            src_elems=om * on * self.source_stages,
+            ab_stages=self.ab_stages,
+            acc_stages=self.acc_stages,
+            clc_stages=self.clc_stages,
+            src_stages=self.source_stages,
+        )
+
+    def smem_bytes(self) -> int:
+        """Shared memory the kernel asks for: ``sizeof(Conv2dSmem)``."""
+        return self.plan.smem_bytes
+
+    def tmem_columns(self) -> int:
+        return self.plan.tmem_columns
+
+    # ------------------------------------------------------------------------------------------
+    # Trace-time attributes: MMA, SMEM layouts
+    # ------------------------------------------------------------------------------------------
+
+    def _setup_attributes(self):
+        cta_group = tcgen05.CtaGroup.TWO if self.use_2cta else tcgen05.CtaGroup.ONE
+        self.tiled_mma = sm100_utils.make_trivial_tiled_mma(
+            self.act_dtype,
+            self.filter_dtype,
+            OperandMajorMode.K,
+            OperandMajorMode.K,
+            self.acc_dtype,
+            cta_group,
+            self.mma_tiler[:2],
+        )
+        self.cta_group_enum = cta_group
+        self.a_smem_layout_staged = sm100_utils.make_smem_layout_a(
+            self.tiled_mma, self.mma_tiler, self.act_dtype, self.ab_stages
+        )
+        self.b_smem_layout_staged = sm100_utils.make_smem_layout_b(
+            self.tiled_mma, self.mma_tiler, self.filter_dtype, self.ab_stages
+        )
+        self.epi_smem_layout_staged = sm100_utils.make_smem_layout_epi(
+            self.out_dtype, LayoutEnum.ROW_MAJOR, self.epi_tile, self.output_stages
+        )
+        # Source C subtiles share the output's SMEM layout, so one TMA box shape serves both.
+        self.src_smem_layout_staged = sm100_utils.make_smem_layout_epi(
+            self.out_dtype, LayoutEnum.ROW_MAJOR, self.epi_tile, max(self.source_stages, 1)
+        )
+        self.cluster_layout_vmnk = cute.tiled_divide(
+            cute.make_layout((*self.cluster_shape_mn, 1)), (self.tiled_mma.thr_id.shape,)
+        )
+        # The host sized Conv2dSmem from element counts: they must be the layouts' sizes.
+        bm, bn, bk = self.block_tile
+        om, on = self.epi_tile
+        expected = {
+            "act": (self.a_smem_layout_staged, bm * bk * self.ab_stages),
+            "filter": (self.b_smem_layout_staged, bn * bk * self.ab_stages),
+            "out": (self.epi_smem_layout_staged, om * on * self.output_stages),
+        }
+        for name, (layout, elems) in expected.items():
+            if cute.cosize(layout.outer) != elems:
+                raise ValueError(
+                    f"SMEM layout of the {name} tiles spans {cute.cosize(layout.outer)} "
+                    f"elements, Conv2dSmem reserves {elems}"
+                )
+        if self.smem_struct.__sizeof__() > SMEM_CAPACITY_SM100:
+            raise ValueError(
+                f"Conv2dSmem takes {self.smem_struct.__sizeof__()} bytes, over the "
+                f"{SMEM_CAPACITY_SM100}-byte SMEM limit"
+            )
+
+    def _act_tma_smem_layout(self) -> cute.ComposedLayout:
+        """One A stage as a row-major ``(BM, BK)`` tile with the MMA layout's swizzle.
+
+        The MMA form ``((BM, 16), 1, BK/16)`` maps ``(m, k)`` to ``m * BK + k`` (then swizzles)
+        when ``BK`` is one swizzle row, which ``Conv2dConfigSm100`` guarantees; the im2col
+        atom needs the tile's own ``(BM, BK)`` shape.
+        """
+        bm, _, bk = self.block_tile
+        mma_k = self.tiled_mma.shape_mnk[2]
+        stage = cute.slice_(self.a_smem_layout_staged, (None, None, None, 0)).outer
+        expected = (((bm, mma_k), 1, bk // mma_k), ((bk, 1), 0, mma_k))
+        if (stage.shape, stage.stride) != expected:
+            raise ValueError(
+                f"the A stage layout {stage} is not the K-major ((BM, {mma_k}), 1, BK/{mma_k}) "
+                f"form the im2col atom's (BM, BK) row-major view assumes"
+            )
+        return cute.make_composed_layout(
+            self.a_smem_layout_staged.inner, 0, cute.make_layout((bm, bk), stride=(bk, 1))
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # Host JIT entry: views, TMA atoms, grid; launch
+    # ------------------------------------------------------------------------------------------
+
+    @cute.jit
+    def __call__(
+        self,
+        act_ptr: cute.Pointer,
+        filter_ptr: cute.Pointer,
+        out_ptr: cute.Pointer,
+        source_ptr: cute.Pointer,
+        bias_ptr: cute.Pointer,
+        scale_ptr: cute.Pointer,
+        n: cutlass.Int32,
+        h: cutlass.Int32,
+        w: cutlass.Int32,
+        c: cutlass.Int32,
+        k: cutlass.Int32,
+        r: cutlass.Int32,
+        s: cutlass.Int32,
+        p: cutlass.Int32,
+        q: cutlass.Int32,
+        pad_top: cutlass.Int32,
+        pad_bottom: cutlass.Int32,
+        pad_left: cutlass.Int32,
+        pad_right: cutlass.Int32,
+        stride_h: cutlass.Int32,
+        stride_w: cutlass.Int32,
+        dil_h: cutlass.Int32,
+        dil_w: cutlass.Int32,
+        alpha: cutlass.Float32,
+        beta: cutlass.Float32,
+        max_clusters: cutlass.Int32,
+        stream: cuda.CUstream,
+    ):
+        """Launch on raw device pointers: the SM90 kernel's signature, so the host launch path
+        is shared. Pointers of terms the epilogue spec leaves out are never dereferenced (pass
+        0). ``max_clusters`` is unused: the grid covers every tile and cluster launch control
+        makes it persistent."""
+        geom = ConvGeometry(
+            n, h, w, c, k, r, s, p, q,
+            pad_top, pad_bottom, pad_left, pad_right, stride_h, stride_w, dil_h, dil_w,
+        )  # fmt: skip
+        self._setup_attributes()
+        tiled_mma = self.tiled_mma
+        bm, _, bk = self.block_tile
+
+        tma_atom_a, tma_tensor_a = cpasync.make_im2col_tma_atom(
+            cpasync.CopyBulkTensorIm2ColG2SOp(self.cta_group_enum),
+            activation_im2col_view(act_ptr, geom),
+            self._act_tma_smem_layout(),
+            (bm, bk),  # this CTA's rows; the activation's K mode is c alone: a flat tiler
+            **fprop_im2col_params(geom),
+        )
+        tma_atom_b, tma_tensor_b = cute.nvgpu.make_tiled_tma_atom_B(
+            sm100_utils.cluster_shape_to_tma_atom_B((*self.cluster_shape_mn, 1), tiled_mma.thr_id),
+            filter_gemm_view(filter_ptr, geom),
+            cute.slice_(self.b_smem_layout_staged, (None, None, None, 0)),
+            # hierarchical K keeps the tiler static for runtime C
+            (self.mma_tiler[0], self.mma_tiler[1], (bk, 1, 1)),
+            tiled_mma,
+            self.cluster_layout_vmnk.shape,
+        )
+        epi_smem_layout = cute.slice_(self.epi_smem_layout_staged, (None, None, 0))
+        tma_atom_d, tma_tensor_d = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileS2GOp(),
+            output_gemm_view(out_ptr, geom),
+            epi_smem_layout,
+            self.epi_tile,
+        )
+        tma_atom_c, tma_tensor_c = None, None
+        if cutlass.const_expr(self.epilogue.has_residual):
+            tma_atom_c, tma_tensor_c = cpasync.make_tiled_tma_atom(
+                cpasync.CopyBulkTensorTileG2SOp(),
+                output_gemm_view(source_ptr, geom),
+                cute.slice_(self.src_smem_layout_staged, (None, None, 0)),
+                self.epi_tile,
+            )
+        channel_vector = cute.make_layout(k)
+        m_bias = cute.make_tensor(bias_ptr, channel_vector) if self.epilogue.has_bias else None
+        m_scale = cute.make_tensor(scale_ptr, channel_vector) if self.epilogue.has_scale else None
+
+        mma_m, mma_n, _ = self.mma_tiler
+        num_tiles_m = (n * p * q + mma_m - 1) // mma_m
+        num_tiles_n = (k + mma_n - 1) // mma_n
+        grid = ClcTileScheduler.grid_shape(
+            cutlass.max(num_tiles_m * num_tiles_n, 1), self.cluster_shape_mn[0]
+        )
+        self.kernel(
+            tiled_mma,
+            tma_atom_a,
+            tma_tensor_a,
+            tma_atom_b,
+            tma_tensor_b,
+            tma_atom_d,
+            tma_tensor_d,
+            tma_atom_c,
+            tma_tensor_c,
+            m_bias,
+            m_scale,
+            alpha,
+            beta,
+            self.cluster_layout_vmnk,
+            self.a_smem_layout_staged,
+            self.b_smem_layout_staged,
+            self.epi_smem_layout_staged,
+            self.src_smem_layout_staged,
+            num_tiles_m,
+            num_tiles_n,
+        ).launch(
+            grid=grid,
+            block=[self.threads_per_cta, 1, 1],
+            cluster=(*self.cluster_shape_mn, 1),
+            stream=stream,
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # Device kernel: shared setup, then one method per role
+    # ------------------------------------------------------------------------------------------
+
+    @cute.kernel
+    def kernel(
+        self,
+        tiled_mma: cute.TiledMma,
+        tma_atom_a: cute.CopyAtom,
+        mA_mk: cute.Tensor,
+        tma_atom_b: cute.CopyAtom,
+        mB_nk: cute.Tensor,
+        tma_atom_d: cute.CopyAtom,
+        mD_mn: cute.Tensor,
+        tma_atom_c: Optional[cute.CopyAtom],
+        mC_mn: Optional[cute.Tensor],
+        m_bias: Optional[cute.Tensor],
+        m_scale: Optional[cute.Tensor],
+        alpha: cutlass.Float32,
+        beta: cutlass.Float32,
+        cluster_layout_vmnk: cute.Layout,
+        a_smem_layout_staged: cute.ComposedLayout,
+        b_smem_layout_staged: cute.ComposedLayout,
+        epi_smem_layout_staged: cute.ComposedLayout,
+        src_smem_layout_staged: cute.ComposedLayout,
+        num_tiles_m: cutlass.Int32,
+        num_tiles_n: cutlass.Int32,
+    ):
+        roles = self.roles
+        has_residual = self.epilogue.has_residual
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        if warp_idx == roles.load:
+            cpasync.prefetch_descriptor(tma_atom_a)
+            cpasync.prefetch_descriptor(tma_atom_b)
+            cpasync.prefetch_descriptor(tma_atom_d)
+            if cutlass.const_expr(has_residual):
+                cpasync.prefetch_descriptor(tma_atom_c)
+
+        bidx, _, _ = cute.arch.block_idx()
+        mma_coord_v = bidx % cute.size(tiled_mma.thr_id.shape)
+        is_leader_cta = mma_coord_v == 0
+        cta_rank_in_cluster = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+        is_first_cta_in_cluster = cta_rank_in_cluster == 0
+
+        smem = Conv2dSmem.allocate(
+            self.smem_struct,
+            a_smem_layout_staged,
+            b_smem_layout_staged,
+            epi_smem_layout_staged,
+            src_smem_layout_staged,
+            self.clc_stages,
+        )
+        ab_pipeline, acc_pipeline, clc_pipeline, throttle_pipeline, source_pipeline = (
+            self._make_pipelines(smem, cluster_layout_vmnk)
+        )
+        # The two single mbarriers of Conv2dSmem (the pipelines initialise their own).
+        if warp_idx == roles.epilogue[0]:
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_init(
+                    smem.tmem_dealloc_barrier(), self.barrier_specs["tmem_dealloc"].count
+                )
+                if cutlass.const_expr(has_residual):
+                    cute.arch.mbarrier_init(
+                        smem.get_load_order_barrier(), self.barrier_specs["load_order"].count
+                    )
+        tmem = cutlass.memory.TmemAllocator(
+            smem.tmem_address(),
+            barrier_for_retrieve=pipeline.NamedBarrier(
+                barrier_id=int(NamedBarrierSm100.TmemAllocation),
+                num_threads=self.barrier_specs["named.tmem_allocation"].count,
+            ),
+            allocator_warp_id=roles.mma,
+            is_two_cta=self.use_2cta,
+            two_cta_tmem_dealloc_mbar_ptr=smem.tmem_dealloc_barrier(),
+            initialize_mbarrier=False,  # initialised above, with the epilogue's count
+        )
+        pipeline_init_arrive(cluster_shape_mn=self.cluster_shape_mn, is_relaxed=True)
+
+        sA = smem.act_tiles()
+        sB = smem.filter_tiles()
+        sD = smem.out_tiles()
+        sC = smem.src_tiles() if cutlass.const_expr(has_residual) else None
+
+        mma_m, mma_n, bk = self.mma_tiler
+        k_tiler = (bk, 1, 1)  # one filter tap per k-tile
+        thr_mma = tiled_mma.get_slice(mma_coord_v)
+        # (MMA, MMA_M, MMA_K, RestM, RestK=(c_blocks, S, R)): this CTA's rows of each MMA tile
+        tCgA = thr_mma.partition_A(cute.local_tile(mA_mk, (mma_m, k_tiler), (None, None)))
+        # (MMA, MMA_N, MMA_K, RestN, RestK): this CTA's filter rows (half of N on 2-SM)
+        tCgB = thr_mma.partition_B(cute.local_tile(mB_nk, (mma_n, k_tiler), (None, None)))
+        # (MMA, MMA_M, MMA_N, RestM, RestN): this CTA's output rows, all MMA_N columns
+        tCgD = thr_mma.partition_C(cute.local_tile(mD_mn, (mma_m, mma_n), (None, None)))
+        tCgC = None
+        if cutlass.const_expr(has_residual):
+            tCgC = thr_mma.partition_C(cute.local_tile(mC_mn, (mma_m, mma_n), (None, None)))
+        # (MMA, MMA_M, MMA_N, ACC_STAGE): the accumulator layout; the MMA warp allocates it
+        acc_shape = tiled_mma.partition_shape_C((mma_m, mma_n))
+        tCtAcc_fake = tiled_mma.make_fragment_C(cute.append(acc_shape, self.acc_stages))
+        tmem_cols = cutlass.memory.get_num_tmem_alloc_cols(tCtAcc_fake)
+        if cutlass.const_expr(tmem_cols != self.num_tmem_cols):
+            raise ValueError(
+                f"the accumulators take {tmem_cols} TMEM columns, the host planned "
+                f"{self.num_tmem_cols}"
+            )
+
+        scheduler = ClcTileScheduler(
+            num_tiles_m,
+            num_tiles_n,
+            smem.clc_responses(),
+            self.cluster_shape_mn[0],
+            self.config.block_swizzle,
+            self.config.raster_along_m,
+        )
+        pipeline_init_wait(cluster_shape_mn=self.cluster_shape_mn)
+
+        # ////////////////////////////////////////////////////////////////////////////////////
+        #  SCHEDULER (warp 4, CTA 0 of the cluster)
+        # ////////////////////////////////////////////////////////////////////////////////////
+        if warp_idx == roles.scheduler:
+            if is_first_cta_in_cluster:
+                self.schedule(clc_pipeline, throttle_pipeline, scheduler)
+
+        # ////////////////////////////////////////////////////////////////////////////////////
+        #  TMA LOAD (warp 5)
+        # ////////////////////////////////////////////////////////////////////////////////////
+        if warp_idx == roles.load:
+            self.load(
+                ab_pipeline,
+                clc_pipeline,
+                throttle_pipeline,
+                tma_atom_a,
+                tma_atom_b,
+                tCgA,
+                tCgB,
+                sA,
+                sB,
+                smem.get_load_order_barrier(),
+                scheduler,
+                is_first_cta_in_cluster,
+            )
+
+        # ////////////////////////////////////////////////////////////////////////////////////
+        #  MMA (warp 6)
+        # ////////////////////////////////////////////////////////////////////////////////////
+        if warp_idx == roles.mma:
+            self.mma(
+                ab_pipeline,
+                acc_pipeline,
+                clc_pipeline,
+                tiled_mma,
+                sA,
+                sB,
+                tCtAcc_fake,
+                tCgA,
+                tmem,
+                smem.tmem_dealloc_barrier(),
+                scheduler,
+                is_leader_cta,
+            )
+
+        # ////////////////////////////////////////////////////////////////////////////////////
+        #  EPILOGUE LOAD (warp 7): residual kernels only
+        # ////////////////////////////////////////////////////////////////////////////////////
+        if cutlass.const_expr(has_residual):
+            if warp_idx == roles.epi_load:
+                self.load_source(
+                    source_pipeline,
+                    clc_pipeline,
+                    tma_atom_c,
+                    tCgC,
+                    sC,
+                    smem.get_load_order_barrier(),
+                    scheduler,
+                )
+
+        # ////////////////////////////////////////////////////////////////////////////////////
+        #  EPILOGUE (warps 0-3)
+        # ////////////////////////////////////////////////////////////////////////////////////
+        if warp_idx <= roles.epilogue[-1]:
+            self.epilogue_store(
+                acc_pipeline,
+                source_pipeline,
+                clc_pipeline,
+                tma_atom_d,
+                tCtAcc_fake,
+                tCgD,
+                sD,
+                sC,
+                m_bias,
+                m_scale,
+                alpha,
+                beta,
+                tmem,
+                smem.tmem_dealloc_barrier(),
+                scheduler,
+                cta_rank_in_cluster,
+                warp_idx,
+            )
+
+    def _make_pipelines(self, smem: Conv2dSmem, cluster_layout_vmnk: cute.Layout):
+        """Create (and check) every pipeline; barrier init is deferred to one cluster sync."""
+        specs = self.barrier_specs
+        Thread = pipeline.Agent.Thread
+
+        def group(name: str) -> pipeline.CooperativeGroup:
+            return pipeline.CooperativeGroup(Thread, specs[name].count)
+
+        bm, bn, bk = self.block_tile
+        ab_bytes = (bm + bn) * bk * self.act_dtype.width // 8 * self.cta_group
+        ab_pipeline = pipeline.PipelineTmaUmma.create(
+            barrier_storage=smem.input_barriers(),
+            num_stages=self.ab_stages,
+            producer_group=group("input.full"),
+            consumer_group=group("input.empty"),
+            tx_count=ab_bytes,
+            cta_layout_vmnk=cluster_layout_vmnk,
+            defer_sync=True,
+        )
+        acc_pipeline = pipeline.PipelineUmmaAsync.create(
+            barrier_storage=smem.accumulator_barriers(),
+            num_stages=self.acc_stages,
+            producer_group=group("accumulator.full"),
+            consumer_group=group("accumulator.empty"),
+            cta_layout_vmnk=cluster_layout_vmnk,
+            defer_sync=True,
+        )
+        clc_pipeline = pipeline.PipelineClcFetchAsync.create(
+            barrier_storage=smem.clc_barriers(),
+            num_stages=self.clc_stages,
+            producer_group=group("clc.full"),
+            consumer_group=group("clc.empty"),
+            tx_count=16,
+            cta_layout_vmnk=cluster_layout_vmnk,
+            defer_sync=True,
+        )
+        throttle_pipeline = pipeline.PipelineAsync.create(
+            barrier_storage=smem.clc_throttle_barriers(),
+            num_stages=self.clc_stages,
+            producer_group=group("clc_throttle.full"),
+            consumer_group=group("clc_throttle.empty"),
+            defer_sync=True,
+        )
+        checked = [
+            (ab_pipeline, "input"),
+            (acc_pipeline, "accumulator"),
+            (clc_pipeline, "clc"),
+            (throttle_pipeline, "clc_throttle"),
+        ]
+        source_pipeline = None
+        if cutlass.const_expr(self.epilogue.has_residual):
+            om, on = self.epi_tile
+            source_pipeline = pipeline.PipelineTmaAsync.create(
+                barrier_storage=smem.epi_load_barriers(),
+                num_stages=self.source_stages,
+                producer_group=group("epi_load.full"),
+                consumer_group=group("epi_load.empty"),
+                tx_count=om * on * self.out_dtype.width // 8,
+                defer_sync=True,
+            )
+            checked.append((source_pipeline, "epi_load"))
+        for pipe, name in checked:
+            check_pipeline(pipe, specs, name)
+        return ab_pipeline, acc_pipeline, clc_pipeline, throttle_pipeline, source_pipeline
+
+    # ------------------------------------------------------------------------------------------
+    # Roles
+    # ------------------------------------------------------------------------------------------
+
+    @cute.jit
+    def fetch_next_work(
+        self,
+        clc_pipeline: pipeline.PipelineClcFetchAsync,
+        clc_state: pipeline.PipelineState,
+        scheduler: ClcTileScheduler,
+    ):
+        """Every role: take the next work item from the CLC response ring.
+
+        Returns ``(work, valid, clc_state)``: the advanced state must be taken back by the
+        caller (a jit function's argument is a copy of the caller's value).
+        """
+        clc_pipeline.consumer_wait(clc_state)
+        work, valid = scheduler.read_response(clc_state.index)
+        clc_pipeline.consumer_release(clc_state)
+        clc_state.advance()
+        return work, valid, clc_state
+
+    @cute.jit
+    def schedule(
+        self,
+        clc_pipeline: pipeline.PipelineClcFetchAsync,
+        throttle_pipeline: pipeline.PipelineAsync,
+        scheduler: ClcTileScheduler,
+    ):
+        """Scheduler warp (CTA 0): one try_cancel per tile the load warp starts."""
+        query_state = pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Producer, self.clc_stages
+        )
+        clc_state = pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Consumer, self.clc_stages
+        )
+        throttle_state = pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Consumer, self.clc_stages
+        )
+        work, valid = scheduler.initial_work()
+        while valid:
+            # Steal the next cluster only once the load warp has begun this tile.
+            throttle_pipeline.consumer_wait(throttle_state)
+            throttle_pipeline.consumer_release(throttle_state)
+            throttle_state.advance()
+            # Wait for the response slot to be free and arm every CTA's full barrier.
+            clc_pipeline.producer_acquire(query_state)
+            scheduler.issue_query(clc_pipeline.producer_get_barrier(query_state), query_state.index)
+            query_state.advance()
+            work, valid, clc_state = self.fetch_next_work(clc_pipeline, clc_state, scheduler)
+        clc_pipeline.producer_tail(query_state)
+
+    @cute.jit
+    def load(
+        self,
+        ab_pipeline: pipeline.PipelineTmaUmma,
+        clc_pipeline: pipeline.PipelineClcFetchAsync,
+        throttle_pipeline: pipeline.PipelineAsync,
+        tma_atom_a: cute.CopyAtom,
+        tma_atom_b: cute.CopyAtom,
+        tCgA: cute.Tensor,
+        tCgB: cute.Tensor,
+        sA: cute.Tensor,
+        sB: cute.Tensor,
+        load_order_barrier: cute.Pointer,
+        scheduler: ClcTileScheduler,
+        is_first_cta_in_cluster: cutlass.Boolean,
+    ):
+        """TMA load warp: fills the A/B ring for every k-tile of every tile of this CTA."""
+        # Each CTA loads its own A rows and B rows; a 2-SM load signals the leader's barrier.
+        tAsA, tAgA = cpasync.tma_partition(
+            tma_atom_a,
+            0,
+            cute.make_layout(1),
+            cute.group_modes(sA, 0, 3),
+            cute.group_modes(tCgA, 0, 3),
+        )
+        tBsB, tBgB = cpasync.tma_partition(
+            tma_atom_b,
+            0,
+            cute.make_layout(1),
+            cute.group_modes(sB, 0, 3),
+            cute.group_modes(tCgB, 0, 3),
+        )
+        c_blocks = cute.size(tAgA, mode=[2, 0])
+        taps_s = cute.size(tAgA, mode=[2, 1])
+        taps_r = cute.size(tAgA, mode=[2, 2])
+        prologue = cutlass.min(c_blocks * taps_s * taps_r, self.ab_stages)
+
+        ab_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stages)
+        throttle_state = pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Producer, self.clc_stages
+        )
+        clc_state = pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Consumer, self.clc_stages
+        )
+        loads_issued = cutlass.Int32(0)
+        work, valid = scheduler.initial_work()
+        while valid:
+            if is_first_cta_in_cluster:
+                throttle_pipeline.producer_acquire(throttle_state)
+                throttle_pipeline.producer_commit(throttle_state)
+                throttle_state.advance()
+            tile_m, tile_n = scheduler.tile_coord(work)
+            tAgA_m = tAgA[(None, tile_m, None)]
+            tBgB_n = tBgB[(None, tile_n, None)]
+            # Walk the hierarchical k mode (c-block, s, r) with nested loops: indexing it
+            # with a linear k-tile would cost runtime divisions by C/BK and S per load.
+            for tap_r in range(taps_r):
+                for tap_s in range(taps_s):
+                    for c_block in range(c_blocks):
+                        k_coord = (c_block, tap_s, tap_r)
+                        ab_pipeline.producer_acquire(ab_state)
+                        barrier = ab_pipeline.producer_get_barrier(ab_state)
+                        cute.copy(
+                            tma_atom_a,
+                            tAgA_m[(None, k_coord)],
+                            tAsA[(None, ab_state.index)],
+                            tma_bar_ptr=barrier,
+                        )
+                        cute.copy(
+                            tma_atom_b,
+                            tBgB_n[(None, k_coord)],
+                            tBsB[(None, ab_state.index)],
+                            tma_bar_ptr=barrier,
+                        )
+                        ab_state.advance()
+                        loads_issued += 1
+                        if cutlass.const_expr(self.epilogue.has_residual):
+                            # The first tile's prologue is out: the C loads may begin.
+                            if loads_issued == prologue:
+                                with cute.arch.elect_one():
+                                    cute.arch.mbarrier_arrive(load_order_barrier)
+            work, valid, clc_state = self.fetch_next_work(clc_pipeline, clc_state, scheduler)
+        # Wait for the last MMAs to release every stage: on 2-SM the peer's tcgen05.commit
+        # still signals this CTA's barriers, so it must not exit first.
+        ab_pipeline.producer_tail(ab_state)
+        if is_first_cta_in_cluster:
+            throttle_pipeline.producer_tail(throttle_state)
+
+    @cute.jit
+    def mma(
+        self,
+        ab_pipeline: pipeline.PipelineTmaUmma,
+        acc_pipeline: pipeline.PipelineUmmaAsync,
+        clc_pipeline: pipeline.PipelineClcFetchAsync,
+        tiled_mma: cute.TiledMma,
+        sA: cute.Tensor,
+        sB: cute.Tensor,
+        tCtAcc_fake: cute.Tensor,
+        tCgA: cute.Tensor,
+        tmem: cutlass.memory.TmemAllocator,
+        tmem_dealloc_barrier: cute.Pointer,
+        scheduler: ClcTileScheduler,
+        is_leader_cta: cutlass.Boolean,
+    ):
+        """MMA warp: owns TMEM; the leader CTA of a pair issues every tcgen05.mma."""
+        tmem.allocate(self.num_tmem_cols)
+        tmem.wait_for_alloc()
+        # Release the right to allocate early, so that the next CTA on this SM can start.
+        tmem.relinquish_alloc_permit()
+        tmem_ptr = tmem.retrieve_ptr(self.acc_dtype)
+        tCtAcc_base = cute.make_tensor(tmem_ptr, tCtAcc_fake.layout)
+
+        tCrA = tiled_mma.make_fragment_A(sA)  # (MMA, MMA_M, MMA_K, STAGE)
+        tCrB = tiled_mma.make_fragment_B(sB)  # (MMA, MMA_N, MMA_K, STAGE)
+        num_k_blocks = cute.size(tCrA, mode=[2])
+        k_tile_cnt = cute.size(tCgA, mode=[4])
+
+        ab_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stages)
+        acc_state = pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Producer, self.acc_stages
+        )
+        clc_state = pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Consumer, self.clc_stages
+        )
+        work, valid = scheduler.initial_work()
+        while valid:
+            if is_leader_cta:
+                acc_pipeline.producer_acquire(acc_state)
+                tCtAcc = tCtAcc_base[(None, None, None, acc_state.index)]
+                for k_tile in range(k_tile_cnt):
+                    ab_pipeline.consumer_wait(ab_state)
+                    for k_block in cutlass.range_constexpr(num_k_blocks):
+                        # The first MMA of a tile overwrites the accumulator.
+                        accumulate = k_tile != 0 if k_block == 0 else True
+                        tiled_mma.set(tcgen05.Field.ACCUMULATE, accumulate)
+                        kb = (None, None, k_block, ab_state.index)
+                        cute.gemm(tiled_mma, tCtAcc, tCrA[kb], tCrB[kb], tCtAcc)
+                    # tcgen05.commit: the stage is free once these MMAs have read it.
+                    ab_pipeline.consumer_release(ab_state)
+                    ab_state.advance()
+                acc_pipeline.producer_commit(acc_state)
+            acc_state.advance()
+            work, valid, clc_state = self.fetch_next_work(clc_pipeline, clc_state, scheduler)
+        # The leader waits for both CTAs' epilogues to release every accumulator stage ...
+        acc_pipeline.producer_tail(acc_state)
+        # ... and every CTA frees its TMEM once the epilogues of the pair are done with it.
+        cute.arch.mbarrier_wait(tmem_dealloc_barrier, 0)
+        cute.arch.dealloc_tmem(tmem_ptr, self.num_tmem_cols, is_two_cta=self.use_2cta)
+
+    @cute.jit
+    def load_source(
+        self,
+        source_pipeline: pipeline.PipelineTmaAsync,
+        clc_pipeline: pipeline.PipelineClcFetchAsync,
+        tma_atom_c: cute.CopyAtom,
+        tCgC: cute.Tensor,
+        sC: cute.Tensor,
+        load_order_barrier: cute.Pointer,
+        scheduler: ClcTileScheduler,
+    ):
+        """Epilogue-load warp: TMA-loads the residual C subtile by subtile, in epilogue order."""
+        # ((ATOM_V, REST_V), EPI_M, EPI_N, RestM, RestN)
+        bGS_sC, bGS_gC = cpasync.tma_partition(
+            tma_atom_c,
+            0,
+            cute.make_layout(1),
+            cute.group_modes(sC, 0, 2),
+            cute.group_modes(self._epi_subtiles(tCgC), 0, 2),
+        )
+        cute.arch.mbarrier_wait(load_order_barrier, 0)
+        src_state = pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Producer, self.source_stages
+        )
+        clc_state = pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Consumer, self.clc_stages
+        )
+        work, valid = scheduler.initial_work()
+        while valid:
+            tile_m, tile_n = scheduler.tile_coord(work)
+            bGS_gC_tile = bGS_gC[(None, 0, None, tile_m, tile_n)]
+            for subtile in range(self.num_subtiles):
+                source_pipeline.producer_acquire(src_state)
+                cute.copy(
+                    tma_atom_c,
+                    bGS_gC_tile[(None, subtile)],
+                    bGS_sC[(None, src_state.index)],
+                    tma_bar_ptr=source_pipeline.producer_get_barrier(src_state),
+                )
+                src_state.advance()
+            work, valid, clc_state = self.fetch_next_work(clc_pipeline, clc_state, scheduler)
+        source_pipeline.producer_tail(src_state)
+
+    def _epi_subtiles(self, tCgX: cute.Tensor) -> cute.Tensor:
+        """A partition_C'd tile as (OutputM, OutputN, EPI_M, EPI_N, RestM, RestN)."""
+        return cute.flat_divide(transform_partitioned_tensor_layout(tCgX), self.epi_tile)
+
+    @cute.jit
+    def epilogue_store(
+        self,
+        acc_pipeline: pipeline.PipelineUmmaAsync,
+        source_pipeline: Optional[pipeline.PipelineTmaAsync],
+        clc_pipeline: pipeline.PipelineClcFetchAsync,
+        tma_atom_d: cute.CopyAtom,
+        tCtAcc_fake: cute.Tensor,
+        tCgD: cute.Tensor,
+        sD: cute.Tensor,
+        sC: Optional[cute.Tensor],
+        m_bias: Optional[cute.Tensor],
+        m_scale: Optional[cute.Tensor],
+        alpha: cutlass.Float32,
+        beta: cutlass.Float32,
+        tmem: cutlass.memory.TmemAllocator,
+        tmem_dealloc_barrier: cute.Pointer,
+        scheduler: ClcTileScheduler,
+        cta_rank_in_cluster: cutlass.Int32,
+        warp_idx: cutlass.Int32,
+    ):
+        """Epilogue warps: TMEM -> registers -> fused epilogue -> SMEM -> TMA store."""
+        epi = self.epilogue
+        tidx, _, _ = cute.arch.thread_idx()
+        tmem.wait_for_alloc()
+        tmem_ptr = tmem.retrieve_ptr(self.acc_dtype)
+        # ((OutputM, 1), (MMA_N, 1), ACC_STAGE) -> (OutputM, OutputN, 1, EPI_N, ACC_STAGE)
+        tAcc_epi = cute.flat_divide(
+            transform_partitioned_tensor_layout(cute.make_tensor(tmem_ptr, tCtAcc_fake.layout)),
+            self.epi_tile,
+        )
+        # TMEM -> registers: warp w reads TMEM lanes (rows) 32w..32w+31 of each subtile.
+        bm, _, _ = self.block_tile
+        tiled_copy_t2r = tcgen05.make_tmem_copy(
+            sm100_utils.get_tmem_load_op(
+                (bm, self.mma_tiler[1], self.mma_tiler[2]),
+                LayoutEnum.ROW_MAJOR,
+                self.out_dtype,
+                self.acc_dtype,
+                self.epi_tile,
+                self.use_2cta,
+            ),
+            tAcc_epi[(None, None, 0, 0, 0)],
+        )
+        thr_copy_t2r = tiled_copy_t2r.get_slice(tidx)
+        tTR_tAcc = thr_copy_t2r.partition_S(tAcc_epi)  # (T2R, T2R_M, T2R_N, 1, EPI_N, STAGE)
+        # The (m, n) inside a subtile of each of this thread's values: what bias and scale
+        # are indexed by.
+        tTR_cD = thr_copy_t2r.partition_D(cute.make_identity_tensor(self.epi_tile))
+        tTR_rAcc = cute.make_rmem_tensor(tTR_cD.shape, self.acc_dtype)
+        tTR_rD = cute.make_rmem_tensor(tTR_cD.shape, self.out_dtype)
+        tTR_rBias = cute.make_rmem_tensor(tTR_cD.shape, self.acc_dtype)
+        tTR_rScale = cute.make_rmem_tensor(tTR_cD.shape, self.acc_dtype)
+        # Registers -> SMEM: each thread holds one row of 32 columns (tcgen05.ld 32x32b), so
+        # this is a vectorised st.shared per thread, not stmatrix.
+        tiled_copy_r2s = cute.make_tiled_copy_D(
+            sm100_utils.get_smem_store_op(
+                LayoutEnum.ROW_MAJOR, self.out_dtype, self.acc_dtype, tiled_copy_t2r
+            ),
+            tiled_copy_t2r,
+        )
+        thr_copy_r2s = tiled_copy_r2s.get_slice(tidx)
+        tRS_sD = thr_copy_r2s.partition_D(sD)  # (R2S, R2S_M, R2S_N, OUT_STAGE)
+        tRS_rD = tiled_copy_r2s.retile(tTR_rD)
+        # Residual: SMEM -> registers, in the same thread/value order as the accumulator.
+        tSR_sC, tTR_rC, tSR_rC, tiled_copy_s2r = None, None, None, None
+        if cutlass.const_expr(epi.has_residual):
+            tiled_copy_s2r = cute.make_tiled_copy_D(
+                cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.out_dtype), tiled_copy_t2r
+            )
+            thr_copy_s2r = tiled_copy_s2r.get_slice(tidx)
+            tSR_sC = thr_copy_s2r.partition_D(sC)  # (S2R, S2R_M, S2R_N, SRC_STAGE)
+            tTR_rC = cute.make_rmem_tensor(tTR_cD.shape, self.out_dtype)
+            tSR_rC = tiled_copy_s2r.retile(tTR_rC)
+        # SMEM -> GMEM: ((ATOM_V, REST_V), EPI_M, EPI_N, RestM, RestN)
+        bSG_sD, bSG_gD = cpasync.tma_partition(
+            tma_atom_d,
+            0,
+            cute.make_layout(1),
+            cute.group_modes(sD, 0, 2),
+            cute.group_modes(self._epi_subtiles(tCgD), 0, 2),
+        )
+
+        epilogue_barrier = pipeline.NamedBarrier(
+            barrier_id=int(NamedBarrierSm100.Epilogue),
+            num_threads=self.barrier_specs["named.epilogue"].count,
+        )
+        store_pipeline = pipeline.PipelineTmaStore.create(
+            num_stages=self.output_stages,
+            producer_group=pipeline.CooperativeGroup(
+                pipeline.Agent.Thread, self.roles.epilogue_threads
+            ),
+        )
+        acc_state = pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Consumer, self.acc_stages
+        )
+        src_state = pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Consumer, max(self.source_stages, 1)
+        )
+        clc_state = pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Consumer, self.clc_stages
+        )
+        mma_n = self.mma_tiler[1]
+        epi_n = self.epi_tile[1]
+        subtiles_done = cutlass.Int32(0)
+        work, valid = scheduler.initial_work()
+        while valid:
+            tile_m, tile_n = scheduler.tile_coord(work)
+            bSG_gD_tile = bSG_gD[(None, 0, None, tile_m, tile_n)]  # ((ATOM_V, REST_V), EPI_N)
+            tTR_tAcc_tile = tTR_tAcc[(None, None, None, 0, None, acc_state.index)]
+            acc_pipeline.consumer_wait(acc_state)
+            for subtile in range(self.num_subtiles):
+                cute.copy(tiled_copy_t2r, tTR_tAcc_tile[(None, None, None, subtile)], tTR_rAcc)
+                if subtile == self.num_subtiles - 1:
+                    # The tile's last TMEM load is complete: the MMA may refill the buffer.
+                    cute.arch.fence_view_async_tmem_load()
+                    with cute.arch.elect_one():
+                        acc_pipeline.consumer_release(acc_state)
+                if cutlass.const_expr(epi.has_channel_vectors):
+                    self.load_channel_vectors(
+                        m_bias,
+                        m_scale,
+                        tTR_cD,
+                        tile_n * mma_n + subtile * epi_n,
+                        tTR_rBias,
+                        tTR_rScale,
+                    )
+                y = apply_epilogue(epi, tTR_rAcc.load(), alpha, tTR_rScale.load(), tTR_rBias.load())
+                if cutlass.const_expr(epi.has_residual):
+                    source_pipeline.consumer_wait(src_state)
+                    cute.copy(tiled_copy_s2r, tSR_sC[(None, None, None, src_state.index)], tSR_rC)
+                    # Order the generic-proxy reads before the next TMA write of the buffer.
+                    cute.arch.fence_proxy("async.shared", space="cta")
+                    source_pipeline.consumer_release(src_state)
+                    src_state.advance()
+                    y = y + beta * tTR_rC.load().to(self.acc_dtype)
+                tTR_rD.store(y.to(self.out_dtype))
+                out_buffer = (subtiles_done + subtile) % self.output_stages
+                cute.copy(tiled_copy_r2s, tRS_rD, tRS_sD[(None, None, None, out_buffer)])
+                # Make the generic-proxy SMEM writes visible to the TMA (async proxy).
+                cute.arch.fence_proxy("async.shared", space="cta")
+                epilogue_barrier.arrive_and_wait()
+                if warp_idx == self.roles.epilogue[0]:
+                    cute.copy(tma_atom_d, bSG_sD[(None, out_buffer)], bSG_gD_tile[(None, subtile)])
+                    store_pipeline.producer_commit()
+                    store_pipeline.producer_acquire()
+                epilogue_barrier.arrive_and_wait()
+            acc_state.advance()
+            subtiles_done += self.num_subtiles
+            work, valid, clc_state = self.fetch_next_work(clc_pipeline, clc_state, scheduler)
+
+        store_pipeline.producer_tail()
+        # Done with TMEM: tell the MMA warps of both CTAs of the pair.
+        with cute.arch.elect_one():
+            cute.arch.mbarrier_arrive(tmem_dealloc_barrier)
+            if cutlass.const_expr(self.use_2cta):
+                cute.arch.mbarrier_arrive(tmem_dealloc_barrier, cta_rank_in_cluster ^ 1)
+
+    @cute.jit
+    def load_channel_vectors(
+        self,
+        m_bias: Optional[cute.Tensor],
+        m_scale: Optional[cute.Tensor],
+        tTR_cD: cute.Tensor,
+        subtile_n0: cutlass.Int32,
+        tTR_rBias: cute.Tensor,
+        tTR_rScale: cute.Tensor,
+    ):
+        """Per-channel bias/scale for this thread's values of one subtile (fp32, from L1/L2)."""
+        ref = m_bias if cutlass.const_expr(self.epilogue.has_bias) else m_scale
+        last_channel = cute.size(ref) - 1
+        for v in cutlass.range(cute.size(tTR_rBias), unroll_full=True):
+            # Clamped: values past K (the N tail) are computed but clipped by the TMA store.
+            channel = cutlass.min(subtile_n0 + tTR_cD[v][1], last_channel)
+            if cutlass.const_expr(self.epilogue.has_bias):
+                tTR_rBias[v] = m_bias[channel]
+            if cutlass.const_expr(self.epilogue.has_scale):
+                tTR_rScale[v] = m_scale[channel]

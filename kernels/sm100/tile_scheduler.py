@@ -1,0 +1,144 @@
+"""Dynamic persistent tile scheduling with cluster launch control (CLC), for the SM100 kernel.
+
+The grid covers every output tile: ``(cluster_m * num_clusters, 1, 1)`` CTAs in clusters of
+``(cluster_m, 1, 1)``, one cluster per work item (one MMA tile, which the CTAs of a 2-SM pair
+share). A cluster first computes the work item of its own launch position; afterwards the
+scheduler warp of its CTA 0 asks the hardware, with ``clusterlaunchcontrol.try_cancel``, to
+cancel a cluster that has not started yet and hands that cluster's work item to every role of
+every CTA of the cluster through the CLC response ring. A failed cancel (no cluster left) ends
+the persistent loop. So the grid is as large as the problem, but runs as persistently as the
+hardware lets it: idle SMs take work, busy ones steal the rest.
+
+Work items are linear cluster indices along grid x (2**31 - 1 clusters, where grid y/z would
+stop at 65535). ``tile_coord`` maps one to an MMA tile with the same grouped rasterization as
+the SM90 ``StaticTileScheduler``: bands ``block_swizzle`` clusters wide across the raster's minor
+direction, so clusters that run together share filter and activation tiles in L2.
+"""
+
+from typing import List, Protocol, Tuple
+
+import cutlass
+import cutlass.cute as cute
+from cutlass.cutlass_dsl import extract_mlir_values, new_from_mlir_values
+
+__all__ = ["ClcTileScheduler", "TileSchedulerProtocol", "grouped_tile_coord"]
+
+CLC_RESPONSE_INT32S = 4  # a response is 16 bytes
+
+
+class TileSchedulerProtocol(Protocol):
+    """What the roles of the SM100 kernel need from a tile scheduler."""
+
+    def initial_work(self) -> Tuple[cutlass.Int32, cutlass.Boolean]:
+        """This cluster's first work item (its launch position) and whether it is valid."""
+
+    def issue_query(self, mbarrier: cute.Pointer, stage: cutlass.Int32) -> None:
+        """Scheduler warp: request the next work item into response slot ``stage``."""
+
+    def read_response(self, stage: cutlass.Int32) -> Tuple[cutlass.Int32, cutlass.Boolean]:
+        """Any role: the work item in response slot ``stage`` and whether it is valid."""
+
+    def tile_coord(self, work: cutlass.Int32) -> Tuple[cutlass.Int32, cutlass.Int32]:
+        """The ``(mma_tile_m, tile_n)`` of a work item."""
+
+
+class ClcTileScheduler:
+    """CLC work distribution plus the work-item -> tile mapping.
+
+    Compile-time: ``cluster_m``, ``block_swizzle``, ``raster_along_m``. Runtime (loop-carried
+    through the roles' persistent loops): the MMA tile counts and the response pointer.
+    """
+
+    def __init__(
+        self,
+        num_tiles_m: cutlass.Int32,
+        num_tiles_n: cutlass.Int32,
+        responses: cute.Pointer,
+        cluster_m: int,
+        block_swizzle: int,
+        raster_along_m: bool,
+    ):
+        self.num_tiles_m = num_tiles_m
+        self.num_tiles_n = num_tiles_n
+        self.responses = responses
+        self.cluster_m = cluster_m
+        self.block_swizzle = block_swizzle
+        self.raster_along_m = raster_along_m
+
+    def __extract_mlir_values__(self) -> List:
+        return extract_mlir_values([self.num_tiles_m, self.num_tiles_n, self.responses])
+
+    def __new_from_mlir_values__(self, values: List) -> "ClcTileScheduler":
+        num_tiles_m, num_tiles_n, responses = new_from_mlir_values(
+            [self.num_tiles_m, self.num_tiles_n, self.responses], values
+        )
+        return ClcTileScheduler(
+            num_tiles_m,
+            num_tiles_n,
+            responses,
+            self.cluster_m,
+            self.block_swizzle,
+            self.raster_along_m,
+        )
+
+    @staticmethod
+    def grid_shape(num_work: cutlass.Int32, cluster_m: int) -> Tuple:
+        """One cluster of ``cluster_m`` CTAs per work item, all along grid x."""
+        return (num_work * cluster_m, 1, 1)
+
+    @cute.jit
+    def initial_work(self) -> Tuple[cutlass.Int32, cutlass.Boolean]:
+        bidx, _, _ = cute.arch.block_idx()
+        return cutlass.Int32(bidx) // self.cluster_m, cutlass.Boolean(True)
+
+    def _response(self, stage: cutlass.Int32) -> cute.Pointer:
+        # Slots are 16 bytes apart from a 16-byte aligned base: tell the compiler, so the
+        # response is read with one 128-bit load.
+        offset = cute.assume(stage * CLC_RESPONSE_INT32S, divby=CLC_RESPONSE_INT32S)
+        return self.responses + offset
+
+    @cute.jit
+    def issue_query(self, mbarrier: cute.Pointer, stage: cutlass.Int32) -> None:
+        # The multicast form writes the response into every CTA of the cluster at the same
+        # SMEM offset and completes the transaction on each CTA's own mbarrier.
+        with cute.arch.elect_one():
+            cute.arch.issue_clc_query(mbarrier, self._response(stage), multicast=self.cluster_m > 1)
+
+    @cute.jit
+    def read_response(self, stage: cutlass.Int32) -> Tuple[cutlass.Int32, cutlass.Boolean]:
+        ctaid_x, _, _, is_canceled = cute.arch.clc_response(self._response(stage))
+        # The response was read through the generic proxy; the next try_cancel writes the
+        # slot through the async proxy.
+        cute.arch.fence_proxy("async.shared", space="cta")
+        return ctaid_x // self.cluster_m, is_canceled != 0
+
+    @cute.jit
+    def tile_coord(self, work: cutlass.Int32) -> Tuple[cutlass.Int32, cutlass.Int32]:
+        return grouped_tile_coord(
+            work,
+            self.num_tiles_m,
+            self.num_tiles_n,
+            self.block_swizzle,
+            self.raster_along_m,
+            cutlass.min,
+        )
+
+
+def grouped_tile_coord(work, num_tiles_m, num_tiles_n, block_swizzle, raster_along_m, minimum):
+    """Work item -> ``(tile_m, tile_n)``: bands of ``block_swizzle`` tiles across the minor
+    direction, the minor index fastest inside a band. Plain arithmetic, so the same function
+    runs on ``Int32`` in the kernel and on Python ints in the tests (``minimum``: ``min``)."""
+    if raster_along_m:
+        major, minor = num_tiles_m, num_tiles_n
+    else:
+        major, minor = num_tiles_n, num_tiles_m
+    band_items = block_swizzle * major
+    band = work // band_items
+    rest = work - band * band_items
+    first_minor = band * block_swizzle
+    band_width = minimum(minor - first_minor, block_swizzle)
+    minor_idx = first_minor + rest % band_width
+    major_idx = rest // band_width
+    if raster_along_m:
+        return major_idx, minor_idx
+    return minor_idx, major_idx
