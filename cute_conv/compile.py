@@ -109,6 +109,7 @@ def _build(key: KernelKey):
         swizzle=cfg.swizzle,
         raster_along_m=cfg.raster_along_m,
         epilogue=key.epilogue,
+        pingpong=cfg.pingpong,
     )
 
 
