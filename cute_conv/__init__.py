@@ -6,6 +6,7 @@ NHWC activation, KRSC filter, NPQK output; one persistent warp-specialized kerne
 from .api import conv2d_fprop, conv2d_fprop_with_residual
 from .compile import CompiledConv2d, compile_kernel
 from .config import Conv2dConfig, default_config
+from .config_sm100 import Conv2dConfigSm100, can_implement_sm100, default_config_sm100
 from .epilogue import ACTIVATIONS, EpilogueSpec
 from .problem import Conv2dProblemShape
 from .tuning import autotune
@@ -14,12 +15,15 @@ __all__ = [
     "ACTIVATIONS",
     "CompiledConv2d",
     "Conv2dConfig",
+    "Conv2dConfigSm100",
     "Conv2dProblemShape",
     "EpilogueSpec",
     "autotune",
+    "can_implement_sm100",
     "compile_kernel",
     "conv2d_fprop",
     "conv2d_fprop_with_residual",
     "default_config",
+    "default_config_sm100",
 ]
 __version__ = "0.1.0"

@@ -16,6 +16,7 @@ import torch
 
 from .compile import CompiledConv2d, compile_kernel, kernel_scalars
 from .config import Conv2dConfig
+from .config_sm100 import Conv2dConfigSm100, default_config_sm100
 from .epilogue import EpilogueSpec, validate_epilogue_args
 from .problem import Conv2dProblemShape
 from .staging import kernel_problem_for, run_staged
@@ -277,11 +278,16 @@ def _make_plan(x, filter, source, out, args: dict) -> _LaunchPlan:  # noqa: A002
         beta=args["beta"],
     )
     config = args["config"]
-    if config is not None and not isinstance(config, Conv2dConfig):
-        raise TypeError(f"config must be a Conv2dConfig or None, got {type(config).__name__}")
+    if config is not None and not isinstance(config, (Conv2dConfig, Conv2dConfigSm100)):
+        raise TypeError(
+            "config must be a Conv2dConfig (sm_90a), a Conv2dConfigSm100 (sm_100a) or None, "
+            f"got {type(config).__name__}"
+        )
     arch = validate_device(x, filter, out, source=source, bias=args["bias"], scale=args["scale"])
     kernel_problem = kernel_problem_for(problem)
     num_sms = _sm_count(x.device.index)
+    if config is None and arch == "sm_100a":  # compile-verified only; not autotuned
+        config = default_config_sm100(kernel_problem, num_sms)
     config = config or choose_config(
         problem, kernel_problem, x, tuple(filter.shape), out_dtype, num_sms
     )

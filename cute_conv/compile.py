@@ -21,11 +21,22 @@ from . import disk_cache
 from .config import Conv2dConfig
 from .kernels.common.epilogue import EpilogueSpec
 from .kernels.sm90.conv2d_fprop import SMEM_CAPACITY_SM90, Conv2dFpropSm90
+from .kernels.sm100.config import SMEM_CAPACITY_SM100, Conv2dConfigSm100
+from .kernels.sm100.conv2d_fprop import Conv2dFpropKernel
 from .problem import Conv2dProblemShape
 
-# Kernel class per compilation target. sm_100a joins when its kernel exists.
-KERNELS_BY_ARCH: dict[str, type] = {"sm_90a": Conv2dFpropSm90}
-SMEM_CAPACITY_BY_ARCH: dict[str, int] = {"sm_90a": SMEM_CAPACITY_SM90}
+# Kernel class, config type and SMEM capacity per compilation target. sm_100a is
+# compile-verified only: built and checked on its PTX, never run on a Blackwell GPU.
+KERNELS_BY_ARCH: dict[str, type] = {"sm_90a": Conv2dFpropSm90, "sm_100a": Conv2dFpropKernel}
+CONFIG_TYPE_BY_ARCH: dict[str, type] = {"sm_90a": Conv2dConfig, "sm_100a": Conv2dConfigSm100}
+DEFAULT_CONFIG_BY_ARCH: dict[str, Callable[[], Any]] = {
+    "sm_90a": Conv2dConfig,
+    "sm_100a": Conv2dConfigSm100.default_bf16,
+}
+SMEM_CAPACITY_BY_ARCH: dict[str, int] = {
+    "sm_90a": SMEM_CAPACITY_SM90,
+    "sm_100a": SMEM_CAPACITY_SM100,
+}
 
 _CUTLASS_DTYPES: dict[str, type[cutlass.Numeric]] = {
     "bfloat16": cutlass.BFloat16,
@@ -60,7 +71,7 @@ class KernelKey:
     act_dtype: str
     filter_dtype: str
     out_dtype: str
-    config: Conv2dConfig
+    config: Conv2dConfig | Conv2dConfigSm100
     epilogue: EpilogueSpec = EpilogueSpec()
 
 
@@ -99,6 +110,14 @@ def kernel_scalars(
 
 def _build(key: KernelKey):
     cfg = key.config
+    if isinstance(cfg, Conv2dConfigSm100):
+        return KERNELS_BY_ARCH[key.arch](
+            _CUTLASS_DTYPES[key.act_dtype],
+            _CUTLASS_DTYPES[key.filter_dtype],
+            _CUTLASS_DTYPES[key.out_dtype],
+            config=cfg,
+            epilogue=key.epilogue,
+        )
     return KERNELS_BY_ARCH[key.arch](
         _CUTLASS_DTYPES[key.act_dtype],
         _CUTLASS_DTYPES[key.filter_dtype],
@@ -169,7 +188,9 @@ def compile_kernel(
 
     Needs no GPU. ``act_dtype``/``filter_dtype``: bfloat16 or float16 (torch dtypes, cutlass
     types or names; ``filter_dtype`` defaults to ``act_dtype``); ``out_dtype``: bfloat16,
-    float16 or float32 (defaults to ``act_dtype``). ``config`` defaults to ``Conv2dConfig()``;
+    float16 or float32 (defaults to ``act_dtype``). ``config``: a ``Conv2dConfig`` for
+    ``sm_90a`` (default ``Conv2dConfig()``), a ``Conv2dConfigSm100`` for ``sm_100a`` (default
+    ``Conv2dConfigSm100.default_bf16()``; that kernel is compile-verified only);
     ``epilogue`` (bias, scale, activation, epilogue_fn, has_residual) to a plain store.
     The result has ``.ptx``, ``.cubin`` and ``.smem_bytes``.
     """
@@ -186,9 +207,13 @@ def compile_kernel(
             f"{', '.join(INPUT_DTYPES)}"
         )
     if config is None:
-        config = Conv2dConfig()
-    if not isinstance(config, Conv2dConfig):
-        raise TypeError(f"config must be a Conv2dConfig, got {type(config).__name__}")
+        config = DEFAULT_CONFIG_BY_ARCH[arch]()
+    config_type = CONFIG_TYPE_BY_ARCH[arch]
+    if not isinstance(config, config_type):
+        raise TypeError(
+            f"config must be a {config_type.__name__} for arch={arch!r}, "
+            f"got {type(config).__name__}"
+        )
     if epilogue is None:
         epilogue = EpilogueSpec()
     if not isinstance(epilogue, EpilogueSpec):

@@ -420,15 +420,17 @@ def test_device_check_queries_the_tensors_device(monkeypatch):
 
 def test_compute_capability_table():
     assert check_compute_capability((9, 0)) == "sm_90a"
-    assert ARCH_TABLE[(9, 0)].runnable and not ARCH_TABLE[(10, 0)].runnable
+    # CC 10.0 dispatches to the SM100 kernel, which is compile-verified only.
+    assert check_compute_capability((10, 0)) == "sm_100a"
+    assert ARCH_TABLE[(9, 0)].hardware_verified and not ARCH_TABLE[(10, 0)].hardware_verified
 
 
 @pytest.mark.parametrize(
     "capability, words",
     [
-        pytest.param((8, 0), ("8.0", "sm_90a", "H100/H200", "sm_100a", "compile-only"), id="sm80"),
+        pytest.param((8, 0), ("8.0", "sm_90a", "sm_100a", "compile-verified"), id="sm80"),
         pytest.param((8, 9), ("8.9", "sm_90a"), id="sm89"),
-        pytest.param((10, 0), ("10.0", "sm_100a", "B200", "compile-only", "sm_90a"), id="sm100"),
+        pytest.param((10, 3), ("10.3", "sm_100a", "B200", "10.0", "sm_90a"), id="sm103"),
         pytest.param((12, 0), ("12.0", "sm_90a"), id="sm120"),
     ],
 )

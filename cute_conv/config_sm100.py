@@ -1,0 +1,114 @@
+"""The Blackwell (SM100, ``sm_100a``) kernel: its configuration and the problems it can run.
+
+**Compile-verified only.** The SM100 kernel is compiled for ``sm_100a`` on the CPU and its PTX
+is checked (tcgen05.mma, TMEM, cluster launch control, im2col TMA); it has never run on a
+Blackwell GPU, and no number here was measured on one.
+
+``Conv2dConfigSm100`` (the seed's ``Conv2dConfig``, renamed so it does not collide with the
+Hopper ``cute_conv.Conv2dConfig``) is defined next to the kernel, in
+``kernels/sm100/config.py``; this module re-exports it and adds the host-side checks:
+
+* ``check_sm100(problem, config, ...)`` raises ``ValueError`` (argument, value, limit) for
+  anything the SM100 kernel cannot run: the im2col descriptor limits (the same 4-D
+  ``(C, W, H, N)`` descriptor as SM90, so corners in [-128, 127] and filter span <= 255, not
+  the [-16, 15] / 31 of the 5-D ``make_im2col_tma_atom_A`` form, which this kernel does not
+  use), 16-byte channel rows, the launch grid, and the config's SMEM and TMEM budgets.
+* ``can_implement_sm100(...)`` is the same as a bool.
+* ``default_config_sm100(problem)`` picks a config; it is a plain rule, not tuned on hardware.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .kernels.sm100.config import (
+    SMEM_CAPACITY_SM100,
+    TMEM_COLUMNS_SM100,
+    Conv2dConfigSm100,
+    Sm100Plan,
+)
+from .problem import Conv2dProblemShape
+from .validation import check_problem_limits
+
+__all__ = [
+    "Conv2dConfigSm100",
+    "SMEM_CAPACITY_SM100",
+    "Sm100Plan",
+    "TMEM_COLUMNS_SM100",
+    "can_implement_sm100",
+    "check_sm100",
+    "default_config_sm100",
+]
+
+# TMA rows are 16 bytes: C (activation and filter rows) and K (filter rows of B, output and
+# source rows) of 16-bit tensors must be multiples of 8 elements. The public API pads them.
+CHANNEL_ALIGNMENT_BYTES = 16
+MAX_GRID_X = 2**31 - 1  # the grid is (cta_group * work items, 1, 1)
+
+
+def check_sm100(
+    problem: Conv2dProblemShape,
+    config: Conv2dConfigSm100 | None = None,
+    *,
+    act_dtype: Any = "bfloat16",
+    out_dtype: Any = None,
+    has_residual: bool = False,
+) -> Sm100Plan:
+    """Raise ``ValueError`` unless the SM100 kernel can run ``problem`` with ``config``.
+
+    ``act_dtype``/``out_dtype``: torch dtypes, cutlass types or names (``out_dtype`` defaults
+    to ``act_dtype``); ``has_residual``: whether the kernel loads a source tensor. Returns
+    the resolved plan (stage counts, SMEM bytes, TMEM columns).
+    """
+    from .compile import _CUTLASS_DTYPES, dtype_name  # compile imports this module
+
+    if config is None:
+        config = Conv2dConfigSm100.default_bf16()
+    if not isinstance(config, Conv2dConfigSm100):
+        raise TypeError(f"config must be a Conv2dConfigSm100, got {type(config).__name__}")
+    act = _CUTLASS_DTYPES[dtype_name(act_dtype)]
+    out = _CUTLASS_DTYPES[dtype_name(out_dtype if out_dtype is not None else act_dtype)]
+    check_problem_limits(problem)
+    for name, value, dtype in (("C", problem.C, act), ("K", problem.K, act), ("K", problem.K, out)):
+        row_bytes = value * dtype.width // 8
+        if row_bytes % CHANNEL_ALIGNMENT_BYTES:
+            raise ValueError(
+                f"{name}={value} channels of {dtype.__name__} make {row_bytes}-byte rows; the "
+                f"SM100 kernel's TMA rows must be multiples of {CHANNEL_ALIGNMENT_BYTES} bytes "
+                f"({CHANNEL_ALIGNMENT_BYTES * 8 // dtype.width} channels): pad {name}"
+            )
+    tiles_m = -(-problem.gemm_m // config.mma_m)
+    tiles_n = -(-problem.K // config.mma_n)
+    ctas = tiles_m * tiles_n * config.cta_group
+    if ctas > MAX_GRID_X:
+        raise ValueError(
+            f"the problem needs {tiles_m} x {tiles_n} tiles of {config.mma_m}x{config.mma_n}, "
+            f"{ctas} CTAs; the launch grid is limited to {MAX_GRID_X}: split the batch"
+        )
+    return config.plan(act, out, has_residual)
+
+
+def can_implement_sm100(
+    problem: Conv2dProblemShape, config: Conv2dConfigSm100 | None = None, **kwargs: Any
+) -> bool:
+    """``check_sm100`` as a bool: whether the SM100 kernel can run ``problem``."""
+    try:
+        check_sm100(problem, config, **kwargs)
+    except ValueError:
+        return False
+    return True
+
+
+def default_config_sm100(problem: Conv2dProblemShape, num_sms: int = 148) -> Conv2dConfigSm100:
+    """A starting point for a B200 (148 SMs). Untuned: no Blackwell GPU has run it.
+
+    2-SM (the seed's ``default_bf16``) unless the problem fits one 128-row M tile, where half
+    the CTA pair would compute padding. MMA N minimizes ``tiles_n * (mma_n + 64)``: padded
+    output channels against a fixed per-tile cost (the SM90 heuristic's model, without its
+    wave term); ties go to the wider tile.
+    """
+    cost = {n: -(-problem.K // n) * (n + 64) for n in (256, 192, 128, 64)}
+    mma_n = min(cost, key=lambda n: (cost[n], -n))
+    if problem.gemm_m <= 128 or num_sms < 2:
+        return Conv2dConfigSm100(cta_group=1, mma_m=128, mma_n=mma_n)
+    return Conv2dConfigSm100(cta_group=2, mma_m=256, mma_n=mma_n)
