@@ -128,7 +128,6 @@ def _build(key: KernelKey):
         swizzle=cfg.swizzle,
         raster_along_m=cfg.raster_along_m,
         epilogue=key.epilogue,
-        pingpong=cfg.pingpong,
     )
 
 

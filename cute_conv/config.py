@@ -12,7 +12,7 @@ from .problem import Conv2dProblemShape
 
 __all__ = ["Conv2dConfig", "default_config"]
 
-# Two consumer warpgroups of 64 rows each (ping-pong: one warpgroup, two 64-row MMA atoms).
+# Two consumer warpgroups of 64 rows each.
 TILE_M_CHOICES = (128,)
 TILE_N_CHOICES = (64, 128, 192, 256)
 # Two consumer warpgroups hold the fp32 accumulator in registers: 128x256 is the largest tile
@@ -20,12 +20,9 @@ TILE_N_CHOICES = (64, 128, 192, 256)
 MAX_TILE_ELEMS = 128 * 256
 # One 128-byte swizzle row of 16-bit data; k-tiles never straddle a filter tap.
 TILE_K_CHOICES = (16, 32, 64)
-# A ping-pong warpgroup holds a whole 128 x tile_n tile: 128 x 128 is its register budget.
-PINGPONG_MAX_TILE_N = 128
 CLUSTER_CHOICES = (1, 2)
 MAX_CLUSTER_SIZE = 2
 MIN_STAGES, MAX_STAGES = 2, 16
-_BOOL_FIELDS = ("raster_along_m", "pingpong")
 _K_TILE_COST = 16  # the fixed cost of a k-tile (barriers, issue), in channels of MMA work
 
 
@@ -34,8 +31,7 @@ class Conv2dConfig:
     """Compile-time choices of one Conv2D forward kernel.
 
     Attributes:
-        tile_m: CTA tile along GEMM M (output pixels): 128 (two 64-row warpgroups; ping-pong:
-            one warpgroup per tile, two 64-row MMA atoms).
+        tile_m: CTA tile along GEMM M (output pixels): 128 (two 64-row warpgroups).
         tile_n: CTA tile along GEMM N (output channels): 64, 128, 192 or 256.
         tile_k: CTA tile along GEMM K (channels of one filter tap): 64 (a 128-byte row);
             16 or 32 for convs with few input channels, where a 64-wide k-tile would be mostly
@@ -46,11 +42,6 @@ class Conv2dConfig:
         raster_along_m: walk output tiles M-fastest (True) or N-fastest (False).
         swizzle: grouped rasterization, for L2 reuse: tiles are walked in groups of ``swizzle``
             tiles along the raster's minor direction.
-        pingpong: consumer schedule. False (cooperative): both consumer warpgroups compute
-            every tile and then both run its epilogue. True (ping-pong): each warpgroup owns
-            every other tile and runs its epilogue while the other runs its mainloop, hiding
-            the epilogue behind MMA work (for short-K convs, e.g. 1x1); tile_n must be 64 or
-            128, since one warpgroup holds the whole 128 x tile_n accumulator.
     """
 
     tile_m: int = 128
@@ -61,12 +52,11 @@ class Conv2dConfig:
     stages: int = 0
     raster_along_m: bool = True
     swizzle: int = 8
-    pingpong: bool = False
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name in _BOOL_FIELDS:
+            if f.name == "raster_along_m":
                 expected, ok = "a bool", isinstance(value, bool)
             else:
                 expected, ok = "an int", isinstance(value, int) and not isinstance(value, bool)
@@ -97,11 +87,6 @@ class Conv2dConfig:
             )
         if self.swizzle < 1:
             raise ValueError(f"swizzle must be >= 1, got {self.swizzle}")
-        if self.pingpong and self.tile_n > PINGPONG_MAX_TILE_N:
-            raise ValueError(
-                f"pingpong=True needs tile_n <= {PINGPONG_MAX_TILE_N} (one consumer warpgroup "
-                f"holds the whole 128 x tile_n fp32 accumulator), got tile_n={self.tile_n}"
-            )
 
     @property
     def tile_shape_mnk(self) -> tuple[int, int, int]:

@@ -146,7 +146,6 @@ def _config_id(config: Conv2dConfig) -> str:
     return (
         f"n{config.tile_n}-c{config.cluster_m}x{config.cluster_n}-s{config.stages}"
         f"-sw{config.swizzle}-{'m' if config.raster_along_m else 'n'}"
-        f"{'-pp' if config.pingpong else ''}"
     )
 
 

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import re
 
-import cutlass
 import pytest
 import torch
 
 import cute_conv
-from cute_conv.compile import KERNELS_BY_ARCH, SMEM_CAPACITY_BY_ARCH, cached_kernel_count
-
-Conv2dFpropSm90 = KERNELS_BY_ARCH["sm_90a"]
+from cute_conv.compile import SMEM_CAPACITY_BY_ARCH, cached_kernel_count
 
 
 @pytest.fixture(scope="module")
@@ -32,17 +29,7 @@ def test_ptx_has_wgmma_and_im2col_tma(bf16_kernel):
     # Register reallocation between the producer and the consumer warpgroups.
     assert re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+40;", ptx)
     assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+232;", ptx)
-    # Cooperative schedule: one epilogue of both consumer warpgroups, no mainloop order.
-    assert re.search(r"bar\.sync\s+1, 256;", ptx)
-    assert _mbarriers_initialized_with(ptx, 128) == 0
     assert len(bf16_kernel.cubin) > 0
-
-
-def _mbarriers_initialized_with(ptx: str, count: int) -> int:
-    """How many mbarriers the PTX initializes with an arrive count of ``count``."""
-    regs = set(re.findall(rf"mov\.b32\s+(%r\d+), {count};", ptx))
-    inits = re.findall(r"mbarrier\.init\.shared\.b64\s+\[[^\]]+\],\s*(%r\d+);", ptx)
-    return sum(reg in regs for reg in inits)
 
 
 def test_smem_within_limit(bf16_kernel):
@@ -146,87 +133,3 @@ def test_epilogue_fn_that_does_not_trace_fails_to_compile():
     spec = cute_conv.EpilogueSpec(epilogue_fn=lambda y: y.no_such_op())
     with pytest.raises(AttributeError, match="no_such_op"):
         cute_conv.compile_kernel("sm_90a", act_dtype=torch.bfloat16, epilogue=spec)
-
-
-PINGPONG_RESIDUAL = cute_conv.EpilogueSpec(has_bias=True, activation="relu", has_residual=True)
-
-
-@pytest.mark.parametrize(
-    "kwargs",
-    [
-        pytest.param(dict(config=cute_conv.Conv2dConfig(tile_n=128, pingpong=True)), id="n128"),
-        pytest.param(dict(config=cute_conv.Conv2dConfig(tile_n=64, pingpong=True)), id="n64"),
-        pytest.param(
-            dict(config=cute_conv.Conv2dConfig(tile_n=128, pingpong=True), act_dtype=torch.float16),
-            id="fp16",
-        ),
-        pytest.param(
-            dict(config=cute_conv.Conv2dConfig(tile_n=128, pingpong=True), out_dtype=torch.float32),
-            id="bf16-to-fp32",
-        ),
-        pytest.param(
-            dict(config=cute_conv.Conv2dConfig(tile_n=128, cluster_n=2, pingpong=True)),
-            id="cluster-1x2",
-        ),
-        pytest.param(
-            dict(config=cute_conv.Conv2dConfig(tile_n=64, cluster_m=2, tile_k=32, pingpong=True)),
-            id="n64-k32-cluster-2x1",
-        ),
-        pytest.param(
-            dict(
-                config=cute_conv.Conv2dConfig(tile_n=128, pingpong=True),
-                epilogue=PINGPONG_RESIDUAL,
-            ),
-            id="bias-relu-residual",
-        ),
-        pytest.param(
-            dict(
-                config=cute_conv.Conv2dConfig(tile_n=64, cluster_n=2, pingpong=True),
-                epilogue=PINGPONG_RESIDUAL,
-                out_dtype=torch.float32,
-            ),
-            id="n64-cluster-1x2-fp32-residual",
-        ),
-    ],
-)
-def test_pingpong_variants_compile(kwargs):
-    config = kwargs["config"]
-    spec = kwargs.get("epilogue", cute_conv.EpilogueSpec())
-    kernel = cute_conv.compile_kernel("sm_90a", **kwargs)
-    ptx = kernel.ptx
-    assert kernel.smem_bytes <= SMEM_CAPACITY_BY_ARCH["sm_90a"]
-    # One warpgroup computes a whole 128 x tile_n tile with m64 x tile_n WGMMA atoms.
-    assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{config.tile_n}k16\.f32", ptx)
-    assert re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+40;", ptx)
-    assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+232;", ptx)
-    # Each warpgroup's own epilogue barrier (id chosen by warpgroup, 128 threads), never the
-    # cooperative 256-thread one.
-    assert re.search(r"bar\.sync\s+%r\d+, 128;", ptx)
-    assert not re.search(r"bar\.sync\s+\d+, 256;", ptx)
-    # The mainloop order: one mbarrier per warpgroup, counting its 128 threads.
-    assert _mbarriers_initialized_with(ptx, 128) == 2
-    # Residual loads (2-D tiles of C) iff residual; then two source-load warps join the load
-    # warp on the EpilogueLoad barrier (3 warps).
-    assert bool(C_LOAD.search(ptx)) == spec.has_residual
-    assert bool(re.search(r"bar\.arrive\s+2, 96;", ptx)) == spec.has_residual
-    multicast = ".multicast::cluster" in ptx
-    assert multicast == (config.cluster_m * config.cluster_n > 1)
-
-
-def test_pingpong_smem_holds_two_staging_sets():
-    bf16 = cutlass.BFloat16
-    coop = Conv2dFpropSm90(bf16, bf16, bf16, (128, 128, 64), (1, 1))
-    pingpong = Conv2dFpropSm90(bf16, bf16, bf16, (128, 128, 64), (1, 1), pingpong=True)
-    assert pingpong._epi_bytes() == 2 * coop._epi_bytes()
-    assert pingpong.ab_stages < coop.ab_stages
-    assert pingpong.smem_bytes() <= SMEM_CAPACITY_BY_ARCH["sm_90a"]
-    with pytest.raises(ValueError, match="stages=6 .* two ping-pong epilogues"):
-        Conv2dFpropSm90(bf16, bf16, bf16, (128, 128, 64), (1, 1), stages=6, pingpong=True)
-
-
-def test_pingpong_wide_tile_is_rejected():
-    bf16 = cutlass.BFloat16
-    with pytest.raises(ValueError, match=r"pingpong=True needs tile_n 64 or 128.*\(128, 192, 64\)"):
-        Conv2dFpropSm90(bf16, bf16, bf16, (128, 192, 64), (1, 1), pingpong=True)
-    with pytest.raises(ValueError, match="pingpong=True needs tile_n <= 128"):
-        cute_conv.compile_kernel("sm_90a", config=cute_conv.Conv2dConfig(tile_n=256, pingpong=True))

@@ -25,8 +25,6 @@ from cute_conv.problem import Conv2dProblemShape
         pytest.param(dict(swizzle=0), ValueError, "swizzle must be >= 1", id="swizzle"),
         pytest.param(dict(tile_n=128.0), TypeError, "tile_n must be an int", id="tile-n-type"),
         pytest.param(dict(raster_along_m=1), TypeError, "raster_along_m must be a bool", id="raster-type"),
-        pytest.param(dict(tile_n=192, pingpong=True), ValueError, "pingpong=True needs tile_n <= 128", id="pingpong-tile-n"),
-        pytest.param(dict(pingpong=1), TypeError, "pingpong must be a bool", id="pingpong-type"),
     ],
 )  # fmt: skip
 def test_config_rejections(kwargs, exc, match):

@@ -111,46 +111,19 @@ CONFIGS = [
     cute_conv.Conv2dConfig(tile_n=256, swizzle=1),
     cute_conv.Conv2dConfig(tile_n=64, tile_k=16),
     cute_conv.Conv2dConfig(tile_n=128, tile_k=32, cluster_n=2),
-    # Ping-pong consumers (each warpgroup owns every other tile).
-    cute_conv.Conv2dConfig(tile_n=128, pingpong=True),
-    cute_conv.Conv2dConfig(tile_n=64, stages=2, pingpong=True),
-    cute_conv.Conv2dConfig(tile_n=128, cluster_n=2, pingpong=True),
-    cute_conv.Conv2dConfig(tile_n=64, tile_k=32, cluster_m=2, pingpong=True),
-    cute_conv.Conv2dConfig(tile_n=128, raster_along_m=False, swizzle=3, pingpong=True),
 ]
 
 
-def _config_id(c):
-    return (
-        f"n{c.tile_n}-k{c.tile_k}-cl{c.cluster_m}x{c.cluster_n}-st{c.stages}-sw{c.swizzle}"
-        f"{'' if c.raster_along_m else '-rn'}{'-pp' if c.pingpong else ''}"
-    )
-
-
-@pytest.mark.parametrize("config", CONFIGS, ids=_config_id)
+@pytest.mark.parametrize(
+    "config",
+    CONFIGS,
+    ids=lambda c: (
+        f"n{c.tile_n}-k{c.tile_k}-cl{c.cluster_m}x{c.cluster_n}-st{c.stages}-sw{c.swizzle}{'' if c.raster_along_m else '-rn'}"
+    ),
+)
 def test_configs(config):
     # Tails in M and K, more tiles than a cluster, odd tile counts for the partial clusters.
     run_and_check(3, 19, 21, 96, 328, 3, 3, padding=1, config=config)
-
-
-PINGPONG_CONFIGS = [c for c in CONFIGS if c.pingpong]
-
-
-@pytest.mark.parametrize("config", PINGPONG_CONFIGS, ids=_config_id)
-@pytest.mark.parametrize(
-    "shape",
-    [
-        # 1x1, K = 256 (4 k-tiles): 92 M tiles (a 16-row tail) x 3 or 6 N tiles (tails).
-        pytest.param((16, 27, 27, 256, 328, 1, 1, {}), id="1x1-k256"),
-        # 3x3, 9 k-tiles: 113 M tiles (a 64-row tail) x 2 or 3 N tiles.
-        pytest.param((16, 30, 30, 64, 192, 3, 3, dict(padding=1)), id="3x3-c64"),
-    ],
-)
-def test_pingpong_several_tiles_per_cta(config, shape):
-    # More tiles than 132 SMs hold: most CTAs walk 2 to 5 tiles, so both consumer warpgroups
-    # alternate (odd counts too) through the shared A/B ring and the mainloop order barrier.
-    n, h, w, c, k, r, s, geom = shape
-    run_and_check(n, h, w, c, k, r, s, config=config, **geom)
 
 
 def _bench_shapes():

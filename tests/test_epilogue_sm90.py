@@ -97,30 +97,11 @@ def test_epilogue_variants(shape, case):
 @pytest.mark.parametrize(
     "config",
     [cute_conv.Conv2dConfig(tile_n=256), cute_conv.Conv2dConfig(tile_n=128, cluster_n=2),
-     cute_conv.Conv2dConfig(tile_n=64, cluster_m=2),
-     cute_conv.Conv2dConfig(tile_n=128, pingpong=True),
-     cute_conv.Conv2dConfig(tile_n=64, cluster_n=2, pingpong=True),
-     cute_conv.Conv2dConfig(tile_n=128, cluster_m=2, pingpong=True)],
-    ids=["n256", "n128-cluster-1x2", "n64-cluster-2x1", "n128-pingpong", "n64-cluster-1x2-pingpong",
-         "n128-cluster-2x1-pingpong"],
+     cute_conv.Conv2dConfig(tile_n=64, cluster_m=2)],
+    ids=["n256", "n128-cluster-1x2", "n64-cluster-2x1"],
 )  # fmt: skip
 def test_residual_across_configs(config):
     run_case(SHAPES[1].values[0], dict(bias=True, activation="relu", residual=1.0), config=config)
-
-
-@pytest.mark.parametrize(
-    "config",
-    [cute_conv.Conv2dConfig(tile_n=128, pingpong=True),
-     cute_conv.Conv2dConfig(tile_n=64, cluster_n=2, pingpong=True)],
-    ids=["n128", "n64-cluster-1x2"],
-)  # fmt: skip
-@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-def test_pingpong_residual_several_tiles_per_cta(config, out_dtype):
-    # 92 x 3 (or 6) tiles over 132 SMs: both consumer warpgroups run epilogues, each reading C
-    # through its own source ring, loaded by its own source-load warp.
-    shape = (16, 27, 27, 256, 328, 1, 1, {})
-    case = dict(scale=True, bias=True, activation="gelu", fn=cubic, residual=0.3)
-    run_case(shape, case, out_dtype=out_dtype, config=config)
 
 
 def test_fp32_output_and_16bit_vectors():

@@ -71,13 +71,8 @@ class StaticTileScheduler:
         return cutlass.Int32(cute.arch.block_idx()[2])
 
     @cute.jit
-    def next_work(self, work: cutlass.Int32, steps=1) -> cutlass.Int32:
-        """The work item ``steps`` items of this cluster after ``work`` (``steps`` may be a
-        runtime ``Int32``, 0 included): a ping-pong consumer warpgroup takes every other one."""
-        stride = cutlass.Int32(cute.arch.grid_dim()[2])
-        if cutlass.const_expr(isinstance(steps, int) and steps == 1):
-            return work + stride
-        return work + stride * steps
+    def next_work(self, work: cutlass.Int32) -> cutlass.Int32:
+        return work + cutlass.Int32(cute.arch.grid_dim()[2])
 
     @cute.jit
     def tile_coord(self, work: cutlass.Int32) -> Tuple[cutlass.Int32, cutlass.Int32]:

@@ -7,74 +7,35 @@ mainloop has no predication. The output is written through SMEM by TMA stores, w
 M and K tails. The epilogue (``kernels/common/epilogue.py``) is fused:
 ``D = epilogue_fn(act(alpha * acc * scale + bias)) + beta * C``, its terms chosen at compile time.
 
-Roles (384 threads), by consumer schedule (``pingpong``). Consumer 0 is warpgroup 1 (warps
-4-7), consumer 1 is warpgroup 2 (warps 8-11); w0, w1, w2, ... are this CTA's output tiles in
-scheduler order.
+Roles (384 threads):
 
   warpgroup 0 (producer, ``setmaxnreg`` down to 40)
-    warp 0       load: im2col TMA of the activation + tiled TMA of the filter into the ring,
-                 every k-tile of w0, then of w1, ... (both schedules)
+    warp 0       load: im2col TMA of the activation + tiled TMA of the filter into the ring
     warp 1       source load (residual kernels only): TMA of the residual C, subtile by
-                 subtile, into SMEM source buffers ahead of the epilogue; ping-pong: the C of
-                 consumer 0's tiles (w0, w2, ...) only
-    warp 2       ping-pong residual kernels: source load of consumer 1's tiles (w1, w3, ...);
-                 otherwise idle
-    warp 3       idle
+                 subtile, into SMEM source buffers ahead of the epilogue
+    warps 2-3    idle
   warpgroups 1-2 (consumers, ``setmaxnreg`` up to 232)
-    cooperative  both consumers on every tile: WGMMA on a 128 x tile_n accumulator (64 rows
-                 each), then both run its epilogue (256 threads; TMA stores from warp 4).
-    ping-pong    each consumer owns whole tiles: consumer 0 takes w0, w2, ..., consumer 1
-                 takes w1, w3, ... Its mainloop runs WGMMA on its own 128 x tile_n accumulator
-                 (two m64 atoms; tile_n <= 128 keeps it at <= 128 registers per thread), then it
-                 runs that tile's epilogue alone (128 threads; TMA stores from its first warp,
-                 4 or 8) while the other consumer's mainloop has the tensor cores. The two
-                 mainloops never interleave: see ``order`` below.
-    epilogue     registers (fp32 math, + beta * C read from SMEM) -> SMEM (stmatrix) -> TMA
-                 store, subtile by subtile (``epilogue_tile``, shared by both schedules).
+    WGMMA on a 128 x tile_n accumulator (64 rows each), then the epilogue:
+    registers (fp32 math, + beta * C read from SMEM) -> SMEM (stmatrix) -> TMA store (warp 4).
 
 Pipelines and barriers:
 
-  ab      PipelineTmaAsync: load warp -> consumers, ``ab_stages`` deep, one ring in tile order.
-          full: 1 arrive (expect_tx = A + B tile bytes per CTA).
-          empty: 1 arrive per releasing consumer warp per CTA of the multicast group.
-          Cooperative: all 8 consumer warps release every k-tile. Ping-pong: only the 4 warps
-          of the consumer that owns the tile, and each consumer's pipeline states skip the
-          other's k_tile_cnt k-tiles after each of its tiles (consumer 1 starts k_tile_cnt in).
-  source  PipelineTmaAsync: source-load warp -> consumers, ``source_stages`` (S) deep.
+  ab      PipelineTmaAsync: load warp -> consumers, ``ab_stages`` deep.
+          full: 1 arrive (expect_tx = A + B tile bytes per CTA);
+          empty: 1 arrive per consumer warp per CTA of the multicast group.
+  source  PipelineTmaAsync: source-load warp -> consumers, ``source_stages`` deep.
           full: 1 arrive (expect_tx = one C subtile); empty: 1 arrive per consumer warp.
-          Ping-pong: two rings in one barrier array (see ``_source_slot``), slots [0, S) for
-          consumer 0 and [S, 2S) for consumer 1, each with its own loader warp and released
-          by its consumer's 4 warps. Not one ring in tile order with skipping as for ab: its
-          single loader would issue consumer 1's C only after consumer 0 has freed slots by
-          consuming its own, i.e. about one mainloop before it is needed, which for the
-          short-K convs ping-pong is for is less than a load's latency. With a ring each, a
-          consumer's C is prefetched as soon as its previous epilogue frees a slot, and
-          neither epilogue waits on the other.
-  store   PipelineTmaStore: bulk-group accounting of the epilogue's TMA stores (per store
-          warp; ping-pong: one per consumer, each over its own staging buffers).
-  order   ping-pong only: ``PipelineOrder`` (two mbarriers, 128 arrives each). A consumer
-          waits on it before its mainloop and arrives for the other once its last WGMMAs are
-          issued, so mainloops alternate w0, w1, w2, ... in the ring's order and a mainloop
-          overlaps the other consumer's epilogue. Epilogues are not ordered: each consumer
-          has its own staging and source buffers, store warp and barrier.
-  Epilogue named barriers: the threads of one epilogue around each subtile. Cooperative:
-          ``Epilogue``, 256 threads. Ping-pong: ``Epilogue`` for consumer 0 and
-          ``EpilogueConsumer1`` for consumer 1, 128 threads each.
-  EpilogueLoad named barrier (load warp + source-load warps): the source loads start only
-          once the first tile's A/B loads are issued, so C does not compete with the fill.
-
-SMEM: the A/B ring, then ``_EPI_STAGES`` epilogue subtile buffers (output staging + source C)
-per epilogue: one set (cooperative) or one per consumer (ping-pong); ``_compute_ab_stages``
-gives the ring what is left.
+  store   PipelineTmaStore: bulk-group accounting of the epilogue's TMA stores.
+  Epilogue named barrier: the 256 consumer threads around each epilogue subtile.
+  EpilogueLoad named barrier (load warp + source-load warp): the source loads start only once
+          the first tile's A/B loads are issued, so C does not compete with the mainloop fill.
 
 Persistence: a static tile scheduler (``kernels/common/tile_scheduler.py``); every role walks
-the same sequence of output tiles (a ping-pong consumer and its source-load warp every other
-one). Clusters of (cluster_m, cluster_n) CTAs multicast the activation tile along N and the
-filter tile along M; every CTA of a cluster gives its tile of w_i to the same consumer, so a
-ring slot's empty barrier hears from 4 warps of each CTA that its load fed.
+the same sequence of output tiles. Clusters of (cluster_m, cluster_n) CTAs multicast the
+activation tile along N and the filter tile along M.
 """
 
-from typing import NamedTuple, Optional, Tuple, Type
+from typing import Optional, Tuple, Type
 
 import cuda.bindings.driver as cuda
 import cutlass
@@ -100,30 +61,7 @@ from ..common.tile_scheduler import StaticTileScheduler
 SMEM_CAPACITY_SM90 = 232448  # bytes of dynamic SMEM one CTA may use on H100/H200
 _MBARRIER_BYTES_RESERVED = 1024
 _MAX_AB_STAGES = 16  # small k-tiles would fit more; past this, latency is long hidden
-_EPI_STAGES = 4  # subtile buffers per epilogue; a residual kernel splits them 2 + 2 with C
-
-
-def _offset(index, first):
-    """``first + index``; ``index`` itself where ``first`` is the Python int 0 (the
-    cooperative kernel and consumer 0), which keeps that code free of a runtime add."""
-    if isinstance(first, int) and first == 0:
-        return index
-    return first + index
-
-
-class EpilogueFragments(NamedTuple):
-    """One consumer thread's epilogue partitions, built once and used for every tile."""
-
-    tiled_copy_r2s: cute.TiledCopy
-    tRS_rAcc: cute.Tensor  # the accumulator, retiled for the register -> SMEM copy
-    tRS_sD: cute.Tensor  # (R2S, R2S_M, R2S_N, PIPE_D): this thread's part of each buffer
-    tRS_rD: cute.Tensor  # one subtile's fp32 values
-    tRS_rD_out: cute.Tensor  # ... converted to the output type
-    tRS_cD: cute.Tensor  # (m, n) inside the subtile of each value of tRS_rD
-    tRS_sC: Optional[cute.Tensor]  # residual only: this thread's values in the source buffers
-    tRS_rC: Optional[cute.Tensor]
-    tRS_rBias: cute.Tensor
-    tRS_rScale: cute.Tensor
+_EPI_STAGES = 4  # output staging buffers; a residual kernel splits them 2 + 2 with C
 
 
 class Conv2dFpropSm90:
@@ -136,22 +74,6 @@ class Conv2dFpropSm90:
     :param stages: depth of the A/B ring; 0 means as many as fit in SMEM.
     :param swizzle, raster_along_m: tile rasterization, see ``StaticTileScheduler``.
     :param epilogue: the fused epilogue terms, see ``EpilogueSpec``.
-    :param pingpong: consumer schedule. False (cooperative): both consumer warpgroups work on
-        every tile, 64 rows each, and both run its epilogue, so the tensor cores idle during
-        every epilogue. True (ping-pong): the consumers take whole tiles in turn and one's
-        epilogue overlaps the other's mainloop, which pays off where the epilogue is a large
-        share of a tile's time (short K, e.g. 1x1 convs with C*R*S = 256).
-
-    Ping-pong design. As in CUTLASS's ping-pong kernel, a consumer owns the whole CTA tile,
-    128 x tile_n, with its own accumulator: a tiled MMA of one warpgroup (atom layout (1,1,1))
-    whose 64 x tile_n atom tiles the 128 rows twice. The alternative, 64 x tile_n per consumer,
-    would halve tile_m: the activation TMA box, the SMEM layouts, the scheduler's tiles and the
-    epilogue's subtiles would all change, and each filter k-tile would feed half the MMA work.
-    Keeping the CTA tile means the producer, the TMA atoms, the A/B/epilogue SMEM layouts, the
-    scheduler and the epilogue code are the cooperative kernel's, unchanged; the price is that
-    a whole 128 x tile_n fp32 accumulator (tile_n registers per thread) lives in one
-    warpgroup, so ping-pong takes tile_n 64 or 128 only (128 registers of 232 leave the
-    epilogue the same room as the cooperative 128 x 256 tile has).
     """
 
     num_threads_per_warpgroup = 128
@@ -170,7 +92,6 @@ class Conv2dFpropSm90:
         swizzle: int = 1,
         raster_along_m: bool = True,
         epilogue: Optional[EpilogueSpec] = None,
-        pingpong: bool = False,
     ):
         if act_dtype not in (cutlass.BFloat16, cutlass.Float16) or filter_dtype != act_dtype:
             raise TypeError(
@@ -189,14 +110,6 @@ class Conv2dFpropSm90:
                 f"tile_k must span a 32-, 64- or 128-byte swizzle row (16, 32 or 64 16-bit "
                 f"channels), got {tile_k}"
             )
-        if not isinstance(pingpong, bool):
-            raise TypeError(f"pingpong must be a bool, got {pingpong!r}")
-        if pingpong and tile_n > 128:
-            raise ValueError(
-                f"pingpong=True needs tile_n 64 or 128 (each consumer warpgroup holds a whole "
-                f"128 x tile_n fp32 accumulator, tile_n registers per thread), got "
-                f"tile_mnk={tile_mnk}"
-            )
         self.act_dtype = act_dtype
         self.filter_dtype = filter_dtype
         self.out_dtype = out_dtype
@@ -206,19 +119,12 @@ class Conv2dFpropSm90:
         self.swizzle = swizzle
         self.raster_along_m = raster_along_m
         self.epilogue = epilogue or EpilogueSpec()
-        self.pingpong = pingpong
 
         self.num_consumer_warpgroups = 2
         self.num_consumer_threads = self.num_consumer_warpgroups * self.num_threads_per_warpgroup
         self.threads_per_cta = self.num_threads_per_warpgroup * (1 + self.num_consumer_warpgroups)
-        # The consumer threads that compute and store one output tile, and how many epilogues
-        # (each with its own staging/source buffers, store warp and source-load warp) run.
-        self.tile_threads = (
-            self.num_threads_per_warpgroup if pingpong else self.num_consumer_threads
-        )
-        self.num_epilogues = self.num_consumer_warpgroups if pingpong else 1
-        self.source_load_warp_id = 1  # ping-pong: + 1 for consumer 1's tiles
-        self.epi_store_warp_id = 4  # first warp of consumer 0; ping-pong: + 4 for consumer 1
+        self.source_load_warp_id = 1
+        self.epi_store_warp_id = 4  # first warp of the first consumer warpgroup
         self.num_mcast_a = cluster_mn[1]  # the activation tile is shared along cluster N
         self.num_mcast_b = cluster_mn[0]  # the filter tile is shared along cluster M
 
@@ -236,9 +142,8 @@ class Conv2dFpropSm90:
         return (tile_m + tile_n) * tile_k * self.act_dtype.width // 8
 
     def _epi_bytes(self) -> int:
-        """Output staging plus source buffers: ``_EPI_STAGES`` subtiles per epilogue."""
-        subtile_bytes = self.epi_tile[0] * self.epi_tile[1] * self.out_dtype.width // 8
-        return subtile_bytes * _EPI_STAGES * self.num_epilogues
+        """Output staging plus source buffers: always ``_EPI_STAGES`` subtiles in all."""
+        return self.epi_tile[0] * self.epi_tile[1] * self.out_dtype.width // 8 * _EPI_STAGES
 
     def _compute_ab_stages(self, stages: int) -> int:
         budget = SMEM_CAPACITY_SM90 - _MBARRIER_BYTES_RESERVED - self._epi_bytes()
@@ -248,8 +153,7 @@ class Conv2dFpropSm90:
         if stages < 2 or stages > fit:
             raise ValueError(
                 f"stages={stages} does not fit: tile {self.tile_mnk} with {self.out_dtype} "
-                f"output{' and two ping-pong epilogues' if self.pingpong else ''} leaves room "
-                f"for 2..{fit} stages in {SMEM_CAPACITY_SM90} bytes of SMEM"
+                f"output leaves room for 2..{fit} stages in {SMEM_CAPACITY_SM90} bytes of SMEM"
             )
         return stages
 
@@ -269,9 +173,7 @@ class Conv2dFpropSm90:
             OperandMajorMode.K,
             OperandMajorMode.K,
             self.acc_dtype,
-            # Cooperative: one m64 atom per consumer warpgroup. Ping-pong: one warpgroup's atom
-            # repeats over the tile's 128 rows.
-            (1 if self.pingpong else self.num_consumer_warpgroups, 1, 1),
+            (self.num_consumer_warpgroups, 1, 1),
             tiler_mn=(64, tile_n),
         )
         self.a_smem_layout_staged = sm90_utils.make_smem_layout_a(
@@ -280,56 +182,14 @@ class Conv2dFpropSm90:
         self.b_smem_layout_staged = sm90_utils.make_smem_layout_b(
             LayoutEnum.ROW_MAJOR, self.tile_mnk, self.filter_dtype, self.ab_stages
         )
-        # One set of staging buffers per epilogue: consumer c of a ping-pong kernel owns
-        # buffers [c * epi_stages, (c + 1) * epi_stages), likewise for the source buffers.
         self.epi_smem_layout_staged = sm90_utils.make_smem_layout_epi(
-            self.out_dtype,
-            LayoutEnum.ROW_MAJOR,
-            self.epi_tile,
-            self.epi_stages * self.num_epilogues,
+            self.out_dtype, LayoutEnum.ROW_MAJOR, self.epi_tile, self.epi_stages
         )
         # Source C subtiles share the output's SMEM layout, so one TMA box shape serves both.
         self.source_smem_layout_staged = sm90_utils.make_smem_layout_epi(
-            self.out_dtype,
-            LayoutEnum.ROW_MAJOR,
-            self.epi_tile,
-            max(self.source_stages, 1) * self.num_epilogues,
+            self.out_dtype, LayoutEnum.ROW_MAJOR, self.epi_tile, max(self.source_stages, 1)
         )
         self.cta_layout_mnk = cute.make_layout((*self.cluster_mn, 1))
-
-    def _shared_storage_type(self):
-        """The kernel's SMEM struct. Plain Python (not traced): fields may be conditional."""
-        source_slots = max(self.source_stages, 1) * self.num_epilogues
-
-        @cute.struct
-        class SharedStorage:
-            ab_mbar: cute.struct.MemRange[cutlass.Int64, self.ab_stages * 2]
-            sA: cute.struct.Align[
-                cute.struct.MemRange[self.act_dtype, cute.cosize(self.a_smem_layout_staged)],
-                1024,
-            ]
-            sB: cute.struct.Align[
-                cute.struct.MemRange[self.filter_dtype, cute.cosize(self.b_smem_layout_staged)],
-                1024,
-            ]
-            sD: cute.struct.Align[
-                cute.struct.MemRange[self.out_dtype, cute.cosize(self.epi_smem_layout_staged)],
-                1024,
-            ]
-            # Without a residual these hold one unused slot: the struct's shape stays fixed.
-            source_mbar: cute.struct.MemRange[cutlass.Int64, source_slots * 2]
-            sC: cute.struct.Align[
-                cute.struct.MemRange[
-                    self.out_dtype,
-                    cute.cosize(self.source_smem_layout_staged) if self.source_stages else 8,
-                ],
-                1024,
-            ]
-            if self.pingpong:
-                # PipelineOrder of the two consumers' mainloops: one mbarrier per consumer.
-                order_mbar: cute.struct.MemRange[cutlass.Int64, self.num_consumer_warpgroups]
-
-        return SharedStorage
 
     # ------------------------------------------------------------------------------------------
     # Host JIT entry: build views, TMA atoms, shared storage; launch
@@ -422,7 +282,32 @@ class Conv2dFpropSm90:
         m_bias = cute.make_tensor(bias_ptr, channel_vector) if self.epilogue.has_bias else None
         m_scale = cute.make_tensor(scale_ptr, channel_vector) if self.epilogue.has_scale else None
 
-        self.shared_storage = self._shared_storage_type()
+        @cute.struct
+        class SharedStorage:
+            ab_mbar: cute.struct.MemRange[cutlass.Int64, self.ab_stages * 2]
+            sA: cute.struct.Align[
+                cute.struct.MemRange[self.act_dtype, cute.cosize(self.a_smem_layout_staged)],
+                1024,
+            ]
+            sB: cute.struct.Align[
+                cute.struct.MemRange[self.filter_dtype, cute.cosize(self.b_smem_layout_staged)],
+                1024,
+            ]
+            sD: cute.struct.Align[
+                cute.struct.MemRange[self.out_dtype, cute.cosize(self.epi_smem_layout_staged)],
+                1024,
+            ]
+            # Without a residual these hold one unused slot: the struct's shape stays fixed.
+            source_mbar: cute.struct.MemRange[cutlass.Int64, max(self.source_stages, 1) * 2]
+            sC: cute.struct.Align[
+                cute.struct.MemRange[
+                    self.out_dtype,
+                    cute.cosize(self.source_smem_layout_staged) if self.source_stages else 8,
+                ],
+                1024,
+            ]
+
+        self.shared_storage = SharedStorage
 
         gemm_m = n * p * q
         num_tiles_m = (gemm_m + tile_m - 1) // tile_m
@@ -508,15 +393,14 @@ class Conv2dFpropSm90:
         tma_copy_bytes = cute.size_in_bytes(self.act_dtype, a_smem_layout) + cute.size_in_bytes(
             self.filter_dtype, b_smem_layout
         )
-        # Each warp of the consumer(s) owning the tile releases a stage once for every CTA whose
-        # TMA wrote into it: 8 warps cooperative, the 4 of one warpgroup ping-pong.
+        # Each consumer warp releases a stage once for every CTA whose TMA wrote into it.
         mcast_size = self.num_mcast_a + self.num_mcast_b - 1
         ab_pipeline = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.ab_mbar.data_ptr(),
             num_stages=self.ab_stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             consumer_group=pipeline.CooperativeGroup(
-                pipeline.Agent.Thread, mcast_size * self.tile_threads // 32
+                pipeline.Agent.Thread, mcast_size * self.num_consumer_threads // 32
             ),
             tx_count=tma_copy_bytes,
             cta_layout_vmnk=cute.make_layout((1, *cta_layout_mnk.shape)),
@@ -524,30 +408,15 @@ class Conv2dFpropSm90:
         )
         source_pipeline = None
         if cutlass.const_expr(self.epilogue.has_residual):
-            # Ping-pong: one barrier array holds both consumers' rings (see ``_source_slot``).
             source_pipeline = pipeline.PipelineTmaAsync.create(
                 barrier_storage=storage.source_mbar.data_ptr(),
-                num_stages=self.source_stages * self.num_epilogues,
+                num_stages=self.source_stages,
                 producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
                 consumer_group=pipeline.CooperativeGroup(
-                    pipeline.Agent.Thread, self.tile_threads // 32
+                    pipeline.Agent.Thread, self.num_consumer_threads // 32
                 ),
                 tx_count=cute.size_in_bytes(
                     self.out_dtype, cute.slice_(source_smem_layout_staged, (None, None, 0))
-                ),
-                defer_sync=True,
-            )
-        mma_order = None
-        if cutlass.const_expr(self.pingpong):
-            # Consumer c waits on barrier c and arrives on the other's; consumer 0 goes first.
-            # (Producer warps get group -1 here and never use it.)
-            mma_order = pipeline.PipelineOrder.create(
-                barrier_storage=storage.order_mbar.data_ptr(),
-                depth=1,
-                length=self.num_consumer_warpgroups,
-                group_id=warp_idx // 4 - 1,
-                producer_group=pipeline.CooperativeGroup(
-                    pipeline.Agent.Thread, self.num_threads_per_warpgroup
                 ),
                 defer_sync=True,
             )
@@ -601,10 +470,7 @@ class Conv2dFpropSm90:
                 )
             if cutlass.const_expr(self.epilogue.has_residual):
                 if warp_idx == self.source_load_warp_id:
-                    self.load_source(source_pipeline, tma_atom_c, gC, sC, scheduler, 0)
-                if cutlass.const_expr(self.pingpong):
-                    if warp_idx == self.source_load_warp_id + 1:
-                        self.load_source(source_pipeline, tma_atom_c, gC, sC, scheduler, 1)
+                    self.load_source(source_pipeline, tma_atom_c, gC, sC, scheduler)
 
         # ////////////////////////////////////////////////////////////////////////////////////
         #  CONSUMER WARPGROUPS: MMA + EPILOGUE
@@ -614,7 +480,6 @@ class Conv2dFpropSm90:
             self.mma_and_epilogue(
                 ab_pipeline,
                 source_pipeline,
-                mma_order,
                 tiled_mma,
                 tma_atom_d,
                 sA,
@@ -711,26 +576,7 @@ class Conv2dFpropSm90:
 
     def epilogue_load_barrier(self) -> pipeline.NamedBarrier:
         """Orders the source loads after the mainloop prologue (load + source-load warps)."""
-        return pipeline.NamedBarrier(
-            barrier_id=int(NamedBarrierConv.EpilogueLoad), num_threads=32 * (1 + self.num_epilogues)
-        )
-
-    @staticmethod
-    def _source_slot(state: pipeline.PipelineState, first_slot) -> pipeline.PipelineState:
-        """``state`` of one consumer's ring as a slot of the shared source barrier array.
-
-        Ping-pong keeps both consumers' source rings in one ``PipelineTmaAsync`` of
-        ``2 * source_stages`` stages: consumer c's ring is slots ``[c * S, (c + 1) * S)``. Its
-        state walks ``S`` slots (index and phase wrap there); the pipeline's wait, release,
-        acquire and barrier lookups only read index and phase, so a copy with the index
-        shifted by ``first_slot`` addresses the right mbarrier. ``first_slot`` 0 (a Python
-        int: cooperative, or ping-pong consumer 0 seen by its loader) returns ``state``.
-        """
-        if isinstance(first_slot, int) and first_slot == 0:
-            return state
-        return pipeline.PipelineState(
-            state.stages, state.count, state.index + first_slot, state.phase
-        )
+        return pipeline.NamedBarrier(barrier_id=int(NamedBarrierConv.EpilogueLoad), num_threads=64)
 
     @cute.jit
     def load_source(
@@ -740,22 +586,14 @@ class Conv2dFpropSm90:
         gC: cute.Tensor,
         sC: cute.Tensor,
         scheduler: StaticTileScheduler,
-        consumer: cutlass.Constexpr[int],
     ):
-        """Source-load warp: TMA-loads the residual C subtile by subtile, in epilogue order.
-
-        ``consumer``: whose tiles (cooperative: 0, every tile; ping-pong: consumer 0's or
-        consumer 1's, every other tile, into that consumer's ring and buffers).
-        """
+        """Source-load warp: TMA-loads the residual C subtile by subtile, in epilogue order."""
         self.epilogue_load_barrier().arrive_and_wait()
         producer_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Producer, self.source_stages
         )
-        first_slot = consumer * self.source_stages
         num_work = scheduler.num_work
         work = scheduler.first_work()
-        if cutlass.const_expr(consumer > 0):
-            work = scheduler.next_work(work, consumer)
         while work < num_work:
             m_tile, n_tile = scheduler.tile_coord(work)
             gC_tile = cute.zipped_divide(gC[(None, None, m_tile, n_tile)], self.epi_tile)
@@ -764,26 +602,17 @@ class Conv2dFpropSm90:
             )
             epi_tile_layout = self.epi_tile_layout(gC_tile)
             for epi_idx in cutlass.range_constexpr(cute.size(epi_tile_layout)):
-                slot = self._source_slot(producer_state, first_slot)
-                source_pipeline.producer_acquire(slot)
+                source_pipeline.producer_acquire(producer_state)
                 cute.copy(
                     tma_atom_c,
                     bGS_gC[(None, epi_tile_layout.get_hier_coord(epi_idx))],
-                    bGS_sC[(None, slot.index)],
-                    tma_bar_ptr=source_pipeline.producer_get_barrier(slot),
+                    bGS_sC[(None, producer_state.index)],
+                    tma_bar_ptr=source_pipeline.producer_get_barrier(producer_state),
                 )
-                source_pipeline.producer_commit(slot)
+                source_pipeline.producer_commit(producer_state)
                 producer_state.advance()
-            work = scheduler.next_work(work, self.num_epilogues)
-        if cutlass.const_expr(self.pingpong):
-            # ``producer_tail`` would walk all 2 * S slots from this ring's state: wait for
-            # this ring's S slots to be released instead.
-            for _ in cutlass.range_constexpr(self.source_stages):
-                slot = self._source_slot(producer_state, first_slot)
-                source_pipeline.sync_object_empty.wait(slot.index, slot.phase)
-                producer_state.advance()
-        else:
-            source_pipeline.producer_tail(producer_state)
+            work = scheduler.next_work(work)
+        source_pipeline.producer_tail(producer_state)
 
     @staticmethod
     def epi_tile_layout(g_tile_divided: cute.Tensor) -> cute.Layout:
@@ -796,7 +625,6 @@ class Conv2dFpropSm90:
         self,
         ab_pipeline: pipeline.PipelineTmaAsync,
         source_pipeline: Optional[pipeline.PipelineTmaAsync],
-        mma_order: Optional[pipeline.PipelineOrder],
         tiled_mma: cute.TiledMma,
         tma_atom_d: cute.CopyAtom,
         sA: cute.Tensor,
@@ -812,23 +640,13 @@ class Conv2dFpropSm90:
         scheduler: StaticTileScheduler,
         warp_idx: cutlass.Int32,
     ):
-        """Consumer warpgroups: WGMMA over the ring, then the epilogue of each output tile.
-
-        Cooperative: both warpgroups on every tile. Ping-pong: this warpgroup's tiles only
-        (every other one), its mainloops ordered after the other's by ``mma_order``.
-        """
+        """Consumer warpgroups: WGMMA over the ring, then the epilogue of each output tile."""
+        tile_m, tile_n, _ = self.tile_mnk
         epi = self.epilogue
         tidx, _, _ = cute.arch.thread_idx()
         consumer_tidx = tidx - self.num_threads_per_warpgroup
         warpgroup_idx = cute.arch.make_warp_uniform(consumer_tidx // self.num_threads_per_warpgroup)
-        if cutlass.const_expr(self.pingpong):
-            # This warpgroup alone computes and stores its tiles.
-            mma_tidx = 0
-            epi_tidx = consumer_tidx - warpgroup_idx * self.num_threads_per_warpgroup
-        else:
-            mma_tidx = warpgroup_idx * self.num_threads_per_warpgroup
-            epi_tidx = consumer_tidx
-        thr_mma = tiled_mma.get_slice(mma_tidx)
+        thr_mma = tiled_mma.get_slice(warpgroup_idx * self.num_threads_per_warpgroup)
         tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
         tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
         acc_shape = thr_mma.partition_shape_C(cute.select(self.tile_mnk, mode=[0, 1]))
@@ -844,12 +662,13 @@ class Conv2dFpropSm90:
         tiled_copy_r2s = cute.make_tiled_copy_S(
             copy_atom_r2s, cute.make_tiled_copy_C_atom(copy_atom_d, tiled_mma)
         )
-        thr_copy_r2s = tiled_copy_r2s.get_slice(epi_tidx)
+        thr_copy_r2s = tiled_copy_r2s.get_slice(consumer_tidx)
         tRS_sD = thr_copy_r2s.partition_D(sD)  # (R2S, R2S_M, R2S_N, PIPE_D)
         tRS_rAcc = tiled_copy_r2s.retile(accumulators)
         rD_shape = cute.shape(thr_copy_r2s.partition_S(sD))[:3]
         tRS_rD = cute.make_rmem_tensor(rD_shape, self.acc_dtype)
         tRS_rD_out = cute.make_rmem_tensor(rD_shape, self.out_dtype)
+        size_tRS_rD = cute.size(tRS_rD)
         # The (m, n) position inside a subtile of each of this thread's values: what bias and
         # scale are indexed by. The source side of the r2s copy is the register fragment, so
         # partition_S of a subtile-shaped tensor lines up element for element with tRS_rD.
@@ -859,39 +678,17 @@ class Conv2dFpropSm90:
         if cutlass.const_expr(epi.has_residual):
             tRS_sC = thr_copy_r2s.partition_S(sC)  # this thread's values, in C's buffers
             tRS_rC = cute.make_rmem_tensor(rD_shape, self.out_dtype)
-        frags = EpilogueFragments(
-            tiled_copy_r2s,
-            tRS_rAcc,
-            tRS_sD,
-            tRS_rD,
-            tRS_rD_out,
-            tRS_cD,
-            tRS_sC,
-            tRS_rC,
-            tRS_rBias=cute.make_rmem_tensor(rD_shape, self.acc_dtype),
-            tRS_rScale=cute.make_rmem_tensor(rD_shape, self.acc_dtype),
-        )
+        tRS_rBias = cute.make_rmem_tensor(rD_shape, self.acc_dtype)
+        tRS_rScale = cute.make_rmem_tensor(rD_shape, self.acc_dtype)
 
-        # This thread's epilogue: its barrier, store warp and first staging/source buffers.
-        epilogue_barrier_id = int(NamedBarrierConv.Epilogue)
-        store_warp_id = self.epi_store_warp_id
-        first_epi_buffer = 0
-        first_source_slot = 0
-        if cutlass.const_expr(self.pingpong):
-            epilogue_barrier_id = cutlass.select_(
-                warpgroup_idx == 0,
-                int(NamedBarrierConv.Epilogue),
-                int(NamedBarrierConv.EpilogueConsumer1),
-            )
-            store_warp_id = self.epi_store_warp_id + warpgroup_idx * 4
-            first_epi_buffer = warpgroup_idx * self.epi_stages
-            first_source_slot = warpgroup_idx * self.source_stages
         epilogue_barrier = pipeline.NamedBarrier(
-            barrier_id=epilogue_barrier_id, num_threads=self.tile_threads
+            barrier_id=int(NamedBarrierConv.Epilogue), num_threads=self.num_consumer_threads
         )
         store_pipeline = pipeline.PipelineTmaStore.create(
             num_stages=self.epi_stages,
-            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.tile_threads),
+            producer_group=pipeline.CooperativeGroup(
+                pipeline.Agent.Thread, self.num_consumer_threads
+            ),
         )
 
         read_state = pipeline.make_pipeline_state(
@@ -906,27 +703,12 @@ class Conv2dFpropSm90:
         num_epi_tiles_done = cutlass.Int32(0)
         num_work = scheduler.num_work
         work = scheduler.first_work()
-        order_state = None
-        if cutlass.const_expr(self.pingpong):
-            # Consumer 1 starts at w1, whose k-tiles follow w0's in the ring.
-            work = scheduler.next_work(work, warpgroup_idx)
-            read_state.advance(warpgroup_idx * k_tile_cnt)
-            release_state.advance(warpgroup_idx * k_tile_cnt)
-            order_state = mma_order.state.clone()
         while work < num_work:
             m_tile, n_tile = scheduler.tile_coord(work)
 
             # ---- mainloop: keep one WGMMA batch in flight, release the stage behind it ----
             accumulators.fill(0.0)
             tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
-            if cutlass.const_expr(self.pingpong):
-                # The other consumer has issued its tile's mainloop. Besides keeping the
-                # mainloops apart, this wait is what makes the skipping ring states safe: it
-                # comes before this tile's first consumer_wait, so every earlier k-tile is
-                # loaded, and a slot's full barrier is at most one phase short of the k-tile
-                # waited for. Without it a parity wait could pass on a slot still holding the
-                # k-tile 2 * ab_stages earlier (same parity).
-                mma_order.wait(order_state)
             warpgroup.fence()
             ab_pipeline.consumer_wait(read_state)
             self.mma_k_tile(tiled_mma, accumulators, tCrA, tCrB, read_state.index)
@@ -938,138 +720,57 @@ class Conv2dFpropSm90:
                 warpgroup.wait_group(1)
                 ab_pipeline.consumer_release(release_state)
                 release_state.advance()
-            if cutlass.const_expr(self.pingpong):
-                # Every WGMMA of this tile is issued: the other consumer's mainloop may start
-                # (and queue behind these on the tensor cores).
-                mma_order.arrive(order_state)
             warpgroup.wait_group(0)
             ab_pipeline.consumer_release(release_state)
             release_state.advance()
-            if cutlass.const_expr(self.pingpong):
-                # Skip the other consumer's next tile in the ring.
-                read_state.advance(k_tile_cnt)
-                release_state.advance(k_tile_cnt)
 
-            source_state, num_epi_tiles_done = self.epilogue_tile(
-                frags,
+            # ---- epilogue: subtiles of epi_tile through SMEM, stored by TMA ----
+            gD_tile = cute.zipped_divide(gD[(None, None, m_tile, n_tile)], self.epi_tile)
+            bSG_sD, bSG_gD = cpasync.tma_partition(
                 tma_atom_d,
-                sD,
-                gD[(None, None, m_tile, n_tile)],
-                n_tile,
-                m_bias,
-                m_scale,
-                alpha,
-                beta,
-                source_pipeline,
-                source_state,
-                first_source_slot,
-                first_epi_buffer,
-                num_epi_tiles_done,
-                epilogue_barrier,
-                store_pipeline,
-                warp_idx == store_warp_id,
+                0,
+                cute.make_layout(1),
+                cute.group_modes(sD, 0, 2),
+                gD_tile,
             )
-            work = scheduler.next_work(work, self.num_epilogues)
+            epi_tile_layout = self.epi_tile_layout(gD_tile)
+            num_epi_tiles = cute.size(epi_tile_layout)
+            for epi_idx in cutlass.range_constexpr(num_epi_tiles):
+                for v in cutlass.range_constexpr(size_tRS_rD):
+                    tRS_rD[v] = tRS_rAcc[epi_idx * size_tRS_rD + v]
+                if cutlass.const_expr(epi.has_channel_vectors):
+                    subtile_n = epi_tile_layout.get_hier_coord(epi_idx)[1]
+                    subtile_n0 = n_tile * tile_n + subtile_n * self.epi_tile[1]
+                    self.load_channel_vectors(
+                        m_bias, m_scale, tRS_cD, subtile_n0, tRS_rBias, tRS_rScale
+                    )
+                y = apply_epilogue(epi, tRS_rD.load(), alpha, tRS_rScale.load(), tRS_rBias.load())
+                if cutlass.const_expr(epi.has_residual):
+                    source_pipeline.consumer_wait(source_state)
+                    cute.autovec_copy(tRS_sC[(None, None, None, source_state.index)], tRS_rC)
+                    # Registers hold C now: hand the buffer back to the source-load warp.
+                    source_pipeline.consumer_release(source_state)
+                    source_state.advance()
+                    y = y + beta * tRS_rC.load().to(self.acc_dtype)
+                tRS_rD_out.store(y.to(self.out_dtype))
+                epi_buffer = (num_epi_tiles_done + epi_idx) % self.epi_stages
+                cute.copy(tiled_copy_r2s, tRS_rD_out, tRS_sD[(None, None, None, epi_buffer)])
+                # Make the generic-proxy SMEM writes visible to the TMA (async proxy).
+                cute.arch.fence_proxy("async.shared", space="cta")
+                epilogue_barrier.arrive_and_wait()
+                if warp_idx == self.epi_store_warp_id:
+                    cute.copy(
+                        tma_atom_d,
+                        bSG_sD[(None, epi_buffer)],
+                        bSG_gD[(None, epi_tile_layout.get_hier_coord(epi_idx))],
+                    )
+                    store_pipeline.producer_commit()
+                    store_pipeline.producer_acquire()
+                epilogue_barrier.arrive_and_wait()
+            num_epi_tiles_done += num_epi_tiles
+            work = scheduler.next_work(work)
 
         store_pipeline.producer_tail()
-
-    @cute.jit
-    def epilogue_tile(
-        self,
-        frags: "EpilogueFragments",
-        tma_atom_d: cute.CopyAtom,
-        sD: cute.Tensor,
-        gD_tile: cute.Tensor,
-        n_tile: cutlass.Int32,
-        m_bias: Optional[cute.Tensor],
-        m_scale: Optional[cute.Tensor],
-        alpha: cutlass.Float32,
-        beta: cutlass.Float32,
-        source_pipeline: Optional[pipeline.PipelineTmaAsync],
-        source_state: pipeline.PipelineState,
-        first_source_slot,
-        first_epi_buffer,
-        num_epi_tiles_done: cutlass.Int32,
-        epilogue_barrier: pipeline.NamedBarrier,
-        store_pipeline: pipeline.PipelineTmaStore,
-        is_store_warp: cutlass.Boolean,
-    ):
-        """The epilogue of one output tile, by the threads that computed it (both schedules).
-
-        Subtiles of ``epi_tile`` go registers -> fp32 epilogue math (+ beta * C from the source
-        ring) -> SMEM staging buffer -> TMA store issued by the store warp. Staging buffers
-        rotate over this epilogue's ``epi_stages`` from ``first_epi_buffer``; source slots
-        are this epilogue's ring from ``first_source_slot`` (see ``_source_slot``).
-        Returns the advanced ``(source_state, num_epi_tiles_done)``.
-        """
-        tile_n = self.tile_mnk[1]
-        epi = self.epilogue
-        tRS_rD = frags.tRS_rD
-        gD_tile = cute.zipped_divide(gD_tile, self.epi_tile)
-        bSG_sD, bSG_gD = cpasync.tma_partition(
-            tma_atom_d,
-            0,
-            cute.make_layout(1),
-            cute.group_modes(sD, 0, 2),
-            gD_tile,
-        )
-        epi_tile_layout = self.epi_tile_layout(gD_tile)
-        num_epi_tiles = cute.size(epi_tile_layout)
-        for epi_idx in cutlass.range_constexpr(num_epi_tiles):
-            self.gather_subtile(frags.tRS_rAcc, tRS_rD, epi_idx)
-            if cutlass.const_expr(epi.has_channel_vectors):
-                subtile_n = epi_tile_layout.get_hier_coord(epi_idx)[1]
-                subtile_n0 = n_tile * tile_n + subtile_n * self.epi_tile[1]
-                self.load_channel_vectors(
-                    m_bias, m_scale, frags.tRS_cD, subtile_n0, frags.tRS_rBias, frags.tRS_rScale
-                )
-            y = apply_epilogue(
-                epi, tRS_rD.load(), alpha, frags.tRS_rScale.load(), frags.tRS_rBias.load()
-            )
-            if cutlass.const_expr(epi.has_residual):
-                slot = self._source_slot(source_state, first_source_slot)
-                source_pipeline.consumer_wait(slot)
-                cute.autovec_copy(frags.tRS_sC[(None, None, None, slot.index)], frags.tRS_rC)
-                # Registers hold C now: hand the buffer back to the source-load warp.
-                source_pipeline.consumer_release(slot)
-                source_state.advance()
-                y = y + beta * frags.tRS_rC.load().to(self.acc_dtype)
-            frags.tRS_rD_out.store(y.to(self.out_dtype))
-            epi_buffer = _offset((num_epi_tiles_done + epi_idx) % self.epi_stages, first_epi_buffer)
-            cute.copy(
-                frags.tiled_copy_r2s, frags.tRS_rD_out, frags.tRS_sD[(None, None, None, epi_buffer)]
-            )
-            # Make the generic-proxy SMEM writes visible to the TMA (async proxy).
-            cute.arch.fence_proxy("async.shared", space="cta")
-            epilogue_barrier.arrive_and_wait()
-            if is_store_warp:
-                cute.copy(
-                    tma_atom_d,
-                    bSG_sD[(None, epi_buffer)],
-                    bSG_gD[(None, epi_tile_layout.get_hier_coord(epi_idx))],
-                )
-                store_pipeline.producer_commit()
-                store_pipeline.producer_acquire()
-            epilogue_barrier.arrive_and_wait()
-        return source_state, num_epi_tiles_done + num_epi_tiles
-
-    @cute.jit
-    def gather_subtile(self, tRS_rAcc: cute.Tensor, tRS_rD: cute.Tensor, epi_idx: int):
-        """Copy subtile ``epi_idx``'s accumulator values into ``tRS_rD`` (R2S, R2S_M, R2S_N).
-
-        The retiled accumulator is ((R2S, R2S_N of the whole tile), MMA_M, 1): the tile's
-        column groups sit inside mode 0, after each group's R2S values, and the m64 atoms
-        (one cooperative, two ping-pong) in mode 1. Subtile ``epi_idx`` (full height, N
-        fastest) is column groups ``[epi_idx * R2S_N, (epi_idx + 1) * R2S_N)``.
-        """
-        num_v = cute.size(tRS_rD, mode=[0])
-        num_m = cute.size(tRS_rD, mode=[1])
-        num_n = cute.size(tRS_rD, mode=[2])
-        assert num_m == cute.size(tRS_rAcc, mode=[1]) and cute.size(tRS_rAcc, mode=[2]) == 1
-        for n in cutlass.range_constexpr(num_n):
-            for m in cutlass.range_constexpr(num_m):
-                for v in cutlass.range_constexpr(num_v):
-                    tRS_rD[v, m, n] = tRS_rAcc[(epi_idx * num_n + n) * num_v + v, m, 0]
 
     @cute.jit
     def load_channel_vectors(
