@@ -6,8 +6,9 @@ what changes the compiled kernel; geometry (``Conv2dProblemShape``) never does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
+from .kernels.common.config_checks import check_choice, check_field_types
 from .problem import Conv2dProblemShape
 
 __all__ = ["Conv2dConfig", "default_config"]
@@ -54,27 +55,18 @@ class Conv2dConfig:
     swizzle: int = 8
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "raster_along_m":
-                expected, ok = "a bool", isinstance(value, bool)
-            else:
-                expected, ok = "an int", isinstance(value, int) and not isinstance(value, bool)
-            if not ok:
-                raise TypeError(
-                    f"{f.name} must be {expected}, got {value!r} ({type(value).__name__})"
-                )
-        _check_choice("tile_m", self.tile_m, TILE_M_CHOICES)
-        _check_choice("tile_n", self.tile_n, TILE_N_CHOICES)
+        check_field_types(self)
+        check_choice("tile_m", self.tile_m, TILE_M_CHOICES)
+        check_choice("tile_n", self.tile_n, TILE_N_CHOICES)
         if self.tile_m * self.tile_n > MAX_TILE_ELEMS:
             raise ValueError(
                 f"tile_m*tile_n must be <= {MAX_TILE_ELEMS} (128x256, the accumulator register "
                 f"budget of two consumer warpgroups), got tile_m={self.tile_m}, "
                 f"tile_n={self.tile_n} ({self.tile_m * self.tile_n})"
             )
-        _check_choice("tile_k", self.tile_k, TILE_K_CHOICES)
-        _check_choice("cluster_m", self.cluster_m, CLUSTER_CHOICES)
-        _check_choice("cluster_n", self.cluster_n, CLUSTER_CHOICES)
+        check_choice("tile_k", self.tile_k, TILE_K_CHOICES)
+        check_choice("cluster_m", self.cluster_m, CLUSTER_CHOICES)
+        check_choice("cluster_n", self.cluster_n, CLUSTER_CHOICES)
         if self.cluster_m * self.cluster_n > MAX_CLUSTER_SIZE:
             raise ValueError(
                 f"cluster_m*cluster_n must be <= {MAX_CLUSTER_SIZE}, got "
@@ -97,11 +89,6 @@ class Conv2dConfig:
     def cluster_shape_mn(self) -> tuple[int, int]:
         """``(cluster_m, cluster_n)``."""
         return (self.cluster_m, self.cluster_n)
-
-
-def _check_choice(name: str, value: int, choices: tuple[int, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {value}")
 
 
 def default_config(problem: Conv2dProblemShape, num_sms: int = 132) -> Conv2dConfig:

@@ -15,11 +15,12 @@ field, its value and the limit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Type
 
 import cutlass
 
+from ..common.config_checks import check_choice, check_field_types
 from .smem import conv2d_smem_struct
 
 __all__ = [
@@ -99,25 +100,16 @@ class Conv2dConfigSm100:
         return cls(cta_group=1, mma_m=128, mma_n=128)
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "raster_along_m":
-                expected, ok = "a bool", isinstance(value, bool)
-            else:
-                expected, ok = "an int", isinstance(value, int) and not isinstance(value, bool)
-            if not ok:
-                raise TypeError(
-                    f"{f.name} must be {expected}, got {value!r} ({type(value).__name__})"
-                )
-        _check_choice("cta_group", self.cta_group, CTA_GROUPS)
+        check_field_types(self)
+        check_choice("cta_group", self.cta_group, CTA_GROUPS)
         if self.mma_m != MMA_M_BY_CTA_GROUP[self.cta_group]:
             raise ValueError(
                 f"mma_m must be {MMA_M_BY_CTA_GROUP[self.cta_group]} with "
                 f"cta_group={self.cta_group} (128 accumulator rows per CTA), got {self.mma_m}"
             )
-        _check_choice("mma_n", self.mma_n, MMA_N_CHOICES)
-        _check_choice("tile_k", self.tile_k, TILE_K_CHOICES)
-        _check_choice("epi_n", self.epi_n, EPI_N_CHOICES)  # every choice divides every mma_n
+        check_choice("mma_n", self.mma_n, MMA_N_CHOICES)
+        check_choice("tile_k", self.tile_k, TILE_K_CHOICES)
+        check_choice("epi_n", self.epi_n, EPI_N_CHOICES)  # every choice divides every mma_n
         if self.stages != 0 and not MIN_STAGES <= self.stages <= MAX_STAGES:
             raise ValueError(
                 f"stages must be 0 (as many as fit) or in {MIN_STAGES}..{MAX_STAGES}, "
@@ -127,7 +119,7 @@ class Conv2dConfigSm100:
         _check_range("clc_stages", self.clc_stages, 1, MAX_CLC_STAGES)
         _check_range("output_stages", self.output_stages, 1, MAX_OUTPUT_STAGES)
         _check_range("source_stages", self.source_stages, 0, MAX_SOURCE_STAGES)
-        _check_choice("block_swizzle", self.block_swizzle, BLOCK_SWIZZLE_CHOICES)
+        check_choice("block_swizzle", self.block_swizzle, BLOCK_SWIZZLE_CHOICES)
         if self.tmem_columns() > TMEM_COLUMNS_SM100:
             raise ValueError(
                 f"acc_stages*mma_n = {self.acc_stages}*{self.mma_n} = "
@@ -276,11 +268,6 @@ def _smem_bytes(
         src_stages=src_stages,
     )
     return struct.__sizeof__()
-
-
-def _check_choice(name: str, value: int, choices: tuple[int, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {value}")
 
 
 def _check_range(name: str, value: int, lo: int, hi: int) -> None:

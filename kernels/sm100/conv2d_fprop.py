@@ -48,6 +48,7 @@ from cutlass.tensor_utils import LayoutEnum
 from cutlass.utils.gemm.sm100 import transform_partitioned_tensor_layout
 
 from ..common.barriers import NamedBarrierConv
+from ..common.entry import ConvKernelEntry
 from ..common.epilogue import EpilogueSpec, apply_epilogue
 from ..common.im2col import (
     ConvGeometry,
@@ -73,7 +74,7 @@ class NamedBarrierSm100(enum.IntEnum):
     TmemAllocation = max(int(b) for b in NamedBarrierConv) + 1
 
 
-class Conv2dFpropKernel:
+class Conv2dFpropKernel(ConvKernelEntry):
     """One compiled configuration of the SM100 conv fprop kernel.
 
     Warp roles (256 threads, one CTA per SM; a 2-SM config runs CTA pairs in 2x1 clusters):
@@ -262,7 +263,7 @@ class Conv2dFpropKernel:
     # ------------------------------------------------------------------------------------------
 
     @cute.jit
-    def __call__(
+    def launch(
         self,
         act_ptr: cute.Pointer,
         filter_ptr: cute.Pointer,
@@ -270,23 +271,7 @@ class Conv2dFpropKernel:
         source_ptr: cute.Pointer,
         bias_ptr: cute.Pointer,
         scale_ptr: cute.Pointer,
-        n: cutlass.Int32,
-        h: cutlass.Int32,
-        w: cutlass.Int32,
-        c: cutlass.Int32,
-        k: cutlass.Int32,
-        r: cutlass.Int32,
-        s: cutlass.Int32,
-        p: cutlass.Int32,
-        q: cutlass.Int32,
-        pad_top: cutlass.Int32,
-        pad_bottom: cutlass.Int32,
-        pad_left: cutlass.Int32,
-        pad_right: cutlass.Int32,
-        stride_h: cutlass.Int32,
-        stride_w: cutlass.Int32,
-        dil_h: cutlass.Int32,
-        dil_w: cutlass.Int32,
+        geom: ConvGeometry,
         alpha: cutlass.Float32,
         beta: cutlass.Float32,
         max_clusters: cutlass.Int32,
@@ -296,10 +281,6 @@ class Conv2dFpropKernel:
         is shared. Pointers of terms the epilogue spec leaves out are never dereferenced (pass
         0). ``max_clusters`` is unused: the grid covers every tile and cluster launch control
         makes it persistent."""
-        geom = ConvGeometry(
-            n, h, w, c, k, r, s, p, q,
-            pad_top, pad_bottom, pad_left, pad_right, stride_h, stride_w, dil_h, dil_w,
-        )  # fmt: skip
         self._setup_attributes()
         tiled_mma = self.tiled_mma
         bm, _, bk = self.block_tile
@@ -335,13 +316,13 @@ class Conv2dFpropKernel:
                 cute.slice_(self.src_smem_layout_staged, (None, None, 0)),
                 self.epi_tile,
             )
-        channel_vector = cute.make_layout(k)
+        channel_vector = cute.make_layout(geom.k)
         m_bias = cute.make_tensor(bias_ptr, channel_vector) if self.epilogue.has_bias else None
         m_scale = cute.make_tensor(scale_ptr, channel_vector) if self.epilogue.has_scale else None
 
         mma_m, mma_n, _ = self.mma_tiler
-        num_tiles_m = (n * p * q + mma_m - 1) // mma_m
-        num_tiles_n = (k + mma_n - 1) // mma_n
+        num_tiles_m = (geom.n * geom.p * geom.q + mma_m - 1) // mma_m
+        num_tiles_n = (geom.k + mma_n - 1) // mma_n
         grid = ClcTileScheduler.grid_shape(
             cutlass.max(num_tiles_m * num_tiles_n, 1), self.cluster_shape_mn[0]
         )

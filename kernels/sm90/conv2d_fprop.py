@@ -48,6 +48,7 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from cutlass.tensor_utils import LayoutEnum
 
 from ..common.barriers import NamedBarrierConv
+from ..common.entry import ConvKernelEntry
 from ..common.epilogue import EpilogueSpec, apply_epilogue
 from ..common.im2col import (
     ConvGeometry,
@@ -64,7 +65,7 @@ _MAX_AB_STAGES = 16  # small k-tiles would fit more; past this, latency is long 
 _EPI_STAGES = 4  # output staging buffers; a residual kernel splits them 2 + 2 with C
 
 
-class Conv2dFpropSm90:
+class Conv2dFpropSm90(ConvKernelEntry):
     """Compile-time configuration of one SM90 conv fprop kernel.
 
     :param act_dtype, filter_dtype: input types (BFloat16 or Float16, equal).
@@ -196,7 +197,7 @@ class Conv2dFpropSm90:
     # ------------------------------------------------------------------------------------------
 
     @cute.jit
-    def __call__(
+    def launch(
         self,
         act_ptr: cute.Pointer,
         filter_ptr: cute.Pointer,
@@ -204,23 +205,7 @@ class Conv2dFpropSm90:
         source_ptr: cute.Pointer,
         bias_ptr: cute.Pointer,
         scale_ptr: cute.Pointer,
-        n: cutlass.Int32,
-        h: cutlass.Int32,
-        w: cutlass.Int32,
-        c: cutlass.Int32,
-        k: cutlass.Int32,
-        r: cutlass.Int32,
-        s: cutlass.Int32,
-        p: cutlass.Int32,
-        q: cutlass.Int32,
-        pad_top: cutlass.Int32,
-        pad_bottom: cutlass.Int32,
-        pad_left: cutlass.Int32,
-        pad_right: cutlass.Int32,
-        stride_h: cutlass.Int32,
-        stride_w: cutlass.Int32,
-        dil_h: cutlass.Int32,
-        dil_w: cutlass.Int32,
+        geom: ConvGeometry,
         alpha: cutlass.Float32,
         beta: cutlass.Float32,
         max_clusters: cutlass.Int32,
@@ -228,10 +213,6 @@ class Conv2dFpropSm90:
     ):
         """Launch on raw device pointers. Pointers of terms the epilogue spec leaves out are
         never dereferenced (pass 0); bias and scale are fp32 vectors of length K."""
-        geom = ConvGeometry(
-            n, h, w, c, k, r, s, p, q,
-            pad_top, pad_bottom, pad_left, pad_right, stride_h, stride_w, dil_h, dil_w,
-        )  # fmt: skip
         self._setup_attributes()
         tile_m, tile_n, tile_k = self.tile_mnk
 
@@ -278,7 +259,7 @@ class Conv2dFpropSm90:
                 cute.slice_(self.source_smem_layout_staged, (None, None, 0)),
                 self.epi_tile,
             )
-        channel_vector = cute.make_layout(k)
+        channel_vector = cute.make_layout(geom.k)
         m_bias = cute.make_tensor(bias_ptr, channel_vector) if self.epilogue.has_bias else None
         m_scale = cute.make_tensor(scale_ptr, channel_vector) if self.epilogue.has_scale else None
 
@@ -309,9 +290,9 @@ class Conv2dFpropSm90:
 
         self.shared_storage = SharedStorage
 
-        gemm_m = n * p * q
+        gemm_m = geom.n * geom.p * geom.q
         num_tiles_m = (gemm_m + tile_m - 1) // tile_m
-        num_tiles_n = (k + tile_n - 1) // tile_n
+        num_tiles_n = (geom.k + tile_n - 1) // tile_n
         cm, cn = self.cluster_mn
         num_work = ((num_tiles_m + cm - 1) // cm) * ((num_tiles_n + cn - 1) // cn)
         num_clusters = cutlass.max(cutlass.min(num_work, max_clusters), 1)

@@ -1,0 +1,58 @@
+"""The host entry every conv kernel shares: one signature of raw pointers and runtime scalars.
+
+The host launcher (``cute_conv.compile``) passes the same arguments to every architecture's
+kernel, so the signature lives here once; each kernel class implements ``launch``.
+"""
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+
+from .im2col import ConvGeometry
+
+
+class ConvKernelEntry:
+    """Base of the kernel classes: ``__call__`` is the compiled entry point."""
+
+    @cute.jit
+    def __call__(
+        self,
+        act_ptr: cute.Pointer,
+        filter_ptr: cute.Pointer,
+        out_ptr: cute.Pointer,
+        source_ptr: cute.Pointer,
+        bias_ptr: cute.Pointer,
+        scale_ptr: cute.Pointer,
+        n: cutlass.Int32,
+        h: cutlass.Int32,
+        w: cutlass.Int32,
+        c: cutlass.Int32,
+        k: cutlass.Int32,
+        r: cutlass.Int32,
+        s: cutlass.Int32,
+        p: cutlass.Int32,
+        q: cutlass.Int32,
+        pad_top: cutlass.Int32,
+        pad_bottom: cutlass.Int32,
+        pad_left: cutlass.Int32,
+        pad_right: cutlass.Int32,
+        stride_h: cutlass.Int32,
+        stride_w: cutlass.Int32,
+        dil_h: cutlass.Int32,
+        dil_w: cutlass.Int32,
+        alpha: cutlass.Float32,
+        beta: cutlass.Float32,
+        max_clusters: cutlass.Int32,
+        stream: cuda.CUstream,
+    ):
+        """Launch on raw device pointers of contiguous NHWC / KRSC / NPQK tensors (source: the
+        output's shape and dtype; bias, scale: fp32 vectors of length K). Pointers of terms the
+        kernel's epilogue spec leaves out are never dereferenced: pass 0."""
+        geom = ConvGeometry(
+            n, h, w, c, k, r, s, p, q,
+            pad_top, pad_bottom, pad_left, pad_right, stride_h, stride_w, dil_h, dil_w,
+        )  # fmt: skip
+        self.launch(
+            act_ptr, filter_ptr, out_ptr, source_ptr, bias_ptr, scale_ptr,
+            geom, alpha, beta, max_clusters, stream,
+        )  # fmt: skip
