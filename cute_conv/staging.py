@@ -36,22 +36,26 @@ CHANNEL_ALIGNMENT = 8
 # implicit GEMM would use at most 8 of each 64-wide k-tile.
 IM2COL_MAX_CHANNELS = 4
 IM2COL_MIN_TAPS = 4
+# Space-to-depth turns C channels into 4*C: worth it up to C=8 (32 channels per tap).
+SPACE_TO_DEPTH_MAX_CHANNELS = 8
 
 
 def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
-def _few_channels(problem: Conv2dProblemShape) -> bool:
-    return problem.C <= IM2COL_MAX_CHANNELS and problem.R * problem.S >= IM2COL_MIN_TAPS
-
-
 def uses_space_to_depth(problem: Conv2dProblemShape) -> bool:
-    return _few_channels(problem) and problem.stride == (2, 2) and problem.dilation == (1, 1)
+    return (
+        problem.C <= SPACE_TO_DEPTH_MAX_CHANNELS
+        and problem.R * problem.S >= IM2COL_MIN_TAPS
+        and problem.stride == (2, 2)
+        and problem.dilation == (1, 1)
+    )
 
 
 def uses_im2col(problem: Conv2dProblemShape) -> bool:
-    return _few_channels(problem) and not uses_space_to_depth(problem)
+    few_channels = problem.C <= IM2COL_MAX_CHANNELS and problem.R * problem.S >= IM2COL_MIN_TAPS
+    return few_channels and not uses_space_to_depth(problem)
 
 
 def kernel_problem_for(problem: Conv2dProblemShape) -> Conv2dProblemShape:

@@ -17,6 +17,7 @@ from cute_conv.staging import (
 
 CASES = [
     pytest.param((2, 15, 17, 3, 16, 7, 7, dict(stride=2, padding=3)), id="rgb-stem-s2d"),
+    pytest.param((1, 14, 13, 8, 16, 7, 7, dict(stride=2, padding=3)), id="c8-stem-s2d"),
     pytest.param((2, 16, 16, 4, 16, 3, 3, dict(stride=2, padding=((0, 1), (1, 0)))), id="s2d-asym"),
     pytest.param((1, 13, 12, 3, 8, 5, 4, dict(stride=2)), id="s2d-even-odd-filter"),
     pytest.param((2, 15, 17, 3, 16, 7, 7, dict(stride=3, padding=3)), id="rgb-im2col-s3"),
