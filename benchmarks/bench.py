@@ -1,7 +1,7 @@
 """Benchmark cute_conv against cuDNN and torch on the shape suite, in one process.
 
     python benchmarks/bench.py [--shapes NAME,...] [--autotune] [--no-compile]
-                               [--output benchmarks/RESULTS.md]
+                               [--output benchmarks/RESULTS.md] [--chart benchmarks/ratios.png]
 
 For every shape of ``benchmarks/shapes.json`` (NHWC bf16):
 - plain conv: cute_conv.conv2d_fprop vs cuDNN (torch conv2d on channels_last views of the same
@@ -162,7 +162,7 @@ def write_chart(rows: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def write_report(rows, ceiling, overhead_us, compile_s, load_s, path: Path) -> str:
+def write_report(rows, ceiling, overhead_us, compile_s, load_s, path: Path, chart: Path) -> str:
     props = torch.cuda.get_device_properties(0)
     has_compile = all("compile_ms" in r for r in rows)
     plain = geomean(r["cudnn_ms"] / r["ours_ms"] for r in rows)
@@ -225,7 +225,7 @@ def write_report(rows, ceiling, overhead_us, compile_s, load_s, path: Path) -> s
             f"| {r['eager_ms'] / r['fused_ms']:.2f}x | {comp_ratio} "
             f"| {'ok' if r['fused_check'].ok else 'FAIL'} ({r['fused_check'].rel_err:.1e}) |"
         )
-    text = "\n".join(lines) + "\n\n![speedups](ratios.png)\n"
+    text = "\n".join(lines) + f"\n\n![speedups]({chart.name})\n"
     path.write_text(text)
     return text
 
@@ -245,6 +245,7 @@ def main() -> int:
     parser.add_argument("--autotune", action="store_true", help="tune each shape first")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--output", type=Path, default=HERE / "RESULTS.md")
+    parser.add_argument("--chart", type=Path, default=HERE / "ratios.png")
     args = parser.parse_args()
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         print("bench: needs an H100/H200 (compute capability 9.0); nothing was measured.")
@@ -268,8 +269,8 @@ def main() -> int:
         rows.append(row)
     overhead = host_overhead_us()
     compile_s, load_s = compile_and_load_seconds()
-    write_chart(rows, args.output.parent / "ratios.png")
-    print(write_report(rows, ceiling, overhead, compile_s, load_s, args.output))
+    write_chart(rows, args.chart)
+    print(write_report(rows, ceiling, overhead, compile_s, load_s, args.output, args.chart))
     return 0 if all(r["check"].ok and r["fused_check"].ok for r in rows) else 2
 
 

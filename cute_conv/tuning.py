@@ -24,6 +24,7 @@ import torch
 from . import disk_cache
 from .config import TILE_N_CHOICES, Conv2dConfig, default_config
 from .problem import Conv2dProblemShape
+from .staging import kernel_problem_for
 
 __all__ = ["autotune", "candidate_configs", "lookup", "problem_key"]
 
@@ -43,16 +44,23 @@ def problem_key(problem: Conv2dProblemShape, act_dtype: torch.dtype, out_dtype: 
 
 
 def candidate_configs(problem: Conv2dProblemShape) -> list[Conv2dConfig]:
-    """Tile widths that fit K, each alone and in both 2-CTA clusters, two rasterizations."""
-    widths = [n for n in TILE_N_CHOICES if n <= max(64, problem.K * 2)]
+    """Tile widths that fit K, each alone and in both 2-CTA clusters, two rasterizations; the
+    k-tile width of the default heuristic for the problem the kernel runs (after staging)."""
+    kernel_problem = kernel_problem_for(problem)
+    tile_k = default_config(kernel_problem).tile_k
+    widths = [n for n in TILE_N_CHOICES if n <= max(64, kernel_problem.K * 2)]
     configs = []
     for tile_n in widths:
         for cluster_m, cluster_n in ((1, 1), (2, 1), (1, 2)):
             for swizzle in (1, 8):
                 configs.append(
                     Conv2dConfig(
-                        tile_n=tile_n, cluster_m=cluster_m, cluster_n=cluster_n, swizzle=swizzle
-                    )
+                        tile_n=tile_n,
+                        tile_k=tile_k,
+                        cluster_m=cluster_m,
+                        cluster_n=cluster_n,
+                        swizzle=swizzle,
+                    )  # fmt: skip
                 )
     return configs
 

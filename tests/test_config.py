@@ -58,6 +58,8 @@ def test_candidates_are_valid_and_fit_k():
     assert candidates and all(isinstance(c, Conv2dConfig) for c in candidates)
     assert {c.tile_n for c in candidates} == {64, 128}
     assert len(set(candidates)) == len(candidates)
+    stem = Conv2dProblemShape.from_shapes((1, 32, 32, 8), (64, 7, 7, 8), stride=2, padding=3)
+    assert {c.tile_k for c in tuning.candidate_configs(stem)} == {32}  # staged to C=32
 
 
 def test_problem_key_separates_what_matters():
