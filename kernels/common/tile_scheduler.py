@@ -59,13 +59,6 @@ class StaticTileScheduler:
         new.clusters_m, new.clusters_n, new.num_work = clusters_m, clusters_n, num_work
         return new
 
-    @staticmethod
-    def grid_shape(
-        num_work: int, cluster_shape_mn: Tuple[int, int], max_clusters: int
-    ) -> Tuple[int, int, int]:
-        """Launch grid: one persistent cluster per resident slot, never more than the work."""
-        return (*cluster_shape_mn, max(1, min(num_work, max_clusters)))
-
     @cute.jit
     def first_work(self) -> cutlass.Int32:
         return cutlass.Int32(cute.arch.block_idx()[2])
