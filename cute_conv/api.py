@@ -19,7 +19,7 @@ from .config import Conv2dConfig
 from .config_sm100 import Conv2dConfigSm100, default_config_sm100
 from .epilogue import EpilogueSpec, validate_epilogue_args
 from .problem import Conv2dProblemShape
-from .staging import kernel_problem_for, run_staged
+from .staging import kernel_problem_for, run_staged, spans_overlap
 from .tuning import choose_config
 from .validation import ALIGNMENT_BYTES, check_alignment, validate_conv_inputs, validate_device
 
@@ -157,12 +157,12 @@ def _conv2d(x, filter, source, *, out, stream, **args) -> torch.Tensor:  # noqa:
         x_bytes, f_bytes, out_bytes = plan.nbytes
         needs_staging = (
             needs_staging
-            or _spans_overlap(out_ptr, out_bytes, x_ptr, x_bytes)
-            or _spans_overlap(out_ptr, out_bytes, f_ptr, f_bytes)
+            or spans_overlap(out_ptr, out_bytes, x_ptr, x_bytes)
+            or spans_overlap(out_ptr, out_bytes, f_ptr, f_bytes)
             or (
                 src_ptr
                 and src_ptr != out_ptr
-                and _spans_overlap(out_ptr, out_bytes, src_ptr, out_bytes)
+                and spans_overlap(out_ptr, out_bytes, src_ptr, out_bytes)
             )
         )
     if stream is None:
@@ -184,10 +184,6 @@ def _conv2d(x, filter, source, *, out, stream, **args) -> torch.Tensor:  # noqa:
         with torch.cuda.device(x.device):
             plan.kernel.launch(pointers, plan.scalars, stream.cuda_stream)
     return out
-
-
-def _spans_overlap(a: int, a_bytes: int, b: int, b_bytes: int) -> bool:
-    return a < b + b_bytes and b < a + a_bytes
 
 
 @dataclass(frozen=True)

@@ -182,7 +182,12 @@ def run_staged(
 
 def overlaps(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
     """Whether two contiguous tensors share any byte of memory."""
-    if a is None or b is None or a.numel() == 0 or b.numel() == 0:
+    if a is None or b is None:
         return False
-    a0, b0 = a.data_ptr(), b.data_ptr()
-    return a0 < b0 + b.numel() * b.element_size() and b0 < a0 + a.numel() * a.element_size()
+    nbytes = (a.numel() * a.element_size(), b.numel() * b.element_size())
+    return spans_overlap(a.data_ptr(), nbytes[0], b.data_ptr(), nbytes[1])
+
+
+def spans_overlap(a: int, a_bytes: int, b: int, b_bytes: int) -> bool:
+    """Whether the byte ranges ``[a, a + a_bytes)`` and ``[b, b + b_bytes)`` intersect."""
+    return a_bytes > 0 and b_bytes > 0 and a < b + b_bytes and b < a + a_bytes
