@@ -285,8 +285,9 @@ def _make_plan(x, filter, source, out, args: dict) -> _LaunchPlan:  # noqa: A002
     if config is None and arch == "sm_100a":  # compile-verified only; not autotuned
         config = default_config_sm100(kernel_problem, num_sms)
     config = config or choose_config(
-        problem, kernel_problem, x, tuple(filter.shape), out_dtype, num_sms
-    )
+        problem, kernel_problem, x, tuple(filter.shape), out_dtype, num_sms,
+        has_residual=epilogue.has_residual,
+    )  # fmt: skip
     try:
         kernel = compile_kernel(
             arch,

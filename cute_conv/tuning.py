@@ -164,8 +164,10 @@ def choose_config(
     filter_shape: Sequence[int],
     out_dtype: torch.dtype,
     num_sms: int,
+    has_residual: bool = False,
 ) -> Conv2dConfig:
-    """The config a call with ``config=None`` runs: stored, tuned now, or the heuristic."""
+    """The config a call with ``config=None`` runs: stored, tuned now, or the heuristic.
+    Tuned choices are made on the plain conv and serve the fused epilogues too."""
     key = problem_key(problem, x.dtype, out_dtype)
     stored = lookup(x.device, key)
     if stored is not None:
@@ -177,4 +179,4 @@ def choose_config(
             padding=((top, bottom), (left, right)), dilation=problem.dilation,
             dtype=x.dtype, out_dtype=out_dtype, device=x.device,
         )  # fmt: skip
-    return default_config(kernel_problem, num_sms)
+    return default_config(kernel_problem, num_sms, has_residual=has_residual)

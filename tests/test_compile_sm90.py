@@ -133,3 +133,26 @@ def test_epilogue_fn_that_does_not_trace_fails_to_compile():
     spec = cute_conv.EpilogueSpec(epilogue_fn=lambda y: y.no_such_op())
     with pytest.raises(AttributeError, match="no_such_op"):
         cute_conv.compile_kernel("sm_90a", act_dtype=torch.bfloat16, epilogue=spec)
+
+
+def test_residual_kernel_buffers_a_whole_tile_of_source():
+    from cute_conv.kernels.common.epilogue import EpilogueSpec
+    from cute_conv.kernels.sm90.conv2d_fprop import Conv2dFpropSm90
+
+    def plan(tile_n, tile_k=64, stages=0):
+        import cutlass
+
+        return Conv2dFpropSm90(
+            cutlass.BFloat16, cutlass.BFloat16, cutlass.BFloat16, (128, tile_n, tile_k), (1, 1),
+            stages=stages, epilogue=EpilogueSpec(has_residual=True),
+        )  # fmt: skip
+
+    # A whole tile of C (tile_n / 32 subtiles) where the A/B ring keeps 4 stages beside it.
+    assert [(plan(n).source_stages, plan(n).ab_stages) for n in (64, 128, 192)] == [
+        (2, 8), (4, 5), (6, 4),
+    ]  # fmt: skip
+    assert (plan(256, tile_k=32).source_stages, plan(256, tile_k=32).ab_stages) == (8, 6)
+    # 128x256x64 stages are 48 KB: a whole tile of C would leave 3, so C keeps 2 buffers.
+    assert (plan(256).source_stages, plan(256).ab_stages) == (2, 4)
+    for n in (64, 128, 192, 256):
+        assert plan(n).smem_bytes() <= SMEM_CAPACITY_BY_ARCH["sm_90a"]

@@ -52,6 +52,20 @@ def test_default_config(prob, tile_n, tile_k, cluster_n):
     assert (config.tile_n, config.tile_k, config.cluster_n) == (tile_n, tile_k, cluster_n)
 
 
+@pytest.mark.parametrize(
+    "prob,plain_n,residual_n",
+    [
+        pytest.param(problem(128, 56, 64, 256, 1), 256, 128, id="1x1-short-mainloop"),
+        pytest.param(problem(128, 14, 256, 1024, 1), 256, 128, id="1x1-k256"),
+        pytest.param(problem(128, 64, 256, 256, 3, padding=1), 256, 256, id="3x3-long-mainloop"),
+        pytest.param(problem(128, 64, 384, 384, 3, padding=1), 192, 192, id="k384-fits-192"),
+    ],
+)  # fmt: skip
+def test_default_config_for_residual_epilogues(prob, plain_n, residual_n):
+    assert default_config(prob).tile_n == plain_n
+    assert default_config(prob, has_residual=True).tile_n == residual_n
+
+
 def test_candidates_are_valid_and_fit_k():
     prob = problem(2, 8, 64, 64, 3)
     candidates = tuning.candidate_configs(prob)

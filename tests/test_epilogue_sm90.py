@@ -97,11 +97,15 @@ def test_epilogue_variants(shape, case):
 @pytest.mark.parametrize(
     "config",
     [cute_conv.Conv2dConfig(tile_n=256), cute_conv.Conv2dConfig(tile_n=128, cluster_n=2),
-     cute_conv.Conv2dConfig(tile_n=64, cluster_m=2)],
-    ids=["n256", "n128-cluster-1x2", "n64-cluster-2x1"],
+     cute_conv.Conv2dConfig(tile_n=64, cluster_m=2),
+     cute_conv.Conv2dConfig(tile_n=256, tile_k=32, cluster_n=2)],
+    ids=["n256", "n128-cluster-1x2", "n64-cluster-2x1", "n256-k32-full-tile-of-c"],
 )  # fmt: skip
 def test_residual_across_configs(config):
-    run_case(SHAPES[1].values[0], dict(bias=True, activation="relu", residual=1.0), config=config)
+    case = dict(bias=True, activation="relu", residual=1.0)
+    run_case(SHAPES[1].values[0], case, config=config)
+    # Several tiles per persistent CTA: the source ring runs ahead across tile boundaries.
+    run_case((16, 40, 40, 64, 264, 3, 3, dict(padding=1)), case, config=config)
 
 
 def test_fp32_output_and_16bit_vectors():

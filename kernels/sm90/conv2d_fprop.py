@@ -35,6 +35,7 @@ the same sequence of output tiles. Clusters of (cluster_m, cluster_n) CTAs multi
 activation tile along N and the filter tile along M.
 """
 
+from types import SimpleNamespace
 from typing import Optional, Tuple, Type
 
 import cuda.bindings.driver as cuda
@@ -62,7 +63,12 @@ from ..common.tile_scheduler import StaticTileScheduler
 SMEM_CAPACITY_SM90 = 232448  # bytes of dynamic SMEM one CTA may use on H100/H200
 _MBARRIER_BYTES_RESERVED = 1024
 _MAX_AB_STAGES = 16  # small k-tiles would fit more; past this, latency is long hidden
-_EPI_STAGES = 4  # output staging buffers; a residual kernel splits them 2 + 2 with C
+_EPI_STAGES = 4  # output staging buffers (2 in a residual kernel, whose C buffers take room)
+_EPI_STAGES_WITH_SOURCE = 2
+# A residual kernel buffers up to a whole tile of C, so that the source-load warp can fetch the
+# next tile's C during its mainloop; it gives up A/B stages for that only down to this depth.
+_MIN_AB_STAGES_WITH_SOURCE = 4
+_MIN_SOURCE_STAGES = 2
 
 
 class Conv2dFpropSm90(ConvKernelEntry):
@@ -130,8 +136,11 @@ class Conv2dFpropSm90(ConvKernelEntry):
         self.num_mcast_b = cluster_mn[0]  # the filter tile is shared along cluster M
 
         self.epi_tile = (tile_m, 32)
-        self.source_stages = _EPI_STAGES // 2 if self.epilogue.has_residual else 0
-        self.epi_stages = _EPI_STAGES - self.source_stages
+        if self.epilogue.has_residual:
+            self.epi_stages = _EPI_STAGES_WITH_SOURCE
+            self.source_stages = self._compute_source_stages(stages)
+        else:
+            self.epi_stages, self.source_stages = _EPI_STAGES, 0
         self.ab_stages = self._compute_ab_stages(stages)
 
     # ------------------------------------------------------------------------------------------
@@ -142,12 +151,29 @@ class Conv2dFpropSm90(ConvKernelEntry):
         tile_m, tile_n, tile_k = self.tile_mnk
         return (tile_m + tile_n) * tile_k * self.act_dtype.width // 8
 
+    def _subtile_bytes(self) -> int:
+        return self.epi_tile[0] * self.epi_tile[1] * self.out_dtype.width // 8
+
     def _epi_bytes(self) -> int:
-        """Output staging plus source buffers: always ``_EPI_STAGES`` subtiles in all."""
-        return self.epi_tile[0] * self.epi_tile[1] * self.out_dtype.width // 8 * _EPI_STAGES
+        """Output staging plus source buffers."""
+        return self._subtile_bytes() * (self.epi_stages + self.source_stages)
+
+    def _ab_budget(self, source_stages: int) -> int:
+        """SMEM bytes left for the A/B ring next to the epilogue's buffers."""
+        epi_subtiles = self.epi_stages + source_stages
+        return SMEM_CAPACITY_SM90 - _MBARRIER_BYTES_RESERVED - self._subtile_bytes() * epi_subtiles
+
+    def _compute_source_stages(self, stages: int) -> int:
+        """C buffers of a residual kernel: a whole tile's subtiles where the A/B ring keeps
+        ``stages`` (or ``_MIN_AB_STAGES_WITH_SOURCE``) stages beside them, else fewer."""
+        keep = stages or _MIN_AB_STAGES_WITH_SOURCE
+        for source_stages in range(self.tile_mnk[1] // self.epi_tile[1], _MIN_SOURCE_STAGES, -1):
+            if self._ab_budget(source_stages) >= keep * self._ab_bytes_per_stage():
+                return source_stages
+        return _MIN_SOURCE_STAGES
 
     def _compute_ab_stages(self, stages: int) -> int:
-        budget = SMEM_CAPACITY_SM90 - _MBARRIER_BYTES_RESERVED - self._epi_bytes()
+        budget = self._ab_budget(self.source_stages)
         fit = min(budget // self._ab_bytes_per_stage(), _MAX_AB_STAGES)
         if stages == 0:
             stages = fit
@@ -622,8 +648,6 @@ class Conv2dFpropSm90(ConvKernelEntry):
         warp_idx: cutlass.Int32,
     ):
         """Consumer warpgroups: WGMMA over the ring, then the epilogue of each output tile."""
-        tile_m, tile_n, _ = self.tile_mnk
-        epi = self.epilogue
         tidx, _, _ = cute.arch.thread_idx()
         consumer_tidx = tidx - self.num_threads_per_warpgroup
         warpgroup_idx = cute.arch.make_warp_uniform(consumer_tidx // self.num_threads_per_warpgroup)
@@ -632,45 +656,8 @@ class Conv2dFpropSm90(ConvKernelEntry):
         tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
         acc_shape = thr_mma.partition_shape_C(cute.select(self.tile_mnk, mode=[0, 1]))
         accumulators = cute.make_rmem_tensor(acc_shape, self.acc_dtype)
-
-        # Epilogue partitions: accumulator registers -> SMEM staging buffer (stmatrix).
-        copy_atom_r2s = sm90_utils.get_smem_store_op(
-            LayoutEnum.ROW_MAJOR, self.out_dtype, self.acc_dtype
-        )
-        copy_atom_d = cute.make_copy_atom(
-            cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), self.out_dtype
-        )
-        tiled_copy_r2s = cute.make_tiled_copy_S(
-            copy_atom_r2s, cute.make_tiled_copy_C_atom(copy_atom_d, tiled_mma)
-        )
-        thr_copy_r2s = tiled_copy_r2s.get_slice(consumer_tidx)
-        tRS_sD = thr_copy_r2s.partition_D(sD)  # (R2S, R2S_M, R2S_N, PIPE_D)
-        tRS_rAcc = tiled_copy_r2s.retile(accumulators)
-        rD_shape = cute.shape(thr_copy_r2s.partition_S(sD))[:3]
-        tRS_rD = cute.make_rmem_tensor(rD_shape, self.acc_dtype)
-        tRS_rD_out = cute.make_rmem_tensor(rD_shape, self.out_dtype)
-        size_tRS_rD = cute.size(tRS_rD)
-        # The (m, n) position inside a subtile of each of this thread's values: what bias and
-        # scale are indexed by. The source side of the r2s copy is the register fragment, so
-        # partition_S of a subtile-shaped tensor lines up element for element with tRS_rD.
-        tRS_cD = thr_copy_r2s.partition_S(cute.make_identity_tensor(self.epi_tile))
-        tRS_sC = None
-        tRS_rC = None
-        if cutlass.const_expr(epi.has_residual):
-            tRS_sC = thr_copy_r2s.partition_S(sC)  # this thread's values, in C's buffers
-            tRS_rC = cute.make_rmem_tensor(rD_shape, self.out_dtype)
-        tRS_rBias = cute.make_rmem_tensor(rD_shape, self.acc_dtype)
-        tRS_rScale = cute.make_rmem_tensor(rD_shape, self.acc_dtype)
-
-        epilogue_barrier = pipeline.NamedBarrier(
-            barrier_id=int(NamedBarrierConv.Epilogue), num_threads=self.num_consumer_threads
-        )
-        store_pipeline = pipeline.PipelineTmaStore.create(
-            num_stages=self.epi_stages,
-            producer_group=pipeline.CooperativeGroup(
-                pipeline.Agent.Thread, self.num_consumer_threads
-            ),
-        )
+        ctx = self.make_epilogue_context(tiled_mma, consumer_tidx, sD, sC, accumulators)
+        tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
 
         read_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Consumer, self.ab_stages
@@ -685,73 +672,172 @@ class Conv2dFpropSm90(ConvKernelEntry):
         num_work = scheduler.num_work
         work = scheduler.first_work()
         while work < num_work:
-            m_tile, n_tile = scheduler.tile_coord(work)
+            read_state, release_state = self.mainloop(
+                ab_pipeline, tiled_mma, accumulators, tCrA, tCrB,
+                read_state, release_state, k_tile_cnt,
+            )  # fmt: skip
+            source_state, num_epi_tiles_done = self.epilogue_tile(
+                ctx, work, scheduler, source_state, num_epi_tiles_done,
+                tma_atom_d, source_pipeline, gD, m_bias, m_scale, alpha, beta, warp_idx,
+            )  # fmt: skip
+            work = scheduler.next_work(work)
+        ctx.store_pipeline.producer_tail()
 
-            # ---- mainloop: keep one WGMMA batch in flight, release the stage behind it ----
-            accumulators.fill(0.0)
-            tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
-            warpgroup.fence()
+    @cute.jit
+    def mainloop(
+        self,
+        ab_pipeline: pipeline.PipelineTmaAsync,
+        tiled_mma: cute.TiledMma,
+        accumulators: cute.Tensor,
+        tCrA: cute.Tensor,
+        tCrB: cute.Tensor,
+        read_state: pipeline.PipelineState,
+        release_state: pipeline.PipelineState,
+        k_tile_cnt: cutlass.Int32,
+    ) -> Tuple[pipeline.PipelineState, pipeline.PipelineState]:
+        """One tile's WGMMAs over the ring: one k-tile batch in flight, each ring stage
+        released once the batch that read it is done. Returns the advanced states."""
+        accumulators.fill(0.0)
+        warpgroup.fence()
+        ab_pipeline.consumer_wait(read_state)
+        self.mma_k_tile(tiled_mma, accumulators, tCrA, tCrB, read_state.index)
+        read_state.advance()
+        for _ in range(1, k_tile_cnt):
             ab_pipeline.consumer_wait(read_state)
             self.mma_k_tile(tiled_mma, accumulators, tCrA, tCrB, read_state.index)
             read_state.advance()
-            for _ in range(1, k_tile_cnt):
-                ab_pipeline.consumer_wait(read_state)
-                self.mma_k_tile(tiled_mma, accumulators, tCrA, tCrB, read_state.index)
-                read_state.advance()
-                warpgroup.wait_group(1)
-                ab_pipeline.consumer_release(release_state)
-                release_state.advance()
-            warpgroup.wait_group(0)
+            warpgroup.wait_group(1)
             ab_pipeline.consumer_release(release_state)
             release_state.advance()
+        warpgroup.wait_group(0)
+        ab_pipeline.consumer_release(release_state)
+        release_state.advance()
+        return read_state, release_state
 
-            # ---- epilogue: subtiles of epi_tile through SMEM, stored by TMA ----
-            gD_tile = cute.zipped_divide(gD[(None, None, m_tile, n_tile)], self.epi_tile)
-            bSG_sD, bSG_gD = cpasync.tma_partition(
-                tma_atom_d,
-                0,
-                cute.make_layout(1),
-                cute.group_modes(sD, 0, 2),
-                gD_tile,
+    def make_epilogue_context(
+        self,
+        tiled_mma: cute.TiledMma,
+        consumer_tidx: cutlass.Int32,
+        sD: cute.Tensor,
+        sC: Optional[cute.Tensor],
+        accumulators: cute.Tensor,
+    ) -> SimpleNamespace:
+        """This thread's epilogue partitions: accumulator registers -> SMEM staging buffer
+        (stmatrix) -> TMA store, and its view of the C buffers, bias and scale."""
+        copy_atom_r2s = sm90_utils.get_smem_store_op(
+            LayoutEnum.ROW_MAJOR, self.out_dtype, self.acc_dtype
+        )
+        copy_atom_d = cute.make_copy_atom(
+            cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), self.out_dtype
+        )
+        tiled_copy_r2s = cute.make_tiled_copy_S(
+            copy_atom_r2s, cute.make_tiled_copy_C_atom(copy_atom_d, tiled_mma)
+        )
+        thr_copy_r2s = tiled_copy_r2s.get_slice(consumer_tidx)
+        rD_shape = cute.shape(thr_copy_r2s.partition_S(sD))[:3]
+        ctx = SimpleNamespace(
+            tiled_copy_r2s=tiled_copy_r2s,
+            sD=sD,
+            tRS_sD=thr_copy_r2s.partition_D(sD),  # (R2S, R2S_M, R2S_N, PIPE_D)
+            tRS_rAcc=tiled_copy_r2s.retile(accumulators),
+            tRS_rD=cute.make_rmem_tensor(rD_shape, self.acc_dtype),
+            tRS_rD_out=cute.make_rmem_tensor(rD_shape, self.out_dtype),
+            # The (m, n) position inside a subtile of each of this thread's values: what bias
+            # and scale are indexed by. The source side of the r2s copy is the register
+            # fragment, so partition_S of a subtile-shaped tensor lines up with tRS_rD.
+            tRS_cD=thr_copy_r2s.partition_S(cute.make_identity_tensor(self.epi_tile)),
+            tRS_sC=None,
+            tRS_rC=None,
+            tRS_rBias=cute.make_rmem_tensor(rD_shape, self.acc_dtype),
+            tRS_rScale=cute.make_rmem_tensor(rD_shape, self.acc_dtype),
+            barrier=pipeline.NamedBarrier(
+                barrier_id=int(NamedBarrierConv.Epilogue), num_threads=self.num_consumer_threads
+            ),
+            store_pipeline=pipeline.PipelineTmaStore.create(
+                num_stages=self.epi_stages,
+                producer_group=pipeline.CooperativeGroup(
+                    pipeline.Agent.Thread, self.num_consumer_threads
+                ),
+            ),
+        )
+        if cutlass.const_expr(self.epilogue.has_residual):
+            ctx.tRS_sC = thr_copy_r2s.partition_S(sC)  # this thread's values, in C's buffers
+            ctx.tRS_rC = cute.make_rmem_tensor(rD_shape, self.out_dtype)
+        return ctx
+
+    @cute.jit
+    def epilogue_tile(
+        self,
+        ctx: SimpleNamespace,
+        work: cutlass.Int32,
+        scheduler: StaticTileScheduler,
+        source_state: pipeline.PipelineState,
+        num_epi_tiles_done: cutlass.Int32,
+        tma_atom_d: cute.CopyAtom,
+        source_pipeline: Optional[pipeline.PipelineTmaAsync],
+        gD: cute.Tensor,
+        m_bias: Optional[cute.Tensor],
+        m_scale: Optional[cute.Tensor],
+        alpha: cutlass.Float32,
+        beta: cutlass.Float32,
+        warp_idx: cutlass.Int32,
+    ) -> Tuple[pipeline.PipelineState, cutlass.Int32]:
+        """The epilogue of one output tile: subtiles of ``epi_tile`` through SMEM, stored by
+        TMA. Returns the advanced source state and count of subtiles done."""
+        epi = self.epilogue
+        tile_n = self.tile_mnk[1]
+        m_tile, n_tile = scheduler.tile_coord(work)
+        tRS_rAcc = ctx.tRS_rAcc
+        tRS_rD = ctx.tRS_rD
+        size_tRS_rD = cute.size(tRS_rD)
+        gD_tile = cute.zipped_divide(gD[(None, None, m_tile, n_tile)], self.epi_tile)
+        bSG_sD, bSG_gD = cpasync.tma_partition(
+            tma_atom_d,
+            0,
+            cute.make_layout(1),
+            cute.group_modes(ctx.sD, 0, 2),
+            gD_tile,
+        )
+        epi_tile_layout = self.epi_tile_layout(gD_tile)
+        num_epi_tiles = cute.size(epi_tile_layout)
+        store_pipeline = ctx.store_pipeline
+        for epi_idx in cutlass.range_constexpr(num_epi_tiles):
+            for v in cutlass.range_constexpr(size_tRS_rD):
+                tRS_rD[v] = tRS_rAcc[epi_idx * size_tRS_rD + v]
+            if cutlass.const_expr(epi.has_channel_vectors):
+                subtile_n = epi_tile_layout.get_hier_coord(epi_idx)[1]
+                subtile_n0 = n_tile * tile_n + subtile_n * self.epi_tile[1]
+                self.load_channel_vectors(
+                    m_bias, m_scale, ctx.tRS_cD, subtile_n0, ctx.tRS_rBias, ctx.tRS_rScale
+                )
+            y = apply_epilogue(
+                epi, tRS_rD.load(), alpha, ctx.tRS_rScale.load(), ctx.tRS_rBias.load()
             )
-            epi_tile_layout = self.epi_tile_layout(gD_tile)
-            num_epi_tiles = cute.size(epi_tile_layout)
-            for epi_idx in cutlass.range_constexpr(num_epi_tiles):
-                for v in cutlass.range_constexpr(size_tRS_rD):
-                    tRS_rD[v] = tRS_rAcc[epi_idx * size_tRS_rD + v]
-                if cutlass.const_expr(epi.has_channel_vectors):
-                    subtile_n = epi_tile_layout.get_hier_coord(epi_idx)[1]
-                    subtile_n0 = n_tile * tile_n + subtile_n * self.epi_tile[1]
-                    self.load_channel_vectors(
-                        m_bias, m_scale, tRS_cD, subtile_n0, tRS_rBias, tRS_rScale
-                    )
-                y = apply_epilogue(epi, tRS_rD.load(), alpha, tRS_rScale.load(), tRS_rBias.load())
-                if cutlass.const_expr(epi.has_residual):
-                    source_pipeline.consumer_wait(source_state)
-                    cute.autovec_copy(tRS_sC[(None, None, None, source_state.index)], tRS_rC)
-                    # Registers hold C now: hand the buffer back to the source-load warp.
-                    source_pipeline.consumer_release(source_state)
-                    source_state.advance()
-                    y = y + beta * tRS_rC.load().to(self.acc_dtype)
-                tRS_rD_out.store(y.to(self.out_dtype))
-                epi_buffer = (num_epi_tiles_done + epi_idx) % self.epi_stages
-                cute.copy(tiled_copy_r2s, tRS_rD_out, tRS_sD[(None, None, None, epi_buffer)])
-                # Make the generic-proxy SMEM writes visible to the TMA (async proxy).
-                cute.arch.fence_proxy("async.shared", space="cta")
-                epilogue_barrier.arrive_and_wait()
-                if warp_idx == self.epi_store_warp_id:
-                    cute.copy(
-                        tma_atom_d,
-                        bSG_sD[(None, epi_buffer)],
-                        bSG_gD[(None, epi_tile_layout.get_hier_coord(epi_idx))],
-                    )
-                    store_pipeline.producer_commit()
-                    store_pipeline.producer_acquire()
-                epilogue_barrier.arrive_and_wait()
-            num_epi_tiles_done += num_epi_tiles
-            work = scheduler.next_work(work)
-
-        store_pipeline.producer_tail()
+            if cutlass.const_expr(epi.has_residual):
+                source_pipeline.consumer_wait(source_state)
+                cute.autovec_copy(ctx.tRS_sC[(None, None, None, source_state.index)], ctx.tRS_rC)
+                # Registers hold C now: hand the buffer back to the source-load warp.
+                source_pipeline.consumer_release(source_state)
+                source_state.advance()
+                y = y + beta * ctx.tRS_rC.load().to(self.acc_dtype)
+            ctx.tRS_rD_out.store(y.to(self.out_dtype))
+            epi_buffer = (num_epi_tiles_done + epi_idx) % self.epi_stages
+            cute.copy(
+                ctx.tiled_copy_r2s, ctx.tRS_rD_out, ctx.tRS_sD[(None, None, None, epi_buffer)]
+            )
+            # Make the generic-proxy SMEM writes visible to the TMA (async proxy).
+            cute.arch.fence_proxy("async.shared", space="cta")
+            ctx.barrier.arrive_and_wait()
+            if warp_idx == self.epi_store_warp_id:
+                cute.copy(
+                    tma_atom_d,
+                    bSG_sD[(None, epi_buffer)],
+                    bSG_gD[(None, epi_tile_layout.get_hier_coord(epi_idx))],
+                )
+                store_pipeline.producer_commit()
+                store_pipeline.producer_acquire()
+            ctx.barrier.arrive_and_wait()
+        return source_state, num_epi_tiles_done + num_epi_tiles
 
     @cute.jit
     def load_channel_vectors(
