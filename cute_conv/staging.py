@@ -166,7 +166,7 @@ def run_staged(
     """
     k_pad = kernel_problem.K - problem.K
     x_k, flt_k = _stage_inputs(x, filter, problem, kernel_problem)
-    bias, scale = (F.pad(v.float(), (0, k_pad)) if v is not None else None for v in (bias, scale))
+    bias, scale = (_fp32_vector(v, k_pad) for v in (bias, scale))
     if source is not None:
         source = F.pad(source, (0, k_pad)) if k_pad else source
         if source is not out and overlaps(source, out):
@@ -178,6 +178,15 @@ def run_staged(
     launch(x_k, flt_k, kernel_out, source, bias, scale)
     if kernel_out is not out:
         out.copy_(kernel_out[..., : problem.K])
+
+
+def _fp32_vector(vector: torch.Tensor | None, k_pad: int) -> torch.Tensor | None:
+    """A bias/scale vector as the kernel reads it: float32, zero-padded by ``k_pad``
+    channels. One conversion at most: each extra copy is a launch on the call's path."""
+    if vector is None:
+        return None
+    vector = vector.float()
+    return F.pad(vector, (0, k_pad)) if k_pad else vector
 
 
 def overlaps(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:

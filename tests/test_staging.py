@@ -102,3 +102,22 @@ def test_overlaps():
     assert overlaps(base[:50], base[49:])
     assert not overlaps(base[:50], base[50:])
     assert not overlaps(base, None)
+
+
+@pytest.mark.parametrize("k", [64, 60], ids=["k-aligned", "k-padded"])
+def test_channel_vectors_reach_the_kernel_as_fp32_padded_with_zeros(k):
+    x, flt = torch.randn(1, 6, 6, 16), torch.randn(k, 3, 3, 16)
+    problem = Conv2dProblemShape.from_shapes(x.shape, flt.shape, padding=1)
+    kp = kernel_problem_for(problem)
+    bias = torch.randn(k).to(torch.bfloat16)
+    seen = {}
+
+    def launch(xs, fs, out, source, bias_k, scale_k):
+        seen["bias"], seen["scale"] = bias_k, scale_k
+
+    out = torch.empty(problem.output_shape)
+    run_staged(launch, problem, kp, x, flt, out, None, bias, None)
+    assert seen["scale"] is None and seen["bias"].dtype == torch.float32
+    assert seen["bias"].shape == (kp.K,)
+    assert torch.equal(seen["bias"][:k], bias.float())
+    assert not seen["bias"][k:].any()
