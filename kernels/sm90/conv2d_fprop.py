@@ -25,6 +25,8 @@ Pipelines and barriers:
           empty: 1 arrive per consumer warp per CTA of the multicast group.
   source  PipelineTmaAsync: source-load warp -> consumers, ``source_stages`` deep.
           full: 1 arrive (expect_tx = one C subtile); empty: 1 arrive per consumer warp.
+          Deep enough for a whole tile of C where SMEM allows, so the next tile's C is
+          loaded during its mainloop rather than waited for in its epilogue.
   store   PipelineTmaStore: bulk-group accounting of the epilogue's TMA stores.
   Epilogue named barrier: the 256 consumer threads around each epilogue subtile.
   EpilogueLoad named barrier (load warp + source-load warp): the source loads start only once
