@@ -17,7 +17,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.cute.runtime import make_fake_stream, make_ptr
 
-from . import disk_cache
+from . import disk_cache, validation
 from .config import Conv2dConfig
 from .kernels.common.epilogue import EpilogueSpec
 from .kernels.sm90.conv2d_fprop import SMEM_CAPACITY_SM90, Conv2dFpropSm90
@@ -43,8 +43,6 @@ _CUTLASS_DTYPES: dict[str, type[cutlass.Numeric]] = {
     "float16": cutlass.Float16,
     "float32": cutlass.Float32,
 }
-INPUT_DTYPES = ("bfloat16", "float16")
-OUTPUT_DTYPES = ("bfloat16", "float16", "float32")
 _NUM_GEOMETRY_ARGS = 17
 
 
@@ -61,6 +59,10 @@ def dtype_name(dtype: Any) -> str:
             f"dtype {dtype!r} is not supported; use one of {', '.join(_CUTLASS_DTYPES)}"
         )
     return name
+
+
+# The names of the input dtypes the kernels take, from the torch dtypes the validation accepts.
+INPUT_DTYPES = tuple(dtype_name(d) for d in validation.INPUT_DTYPES)
 
 
 @dataclasses.dataclass(frozen=True)
