@@ -127,10 +127,11 @@ def default_config(
         waves = -(-(tiles_m * tiles_n) // num_sms)
         cost = waves * (tile_n + 64)
         if best is None or cost < best[0]:
-            best = (cost, tile_n, tiles_n)
-    _, tile_n, tiles_n = best
+            best = (cost, tile_n)
+    tile_n = best[1]
     if has_residual and tile_n == 256 and problem.gemm_k <= _SHORT_MAINLOOP_K:
-        tile_n, tiles_n = 128, -(-problem.K // 128)
+        tile_n = 128
+    tiles_n = -(-problem.K // tile_n)
     cluster_n = 2 if tiles_n % 2 == 0 else 1
     # A k-tile holds channels of one filter tap, so C is padded up to a multiple of tile_k.
     # Weigh that padding against a per-k-tile cost worth 16 channels; ties go to the wider.

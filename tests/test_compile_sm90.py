@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import re
 
+import cutlass
 import pytest
 import torch
+from cute_conv.kernels.sm90.conv2d_fprop import Conv2dFpropSm90
 
 import cute_conv
 from cute_conv.compile import SMEM_CAPACITY_BY_ARCH, cached_kernel_count
@@ -135,18 +137,15 @@ def test_epilogue_fn_that_does_not_trace_fails_to_compile():
         cute_conv.compile_kernel("sm_90a", act_dtype=torch.bfloat16, epilogue=spec)
 
 
+def _residual_plan(tile_n: int, tile_k: int = 64, stages: int = 0) -> Conv2dFpropSm90:
+    return Conv2dFpropSm90(
+        cutlass.BFloat16, cutlass.BFloat16, cutlass.BFloat16, (128, tile_n, tile_k), (1, 1),
+        stages=stages, epilogue=cute_conv.EpilogueSpec(has_residual=True),
+    )  # fmt: skip
+
+
 def test_residual_kernel_buffers_a_whole_tile_of_source():
-    from cute_conv.kernels.common.epilogue import EpilogueSpec
-    from cute_conv.kernels.sm90.conv2d_fprop import Conv2dFpropSm90
-
-    def plan(tile_n, tile_k=64, stages=0):
-        import cutlass
-
-        return Conv2dFpropSm90(
-            cutlass.BFloat16, cutlass.BFloat16, cutlass.BFloat16, (128, tile_n, tile_k), (1, 1),
-            stages=stages, epilogue=EpilogueSpec(has_residual=True),
-        )  # fmt: skip
-
+    plan = _residual_plan
     # A whole tile of C (tile_n / 32 subtiles) where the A/B ring keeps 4 stages beside it.
     assert [(plan(n).source_stages, plan(n).ab_stages) for n in (64, 128, 192)] == [
         (2, 8), (4, 5), (6, 4),
@@ -154,5 +153,7 @@ def test_residual_kernel_buffers_a_whole_tile_of_source():
     assert (plan(256, tile_k=32).source_stages, plan(256, tile_k=32).ab_stages) == (8, 6)
     # 128x256x64 stages are 48 KB: a whole tile of C would leave 3, so C keeps 2 buffers.
     assert (plan(256).source_stages, plan(256).ab_stages) == (2, 4)
+    # Stages asked for explicitly come first: 6 of 32 KB leave room for 2 C buffers only.
+    assert (plan(128, stages=6).source_stages, plan(128, stages=6).ab_stages) == (2, 6)
     for n in (64, 128, 192, 256):
         assert plan(n).smem_bytes() <= SMEM_CAPACITY_BY_ARCH["sm_90a"]

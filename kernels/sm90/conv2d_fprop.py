@@ -762,7 +762,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
                 ),
             ),
         )
-        if cutlass.const_expr(self.epilogue.has_residual):
+        if self.epilogue.has_residual:
             ctx.tRS_sC = thr_copy_r2s.partition_S(sC)  # this thread's values, in C's buffers
             ctx.tRS_rC = cute.make_rmem_tensor(rD_shape, self.out_dtype)
         return ctx
