@@ -152,7 +152,7 @@ def _conv2d(x, filter, source, *, out, stream, **args) -> torch.Tensor:  # noqa:
                 check_alignment(name, t)
     if plan.empty:
         return out
-    needs_staging = plan.staged or not plan.vectors_fp32
+    needs_staging = plan.staged or not plan.vectors_ready
     if not fresh_out:  # the kernel cannot write an input, nor read a source it is overwriting
         x_bytes, f_bytes, out_bytes = plan.nbytes
         needs_staging = (
@@ -196,7 +196,7 @@ class _LaunchPlan:
     kernel: CompiledConv2d
     kernel_problem: Conv2dProblemShape  # what the kernel runs; see staging.kernel_problem_for
     scalars: tuple  # the kernel's runtime scalars for kernel_problem
-    vectors_fp32: bool  # bias/scale (those the epilogue uses) are float32 already
+    vectors_ready: bool  # bias/scale (those used) are contiguous, in the kernel's vector dtype
     nbytes: tuple[int, int, int]  # sizes of x, filter and out, for the aliasing checks
     empty: bool  # N == 0: nothing to launch
 
@@ -310,11 +310,14 @@ def _make_plan(x, filter, source, out, args: dict) -> _LaunchPlan:  # noqa: A002
         args["bias"] if epilogue.has_bias else None,
         args["scale"] if epilogue.has_scale else None,
     )
-    vectors_fp32 = all(v is None or v.dtype == torch.float32 for v in used_vectors)
+    vector_dtype = getattr(torch, epilogue.vector_dtype)
+    vectors_ready = all(
+        v is None or (v.dtype == vector_dtype and v.is_contiguous()) for v in used_vectors
+    )
     out_bytes = math.prod(problem.output_shape) * torch.finfo(out_dtype).bits // 8
     nbytes = (x.numel() * x.element_size(), filter.numel() * filter.element_size(), out_bytes)
     return _LaunchPlan(
-        problem, out_dtype, epilogue, kernel, kernel_problem, scalars, vectors_fp32, nbytes,
+        problem, out_dtype, epilogue, kernel, kernel_problem, scalars, vectors_ready, nbytes,
         problem.gemm_m == 0,
     )  # fmt: skip
 

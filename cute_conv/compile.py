@@ -137,9 +137,9 @@ def _compile(key: KernelKey) -> CompiledConv2d:
     kernel = _build(key)
 
     def compile_now() -> tuple[Callable, str, bytes, int]:
-        # act, filter, out, source (out dtype), bias and scale (fp32)
+        # act, filter, out, source (out dtype), bias and scale (the epilogue's vector dtype)
         pointer_dtypes = (key.act_dtype, key.filter_dtype, key.out_dtype, key.out_dtype)
-        pointer_dtypes += ("float32", "float32")
+        pointer_dtypes += (key.epilogue.vector_dtype,) * 2
         null = [
             make_ptr(_CUTLASS_DTYPES[d], 0, cute.AddressSpace.gmem, assumed_align=16)
             for d in pointer_dtypes

@@ -15,7 +15,8 @@ __all__ = ["Conv2dConfig", "default_config"]
 
 # Two consumer warpgroups of 64 rows each.
 TILE_M_CHOICES = (128,)
-TILE_N_CHOICES = (64, 128, 192, 256)
+# Multiples of the 32-wide epilogue subtile; 160 fits K=320 and 640 exactly.
+TILE_N_CHOICES = (64, 96, 128, 160, 192, 224, 256)
 # Two consumer warpgroups hold the fp32 accumulator in registers: 128x256 is the largest tile
 # that leaves them room for the epilogue.
 MAX_TILE_ELEMS = 128 * 256
@@ -108,8 +109,10 @@ def default_config(
     tile, which re-reads the activation fewer times.
 
     Cluster: two CTAs along N share the activation tile by multicast, halving its L2 traffic,
-    when the N tiles pair up evenly; otherwise no cluster (a lone CTA of a pair would compute a
-    tile of zeros).
+    when the N tiles pair up evenly (a lone CTA of a pair would compute a tile of zeros).
+    Otherwise, when the filter tile is the wider one (tile_n > 128) and the mainloop is long,
+    two CTAs along M share the filter tile (measured on an H200: a 5x5 conv, K=192, 1.17x;
+    a 3x3 with K=256, 1.03x; 1x1 convs with K=64 1% slower, hence the mainloop bound).
 
     Residual epilogues (``has_residual``): the kernel keeps a whole tile of C in SMEM so that
     its loads hide behind the mainloop, but a 256-wide tile's C does not fit beside four
@@ -133,10 +136,14 @@ def default_config(
         tile_n = 128
     tiles_n = -(-problem.K // tile_n)
     cluster_n = 2 if tiles_n % 2 == 0 else 1
+    # A filter tile wider than the activation tile is the larger L2 stream: share it along M.
+    cluster_m = 2 if cluster_n == 1 and tile_n > 128 and problem.gemm_k > _SHORT_MAINLOOP_K else 1
     # A k-tile holds channels of one filter tap, so C is padded up to a multiple of tile_k.
     # Weigh that padding against a per-k-tile cost worth 16 channels; ties go to the wider.
     tile_k = min(
         sorted(TILE_K_CHOICES, reverse=True),
         key=lambda k: -(-problem.C // k) * (k + _K_TILE_COST),
     )
-    return Conv2dConfig(tile_m=128, tile_n=tile_n, tile_k=tile_k, cluster_n=cluster_n)
+    return Conv2dConfig(
+        tile_m=128, tile_n=tile_n, tile_k=tile_k, cluster_m=cluster_m, cluster_n=cluster_n
+    )

@@ -68,7 +68,15 @@ def validate_epilogue_args(
         activation=activation,
         epilogue_fn=epilogue_fn,
         has_residual=source is not None and beta != 0,
+        vector_dtype=str(kernel_vector_dtype(bias, scale)).removeprefix("torch."),
     )
+
+
+def kernel_vector_dtype(*vectors: torch.Tensor | None) -> torch.dtype:
+    """The dtype the kernel reads bias and scale in: theirs when they agree (no conversion on
+    the host), else float32 (``staging`` converts them)."""
+    dtypes = {v.dtype for v in vectors if v is not None}
+    return dtypes.pop() if len(dtypes) == 1 else torch.float32
 
 
 def _check_scalar(name: str, value: object) -> None:

@@ -1,7 +1,8 @@
 """Operand staging for the calls the kernel cannot take as they are.
 
 The kernel wants 16-byte channel rows (C, K multiples of 8), an output that no input
-aliases, a source that is the output or disjoint from it, and float32 bias/scale vectors.
+aliases, a source that is the output or disjoint from it, and contiguous bias/scale vectors of
+one dtype (float32 when a call's bias and scale differ).
 Most calls meet all of that and launch directly; the others are staged here with a few torch
 ops on the same stream, around the one kernel launch. Every extra copy is listed in
 ``run_staged``'s docstring and in the README.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .epilogue import kernel_vector_dtype
 from .problem import Conv2dProblemShape
 
 __all__ = [
@@ -162,11 +164,13 @@ def run_staged(
     - ``out`` overlapping ``x`` or ``filter`` (``x = x + conv(x)``): a scratch output, copied
       to ``out`` after the kernel, since other CTAs may still read a halo already written.
     - ``source`` overlapping ``out`` without being it: a copy of ``source``.
-    - bias/scale not float32: converted.
+    - bias/scale not contiguous, or of two different dtypes: copied (as float32 in the latter
+      case; the kernel reads float32, bfloat16 and float16 vectors as they are).
     """
     k_pad = kernel_problem.K - problem.K
     x_k, flt_k = _stage_inputs(x, filter, problem, kernel_problem)
-    bias, scale = (_fp32_vector(v, k_pad) for v in (bias, scale))
+    dtype = kernel_vector_dtype(bias, scale)
+    bias, scale = (_kernel_vector(v, dtype, k_pad) for v in (bias, scale))
     if source is not None:
         source = F.pad(source, (0, k_pad)) if k_pad else source
         if source is not out and overlaps(source, out):
@@ -180,13 +184,16 @@ def run_staged(
         out.copy_(kernel_out[..., : problem.K])
 
 
-def _fp32_vector(vector: torch.Tensor | None, k_pad: int) -> torch.Tensor | None:
-    """A bias/scale vector as the kernel reads it: float32, zero-padded by ``k_pad``
-    channels. One conversion at most: each extra copy is a launch on the call's path."""
+def _kernel_vector(
+    vector: torch.Tensor | None, dtype: torch.dtype, k_pad: int
+) -> torch.Tensor | None:
+    """A bias/scale vector as the kernel reads it: contiguous, in ``dtype``, zero-padded by
+    ``k_pad`` channels. One copy at most: each extra copy is a launch on the call's path."""
     if vector is None:
         return None
-    vector = vector.float()
-    return F.pad(vector, (0, k_pad)) if k_pad else vector
+    if k_pad:
+        return F.pad(vector.to(dtype), (0, k_pad))
+    return vector.to(dtype).contiguous()
 
 
 def overlaps(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:

@@ -43,12 +43,23 @@ def problem_key(problem: Conv2dProblemShape, act_dtype: torch.dtype, out_dtype: 
     )
 
 
+def candidate_widths(k: int) -> list[int]:
+    """For each count of N tiles, the narrowest tile width that covers K channels in that many
+    tiles (K=320: 160, 128, 96); wider ones only add padding. Widths under half the widest
+    are left out: they re-read the activation more than twice as often."""
+    widths = set()
+    for tile_n in TILE_N_CHOICES:
+        tiles_n = -(-k // tile_n)
+        widths.add(min(n for n in TILE_N_CHOICES if n * tiles_n >= k))
+    return sorted(n for n in widths if 2 * n >= max(widths))
+
+
 def candidate_configs(problem: Conv2dProblemShape) -> list[Conv2dConfig]:
-    """Tile widths that fit K, each alone and in both 2-CTA clusters, two rasterizations; the
+    """``candidate_widths``, each alone and in both 2-CTA clusters, two rasterizations; the
     k-tile width of the default heuristic for the problem the kernel runs (after staging)."""
     kernel_problem = kernel_problem_for(problem)
     tile_k = default_config(kernel_problem).tile_k
-    widths = [n for n in TILE_N_CHOICES if n <= max(64, kernel_problem.K * 2)]
+    widths = candidate_widths(kernel_problem.K)
     configs = []
     for tile_n in widths:
         for cluster_m, cluster_n in ((1, 1), (2, 1), (1, 2)):

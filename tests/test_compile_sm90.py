@@ -60,10 +60,13 @@ def test_dtype_variants_compile(act_dtype, out_dtype):
         cute_conv.Conv2dConfig(tile_n=64),
         cute_conv.Conv2dConfig(tile_n=192, stages=3),
         cute_conv.Conv2dConfig(tile_n=256),
+        cute_conv.Conv2dConfig(tile_n=96),
+        cute_conv.Conv2dConfig(tile_n=160, cluster_n=2),
+        cute_conv.Conv2dConfig(tile_n=224, cluster_m=2),
         cute_conv.Conv2dConfig(cluster_m=2),
         cute_conv.Conv2dConfig(cluster_n=2),
     ],
-    ids=["n64", "n192-st3", "n256", "cluster-2x1", "cluster-1x2"],
+    ids=["n64", "n192-st3", "n256", "n96", "n160-1x2", "n224-2x1", "cluster-2x1", "cluster-1x2"],
 )
 def test_config_variants_compile(config):
     kernel = cute_conv.compile_kernel("sm_90a", act_dtype=torch.bfloat16, config=config)
@@ -131,6 +134,20 @@ def test_epilogue_variants_compile(spec):
         assert "erf" in kernel.ptx or "ex2" in kernel.ptx
 
 
+# A 16-bit element load from global memory, converted to fp32 in registers.
+_BF16_VECTOR_LOAD = re.compile(r"ld\.global[.\w]*\.(?:b16|u16)")
+
+
+@pytest.mark.parametrize("vector_dtype", ["float32", "bfloat16", "float16"])
+def test_channel_vectors_are_read_in_their_dtype(vector_dtype):
+    spec = cute_conv.EpilogueSpec(has_scale=True, has_bias=True, vector_dtype=vector_dtype)
+    ptx = cute_conv.compile_kernel("sm_90a", act_dtype=torch.bfloat16, epilogue=spec).ptx
+    assert bool(_BF16_VECTOR_LOAD.search(ptx)) == (vector_dtype != "float32")
+    if vector_dtype != "float32":
+        source_type = {"bfloat16": "bf16", "float16": "f16"}[vector_dtype]
+        assert re.search(rf"cvt\.f32\.{source_type}", ptx)
+
+
 def test_epilogue_fn_that_does_not_trace_fails_to_compile():
     spec = cute_conv.EpilogueSpec(epilogue_fn=lambda y: y.no_such_op())
     with pytest.raises(AttributeError, match="no_such_op"):
@@ -144,6 +161,18 @@ def _residual_plan(tile_n: int, tile_k: int = 64, stages: int = 0) -> Conv2dFpro
     )  # fmt: skip
 
 
+def test_partial_source_ring_prefetches_the_tile_of_c_to_l2():
+    spec = cute_conv.EpilogueSpec(has_residual=True)
+    prefetches = {
+        tile_n: cute_conv.compile_kernel(
+            "sm_90a", config=cute_conv.Conv2dConfig(tile_n=tile_n), epilogue=spec
+        ).ptx.count("cp.async.bulk.prefetch.tensor.2d.L2")
+        for tile_n in (192, 256)
+    }
+    # 128x192: all 6 C subtiles have a buffer; 128x256x64: 2 buffers, so 8 subtile prefetches.
+    assert prefetches == {192: 0, 256: 8}
+
+
 def test_residual_kernel_buffers_a_whole_tile_of_source():
     plan = _residual_plan
     # A whole tile of C (tile_n / 32 subtiles) where the A/B ring keeps 4 stages beside it.
@@ -155,5 +184,5 @@ def test_residual_kernel_buffers_a_whole_tile_of_source():
     assert (plan(256).source_stages, plan(256).ab_stages) == (2, 4)
     # Stages asked for explicitly come first: 6 of 32 KB leave room for 2 C buffers only.
     assert (plan(128, stages=6).source_stages, plan(128, stages=6).ab_stages) == (2, 6)
-    for n in (64, 128, 192, 256):
+    for n in (64, 96, 128, 160, 192, 224, 256):
         assert plan(n).smem_bytes() <= SMEM_CAPACITY_BY_ARCH["sm_90a"]

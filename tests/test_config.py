@@ -17,7 +17,7 @@ from cute_conv.problem import Conv2dProblemShape
     "kwargs,exc,match",
     [
         pytest.param(dict(tile_m=256), ValueError, "tile_m must be one of", id="tile-m"),
-        pytest.param(dict(tile_n=96), ValueError, "tile_n must be one of", id="tile-n"),
+        pytest.param(dict(tile_n=80), ValueError, "tile_n must be one of", id="tile-n"),
         pytest.param(dict(tile_k=128), ValueError, "tile_k must be one of", id="tile-k"),
         pytest.param(dict(cluster_m=4), ValueError, "cluster_m must be one of", id="cluster-m"),
         pytest.param(dict(cluster_m=2, cluster_n=2), ValueError, "cluster_m\\*cluster_n", id="cluster-size"),
@@ -37,19 +37,22 @@ def problem(n, hw, c, k, rs, **geom):
 
 
 @pytest.mark.parametrize(
-    "prob,tile_n,tile_k,cluster_n",
+    "prob,tile_n,tile_k,cluster_m,cluster_n",
     [
-        pytest.param(problem(128, 64, 384, 384, 3, padding=1), 192, 64, 2, id="k384-fits-192"),
-        pytest.param(problem(128, 56, 64, 64, 3, padding=1), 64, 64, 1, id="k64"),
-        pytest.param(problem(128, 14, 256, 256, 3, padding=1), 128, 64, 2, id="few-m-tiles"),
-        pytest.param(problem(128, 64, 256, 256, 3, padding=1), 256, 64, 1, id="k256-many-m"),
-        pytest.param(problem(64, 16, 96, 192, 5, padding=2), 192, 32, 1, id="c96-tile-k-32"),
-        pytest.param(problem(8, 32, 8, 64, 3, padding=1), 64, 16, 1, id="c8-tile-k-16"),
+        pytest.param(problem(128, 64, 384, 384, 3, padding=1), 192, 64, 1, 2, id="k384-fits-192"),
+        pytest.param(problem(128, 56, 64, 64, 3, padding=1), 64, 64, 1, 1, id="k64"),
+        pytest.param(problem(8, 128, 320, 320, 3, padding=1), 160, 64, 1, 2, id="k320-fits-160"),
+        pytest.param(problem(128, 14, 256, 256, 3, padding=1), 128, 64, 1, 2, id="few-m-tiles"),
+        pytest.param(problem(128, 64, 256, 256, 3, padding=1), 256, 64, 2, 1, id="k256-many-m"),
+        pytest.param(problem(64, 16, 96, 192, 5, padding=2), 192, 32, 2, 1, id="c96-tile-k-32"),
+        pytest.param(problem(8, 32, 8, 64, 3, padding=1), 64, 16, 1, 1, id="c8-tile-k-16"),
+        pytest.param(problem(128, 56, 64, 256, 1), 256, 64, 1, 1, id="1x1-k256-short-mainloop"),
     ],
 )  # fmt: skip
-def test_default_config(prob, tile_n, tile_k, cluster_n):
+def test_default_config(prob, tile_n, tile_k, cluster_m, cluster_n):
     config = default_config(prob)
-    assert (config.tile_n, config.tile_k, config.cluster_n) == (tile_n, tile_k, cluster_n)
+    chosen = (config.tile_n, config.tile_k, config.cluster_m, config.cluster_n)
+    assert chosen == (tile_n, tile_k, cluster_m, cluster_n)
 
 
 @pytest.mark.parametrize(
@@ -70,10 +73,18 @@ def test_candidates_are_valid_and_fit_k():
     prob = problem(2, 8, 64, 64, 3)
     candidates = tuning.candidate_configs(prob)
     assert candidates and all(isinstance(c, Conv2dConfig) for c in candidates)
-    assert {c.tile_n for c in candidates} == {64, 128}
+    assert {c.tile_n for c in candidates} == {64}
     assert len(set(candidates)) == len(candidates)
     stem = Conv2dProblemShape.from_shapes((1, 32, 32, 8), (64, 7, 7, 8), stride=2, padding=3)
     assert {c.tile_k for c in tuning.candidate_configs(stem)} == {32}  # staged to C=32
+
+
+@pytest.mark.parametrize(
+    "k,widths",
+    [(64, [64]), (320, [96, 128, 160]), (384, [96, 128, 192]), (1024, [128, 160, 192, 224, 256])],
+)
+def test_candidate_widths_cover_k_without_needless_padding(k, widths):
+    assert tuning.candidate_widths(k) == widths
 
 
 def test_problem_key_separates_what_matters():

@@ -54,6 +54,30 @@ def test_spec_reflects_arguments():
     assert spec.name == "scale-bias-gelu-fn-residual"
 
 
+@pytest.mark.parametrize(
+    "bias_dtype,scale_dtype,expected",
+    [
+        (torch.bfloat16, None, "bfloat16"),
+        (None, torch.float16, "float16"),
+        (torch.float16, torch.float16, "float16"),
+        (torch.bfloat16, torch.float16, "float32"),
+        (None, None, "float32"),
+    ],
+)
+def test_kernel_reads_the_vectors_in_their_dtype_when_they_agree(bias_dtype, scale_dtype, expected):
+    vectors = {
+        name: torch.zeros(24, dtype=dtype)
+        for name, dtype in (("bias", bias_dtype), ("scale", scale_dtype))
+        if dtype is not None
+    }
+    assert call(**vectors).vector_dtype == expected
+
+
+def test_unknown_vector_dtype_is_rejected():
+    with pytest.raises(ValueError, match="vector_dtype='int8'"):
+        EpilogueSpec(has_bias=True, vector_dtype="int8")
+
+
 def test_beta_zero_or_no_source_drops_the_residual():
     assert not call(source=source(), beta=0.0).has_residual
     assert not call().has_residual

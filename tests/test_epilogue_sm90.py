@@ -98,8 +98,10 @@ def test_epilogue_variants(shape, case):
     "config",
     [cute_conv.Conv2dConfig(tile_n=256), cute_conv.Conv2dConfig(tile_n=128, cluster_n=2),
      cute_conv.Conv2dConfig(tile_n=64, cluster_m=2),
-     cute_conv.Conv2dConfig(tile_n=256, tile_k=32, cluster_n=2)],
-    ids=["n256", "n128-cluster-1x2", "n64-cluster-2x1", "n256-k32-full-tile-of-c"],
+     cute_conv.Conv2dConfig(tile_n=256, tile_k=32, cluster_n=2),
+     cute_conv.Conv2dConfig(tile_n=160, cluster_n=2), cute_conv.Conv2dConfig(tile_n=224)],
+    ids=["n256", "n128-cluster-1x2", "n64-cluster-2x1", "n256-k32-full-tile-of-c", "n160-1x2",
+         "n224"],
 )  # fmt: skip
 def test_residual_across_configs(config):
     case = dict(bias=True, activation="relu", residual=1.0)
@@ -115,7 +117,16 @@ def test_fp32_output_and_16bit_vectors():
 
 
 def test_unaligned_channels_with_epilogue_and_residual():
-    run_case((2, 10, 10, 5, 20, 3, 3, dict(padding=1)), dict(bias=True, scale=True, residual=1.0))
+    case = dict(bias=True, scale=True, residual=1.0)
+    run_case((2, 10, 10, 5, 20, 3, 3, dict(padding=1)), case)
+    run_case((2, 10, 10, 5, 20, 3, 3, dict(padding=1)), case, vector_dtype=torch.bfloat16)
+
+
+def test_strided_bias_is_read_as_its_values():
+    x, flt = random_conv_inputs(2, 8, 8, 64, 128, 3, 3)
+    bias = torch.randn(256, device="cuda")[::2]  # a view with stride 2: staged contiguous
+    out = cute_conv.conv2d_fprop(x, flt, padding=1, bias=bias)
+    assert compare_to_reference(out, reference(x, flt, dict(padding=1), bias=bias)).ok
 
 
 def test_beta_zero_is_bit_identical_to_conv2d_fprop():

@@ -105,19 +105,34 @@ def test_overlaps():
 
 
 @pytest.mark.parametrize("k", [64, 60], ids=["k-aligned", "k-padded"])
-def test_channel_vectors_reach_the_kernel_as_fp32_padded_with_zeros(k):
+@pytest.mark.parametrize(
+    "bias_dtype,scale_dtype,kernel_dtype",
+    [
+        (torch.bfloat16, None, torch.bfloat16),
+        (torch.float16, torch.float16, torch.float16),
+        (torch.bfloat16, torch.float32, torch.float32),
+    ],
+    ids=["bf16", "fp16-pair", "mixed-to-fp32"],
+)
+def test_channel_vectors_reach_the_kernel_in_one_dtype_padded_with_zeros(
+    k, bias_dtype, scale_dtype, kernel_dtype
+):
     x, flt = torch.randn(1, 6, 6, 16), torch.randn(k, 3, 3, 16)
     problem = Conv2dProblemShape.from_shapes(x.shape, flt.shape, padding=1)
     kp = kernel_problem_for(problem)
-    bias = torch.randn(k).to(torch.bfloat16)
+    bias = torch.randn(2 * k).to(bias_dtype)[::2]  # strided: the kernel wants it contiguous
+    scale = None if scale_dtype is None else torch.randn(k).to(scale_dtype)
     seen = {}
 
     def launch(xs, fs, out, source, bias_k, scale_k):
         seen["bias"], seen["scale"] = bias_k, scale_k
 
     out = torch.empty(problem.output_shape)
-    run_staged(launch, problem, kp, x, flt, out, None, bias, None)
-    assert seen["scale"] is None and seen["bias"].dtype == torch.float32
-    assert seen["bias"].shape == (kp.K,)
-    assert torch.equal(seen["bias"][:k], bias.float())
-    assert not seen["bias"][k:].any()
+    run_staged(launch, problem, kp, x, flt, out, None, bias, scale)
+    vectors = [(seen["bias"], bias)] + ([] if scale is None else [(seen["scale"], scale)])
+    assert (seen["scale"] is None) == (scale is None)
+    for staged, given in vectors:
+        assert staged.dtype == kernel_dtype and staged.is_contiguous()
+        assert staged.shape == (kp.K,)
+        assert torch.equal(staged[:k], given.to(kernel_dtype))
+        assert not staged[k:].any()

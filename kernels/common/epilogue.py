@@ -4,7 +4,9 @@
 
 applied in fp32 registers to every accumulator element. ``alpha`` and ``beta`` are runtime
 scalars; which terms exist is compile time (``EpilogueSpec``), so a kernel without bias loads no
-bias and a kernel without residual has no source-tile loader.
+bias and a kernel without residual has no source-tile loader. Bias and scale are read in their own
+dtype (``EpilogueSpec.vector_dtype``) and converted to fp32 as they are loaded, so a bf16 bias
+needs no conversion launch on the host.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Callable, Optional
 import cutlass
 import cutlass.cute as cute
 
+# Element types the kernels read bias and scale vectors in (names as in ``cute_conv.compile``).
+VECTOR_DTYPES = ("float32", "bfloat16", "float16")
 LEAKY_RELU_SLOPE = 0.01  # torch.nn.functional.leaky_relu's default
 
 
@@ -66,7 +70,8 @@ class EpilogueSpec:
 
     ``epilogue_fn`` is a user function of one fp32 TensorSSA (the value after the activation)
     returning a TensorSSA of the same shape; it is traced into the kernel, so it may use
-    arithmetic operators and ``cutlass.cute.math`` functions.
+    arithmetic operators and ``cutlass.cute.math`` functions. ``vector_dtype`` is the element
+    type of the bias and scale vectors in global memory, one of ``VECTOR_DTYPES``.
     """
 
     has_bias: bool = False
@@ -74,6 +79,7 @@ class EpilogueSpec:
     activation: Optional[str] = None
     epilogue_fn: Optional[Callable] = None
     has_residual: bool = False
+    vector_dtype: str = "float32"
 
     def __post_init__(self) -> None:
         if self.activation is not None and self.activation not in ACTIVATIONS:
@@ -83,6 +89,11 @@ class EpilogueSpec:
             )
         if self.epilogue_fn is not None and not callable(self.epilogue_fn):
             raise TypeError(f"epilogue_fn must be callable, got {type(self.epilogue_fn).__name__}")
+        if self.vector_dtype not in VECTOR_DTYPES:
+            raise ValueError(
+                f"vector_dtype={self.vector_dtype!r} is not supported; use one of "
+                f"{', '.join(VECTOR_DTYPES)}"
+            )
 
     @property
     def has_channel_vectors(self) -> bool:
@@ -120,3 +131,30 @@ def apply_epilogue(
     if cutlass.const_expr(spec.epilogue_fn is not None):
         y = spec.epilogue_fn(y)
     return y
+
+
+@cute.jit
+def load_channel_vectors(
+    spec: cutlass.Constexpr,
+    m_bias: Optional[cute.Tensor],
+    m_scale: Optional[cute.Tensor],
+    coords: cute.Tensor,
+    subtile_n0: cutlass.Int32,
+    r_bias: cute.Tensor,
+    r_scale: cute.Tensor,
+):
+    """Per-channel bias/scale (fp32) for a thread's values of one epilogue subtile.
+
+    ``coords`` holds the (m, n) position inside the subtile of each of the thread's values,
+    ``subtile_n0`` the subtile's first channel. The vectors are read through L1/L2 in
+    ``spec.vector_dtype`` and converted here.
+    """
+    ref = m_bias if cutlass.const_expr(spec.has_bias) else m_scale
+    last_channel = cute.size(ref) - 1
+    for v in cutlass.range_constexpr(cute.size(r_bias)):
+        # Clamped: values past K (the N tail) are computed but clipped by the TMA store.
+        channel = cutlass.min(subtile_n0 + coords[v][1], last_channel)
+        if cutlass.const_expr(spec.has_bias):
+            r_bias[v] = cutlass.Float32(m_bias[channel])
+        if cutlass.const_expr(spec.has_scale):
+            r_scale[v] = cutlass.Float32(m_scale[channel])

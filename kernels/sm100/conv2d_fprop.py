@@ -49,7 +49,7 @@ from cutlass.utils.gemm.sm100 import transform_partitioned_tensor_layout
 
 from ..common.barriers import NamedBarrierConv
 from ..common.entry import ConvKernelEntry
-from ..common.epilogue import EpilogueSpec, apply_epilogue
+from ..common.epilogue import EpilogueSpec, apply_epilogue, load_channel_vectors
 from ..common.im2col import (
     ConvGeometry,
     activation_im2col_view,
@@ -985,7 +985,8 @@ class Conv2dFpropKernel(ConvKernelEntry):
                     with cute.arch.elect_one():
                         acc_pipeline.consumer_release(acc_state)
                 if cutlass.const_expr(epi.has_channel_vectors):
-                    self.load_channel_vectors(
+                    load_channel_vectors(
+                        epi,
                         m_bias,
                         m_scale,
                         tTR_cD,
@@ -1023,24 +1024,3 @@ class Conv2dFpropKernel(ConvKernelEntry):
             cute.arch.mbarrier_arrive(tmem_dealloc_barrier)
             if cutlass.const_expr(self.use_2cta):
                 cute.arch.mbarrier_arrive(tmem_dealloc_barrier, cta_rank_in_cluster ^ 1)
-
-    @cute.jit
-    def load_channel_vectors(
-        self,
-        m_bias: Optional[cute.Tensor],
-        m_scale: Optional[cute.Tensor],
-        tTR_cD: cute.Tensor,
-        subtile_n0: cutlass.Int32,
-        tTR_rBias: cute.Tensor,
-        tTR_rScale: cute.Tensor,
-    ):
-        """Per-channel bias/scale for this thread's values of one subtile (fp32, from L1/L2)."""
-        ref = m_bias if cutlass.const_expr(self.epilogue.has_bias) else m_scale
-        last_channel = cute.size(ref) - 1
-        for v in cutlass.range(cute.size(tTR_rBias), unroll_full=True):
-            # Clamped: values past K (the N tail) are computed but clipped by the TMA store.
-            channel = cutlass.min(subtile_n0 + tTR_cD[v][1], last_channel)
-            if cutlass.const_expr(self.epilogue.has_bias):
-                tTR_rBias[v] = m_bias[channel]
-            if cutlass.const_expr(self.epilogue.has_scale):
-                tTR_rScale[v] = m_scale[channel]

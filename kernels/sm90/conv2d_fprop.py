@@ -52,7 +52,7 @@ from cutlass.tensor_utils import LayoutEnum
 
 from ..common.barriers import NamedBarrierConv
 from ..common.entry import ConvKernelEntry
-from ..common.epilogue import EpilogueSpec, apply_epilogue
+from ..common.epilogue import EpilogueSpec, apply_epilogue, load_channel_vectors
 from ..common.im2col import (
     ConvGeometry,
     activation_im2col_view,
@@ -112,8 +112,10 @@ class Conv2dFpropSm90(ConvKernelEntry):
         tile_m, tile_n, tile_k = tile_mnk
         if tile_m != 128:
             raise ValueError(f"tile_m must be 128 on SM90 (two 64-row warpgroups), got {tile_m}")
-        if tile_n not in (64, 128, 192, 256):
-            raise ValueError(f"tile_n must be one of 64, 128, 192, 256, got {tile_n}")
+        if tile_n % 32 or not 64 <= tile_n <= 256:
+            raise ValueError(
+                f"tile_n must be a multiple of 32 (the epilogue subtile) in 64..256, got {tile_n}"
+            )
         if tile_k * act_dtype.width // 8 not in (32, 64, 128):
             raise ValueError(
                 f"tile_k must span a 32-, 64- or 128-byte swizzle row (16, 32 or 64 16-bit "
@@ -610,6 +612,11 @@ class Conv2dFpropSm90(ConvKernelEntry):
                 tma_atom_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), gC_tile
             )
             epi_tile_layout = self.epi_tile_layout(gC_tile)
+            if cutlass.const_expr(self.source_stages < cute.size(epi_tile_layout)):
+                # The ring holds part of a tile of C: bring all of it into L2 now, so that the
+                # loads issued as the epilogue frees buffers hit L2 rather than DRAM.
+                with cute.arch.elect_one():
+                    cute.prefetch(tma_atom_c, bGS_gC)
             for epi_idx in cutlass.range_constexpr(cute.size(epi_tile_layout)):
                 source_pipeline.producer_acquire(producer_state)
                 cute.copy(
@@ -809,8 +816,8 @@ class Conv2dFpropSm90(ConvKernelEntry):
             if cutlass.const_expr(epi.has_channel_vectors):
                 subtile_n = epi_tile_layout.get_hier_coord(epi_idx)[1]
                 subtile_n0 = n_tile * tile_n + subtile_n * self.epi_tile[1]
-                self.load_channel_vectors(
-                    m_bias, m_scale, ctx.tRS_cD, subtile_n0, ctx.tRS_rBias, ctx.tRS_rScale
+                load_channel_vectors(
+                    epi, m_bias, m_scale, ctx.tRS_cD, subtile_n0, ctx.tRS_rBias, ctx.tRS_rScale
                 )
             y = apply_epilogue(
                 epi, tRS_rD.load(), alpha, ctx.tRS_rScale.load(), ctx.tRS_rBias.load()
@@ -840,27 +847,6 @@ class Conv2dFpropSm90(ConvKernelEntry):
                 store_pipeline.producer_acquire()
             ctx.barrier.arrive_and_wait()
         return source_state, num_epi_tiles_done + num_epi_tiles
-
-    @cute.jit
-    def load_channel_vectors(
-        self,
-        m_bias: Optional[cute.Tensor],
-        m_scale: Optional[cute.Tensor],
-        tRS_cD: cute.Tensor,
-        subtile_n0: cutlass.Int32,
-        tRS_rBias: cute.Tensor,
-        tRS_rScale: cute.Tensor,
-    ):
-        """Per-channel bias/scale for this thread's values of one subtile (fp32, from L1/L2)."""
-        ref = m_bias if cutlass.const_expr(self.epilogue.has_bias) else m_scale
-        last_channel = cute.size(ref) - 1
-        for v in cutlass.range_constexpr(cute.size(tRS_rBias)):
-            # Clamped: values past K (the N tail) are computed but clipped by the TMA store.
-            channel = cutlass.min(subtile_n0 + tRS_cD[v][1], last_channel)
-            if cutlass.const_expr(self.epilogue.has_bias):
-                tRS_rBias[v] = m_bias[channel]
-            if cutlass.const_expr(self.epilogue.has_scale):
-                tRS_rScale[v] = m_scale[channel]
 
     @cute.jit
     def mma_k_tile(
