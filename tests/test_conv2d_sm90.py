@@ -157,7 +157,7 @@ def test_empty_batch_returns_empty_output():
     assert out.shape == (0, 8, 8, 64) and out.device.type == "cuda"
 
 
-def test_default_output_and_current_stream():
+def test_default_output_on_the_current_stream():
     act, flt = random_conv_inputs(2, 10, 10, 64, 64, 3, 3)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -169,11 +169,21 @@ def test_default_output_and_current_stream():
     assert report.ok, str(report)
 
 
-def test_explicit_stream_argument():
+@pytest.mark.parametrize("how", ["current", "argument"])
+def test_kernel_runs_on_the_callers_stream(how):
     act, flt = random_conv_inputs(2, 10, 10, 64, 64, 3, 3)
+    out = torch.full((2, 10, 10, 64), float("nan"), dtype=torch.bfloat16, device="cuda")
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    out = cute_conv.conv2d_fprop(act, flt, padding=1, stream=side)
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)  # ~0.1 s of work queued ahead of the conv
+    if how == "current":
+        with torch.cuda.stream(side):
+            cute_conv.conv2d_fprop(act, flt, padding=1, out=out)
+    else:
+        cute_conv.conv2d_fprop(act, flt, padding=1, out=out, stream=side)
+    # On the side stream the conv still waits behind the sleep: the default stream sees NaN.
+    assert torch.isnan(out.float()).all()
     side.synchronize()
     report = compare_to_reference(out, conv2d_reference(act, flt, padding=1))
     assert report.ok, str(report)
