@@ -46,8 +46,9 @@ class ConvKernelEntry:
         stream: cuda.CUstream,
     ):
         """Launch on raw device pointers of contiguous NHWC / KRSC / NPQK tensors (source: the
-        output's shape and dtype; bias, scale: fp32 vectors of length K). Pointers of terms the
-        kernel's epilogue spec leaves out are never dereferenced: pass 0."""
+        output's shape and dtype; bias, scale: vectors of length K in the epilogue spec's
+        ``vector_dtype``). Pointers of terms the kernel's epilogue spec leaves out are never
+        dereferenced: pass 0."""
         geom = ConvGeometry(
             n, h, w, c, k, r, s, p, q,
             pad_top, pad_bottom, pad_left, pad_right, stride_h, stride_w, dil_h, dil_w,

@@ -242,7 +242,8 @@ class Conv2dFpropSm90(ConvKernelEntry):
         stream: cuda.CUstream,
     ):
         """Launch on raw device pointers. Pointers of terms the epilogue spec leaves out are
-        never dereferenced (pass 0); bias and scale are fp32 vectors of length K."""
+        never dereferenced (pass 0); bias and scale are vectors of length K in the epilogue
+        spec's ``vector_dtype``."""
         self._setup_attributes()
         tile_m, tile_n, tile_k = self.tile_mnk
 
