@@ -174,15 +174,24 @@ def test_partial_source_ring_prefetches_the_tile_of_c_to_l2():
 
 
 def test_residual_kernel_buffers_a_whole_tile_of_source():
-    plan = _residual_plan
-    # A whole tile of C (tile_n / 32 subtiles) where the A/B ring keeps 4 stages beside it.
-    assert [(plan(n).source_stages, plan(n).ab_stages) for n in (64, 128, 192)] == [
-        (2, 8), (4, 5), (6, 4),
-    ]  # fmt: skip
-    assert (plan(256, tile_k=32).source_stages, plan(256, tile_k=32).ab_stages) == (8, 6)
-    # 128x256x64 stages are 48 KB: a whole tile of C would leave 3, so C keeps 2 buffers.
-    assert (plan(256).source_stages, plan(256).ab_stages) == (2, 4)
+    def plan(tile_n, tile_k=64, stages=0):
+        k = _residual_plan(tile_n, tile_k, stages)
+        return k.epi_tile[1], k.source_stages, k.ab_stages
+
+    # 128x64 subtiles where a whole tile of C (2 buffers at least) fits beside 4 A/B stages...
+    assert [plan(n) for n in (64, 128)] == [(64, 2, 6), (64, 2, 5)]
+    assert plan(256, tile_k=32) == (64, 4, 5)
+    # ... else 128x32 subtiles, a whole tile of them where that fits (128x192: 3 wide C
+    # buffers and 2 output buffers would leave 3 stages of 40 KB),
+    assert [plan(n) for n in (96, 160, 192, 224)] == [
+        (32, 3, 6),
+        (32, 5, 4),
+        (32, 6, 4),
+        (32, 4, 4),
+    ]
+    # else fewer: 128x256x64 stages are 48 KB, so C keeps 2 buffers (and an L2 prefetch).
+    assert plan(256) == (32, 2, 4)
     # Stages asked for explicitly come first: 6 of 32 KB leave room for 2 C buffers only.
-    assert (plan(128, stages=6).source_stages, plan(128, stages=6).ab_stages) == (2, 6)
+    assert plan(128, stages=6) == (32, 2, 6)
     for n in (64, 96, 128, 160, 192, 224, 256):
-        assert plan(n).smem_bytes() <= SMEM_CAPACITY_BY_ARCH["sm_90a"]
+        assert _residual_plan(n).smem_bytes() <= SMEM_CAPACITY_BY_ARCH["sm_90a"]
