@@ -217,12 +217,14 @@ EPILOGUES = [
     (TWO_SM, EpilogueSpec(activation="leaky_relu")),
     (ONE_SM, EpilogueSpec(has_bias=True, activation="relu", has_residual=True)),
     (TWO_SM, EpilogueSpec(has_scale=True, has_bias=True, activation="gelu", has_residual=True)),
+    (ONE_SM, EpilogueSpec(has_bias=True, has_residual=True, vector_dtype="bfloat16")),
+    (TWO_SM, EpilogueSpec(has_scale=True, has_bias=True, vector_dtype="float16")),
 ]
 
 
 @pytest.mark.parametrize(
     "config,spec",
-    [pytest.param(c, s, id=f"{c.cta_group}sm-{s.name}") for c, s in EPILOGUES],
+    [pytest.param(c, s, id=f"{c.cta_group}sm-{s.name}-{s.vector_dtype}") for c, s in EPILOGUES],
 )
 def test_epilogue_variants_compile(config, spec):
     kernel = compile_sm100(config, epilogue=spec)
@@ -230,8 +232,12 @@ def test_epilogue_variants_compile(config, spec):
     assert f"tcgen05.mma.cta_group::{config.cta_group}" in ptx
     assert kernel.smem_bytes <= SMEM_CAPACITY_SM100
     assert bool(SOURCE_LOAD.search(ptx)) == spec.has_residual
-    # Per-channel vectors are read from global memory only when the spec has them.
+    # Per-channel vectors are read from global memory only when the spec has them, 16-bit
+    # ones as 16-bit loads converted to fp32.
     assert ("ld.global" in ptx) == spec.has_channel_vectors
+    if spec.has_channel_vectors and spec.vector_dtype != "float32":
+        assert re.search(r"ld\.global[.\w]*\.(?:b16|u16)", ptx)
+        assert re.search(r"cvt\.f32\.(?:bf16|f16)", ptx)
     if spec.activation in ("gelu",):
         assert "erf" in ptx or "ex2" in ptx
     if spec.activation in ("sigmoid", "silu", "gelu_tanh", "tanh"):
