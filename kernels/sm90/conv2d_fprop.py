@@ -143,12 +143,12 @@ class Conv2dFpropSm90(ConvKernelEntry):
         self.num_mcast_a = cluster_mn[1]  # the activation tile is shared along cluster N
         self.num_mcast_b = cluster_mn[0]  # the filter tile is shared along cluster M
 
-        self.epi_tile = (tile_m, _EPI_N)
         if self.epilogue.has_residual:
             self.epi_stages = _EPI_STAGES_WITH_SOURCE
-            self.source_stages = self._choose_residual_epilogue(stages)
+            epi_n, self.source_stages = self._choose_residual_epilogue(stages)
         else:
-            self.epi_stages, self.source_stages = _EPI_STAGES, 0
+            epi_n, self.epi_stages, self.source_stages = _EPI_N, _EPI_STAGES, 0
+        self.epi_tile = (tile_m, epi_n)
         self.ab_stages = self._compute_ab_stages(stages)
 
     # ------------------------------------------------------------------------------------------
@@ -159,40 +159,39 @@ class Conv2dFpropSm90(ConvKernelEntry):
         tile_m, tile_n, tile_k = self.tile_mnk
         return (tile_m + tile_n) * tile_k * self.act_dtype.width // 8
 
-    def _subtile_bytes(self) -> int:
-        return self.epi_tile[0] * self.epi_tile[1] * self.out_dtype.width // 8
+    def _subtile_bytes(self, epi_n: int) -> int:
+        return self.tile_mnk[0] * epi_n * self.out_dtype.width // 8
 
     def _epi_bytes(self) -> int:
         """Output staging plus source buffers."""
-        return self._subtile_bytes() * (self.epi_stages + self.source_stages)
+        return self._subtile_bytes(self.epi_tile[1]) * (self.epi_stages + self.source_stages)
 
-    def _ab_budget(self, source_stages: int) -> int:
-        """SMEM bytes left for the A/B ring next to the epilogue's buffers."""
-        epi_subtiles = self.epi_stages + source_stages
-        return SMEM_CAPACITY_SM90 - _MBARRIER_BYTES_RESERVED - self._subtile_bytes() * epi_subtiles
+    def _ab_budget(self, source_stages: int, epi_n: int) -> int:
+        """SMEM bytes left for the A/B ring next to the epilogue's buffers of ``epi_n``-wide
+        subtiles."""
+        epi_bytes = self._subtile_bytes(epi_n) * (self.epi_stages + source_stages)
+        return SMEM_CAPACITY_SM90 - _MBARRIER_BYTES_RESERVED - epi_bytes
 
-    def _choose_residual_epilogue(self, stages: int) -> int:
-        """Sets the epilogue subtile of a residual kernel; returns its number of C buffers.
+    def _choose_residual_epilogue(self, stages: int) -> Tuple[int, int]:
+        """The epilogue subtile width and the number of C buffers of a residual kernel.
 
         ``_WIDE_EPI_N``-wide subtiles where a whole tile of C (at least
         ``_MIN_SOURCE_STAGES`` buffers, so that the next tile's C can load during this
         epilogue) fits beside ``stages`` (or ``_MIN_AB_STAGES_WITH_SOURCE``) A/B stages;
         otherwise ``_EPI_N``-wide ones, a whole tile of them where that fits, else fewer."""
         keep = (stages or _MIN_AB_STAGES_WITH_SOURCE) * self._ab_bytes_per_stage()
-        tile_m, tile_n, _ = self.tile_mnk
+        tile_n = self.tile_mnk[1]
         if tile_n % _WIDE_EPI_N == 0:
-            self.epi_tile = (tile_m, _WIDE_EPI_N)
             source_stages = max(tile_n // _WIDE_EPI_N, _MIN_SOURCE_STAGES)
-            if self._ab_budget(source_stages) >= keep:
-                return source_stages
-        self.epi_tile = (tile_m, _EPI_N)
+            if self._ab_budget(source_stages, _WIDE_EPI_N) >= keep:
+                return _WIDE_EPI_N, source_stages
         for source_stages in range(tile_n // _EPI_N, _MIN_SOURCE_STAGES, -1):
-            if self._ab_budget(source_stages) >= keep:
-                return source_stages
-        return _MIN_SOURCE_STAGES
+            if self._ab_budget(source_stages, _EPI_N) >= keep:
+                return _EPI_N, source_stages
+        return _EPI_N, _MIN_SOURCE_STAGES
 
     def _compute_ab_stages(self, stages: int) -> int:
-        budget = self._ab_budget(self.source_stages)
+        budget = self._ab_budget(self.source_stages, self.epi_tile[1])
         fit = min(budget // self._ab_bytes_per_stage(), _MAX_AB_STAGES)
         if stages == 0:
             stages = fit
