@@ -17,7 +17,7 @@ import torch
 from .compile import CompiledConv2d, compile_kernel, kernel_scalars
 from .config import Conv2dConfig
 from .config_sm100 import Conv2dConfigSm100, default_config_sm100
-from .epilogue import EpilogueSpec, validate_epilogue_args
+from .epilogue import EpilogueSpec, kernel_vector_dtype, validate_epilogue_args
 from .problem import Conv2dProblemShape
 from .staging import kernel_problem_for, run_staged, spans_overlap
 from .tuning import choose_config
@@ -311,7 +311,7 @@ def _make_plan(x, filter, source, out, args: dict) -> _LaunchPlan:  # noqa: A002
         args["bias"] if epilogue.has_bias else None,
         args["scale"] if epilogue.has_scale else None,
     )
-    vector_dtype = getattr(torch, epilogue.vector_dtype)
+    vector_dtype = kernel_vector_dtype(*used_vectors)
     vectors_ready = all(
         v is None or (v.dtype == vector_dtype and v.is_contiguous()) for v in used_vectors
     )
@@ -364,14 +364,16 @@ def _as_torch(*tensors: Any) -> tuple[Any, ...]:
     )
 
 
+# Torch's C accessor of the current stream's handle (the one Triton launches with), looked up
+# once: it takes 0.1 us where ``torch.cuda.current_stream`` builds a Stream object in ~3 us.
+_raw_current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def _current_raw_stream(device_index: int) -> int:
-    """The ``cudaStream_t`` of the current torch stream of a device. Torch's C accessor (the one
-    Triton launches with) takes 0.1 us; ``torch.cuda.current_stream`` builds a Stream object in
-    about 3 us, a fifth of a cached call."""
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is None:  # not in this torch build: the public, slower path
+    """The ``cudaStream_t`` of the current torch stream of a device."""
+    if _raw_current_stream is None:  # not in this torch build: the public, slower path
         return torch.cuda.current_stream(device_index).cuda_stream
-    return raw(device_index)
+    return _raw_current_stream(device_index)
 
 
 @functools.lru_cache(maxsize=None)

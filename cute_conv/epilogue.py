@@ -13,6 +13,7 @@ from typing import Callable
 
 import torch
 
+from .compile import dtype_name
 from .kernels.common.epilogue import ACTIVATIONS, EpilogueSpec
 from .problem import Conv2dProblemShape
 from .validation import check_tensor
@@ -68,7 +69,7 @@ def validate_epilogue_args(
         activation=activation,
         epilogue_fn=epilogue_fn,
         has_residual=source is not None and beta != 0,
-        vector_dtype=str(kernel_vector_dtype(bias, scale)).removeprefix("torch."),
+        vector_dtype=dtype_name(kernel_vector_dtype(bias, scale)),
     )
 
 
