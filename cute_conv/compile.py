@@ -20,6 +20,7 @@ from cutlass.cute.runtime import make_fake_stream, make_ptr
 from . import disk_cache, validation
 from .config import Conv2dConfig
 from .kernels.common.epilogue import EpilogueSpec
+from .kernels.common.space_to_depth import SpaceToDepthFold
 from .kernels.sm90.conv2d_fprop import SMEM_CAPACITY_SM90, Conv2dFpropSm90
 from .kernels.sm100.config import SMEM_CAPACITY_SM100, Conv2dConfigSm100
 from .kernels.sm100.conv2d_fprop import Conv2dFpropKernel
@@ -133,6 +134,28 @@ def _build(key: KernelKey):
     )
 
 
+def _cute_compile(kernel: Any, args: list, arch: str) -> tuple[Callable, str, bytes]:
+    """``cute.compile`` for ``arch`` through TVM-FFI, keeping the PTX and the cubin."""
+    with tempfile.TemporaryDirectory(prefix="cute_conv_") as dump_dir:
+        fn = cute.compile(
+            kernel,
+            *args,
+            make_fake_stream(),
+            options=(
+                f"--gpu-arch {arch} --enable-tvm-ffi --keep-ptx --keep-cubin --dump-dir {dump_dir}"
+            ),
+        )
+        ptx = fn.__ptx__ or ""
+        cubin = fn.__cubin__ or b""
+        if isinstance(cubin, str):
+            cubin = Path(cubin).read_bytes() if Path(cubin).is_file() else cubin.encode()
+    return fn, ptx, cubin
+
+
+def _null_pointer(dtype: str) -> cute.Pointer:
+    return make_ptr(_CUTLASS_DTYPES[dtype], 0, cute.AddressSpace.gmem, assumed_align=16)
+
+
 def _compile(key: KernelKey) -> CompiledConv2d:
     kernel = _build(key)
 
@@ -140,40 +163,41 @@ def _compile(key: KernelKey) -> CompiledConv2d:
         # act, filter, out, source (out dtype), bias and scale (the epilogue's vector dtype)
         pointer_dtypes = (key.act_dtype, key.filter_dtype, key.out_dtype, key.out_dtype)
         pointer_dtypes += (key.epilogue.vector_dtype,) * 2
-        null = [
-            make_ptr(_CUTLASS_DTYPES[d], 0, cute.AddressSpace.gmem, assumed_align=16)
-            for d in pointer_dtypes
-        ]
-        geometry = [cutlass.Int32(1)] * _NUM_GEOMETRY_ARGS
-        alpha_beta = [cutlass.Float32(1.0)] * 2
-        with tempfile.TemporaryDirectory(prefix="cute_conv_") as dump_dir:
-            fn = cute.compile(
-                kernel,
-                *null,
-                *geometry,
-                *alpha_beta,
-                cutlass.Int32(1),  # max_clusters
-                make_fake_stream(),
-                options=(
-                    f"--gpu-arch {key.arch} --enable-tvm-ffi --keep-ptx --keep-cubin "
-                    f"--dump-dir {dump_dir}"
-                ),
-            )
-            ptx = fn.__ptx__ or ""
-            cubin = fn.__cubin__ or b""
-            if isinstance(cubin, str):
-                cubin = Path(cubin).read_bytes() if Path(cubin).is_file() else cubin.encode()
-        return fn, ptx, cubin, kernel.smem_bytes()
+        args = [_null_pointer(d) for d in pointer_dtypes]
+        args += [cutlass.Int32(1)] * _NUM_GEOMETRY_ARGS  # geometry
+        args += [cutlass.Float32(1.0)] * 2 + [cutlass.Int32(1)]  # alpha, beta, max_clusters
+        return *_cute_compile(kernel, args, key.arch), kernel.smem_bytes()
 
-    if disk_cache.enabled() and key.epilogue.epilogue_fn is None:
-        fn, ptx, cubin, smem_bytes = disk_cache.load_or_compile(key, compile_now)
+    if key.epilogue.epilogue_fn is None:
+        fn, ptx, cubin, smem_bytes = _disk_cached(key, compile_now)
     else:
         fn, ptx, cubin, smem_bytes = compile_now()
     return CompiledConv2d(key, ptx, cubin, smem_bytes, fn)
 
 
-_cache: dict[KernelKey, CompiledConv2d] = {}
+def _disk_cached(key: Any, compile_now: Callable[[], tuple]) -> tuple:
+    if disk_cache.enabled():
+        return disk_cache.load_or_compile(key, compile_now)
+    return compile_now()
+
+
+_cache: dict[Any, Any] = {}
 _cache_lock = threading.Lock()
+
+
+def _cached(key: Any, compile_fn: Callable[[Any], Any]) -> Any:
+    with _cache_lock:
+        compiled = _cache.get(key)
+        if compiled is None:
+            compiled = _cache[key] = compile_fn(key)
+    return compiled
+
+
+def _check_arch(arch: str) -> None:
+    if arch not in KERNELS_BY_ARCH:
+        raise ValueError(
+            f"arch={arch!r} has no kernel; available: {', '.join(sorted(KERNELS_BY_ARCH))}"
+        )
 
 
 def compile_kernel(
@@ -195,10 +219,7 @@ def compile_kernel(
     ``epilogue`` (bias, scale, activation, epilogue_fn, has_residual) to a plain store.
     The result has ``.ptx``, ``.cubin`` and ``.smem_bytes``.
     """
-    if arch not in KERNELS_BY_ARCH:
-        raise ValueError(
-            f"arch={arch!r} has no kernel; available: {', '.join(sorted(KERNELS_BY_ARCH))}"
-        )
+    _check_arch(arch)
     act = dtype_name(act_dtype)
     flt = dtype_name(filter_dtype if filter_dtype is not None else act)
     out = dtype_name(out_dtype if out_dtype is not None else act)
@@ -219,12 +240,51 @@ def compile_kernel(
         epilogue = EpilogueSpec()
     if not isinstance(epilogue, EpilogueSpec):
         raise TypeError(f"epilogue must be an EpilogueSpec, got {type(epilogue).__name__}")
-    key = KernelKey(arch, act, flt, out, config, epilogue)
-    with _cache_lock:
-        compiled = _cache.get(key)
-        if compiled is None:
-            compiled = _cache[key] = _compile(key)
-    return compiled
+    return _cached(KernelKey(arch, act, flt, out, config, epilogue), _compile)
+
+
+@dataclasses.dataclass(frozen=True)
+class SpaceToDepthKey:
+    """A compiled folded space-to-depth staging kernel depends on these only."""
+
+    arch: str
+    dtype: str
+    channels: int
+    fold_channels: int
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledSpaceToDepth:
+    """The staging kernel of ``kernels.common.space_to_depth``, compiled, with a launcher."""
+
+    key: SpaceToDepthKey
+    ptx: str
+    _fn: Callable = dataclasses.field(repr=False)
+
+    def launch(self, x_ptr: int, y_ptr: int, geometry: tuple[int, ...], stream: int) -> None:
+        """``geometry``: (N, H, W, H2, W2, pad_top, pad_left) of the input and staged tensors."""
+        self._fn(x_ptr, y_ptr, *geometry, stream)
+
+
+def _compile_space_to_depth(key: SpaceToDepthKey) -> CompiledSpaceToDepth:
+    kernel = SpaceToDepthFold(_CUTLASS_DTYPES[key.dtype], key.channels, key.fold_channels)
+
+    def compile_now() -> tuple[Callable, str, bytes, int]:
+        args = [_null_pointer(key.dtype)] * 2 + [cutlass.Int32(1)] * 7
+        return *_cute_compile(kernel, args, key.arch), 0
+
+    fn, ptx, _, _ = _disk_cached(key, compile_now)
+    return CompiledSpaceToDepth(key, ptx, fn)
+
+
+def compile_space_to_depth(
+    arch: str, dtype: Any, channels: int, fold_channels: int
+) -> CompiledSpaceToDepth:
+    """Compile (or fetch from the caches) the staging kernel for ``channels`` input channels
+    zero-extended to ``fold_channels``; see ``cute_conv.staging``. Needs no GPU."""
+    _check_arch(arch)
+    key = SpaceToDepthKey(arch, dtype_name(dtype), channels, fold_channels)
+    return _cached(key, _compile_space_to_depth)
 
 
 def cached_kernel_count() -> int:

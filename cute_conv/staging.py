@@ -9,9 +9,11 @@ ops on the same stream, around the one kernel launch. Every extra copy is listed
 
 Two more stagings are for speed: a conv with very few input channels (the RGB stem, C=3)
 wastes most of each k-tile, since a k-tile never spans two filter taps.
-- Stride 2: space-to-depth. Each 2x2 pixel block becomes one pixel of 4*C channels and the
-  filter is regrouped the same way, giving an equivalent stride-1 conv with ceil(R/2) x
-  ceil(S/2) taps of 4*C channels (the 7x7 stem: 16 taps of 12 channels instead of 49 of 3).
+- Stride 2: folded space-to-depth. Each 2x4 block of input pixels (2 rows, 4 columns, at an
+  even row and column) becomes one pixel of 8 x C channels (C rounded up to a power of two, at
+  least 2) and the filter is regrouped the same way, giving an equivalent stride-1 conv with
+  ceil(R/2) x ceil(S/4) taps, dilated by 2 along W since neighbouring staged pixels overlap by
+  two columns (the 7x7 stem with C=8: 8 taps of 64 channels instead of 49 of 8).
 - Otherwise: the activation is unfolded into explicit im2col columns ``[N, P, Q, R*S*C]`` and
   the kernel runs the equivalent 1x1 conv, whose k-tiles are full.
 """
@@ -21,8 +23,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .compile import compile_space_to_depth
 from .epilogue import kernel_vector_dtype
+from .kernels.common.space_to_depth import FOLD_COLS, FOLD_ROWS
 from .problem import Conv2dProblemShape
+from .validation import check_compute_capability
 
 __all__ = [
     "CHANNEL_ALIGNMENT",
@@ -38,7 +43,7 @@ CHANNEL_ALIGNMENT = 8
 # implicit GEMM would use at most 8 of each 64-wide k-tile.
 IM2COL_MAX_CHANNELS = 4
 IM2COL_MIN_TAPS = 4
-# Space-to-depth turns C channels into 4*C: worth it up to C=8 (32 channels per tap).
+# Space-to-depth folds 8 pixels into one: worth it up to C=8 (64 channels per staged pixel).
 SPACE_TO_DEPTH_MAX_CHANNELS = 8
 
 
@@ -64,10 +69,11 @@ def kernel_problem_for(problem: Conv2dProblemShape) -> Conv2dProblemShape:
     """The problem the kernel runs: ``problem`` itself when it needs no staging."""
     k = _round_up(problem.K, CHANNEL_ALIGNMENT)
     if uses_space_to_depth(problem):
-        taps_h, taps_w = -(-problem.R // 2), -(-problem.S // 2)
+        taps_h, taps_w = -(-problem.R // FOLD_ROWS), -(-problem.S // FOLD_COLS)
         return Conv2dProblemShape(
-            problem.N, problem.P + taps_h - 1, problem.Q + taps_w - 1,
-            _round_up(4 * problem.C, CHANNEL_ALIGNMENT), k, taps_h, taps_w,
+            problem.N, problem.P + taps_h - 1, problem.Q + 2 * (taps_w - 1),
+            FOLD_ROWS * FOLD_COLS * _fold_channels(problem.C), k, taps_h, taps_w,
+            dilation=(1, 2),
         )  # fmt: skip
     if uses_im2col(problem):
         columns = _round_up(problem.C * problem.R * problem.S, CHANNEL_ALIGNMENT)
@@ -100,27 +106,60 @@ def _im2col_columns(x: torch.Tensor, problem: Conv2dProblemShape, width: int) ->
     return columns
 
 
+def _fold_channels(c: int) -> int:
+    """Channels of one input pixel in a folded block: a power of two, so that a pixel is one
+    word of ``_PIXEL_WORDS``, and at least 2, so that a staged pixel has 16 channels."""
+    return max(2, 1 << (c - 1).bit_length())
+
+
 def _space_to_depth(x: torch.Tensor, problem: Conv2dProblemShape, kp: Conv2dProblemShape):
-    """``[N, kp.H, kp.W, kp.C]``: pixel (i, j) holds the 2x2 block at (2i, 2j) of the padded
-    input, channels ordered (a, b, c) for block offset (a, b)."""
+    """``[N, kp.H, kp.W, kp.C]``: pixel (i, j) holds the block of rows 2i..2i+1 and columns
+    2j..2j+3 of the zero-padded input, channels ordered (row, column, c). On the GPU one pass
+    of the staging kernel ``kernels.common.space_to_depth``; elsewhere the same in torch."""
+    if not x.is_cuda:
+        return _space_to_depth_torch(x, problem, kp)
+    arch = check_compute_capability(torch.cuda.get_device_capability(x.device), x.device)
+    kernel = compile_space_to_depth(arch, x.dtype, problem.C, _fold_channels(problem.C))
+    staged = torch.empty(kp.N, kp.H, kp.W, kp.C, dtype=x.dtype, device=x.device)
     (top, _), (left, _) = problem.padding
-    n, c = problem.N, problem.C
-    padded = x.new_zeros(n, 2 * kp.H, 2 * kp.W, c)
-    rows, cols = min(problem.H, 2 * kp.H - top), min(problem.W, 2 * kp.W - left)
-    padded[:, top : top + rows, left : left + cols] = x[:, :rows, :cols]
-    blocks = padded.view(n, kp.H, 2, kp.W, 2, c).permute(0, 1, 3, 2, 4, 5)
-    staged = x.new_zeros(n, kp.H, kp.W, kp.C)  # one copy into the zero-padded channels
-    staged[..., : 4 * c].unflatten(-1, (2, 2, c)).copy_(blocks)
+    geometry = (problem.N, problem.H, problem.W, kp.H, kp.W, top, left)
+    stream = torch.cuda.current_stream(x.device).cuda_stream
+    kernel.launch(x.data_ptr(), staged.data_ptr(), geometry, stream)
     return staged
 
 
+def _space_to_depth_torch(
+    x: torch.Tensor, problem: Conv2dProblemShape, kp: Conv2dProblemShape
+) -> torch.Tensor:
+    """``_space_to_depth`` in torch ops (a pad, then a strided copy): for CPU tensors, and the
+    specification the GPU tests hold the kernel to."""
+    (top, _), (left, _) = problem.padding
+    c_fold = _fold_channels(problem.C)
+    # Zero borders and channels in one copy; a negative pad crops rows no output reads.
+    padded = F.pad(
+        x,
+        (0, c_fold - problem.C,
+         left, 2 * kp.W + FOLD_COLS - 2 - problem.W - left,
+         top, 2 * kp.H - problem.H - top),
+    )  # fmt: skip
+    s_n, s_h, s_w, s_c = padded.stride()
+    blocks = padded.as_strided(
+        (problem.N, kp.H, kp.W, FOLD_ROWS, FOLD_COLS, c_fold),
+        (s_n, 2 * s_h, 2 * s_w, s_h, s_w, s_c),
+    )
+    return blocks.reshape(problem.N, kp.H, kp.W, kp.C)
+
+
 def _space_to_depth_filter(filter: torch.Tensor, kp: Conv2dProblemShape) -> torch.Tensor:  # noqa: A002
-    """The filter regrouped like ``_space_to_depth``: tap (u, v) holds taps (2u+a, 2v+b)."""
+    """The filter regrouped like ``_space_to_depth``: tap (u, v) holds the taps
+    (2u + a, 4v + b), channels ordered (a, b, c)."""
     k, r, s, c = filter.shape
-    padded = F.pad(filter, (0, 0, 0, 2 * kp.S - s, 0, 2 * kp.R - r))
-    blocks = padded.view(k, kp.R, 2, kp.S, 2, c).permute(0, 1, 3, 2, 4, 5)
-    regrouped = blocks.reshape(k, kp.R, kp.S, 4 * c)
-    return F.pad(regrouped, (0, kp.C - 4 * c, 0, 0, 0, 0, 0, kp.K - k))
+    c_fold = kp.C // (FOLD_ROWS * FOLD_COLS)
+    padded = F.pad(
+        filter, (0, c_fold - c, 0, FOLD_COLS * kp.S - s, 0, FOLD_ROWS * kp.R - r, 0, kp.K - k)
+    )
+    blocks = padded.view(kp.K, kp.R, FOLD_ROWS, kp.S, FOLD_COLS, c_fold)
+    return blocks.permute(0, 1, 3, 2, 4, 5).reshape(kp.K, kp.R, kp.S, kp.C)
 
 
 def _stage_inputs(
@@ -156,9 +195,9 @@ def run_staged(
     - C or K not a multiple of 8: ``x`` and/or ``filter`` zero-padded to the next multiple
       (zero channels add nothing); with K padded, the kernel writes a scratch output whose
       first K channels are copied to ``out``, and ``source``/``bias``/``scale`` are padded too.
-    - few input channels and stride 2 (``uses_space_to_depth``): ``x`` rearranged into 2x2
-      blocks (about the activation's size, times 16/(4*C) for the channel padding) and the
-      filter regrouped.
+    - few input channels and stride 2 (``uses_space_to_depth``): ``x`` zero-padded, then
+      rearranged into 2x4 blocks (twice the activation's size, more for C not a power of
+      two); the filter regrouped.
     - few input channels otherwise (``uses_im2col``): ``x`` unfolded into ``[N, P, Q, R*S*C]``
       columns, about ``R*S / (stride_h*stride_w)`` times the activation's size.
     - ``out`` overlapping ``x`` or ``filter`` (``x = x + conv(x)``): a scratch output, copied

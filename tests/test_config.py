@@ -76,7 +76,7 @@ def test_candidates_are_valid_and_fit_k():
     assert {c.tile_n for c in candidates} == {64}
     assert len(set(candidates)) == len(candidates)
     stem = Conv2dProblemShape.from_shapes((1, 32, 32, 8), (64, 7, 7, 8), stride=2, padding=3)
-    assert {c.tile_k for c in tuning.candidate_configs(stem)} == {32}  # staged to C=32
+    assert {c.tile_k for c in tuning.candidate_configs(stem)} == {64}  # staged to C=64
 
 
 @pytest.mark.parametrize(

@@ -65,11 +65,58 @@ def test_staged_problem_matches_the_conv(case):
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("c", [1, 3, 8])
+def test_space_to_depth_16bit(c):
+    """bf16 stems of 1, 3 and 8 channels: staged pixels of 16, 32 and 64 channels."""
+    x = torch.randn(2, 15, 13, c).to(torch.bfloat16)
+    flt = torch.randn(8, 7, 7, c).to(torch.bfloat16)
+    problem = Conv2dProblemShape.from_shapes(x.shape, flt.shape, stride=2, padding=3)
+    kp = kernel_problem_for(problem)
+    assert uses_space_to_depth(problem) and kp.C == {1: 16, 3: 32, 8: 64}[c]
+    out = torch.full(problem.output_shape, float("nan"))
+    run_staged(fake_launch(kp), problem, kp, x, flt, out, None, None, None)
+    expected = conv2d_reference(x, flt, stride=2, padding=3)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(
+    "n,h,w,c,r,s,padding",
+    [
+        (2, 33, 30, 8, 7, 7, 3),
+        (3, 17, 21, 3, 7, 7, 3),
+        (1, 9, 11, 5, 3, 3, ((0, 1), (2, 0))),
+        (2, 12, 10, 1, 5, 4, 0),
+        (1, 40, 7, 4, 3, 6, ((4, 0), (0, 5))),
+    ],
+)
+def test_space_to_depth_kernel_matches_the_torch_staging(n, h, w, c, r, s, padding, dtype):
+    """The staging kernel writes exactly what the torch specification does, every element
+    (its output starts NaN-poisoned, so an element it skips shows)."""
+    from cute_conv.compile import compile_space_to_depth
+    from cute_conv.staging import _fold_channels, _space_to_depth_torch
+
+    x = torch.randn(n, h, w, c, device="cuda").to(dtype)
+    problem = Conv2dProblemShape.from_shapes(x.shape, (8, r, s, c), stride=2, padding=padding)
+    kp = kernel_problem_for(problem)
+    expected = _space_to_depth_torch(x.cpu(), problem, kp)
+    staged = torch.full(expected.shape, float("nan"), dtype=dtype, device="cuda")
+    kernel = compile_space_to_depth("sm_90a", dtype, c, _fold_channels(c))
+    (top, _), (left, _) = problem.padding
+    geometry = (n, h, w, kp.H, kp.W, top, left)
+    kernel.launch(
+        x.data_ptr(), staged.data_ptr(), geometry, torch.cuda.current_stream().cuda_stream
+    )
+    assert torch.equal(staged.cpu(), expected)
+
+
 def test_im2col_is_used_for_few_channels_only():
     stem = Conv2dProblemShape.from_shapes((1, 32, 32, 3), (64, 7, 7, 3), stride=2, padding=3)
     assert uses_space_to_depth(stem) and not uses_im2col(stem)
     kp = kernel_problem_for(stem)
-    assert (kp.R, kp.S, kp.C, kp.stride) == (4, 4, 16, (1, 1))  # 2x2 blocks of 3 channels
+    # 2x4 blocks of 4 channels (3 and a zero), taps two columns of blocks apart
+    assert (kp.R, kp.S, kp.C, kp.stride, kp.dilation) == (4, 2, 32, (1, 1), (1, 2))
     assert kp.output_shape == stem.output_shape
     stem3 = Conv2dProblemShape.from_shapes((1, 32, 32, 3), (64, 7, 7, 3), stride=3, padding=3)
     assert uses_im2col(stem3)
