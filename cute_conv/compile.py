@@ -251,6 +251,7 @@ class SpaceToDepthKey:
     dtype: str
     channels: int
     fold_channels: int
+    fold_cols: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,7 +268,9 @@ class CompiledSpaceToDepth:
 
 
 def _compile_space_to_depth(key: SpaceToDepthKey) -> CompiledSpaceToDepth:
-    kernel = SpaceToDepthFold(_CUTLASS_DTYPES[key.dtype], key.channels, key.fold_channels)
+    kernel = SpaceToDepthFold(
+        _CUTLASS_DTYPES[key.dtype], key.channels, key.fold_channels, key.fold_cols
+    )
 
     def compile_now() -> tuple[Callable, str, bytes, int]:
         args = [_null_pointer(key.dtype)] * 2 + [cutlass.Int32(1)] * 7
@@ -278,12 +281,13 @@ def _compile_space_to_depth(key: SpaceToDepthKey) -> CompiledSpaceToDepth:
 
 
 def compile_space_to_depth(
-    arch: str, dtype: Any, channels: int, fold_channels: int
+    arch: str, dtype: Any, channels: int, fold_channels: int, fold_cols: int
 ) -> CompiledSpaceToDepth:
     """Compile (or fetch from the caches) the staging kernel for ``channels`` input channels
-    zero-extended to ``fold_channels``; see ``cute_conv.staging``. Needs no GPU."""
+    zero-extended to ``fold_channels``, blocks of 2 x ``fold_cols`` pixels; see
+    ``cute_conv.staging``. Needs no GPU."""
     _check_arch(arch)
-    key = SpaceToDepthKey(arch, dtype_name(dtype), channels, fold_channels)
+    key = SpaceToDepthKey(arch, dtype_name(dtype), channels, fold_channels, fold_cols)
     return _cached(key, _compile_space_to_depth)
 
 

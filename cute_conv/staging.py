@@ -9,23 +9,27 @@ ops on the same stream, around the one kernel launch. Every extra copy is listed
 
 Two more stagings are for speed: a conv with very few input channels (the RGB stem, C=3)
 wastes most of each k-tile, since a k-tile never spans two filter taps.
-- Stride 2: folded space-to-depth. Each 2x4 block of input pixels (2 rows, 4 columns, at an
-  even row and column) becomes one pixel of 8 x C channels (C rounded up to a power of two, at
-  least 2) and the filter is regrouped the same way, giving an equivalent stride-1 conv with
-  ceil(R/2) x ceil(S/4) taps, dilated by 2 along W since neighbouring staged pixels overlap by
-  two columns (the 7x7 stem with C=8: 8 taps of 64 channels instead of 49 of 8).
+- Stride 2: folded space-to-depth. Each block of 2 rows x ``cols`` columns of input pixels
+  (at an even row and column) becomes one staged pixel of up to 64 channels (C rounded up to
+  a power of two, times the block's pixels) and the filter is regrouped the same way, giving
+  an equivalent stride-1 conv with ceil(R/2) x ceil(S/cols) taps, dilated by cols/2 along W
+  since neighbouring staged pixels overlap (``fold_shape``). The 7x7 stem with C=8: 2x4
+  blocks, 4x2 taps of 64 channels instead of 49 of 8; with C=3: 2x8 blocks, 4x1 taps.
 - Otherwise: the activation is unfolded into explicit im2col columns ``[N, P, Q, R*S*C]`` and
   the kernel runs the equivalent 1x1 conv, whose k-tiles are full.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
 from .compile import compile_space_to_depth
+from .config import TILE_K_CHOICES
 from .epilogue import kernel_vector_dtype
-from .kernels.common.space_to_depth import FOLD_COLS, FOLD_ROWS
+from .kernels.common.space_to_depth import FOLD_ROWS
 from .problem import Conv2dProblemShape
 from .validation import check_compute_capability
 
@@ -45,6 +49,7 @@ IM2COL_MAX_CHANNELS = 4
 IM2COL_MIN_TAPS = 4
 # Space-to-depth folds 8 pixels into one: worth it up to C=8 (64 channels per staged pixel).
 SPACE_TO_DEPTH_MAX_CHANNELS = 8
+MAX_TILE_K = max(TILE_K_CHOICES)
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -69,11 +74,12 @@ def kernel_problem_for(problem: Conv2dProblemShape) -> Conv2dProblemShape:
     """The problem the kernel runs: ``problem`` itself when it needs no staging."""
     k = _round_up(problem.K, CHANNEL_ALIGNMENT)
     if uses_space_to_depth(problem):
-        taps_h, taps_w = -(-problem.R // FOLD_ROWS), -(-problem.S // FOLD_COLS)
+        fold = fold_shape(problem)
+        taps_h, taps_w = -(-problem.R // FOLD_ROWS), -(-problem.S // fold.cols)
+        tap_step = fold.cols // 2  # staged pixels between the taps of one row
         return Conv2dProblemShape(
-            problem.N, problem.P + taps_h - 1, problem.Q + 2 * (taps_w - 1),
-            FOLD_ROWS * FOLD_COLS * _fold_channels(problem.C), k, taps_h, taps_w,
-            dilation=(1, 2),
+            problem.N, problem.P + taps_h - 1, problem.Q + tap_step * (taps_w - 1),
+            fold.staged_channels, k, taps_h, taps_w, dilation=(1, tap_step),
         )  # fmt: skip
     if uses_im2col(problem):
         columns = _round_up(problem.C * problem.R * problem.S, CHANNEL_ALIGNMENT)
@@ -106,20 +112,39 @@ def _im2col_columns(x: torch.Tensor, problem: Conv2dProblemShape, width: int) ->
     return columns
 
 
-def _fold_channels(c: int) -> int:
-    """Channels of one input pixel in a folded block: a power of two, so that a pixel is one
-    word of ``_PIXEL_WORDS``, and at least 2, so that a staged pixel has 16 channels."""
-    return max(2, 1 << (c - 1).bit_length())
+@dataclass(frozen=True)
+class FoldShape:
+    """The blocks of a folded space-to-depth: ``FOLD_ROWS x cols`` input pixels of
+    ``channels`` channels (C zero-extended) become one staged pixel."""
+
+    channels: int
+    cols: int
+
+    @property
+    def staged_channels(self) -> int:
+        return FOLD_ROWS * self.cols * self.channels
+
+
+def fold_shape(problem: Conv2dProblemShape) -> FoldShape:
+    """Channels: C rounded up to a power of two, at least 2 (16 staged channels at least).
+    Columns: as many as fill a 64-wide k-tile, but no more than the filter's width needs
+    (C=8: 4; C=3 or 4 with a 7-wide filter: 8, a single tap per filter row)."""
+    channels = max(2, 1 << (problem.C - 1).bit_length())
+    fills_a_k_tile = MAX_TILE_K // (FOLD_ROWS * channels)
+    covers_the_filter = max(4, 1 << (problem.S - 1).bit_length())
+    return FoldShape(channels, min(fills_a_k_tile, covers_the_filter))
 
 
 def _space_to_depth(x: torch.Tensor, problem: Conv2dProblemShape, kp: Conv2dProblemShape):
-    """``[N, kp.H, kp.W, kp.C]``: pixel (i, j) holds the block of rows 2i..2i+1 and columns
-    2j..2j+3 of the zero-padded input, channels ordered (row, column, c). On the GPU one pass
-    of the staging kernel ``kernels.common.space_to_depth``; elsewhere the same in torch."""
+    """``[N, kp.H, kp.W, kp.C]``: pixel (i, j) holds the block of rows 2i, 2i+1 and columns
+    2j..2j+cols-1 of the zero-padded input, channels ordered (row, column, c). On the GPU
+    one pass of the staging kernel ``kernels.common.space_to_depth``; elsewhere the same in
+    torch."""
     if not x.is_cuda:
         return _space_to_depth_torch(x, problem, kp)
     arch = check_compute_capability(torch.cuda.get_device_capability(x.device), x.device)
-    kernel = compile_space_to_depth(arch, x.dtype, problem.C, _fold_channels(problem.C))
+    fold = fold_shape(problem)
+    kernel = compile_space_to_depth(arch, x.dtype, problem.C, fold.channels, fold.cols)
     staged = torch.empty(kp.N, kp.H, kp.W, kp.C, dtype=x.dtype, device=x.device)
     (top, _), (left, _) = problem.padding
     geometry = (problem.N, problem.H, problem.W, kp.H, kp.W, top, left)
@@ -134,31 +159,36 @@ def _space_to_depth_torch(
     """``_space_to_depth`` in torch ops (a pad, then a strided copy): for CPU tensors, and the
     specification the GPU tests hold the kernel to."""
     (top, _), (left, _) = problem.padding
-    c_fold = _fold_channels(problem.C)
+    fold = fold_shape(problem)
     # Zero borders and channels in one copy; a negative pad crops rows no output reads.
     padded = F.pad(
         x,
-        (0, c_fold - problem.C,
-         left, 2 * kp.W + FOLD_COLS - 2 - problem.W - left,
+        (0, fold.channels - problem.C,
+         left, 2 * (kp.W - 1) + fold.cols - problem.W - left,
          top, 2 * kp.H - problem.H - top),
     )  # fmt: skip
     s_n, s_h, s_w, s_c = padded.stride()
     blocks = padded.as_strided(
-        (problem.N, kp.H, kp.W, FOLD_ROWS, FOLD_COLS, c_fold),
+        (problem.N, kp.H, kp.W, FOLD_ROWS, fold.cols, fold.channels),
         (s_n, 2 * s_h, 2 * s_w, s_h, s_w, s_c),
     )
     return blocks.reshape(problem.N, kp.H, kp.W, kp.C)
 
 
-def _space_to_depth_filter(filter: torch.Tensor, kp: Conv2dProblemShape) -> torch.Tensor:  # noqa: A002
+def _space_to_depth_filter(
+    filter: torch.Tensor,  # noqa: A002
+    problem: Conv2dProblemShape,
+    kp: Conv2dProblemShape,
+) -> torch.Tensor:
     """The filter regrouped like ``_space_to_depth``: tap (u, v) holds the taps
-    (2u + a, 4v + b), channels ordered (a, b, c)."""
+    (2u + a, cols*v + b), channels ordered (a, b, c)."""
     k, r, s, c = filter.shape
-    c_fold = kp.C // (FOLD_ROWS * FOLD_COLS)
+    fold = fold_shape(problem)
     padded = F.pad(
-        filter, (0, c_fold - c, 0, FOLD_COLS * kp.S - s, 0, FOLD_ROWS * kp.R - r, 0, kp.K - k)
+        filter,
+        (0, fold.channels - c, 0, fold.cols * kp.S - s, 0, FOLD_ROWS * kp.R - r, 0, kp.K - k),
     )
-    blocks = padded.view(kp.K, kp.R, FOLD_ROWS, kp.S, FOLD_COLS, c_fold)
+    blocks = padded.view(kp.K, kp.R, FOLD_ROWS, kp.S, fold.cols, fold.channels)
     return blocks.permute(0, 1, 3, 2, 4, 5).reshape(kp.K, kp.R, kp.S, kp.C)
 
 
@@ -167,7 +197,9 @@ def _stage_inputs(
 ) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: A002
     k_pad = kp.K - problem.K
     if uses_space_to_depth(problem):
-        return _space_to_depth(x, problem, kp), _space_to_depth_filter(filter, kp).contiguous()
+        return _space_to_depth(x, problem, kp), _space_to_depth_filter(
+            filter, problem, kp
+        ).contiguous()
     if uses_im2col(problem):
         flt = filter.reshape(problem.K, 1, 1, problem.R * problem.S * problem.C)
         flt = F.pad(flt, (0, kp.C - flt.shape[-1], 0, 0, 0, 0, 0, k_pad))
@@ -195,9 +227,9 @@ def run_staged(
     - C or K not a multiple of 8: ``x`` and/or ``filter`` zero-padded to the next multiple
       (zero channels add nothing); with K padded, the kernel writes a scratch output whose
       first K channels are copied to ``out``, and ``source``/``bias``/``scale`` are padded too.
-    - few input channels and stride 2 (``uses_space_to_depth``): ``x`` zero-padded, then
-      rearranged into 2x4 blocks (twice the activation's size, more for C not a power of
-      two); the filter regrouped.
+    - few input channels and stride 2 (``uses_space_to_depth``): ``x`` rearranged into
+      blocks by one staging kernel (``cols / 2`` times the activation's size, more for C not
+      a power of two); the filter regrouped.
     - few input channels otherwise (``uses_im2col``): ``x`` unfolded into ``[N, P, Q, R*S*C]``
       columns, about ``R*S / (stride_h*stride_w)`` times the activation's size.
     - ``out`` overlapping ``x`` or ``filter`` (``x = x + conv(x)``): a scratch output, copied

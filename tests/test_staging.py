@@ -67,12 +67,14 @@ def test_staged_problem_matches_the_conv(case):
 
 @pytest.mark.parametrize("c", [1, 3, 8])
 def test_space_to_depth_16bit(c):
-    """bf16 stems of 1, 3 and 8 channels: staged pixels of 16, 32 and 64 channels."""
+    """bf16 stems of 1, 3 and 8 channels: blocks of 2x8, 2x8 and 2x4 pixels of 2, 4 and 8
+    channels."""
     x = torch.randn(2, 15, 13, c).to(torch.bfloat16)
     flt = torch.randn(8, 7, 7, c).to(torch.bfloat16)
     problem = Conv2dProblemShape.from_shapes(x.shape, flt.shape, stride=2, padding=3)
     kp = kernel_problem_for(problem)
-    assert uses_space_to_depth(problem) and kp.C == {1: 16, 3: 32, 8: 64}[c]
+    assert uses_space_to_depth(problem) and kp.C == {1: 32, 3: 64, 8: 64}[c]
+    assert (kp.R, kp.S) == {1: (4, 1), 3: (4, 1), 8: (4, 2)}[c]
     out = torch.full(problem.output_shape, float("nan"))
     run_staged(fake_launch(kp), problem, kp, x, flt, out, None, None, None)
     expected = conv2d_reference(x, flt, stride=2, padding=3)
@@ -95,14 +97,15 @@ def test_space_to_depth_kernel_matches_the_torch_staging(n, h, w, c, r, s, paddi
     """The staging kernel writes exactly what the torch specification does, every element
     (its output starts NaN-poisoned, so an element it skips shows)."""
     from cute_conv.compile import compile_space_to_depth
-    from cute_conv.staging import _fold_channels, _space_to_depth_torch
+    from cute_conv.staging import _space_to_depth_torch, fold_shape
 
     x = torch.randn(n, h, w, c, device="cuda").to(dtype)
     problem = Conv2dProblemShape.from_shapes(x.shape, (8, r, s, c), stride=2, padding=padding)
     kp = kernel_problem_for(problem)
     expected = _space_to_depth_torch(x.cpu(), problem, kp)
     staged = torch.full(expected.shape, float("nan"), dtype=dtype, device="cuda")
-    kernel = compile_space_to_depth("sm_90a", dtype, c, _fold_channels(c))
+    fold = fold_shape(problem)
+    kernel = compile_space_to_depth("sm_90a", dtype, c, fold.channels, fold.cols)
     (top, _), (left, _) = problem.padding
     geometry = (n, h, w, kp.H, kp.W, top, left)
     kernel.launch(
@@ -115,8 +118,11 @@ def test_im2col_is_used_for_few_channels_only():
     stem = Conv2dProblemShape.from_shapes((1, 32, 32, 3), (64, 7, 7, 3), stride=2, padding=3)
     assert uses_space_to_depth(stem) and not uses_im2col(stem)
     kp = kernel_problem_for(stem)
-    # 2x4 blocks of 4 channels (3 and a zero), taps two columns of blocks apart
-    assert (kp.R, kp.S, kp.C, kp.stride, kp.dilation) == (4, 2, 32, (1, 1), (1, 2))
+    # 2x8 blocks of 4 channels (3 and a zero): one tap per filter row pair
+    assert (kp.R, kp.S, kp.C, kp.stride) == (4, 1, 64, (1, 1))
+    c8 = Conv2dProblemShape.from_shapes((1, 32, 32, 8), (64, 7, 7, 8), stride=2, padding=3)
+    kp = kernel_problem_for(c8)  # 2x4 blocks of 8 channels, taps two columns of blocks apart
+    assert (kp.R, kp.S, kp.C, kp.stride, kp.dilation) == (4, 2, 64, (1, 1), (1, 2))
     assert kp.output_shape == stem.output_shape
     stem3 = Conv2dProblemShape.from_shapes((1, 32, 32, 3), (64, 7, 7, 3), stride=3, padding=3)
     assert uses_im2col(stem3)

@@ -1,8 +1,8 @@
 """Folded space-to-depth of an NHWC activation: the staging of stride-2 convs with few channels.
 
 Staged pixel ``(n, i, j)`` holds the input pixels of rows ``2i + a`` (``a < 2``) and columns
-``2j + b`` (``b < 4``) of the zero-padded input, channels ordered ``(a, b, c)``, each input
-pixel's ``C`` channels zero-extended to ``fold_channels``. It replaces a pad and a strided copy
+``2j + b`` (``b < fold_cols``) of the zero-padded input, channels ordered ``(a, b, c)``, each
+input pixel's ``C`` channels zero-extended to ``fold_channels``. It replaces a pad and a strided copy
 in torch (two passes, the second element-wise) with one pass: every thread moves one input
 pixel, 16 bytes when ``C`` is 8 16-bit channels.
 
@@ -14,21 +14,27 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 
-FOLD_ROWS, FOLD_COLS = 2, 4
+FOLD_ROWS = 2
 # A few CTAs per row of staged pixels; a 1-D grid, since rows x images can pass 65535.
 _THREADS = 256
 
 
 class SpaceToDepthFold:
     """``__call__`` is the compiled entry: raw pointers of the contiguous ``[N, H, W, C]``
-    input and the ``[N, H2, W2, 8 * fold_channels]`` output, and the geometry as Int32."""
+    input and the ``[N, H2, W2, 2 * fold_cols * fold_channels]`` output, and the geometry as
+    Int32."""
 
-    def __init__(self, dtype: type[cutlass.Numeric], channels: int, fold_channels: int):
+    def __init__(
+        self, dtype: type[cutlass.Numeric], channels: int, fold_channels: int, fold_cols: int
+    ):
         if not 0 < channels <= fold_channels:
             raise ValueError(f"channels={channels} must be in 1..fold_channels={fold_channels}")
+        if fold_cols < 2 or fold_cols & (fold_cols - 1):
+            raise ValueError(f"fold_cols={fold_cols} must be a power of two >= 2")
         self.dtype = dtype
         self.channels = channels
         self.fold_channels = fold_channels
+        self.fold_cols = fold_cols
 
     @cute.jit
     def __call__(
@@ -44,7 +50,7 @@ class SpaceToDepthFold:
         pad_left: cutlass.Int32,
         stream: cuda.CUstream,
     ):
-        c, cf = self.channels, self.fold_channels
+        c, cf, cols = self.channels, self.fold_channels, self.fold_cols
         # Mode 0 is the channel: a thread's copy is one (None, ...) slice of each tensor.
         # Every pixel starts at a multiple of c elements: lets a 16-byte pixel move as one vector.
         # Image strides are 64-bit: a batch may hold more than 2**31 elements.
@@ -53,17 +59,17 @@ class SpaceToDepthFold:
         m_x = cute.make_tensor(
             x_ptr, cute.make_layout((c, w, h, n), stride=(1, c, row_stride, image_stride))
         )
-        staged_pixel = FOLD_ROWS * FOLD_COLS * cf
+        staged_pixel = FOLD_ROWS * cols * cf
         staged_row = cute.assume(staged_pixel * w2, divby=staged_pixel)
         staged_image = cute.assume(cutlass.Int64(staged_row) * h2, divby=staged_pixel)
         m_y = cute.make_tensor(
             y_ptr,
             cute.make_layout(
-                (cf, FOLD_COLS, FOLD_ROWS, w2, h2, n),
-                stride=(1, cf, FOLD_COLS * cf, staged_pixel, staged_row, staged_image),
+                (cf, cols, FOLD_ROWS, w2, h2, n),
+                stride=(1, cf, cols * cf, staged_pixel, staged_row, staged_image),
             ),
         )
-        ctas_per_row = (FOLD_ROWS * FOLD_COLS * w2 + _THREADS - 1) // _THREADS
+        ctas_per_row = (FOLD_ROWS * cols * w2 + _THREADS - 1) // _THREADS
         self.kernel(m_x, m_y, pad_top, pad_left, ctas_per_row).launch(
             grid=(ctas_per_row * h2 * n, 1, 1),
             block=[_THREADS, 1, 1],
@@ -85,11 +91,11 @@ class SpaceToDepthFold:
         i = (bidx // ctas_per_row) % rows
         image = bidx // (ctas_per_row * rows)
         # Consecutive threads take consecutive input pixels of a block: (b, a, j) with b
-        # fastest, so a warp reads runs of 4 input pixels and writes one contiguous span.
+        # fastest, so a warp reads runs of fold_cols input pixels and writes one span.
         slot = (bidx % ctas_per_row) * _THREADS + tidx
-        b = slot % FOLD_COLS
-        a = (slot // FOLD_COLS) % FOLD_ROWS
-        j = slot // (FOLD_COLS * FOLD_ROWS)
+        b = slot % self.fold_cols
+        a = (slot // self.fold_cols) % FOLD_ROWS
+        j = slot // (self.fold_cols * FOLD_ROWS)
         _, w, h, _ = m_x.shape
         if j < m_y.shape[3]:
             row = 2 * i + a - pad_top
