@@ -65,8 +65,21 @@ def test_dtype_variants_compile(act_dtype, out_dtype):
         cute_conv.Conv2dConfig(tile_n=224, cluster_m=2),
         cute_conv.Conv2dConfig(cluster_m=2),
         cute_conv.Conv2dConfig(cluster_n=2),
+        cute_conv.Conv2dConfig(tile_m=256, tile_n=64),
+        cute_conv.Conv2dConfig(tile_m=256, tile_n=128, cluster_m=2),
     ],
-    ids=["n64", "n192-st3", "n256", "n96", "n160-1x2", "n224-2x1", "cluster-2x1", "cluster-1x2"],
+    ids=[
+        "n64",
+        "n192-st3",
+        "n256",
+        "n96",
+        "n160-1x2",
+        "n224-2x1",
+        "cluster-2x1",
+        "cluster-1x2",
+        "m256-n64",
+        "m256-n128-2x1",
+    ],  # fmt: skip
 )
 def test_config_variants_compile(config):
     kernel = cute_conv.compile_kernel("sm_90a", act_dtype=torch.bfloat16, config=config)

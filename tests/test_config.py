@@ -16,7 +16,8 @@ from cute_conv.problem import Conv2dProblemShape
 @pytest.mark.parametrize(
     "kwargs,exc,match",
     [
-        pytest.param(dict(tile_m=256), ValueError, "tile_m must be one of", id="tile-m"),
+        pytest.param(dict(tile_m=192), ValueError, "tile_m must be one of", id="tile-m"),
+        pytest.param(dict(tile_m=256, tile_n=160), ValueError, "tile_m\\*tile_n must be", id="tile-mn"),
         pytest.param(dict(tile_n=80), ValueError, "tile_n must be one of", id="tile-n"),
         pytest.param(dict(tile_k=128), ValueError, "tile_k must be one of", id="tile-k"),
         pytest.param(dict(cluster_m=4), ValueError, "cluster_m must be one of", id="cluster-m"),
@@ -37,22 +38,23 @@ def problem(n, hw, c, k, rs, **geom):
 
 
 @pytest.mark.parametrize(
-    "prob,tile_n,tile_k,cluster_m,cluster_n",
+    "prob,tile_m,tile_n,tile_k,cluster_m,cluster_n",
     [
-        pytest.param(problem(128, 64, 384, 384, 3, padding=1), 192, 64, 1, 2, id="k384-fits-192"),
-        pytest.param(problem(128, 56, 64, 64, 3, padding=1), 64, 64, 1, 1, id="k64"),
-        pytest.param(problem(8, 128, 320, 320, 3, padding=1), 160, 64, 1, 2, id="k320-fits-160"),
-        pytest.param(problem(128, 14, 256, 256, 3, padding=1), 128, 64, 1, 2, id="few-m-tiles"),
-        pytest.param(problem(128, 64, 256, 256, 3, padding=1), 256, 64, 2, 1, id="k256-many-m"),
-        pytest.param(problem(64, 16, 96, 192, 5, padding=2), 192, 32, 2, 1, id="c96-tile-k-32"),
-        pytest.param(problem(8, 32, 8, 64, 3, padding=1), 64, 16, 1, 1, id="c8-tile-k-16"),
-        pytest.param(problem(128, 56, 64, 256, 1), 256, 64, 1, 1, id="1x1-k256-short-mainloop"),
+        pytest.param(problem(128, 64, 384, 384, 3, padding=1), 128, 192, 64, 1, 2, id="k384-fits-192"),
+        pytest.param(problem(128, 56, 64, 64, 3, padding=1), 256, 64, 64, 1, 1, id="k64-many-m"),
+        pytest.param(problem(16, 56, 64, 64, 3, padding=1), 128, 64, 64, 1, 1, id="k64-few-m"),
+        pytest.param(problem(8, 128, 320, 320, 3, padding=1), 128, 160, 64, 1, 2, id="k320-fits-160"),
+        pytest.param(problem(128, 14, 256, 256, 3, padding=1), 128, 128, 64, 1, 2, id="few-m-tiles"),
+        pytest.param(problem(128, 64, 256, 256, 3, padding=1), 128, 256, 64, 2, 1, id="k256-many-m"),
+        pytest.param(problem(64, 16, 96, 192, 5, padding=2), 128, 192, 32, 2, 1, id="c96-tile-k-32"),
+        pytest.param(problem(8, 32, 8, 64, 3, padding=1), 128, 64, 16, 1, 1, id="c8-tile-k-16"),
+        pytest.param(problem(128, 56, 64, 256, 1), 128, 256, 64, 1, 1, id="1x1-k256-short-mainloop"),
     ],
 )  # fmt: skip
-def test_default_config(prob, tile_n, tile_k, cluster_m, cluster_n):
+def test_default_config(prob, tile_m, tile_n, tile_k, cluster_m, cluster_n):
     config = default_config(prob)
-    chosen = (config.tile_n, config.tile_k, config.cluster_m, config.cluster_n)
-    assert chosen == (tile_n, tile_k, cluster_m, cluster_n)
+    chosen = (config.tile_m, config.tile_n, config.tile_k, config.cluster_m, config.cluster_n)
+    assert chosen == (tile_m, tile_n, tile_k, cluster_m, cluster_n)
 
 
 @pytest.mark.parametrize(

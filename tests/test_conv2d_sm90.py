@@ -98,6 +98,8 @@ def test_unaligned_channels_are_padded(c, k):
 )
 def test_dtypes(dtype, out_dtype):
     run_and_check(2, 10, 10, 64, 128, 3, 3, padding=1, dtype=dtype, out_dtype=out_dtype)
+    tall = cute_conv.Conv2dConfig(tile_m=256, tile_n=64)
+    run_and_check(3, 11, 13, 64, 72, 3, 3, padding=1, dtype=dtype, out_dtype=out_dtype, config=tall)
 
 
 CONFIGS = [
@@ -114,6 +116,9 @@ CONFIGS = [
     cute_conv.Conv2dConfig(tile_n=256, swizzle=1),
     cute_conv.Conv2dConfig(tile_n=64, tile_k=16),
     cute_conv.Conv2dConfig(tile_n=128, tile_k=32, cluster_n=2),
+    cute_conv.Conv2dConfig(tile_m=256, tile_n=64),
+    cute_conv.Conv2dConfig(tile_m=256, tile_n=96, cluster_n=2),
+    cute_conv.Conv2dConfig(tile_m=256, tile_n=128, cluster_m=2, tile_k=32),
 ]
 
 
@@ -121,7 +126,7 @@ CONFIGS = [
     "config",
     CONFIGS,
     ids=lambda c: (
-        f"n{c.tile_n}-k{c.tile_k}-cl{c.cluster_m}x{c.cluster_n}-st{c.stages}-sw{c.swizzle}{'' if c.raster_along_m else '-rn'}"
+        f"m{c.tile_m}-n{c.tile_n}-k{c.tile_k}-cl{c.cluster_m}x{c.cluster_n}-st{c.stages}-sw{c.swizzle}{'' if c.raster_along_m else '-rn'}"
     ),
 )
 def test_configs(config):

@@ -99,9 +99,10 @@ def test_epilogue_variants(shape, case):
     [cute_conv.Conv2dConfig(tile_n=256), cute_conv.Conv2dConfig(tile_n=128, cluster_n=2),
      cute_conv.Conv2dConfig(tile_n=64, cluster_m=2),
      cute_conv.Conv2dConfig(tile_n=256, tile_k=32, cluster_n=2),
-     cute_conv.Conv2dConfig(tile_n=160, cluster_n=2), cute_conv.Conv2dConfig(tile_n=224)],
+     cute_conv.Conv2dConfig(tile_n=160, cluster_n=2), cute_conv.Conv2dConfig(tile_n=224),
+     cute_conv.Conv2dConfig(tile_m=256, tile_n=64), cute_conv.Conv2dConfig(tile_m=256, tile_n=128, cluster_n=2)],
     ids=["n256", "n128-cluster-1x2", "n64-cluster-2x1", "n256-k32-full-tile-of-c", "n160-1x2",
-         "n224"],
+         "n224", "m256-n64", "m256-n128-1x2"],
 )  # fmt: skip
 def test_residual_across_configs(config):
     case = dict(bias=True, activation="relu", residual=1.0)
@@ -114,6 +115,9 @@ def test_fp32_output_and_16bit_vectors():
     case = dict(scale=True, bias=True, activation="gelu_tanh", residual=0.5)
     run_case(SHAPES[0].values[0], case, out_dtype=torch.float32, vector_dtype=torch.bfloat16)
     run_case(SHAPES[0].values[0], case, out_dtype=torch.float16, vector_dtype=torch.float16)
+    # 256-row tiles: each warpgroup's accumulator holds two 64-row blocks per subtile.
+    tall = cute_conv.Conv2dConfig(tile_m=256, tile_n=64)
+    run_case(SHAPES[1].values[0], case, out_dtype=torch.float32, config=tall)
 
 
 def test_unaligned_channels_with_epilogue_and_residual():

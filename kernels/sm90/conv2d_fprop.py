@@ -15,7 +15,7 @@ Roles (384 threads):
                  subtile, into SMEM source buffers ahead of the epilogue
     warps 2-3    idle
   warpgroups 1-2 (consumers, ``setmaxnreg`` up to 232)
-    WGMMA on a 128 x tile_n accumulator (64 rows each), then the epilogue:
+    WGMMA on a tile_m x tile_n accumulator (64 or 128 rows each), then the epilogue:
     registers (fp32 math, + beta * C read from SMEM) -> SMEM (stmatrix) -> TMA store (warp 4).
 
 Pipelines and barriers:
@@ -67,8 +67,8 @@ _MBARRIER_BYTES_RESERVED = 1024
 _MAX_AB_STAGES = 16  # small k-tiles would fit more; past this, latency is long hidden
 _EPI_STAGES = 4  # output staging buffers (2 in a residual kernel, whose C buffers take room)
 _EPI_STAGES_WITH_SOURCE = 2
-_EPI_N = 32  # epilogue subtile width: 128 x 32 output/C subtiles
-# Residual kernels take 128 x 64 subtiles where a whole tile of C still fits beside the A/B
+_EPI_N = 32  # epilogue subtile width: tile_m x 32 output/C subtiles
+# Residual kernels take tile_m x 64 subtiles where a whole tile of C still fits beside the A/B
 # ring: half the barrier rounds per tile (H200: fused 2-9% faster on 64- and 128-wide tiles).
 _WIDE_EPI_N = 64
 # A residual kernel buffers up to a whole tile of C, so that the source-load warp can fetch the
@@ -82,7 +82,8 @@ class Conv2dFpropSm90(ConvKernelEntry):
 
     :param act_dtype, filter_dtype: input types (BFloat16 or Float16, equal).
     :param out_dtype: BFloat16, Float16 or Float32.
-    :param tile_mnk: CTA tile (tile_m, tile_n, tile_k); tile_m = 128 (two 64-row warpgroups).
+    :param tile_mnk: CTA tile (tile_m, tile_n, tile_k); tile_m = 128 or 256 (two warpgroups of
+        64 or 128 rows), tile_m * tile_n <= 128 * 256 (the accumulator registers).
     :param cluster_mn: CTAs per cluster along M (filter multicast) and N (activation multicast).
     :param stages: depth of the A/B ring; 0 means as many as fit in SMEM.
     :param swizzle, raster_along_m: tile rasterization, see ``StaticTileScheduler``.
@@ -114,8 +115,11 @@ class Conv2dFpropSm90(ConvKernelEntry):
         if out_dtype not in (cutlass.BFloat16, cutlass.Float16, cutlass.Float32):
             raise TypeError(f"out_dtype must be BFloat16, Float16 or Float32, got {out_dtype}")
         tile_m, tile_n, tile_k = tile_mnk
-        if tile_m != 128:
-            raise ValueError(f"tile_m must be 128 on SM90 (two 64-row warpgroups), got {tile_m}")
+        if tile_m not in (128, 256) or tile_m * tile_n > 128 * 256:
+            raise ValueError(
+                f"tile_m must be 128 or 256 (two warpgroups of 64 or 128 rows) and "
+                f"tile_m*tile_n <= 128*256, got {tile_m}x{tile_n}"
+            )
         if tile_n % 32 or not 64 <= tile_n <= 256:
             raise ValueError(
                 f"tile_n must be a multiple of 32 (the epilogue subtile) in 64..256, got {tile_n}"
@@ -763,7 +767,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
             tiled_copy_r2s=tiled_copy_r2s,
             sD=sD,
             tRS_sD=thr_copy_r2s.partition_D(sD),  # (R2S, R2S_M, R2S_N, PIPE_D)
-            tRS_rAcc=tiled_copy_r2s.retile(accumulators),
+            tRS_rAcc=self.accumulators_by_subtile(tiled_copy_r2s.retile(accumulators), rD_shape),
             tRS_rD=cute.make_rmem_tensor(rD_shape, self.acc_dtype),
             tRS_rD_out=cute.make_rmem_tensor(rD_shape, self.out_dtype),
             # The (m, n) position inside a subtile of each of this thread's values: what bias
@@ -788,6 +792,24 @@ class Conv2dFpropSm90(ConvKernelEntry):
             ctx.tRS_sC = thr_copy_r2s.partition_S(sC)  # this thread's values, in C's buffers
             ctx.tRS_rC = cute.make_rmem_tensor(rD_shape, self.out_dtype)
         return ctx
+
+    @staticmethod
+    def accumulators_by_subtile(acc: cute.Tensor, rD_shape: cute.Shape) -> cute.Tensor:
+        """The retiled accumulators, ``((V, chunks), M_reps, 1)``, as
+        ``(V, M_reps, chunks_per_subtile, subtiles)``: a subtile's values in ``tRS_rD``'s order
+        are then consecutive. A subtile spans every M rep (tile_m 256: two 64-row blocks per
+        warpgroup) and consecutive column chunks."""
+        values = cute.size(rD_shape[0])
+        m_reps, chunks_per_subtile = cute.size(rD_shape[1]), cute.size(rD_shape[2])
+        chunks = cute.size(acc, mode=[0]) // values
+        assert cute.size(acc, mode=[1]) == m_reps and chunks % chunks_per_subtile == 0
+        return cute.make_tensor(
+            acc.iterator,
+            cute.make_layout(
+                (values, m_reps, chunks_per_subtile, chunks // chunks_per_subtile),
+                stride=(1, values * chunks, values, values * chunks_per_subtile),
+            ),
+        )
 
     @cute.jit
     def epilogue_tile(
