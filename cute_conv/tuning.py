@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import torch
 
 from . import disk_cache
-from .config import TILE_N_CHOICES, Conv2dConfig, default_config
+from .config import MAX_TILE_ELEMS, TILE_M_CHOICES, TILE_N_CHOICES, Conv2dConfig, default_config
 from .problem import Conv2dProblemShape
 from .staging import kernel_problem_for
 
@@ -55,24 +55,26 @@ def candidate_widths(k: int) -> list[int]:
 
 
 def candidate_configs(problem: Conv2dProblemShape) -> list[Conv2dConfig]:
-    """``candidate_widths``, each alone and in both 2-CTA clusters, two rasterizations; the
-    k-tile width of the default heuristic for the problem the kernel runs (after staging)."""
+    """``candidate_widths``, each alone and in both 2-CTA clusters, two rasterizations, 128-
+    row tiles and, up to 128 wide, 256-row ones; the k-tile width of the default heuristic for
+    the problem the kernel runs (after staging)."""
     kernel_problem = kernel_problem_for(problem)
     tile_k = default_config(kernel_problem).tile_k
-    widths = candidate_widths(kernel_problem.K)
     configs = []
-    for tile_n in widths:
-        for cluster_m, cluster_n in ((1, 1), (2, 1), (1, 2)):
-            for swizzle in (1, 8):
-                configs.append(
-                    Conv2dConfig(
-                        tile_n=tile_n,
-                        tile_k=tile_k,
-                        cluster_m=cluster_m,
-                        cluster_n=cluster_n,
-                        swizzle=swizzle,
-                    )  # fmt: skip
-                )
+    for tile_n in candidate_widths(kernel_problem.K):
+        for tile_m in (m for m in TILE_M_CHOICES if m * tile_n <= MAX_TILE_ELEMS):
+            for cluster_m, cluster_n in ((1, 1), (2, 1), (1, 2)):
+                for swizzle in (1, 8):
+                    configs.append(
+                        Conv2dConfig(
+                            tile_m=tile_m,
+                            tile_n=tile_n,
+                            tile_k=tile_k,
+                            cluster_m=cluster_m,
+                            cluster_n=cluster_n,
+                            swizzle=swizzle,
+                        )  # fmt: skip
+                    )
     return configs
 
 
@@ -109,18 +111,25 @@ def _store(device: torch.device, key: str, config: Conv2dConfig, timings: dict) 
         os.replace(tmp, path)
 
 
-def _time_ms(fn, warmup: int = 3, reps: int = 10) -> float:
-    for _ in range(warmup):
+def _time_candidates(fns: Sequence, rounds: int = 4, reps: int = 5) -> list[float]:
+    """Median milliseconds of each function, sampled in interleaved rounds: the GPU's clocks
+    drift during a tuning run (power capping on long convs), and timing the candidates one
+    after the other would hand that drift to whichever came first."""
+    for fn in fns:  # compile, then warm up
         fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
         fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    samples: list[list[float]] = [[] for _ in fns]
+    for _ in range(rounds):
+        for fn, times in zip(fns, samples, strict=True):
+            for _ in range(reps):
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                fn()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end))
+    return [statistics.median(times) for times in samples]
 
 
 def autotune(
@@ -150,20 +159,23 @@ def autotune(
     )
     out = torch.empty(problem.output_shape, dtype=out_dtype, device=device)
     geom = dict(stride=stride, padding=padding, dilation=dilation)
-    timings = {}
-    for config in configs or candidate_configs(problem):
-        timings[_config_id(config)] = _time_ms(
+    candidates = list(configs or candidate_configs(problem))
+    times = _time_candidates(
+        [
             lambda config=config: conv2d_fprop(x, flt, out=out, config=config, **geom)
-        )
-    best_id = min(timings, key=timings.get)
-    best = next(c for c in (configs or candidate_configs(problem)) if _config_id(c) == best_id)
+            for config in candidates
+        ]
+    )
+    timings = {_config_id(c): t for c, t in zip(candidates, times, strict=True)}
+    best = candidates[times.index(min(times))]
     _store(device, problem_key(problem, dtype, out_dtype), best, timings)
     return best
 
 
 def _config_id(config: Conv2dConfig) -> str:
     return (
-        f"n{config.tile_n}-c{config.cluster_m}x{config.cluster_n}-s{config.stages}"
+        f"m{config.tile_m}-n{config.tile_n}-k{config.tile_k}"
+        f"-c{config.cluster_m}x{config.cluster_n}-s{config.stages}"
         f"-sw{config.swizzle}-{'m' if config.raster_along_m else 'n'}"
     )
 
