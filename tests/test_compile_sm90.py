@@ -208,3 +208,16 @@ def test_residual_kernel_buffers_a_whole_tile_of_source():
     assert plan(128, stages=6) == (32, 2, 6)
     for n in (64, 96, 128, 160, 192, 224, 256):
         assert _residual_plan(n).smem_bytes() <= SMEM_CAPACITY_BY_ARCH["sm_90a"]
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_space_to_depth_kernel_moves_16_byte_pixels(arch):
+    """The stem's staging kernel: a pixel of 8 bf16 channels is one 16-byte load and store."""
+    from cute_conv.compile import compile_space_to_depth
+
+    ptx = compile_space_to_depth(arch, torch.bfloat16, 8, 8, 4).ptx
+    assert "ld.global.v4.b32" in ptx and "st.global.v4.b32" in ptx
+    assert "ld.global.b16" not in ptx
+    # Three channels zero-extended to four: 2-byte loads, one 8-byte store per pixel.
+    ptx3 = compile_space_to_depth(arch, torch.bfloat16, 3, 4, 8).ptx
+    assert ptx3.count("ld.global.b16") == 3 and "st.global.v2.b32" in ptx3

@@ -53,15 +53,16 @@ class SpaceToDepthFold:
         c, cf, cols = self.channels, self.fold_channels, self.fold_cols
         # Mode 0 is the channel: a thread's copy is one (None, ...) slice of each tensor.
         # Every pixel starts at a multiple of c elements: lets a 16-byte pixel move as one vector.
-        # Image strides are 64-bit: a batch may hold more than 2**31 elements.
-        row_stride = cute.assume(c * w, divby=c)
-        image_stride = cute.assume(cutlass.Int64(row_stride) * h, divby=c)
+        # Row and image strides are 64-bit: an image, let alone a batch, may hold more than
+        # 2**31 elements.
+        row_stride = cute.assume(cutlass.Int64(c) * w, divby=c)
+        image_stride = cute.assume(row_stride * h, divby=c)
         m_x = cute.make_tensor(
             x_ptr, cute.make_layout((c, w, h, n), stride=(1, c, row_stride, image_stride))
         )
         staged_pixel = FOLD_ROWS * cols * cf
-        staged_row = cute.assume(staged_pixel * w2, divby=staged_pixel)
-        staged_image = cute.assume(cutlass.Int64(staged_row) * h2, divby=staged_pixel)
+        staged_row = cute.assume(cutlass.Int64(staged_pixel) * w2, divby=staged_pixel)
+        staged_image = cute.assume(staged_row * h2, divby=staged_pixel)
         m_y = cute.make_tensor(
             y_ptr,
             cute.make_layout(
