@@ -1,4 +1,5 @@
-"""Ahead-of-time compilation of the conv kernels and the in-process cache of compiled kernels.
+"""Ahead-of-time compilation of the conv kernels (and of the stem's space-to-depth staging
+kernel) and the in-process cache of compiled kernels.
 
 Compilation needs no GPU: kernels are traced with null pointers and symbolic geometry, for the
 arch named by the caller. The cache key holds the arch, the dtypes and the config, never the

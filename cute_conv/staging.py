@@ -47,7 +47,8 @@ CHANNEL_ALIGNMENT = 8
 # implicit GEMM would use at most 8 of each 64-wide k-tile.
 IM2COL_MAX_CHANNELS = 4
 IM2COL_MIN_TAPS = 4
-# Space-to-depth folds 8 pixels into one: worth it up to C=8 (64 channels per staged pixel).
+# Folded space-to-depth packs 8 to 16 input pixels into one staged pixel of up to 64 channels:
+# worth it up to C=8.
 SPACE_TO_DEPTH_MAX_CHANNELS = 8
 MAX_TILE_K = max(TILE_K_CHOICES)
 
