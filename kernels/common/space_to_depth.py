@@ -2,9 +2,9 @@
 
 Staged pixel ``(n, i, j)`` holds the input pixels of rows ``2i + a`` (``a < 2``) and columns
 ``2j + b`` (``b < fold_cols``) of the zero-padded input, channels ordered ``(a, b, c)``, each
-input pixel's ``C`` channels zero-extended to ``fold_channels``. It replaces a pad and a strided copy
-in torch (two passes, the second element-wise) with one pass: every thread moves one input
-pixel, 16 bytes when ``C`` is 8 16-bit channels.
+input pixel's ``C`` channels zero-extended to ``fold_channels``. It replaces a pad and a
+strided copy in torch (two passes, the second element-wise) with one pass: every thread moves
+one input pixel, 16 bytes when ``C`` is 8 16-bit channels.
 
 The host side (``cute_conv.staging``) owns the geometry; this kernel only needs the input's
 extent, the staged extent and the top/left padding.
