@@ -63,7 +63,8 @@ def bench_shape(shape: dict, *, autotune: bool, with_compile: bool) -> dict:
     if autotune:
         config = cute_conv.autotune(x.shape, flt.shape, **geom)
     # What the call runs: the heuristic decides on the problem after any staging (the stem's).
-    shown_config = config or cute_conv.default_config(kernel_problem_for(problem))
+    num_sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    shown_config = config or cute_conv.default_config(kernel_problem_for(problem), num_sms)
     row = dict(name=shape["name"], problem=problem, config=shown_config, tuned=autotune)
 
     # ---- plain conv vs cuDNN ----

@@ -154,7 +154,7 @@ def autotune(
     """Time ``configs`` (default: ``candidate_configs`` and the heuristic's config) on this
     problem; store and return the fastest, or the heuristic's config when none beats it by
     ``_MIN_GAIN`` (see ``pick_fastest``). Shapes are NHWC / KRSC as for ``conv2d_fprop``."""
-    from .api import conv2d_fprop
+    from .api import _sm_count, conv2d_fprop
 
     device = torch.device(device)
     if device.index is None:
@@ -168,7 +168,8 @@ def autotune(
     out = torch.empty(problem.output_shape, dtype=out_dtype, device=device)
     geom = dict(stride=stride, padding=padding, dilation=dilation)
     candidates = list(configs or candidate_configs(problem))
-    heuristic = default_config(kernel_problem_for(problem))
+    # What a call with config=None would otherwise run on this device.
+    heuristic = default_config(kernel_problem_for(problem), _sm_count(device.index))
     if configs is None and heuristic not in candidates:
         candidates.append(heuristic)
     times = _time_candidates(
