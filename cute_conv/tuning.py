@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import json
 import os
 import statistics
@@ -66,22 +67,19 @@ def candidate_configs(problem: Conv2dProblemShape) -> list[Conv2dConfig]:
     the problem the kernel runs (after staging)."""
     kernel_problem = kernel_problem_for(problem)
     tile_k = default_config(kernel_problem).tile_k
-    configs = []
-    for tile_n in candidate_widths(kernel_problem.K):
-        for tile_m in (m for m in TILE_M_CHOICES if m * tile_n <= MAX_TILE_ELEMS):
-            for cluster_m, cluster_n in ((1, 1), (2, 1), (1, 2)):
-                for swizzle in (1, 8):
-                    configs.append(
-                        Conv2dConfig(
-                            tile_m=tile_m,
-                            tile_n=tile_n,
-                            tile_k=tile_k,
-                            cluster_m=cluster_m,
-                            cluster_n=cluster_n,
-                            swizzle=swizzle,
-                        )  # fmt: skip
-                    )
-    return configs
+    shapes = [
+        (tile_m, tile_n)
+        for tile_n in candidate_widths(kernel_problem.K)
+        for tile_m in TILE_M_CHOICES
+        if tile_m * tile_n <= MAX_TILE_ELEMS
+    ]
+    return [
+        Conv2dConfig(tile_m=tile_m, tile_n=tile_n, tile_k=tile_k,
+                     cluster_m=cluster_m, cluster_n=cluster_n, swizzle=swizzle)
+        for (tile_m, tile_n), (cluster_m, cluster_n), swizzle in itertools.product(
+            shapes, ((1, 1), (2, 1), (1, 2)), (1, 8)
+        )
+    ]  # fmt: skip
 
 
 def _table_path():
