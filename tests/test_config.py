@@ -117,3 +117,17 @@ def test_stored_choice_round_trips(tmp_path, monkeypatch):
     table = json.loads((tmp_path / "autotune.json").read_text())
     assert table["Fake H200"]["some-key"]["ms"] == {"n192": 0.1}
     assert cute_conv.autotune is tuning.autotune
+
+
+@pytest.mark.gpu
+def test_autotune_stores_its_choice_for_later_calls(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUTE_CONV_CACHE_DIR", str(tmp_path))
+    x_shape, filter_shape = (2, 10, 10, 64), (64, 3, 3, 64)
+    best = cute_conv.autotune(x_shape, filter_shape, padding=1)
+    problem = Conv2dProblemShape.from_shapes(x_shape, filter_shape, padding=1)
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    assert best in [*tuning.candidate_configs(problem), default_config(problem, sm_count)]
+    key = tuning.problem_key(problem, torch.bfloat16, torch.bfloat16)
+    assert tuning.lookup(torch.device("cuda", 0), key) == best
+    table = json.loads((tmp_path / "autotune.json").read_text())
+    assert len(next(iter(table.values()))[key]["ms"]) >= len(tuning.candidate_configs(problem))
