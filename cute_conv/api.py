@@ -22,6 +22,7 @@ from .problem import Conv2dProblemShape
 from .staging import kernel_problem_for, run_staged, spans_overlap
 from .tuning import choose_config
 from .validation import ALIGNMENT_BYTES, check_alignment, validate_conv_inputs, validate_device
+from .workspace import stream_k_workspace, stream_k_workspace_size
 
 __all__ = ["conv2d_fprop", "conv2d_fprop_with_residual"]
 
@@ -178,6 +179,7 @@ def _conv2d(x, filter, source, *, out, stream, **args) -> torch.Tensor:  # noqa:
     pointers = (
         x_ptr, f_ptr, out_ptr, src_ptr,
         0 if bias is None else bias.data_ptr(), 0 if scale is None else scale.data_ptr(),
+        *plan.workspace_pointers(x.device.index, raw_stream),
     )  # fmt: skip
     if x.device.index == torch.cuda.current_device():
         plan.kernel.launch(pointers, plan.scalars, raw_stream)
@@ -198,6 +200,7 @@ class _LaunchPlan:
     kernel_problem: Conv2dProblemShape  # what the kernel runs; see staging.kernel_problem_for
     scalars: tuple  # the kernel's runtime scalars for kernel_problem
     vectors_ready: bool  # bias/scale (those used) are contiguous, in the kernel's vector dtype
+    workspace: tuple[int, int] | None  # stream-K: float32 partials and int32 flags it needs
     nbytes: tuple[int, int, int]  # sizes of x, filter and out, for the aliasing checks
     empty: bool  # N == 0: nothing to launch
 
@@ -205,13 +208,19 @@ class _LaunchPlan:
     def staged(self) -> bool:
         return self.kernel_problem is not self.problem
 
+    def workspace_pointers(self, device_index: int, stream: int) -> tuple[int, int]:
+        """The stream-K workspace of this call's stream, or null pointers."""
+        if self.workspace is None:
+            return (0, 0)
+        return stream_k_workspace(device_index, stream, *self.workspace)
+
     def launch(self, x, flt, out, source, bias, scale, *, stream: int) -> None:
         """Launch on tensors already laid out for the kernel (see ``staging``); the
         tensors of terms the epilogue leaves out are None."""
-        pointers = (x, flt, out, source, bias, scale)
-        self.kernel.launch(
-            tuple(0 if t is None else t.data_ptr() for t in pointers), self.scalars, stream
-        )
+        tensors = (x, flt, out, source, bias, scale)
+        pointers = tuple(0 if t is None else t.data_ptr() for t in tensors)
+        pointers += self.workspace_pointers(x.device.index, stream)
+        self.kernel.launch(pointers, self.scalars, stream)
 
 
 def _plan(x, filter, source, out, args: dict) -> _LaunchPlan:  # noqa: A002
@@ -317,9 +326,10 @@ def _make_plan(x, filter, source, out, args: dict) -> _LaunchPlan:  # noqa: A002
     )
     out_bytes = math.prod(problem.output_shape) * torch.finfo(out_dtype).bits // 8
     nbytes = (x.numel() * x.element_size(), filter.numel() * filter.element_size(), out_bytes)
+    workspace = stream_k_workspace_size(kernel_problem, config, max_clusters)
     return _LaunchPlan(
-        problem, out_dtype, epilogue, kernel, kernel_problem, scalars, vectors_ready, nbytes,
-        problem.gemm_m == 0,
+        problem, out_dtype, epilogue, kernel, kernel_problem, scalars, vectors_ready,
+        workspace, nbytes, problem.gemm_m == 0,
     )  # fmt: skip
 
 

@@ -92,8 +92,9 @@ class CompiledConv2d:
     def launch(self, pointers: tuple[int, ...], scalars: tuple, stream: int) -> None:
         """Run the kernel: the hot path of every call.
 
-        ``pointers``: device addresses of (activation, filter, out, source, bias, scale), 0 for
-        terms the epilogue leaves out; ``scalars``: ``kernel_scalars(...)``; ``stream``: a raw
+        ``pointers``: device addresses of (activation, filter, out, source, bias, scale,
+        stream-K partials, stream-K flags), 0 for terms the epilogue leaves out and for the
+        workspace of a kernel without stream-K; ``scalars``: ``kernel_scalars(...)``; ``stream``: a raw
         ``cudaStream_t`` handle. The problem must be validated and channel-aligned.
         """
         self._fn(*pointers, *scalars, stream)
@@ -131,6 +132,7 @@ def _build(key: KernelKey):
         stages=cfg.stages,
         swizzle=cfg.swizzle,
         raster_along_m=cfg.raster_along_m,
+        stream_k=cfg.stream_k,
         epilogue=key.epilogue,
     )
 
@@ -153,17 +155,19 @@ def _cute_compile(kernel: Any, args: list, arch: str) -> tuple[Callable, str, by
     return fn, ptx, cubin
 
 
-def _null_pointer(dtype: str) -> cute.Pointer:
-    return make_ptr(_CUTLASS_DTYPES[dtype], 0, cute.AddressSpace.gmem, assumed_align=16)
+def _null_pointer(dtype: str | type[cutlass.Numeric]) -> cute.Pointer:
+    element = _CUTLASS_DTYPES[dtype] if isinstance(dtype, str) else dtype
+    return make_ptr(element, 0, cute.AddressSpace.gmem, assumed_align=16)
 
 
 def _compile(key: KernelKey) -> CompiledConv2d:
     kernel = _build(key)
 
     def compile_now() -> tuple[Callable, str, bytes, int]:
-        # act, filter, out, source (out dtype), bias and scale (the epilogue's vector dtype)
+        # act, filter, out, source (out dtype), bias and scale (the epilogue's vector dtype),
+        # the stream-K partials and flags
         pointer_dtypes = (key.act_dtype, key.filter_dtype, key.out_dtype, key.out_dtype)
-        pointer_dtypes += (key.epilogue.vector_dtype,) * 2
+        pointer_dtypes += (key.epilogue.vector_dtype,) * 2 + (cutlass.Float32, cutlass.Int32)
         args = [_null_pointer(d) for d in pointer_dtypes]
         args += [cutlass.Int32(1)] * _NUM_GEOMETRY_ARGS  # geometry
         args += [cutlass.Float32(1.0)] * 2 + [cutlass.Int32(1)]  # alpha, beta, max_clusters

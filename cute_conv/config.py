@@ -32,6 +32,10 @@ _SHORT_MAINLOOP_K = 512
 _K_TILE_COST = 16  # the fixed cost of a k-tile (barriers, issue), in channels of MMA work
 # 256-row tiles for 64-wide ones, given at least this many waves of them (see default_config).
 _MIN_WAVES_TALL = 4
+# Stream-K for grids of at most this fraction of a wave of tiles (see default_config) ...
+_MAX_WAVE_STREAM_K = 0.75
+# ... and mainloops of at least this many k-tiles (the measured cases had 36 to 90).
+_MIN_K_TILES_STREAM_K = 16
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,10 @@ class Conv2dConfig:
         raster_along_m: walk output tiles M-fastest (True) or N-fastest (False).
         swizzle: grouped rasterization, for L2 reuse: tiles are walked in groups of ``swizzle``
             tiles along the raster's minor direction.
+        stream_k: split the k-tiles of all output tiles evenly over the SMs instead of giving
+            each SM whole tiles; a tile split between SMs is summed through a float32
+            workspace (one tile_m x tile_n partial per SM, allocated per device and stream).
+            For grids of less than a wave of tiles with long mainloops.
     """
 
     tile_m: int = 128
@@ -61,9 +69,10 @@ class Conv2dConfig:
     stages: int = 0
     raster_along_m: bool = True
     swizzle: int = 8
+    stream_k: bool = False
 
     def __post_init__(self) -> None:
-        check_field_types(self)
+        check_field_types(self, bool_fields=("raster_along_m", "stream_k"))
         check_choice("tile_m", self.tile_m, TILE_M_CHOICES)
         check_choice("tile_n", self.tile_n, TILE_N_CHOICES)
         if self.tile_m * self.tile_n > MAX_TILE_ELEMS:
@@ -130,6 +139,14 @@ def default_config(
     tile_k: a k-tile never spans two filter taps, so each tap's C channels are padded up to a
     multiple of tile_k; the choice trades that padding (C=96: 128 with 64, none with 32)
     against the fixed cost of each k-tile.
+
+    stream_k: when the tiles fill at most ``_MAX_WAVE_STREAM_K`` of the SMs and the mainloop
+    has at least ``_MIN_K_TILES_STREAM_K`` k-tiles, the k-tiles are split evenly over all SMs.
+    Measured on an H200 (3x3 convs, one process): 32 tiles of N=8 r50-c5 0.0232 -> 0.0162 ms,
+    80 tiles of N=1 sd-32-640 0.0281 -> 0.0235, 52 of N=8 r50-c4 0.0144 -> 0.0136, the suite's
+    98 of r50-c5 0.0514 -> 0.0501; but 104 tiles of N=32 r50-c5 (0.79 of a wave) 0.0242 ->
+    0.0260 and 392 of r50-c4 (3 waves) 0.0436 -> 0.0492: more SMs then add L2 traffic (the
+    partials) rather than bandwidth.
     """
     tiles_m = -(-problem.gemm_m // 128)
     best = None
@@ -154,6 +171,10 @@ def default_config(
     )
     tall_tiles_m = -(-problem.gemm_m // 256)
     tile_m = 256 if tile_n == 64 and tall_tiles_m >= _MIN_WAVES_TALL * num_sms else 128
+    tiles = -(-problem.gemm_m // tile_m) * tiles_n
+    k_tiles = -(-problem.C // tile_k) * problem.R * problem.S
+    stream_k = tiles <= _MAX_WAVE_STREAM_K * num_sms and k_tiles >= _MIN_K_TILES_STREAM_K
     return Conv2dConfig(
-        tile_m=tile_m, tile_n=tile_n, tile_k=tile_k, cluster_m=cluster_m, cluster_n=cluster_n
-    )
+        tile_m=tile_m, tile_n=tile_n, tile_k=tile_k, cluster_m=cluster_m, cluster_n=cluster_n,
+        stream_k=stream_k,
+    )  # fmt: skip

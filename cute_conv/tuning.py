@@ -61,12 +61,13 @@ def candidate_widths(k: int) -> list[int]:
     return sorted(n for n in widths if 2 * n >= max(widths))
 
 
-def candidate_configs(problem: Conv2dProblemShape) -> list[Conv2dConfig]:
+def candidate_configs(problem: Conv2dProblemShape, num_sms: int = 132) -> list[Conv2dConfig]:
     """``candidate_widths``, each alone and in both 2-CTA clusters, two rasterizations, 128-
-    row tiles and, up to 128 wide, 256-row ones; the k-tile width of the default heuristic for
-    the problem the kernel runs (after staging)."""
+    row tiles and, up to 128 wide, 256-row ones; the k-tile width and stream-K choice of the
+    default heuristic for the problem the kernel runs (after staging) on ``num_sms`` SMs."""
     kernel_problem = kernel_problem_for(problem)
-    tile_k = default_config(kernel_problem).tile_k
+    heuristic = default_config(kernel_problem, num_sms)
+    tile_k, stream_k = heuristic.tile_k, heuristic.stream_k
     shapes = [
         (tile_m, tile_n)
         for tile_n in candidate_widths(kernel_problem.K)
@@ -75,7 +76,8 @@ def candidate_configs(problem: Conv2dProblemShape) -> list[Conv2dConfig]:
     ]
     return [
         Conv2dConfig(tile_m=tile_m, tile_n=tile_n, tile_k=tile_k,
-                     cluster_m=cluster_m, cluster_n=cluster_n, swizzle=swizzle)
+                     cluster_m=cluster_m, cluster_n=cluster_n, swizzle=swizzle,
+                     stream_k=stream_k)
         for (tile_m, tile_n), (cluster_m, cluster_n), swizzle in itertools.product(
             shapes, ((1, 1), (2, 1), (1, 2)), (1, 8)
         )
@@ -165,9 +167,10 @@ def autotune(
     )
     out = torch.empty(problem.output_shape, dtype=out_dtype, device=device)
     geom = dict(stride=stride, padding=padding, dilation=dilation)
-    candidates = list(configs or candidate_configs(problem))
+    num_sms = _sm_count(device.index)
+    candidates = list(configs or candidate_configs(problem, num_sms))
     # What a call with config=None would otherwise run on this device.
-    heuristic = default_config(kernel_problem_for(problem), _sm_count(device.index))
+    heuristic = default_config(kernel_problem_for(problem), num_sms)
     if configs is None and heuristic not in candidates:
         candidates.append(heuristic)
     times = _time_candidates(
@@ -199,6 +202,7 @@ def _config_id(config: Conv2dConfig) -> str:
         f"m{config.tile_m}-n{config.tile_n}-k{config.tile_k}"
         f"-c{config.cluster_m}x{config.cluster_n}-s{config.stages}"
         f"-sw{config.swizzle}-{'m' if config.raster_along_m else 'n'}"
+        f"{'-sk' if config.stream_k else ''}"
     )
 
 

@@ -221,3 +221,20 @@ def test_space_to_depth_kernel_moves_16_byte_pixels(arch):
     # Three channels zero-extended to four: 2-byte loads, one 8-byte store per pixel.
     ptx3 = compile_space_to_depth(arch, torch.bfloat16, 3, 4, 8).ptx
     assert ptx3.count("ld.global.b16") == 3 and "st.global.v2.b32" in ptx3
+
+
+def test_stream_k_fixup_in_the_ptx():
+    """Stream-K writes and reads a thread's partial as 16-byte vectors, publishes it with a
+    release (fence + relaxed add) and waits with acquire loads; without stream-K none of it."""
+    config = cute_conv.Conv2dConfig(tile_n=256, cluster_n=2, stream_k=True)
+    ptx = cute_conv.compile_kernel("sm_90a", act_dtype=torch.bfloat16, config=config).ptx
+    vectors_per_thread = 128 * 256 // 256 // 4
+    assert ptx.count("st.global.v4.b32") == vectors_per_thread
+    assert ptx.count("ld.global.v4.b32") == vectors_per_thread
+    assert "fence.acq_rel.gpu" in ptx
+    assert "red.relaxed.gpu.global.add.s32" in ptx
+    assert "ld.acquire.gpu.global.b32" in ptx
+    plain = cute_conv.compile_kernel(
+        "sm_90a", act_dtype=torch.bfloat16, config=cute_conv.Conv2dConfig(tile_n=256, cluster_n=2)
+    ).ptx
+    assert not any(op in plain for op in ("st.global.v4", "fence.acq_rel.gpu", "ld.acquire"))

@@ -26,6 +26,7 @@ from cute_conv.problem import Conv2dProblemShape
         pytest.param(dict(swizzle=0), ValueError, "swizzle must be >= 1", id="swizzle"),
         pytest.param(dict(tile_n=128.0), TypeError, "tile_n must be an int", id="tile-n-type"),
         pytest.param(dict(raster_along_m=1), TypeError, "raster_along_m must be a bool", id="raster-type"),
+        pytest.param(dict(stream_k=1), TypeError, "stream_k must be a bool", id="stream-k-type"),
     ],
 )  # fmt: skip
 def test_config_rejections(kwargs, exc, match):
@@ -55,6 +56,30 @@ def test_default_config(prob, tile_m, tile_n, tile_k, cluster_m, cluster_n):
     config = default_config(prob)
     chosen = (config.tile_m, config.tile_n, config.tile_k, config.cluster_m, config.cluster_n)
     assert chosen == (tile_m, tile_n, tile_k, cluster_m, cluster_n)
+
+
+@pytest.mark.parametrize(
+    "prob,num_sms,stream_k",
+    [
+        pytest.param(problem(128, 7, 512, 512, 3, padding=1), 132, True, id="r50-c5-98-tiles"),
+        pytest.param(problem(128, 7, 512, 512, 3, padding=1), 114, False, id="r50-c5-on-114-sms"),
+        pytest.param(problem(32, 7, 512, 512, 3, padding=1), 132, False, id="104-tiles"),
+        pytest.param(problem(8, 14, 256, 256, 3, padding=1), 132, True, id="n8-r50-c4"),
+        pytest.param(problem(128, 14, 256, 256, 3, padding=1), 132, False, id="three-waves"),
+        pytest.param(problem(1, 14, 256, 256, 1), 132, False, id="1x1-four-k-tiles"),
+    ],
+)  # fmt: skip
+def test_default_config_stream_k(prob, num_sms, stream_k):
+    assert default_config(prob, num_sms).stream_k == stream_k
+
+
+def test_stream_k_workspace_size():
+    from cute_conv.workspace import stream_k_workspace_size
+
+    prob = problem(128, 7, 512, 512, 3, padding=1)  # 49 x 2 tiles of 128x256: 49 clusters
+    config = Conv2dConfig(tile_n=256, cluster_n=2, stream_k=True)
+    assert stream_k_workspace_size(prob, config, 66) == (66 * 2 * 128 * 256, 49 * 2)
+    assert stream_k_workspace_size(prob, Conv2dConfig(tile_n=256, cluster_n=2), 66) is None
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,8 @@ class ConvKernelEntry:
         source_ptr: cute.Pointer,
         bias_ptr: cute.Pointer,
         scale_ptr: cute.Pointer,
+        partials_ptr: cute.Pointer,
+        flags_ptr: cute.Pointer,
         n: cutlass.Int32,
         h: cutlass.Int32,
         w: cutlass.Int32,
@@ -47,13 +49,14 @@ class ConvKernelEntry:
     ):
         """Launch on raw device pointers of contiguous NHWC / KRSC / NPQK tensors (source: the
         output's shape and dtype; bias, scale: vectors of length K in the epilogue spec's
-        ``vector_dtype``). Pointers of terms the kernel's epilogue spec leaves out are never
-        dereferenced: pass 0."""
+        ``vector_dtype``; partials, flags: the stream-K workspace, float32 and int32). Pointers
+        of terms the kernel's epilogue spec leaves out, and the workspace of a kernel without
+        stream-K, are never dereferenced: pass 0."""
         geom = ConvGeometry(
             n, h, w, c, k, r, s, p, q,
             pad_top, pad_bottom, pad_left, pad_right, stride_h, stride_w, dil_h, dil_w,
         )  # fmt: skip
         self.launch(
             act_ptr, filter_ptr, out_ptr, source_ptr, bias_ptr, scale_ptr,
-            geom, alpha, beta, max_clusters, stream,
+            partials_ptr, flags_ptr, geom, alpha, beta, max_clusters, stream,
         )  # fmt: skip

@@ -1,15 +1,26 @@
-"""Static persistent tile scheduling with grouped rasterization.
+"""Static persistent tile scheduling with grouped rasterization, data-parallel or stream-K.
 
 The grid is ``(cluster_m, cluster_n, num_clusters)`` with clusters of ``(cluster_m, cluster_n)``
-CTAs. Cluster ``z`` of the grid takes work items ``z, z + num_clusters, ...``; each work item is
-one cluster tile, and the CTA at ``(x, y)`` inside the cluster computes the output tile
-``(cluster_tile_m * cluster_m + x, cluster_tile_n * cluster_n + y)``. Tiles that fall past the
-edge of a partial cluster still run: their loads zero-fill and their TMA stores clip, which keeps
-the multicast peers of a cluster in step.
+CTAs. Each cluster tile is one unit of output; the CTA at ``(x, y)`` inside the cluster computes
+the output tile ``(cluster_tile_m * cluster_m + x, cluster_tile_n * cluster_n + y)``. Tiles that
+fall past the edge of a partial cluster still run: their loads zero-fill and their TMA stores
+clip, which keeps the multicast peers of a cluster in step.
 
-Grouped rasterization: work items are walked in bands ``swizzle`` cluster tiles wide across the
-minor direction. With ``raster_along_m`` a band is ``swizzle`` columns of N; inside a band n moves
-fastest, then m, so the CTAs that run together share a few filter tiles and revisit each
+Data-parallel: cluster ``z`` of the grid takes the whole cluster tiles ``z, z + num_clusters,
+...``; a work item is a cluster tile index.
+
+Stream-K: the k-tiles of all cluster tiles, laid end to end (tile-major), are split into
+``num_clusters`` equal contiguous ranges, one per cluster, so that a grid of less than a wave
+of tiles still keeps every SM busy. A work item is a linear k-tile index: the start of one
+segment, the part of a cluster's range inside one tile. Only a range's first segment can start
+inside a tile (it is then a *partial*, summed into the tile by another cluster) and only its
+last can end inside one (it then holds the tile's first k-tile: the *owner*, which adds the
+partials of the clusters after it and runs the epilogue). Partials are written at the start of
+a range and read at its end, so an owner rarely waits.
+
+Grouped rasterization: cluster tiles are walked in bands ``swizzle`` cluster tiles wide across
+the minor direction. With ``raster_along_m`` a band is ``swizzle`` columns of N; inside a band n
+moves fastest, then m, so the CTAs that run together share a few filter tiles and revisit each
 activation tile ``swizzle`` times while it is still in L2.
 """
 
@@ -21,51 +32,100 @@ from cutlass.cutlass_dsl import extract_mlir_values, new_from_mlir_values
 
 
 class StaticTileScheduler:
-    """Maps a linear work index to an output tile coordinate ``(m_tile, n_tile)``.
+    """Maps work items to output tiles and k-tile ranges (see the module docstring).
 
     Only Python ints (compile-time) and ``Int32`` values computed inside the kernel live here,
     so the scheduler is rebuilt in each role from the same arguments and carries no state
-    across the persistent loop but the work index itself.
+    across the persistent loop but the work item itself.
     """
 
     def __init__(
         self,
         num_tiles_m: cutlass.Int32,
         num_tiles_n: cutlass.Int32,
+        k_tiles: cutlass.Int32,
         cluster_shape_mn: Tuple[int, int],
         swizzle: int,
         raster_along_m: bool,
+        stream_k: bool = False,
     ):
         self.cluster_shape_mn = cluster_shape_mn
         self.swizzle = swizzle
         self.raster_along_m = raster_along_m
+        self.stream_k = stream_k
         self.clusters_m = (num_tiles_m + cluster_shape_mn[0] - 1) // cluster_shape_mn[0]
         self.clusters_n = (num_tiles_n + cluster_shape_mn[1] - 1) // cluster_shape_mn[1]
         self.num_work = self.clusters_m * self.clusters_n
+        self.k_tiles = k_tiles
 
     # The DSL carries the scheduler through the persistent ``while`` loops of the roles:
     # its runtime extents are the loop-carried values, the rest is compile-time.
+    def _runtime_values(self) -> List:
+        return [self.clusters_m, self.clusters_n, self.num_work, self.k_tiles]
+
     def __extract_mlir_values__(self) -> List:
-        return extract_mlir_values([self.clusters_m, self.clusters_n, self.num_work])
+        return extract_mlir_values(self._runtime_values())
 
     def __new_from_mlir_values__(self, values: List) -> "StaticTileScheduler":
-        clusters_m, clusters_n, num_work = new_from_mlir_values(
-            [self.clusters_m, self.clusters_n, self.num_work], values
-        )
         new = object.__new__(StaticTileScheduler)
         new.cluster_shape_mn = self.cluster_shape_mn
         new.swizzle = self.swizzle
         new.raster_along_m = self.raster_along_m
-        new.clusters_m, new.clusters_n, new.num_work = clusters_m, clusters_n, num_work
+        new.stream_k = self.stream_k
+        new.clusters_m, new.clusters_n, new.num_work, new.k_tiles = new_from_mlir_values(
+            self._runtime_values(), values
+        )
         return new
 
     @cute.jit
+    def range_start(self, cluster: cutlass.Int32) -> cutlass.Int32:
+        """Stream-K: the first linear k-tile of ``cluster``'s range (``cluster`` up to the
+        number of clusters, whose start is the total)."""
+        total = cutlass.Int64(self.num_work) * cutlass.Int64(self.k_tiles)
+        num_clusters = cutlass.Int64(cute.arch.grid_dim()[2])
+        return cutlass.Int32((cutlass.Int64(cluster) * total) // num_clusters)
+
+    @cute.jit
+    def range_owner(self, k_tile: cutlass.Int32) -> cutlass.Int32:
+        """Stream-K: the cluster whose range holds linear k-tile ``k_tile``."""
+        total = cutlass.Int64(self.num_work) * cutlass.Int64(self.k_tiles)
+        num_clusters = cutlass.Int64(cute.arch.grid_dim()[2])
+        return cutlass.Int32(((cutlass.Int64(k_tile) + 1) * num_clusters - 1) // total)
+
+    @cute.jit
     def first_work(self) -> cutlass.Int32:
-        return cutlass.Int32(cute.arch.block_idx()[2])
+        cluster = cutlass.Int32(cute.arch.block_idx()[2])
+        if cutlass.const_expr(self.stream_k):
+            return self.range_start(cluster)
+        return cluster
+
+    @cute.jit
+    def end_work(self) -> cutlass.Int32:
+        """The bound of this cluster's work items (exclusive)."""
+        if cutlass.const_expr(self.stream_k):
+            return self.range_start(cutlass.Int32(cute.arch.block_idx()[2]) + 1)
+        return self.num_work
 
     @cute.jit
     def next_work(self, work: cutlass.Int32) -> cutlass.Int32:
+        if cutlass.const_expr(self.stream_k):
+            return (self.tile_index(work) + 1) * self.k_tiles
         return work + cutlass.Int32(cute.arch.grid_dim()[2])
+
+    @cute.jit
+    def tile_index(self, work: cutlass.Int32) -> cutlass.Int32:
+        """The cluster tile of work item ``work``."""
+        if cutlass.const_expr(self.stream_k):
+            return work // self.k_tiles
+        return work
+
+    @cute.jit
+    def k_tile_range(self, work: cutlass.Int32) -> Tuple[cutlass.Int32, cutlass.Int32]:
+        """``(first, end)``: the k-tiles of its tile that work item ``work`` computes."""
+        if cutlass.const_expr(self.stream_k):
+            tile_start = self.tile_index(work) * self.k_tiles
+            return work - tile_start, cutlass.min(self.end_work() - tile_start, self.k_tiles)
+        return cutlass.Int32(0), self.k_tiles
 
     @cute.jit
     def tile_coord(self, work: cutlass.Int32) -> Tuple[cutlass.Int32, cutlass.Int32]:
@@ -75,8 +135,9 @@ class StaticTileScheduler:
         else:
             major, minor = self.clusters_n, self.clusters_m
         band_items = self.swizzle * major
-        band = work // band_items
-        rest = work - band * band_items
+        tile = self.tile_index(work)
+        band = tile // band_items
+        rest = tile - band * band_items
         first_minor = band * self.swizzle
         band_width = cutlass.min(minor - first_minor, self.swizzle)
         minor_idx = first_minor + rest % band_width

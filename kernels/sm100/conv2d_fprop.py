@@ -271,6 +271,8 @@ class Conv2dFpropKernel(ConvKernelEntry):
         source_ptr: cute.Pointer,
         bias_ptr: cute.Pointer,
         scale_ptr: cute.Pointer,
+        partials_ptr: cute.Pointer,
+        flags_ptr: cute.Pointer,
         geom: ConvGeometry,
         alpha: cutlass.Float32,
         beta: cutlass.Float32,
@@ -279,8 +281,8 @@ class Conv2dFpropKernel(ConvKernelEntry):
     ):
         """Launch on raw device pointers: the SM90 kernel's signature, so the host launch path
         is shared. Pointers of terms the epilogue spec leaves out are never dereferenced (pass
-        0). ``max_clusters`` is unused: the grid covers every tile and cluster launch control
-        makes it persistent."""
+        0). ``max_clusters`` and the stream-K workspace (``partials_ptr``, ``flags_ptr``) are
+        unused: the grid covers every tile and cluster launch control makes it persistent."""
         self._setup_attributes()
         tiled_mma = self.tiled_mma
         bm, _, bk = self.block_tile

@@ -1,0 +1,98 @@
+"""Stream-K on the GPU: split tiles summed right, deterministic, counters left at zero."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import cute_conv
+from cute_conv.reference import conv2d_reference
+from cute_conv.testing import compare_to_reference, random_conv_inputs
+
+pytestmark = pytest.mark.gpu
+
+Config = cute_conv.Conv2dConfig
+STREAM_K_CONFIGS = [
+    Config(tile_n=128, stream_k=True),
+    Config(tile_n=256, cluster_n=2, stream_k=True),
+    Config(tile_n=128, cluster_m=2, stream_k=True),
+    Config(tile_m=256, tile_n=64, stream_k=True),
+    Config(tile_n=96, tile_k=32, stream_k=True),
+]
+# (N, H, W, C, K, R, S, padding): few tiles of many k-tiles (tiles split between several
+# CTAs), M and K tails, C not a multiple of the k-tile, a 1x1 conv of 4 k-tiles.
+SHAPES = [
+    (2, 7, 7, 512, 512, 3, 3, 1),
+    (3, 9, 11, 200, 328, 3, 3, 1),
+    (1, 5, 5, 256, 96, 1, 1, 0),
+]
+
+
+def _inputs(shape):
+    n, h, w, c, k, r, s, pad = shape
+    act, flt = random_conv_inputs(n, h, w, c, k, r, s)
+    return act, flt, pad
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s[:7])))
+@pytest.mark.parametrize(
+    "config",
+    STREAM_K_CONFIGS,
+    ids=lambda c: f"m{c.tile_m}n{c.tile_n}k{c.tile_k}-{c.cluster_m}x{c.cluster_n}",
+)
+def test_stream_k_matches_the_reference(shape, config):
+    act, flt, pad = _inputs(shape)
+    ref = conv2d_reference(act, flt, padding=pad)
+    bias = torch.randn(ref.shape[-1], device="cuda")
+    source = torch.randn(ref.shape, device="cuda").to(torch.bfloat16)
+    fused_ref = torch.relu(ref.float() + bias) + source.float()
+    # Three calls each: a counter not reset to zero by the previous call would break the next.
+    for _ in range(3):
+        out = torch.full(ref.shape, float("nan"), dtype=torch.bfloat16, device="cuda")
+        cute_conv.conv2d_fprop(act, flt, padding=pad, out=out, config=config)
+        report = compare_to_reference(out, ref)
+        assert report.ok, f"plain: {report}"
+        fused = torch.full(ref.shape, float("nan"), dtype=torch.bfloat16, device="cuda")
+        cute_conv.conv2d_fprop_with_residual(
+            act, flt, source, padding=pad, bias=bias, activation="relu", out=fused, config=config
+        )
+        report = compare_to_reference(fused, fused_ref)
+        assert report.ok, f"fused: {report}"
+
+
+def test_stream_k_is_deterministic():
+    act, flt, pad = _inputs(SHAPES[0])
+    config = Config(tile_n=128, stream_k=True)
+    first = cute_conv.conv2d_fprop(act, flt, padding=pad, config=config)
+    for _ in range(3):
+        assert torch.equal(cute_conv.conv2d_fprop(act, flt, padding=pad, config=config), first)
+
+
+def test_stream_k_on_two_streams_at_once():
+    """Each stream has its own workspace: two convs running concurrently do not mix."""
+    config = Config(tile_n=128, stream_k=True)
+    cases = [_inputs(SHAPES[0]), _inputs(SHAPES[0])]
+    refs = [conv2d_reference(act, flt, padding=pad) for act, flt, pad in cases]
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    outs = []
+    for (act, flt, pad), stream in zip(cases, streams, strict=True):
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            outs.append(
+                [cute_conv.conv2d_fprop(act, flt, padding=pad, config=config) for _ in range(20)]
+            )
+    torch.cuda.synchronize()
+    for results, ref in zip(outs, refs, strict=True):
+        for out in results:
+            report = compare_to_reference(out, ref)
+            assert report.ok, str(report)
+
+
+def test_default_config_takes_stream_k_for_a_small_batch():
+    act, flt, pad = _inputs((8, 7, 7, 512, 512, 3, 3, 1))
+    problem = cute_conv.Conv2dProblemShape.from_shapes(act.shape, flt.shape, padding=pad)
+    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert cute_conv.default_config(problem, num_sms).stream_k
+    out = cute_conv.conv2d_fprop(act, flt, padding=pad)
+    report = compare_to_reference(out, conv2d_reference(act, flt, padding=pad))
+    assert report.ok, str(report)
