@@ -33,9 +33,9 @@ _K_TILE_COST = 16  # the fixed cost of a k-tile (barriers, issue), in channels o
 # 256-row tiles for 64-wide ones, given at least this many waves of them (see default_config).
 _MIN_WAVES_TALL = 4
 # Stream-K for grids of at most this fraction of a wave of tiles (see default_config) ...
-_MAX_WAVE_STREAM_K = 0.75
-# ... and mainloops of at least this many k-tiles (the measured cases had 36 to 90).
-_MIN_K_TILES_STREAM_K = 16
+_MAX_WAVE_STREAM_K = 0.6
+# ... with mainloops of at least this many k-tiles.
+_MIN_K_TILES_STREAM_K = 64
 
 
 @dataclass(frozen=True)
@@ -142,11 +142,11 @@ def default_config(
 
     stream_k: when the tiles fill at most ``_MAX_WAVE_STREAM_K`` of the SMs and the mainloop
     has at least ``_MIN_K_TILES_STREAM_K`` k-tiles, the k-tiles are split evenly over all SMs.
-    Measured on an H200 (3x3 convs, one process): 32 tiles of N=8 r50-c5 0.0232 -> 0.0162 ms,
-    80 tiles of N=1 sd-32-640 0.0281 -> 0.0235, 52 of N=8 r50-c4 0.0144 -> 0.0136, the suite's
-    98 of r50-c5 0.0514 -> 0.0501; but 104 tiles of N=32 r50-c5 (0.79 of a wave) 0.0242 ->
-    0.0260 and 392 of r50-c4 (3 waves) 0.0436 -> 0.0492: more SMs then add L2 traffic (the
-    partials) rather than bandwidth.
+    Measured on an H200 (small batches of suite shapes, stream-K vs data-parallel):
+    r50-c5 (72 k-tiles) N=1/4/8: 0.0186/0.0188/0.0193 -> 0.0161/0.0138/0.0168 ms;
+    sd-16-1280 (180 k-tiles) N=1: 0.0404 -> 0.0281. Shorter mainloops lost: r50-c3 (18
+    k-tiles) and r50-c4 (36) at N=1..32 by 2-20%; so did odd-5x5 N=1 (75 k-tiles, 96 tiles,
+    0.73 of a wave) 0.0178 -> 0.0203, while the suite's r50-c5 (98 tiles) gained 1%.
     """
     tiles_m = -(-problem.gemm_m // 128)
     best = None

@@ -61,11 +61,11 @@ def test_default_config(prob, tile_m, tile_n, tile_k, cluster_m, cluster_n):
 @pytest.mark.parametrize(
     "prob,num_sms,stream_k",
     [
-        pytest.param(problem(128, 7, 512, 512, 3, padding=1), 132, True, id="r50-c5-98-tiles"),
-        pytest.param(problem(128, 7, 512, 512, 3, padding=1), 114, False, id="r50-c5-on-114-sms"),
-        pytest.param(problem(32, 7, 512, 512, 3, padding=1), 132, False, id="104-tiles"),
-        pytest.param(problem(8, 14, 256, 256, 3, padding=1), 132, True, id="n8-r50-c4"),
-        pytest.param(problem(128, 14, 256, 256, 3, padding=1), 132, False, id="three-waves"),
+        pytest.param(problem(8, 7, 512, 512, 3, padding=1), 132, True, id="n8-r50-c5-32-tiles"),
+        pytest.param(problem(1, 16, 1280, 1280, 3, padding=1), 132, True, id="n1-sd-16-1280"),
+        pytest.param(problem(8, 7, 512, 512, 3, padding=1), 40, False, id="n8-r50-c5-on-40-sms"),
+        pytest.param(problem(128, 7, 512, 512, 3, padding=1), 132, False, id="r50-c5-98-tiles"),
+        pytest.param(problem(8, 14, 256, 256, 3, padding=1), 132, False, id="n8-r50-c4-36-k-tiles"),
         pytest.param(problem(1, 14, 256, 256, 1), 132, False, id="1x1-four-k-tiles"),
     ],
 )  # fmt: skip

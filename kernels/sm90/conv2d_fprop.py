@@ -33,8 +33,16 @@ Pipelines and barriers:
           the first tile's A/B loads are issued, so C does not compete with the mainloop fill.
 
 Persistence: a static tile scheduler (``kernels/common/tile_scheduler.py``); every role walks
-the same sequence of output tiles. Clusters of (cluster_m, cluster_n) CTAs multicast the
-activation tile along N and the filter tile along M.
+the same sequence of work items: whole output tiles, or with ``stream_k`` segments of the
+k-tiles of a tile. Clusters of (cluster_m, cluster_n) CTAs multicast the activation tile along
+N and the filter tile along M.
+
+Stream-K fixup (global memory, no SMEM): a CTA whose segment is a partial of a tile writes its
+fp32 accumulators to its workspace slot (16-byte vectors), the 256 consumer threads meet at the
+epilogue barrier, and one thread publishes the slot (``fence.acq_rel.gpu`` + relaxed add to
+the tile's flag). The tile's owner (the segment with its first k-tile) spins with acquire
+loads until every later contributor has published, adds their slots in cluster order, resets
+the flag to zero and runs the normal epilogue; the source-load warp loads C only for owners.
 """
 
 from types import SimpleNamespace
