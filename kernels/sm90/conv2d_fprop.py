@@ -789,6 +789,14 @@ class Conv2dFpropSm90(ConvKernelEntry):
             pipeline.PipelineUserType.Consumer, max(self.source_stages, 1)
         )
         num_epi_tiles_done = cutlass.Int32(0)
+        # Stream-K: what this thread needs to write or add a partial tile.
+        fixup = SimpleNamespace(
+            acc=self.accumulators_by_vector(accumulators),
+            partials=m_partials,
+            flags=m_flags,
+            tidx=consumer_tidx,
+            barrier=ctx.barrier,
+        )
         end_work = scheduler.end_work()
         work = scheduler.first_work()
         while work < end_work:
@@ -799,13 +807,9 @@ class Conv2dFpropSm90(ConvKernelEntry):
             )  # fmt: skip
             if cutlass.const_expr(self.stream_k):
                 if k_first > 0:
-                    self.store_partial(
-                        accumulators, m_partials, m_flags, scheduler, work, consumer_tidx, ctx
-                    )
+                    self.store_partial(fixup, scheduler, work)
                 elif k_end < k_tile_cnt:
-                    self.add_partials(
-                        accumulators, m_partials, m_flags, scheduler, work, consumer_tidx, ctx
-                    )
+                    self.add_partials(fixup, scheduler, work)
             if k_first == 0:
                 source_state, num_epi_tiles_done = self.epilogue_tile(
                     ctx, work, scheduler, source_state, num_epi_tiles_done,
@@ -814,16 +818,16 @@ class Conv2dFpropSm90(ConvKernelEntry):
             work = scheduler.next_work(work)
         ctx.store_pipeline.producer_tail()
 
-    def partial_slot(self, scheduler: StaticTileScheduler, cluster: cutlass.Int32):
+    def partial_slot(self, cluster: cutlass.Int32):
         """Stream-K: the workspace slot of this CTA's partial when ``cluster`` computes it."""
         cluster_size = self.cluster_mn[0] * self.cluster_mn[1]
         return cluster * cluster_size + cute.arch.block_idx_in_cluster()
 
-    def tile_flag(self, m_flags: cute.Tensor, scheduler: StaticTileScheduler, work):
+    def tile_flag(self, flags: cute.Tensor, scheduler: StaticTileScheduler, work):
         """Stream-K: the counter of partials written for this CTA's tile of ``work``."""
         cluster_size = self.cluster_mn[0] * self.cluster_mn[1]
         index = scheduler.tile_index(work) * cluster_size + cute.arch.block_idx_in_cluster()
-        return m_flags.iterator + index
+        return flags.iterator + index
 
     @staticmethod
     def accumulators_by_vector(accumulators: cute.Tensor) -> cute.Tensor:
@@ -834,60 +838,38 @@ class Conv2dFpropSm90(ConvKernelEntry):
         )
 
     @cute.jit
-    def store_partial(
-        self,
-        accumulators: cute.Tensor,
-        m_partials: cute.Tensor,
-        m_flags: cute.Tensor,
-        scheduler: StaticTileScheduler,
-        work: cutlass.Int32,
-        consumer_tidx: cutlass.Int32,
-        ctx: SimpleNamespace,
-    ):
+    def store_partial(self, fixup: SimpleNamespace, scheduler: StaticTileScheduler, work):
         """Stream-K: write this CTA's partial accumulators to its workspace slot, then count
         them in the tile's flag (all consumer threads' stores before the release)."""
-        slot = self.partial_slot(scheduler, cutlass.Int32(cute.arch.block_idx()[2]))
-        cute.autovec_copy(
-            self.accumulators_by_vector(accumulators),
-            m_partials[(None, None, consumer_tidx, slot)],
-        )
-        ctx.barrier.arrive_and_wait()
-        if consumer_tidx == 0:
+        slot = self.partial_slot(cutlass.Int32(cute.arch.block_idx()[2]))
+        cute.autovec_copy(fixup.acc, fixup.partials[(None, None, fixup.tidx, slot)])
+        fixup.barrier.arrive_and_wait()
+        if fixup.tidx == 0:
             cute.arch.fence_acq_rel_gpu()
             cute.arch.red(
-                self.tile_flag(m_flags, scheduler, work), cutlass.Int32(1),
+                self.tile_flag(fixup.flags, scheduler, work), cutlass.Int32(1),
                 op="add", dtype="s32", sem="relaxed", scope="gpu",
             )  # fmt: skip
 
     @cute.jit
-    def add_partials(
-        self,
-        accumulators: cute.Tensor,
-        m_partials: cute.Tensor,
-        m_flags: cute.Tensor,
-        scheduler: StaticTileScheduler,
-        work: cutlass.Int32,
-        consumer_tidx: cutlass.Int32,
-        ctx: SimpleNamespace,
-    ):
+    def add_partials(self, fixup: SimpleNamespace, scheduler: StaticTileScheduler, work):
         """Stream-K owner of a tile: wait for the partials of the clusters after this one
         that share the tile, add them in cluster order (a fixed order: the result does not
         depend on timing), and reset the flag for the next launch."""
         first = cutlass.Int32(cute.arch.block_idx()[2]) + 1
         tile_end = (scheduler.tile_index(work) + 1) * scheduler.k_tiles
         last = scheduler.range_owner(tile_end - 1)
-        flag = self.tile_flag(m_flags, scheduler, work)
-        if consumer_tidx == 0:
+        flag = self.tile_flag(fixup.flags, scheduler, work)
+        if fixup.tidx == 0:
             written = cute.arch.load(flag, cutlass.Int32, sem="acquire", scope="gpu")
             while written != last - first + 1:
                 written = cute.arch.load(flag, cutlass.Int32, sem="acquire", scope="gpu")
             cute.arch.store(flag, cutlass.Int32(0), sem="relaxed", scope="gpu")
-        ctx.barrier.arrive_and_wait()
-        acc = self.accumulators_by_vector(accumulators)
+        fixup.barrier.arrive_and_wait()
+        acc = fixup.acc
         partial = cute.make_rmem_tensor((4,), self.acc_dtype)
         for cluster in range(first, last + 1):
-            slot = self.partial_slot(scheduler, cluster)
-            thr_partial = m_partials[(None, None, consumer_tidx, slot)]
+            thr_partial = fixup.partials[(None, None, fixup.tidx, self.partial_slot(cluster))]
             for i in cutlass.range_constexpr(cute.size(acc, mode=[1])):
                 cute.autovec_copy(thr_partial[(None, i)], partial)
                 for v in cutlass.range_constexpr(4):
