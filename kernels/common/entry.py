@@ -1,14 +1,32 @@
 """The host entry every conv kernel shares: one signature of raw pointers and runtime scalars.
 
 The host launcher (``cute_conv.compile``) passes the same arguments to every architecture's
-kernel, so the signature lives here once; each kernel class implements ``launch``.
+kernel, so the signature lives here once; each kernel class implements ``launch``, which
+takes the pointers as one ``ConvPointers`` and the geometry as one ``ConvGeometry``.
 """
+
+from typing import NamedTuple
 
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 
 from .im2col import ConvGeometry
+
+
+class ConvPointers(NamedTuple):
+    """The device pointers of one launch, in the entry's order. ``source``, ``bias`` and
+    ``scale`` are read only by the epilogue terms that use them, ``partials`` (float32) and
+    ``flags`` (int32) only by a stream-K kernel: otherwise they may be null."""
+
+    act: cute.Pointer
+    filter: cute.Pointer
+    out: cute.Pointer
+    source: cute.Pointer
+    bias: cute.Pointer
+    scale: cute.Pointer
+    partials: cute.Pointer
+    flags: cute.Pointer
 
 
 class ConvKernelEntry:
@@ -56,7 +74,7 @@ class ConvKernelEntry:
             n, h, w, c, k, r, s, p, q,
             pad_top, pad_bottom, pad_left, pad_right, stride_h, stride_w, dil_h, dil_w,
         )  # fmt: skip
-        self.launch(
-            act_ptr, filter_ptr, out_ptr, source_ptr, bias_ptr, scale_ptr,
-            partials_ptr, flags_ptr, geom, alpha, beta, max_clusters, stream,
-        )  # fmt: skip
+        pointers = ConvPointers(
+            act_ptr, filter_ptr, out_ptr, source_ptr, bias_ptr, scale_ptr, partials_ptr, flags_ptr
+        )
+        self.launch(pointers, geom, alpha, beta, max_clusters, stream)

@@ -17,6 +17,10 @@ from typing import Callable, Optional
 
 import cutlass
 import cutlass.cute as cute
+from cutlass.cute.nvgpu import cpasync
+
+from .entry import ConvPointers
+from .im2col import ConvGeometry, output_gemm_view
 
 # Element types the kernels read bias and scale vectors in (names as in ``cute_conv.compile``).
 VECTOR_DTYPES = ("float32", "bfloat16", "float16")
@@ -158,3 +162,36 @@ def load_channel_vectors(
             r_bias[v] = cutlass.Float32(m_bias[channel])
         if cutlass.const_expr(spec.has_scale):
             r_scale[v] = cutlass.Float32(m_scale[channel])
+
+
+def make_epilogue_operands(
+    spec: EpilogueSpec,
+    geom: ConvGeometry,
+    ptrs: ConvPointers,
+    epi_smem_layout: cute.ComposedLayout,
+    source_smem_layout: cute.ComposedLayout,
+    epi_tile: tuple,
+) -> tuple:
+    """The epilogue's global operands from a launch's ``ConvPointers``, as every kernel's
+    host launch builds them:
+    ``(tma_atom_d, tma_tensor_d, tma_atom_c, tma_tensor_c, m_bias, m_scale)``. The output is
+    stored and the residual C loaded by tiled TMA in ``epi_tile`` subtiles of the (N*P*Q, K)
+    GEMM view; C, bias and scale are None where ``spec`` leaves them out."""
+    tma_atom_d, tma_tensor_d = cpasync.make_tiled_tma_atom(
+        cpasync.CopyBulkTensorTileS2GOp(),
+        output_gemm_view(ptrs.out, geom),
+        epi_smem_layout,
+        epi_tile,
+    )
+    tma_atom_c, tma_tensor_c = None, None
+    if spec.has_residual:
+        tma_atom_c, tma_tensor_c = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileG2SOp(),
+            output_gemm_view(ptrs.source, geom),
+            source_smem_layout,
+            epi_tile,
+        )
+    channel_vector = cute.make_layout(geom.k)
+    m_bias = cute.make_tensor(ptrs.bias, channel_vector) if spec.has_bias else None
+    m_scale = cute.make_tensor(ptrs.scale, channel_vector) if spec.has_scale else None
+    return tma_atom_d, tma_tensor_d, tma_atom_c, tma_tensor_c, m_bias, m_scale

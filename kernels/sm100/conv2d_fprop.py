@@ -48,14 +48,18 @@ from cutlass.tensor_utils import LayoutEnum
 from cutlass.utils.gemm.sm100 import transform_partitioned_tensor_layout
 
 from ..common.barriers import NamedBarrierConv
-from ..common.entry import ConvKernelEntry
-from ..common.epilogue import EpilogueSpec, apply_epilogue, load_channel_vectors
+from ..common.entry import ConvKernelEntry, ConvPointers
+from ..common.epilogue import (
+    EpilogueSpec,
+    apply_epilogue,
+    load_channel_vectors,
+    make_epilogue_operands,
+)
 from ..common.im2col import (
     ConvGeometry,
     activation_im2col_view,
     filter_gemm_view,
     fprop_im2col_params,
-    output_gemm_view,
 )
 from .config import SMEM_CAPACITY_SM100, Conv2dConfigSm100
 from .pipeline_checks import WarpRoles, check_pipeline, conv2d_barrier_specs
@@ -265,38 +269,31 @@ class Conv2dFpropKernel(ConvKernelEntry):
     @cute.jit
     def launch(
         self,
-        act_ptr: cute.Pointer,
-        filter_ptr: cute.Pointer,
-        out_ptr: cute.Pointer,
-        source_ptr: cute.Pointer,
-        bias_ptr: cute.Pointer,
-        scale_ptr: cute.Pointer,
-        partials_ptr: cute.Pointer,
-        flags_ptr: cute.Pointer,
+        ptrs: ConvPointers,
         geom: ConvGeometry,
         alpha: cutlass.Float32,
         beta: cutlass.Float32,
         max_clusters: cutlass.Int32,
         stream: cuda.CUstream,
     ):
-        """Launch on raw device pointers: the SM90 kernel's signature, so the host launch path
-        is shared. Pointers of terms the epilogue spec leaves out are never dereferenced (pass
-        0). ``max_clusters`` and the stream-K workspace (``partials_ptr``, ``flags_ptr``) are
-        unused: the grid covers every tile and cluster launch control makes it persistent."""
+        """Launch on raw device pointers (see ``ConvPointers``): the SM90 kernel's signature,
+        so the host launch path is shared. ``max_clusters`` and the stream-K workspace
+        (``ptrs.partials``, ``ptrs.flags``) are unused: the grid covers every tile and cluster
+        launch control makes it persistent."""
         self._setup_attributes()
         tiled_mma = self.tiled_mma
         bm, _, bk = self.block_tile
 
         tma_atom_a, tma_tensor_a = cpasync.make_im2col_tma_atom(
             cpasync.CopyBulkTensorIm2ColG2SOp(self.cta_group_enum),
-            activation_im2col_view(act_ptr, geom),
+            activation_im2col_view(ptrs.act, geom),
             self._act_tma_smem_layout(),
             (bm, bk),  # this CTA's rows; the activation's K mode is c alone: a flat tiler
             **fprop_im2col_params(geom),
         )
         tma_atom_b, tma_tensor_b = cute.nvgpu.make_tiled_tma_atom_B(
             sm100_utils.cluster_shape_to_tma_atom_B((*self.cluster_shape_mn, 1), tiled_mma.thr_id),
-            filter_gemm_view(filter_ptr, geom),
+            filter_gemm_view(ptrs.filter, geom),
             cute.slice_(self.b_smem_layout_staged, (None, None, None, 0)),
             # hierarchical K keeps the tiler static for runtime C
             (self.mma_tiler[0], self.mma_tiler[1], (bk, 1, 1)),
@@ -304,23 +301,12 @@ class Conv2dFpropKernel(ConvKernelEntry):
             self.cluster_layout_vmnk.shape,
         )
         epi_smem_layout = cute.slice_(self.epi_smem_layout_staged, (None, None, 0))
-        tma_atom_d, tma_tensor_d = cpasync.make_tiled_tma_atom(
-            cpasync.CopyBulkTensorTileS2GOp(),
-            output_gemm_view(out_ptr, geom),
-            epi_smem_layout,
-            self.epi_tile,
-        )
-        tma_atom_c, tma_tensor_c = None, None
-        if cutlass.const_expr(self.epilogue.has_residual):
-            tma_atom_c, tma_tensor_c = cpasync.make_tiled_tma_atom(
-                cpasync.CopyBulkTensorTileG2SOp(),
-                output_gemm_view(source_ptr, geom),
-                cute.slice_(self.src_smem_layout_staged, (None, None, 0)),
-                self.epi_tile,
+        tma_atom_d, tma_tensor_d, tma_atom_c, tma_tensor_c, m_bias, m_scale = (
+            make_epilogue_operands(
+                self.epilogue, geom, ptrs, epi_smem_layout,
+                cute.slice_(self.src_smem_layout_staged, (None, None, 0)), self.epi_tile,
             )
-        channel_vector = cute.make_layout(geom.k)
-        m_bias = cute.make_tensor(bias_ptr, channel_vector) if self.epilogue.has_bias else None
-        m_scale = cute.make_tensor(scale_ptr, channel_vector) if self.epilogue.has_scale else None
+        )  # fmt: skip
 
         mma_m, mma_n, _ = self.mma_tiler
         num_tiles_m = (geom.n * geom.p * geom.q + mma_m - 1) // mma_m

@@ -59,14 +59,18 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from cutlass.tensor_utils import LayoutEnum
 
 from ..common.barriers import NamedBarrierConv
-from ..common.entry import ConvKernelEntry
-from ..common.epilogue import EpilogueSpec, apply_epilogue, load_channel_vectors
+from ..common.entry import ConvKernelEntry, ConvPointers
+from ..common.epilogue import (
+    EpilogueSpec,
+    apply_epilogue,
+    load_channel_vectors,
+    make_epilogue_operands,
+)
 from ..common.im2col import (
     ConvGeometry,
     activation_im2col_view,
     filter_gemm_view,
     fprop_im2col_params,
-    output_gemm_view,
 )
 from ..common.tile_scheduler import StaticTileScheduler
 
@@ -156,6 +160,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
         self.threads_per_cta = self.num_threads_per_warpgroup * (1 + self.num_consumer_warpgroups)
         self.source_load_warp_id = 1
         self.epi_store_warp_id = 4  # first warp of the first consumer warpgroup
+        self.cluster_size = cluster_mn[0] * cluster_mn[1]
         self.num_mcast_a = cluster_mn[1]  # the activation tile is shared along cluster N
         self.num_mcast_b = cluster_mn[0]  # the filter tile is shared along cluster M
 
@@ -259,25 +264,18 @@ class Conv2dFpropSm90(ConvKernelEntry):
     @cute.jit
     def launch(
         self,
-        act_ptr: cute.Pointer,
-        filter_ptr: cute.Pointer,
-        out_ptr: cute.Pointer,
-        source_ptr: cute.Pointer,
-        bias_ptr: cute.Pointer,
-        scale_ptr: cute.Pointer,
-        partials_ptr: cute.Pointer,
-        flags_ptr: cute.Pointer,
+        ptrs: ConvPointers,
         geom: ConvGeometry,
         alpha: cutlass.Float32,
         beta: cutlass.Float32,
         max_clusters: cutlass.Int32,
         stream: cuda.CUstream,
     ):
-        """Launch on raw device pointers. Pointers of terms the epilogue spec leaves out are
-        never dereferenced (pass 0); bias and scale are vectors of length K in the epilogue
-        spec's ``vector_dtype``. Stream-K only: ``partials_ptr``, float32, room for one
-        tile_m x tile_n partial per CTA of the grid (``max_clusters`` clusters);
-        ``flags_ptr``, int32, one zero-initialized counter per output tile (left at zero)."""
+        """Launch on raw device pointers (see ``ConvPointers``); bias and scale are vectors of
+        length K in the epilogue spec's ``vector_dtype``. Stream-K only: ``ptrs.partials`` has
+        room for one tile_m x tile_n float32 partial per CTA of the grid (``max_clusters``
+        clusters); ``ptrs.flags`` holds one zero-initialized int32 counter per output tile
+        (left at zero)."""
         self._setup_attributes()
         tile_m, tile_n, tile_k = self.tile_mnk
 
@@ -292,7 +290,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
         )
         tma_atom_a, tma_tensor_a = cpasync.make_im2col_tma_atom(
             a_op,
-            activation_im2col_view(act_ptr, geom),
+            activation_im2col_view(ptrs.act, geom),
             a_smem_layout,
             (tile_m, tile_k),  # the activation's K mode is c alone: a flat tiler here
             num_multicast=self.num_mcast_a,
@@ -305,28 +303,17 @@ class Conv2dFpropSm90(ConvKernelEntry):
         )
         tma_atom_b, tma_tensor_b = cpasync.make_tiled_tma_atom(
             b_op,
-            filter_gemm_view(filter_ptr, geom),
+            filter_gemm_view(ptrs.filter, geom),
             b_smem_layout,
             (tile_n, (tile_k, 1, 1)),  # hierarchical K keeps the tiler static for runtime C
             num_multicast=self.num_mcast_b,
         )
-        tma_atom_d, tma_tensor_d = cpasync.make_tiled_tma_atom(
-            cpasync.CopyBulkTensorTileS2GOp(),
-            output_gemm_view(out_ptr, geom),
-            epi_smem_layout,
-            self.epi_tile,
-        )
-        tma_atom_c, tma_tensor_c = None, None
-        if cutlass.const_expr(self.epilogue.has_residual):
-            tma_atom_c, tma_tensor_c = cpasync.make_tiled_tma_atom(
-                cpasync.CopyBulkTensorTileG2SOp(),
-                output_gemm_view(source_ptr, geom),
-                cute.slice_(self.source_smem_layout_staged, (None, None, 0)),
-                self.epi_tile,
+        tma_atom_d, tma_tensor_d, tma_atom_c, tma_tensor_c, m_bias, m_scale = (
+            make_epilogue_operands(
+                self.epilogue, geom, ptrs, epi_smem_layout,
+                cute.slice_(self.source_smem_layout_staged, (None, None, 0)), self.epi_tile,
             )
-        channel_vector = cute.make_layout(geom.k)
-        m_bias = cute.make_tensor(bias_ptr, channel_vector) if self.epilogue.has_bias else None
-        m_scale = cute.make_tensor(scale_ptr, channel_vector) if self.epilogue.has_scale else None
+        )  # fmt: skip
 
         @cute.struct
         class SharedStorage:
@@ -364,9 +351,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
         if cutlass.const_expr(self.stream_k):
             k_tiles = (geom.c + tile_k - 1) // tile_k * geom.s * geom.r
             num_clusters = cutlass.max(cutlass.min(num_work * k_tiles, max_clusters), 1)
-            m_partials, m_flags = self.stream_k_workspace(
-                partials_ptr, flags_ptr, max_clusters, num_work
-            )
+            m_partials, m_flags = self.stream_k_workspace(ptrs, max_clusters, num_work)
         else:
             num_clusters = cutlass.max(cutlass.min(num_work, max_clusters), 1)
 
@@ -403,8 +388,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
 
     def stream_k_workspace(
         self,
-        partials_ptr: cute.Pointer,
-        flags_ptr: cute.Pointer,
+        ptrs: ConvPointers,
         max_clusters: cutlass.Int32,
         num_work: cutlass.Int32,
     ) -> Tuple[cute.Tensor, cute.Tensor]:
@@ -414,15 +398,14 @@ class Conv2dFpropSm90(ConvKernelEntry):
         tile_m, tile_n, _ = self.tile_mnk
         threads = self.num_consumer_threads
         values = tile_m * tile_n // threads
-        cluster_size = self.cluster_mn[0] * self.cluster_mn[1]
         m_partials = cute.make_tensor(
-            partials_ptr,
+            ptrs.partials,
             cute.make_layout(
-                (4, values // 4, threads, max_clusters * cluster_size),
+                (4, values // 4, threads, max_clusters * self.cluster_size),
                 stride=(1, 4 * threads, 4, tile_m * tile_n),
             ),
         )
-        m_flags = cute.make_tensor(flags_ptr, cute.make_layout(num_work * cluster_size))
+        m_flags = cute.make_tensor(ptrs.flags, cute.make_layout(num_work * self.cluster_size))
         return m_partials, m_flags
 
     # ------------------------------------------------------------------------------------------
@@ -820,13 +803,11 @@ class Conv2dFpropSm90(ConvKernelEntry):
 
     def partial_slot(self, cluster: cutlass.Int32):
         """Stream-K: the workspace slot of this CTA's partial when ``cluster`` computes it."""
-        cluster_size = self.cluster_mn[0] * self.cluster_mn[1]
-        return cluster * cluster_size + cute.arch.block_idx_in_cluster()
+        return cluster * self.cluster_size + cute.arch.block_idx_in_cluster()
 
     def tile_flag(self, flags: cute.Tensor, scheduler: StaticTileScheduler, work):
         """Stream-K: the counter of partials written for this CTA's tile of ``work``."""
-        cluster_size = self.cluster_mn[0] * self.cluster_mn[1]
-        index = scheduler.tile_index(work) * cluster_size + cute.arch.block_idx_in_cluster()
+        index = scheduler.tile_index(work) * self.cluster_size + cute.arch.block_idx_in_cluster()
         return flags.iterator + index
 
     @staticmethod
