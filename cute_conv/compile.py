@@ -133,6 +133,7 @@ def _build(key: KernelKey):
         swizzle=cfg.swizzle,
         raster_along_m=cfg.raster_along_m,
         stream_k=cfg.stream_k,
+        dynamic_schedule=cfg.dynamic_schedule,
         epilogue=key.epilogue,
     )
 

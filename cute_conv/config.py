@@ -62,6 +62,10 @@ class Conv2dConfig:
             for CTAs launched after it, so the whole grid (one CTA per SM of the device's SM
             count) must be able to be resident at once: do not force it where SMs are
             withheld from the process.
+        dynamic_schedule: after its first tile, each CTA takes the next output tile from a
+            global counter rather than every grid-th tile, so that SMs that run faster (closer
+            to the memory they stream) take more tiles. Clusters of one CTA only; the counter
+            lives in the same per-stream workspace as stream-K's.
     """
 
     tile_m: int = 128
@@ -73,9 +77,10 @@ class Conv2dConfig:
     raster_along_m: bool = True
     swizzle: int = 8
     stream_k: bool = False
+    dynamic_schedule: bool = False
 
     def __post_init__(self) -> None:
-        check_field_types(self, bool_fields=("raster_along_m", "stream_k"))
+        check_field_types(self, bool_fields=("raster_along_m", "stream_k", "dynamic_schedule"))
         check_choice("tile_m", self.tile_m, TILE_M_CHOICES)
         check_choice("tile_n", self.tile_n, TILE_N_CHOICES)
         if self.tile_m * self.tile_n > MAX_TILE_ELEMS:
@@ -99,6 +104,12 @@ class Conv2dConfig:
             )
         if self.swizzle < 1:
             raise ValueError(f"swizzle must be >= 1, got {self.swizzle}")
+        if self.dynamic_schedule and (self.stream_k or self.cluster_m * self.cluster_n > 1):
+            raise ValueError(
+                "dynamic_schedule needs cluster_m=cluster_n=1 and stream_k=False, got "
+                f"cluster_m={self.cluster_m}, cluster_n={self.cluster_n}, "
+                f"stream_k={self.stream_k}"
+            )
 
     @property
     def tile_shape_mnk(self) -> tuple[int, int, int]:
@@ -150,6 +161,13 @@ def default_config(
     sd-16-1280 (180 k-tiles) N=1: 0.0404 -> 0.0281. Shorter mainloops lost: r50-c3 (18
     k-tiles) and r50-c4 (36) at N=1..32 by 2-20%; so did odd-5x5 N=1 (75 k-tiles, 96 tiles,
     0.73 of a wave) 0.0178 -> 0.0203, while the suite's r50-c5 (98 tiles) gained 1%.
+
+    dynamic_schedule: for 1x1 convs on single-CTA clusters. Their tiles stream from DRAM and
+    SMs run them at different speeds (ncu on an H200: the average SM busy 89-90% of the
+    busiest one, for r50-c2-1x1-up and r50-c3-1x1-dn); taking tiles from a counter let the
+    faster SMs take more: 0.0762 -> 0.0744 ms and 0.0417 -> 0.0414 (0.0416 -> 0.0405 in a
+    second run). The same switch cost 3x3 convs 2-4% (r50-c2/c3 3x3, the stem), whose
+    static order keeps neighbouring tiles in step for L2.
     """
     tiles_m = -(-problem.gemm_m // 128)
     best = None
@@ -177,7 +195,9 @@ def default_config(
     tiles = -(-problem.gemm_m // tile_m) * tiles_n
     k_tiles = -(-problem.C // tile_k) * problem.R * problem.S
     stream_k = tiles <= _MAX_WAVE_STREAM_K * num_sms and k_tiles >= _MIN_K_TILES_STREAM_K
+    pointwise = problem.R == problem.S == 1
+    dynamic_schedule = pointwise and cluster_m == cluster_n == 1 and not stream_k
     return Conv2dConfig(
         tile_m=tile_m, tile_n=tile_n, tile_k=tile_k, cluster_m=cluster_m, cluster_n=cluster_n,
-        stream_k=stream_k,
+        stream_k=stream_k, dynamic_schedule=dynamic_schedule,
     )  # fmt: skip

@@ -63,11 +63,13 @@ def candidate_widths(k: int) -> list[int]:
 
 def candidate_configs(problem: Conv2dProblemShape, num_sms: int = 132) -> list[Conv2dConfig]:
     """``candidate_widths``, each alone and in both 2-CTA clusters, two rasterizations, 128-
-    row tiles and, up to 128 wide, 256-row ones; the k-tile width and stream-K choice of the
-    default heuristic for the problem the kernel runs (after staging) on ``num_sms`` SMs."""
+    row tiles and, up to 128 wide, 256-row ones; the k-tile width, stream-K and (for
+    single-CTA clusters) dynamic scheduling choices of the default heuristic for the problem
+    the kernel runs (after staging) on ``num_sms`` SMs."""
     kernel_problem = kernel_problem_for(problem)
     heuristic = default_config(kernel_problem, num_sms)
     tile_k, stream_k = heuristic.tile_k, heuristic.stream_k
+    dynamic = heuristic.dynamic_schedule  # single-CTA clusters only
     shapes = [
         (tile_m, tile_n)
         for tile_n in candidate_widths(kernel_problem.K)
@@ -77,7 +79,8 @@ def candidate_configs(problem: Conv2dProblemShape, num_sms: int = 132) -> list[C
     return [
         Conv2dConfig(tile_m=tile_m, tile_n=tile_n, tile_k=tile_k,
                      cluster_m=cluster_m, cluster_n=cluster_n, swizzle=swizzle,
-                     stream_k=stream_k)
+                     stream_k=stream_k,
+                     dynamic_schedule=dynamic and cluster_m * cluster_n == 1)
         for (tile_m, tile_n), (cluster_m, cluster_n), swizzle in itertools.product(
             shapes, ((1, 1), (2, 1), (1, 2)), (1, 8)
         )
@@ -202,7 +205,7 @@ def _config_id(config: Conv2dConfig) -> str:
         f"m{config.tile_m}-n{config.tile_n}-k{config.tile_k}"
         f"-c{config.cluster_m}x{config.cluster_n}-s{config.stages}"
         f"-sw{config.swizzle}-{'m' if config.raster_along_m else 'n'}"
-        f"{'-sk' if config.stream_k else ''}"
+        f"{'-sk' if config.stream_k else ''}{'-dyn' if config.dynamic_schedule else ''}"
     )
 
 

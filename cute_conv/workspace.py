@@ -18,6 +18,9 @@ from .problem import Conv2dProblemShape
 
 __all__ = ["stream_k_workspace", "stream_k_workspace_size"]
 
+# The work counter of a dynamically scheduled kernel and its count of CTAs done.
+DYNAMIC_SCHEDULE_COUNTERS = 2
+
 _buffers: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 _lock = threading.Lock()
 
@@ -27,7 +30,11 @@ def stream_k_workspace_size(
 ) -> tuple[int, int] | None:
     """``(float32 partials, int32 flags)`` a launch of ``config`` on the kernel problem
     ``problem`` with at most ``max_clusters`` clusters needs; None without stream-K."""
-    if not (isinstance(config, Conv2dConfig) and config.stream_k):
+    if not isinstance(config, Conv2dConfig):
+        return None
+    if config.dynamic_schedule:
+        return 0, DYNAMIC_SCHEDULE_COUNTERS
+    if not config.stream_k:
         return None
     cluster_size = config.cluster_m * config.cluster_n
     tiles_m = -(-problem.gemm_m // config.tile_m)

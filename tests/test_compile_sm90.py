@@ -238,3 +238,15 @@ def test_stream_k_fixup_in_the_ptx():
         "sm_90a", act_dtype=torch.bfloat16, config=cute_conv.Conv2dConfig(tile_n=256, cluster_n=2)
     ).ptx
     assert not any(op in plain for op in ("st.global.v4", "fence.acq_rel.gpu", "ld.acquire"))
+
+
+def test_dynamic_schedule_in_the_ptx():
+    """A dynamically scheduled kernel takes work with a relaxed atomic add, counts its CTA out
+    with an acq_rel one and resets both counters; a static kernel has no global atomics."""
+    config = cute_conv.Conv2dConfig(dynamic_schedule=True)
+    ptx = cute_conv.compile_kernel("sm_90a", act_dtype=torch.bfloat16, config=config).ptx
+    assert ptx.count("atom.global.add.u32") == 1
+    assert ptx.count("atom.global.acq_rel.add.u32") == 1
+    assert ptx.count("st.relaxed.gpu.global") == 2
+    static = cute_conv.compile_kernel("sm_90a", act_dtype=torch.bfloat16).ptx
+    assert "atom.global" not in static

@@ -27,6 +27,9 @@ from cute_conv.problem import Conv2dProblemShape
         pytest.param(dict(tile_n=128.0), TypeError, "tile_n must be an int", id="tile-n-type"),
         pytest.param(dict(raster_along_m=1), TypeError, "raster_along_m must be a bool", id="raster-type"),
         pytest.param(dict(stream_k=1), TypeError, "stream_k must be a bool", id="stream-k-type"),
+        pytest.param(dict(dynamic_schedule=1), TypeError, "dynamic_schedule must be a bool", id="dynamic-type"),
+        pytest.param(dict(cluster_n=2, dynamic_schedule=True), ValueError, "dynamic_schedule needs", id="dynamic-cluster"),
+        pytest.param(dict(stream_k=True, dynamic_schedule=True), ValueError, "dynamic_schedule needs", id="dynamic-stream-k"),
     ],
 )  # fmt: skip
 def test_config_rejections(kwargs, exc, match):
@@ -71,6 +74,30 @@ def test_default_config(prob, tile_m, tile_n, tile_k, cluster_m, cluster_n):
 )  # fmt: skip
 def test_default_config_stream_k(prob, num_sms, stream_k):
     assert default_config(prob, num_sms).stream_k == stream_k
+
+
+@pytest.mark.parametrize(
+    "prob,dynamic",
+    [
+        pytest.param(problem(128, 56, 64, 256, 1), True, id="r50-c2-1x1-up"),
+        pytest.param(problem(128, 28, 512, 128, 1), True, id="r50-c3-1x1-dn"),
+        pytest.param(problem(128, 14, 256, 1024, 1), False, id="1x1-in-a-1x2-cluster"),
+        pytest.param(problem(128, 28, 128, 128, 3, padding=1), False, id="3x3"),
+        pytest.param(problem(1, 7, 4096, 64, 1), False, id="1x1-stream-k"),
+    ],
+)  # fmt: skip
+def test_default_config_dynamic_schedule(prob, dynamic):
+    config = default_config(prob)
+    assert config.dynamic_schedule == dynamic
+    assert not dynamic or config.cluster_shape_mn == (1, 1)
+
+
+def test_dynamic_schedule_workspace_size():
+    from cute_conv.workspace import DYNAMIC_SCHEDULE_COUNTERS, stream_k_workspace_size
+
+    config = Conv2dConfig(dynamic_schedule=True)
+    sizes = stream_k_workspace_size(problem(128, 28, 512, 128, 1), config, 132)
+    assert sizes == (0, DYNAMIC_SCHEDULE_COUNTERS)
 
 
 def test_stream_k_workspace_size():

@@ -46,7 +46,7 @@ the flag to zero and runs the normal epilogue; the source-load warp loads C only
 """
 
 from types import SimpleNamespace
-from typing import Optional, Tuple, Type
+from typing import NamedTuple, Optional, Tuple, Type
 
 import cuda.bindings.driver as cuda
 import cutlass
@@ -87,6 +87,18 @@ _WIDE_EPI_N = 64
 # next tile's C during its mainloop; it gives up A/B stages for that only down to this depth.
 _MIN_AB_STAGES_WITH_SOURCE = 4
 _MIN_SOURCE_STAGES = 2
+# Work items the load warp may hand out ahead of the consumers (dynamic scheduling).
+_WORK_QUEUE_STAGES = 4
+
+
+class WorkQueue(NamedTuple):
+    """Dynamic scheduling: the load warp hands work items to the other roles through
+    ``items`` in SMEM, slot by slot (``pipeline``); ``counters`` are the global work counter
+    and the count of CTAs done taking work (see ``Conv2dFpropSm90.request_work``)."""
+
+    pipeline: pipeline.PipelineAsync
+    items: cute.Tensor
+    counters: cute.Tensor
 
 
 class Conv2dFpropSm90(ConvKernelEntry):
@@ -101,6 +113,9 @@ class Conv2dFpropSm90(ConvKernelEntry):
     :param swizzle, raster_along_m: tile rasterization, see ``StaticTileScheduler``.
     :param stream_k: split the k-tiles of all output tiles evenly over the grid (see
         ``StaticTileScheduler``), for problems of less than a wave of tiles.
+    :param dynamic_schedule: after its first tile, a CTA takes the next tile from a global
+        counter (``ptrs.flags``: two zeroed int32, left at zero) instead of every grid-th
+        one, so that SMs which run faster take more tiles. Clusters of one CTA only.
     :param epilogue: the fused epilogue terms, see ``EpilogueSpec``.
     """
 
@@ -120,6 +135,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
         swizzle: int = 1,
         raster_along_m: bool = True,
         stream_k: bool = False,
+        dynamic_schedule: bool = False,
         epilogue: Optional[EpilogueSpec] = None,
     ):
         if act_dtype not in (cutlass.BFloat16, cutlass.Float16) or filter_dtype != act_dtype:
@@ -153,6 +169,12 @@ class Conv2dFpropSm90(ConvKernelEntry):
         self.swizzle = swizzle
         self.raster_along_m = raster_along_m
         self.stream_k = stream_k
+        if dynamic_schedule and (stream_k or cluster_mn != (1, 1)):
+            raise ValueError(
+                f"dynamic_schedule needs clusters of one CTA and no stream_k, got "
+                f"cluster_mn={cluster_mn}, stream_k={stream_k}"
+            )
+        self.dynamic_schedule = dynamic_schedule
         self.epilogue = epilogue or EpilogueSpec()
 
         self.num_consumer_warpgroups = 2
@@ -315,9 +337,15 @@ class Conv2dFpropSm90(ConvKernelEntry):
             )
         )  # fmt: skip
 
+        queue_stages = _WORK_QUEUE_STAGES if self.dynamic_schedule else 1
+
         @cute.struct
         class SharedStorage:
             ab_mbar: cute.struct.MemRange[cutlass.Int64, self.ab_stages * 2]
+            # The work queue of dynamic scheduling: the load warp's work items on their way to
+            # the other roles (one unused slot without; it fits in sA's alignment padding).
+            work_mbar: cute.struct.MemRange[cutlass.Int64, queue_stages * 2]
+            work_items: cute.struct.MemRange[cutlass.Int32, queue_stages]
             sA: cute.struct.Align[
                 cute.struct.MemRange[self.act_dtype, cute.cosize(self.a_smem_layout_staged)],
                 1024,
@@ -354,6 +382,9 @@ class Conv2dFpropSm90(ConvKernelEntry):
             m_partials, m_flags = self.stream_k_workspace(ptrs, max_clusters, num_work)
         else:
             num_clusters = cutlass.max(cutlass.min(num_work, max_clusters), 1)
+        if cutlass.const_expr(self.dynamic_schedule):
+            # (next work item to hand out - grid size, CTAs done taking work)
+            m_flags = cute.make_tensor(ptrs.flags, cute.make_layout(2))
 
         self.kernel(
             tma_atom_a,
@@ -485,6 +516,23 @@ class Conv2dFpropSm90(ConvKernelEntry):
                 ),
                 defer_sync=True,
             )
+        work_queue = None
+        if cutlass.const_expr(self.dynamic_schedule):
+            work_queue = WorkQueue(
+                pipeline=pipeline.PipelineAsync.create(
+                    barrier_storage=storage.work_mbar.data_ptr(),
+                    num_stages=_WORK_QUEUE_STAGES,
+                    producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+                    # Every thread of the consumer warpgroups and of the source-load warp.
+                    consumer_group=pipeline.CooperativeGroup(
+                        pipeline.Agent.Thread,
+                        self.num_consumer_threads + (32 if self.epilogue.has_residual else 0),
+                    ),
+                    defer_sync=True,
+                ),
+                items=storage.work_items.get_tensor(cute.make_layout(_WORK_QUEUE_STAGES)),
+                counters=m_flags,
+            )
         pipeline_init_arrive(cluster_shape_mn=self.cluster_mn, is_relaxed=True)
 
         sA = storage.sA.get_tensor(a_smem_layout_staged.outer, swizzle=a_smem_layout_staged.inner)
@@ -533,10 +581,11 @@ class Conv2dFpropSm90(ConvKernelEntry):
                     cta_layout_mnk,
                     cluster_coord_mnk,
                     scheduler,
+                    work_queue,
                 )
             if cutlass.const_expr(self.epilogue.has_residual):
                 if warp_idx == self.source_load_warp_id:
-                    self.load_source(source_pipeline, tma_atom_c, gC, sC, scheduler)
+                    self.load_source(source_pipeline, tma_atom_c, gC, sC, scheduler, work_queue)
 
         # ////////////////////////////////////////////////////////////////////////////////////
         #  CONSUMER WARPGROUPS: MMA + EPILOGUE
@@ -562,6 +611,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
                 warp_idx,
                 m_partials,
                 m_flags,
+                work_queue,
             )
 
     @cute.jit
@@ -577,8 +627,11 @@ class Conv2dFpropSm90(ConvKernelEntry):
         cta_layout_mnk: cute.Layout,
         cluster_coord_mnk: cute.Coord,
         scheduler: StaticTileScheduler,
+        work_queue: Optional[WorkQueue],
     ):
-        """Load warp: fills the A/B ring for every k-tile of every output tile of this CTA."""
+        """Load warp: fills the A/B ring for every k-tile of every output tile of this CTA;
+        with ``dynamic_schedule`` it also takes the work items and hands them to the other
+        roles through the work queue."""
         # Each CTA of a multicast group issues its slice of the box; TMA delivers it to all.
         tAsA, tAgA = cpasync.tma_partition(
             tma_atom_a,
@@ -605,9 +658,20 @@ class Conv2dFpropSm90(ConvKernelEntry):
         producer_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Producer, self.ab_stages
         )
+        queue_state = None
+        if cutlass.const_expr(self.dynamic_schedule):
+            queue_state = pipeline.make_pipeline_state(
+                pipeline.PipelineUserType.Producer, _WORK_QUEUE_STAGES
+            )
         end_work = scheduler.end_work()
         work = scheduler.first_work()
+        ticket = cutlass.Int32(0)
         while work < end_work:
+            if cutlass.const_expr(self.dynamic_schedule):
+                queue_state = self.publish_work(work_queue, queue_state, work)
+                # Ask for the next work item now: the atomic's round trip overlaps this
+                # tile's loads, its result is first needed after them.
+                ticket = self.request_work(work_queue)
             m_tile, n_tile = scheduler.tile_coord(work)
             ab_gmem = (tAgA[(None, m_tile, None)], tBgB[(None, n_tile, None)])
             ab_smem = (tAsA, tBsB)
@@ -646,8 +710,85 @@ class Conv2dFpropSm90(ConvKernelEntry):
                 # The first tile's A/B loads are out: let the source loads begin.
                 if work == scheduler.first_work():
                     self.epilogue_load_barrier().arrive()
-            work = scheduler.next_work(work)
+            if cutlass.const_expr(self.dynamic_schedule):
+                work = self.claim_work(ticket)
+            else:
+                work = scheduler.next_work(work)
+        if cutlass.const_expr(self.dynamic_schedule):
+            self.publish_work(work_queue, queue_state, work)  # past the end: the roles stop
+            self.retire_from_work_queue(work_queue)
         ab_pipeline.producer_tail(producer_state)
+
+    @cute.jit
+    def request_work(self, work_queue: WorkQueue) -> cutlass.Int32:
+        """Dynamic scheduling (load warp): take a ticket from the global counter (lane 0's
+        value counts; see ``claim_work``)."""
+        ticket = cutlass.Int32(0)
+        if cute.arch.lane_idx() == 0:
+            ticket = cute.arch.atomic_add(
+                work_queue.counters.iterator, cutlass.Int32(1), sem="relaxed", scope="gpu"
+            )
+        return ticket
+
+    @cute.jit
+    def claim_work(self, ticket: cutlass.Int32) -> cutlass.Int32:
+        """Dynamic scheduling (load warp): the work item of lane 0's ticket. Every CTA starts
+        on the work item of its grid index; the counter hands out the rest."""
+        return cute.arch.shuffle_sync(ticket, 0) + cutlass.Int32(cute.arch.grid_dim()[2])
+
+    @cute.jit
+    def publish_work(
+        self, work_queue: WorkQueue, state: pipeline.PipelineState, work
+    ) -> pipeline.PipelineState:
+        """Dynamic scheduling (load warp): put ``work`` in queue slot ``state``; returns the
+        advanced state."""
+        work_queue.pipeline.producer_acquire(state)
+        if cute.arch.lane_idx() == 0:
+            work_queue.items[state.index] = work
+            work_queue.pipeline.producer_commit(state)
+        state.advance()
+        return state
+
+    def make_queue_consumer_state(self) -> Optional[pipeline.PipelineState]:
+        """Where a consumer of the work queue reads next (None: static scheduling)."""
+        if self.dynamic_schedule:
+            return pipeline.make_pipeline_state(
+                pipeline.PipelineUserType.Consumer, _WORK_QUEUE_STAGES
+            )
+        return None
+
+    @cute.jit
+    def next_work_item(
+        self,
+        scheduler: StaticTileScheduler,
+        work_queue: Optional[WorkQueue],
+        queue_state: Optional[pipeline.PipelineState],
+        work: Optional[cutlass.Int32] = None,
+    ) -> Tuple[cutlass.Int32, Optional[pipeline.PipelineState]]:
+        """Consumer and source-load roles: the work item after ``work`` (the first when
+        None), from the work queue with ``dynamic_schedule``, and the advanced queue state."""
+        if cutlass.const_expr(self.dynamic_schedule):
+            work_queue.pipeline.consumer_wait(queue_state)
+            work = work_queue.items[queue_state.index]
+            work_queue.pipeline.consumer_release(queue_state)
+            queue_state.advance()
+        elif cutlass.const_expr(work is None):
+            work = scheduler.first_work()
+        else:
+            work = scheduler.next_work(work)
+        return work, queue_state
+
+    @cute.jit
+    def retire_from_work_queue(self, work_queue: WorkQueue):
+        """Dynamic scheduling (load warp, after its last take): count this CTA out; the last
+        CTA out resets both counters to zero for the next launch, since no CTA takes work
+        after it has counted itself out."""
+        if cute.arch.lane_idx() == 0:
+            counters = work_queue.counters.iterator
+            done = cute.arch.atomic_add(counters + 1, cutlass.Int32(1), sem="acq_rel", scope="gpu")
+            if done == cutlass.Int32(cute.arch.grid_dim()[2]) - 1:
+                cute.arch.store(counters, cutlass.Int32(0), sem="relaxed", scope="gpu")
+                cute.arch.store(counters + 1, cutlass.Int32(0), sem="relaxed", scope="gpu")
 
     @cute.jit
     def load_k_tile(
@@ -687,14 +828,16 @@ class Conv2dFpropSm90(ConvKernelEntry):
         gC: cute.Tensor,
         sC: cute.Tensor,
         scheduler: StaticTileScheduler,
+        work_queue: Optional[WorkQueue],
     ):
         """Source-load warp: TMA-loads the residual C subtile by subtile, in epilogue order."""
         self.epilogue_load_barrier().arrive_and_wait()
         producer_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Producer, self.source_stages
         )
+        queue_state = self.make_queue_consumer_state()
         end_work = scheduler.end_work()
-        work = scheduler.first_work()
+        work, queue_state = self.next_work_item(scheduler, work_queue, queue_state)
         while work < end_work:
             k_first, _ = scheduler.k_tile_range(work)
             if k_first == 0:  # a stream-K partial has no epilogue, so no C
@@ -719,7 +862,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
                     )
                     source_pipeline.producer_commit(producer_state)
                     producer_state.advance()
-            work = scheduler.next_work(work)
+            work, queue_state = self.next_work_item(scheduler, work_queue, queue_state, work)
         source_pipeline.producer_tail(producer_state)
 
     @staticmethod
@@ -749,6 +892,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
         warp_idx: cutlass.Int32,
         m_partials: Optional[cute.Tensor],
         m_flags: Optional[cute.Tensor],
+        work_queue: Optional[WorkQueue],
     ):
         """Consumer warpgroups: WGMMA over the ring, then the epilogue of each output tile."""
         tidx, _, _ = cute.arch.thread_idx()
@@ -780,8 +924,9 @@ class Conv2dFpropSm90(ConvKernelEntry):
             tidx=consumer_tidx,
             barrier=ctx.barrier,
         )
+        queue_state = self.make_queue_consumer_state()
         end_work = scheduler.end_work()
-        work = scheduler.first_work()
+        work, queue_state = self.next_work_item(scheduler, work_queue, queue_state)
         while work < end_work:
             k_first, k_end = scheduler.k_tile_range(work)
             read_state, release_state = self.mainloop(
@@ -798,7 +943,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
                     ctx, work, scheduler, source_state, num_epi_tiles_done,
                     tma_atom_d, source_pipeline, gD, m_bias, m_scale, alpha, beta, warp_idx,
                 )  # fmt: skip
-            work = scheduler.next_work(work)
+            work, queue_state = self.next_work_item(scheduler, work_queue, queue_state, work)
         ctx.store_pipeline.producer_tail()
 
     def partial_slot(self, cluster: cutlass.Int32):

@@ -1,0 +1,73 @@
+"""Dynamic tile scheduling on the GPU: every tile computed once, counters left at zero."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import cute_conv
+from cute_conv.reference import conv2d_reference
+from cute_conv.testing import compare_to_reference, random_conv_inputs
+
+pytestmark = pytest.mark.gpu
+
+Config = cute_conv.Conv2dConfig
+DYNAMIC_CONFIGS = [
+    Config(tile_n=128, dynamic_schedule=True),
+    Config(tile_n=256, dynamic_schedule=True),
+    Config(tile_m=256, tile_n=64, dynamic_schedule=True),
+    Config(tile_n=96, tile_k=32, dynamic_schedule=True),
+]
+# (N, H, W, C, K, R, S, padding): many waves of tiles (most taken from the counter), M and K
+# tails, fewer tiles than SMs (nothing taken from the counter), a 3x3 conv.
+SHAPES = [
+    (32, 28, 28, 64, 256, 1, 1, 0),
+    (5, 19, 23, 200, 328, 1, 1, 0),
+    (1, 5, 5, 64, 96, 1, 1, 0),
+    (8, 14, 14, 128, 128, 3, 3, 1),
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s[:7])))
+@pytest.mark.parametrize(
+    "config", DYNAMIC_CONFIGS, ids=lambda c: f"m{c.tile_m}n{c.tile_n}k{c.tile_k}"
+)
+def test_dynamic_schedule_matches_the_reference(shape, config):
+    n, h, w, c, k, r, s, pad = shape
+    act, flt = random_conv_inputs(n, h, w, c, k, r, s)
+    ref = conv2d_reference(act, flt, padding=pad)
+    bias = torch.randn(k, device="cuda")
+    source = torch.randn(ref.shape, device="cuda").to(torch.bfloat16)
+    fused_ref = torch.relu(ref.float() + bias) + source.float()
+    # Three calls each: counters not reset by the previous call would skip tiles in the next.
+    for _ in range(3):
+        out = torch.full(ref.shape, float("nan"), dtype=torch.bfloat16, device="cuda")
+        cute_conv.conv2d_fprop(act, flt, padding=pad, out=out, config=config)
+        report = compare_to_reference(out, ref)
+        assert report.ok, f"plain: {report}"
+        fused = torch.full(ref.shape, float("nan"), dtype=torch.bfloat16, device="cuda")
+        cute_conv.conv2d_fprop_with_residual(
+            act, flt, source, padding=pad, bias=bias, activation="relu", out=fused, config=config
+        )
+        report = compare_to_reference(fused, fused_ref)
+        assert report.ok, f"fused: {report}"
+
+
+def test_dynamic_schedule_on_two_streams_at_once():
+    """Each stream has its own counters: kernels running at once must not take each other's
+    tiles."""
+    config = DYNAMIC_CONFIGS[0]
+    act, flt = random_conv_inputs(32, 28, 28, 64, 256, 1, 1)
+    ref = conv2d_reference(act, flt)
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    outs = [
+        torch.full(ref.shape, float("nan"), dtype=torch.bfloat16, device="cuda") for _ in streams
+    ]
+    torch.cuda.synchronize()
+    for _ in range(5):
+        for stream, out in zip(streams, outs, strict=True):
+            with torch.cuda.stream(stream):
+                cute_conv.conv2d_fprop(act, flt, out=out, config=config)
+    torch.cuda.synchronize()
+    for out in outs:
+        assert compare_to_reference(out, ref).ok
