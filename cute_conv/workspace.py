@@ -1,8 +1,10 @@
-"""Scratch memory of the stream-K kernels, one pair of buffers per device and stream.
+"""Scratch memory of the stream-K and dynamically scheduled kernels, one pair of buffers per
+device and stream.
 
 A stream-K kernel (``Conv2dConfig.stream_k``) sums the tiles it splits between SMs through
 float32 partials (one tile per CTA of the grid) and int32 counters (one per output tile) that
-it leaves at zero when it ends. Calls on one stream run in order, so they share the stream's
+it leaves at zero when it ends. A dynamically scheduled kernel (``dynamic_schedule``) needs
+two int32 counters only (its next tile, its CTAs done), also left at zero. Calls on one stream run in order, so they share the stream's
 buffers; other streams get their own. Buffers only grow: the first call of a new, larger size
 allocates (and zeroes the counters) on the call's stream.
 """

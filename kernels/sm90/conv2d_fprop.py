@@ -35,7 +35,10 @@ Pipelines and barriers:
 Persistence: a static tile scheduler (``kernels/common/tile_scheduler.py``); every role walks
 the same sequence of work items: whole output tiles, or with ``stream_k`` segments of the
 k-tiles of a tile. Clusters of (cluster_m, cluster_n) CTAs multicast the activation tile along
-N and the filter tile along M.
+N and the filter tile along M. With ``dynamic_schedule`` (single-CTA clusters) a CTA's first
+tile is its grid index and the load warp takes the next ones from a global counter, one tile
+ahead, handing each to the consumers and the source-load warp through the work queue
+(PipelineAsync, ``_WORK_QUEUE_STAGES`` SMEM slots; a value past the last tile ends the roles).
 
 Stream-K fixup (global memory, no SMEM): a CTA whose segment is a partial of a tile writes its
 fp32 accumulators to its workspace slot (16-byte vectors), the 256 consumer threads meet at the
