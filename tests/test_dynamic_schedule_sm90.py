@@ -8,6 +8,7 @@ import torch
 import cute_conv
 from cute_conv.reference import conv2d_reference
 from cute_conv.testing import compare_to_reference, random_conv_inputs
+from tests.repeated_calls import assert_repeated_calls_match
 
 pytestmark = pytest.mark.gpu
 
@@ -35,22 +36,7 @@ SHAPES = [
 def test_dynamic_schedule_matches_the_reference(shape, config):
     n, h, w, c, k, r, s, pad = shape
     act, flt = random_conv_inputs(n, h, w, c, k, r, s)
-    ref = conv2d_reference(act, flt, padding=pad)
-    bias = torch.randn(k, device="cuda")
-    source = torch.randn(ref.shape, device="cuda").to(torch.bfloat16)
-    fused_ref = torch.relu(ref.float() + bias) + source.float()
-    # Three calls each: counters not reset by the previous call would skip tiles in the next.
-    for _ in range(3):
-        out = torch.full(ref.shape, float("nan"), dtype=torch.bfloat16, device="cuda")
-        cute_conv.conv2d_fprop(act, flt, padding=pad, out=out, config=config)
-        report = compare_to_reference(out, ref)
-        assert report.ok, f"plain: {report}"
-        fused = torch.full(ref.shape, float("nan"), dtype=torch.bfloat16, device="cuda")
-        cute_conv.conv2d_fprop_with_residual(
-            act, flt, source, padding=pad, bias=bias, activation="relu", out=fused, config=config
-        )
-        report = compare_to_reference(fused, fused_ref)
-        assert report.ok, f"fused: {report}"
+    assert_repeated_calls_match(act, flt, pad, config)
 
 
 def test_dynamic_schedule_on_two_streams_at_once():

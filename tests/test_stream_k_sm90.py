@@ -8,6 +8,7 @@ import torch
 import cute_conv
 from cute_conv.reference import conv2d_reference
 from cute_conv.testing import compare_to_reference, random_conv_inputs
+from tests.repeated_calls import assert_repeated_calls_match
 
 pytestmark = pytest.mark.gpu
 
@@ -42,22 +43,7 @@ def _inputs(shape):
 )
 def test_stream_k_matches_the_reference(shape, config):
     act, flt, pad = _inputs(shape)
-    ref = conv2d_reference(act, flt, padding=pad)
-    bias = torch.randn(ref.shape[-1], device="cuda")
-    source = torch.randn(ref.shape, device="cuda").to(torch.bfloat16)
-    fused_ref = torch.relu(ref.float() + bias) + source.float()
-    # Three calls each: a counter not reset to zero by the previous call would break the next.
-    for _ in range(3):
-        out = torch.full(ref.shape, float("nan"), dtype=torch.bfloat16, device="cuda")
-        cute_conv.conv2d_fprop(act, flt, padding=pad, out=out, config=config)
-        report = compare_to_reference(out, ref)
-        assert report.ok, f"plain: {report}"
-        fused = torch.full(ref.shape, float("nan"), dtype=torch.bfloat16, device="cuda")
-        cute_conv.conv2d_fprop_with_residual(
-            act, flt, source, padding=pad, bias=bias, activation="relu", out=fused, config=config
-        )
-        report = compare_to_reference(fused, fused_ref)
-        assert report.ok, f"fused: {report}"
+    assert_repeated_calls_match(act, flt, pad, config)
 
 
 def test_stream_k_is_deterministic():
