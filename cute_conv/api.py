@@ -22,7 +22,7 @@ from .problem import Conv2dProblemShape
 from .staging import kernel_problem_for, run_staged, spans_overlap
 from .tuning import choose_config
 from .validation import ALIGNMENT_BYTES, check_alignment, validate_conv_inputs, validate_device
-from .workspace import stream_k_workspace, stream_k_workspace_size
+from .workspace import kernel_workspace, kernel_workspace_size
 
 __all__ = ["conv2d_fprop", "conv2d_fprop_with_residual"]
 
@@ -200,7 +200,7 @@ class _LaunchPlan:
     kernel_problem: Conv2dProblemShape  # what the kernel runs; see staging.kernel_problem_for
     scalars: tuple  # the kernel's runtime scalars for kernel_problem
     vectors_ready: bool  # bias/scale (those used) are contiguous, in the kernel's vector dtype
-    workspace: tuple[int, int] | None  # stream-K: float32 partials and int32 flags it needs
+    workspace: tuple[int, int] | None  # float32 partials and int32 flags it needs, if any
     nbytes: tuple[int, int, int]  # sizes of x, filter and out, for the aliasing checks
     empty: bool  # N == 0: nothing to launch
 
@@ -209,10 +209,11 @@ class _LaunchPlan:
         return self.kernel_problem is not self.problem
 
     def workspace_pointers(self, device_index: int, stream: int) -> tuple[int, int]:
-        """The stream-K workspace of this call's stream, or null pointers."""
+        """The stream-K / dynamic scheduling workspace of this call's stream, or null
+        pointers."""
         if self.workspace is None:
             return (0, 0)
-        return stream_k_workspace(device_index, stream, *self.workspace)
+        return kernel_workspace(device_index, stream, *self.workspace)
 
     def launch(self, x, flt, out, source, bias, scale, *, stream: int) -> None:
         """Launch on tensors already laid out for the kernel (see ``staging``); the
@@ -326,7 +327,7 @@ def _make_plan(x, filter, source, out, args: dict) -> _LaunchPlan:  # noqa: A002
     )
     out_bytes = math.prod(problem.output_shape) * torch.finfo(out_dtype).bits // 8
     nbytes = (x.numel() * x.element_size(), filter.numel() * filter.element_size(), out_bytes)
-    workspace = stream_k_workspace_size(kernel_problem, config, max_clusters)
+    workspace = kernel_workspace_size(kernel_problem, config, max_clusters)
     return _LaunchPlan(
         problem, out_dtype, epilogue, kernel, kernel_problem, scalars, vectors_ready,
         workspace, nbytes, problem.gemm_m == 0,

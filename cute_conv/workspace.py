@@ -4,9 +4,9 @@ device and stream.
 A stream-K kernel (``Conv2dConfig.stream_k``) sums the tiles it splits between SMs through
 float32 partials (one tile per CTA of the grid) and int32 counters (one per output tile) that
 it leaves at zero when it ends. A dynamically scheduled kernel (``dynamic_schedule``) needs
-two int32 counters only (its next tile, its CTAs done), also left at zero. Calls on one stream run in order, so they share the stream's
-buffers; other streams get their own. Buffers only grow: the first call of a new, larger size
-allocates (and zeroes the counters) on the call's stream.
+only its int32 work counters, also left at zero. Calls on one stream run in order, so they
+share the stream's buffers; other streams get their own. Buffers only grow: the first call of
+a new, larger size allocates (and zeroes the counters) on the call's stream.
 """
 
 from __future__ import annotations
@@ -16,22 +16,21 @@ import threading
 import torch
 
 from .config import Conv2dConfig
+from .kernels.sm90.conv2d_fprop import WORK_COUNTERS as DYNAMIC_SCHEDULE_COUNTERS
 from .problem import Conv2dProblemShape
 
-__all__ = ["stream_k_workspace", "stream_k_workspace_size"]
-
-# The work counter of a dynamically scheduled kernel and its count of CTAs done.
-DYNAMIC_SCHEDULE_COUNTERS = 2
+__all__ = ["DYNAMIC_SCHEDULE_COUNTERS", "kernel_workspace", "kernel_workspace_size"]
 
 _buffers: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 _lock = threading.Lock()
 
 
-def stream_k_workspace_size(
+def kernel_workspace_size(
     problem: Conv2dProblemShape, config: object, max_clusters: int
 ) -> tuple[int, int] | None:
     """``(float32 partials, int32 flags)`` a launch of ``config`` on the kernel problem
-    ``problem`` with at most ``max_clusters`` clusters needs; None without stream-K."""
+    ``problem`` with at most ``max_clusters`` clusters needs; None for a kernel with neither
+    stream-K nor dynamic scheduling."""
     if not isinstance(config, Conv2dConfig):
         return None
     if config.dynamic_schedule:
@@ -46,7 +45,7 @@ def stream_k_workspace_size(
     return partials, cluster_tiles * cluster_size
 
 
-def stream_k_workspace(
+def kernel_workspace(
     device_index: int, stream: int, partial_floats: int, num_flags: int
 ) -> tuple[int, int]:
     """Device addresses of at least ``partial_floats`` float32 values and ``num_flags`` zeroed

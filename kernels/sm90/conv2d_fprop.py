@@ -92,6 +92,9 @@ _MIN_AB_STAGES_WITH_SOURCE = 4
 _MIN_SOURCE_STAGES = 2
 # Work items the load warp may hand out ahead of the consumers (dynamic scheduling).
 _WORK_QUEUE_STAGES = 4
+# Dynamic scheduling's global int32 counters: the next work item to hand out (minus the grid
+# size), and the CTAs done taking work.
+WORK_COUNTERS = 2
 
 
 class WorkQueue(NamedTuple):
@@ -117,8 +120,9 @@ class Conv2dFpropSm90(ConvKernelEntry):
     :param stream_k: split the k-tiles of all output tiles evenly over the grid (see
         ``StaticTileScheduler``), for problems of less than a wave of tiles.
     :param dynamic_schedule: after its first tile, a CTA takes the next tile from a global
-        counter (``ptrs.flags``: two zeroed int32, left at zero) instead of every grid-th
-        one, so that SMs which run faster take more tiles. Clusters of one CTA only.
+        counter (``ptrs.flags``: ``WORK_COUNTERS`` zeroed int32, left at zero) instead of
+        every grid-th one, so that SMs which run faster take more tiles. Clusters of one CTA
+        only.
     :param epilogue: the fused epilogue terms, see ``EpilogueSpec``.
     """
 
@@ -386,8 +390,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
         else:
             num_clusters = cutlass.max(cutlass.min(num_work, max_clusters), 1)
         if cutlass.const_expr(self.dynamic_schedule):
-            # (next work item to hand out - grid size, CTAs done taking work)
-            m_flags = cute.make_tensor(ptrs.flags, cute.make_layout(2))
+            m_flags = cute.make_tensor(ptrs.flags, cute.make_layout(WORK_COUNTERS))
 
         self.kernel(
             tma_atom_a,
