@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 
 from .compile import CompiledConv2d, compile_kernel, kernel_scalars
-from .config import Conv2dConfig
+from .config import Conv2dConfig, check_config_fits
 from .config_sm100 import Conv2dConfigSm100, default_config_sm100
 from .epilogue import EpilogueSpec, kernel_vector_dtype, validate_epilogue_args
 from .problem import Conv2dProblemShape
@@ -299,6 +299,8 @@ def _make_plan(x, filter, source, out, args: dict) -> _LaunchPlan:  # noqa: A002
         problem, kernel_problem, x, tuple(filter.shape), out_dtype, num_sms,
         has_residual=epilogue.has_residual,
     )  # fmt: skip
+    if isinstance(config, Conv2dConfig):
+        check_config_fits(config, kernel_problem)
     try:
         kernel = compile_kernel(
             arch,

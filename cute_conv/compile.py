@@ -134,6 +134,8 @@ def _build(key: KernelKey):
         raster_along_m=cfg.raster_along_m,
         stream_k=cfg.stream_k,
         dynamic_schedule=cfg.dynamic_schedule,
+        tile_w=cfg.tile_w,
+        halo_h=cfg.halo_h,
         epilogue=key.epilogue,
     )
 

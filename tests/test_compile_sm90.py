@@ -250,3 +250,16 @@ def test_dynamic_schedule_in_the_ptx():
     assert ptx.count("st.relaxed.gpu.global") == 2
     static = cute_conv.compile_kernel("sm_90a", act_dtype=torch.bfloat16).ptx
     assert "atom.global" not in static
+
+
+def test_halo_tiles_in_the_ptx():
+    """Halo tiles load the activation with tiled 4-D TMA boxes (no im2col loads) and store the
+    output as (channel, q, p, n) boxes; the im2col kernel keeps its im2col loads."""
+    config = cute_conv.Conv2dConfig(tile_m=256, tile_n=64, tile_w=64, halo_h=6)
+    ptx = cute_conv.compile_kernel("sm_90a", act_dtype=torch.bfloat16, config=config).ptx
+    assert "im2col" not in ptx
+    assert "cp.async.bulk.tensor.4d.global.shared::cta.tile" in ptx  # the output store
+    assert ptx.count("cp.async.bulk.tensor.4d.shared::cta.global.tile") >= 2  # halo and filter
+    im2col = cute_conv.compile_kernel("sm_90a", act_dtype=torch.bfloat16).ptx
+    assert "cp.async.bulk.tensor.4d.shared::cta.global.im2col" in im2col
+    assert "cp.async.bulk.tensor.2d.global.shared::cta.tile" in im2col  # (N*P*Q, K) stores

@@ -9,7 +9,7 @@ import torch
 
 import cute_conv
 from cute_conv import tuning
-from cute_conv.config import Conv2dConfig, default_config
+from cute_conv.config import Conv2dConfig, check_config_fits, default_config
 from cute_conv.problem import Conv2dProblemShape
 
 
@@ -30,6 +30,13 @@ from cute_conv.problem import Conv2dProblemShape
         pytest.param(dict(dynamic_schedule=1), TypeError, "dynamic_schedule must be a bool", id="dynamic-type"),
         pytest.param(dict(cluster_n=2, dynamic_schedule=True), ValueError, "dynamic_schedule needs", id="dynamic-cluster"),
         pytest.param(dict(stream_k=True, dynamic_schedule=True), ValueError, "dynamic_schedule needs", id="dynamic-stream-k"),
+        pytest.param(dict(tile_w=48, halo_h=6), ValueError, "tile_w must be one of", id="halo-tile-w"),
+        pytest.param(dict(halo_h=6), ValueError, "tile_w must be one of", id="halo-h-alone"),
+        pytest.param(dict(tile_w=32, halo_h=3), ValueError, "halo_h must be in", id="halo-h-short"),
+        pytest.param(dict(tile_w=32, halo_h=257), ValueError, "halo_h must be in", id="halo-h-box"),
+        pytest.param(dict(tile_w=32, halo_h=6, tile_k=32), ValueError, "need tile_k=64", id="halo-tile-k"),
+        pytest.param(dict(tile_w=32, halo_h=6, cluster_m=2), ValueError, "need tile_k=64", id="halo-cluster"),
+        pytest.param(dict(tile_w=32, halo_h=6, stream_k=True), ValueError, "need tile_k=64", id="halo-stream-k"),
     ],
 )  # fmt: skip
 def test_config_rejections(kwargs, exc, match):
@@ -90,6 +97,41 @@ def test_default_config_dynamic_schedule(prob, dynamic):
     config = default_config(prob)
     assert config.dynamic_schedule == dynamic
     assert not dynamic or config.cluster_shape_mn == (1, 1)
+
+
+@pytest.mark.parametrize(
+    "prob,tile_w,halo_h",
+    [
+        pytest.param(problem(128, 56, 64, 64, 3, padding=1), 64, 6, id="r50-c2-3x3"),
+        pytest.param(problem(128, 56, 64, 64, 5, padding=2), 64, 8, id="5x5"),
+        pytest.param(problem(2, 56, 64, 64, 3, padding=1), 0, 0, id="too-few-tiles-for-256-rows"),
+        pytest.param(problem(128, 56, 64, 64, 3, padding=1, stride=2), 0, 0, id="stride-2"),
+        pytest.param(problem(128, 28, 64, 64, 3, padding=1), 0, 0, id="rows-too-narrow"),
+        pytest.param(problem(128, 63, 64, 64, 3, padding=1), 0, 0, id="rows-too-wide"),
+        pytest.param(problem(128, 56, 64, 64, 1), 0, 0, id="1x1"),
+        pytest.param(problem(128, 28, 128, 128, 3, padding=1), 0, 0, id="128-wide"),
+    ],
+)  # fmt: skip
+def test_default_config_halo_tiles(prob, tile_w, halo_h):
+    config = default_config(prob)
+    assert (config.tile_w, config.halo_h) == (tile_w, halo_h)
+    check_config_fits(config, prob)  # what the heuristic picks, the kernel can run
+
+
+@pytest.mark.parametrize(
+    "prob,match",
+    [
+        pytest.param(problem(2, 28, 64, 64, 3, padding=1, stride=2), "need stride 1", id="stride"),
+        pytest.param(problem(2, 31, 64, 64, 3, padding=1), "Q \\+ \\(S-1\\)", id="wide-rows"),
+        pytest.param(problem(2, 20, 64, 64, 3, padding=5, dilation=(1, 5)), "\\(S-1\\)\\*dilation_w <= 8", id="far-taps"),
+        pytest.param(problem(2, 28, 64, 64, 5, padding=2), "halo_h=6", id="short-halo"),
+    ],
+)  # fmt: skip
+def test_check_config_fits_rejects_what_halo_tiles_cannot_run(prob, match):
+    config = Conv2dConfig(tile_w=32, halo_h=6)
+    with pytest.raises(ValueError, match=match):
+        check_config_fits(config, prob)
+    check_config_fits(Conv2dConfig(), prob)  # im2col configs run anything
 
 
 def test_dynamic_schedule_workspace_size():

@@ -171,15 +171,17 @@ def make_epilogue_operands(
     epi_smem_layout: cute.ComposedLayout,
     source_smem_layout: cute.ComposedLayout,
     epi_tile: tuple,
+    output_view: Callable = output_gemm_view,
 ) -> tuple:
     """The epilogue's global operands from a launch's ``ConvPointers``, as every kernel's
     host launch builds them:
     ``(tma_atom_d, tma_tensor_d, tma_atom_c, tma_tensor_c, m_bias, m_scale)``. The output is
-    stored and the residual C loaded by tiled TMA in ``epi_tile`` subtiles of the (N*P*Q, K)
-    GEMM view; C, bias and scale are None where ``spec`` leaves them out."""
+    stored and the residual C loaded by tiled TMA in ``epi_tile`` subtiles of
+    ``output_view`` (by default the (N*P*Q, K) GEMM view); C, bias and scale are None where
+    ``spec`` leaves them out."""
     tma_atom_d, tma_tensor_d = cpasync.make_tiled_tma_atom(
         cpasync.CopyBulkTensorTileS2GOp(),
-        output_gemm_view(ptrs.out, geom),
+        output_view(ptrs.out, geom),
         epi_smem_layout,
         epi_tile,
     )
@@ -187,7 +189,7 @@ def make_epilogue_operands(
     if spec.has_residual:
         tma_atom_c, tma_tensor_c = cpasync.make_tiled_tma_atom(
             cpasync.CopyBulkTensorTileG2SOp(),
-            output_gemm_view(ptrs.source, geom),
+            output_view(ptrs.source, geom),
             source_smem_layout,
             epi_tile,
         )

@@ -61,6 +61,16 @@ def output_gemm_view(out_ptr: cute.Pointer, g: ConvGeometry) -> cute.Tensor:
     return cute.make_tensor(out_ptr, cute.make_layout((m, g.k), stride=(g.k, 1)))
 
 
+@cute.jit
+def output_tile_view(out_ptr: cute.Pointer, g: ConvGeometry) -> cute.Tensor:
+    """Contiguous NPQK output as ``((q, p, n), k)``: halo tiles store (q, p) boxes, clipped
+    at Q and P."""
+    row = g.q * g.k
+    image = cutlass.Int64(g.p) * row
+    layout = cute.make_layout(((g.q, g.p, g.n), g.k), stride=((g.k, row, image), 1))
+    return cute.make_tensor(out_ptr, layout)
+
+
 def fprop_im2col_params(g: ConvGeometry) -> dict:
     """Keyword arguments of ``cpasync.make_im2col_tma_atom`` for forward propagation.
 

@@ -74,6 +74,8 @@ from ..common.im2col import (
     activation_im2col_view,
     filter_gemm_view,
     fprop_im2col_params,
+    output_gemm_view,
+    output_tile_view,
 )
 from ..common.tile_scheduler import StaticTileScheduler
 
@@ -90,11 +92,27 @@ _WIDE_EPI_N = 64
 # next tile's C during its mainloop; it gives up A/B stages for that only down to this depth.
 _MIN_AB_STAGES_WITH_SOURCE = 4
 _MIN_SOURCE_STAGES = 2
+# Halo tiles: activation halos in flight (each holds every filter tap's rows of one c-block),
+# and rows of slack after the last one, which tap shifts along W read for columns past Q only
+# (so (S-1) * dilation_w may be at most this).
+_HALO_STAGES = 2
+HALO_SLACK_ROWS = 8
+_HALO_PADDING_BYTES = 2048
 # Work items the load warp may hand out ahead of the consumers (dynamic scheduling).
 _WORK_QUEUE_STAGES = 4
 # Dynamic scheduling's global int32 counters: the next work item to hand out (minus the grid
 # size), and the CTAs done taking work.
 WORK_COUNTERS = 2
+
+
+class HaloGeometry(NamedTuple):
+    """What halo tiles need of the geometry at run time."""
+
+    tiles_h: cutlass.Int32  # output tiles per image
+    pad_top: cutlass.Int32
+    pad_left: cutlass.Int32
+    dil_h: cutlass.Int32
+    dil_w: cutlass.Int32
 
 
 class WorkQueue(NamedTuple):
@@ -123,6 +141,12 @@ class Conv2dFpropSm90(ConvKernelEntry):
         counter (``ptrs.flags``: ``WORK_COUNTERS`` zeroed int32, left at zero) instead of
         every grid-th one, so that SMs which run faster take more tiles. Clusters of one CTA
         only.
+    :param tile_w, halo_h: halo tiles (stride-1 convs, 64-channel k-tiles, clusters of one
+        CTA): an output tile is ``tile_m / tile_w`` output rows of ``tile_w`` columns (columns
+        past Q are computed and clipped by the store), and instead of one im2col load per
+        filter tap the load warp brings in the tile's input halo once per c-block, a tiled TMA
+        box of ``halo_h`` input rows x ``tile_w`` columns; each tap's A operand is that halo
+        shifted by ``r * dil_h * tile_w + s * dil_w`` rows. 0 (default): im2col loads.
     :param epilogue: the fused epilogue terms, see ``EpilogueSpec``.
     """
 
@@ -143,6 +167,8 @@ class Conv2dFpropSm90(ConvKernelEntry):
         raster_along_m: bool = True,
         stream_k: bool = False,
         dynamic_schedule: bool = False,
+        tile_w: int = 0,
+        halo_h: int = 0,
         epilogue: Optional[EpilogueSpec] = None,
     ):
         if act_dtype not in (cutlass.BFloat16, cutlass.Float16) or filter_dtype != act_dtype:
@@ -182,6 +208,23 @@ class Conv2dFpropSm90(ConvKernelEntry):
                 f"cluster_mn={cluster_mn}, stream_k={stream_k}"
             )
         self.dynamic_schedule = dynamic_schedule
+        if tile_w and not (
+            tile_m % tile_w == 0
+            and halo_h >= tile_m // tile_w
+            and halo_h <= 256
+            and tile_k * act_dtype.width // 8 == 128
+            and cluster_mn == (1, 1)
+            and not stream_k
+        ):
+            raise ValueError(
+                f"halo tiles need tile_w dividing tile_m, tile_m/tile_w <= halo_h <= 256, "
+                f"128-byte k-tiles, clusters of one CTA and no stream_k, got tile_w={tile_w}, "
+                f"halo_h={halo_h}, tile {tile_mnk}, cluster_mn={cluster_mn}, stream_k={stream_k}"
+            )
+        self.tile_w = tile_w
+        self.halo_h = halo_h
+        self.tile_h = tile_m // tile_w if tile_w else 0
+        self.halo_stages = _HALO_STAGES if tile_w else 0
         self.epilogue = epilogue or EpilogueSpec()
 
         self.num_consumer_warpgroups = 2
@@ -198,7 +241,17 @@ class Conv2dFpropSm90(ConvKernelEntry):
             epi_n, self.source_stages = self._choose_residual_epilogue(stages)
         else:
             epi_n, self.epi_stages, self.source_stages = _EPI_N, _EPI_STAGES, 0
+        if (
+            tile_w
+            and not self.epilogue.has_residual
+            and self._ab_budget(0, epi_n)
+            < (_MIN_AB_STAGES_WITH_SOURCE * self._ab_bytes_per_stage())
+        ):
+            self.epi_stages = _EPI_STAGES_WITH_SOURCE  # a tall halo leaves room for fewer
         self.epi_tile = (tile_m, epi_n)
+        # How the output and C tiles are divided into subtiles: halo tiles are
+        # (tile_w, tile_h, 1) boxes of the (Q, P, N) output pixels.
+        self.epi_tiler = ((tile_w, self.tile_h, 1), epi_n) if tile_w else self.epi_tile
         self.ab_stages = self._compute_ab_stages(stages)
 
     # ------------------------------------------------------------------------------------------
@@ -206,8 +259,23 @@ class Conv2dFpropSm90(ConvKernelEntry):
     # ------------------------------------------------------------------------------------------
 
     def _ab_bytes_per_stage(self) -> int:
+        """Bytes of one ring stage: A and B tiles, or B alone with halo tiles."""
         tile_m, tile_n, tile_k = self.tile_mnk
-        return (tile_m + tile_n) * tile_k * self.act_dtype.width // 8
+        a_rows = 0 if self.tile_w else tile_m
+        return (a_rows + tile_n) * tile_k * self.act_dtype.width // 8
+
+    def _halo_rows(self) -> int:
+        """SMEM rows of one halo stage."""
+        return self.halo_h * self.tile_w
+
+    def _halo_bytes(self) -> int:
+        """The halo stages and their slack rows (0 without halo tiles)."""
+        if not self.tile_w:
+            return 0
+        rows = self.halo_stages * self._halo_rows() + HALO_SLACK_ROWS
+        # With 8 KB ring stages a halo kernel fills SMEM to within a stage: it also reserves
+        # the shared storage's alignment padding (sC is 1024-byte aligned after sD).
+        return rows * self.tile_mnk[2] * self.act_dtype.width // 8 + _HALO_PADDING_BYTES
 
     def _subtile_bytes(self, epi_n: int) -> int:
         return self.tile_mnk[0] * epi_n * self.out_dtype.width // 8
@@ -220,7 +288,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
         """SMEM bytes left for the A/B ring next to the epilogue's buffers of ``epi_n``-wide
         subtiles."""
         epi_bytes = self._subtile_bytes(epi_n) * (self.epi_stages + source_stages)
-        return SMEM_CAPACITY_SM90 - _MBARRIER_BYTES_RESERVED - epi_bytes
+        return SMEM_CAPACITY_SM90 - _MBARRIER_BYTES_RESERVED - epi_bytes - self._halo_bytes()
 
     def _choose_residual_epilogue(self, stages: int) -> Tuple[int, int]:
         """The epilogue subtile width and the number of C buffers of a residual kernel.
@@ -256,6 +324,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
         """Shared memory the kernel asks for (ring + epilogue staging + barriers)."""
         return (
             self.ab_stages * self._ab_bytes_per_stage()
+            + self._halo_bytes()
             + self._epi_bytes()
             + _MBARRIER_BYTES_RESERVED
         )
@@ -271,8 +340,18 @@ class Conv2dFpropSm90(ConvKernelEntry):
             (self.num_consumer_warpgroups, 1, 1),
             tiler_mn=(64, tile_n),
         )
+        # The A ring: im2col tiles, or halos of (halo_h * tile_w) rows.
+        a_rows = self._halo_rows() if self.tile_w else tile_m
         self.a_smem_layout_staged = sm90_utils.make_smem_layout_a(
-            LayoutEnum.ROW_MAJOR, self.tile_mnk, self.act_dtype, self.ab_stages
+            LayoutEnum.ROW_MAJOR,
+            (a_rows, tile_n, tile_k),
+            self.act_dtype,
+            self.halo_stages or self.ab_stages,
+        )
+        # One tap's A operand: tile_m rows of a halo, from any row (the 128-byte swizzle is a
+        # function of the SMEM address, so WGMMA descriptors may start at any 128-byte row).
+        self.a_tap_layout = sm90_utils.make_smem_layout_a(
+            LayoutEnum.ROW_MAJOR, self.tile_mnk, self.act_dtype, 1
         )
         self.b_smem_layout_staged = sm90_utils.make_smem_layout_b(
             LayoutEnum.ROW_MAJOR, self.tile_mnk, self.filter_dtype, self.ab_stages
@@ -312,19 +391,28 @@ class Conv2dFpropSm90(ConvKernelEntry):
         b_smem_layout = cute.slice_(self.b_smem_layout_staged, (None, None, 0))
         epi_smem_layout = cute.slice_(self.epi_smem_layout_staged, (None, None, 0))
 
-        a_op = (
-            cpasync.CopyBulkTensorIm2ColG2SMulticastOp()
-            if cutlass.const_expr(self.num_mcast_a > 1)
-            else cpasync.CopyBulkTensorIm2ColG2SOp()
-        )
-        tma_atom_a, tma_tensor_a = cpasync.make_im2col_tma_atom(
-            a_op,
-            activation_im2col_view(ptrs.act, geom),
-            a_smem_layout,
-            (tile_m, tile_k),  # the activation's K mode is c alone: a flat tiler here
-            num_multicast=self.num_mcast_a,
-            **fprop_im2col_params(geom),
-        )
+        if cutlass.const_expr(self.tile_w):
+            # A halo: a (tile_k channels, tile_w columns, halo_h rows, 1 image) box.
+            tma_atom_a, tma_tensor_a = cpasync.make_tiled_tma_atom(
+                cpasync.CopyBulkTensorTileG2SOp(),
+                activation_im2col_view(ptrs.act, geom),
+                a_smem_layout,
+                ((self.tile_w, self.halo_h, 1), tile_k),
+            )
+        else:
+            a_op = (
+                cpasync.CopyBulkTensorIm2ColG2SMulticastOp()
+                if cutlass.const_expr(self.num_mcast_a > 1)
+                else cpasync.CopyBulkTensorIm2ColG2SOp()
+            )
+            tma_atom_a, tma_tensor_a = cpasync.make_im2col_tma_atom(
+                a_op,
+                activation_im2col_view(ptrs.act, geom),
+                a_smem_layout,
+                (tile_m, tile_k),  # the activation's K mode is c alone: a flat tiler here
+                num_multicast=self.num_mcast_a,
+                **fprop_im2col_params(geom),
+            )
         b_op = (
             cpasync.CopyBulkTensorTileG2SMulticastOp()
             if cutlass.const_expr(self.num_mcast_b > 1)
@@ -340,7 +428,8 @@ class Conv2dFpropSm90(ConvKernelEntry):
         tma_atom_d, tma_tensor_d, tma_atom_c, tma_tensor_c, m_bias, m_scale = (
             make_epilogue_operands(
                 self.epilogue, geom, ptrs, epi_smem_layout,
-                cute.slice_(self.source_smem_layout_staged, (None, None, 0)), self.epi_tile,
+                cute.slice_(self.source_smem_layout_staged, (None, None, 0)), self.epi_tiler,
+                output_tile_view if self.tile_w else output_gemm_view,
             )
         )  # fmt: skip
 
@@ -353,8 +442,13 @@ class Conv2dFpropSm90(ConvKernelEntry):
             # the other roles (one unused slot without; it fits in sA's alignment padding).
             work_mbar: cute.struct.MemRange[cutlass.Int64, queue_stages * 2]
             work_items: cute.struct.MemRange[cutlass.Int32, queue_stages]
+            halo_mbar: cute.struct.MemRange[cutlass.Int64, max(self.halo_stages, 1) * 2]
             sA: cute.struct.Align[
-                cute.struct.MemRange[self.act_dtype, cute.cosize(self.a_smem_layout_staged)],
+                cute.struct.MemRange[
+                    self.act_dtype,
+                    cute.cosize(self.a_smem_layout_staged)
+                    + (HALO_SLACK_ROWS * tile_k if self.tile_w else 0),
+                ],
                 1024,
             ]
             sB: cute.struct.Align[
@@ -377,8 +471,14 @@ class Conv2dFpropSm90(ConvKernelEntry):
 
         self.shared_storage = SharedStorage
 
-        gemm_m = geom.n * geom.p * geom.q
-        num_tiles_m = (gemm_m + tile_m - 1) // tile_m
+        halo = None
+        if cutlass.const_expr(self.tile_w):
+            # Output tiles of tile_h whole rows of tile_w >= Q columns, tiles_h per image.
+            tiles_h = (geom.p + self.tile_h - 1) // self.tile_h
+            halo = HaloGeometry(tiles_h, geom.pad_top, geom.pad_left, geom.dil_h, geom.dil_w)
+            num_tiles_m = geom.n * tiles_h
+        else:
+            num_tiles_m = (geom.n * geom.p * geom.q + tile_m - 1) // tile_m
         num_tiles_n = (geom.k + tile_n - 1) // tile_n
         cm, cn = self.cluster_mn
         num_work = ((num_tiles_m + cm - 1) // cm) * ((num_tiles_n + cn - 1) // cn)
@@ -415,6 +515,8 @@ class Conv2dFpropSm90(ConvKernelEntry):
             num_tiles_n,
             m_partials,
             m_flags,
+            halo,
+            self.a_tap_layout,
         ).launch(
             grid=(cm, cn, num_clusters),
             block=[self.threads_per_cta, 1, 1],
@@ -474,6 +576,8 @@ class Conv2dFpropSm90(ConvKernelEntry):
         num_tiles_n: cutlass.Int32,
         m_partials: Optional[cute.Tensor],
         m_flags: Optional[cute.Tensor],
+        halo: Optional[HaloGeometry],
+        a_tap_layout: cute.ComposedLayout,
     ):
         tile_m, tile_n, tile_k = self.tile_mnk
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -492,9 +596,10 @@ class Conv2dFpropSm90(ConvKernelEntry):
 
         a_smem_layout = cute.slice_(a_smem_layout_staged, (None, None, 0))
         b_smem_layout = cute.slice_(b_smem_layout_staged, (None, None, 0))
-        tma_copy_bytes = cute.size_in_bytes(self.act_dtype, a_smem_layout) + cute.size_in_bytes(
-            self.filter_dtype, b_smem_layout
-        )
+        a_bytes = cute.size_in_bytes(self.act_dtype, a_smem_layout)
+        tma_copy_bytes = cute.size_in_bytes(self.filter_dtype, b_smem_layout)
+        if cutlass.const_expr(not self.tile_w):
+            tma_copy_bytes += a_bytes  # the ring carries A too, except with halo tiles
         # Each consumer warp releases a stage once for every CTA whose TMA wrote into it.
         mcast_size = self.num_mcast_a + self.num_mcast_b - 1
         ab_pipeline = pipeline.PipelineTmaAsync.create(
@@ -508,6 +613,18 @@ class Conv2dFpropSm90(ConvKernelEntry):
             cta_layout_vmnk=cute.make_layout((1, *cta_layout_mnk.shape)),
             defer_sync=True,
         )
+        halo_pipeline = None
+        if cutlass.const_expr(self.tile_w):
+            halo_pipeline = pipeline.PipelineTmaAsync.create(
+                barrier_storage=storage.halo_mbar.data_ptr(),
+                num_stages=self.halo_stages,
+                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+                consumer_group=pipeline.CooperativeGroup(
+                    pipeline.Agent.Thread, self.num_consumer_threads // 32
+                ),
+                tx_count=a_bytes,
+                defer_sync=True,
+            )
         source_pipeline = None
         if cutlass.const_expr(self.epilogue.has_residual):
             source_pipeline = pipeline.PipelineTmaAsync.create(
@@ -552,16 +669,20 @@ class Conv2dFpropSm90(ConvKernelEntry):
                 source_smem_layout_staged.outer, swizzle=source_smem_layout_staged.inner
             )
 
-        # (tile_m, (tile_k,1,1), m_tiles, (c_blocks, S, R))
-        gA = cute.local_tile(mA_mk, (tile_m, (tile_k, 1, 1)), (None, None))
+        # im2col: (tile_m, (tile_k,1,1), m_tiles, (c_blocks, S, R)); halo tiles: the
+        # coordinates ((w, h, n), c), boxed per tile by the load warp.
+        gA = mA_mk
+        if cutlass.const_expr(not self.tile_w):
+            gA = cute.local_tile(mA_mk, (tile_m, (tile_k, 1, 1)), (None, None))
         # (tile_n, (tile_k,1,1), n_tiles, (c_blocks, S, R))
         gB = cute.local_tile(mB_nk, (tile_n, (tile_k, 1, 1)), (None, None))
-        # (tile_m, tile_n, m_tiles, n_tiles)
-        gD = cute.local_tile(mD_mn, (tile_m, tile_n), (None, None))
+        # (tile_m, tile_n, m_tiles, n_tiles); tile_m is (tile_w, tile_h, 1) with halo tiles
+        tiler_mn = (self.epi_tiler[0], tile_n)
+        gD = cute.local_tile(mD_mn, tiler_mn, (None, None))
         gC = None
         if cutlass.const_expr(self.epilogue.has_residual):
-            gC = cute.local_tile(mC_mn, (tile_m, tile_n), (None, None))
-        k_tile_cnt = cute.size(gA, mode=[3])
+            gC = cute.local_tile(mC_mn, tiler_mn, (None, None))
+        k_tile_cnt = cute.size(gB, mode=[3])
 
         scheduler = StaticTileScheduler(
             num_tiles_m, num_tiles_n, k_tile_cnt, self.cluster_mn, self.swizzle,
@@ -578,6 +699,8 @@ class Conv2dFpropSm90(ConvKernelEntry):
             if warp_idx == self.load_warp_id:
                 self.load(
                     ab_pipeline,
+                    halo_pipeline,
+                    halo,
                     tma_atom_a,
                     tma_atom_b,
                     gA,
@@ -600,6 +723,14 @@ class Conv2dFpropSm90(ConvKernelEntry):
             cute.arch.setmaxregister_increase(self.consumer_registers)
             self.mma_and_epilogue(
                 ab_pipeline,
+                halo_pipeline,
+                halo,
+                a_tap_layout,
+                (
+                    cute.size(gB, mode=[3, 0]),
+                    cute.size(gB, mode=[3, 1]),
+                    cute.size(gB, mode=[3, 2]),
+                ),
                 source_pipeline,
                 tiled_mma,
                 tma_atom_d,
@@ -624,6 +755,8 @@ class Conv2dFpropSm90(ConvKernelEntry):
     def load(
         self,
         ab_pipeline: pipeline.PipelineTmaAsync,
+        halo_pipeline: Optional[pipeline.PipelineTmaAsync],
+        halo: Optional[HaloGeometry],
         tma_atom_a: cute.CopyAtom,
         tma_atom_b: cute.CopyAtom,
         gA: cute.Tensor,
@@ -635,17 +768,20 @@ class Conv2dFpropSm90(ConvKernelEntry):
         scheduler: StaticTileScheduler,
         work_queue: Optional[WorkQueue],
     ):
-        """Load warp: fills the A/B ring for every k-tile of every output tile of this CTA;
-        with ``dynamic_schedule`` it also takes the work items and hands them to the other
-        roles through the work queue."""
-        # Each CTA of a multicast group issues its slice of the box; TMA delivers it to all.
-        tAsA, tAgA = cpasync.tma_partition(
-            tma_atom_a,
-            cluster_coord_mnk[1],
-            cute.make_layout(cute.slice_(cta_layout_mnk, (0, None, 0)).shape),
-            cute.group_modes(sA, 0, 2),
-            cute.group_modes(gA, 0, 2),
-        )
+        """Load warp: fills the A/B ring for every k-tile of every output tile of this CTA
+        (with halo tiles: the halo ring once per c-block, the ring with B per k-tile); with
+        ``dynamic_schedule`` it also takes the work items and hands them to the other roles
+        through the work queue."""
+        tAsA, tAgA = None, None
+        if cutlass.const_expr(not self.tile_w):
+            # Each CTA of a multicast group issues its slice of the box; TMA delivers it to all.
+            tAsA, tAgA = cpasync.tma_partition(
+                tma_atom_a,
+                cluster_coord_mnk[1],
+                cute.make_layout(cute.slice_(cta_layout_mnk, (0, None, 0)).shape),
+                cute.group_modes(sA, 0, 2),
+                cute.group_modes(gA, 0, 2),
+            )
         tBsB, tBgB = cpasync.tma_partition(
             tma_atom_b,
             cluster_coord_mnk[0],
@@ -658,11 +794,14 @@ class Conv2dFpropSm90(ConvKernelEntry):
         a_mcast_mask = a_mcast_mask if self.num_mcast_a > 1 else 0
         b_mcast_mask = b_mcast_mask if self.num_mcast_b > 1 else 0
 
-        c_blocks = cute.size(gA, mode=[3, 0])
-        taps_s = cute.size(gA, mode=[3, 1])
-        taps_r = cute.size(gA, mode=[3, 2])
+        c_blocks = cute.size(gB, mode=[3, 0])
+        taps_s = cute.size(gB, mode=[3, 1])
+        taps_r = cute.size(gB, mode=[3, 2])
         producer_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Producer, self.ab_stages
+        )
+        halo_state = pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Producer, max(self.halo_stages, 1)
         )
         queue_state = None
         if cutlass.const_expr(self.dynamic_schedule):
@@ -679,19 +818,39 @@ class Conv2dFpropSm90(ConvKernelEntry):
                 # tile's loads, its result is first needed after them.
                 ticket = self.request_work(work_queue)
             m_tile, n_tile = scheduler.tile_coord(work)
-            ab_gmem = (tAgA[(None, m_tile, None)], tBgB[(None, n_tile, None)])
-            ab_smem = (tAsA, tBsB)
             mcast_masks = (a_mcast_mask, b_mcast_mask)
             # Walk the hierarchical k mode (c-block, s, r) by nested loops or carries: indexing
             # it with a linear k-tile would cost runtime divisions by C/TK and S per load.
-            if cutlass.const_expr(self.stream_k):
+            if cutlass.const_expr(self.tile_w):
+                tBgB_tile = tBgB[(None, n_tile, None)]
+                tHsA, tHgA = self.partition_halo(tma_atom_a, gA, sA, halo, m_tile)
+                for c_block in range(c_blocks):
+                    halo_pipeline.producer_acquire(halo_state)
+                    cute.copy(
+                        tma_atom_a,
+                        tHgA[(None, c_block)],
+                        tHsA[(None, halo_state.index)],
+                        tma_bar_ptr=halo_pipeline.producer_get_barrier(halo_state),
+                    )
+                    halo_pipeline.producer_commit(halo_state)
+                    halo_state.advance()
+                    for r in range(taps_r):
+                        for s in range(taps_s):
+                            self.load_k_tile(
+                                ab_pipeline, producer_state, (tma_atom_b,), (tBgB_tile,),
+                                (tBsB,), (b_mcast_mask,), (c_block, s, r),
+                            )  # fmt: skip
+                            producer_state.advance()
+            elif cutlass.const_expr(self.stream_k):
+                ab_gmem = (tAgA[(None, m_tile, None)], tBgB[(None, n_tile, None)])
+                ab_smem = (tAsA, tBsB)
                 k_first, k_end = scheduler.k_tile_range(work)
                 c_block = k_first % c_blocks
                 s = (k_first // c_blocks) % taps_s
                 r = k_first // (c_blocks * taps_s)
                 for _ in range(k_first, k_end):
                     self.load_k_tile(
-                        ab_pipeline, producer_state, tma_atom_a, tma_atom_b,
+                        ab_pipeline, producer_state, (tma_atom_a, tma_atom_b),
                         ab_gmem, ab_smem, mcast_masks, (c_block, s, r),
                     )  # fmt: skip
                     producer_state.advance()
@@ -703,12 +862,14 @@ class Conv2dFpropSm90(ConvKernelEntry):
                             s = cutlass.Int32(0)
                             r += 1
             else:
+                ab_gmem = (tAgA[(None, m_tile, None)], tBgB[(None, n_tile, None)])
+                ab_smem = (tAsA, tBsB)
                 # Whole tiles: nested loops issue 1-4% faster than the carries (H200).
                 for r in range(taps_r):
                     for s in range(taps_s):
                         for c_block in range(c_blocks):
                             self.load_k_tile(
-                                ab_pipeline, producer_state, tma_atom_a, tma_atom_b,
+                                ab_pipeline, producer_state, (tma_atom_a, tma_atom_b),
                                 ab_gmem, ab_smem, mcast_masks, (c_block, s, r),
                             )  # fmt: skip
                             producer_state.advance()
@@ -724,6 +885,33 @@ class Conv2dFpropSm90(ConvKernelEntry):
             self.publish_work(work_queue, queue_state, work)  # past the end: the roles stop
             self.retire_from_work_queue(work_queue)
         ab_pipeline.producer_tail(producer_state)
+        if cutlass.const_expr(self.tile_w):
+            halo_pipeline.producer_tail(halo_state)
+
+    @cute.jit
+    def partition_halo(
+        self,
+        tma_atom_a: cute.CopyAtom,
+        mA: cute.Tensor,
+        sA: cute.Tensor,
+        halo: HaloGeometry,
+        m_tile: cutlass.Int32,
+    ) -> Tuple[cute.Tensor, cute.Tensor]:
+        """Halo tiles (load warp): the TMA views of output tile ``m_tile``'s halo boxes,
+        ``(TMA, halo stage)`` in SMEM and ``(TMA, c-block)`` in the activation: input rows
+        from ``p0 - pad_top``, columns from ``-pad_left`` (TMA zero-fills what lies outside)."""
+        image = m_tile // halo.tiles_h
+        p0 = (m_tile - image * halo.tiles_h) * self.tile_h
+        origin = ((-halo.pad_left, p0 - halo.pad_top, image), 0)
+        box = ((self.tile_w, self.halo_h, 1), self.tile_mnk[2])
+        gA_halo = cute.local_tile(cute.domain_offset(origin, mA), box, (0, None))
+        return cpasync.tma_partition(
+            tma_atom_a,
+            0,
+            cute.make_layout(1),
+            cute.group_modes(sA, 0, 2),
+            cute.group_modes(gA_halo, 0, 2),
+        )
 
     @cute.jit
     def request_work(self, work_queue: WorkQueue) -> cutlass.Int32:
@@ -801,20 +989,20 @@ class Conv2dFpropSm90(ConvKernelEntry):
         self,
         ab_pipeline: pipeline.PipelineTmaAsync,
         producer_state: pipeline.PipelineState,
-        tma_atom_a: cute.CopyAtom,
-        tma_atom_b: cute.CopyAtom,
-        ab_gmem: Tuple[cute.Tensor, cute.Tensor],
-        ab_smem: Tuple[cute.Tensor, cute.Tensor],
+        tma_atoms: Tuple[cute.CopyAtom, ...],
+        ab_gmem: Tuple[cute.Tensor, ...],
+        ab_smem: Tuple[cute.Tensor, ...],
         mcast_masks: Tuple,
         k_coord: Tuple,
     ):
-        """TMA-load the A and B tiles of k-tile ``k_coord`` (c-block, s, r) into the ring
-        stage of ``producer_state``, once that stage is free."""
+        """TMA-load the tiles of k-tile ``k_coord`` (c-block, s, r) of each operand (A and B;
+        B alone with halo tiles) into the ring stage of ``producer_state``, once that stage is
+        free."""
         ab_pipeline.producer_acquire(producer_state)
         barrier = ab_pipeline.producer_get_barrier(producer_state)
-        for operand in cutlass.range_constexpr(2):  # A, then B
+        for operand in cutlass.range_constexpr(len(tma_atoms)):
             cute.copy(
-                (tma_atom_a, tma_atom_b)[operand],
+                tma_atoms[operand],
                 ab_gmem[operand][(None, k_coord)],
                 ab_smem[operand][(None, producer_state.index)],
                 tma_bar_ptr=barrier,
@@ -848,7 +1036,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
             k_first, _ = scheduler.k_tile_range(work)
             if k_first == 0:  # a stream-K partial has no epilogue, so no C
                 m_tile, n_tile = scheduler.tile_coord(work)
-                gC_tile = cute.zipped_divide(gC[(None, None, m_tile, n_tile)], self.epi_tile)
+                gC_tile = cute.zipped_divide(gC[(None, None, m_tile, n_tile)], self.epi_tiler)
                 bGS_sC, bGS_gC = cpasync.tma_partition(
                     tma_atom_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), gC_tile
                 )
@@ -873,14 +1061,19 @@ class Conv2dFpropSm90(ConvKernelEntry):
 
     @staticmethod
     def epi_tile_layout(g_tile_divided: cute.Tensor) -> cute.Layout:
-        """Order of the epilogue subtiles of one output tile: N fastest."""
-        shape = g_tile_divided.shape[1]
+        """Order of the epilogue subtiles of one output tile, as (M, N) coordinates: N fastest
+        (a halo tile's M subtile mode is (1, 1, 1): its coordinate 0 indexes it whole)."""
+        shape = (cute.size(g_tile_divided.shape[1][0]), g_tile_divided.shape[1][1])
         return cute.make_layout(shape, stride=(shape[1], 1))
 
     @cute.jit
     def mma_and_epilogue(
         self,
         ab_pipeline: pipeline.PipelineTmaAsync,
+        halo_pipeline: Optional[pipeline.PipelineTmaAsync],
+        halo: Optional[HaloGeometry],
+        a_tap_layout: cute.ComposedLayout,
+        k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32],
         source_pipeline: Optional[pipeline.PipelineTmaAsync],
         tiled_mma: cute.TiledMma,
         tma_atom_d: cute.CopyAtom,
@@ -905,7 +1098,9 @@ class Conv2dFpropSm90(ConvKernelEntry):
         consumer_tidx = tidx - self.num_threads_per_warpgroup
         warpgroup_idx = cute.arch.make_warp_uniform(consumer_tidx // self.num_threads_per_warpgroup)
         thr_mma = tiled_mma.get_slice(warpgroup_idx * self.num_threads_per_warpgroup)
-        tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
+        tCrA = None  # with halo tiles, A fragments are made per tap (mainloop_over_halos)
+        if cutlass.const_expr(not self.tile_w):
+            tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
         tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
         acc_shape = thr_mma.partition_shape_C(cute.select(self.tile_mnk, mode=[0, 1]))
         accumulators = cute.make_rmem_tensor(acc_shape, self.acc_dtype)
@@ -921,6 +1116,9 @@ class Conv2dFpropSm90(ConvKernelEntry):
         source_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Consumer, max(self.source_stages, 1)
         )
+        halo_state = pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Consumer, max(self.halo_stages, 1)
+        )
         num_epi_tiles_done = cutlass.Int32(0)
         # Stream-K: what this thread needs to write or add a partial tile.
         fixup = SimpleNamespace(
@@ -935,10 +1133,16 @@ class Conv2dFpropSm90(ConvKernelEntry):
         work, queue_state = self.next_work_item(scheduler, work_queue, queue_state)
         while work < end_work:
             k_first, k_end = scheduler.k_tile_range(work)
-            read_state, release_state = self.mainloop(
-                ab_pipeline, tiled_mma, accumulators, tCrA, tCrB,
-                read_state, release_state, k_end - k_first,
-            )  # fmt: skip
+            if cutlass.const_expr(self.tile_w):
+                read_state, release_state, halo_state = self.mainloop_over_halos(
+                    ab_pipeline, halo_pipeline, tiled_mma, thr_mma, accumulators, sA,
+                    a_tap_layout, tCrB, read_state, release_state, halo_state, halo, k_shape,
+                )  # fmt: skip
+            else:
+                read_state, release_state = self.mainloop(
+                    ab_pipeline, tiled_mma, accumulators, tCrA, tCrB,
+                    read_state, release_state, k_end - k_first,
+                )  # fmt: skip
             if cutlass.const_expr(self.stream_k):
                 if k_first > 0:
                     self.store_partial(fixup, scheduler, work)
@@ -1038,6 +1242,60 @@ class Conv2dFpropSm90(ConvKernelEntry):
         release_state.advance()
         return read_state, release_state
 
+    @cute.jit
+    def mainloop_over_halos(
+        self,
+        ab_pipeline: pipeline.PipelineTmaAsync,
+        halo_pipeline: pipeline.PipelineTmaAsync,
+        tiled_mma: cute.TiledMma,
+        thr_mma: cute.ThrMma,
+        accumulators: cute.Tensor,
+        sA: cute.Tensor,
+        a_tap_layout: cute.ComposedLayout,
+        tCrB: cute.Tensor,
+        read_state: pipeline.PipelineState,
+        release_state: pipeline.PipelineState,
+        halo_state: pipeline.PipelineState,
+        halo: HaloGeometry,
+        k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32],
+    ) -> Tuple[pipeline.PipelineState, pipeline.PipelineState, pipeline.PipelineState]:
+        """One tile's WGMMAs with halo tiles: per c-block, one halo from the halo ring and
+        a filter tile per tap from the ring; tap (r, s) reads the halo from row
+        ``r * dil_h * tile_w + s * dil_w`` on. One k-tile batch in flight, as in ``mainloop``;
+        a halo is released once the last batch that read it is done."""
+        c_blocks, taps_s, taps_r = k_shape
+        tap_layout = a_tap_layout.outer
+        accumulators.fill(0.0)
+        warpgroup.fence()
+        for _ in range(c_blocks):
+            halo_pipeline.consumer_wait(halo_state)
+            halo_rows = sA[(None, None, halo_state.index)].iterator
+            batches = cutlass.Int32(0)
+            for r in range(taps_r):
+                for s in range(taps_s):
+                    shift = r * halo.dil_h * self.tile_w + s * halo.dil_w
+                    sA_tap = cute.make_tensor(halo_rows + shift * self.tile_mnk[2], tap_layout)
+                    tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA_tap))
+                    ab_pipeline.consumer_wait(read_state)
+                    for k_block in cutlass.range_constexpr(cute.size(tCrA, mode=[2])):
+                        cute.gemm(
+                            tiled_mma, accumulators, tCrA[(None, None, k_block, 0)],
+                            tCrB[(None, None, k_block, read_state.index)], accumulators,
+                        )  # fmt: skip
+                    warpgroup.commit_group()
+                    read_state.advance()
+                    if batches > 0:
+                        warpgroup.wait_group(1)
+                        ab_pipeline.consumer_release(release_state)
+                        release_state.advance()
+                    batches += 1
+            warpgroup.wait_group(0)
+            ab_pipeline.consumer_release(release_state)
+            release_state.advance()
+            halo_pipeline.consumer_release(halo_state)
+            halo_state.advance()
+        return read_state, release_state, halo_state
+
     def make_epilogue_context(
         self,
         tiled_mma: cute.TiledMma,
@@ -1132,7 +1390,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
         tRS_rAcc = ctx.tRS_rAcc
         tRS_rD = ctx.tRS_rD
         size_tRS_rD = cute.size(tRS_rD)
-        gD_tile = cute.zipped_divide(gD[(None, None, m_tile, n_tile)], self.epi_tile)
+        gD_tile = cute.zipped_divide(gD[(None, None, m_tile, n_tile)], self.epi_tiler)
         bSG_sD, bSG_gD = cpasync.tma_partition(
             tma_atom_d,
             0,

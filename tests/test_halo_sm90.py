@@ -1,0 +1,66 @@
+"""Halo tiles on the GPU: each tap's A operand a shifted view of one loaded halo."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import cute_conv
+from cute_conv.testing import random_conv_inputs
+from tests.repeated_calls import assert_repeated_calls_match
+
+pytestmark = pytest.mark.gpu
+
+
+def halo(tile_m: int, tile_n: int, tile_w: int, halo_h: int) -> cute_conv.Conv2dConfig:
+    return cute_conv.Conv2dConfig(tile_m=tile_m, tile_n=tile_n, tile_w=tile_w, halo_h=halo_h)
+
+
+# (N, H, W, C, K, R, S), padding, dilation, config: the default's shape (r50 3x3, 64 channels),
+# 128-row tiles, two c-blocks with a K tail and P not a multiple of the tile's rows, a 5x5
+# filter, dilation 2, no padding, a C tail inside the c-block, a halo taller than needed.
+CASES = [
+    ((4, 56, 56, 64, 64, 3, 3), 1, 1, halo(256, 64, 64, 6)),
+    ((4, 56, 56, 64, 64, 3, 3), 1, 1, halo(128, 64, 64, 4)),
+    ((2, 17, 17, 128, 96, 3, 3), 1, 1, halo(128, 128, 32, 6)),
+    ((3, 20, 30, 64, 64, 5, 5), 2, 1, halo(256, 64, 64, 8)),
+    ((2, 24, 24, 64, 128, 3, 3), 2, 2, halo(128, 128, 32, 8)),
+    ((2, 30, 30, 64, 64, 3, 3), 0, 1, halo(128, 64, 32, 6)),
+    ((2, 14, 14, 96, 64, 3, 3), 1, 1, halo(128, 64, 32, 6)),
+    ((2, 9, 9, 64, 64, 3, 3), 1, 1, halo(128, 64, 32, 12)),
+]
+
+
+@pytest.mark.parametrize(
+    "shape, pad, dilation, config",
+    CASES,
+    ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else None,
+)
+def test_halo_tiles_match_the_reference(shape, pad, dilation, config):
+    act, flt = random_conv_inputs(*shape)
+    assert_repeated_calls_match(act, flt, pad, config, calls=2, dilation=dilation)
+
+
+def test_default_config_of_r50_c2_uses_halo_tiles_on_the_gpu():
+    act, flt = random_conv_inputs(128, 56, 56, 64, 64, 3, 3)
+    problem = cute_conv.Conv2dProblemShape.from_shapes(act.shape, flt.shape, padding=1)
+    config = cute_conv.default_config(problem)
+    assert config.tile_w == 64
+    assert_repeated_calls_match(act, flt, 1, None, calls=1)
+
+
+@pytest.mark.parametrize(
+    "geometry, match",
+    [
+        ({"padding": 1, "stride": 2}, "stride 1"),
+        ({"padding": 1, "dilation": (1, 5)}, "Q \\+ \\(S-1\\)\\*dilation_w"),
+        ({"padding": 2, "dilation": (3, 1)}, "halo_h"),
+    ],
+)
+def test_a_halo_config_that_does_not_fit_is_rejected_before_launch(geometry, match):
+    act, flt = random_conv_inputs(2, 28, 28, 64, 64, 3, 3)
+    out_shape = cute_conv.Conv2dProblemShape.from_shapes(act.shape, flt.shape, **geometry)
+    out = torch.full(out_shape.output_shape, float("nan"), dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match=match):
+        cute_conv.conv2d_fprop(act, flt, out=out, config=halo(128, 64, 32, 6), **geometry)
+    assert out.isnan().all()
