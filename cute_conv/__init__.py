@@ -5,7 +5,7 @@ NHWC activation, KRSC filter, NPQK output; one persistent warp-specialized kerne
 
 from .api import conv2d_fprop, conv2d_fprop_with_residual
 from .compile import CompiledConv2d, compile_kernel
-from .config import Conv2dConfig, default_config
+from .config import Conv2dConfig, check_config_fits, default_config
 from .config_sm100 import Conv2dConfigSm100, can_implement_sm100, default_config_sm100
 from .epilogue import ACTIVATIONS, EpilogueSpec
 from .problem import Conv2dProblemShape
@@ -20,6 +20,7 @@ __all__ = [
     "EpilogueSpec",
     "autotune",
     "can_implement_sm100",
+    "check_config_fits",
     "compile_kernel",
     "conv2d_fprop",
     "conv2d_fprop_with_residual",

@@ -40,6 +40,16 @@ tile is its grid index and the load warp takes the next ones from a global count
 ahead, handing each to the consumers and the source-load warp through the work queue
 (PipelineAsync, ``_WORK_QUEUE_STAGES`` SMEM slots; a value past the last tile ends the roles).
 
+Halo tiles (``tile_w``, stride-1 convs, single-CTA clusters): an output tile is tile_h whole
+output rows of tile_w >= Q columns. Per c-block the load warp brings the tile's input halo
+(halo_h rows x tile_w columns from (p0 - pad_top, -pad_left), zero-filled outside the image) in
+by one tiled TMA box into the ``halo`` ring (PipelineTmaAsync, ``_HALO_STAGES`` deep), and the
+filter tile of every tap into the ab ring, which then carries B alone. Tap (r, s) reads the
+halo from row ``r * dil_h * tile_w + s * dil_w`` on: WGMMA descriptors may start at any
+128-byte row of a 128B-swizzled buffer, since the swizzle is a function of the SMEM address.
+Columns q >= Q read past their row (or into ``HALO_SLACK_ROWS`` of slack) and are clipped by
+the (channel, q, p, n) output boxes.
+
 Stream-K fixup (global memory, no SMEM): a CTA whose segment is a partial of a tile writes its
 fp32 accumulators to its workspace slot (16-byte vectors), the 256 consumer threads meet at the
 epilogue barrier, and one thread publishes the slot (``fence.acq_rel.gpu`` + relaxed add to
