@@ -320,15 +320,16 @@ class Conv2dFpropSm90(ConvKernelEntry):
 
     def _compute_ab_stages(self, stages: int) -> int:
         budget = self._ab_budget(self.source_stages, self.epi_tile[1])
-        fit = min(budget // self._ab_bytes_per_stage(), _MAX_AB_STAGES)
-        if stages == 0:
-            stages = fit
-        if stages < 2 or stages > fit:
+        fit = max(min(budget // self._ab_bytes_per_stage(), _MAX_AB_STAGES), 0)
+        chosen = stages or fit
+        if chosen < 2 or chosen > fit:
+            halo = f" and {self._halo_bytes()} bytes of halos" if self.tile_w else ""
             raise ValueError(
                 f"stages={stages} does not fit: tile {self.tile_mnk} with {self.out_dtype} "
-                f"output leaves room for 2..{fit} stages in {SMEM_CAPACITY_SM90} bytes of SMEM"
+                f"output{halo} leaves room for {fit} stages (at least 2 are needed) in "
+                f"{SMEM_CAPACITY_SM90} bytes of SMEM"
             )
-        return stages
+        return chosen
 
     def smem_bytes(self) -> int:
         """Shared memory the kernel asks for (ring + epilogue staging + barriers)."""
