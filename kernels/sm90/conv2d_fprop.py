@@ -99,8 +99,9 @@ _EPI_N = 32  # epilogue subtile width: tile_m x 32 output/C subtiles
 # ring: half the barrier rounds per tile (H200: fused 2-9% faster on 64- and 128-wide tiles).
 _WIDE_EPI_N = 64
 # A residual kernel buffers up to a whole tile of C, so that the source-load warp can fetch the
-# next tile's C during its mainloop; it gives up A/B stages for that only down to this depth.
-_MIN_AB_STAGES_WITH_SOURCE = 4
+# next tile's C during its mainloop, and a halo kernel's halos take room too: each gives up
+# A/B stages for that only down to this depth (then it takes fewer epilogue buffers).
+_MIN_AB_STAGES_KEPT = 4
 _MIN_SOURCE_STAGES = 2
 # Halo tiles: activation halos in flight (each holds every filter tap's rows of one c-block),
 # and rows of slack after the last one, which tap shifts along W read for columns past Q only
@@ -254,8 +255,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
         if (
             tile_w
             and not self.epilogue.has_residual
-            and self._ab_budget(0, epi_n)
-            < (_MIN_AB_STAGES_WITH_SOURCE * self._ab_bytes_per_stage())
+            and self._ab_budget(0, epi_n) < (_MIN_AB_STAGES_KEPT * self._ab_bytes_per_stage())
         ):
             self.epi_stages = _EPI_STAGES_WITH_SOURCE  # a tall halo leaves room for fewer
         self.epi_tile = (tile_m, epi_n)
@@ -305,9 +305,9 @@ class Conv2dFpropSm90(ConvKernelEntry):
 
         ``_WIDE_EPI_N``-wide subtiles where a whole tile of C (at least
         ``_MIN_SOURCE_STAGES`` buffers, so that the next tile's C can load during this
-        epilogue) fits beside ``stages`` (or ``_MIN_AB_STAGES_WITH_SOURCE``) A/B stages;
+        epilogue) fits beside ``stages`` (or ``_MIN_AB_STAGES_KEPT``) A/B stages;
         otherwise ``_EPI_N``-wide ones, a whole tile of them where that fits, else fewer."""
-        keep = (stages or _MIN_AB_STAGES_WITH_SOURCE) * self._ab_bytes_per_stage()
+        keep = (stages or _MIN_AB_STAGES_KEPT) * self._ab_bytes_per_stage()
         tile_n = self.tile_mnk[1]
         if tile_n % _WIDE_EPI_N == 0:
             source_stages = max(tile_n // _WIDE_EPI_N, _MIN_SOURCE_STAGES)
@@ -830,6 +830,9 @@ class Conv2dFpropSm90(ConvKernelEntry):
                 ticket = self.request_work(work_queue)
             m_tile, n_tile = scheduler.tile_coord(work)
             mcast_masks = (a_mcast_mask, b_mcast_mask)
+            if cutlass.const_expr(not self.tile_w):
+                ab_gmem = (tAgA[(None, m_tile, None)], tBgB[(None, n_tile, None)])
+                ab_smem = (tAsA, tBsB)
             # Walk the hierarchical k mode (c-block, s, r) by nested loops or carries: indexing
             # it with a linear k-tile would cost runtime divisions by C/TK and S per load.
             if cutlass.const_expr(self.tile_w):
@@ -853,8 +856,6 @@ class Conv2dFpropSm90(ConvKernelEntry):
                             )  # fmt: skip
                             producer_state.advance()
             elif cutlass.const_expr(self.stream_k):
-                ab_gmem = (tAgA[(None, m_tile, None)], tBgB[(None, n_tile, None)])
-                ab_smem = (tAsA, tBsB)
                 k_first, k_end = scheduler.k_tile_range(work)
                 c_block = k_first % c_blocks
                 s = (k_first // c_blocks) % taps_s
@@ -873,8 +874,6 @@ class Conv2dFpropSm90(ConvKernelEntry):
                             s = cutlass.Int32(0)
                             r += 1
             else:
-                ab_gmem = (tAgA[(None, m_tile, None)], tBgB[(None, n_tile, None)])
-                ab_smem = (tAsA, tBsB)
                 # Whole tiles: nested loops issue 1-4% faster than the carries (H200).
                 for r in range(taps_r):
                     for s in range(taps_s):
@@ -1288,12 +1287,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
                     sA_tap = cute.make_tensor(halo_rows + shift * self.tile_mnk[2], tap_layout)
                     tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA_tap))
                     ab_pipeline.consumer_wait(read_state)
-                    for k_block in cutlass.range_constexpr(cute.size(tCrA, mode=[2])):
-                        cute.gemm(
-                            tiled_mma, accumulators, tCrA[(None, None, k_block, 0)],
-                            tCrB[(None, None, k_block, read_state.index)], accumulators,
-                        )  # fmt: skip
-                    warpgroup.commit_group()
+                    self.mma_k_tile(tiled_mma, accumulators, tCrA, tCrB, read_state.index, 0)
                     read_state.advance()
                     if batches > 0:
                         warpgroup.wait_group(1)
@@ -1458,9 +1452,12 @@ class Conv2dFpropSm90(ConvKernelEntry):
         tCrA: cute.Tensor,
         tCrB: cute.Tensor,
         stage: cutlass.Int32,
+        a_stage: Optional[cutlass.Int32] = None,
     ):
-        """Issue the WGMMAs of one k-tile (from ring stage ``stage``) as one commit group."""
+        """Issue the WGMMAs of one k-tile (from ring stage ``stage``; A from ``a_stage`` when
+        given: a halo tap's one-stage view) as one commit group."""
+        a_stage = stage if cutlass.const_expr(a_stage is None) else a_stage
         for k_block in cutlass.range_constexpr(cute.size(tCrA, mode=[2])):
-            kb = (None, None, k_block, stage)
-            cute.gemm(tiled_mma, accumulators, tCrA[kb], tCrB[kb], accumulators)
+            a_kb, b_kb = (None, None, k_block, a_stage), (None, None, k_block, stage)
+            cute.gemm(tiled_mma, accumulators, tCrA[a_kb], tCrB[b_kb], accumulators)
         warpgroup.commit_group()
