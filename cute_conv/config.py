@@ -14,12 +14,12 @@ from .problem import Conv2dProblemShape
 
 __all__ = ["Conv2dConfig", "check_config_fits", "default_config"]
 
-# Two consumer warpgroups of 64 or 128 rows each.
-TILE_M_CHOICES = (128, 256)
+# Two consumer warpgroups of 64 or 128 rows each, or three of 64 rows.
+TILE_M_CHOICES = (128, 192, 256)
 # Multiples of the 32-wide epilogue subtile; 160 fits K=320 and 640 exactly.
 TILE_N_CHOICES = (64, 96, 128, 160, 192, 224, 256)
-# Two consumer warpgroups hold the fp32 accumulator in registers: 128x256 is the largest tile
-# that leaves them room for the epilogue.
+# The consumer warpgroups hold the fp32 accumulator in registers: 128x256 is the largest tile
+# that leaves two of them room for the epilogue (232 registers a thread), 192x160 three (152).
 MAX_TILE_ELEMS = 128 * 256
 # One 128-byte swizzle row of 16-bit data; k-tiles never straddle a filter tap.
 TILE_K_CHOICES = (16, 32, 64)
@@ -38,6 +38,10 @@ _SHORT_MAINLOOP_K = 512
 _K_TILE_COST = 16  # the fixed cost of a k-tile (barriers, issue), in channels of MMA work
 # 256-row tiles for 64-wide ones, given at least this many waves of them (see default_config).
 _MIN_WAVES_TALL = 4
+# Three warpgroups of 64 rows (see default_config): the one tile of them measured faster, where
+# it fills the waves better than 128-row tiles by this factor of cost.
+_THREE_WARPGROUP_TILE = (192, 128)
+_MIN_GAIN_192 = 0.95
 # Halo tiles (see default_config): the one tile width measured faster, for output rows that
 # fill at least this fraction of it.
 _HALO_TILE_W = 64
@@ -54,7 +58,7 @@ class Conv2dConfig:
 
     Attributes:
         tile_m: CTA tile along GEMM M (output pixels): 128 or 256 (two warpgroups of 64 or
-            128 rows); tile_m * tile_n <= 128 * 256.
+            128 rows), or 192 (three warpgroups of 64 rows); tile_m * tile_n <= 128 * 256.
         tile_n: CTA tile along GEMM N (output channels): a multiple of 32 in 64..256.
         tile_k: CTA tile along GEMM K (channels of one filter tap): 64 (a 128-byte row);
             16 or 32 for convs with few input channels, where a 64-wide k-tile would be mostly
@@ -135,6 +139,11 @@ class Conv2dConfig:
         if not self.tile_w and not self.halo_h:
             return
         check_choice("tile_w", self.tile_w, HALO_TILE_W_CHOICES)
+        if self.tile_m % self.tile_w:
+            raise ValueError(
+                f"tile_w must divide tile_m (a tile is whole rows of tile_w columns), got "
+                f"tile_w={self.tile_w}, tile_m={self.tile_m}"
+            )
         tile_h = self.tile_m // self.tile_w
         if not tile_h <= self.halo_h <= MAX_HALO_H:
             raise ValueError(
@@ -211,6 +220,15 @@ def default_config(
     (C=K=64) 0.89x -> 1.06x cuDNN, the stem 2.24x -> 2.59x; wider tiles (128 and up) were
     slower at 256 rows on every suite shape but one (1x1, K=128, +3%).
 
+    tile_m 192 (three consumer warpgroups of 64 rows), at tile_n 128: where at least a wave
+    of them costs ``_MIN_GAIN_192`` or less of the 128-row tiles' cost (rounds of tiles x
+    tile_m x (tile_n + 64)), i.e. where 128-row tiles leave much of the last wave idle.
+    Measured on an H200: r50-c5 3x3 (98 tiles of 128x256 on 132 SMs, 132 of 192x128)
+    0.0511 -> 0.0421 ms plain (1x2 cluster), 0.0553 -> 0.0463 fused. Where both fill their
+    waves alike, 192x128 was no faster (r50-c3/c4 3x3 1-5% slower, r50-c3-1x1-dn 2% faster,
+    big-256 1% faster), and 192x64, 192x96 and 192x160 were slower than the default on
+    every shape tried.
+
     tile_k: a k-tile never spans two filter taps, so each tap's C channels are padded up to a
     multiple of tile_k; the choice trades that padding (C=96: 128 with 64, none with 32)
     against the fixed cost of each k-tile.
@@ -260,6 +278,10 @@ def default_config(
     )
     tall_tiles_m = -(-problem.gemm_m // 256)
     tile_m = 256 if tile_n == 64 and tall_tiles_m >= _MIN_WAVES_TALL * num_sms else 128
+    if tile_m == 128 and _fills_waves_better_at_192(problem, tile_n, num_sms):
+        tile_m, tile_n = _THREE_WARPGROUP_TILE
+        tiles_n = -(-problem.K // tile_n)
+        cluster_n, cluster_m = (2 if tiles_n % 2 == 0 else 1), 1
     tiles = -(-problem.gemm_m // tile_m) * tiles_n
     k_tiles = -(-problem.C // tile_k) * problem.R * problem.S
     stream_k = tiles <= _MAX_WAVE_STREAM_K * num_sms and k_tiles >= _MIN_K_TILES_STREAM_K
@@ -271,6 +293,24 @@ def default_config(
         tile_m=tile_m, tile_n=tile_n, tile_k=tile_k, cluster_m=cluster_m, cluster_n=cluster_n,
         stream_k=stream_k, dynamic_schedule=dynamic_schedule, tile_w=tile_w, halo_h=halo_h,
     )  # fmt: skip
+
+
+def _wave_cost(problem: Conv2dProblemShape, tile_m: int, tile_n: int, num_sms: int) -> int:
+    """Rounds of persistent tiles times a tile's cost (its MMA rows x columns plus the fixed
+    cost of a tile, 64 columns' worth)."""
+    tiles = -(-problem.gemm_m // tile_m) * -(-problem.K // tile_n)
+    return -(-tiles // num_sms) * tile_m * (tile_n + 64)
+
+
+def _fills_waves_better_at_192(problem: Conv2dProblemShape, tile_n: int, num_sms: int) -> bool:
+    """Whether ``_THREE_WARPGROUP_TILE`` tiles, at least a wave of them, cost less than
+    128 x ``tile_n`` ones by ``_MIN_GAIN_192`` (see default_config)."""
+    tile_m_192, tile_n_192 = _THREE_WARPGROUP_TILE
+    tiles = -(-problem.gemm_m // tile_m_192) * -(-problem.K // tile_n_192)
+    cost_192 = _wave_cost(problem, tile_m_192, tile_n_192, num_sms)
+    return tiles >= num_sms and cost_192 <= _MIN_GAIN_192 * _wave_cost(
+        problem, 128, tile_n, num_sms
+    )
 
 
 def _halo_tile(problem: Conv2dProblemShape, tile_m: int) -> tuple[int, int]:

@@ -63,7 +63,7 @@ def candidate_widths(k: int) -> list[int]:
 
 def candidate_configs(problem: Conv2dProblemShape, num_sms: int = 132) -> list[Conv2dConfig]:
     """``candidate_widths``, each alone and in both 2-CTA clusters, two rasterizations, 128-
-    row tiles and, up to 128 wide, 256-row ones; the k-tile width, stream-K and (for
+    row tiles and, up to 160 wide, 192-row ones and, up to 128 wide, 256-row ones; the k-tile width, stream-K and (for
     single-CTA clusters) dynamic scheduling choices of the default heuristic for the problem
     the kernel runs (after staging) on ``num_sms`` SMs."""
     kernel_problem = kernel_problem_for(problem)

@@ -67,6 +67,7 @@ def test_dtype_variants_compile(act_dtype, out_dtype):
         cute_conv.Conv2dConfig(cluster_n=2),
         cute_conv.Conv2dConfig(tile_m=256, tile_n=64),
         cute_conv.Conv2dConfig(tile_m=256, tile_n=128, cluster_m=2),
+        cute_conv.Conv2dConfig(tile_m=192, tile_n=160, cluster_m=2),
     ],
     ids=[
         "n64",
@@ -79,6 +80,7 @@ def test_dtype_variants_compile(act_dtype, out_dtype):
         "cluster-1x2",
         "m256-n64",
         "m256-n128-2x1",
+        "m192-n160-2x1",
     ],  # fmt: skip
 )
 def test_config_variants_compile(config):
@@ -86,6 +88,21 @@ def test_config_variants_compile(config):
     assert kernel.smem_bytes <= SMEM_CAPACITY_BY_ARCH["sm_90a"]
     multicast = ".multicast::cluster" in kernel.ptx
     assert multicast == (config.cluster_m * config.cluster_n > 1)
+
+
+def test_192_row_tiles_run_three_consumer_warpgroups():
+    config = cute_conv.Conv2dConfig(tile_m=192, tile_n=128, cluster_n=2)
+    ptx = cute_conv.compile_kernel("sm_90a", act_dtype=torch.bfloat16, config=config).ptx
+    assert re.search(r"\.reqntid 512, 1, 1", ptx)  # a producer and three consumer warpgroups
+    # The register file split 40 / 152 (3 x 128 x 152 + 128 x 40 <= 64K), and the epilogue
+    # barrier counts the 384 consumer threads.
+    assert re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+40;", ptx)
+    assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+152;", ptx)
+    assert re.search(r"bar\.sync\s+\d+,\s*384;", ptx)
+    assert not re.search(r"bar\.sync\s+\d+,\s*256;", ptx)
+    # Each warpgroup's WGMMAs are 64 x 128: one per 16 channels of a 64-channel k-tile.
+    shapes = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx)
+    assert set(shapes) == {"m64n128k16"}
 
 
 def test_cache_keys_on_dtypes_and_config_only():

@@ -16,8 +16,9 @@ from cute_conv.problem import Conv2dProblemShape
 @pytest.mark.parametrize(
     "kwargs,exc,match",
     [
-        pytest.param(dict(tile_m=192), ValueError, "tile_m must be one of", id="tile-m"),
+        pytest.param(dict(tile_m=64), ValueError, "tile_m must be one of", id="tile-m"),
         pytest.param(dict(tile_m=256, tile_n=160), ValueError, "tile_m\\*tile_n must be", id="tile-mn"),
+        pytest.param(dict(tile_m=192, tile_n=192), ValueError, "tile_m\\*tile_n must be", id="tile-mn-192"),
         pytest.param(dict(tile_n=80), ValueError, "tile_n must be one of", id="tile-n"),
         pytest.param(dict(tile_k=128), ValueError, "tile_k must be one of", id="tile-k"),
         pytest.param(dict(cluster_m=4), ValueError, "cluster_m must be one of", id="cluster-m"),
@@ -32,6 +33,7 @@ from cute_conv.problem import Conv2dProblemShape
         pytest.param(dict(stream_k=True, dynamic_schedule=True), ValueError, "dynamic_schedule needs", id="dynamic-stream-k"),
         pytest.param(dict(tile_w=48, halo_h=6), ValueError, "tile_w must be one of", id="halo-tile-w"),
         pytest.param(dict(halo_h=6), ValueError, "tile_w must be one of", id="halo-h-alone"),
+        pytest.param(dict(tile_m=192, tile_n=64, tile_w=128, halo_h=3), ValueError, "tile_w must divide", id="halo-tile-w-divides"),
         pytest.param(dict(tile_w=32, halo_h=3), ValueError, "halo_h must be in", id="halo-h-short"),
         pytest.param(dict(tile_w=32, halo_h=257), ValueError, "halo_h must be in", id="halo-h-box"),
         pytest.param(dict(tile_w=32, halo_h=6, tile_k=32), ValueError, "need tile_k=64", id="halo-tile-k"),
@@ -60,12 +62,24 @@ def problem(n, hw, c, k, rs, **geom):
         pytest.param(problem(64, 16, 96, 192, 5, padding=2), 128, 192, 32, 2, 1, id="c96-tile-k-32"),
         pytest.param(problem(8, 32, 8, 64, 3, padding=1), 128, 64, 16, 1, 1, id="c8-tile-k-16"),
         pytest.param(problem(128, 56, 64, 256, 1), 128, 256, 64, 1, 1, id="1x1-k256-short-mainloop"),
+        # 98 tiles of 128x256 on 132 SMs; 132 of 192x128.
+        pytest.param(problem(128, 7, 512, 512, 3, padding=1), 192, 128, 64, 1, 2, id="r50-c5-fills-at-192"),
+        pytest.param(problem(64, 14, 256, 256, 3, padding=1), 192, 128, 64, 1, 2, id="n64-r50-c4-fills-at-192"),
+        # 392 tiles of 128x128 (2.97 waves) vs 262 of 192x128 (1.98): alike, so 128.
+        pytest.param(problem(128, 14, 256, 256, 3, padding=1), 128, 128, 64, 1, 2, id="r50-c4-alike"),
     ],
 )  # fmt: skip
 def test_default_config(prob, tile_m, tile_n, tile_k, cluster_m, cluster_n):
     config = default_config(prob)
     chosen = (config.tile_m, config.tile_n, config.tile_k, config.cluster_m, config.cluster_n)
     assert chosen == (tile_m, tile_n, tile_k, cluster_m, cluster_n)
+
+
+def test_default_config_takes_192_rows_only_for_a_wave_or_more():
+    r50_c5 = problem(128, 7, 512, 512, 3, padding=1)  # 132 tiles of 192x128, 98 of 128x256
+    assert default_config(r50_c5, num_sms=132).tile_m == 192
+    # On 140 SMs the 98 128-row tiles leave as much idle, but 192-row ones are under a wave.
+    assert default_config(r50_c5, num_sms=140).tile_shape_mnk == (128, 256, 64)
 
 
 @pytest.mark.parametrize(

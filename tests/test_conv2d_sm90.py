@@ -119,6 +119,9 @@ CONFIGS = [
     cute_conv.Conv2dConfig(tile_m=256, tile_n=64),
     cute_conv.Conv2dConfig(tile_m=256, tile_n=96, cluster_n=2),
     cute_conv.Conv2dConfig(tile_m=256, tile_n=128, cluster_m=2, tile_k=32),
+    cute_conv.Conv2dConfig(tile_m=192, tile_n=128),
+    cute_conv.Conv2dConfig(tile_m=192, tile_n=160, cluster_n=2),
+    cute_conv.Conv2dConfig(tile_m=192, tile_n=64, cluster_m=2, tile_k=32),
 ]
 
 

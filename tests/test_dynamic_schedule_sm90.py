@@ -18,6 +18,7 @@ DYNAMIC_CONFIGS = [
     Config(tile_n=256, dynamic_schedule=True),
     Config(tile_m=256, tile_n=64, dynamic_schedule=True),
     Config(tile_n=96, tile_k=32, dynamic_schedule=True),
+    Config(tile_m=192, tile_n=128, dynamic_schedule=True),
 ]
 # (N, H, W, C, K, R, S, padding): many waves of tiles (most taken from the counter), M and K
 # tails, fewer tiles than SMs (nothing taken from the counter), a 3x3 conv.

@@ -100,9 +100,10 @@ def test_epilogue_variants(shape, case):
      cute_conv.Conv2dConfig(tile_n=64, cluster_m=2),
      cute_conv.Conv2dConfig(tile_n=256, tile_k=32, cluster_n=2),
      cute_conv.Conv2dConfig(tile_n=160, cluster_n=2), cute_conv.Conv2dConfig(tile_n=224),
-     cute_conv.Conv2dConfig(tile_m=256, tile_n=64), cute_conv.Conv2dConfig(tile_m=256, tile_n=128, cluster_n=2)],
+     cute_conv.Conv2dConfig(tile_m=256, tile_n=64), cute_conv.Conv2dConfig(tile_m=256, tile_n=128, cluster_n=2),
+     cute_conv.Conv2dConfig(tile_m=192, tile_n=128, cluster_n=2)],
     ids=["n256", "n128-cluster-1x2", "n64-cluster-2x1", "n256-k32-full-tile-of-c", "n160-1x2",
-         "n224", "m256-n64", "m256-n128-1x2"],
+         "n224", "m256-n64", "m256-n128-1x2", "m192-n128-1x2"],
 )  # fmt: skip
 def test_residual_across_configs(config):
     case = dict(bias=True, activation="relu", residual=1.0)

@@ -18,7 +18,8 @@ def halo(tile_m: int, tile_n: int, tile_w: int, halo_h: int) -> cute_conv.Conv2d
 
 # (N, H, W, C, K, R, S), padding, dilation, config: the default's shape (r50 3x3, 64 channels),
 # 128-row tiles, two c-blocks with a K tail and P not a multiple of the tile's rows, a 5x5
-# filter, dilation 2, no padding, a C tail inside the c-block, a halo taller than needed.
+# filter, dilation 2, no padding, three warpgroups' 192-row tiles (3 output rows), a C tail
+# inside the c-block, a halo taller than needed.
 CASES = [
     ((4, 56, 56, 64, 64, 3, 3), 1, 1, halo(256, 64, 64, 6)),
     ((4, 56, 56, 64, 64, 3, 3), 1, 1, halo(128, 64, 64, 4)),
@@ -26,6 +27,7 @@ CASES = [
     ((3, 20, 30, 64, 64, 5, 5), 2, 1, halo(256, 64, 64, 8)),
     ((2, 24, 24, 64, 128, 3, 3), 2, 2, halo(128, 128, 32, 8)),
     ((2, 30, 30, 64, 64, 3, 3), 0, 1, halo(128, 64, 32, 6)),
+    ((3, 20, 50, 64, 64, 3, 3), 1, 1, halo(192, 64, 64, 5)),
     ((2, 14, 14, 96, 64, 3, 3), 1, 1, halo(128, 64, 32, 6)),
     ((2, 9, 9, 64, 64, 3, 3), 1, 1, halo(128, 64, 32, 12)),
 ]

@@ -19,6 +19,7 @@ STREAM_K_CONFIGS = [
     Config(tile_n=128, cluster_m=2, stream_k=True),
     Config(tile_m=256, tile_n=64, stream_k=True),
     Config(tile_n=96, tile_k=32, stream_k=True),
+    Config(tile_m=192, tile_n=128, cluster_n=2, stream_k=True),
 ]
 # (N, H, W, C, K, R, S, padding): few tiles of many k-tiles (tiles split between several
 # CTAs), M and K tails, C not a multiple of the k-tile, a 1x1 conv of 4 k-tiles.

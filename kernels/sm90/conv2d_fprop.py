@@ -7,14 +7,14 @@ mainloop has no predication. The output is written through SMEM by TMA stores, w
 M and K tails. The epilogue (``kernels/common/epilogue.py``) is fused:
 ``D = epilogue_fn(act(alpha * acc * scale + bias)) + beta * C``, its terms chosen at compile time.
 
-Roles (384 threads):
+Roles (384 threads; 512 with 192-row tiles):
 
   warpgroup 0 (producer, ``setmaxnreg`` down to 40)
     warp 0       load: im2col TMA of the activation + tiled TMA of the filter into the ring
     warp 1       source load (residual kernels only): TMA of the residual C, subtile by
                  subtile, into SMEM source buffers ahead of the epilogue
     warps 2-3    idle
-  warpgroups 1-2 (consumers, ``setmaxnreg`` up to 232)
+  warpgroups 1-2 (consumers, ``setmaxnreg`` up to 232), or 1-3 with 192-row tiles (up to 152)
     WGMMA on a tile_m x tile_n accumulator (64 or 128 rows each), then the epilogue:
     registers (fp32 math, + beta * C read from SMEM) -> SMEM (stmatrix) -> TMA store (warp 4).
 
@@ -28,7 +28,7 @@ Pipelines and barriers:
           Deep enough for a whole tile of C where SMEM allows, so the next tile's C is
           loaded during its mainloop rather than waited for in its epilogue.
   store   PipelineTmaStore: bulk-group accounting of the epilogue's TMA stores.
-  Epilogue named barrier: the 256 consumer threads around each epilogue subtile.
+  Epilogue named barrier: the consumer threads around each epilogue subtile.
   EpilogueLoad named barrier (load warp + source-load warp): the source loads start only once
           the first tile's A/B loads are issued, so C does not compete with the mainloop fill.
 
@@ -51,7 +51,7 @@ Columns q >= Q read past their row (or into ``HALO_SLACK_ROWS`` of slack) and ar
 the (channel, q, p, n) output boxes.
 
 Stream-K fixup (global memory, no SMEM): a CTA whose segment is a partial of a tile writes its
-fp32 accumulators to its workspace slot (16-byte vectors), the 256 consumer threads meet at the
+fp32 accumulators to its workspace slot (16-byte vectors), the consumer threads meet at the
 epilogue barrier, and one thread publishes the slot (``fence.acq_rel.gpu`` + relaxed add to
 the tile's flag). The tile's owner (the segment with its first k-tile) spins with acquire
 loads until every later contributor has published, adds their slots in cluster order, resets
@@ -90,6 +90,8 @@ from ..common.im2col import (
 from ..common.tile_scheduler import StaticTileScheduler
 
 SMEM_CAPACITY_SM90 = 232448  # bytes of dynamic SMEM one CTA may use on H100/H200
+_REGISTER_FILE = 65536  # 32-bit registers of an SM, shared by the CTA's warpgroups
+_MAX_CONSUMER_REGISTERS = 232
 _MBARRIER_BYTES_RESERVED = 1024
 _MAX_AB_STAGES = 16  # small k-tiles would fit more; past this, latency is long hidden
 _EPI_STAGES = 4  # output staging buffers (2 in a residual kernel, whose C buffers take room)
@@ -142,7 +144,8 @@ class Conv2dFpropSm90(ConvKernelEntry):
     :param act_dtype, filter_dtype: input types (BFloat16 or Float16, equal).
     :param out_dtype: BFloat16, Float16 or Float32.
     :param tile_mnk: CTA tile (tile_m, tile_n, tile_k); tile_m = 128 or 256 (two warpgroups of
-        64 or 128 rows), tile_m * tile_n <= 128 * 256 (the accumulator registers).
+        64 or 128 rows) or 192 (three of 64 rows), tile_m * tile_n <= 128 * 256 (the
+        accumulator registers).
     :param cluster_mn: CTAs per cluster along M (filter multicast) and N (activation multicast).
     :param stages: depth of the A/B ring; 0 means as many as fit in SMEM.
     :param swizzle, raster_along_m: tile rasterization, see ``StaticTileScheduler``.
@@ -164,7 +167,6 @@ class Conv2dFpropSm90(ConvKernelEntry):
     num_threads_per_warpgroup = 128
     load_warp_id = 0
     producer_registers = 40
-    consumer_registers = 232
 
     def __init__(
         self,
@@ -190,9 +192,9 @@ class Conv2dFpropSm90(ConvKernelEntry):
         if out_dtype not in (cutlass.BFloat16, cutlass.Float16, cutlass.Float32):
             raise TypeError(f"out_dtype must be BFloat16, Float16 or Float32, got {out_dtype}")
         tile_m, tile_n, tile_k = tile_mnk
-        if tile_m not in (128, 256) or tile_m * tile_n > 128 * 256:
+        if tile_m not in (128, 192, 256) or tile_m * tile_n > 128 * 256:
             raise ValueError(
-                f"tile_m must be 128 or 256 (two warpgroups of 64 or 128 rows) and "
+                f"tile_m must be 128, 192 or 256 (warpgroups of 64 or 128 rows) and "
                 f"tile_m*tile_n <= 128*256, got {tile_m}x{tile_n}"
             )
         if tile_n % 32 or not 64 <= tile_n <= 256:
@@ -238,9 +240,11 @@ class Conv2dFpropSm90(ConvKernelEntry):
         self.halo_stages = _HALO_STAGES if tile_w else 0
         self.epilogue = epilogue or EpilogueSpec()
 
-        self.num_consumer_warpgroups = 2
+        # 192-row tiles: three warpgroups of 64 rows; otherwise two of tile_m / 2.
+        self.num_consumer_warpgroups = 3 if tile_m == 192 else 2
         self.num_consumer_threads = self.num_consumer_warpgroups * self.num_threads_per_warpgroup
         self.threads_per_cta = self.num_threads_per_warpgroup * (1 + self.num_consumer_warpgroups)
+        self.consumer_registers = self._consumer_register_budget()
         self.source_load_warp_id = 1
         self.epi_store_warp_id = 4  # first warp of the first consumer warpgroup
         self.cluster_size = cluster_mn[0] * cluster_mn[1]
@@ -267,6 +271,13 @@ class Conv2dFpropSm90(ConvKernelEntry):
     # ------------------------------------------------------------------------------------------
     # Host-side helpers
     # ------------------------------------------------------------------------------------------
+
+    def _consumer_register_budget(self) -> int:
+        """Registers per consumer thread after ``setmaxnreg``: what the register file
+        (64K) leaves beside the producer warpgroup's, in steps of 8, at most 232 (two
+        consumer warpgroups: 232, three: 152)."""
+        free = _REGISTER_FILE - self.num_threads_per_warpgroup * self.producer_registers
+        return min(free // self.num_consumer_threads // 8 * 8, _MAX_CONSUMER_REGISTERS)
 
     def _ab_bytes_per_stage(self) -> int:
         """Bytes of one ring stage: A and B tiles, or B alone with halo tiles."""
