@@ -136,6 +136,7 @@ def _build(key: KernelKey):
         dynamic_schedule=cfg.dynamic_schedule,
         tile_w=cfg.tile_w,
         halo_h=cfg.halo_h,
+        pingpong=cfg.pingpong,
         epilogue=key.epilogue,
     )
 

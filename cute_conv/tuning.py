@@ -206,6 +206,7 @@ def _config_id(config: Conv2dConfig) -> str:
         f"-c{config.cluster_m}x{config.cluster_n}-s{config.stages}"
         f"-sw{config.swizzle}-{'m' if config.raster_along_m else 'n'}"
         f"{'-sk' if config.stream_k else ''}{'-dyn' if config.dynamic_schedule else ''}"
+        f"{'-pp' if config.pingpong else ''}"
     )
 
 

@@ -105,6 +105,29 @@ def test_192_row_tiles_run_three_consumer_warpgroups():
     assert set(shapes) == {"m64n128k16"}
 
 
+@pytest.mark.parametrize("has_residual", [False, True], ids=["plain", "residual"])
+def test_pingpong_consumers_have_their_own_epilogues(has_residual):
+    config = cute_conv.Conv2dConfig(stages=4, pingpong=True)
+    spec = cute_conv.EpilogueSpec(has_residual=has_residual)
+    ptx = cute_conv.compile_kernel("sm_90a", config=config, epilogue=spec).ptx
+    # Each warpgroup's epilogue barrier counts its own 128 threads; its id is chosen at run
+    # time by the warpgroup (none is shared by the 256 consumer threads).
+    assert re.search(r"bar\.sync\s+%r\d+,\s*128;", ptx)
+    assert not re.search(r"bar\.sync\s+\d+,\s*256;", ptx)
+    # One warpgroup's WGMMAs cover the 128-row tile: two m64 atoms per 16 channels.
+    assert set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx)) == {
+        "m64n128k16"
+    }
+    # The turns: a barrier per warpgroup for the mainloop, and for the epilogue of a residual
+    # kernel (for the source ring): the only mbarriers the cooperative kernel does not have.
+    cooperative_config = cute_conv.Conv2dConfig(stages=4)
+    cooperative = cute_conv.compile_kernel("sm_90a", config=cooperative_config, epilogue=spec).ptx
+    turns = len(re.findall(r"mbarrier\.init", ptx)) - len(
+        re.findall(r"mbarrier\.init", cooperative)
+    )
+    assert turns == (4 if has_residual else 2)
+
+
 def test_cache_keys_on_dtypes_and_config_only():
     before = cached_kernel_count()
     first = cute_conv.compile_kernel("sm_90a", act_dtype="float16", out_dtype="float32")

@@ -29,6 +29,12 @@ from cute_conv.problem import Conv2dProblemShape
         pytest.param(dict(raster_along_m=1), TypeError, "raster_along_m must be a bool", id="raster-type"),
         pytest.param(dict(stream_k=1), TypeError, "stream_k must be a bool", id="stream-k-type"),
         pytest.param(dict(dynamic_schedule=1), TypeError, "dynamic_schedule must be a bool", id="dynamic-type"),
+        pytest.param(dict(pingpong=1), TypeError, "pingpong must be a bool", id="pingpong-type"),
+        pytest.param(dict(tile_m=256, tile_n=64, pingpong=True), ValueError, "pingpong needs", id="pingpong-tile-m"),
+        pytest.param(dict(tile_n=160, pingpong=True), ValueError, "pingpong needs", id="pingpong-tile-n"),
+        pytest.param(dict(stream_k=True, pingpong=True), ValueError, "pingpong needs", id="pingpong-stream-k"),
+        pytest.param(dict(dynamic_schedule=True, pingpong=True), ValueError, "pingpong needs", id="pingpong-dynamic"),
+        pytest.param(dict(tile_n=64, tile_w=64, halo_h=4, pingpong=True), ValueError, "pingpong needs", id="pingpong-halo"),
         pytest.param(dict(cluster_n=2, dynamic_schedule=True), ValueError, "dynamic_schedule needs", id="dynamic-cluster"),
         pytest.param(dict(stream_k=True, dynamic_schedule=True), ValueError, "dynamic_schedule needs", id="dynamic-stream-k"),
         pytest.param(dict(tile_w=48, halo_h=6), ValueError, "tile_w must be one of", id="halo-tile-w"),
@@ -75,6 +81,25 @@ def test_default_config(prob, tile_m, tile_n, tile_k, cluster_m, cluster_n):
     assert chosen == (tile_m, tile_n, tile_k, cluster_m, cluster_n)
 
 
+@pytest.mark.parametrize(
+    "prob,pingpong",
+    [
+        pytest.param(problem(128, 14, 256, 1024, 1), True, id="r50-c4-1x1-up-4-k-tiles"),
+        pytest.param(problem(128, 28, 512, 128, 1), True, id="r50-c3-1x1-dn-8-k-tiles"),
+        pytest.param(problem(128, 56, 64, 256, 1), False, id="r50-c2-1x1-up-one-k-tile"),
+        pytest.param(problem(4, 14, 256, 1024, 1), False, id="under-two-tiles-per-sm"),
+        pytest.param(problem(128, 28, 128, 128, 3, padding=1), False, id="3x3"),
+    ],
+)  # fmt: skip
+def test_default_config_pingpong(prob, pingpong):
+    for has_residual in (False, True):
+        config = default_config(prob, has_residual=has_residual)
+        assert config.pingpong == pingpong
+        if pingpong:
+            assert config.tile_shape_mnk == (128, 128, 64) and config.cluster_shape_mn == (1, 1)
+            assert not config.dynamic_schedule
+
+
 def test_default_config_takes_192_rows_only_for_a_wave_or_more():
     r50_c5 = problem(128, 7, 512, 512, 3, padding=1)  # 132 tiles of 192x128, 98 of 128x256
     assert default_config(r50_c5, num_sms=132).tile_m == 192
@@ -101,8 +126,9 @@ def test_default_config_stream_k(prob, num_sms, stream_k):
     "prob,dynamic",
     [
         pytest.param(problem(128, 56, 64, 256, 1), True, id="r50-c2-1x1-up"),
-        pytest.param(problem(128, 28, 512, 128, 1), True, id="r50-c3-1x1-dn"),
-        pytest.param(problem(128, 14, 256, 1024, 1), False, id="1x1-in-a-1x2-cluster"),
+        pytest.param(problem(32, 28, 512, 128, 1), True, id="n32-r50-c3-1x1-dn"),
+        pytest.param(problem(128, 14, 256, 1024, 1), False, id="1x1-pingpong"),
+        pytest.param(problem(2, 14, 256, 1024, 1), False, id="1x1-in-a-1x2-cluster"),
         pytest.param(problem(128, 28, 128, 128, 3, padding=1), False, id="3x3"),
         pytest.param(problem(1, 7, 4096, 64, 1), False, id="1x1-stream-k"),
     ],
@@ -169,7 +195,7 @@ def test_kernel_workspace_size():
     "prob,plain_n,residual_n",
     [
         pytest.param(problem(128, 56, 64, 256, 1), 256, 128, id="1x1-short-mainloop"),
-        pytest.param(problem(128, 14, 256, 1024, 1), 256, 128, id="1x1-k256"),
+        pytest.param(problem(20, 14, 256, 1024, 1), 256, 128, id="1x1-k256"),
         pytest.param(problem(128, 64, 256, 256, 3, padding=1), 256, 256, id="3x3-long-mainloop"),
         pytest.param(problem(128, 64, 384, 384, 3, padding=1), 192, 192, id="k384-fits-192"),
     ],

@@ -14,3 +14,6 @@ class NamedBarrierConv(enum.IntEnum):
     # The load warp arrives once the first tile's A/B loads are issued; the source-load warp
     # waits here before its first C load, so C does not compete with the mainloop's fill.
     EpilogueLoad = enum.auto()
+    # Ping-pong: the second consumer warpgroup's own epilogue barrier (the first uses
+    # ``Epilogue``), as each runs the epilogues of its own tiles.
+    EpilogueConsumer1 = enum.auto()

@@ -128,6 +128,17 @@ class HaloGeometry(NamedTuple):
     dil_w: cutlass.Int32
 
 
+class PingPongTurns(NamedTuple):
+    """Ping-pong: whose turn it is, per consumer warpgroup. A consumer waits for its turn
+    before its mainloop and hands the turn over after it, so that it waits on the ring's
+    stages of its tile only once the other has waited on all of its own: mbarrier phases
+    tell laps of the ring apart only within one lap. Residual kernels order the epilogues
+    likewise, for the source ring."""
+
+    mainloop: pipeline.PipelineOrder
+    epilogue: Optional[pipeline.PipelineOrder]
+
+
 class WorkQueue(NamedTuple):
     """Dynamic scheduling: the load warp hands work items to the other roles through
     ``items`` in SMEM, slot by slot (``pipeline``); ``counters`` are the global work counter
@@ -182,6 +193,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
         dynamic_schedule: bool = False,
         tile_w: int = 0,
         halo_h: int = 0,
+        pingpong: bool = False,
         epilogue: Optional[EpilogueSpec] = None,
     ):
         if act_dtype not in (cutlass.BFloat16, cutlass.Float16) or filter_dtype != act_dtype:
@@ -234,6 +246,13 @@ class Conv2dFpropSm90(ConvKernelEntry):
                 f"128-byte k-tiles, clusters of one CTA and no stream_k, got tile_w={tile_w}, "
                 f"halo_h={halo_h}, tile {tile_mnk}, cluster_mn={cluster_mn}, stream_k={stream_k}"
             )
+        if pingpong and (tile_m != 128 or tile_n > 128 or stream_k or dynamic_schedule or tile_w):
+            raise ValueError(
+                f"pingpong needs 128-row tiles at most 128 wide, no stream_k, dynamic_schedule "
+                f"or halo tiles, got tile {tile_mnk}, stream_k={stream_k}, "
+                f"dynamic_schedule={dynamic_schedule}, tile_w={tile_w}"
+            )
+        self.pingpong = pingpong
         self.tile_w = tile_w
         self.halo_h = halo_h
         self.tile_h = tile_m // tile_w if tile_w else 0
@@ -245,6 +264,12 @@ class Conv2dFpropSm90(ConvKernelEntry):
         self.num_consumer_threads = self.num_consumer_warpgroups * self.num_threads_per_warpgroup
         self.threads_per_cta = self.num_threads_per_warpgroup * (1 + self.num_consumer_warpgroups)
         self.consumer_registers = self._consumer_register_budget()
+        # The consumer threads that compute and store one output tile, and how many epilogues
+        # run at once, each with its own staging buffers, barrier and store warp.
+        self.tile_threads = (
+            self.num_threads_per_warpgroup if pingpong else self.num_consumer_threads
+        )
+        self.num_epilogues = self.num_consumer_warpgroups if pingpong else 1
         self.source_load_warp_id = 1
         self.epi_store_warp_id = 4  # first warp of the first consumer warpgroup
         self.cluster_size = cluster_mn[0] * cluster_mn[1]
@@ -301,14 +326,18 @@ class Conv2dFpropSm90(ConvKernelEntry):
     def _subtile_bytes(self, epi_n: int) -> int:
         return self.tile_mnk[0] * epi_n * self.out_dtype.width // 8
 
+    def _epi_buffers(self, source_stages: int) -> int:
+        """Subtile buffers: output staging per epilogue, plus the source ring."""
+        return self.epi_stages * self.num_epilogues + source_stages
+
     def _epi_bytes(self) -> int:
         """Output staging plus source buffers."""
-        return self._subtile_bytes(self.epi_tile[1]) * (self.epi_stages + self.source_stages)
+        return self._subtile_bytes(self.epi_tile[1]) * self._epi_buffers(self.source_stages)
 
     def _ab_budget(self, source_stages: int, epi_n: int) -> int:
         """SMEM bytes left for the A/B ring next to the epilogue's buffers of ``epi_n``-wide
         subtiles."""
-        epi_bytes = self._subtile_bytes(epi_n) * (self.epi_stages + source_stages)
+        epi_bytes = self._subtile_bytes(epi_n) * self._epi_buffers(source_stages)
         return SMEM_CAPACITY_SM90 - _MBARRIER_BYTES_RESERVED - epi_bytes - self._halo_bytes()
 
     def _choose_residual_epilogue(self, stages: int) -> Tuple[int, int]:
@@ -359,7 +388,9 @@ class Conv2dFpropSm90(ConvKernelEntry):
             OperandMajorMode.K,
             OperandMajorMode.K,
             self.acc_dtype,
-            (self.num_consumer_warpgroups, 1, 1),
+            # Cooperative: one m64 atom per consumer warpgroup. Ping-pong: one warpgroup's
+            # atom repeats over the tile's 128 rows.
+            (1 if self.pingpong else self.num_consumer_warpgroups, 1, 1),
             tiler_mn=(64, tile_n),
         )
         # The A ring: im2col tiles, or halos of (halo_h * tile_w) rows.
@@ -378,8 +409,12 @@ class Conv2dFpropSm90(ConvKernelEntry):
         self.b_smem_layout_staged = sm90_utils.make_smem_layout_b(
             LayoutEnum.ROW_MAJOR, self.tile_mnk, self.filter_dtype, self.ab_stages
         )
+        # Ping-pong: consumer c stages its subtiles in buffers [c * epi_stages, (c+1) * ...).
         self.epi_smem_layout_staged = sm90_utils.make_smem_layout_epi(
-            self.out_dtype, LayoutEnum.ROW_MAJOR, self.epi_tile, self.epi_stages
+            self.out_dtype,
+            LayoutEnum.ROW_MAJOR,
+            self.epi_tile,
+            self.epi_stages * self.num_epilogues,
         )
         # Source C subtiles share the output's SMEM layout, so one TMA box shape serves both.
         self.source_smem_layout_staged = sm90_utils.make_smem_layout_epi(
@@ -490,6 +525,8 @@ class Conv2dFpropSm90(ConvKernelEntry):
                 ],
                 1024,
             ]
+            # Ping-pong: the mainloop and the epilogue turns of the two consumers.
+            turn_mbar: cute.struct.MemRange[cutlass.Int64, 4 if self.pingpong else 1]
 
         self.shared_storage = SharedStorage
 
@@ -622,14 +659,15 @@ class Conv2dFpropSm90(ConvKernelEntry):
         tma_copy_bytes = cute.size_in_bytes(self.filter_dtype, b_smem_layout)
         if cutlass.const_expr(not self.tile_w):
             tma_copy_bytes += a_bytes  # the ring carries A too, except with halo tiles
-        # Each consumer warp releases a stage once for every CTA whose TMA wrote into it.
+        # Each warp of the consumers owning a tile releases a stage once for every CTA whose
+        # TMA wrote into it (all consumer warps; ping-pong: the 4 of the tile's warpgroup).
         mcast_size = self.num_mcast_a + self.num_mcast_b - 1
         ab_pipeline = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.ab_mbar.data_ptr(),
             num_stages=self.ab_stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             consumer_group=pipeline.CooperativeGroup(
-                pipeline.Agent.Thread, mcast_size * self.num_consumer_threads // 32
+                pipeline.Agent.Thread, mcast_size * self.tile_threads // 32
             ),
             tx_count=tma_copy_bytes,
             cta_layout_vmnk=cute.make_layout((1, *cta_layout_mnk.shape)),
@@ -654,7 +692,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
                 num_stages=self.source_stages,
                 producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
                 consumer_group=pipeline.CooperativeGroup(
-                    pipeline.Agent.Thread, self.num_consumer_threads // 32
+                    pipeline.Agent.Thread, self.tile_threads // 32
                 ),
                 tx_count=cute.size_in_bytes(
                     self.out_dtype, cute.slice_(source_smem_layout_staged, (None, None, 0))
@@ -678,6 +716,21 @@ class Conv2dFpropSm90(ConvKernelEntry):
                 items=storage.work_items.get_tensor(cute.make_layout(_WORK_QUEUE_STAGES)),
                 counters=m_flags,
             )
+        turns = None
+        if cutlass.const_expr(self.pingpong):
+            turns = PingPongTurns(*(
+                pipeline.PipelineOrder.create(
+                    barrier_storage=storage.turn_mbar.data_ptr() + 2 * kind,
+                    depth=1,
+                    length=self.num_consumer_warpgroups,
+                    group_id=warp_idx // 4 - 1,  # the consumer warpgroup (producer: unused)
+                    producer_group=pipeline.CooperativeGroup(
+                        pipeline.Agent.Thread, self.num_threads_per_warpgroup
+                    ),
+                    defer_sync=True,
+                ) if kind == 0 or self.epilogue.has_residual else None
+                for kind in range(2)
+            ))  # fmt: skip
         pipeline_init_arrive(cluster_shape_mn=self.cluster_mn, is_relaxed=True)
 
         sA = storage.sA.get_tensor(a_smem_layout_staged.outer, swizzle=a_smem_layout_staged.inner)
@@ -771,6 +824,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
                 m_partials,
                 m_flags,
                 work_queue,
+                turns,
             )
 
     @cute.jit
@@ -1113,19 +1167,28 @@ class Conv2dFpropSm90(ConvKernelEntry):
         m_partials: Optional[cute.Tensor],
         m_flags: Optional[cute.Tensor],
         work_queue: Optional[WorkQueue],
+        turns: Optional[PingPongTurns],
     ):
-        """Consumer warpgroups: WGMMA over the ring, then the epilogue of each output tile."""
+        """Consumer warpgroups: WGMMA over the ring, then the epilogue of each output tile
+        (ping-pong: of every other tile, each warpgroup in its turn)."""
         tidx, _, _ = cute.arch.thread_idx()
         consumer_tidx = tidx - self.num_threads_per_warpgroup
         warpgroup_idx = cute.arch.make_warp_uniform(consumer_tidx // self.num_threads_per_warpgroup)
-        thr_mma = tiled_mma.get_slice(warpgroup_idx * self.num_threads_per_warpgroup)
+        # This thread's index among the threads of its tiles: cooperative, the tile's rows are
+        # split between the warpgroups; ping-pong, a warpgroup is the whole tiled MMA.
+        tile_tidx = consumer_tidx
+        mma_slice = warpgroup_idx * self.num_threads_per_warpgroup
+        if cutlass.const_expr(self.pingpong):
+            tile_tidx = consumer_tidx - mma_slice
+            mma_slice = 0
+        thr_mma = tiled_mma.get_slice(mma_slice)
         tCrA = None  # with halo tiles, A fragments are made per tap (mainloop_over_halos)
         if cutlass.const_expr(not self.tile_w):
             tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
         tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
         acc_shape = thr_mma.partition_shape_C(cute.select(self.tile_mnk, mode=[0, 1]))
         accumulators = cute.make_rmem_tensor(acc_shape, self.acc_dtype)
-        ctx = self.make_epilogue_context(tiled_mma, consumer_tidx, sD, sC, accumulators)
+        ctx = self.make_epilogue_context(tiled_mma, tile_tidx, warpgroup_idx, sD, sC, accumulators)
         tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
 
         read_state = pipeline.make_pipeline_state(
@@ -1152,6 +1215,18 @@ class Conv2dFpropSm90(ConvKernelEntry):
         queue_state = self.make_queue_consumer_state()
         end_work = scheduler.end_work()
         work, queue_state = self.next_work_item(scheduler, work_queue, queue_state)
+        mainloop_turn, epilogue_turn = None, None
+        if cutlass.const_expr(self.pingpong):
+            # Consumer 0 has the first turn (its phase 1 passes a fresh barrier).
+            mainloop_turn = pipeline.PipelineState(
+                1, cutlass.Int32(0), cutlass.Int32(0), cutlass.Int32(warpgroup_idx == 0)
+            )
+            epilogue_turn = mainloop_turn.clone()
+            # Consumer 1 takes the second tile, and each takes every other one after that.
+            if warpgroup_idx == 1:
+                work, read_state, release_state, source_state = self.skip_tile(
+                    scheduler, work, read_state, release_state, source_state, k_tile_cnt
+                )
         while work < end_work:
             k_first, k_end = scheduler.k_tile_range(work)
             if cutlass.const_expr(self.tile_w):
@@ -1160,22 +1235,53 @@ class Conv2dFpropSm90(ConvKernelEntry):
                     a_tap_layout, tCrB, read_state, release_state, halo_state, halo, k_shape,
                 )  # fmt: skip
             else:
+                if cutlass.const_expr(self.pingpong):
+                    turns.mainloop.wait(mainloop_turn)
                 read_state, release_state = self.mainloop(
                     ab_pipeline, tiled_mma, accumulators, tCrA, tCrB,
                     read_state, release_state, k_end - k_first,
                 )  # fmt: skip
+                if cutlass.const_expr(self.pingpong):
+                    mainloop_turn = turns.mainloop.arrive(mainloop_turn)
             if cutlass.const_expr(self.stream_k):
                 if k_first > 0:
                     self.store_partial(fixup, scheduler, work)
                 elif k_end < k_tile_cnt:
                     self.add_partials(fixup, scheduler, work)
             if k_first == 0:
+                if cutlass.const_expr(self.pingpong and self.epilogue.has_residual):
+                    turns.epilogue.wait(epilogue_turn)
                 source_state, num_epi_tiles_done = self.epilogue_tile(
                     ctx, work, scheduler, source_state, num_epi_tiles_done,
                     tma_atom_d, source_pipeline, gD, m_bias, m_scale, alpha, beta, warp_idx,
                 )  # fmt: skip
+                if cutlass.const_expr(self.pingpong and self.epilogue.has_residual):
+                    epilogue_turn = turns.epilogue.arrive(epilogue_turn)
             work, queue_state = self.next_work_item(scheduler, work_queue, queue_state, work)
+            if cutlass.const_expr(self.pingpong):
+                work, read_state, release_state, source_state = self.skip_tile(
+                    scheduler, work, read_state, release_state, source_state, k_tile_cnt
+                )
         ctx.store_pipeline.producer_tail()
+
+    @cute.jit
+    def skip_tile(
+        self,
+        scheduler: StaticTileScheduler,
+        work: cutlass.Int32,
+        read_state: pipeline.PipelineState,
+        release_state: pipeline.PipelineState,
+        source_state: pipeline.PipelineState,
+        k_tile_cnt: cutlass.Int32,
+    ):
+        """Ping-pong: pass over the other consumer's tile ``work``: the work item after it,
+        and the ring positions of its k-tiles and of its C subtiles (the rings carry every
+        tile of the CTA in order)."""
+        read_state.advance(k_tile_cnt)
+        release_state.advance(k_tile_cnt)
+        if cutlass.const_expr(self.epilogue.has_residual):
+            source_state.advance(self.tile_mnk[1] // self.epi_tile[1])
+        return scheduler.next_work(work), read_state, release_state, source_state
 
     def partial_slot(self, cluster: cutlass.Int32):
         """Stream-K: the workspace slot of this CTA's partial when ``cluster`` computes it."""
@@ -1315,7 +1421,8 @@ class Conv2dFpropSm90(ConvKernelEntry):
     def make_epilogue_context(
         self,
         tiled_mma: cute.TiledMma,
-        consumer_tidx: cutlass.Int32,
+        tile_tidx: cutlass.Int32,
+        warpgroup_idx: cutlass.Int32,
         sD: cute.Tensor,
         sC: Optional[cute.Tensor],
         accumulators: cute.Tensor,
@@ -1331,7 +1438,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
         tiled_copy_r2s = cute.make_tiled_copy_S(
             copy_atom_r2s, cute.make_tiled_copy_C_atom(copy_atom_d, tiled_mma)
         )
-        thr_copy_r2s = tiled_copy_r2s.get_slice(consumer_tidx)
+        thr_copy_r2s = tiled_copy_r2s.get_slice(tile_tidx)
         rD_shape = cute.shape(thr_copy_r2s.partition_S(sD))[:3]
         ctx = SimpleNamespace(
             tiled_copy_r2s=tiled_copy_r2s,
@@ -1349,15 +1456,25 @@ class Conv2dFpropSm90(ConvKernelEntry):
             tRS_rBias=cute.make_rmem_tensor(rD_shape, self.acc_dtype),
             tRS_rScale=cute.make_rmem_tensor(rD_shape, self.acc_dtype),
             barrier=pipeline.NamedBarrier(
-                barrier_id=int(NamedBarrierConv.Epilogue), num_threads=self.num_consumer_threads
+                barrier_id=int(NamedBarrierConv.Epilogue), num_threads=self.tile_threads
             ),
             store_pipeline=pipeline.PipelineTmaStore.create(
                 num_stages=self.epi_stages,
-                producer_group=pipeline.CooperativeGroup(
-                    pipeline.Agent.Thread, self.num_consumer_threads
-                ),
+                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.tile_threads),
             ),
+            # The warp that issues the TMA stores, and this epilogue's first staging buffer.
+            store_warp_id=self.epi_store_warp_id,
+            first_buffer=0,
         )
+        if self.pingpong:
+            # Each consumer has its own barrier, store warp (its first) and staging buffers.
+            consumer1_offset = int(NamedBarrierConv.EpilogueConsumer1) - ctx.barrier.barrier_id
+            ctx.barrier = pipeline.NamedBarrier(
+                barrier_id=ctx.barrier.barrier_id + warpgroup_idx * consumer1_offset,
+                num_threads=self.tile_threads,
+            )
+            ctx.store_warp_id = self.epi_store_warp_id + warpgroup_idx * 4
+            ctx.first_buffer = warpgroup_idx * self.epi_stages
         if self.epilogue.has_residual:
             ctx.tRS_sC = thr_copy_r2s.partition_S(sC)  # this thread's values, in C's buffers
             ctx.tRS_rC = cute.make_rmem_tensor(rD_shape, self.out_dtype)
@@ -1438,13 +1555,15 @@ class Conv2dFpropSm90(ConvKernelEntry):
                 y = y + beta * ctx.tRS_rC.load().to(self.acc_dtype)
             ctx.tRS_rD_out.store(y.to(self.out_dtype))
             epi_buffer = (num_epi_tiles_done + epi_idx) % self.epi_stages
+            if cutlass.const_expr(self.pingpong):
+                epi_buffer = epi_buffer + ctx.first_buffer
             cute.copy(
                 ctx.tiled_copy_r2s, ctx.tRS_rD_out, ctx.tRS_sD[(None, None, None, epi_buffer)]
             )
             # Make the generic-proxy SMEM writes visible to the TMA (async proxy).
             cute.arch.fence_proxy("async.shared", space="cta")
             ctx.barrier.arrive_and_wait()
-            if warp_idx == self.epi_store_warp_id:
+            if warp_idx == ctx.store_warp_id:
                 cute.copy(
                     tma_atom_d,
                     bSG_sD[(None, epi_buffer)],
