@@ -63,13 +63,15 @@ def candidate_widths(k: int) -> list[int]:
 
 def candidate_configs(problem: Conv2dProblemShape, num_sms: int = 132) -> list[Conv2dConfig]:
     """``candidate_widths``, each alone and in both 2-CTA clusters, two rasterizations, 128-
-    row tiles and, up to 160 wide, 192-row ones and, up to 128 wide, 256-row ones; the k-tile width, stream-K and (for
-    single-CTA clusters) dynamic scheduling choices of the default heuristic for the problem
-    the kernel runs (after staging) on ``num_sms`` SMs."""
+    row tiles and, up to 160 wide, 192-row ones and, up to 128 wide, 256-row ones; the k-tile
+    width, stream-K, ping-pong (for tiles it takes) and (for single-CTA clusters) dynamic
+    scheduling choices of the default heuristic for the problem the kernel runs (after
+    staging) on ``num_sms`` SMs."""
     kernel_problem = kernel_problem_for(problem)
     heuristic = default_config(kernel_problem, num_sms)
     tile_k, stream_k = heuristic.tile_k, heuristic.stream_k
     dynamic = heuristic.dynamic_schedule  # single-CTA clusters only
+    pingpong = heuristic.pingpong  # 128-row tiles at most 128 wide only
     shapes = [
         (tile_m, tile_n)
         for tile_n in candidate_widths(kernel_problem.K)
@@ -80,7 +82,8 @@ def candidate_configs(problem: Conv2dProblemShape, num_sms: int = 132) -> list[C
         Conv2dConfig(tile_m=tile_m, tile_n=tile_n, tile_k=tile_k,
                      cluster_m=cluster_m, cluster_n=cluster_n, swizzle=swizzle,
                      stream_k=stream_k,
-                     dynamic_schedule=dynamic and cluster_m * cluster_n == 1)
+                     dynamic_schedule=dynamic and cluster_m * cluster_n == 1,
+                     pingpong=pingpong and tile_m == 128 and tile_n <= 128)
         for (tile_m, tile_n), (cluster_m, cluster_n), swizzle in itertools.product(
             shapes, ((1, 1), (2, 1), (1, 2)), (1, 8)
         )

@@ -215,6 +215,15 @@ def test_candidates_are_valid_and_fit_k():
     assert {c.tile_k for c in tuning.candidate_configs(stem)} == {64}  # staged to C=64
 
 
+def test_candidates_carry_the_heuristics_pingpong_where_it_runs():
+    prob = problem(128, 14, 256, 1024, 1)  # ping-pong by default (4 k-tiles)
+    candidates = tuning.candidate_configs(prob)
+    assert default_config(prob) in candidates
+    assert {c.pingpong for c in candidates} == {True, False}
+    assert all(c.pingpong == (c.tile_m == 128 and c.tile_n <= 128) for c in candidates)
+    assert any(c.tile_m == 192 for c in candidates)
+
+
 @pytest.mark.parametrize(
     "k,widths",
     [(64, [64]), (320, [96, 128, 160]), (384, [96, 128, 192]), (1024, [128, 160, 192, 224, 256])],

@@ -17,6 +17,9 @@ Roles (384 threads; 512 with 192-row tiles):
   warpgroups 1-2 (consumers, ``setmaxnreg`` up to 232), or 1-3 with 192-row tiles (up to 152)
     WGMMA on a tile_m x tile_n accumulator (64 or 128 rows each), then the epilogue:
     registers (fp32 math, + beta * C read from SMEM) -> SMEM (stmatrix) -> TMA store (warp 4).
+    Ping-pong (``pingpong``): each consumer warpgroup takes every other tile of the CTA with
+    its own 128 x tile_n accumulator and runs that tile's epilogue alone (its own staging
+    buffers, barrier and store warp: 4 or 8) while the other's mainloop has the tensor cores.
 
 Pipelines and barriers:
 
@@ -28,7 +31,12 @@ Pipelines and barriers:
           Deep enough for a whole tile of C where SMEM allows, so the next tile's C is
           loaded during its mainloop rather than waited for in its epilogue.
   store   PipelineTmaStore: bulk-group accounting of the epilogue's TMA stores.
-  Epilogue named barrier: the consumer threads around each epilogue subtile.
+  turns   ping-pong only (``PingPongTurns``): a consumer waits for its turn before its
+          mainloop and hands it over after, so it waits on its tile's ring stages only once
+          the other has waited on all of its own (mbarrier phases tell ring laps apart within
+          one lap); residual kernels take turns at the epilogue too, for the source ring.
+  Epilogue named barrier: the consumer threads around each epilogue subtile (ping-pong: each
+          warpgroup's own, ``Epilogue`` and ``EpilogueConsumer1``).
   EpilogueLoad named barrier (load warp + source-load warp): the source loads start only once
           the first tile's A/B loads are issued, so C does not compete with the mainloop fill.
 
@@ -172,6 +180,9 @@ class Conv2dFpropSm90(ConvKernelEntry):
         filter tap the load warp brings in the tile's input halo once per c-block, a tiled TMA
         box of ``halo_h`` input rows x ``tile_w`` columns; each tap's A operand is that halo
         shifted by ``r * dil_h * tile_w + s * dil_w`` rows. 0 (default): im2col loads.
+    :param pingpong: the two consumer warpgroups take the tiles in turn, one's epilogue under
+        the other's mainloop (128-row tiles at most 128 wide; no stream_k, dynamic_schedule
+        or halo tiles).
     :param epilogue: the fused epilogue terms, see ``EpilogueSpec``.
     """
 
