@@ -289,21 +289,11 @@ def default_config(
     for the stem (staged, 112 columns: 128-wide tiles, no faster) nor for 128-wide tiles
     (r50-c3 3x3 with 32-column tiles: 13-22% slower).
     """
-    tiles_m = -(-problem.gemm_m // 128)
-    best = None
-    for tile_n in sorted(TILE_N_CHOICES, reverse=True):
-        tiles_n = -(-problem.K // tile_n)
-        waves = -(-(tiles_m * tiles_n) // num_sms)
-        cost = waves * (tile_n + 64)
-        if best is None or cost < best[0]:
-            best = (cost, tile_n)
-    tile_n = best[1]
+    # min() keeps the first of equal costs: ties go to the wider tile.
+    widest_first = sorted(TILE_N_CHOICES, reverse=True)
+    tile_n = min(widest_first, key=lambda n: _wave_cost(problem, 128, n, num_sms))
     if has_residual and tile_n == 256 and problem.gemm_k <= _SHORT_MAINLOOP_K:
         tile_n = 128
-    tiles_n = -(-problem.K // tile_n)
-    cluster_n = 2 if tiles_n % 2 == 0 else 1
-    # A filter tile wider than the activation tile is the larger L2 stream: share it along M.
-    cluster_m = 2 if cluster_n == 1 and tile_n > 128 and problem.gemm_k > _SHORT_MAINLOOP_K else 1
     # A k-tile holds channels of one filter tap, so C is padded up to a multiple of tile_k.
     # Weigh that padding against a per-k-tile cost worth 16 channels; ties go to the wider.
     tile_k = min(
@@ -314,9 +304,11 @@ def default_config(
     tile_m = 256 if tile_n == 64 and tall_tiles_m >= _MIN_WAVES_TALL * num_sms else 128
     if tile_m == 128 and _fills_waves_better_at_192(problem, tile_n, num_sms):
         tile_m, tile_n = _THREE_WARPGROUP_TILE
-        tiles_n = -(-problem.K // tile_n)
-        cluster_n, cluster_m = (2 if tiles_n % 2 == 0 else 1), 1
-    tiles = -(-problem.gemm_m // tile_m) * tiles_n
+    tiles_n = -(-problem.K // tile_n)
+    cluster_n = 2 if tiles_n % 2 == 0 else 1
+    # A filter tile wider than the activation tile is the larger L2 stream: share it along M.
+    cluster_m = 2 if cluster_n == 1 and tile_n > 128 and problem.gemm_k > _SHORT_MAINLOOP_K else 1
+    tiles = _tile_count(problem, tile_m, tile_n)
     k_tiles = -(-problem.C // tile_k) * problem.R * problem.S
     stream_k = tiles <= _MAX_WAVE_STREAM_K * num_sms and k_tiles >= _MIN_K_TILES_STREAM_K
     pointwise = problem.R == problem.S == 1
@@ -338,25 +330,29 @@ def _pingpong_pays(problem: Conv2dProblemShape, k_tiles: int, num_sms: int) -> b
     """Whether a pointwise conv has the k-tiles and the tiles that ping-pong gains on (see
     default_config): at least ``_MIN_K_TILES_PINGPONG`` k-tiles, and two tiles per SM of
     128 x ``_PINGPONG_TILE_N`` (so that both consumer warpgroups have tiles)."""
-    tiles = -(-problem.gemm_m // 128) * -(-problem.K // _PINGPONG_TILE_N)
+    tiles = _tile_count(problem, 128, _PINGPONG_TILE_N)
     return k_tiles >= _MIN_K_TILES_PINGPONG and tiles >= 2 * num_sms
+
+
+def _tile_count(problem: Conv2dProblemShape, tile_m: int, tile_n: int) -> int:
+    """Output tiles of ``tile_m`` x ``tile_n`` (GEMM M x N)."""
+    return -(-problem.gemm_m // tile_m) * -(-problem.K // tile_n)
 
 
 def _wave_cost(problem: Conv2dProblemShape, tile_m: int, tile_n: int, num_sms: int) -> int:
     """Rounds of persistent tiles times a tile's cost (its MMA rows x columns plus the fixed
     cost of a tile, 64 columns' worth)."""
-    tiles = -(-problem.gemm_m // tile_m) * -(-problem.K // tile_n)
-    return -(-tiles // num_sms) * tile_m * (tile_n + 64)
+    waves = -(-_tile_count(problem, tile_m, tile_n) // num_sms)
+    return waves * tile_m * (tile_n + 64)
 
 
 def _fills_waves_better_at_192(problem: Conv2dProblemShape, tile_n: int, num_sms: int) -> bool:
     """Whether ``_THREE_WARPGROUP_TILE`` tiles, at least a wave of them, cost less than
     128 x ``tile_n`` ones by ``_MIN_GAIN_192`` (see default_config)."""
     tile_m_192, tile_n_192 = _THREE_WARPGROUP_TILE
-    tiles = -(-problem.gemm_m // tile_m_192) * -(-problem.K // tile_n_192)
     cost_192 = _wave_cost(problem, tile_m_192, tile_n_192, num_sms)
-    return tiles >= num_sms and cost_192 <= _MIN_GAIN_192 * _wave_cost(
-        problem, 128, tile_n, num_sms
+    return _tile_count(problem, tile_m_192, tile_n_192) >= num_sms and (
+        cost_192 <= _MIN_GAIN_192 * _wave_cost(problem, 128, tile_n, num_sms)
     )
 
 

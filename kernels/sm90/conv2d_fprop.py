@@ -729,19 +729,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
             )
         turns = None
         if cutlass.const_expr(self.pingpong):
-            turns = PingPongTurns(*(
-                pipeline.PipelineOrder.create(
-                    barrier_storage=storage.turn_mbar.data_ptr() + 2 * kind,
-                    depth=1,
-                    length=self.num_consumer_warpgroups,
-                    group_id=warp_idx // 4 - 1,  # the consumer warpgroup (producer: unused)
-                    producer_group=pipeline.CooperativeGroup(
-                        pipeline.Agent.Thread, self.num_threads_per_warpgroup
-                    ),
-                    defer_sync=True,
-                ) if kind == 0 or self.epilogue.has_residual else None
-                for kind in range(2)
-            ))  # fmt: skip
+            turns = self.make_turns(storage.turn_mbar.data_ptr(), warp_idx)
         pipeline_init_arrive(cluster_shape_mn=self.cluster_mn, is_relaxed=True)
 
         sA = storage.sA.get_tensor(a_smem_layout_staged.outer, swizzle=a_smem_layout_staged.inner)
@@ -837,6 +825,26 @@ class Conv2dFpropSm90(ConvKernelEntry):
                 work_queue,
                 turns,
             )
+
+    def make_turns(self, barriers: cute.Pointer, warp_idx: cutlass.Int32) -> PingPongTurns:
+        """Ping-pong: the mainloop turns (``barriers[0:2]``, one mbarrier per consumer) and, in
+        residual kernels, the epilogue turns (``barriers[2:4]``)."""
+
+        def turn(first_barrier: cute.Pointer) -> pipeline.PipelineOrder:
+            return pipeline.PipelineOrder.create(
+                barrier_storage=first_barrier,
+                depth=1,
+                length=self.num_consumer_warpgroups,
+                group_id=warp_idx // 4 - 1,  # the consumer warpgroup (producer: unused)
+                producer_group=pipeline.CooperativeGroup(
+                    pipeline.Agent.Thread, self.num_threads_per_warpgroup
+                ),
+                defer_sync=True,
+            )
+
+        mainloop = turn(barriers)
+        epilogue = turn(barriers + 2) if self.epilogue.has_residual else None
+        return PingPongTurns(mainloop, epilogue)
 
     @cute.jit
     def load(
