@@ -9,8 +9,10 @@ For every shape of ``benchmarks/shapes.json`` (NHWC bf16):
   (torch.matmul 8192^3, measured in the same run);
 - fused ``relu(conv + bias) + residual``: one cute_conv.conv2d_fprop_with_residual call vs the
   same expression in torch eager and under torch.compile.
-Every result is checked against a float32 reference before it is timed. Times are medians of
-``triton.testing.do_bench``. Also reports the host overhead of a cached call and the compile
+Every result is checked against a float32 reference before it is timed. The functions compared
+on a shape are timed in ``ROUNDS`` rounds of ``triton.testing.do_bench`` (each a median), their
+order reversed every other round so that none always runs right after the others' load; a time
+is the median over the rounds. Also reports the host overhead of a cached call and the compile
 and disk-load times of a kernel. Writes a Markdown report and a PNG chart of the ratios.
 """
 
@@ -22,7 +24,9 @@ import json
 import math
 import os
 import platform
+import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -35,6 +39,12 @@ from cute_conv.staging import kernel_problem_for
 from cute_conv.testing import compare_to_reference, random_conv_inputs
 
 HERE = Path(__file__).resolve().parent
+# Rounds of timing per shape: single do_bench runs of the same kernel differ by 5-10% between
+# runs on a power-capped GPU, more than the gaps being measured.
+ROUNDS = 3
+# The host overhead: the median over loops of this many cached calls (the host's pace varies
+# between loops).
+HOST_LOOPS, HOST_CALLS_PER_LOOP = 5, 1000
 
 
 def do_bench(fn) -> float:
@@ -44,10 +54,22 @@ def do_bench(fn) -> float:
     return triton_do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
+def time_interleaved(fns: dict[str, Callable[[], object]]) -> dict[str, float]:
+    """Milliseconds of each of ``fns``: the median over ``ROUNDS`` rounds of ``do_bench``,
+    with the order of the functions reversed every other round."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    names = list(fns)
+    for i in range(ROUNDS):
+        for name in names if i % 2 == 0 else reversed(names):
+            times[name].append(do_bench(fns[name]))
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
 def gemm_ceiling_tflops() -> float:
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    return 2 * 8192**3 / do_bench(lambda: torch.matmul(a, b)) / 1e9
+    ms = time_interleaved({"matmul": lambda: torch.matmul(a, b)})["matmul"]
+    return 2 * 8192**3 / ms / 1e9
 
 
 def fused_torch(x, w, bias, res, stride, padding, dilation):
@@ -72,11 +94,14 @@ def bench_shape(shape: dict, *, autotune: bool, with_compile: bool) -> dict:
     cute_conv.conv2d_fprop(x, flt, out=out, config=config, **geom)
     ref = conv2d_reference(x, flt, **geom)
     row["check"] = compare_to_reference(out, ref)
-    row["ours_ms"] = do_bench(
-        lambda: cute_conv.conv2d_fprop(x, flt, out=out, config=config, **geom)
-    )
     x_cl, w_cl = x.permute(0, 3, 1, 2), flt.permute(0, 3, 1, 2)  # channels_last NCHW views
-    row["cudnn_ms"] = do_bench(lambda: F.conv2d(x_cl, w_cl, **geom))
+    plain = time_interleaved(
+        {
+            "ours_ms": lambda: cute_conv.conv2d_fprop(x, flt, out=out, config=config, **geom),
+            "cudnn_ms": lambda: F.conv2d(x_cl, w_cl, **geom),
+        }
+    )
+    row.update(plain)
 
     # ---- fused relu(conv + bias) + residual ----
     bias = torch.randn(k, device="cuda", dtype=x.dtype)
@@ -92,30 +117,33 @@ def bench_shape(shape: dict, *, autotune: bool, with_compile: bool) -> dict:
     ours_fused()
     fused_ref = torch.relu(ref + bias.float()) + res.float()
     row["fused_check"] = compare_to_reference(fused_out, fused_ref)
-    row["fused_ms"] = do_bench(ours_fused)
     args = (x_cl, w_cl, bias, res_cl, geom["stride"], geom["padding"], geom["dilation"])
-    row["eager_ms"] = do_bench(lambda: fused_torch(*args))
+    fused = {"fused_ms": ours_fused, "eager_ms": lambda: fused_torch(*args)}
     if with_compile:
         compiled = torch.compile(fused_torch, dynamic=False)
         compiled(*args)
-        row["compile_ms"] = do_bench(lambda: compiled(*args))
+        fused["compile_ms"] = lambda: compiled(*args)
+    row.update(time_interleaved(fused))
     return row
 
 
 def host_overhead_us() -> float:
-    """Host time of a cached conv2d_fprop call on a tiny problem (no CUDA graph)."""
+    """Host time of a cached conv2d_fprop call on a tiny problem (no CUDA graph): the median
+    over ``HOST_LOOPS`` loops of ``HOST_CALLS_PER_LOOP`` calls."""
     x, flt = random_conv_inputs(1, 8, 8, 64, 64, 3, 3)
     out = torch.empty(1, 8, 8, 64, dtype=x.dtype, device="cuda")
     call = lambda: cute_conv.conv2d_fprop(x, flt, padding=1, out=out)  # noqa: E731
     for _ in range(100):
         call()
     torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(2000):
-        call()
-    elapsed = (time.perf_counter() - start) / 2000 * 1e6
-    torch.cuda.synchronize()
-    return elapsed
+    per_call = []
+    for _ in range(HOST_LOOPS):
+        start = time.perf_counter()
+        for _ in range(HOST_CALLS_PER_LOOP):
+            call()
+        per_call.append((time.perf_counter() - start) / HOST_CALLS_PER_LOOP * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(per_call)
 
 
 def compile_and_load_seconds() -> tuple[float, float]:
@@ -178,8 +206,10 @@ def write_report(rows, ceiling, overhead_us, compile_s, load_s, path: Path, char
         f"- torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
         f"nvidia-cutlass-dsl {_version('nvidia-cutlass-dsl')}, apache-tvm-ffi "
         f"{_version('apache-tvm-ffi')}, Python {platform.python_version()}",
-        "- bf16 in/out, fp32 accumulation; medians of triton.testing.do_bench; everything in one "
-        "process. cuDNN: torch conv2d on channels_last views, cudnn.benchmark=True.",
+        f"- bf16 in/out, fp32 accumulation; everything in one process. Per shape, the functions "
+        f"compared are timed in {ROUNDS} rounds of triton.testing.do_bench (medians), the order "
+        f"reversed every other round; a time is the median round. cuDNN: torch conv2d on "
+        f"channels_last views, cudnn.benchmark=True.",
         f"- configs: {'autotuned per shape' if rows and rows[0]['tuned'] else 'default heuristic'}",
         f"- bf16 GEMM ceiling (torch.matmul 8192^3, this run): {ceiling:.0f} TFLOP/s",
         f"- **plain conv, geomean speedup vs cuDNN: {plain:.3f}x** "
@@ -191,7 +221,8 @@ def write_report(rows, ceiling, overhead_us, compile_s, load_s, path: Path, char
         fused_compile = geomean(r["compile_ms"] / r["fused_ms"] for r in rows)
         lines.append(f"- fused, geomean speedup vs torch.compile: {fused_compile:.3f}x")
     lines += [
-        f"- host overhead of a cached call (1x8x8x64 conv, no CUDA graph): {overhead_us:.1f} us",
+        f"- host overhead of a cached call (1x8x8x64 conv, no CUDA graph; median of {HOST_LOOPS} "
+        f"loops of {HOST_CALLS_PER_LOOP} calls): {overhead_us:.1f} us",
         f"- compile time of a new kernel: {compile_s:.1f} s; loading it from the disk cache in a "
         f"fresh in-memory cache: {load_s * 1000:.0f} ms",
         "",
