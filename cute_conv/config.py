@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from .kernels.common.config_checks import check_choice, check_field_types
 from .kernels.sm90.conv2d_fprop import HALO_SLACK_ROWS
+from .kernels.sm90.schedule_checks import check_schedule_options
 from .problem import Conv2dProblemShape
 
 __all__ = ["Conv2dConfig", "check_config_fits", "default_config"]
@@ -26,10 +27,8 @@ TILE_K_CHOICES = (16, 32, 64)
 CLUSTER_CHOICES = (1, 2)
 MAX_CLUSTER_SIZE = 2
 MIN_STAGES, MAX_STAGES = 2, 16
-# Halo tiles: output columns per tile row (a power of two dividing tile_m) and the most input
-# rows of a halo (a TMA box dimension).
+# Halo tiles: output columns per tile row (a power of two dividing tile_m).
 HALO_TILE_W_CHOICES = (32, 64, 128)
-MAX_HALO_H = 256
 
 # GEMM K up to which a residual kernel's mainloop is too short to hide a tile of C loads
 # behind (measured on an H200: K=64 and 256 1x1 convs 1.2x faster at tile_n=128 than 256,
@@ -139,49 +138,18 @@ class Conv2dConfig:
             )
         if self.swizzle < 1:
             raise ValueError(f"swizzle must be >= 1, got {self.swizzle}")
-        if self.dynamic_schedule and (self.stream_k or self.cluster_m * self.cluster_n > 1):
-            raise ValueError(
-                "dynamic_schedule needs cluster_m=cluster_n=1 and stream_k=False, got "
-                f"cluster_m={self.cluster_m}, cluster_n={self.cluster_n}, "
-                f"stream_k={self.stream_k}"
-            )
-        self._check_halo()
-        if self.pingpong and (
-            self.tile_m != 128
-            or self.tile_n > 128
-            or self.stream_k
-            or self.dynamic_schedule
-            or self.tile_w
-        ):
-            raise ValueError(
-                f"pingpong needs tile_m=128, tile_n <= 128, stream_k=False, "
-                f"dynamic_schedule=False and no halo tiles, got tile_m={self.tile_m}, "
-                f"tile_n={self.tile_n}, stream_k={self.stream_k}, "
-                f"dynamic_schedule={self.dynamic_schedule}, tile_w={self.tile_w}"
-            )
-
-    def _check_halo(self) -> None:
-        if not self.tile_w and not self.halo_h:
-            return
-        check_choice("tile_w", self.tile_w, HALO_TILE_W_CHOICES)
-        if self.tile_m % self.tile_w:
-            raise ValueError(
-                f"tile_w must divide tile_m (a tile is whole rows of tile_w columns), got "
-                f"tile_w={self.tile_w}, tile_m={self.tile_m}"
-            )
-        tile_h = self.tile_m // self.tile_w
-        if not tile_h <= self.halo_h <= MAX_HALO_H:
-            raise ValueError(
-                f"halo_h must be in tile_m/tile_w..{MAX_HALO_H} (the output rows of a tile plus "
-                f"the filter's), got halo_h={self.halo_h} with tile_m={self.tile_m}, "
-                f"tile_w={self.tile_w}"
-            )
-        if self.tile_k != 64 or self.cluster_m * self.cluster_n > 1 or self.stream_k:
-            raise ValueError(
-                f"halo tiles (tile_w={self.tile_w}) need tile_k=64, cluster_m=cluster_n=1 and "
-                f"stream_k=False, got tile_k={self.tile_k}, cluster_m={self.cluster_m}, "
-                f"cluster_n={self.cluster_n}, stream_k={self.stream_k}"
-            )
+        if self.tile_w or self.halo_h:  # halo tiles (halo_h alone is an error here)
+            check_choice("tile_w", self.tile_w, HALO_TILE_W_CHOICES)
+        check_schedule_options(
+            tile_mnk=self.tile_shape_mnk,
+            k_tile_bytes=self.tile_k * 2,  # 16-bit inputs
+            cluster_mn=self.cluster_shape_mn,
+            stream_k=self.stream_k,
+            dynamic_schedule=self.dynamic_schedule,
+            tile_w=self.tile_w,
+            halo_h=self.halo_h,
+            pingpong=self.pingpong,
+        )
 
     @property
     def tile_shape_mnk(self) -> tuple[int, int, int]:

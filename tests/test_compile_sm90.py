@@ -303,3 +303,21 @@ def test_halo_tiles_in_the_ptx():
     im2col = cute_conv.compile_kernel("sm_90a", act_dtype=torch.bfloat16).ptx
     assert "cp.async.bulk.tensor.4d.shared::cta.global.im2col" in im2col
     assert "cp.async.bulk.tensor.2d.global.shared::cta.tile" in im2col  # (N*P*Q, K) stores
+
+
+@pytest.mark.parametrize(
+    "options,match",
+    [
+        (dict(cluster_mn=(1, 2), dynamic_schedule=True), "dynamic_schedule needs"),
+        (dict(tile_w=48, halo_h=6), "tile_w must divide"),
+        (dict(tile_w=32, halo_h=300), "halo_h must be in"),
+        (dict(tile_w=32, halo_h=6, stream_k=True), "need tile_k=64"),
+        (dict(tile_mnk=(256, 64, 64), pingpong=True), "pingpong needs"),
+    ],
+    ids=["dynamic-cluster", "halo-tile-w", "halo-h", "halo-stream-k", "pingpong-tile-m"],
+)
+def test_kernel_constructor_rejects_options_like_the_config(options, match):
+    """Direct users of the kernel class get the checks (and messages) of Conv2dConfig."""
+    kwargs = dict(tile_mnk=(128, 128, 64), cluster_mn=(1, 1)) | options
+    with pytest.raises(ValueError, match=match):
+        Conv2dFpropSm90(cutlass.BFloat16, cutlass.BFloat16, cutlass.BFloat16, **kwargs)

@@ -96,6 +96,7 @@ from ..common.im2col import (
     output_tile_view,
 )
 from ..common.tile_scheduler import StaticTileScheduler
+from .schedule_checks import check_schedule_options
 
 SMEM_CAPACITY_SM90 = 232448  # bytes of dynamic SMEM one CTA may use on H100/H200
 _REGISTER_FILE = 65536  # 32-bit registers of an SM, shared by the CTA's warpgroups
@@ -238,31 +239,17 @@ class Conv2dFpropSm90(ConvKernelEntry):
         self.swizzle = swizzle
         self.raster_along_m = raster_along_m
         self.stream_k = stream_k
-        if dynamic_schedule and (stream_k or cluster_mn != (1, 1)):
-            raise ValueError(
-                f"dynamic_schedule needs clusters of one CTA and no stream_k, got "
-                f"cluster_mn={cluster_mn}, stream_k={stream_k}"
-            )
+        check_schedule_options(
+            tile_mnk=tile_mnk,
+            k_tile_bytes=tile_k * act_dtype.width // 8,
+            cluster_mn=cluster_mn,
+            stream_k=stream_k,
+            dynamic_schedule=dynamic_schedule,
+            tile_w=tile_w,
+            halo_h=halo_h,
+            pingpong=pingpong,
+        )
         self.dynamic_schedule = dynamic_schedule
-        if tile_w and not (
-            tile_m % tile_w == 0
-            and halo_h >= tile_m // tile_w
-            and halo_h <= 256
-            and tile_k * act_dtype.width // 8 == 128
-            and cluster_mn == (1, 1)
-            and not stream_k
-        ):
-            raise ValueError(
-                f"halo tiles need tile_w dividing tile_m, tile_m/tile_w <= halo_h <= 256, "
-                f"128-byte k-tiles, clusters of one CTA and no stream_k, got tile_w={tile_w}, "
-                f"halo_h={halo_h}, tile {tile_mnk}, cluster_mn={cluster_mn}, stream_k={stream_k}"
-            )
-        if pingpong and (tile_m != 128 or tile_n > 128 or stream_k or dynamic_schedule or tile_w):
-            raise ValueError(
-                f"pingpong needs 128-row tiles at most 128 wide, no stream_k, dynamic_schedule "
-                f"or halo tiles, got tile {tile_mnk}, stream_k={stream_k}, "
-                f"dynamic_schedule={dynamic_schedule}, tile_w={tile_w}"
-            )
         self.pingpong = pingpong
         self.tile_w = tile_w
         self.halo_h = halo_h
