@@ -93,9 +93,10 @@ class CompiledConv2d:
         """Run the kernel: the hot path of every call.
 
         ``pointers``: device addresses of (activation, filter, out, source, bias, scale,
-        stream-K partials, stream-K flags), 0 for terms the epilogue leaves out and for the
-        workspace of a kernel without stream-K; ``scalars``: ``kernel_scalars(...)``; ``stream``: a raw
-        ``cudaStream_t`` handle. The problem must be validated and channel-aligned.
+        stream-K partials, stream-K / dynamic-scheduling flags), 0 for terms the epilogue
+        leaves out and for a workspace the kernel does not use; ``scalars``:
+        ``kernel_scalars(...)``; ``stream``: a raw ``cudaStream_t`` handle. The problem must
+        be validated and channel-aligned.
         """
         self._fn(*pointers, *scalars, stream)
 
@@ -169,7 +170,7 @@ def _compile(key: KernelKey) -> CompiledConv2d:
 
     def compile_now() -> tuple[Callable, str, bytes, int]:
         # act, filter, out, source (out dtype), bias and scale (the epilogue's vector dtype),
-        # the stream-K partials and flags
+        # the workspace's partials and flags
         pointer_dtypes = (key.act_dtype, key.filter_dtype, key.out_dtype, key.out_dtype)
         pointer_dtypes += (key.epilogue.vector_dtype,) * 2 + (cutlass.Float32, cutlass.Int32)
         args = [_null_pointer(d) for d in pointer_dtypes]

@@ -165,24 +165,37 @@ class Conv2dConfig:
 def check_config_fits(config: Conv2dConfig, problem: Conv2dProblemShape) -> None:
     """Raise ``ValueError`` if ``config`` cannot run the kernel problem ``problem`` (the limits
     of halo tiles; other configs run any problem)."""
-    if not config.tile_w:
-        return
+    if config.tile_w:
+        misfit = _halo_misfit(problem, config.tile_m, config.tile_w, config.halo_h)
+        if misfit:
+            raise ValueError(misfit)
+
+
+def _halo_rows(problem: Conv2dProblemShape, tile_m: int, tile_w: int) -> int:
+    """Input rows of a halo tile's halo: its output rows plus the filter's reach along H."""
+    return tile_m // tile_w + (problem.R - 1) * problem.dilation[0]
+
+
+def _halo_misfit(problem: Conv2dProblemShape, tile_m: int, tile_w: int, halo_h: int) -> str:
+    """Why halo tiles of ``tile_m`` x ``tile_w`` with ``halo_h``-row halos cannot run
+    ``problem``; empty if they can."""
     shift_w = (problem.S - 1) * problem.dilation[1]
-    rows = config.tile_m // config.tile_w + (problem.R - 1) * problem.dilation[0]
+    rows = _halo_rows(problem, tile_m, tile_w)
     if problem.stride != (1, 1):
-        raise ValueError(f"halo tiles (tile_w={config.tile_w}) need stride 1, got {problem.stride}")
-    if problem.Q + shift_w > config.tile_w or shift_w > HALO_SLACK_ROWS:
-        raise ValueError(
+        return f"halo tiles (tile_w={tile_w}) need stride 1, got {problem.stride}"
+    if problem.Q + shift_w > tile_w or shift_w > HALO_SLACK_ROWS:
+        return (
             f"halo tiles need Q + (S-1)*dilation_w <= tile_w and (S-1)*dilation_w <= "
             f"{HALO_SLACK_ROWS}, got Q={problem.Q}, S={problem.S}, "
-            f"dilation_w={problem.dilation[1]}, tile_w={config.tile_w}"
+            f"dilation_w={problem.dilation[1]}, tile_w={tile_w}"
         )
-    if rows > config.halo_h:
-        raise ValueError(
+    if rows > halo_h:
+        return (
             f"halo tiles need tile_m/tile_w + (R-1)*dilation_h <= halo_h, got "
-            f"{config.tile_m}/{config.tile_w} + ({problem.R}-1)*{problem.dilation[0]} = {rows} "
-            f"> halo_h={config.halo_h}"
+            f"{tile_m}/{tile_w} + ({problem.R}-1)*{problem.dilation[0]} = {rows} "
+            f"> halo_h={halo_h}"
         )
+    return ""
 
 
 def default_config(
@@ -327,13 +340,8 @@ def _fills_waves_better_at_192(problem: Conv2dProblemShape, tile_n: int, num_sms
 def _halo_tile(problem: Conv2dProblemShape, tile_m: int) -> tuple[int, int]:
     """``(tile_w, halo_h)`` of halo tiles for a stride-1 conv with several taps whose output
     rows fill most of ``_HALO_TILE_W`` columns; ``(0, 0)`` otherwise."""
-    shift_w = (problem.S - 1) * problem.dilation[1]
-    fits = (
-        problem.stride == (1, 1)
-        and problem.R * problem.S > 1
-        and shift_w <= HALO_SLACK_ROWS
-        and _HALO_MIN_FILL * _HALO_TILE_W <= problem.Q <= _HALO_TILE_W - shift_w
-    )
-    if not fits:
+    halo_h = _halo_rows(problem, tile_m, _HALO_TILE_W)
+    wanted = problem.R * problem.S > 1 and problem.Q >= _HALO_MIN_FILL * _HALO_TILE_W
+    if not wanted or _halo_misfit(problem, tile_m, _HALO_TILE_W, halo_h):
         return 0, 0
-    return _HALO_TILE_W, tile_m // _HALO_TILE_W + (problem.R - 1) * problem.dilation[0]
+    return _HALO_TILE_W, halo_h

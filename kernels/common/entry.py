@@ -16,8 +16,9 @@ from .im2col import ConvGeometry
 
 class ConvPointers(NamedTuple):
     """The device pointers of one launch, in the entry's order. ``source``, ``bias`` and
-    ``scale`` are read only by the epilogue terms that use them, ``partials`` (float32) and
-    ``flags`` (int32) only by a stream-K kernel: otherwise they may be null."""
+    ``scale`` are read only by the epilogue terms that use them, ``partials`` (float32) only
+    by a stream-K kernel and ``flags`` (int32) by a stream-K or dynamically scheduled one:
+    otherwise they may be null."""
 
     act: cute.Pointer
     filter: cute.Pointer
@@ -67,9 +68,9 @@ class ConvKernelEntry:
     ):
         """Launch on raw device pointers of contiguous NHWC / KRSC / NPQK tensors (source: the
         output's shape and dtype; bias, scale: vectors of length K in the epilogue spec's
-        ``vector_dtype``; partials, flags: the stream-K workspace, float32 and int32). Pointers
-        of terms the kernel's epilogue spec leaves out, and the workspace of a kernel without
-        stream-K, are never dereferenced: pass 0."""
+        ``vector_dtype``; partials, flags: the stream-K / dynamic-scheduling workspace, float32
+        and int32). Pointers of terms the kernel's epilogue spec leaves out, and a workspace
+        the kernel does not use, are never dereferenced: pass 0."""
         geom = ConvGeometry(
             n, h, w, c, k, r, s, p, q,
             pad_top, pad_bottom, pad_left, pad_right, stride_h, stride_w, dil_h, dil_w,

@@ -438,7 +438,8 @@ class Conv2dFpropSm90(ConvKernelEntry):
         length K in the epilogue spec's ``vector_dtype``. Stream-K only: ``ptrs.partials`` has
         room for one tile_m x tile_n float32 partial per CTA of the grid (``max_clusters``
         clusters); ``ptrs.flags`` holds one zero-initialized int32 counter per output tile
-        (left at zero)."""
+        (left at zero). Dynamic scheduling only: ``ptrs.flags`` holds ``WORK_COUNTERS``
+        zeroed int32 counters (left at zero)."""
         self._setup_attributes()
         tile_m, tile_n, tile_k = self.tile_mnk
 
