@@ -19,7 +19,7 @@ from .config import Conv2dConfig, check_config_fits
 from .config_sm100 import Conv2dConfigSm100, default_config_sm100
 from .epilogue import EpilogueSpec, kernel_vector_dtype, validate_epilogue_args
 from .problem import Conv2dProblemShape
-from .staging import kernel_problem_for, run_staged, spans_overlap
+from .staging import kernel_problem_for, run_staged
 from .tuning import choose_config
 from .validation import ALIGNMENT_BYTES, check_alignment, validate_conv_inputs, validate_device
 from .workspace import kernel_workspace, kernel_workspace_size
@@ -81,10 +81,8 @@ def conv2d_fprop(
     ``filter``, and for K a scratch output and a copy).
     """
     return _conv2d(
-        x, filter, None,
-        stride=stride, padding=padding, dilation=dilation, alpha=alpha, beta=0.0, bias=bias,
-        scale=scale, activation=activation, epilogue_fn=epilogue_fn, out=out,
-        out_dtype=out_dtype, config=config, stream=stream,
+        x, filter, None, bias, scale, out, stream,
+        (stride, padding, dilation, alpha, 0.0, activation, epilogue_fn, out_dtype, config),
     )  # fmt: skip
 
 
@@ -119,15 +117,17 @@ def conv2d_fprop_with_residual(
     bit-identical to ``conv2d_fprop``. The other arguments are those of ``conv2d_fprop``.
     """
     return _conv2d(
-        x, filter, source,
-        stride=stride, padding=padding, dilation=dilation, alpha=alpha, beta=beta, bias=bias,
-        scale=scale, activation=activation, epilogue_fn=epilogue_fn, out=out,
-        out_dtype=out_dtype, config=config, stream=stream,
+        x, filter, source, bias, scale, out, stream,
+        (stride, padding, dilation, alpha, beta, activation, epilogue_fn, out_dtype, config),
     )  # fmt: skip
 
 
-def _conv2d(x, filter, source, *, out, stream, **args) -> torch.Tensor:  # noqa: A002
-    """The shared body of the public functions; its fast path is a cached plan + a launch."""
+def _conv2d(x, filter, source, bias, scale, out, stream, args: tuple) -> torch.Tensor:  # noqa: A002
+    """The shared body of the public functions; its fast path is a cached plan + a launch.
+
+    ``args`` are the other arguments, positional (a keyword dict of them cost ~1 us a call):
+    ``(stride, padding, dilation, alpha, beta, activation, epilogue_fn, out_dtype, config)``.
+    """
     if not (type(x) is torch.Tensor and type(filter) is torch.Tensor):  # noqa: E721
         x, filter, source, out = _as_torch(x, filter, source, out)
     elif (out is not None and type(out) is not torch.Tensor) or (  # noqa: E721
@@ -136,10 +136,10 @@ def _conv2d(x, filter, source, *, out, stream, **args) -> torch.Tensor:  # noqa:
         x, filter, source, out = _as_torch(x, filter, source, out)
     if stream is not None and not isinstance(stream, torch.cuda.Stream):
         raise TypeError(f"stream must be a torch.cuda.Stream or None, got {type(stream).__name__}")
-    plan = _plan(x, filter, source, out, args)
+    plan = _plan(x, filter, source, out, bias, scale, args)
     epi = plan.epilogue
-    bias = args["bias"] if epi.has_bias else None
-    scale = args["scale"] if epi.has_scale else None
+    bias = bias if epi.has_bias else None
+    scale = scale if epi.has_scale else None
     source = source if epi.has_residual else None
     fresh_out = out is None
     if fresh_out:
@@ -155,16 +155,14 @@ def _conv2d(x, filter, source, *, out, stream, **args) -> torch.Tensor:  # noqa:
         return out
     needs_staging = plan.staged or not plan.vectors_ready
     if not fresh_out:  # the kernel cannot write an input, nor read a source it is overwriting
+        # staging.spans_overlap inline, less its empty-span test: past plan.empty, no size is 0.
         x_bytes, f_bytes, out_bytes = plan.nbytes
+        out_end = out_ptr + out_bytes
         needs_staging = (
             needs_staging
-            or spans_overlap(out_ptr, out_bytes, x_ptr, x_bytes)
-            or spans_overlap(out_ptr, out_bytes, f_ptr, f_bytes)
-            or (
-                src_ptr
-                and src_ptr != out_ptr
-                and spans_overlap(out_ptr, out_bytes, src_ptr, out_bytes)
-            )
+            or (x_ptr < out_end and out_ptr < x_ptr + x_bytes)
+            or (f_ptr < out_end and out_ptr < f_ptr + f_bytes)
+            or (src_ptr != out_ptr and 0 < src_ptr < out_end and out_ptr < src_ptr + out_bytes)
         )
     if needs_staging:
         if stream is None:
@@ -175,16 +173,21 @@ def _conv2d(x, filter, source, *, out, stream, **args) -> torch.Tensor:  # noqa:
                 plan.problem, plan.kernel_problem, x, filter, out, source, bias, scale,
             )  # fmt: skip
         return out
-    raw_stream = _current_raw_stream(x.device.index) if stream is None else stream.cuda_stream
+    # x is a CUDA tensor (validated), so get_device() is its index, without a device object.
+    device_index = x.get_device()
+    raw_stream = _current_raw_stream(device_index) if stream is None else stream.cuda_stream
     pointers = (
         x_ptr, f_ptr, out_ptr, src_ptr,
         0 if bias is None else bias.data_ptr(), 0 if scale is None else scale.data_ptr(),
-        *plan.workspace_pointers(x.device.index, raw_stream),
     )  # fmt: skip
-    if x.device.index == torch.cuda.current_device():
+    if plan.workspace is None:  # most kernels: spares the workspace_pointers call
+        pointers += (0, 0)
+    else:
+        pointers += plan.workspace_pointers(device_index, raw_stream)
+    if device_index == _current_device():
         plan.kernel.launch(pointers, plan.scalars, raw_stream)
     else:
-        with torch.cuda.device(x.device):
+        with torch.cuda.device(device_index):
             plan.kernel.launch(pointers, plan.scalars, raw_stream)
     return out
 
@@ -199,14 +202,11 @@ class _LaunchPlan:
     kernel: CompiledConv2d
     kernel_problem: Conv2dProblemShape  # what the kernel runs; see staging.kernel_problem_for
     scalars: tuple  # the kernel's runtime scalars for kernel_problem
+    staged: bool  # kernel_problem is not problem
     vectors_ready: bool  # bias/scale (those used) are contiguous, in the kernel's vector dtype
     workspace: tuple[int, int] | None  # float32 partials and int32 flags it needs, if any
     nbytes: tuple[int, int, int]  # sizes of x, filter and out, for the aliasing checks
     empty: bool  # N == 0: nothing to launch
-
-    @property
-    def staged(self) -> bool:
-        return self.kernel_problem is not self.problem
 
     def workspace_pointers(self, device_index: int, stream: int) -> tuple[int, int]:
         """The stream-K / dynamic scheduling workspace of this call's stream, or null
@@ -224,29 +224,39 @@ class _LaunchPlan:
         self.kernel.launch(pointers, self.scalars, stream)
 
 
-def _plan(x, filter, source, out, args: dict) -> _LaunchPlan:  # noqa: A002
+def _plan(x, filter, source, out, bias, scale, args: tuple) -> _LaunchPlan:  # noqa: A002
     """Validate a call and pick its kernel; memoized on the call's metadata.
 
     The key holds every property of the tensors and arguments that validation looks at
     except the data pointers (their alignment is checked on every call), so a cached plan is
     exactly what a fresh validation would produce.
     """
+    stride, padding, dilation, alpha, beta, activation, epilogue_fn, out_dtype, config = args
     try:
         key = (
             _tensor_key(x),
             _tensor_key(filter),
             None if source is None else _tensor_key(source),
             None if out is None else _tensor_key(out),
-            None if args["bias"] is None else _tensor_key(args["bias"]),
-            None if args["scale"] is None else _tensor_key(args["scale"]),
-            *[_freeze(args[name]) for name in _ARG_ORDER],
+            None if bias is None else _tensor_key(bias),
+            None if scale is None else _tensor_key(scale),
+            # _freeze of the other arguments, with the common cases inline (every call runs this)
+            stride if type(stride) is int else _freeze(stride),
+            padding if type(padding) is int else _freeze(padding),
+            dilation if type(dilation) is int else _freeze(dilation),
+            # With the sign, which 0.0 == -0.0 leaves out and the kernel's products keep.
+            (type(alpha), alpha, math.copysign(1.0, alpha)),
+            (type(beta), beta, math.copysign(1.0, beta)),
+            # activation, epilogue_fn, out_dtype and config: mostly all None, tested at once
+            None
+            if activation is epilogue_fn is out_dtype is config is None
+            else (_freeze(activation), _freeze(epilogue_fn), _freeze(out_dtype), _freeze(config)),
         )
-        hash(key)
-    except TypeError:  # an unhashable argument: validation will say what is wrong with it
-        return _make_plan(x, filter, source, out, args)
-    plan = _plans.get(key)
+        plan = _plans.get(key)  # hashes the key, once
+    except Exception:  # no key (unhashable, not a tensor, not a number): validation says why
+        return _make_plan(x, filter, source, out, bias, scale, args)
     if plan is None:
-        plan = _make_plan(x, filter, source, out, args)
+        plan = _make_plan(x, filter, source, out, bias, scale, args)
         if len(_plans) >= _MAX_PLANS:
             _plans.clear()
         _plans[key] = plan
@@ -255,42 +265,31 @@ def _plan(x, filter, source, out, args: dict) -> _LaunchPlan:  # noqa: A002
 
 _plans: dict[tuple, _LaunchPlan] = {}
 _MAX_PLANS = 4096
-# The non-tensor arguments of a call, in key order.
-_ARG_ORDER = (
-    "stride", "padding", "dilation", "alpha", "beta", "activation", "epilogue_fn",
-    "out_dtype", "config",
-)  # fmt: skip
 
 
-def _make_plan(x, filter, source, out, args: dict) -> _LaunchPlan:  # noqa: A002
+def _make_plan(x, filter, source, out, bias, scale, args: tuple) -> _LaunchPlan:  # noqa: A002
+    stride, padding, dilation, alpha, beta, activation, epilogue_fn, out_dtype, config = args
     problem, out_dtype = validate_conv_inputs(
-        x,
-        filter,
-        stride=args["stride"],
-        padding=args["padding"],
-        dilation=args["dilation"],
-        out=out,
-        out_dtype=args["out_dtype"],
+        x, filter, stride=stride, padding=padding, dilation=dilation, out=out, out_dtype=out_dtype
     )
     epilogue = validate_epilogue_args(
         problem,
         out_dtype,
         x.device,
-        alpha=args["alpha"],
-        bias=args["bias"],
-        scale=args["scale"],
-        activation=args["activation"],
-        epilogue_fn=args["epilogue_fn"],
+        alpha=alpha,
+        bias=bias,
+        scale=scale,
+        activation=activation,
+        epilogue_fn=epilogue_fn,
         source=source,
-        beta=args["beta"],
+        beta=beta,
     )
-    config = args["config"]
     if config is not None and not isinstance(config, (Conv2dConfig, Conv2dConfigSm100)):
         raise TypeError(
             "config must be a Conv2dConfig (sm_90a), a Conv2dConfigSm100 (sm_100a) or None, "
             f"got {type(config).__name__}"
         )
-    arch = validate_device(x, filter, out, source=source, bias=args["bias"], scale=args["scale"])
+    arch = validate_device(x, filter, out, source=source, bias=bias, scale=scale)
     kernel_problem = kernel_problem_for(problem)
     num_sms = _sm_count(x.device.index)
     if config is None and arch == "sm_100a":  # compile-verified only; not autotuned
@@ -318,11 +317,8 @@ def _make_plan(x, filter, source, out, args: dict) -> _LaunchPlan:  # noqa: A002
             f"{type(exc).__name__}: {exc}"
         ) from exc
     max_clusters = num_sms // (config.cluster_m * config.cluster_n)
-    scalars = kernel_scalars(kernel_problem, args["alpha"], args["beta"], max_clusters)
-    used_vectors = (
-        args["bias"] if epilogue.has_bias else None,
-        args["scale"] if epilogue.has_scale else None,
-    )
+    scalars = kernel_scalars(kernel_problem, alpha, beta, max_clusters)
+    used_vectors = (bias if epilogue.has_bias else None, scale if epilogue.has_scale else None)
     vector_dtype = kernel_vector_dtype(*used_vectors)
     vectors_ready = all(
         v is None or (v.dtype == vector_dtype and v.is_contiguous()) for v in used_vectors
@@ -331,8 +327,8 @@ def _make_plan(x, filter, source, out, args: dict) -> _LaunchPlan:  # noqa: A002
     nbytes = (x.numel() * x.element_size(), filter.numel() * filter.element_size(), out_bytes)
     workspace = kernel_workspace_size(kernel_problem, config, max_clusters)
     return _LaunchPlan(
-        problem, out_dtype, epilogue, kernel, kernel_problem, scalars, vectors_ready,
-        workspace, nbytes, problem.gemm_m == 0,
+        problem, out_dtype, epilogue, kernel, kernel_problem, scalars,
+        kernel_problem is not problem, vectors_ready, workspace, nbytes, problem.gemm_m == 0,
     )  # fmt: skip
 
 
@@ -377,16 +373,19 @@ def _as_torch(*tensors: Any) -> tuple[Any, ...]:
     )
 
 
-# Torch's C accessor of the current stream's handle (the one Triton launches with), looked up
-# once: it takes 0.1 us where ``torch.cuda.current_stream`` builds a Stream object in ~3 us.
-_raw_current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+def _public_raw_stream(device_index: int) -> int:
+    """The ``cudaStream_t`` of the current torch stream of a device, by the public API."""
+    return torch.cuda.current_stream(device_index).cuda_stream
 
 
-def _current_raw_stream(device_index: int) -> int:
-    """The ``cudaStream_t`` of the current torch stream of a device."""
-    if _raw_current_stream is None:  # not in this torch build: the public, slower path
-        return torch.cuda.current_stream(device_index).cuda_stream
-    return _raw_current_stream(device_index)
+# Torch's C accessors of the current stream's handle (the one Triton launches with) and of the
+# current device, looked up once; the public paths where a torch build lacks them. The stream
+# takes 0.1 us where ``torch.cuda.current_stream`` builds a Stream object in ~3 us; the device
+# skips ``torch.cuda.current_device``'s Python layer (the C function initializes CUDA itself).
+_current_raw_stream: Callable[[int], int] = getattr(
+    torch._C, "_cuda_getCurrentRawStream", _public_raw_stream
+)
+_current_device: Callable[[], int] = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
 
 
 @functools.lru_cache(maxsize=None)
