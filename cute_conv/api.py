@@ -19,7 +19,7 @@ from .config import Conv2dConfig, check_config_fits
 from .config_sm100 import Conv2dConfigSm100, default_config_sm100
 from .epilogue import EpilogueSpec, kernel_vector_dtype, validate_epilogue_args
 from .problem import Conv2dProblemShape
-from .staging import kernel_problem_for, run_staged
+from .staging import kernel_problem_for, run_staged, spans_overlap
 from .tuning import choose_config
 from .validation import ALIGNMENT_BYTES, check_alignment, validate_conv_inputs, validate_device
 from .workspace import kernel_workspace, kernel_workspace_size
@@ -155,14 +155,16 @@ def _conv2d(x, filter, source, bias, scale, out, stream, args: tuple) -> torch.T
         return out
     needs_staging = plan.staged or not plan.vectors_ready
     if not fresh_out:  # the kernel cannot write an input, nor read a source it is overwriting
-        # staging.spans_overlap inline, less its empty-span test: past plan.empty, no size is 0.
         x_bytes, f_bytes, out_bytes = plan.nbytes
-        out_end = out_ptr + out_bytes
         needs_staging = (
             needs_staging
-            or (x_ptr < out_end and out_ptr < x_ptr + x_bytes)
-            or (f_ptr < out_end and out_ptr < f_ptr + f_bytes)
-            or (src_ptr != out_ptr and 0 < src_ptr < out_end and out_ptr < src_ptr + out_bytes)
+            or spans_overlap(out_ptr, out_bytes, x_ptr, x_bytes)
+            or spans_overlap(out_ptr, out_bytes, f_ptr, f_bytes)
+            or (
+                src_ptr
+                and src_ptr != out_ptr
+                and spans_overlap(out_ptr, out_bytes, src_ptr, out_bytes)
+            )
         )
     if needs_staging:
         if stream is None:
@@ -179,11 +181,8 @@ def _conv2d(x, filter, source, bias, scale, out, stream, args: tuple) -> torch.T
     pointers = (
         x_ptr, f_ptr, out_ptr, src_ptr,
         0 if bias is None else bias.data_ptr(), 0 if scale is None else scale.data_ptr(),
+        *plan.workspace_pointers(device_index, raw_stream),
     )  # fmt: skip
-    if plan.workspace is None:  # most kernels: spares the workspace_pointers call
-        pointers += (0, 0)
-    else:
-        pointers += plan.workspace_pointers(device_index, raw_stream)
     if device_index == _current_device():
         plan.kernel.launch(pointers, plan.scalars, raw_stream)
     else:
@@ -202,11 +201,14 @@ class _LaunchPlan:
     kernel: CompiledConv2d
     kernel_problem: Conv2dProblemShape  # what the kernel runs; see staging.kernel_problem_for
     scalars: tuple  # the kernel's runtime scalars for kernel_problem
-    staged: bool  # kernel_problem is not problem
     vectors_ready: bool  # bias/scale (those used) are contiguous, in the kernel's vector dtype
     workspace: tuple[int, int] | None  # float32 partials and int32 flags it needs, if any
     nbytes: tuple[int, int, int]  # sizes of x, filter and out, for the aliasing checks
     empty: bool  # N == 0: nothing to launch
+
+    @property
+    def staged(self) -> bool:
+        return self.kernel_problem is not self.problem
 
     def workspace_pointers(self, device_index: int, stream: int) -> tuple[int, int]:
         """The stream-K / dynamic scheduling workspace of this call's stream, or null
@@ -327,8 +329,8 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple) -> _LaunchPlan:
     nbytes = (x.numel() * x.element_size(), filter.numel() * filter.element_size(), out_bytes)
     workspace = kernel_workspace_size(kernel_problem, config, max_clusters)
     return _LaunchPlan(
-        problem, out_dtype, epilogue, kernel, kernel_problem, scalars,
-        kernel_problem is not problem, vectors_ready, workspace, nbytes, problem.gemm_m == 0,
+        problem, out_dtype, epilogue, kernel, kernel_problem, scalars, vectors_ready,
+        workspace, nbytes, problem.gemm_m == 0,
     )  # fmt: skip
 
 
