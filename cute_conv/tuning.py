@@ -23,7 +23,14 @@ from collections.abc import Sequence
 import torch
 
 from . import disk_cache
-from .config import MAX_TILE_ELEMS, TILE_M_CHOICES, TILE_N_CHOICES, Conv2dConfig, default_config
+from .config import (
+    MAX_TILE_ELEMS,
+    TILE_M_CHOICES,
+    TILE_N_CHOICES,
+    Conv2dConfig,
+    default_config,
+    pointwise_pingpong_pays,
+)
 from .problem import Conv2dProblemShape
 from .staging import kernel_problem_for
 
@@ -64,14 +71,16 @@ def candidate_widths(k: int) -> list[int]:
 def candidate_configs(problem: Conv2dProblemShape, num_sms: int = 132) -> list[Conv2dConfig]:
     """``candidate_widths``, each alone and in both 2-CTA clusters, two rasterizations, 128-
     row tiles and, up to 160 wide, 192-row ones and, up to 128 wide, 256-row ones; the k-tile
-    width, stream-K, ping-pong (for tiles it takes) and (for single-CTA clusters) dynamic
-    scheduling choices of the default heuristic for the problem the kernel runs (after
-    staging) on ``num_sms`` SMs."""
+    width, stream-K and (for single-CTA clusters) dynamic scheduling choices of the default
+    heuristic for the problem the kernel runs (after staging) on ``num_sms`` SMs, and
+    ping-pong on the tiles it takes for the pointwise convs it gains on. Halo tiles are left
+    to the heuristic's own config, which joins the candidates."""
     kernel_problem = kernel_problem_for(problem)
     heuristic = default_config(kernel_problem, num_sms)
     tile_k, stream_k = heuristic.tile_k, heuristic.stream_k
     dynamic = heuristic.dynamic_schedule  # single-CTA clusters only
-    pingpong = heuristic.pingpong  # 128-row tiles at most 128 wide only
+    # 128-row tiles at most 128 wide only.
+    pingpong = not stream_k and pointwise_pingpong_pays(kernel_problem, tile_k, num_sms)
     shapes = [
         (tile_m, tile_n)
         for tile_n in candidate_widths(kernel_problem.K)

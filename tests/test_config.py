@@ -34,7 +34,6 @@ from cute_conv.problem import Conv2dProblemShape
         pytest.param(dict(tile_n=160, pingpong=True), ValueError, "pingpong needs", id="pingpong-tile-n"),
         pytest.param(dict(stream_k=True, pingpong=True), ValueError, "pingpong needs", id="pingpong-stream-k"),
         pytest.param(dict(dynamic_schedule=True, pingpong=True), ValueError, "pingpong needs", id="pingpong-dynamic"),
-        pytest.param(dict(tile_n=64, tile_w=64, halo_h=4, pingpong=True), ValueError, "pingpong needs", id="pingpong-halo"),
         pytest.param(dict(cluster_n=2, dynamic_schedule=True), ValueError, "dynamic_schedule needs", id="dynamic-cluster"),
         pytest.param(dict(stream_k=True, dynamic_schedule=True), ValueError, "dynamic_schedule needs", id="dynamic-stream-k"),
         pytest.param(dict(tile_w=48, halo_h=6), ValueError, "tile_w must be one of", id="halo-tile-w"),
@@ -82,17 +81,18 @@ def test_default_config(prob, tile_m, tile_n, tile_k, cluster_m, cluster_n):
 
 
 @pytest.mark.parametrize(
-    "prob,pingpong",
+    "prob,plain,residual",
     [
-        pytest.param(problem(128, 14, 256, 1024, 1), True, id="r50-c4-1x1-up-4-k-tiles"),
-        pytest.param(problem(128, 28, 512, 128, 1), True, id="r50-c3-1x1-dn-8-k-tiles"),
-        pytest.param(problem(128, 56, 64, 256, 1), False, id="r50-c2-1x1-up-one-k-tile"),
-        pytest.param(problem(4, 14, 256, 1024, 1), False, id="under-two-tiles-per-sm"),
-        pytest.param(problem(128, 28, 128, 128, 3, padding=1), False, id="3x3"),
+        pytest.param(problem(128, 14, 256, 1024, 1), False, True, id="r50-c4-1x1-up-256-wide-plain"),
+        pytest.param(problem(128, 28, 512, 128, 1), True, True, id="r50-c3-1x1-dn-8-k-tiles"),
+        pytest.param(problem(128, 56, 64, 256, 1), False, False, id="r50-c2-1x1-up-one-k-tile"),
+        pytest.param(problem(4, 14, 256, 1024, 1), False, False, id="under-two-tiles-per-sm"),
+        pytest.param(problem(128, 14, 256, 256, 3, padding=1), False, False, id="3x3-im2col"),
+        pytest.param(problem(128, 28, 128, 128, 3, padding=1), True, True, id="3x3-halo-tiles"),
     ],
 )  # fmt: skip
-def test_default_config_pingpong(prob, pingpong):
-    for has_residual in (False, True):
+def test_default_config_pingpong(prob, plain, residual):
+    for has_residual, pingpong in ((False, plain), (True, residual)):
         config = default_config(prob, has_residual=has_residual)
         assert config.pingpong == pingpong
         if pingpong:
@@ -149,7 +149,10 @@ def test_default_config_dynamic_schedule(prob, dynamic):
         pytest.param(problem(128, 28, 64, 64, 3, padding=1), 0, 0, id="rows-too-narrow"),
         pytest.param(problem(128, 63, 64, 64, 3, padding=1), 0, 0, id="rows-too-wide"),
         pytest.param(problem(128, 56, 64, 64, 1), 0, 0, id="1x1"),
-        pytest.param(problem(128, 28, 128, 128, 3, padding=1), 0, 0, id="128-wide"),
+        pytest.param(problem(128, 28, 128, 128, 3, padding=1), 32, 6, id="128-wide-pingpong"),
+        pytest.param(problem(32, 28, 128, 128, 3, padding=1), 0, 0, id="128-wide-under-two-tiles-per-sm"),
+        pytest.param(problem(128, 14, 128, 128, 3, padding=1), 0, 0, id="128-wide-rows-too-narrow"),
+        pytest.param(problem(128, 28, 128, 256, 3, padding=1), 0, 0, id="256-wide"),
     ],
 )  # fmt: skip
 def test_default_config_halo_tiles(prob, tile_w, halo_h):

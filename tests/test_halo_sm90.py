@@ -12,14 +12,19 @@ from tests.repeated_calls import assert_repeated_calls_match
 pytestmark = pytest.mark.gpu
 
 
-def halo(tile_m: int, tile_n: int, tile_w: int, halo_h: int) -> cute_conv.Conv2dConfig:
-    return cute_conv.Conv2dConfig(tile_m=tile_m, tile_n=tile_n, tile_w=tile_w, halo_h=halo_h)
+def halo(
+    tile_m: int, tile_n: int, tile_w: int, halo_h: int, pingpong: bool = False
+) -> cute_conv.Conv2dConfig:
+    return cute_conv.Conv2dConfig(
+        tile_m=tile_m, tile_n=tile_n, tile_w=tile_w, halo_h=halo_h, pingpong=pingpong
+    )
 
 
 # (N, H, W, C, K, R, S), padding, dilation, config: the default's shape (r50 3x3, 64 channels),
 # 128-row tiles, two c-blocks with a K tail and P not a multiple of the tile's rows, a 5x5
 # filter, dilation 2, no padding, three warpgroups' 192-row tiles (3 output rows), a C tail
-# inside the c-block, a halo taller than needed.
+# inside the c-block, a halo taller than needed. Ping-pong consumers (several tiles per CTA,
+# so both take tiles): the r50 shape, two c-blocks with a K tail, a 5x5 filter.
 CASES = [
     ((4, 56, 56, 64, 64, 3, 3), 1, 1, halo(256, 64, 64, 6)),
     ((4, 56, 56, 64, 64, 3, 3), 1, 1, halo(128, 64, 64, 4)),
@@ -30,6 +35,9 @@ CASES = [
     ((3, 20, 50, 64, 64, 3, 3), 1, 1, halo(192, 64, 64, 5)),
     ((2, 14, 14, 96, 64, 3, 3), 1, 1, halo(128, 64, 32, 6)),
     ((2, 9, 9, 64, 64, 3, 3), 1, 1, halo(128, 64, 32, 12)),
+    ((16, 56, 56, 64, 64, 3, 3), 1, 1, halo(128, 64, 64, 4, pingpong=True)),
+    ((64, 17, 17, 128, 96, 3, 3), 1, 1, halo(128, 128, 32, 6, pingpong=True)),
+    ((43, 20, 26, 64, 64, 5, 5), 2, 1, halo(128, 64, 32, 8, pingpong=True)),
 ]
 
 
@@ -66,3 +74,11 @@ def test_a_halo_config_that_does_not_fit_is_rejected_before_launch(geometry, mat
     with pytest.raises(ValueError, match=match):
         cute_conv.conv2d_fprop(act, flt, out=out, config=halo(128, 64, 32, 6), **geometry)
     assert out.isnan().all()
+
+
+def test_default_config_of_r50_c3_uses_pingpong_halo_tiles_on_the_gpu():
+    act, flt = random_conv_inputs(40, 28, 28, 128, 128, 3, 3)  # 280 tiles: two per SM
+    problem = cute_conv.Conv2dProblemShape.from_shapes(act.shape, flt.shape, padding=1)
+    config = cute_conv.default_config(problem)
+    assert (config.tile_w, config.pingpong) == (32, True)
+    assert_repeated_calls_match(act, flt, 1, None, calls=1)

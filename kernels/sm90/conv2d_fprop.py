@@ -51,11 +51,12 @@ ahead, handing each to the consumers and the source-load warp through the work q
 Halo tiles (``tile_w``, stride-1 convs, single-CTA clusters): an output tile is tile_h whole
 output rows of tile_w >= Q columns. Per c-block the load warp brings the tile's input halo
 (halo_h rows x tile_w columns from (p0 - pad_top, -pad_left), zero-filled outside the image) in
-by one tiled TMA box into the ``halo`` ring (PipelineTmaAsync, ``_HALO_STAGES`` deep), and the
-filter tile of every tap into the ab ring, which then carries B alone. Tap (r, s) reads the
-halo from row ``r * dil_h * tile_w + s * dil_w`` on: WGMMA descriptors may start at any
-128-byte row of a 128B-swizzled buffer, since the swizzle is a function of the SMEM address.
-Columns q >= Q read past their row (or into ``HALO_SLACK_ROWS`` of slack) and are clipped by
+by one tiled TMA box into the ``halo`` ring (PipelineTmaAsync, ``_HALO_STAGES`` deep; ping-pong
+``_HALO_STAGES_PINGPONG``, each consumer skipping the other's halos), and the filter tile of
+every tap into the ab ring, which then carries B alone. Tap (r, s) reads the halo from row
+``r * dil_h * tile_w + s * dil_w`` on: WGMMA descriptors may start at any 128-byte row of a
+128B-swizzled buffer, since the swizzle is a function of the SMEM address. Columns q >= Q
+read past their row (or into ``HALO_SLACK_ROWS`` of slack) and are clipped by
 the (channel, q, p, n) output boxes.
 
 Stream-K fixup (global memory, no SMEM): a CTA whose segment is a partial of a tile writes its
@@ -118,6 +119,9 @@ _MIN_SOURCE_STAGES = 2
 # and rows of slack after the last one, which tap shifts along W read for columns past Q only
 # (so (S-1) * dilation_w may be at most this).
 _HALO_STAGES = 2
+# Ping-pong: each consumer holds its tile's halo through its mainloop, so a third stage lets
+# the next tile's halo load while both are held.
+_HALO_STAGES_PINGPONG = 3
 HALO_SLACK_ROWS = 8
 _HALO_PADDING_BYTES = 2048
 # Work items the load warp may hand out ahead of the consumers (dynamic scheduling).
@@ -182,8 +186,8 @@ class Conv2dFpropSm90(ConvKernelEntry):
         box of ``halo_h`` input rows x ``tile_w`` columns; each tap's A operand is that halo
         shifted by ``r * dil_h * tile_w + s * dil_w`` rows. 0 (default): im2col loads.
     :param pingpong: the two consumer warpgroups take the tiles in turn, one's epilogue under
-        the other's mainloop (128-row tiles at most 128 wide; no stream_k, dynamic_schedule
-        or halo tiles).
+        the other's mainloop (128-row tiles at most 128 wide; no stream_k or
+        dynamic_schedule; halo tiles take a third halo stage).
     :param epilogue: the fused epilogue terms, see ``EpilogueSpec``.
     """
 
@@ -254,7 +258,9 @@ class Conv2dFpropSm90(ConvKernelEntry):
         self.tile_w = tile_w
         self.halo_h = halo_h
         self.tile_h = tile_m // tile_w if tile_w else 0
-        self.halo_stages = _HALO_STAGES if tile_w else 0
+        self.halo_stages = 0
+        if tile_w:
+            self.halo_stages = _HALO_STAGES_PINGPONG if pingpong else _HALO_STAGES
         self.epilogue = epilogue or EpilogueSpec()
 
         # 192-row tiles: three warpgroups of 64 rows; otherwise two of tile_m / 2.
@@ -679,7 +685,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
                 num_stages=self.halo_stages,
                 producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
                 consumer_group=pipeline.CooperativeGroup(
-                    pipeline.Agent.Thread, self.num_consumer_threads // 32
+                    pipeline.Agent.Thread, self.tile_threads // 32
                 ),
                 tx_count=a_bytes,
                 defer_sync=True,
@@ -1231,25 +1237,26 @@ class Conv2dFpropSm90(ConvKernelEntry):
             epilogue_turn = mainloop_turn.clone()
             # Consumer 1 takes the second tile, and each takes every other one after that.
             if warpgroup_idx == 1:
-                work, read_state, release_state, source_state = self.skip_tile(
-                    scheduler, work, read_state, release_state, source_state, k_tile_cnt
-                )
+                work, read_state, release_state, source_state, halo_state = self.skip_tile(
+                    scheduler, work, read_state, release_state, source_state, halo_state,
+                    k_tile_cnt, k_shape[0],
+                )  # fmt: skip
         while work < end_work:
             k_first, k_end = scheduler.k_tile_range(work)
+            if cutlass.const_expr(self.pingpong):
+                turns.mainloop.wait(mainloop_turn)
             if cutlass.const_expr(self.tile_w):
                 read_state, release_state, halo_state = self.mainloop_over_halos(
                     ab_pipeline, halo_pipeline, tiled_mma, thr_mma, accumulators, sA,
                     a_tap_layout, tCrB, read_state, release_state, halo_state, halo, k_shape,
                 )  # fmt: skip
             else:
-                if cutlass.const_expr(self.pingpong):
-                    turns.mainloop.wait(mainloop_turn)
                 read_state, release_state = self.mainloop(
                     ab_pipeline, tiled_mma, accumulators, tCrA, tCrB,
                     read_state, release_state, k_end - k_first,
                 )  # fmt: skip
-                if cutlass.const_expr(self.pingpong):
-                    mainloop_turn = turns.mainloop.arrive(mainloop_turn)
+            if cutlass.const_expr(self.pingpong):
+                mainloop_turn = turns.mainloop.arrive(mainloop_turn)
             if cutlass.const_expr(self.stream_k):
                 if k_first > 0:
                     self.store_partial(fixup, scheduler, work)
@@ -1266,9 +1273,10 @@ class Conv2dFpropSm90(ConvKernelEntry):
                     epilogue_turn = turns.epilogue.arrive(epilogue_turn)
             work, queue_state = self.next_work_item(scheduler, work_queue, queue_state, work)
             if cutlass.const_expr(self.pingpong):
-                work, read_state, release_state, source_state = self.skip_tile(
-                    scheduler, work, read_state, release_state, source_state, k_tile_cnt
-                )
+                work, read_state, release_state, source_state, halo_state = self.skip_tile(
+                    scheduler, work, read_state, release_state, source_state, halo_state,
+                    k_tile_cnt, k_shape[0],
+                )  # fmt: skip
         ctx.store_pipeline.producer_tail()
 
     @cute.jit
@@ -1279,16 +1287,20 @@ class Conv2dFpropSm90(ConvKernelEntry):
         read_state: pipeline.PipelineState,
         release_state: pipeline.PipelineState,
         source_state: pipeline.PipelineState,
+        halo_state: pipeline.PipelineState,
         k_tile_cnt: cutlass.Int32,
+        c_blocks: cutlass.Int32,
     ):
         """Ping-pong: pass over the other consumer's tile ``work``: the work item after it,
-        and the ring positions of its k-tiles and of its C subtiles (the rings carry every
-        tile of the CTA in order)."""
+        and the ring positions of its k-tiles, of its C subtiles and of its halos (one per
+        c-block; the rings carry every tile of the CTA in order)."""
         read_state.advance(k_tile_cnt)
         release_state.advance(k_tile_cnt)
         if cutlass.const_expr(self.epilogue.has_residual):
             source_state.advance(self.tile_mnk[1] // self.epi_tile[1])
-        return scheduler.next_work(work), read_state, release_state, source_state
+        if cutlass.const_expr(self.tile_w):
+            halo_state.advance(c_blocks)
+        return scheduler.next_work(work), read_state, release_state, source_state, halo_state
 
     def partial_slot(self, cluster: cutlass.Int32):
         """Stream-K: the workspace slot of this CTA's partial when ``cluster`` computes it."""

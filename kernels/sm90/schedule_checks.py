@@ -46,10 +46,9 @@ def check_schedule_options(
                 f"cluster_m=cluster_n=1 and stream_k=False, got {k_tile_bytes}-byte k-tiles, "
                 f"cluster_m={cluster_m}, cluster_n={cluster_n}, stream_k={stream_k}"
             )
-    if pingpong and (tile_m != 128 or tile_n > 128 or stream_k or dynamic_schedule or tile_w):
+    if pingpong and (tile_m != 128 or tile_n > 128 or stream_k or dynamic_schedule):
         raise ValueError(
-            f"pingpong needs tile_m=128, tile_n <= 128, stream_k=False, "
-            f"dynamic_schedule=False and no halo tiles, got tile_m={tile_m}, "
-            f"tile_n={tile_n}, stream_k={stream_k}, dynamic_schedule={dynamic_schedule}, "
-            f"tile_w={tile_w}"
+            f"pingpong needs tile_m=128, tile_n <= 128, stream_k=False and "
+            f"dynamic_schedule=False, got tile_m={tile_m}, tile_n={tile_n}, "
+            f"stream_k={stream_k}, dynamic_schedule={dynamic_schedule}"
         )
