@@ -12,8 +12,9 @@ For every shape of ``benchmarks/shapes.json`` (NHWC bf16):
 Every result is checked against a float32 reference before it is timed. The functions compared
 on a shape are timed in ``ROUNDS`` rounds of ``triton.testing.do_bench`` (each a median), their
 order reversed every other round so that none always runs right after the others' load; a time
-is the median over the rounds. Also reports the host overhead of a cached call and the compile
-and disk-load times of a kernel. Writes a Markdown report and a PNG chart of the ratios.
+is the median over the rounds. Also reports the host overhead of a cached call (and cuDNN's on
+the same host) and the compile and disk-load times of a kernel. Writes a Markdown report and a
+PNG chart of the ratios.
 """
 
 from __future__ import annotations
@@ -127,12 +128,19 @@ def bench_shape(shape: dict, *, autotune: bool, with_compile: bool) -> dict:
     return row
 
 
-def host_overhead_us() -> float:
-    """Host time of a cached conv2d_fprop call on a tiny problem (no CUDA graph): the median
-    over ``HOST_LOOPS`` loops of ``HOST_CALLS_PER_LOOP`` calls."""
+def host_overhead_us() -> tuple[float, float]:
+    """Host time of a cached call on a tiny problem (no CUDA graph), ours and cuDNN's
+    (F.conv2d of the same conv, for the host's pace): each the median over ``HOST_LOOPS``
+    loops of ``HOST_CALLS_PER_LOOP`` calls."""
     x, flt = random_conv_inputs(1, 8, 8, 64, 64, 3, 3)
     out = torch.empty(1, 8, 8, 64, dtype=x.dtype, device="cuda")
-    call = lambda: cute_conv.conv2d_fprop(x, flt, padding=1, out=out)  # noqa: E731
+    x_nchw, flt_nchw = x.permute(0, 3, 1, 2), flt.permute(0, 3, 1, 2)
+    ours = lambda: cute_conv.conv2d_fprop(x, flt, padding=1, out=out)  # noqa: E731
+    cudnn = lambda: F.conv2d(x_nchw, flt_nchw, padding=1)  # noqa: E731
+    return _host_us_per_call(ours), _host_us_per_call(cudnn)
+
+
+def _host_us_per_call(call) -> float:
     for _ in range(100):
         call()
     torch.cuda.synchronize()
@@ -193,7 +201,8 @@ def write_chart(rows: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def write_report(rows, ceiling, overhead_us, compile_s, load_s, path: Path, chart: Path) -> str:
+def write_report(rows, ceiling, host_us, compile_s, load_s, path: Path, chart: Path) -> str:
+    ours_us, cudnn_us = host_us  # per cached call: ours, cuDNN's
     props = torch.cuda.get_device_properties(0)
     has_compile = all("compile_ms" in r for r in rows)
     plain = geomean(r["cudnn_ms"] / r["ours_ms"] for r in rows)
@@ -222,7 +231,8 @@ def write_report(rows, ceiling, overhead_us, compile_s, load_s, path: Path, char
         lines.append(f"- fused, geomean speedup vs torch.compile: {fused_compile:.3f}x")
     lines += [
         f"- host overhead of a cached call (1x8x8x64 conv, no CUDA graph; median of {HOST_LOOPS} "
-        f"loops of {HOST_CALLS_PER_LOOP} calls): {overhead_us:.1f} us",
+        f"loops of {HOST_CALLS_PER_LOOP} calls): {ours_us:.1f} us (cuDNN's F.conv2d of the same "
+        f"conv on this host: {cudnn_us:.1f} us)",
         f"- compile time of a new kernel: {compile_s:.1f} s; loading it from the disk cache in a "
         f"fresh in-memory cache: {load_s * 1000:.0f} ms",
         "",
