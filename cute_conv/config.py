@@ -45,12 +45,12 @@ _MIN_GAIN_192 = 0.95
 # tile width.
 _MIN_K_TILES_PINGPONG = 4
 _PINGPONG_TILE_N = 128
-# Halo tiles (see default_config): the tile widths measured faster (64 columns for 256x64
-# cooperative tiles, 32 for 128x128 ping-pong ones), for output rows that fill at least this
-# fraction of them.
+# Halo tiles (see default_config): the one tile width measured faster, for output rows that
+# fill at least this fraction of it.
 _HALO_TILE_W = 64
-_HALO_TILE_W_PINGPONG = 32
 _HALO_MIN_FILL = 0.75
+# Ping-pong halo tiles (see pingpong_halo_tile): 4 output rows of 32 columns.
+_PINGPONG_HALO_TILE_W = 32
 # Stream-K for grids of at most this fraction of a wave of tiles (see default_config) ...
 _MAX_WAVE_STREAM_K = 0.6
 # ... with mainloops of at least this many k-tiles.
@@ -257,25 +257,21 @@ def default_config(
     static order keeps neighbouring tiles in step for L2.
 
     pingpong: for pointwise convs of at least ``_MIN_K_TILES_PINGPONG`` k-tiles with two
-    tiles per SM or more, whose tiles are at most 128 wide: 128x128 tiles on single-CTA
-    clusters, statically scheduled; one consumer's epilogue (a large share of a short
-    mainloop's tile) runs under the other's mainloop. Measured on an H200 against the
-    previous defaults: r50-c3-1x1-dn (8 k-tiles, dynamic 128x128) 0.0417 -> 0.0404 ms plain,
-    0.0484 -> 0.0477 fused. Not where the epilogue is the smaller share or the tile one
-    k-tile deep: r50-c3/c4 3x3 0-4% slower, r50-c2-1x1-up (one k-tile) 9% slower, wider
-    convs (sd-64-320 at 128 or 96 wide) much slower. Nor in place of a 256-wide tile:
-    r50-c4-1x1-up (K=1024, 4 k-tiles) ran 128x256 1x2 5-7% faster than ping-pong on an H100
-    (0.0335 -> 0.0319 ms; on an H200 in session 8 ping-pong was 3% faster); its residual
-    kernel, 128 wide for the short mainloop, keeps ping-pong.
+    tiles per SM or more, 128x128 tiles on single-CTA clusters, statically scheduled: one
+    consumer's epilogue (a large share of a short mainloop's tile) runs under the other's
+    mainloop. Measured on an H200 against the previous defaults: r50-c3-1x1-dn (8 k-tiles,
+    dynamic 128x128) 0.0417 -> 0.0404 ms plain, 0.0484 -> 0.0477 fused; r50-c4-1x1-up (4
+    k-tiles, 128x256 1x2) 0.0306 -> 0.0296, fused 0.0422 -> 0.0411. Not where the epilogue is
+    the smaller share or the tile one k-tile deep: r50-c3/c4 3x3 0-4% slower, r50-c2-1x1-up
+    (one k-tile) 9% slower, wider convs (sd-64-320 at 128 or 96 wide) much slower.
 
-    tile_w, halo_h (halo tiles): stride-1 convs with several taps whose output rows fill
-    most of a tile row, the input halo loaded once per 64 channels instead of once per tap:
-    256x64 tiles of 4 output rows of 64 columns (output rows 48..64 wide, minus the filter's
-    reach along W). Measured on an H200: r50-c2 3x3 0.0718 -> 0.0592 ms plain, 0.0827 ->
-    0.0713 fused. And 128x128 ping-pong tiles of 4 rows of 32 columns (rows 24..32 wide),
-    with two tiles per SM: on an H100, r50-c3 3x3 0.0536 -> 0.0514 ms plain, 0.0614 -> 0.0603
-    fused (cooperative 128x128 halo tiles were 13-22% slower than im2col ones). Not for the
-    stem (staged, 112 columns: 128-wide tiles, no faster).
+    tile_w, halo_h (halo tiles): for the 256x64 tiles of stride-1 convs with several taps whose
+    output rows are 48..64 wide (minus the filter's reach along W): 4 output rows of 64
+    columns per tile, the input halo loaded once per 64 channels instead of once per tap.
+    Measured on an H200: r50-c2 3x3 0.0718 -> 0.0592 ms plain, 0.0827 -> 0.0713 fused. Not
+    for the stem (staged, 112 columns: 128-wide tiles, no faster) nor for 128-wide tiles
+    (r50-c3 3x3 with 32-column tiles: 13-22% slower; as ping-pong tiles faster on an H100
+    only, see ``pingpong_halo_tile``).
     """
     # min() keeps the first of equal costs: ties go to the wider tile.
     widest_first = sorted(TILE_N_CHOICES, reverse=True)
@@ -301,20 +297,12 @@ def default_config(
     stream_k = tiles <= _MAX_WAVE_STREAM_K * num_sms and k_tiles >= _MIN_K_TILES_STREAM_K
     pointwise = problem.R == problem.S == 1
     dynamic_schedule = pointwise and cluster_m == cluster_n == 1 and not stream_k
-    pingpong = tile_m == 128 and tile_n <= _PINGPONG_TILE_N and not stream_k
-    pingpong = pingpong and pointwise_pingpong_pays(problem, tile_k, num_sms)
+    pingpong = pointwise and tile_m == 128 and not stream_k
+    pingpong = pingpong and _pingpong_pays(problem, k_tiles, num_sms)
     if pingpong:
         tile_n, cluster_m, cluster_n, dynamic_schedule = _PINGPONG_TILE_N, 1, 1, False
-    tile_w, halo_h = 0, 0
-    if tile_k == 64 and not stream_k and cluster_m == cluster_n == 1:
-        if (tile_m, tile_n) == (256, 64):
-            tile_w, halo_h = _halo_tile(problem, tile_m, _HALO_TILE_W)
-        elif (tile_m, tile_n) == (128, _PINGPONG_TILE_N) and not pointwise:
-            tile_w, halo_h = _halo_tile(problem, tile_m, _HALO_TILE_W_PINGPONG)
-            # Both consumers need tiles: two per SM.
-            if _halo_tile_count(problem, tile_m, tile_n, tile_w) < 2 * num_sms:
-                tile_w, halo_h = 0, 0
-            pingpong = bool(tile_w)
+    halo = tile_m == 256 and tile_n == 64 and tile_k == 64 and not stream_k
+    tile_w, halo_h = _halo_tile(problem, tile_m) if halo else (0, 0)
     return Conv2dConfig(
         tile_m=tile_m, tile_n=tile_n, tile_k=tile_k, cluster_m=cluster_m, cluster_n=cluster_n,
         stream_k=stream_k, dynamic_schedule=dynamic_schedule, tile_w=tile_w, halo_h=halo_h,
@@ -322,14 +310,10 @@ def default_config(
     )  # fmt: skip
 
 
-def pointwise_pingpong_pays(problem: Conv2dProblemShape, tile_k: int, num_sms: int) -> bool:
-    """Whether ``problem`` is a pointwise conv with the k-tiles and the tiles that ping-pong
-    gains on (see default_config): at least ``_MIN_K_TILES_PINGPONG`` k-tiles of ``tile_k``,
-    and two tiles per SM of 128 x ``_PINGPONG_TILE_N`` (so that both consumer warpgroups have
-    tiles)."""
-    if not problem.R == problem.S == 1:
-        return False
-    k_tiles = -(-problem.C // tile_k)
+def _pingpong_pays(problem: Conv2dProblemShape, k_tiles: int, num_sms: int) -> bool:
+    """Whether a pointwise conv has the k-tiles and the tiles that ping-pong gains on (see
+    default_config): at least ``_MIN_K_TILES_PINGPONG`` k-tiles, and two tiles per SM of
+    128 x ``_PINGPONG_TILE_N`` (so that both consumer warpgroups have tiles)."""
     tiles = _tile_count(problem, 128, _PINGPONG_TILE_N)
     return k_tiles >= _MIN_K_TILES_PINGPONG and tiles >= 2 * num_sms
 
@@ -356,7 +340,9 @@ def _fills_waves_better_at_192(problem: Conv2dProblemShape, tile_n: int, num_sms
     )
 
 
-def _halo_tile(problem: Conv2dProblemShape, tile_m: int, tile_w: int) -> tuple[int, int]:
+def _halo_tile(
+    problem: Conv2dProblemShape, tile_m: int, tile_w: int = _HALO_TILE_W
+) -> tuple[int, int]:
     """``(tile_w, halo_h)`` of halo tiles for a stride-1 conv with several taps whose output
     rows fill most of ``tile_w`` columns; ``(0, 0)`` otherwise."""
     halo_h = _halo_rows(problem, tile_m, tile_w)
@@ -366,8 +352,14 @@ def _halo_tile(problem: Conv2dProblemShape, tile_m: int, tile_w: int) -> tuple[i
     return tile_w, halo_h
 
 
-def _halo_tile_count(problem: Conv2dProblemShape, tile_m: int, tile_n: int, tile_w: int) -> int:
-    """Output tiles of halo tiles of ``tile_m / tile_w`` whole output rows (0 if tile_w is)."""
-    if not tile_w:
-        return 0
-    return problem.N * -(-problem.P // (tile_m // tile_w)) * -(-problem.K // tile_n)
+def pingpong_halo_tile(problem: Conv2dProblemShape, num_sms: int = 132) -> tuple[int, int]:
+    """``(tile_w, halo_h)`` of 128x128 ping-pong halo tiles (4 output rows of 32 columns,
+    each consumer warpgroup with its own tile's halo) for a stride-1 conv with several taps
+    whose output rows fill 24..32 columns, with two tiles per SM; ``(0, 0)`` otherwise.
+
+    Not a default: on r50-c3 3x3 they were faster than cooperative im2col tiles on an H100
+    (0.0536 -> 0.0514 ms plain, 0.0614 -> 0.0603 fused) and slower on an H200 (0.0476 ->
+    0.0514, 0.0541 -> 0.0575), so the autotuner tries them per device."""
+    tile_w, halo_h = _halo_tile(problem, 128, _PINGPONG_HALO_TILE_W)
+    tiles = problem.N * -(-problem.P // (128 // _PINGPONG_HALO_TILE_W)) * -(-problem.K // 128)
+    return (tile_w, halo_h) if tile_w and tiles >= 2 * num_sms else (0, 0)

@@ -29,7 +29,7 @@ from .config import (
     TILE_N_CHOICES,
     Conv2dConfig,
     default_config,
-    pointwise_pingpong_pays,
+    pingpong_halo_tile,
 )
 from .problem import Conv2dProblemShape
 from .staging import kernel_problem_for
@@ -71,23 +71,22 @@ def candidate_widths(k: int) -> list[int]:
 def candidate_configs(problem: Conv2dProblemShape, num_sms: int = 132) -> list[Conv2dConfig]:
     """``candidate_widths``, each alone and in both 2-CTA clusters, two rasterizations, 128-
     row tiles and, up to 160 wide, 192-row ones and, up to 128 wide, 256-row ones; the k-tile
-    width, stream-K and (for single-CTA clusters) dynamic scheduling choices of the default
-    heuristic for the problem the kernel runs (after staging) on ``num_sms`` SMs, and
-    ping-pong on the tiles it takes for the pointwise convs it gains on. Halo tiles are left
-    to the heuristic's own config, which joins the candidates."""
+    width, stream-K, ping-pong (for tiles it takes) and (for single-CTA clusters) dynamic
+    scheduling choices of the default heuristic for the problem the kernel runs (after
+    staging) on ``num_sms`` SMs; and 128x128 ping-pong halo tiles where they fit
+    (``pingpong_halo_tile``: faster than the default on some devices only)."""
     kernel_problem = kernel_problem_for(problem)
     heuristic = default_config(kernel_problem, num_sms)
     tile_k, stream_k = heuristic.tile_k, heuristic.stream_k
     dynamic = heuristic.dynamic_schedule  # single-CTA clusters only
-    # 128-row tiles at most 128 wide only.
-    pingpong = not stream_k and pointwise_pingpong_pays(kernel_problem, tile_k, num_sms)
+    pingpong = heuristic.pingpong  # 128-row tiles at most 128 wide only
     shapes = [
         (tile_m, tile_n)
         for tile_n in candidate_widths(kernel_problem.K)
         for tile_m in TILE_M_CHOICES
         if tile_m * tile_n <= MAX_TILE_ELEMS
     ]
-    return [
+    candidates = [
         Conv2dConfig(tile_m=tile_m, tile_n=tile_n, tile_k=tile_k,
                      cluster_m=cluster_m, cluster_n=cluster_n, swizzle=swizzle,
                      stream_k=stream_k,
@@ -97,6 +96,12 @@ def candidate_configs(problem: Conv2dProblemShape, num_sms: int = 132) -> list[C
             shapes, ((1, 1), (2, 1), (1, 2)), (1, 8)
         )
     ]  # fmt: skip
+    tile_w, halo_h = pingpong_halo_tile(kernel_problem, num_sms)
+    if tile_w and tile_k == 64 and not stream_k:
+        candidates.append(
+            Conv2dConfig(tile_w=tile_w, halo_h=halo_h, pingpong=True)  # 128x128x64
+        )
+    return candidates
 
 
 def _table_path():

@@ -9,7 +9,12 @@ import torch
 
 import cute_conv
 from cute_conv import tuning
-from cute_conv.config import Conv2dConfig, check_config_fits, default_config
+from cute_conv.config import (
+    Conv2dConfig,
+    check_config_fits,
+    default_config,
+    pingpong_halo_tile,
+)
 from cute_conv.problem import Conv2dProblemShape
 
 
@@ -81,18 +86,17 @@ def test_default_config(prob, tile_m, tile_n, tile_k, cluster_m, cluster_n):
 
 
 @pytest.mark.parametrize(
-    "prob,plain,residual",
+    "prob,pingpong",
     [
-        pytest.param(problem(128, 14, 256, 1024, 1), False, True, id="r50-c4-1x1-up-256-wide-plain"),
-        pytest.param(problem(128, 28, 512, 128, 1), True, True, id="r50-c3-1x1-dn-8-k-tiles"),
-        pytest.param(problem(128, 56, 64, 256, 1), False, False, id="r50-c2-1x1-up-one-k-tile"),
-        pytest.param(problem(4, 14, 256, 1024, 1), False, False, id="under-two-tiles-per-sm"),
-        pytest.param(problem(128, 14, 256, 256, 3, padding=1), False, False, id="3x3-im2col"),
-        pytest.param(problem(128, 28, 128, 128, 3, padding=1), True, True, id="3x3-halo-tiles"),
+        pytest.param(problem(128, 14, 256, 1024, 1), True, id="r50-c4-1x1-up-4-k-tiles"),
+        pytest.param(problem(128, 28, 512, 128, 1), True, id="r50-c3-1x1-dn-8-k-tiles"),
+        pytest.param(problem(128, 56, 64, 256, 1), False, id="r50-c2-1x1-up-one-k-tile"),
+        pytest.param(problem(4, 14, 256, 1024, 1), False, id="under-two-tiles-per-sm"),
+        pytest.param(problem(128, 28, 128, 128, 3, padding=1), False, id="3x3"),
     ],
 )  # fmt: skip
-def test_default_config_pingpong(prob, plain, residual):
-    for has_residual, pingpong in ((False, plain), (True, residual)):
+def test_default_config_pingpong(prob, pingpong):
+    for has_residual in (False, True):
         config = default_config(prob, has_residual=has_residual)
         assert config.pingpong == pingpong
         if pingpong:
@@ -149,10 +153,7 @@ def test_default_config_dynamic_schedule(prob, dynamic):
         pytest.param(problem(128, 28, 64, 64, 3, padding=1), 0, 0, id="rows-too-narrow"),
         pytest.param(problem(128, 63, 64, 64, 3, padding=1), 0, 0, id="rows-too-wide"),
         pytest.param(problem(128, 56, 64, 64, 1), 0, 0, id="1x1"),
-        pytest.param(problem(128, 28, 128, 128, 3, padding=1), 32, 6, id="128-wide-pingpong"),
-        pytest.param(problem(32, 28, 128, 128, 3, padding=1), 0, 0, id="128-wide-under-two-tiles-per-sm"),
-        pytest.param(problem(128, 14, 128, 128, 3, padding=1), 0, 0, id="128-wide-rows-too-narrow"),
-        pytest.param(problem(128, 28, 128, 256, 3, padding=1), 0, 0, id="256-wide"),
+        pytest.param(problem(128, 28, 128, 128, 3, padding=1), 0, 0, id="128-wide"),
     ],
 )  # fmt: skip
 def test_default_config_halo_tiles(prob, tile_w, halo_h):
@@ -216,6 +217,28 @@ def test_candidates_are_valid_and_fit_k():
     assert len(set(candidates)) == len(candidates)
     stem = Conv2dProblemShape.from_shapes((1, 32, 32, 8), (64, 7, 7, 8), stride=2, padding=3)
     assert {c.tile_k for c in tuning.candidate_configs(stem)} == {64}  # staged to C=64
+
+
+@pytest.mark.parametrize(
+    "prob,tile_w,halo_h",
+    [
+        pytest.param(problem(128, 28, 128, 128, 3, padding=1), 32, 6, id="r50-c3-3x3"),
+        pytest.param(problem(128, 28, 128, 128, 5, padding=2), 32, 8, id="5x5"),
+        pytest.param(problem(32, 28, 128, 128, 3, padding=1), 0, 0, id="under-two-tiles-per-sm"),
+        pytest.param(problem(128, 14, 128, 128, 3, padding=1), 0, 0, id="rows-too-narrow"),
+        pytest.param(problem(128, 28, 128, 128, 3, padding=1, stride=2), 0, 0, id="stride-2"),
+        pytest.param(problem(128, 28, 128, 128, 1), 0, 0, id="1x1"),
+    ],
+)  # fmt: skip
+def test_pingpong_halo_tiles_are_autotuning_candidates_where_they_fit(prob, tile_w, halo_h):
+    assert pingpong_halo_tile(prob) == (tile_w, halo_h)
+    halo_candidates = [c for c in tuning.candidate_configs(prob) if c.tile_w]
+    assert halo_candidates == (
+        [Conv2dConfig(tile_w=tile_w, halo_h=halo_h, pingpong=True)] if tile_w else []
+    )
+    for config in halo_candidates:
+        check_config_fits(config, prob)
+    assert not (default_config(prob).pingpong and default_config(prob).tile_w)  # not a default
 
 
 def test_candidates_carry_the_heuristics_pingpong_where_it_runs():

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import cute_conv
+from cute_conv.config import pingpong_halo_tile
 from cute_conv.testing import random_conv_inputs
 from tests.repeated_calls import assert_repeated_calls_match
 
@@ -76,9 +77,10 @@ def test_a_halo_config_that_does_not_fit_is_rejected_before_launch(geometry, mat
     assert out.isnan().all()
 
 
-def test_default_config_of_r50_c3_uses_pingpong_halo_tiles_on_the_gpu():
+def test_pingpong_halo_candidate_of_r50_c3_on_the_gpu():
     act, flt = random_conv_inputs(40, 28, 28, 128, 128, 3, 3)  # 280 tiles: two per SM
     problem = cute_conv.Conv2dProblemShape.from_shapes(act.shape, flt.shape, padding=1)
-    config = cute_conv.default_config(problem)
-    assert (config.tile_w, config.pingpong) == (32, True)
-    assert_repeated_calls_match(act, flt, 1, None, calls=1)
+    tile_w, halo_h = pingpong_halo_tile(problem)
+    assert (tile_w, halo_h) == (32, 6)
+    config = cute_conv.Conv2dConfig(tile_w=tile_w, halo_h=halo_h, pingpong=True)
+    assert_repeated_calls_match(act, flt, 1, config, calls=1)
