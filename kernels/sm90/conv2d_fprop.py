@@ -56,8 +56,8 @@ by one tiled TMA box into the ``halo`` ring (PipelineTmaAsync, ``_HALO_STAGES`` 
 every tap into the ab ring, which then carries B alone. Tap (r, s) reads the halo from row
 ``r * dil_h * tile_w + s * dil_w`` on: WGMMA descriptors may start at any 128-byte row of a
 128B-swizzled buffer, since the swizzle is a function of the SMEM address. Columns q >= Q
-read past their row (or into ``HALO_SLACK_ROWS`` of slack) and are clipped by
-the (channel, q, p, n) output boxes.
+read past their row (or into ``HALO_SLACK_ROWS`` of slack) and are clipped by the (channel,
+q, p, n) output boxes.
 
 Stream-K fixup (global memory, no SMEM): a CTA whose segment is a partial of a tile writes its
 fp32 accumulators to its workspace slot (16-byte vectors), the consumer threads meet at the
