@@ -360,6 +360,8 @@ def pingpong_halo_tile(problem: Conv2dProblemShape, num_sms: int = 132) -> tuple
     Not a default: on r50-c3 3x3 they were faster than cooperative im2col tiles on an H100
     (0.0536 -> 0.0514 ms plain, 0.0614 -> 0.0603 fused) and slower on an H200 (0.0476 ->
     0.0514, 0.0541 -> 0.0575), so the autotuner tries them per device."""
-    tile_w, halo_h = _halo_tile(problem, 128, _PINGPONG_HALO_TILE_W)
-    tiles = problem.N * -(-problem.P // (128 // _PINGPONG_HALO_TILE_W)) * -(-problem.K // 128)
+    tile_m = 128
+    tile_w, halo_h = _halo_tile(problem, tile_m, _PINGPONG_HALO_TILE_W)
+    tiles_m = problem.N * -(-problem.P // (tile_m // _PINGPONG_HALO_TILE_W))
+    tiles = tiles_m * -(-problem.K // _PINGPONG_TILE_N)
     return (tile_w, halo_h) if tile_w and tiles >= 2 * num_sms else (0, 0)

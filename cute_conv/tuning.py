@@ -99,8 +99,9 @@ def candidate_configs(problem: Conv2dProblemShape, num_sms: int = 132) -> list[C
     tile_w, halo_h = pingpong_halo_tile(kernel_problem, num_sms)
     if tile_w and tile_k == 64 and not stream_k:
         candidates.append(
-            Conv2dConfig(tile_w=tile_w, halo_h=halo_h, pingpong=True)  # 128x128x64
-        )
+            Conv2dConfig(tile_m=128, tile_n=128, tile_k=64,
+                         tile_w=tile_w, halo_h=halo_h, pingpong=True)
+        )  # fmt: skip
     return candidates
 
 

@@ -238,7 +238,8 @@ def test_pingpong_halo_tiles_are_autotuning_candidates_where_they_fit(prob, tile
     )
     for config in halo_candidates:
         check_config_fits(config, prob)
-    assert not (default_config(prob).pingpong and default_config(prob).tile_w)  # not a default
+    default = default_config(prob)
+    assert not (default.pingpong and default.tile_w)  # not a default
 
 
 def test_candidates_carry_the_heuristics_pingpong_where_it_runs():
