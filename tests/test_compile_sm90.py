@@ -321,3 +321,28 @@ def test_kernel_constructor_rejects_options_like_the_config(options, match):
     kwargs = dict(tile_mnk=(128, 128, 64), cluster_mn=(1, 1)) | options
     with pytest.raises(ValueError, match=match):
         Conv2dFpropSm90(cutlass.BFloat16, cutlass.BFloat16, cutlass.BFloat16, **kwargs)
+
+
+class _FakeWrapper:
+    """Stands in for the DSL's keyword-argument wrapper of a compiled function."""
+
+    def __init__(self, inner, converts_pointers: bool) -> None:
+        self._inner = inner
+        self.execution_args = type("Args", (), {"has_pointer_address_arg_specs": converts_pointers})
+
+    def __tvm_ffi_object__(self):
+        return self._inner
+
+
+def test_positional_launcher_unwraps_only_what_it_can_call_directly():
+    from cute_conv.compile import _positional_launcher
+
+    inner = object()
+    assert _positional_launcher(_FakeWrapper(inner, converts_pointers=False)) is inner
+    # A wrapper that converts pointer arguments, or holds no loaded function, is kept.
+    converting = _FakeWrapper(inner, converts_pointers=True)
+    assert _positional_launcher(converting) is converting
+    unloaded = _FakeWrapper(None, converts_pointers=False)
+    assert _positional_launcher(unloaded) is unloaded
+    plain = print  # not a wrapper at all
+    assert _positional_launcher(plain) is plain

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import cute_conv
@@ -38,3 +39,20 @@ def test_disabled_or_user_function_kernels_are_not_stored(tmp_path, monkeypatch)
     assert not disk_cache.enabled()
     cute_conv.compile_kernel("sm_90a", config=CONFIG, out_dtype=torch.float32)
     assert list(tmp_path.glob("*/*/meta.json")) == []
+
+
+@pytest.mark.gpu
+def test_fresh_and_loaded_kernels_launch_through_plain_tvm_ffi_functions(tmp_path, monkeypatch):
+    """A fresh compile is launched without the DSL's keyword-argument wrapper, as a kernel
+    loaded from disk is."""
+    import tvm_ffi
+
+    monkeypatch.setenv("CUTE_CONV_CACHE_DIR", str(tmp_path))
+    config = cute_conv.Conv2dConfig(tile_n=96, stages=3)
+    compile_mod.clear_cache()
+    fresh = cute_conv.compile_kernel("sm_90a", config=config)
+    compile_mod.clear_cache()
+    loaded = cute_conv.compile_kernel("sm_90a", config=config)
+    assert type(fresh._fn) is tvm_ffi.Function
+    assert type(loaded._fn) is tvm_ffi.Function
+    compile_mod.clear_cache()
