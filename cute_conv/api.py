@@ -153,19 +153,10 @@ def _conv2d(x, filter, source, bias, scale, out, stream, args: tuple) -> torch.T
                 check_alignment(name, t)
     if plan.empty:
         return out
-    needs_staging = plan.staged or not plan.vectors_ready
-    if not fresh_out:  # the kernel cannot write an input, nor read a source it is overwriting
-        x_bytes, f_bytes, out_bytes = plan.nbytes
-        needs_staging = (
-            needs_staging
-            or spans_overlap(out_ptr, out_bytes, x_ptr, x_bytes)
-            or spans_overlap(out_ptr, out_bytes, f_ptr, f_bytes)
-            or (
-                src_ptr
-                and src_ptr != out_ptr
-                and spans_overlap(out_ptr, out_bytes, src_ptr, out_bytes)
-            )
-        )
+    # The kernel cannot write an input, nor read a source it is overwriting.
+    needs_staging = plan.needs_staging or (
+        not fresh_out and _out_overlaps_inputs(out_ptr, x_ptr, f_ptr, src_ptr, plan.nbytes)
+    )
     if needs_staging:
         if stream is None:
             stream = torch.cuda.current_stream(x.device)
@@ -191,6 +182,21 @@ def _conv2d(x, filter, source, bias, scale, out, stream, args: tuple) -> torch.T
     return out
 
 
+_NO_WORKSPACE = (0, 0)
+
+
+def _out_overlaps_inputs(out_ptr: int, x_ptr: int, f_ptr: int, src_ptr: int, nbytes: tuple) -> bool:
+    """Whether a given ``out`` overlaps ``x`` or the filter, or (partly) a distinct source."""
+    x_bytes, f_bytes, out_bytes = nbytes
+    return (
+        spans_overlap(out_ptr, out_bytes, x_ptr, x_bytes)
+        or spans_overlap(out_ptr, out_bytes, f_ptr, f_bytes)
+        or bool(
+            src_ptr and src_ptr != out_ptr and spans_overlap(out_ptr, out_bytes, src_ptr, out_bytes)
+        )
+    )
+
+
 @dataclass(frozen=True)
 class _LaunchPlan:
     """Everything a call needs that depends only on tensor metadata and arguments."""
@@ -201,20 +207,18 @@ class _LaunchPlan:
     kernel: CompiledConv2d
     kernel_problem: Conv2dProblemShape  # what the kernel runs; see staging.kernel_problem_for
     scalars: tuple  # the kernel's runtime scalars for kernel_problem
-    vectors_ready: bool  # bias/scale (those used) are contiguous, in the kernel's vector dtype
     workspace: tuple[int, int] | None  # float32 partials and int32 flags it needs, if any
     nbytes: tuple[int, int, int]  # sizes of x, filter and out, for the aliasing checks
     empty: bool  # N == 0: nothing to launch
-
-    @property
-    def staged(self) -> bool:
-        return self.kernel_problem is not self.problem
+    # The problem is staged, or bias/scale (those used) are not contiguous vectors of the
+    # kernel's vector dtype: the call goes through ``staging.run_staged``.
+    needs_staging: bool
 
     def workspace_pointers(self, device_index: int, stream: int) -> tuple[int, int]:
         """The stream-K / dynamic scheduling workspace of this call's stream, or null
         pointers."""
         if self.workspace is None:
-            return (0, 0)
+            return _NO_WORKSPACE
         return kernel_workspace(device_index, stream, *self.workspace)
 
     def launch(self, x, flt, out, source, bias, scale, *, stream: int) -> None:
@@ -328,9 +332,10 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple) -> _LaunchPlan:
     out_bytes = math.prod(problem.output_shape) * torch.finfo(out_dtype).bits // 8
     nbytes = (x.numel() * x.element_size(), filter.numel() * filter.element_size(), out_bytes)
     workspace = kernel_workspace_size(kernel_problem, config, max_clusters)
+    needs_staging = kernel_problem is not problem or not vectors_ready
     return _LaunchPlan(
-        problem, out_dtype, epilogue, kernel, kernel_problem, scalars, vectors_ready,
-        workspace, nbytes, problem.gemm_m == 0,
+        problem, out_dtype, epilogue, kernel, kernel_problem, scalars, workspace, nbytes,
+        problem.gemm_m == 0, needs_staging,
     )  # fmt: skip
 
 
