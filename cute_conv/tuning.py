@@ -225,6 +225,7 @@ def _config_id(config: Conv2dConfig) -> str:
         f"-sw{config.swizzle}-{'m' if config.raster_along_m else 'n'}"
         f"{'-sk' if config.stream_k else ''}{'-dyn' if config.dynamic_schedule else ''}"
         f"{'-pp' if config.pingpong else ''}"
+        f"{f'-halo{config.tile_w}x{config.halo_h}' if config.tile_w else ''}"
     )
 
 

@@ -215,6 +215,12 @@ def test_candidates_are_valid_and_fit_k():
     assert candidates and all(isinstance(c, Conv2dConfig) for c in candidates)
     assert {c.tile_n for c in candidates} == {64}
     assert len(set(candidates)) == len(candidates)
+    # The tuning table keys timings by these ids: every field that tells configs apart shows.
+    pingpong = Conv2dConfig(pingpong=True)
+    halo = Conv2dConfig(tile_w=32, halo_h=6, pingpong=True)
+    assert tuning._config_id(halo) != tuning._config_id(pingpong)
+    ids = [tuning._config_id(c) for c in candidates]
+    assert len(set(ids)) == len(ids)
     stem = Conv2dProblemShape.from_shapes((1, 32, 32, 8), (64, 7, 7, 8), stride=2, padding=3)
     assert {c.tile_k for c in tuning.candidate_configs(stem)} == {64}  # staged to C=64
 
