@@ -35,6 +35,7 @@ import torch.nn.functional as F
 
 import cute_conv
 from cute_conv import compile as compile_mod
+from cute_conv import tuning
 from cute_conv.reference import conv2d_reference
 from cute_conv.staging import kernel_problem_for
 from cute_conv.testing import compare_to_reference, random_conv_inputs
@@ -82,13 +83,19 @@ def bench_shape(shape: dict, *, autotune: bool, with_compile: bool) -> dict:
     geom = dict(stride=shape["stride"], padding=shape["pad"], dilation=shape["dilation"])
     x, flt = random_conv_inputs(n, h, w, c, k, r, s)
     problem = cute_conv.Conv2dProblemShape.from_shapes(x.shape, flt.shape, **geom)
-    config = None
+    # Explicit configs, so that a stored autotuner choice cannot stand in for the heuristic's.
     if autotune:
-        config = cute_conv.autotune(x.shape, flt.shape, **geom)
-    # What the call runs: the heuristic decides on the problem after any staging (the stem's).
-    num_sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    shown_config = config or cute_conv.default_config(kernel_problem_for(problem), num_sms)
-    row = dict(name=shape["name"], problem=problem, config=shown_config, tuned=autotune)
+        config = tuned_config(x, flt, problem, geom, has_residual=False)
+        fused_config = tuned_config(x, flt, problem, geom, has_residual=True)
+    else:  # the heuristic decides on the problem after any staging (the stem's)
+        num_sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+        kernel_problem = kernel_problem_for(problem)
+        config = cute_conv.default_config(kernel_problem, num_sms)
+        fused_config = cute_conv.default_config(kernel_problem, num_sms, has_residual=True)
+    row = dict(
+        name=shape["name"], problem=problem, config=config, fused_config=fused_config,
+        tuned=autotune,
+    )  # fmt: skip
 
     # ---- plain conv vs cuDNN ----
     out = torch.full(problem.output_shape, float("nan"), dtype=x.dtype, device="cuda")
@@ -112,7 +119,7 @@ def bench_shape(shape: dict, *, autotune: bool, with_compile: bool) -> dict:
 
     def ours_fused():
         return cute_conv.conv2d_fprop_with_residual(
-            x, flt, res, bias=bias, activation="relu", out=fused_out, config=config, **geom
+            x, flt, res, bias=bias, activation="relu", out=fused_out, config=fused_config, **geom
         )
 
     ours_fused()
@@ -126,6 +133,15 @@ def bench_shape(shape: dict, *, autotune: bool, with_compile: bool) -> dict:
         fused["compile_ms"] = lambda: compiled(*args)
     row.update(time_interleaved(fused))
     return row
+
+
+def tuned_config(x, flt, problem, geom: dict, *, has_residual: bool) -> cute_conv.Conv2dConfig:
+    """This device's stored autotuner choice for the shape (plain or with a residual), tuning
+    it first when there is none."""
+    key = tuning.problem_key(problem, x.dtype, x.dtype, has_residual)
+    return tuning.lookup(x.device, key) or cute_conv.autotune(
+        x.shape, flt.shape, **geom, device=x.device, has_residual=has_residual
+    )
 
 
 def host_overhead_us() -> tuple[float, float]:
@@ -219,7 +235,12 @@ def write_report(rows, ceiling, host_us, compile_s, load_s, path: Path, chart: P
         f"compared are timed in {ROUNDS} rounds of triton.testing.do_bench (medians), the order "
         f"reversed every other round; a time is the median round. cuDNN: torch conv2d on "
         f"channels_last views, cudnn.benchmark=True.",
-        f"- configs: {'autotuned per shape' if rows and rows[0]['tuned'] else 'default heuristic'}",
+        "- configs: "
+        + (
+            "autotuned per shape, plain and fused apart (this device's stored choices)"
+            if rows and rows[0]["tuned"]
+            else "default heuristic"
+        ),
         f"- bf16 GEMM ceiling (torch.matmul 8192^3, this run): {ceiling:.0f} TFLOP/s",
         f"- **plain conv, geomean speedup vs cuDNN: {plain:.3f}x** "
         f"(min {min(r['cudnn_ms'] / r['ours_ms'] for r in rows):.2f}x)",
@@ -243,11 +264,11 @@ def write_report(rows, ceiling, host_us, compile_s, load_s, path: Path, chart: P
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        p, cfg = r["problem"], r["config"]
+        p = r["problem"]
         tflops = p.flops / r["ours_ms"] / 1e9
         lines.append(
-            f"| {r['name']} | {p.gemm_m} x {p.gemm_n} x {p.gemm_k} | {cfg.tile_m}x{cfg.tile_n}, "
-            f"{cfg.cluster_m}x{cfg.cluster_n} | {r['ours_ms']:.3f} | {r['cudnn_ms']:.3f} "
+            f"| {r['name']} | {p.gemm_m} x {p.gemm_n} x {p.gemm_k} | {_tile(r['config'])} "
+            f"| {r['ours_ms']:.3f} | {r['cudnn_ms']:.3f} "
             f"| {tflops:.0f} | {p.flops / r['cudnn_ms'] / 1e9:.0f} "
             f"| {r['cudnn_ms'] / r['ours_ms']:.2f}x | {100 * tflops / ceiling:.0f}% "
             f"| {'ok' if r['check'].ok else 'FAIL'} ({r['check'].rel_err:.1e}) |"
@@ -256,8 +277,9 @@ def write_report(rows, ceiling, host_us, compile_s, load_s, path: Path, chart: P
         "",
         "## Fused relu(conv + bias) + residual",
         "",
-        "| shape | ours ms | eager ms | torch.compile ms | vs eager | vs torch.compile | check |",
-        "|---|---|---|---|---|---|---|",
+        "| shape | tile, cluster | ours ms | eager ms | torch.compile ms | vs eager "
+        "| vs torch.compile | check |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         comp = r.get("compile_ms")
@@ -265,13 +287,18 @@ def write_report(rows, ceiling, host_us, compile_s, load_s, path: Path, chart: P
             ("-", "-") if comp is None else (f"{comp:.3f}", f"{comp / r['fused_ms']:.2f}x")
         )
         lines.append(
-            f"| {r['name']} | {r['fused_ms']:.3f} | {r['eager_ms']:.3f} | {comp_ms} "
+            f"| {r['name']} | {_tile(r['fused_config'])} | {r['fused_ms']:.3f} "
+            f"| {r['eager_ms']:.3f} | {comp_ms} "
             f"| {r['eager_ms'] / r['fused_ms']:.2f}x | {comp_ratio} "
             f"| {'ok' if r['fused_check'].ok else 'FAIL'} ({r['fused_check'].rel_err:.1e}) |"
         )
     text = "\n".join(lines) + f"\n\n![speedups]({chart.name})\n"
     path.write_text(text)
     return text
+
+
+def _tile(config: cute_conv.Conv2dConfig) -> str:
+    return f"{config.tile_m}x{config.tile_n}, {config.cluster_m}x{config.cluster_n}"
 
 
 def _version(dist: str) -> str:
@@ -286,7 +313,12 @@ def _version(dist: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", help="comma-separated shape names (default: all)")
-    parser.add_argument("--autotune", action="store_true", help="tune each shape first")
+    parser.add_argument(
+        "--autotune",
+        action="store_true",
+        help="run each shape's autotuned configs (plain and fused), tuning those this device "
+        "has no stored choice for first",
+    )
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--output", type=Path, default=HERE / "RESULTS.md")
     parser.add_argument("--chart", type=Path, default=HERE / "ratios.png")

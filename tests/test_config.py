@@ -279,7 +279,28 @@ def test_problem_key_separates_what_matters():
     key = tuning.problem_key(a, torch.bfloat16, torch.bfloat16)
     assert key != tuning.problem_key(b, torch.bfloat16, torch.bfloat16)
     assert key != tuning.problem_key(a, torch.float16, torch.float16)
+    assert key != tuning.problem_key(a, torch.bfloat16, torch.bfloat16, has_residual=True)
     assert key.startswith(f"m{a.gemm_m}-k64-c64-r3s3")
+
+
+def test_residual_calls_take_the_choice_tuned_with_a_residual(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUTE_CONV_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(tuning, "_device_name", lambda index: "Fake H200")
+    prob = problem(2, 8, 64, 64, 3, padding=1)
+    x = torch.empty(2, 8, 8, 64, dtype=torch.bfloat16, device="meta")
+    device = torch.device("cuda", 0)
+    plain, fused = Conv2dConfig(tile_n=64), Conv2dConfig(tile_n=128, swizzle=1)
+    bf16 = torch.bfloat16
+
+    def choose(has_residual):
+        return tuning.choose_config(prob, prob, x, (64, 3, 3, 64), bf16, 132, has_residual)
+
+    tuning._store(device, tuning.problem_key(prob, bf16, bf16), plain, {})
+    assert choose(False) == plain
+    # A plain choice does not serve residual calls: they keep the residual heuristic.
+    assert choose(True) == default_config(prob, 132, has_residual=True)
+    tuning._store(device, tuning.problem_key(prob, bf16, bf16, has_residual=True), fused, {})
+    assert (choose(False), choose(True)) == (plain, fused)
 
 
 def test_stored_choice_round_trips(tmp_path, monkeypatch):
@@ -307,3 +328,17 @@ def test_autotune_stores_its_choice_for_later_calls(tmp_path, monkeypatch):
     assert tuning.lookup(torch.device("cuda", 0), key) == best
     table = json.loads((tmp_path / "autotune.json").read_text())
     assert len(next(iter(table.values()))[key]["ms"]) >= len(tuning.candidate_configs(problem))
+
+
+@pytest.mark.gpu
+def test_autotune_with_a_residual_stores_apart_from_the_plain_choice(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUTE_CONV_CACHE_DIR", str(tmp_path))
+    x_shape, filter_shape = (2, 10, 10, 64), (128, 1, 1, 64)
+    configs = [Conv2dConfig(tile_n=128), Conv2dConfig(tile_n=64, swizzle=1)]
+    best = cute_conv.autotune(x_shape, filter_shape, configs=configs, has_residual=True)
+    assert best in configs
+    problem = Conv2dProblemShape.from_shapes(x_shape, filter_shape)
+    device = torch.device("cuda", 0)
+    bf16 = torch.bfloat16
+    assert tuning.lookup(device, tuning.problem_key(problem, bf16, bf16, True)) == best
+    assert tuning.lookup(device, tuning.problem_key(problem, bf16, bf16)) is None
