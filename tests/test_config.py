@@ -273,6 +273,15 @@ def test_tuning_keeps_the_heuristic_within_the_noise():
     assert tuning.pick_fastest([other], [0.96], heuristic) == other
 
 
+def test_finalists_are_the_fastest_screened_and_the_heuristic(monkeypatch):
+    monkeypatch.setattr(tuning, "_FINALISTS", 3)
+    configs = [Conv2dConfig(tile_n=n) for n in (64, 96, 128, 160, 192, 256)]
+    screen = [0.5, 0.1, 0.4, 0.2, 0.3, 0.6]
+    assert tuning.pick_finalists(configs, screen, configs[5]) == [1, 3, 4, 5]
+    assert tuning.pick_finalists(configs, screen, configs[3]) == [1, 3, 4]
+    assert tuning.pick_finalists(configs, screen, Conv2dConfig(tile_n=224)) == [1, 3, 4]
+
+
 def test_problem_key_separates_what_matters():
     a = problem(2, 8, 64, 64, 3, padding=1)
     b = problem(2, 8, 64, 64, 3, padding=1, stride=2)
@@ -326,8 +335,10 @@ def test_autotune_stores_its_choice_for_later_calls(tmp_path, monkeypatch):
     assert best in [*tuning.candidate_configs(problem), default_config(problem, sm_count)]
     key = tuning.problem_key(problem, torch.bfloat16, torch.bfloat16)
     assert tuning.lookup(torch.device("cuda", 0), key) == best
-    table = json.loads((tmp_path / "autotune.json").read_text())
-    assert len(next(iter(table.values()))[key]["ms"]) >= len(tuning.candidate_configs(problem))
+    timings = next(iter(json.loads((tmp_path / "autotune.json").read_text()).values()))[key]["ms"]
+    assert len(timings["screen"]) >= len(tuning.candidate_configs(problem))
+    assert tuning._config_id(best) in timings["final"]
+    assert tuning._config_id(default_config(problem, sm_count)) in timings["final"]
 
 
 @pytest.mark.gpu
