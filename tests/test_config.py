@@ -209,6 +209,15 @@ def test_default_config_for_residual_epilogues(prob, plain_n, residual_n):
     assert default_config(prob, has_residual=True).tile_n == residual_n
 
 
+def test_residual_narrowed_pointwise_tiles_run_alone_and_dynamic():
+    # ResNet-50's 1x1 64 -> 256 conv: plain 128x256; with a residual 128 wide, and the two N
+    # tiles not paired in a cluster, so that tiles are taken dynamically.
+    prob = problem(128, 56, 64, 256, 1)
+    fused = default_config(prob, has_residual=True)
+    assert (fused.tile_n, fused.cluster_m, fused.cluster_n) == (128, 1, 1)
+    assert fused.dynamic_schedule and not fused.pingpong
+
+
 def test_candidates_are_valid_and_fit_k():
     prob = problem(2, 8, 64, 64, 3)
     candidates = tuning.candidate_configs(prob)

@@ -58,3 +58,23 @@ def test_dynamic_schedule_on_two_streams_at_once():
     torch.cuda.synchronize()
     for out in outs:
         assert compare_to_reference(out, ref).ok
+
+
+def test_residual_epilogue_with_dynamic_scheduling():
+    """The default of residual 1x1 convs narrowed to 128-wide tiles: dynamically scheduled,
+    the C tiles loaded for whichever output tile the counter hands out."""
+    act, flt = random_conv_inputs(16, 56, 56, 64, 256, 1, 1)  # 256 wide plain, 128 fused
+    problem = cute_conv.Conv2dProblemShape.from_shapes(act.shape, flt.shape)
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    config = cute_conv.default_config(problem, sm_count, has_residual=True)
+    assert config.dynamic_schedule
+    bias = torch.randn(256, device="cuda").to(torch.bfloat16)
+    source = torch.randn(problem.output_shape, device="cuda").to(torch.bfloat16)
+    ref = torch.relu(conv2d_reference(act, flt) + bias.float()) + source.float()
+    out = torch.empty_like(source)
+    for _ in range(3):  # the counters must be back at zero for the next call
+        out.fill_(float("nan"))
+        cute_conv.conv2d_fprop_with_residual(
+            act, flt, source, bias=bias, activation="relu", out=out, config=config
+        )
+        assert compare_to_reference(out, ref).ok
