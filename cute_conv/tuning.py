@@ -52,10 +52,11 @@ _MIN_GAIN = 0.05
 # Screening: every candidate in short interleaved rounds, to find the few worth a final timing.
 _SCREEN_ROUNDS, _SCREEN_ROUND_MS = 4, 20.0
 # Final timing of the fastest screened candidates and the heuristic's config, as the
-# benchmark's do_bench times: each round warms a candidate up, then runs it for ~100 ms. Short
-# bursts run at clocks that long runs of a power-capped GPU do not hold, and the configs differ
-# in how much they lose (H100, session 13: the screen ranked two fused configs of gluon-bench
-# 9% apart that do_bench ranked 9% the other way).
+# benchmark's do_bench times: each round warms a candidate up, then runs it for ~100 ms.
+# Short rounds alone mislead on long convs (H100, session 13): they timed sd-128-320 9% faster
+# than do_bench did (likely clocks that a power-capped GPU does not hold for long), and a
+# full screen ranked two fused configs of gluon-bench 9% apart that do_bench ranked 9% the
+# other way.
 _FINALISTS = 4
 _FINAL_ROUNDS, _FINAL_ROUND_MS, _FINAL_WARMUP_MS = 4, 100.0, 25.0
 _MIN_REPS, _MAX_REPS = 5, 1000
