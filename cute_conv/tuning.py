@@ -228,6 +228,9 @@ def autotune(
     """Time ``configs`` (default: ``candidate_configs`` and the heuristic's config) on this
     problem; store and return the fastest, or the heuristic's config when none beats it by
     ``_MIN_GAIN`` (see ``pick_fastest``). Shapes are NHWC / KRSC as for ``conv2d_fprop``.
+    All candidates are screened in short rounds; the ``_FINALISTS`` fastest and the
+    heuristic's config are then timed in ~100 ms rounds, which decide. Takes a few seconds
+    per problem once its kernels are compiled (compiling is ~1 s per candidate).
 
     ``has_residual``: tune for ``conv2d_fprop_with_residual`` (timed with a residual add);
     its choice is stored apart from the plain conv's and serves only residual calls. Plain
