@@ -59,6 +59,7 @@ _SCREEN_ROUNDS, _SCREEN_ROUND_MS = 4, 20.0
 # other way.
 _FINALISTS = 4
 _FINAL_ROUNDS, _FINAL_ROUND_MS, _FINAL_WARMUP_MS = 4, 100.0, 25.0
+# The fewest and most runs of a candidate in one round (or one warmup), whatever its time.
 _MIN_REPS, _MAX_REPS = 5, 1000
 # More than an H100's or H200's L2 (50 MB), as do_bench's flush buffer.
 _L2_FLUSH_BYTES = 256 << 20
