@@ -227,8 +227,14 @@ def default_config(
 
     tile_m: 256 for 64-wide tiles (K <= 64) with at least ``_MIN_WAVES_TALL`` waves of them:
     the filter traffic and the barrier rounds per MMA halve. Measured on an H200: r50-c2 3x3
-    (C=K=64) 0.89x -> 1.06x cuDNN, the stem 2.24x -> 2.59x; wider tiles (128 and up) were
-    slower at 256 rows on every suite shape but one (1x1, K=128, +3%).
+    (C=K=64) 0.89x -> 1.06x cuDNN, the folded stem 2.24x -> 2.59x; wider tiles (128 and up)
+    were slower at 256 rows on every suite shape but one (1x1, K=128, +3%). Also 256 rows,
+    with the filter shared by a 2x1 cluster, for short k-tiles (tile_k < 64) up to 128 wide,
+    whose MMA work per k-tile is half a 64-wide one's. Measured on an H100: the stem's
+    super-pixel view (C=32, K=128, 21 k-tiles of 32) 128x128 0.360 ms, 256x128 0.271,
+    256x128 2x1 0.249; 3x3 convs of C=32 (N=32, 112x112): K=128 128x128 0.0987, 256x128
+    0.0793, 256x128 2x1 0.0717; K=64 256x64 0.0583, 256x64 2x1 0.0528. Residual kernels stay
+    on single CTAs there (the fused stem: 0.3335 ms at 2x1, 0.3056 at 1x1).
 
     tile_m 192 (three consumer warpgroups of 64 rows), at tile_n 128: where at least a wave
     of them costs ``_MIN_GAIN_192`` or less of the 128-row tiles' cost (rounds of tiles x
@@ -287,14 +293,19 @@ def default_config(
         sorted(TILE_K_CHOICES, reverse=True),
         key=lambda k: -(-problem.C // k) * (k + _K_TILE_COST),
     )
-    tall_tiles_m = -(-problem.gemm_m // 256)
-    tile_m = 256 if tile_n == 64 and tall_tiles_m >= _MIN_WAVES_TALL * num_sms else 128
+    many_tall_tiles = -(-problem.gemm_m // 256) >= _MIN_WAVES_TALL * num_sms
+    short_k_tiles = tile_k < max(TILE_K_CHOICES) and tile_n <= 128
+    tile_m = 256 if (tile_n == 64 or short_k_tiles) and many_tall_tiles else 128
     if tile_m == 128 and _fills_waves_better_at_192(problem, tile_n, num_sms):
         tile_m, tile_n = _THREE_WARPGROUP_TILE
     tiles_n = -(-problem.K // tile_n)
     cluster_n = 2 if tiles_n % 2 == 0 and not narrowed_for_residual else 1
-    # A filter tile wider than the activation tile is the larger L2 stream: share it along M.
-    cluster_m = 2 if cluster_n == 1 and tile_n > 128 and problem.gemm_k > _SHORT_MAINLOOP_K else 1
+    # A filter tile wider than the activation tile is the larger L2 stream, and short k-tiles
+    # load it in more pieces per MMA: share it along M.
+    shares_filter = (tile_n > 128 and problem.gemm_k > _SHORT_MAINLOOP_K) or (
+        short_k_tiles and tile_m == 256 and not has_residual
+    )
+    cluster_m = 2 if cluster_n == 1 and shares_filter else 1
     tiles = _tile_count(problem, tile_m, tile_n)
     k_tiles = -(-problem.C // tile_k) * problem.R * problem.S
     stream_k = tiles <= _MAX_WAVE_STREAM_K * num_sms and k_tiles >= _MIN_K_TILES_STREAM_K

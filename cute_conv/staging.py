@@ -7,9 +7,17 @@ Most calls meet all of that and launch directly; the others are staged here with
 ops on the same stream, around the one kernel launch. Every extra copy is listed in
 ``run_staged``'s docstring and in the README.
 
-Two more stagings are for speed: a conv with very few input channels (the RGB stem, C=3)
+Three more stagings are for speed: a conv with very few input channels (the RGB stem, C=3)
 wastes most of each k-tile, since a k-tile never spans two filter taps.
-- Stride 2: folded space-to-depth. Each block of 2 rows x ``cols`` columns of input pixels
+- Stride 2, C=8: a super-pixel view, no copy of the activation (``super_pixel_view``). Four
+  pixels of 8 channels are one 64-byte super pixel: the input ``[N, H, W, 8]`` is read as
+  ``[N, H, W/4, 32]``, and each GEMM row computes the two outputs whose windows start in one
+  super pixel (the two phases of stride 2 along W), so the conv becomes a stride-(2, 1) conv
+  with 2K output channels whose output ``[N, P, Q/2, 2K]`` is the NHWC output itself. The
+  filter is regrouped into ``[2K, R, taps, 32]`` (zero where a phase's window does not reach).
+  The 7x7 stem: 3 taps of 4 pixels along W, 672 of GEMM K per output against the fold's 512,
+  but no staging pass and 128-wide tiles.
+- Stride 2 otherwise: folded space-to-depth. Each block of 2 rows x ``cols`` columns of input pixels
   (at an even row and column) becomes one staged pixel of up to 64 channels (C rounded up to
   a power of two, times the block's pixels) and the filter is regrouped the same way, giving
   an equivalent stride-1 conv with ceil(R/2) x ceil(S/cols) taps, dilated by cols/2 along W
@@ -21,6 +29,7 @@ wastes most of each k-tile, since a k-tile never spans two filter taps.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -35,8 +44,10 @@ from .validation import check_compute_capability
 
 __all__ = [
     "CHANNEL_ALIGNMENT",
+    "SuperPixelView",
     "kernel_problem_for",
     "run_staged",
+    "super_pixel_view",
     "uses_im2col",
     "uses_space_to_depth",
 ]
@@ -57,9 +68,66 @@ def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
+# The super-pixel view: input channels it takes, and pixels per 64-byte super pixel.
+SUPER_PIXEL_INPUT_CHANNELS = 8
+SUPER_PIXEL_PIXELS = 4
+
+
+@dataclass(frozen=True)
+class SuperPixelView:
+    """How a stride-2 conv of ``SUPER_PIXEL_INPUT_CHANNELS`` channels runs on the input's
+    super-pixel view (see the module docstring).
+
+    Output ``q = phases * j + phase`` is row ``j`` of the view's GEMM, channel block ``phase``.
+    Its window starts at input column ``2q - left``, in super pixel ``j + first_tap`` or later;
+    the ``taps`` super pixels from there cover every phase's window.
+    """
+
+    pixels: int
+    phases: int
+    first_tap: int
+    taps: int
+
+    def filter_column(self, phase: int, tap: int, pixel: int, left: int) -> int:
+        """The filter column (s) that ``pixel`` of super-pixel ``tap`` meets in ``phase``'s
+        window (outside ``[0, S)``: none, a zero of the regrouped filter)."""
+        return self.pixels * (self.first_tap + tap) + pixel - 2 * phase + left
+
+
+def super_pixel_view(problem: Conv2dProblemShape) -> SuperPixelView | None:
+    """The super-pixel view of ``problem``, or None where it does not apply: stride 2, no
+    dilation, C=8, several taps, K a multiple of 8, W a multiple of 4 and Q of 2, and right
+    padding that the view's columns can take as whole super pixels."""
+    if not (
+        problem.C == SUPER_PIXEL_INPUT_CHANNELS
+        and problem.R * problem.S >= IM2COL_MIN_TAPS
+        and problem.stride == (2, 2)
+        and problem.dilation == (1, 1)
+        and problem.K % CHANNEL_ALIGNMENT == 0
+    ):
+        return None
+    pixels = SUPER_PIXEL_PIXELS
+    phases = pixels // 2
+    _, (left, _) = problem.padding
+    first_tap = -left // pixels  # floor: a window may start in the padding
+    last_tap = (-left + 2 * (phases - 1) + problem.S - 1) // pixels
+    view = SuperPixelView(pixels, phases, first_tap, last_tap - first_tap + 1)
+    if problem.W % pixels or problem.Q % phases or _view_padding_w(problem, view)[1] < 0:
+        return None
+    return view
+
+
+def _view_padding_w(problem: Conv2dProblemShape, view: SuperPixelView) -> tuple[int, int]:
+    """The view's left and right padding, in super pixels, for Q / phases output columns."""
+    left = -view.first_tap
+    right = problem.Q // view.phases - 1 + view.taps - left - problem.W // view.pixels
+    return left, right
+
+
 def uses_space_to_depth(problem: Conv2dProblemShape) -> bool:
     return (
-        problem.C <= SPACE_TO_DEPTH_MAX_CHANNELS
+        super_pixel_view(problem) is None
+        and problem.C <= SPACE_TO_DEPTH_MAX_CHANNELS
         and problem.R * problem.S >= IM2COL_MIN_TAPS
         and problem.stride == (2, 2)
         and problem.dilation == (1, 1)
@@ -74,6 +142,14 @@ def uses_im2col(problem: Conv2dProblemShape) -> bool:
 def kernel_problem_for(problem: Conv2dProblemShape) -> Conv2dProblemShape:
     """The problem the kernel runs: ``problem`` itself when it needs no staging."""
     k = _round_up(problem.K, CHANNEL_ALIGNMENT)
+    view = super_pixel_view(problem)
+    if view is not None:
+        (top, bottom), _ = problem.padding
+        return Conv2dProblemShape(
+            problem.N, problem.H, problem.W // view.pixels, view.pixels * problem.C,
+            view.phases * problem.K, problem.R, view.taps,
+            padding=((top, bottom), _view_padding_w(problem, view)), stride=(2, 1),
+        )  # fmt: skip
     if uses_space_to_depth(problem):
         fold = fold_shape(problem)
         taps_h, taps_w = -(-problem.R // FOLD_ROWS), -(-problem.S // fold.cols)
@@ -193,10 +269,43 @@ def _space_to_depth_filter(
     return blocks.permute(0, 1, 3, 2, 4, 5).reshape(kp.K, kp.R, kp.S, kp.C)
 
 
+def _super_pixel_filter(
+    filter: torch.Tensor,  # noqa: A002
+    problem: Conv2dProblemShape,
+    view: SuperPixelView,
+) -> torch.Tensor:
+    """``[phases * K, R, taps, pixels * C]``: the filter as the super-pixel view's conv reads
+    it. Output channel ``phase * K + k``, tap ``(r, t)``, channel ``(pixel, c)`` holds
+    ``filter[k, r, view.filter_column(phase, t, pixel, left), c]``, or zero. Two launches."""
+    _, (left, _) = problem.padding
+    index = _super_pixel_filter_index(problem, view, left, filter.device)
+    with_zero = F.pad(filter.reshape(-1), (0, 1))  # the last element is the zero
+    return torch.take(with_zero, index)
+
+
+@functools.lru_cache(maxsize=64)
+def _super_pixel_filter_index(
+    problem: Conv2dProblemShape, view: SuperPixelView, left: int, device: torch.device
+) -> torch.Tensor:
+    """Where ``_super_pixel_filter`` takes each element from in the flattened filter (its
+    numel: the appended zero). Built once per problem and device."""
+    k, r, s, c = problem.K, problem.R, problem.S, problem.C
+    phase, kk, rr, tap, pixel, cc = torch.meshgrid(
+        *(torch.arange(n) for n in (view.phases, k, r, view.taps, view.pixels, c)), indexing="ij"
+    )
+    column = view.filter_column(phase, tap, pixel, left)
+    flat = ((kk * r + rr) * s + column) * c + cc
+    index = torch.where((column >= 0) & (column < s), flat, k * r * s * c)
+    return index.reshape(view.phases * k, r, view.taps, view.pixels * c).to(device)
+
+
 def _stage_inputs(
     x: torch.Tensor, filter: torch.Tensor, problem: Conv2dProblemShape, kp: Conv2dProblemShape
 ) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: A002
     k_pad = kp.K - problem.K
+    view = super_pixel_view(problem)
+    if view is not None:
+        return x.reshape(kp.activation_shape), _super_pixel_filter(filter, problem, view)
     if uses_space_to_depth(problem):
         return _space_to_depth(x, problem, kp), _space_to_depth_filter(
             filter, problem, kp
@@ -228,7 +337,9 @@ def run_staged(
     - C or K not a multiple of 8: ``x`` and/or ``filter`` zero-padded to the next multiple
       (zero channels add nothing); with K padded, the kernel writes a scratch output whose
       first K channels are copied to ``out``, and ``source``/``bias``/``scale`` are padded too.
-    - few input channels and stride 2 (``uses_space_to_depth``): ``x`` rearranged into
+    - 8 input channels and stride 2 (``super_pixel_view``): no copy of ``x``, ``out`` or
+      ``source`` (views); the filter regrouped, and ``bias``/``scale`` repeated per phase.
+    - few input channels and stride 2 otherwise (``uses_space_to_depth``): ``x`` rearranged into
       blocks by one staging kernel (``cols / 2`` times the activation's size, more for C not
       a power of two); the filter regrouped.
     - few input channels otherwise (``uses_im2col``): ``x`` unfolded into ``[N, P, Q, R*S*C]``
@@ -239,32 +350,40 @@ def run_staged(
     - bias/scale not contiguous, or of two different dtypes: copied (as float32 in the latter
       case; the kernel reads float32, bfloat16 and float16 vectors as they are).
     """
-    k_pad = kernel_problem.K - problem.K
+    view = super_pixel_view(problem)
+    # The view's output channels are its phases' K each, as NHWC lays them out: no padding.
+    phases = 1 if view is None else view.phases
+    k_pad = kernel_problem.K - phases * problem.K
     x_k, flt_k = _stage_inputs(x, filter, problem, kernel_problem)
     dtype = kernel_vector_dtype(bias, scale)
-    bias, scale = (_kernel_vector(v, dtype, k_pad) for v in (bias, scale))
+    bias, scale = (_kernel_vector(v, dtype, k_pad, phases) for v in (bias, scale))
     if source is not None:
         source = F.pad(source, (0, k_pad)) if k_pad else source
         if source is not out and overlaps(source, out):
             source = source.clone()
-    kernel_out = out
-    if k_pad or overlaps(out, x) or overlaps(out, filter):
+        source = source.view(kernel_problem.output_shape) if view else source
+    kernel_out = out.view(kernel_problem.output_shape) if view else out
+    scratch = k_pad or overlaps(out, x) or overlaps(out, filter)
+    if scratch:
         # If ``out`` is also the source, the kernel reads it and writes only the scratch.
         kernel_out = torch.empty(kernel_problem.output_shape, dtype=out.dtype, device=out.device)
     launch(x_k, flt_k, kernel_out, source, bias, scale)
-    if kernel_out is not out:
-        out.copy_(kernel_out[..., : problem.K])
+    if scratch:
+        out.copy_(kernel_out[..., : problem.K] if k_pad else kernel_out.view(out.shape))
 
 
 def _kernel_vector(
-    vector: torch.Tensor | None, dtype: torch.dtype, k_pad: int
+    vector: torch.Tensor | None, dtype: torch.dtype, k_pad: int, repeats: int
 ) -> torch.Tensor | None:
     """A bias/scale vector as the kernel reads it: contiguous, in ``dtype``, zero-padded by
-    ``k_pad`` channels. One copy at most: each extra copy is a launch on the call's path."""
+    ``k_pad`` channels, or repeated ``repeats`` times (the super-pixel view's phases). One
+    copy at most: each extra copy is a launch on the call's path."""
     if vector is None:
         return None
     if k_pad:
         return F.pad(vector.to(dtype), (0, k_pad))
+    if repeats > 1:
+        return vector.to(dtype).repeat(repeats)
     return vector.to(dtype).contiguous()
 
 

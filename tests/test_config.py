@@ -16,6 +16,7 @@ from cute_conv.config import (
     pingpong_halo_tile,
 )
 from cute_conv.problem import Conv2dProblemShape
+from cute_conv.staging import kernel_problem_for
 
 
 @pytest.mark.parametrize(
@@ -71,6 +72,11 @@ def problem(n, hw, c, k, rs, **geom):
         pytest.param(problem(128, 64, 256, 256, 3, padding=1), 128, 256, 64, 2, 1, id="k256-many-m"),
         pytest.param(problem(64, 16, 96, 192, 5, padding=2), 128, 192, 32, 2, 1, id="c96-tile-k-32"),
         pytest.param(problem(8, 32, 8, 64, 3, padding=1), 128, 64, 16, 1, 1, id="c8-tile-k-16"),
+        # The C=8 stem's super-pixel view: 21 k-tiles of 32, 128 wide, 3136 tiles of 256 rows.
+        pytest.param(kernel_problem_for(problem(128, 224, 8, 64, 7, stride=2, padding=3)), 256, 128, 32, 2, 1, id="stem-view-short-k-tiles"),
+        pytest.param(problem(16, 56, 32, 128, 3, padding=1), 128, 128, 32, 1, 1, id="short-k-tiles-few-m"),
+        pytest.param(problem(32, 112, 32, 128, 3, padding=1), 256, 128, 32, 2, 1, id="short-k-tiles-many-m"),
+        pytest.param(problem(32, 112, 32, 64, 3, padding=1), 256, 64, 32, 2, 1, id="short-k-tiles-k64"),
         pytest.param(problem(128, 56, 64, 256, 1), 128, 256, 64, 1, 1, id="1x1-k256-short-mainloop"),
         # 98 tiles of 128x256 on 132 SMs; 132 of 192x128.
         pytest.param(problem(128, 7, 512, 512, 3, padding=1), 192, 128, 64, 1, 2, id="r50-c5-fills-at-192"),
@@ -218,6 +224,12 @@ def test_residual_narrowed_pointwise_tiles_run_alone_and_dynamic():
     assert fused.dynamic_schedule and not fused.pingpong
 
 
+def test_residual_short_k_tiles_run_alone():
+    stem_view = kernel_problem_for(problem(128, 224, 8, 64, 7, stride=2, padding=3))
+    fused = default_config(stem_view, has_residual=True)
+    assert (fused.tile_m, fused.tile_n, fused.cluster_m, fused.cluster_n) == (256, 128, 1, 1)
+
+
 def test_candidates_are_valid_and_fit_k():
     prob = problem(2, 8, 64, 64, 3)
     candidates = tuning.candidate_configs(prob)
@@ -230,8 +242,11 @@ def test_candidates_are_valid_and_fit_k():
     assert tuning._config_id(halo) != tuning._config_id(pingpong)
     ids = [tuning._config_id(c) for c in candidates]
     assert len(set(ids)) == len(ids)
+    # The stem's super-pixel view has 32 channels per tap; the folded stem (odd Q) 64.
     stem = Conv2dProblemShape.from_shapes((1, 32, 32, 8), (64, 7, 7, 8), stride=2, padding=3)
-    assert {c.tile_k for c in tuning.candidate_configs(stem)} == {64}  # staged to C=64
+    assert {c.tile_k for c in tuning.candidate_configs(stem)} == {32}
+    folded = Conv2dProblemShape.from_shapes((1, 30, 30, 8), (64, 7, 7, 8), stride=2, padding=3)
+    assert {c.tile_k for c in tuning.candidate_configs(folded)} == {64}
 
 
 @pytest.mark.parametrize(

@@ -181,3 +181,13 @@ def test_rejected_residual_call_writes_nothing():
     with pytest.raises(ValueError, match="source has shape"):
         cute_conv.conv2d_fprop_with_residual(x, flt, source, padding=1, out=out)
     assert bool((out == 3.0).all())
+
+
+def test_super_pixel_view_epilogue():
+    """The C=8 stem's super-pixel view (two output phases per GEMM row): bias and scale
+    repeated per phase, the residual read through the output's view; default tiles and the
+    256x128 2x1 ones the heuristic gives large stems."""
+    case = dict(bias=True, scale=True, activation="relu", residual=0.5)
+    run_case((2, 32, 32, 8, 64, 7, 7, dict(stride=2, padding=3)), case)
+    tall = cute_conv.Conv2dConfig(tile_m=256, tile_n=128, tile_k=32, cluster_m=2)
+    run_case((6, 64, 96, 8, 64, 7, 7, dict(stride=2, padding=3)), case, config=tall)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from cute_conv.problem import Conv2dProblemShape
 from cute_conv.reference import conv2d_reference
 from cute_conv.staging import (
+    SuperPixelView,
     kernel_problem_for,
     overlaps,
     run_staged,
+    super_pixel_view,
     uses_im2col,
     uses_space_to_depth,
 )
@@ -18,6 +22,13 @@ from cute_conv.staging import (
 CASES = [
     pytest.param((2, 15, 17, 3, 16, 7, 7, dict(stride=2, padding=3)), id="rgb-stem-s2d"),
     pytest.param((1, 14, 13, 8, 16, 7, 7, dict(stride=2, padding=3)), id="c8-stem-s2d"),
+    pytest.param((2, 14, 16, 8, 16, 7, 7, dict(stride=2, padding=3)), id="c8-stem-view"),
+    pytest.param(
+        (1, 16, 20, 8, 24, 5, 5, dict(stride=2, padding=((1, 2), (2, 1)))), id="c8-view-asym"
+    ),
+    pytest.param(
+        (2, 10, 12, 8, 8, 4, 4, dict(stride=2, padding=((1, 2), (3, 0)))), id="c8-view-even"
+    ),
     pytest.param((2, 16, 16, 4, 16, 3, 3, dict(stride=2, padding=((0, 1), (1, 0)))), id="s2d-asym"),
     pytest.param((1, 13, 12, 3, 8, 5, 4, dict(stride=2)), id="s2d-even-odd-filter"),
     pytest.param((2, 15, 17, 3, 16, 7, 7, dict(stride=3, padding=3)), id="rgb-im2col-s3"),
@@ -56,7 +67,9 @@ def test_staged_problem_matches_the_conv(case):
     flt = torch.randn(k, r, s, c)
     problem = Conv2dProblemShape.from_shapes(x.shape, flt.shape, **geom)
     kp = kernel_problem_for(problem)
-    assert kp.C % 8 == 0 and kp.K % 8 == 0 and kp.output_shape[:3] == problem.output_shape[:3]
+    assert kp.C % 8 == 0 and kp.K % 8 == 0 and kp.output_shape[:2] == problem.output_shape[:2]
+    # The super-pixel view's output is the output's [N, P, Q/2, 2K] view.
+    assert math.prod(kp.output_shape[2:]) >= math.prod(problem.output_shape[2:])
     bias, scale = torch.randn(k), torch.rand(k)
     source = torch.randn(problem.output_shape)
     out = torch.full(problem.output_shape, float("nan"))
@@ -120,10 +133,10 @@ def test_im2col_is_used_for_few_channels_only():
     kp = kernel_problem_for(stem)
     # 2x8 blocks of 4 channels (3 and a zero): one tap per filter row pair
     assert (kp.R, kp.S, kp.C, kp.stride) == (4, 1, 64, (1, 1))
-    c8 = Conv2dProblemShape.from_shapes((1, 32, 32, 8), (64, 7, 7, 8), stride=2, padding=3)
+    c8 = Conv2dProblemShape.from_shapes((1, 30, 30, 8), (64, 7, 7, 8), stride=2, padding=3)
     kp = kernel_problem_for(c8)  # 2x4 blocks of 8 channels, taps two columns of blocks apart
     assert (kp.R, kp.S, kp.C, kp.stride, kp.dilation) == (4, 2, 64, (1, 1), (1, 2))
-    assert kp.output_shape == stem.output_shape
+    assert kp.output_shape == c8.output_shape
     stem3 = Conv2dProblemShape.from_shapes((1, 32, 32, 3), (64, 7, 7, 3), stride=3, padding=3)
     assert uses_im2col(stem3)
     kp = kernel_problem_for(stem3)
@@ -132,6 +145,50 @@ def test_im2col_is_used_for_few_channels_only():
     assert not uses_im2col(Conv2dProblemShape.from_shapes((1, 8, 8, 3), (8, 1, 1, 3)))
     aligned = Conv2dProblemShape.from_shapes((1, 8, 8, 64), (64, 3, 3, 64))
     assert kernel_problem_for(aligned) is aligned
+
+
+def test_super_pixel_view_of_the_c8_stem():
+    """C=8, stride 2, W a multiple of 4, Q even: the input read as [N, H, W/4, 32], two output
+    phases per GEMM row, 3 taps of 4 pixels along W; nothing copied but the filter."""
+    stem = Conv2dProblemShape.from_shapes((2, 224, 224, 8), (64, 7, 7, 8), stride=2, padding=3)
+    assert super_pixel_view(stem) == SuperPixelView(pixels=4, phases=2, first_tap=-1, taps=3)
+    assert not uses_space_to_depth(stem) and not uses_im2col(stem)
+    kp = kernel_problem_for(stem)
+    assert kp.activation_shape == (2, 224, 56, 32) and kp.filter_shape == (128, 7, 3, 32)
+    assert (kp.stride, kp.padding) == ((2, 1), ((3, 3), (1, 1)))
+    assert kp.output_shape == (2, 112, 56, 128)  # the [2, 112, 112, 64] output, viewed
+    x = torch.randn(stem.activation_shape)
+    flt = torch.randn(stem.filter_shape)
+    out = torch.empty(stem.output_shape)
+
+    def launch(x_k, flt_k, out_k, source, bias, scale):
+        assert x_k.data_ptr() == x.data_ptr() and out_k.data_ptr() == out.data_ptr()
+        out_k.fill_(1.0)
+
+    run_staged(launch, stem, kp, x, flt, out, None, None, None)
+    assert bool((out == 1.0).all())
+
+
+@pytest.mark.parametrize(
+    "shape,geom",
+    [
+        ((1, 15, 16, 8, 7, 7), dict(stride=2, padding=2)),  # Q odd
+        ((1, 16, 18, 8, 7, 7), dict(stride=2, padding=3)),  # W not a multiple of 4
+        ((1, 16, 16, 8, 7, 7), dict(stride=(2, 1), padding=3)),
+        ((1, 16, 16, 8, 7, 7), dict(stride=2, padding=3, dilation=2)),
+        ((1, 16, 16, 4, 7, 7), dict(stride=2, padding=3)),
+        ((1, 16, 16, 8, 1, 1), dict(stride=2)),
+    ],
+)
+def test_super_pixel_view_only_where_it_applies(shape, geom):
+    n, h, w, c, r, s = shape
+    problem = Conv2dProblemShape.from_shapes((n, h, w, c), (16, r, s, c), **geom)
+    assert super_pixel_view(problem) is None
+
+
+def test_super_pixel_view_needs_aligned_k():
+    stem = Conv2dProblemShape.from_shapes((1, 16, 16, 8), (20, 7, 7, 8), stride=2, padding=3)
+    assert super_pixel_view(stem) is None and uses_space_to_depth(stem)
 
 
 def test_out_aliasing_x_goes_through_a_scratch():
