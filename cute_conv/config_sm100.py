@@ -105,10 +105,13 @@ def default_config_sm100(problem: Conv2dProblemShape, num_sms: int = 148) -> Con
     2-SM (the seed's ``default_bf16``) unless the problem fits one 128-row M tile, where half
     the CTA pair would compute padding. MMA N minimizes ``tiles_n * (mma_n + 64)``: padded
     output channels against a fixed per-tile cost (the SM90 heuristic's model, without its
-    wave term); ties go to the wider tile.
+    wave term); ties go to the wider tile. tile_k 32 where a tap holds at most 32 channels
+    (a k-tile never spans two taps, so a 64-wide one would be half zero-fill there, e.g. the
+    stem's super-pixel view).
     """
     cost = {n: -(-problem.K // n) * (n + 64) for n in (256, 192, 128, 64)}
     mma_n = min(cost, key=lambda n: (cost[n], -n))
+    tile_k = 32 if problem.C <= 32 else 64
     if problem.gemm_m <= 128 or num_sms < 2:
-        return Conv2dConfigSm100(cta_group=1, mma_m=128, mma_n=mma_n)
-    return Conv2dConfigSm100(cta_group=2, mma_m=256, mma_n=mma_n)
+        return Conv2dConfigSm100(cta_group=1, mma_m=128, mma_n=mma_n, tile_k=tile_k)
+    return Conv2dConfigSm100(cta_group=2, mma_m=256, mma_n=mma_n, tile_k=tile_k)

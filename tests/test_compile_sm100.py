@@ -407,6 +407,8 @@ def test_default_config_sm100():
     assert default_config_sm100(problem(n=8, hw=56, k=96)).mma_n == 128
     small = default_config_sm100(problem(n=1, hw=8, k=64))
     assert small.cta_group == 1 and small.mma_n == 64
+    assert default_config_sm100(problem(c=64)).tile_k == 64
+    assert default_config_sm100(problem(c=32)).tile_k == 32  # e.g. the stem's super-pixel view
 
 
 def test_arrive_counts_follow_the_roles():
