@@ -278,18 +278,18 @@ def _super_pixel_filter(
     it. Output channel ``phase * K + k``, tap ``(r, t)``, channel ``(pixel, c)`` holds
     ``filter[k, r, view.filter_column(phase, t, pixel, left), c]``, or zero. Two launches."""
     _, (left, _) = problem.padding
-    index = _super_pixel_filter_index(problem, view, left, filter.device)
+    index = _super_pixel_filter_index(problem.filter_shape, view, left, filter.device)
     with_zero = F.pad(filter.reshape(-1), (0, 1))  # the last element is the zero
     return torch.take(with_zero, index)
 
 
 @functools.lru_cache(maxsize=64)
 def _super_pixel_filter_index(
-    problem: Conv2dProblemShape, view: SuperPixelView, left: int, device: torch.device
+    filter_shape: tuple[int, int, int, int], view: SuperPixelView, left: int, device: torch.device
 ) -> torch.Tensor:
     """Where ``_super_pixel_filter`` takes each element from in the flattened filter (its
-    numel: the appended zero). Built once per problem and device."""
-    k, r, s, c = problem.K, problem.R, problem.S, problem.C
+    numel: the appended zero). Built once per filter shape, view, padding and device."""
+    k, r, s, c = filter_shape
     phase, kk, rr, tap, pixel, cc = torch.meshgrid(
         *(torch.arange(n) for n in (view.phases, k, r, view.taps, view.pixels, c)), indexing="ij"
     )
