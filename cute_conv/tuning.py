@@ -1,8 +1,9 @@
 """Autotuning: measure the candidate configs of a problem and remember the fastest.
 
 Choices persist in ``$CUTE_CONV_CACHE_DIR/autotune.json`` (default ``~/.cache/cute_conv``),
-keyed by device name and problem (N*P*Q, K, C, R, S, stride, dilation, dtypes, and whether the
-epilogue reads a residual: its C loads and SMEM change which tile wins). A call with
+keyed by device name and the problem the kernel runs (after staging: N*P*Q, K, C, R, S, stride,
+dilation), dtypes, and whether the epilogue reads a residual (its C loads and SMEM change which
+tile wins). A call with
 ``config=None`` uses a stored choice when there is one; with ``CUTE_CONV_AUTOTUNE=1`` it tunes
 a problem it has no choice for on first use. Otherwise the fast heuristic
 ``default_config`` decides.
@@ -75,10 +76,13 @@ def problem_key(
     out_dtype: torch.dtype,
     has_residual: bool = False,
 ) -> str:
-    """What the best config depends on; padding only changes P and Q, which N*P*Q holds.
-    Residual epilogues are tuned apart: a tile that wins plain can lose fused (128x256 on
-    ResNet-50's 1x1 with K=1024: 5% faster plain, 17-20% slower fused on an H100)."""
-    p = problem
+    """What the best config depends on: the problem the kernel runs (``kernel_problem_for``:
+    the stem's super-pixel view or fold, padded channels), whose padding only changes P and
+    Q, which N*P*Q holds. Keyed on the user's problem, a choice tuned on one staging would
+    serve another (a C=8 stem's view needs W a multiple of 4). Residual epilogues are tuned
+    apart: a tile that wins plain can lose fused (128x256 on ResNet-50's 1x1 with K=1024: 5%
+    faster plain, 17-20% slower fused on an H100)."""
+    p = kernel_problem_for(problem)
     return (
         f"m{p.gemm_m}-k{p.K}-c{p.C}-r{p.R}s{p.S}-st{p.stride[0]}x{p.stride[1]}"
         f"-dil{p.dilation[0]}x{p.dilation[1]}-{str(act_dtype).removeprefix('torch.')}"

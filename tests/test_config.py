@@ -314,6 +314,13 @@ def test_problem_key_separates_what_matters():
     assert key != tuning.problem_key(a, torch.float16, torch.float16)
     assert key != tuning.problem_key(a, torch.bfloat16, torch.bfloat16, has_residual=True)
     assert key.startswith(f"m{a.gemm_m}-k64-c64-r3s3")
+    # Two C=8 stems of one N*P*Q: a super-pixel view (Q even) and a fold (Q odd) run apart.
+    view = Conv2dProblemShape.from_shapes((1, 30, 32, 8), (64, 7, 7, 8), stride=2, padding=3)
+    fold = Conv2dProblemShape.from_shapes((1, 32, 30, 8), (64, 7, 7, 8), stride=2, padding=3)
+    assert view.gemm_m == fold.gemm_m
+    view_key = tuning.problem_key(view, torch.bfloat16, torch.bfloat16)
+    assert view_key.startswith("m120-k128-c32-r7s3")  # Q/2 GEMM rows, 2K channels
+    assert view_key != tuning.problem_key(fold, torch.bfloat16, torch.bfloat16)
 
 
 def test_residual_calls_take_the_choice_tuned_with_a_residual(tmp_path, monkeypatch):
