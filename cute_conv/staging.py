@@ -300,10 +300,13 @@ def _super_pixel_filter_index(
 
 
 def _stage_inputs(
-    x: torch.Tensor, filter: torch.Tensor, problem: Conv2dProblemShape, kp: Conv2dProblemShape
-) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: A002
+    x: torch.Tensor,
+    filter: torch.Tensor,  # noqa: A002
+    problem: Conv2dProblemShape,
+    kp: Conv2dProblemShape,
+    view: SuperPixelView | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     k_pad = kp.K - problem.K
-    view = super_pixel_view(problem)
     if view is not None:
         return x.reshape(kp.activation_shape), _super_pixel_filter(filter, problem, view)
     if uses_space_to_depth(problem):
@@ -354,15 +357,15 @@ def run_staged(
     # The view's output channels are its phases' K each, as NHWC lays them out: no padding.
     phases = 1 if view is None else view.phases
     k_pad = kernel_problem.K - phases * problem.K
-    x_k, flt_k = _stage_inputs(x, filter, problem, kernel_problem)
+    x_k, flt_k = _stage_inputs(x, filter, problem, kernel_problem, view)
     dtype = kernel_vector_dtype(bias, scale)
     bias, scale = (_kernel_vector(v, dtype, k_pad, phases) for v in (bias, scale))
     if source is not None:
         source = F.pad(source, (0, k_pad)) if k_pad else source
         if source is not out and overlaps(source, out):
             source = source.clone()
-        source = source.view(kernel_problem.output_shape) if view else source
-    kernel_out = out.view(kernel_problem.output_shape) if view else out
+        source = source if view is None else source.view(kernel_problem.output_shape)
+    kernel_out = out if view is None else out.view(kernel_problem.output_shape)
     scratch = k_pad or overlaps(out, x) or overlaps(out, filter)
     if scratch:
         # If ``out`` is also the source, the kernel reads it and writes only the scratch.
