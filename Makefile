@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml | $(VPY)
 	@touch $@
 
 test: install
-	$(VPY) -m pytest -q
+	$(VPY) -m pytest -q -rs
 
 demo: install
 	$(VPY) examples/demo.py
@@ -36,14 +36,8 @@ demo: install
 bench: install
 	$(VPY) benchmarks/bench.py
 
-lint:
-	@if $(VPY) -m ruff --version >/dev/null 2>&1; then \
-		$(VPY) -m ruff check .; \
-	elif command -v ruff >/dev/null 2>&1; then \
-		ruff check .; \
-	else \
-		echo "ruff is not installed ($(VPY) -m pip install ruff); skipping lint"; \
-	fi
+lint: install
+	$(VPY) -m ruff check .
 
 clean:
 	rm -rf build dist .pytest_cache .ruff_cache *.egg-info
