@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 VPY := $(VENV)/bin/python
 # Pinned so that the CPU box takes its local CPU wheel instead of the registry's CUDA build.
-TORCH_SPEC ?= torch==2.13.0
+TORCH_SPEC ?= torch==2.13.0 torchvision==0.28.0
 # Written once the install succeeded; redone when pyproject.toml changes.
 STAMP := $(VENV)/.cute-conv-installed
 
@@ -21,8 +21,8 @@ $(STAMP): pyproject.toml | $(VPY)
 	@if $(VPY) -c "import sys, torch; sys.exit(0 if torch.version.cuda else 1)" 2>/dev/null; then \
 		echo "keeping the installed CUDA build of torch"; \
 	else \
-		echo "$(VPY) -m pip install '$(TORCH_SPEC)'"; \
-		$(VPY) -m pip install "$(TORCH_SPEC)"; \
+		echo "$(VPY) -m pip install $(TORCH_SPEC)"; \
+		$(VPY) -m pip install $(TORCH_SPEC); \
 	fi
 	$(VPY) -m pip install -e ".[test]"
 	@touch $@

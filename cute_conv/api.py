@@ -82,7 +82,7 @@ def conv2d_fprop(
     """
     return _conv2d(
         x, filter, None, bias, scale, out, stream,
-        (stride, padding, dilation, alpha, 0.0, activation, epilogue_fn, out_dtype, config),
+        (stride, padding, dilation, alpha, 0.0, _AFTER, activation, epilogue_fn, out_dtype, config),
     )  # fmt: skip
 
 
@@ -93,6 +93,7 @@ def conv2d_fprop_with_residual(
     /,
     *,
     beta: float = 1.0,
+    residual_order: str = "after_activation",
     stride: Geometry = 1,
     padding: Geometry | Sequence[Sequence[int]] = 0,
     dilation: Geometry = 1,
@@ -110,6 +111,10 @@ def conv2d_fprop_with_residual(
 
         out = epilogue_fn(activation(alpha * conv2d(x, filter) * scale + bias)) + beta * source
 
+    or, with ``residual_order="before_activation"`` (ResNet's ``relu(bn(conv(x)) + identity)``):
+
+        out = epilogue_fn(activation(alpha * conv2d(x, filter) * scale + bias + beta * source))
+
     ``source`` is ``[N, P, Q, K]``, contiguous, of the output dtype; a dedicated warp loads it
     by TMA while the mainloop runs. ``out`` may be ``source`` itself (an in-place residual);
     when ``out`` overlaps ``x`` or ``filter`` (``x = x + conv(x)``) the result goes through a
@@ -118,15 +123,20 @@ def conv2d_fprop_with_residual(
     """
     return _conv2d(
         x, filter, source, bias, scale, out, stream,
-        (stride, padding, dilation, alpha, beta, activation, epilogue_fn, out_dtype, config),
+        (stride, padding, dilation, alpha, beta, residual_order, activation, epilogue_fn,
+         out_dtype, config),
     )  # fmt: skip
+
+
+_AFTER = "after_activation"  # conv2d_fprop's residual order: there is no residual
 
 
 def _conv2d(x, filter, source, bias, scale, out, stream, args: tuple) -> torch.Tensor:  # noqa: A002
     """The shared body of the public functions; its fast path is a cached plan + a launch.
 
     ``args`` are the other arguments, positional (a keyword dict of them cost ~1 us a call):
-    ``(stride, padding, dilation, alpha, beta, activation, epilogue_fn, out_dtype, config)``.
+    ``(stride, padding, dilation, alpha, beta, residual_order, activation, epilogue_fn,
+    out_dtype, config)``.
     """
     if not (type(x) is torch.Tensor and type(filter) is torch.Tensor):  # noqa: E721
         x, filter, source, out = _as_torch(x, filter, source, out)
@@ -237,7 +247,9 @@ def _plan(x, filter, source, out, bias, scale, args: tuple) -> _LaunchPlan:  # n
     except the data pointers (their alignment is checked on every call), so a cached plan is
     exactly what a fresh validation would produce.
     """
-    stride, padding, dilation, alpha, beta, activation, epilogue_fn, out_dtype, config = args
+    stride, padding, dilation, alpha, beta, order, activation, epilogue_fn, out_dtype, config = (
+        args
+    )
     try:
         key = (
             _tensor_key(x),
@@ -253,6 +265,7 @@ def _plan(x, filter, source, out, bias, scale, args: tuple) -> _LaunchPlan:  # n
             # With the sign, which 0.0 == -0.0 leaves out and the kernel's products keep.
             (type(alpha), alpha, math.copysign(1.0, alpha)),
             (type(beta), beta, math.copysign(1.0, beta)),
+            order if type(order) is str else _freeze(order),
             # activation, epilogue_fn, out_dtype and config: mostly all None, tested at once
             None
             if activation is epilogue_fn is out_dtype is config is None
@@ -274,7 +287,9 @@ _MAX_PLANS = 4096
 
 
 def _make_plan(x, filter, source, out, bias, scale, args: tuple) -> _LaunchPlan:  # noqa: A002
-    stride, padding, dilation, alpha, beta, activation, epilogue_fn, out_dtype, config = args
+    stride, padding, dilation, alpha, beta, order, activation, epilogue_fn, out_dtype, config = (
+        args
+    )
     problem, out_dtype = validate_conv_inputs(
         x, filter, stride=stride, padding=padding, dilation=dilation, out=out, out_dtype=out_dtype
     )
@@ -289,6 +304,7 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple) -> _LaunchPlan:
         epilogue_fn=epilogue_fn,
         source=source,
         beta=beta,
+        residual_order=order,
     )
     if config is not None and not isinstance(config, (Conv2dConfig, Conv2dConfigSm100)):
         raise TypeError(

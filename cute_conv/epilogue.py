@@ -1,8 +1,10 @@
 """Host side of the fused epilogue: checking its arguments and building its ``EpilogueSpec``.
 
     D = epilogue_fn(act(alpha * conv(x, filter) * scale + bias)) + beta * source
+    D = epilogue_fn(act(alpha * conv(x, filter) * scale + bias + beta * source))
 
-Like ``validation``, nothing here queries CUDA, so every check is testable on a CPU.
+(the residual after the activation, or before it as in ResNet's blocks). Like ``validation``,
+nothing here queries CUDA, so every check is testable on a CPU.
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ from typing import Callable
 import torch
 
 from .compile import dtype_name
-from .kernels.common.epilogue import ACTIVATIONS, EpilogueSpec
+from .kernels.common.epilogue import ACTIVATIONS, RESIDUAL_ORDERS, EpilogueSpec
 from .problem import Conv2dProblemShape
 from .validation import check_tensor
 
-__all__ = ["ACTIVATIONS", "EpilogueSpec", "validate_epilogue_args"]
+__all__ = ["ACTIVATIONS", "RESIDUAL_ORDERS", "EpilogueSpec", "validate_epilogue_args"]
 
 CHANNEL_VECTOR_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -35,13 +37,20 @@ def validate_epilogue_args(
     epilogue_fn: Callable | None,
     source: torch.Tensor | None = None,
     beta: float = 0.0,
+    residual_order: str = RESIDUAL_ORDERS[0],
 ) -> EpilogueSpec:
     """Check the epilogue arguments of a call; return the spec its kernel is compiled with.
 
     ``source`` is the residual ``[N, P, Q, K]`` tensor (same dtype as the output). With
-    ``beta == 0`` it is still checked, but the kernel does not read it.
+    ``beta == 0`` it is still checked, but the kernel does not read it. ``residual_order``:
+    one of ``RESIDUAL_ORDERS``.
     """
     _check_scalar("alpha", alpha)
+    if not isinstance(residual_order, str) or residual_order not in RESIDUAL_ORDERS:
+        raise ValueError(
+            f"residual_order={residual_order!r} is not supported; use one of "
+            f"{', '.join(map(repr, RESIDUAL_ORDERS))}"
+        )
     _check_scalar("beta", beta)
     for name, vector in (("bias", bias), ("scale", scale)):
         if vector is not None:
@@ -52,6 +61,11 @@ def validate_epilogue_args(
             f"got {type(activation).__name__}"
         )
     if source is not None:
+        if isinstance(source, torch.Tensor) and source.dtype != out_dtype:
+            raise TypeError(
+                f"source has dtype {source.dtype}; it must equal the output dtype {out_dtype} "
+                "(out_dtype, else out.dtype, else the activation's dtype)"
+            )
         check_tensor("source", source, (out_dtype,))
         if tuple(source.shape) != problem.output_shape:
             raise ValueError(
@@ -70,6 +84,7 @@ def validate_epilogue_args(
         epilogue_fn=epilogue_fn,
         has_residual=source is not None and beta != 0,
         vector_dtype=dtype_name(kernel_vector_dtype(bias, scale)),
+        residual_order=residual_order,
     )
 
 

@@ -2,8 +2,8 @@
 
     python examples/relu_residual.py
 
-The epilogue applies the activation before the residual add (``relu(conv + skip)``, the order
-of the original ResNet block, is not this form). Torch eager runs the conv (cuDNN), the ReLU and
+The epilogue applies the activation before the residual add; ``relu(conv + skip)``, the order
+of the ResNet block, is ``residual_order="before_activation"`` (examples/resnet_residual.py). Torch eager runs the conv (cuDNN), the ReLU and
 the add as three kernels. On a Hopper GPU this checks the result against a float32 torch
 reference and times both; without one it compiles the kernel for sm_90a and says what it could
 not run.

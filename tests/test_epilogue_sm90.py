@@ -29,17 +29,20 @@ def cubic(y):  # works on torch tensors and on cute TensorSSA alike
 
 
 def reference(x, flt, geom, *, alpha=1.0, bias=None, scale=None, activation=None, fn=None,
-              source=None, beta=0.0):  # fmt: skip
+              source=None, beta=0.0, order="after_activation"):  # fmt: skip
     y = conv2d_reference(x, flt, **geom) * alpha
     if scale is not None:
         y = y * scale.float()
     if bias is not None:
         y = y + bias.float()
+    residual = 0.0 if source is None else beta * source.float()
+    if order == "before_activation":
+        y = y + residual
     y = TORCH_ACTIVATIONS[activation](y)
     if fn is not None:
         y = fn(y)
-    if source is not None:
-        y = y + beta * source.float()
+    if order == "after_activation":
+        y = y + residual
     return y
 
 
@@ -72,18 +75,20 @@ def run_case(shape, case, *, out_dtype=torch.bfloat16, vector_dtype=torch.float3
     epi = dict(alpha=case.get("alpha", 1.0), bias=bias, scale=scale,
                activation=case.get("activation"), epilogue_fn=case.get("fn"))  # fmt: skip
     out = torch.full(problem.output_shape, float("nan"), dtype=out_dtype, device="cuda")
+    order = case.get("order", "after_activation")
     if "residual" in case:
         beta = case["residual"]
         source = torch.randn(problem.output_shape, device="cuda").to(out_dtype)
         cute_conv.conv2d_fprop_with_residual(
-            x, flt, source, beta=beta, out=out, config=config, **geom, **epi
+            x, flt, source, beta=beta, residual_order=order, out=out, config=config, **geom, **epi
         )
     else:
         beta, source = 0.0, None
         cute_conv.conv2d_fprop(x, flt, out=out, config=config, **geom, **epi)
     torch.cuda.synchronize()
     ref = reference(x, flt, geom, alpha=epi["alpha"], bias=bias, scale=scale,
-                    activation=epi["activation"], fn=case.get("fn"), source=source, beta=beta)  # fmt: skip
+                    activation=epi["activation"], fn=case.get("fn"), source=source, beta=beta,
+                    order=order)  # fmt: skip
     report = compare_to_reference(out, ref)
     assert report.ok, f"{problem} {case}: {report}"
 
@@ -92,6 +97,40 @@ def run_case(shape, case, *, out_dtype=torch.bfloat16, vector_dtype=torch.float3
 @pytest.mark.parametrize("case", CASES)
 def test_epilogue_variants(shape, case):
     run_case(shape, case)
+
+
+ORDERS = ("after_activation", "before_activation")
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("activation", list(TORCH_ACTIVATIONS))
+def test_every_activation_in_both_residual_orders(activation, order):
+    case = dict(scale=True, bias=True, activation=activation, residual=0.75, order=order)
+    run_case(SHAPES[1].values[0], case)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [None, cute_conv.Conv2dConfig(tile_m=256, tile_n=64), cute_conv.Conv2dConfig(pingpong=True),
+     cute_conv.Conv2dConfig(dynamic_schedule=True), cute_conv.Conv2dConfig(stream_k=True),
+     cute_conv.Conv2dConfig(tile_m=192, tile_n=128, cluster_n=2),
+     cute_conv.Conv2dConfig(tile_m=256, tile_n=64, tile_w=64, halo_h=6)],
+    ids=["default", "m256-n64", "pingpong", "dynamic", "stream-k", "m192", "halo"],
+)  # fmt: skip
+def test_residual_before_activation_across_configs(config):
+    """ResNet's order through the kernel's schedules (several tiles per CTA: the source ring
+    runs ahead across tile boundaries), with an epilogue_fn after the activation."""
+    case = dict(bias=True, activation="relu", residual=1.0, order="before_activation")
+    run_case((16, 40, 40, 64, 264, 3, 3, dict(padding=1)), case, config=config)
+    run_case((4, 14, 14, 256, 128, 1, 1, {}), dict(case, fn=cubic), config=config)
+
+
+def test_residual_before_activation_staged_problems():
+    """Problems run through a staging pass (padded channels, the stem's super-pixel view)
+    read the residual through the same views in ResNet's order."""
+    case = dict(bias=True, scale=True, activation="relu", residual=1.0, order="before_activation")
+    run_case((2, 10, 10, 5, 20, 3, 3, dict(padding=1)), case)
+    run_case((2, 32, 32, 8, 64, 7, 7, dict(stride=2, padding=3)), case)
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """The fused epilogue shared by the conv kernels: its compile-time spec and its math.
 
-    D = epilogue_fn(act(alpha * acc * scale[k] + bias[k])) + beta * C
+    D = epilogue_fn(act(alpha * acc * scale[k] + bias[k])) + beta * C      (after_activation)
+    D = epilogue_fn(act(alpha * acc * scale[k] + bias[k] + beta * C))      (before_activation)
 
 applied in fp32 registers to every accumulator element. ``alpha`` and ``beta`` are runtime
 scalars; which terms exist is compile time (``EpilogueSpec``), so a kernel without bias loads no
@@ -25,6 +26,9 @@ from .im2col import ConvGeometry, output_gemm_view
 # Element types the kernels read bias and scale vectors in (names as in ``cute_conv.compile``).
 VECTOR_DTYPES = ("float32", "bfloat16", "float16")
 LEAKY_RELU_SLOPE = 0.01  # torch.nn.functional.leaky_relu's default
+# Where the residual ``beta * C`` joins: after the activation (and epilogue_fn), as a skip
+# connection around a block, or before it, as ResNet's ``relu(bn(conv(x)) + identity)``.
+RESIDUAL_ORDERS = ("after_activation", "before_activation")
 
 
 def _relu(x):
@@ -76,6 +80,8 @@ class EpilogueSpec:
     returning a TensorSSA of the same shape; it is traced into the kernel, so it may use
     arithmetic operators and ``cutlass.cute.math`` functions. ``vector_dtype`` is the element
     type of the bias and scale vectors in global memory, one of ``VECTOR_DTYPES``.
+    ``residual_order`` (one of ``RESIDUAL_ORDERS``) places the residual after the activation
+    or before it; it only matters with ``has_residual``.
     """
 
     has_bias: bool = False
@@ -84,6 +90,7 @@ class EpilogueSpec:
     epilogue_fn: Optional[Callable] = None
     has_residual: bool = False
     vector_dtype: str = "float32"
+    residual_order: str = "after_activation"
 
     def __post_init__(self) -> None:
         if self.activation is not None and self.activation not in ACTIVATIONS:
@@ -98,6 +105,18 @@ class EpilogueSpec:
                 f"vector_dtype={self.vector_dtype!r} is not supported; use one of "
                 f"{', '.join(VECTOR_DTYPES)}"
             )
+        if self.residual_order not in RESIDUAL_ORDERS:
+            raise ValueError(
+                f"residual_order={self.residual_order!r} is not supported; use one of "
+                f"{', '.join(RESIDUAL_ORDERS)}"
+            )
+        if not self.has_residual:
+            # Without a residual the order changes nothing: one spelling, one cached kernel.
+            object.__setattr__(self, "residual_order", RESIDUAL_ORDERS[0])
+
+    @property
+    def residual_before_activation(self) -> bool:
+        return self.has_residual and self.residual_order == "before_activation"
 
     @property
     def has_channel_vectors(self) -> bool:
@@ -112,7 +131,7 @@ class EpilogueSpec:
         if self.epilogue_fn is not None:
             parts.append("fn")
         if self.has_residual:
-            parts.append("residual")
+            parts.append("residual-pre-act" if self.residual_before_activation else "residual")
         return "-".join(parts) or "linear"
 
 
@@ -123,17 +142,23 @@ def apply_epilogue(
     alpha: cutlass.Float32,
     scale: Optional[cute.TensorSSA],
     bias: Optional[cute.TensorSSA],
+    residual: Optional[cute.TensorSSA],
 ) -> cute.TensorSSA:
-    """Everything but the residual, in the documented order, on fp32 values."""
+    """The whole epilogue, in the documented order, on fp32 values. ``residual`` is
+    ``beta * C`` (None without a residual), added where ``spec.residual_order`` says."""
     y = acc * alpha
     if cutlass.const_expr(spec.has_scale):
         y = y * scale
     if cutlass.const_expr(spec.has_bias):
         y = y + bias
+    if cutlass.const_expr(spec.residual_before_activation):
+        y = y + residual
     if cutlass.const_expr(spec.activation is not None):
         y = ACTIVATIONS[spec.activation](y)
     if cutlass.const_expr(spec.epilogue_fn is not None):
         y = spec.epilogue_fn(y)
+    if cutlass.const_expr(spec.has_residual and not spec.residual_before_activation):
+        y = y + residual
     return y
 
 

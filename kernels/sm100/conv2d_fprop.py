@@ -982,7 +982,7 @@ class Conv2dFpropKernel(ConvKernelEntry):
                         tTR_rBias,
                         tTR_rScale,
                     )
-                y = apply_epilogue(epi, tTR_rAcc.load(), alpha, tTR_rScale.load(), tTR_rBias.load())
+                residual = None
                 if cutlass.const_expr(epi.has_residual):
                     source_pipeline.consumer_wait(src_state)
                     cute.copy(tiled_copy_s2r, tSR_sC[(None, None, None, src_state.index)], tSR_rC)
@@ -990,7 +990,10 @@ class Conv2dFpropKernel(ConvKernelEntry):
                     cute.arch.fence_proxy("async.shared", space="cta")
                     source_pipeline.consumer_release(src_state)
                     src_state.advance()
-                    y = y + beta * tTR_rC.load().to(self.acc_dtype)
+                    residual = beta * tTR_rC.load().to(self.acc_dtype)
+                y = apply_epilogue(
+                    epi, tTR_rAcc.load(), alpha, tTR_rScale.load(), tTR_rBias.load(), residual
+                )
                 tTR_rD.store(y.to(self.out_dtype))
                 out_buffer = (subtiles_done + subtile) % self.output_stages
                 cute.copy(tiled_copy_r2s, tRS_rD, tRS_sD[(None, None, None, out_buffer)])

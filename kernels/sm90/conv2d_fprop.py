@@ -1562,16 +1562,17 @@ class Conv2dFpropSm90(ConvKernelEntry):
                 load_channel_vectors(
                     epi, m_bias, m_scale, ctx.tRS_cD, subtile_n0, ctx.tRS_rBias, ctx.tRS_rScale
                 )
-            y = apply_epilogue(
-                epi, tRS_rD.load(), alpha, ctx.tRS_rScale.load(), ctx.tRS_rBias.load()
-            )
+            residual = None
             if cutlass.const_expr(epi.has_residual):
                 source_pipeline.consumer_wait(source_state)
                 cute.autovec_copy(ctx.tRS_sC[(None, None, None, source_state.index)], ctx.tRS_rC)
                 # Registers hold C now: hand the buffer back to the source-load warp.
                 source_pipeline.consumer_release(source_state)
                 source_state.advance()
-                y = y + beta * ctx.tRS_rC.load().to(self.acc_dtype)
+                residual = beta * ctx.tRS_rC.load().to(self.acc_dtype)
+            y = apply_epilogue(
+                epi, tRS_rD.load(), alpha, ctx.tRS_rScale.load(), ctx.tRS_rBias.load(), residual
+            )
             ctx.tRS_rD_out.store(y.to(self.out_dtype))
             epi_buffer = (num_epi_tiles_done + epi_idx) % self.epi_stages
             if cutlass.const_expr(self.pingpong):
