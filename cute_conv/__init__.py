@@ -3,11 +3,13 @@
 NHWC activation, KRSC filter, NPQK output; one persistent warp-specialized kernel per call.
 """
 
+from . import nn
 from .api import conv2d_fprop, conv2d_fprop_with_residual
 from .compile import CompiledConv2d, compile_kernel
 from .config import Conv2dConfig, check_config_fits, default_config
 from .config_sm100 import Conv2dConfigSm100, can_implement_sm100, default_config_sm100
 from .epilogue import ACTIVATIONS, EpilogueSpec
+from .optimize import OptimizeReport, optimize
 from .problem import Conv2dProblemShape
 from .tuning import autotune
 
@@ -18,6 +20,7 @@ __all__ = [
     "Conv2dConfigSm100",
     "Conv2dProblemShape",
     "EpilogueSpec",
+    "OptimizeReport",
     "autotune",
     "can_implement_sm100",
     "check_config_fits",
@@ -26,5 +29,7 @@ __all__ = [
     "conv2d_fprop_with_residual",
     "default_config",
     "default_config_sm100",
+    "nn",
+    "optimize",
 ]
 __version__ = "0.1.0"

@@ -1,0 +1,132 @@
+"""What of a torch model folds into the conv epilogue, and as what.
+
+An eval-mode BatchNorm becomes the per-channel ``scale`` and ``bias``:
+
+    bn(conv(x) + b) = conv(x) * scale + bias,
+    scale = gamma / sqrt(running_var + eps),  bias = beta + (b - running_mean) * scale
+
+The filter itself is left as it is: ``scale`` is applied to the float32 accumulator in the
+kernel's epilogue, so folding rounds nothing to the filter's 16-bit dtype. A torch activation
+(module, function or tensor method) becomes the epilogue's activation name.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .kernels.common.epilogue import ACTIVATIONS, LEAKY_RELU_SLOPE
+
+__all__ = ["activation_name", "fold_batch_norm"]
+
+
+def fold_batch_norm(
+    bn: nn.BatchNorm2d, conv_bias: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return float32 ``(scale, bias)`` vectors with ``bn(conv(x) + conv_bias) == conv(x) *
+    scale + bias`` for a BatchNorm2d in eval mode (computed in float32 from its statistics,
+    whatever their dtype). ``conv_bias`` is the conv's own bias, or None.
+
+    Raises:
+        TypeError: ``bn`` is not a ``torch.nn.BatchNorm2d``.
+        ValueError: ``bn`` is in training mode (it would normalize by the batch's statistics)
+            or keeps no running statistics, or ``conv_bias`` has the wrong length.
+    """
+    if not isinstance(bn, nn.BatchNorm2d):
+        raise TypeError(f"bn must be a torch.nn.BatchNorm2d, got {type(bn).__name__}")
+    if bn.training:
+        raise ValueError(
+            f"bn {bn} is in training mode, where it normalizes by each batch's statistics; "
+            "only an eval-mode BatchNorm folds into the conv: call model.eval() first"
+        )
+    if bn.running_mean is None or bn.running_var is None:
+        raise ValueError(
+            f"bn {bn} keeps no running statistics (track_running_stats=False), so it "
+            "normalizes by each batch's statistics even in eval mode; it cannot be folded"
+        )
+    channels = bn.num_features
+    if conv_bias is not None and tuple(conv_bias.shape) != (channels,):
+        raise ValueError(
+            f"conv_bias has shape {tuple(conv_bias.shape)}; bn {bn} normalizes {channels} "
+            f"channels: shape ({channels},)"
+        )
+    with torch.no_grad():
+        mean = bn.running_mean.float()
+        scale = torch.rsqrt(bn.running_var.float() + bn.eps)
+        if bn.weight is not None:  # affine=False: gamma = 1, beta = 0
+            scale = scale * bn.weight.float()
+        shift = -mean if conv_bias is None else conv_bias.float() - mean
+        bias = shift * scale
+        if bn.bias is not None:
+            bias = bias + bn.bias.float()
+    return scale.contiguous(), bias.contiguous()
+
+
+def _gelu(approximate: str = "none") -> str:
+    names = {"none": "gelu", "tanh": "gelu_tanh"}
+    if approximate not in names:
+        raise ValueError(f"GELU approximate={approximate!r}: the kernel runs 'none' and 'tanh'")
+    return names[approximate]
+
+
+def _leaky_relu(negative_slope: float = 0.01, inplace: bool = False) -> str:
+    if negative_slope != LEAKY_RELU_SLOPE:
+        raise ValueError(
+            f"LeakyReLU negative_slope={negative_slope}: the kernel's leaky_relu has slope "
+            f"{LEAKY_RELU_SLOPE} only"
+        )
+    return "leaky_relu"
+
+
+def _named(name: str) -> Callable[..., str]:
+    return lambda *_args, **_kwargs: name  # ``inplace`` changes nothing in a fused epilogue
+
+
+# Each takes the arguments after the input tensor, as the torch call got them.
+_FUNCTIONS: dict[Callable, Callable[..., str]] = {
+    **dict.fromkeys((F.relu, torch.relu, torch.relu_, F.relu_), _named("relu")),
+    F.gelu: _gelu,
+    F.silu: _named("silu"),
+    **dict.fromkeys((torch.sigmoid, F.sigmoid, torch.sigmoid_), _named("sigmoid")),
+    **dict.fromkeys((torch.tanh, F.tanh, torch.tanh_), _named("tanh")),
+    **dict.fromkeys((F.leaky_relu, F.leaky_relu_), _leaky_relu),
+}
+_METHODS: dict[str, Callable] = {
+    "relu": torch.relu, "relu_": torch.relu_, "sigmoid": torch.sigmoid,
+    "sigmoid_": torch.sigmoid_, "tanh": torch.tanh, "tanh_": torch.tanh_,
+}  # fmt: skip
+# Exact types: a subclass may compute something else in its forward.
+_MODULES: dict[type, Callable[[nn.Module], str]] = {
+    nn.ReLU: lambda m: "relu",
+    nn.GELU: lambda m: _gelu(m.approximate),
+    nn.SiLU: lambda m: "silu",
+    nn.Sigmoid: lambda m: "sigmoid",
+    nn.Tanh: lambda m: "tanh",
+    nn.LeakyReLU: lambda m: _leaky_relu(m.negative_slope),
+}
+
+
+def activation_name(activation: Any, *args: Any, **kwargs: Any) -> str | None:
+    """The epilogue's name for a torch activation, or None when it is none the kernel knows.
+
+    ``activation`` is an activation module (``nn.ReLU()``, ``nn.GELU("tanh")``, ...), a
+    function (``F.relu``, ``torch.relu_``, ``F.gelu``, ...) called with ``args``/``kwargs``
+    after its input tensor, or a name: the epilogue's own (``"gelu_tanh"``) or a tensor
+    method's (``"relu_"``, for ``x.relu_()``).
+
+    Raises:
+        ValueError: a known activation with a parameter the kernel does not run (GELU's
+            ``approximate`` other than "none"/"tanh", a LeakyReLU slope other than 0.01).
+    """
+    if isinstance(activation, nn.Module):
+        resolve = _MODULES.get(type(activation))
+        return None if resolve is None else resolve(activation)
+    if isinstance(activation, str):
+        if activation in ACTIVATIONS:
+            return activation
+        activation = _METHODS.get(activation)
+    resolve = _FUNCTIONS.get(activation) if callable(activation) else None
+    return None if resolve is None else resolve(*args, **kwargs)

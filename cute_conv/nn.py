@@ -1,0 +1,327 @@
+"""``cute_conv.nn.Conv2d``: a ``torch.nn.Conv2d`` for inference whose forward is one fused kernel.
+
+It takes and returns NCHW tensors in channels_last memory: ``x.permute(0, 2, 3, 1)`` of such a
+tensor is the contiguous NHWC tensor the kernel reads, and the kernel's NHWC output
+``.permute(0, 3, 1, 2)`` is the NCHW channels_last result, with no copy either way. The filter is
+stored KRSC; the epilogue (a float32 per-channel ``scale`` and ``bias``, an activation and a
+residual ``identity``) runs in the kernel:
+
+    y = act(conv(x) * scale + bias) + identity        residual_order="after_activation"
+    y = act(conv(x) * scale + bias + identity)        residual_order="before_activation"
+
+The module is forward-only (the kernel has no backward) and needs a Hopper GPU to run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from . import api
+from .epilogue import ACTIVATIONS, RESIDUAL_ORDERS
+from .fold import activation_name, fold_batch_norm
+from .problem import Padding, Pair, normalize_padding, normalize_pair
+from .validation import INPUT_DTYPES, validate_conv_inputs
+
+__all__ = ["Conv2d", "conv_limits"]
+
+
+class Conv2d(nn.Module):
+    """A drop-in for ``torch.nn.Conv2d`` (groups=1, zero padding) with a fused epilogue.
+
+    Args:
+        in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
+            padding_mode, device: as ``torch.nn.Conv2d`` takes them (``padding`` also
+            ``"same"``/``"valid"`` and ``((top, bottom), (left, right))``); ``groups`` must be
+            1 and ``padding_mode`` ``"zeros"``.
+        dtype: the weight's dtype, bfloat16 (the default) or float16.
+        activation: None or an epilogue activation name (``cute_conv.ACTIVATIONS``).
+        residual_order: where ``forward``'s ``identity`` joins: ``"after_activation"`` or
+            ``"before_activation"`` (ResNet's ``relu(bn(conv(x)) + identity)``).
+
+    Attributes:
+        weight: ``[K, R, S, C]`` Parameter (KRSC), of ``dtype``.
+        bias: float32 ``[K]`` Parameter, or None.
+        scale: float32 ``[K]`` buffer (a folded BatchNorm's), or None.
+        activation, residual_order: as given.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | Sequence[int],
+        stride: int | Sequence[int] = 1,
+        padding: str | int | Sequence[int] | Sequence[Sequence[int]] = 0,
+        dilation: int | Sequence[int] = 1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        *,
+        activation: str | None = None,
+        residual_order: str = "after_activation",
+    ) -> None:
+        super().__init__()
+        dtype = torch.bfloat16 if dtype is None else dtype
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.kernel_size: Pair = normalize_pair("kernel_size", kernel_size)
+        self.stride: Pair = normalize_pair("stride", stride)
+        self.dilation: Pair = normalize_pair("dilation", dilation)
+        self.padding = padding if isinstance(padding, str) else normalize_padding(padding)
+        self.groups = groups
+        self.padding_mode = padding_mode
+        conv_limits(self, dtype)
+        # What the kernel is given: ((top, bottom), (left, right)), "same" resolved.
+        self._padding: Padding = _kernel_padding(
+            padding, self.kernel_size, self.stride, self.dilation
+        )
+        if activation is not None and activation not in ACTIVATIONS:
+            raise ValueError(
+                f"activation={activation!r} is not supported; use None or one of "
+                f"{', '.join(ACTIVATIONS)}"
+            )
+        if residual_order not in RESIDUAL_ORDERS:
+            raise ValueError(
+                f"residual_order={residual_order!r} is not supported; use one of "
+                f"{', '.join(RESIDUAL_ORDERS)}"
+            )
+        self.activation = activation
+        self.residual_order = residual_order
+        r, s = self.kernel_size
+        weight = torch.empty(out_channels, r, s, in_channels, device=device, dtype=dtype)
+        # torch.nn.Conv2d's initialization: its fan-in, C*R*S, is the same in KRSC.
+        nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
+        self.weight = nn.Parameter(weight, requires_grad=False)
+        if bias:
+            bound = 1 / math.sqrt(in_channels * r * s)
+            vector = torch.empty(out_channels, device=device, dtype=torch.float32)
+            self.bias = nn.Parameter(nn.init.uniform_(vector, -bound, bound), requires_grad=False)
+        else:
+            self.register_parameter("bias", None)
+        self.register_buffer("scale", None)
+
+    @classmethod
+    def from_torch(
+        cls,
+        conv: nn.Conv2d,
+        bn: nn.BatchNorm2d | None = None,
+        activation: Any = None,
+        residual_order: str = "after_activation",
+    ) -> Conv2d:
+        """The module computing ``activation(bn(conv(x)))`` (with ``forward``'s residual).
+
+        Args:
+            conv: a ``torch.nn.Conv2d`` of bfloat16 or float16 weights, groups=1, zero
+                padding. Its weight becomes KRSC (a view, no copy, when it is channels_last).
+            bn: an eval-mode ``torch.nn.BatchNorm2d`` after it, folded in float32 into
+                ``scale`` and ``bias``; or None.
+            activation: None, an activation module (``nn.ReLU()``, ``nn.GELU()``, ...), a
+                function (``F.relu``, ``torch.relu``, ...) or an epilogue name (``"relu"``).
+            residual_order: see the class.
+
+        Raises:
+            TypeError, ValueError: what the kernel cannot run, naming the limit.
+        """
+        if type(conv) is not nn.Conv2d:
+            raise TypeError(f"conv must be a torch.nn.Conv2d, got {type(conv).__name__}")
+        conv_limits(conv, conv.weight.dtype)
+        name = activation_name(activation)
+        if activation is not None and name is None:
+            raise ValueError(
+                f"activation {activation!r} is not one the kernel runs: nn.ReLU, nn.GELU, nn.SiLU, "
+                f"nn.Sigmoid, nn.Tanh, nn.LeakyReLU(0.01), their functions, or one of "
+                f"{', '.join(ACTIVATIONS)}"
+            )
+        conv_bias = None if conv.bias is None else conv.bias.detach()
+        if bn is not None:
+            if bn.num_features != conv.out_channels:
+                raise ValueError(
+                    f"bn normalizes {bn.num_features} channels but conv has "
+                    f"out_channels={conv.out_channels}"
+                )
+            scale, bias = fold_batch_norm(bn, conv_bias)
+        else:
+            scale, bias = None, None if conv_bias is None else conv_bias.float()
+        module = cls(
+            conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
+            conv.dilation, bias=False, device="meta", dtype=conv.weight.dtype,
+            activation=name, residual_order=residual_order,
+        )  # fmt: skip
+        device = conv.weight.device
+        krsc = conv.weight.detach().permute(0, 2, 3, 1).contiguous()
+        module.weight = nn.Parameter(krsc, requires_grad=False)
+        if bias is not None:
+            module.bias = nn.Parameter(bias.to(device), requires_grad=False)
+        if scale is not None:
+            module.scale = scale.to(device)
+        return module
+
+    def forward(self, x: torch.Tensor, identity: torch.Tensor | None = None) -> torch.Tensor:
+        """Return the NCHW (channels_last) output for an NCHW input.
+
+        Args:
+            x: ``[N, C, H, W]`` of the weight's dtype, on a Hopper GPU. Channels_last memory
+                is read as it is; any other layout is first copied to channels_last
+                (``x.contiguous(memory_format=torch.channels_last)``).
+            identity: the residual, ``[N, K, P, Q]`` of the output's shape and dtype (copied
+                to channels_last likewise if it is not), added where ``residual_order`` says;
+                or None.
+
+        Raises:
+            TypeError, ValueError: bad input, before anything runs. The module is forward-only:
+                it refuses inputs or weights that need a gradient while grad mode is on.
+        """
+        self._check_input("x", x, self.in_channels)
+        if torch.is_grad_enabled() and (
+            x.requires_grad
+            or self.weight.requires_grad
+            or (identity is not None and identity.requires_grad)
+        ):
+            raise ValueError(
+                "cute_conv.nn.Conv2d is forward-only (the kernel has no backward), and an input "
+                "or the weight requires grad: run it under torch.no_grad() or "
+                "torch.inference_mode()"
+            )
+        if identity is not None:
+            self._check_identity(x, identity)
+            identity = _nhwc(identity)
+        return _kernel(self, _nhwc(x), identity).permute(0, 3, 1, 2)
+
+    @staticmethod
+    def _check_input(name: str, t: Any, channels: int) -> None:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4 or t.shape[1] != channels:
+            raise ValueError(
+                f"{name} must be an [N, C, H, W] tensor with C={channels}, got shape "
+                f"{tuple(t.shape)}"
+            )
+
+    def _check_identity(self, x: torch.Tensor, identity: Any) -> None:
+        (top, bottom), (left, right) = self._padding
+        sizes = []
+        for size, lo, hi, taps, stride, dilation in zip(
+            x.shape[2:], (top, left), (bottom, right), self.kernel_size, self.stride,
+            self.dilation, strict=True,
+        ):  # fmt: skip
+            sizes.append((size + lo + hi - (taps - 1) * dilation - 1) // stride + 1)
+        expected = (x.shape[0], self.out_channels, *sizes)
+        self._check_input("identity", identity, self.out_channels)
+        if tuple(identity.shape) != expected:
+            raise ValueError(
+                f"identity has shape {tuple(identity.shape)}; the residual must have the "
+                f"output's shape [N, K, P, Q] = {expected}"
+            )
+        if identity.dtype != x.dtype:
+            raise TypeError(
+                f"identity has dtype {identity.dtype}; the residual must have the output's "
+                f"dtype {x.dtype}"
+            )
+
+    def extra_repr(self) -> str:
+        padding = self.padding if isinstance(self.padding, str) else self._padding
+        return (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+            f"stride={self.stride}, padding={padding!r}, dilation={self.dilation}, "
+            f"dtype={self.weight.dtype}, epilogue='{self.epilogue_formula()}'"
+        )
+
+    def epilogue_formula(self) -> str:
+        """What the kernel computes, e.g. ``relu(conv * scale + bias [+ identity])``: the
+        bracketed residual applies when ``forward`` is given an ``identity``."""
+        y = "conv"
+        if self.scale is not None:
+            y += " * scale"
+        if self.bias is not None:
+            y += " + bias"
+        if self.activation is None:
+            return f"{y} [+ identity]"
+        if self.residual_order == "before_activation":
+            return f"{self.activation}({y} [+ identity])"
+        return f"{self.activation}({y}) [+ identity]"
+
+
+@torch.compiler.disable  # dynamo leaves the kernel call to eager (it reads data pointers)
+def _kernel(module: Conv2d, x: torch.Tensor, identity: torch.Tensor | None) -> torch.Tensor:
+    """The NHWC output of ``module`` for an NHWC ``x`` (and ``identity``)."""
+    geometry = dict(stride=module.stride, padding=module._padding, dilation=module.dilation)
+    epilogue = dict(bias=module.bias, scale=module.scale, activation=module.activation)
+    if identity is None:
+        return api.conv2d_fprop(x, module.weight, **geometry, **epilogue)
+    return api.conv2d_fprop_with_residual(
+        x, module.weight, identity, residual_order=module.residual_order, **geometry, **epilogue
+    )
+
+
+def _nhwc(t: torch.Tensor) -> torch.Tensor:
+    """The NHWC view of an NCHW tensor, copied to channels_last first if it is not."""
+    if not t.is_contiguous(memory_format=torch.channels_last):
+        t = t.contiguous(memory_format=torch.channels_last)
+    return t.permute(0, 2, 3, 1)
+
+
+def _kernel_padding(
+    padding: str | int | Sequence[int] | Sequence[Sequence[int]],
+    kernel_size: Pair,
+    stride: Pair,
+    dilation: Pair,
+) -> Padding:
+    """``((top, bottom), (left, right))``, with torch's ``"valid"`` and ``"same"`` resolved."""
+    if not isinstance(padding, str):
+        return normalize_padding(padding)
+    if padding == "valid":
+        return ((0, 0), (0, 0))
+    if padding != "same":
+        raise ValueError(f"padding={padding!r} is not supported; use 'valid', 'same' or ints")
+    if stride != (1, 1):
+        raise ValueError(f"padding='same' needs stride 1 (as in torch), got stride={stride}")
+    # torch's rule: the total (R-1)*dilation, the odd one on the bottom/right side.
+    total = [(k - 1) * d for k, d in zip(kernel_size, dilation, strict=True)]
+    return ((total[0] // 2, total[0] - total[0] // 2), (total[1] // 2, total[1] - total[1] // 2))
+
+
+def conv_limits(conv: nn.Conv2d | Conv2d, dtype: torch.dtype) -> None:
+    """Raise unless the kernel can run a conv of these attributes and weight ``dtype``.
+
+    Checked here, from the attributes alone: groups, padding mode, dtype, and the geometry
+    limits that do not depend on the input's size (stride 1..8, dilation, padding and filter
+    span within the im2col TMA limits), by the package's own validation on a probe input just
+    large enough for the filter. The limits that do (an output of at least one pixel,
+    N*P*Q < 2**31) are checked on every call.
+
+    Raises:
+        TypeError: ``dtype`` is not bfloat16/float16.
+        ValueError: groups != 1, padding_mode != "zeros", or geometry out of the limits.
+    """
+    if conv.groups != 1:
+        raise ValueError(
+            f"groups={conv.groups}: cute_conv runs groups=1 convs only (grouped and depthwise "
+            "convs stay torch)"
+        )
+    if conv.padding_mode != "zeros":
+        raise ValueError(
+            f"padding_mode={conv.padding_mode!r}: the kernel pads with zeros only "
+            "(padding_mode='zeros')"
+        )
+    if dtype not in INPUT_DTYPES:
+        raise TypeError(
+            f"dtype {dtype}: the kernel runs bfloat16 and float16 weights only; convert the "
+            "model first, e.g. model.to(torch.bfloat16)"
+        )
+    kernel_size = normalize_pair("kernel_size", conv.kernel_size)
+    stride = normalize_pair("stride", conv.stride)
+    dilation = normalize_pair("dilation", conv.dilation)
+    padding = _kernel_padding(conv.padding, kernel_size, stride, dilation)
+    # Meta tensors: validation reads shapes, dtypes and strides only.
+    h, w = ((k - 1) * d + 1 for k, d in zip(kernel_size, dilation, strict=True))
+    probe_x = torch.empty(1, h, w, conv.in_channels, dtype=dtype, device="meta")
+    probe_w = torch.empty(conv.out_channels, *kernel_size, conv.in_channels, dtype=dtype,
+                          device="meta")  # fmt: skip
+    validate_conv_inputs(probe_x, probe_w, stride=stride, padding=padding, dilation=dilation)

@@ -1,0 +1,286 @@
+"""``optimize(model)``: a ``torch.fx`` rewrite that runs a model's convs as fused cute_conv kernels.
+
+It traces the model and replaces each chain
+
+    conv [-> BatchNorm] [-> add(identity)] [-> activation] [-> add(identity)]
+
+(ResNet's ``relu(bn(conv(x)) + identity)`` included; at most one add) by one
+``cute_conv.nn.Conv2d`` whose kernel computes it all: the BatchNorm folded in float32 into the
+epilogue's scale and bias, the activation, and the add as the kernel's residual, before or after
+the activation as in the model. A chain ends where an intermediate value has another user, so
+nothing the rest of the model reads is skipped. Convs the kernel cannot run (grouped, float32,
+non-zero padding modes, geometry out of its limits, subclasses of nn.Conv2d) stay torch, and the
+report says why.
+
+What is checked when: the shapes of the activations are unknown at trace time, so a conv is
+judged by its module's attributes (``cute_conv.nn.conv_limits``: groups, padding mode, weight
+dtype, and the geometry limits that do not depend on the input's size). The rest (an output of at
+least one pixel, N*P*Q < 2**31, a residual of the output's shape) is checked on each call, with
+an error naming the limit.
+"""
+
+from __future__ import annotations
+
+import copy
+import operator
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+
+from .fold import activation_name
+from .nn import Conv2d, conv_limits
+
+__all__ = ["FusedChain", "LeftConv", "OptimizeReport", "optimize"]
+
+
+@dataclass(frozen=True)
+class FusedChain:
+    """One chain of torch ops now run by one ``cute_conv.nn.Conv2d``."""
+
+    module: str  # its name in the returned model
+    pattern: str  # e.g. "conv+bn+add+relu"
+    nodes: tuple[str, ...]  # the ops it replaced, in order: module names, fx node names
+    stopped: str | None = None  # why a following op that looks fusable was not fused
+
+
+@dataclass(frozen=True)
+class LeftConv:
+    """A conv left to torch."""
+
+    name: str  # its module's name in the model (the fx node's target)
+    reason: str
+
+
+@dataclass
+class OptimizeReport:
+    """What ``optimize`` fused and what it left to torch, with the reasons."""
+
+    fused: list[FusedChain] = field(default_factory=list)
+    left: list[LeftConv] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        """Fused chains per pattern, most common first."""
+        return dict(Counter(chain.pattern for chain in self.fused).most_common())
+
+    def __str__(self) -> str:
+        lines = [
+            f"cute_conv.optimize: {len(self.fused)} convs fused, {len(self.left)} left to torch"
+        ]
+        lines += [f"  {count:4d} x {pattern}" for pattern, count in self.counts().items()]
+        if self.fused:
+            lines.append("fused:")
+        for chain in self.fused:
+            line = f"  {chain.module}: {chain.pattern} ({', '.join(chain.nodes)})"
+            lines.append(line + (f"; stopped before: {chain.stopped}" if chain.stopped else ""))
+        if self.left:
+            lines.append("left to torch:")
+        lines += [f"  {conv.name}: {conv.reason}" for conv in self.left]
+        return "\n".join(lines)
+
+
+class _Tracer(fx.Tracer):
+    """``symbolic_trace``'s tracer, with cute_conv modules kept whole (an optimized model traces
+    again)."""
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        return isinstance(m, Conv2d) or super().is_leaf_module(m, module_qualified_name)
+
+
+def optimize(model: nn.Module, *, inplace: bool = False, verbose: bool = False) -> fx.GraphModule:
+    """Return ``model`` as a ``torch.fx.GraphModule`` whose convs run as cute_conv kernels.
+
+    Args:
+        model: an eval-mode model, traceable by ``torch.fx.symbolic_trace``, whose convs to run
+            hold bfloat16 or float16 weights (``model.to(torch.bfloat16).eval()``). Give it
+            channels_last inputs (``x.to(memory_format=torch.channels_last)``): the fused
+            modules read and write channels_last, and copy other inputs first.
+        inplace: False copies the model first. True works on ``model`` itself: the result
+            shares its weights (channels_last conv weights become the KRSC weights without a
+            copy); do not use ``model`` afterwards.
+        verbose: print the report.
+
+    Returns:
+        The rewritten model, usable under CUDA graphs and ``torch.compile`` (the kernel calls
+        are graph breaks); its ``cute_conv_report`` attribute is the ``OptimizeReport``.
+
+    Raises:
+        TypeError: ``model`` is not an ``nn.Module``.
+        ValueError: ``model`` (or a submodule) is in training mode: BatchNorm folds only its
+            running statistics, and the fused modules are forward-only.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    training = [name or type(model).__name__ for name, m in model.named_modules() if m.training]
+    if training:
+        raise ValueError(
+            f"model is in training mode ({len(training)} modules, e.g. {training[0]!r}); call "
+            "model.eval() first: BatchNorm folds only its running statistics, and the fused "
+            "modules are forward-only"
+        )
+    if not inplace:
+        model = copy.deepcopy(model)
+    tracer = _Tracer()
+    graph = tracer.trace(model)
+    gm = fx.GraphModule(tracer.root, graph, type(model).__name__)
+    report = _Rewriter(gm).run()
+    gm.cute_conv_report = report
+    if verbose:
+        print(report)
+    return gm
+
+
+class _Rewriter:
+    """Finds the fusable chains of one GraphModule's graph and replaces them."""
+
+    def __init__(self, gm: fx.GraphModule) -> None:
+        self.gm = gm
+        self.modules = dict(gm.named_modules())
+        self.report = OptimizeReport()
+        # How many nodes call each module: a conv module called twice keeps its name for
+        # neither of its fused replacements.
+        self.calls = Counter(n.target for n in gm.graph.nodes if n.op == "call_module")
+        self.names = set(self.modules)  # taken, by the model's modules or fused ones
+
+    def run(self) -> OptimizeReport:
+        for node in list(self.gm.graph.nodes):
+            if node.op == "call_module" and isinstance(self.modules[node.target], nn.Conv2d):
+                self._rewrite(node)
+            elif node.op == "call_function" and node.target in _FUNCTIONAL_CONVS:
+                reason = "a functional conv2d call: only nn.Conv2d modules are converted"
+                self.report.left.append(LeftConv(node.name, reason))
+        self.gm.graph.lint()
+        self.gm.delete_all_unused_submodules()
+        self.gm.recompile()
+        return self.report
+
+    def _rewrite(self, conv_node: fx.Node) -> None:
+        conv = self.modules[conv_node.target]
+        reason = _unsupported(conv, conv_node)
+        if reason is not None:
+            self.report.left.append(LeftConv(conv_node.target, reason))
+            return
+        chain, pattern = [conv_node], ["conv"]
+        bn, activation, identity, order, stopped = None, None, None, "after_activation", None
+        node = self._sole_user(conv_node)
+        if node is not None and self._is_eval_bn(node):
+            bn = self.modules[node.target]
+            chain.append(node)
+            pattern.append("bn")
+            node = self._sole_user(node)
+        for step in ("add", "activation", "add"):
+            if node is None:
+                break
+            value = chain[-1]
+            if step == "add" and identity is None:
+                identity = _residual_operand(node, value)
+                if identity is None:
+                    continue
+                pattern.append("add")
+            elif step == "activation":
+                try:
+                    activation = self._activation(node, value)
+                except ValueError as exc:  # a known activation with an unsupported parameter
+                    stopped = f"{node.name}: {exc}"
+                    break
+                if activation is None:
+                    continue
+                pattern.append(activation)
+                if identity is not None:
+                    order = "before_activation"  # the add came first
+            else:
+                continue
+            chain.append(node)
+            node = self._sole_user(node)
+        fused = Conv2d.from_torch(conv, bn, activation, residual_order=order)
+        name = self._module_name(conv_node.target)
+        self.gm.add_submodule(name, fused)
+        last = chain[-1]
+        x = conv_node.args[0]
+        with self.gm.graph.inserting_before(last):
+            args = (x,) if identity is None else (x, identity)
+            replacement = self.gm.graph.call_module(name, args)
+        last.replace_all_uses_with(replacement)
+        for old in reversed(chain):
+            self.gm.graph.erase_node(old)
+        self.report.fused.append(
+            FusedChain(name, "+".join(pattern), tuple(map(_describe, chain)), stopped)
+        )
+
+    def _sole_user(self, node: fx.Node) -> fx.Node | None:
+        """The one node that reads ``node``'s value, or None (no user, or several)."""
+        return next(iter(node.users)) if len(node.users) == 1 else None
+
+    def _activation(self, node: fx.Node, value: fx.Node) -> str | None:
+        """The epilogue name of ``node`` when it is an activation of ``value`` the kernel runs,
+        else None. Raises ValueError for a known activation with a parameter it does not."""
+        if not node.args or node.args[0] is not value or value in node.args[1:]:
+            return None
+        if node.op == "call_module":
+            return activation_name(self.modules[node.target])
+        if node.op in ("call_function", "call_method"):
+            return activation_name(node.target, *node.args[1:], **node.kwargs)
+        return None
+
+    def _is_eval_bn(self, node: fx.Node) -> bool:
+        return (
+            node.op == "call_module"
+            and type(self.modules[node.target]) is nn.BatchNorm2d
+            and self.modules[node.target].running_mean is not None
+            and len(node.args) == 1
+            and not node.kwargs
+        )
+
+    def _module_name(self, conv_name: str) -> str:
+        """The conv's own name, where the conv module is called once; else a fresh one."""
+        name, index = conv_name, 0
+        while self.calls[conv_name] > 1 and (name == conv_name or name in self.names):
+            name, index = f"{conv_name}_fused{index}", index + 1
+        self.names.add(name)
+        return name
+
+
+def _unsupported(conv: nn.Conv2d, node: fx.Node) -> str | None:
+    """Why the kernel cannot run this conv call, or None."""
+    if type(conv) is not nn.Conv2d:
+        return f"{type(conv).__name__} subclasses nn.Conv2d: its forward may differ"
+    if len(node.args) != 1 or node.kwargs:
+        return "called with other than one positional input"
+    try:
+        conv_limits(conv, conv.weight.dtype)
+    except (TypeError, ValueError) as exc:
+        return str(exc)
+    return None
+
+
+def _describe(node: fx.Node) -> str:
+    return node.target if node.op == "call_module" else node.name
+
+
+_ADDS = (operator.add, torch.add)
+_FUNCTIONAL_CONVS = (F.conv2d, torch.conv2d)
+
+
+def _residual_operand(node: fx.Node, value: fx.Node) -> fx.Node | None:
+    """The other operand when ``node`` is ``value + other`` of two tensors, else None.
+
+    ``other`` is assumed to have the output's shape (no broadcast): a call with another shape
+    raises a ValueError naming it. An in-place ``other.add_(value)`` is not fused (it writes
+    ``other``, which others may read).
+    """
+    if node.op == "call_function" and node.target in _ADDS:
+        if len(node.args) != 2 or any(k != "alpha" or v != 1 for k, v in node.kwargs.items()):
+            return None
+        a, b = node.args
+    elif node.op == "call_method" and node.target in ("add", "add_"):
+        if len(node.args) != 2 or node.kwargs or node.args[0] is not value:
+            return None
+        a, b = node.args
+    else:
+        return None
+    other = b if a is value else a if b is value else None
+    if not isinstance(other, fx.Node) or other is value or other.op == "get_attr":
+        return None  # a constant, a parameter (usually broadcast), or value + value
+    return other
