@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0 torchvision==0.28.0
 # Written once the install succeeded; redone when pyproject.toml changes.
 STAMP := $(VENV)/.cute-conv-installed
 
-.PHONY: install test demo bench lint clean distclean
+.PHONY: install test demo bench bench-models lint clean distclean
 
 install: $(STAMP)
 
@@ -35,6 +35,13 @@ demo: install
 
 bench: install
 	$(VPY) benchmarks/bench.py
+
+# Whole models (H100/H200): a process per model and pair of batch sizes keeps each within a few
+# minutes; each merges its rows into benchmarks/models.json and renders MODELS.md and the chart.
+bench-models: install
+	for model in resnet18 resnet50 vgg16; do for batches in "1 8" "32 128"; do \
+		$(VPY) benchmarks/models.py --models $$model --batches $$batches || exit 1; \
+	done; done
 
 lint: install
 	$(VPY) -m ruff check .

@@ -5,8 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
-__all__ = ["ErrorReport", "compare_to_reference", "random_conv_inputs"]
+__all__ = [
+    "ErrorReport",
+    "compare_to_reference",
+    "float32_logits",
+    "random_conv_inputs",
+    "randomize_batchnorm_",
+]
 
 REL_TOL = 1e-2
 # Max abs error allowed, in units of the largest rounding error of the reference itself in the
@@ -71,3 +78,48 @@ def random_conv_inputs(
     act = torch.randn(n, h, w, c, device=device, generator=generator)
     flt = torch.randn(k, r, s, c, device=device, generator=generator) / (c * r * s) ** 0.5
     return act.to(dtype), flt.to(dtype)
+
+
+def randomize_batchnorm_(
+    model: nn.Module, *, generator: torch.Generator | None = None
+) -> nn.Module:
+    """Draw fresh statistics and affine parameters for every batch norm of ``model``, in place.
+
+    A randomly initialized torchvision model has identity batch norms (mean 0, variance 1, weight
+    1, bias 0), which a BN fold would pass unchanged. The values drawn here make every fold
+    visible and keep eval-mode activations O(1) through ResNet-50's 16 residual blocks:
+    running_mean ~ N(0, 0.1^2), running_var ~ U(0.5, 1.5), weight ~ U(0.5, 1.0) (below 1, so
+    that the residual sums do not grow block after block), bias ~ N(0, 0.1^2). Values are drawn
+    on the CPU (``generator`` is a CPU generator), so a seed gives the same model on any device.
+    Returns ``model``.
+    """
+    with torch.no_grad():
+        for module in model.modules():
+            if not isinstance(module, (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)):
+                continue
+            shape = (module.num_features,)
+            stats = {
+                "running_mean": torch.randn(shape, generator=generator) * 0.1,
+                "running_var": torch.rand(shape, generator=generator) + 0.5,
+                "weight": torch.rand(shape, generator=generator) * 0.5 + 0.5,
+                "bias": torch.randn(shape, generator=generator) * 0.1,
+            }
+            for name, value in stats.items():
+                tensor = getattr(module, name)
+                if tensor is not None:  # affine=False or track_running_stats=False: absent
+                    tensor.copy_(value)
+    return model
+
+
+def float32_logits(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``model(x)`` in IEEE float32, the reference of a reduced-precision model: TF32 is off in
+    cuDNN and cuBLAS for the call (the caller's flags are restored), no autograd."""
+    # The two flags themselves: ``cudnn.flags()`` would also reset cuDNN's other settings.
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    saved = matmul.allow_tf32, cudnn.allow_tf32
+    try:
+        matmul.allow_tf32 = cudnn.allow_tf32 = False
+        with torch.no_grad():
+            return model(x.float())
+    finally:
+        matmul.allow_tf32, cudnn.allow_tf32 = saved

@@ -1,0 +1,191 @@
+"""The whole-model benchmark's CPU parts: merging results, rendering the report and the chart
+from a synthetic JSON, its argument checks, and the model helpers of ``cute_conv.testing`` it
+uses. Measuring needs an H100/H200: ``python benchmarks/models.py --models resnet50``."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from cute_conv.testing import float32_logits, randomize_batchnorm_
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def models():
+    """benchmarks/models.py as a module (it imports its neighbour ``bench``)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        spec = importlib.util.spec_from_file_location("models_bench", BENCHMARKS / "models.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return module
+
+
+def row(model: str, batch: int, ms: tuple, rel_err: tuple = (4e-3, 5e-3, 5e-3)) -> dict:
+    """A result row as the benchmark writes it: times and errors of (cute_conv, eager,
+    compile)."""
+    return dict(
+        model=model, batch=batch,
+        ms=dict(zip(("cute_conv", "eager", "compile"), ms, strict=True)),
+        rel_err=dict(zip(("cute_conv", "eager", "compile"), rel_err, strict=True)),
+        compile_s={"cute_conv_cold": 21.5, "cute_conv_warm": 0.42, "torch_compile": 55.0},
+        device="NVIDIA H100 80GB HBM3", torch="2.11.0", cudnn=91002, cutlass_dsl="4.8.1",
+        date="2026-11-23", command=f"python benchmarks/models.py --models {model}",
+    )  # fmt: skip
+
+
+SYNTHETIC = {
+    "rows": [
+        row("resnet18", 8, (2.0, 4.0, 3.0)),
+        row("resnet50", 1, (1.0, 2.0, 1.2)),  # 1.20x torch.compile: batch 1's 1.1x met
+        row("resnet50", 32, (10.0, 20.0, 12.0), (6e-3, 5e-3, 5e-3)),  # 1.20x: 1.3x missed
+        row("resnet50", 128, (40.0, 80.0, 60.0)),  # 1.50x: met
+    ],
+    "reports": {"resnet50": "cute_conv.optimize: 53 convs fused, 0 left to torch"},
+}
+
+
+def render(models, tmp_path: Path, data: dict) -> str:
+    results = tmp_path / "models.json"
+    results.write_text(json.dumps(data))
+    out, chart = tmp_path / "MODELS.md", tmp_path / "models.png"
+    args = ["--render", "--json", str(results), "--out", str(out), "--chart", str(chart)]
+    assert models.main(args) == 0
+    assert chart.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    return out.read_text()
+
+
+def test_render_tables_and_chart(models, tmp_path):
+    text = render(models, tmp_path, SYNTHETIC)
+    lines = text.splitlines()
+    # images/s = batch / ms * 1000; speedups of cute_conv over eager and torch.compile
+    assert "| resnet18 | 8 | 4000 | 2000 | 2667 | 2.00x | 1.50x |" in lines
+    assert "| resnet50 | 1 | 1000 | 500 | 833 | 2.00x | 1.20x |" in lines
+    assert "| resnet50 | 128 | 3200 | 1600 | 2133 | 2.00x | 1.50x |" in lines
+    assert "| resnet50 | 32 | 6.00e-03 | 5.00e-03 | 5.00e-03 | **no** |" in lines
+    assert "| resnet50 | 1 | 4.00e-03 | 5.00e-03 | 5.00e-03 | yes |" in lines
+    assert "| resnet50 | 1 | 21.5 | 0.42 | 55.0 |" in lines
+    assert "- device: NVIDIA H100 80GB HBM3; dates 2026-11-23" in lines
+    assert "`python benchmarks/models.py --models resnet50`" in text
+    assert "cute_conv.optimize: 53 convs fused, 0 left to torch" in lines
+    assert "![speedups](models.png)" in lines
+
+
+def test_render_targets(models, tmp_path):
+    lines = render(models, tmp_path, SYNTHETIC).splitlines()
+    assert "| resnet50 batch 1: >= 1.1x torch.compile | 1.20x | yes |" in lines
+    assert "| resnet50 batch 32: >= 1.3x torch.compile | 1.20x | **no** |" in lines
+    assert "| resnet50 batch 128: >= 1.3x torch.compile | 1.50x | yes |" in lines
+    error_target = "| logits' error no worse than torch eager bf16's (every row) | 3 of 4 rows "
+    assert error_target + "| **no** |" in lines
+
+
+def test_render_unmeasured_targets(models, tmp_path):
+    data = {"rows": [row("vgg16", 32, (5.0, 6.0, 5.5))], "reports": {}}
+    lines = render(models, tmp_path, data).splitlines()
+    assert "| resnet50 batch 32: >= 1.3x torch.compile | not measured | not measured |" in lines
+    assert "| logits' error no worse than torch eager bf16's (every row) | 1 of 1 rows | yes |" in (
+        lines
+    )
+
+
+def test_merge_replaces_the_rows_measured_again(models):
+    old = {
+        "rows": [row("resnet18", 8, (2.0, 4.0, 3.0)), row("resnet50", 32, (10.0, 20.0, 12.0))],
+        "reports": {"resnet18": "old 18", "resnet50": "old 50"},
+    }
+    new_rows = [row("vgg16", 1, (1.0, 1.0, 1.0)), row("resnet50", 32, (9.0, 20.0, 12.0))]
+    merged = models.merge_results(old, new_rows, {"resnet50": "new 50"})
+    keys = [(r["model"], r["batch"], r["ms"]["cute_conv"]) for r in merged["rows"]]
+    assert keys == [("resnet18", 8, 2.0), ("resnet50", 32, 9.0), ("vgg16", 1, 1.0)]
+    assert merged["reports"] == {"resnet18": "old 18", "resnet50": "new 50"}
+
+
+def test_render_without_results_fails(models, tmp_path, capsys):
+    args = ["--render", "--json", str(tmp_path / "none.json"), "--out", str(tmp_path / "o.md")]
+    assert models.main(args) == 1
+    assert "holds no results" in capsys.readouterr().err
+    assert not (tmp_path / "o.md").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the failure without a GPU")
+def test_measuring_without_gpu_fails_clearly(models, tmp_path, capsys):
+    results = tmp_path / "models.json"
+    assert models.main(["--models", "resnet18", "--batches", "1", "--json", str(results)]) == 1
+    err = capsys.readouterr().err
+    assert "no CUDA GPU on this machine" in err and "nothing was measured" in err
+    assert not results.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--batches", "0"], "batch sizes must be >= 1, got 0"),
+        (["--models", "resnet101"], "invalid choice: 'resnet101'"),
+    ],
+)
+def test_bad_arguments(models, capsys, args, message):
+    with pytest.raises(SystemExit) as exc:
+        models.main(args)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def tiny_model() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+        nn.Conv2d(16, 16, 3, padding=1), nn.BatchNorm2d(16, affine=False), nn.ReLU(),
+        nn.Flatten(), nn.Linear(16 * 8 * 8, 10),
+    ).eval()  # fmt: skip
+
+
+def test_randomize_batchnorm_draws_sane_statistics():
+    torch.manual_seed(0)
+    model = tiny_model()
+    x = torch.randn(4, 3, 8, 8)
+    with torch.no_grad():
+        before = model(x)
+    assert randomize_batchnorm_(model, generator=torch.Generator().manual_seed(1)) is model
+    bn, bn_plain = model[1], model[4]
+    for norm in (bn, bn_plain):
+        assert 0.5 <= norm.running_var.min() and norm.running_var.max() <= 1.5
+        assert norm.running_mean.abs().max() > 0
+    assert 0.5 <= bn.weight.min() and bn.weight.max() <= 1.0
+    assert bn.bias.abs().max() > 0
+    assert bn_plain.weight is None  # affine=False: nothing to draw
+    with torch.no_grad():
+        after = model(x)
+    assert not torch.allclose(after, before)  # the folds now change something
+    assert after.isfinite().all() and 0.01 < after.std() < 10
+
+
+def test_randomize_batchnorm_is_seeded():
+    first, second = tiny_model(), tiny_model()
+    randomize_batchnorm_(first, generator=torch.Generator().manual_seed(3))
+    randomize_batchnorm_(second, generator=torch.Generator().manual_seed(3))
+    for a, b in zip(first[1].state_dict().values(), second[1].state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_float32_logits_restores_tf32_flags():
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    saved = matmul.allow_tf32, cudnn.allow_tf32
+    try:
+        matmul.allow_tf32 = cudnn.allow_tf32 = True
+        model, x = tiny_model(), torch.randn(2, 3, 8, 8, dtype=torch.float64)
+        logits = float32_logits(model, x)
+        assert (matmul.allow_tf32, cudnn.allow_tf32) == (True, True)
+        assert logits.dtype == torch.float32 and not logits.requires_grad
+        torch.testing.assert_close(logits, model(x.float()).detach())
+    finally:
+        matmul.allow_tf32, cudnn.allow_tf32 = saved
