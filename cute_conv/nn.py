@@ -179,6 +179,8 @@ class Conv2d(nn.Module):
                 it refuses inputs or weights that need a gradient while grad mode is on.
         """
         self._check_input("x", x, self.in_channels)
+        if x.dtype != self.weight.dtype:
+            raise TypeError(f"x has dtype {x.dtype}; the weight is {self.weight.dtype}")
         if torch.is_grad_enabled() and (
             x.requires_grad
             or self.weight.requires_grad

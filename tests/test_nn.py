@@ -1,0 +1,329 @@
+"""cute_conv.nn.Conv2d: BatchNorm folding, conversion from torch, the NCHW channels_last plumbing
+of forward (on a CPU, with the kernel functions replaced by the float32 torch reference, checked
+by the package's own validation), bad input, and (on a Hopper GPU) its numerics."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import cute_conv
+from cute_conv.epilogue import validate_epilogue_args
+from cute_conv.fold import fold_batch_norm
+from cute_conv.testing import compare_to_reference
+from cute_conv.validation import validate_conv_inputs
+from tests.gpu import requires_sm90
+from tests.test_epilogue_sm90 import reference
+
+BF16 = torch.bfloat16
+
+
+def _reference_kernel(x, flt, source, **kwargs):
+    """The kernel's contract on CPU tensors: the API's validation (all but the device), then
+    the float32 torch reference of the epilogue, rounded to the input dtype."""
+    residual_order = kwargs.pop("residual_order", "after_activation")
+    geom = {k: kwargs.pop(k) for k in ("stride", "padding", "dilation")}
+    problem, out_dtype = validate_conv_inputs(x, flt, **geom)
+    validate_epilogue_args(problem, out_dtype, x.device, alpha=1.0, epilogue_fn=None,
+                           source=source, beta=1.0, residual_order=residual_order, **kwargs)  # fmt: skip
+    y = reference(x, flt, geom, source=source, beta=1.0, order=residual_order, **kwargs)
+    return y.to(out_dtype)
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch):
+    """Runs cute_conv's kernel functions as ``_reference_kernel``; lists the calls' tensors."""
+    calls = []
+
+    def fprop(x, flt, /, **kwargs):
+        calls.append((x, flt, None))
+        return _reference_kernel(x, flt, None, **kwargs)
+
+    def fprop_with_residual(x, flt, source, /, **kwargs):
+        calls.append((x, flt, source))
+        return _reference_kernel(x, flt, source, **kwargs)
+
+    monkeypatch.setattr(cute_conv.api, "conv2d_fprop", fprop)
+    monkeypatch.setattr(cute_conv.api, "conv2d_fprop_with_residual", fprop_with_residual)
+    return calls
+
+
+def random_bn(channels: int, dtype=torch.float32, affine: bool = True) -> nn.BatchNorm2d:
+    """An eval-mode BatchNorm2d with random statistics and affine terms."""
+    bn = nn.BatchNorm2d(channels, eps=1e-3, affine=affine).to(dtype).eval()
+    with torch.no_grad():
+        bn.running_mean.normal_(0, 0.5)
+        bn.running_var.uniform_(0.2, 2.0)
+        if affine:
+            bn.weight.uniform_(0.5, 1.5)
+            bn.bias.normal_(0, 0.5)
+    return bn
+
+
+# ------------------------------------------------------------------------------ BatchNorm folding
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("conv_bias", [True, False])
+@pytest.mark.parametrize("affine", [True, False])
+def test_folded_batch_norm_matches_torch(dtype, conv_bias, affine):
+    torch.manual_seed(0)
+    conv = nn.Conv2d(16, 24, 3, padding=1, bias=conv_bias).to(dtype)
+    bn = random_bn(24, dtype, affine)
+    x = torch.randn(2, 16, 9, 9, dtype=dtype)
+    scale, bias = fold_batch_norm(bn, conv.bias)
+    assert scale.dtype == bias.dtype == torch.float32 and scale.shape == bias.shape == (24,)
+    with torch.no_grad():
+        expected = bn(conv(x)).double()
+        folded = F.conv2d(x, conv.weight, padding=1).double()
+    folded = folded * scale.double()[:, None, None] + bias.double()[:, None, None]
+    # float32 scale and bias: a few float32 ulps of the output (float64 model), or the float32
+    # model's own rounding.
+    torch.testing.assert_close(folded, expected, rtol=2e-6, atol=2e-6)
+
+
+def test_fold_rejects_what_does_not_fold():
+    bn = nn.BatchNorm2d(8)
+    with pytest.raises(ValueError, match="training mode.*model.eval"):
+        fold_batch_norm(bn)
+    with pytest.raises(ValueError, match="track_running_stats=False"):
+        fold_batch_norm(nn.BatchNorm2d(8, track_running_stats=False).eval())
+    with pytest.raises(ValueError, match=r"conv_bias has shape \(7,\).*shape \(8,\)"):
+        fold_batch_norm(bn.eval(), torch.zeros(7))
+    with pytest.raises(TypeError, match="BatchNorm2d, got LayerNorm"):
+        fold_batch_norm(nn.LayerNorm(8))
+
+
+# ------------------------------------------------------------------------------ from_torch
+
+
+def test_from_torch_keeps_the_weight_and_folds_bn_and_activation():
+    torch.manual_seed(1)
+    conv = nn.Conv2d(32, 64, 3, stride=2, padding=1).to(BF16)
+    bn = random_bn(64, BF16)
+    module = cute_conv.nn.Conv2d.from_torch(conv, bn, nn.ReLU(inplace=True), "before_activation")
+    assert module.weight.shape == (64, 3, 3, 32) and module.weight.dtype == BF16
+    assert torch.equal(module.weight, conv.weight.permute(0, 2, 3, 1))
+    assert not module.weight.requires_grad
+    scale, bias = fold_batch_norm(bn, conv.bias)
+    assert torch.equal(module.scale, scale) and torch.equal(module.bias, bias)
+    assert (module.activation, module.residual_order) == ("relu", "before_activation")
+    assert (module.stride, module.dilation, module._padding) == ((2, 2), (1, 1), ((1, 1), (1, 1)))
+    assert "epilogue='relu(conv * scale + bias [+ identity])'" in repr(module)
+
+
+def test_from_torch_without_bn_keeps_the_conv_bias_in_float32():
+    conv = nn.Conv2d(8, 16, 1).to(torch.float16)
+    module = cute_conv.nn.Conv2d.from_torch(conv, activation=F.gelu)
+    assert module.scale is None and module.bias.dtype == torch.float32
+    assert torch.equal(module.bias, conv.bias.float())
+    assert module.activation == "gelu" and module.weight.dtype == torch.float16
+    assert "epilogue='gelu(conv + bias) [+ identity]'" in repr(module)
+    plain = cute_conv.nn.Conv2d.from_torch(nn.Conv2d(8, 16, 1, bias=False).to(BF16))
+    assert plain.bias is None and "epilogue='conv [+ identity]'" in repr(plain)
+
+
+def test_from_torch_views_a_channels_last_weight():
+    conv = nn.Conv2d(16, 32, 3).to(BF16).to(memory_format=torch.channels_last)
+    module = cute_conv.nn.Conv2d.from_torch(conv)
+    assert module.weight.data_ptr() == conv.weight.data_ptr()
+    assert module.weight.is_contiguous()
+
+
+@pytest.mark.parametrize(
+    "conv, error, match",
+    [
+        (nn.Conv2d(8, 8, 3), TypeError, "dtype torch.float32: .*bfloat16 and float16"),
+        (nn.Conv2d(8, 8, 3, groups=2).to(BF16), ValueError, "groups=2: .*groups=1"),
+        (nn.Conv2d(8, 8, 3, padding=1, padding_mode="reflect").to(BF16), ValueError,
+         "padding_mode='reflect'"),
+        (nn.Conv2d(8, 8, 3, stride=9).to(BF16), ValueError, "stride must be in 1..8"),
+        (nn.Conv2d(8, 8, 3, padding=130).to(BF16), ValueError, "padding top=130 exceeds"),
+        (nn.Conv2d(8, 8, 3, dilation=200).to(BF16), ValueError, "im2col TMA limit is 255"),
+    ],
+    ids=["float32", "groups", "padding-mode", "stride", "padding", "dilation"],
+)  # fmt: skip
+def test_from_torch_names_the_limit(conv, error, match):
+    with pytest.raises(error, match=match):
+        cute_conv.nn.Conv2d.from_torch(conv)
+
+
+def test_from_torch_rejects_bad_companions():
+    conv = nn.Conv2d(8, 16, 3).to(BF16)
+    with pytest.raises(ValueError, match="training mode"):
+        cute_conv.nn.Conv2d.from_torch(conv, nn.BatchNorm2d(16))
+    with pytest.raises(ValueError, match="bn normalizes 8 channels .* out_channels=16"):
+        cute_conv.nn.Conv2d.from_torch(conv, nn.BatchNorm2d(8).eval())
+    with pytest.raises(ValueError, match="slope 0.01 only"):
+        cute_conv.nn.Conv2d.from_torch(conv, activation=nn.LeakyReLU(0.2))
+    gelu = nn.GELU()
+    gelu.approximate = "erf"
+    with pytest.raises(ValueError, match="approximate='erf'"):
+        cute_conv.nn.Conv2d.from_torch(conv, activation=gelu)
+    with pytest.raises(ValueError, match="not one the kernel runs"):
+        cute_conv.nn.Conv2d.from_torch(conv, activation=nn.ReLU6())
+    with pytest.raises(ValueError, match="residual_order='after'"):
+        cute_conv.nn.Conv2d.from_torch(conv, residual_order="after")
+    with pytest.raises(TypeError, match="torch.nn.Conv2d, got Conv1d"):
+        cute_conv.nn.Conv2d.from_torch(nn.Conv1d(8, 16, 3))
+
+
+# ------------------------------------------------------------------------------ the constructor
+
+
+def test_constructor_makes_a_bf16_krsc_conv():
+    module = cute_conv.nn.Conv2d(12, 20, (3, 5), padding="same", dilation=2)
+    assert module.weight.shape == (20, 3, 5, 12) and module.weight.dtype == BF16
+    assert module.bias.dtype == torch.float32 and module.scale is None
+    # torch's "same": total (k-1)*dilation per dimension, the odd one after.
+    assert module._padding == ((2, 2), (4, 4))
+    assert cute_conv.nn.Conv2d(4, 4, 4, padding="same")._padding == ((1, 2), (1, 2))
+    assert cute_conv.nn.Conv2d(4, 4, 3, padding="valid")._padding == ((0, 0), (0, 0))
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(dtype=torch.float32), TypeError, "bfloat16 and float16"),
+        (dict(groups=4), ValueError, "groups=4"),
+        (dict(padding="same", stride=2), ValueError, "padding='same' needs stride 1"),
+        (dict(padding="full"), ValueError, "padding='full'"),
+        (dict(activation="swish"), ValueError, "activation='swish'"),
+        (dict(residual_order="before"), ValueError, "residual_order='before'"),
+    ],
+)
+def test_constructor_rejects(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        cute_conv.nn.Conv2d(8, 8, 3, **kwargs)
+
+
+# ------------------------------------------------------------------------------ forward, on a CPU
+
+
+def torch_forward(conv, bn, act, x, identity=None, order="after_activation"):
+    """The torch module chain in float32 (the weights as they are, the math in float32)."""
+    with torch.no_grad():
+        y = F.conv2d(x.float(), conv.weight.float(), None if conv.bias is None else conv.bias.float(),
+                     conv.stride, conv.padding, conv.dilation)  # fmt: skip
+        if bn is not None:
+            y = bn.float()(y)
+        if identity is not None and order == "before_activation":
+            y = y + identity.float()
+        y = act(y)
+        if identity is not None and order == "after_activation":
+            y = y + identity.float()
+    return y
+
+
+@pytest.mark.parametrize("order", ["after_activation", "before_activation"])
+def test_forward_reads_and_writes_channels_last_without_copies(kernel_calls, order):
+    torch.manual_seed(2)
+    conv = nn.Conv2d(16, 24, 3, stride=2, padding=1).to(BF16)
+    bn = random_bn(24, BF16)
+    module = cute_conv.nn.Conv2d.from_torch(conv, bn, torch.relu, order).eval()
+    x = torch.randn(2, 16, 11, 10).to(BF16).to(memory_format=torch.channels_last)
+    identity = torch.randn(2, 24, 6, 5).to(BF16).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        y = module(x, identity)
+    ((x_nhwc, weight, source),) = kernel_calls
+    assert x_nhwc.data_ptr() == x.data_ptr() and source.data_ptr() == identity.data_ptr()
+    assert weight is module.weight
+    assert y.shape == (2, 24, 6, 5) and y.dtype == BF16
+    assert y.is_contiguous(memory_format=torch.channels_last)
+    expected = torch_forward(conv, bn, F.relu, x, identity, order)
+    report = compare_to_reference(y, expected)
+    assert report.ok, str(report)
+
+
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel lengths")
+def test_forward_copies_other_layouts_to_channels_last(kernel_calls):
+    torch.manual_seed(3)
+    conv = nn.Conv2d(8, 16, 4, padding="same", bias=False).to(BF16)
+    module = cute_conv.nn.Conv2d.from_torch(conv, activation=nn.SiLU())
+    x = torch.randn(3, 8, 7, 9).to(BF16)  # NCHW contiguous: copied
+    identity = torch.randn(3, 16, 7, 9).to(BF16)
+    with torch.no_grad():
+        y = module(x, identity)
+        y_plain = module(x)
+    assert kernel_calls[0][0].data_ptr() != x.data_ptr()
+    assert y.is_contiguous(memory_format=torch.channels_last)
+    # "same" for an even filter: torch pads the extra row and column after.
+    expected = F.silu(F.conv2d(x.float(), conv.weight.float(), padding="same"))
+    assert compare_to_reference(y_plain, expected).ok
+    report = compare_to_reference(y, expected + identity.float())
+    assert report.ok, str(report)
+
+
+def test_forward_rejects_bad_input(kernel_calls):
+    module = cute_conv.nn.Conv2d(8, 16, 3, padding=1)
+    x = torch.randn(2, 8, 5, 5).to(BF16)
+    with torch.no_grad():
+        with pytest.raises(TypeError, match="x must be a torch.Tensor, got ndarray"):
+            module(x.float().numpy())
+        with pytest.raises(ValueError, match=r"C=8, got shape \(2, 5, 5, 8\)"):
+            module(x.permute(0, 2, 3, 1))
+        with pytest.raises(
+            ValueError, match=r"identity has shape \(2, 16, 4, 4\).*\(2, 16, 5, 5\)"
+        ):
+            module(x, torch.zeros(2, 16, 4, 4, dtype=BF16))
+        with pytest.raises(TypeError, match="identity has dtype torch.float32"):
+            module(x, torch.zeros(2, 16, 5, 5))
+        with pytest.raises(TypeError, match="x has dtype torch.float32; the weight is torch.bf"):
+            module(x.float())
+    with pytest.raises(ValueError, match="forward-only.*torch.no_grad"):
+        module(x.requires_grad_())
+    assert not kernel_calls
+
+
+@requires_sm90
+def test_forward_rejects_a_cpu_input_on_the_gpu_machine():
+    module = cute_conv.nn.Conv2d(8, 16, 3, device="cuda")
+    with torch.no_grad(), pytest.raises(ValueError, match="cute_conv runs on CUDA tensors"):
+        module(torch.randn(1, 8, 5, 5).to(BF16))
+
+
+# ------------------------------------------------------------------------------ GPU numerics
+
+ACTIVATIONS = [nn.ReLU(), nn.GELU(), nn.GELU("tanh"), nn.SiLU(), nn.Sigmoid(), nn.Tanh(),
+               nn.LeakyReLU(0.01)]  # fmt: skip
+
+
+@requires_sm90
+@pytest.mark.parametrize("order", ["after_activation", "before_activation"])
+@pytest.mark.parametrize("act", ACTIVATIONS, ids=lambda m: repr(m))
+def test_module_matches_torch_float32_on_the_gpu(act, order):
+    torch.manual_seed(4)
+    conv = nn.Conv2d(64, 96, 3, padding=1, bias=True).to("cuda", BF16)
+    bn = random_bn(96, BF16).cuda()
+    module = cute_conv.nn.Conv2d.from_torch(conv, bn, act, order)
+    x = torch.randn(4, 64, 20, 18, device="cuda").to(BF16).to(memory_format=torch.channels_last)
+    identity = torch.randn(4, 96, 20, 18, device="cuda").to(BF16)  # NCHW: copied
+    with torch.no_grad():
+        y = module(x, identity)
+        y_plain = module(x)
+    torch.cuda.synchronize()
+    assert y.is_contiguous(memory_format=torch.channels_last)
+    for out, ident in ((y, identity), (y_plain, None)):
+        report = compare_to_reference(out, torch_forward(conv, bn, act, x, ident, order))
+        assert report.ok, str(report)
+
+
+@requires_sm90
+@pytest.mark.parametrize(
+    "conv",
+    [nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False), nn.Conv2d(40, 72, 4, padding="same"),
+     nn.Conv2d(64, 256, 1, stride=2), nn.Conv2d(32, 32, 3, padding=2, dilation=2)],
+    ids=["stem", "same-even", "1x1-s2", "dilated"],
+)  # fmt: skip
+def test_module_geometries_on_the_gpu(conv):
+    torch.manual_seed(5)
+    conv = conv.to("cuda", BF16)
+    module = cute_conv.nn.Conv2d.from_torch(conv)
+    x = torch.randn(2, conv.in_channels, 30, 28, device="cuda").to(BF16)
+    with torch.no_grad():
+        y = module(x.to(memory_format=torch.channels_last))
+    torch.cuda.synchronize()
+    report = compare_to_reference(y, torch_forward(conv, None, lambda v: v, x))
+    assert report.ok, str(report)
