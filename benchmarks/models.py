@@ -328,7 +328,9 @@ def render_markdown(data: dict, chart_name: str) -> str:
         )
     lines += ["", f"![speedups]({chart_name})", "", "## What cute_conv.optimize did", ""]
     for model, report in data["reports"].items():
-        lines += [f"### {model}", "", "```", report.rstrip(), "```", ""]
+        summary = report.splitlines()[0] if report else "(no report)"
+        lines += [f"<details><summary>{model}: {summary}</summary>", "", "```", report.rstrip()]
+        lines += ["```", "", "</details>", ""]
     return "\n".join(lines)
 
 

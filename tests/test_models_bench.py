@@ -1,11 +1,13 @@
 """The whole-model benchmark's CPU parts: merging results, rendering the report and the chart
-from a synthetic JSON, its argument checks, and the model helpers of ``cute_conv.testing`` it
-uses. Measuring needs an H100/H200: ``python benchmarks/models.py --models resnet50``."""
+from a synthetic JSON, its argument checks, the model helpers of ``cute_conv.testing`` it uses,
+and the failure of it and of ``examples/resnet50.py`` without a GPU. Measuring needs an
+H100/H200: ``python benchmarks/models.py --models resnet50``."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -51,7 +53,10 @@ SYNTHETIC = {
         row("resnet50", 32, (10.0, 20.0, 12.0), (6e-3, 5e-3, 5e-3)),  # 1.20x: 1.3x missed
         row("resnet50", 128, (40.0, 80.0, 60.0)),  # 1.50x: met
     ],
-    "reports": {"resnet50": "cute_conv.optimize: 53 convs fused, 0 left to torch"},
+    "reports": {
+        "resnet50": "cute_conv.optimize: 53 convs fused, 0 left to torch\n"
+        "fused:\n  conv1: conv+bn+relu (conv1, bn1, relu)\n"
+    },
 }
 
 
@@ -77,7 +82,9 @@ def test_render_tables_and_chart(models, tmp_path):
     assert "| resnet50 | 1 | 21.5 | 0.42 | 55.0 |" in lines
     assert "- device: NVIDIA H100 80GB HBM3; dates 2026-11-23" in lines
     assert "`python benchmarks/models.py --models resnet50`" in text
-    assert "cute_conv.optimize: 53 convs fused, 0 left to torch" in lines
+    summary = "resnet50: cute_conv.optimize: 53 convs fused, 0 left to torch"
+    assert f"<details><summary>{summary}</summary>" in lines
+    assert "  conv1: conv+bn+relu (conv1, bn1, relu)" in lines
     assert "![speedups](models.png)" in lines
 
 
@@ -125,6 +132,14 @@ def test_measuring_without_gpu_fails_clearly(models, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "no CUDA GPU on this machine" in err and "nothing was measured" in err
     assert not results.exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the failure without a GPU")
+def test_resnet50_example_without_gpu_exits_nonzero():
+    example = BENCHMARKS.parent / "examples" / "resnet50.py"
+    done = subprocess.run([sys.executable, str(example)], capture_output=True, text=True)
+    assert done.returncode == 1
+    assert "no CUDA GPU on this machine; cute_conv's kernels need an H100/H200" in done.stdout
 
 
 @pytest.mark.parametrize(
