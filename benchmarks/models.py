@@ -160,7 +160,9 @@ def measure_batch(
     return row, str(optimized.cute_conv_report)
 
 
-def measure(models: Iterable[str], batches: Iterable[int], command: str) -> tuple[list, dict]:
+def measure(
+    models: Iterable[str], batches: Iterable[int], command: str
+) -> tuple[list[dict], dict[str, str]]:
     """Rows of every model at every batch size, and each model's optimize report."""
     torch.backends.cudnn.benchmark = True
     torch._inductor.config.freezing = True
@@ -185,12 +187,11 @@ def measure(models: Iterable[str], batches: Iterable[int], command: str) -> tupl
 
 
 def _progress_line(row: dict) -> str:
-    ms, err, comp = row["ms"], row["rel_err"], row["compile_s"]
+    err, comp = row["rel_err"], row["compile_s"]
     return (
         f"{row['model']:>9} batch {row['batch']:>3}: "
         + ", ".join(f"{METHOD_NAMES[m]} {images_per_s(row, m):.0f} img/s" for m in METHODS)
-        + f" | {ms['eager'] / ms['cute_conv']:.2f}x eager, {ms['compile'] / ms['cute_conv']:.2f}x"
-        f" torch.compile | rel err {', '.join(f'{err[m]:.1e}' for m in METHODS)} | compile "
+        + f" | {speedup(row, 'eager'):.2f}x eager, {speedup(row, 'compile'):.2f}x torch.compile | rel err {', '.join(f'{err[m]:.1e}' for m in METHODS)} | compile "
         f"{comp['cute_conv_cold']:.0f} s cold, {comp['cute_conv_warm']:.1f} s warm, torch.compile "
         f"{comp['torch_compile']:.0f} s"
     )

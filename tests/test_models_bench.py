@@ -118,6 +118,13 @@ def test_merge_replaces_the_rows_measured_again(models):
     assert merged["reports"] == {"resnet18": "old 18", "resnet50": "new 50"}
 
 
+def test_progress_line(models):
+    line = models._progress_line(row("resnet50", 32, (10.0, 20.0, 12.0)))
+    assert line.startswith(" resnet50 batch  32: cute_conv 3200 img/s, torch eager 1600 img/s")
+    assert "| 2.00x eager, 1.20x torch.compile | rel err 4.0e-03, 5.0e-03, 5.0e-03 |" in line
+    assert line.endswith("compile 22 s cold, 0.4 s warm, torch.compile 55 s")
+
+
 def test_render_without_results_fails(models, tmp_path, capsys):
     args = ["--render", "--json", str(tmp_path / "none.json"), "--out", str(tmp_path / "o.md")]
     assert models.main(args) == 1
