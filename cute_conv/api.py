@@ -322,22 +322,14 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple) -> _LaunchPlan:
     )  # fmt: skip
     if isinstance(config, Conv2dConfig):
         check_config_fits(config, kernel_problem)
-    try:
-        kernel = compile_kernel(
-            arch,
-            act_dtype=x.dtype,
-            filter_dtype=filter.dtype,
-            out_dtype=out_dtype,
-            config=config,
-            epilogue=epilogue,
-        )
-    except Exception as exc:
-        if epilogue.epilogue_fn is None:
-            raise
-        raise ValueError(
-            f"epilogue_fn {epilogue.epilogue_fn!r} could not be compiled into the kernel: "
-            f"{type(exc).__name__}: {exc}"
-        ) from exc
+    kernel = compile_kernel(
+        arch,
+        act_dtype=x.dtype,
+        filter_dtype=filter.dtype,
+        out_dtype=out_dtype,
+        config=config,
+        epilogue=epilogue,
+    )
     max_clusters = num_sms // (config.cluster_m * config.cluster_n)
     scalars = kernel_scalars(kernel_problem, alpha, beta, max_clusters)
     used_vectors = (bias if epilogue.has_bias else None, scale if epilogue.has_scale else None)

@@ -48,17 +48,20 @@ _CUTLASS_DTYPES: dict[str, type[cutlass.Numeric]] = {
 _NUM_GEOMETRY_ARGS = 17
 
 
-def dtype_name(dtype: Any) -> str:
-    """``torch.bfloat16``, ``cutlass.BFloat16`` or ``"bfloat16"`` -> ``"bfloat16"``."""
+def dtype_name(dtype: Any, argument: str = "dtype", choices: tuple[str, ...] = ()) -> str:
+    """``torch.bfloat16``, ``cutlass.BFloat16`` or ``"bfloat16"`` -> ``"bfloat16"``, one of
+    ``choices`` (default: every dtype a kernel takes); errors name ``argument``."""
+    choices = choices or tuple(_CUTLASS_DTYPES)
     if isinstance(dtype, str):
         name = dtype
     elif isinstance(dtype, type) and issubclass(dtype, cutlass.Numeric):
         name = {v: k for k, v in _CUTLASS_DTYPES.items()}.get(dtype, dtype.__name__)
     else:
         name = str(dtype).removeprefix("torch.")
-    if name not in _CUTLASS_DTYPES:
+    if name not in choices:
         raise TypeError(
-            f"dtype {dtype!r} is not supported; use one of {', '.join(_CUTLASS_DTYPES)}"
+            f"{argument}={name} is not supported; use one of {', '.join(choices)} "
+            "(a torch dtype, a cutlass type or its name)"
         )
     return name
 
@@ -206,18 +209,27 @@ def _disk_cached(key: Any, compile_now: Callable[[], tuple]) -> tuple:
 
 
 _cache: dict[Any, Any] = {}
-_cache_lock = threading.Lock()
+# Compiles take turns: the DSL's tracing is not thread-safe (two threads compiling different
+# kernels at once fail inside MLIR, "requires a Location"). Concurrent first uses of a kernel
+# (threads serving one model) compile it once; cached kernels are returned without the lock.
+_compile_lock = threading.Lock()
 
 
 def _cached(key: Any, compile_fn: Callable[[Any], Any]) -> Any:
-    with _cache_lock:
-        compiled = _cache.get(key)
-        if compiled is None:
-            compiled = _cache[key] = compile_fn(key)
+    compiled = _cache.get(key)
+    if compiled is None:
+        with _compile_lock:
+            compiled = _cache.get(key)  # compiled by the thread that held the lock before
+            if compiled is None:
+                compiled = _cache[key] = compile_fn(key)
     return compiled
 
 
-def _check_arch(arch: str) -> None:
+def _check_arch(arch: object) -> None:
+    if not isinstance(arch, str):
+        raise TypeError(
+            f"arch must be a str, one of {', '.join(sorted(KERNELS_BY_ARCH))}; got {arch!r}"
+        )
     if arch not in KERNELS_BY_ARCH:
         raise ValueError(
             f"arch={arch!r} has no kernel; available: {', '.join(sorted(KERNELS_BY_ARCH))}"
@@ -241,17 +253,20 @@ def compile_kernel(
     ``sm_90a`` (default ``Conv2dConfig()``), a ``Conv2dConfigSm100`` for ``sm_100a`` (default
     ``Conv2dConfigSm100.default_bf16()``; that kernel is compile-verified only);
     ``epilogue`` (bias, scale, activation, epilogue_fn, has_residual) to a plain store.
-    The result has ``.ptx``, ``.cubin`` and ``.smem_bytes``.
+    The result has ``.ptx``, ``.cubin`` and ``.smem_bytes``. Thread-safe: concurrent calls
+    for one kernel compile it once and return the same object.
+
+    Raises:
+        TypeError, ValueError: for an unknown arch, dtype, config or epilogue, and
+            ``ValueError`` when ``epilogue.epilogue_fn`` cannot be compiled into the kernel
+            (it must map one float32 ``cute.TensorSSA`` to one of the same shape).
     """
     _check_arch(arch)
-    act = dtype_name(act_dtype)
-    flt = dtype_name(filter_dtype if filter_dtype is not None else act)
-    out = dtype_name(out_dtype if out_dtype is not None else act)
-    if act not in INPUT_DTYPES or flt != act:
-        raise TypeError(
-            f"act_dtype={act} and filter_dtype={flt}: both must be the same one of "
-            f"{', '.join(INPUT_DTYPES)}"
-        )
+    act = dtype_name(act_dtype, "act_dtype", INPUT_DTYPES)
+    flt = dtype_name(act if filter_dtype is None else filter_dtype, "filter_dtype", INPUT_DTYPES)
+    out = dtype_name(out_dtype if out_dtype is not None else act, "out_dtype")
+    if flt != act:
+        raise TypeError(f"act_dtype={act} and filter_dtype={flt}: they must be equal")
     if config is None:
         config = DEFAULT_CONFIG_BY_ARCH[arch]()
     config_type = CONFIG_TYPE_BY_ARCH[arch]
@@ -264,7 +279,17 @@ def compile_kernel(
         epilogue = EpilogueSpec()
     if not isinstance(epilogue, EpilogueSpec):
         raise TypeError(f"epilogue must be an EpilogueSpec, got {type(epilogue).__name__}")
-    return _cached(KernelKey(arch, act, flt, out, config, epilogue), _compile)
+    try:
+        return _cached(KernelKey(arch, act, flt, out, config, epilogue), _compile)
+    except Exception as exc:
+        if epilogue.epilogue_fn is None:
+            raise
+        # The user's function failed to trace (wrong arity, torch calls, a wrong shape):
+        # name it instead of surfacing the DSL's internals.
+        raise ValueError(
+            f"epilogue_fn {epilogue.epilogue_fn!r} could not be compiled into the kernel: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
 
 
 @dataclasses.dataclass(frozen=True)
@@ -322,5 +347,4 @@ def cached_kernel_count() -> int:
 
 def clear_cache() -> None:
     """Forget the kernels held in memory (the on-disk tier, if enabled, keeps them)."""
-    with _cache_lock:
-        _cache.clear()
+    _cache.clear()
