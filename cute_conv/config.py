@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from .kernels.common.config_checks import check_choice, check_field_types
 from .kernels.sm90.conv2d_fprop import HALO_SLACK_ROWS
 from .kernels.sm90.schedule_checks import check_schedule_options
+from .kernels.sm100.config import Conv2dConfigSm100
 from .problem import Conv2dProblemShape
 
 __all__ = ["Conv2dConfig", "check_config_fits", "default_config"]
@@ -164,9 +165,40 @@ class Conv2dConfig:
         return (self.cluster_m, self.cluster_n)
 
 
+def check_problem(problem: object) -> None:
+    """``TypeError`` unless ``problem`` is a ``Conv2dProblemShape``."""
+    if not isinstance(problem, Conv2dProblemShape):
+        raise TypeError(
+            f"problem must be a Conv2dProblemShape (e.g. Conv2dProblemShape.from_shapes("
+            f"x_shape, filter_shape, stride=..., padding=...)), got {problem!r} "
+            f"({type(problem).__name__})"
+        )
+
+
+def check_heuristic_args(problem: object, num_sms: object, has_residual: object = False) -> None:
+    """``TypeError`` / ``ValueError`` unless the arguments of a default-config heuristic are a
+    ``Conv2dProblemShape``, a positive int and a bool."""
+    check_problem(problem)
+    if isinstance(num_sms, bool) or not isinstance(num_sms, int):
+        raise TypeError(f"num_sms must be an int, got {num_sms!r} ({type(num_sms).__name__})")
+    if num_sms < 1:
+        raise ValueError(f"num_sms must be >= 1 (the device's SM count), got {num_sms}")
+    if not isinstance(has_residual, bool):
+        raise TypeError(
+            f"has_residual must be a bool, got {has_residual!r} ({type(has_residual).__name__})"
+        )
+
+
 def check_config_fits(config: Conv2dConfig, problem: Conv2dProblemShape) -> None:
     """Raise ``ValueError`` if ``config`` cannot run the kernel problem ``problem`` (the limits
-    of halo tiles; other configs run any problem)."""
+    of halo tiles; other configs run any problem); ``TypeError`` for arguments of other types
+    (``can_implement_sm100`` checks an SM100 config)."""
+    if not isinstance(config, Conv2dConfig):
+        hint = (
+            " (can_implement_sm100 checks those)" if isinstance(config, Conv2dConfigSm100) else ""
+        )
+        raise TypeError(f"config must be a Conv2dConfig, got {type(config).__name__}{hint}")
+    check_problem(problem)
     if config.tile_w:
         misfit = _halo_misfit(problem, config.tile_m, config.tile_w, config.halo_h)
         if misfit:
@@ -281,6 +313,7 @@ def default_config(
     (r50-c3 3x3 with 32-column tiles: 13-22% slower; as ping-pong tiles faster on an H100
     only, see ``pingpong_halo_tile``).
     """
+    check_heuristic_args(problem, num_sms, has_residual)
     # min() keeps the first of equal costs: ties go to the wider tile.
     widest_first = sorted(TILE_N_CHOICES, reverse=True)
     tile_n = min(widest_first, key=lambda n: _wave_cost(problem, 128, n, num_sms))

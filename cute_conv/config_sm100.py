@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .config import check_heuristic_args
 from .kernels.sm100.config import (
     SMEM_CAPACITY_SM100,
     TMEM_COLUMNS_SM100,
@@ -60,14 +61,17 @@ def check_sm100(
     to ``act_dtype``); ``has_residual``: whether the kernel loads a source tensor. Returns
     the resolved plan (stage counts, SMEM bytes, TMEM columns).
     """
-    from .compile import _CUTLASS_DTYPES, dtype_name  # compile imports this module
+    from .compile import _CUTLASS_DTYPES, INPUT_DTYPES, dtype_name  # compile imports this
 
+    check_heuristic_args(problem, 1, has_residual)
     if config is None:
         config = Conv2dConfigSm100.default_bf16()
     if not isinstance(config, Conv2dConfigSm100):
         raise TypeError(f"config must be a Conv2dConfigSm100, got {type(config).__name__}")
-    act = _CUTLASS_DTYPES[dtype_name(act_dtype)]
-    out = _CUTLASS_DTYPES[dtype_name(out_dtype if out_dtype is not None else act_dtype)]
+    act_name = dtype_name(act_dtype, "act_dtype", INPUT_DTYPES)
+    act = _CUTLASS_DTYPES[act_name]
+    out_name = dtype_name(out_dtype if out_dtype is not None else act_name, "out_dtype")
+    out = _CUTLASS_DTYPES[out_name]
     check_problem_limits(problem)
     for name, value, dtype in (("C", problem.C, act), ("K", problem.K, act), ("K", problem.K, out)):
         row_bytes = value * dtype.width // 8
@@ -109,6 +113,7 @@ def default_config_sm100(problem: Conv2dProblemShape, num_sms: int = 148) -> Con
     (a k-tile never spans two taps, so a 64-wide one would be half zero-fill there, e.g. the
     stem's super-pixel view).
     """
+    check_heuristic_args(problem, num_sms)
     cost = {n: -(-problem.K // n) * (n + 64) for n in (256, 192, 128, 64)}
     mma_n = min(cost, key=lambda n: (cost[n], -n))
     tile_k = 32 if problem.C <= 32 else 64

@@ -9,7 +9,8 @@ a problem it has no choice for on first use. Otherwise the fast heuristic
 ``default_config`` decides.
 
 Tuning never touches the caller's tensors: it times each candidate on scratch tensors of the
-same shapes.
+same shapes. Tunings in one process take turns (they would time each other's kernels), and
+threads making the first call of one problem at once tune it once.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import json
 import math
 import os
 import statistics
+import threading
 from collections.abc import Sequence
 
 import torch
@@ -31,11 +33,14 @@ from .config import (
     TILE_M_CHOICES,
     TILE_N_CHOICES,
     Conv2dConfig,
+    check_config_fits,
+    check_heuristic_args,
     default_config,
     pingpong_halo_tile,
 )
 from .problem import Conv2dProblemShape
 from .staging import kernel_problem_for
+from .validation import INPUT_DTYPES, check_compute_capability, validate_conv_inputs
 
 __all__ = [
     "autotune",
@@ -64,6 +69,8 @@ _FINAL_ROUNDS, _FINAL_ROUND_MS, _FINAL_WARMUP_MS = 4, 100.0, 25.0
 _MIN_REPS, _MAX_REPS = 5, 1000
 # More than an H100's or H200's L2 (50 MB), as do_bench's flush buffer.
 _L2_FLUSH_BYTES = 256 << 20
+# Held while timing (re-entered by choose_config's tuning on first use).
+_tune_lock = threading.RLock()
 
 
 def autotune_on_first_use() -> bool:
@@ -108,6 +115,7 @@ def candidate_configs(problem: Conv2dProblemShape, num_sms: int = 132) -> list[C
     scheduling choices of the default heuristic for the problem the kernel runs (after
     staging) on ``num_sms`` SMs; and 128x128 ping-pong halo tiles where they fit
     (``pingpong_halo_tile``: faster than the default on some devices only)."""
+    check_heuristic_args(problem, num_sms)
     kernel_problem = kernel_problem_for(problem)
     heuristic = default_config(kernel_problem, num_sms)
     tile_k, stream_k = heuristic.tile_k, heuristic.stream_k
@@ -239,20 +247,111 @@ def autotune(
 
     ``has_residual``: tune for ``conv2d_fprop_with_residual`` (timed with a residual add);
     its choice is stored apart from the plain conv's and serves only residual calls. Plain
-    choices serve every epilogue without a residual (bias, scale, activations)."""
+    choices serve every epilogue without a residual (bias, scale, activations).
+
+    Raises:
+        TypeError, ValueError: on bad arguments (checked first, with no GPU needed), on a
+            device that is not an H100/H200, or on a config in ``configs`` that cannot run
+            the problem.
+        RuntimeError: when torch has no CUDA GPU to time on.
+    """
+    problem, out_dtype, configs = _check_autotune_args(
+        x_shape, filter_shape, stride, padding, dilation, dtype, out_dtype, configs, has_residual
+    )
+    device = _tuning_device(device)
+    with _tune_lock:
+        return _autotune(problem, dtype, out_dtype, device, configs, has_residual)
+
+
+def _check_autotune_args(
+    x_shape, filter_shape, stride, padding, dilation, dtype, out_dtype, configs, has_residual
+) -> tuple[Conv2dProblemShape, torch.dtype, list[Conv2dConfig] | None]:
+    """``autotune``'s arguments, checked with no CUDA query: the problem, the output dtype and
+    the configs to time (None: the candidates)."""
+    for name, shape, layout in (("x_shape", x_shape, "[N, H, W, C]"),
+                                ("filter_shape", filter_shape, "[K, R, S, C]")):  # fmt: skip
+        if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
+            raise TypeError(f"{name} must be a sequence of 4 ints {layout}, got {shape!r}")
+        if len(shape) != 4:
+            raise ValueError(f"{name} must be {layout} (4 values), got {tuple(shape)}")
+    problem = Conv2dProblemShape.from_shapes(x_shape, filter_shape)  # sizes: ints, >= 1
+    if problem.N == 0:
+        raise ValueError(f"x_shape={tuple(x_shape)} has N=0: there is nothing to time")
+    if not isinstance(dtype, torch.dtype) or dtype not in INPUT_DTYPES:
+        raise TypeError(f"dtype must be one of {', '.join(map(str, INPUT_DTYPES))}, got {dtype!r}")
+    # The call's own checks (geometry, im2col limits, out_dtype), on tensors without storage.
+    problem, out_dtype = validate_conv_inputs(
+        torch.empty(problem.activation_shape, dtype=dtype, device="meta"),
+        torch.empty(problem.filter_shape, dtype=dtype, device="meta"),
+        stride=stride, padding=padding, dilation=dilation, out_dtype=out_dtype,
+    )  # fmt: skip
+    if not isinstance(has_residual, bool):
+        raise TypeError(
+            f"has_residual must be a bool, got {has_residual!r} ({type(has_residual).__name__})"
+        )
+    if configs is None:
+        return problem, out_dtype, None
+    if (
+        not isinstance(configs, Sequence)
+        or not configs
+        or not all(isinstance(config, Conv2dConfig) for config in configs)
+    ):
+        raise TypeError(
+            f"configs must be None or a non-empty sequence of Conv2dConfig, got {configs!r}"
+        )
+    kernel_problem = kernel_problem_for(problem)
+    for config in configs:
+        check_config_fits(config, kernel_problem)
+    return problem, out_dtype, list(configs)
+
+
+def _tuning_device(device: object) -> torch.device:
+    """The CUDA device to tune on, with its index; a clear error where there is none."""
+    if isinstance(device, bool) or not isinstance(device, (torch.device, str, int)):
+        raise TypeError(
+            "device must be a torch.device, a name ('cuda', 'cuda:1') or an index, got "
+            f"{device!r} ({type(device).__name__})"
+        )
+    try:
+        device = torch.device(device)
+    except RuntimeError as exc:
+        raise ValueError(f"device={device!r} is not a device name: {exc}") from None
+    if device.type != "cuda":
+        raise ValueError(f"device={device} must be a CUDA device: autotune times kernels on it")
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            "autotune times kernels on a GPU: it needs an H100/H200 (compute capability 9.0) "
+            "and a CUDA build of torch, and torch.cuda.is_available() is False here "
+            "(without a GPU, default_config(problem) picks a config)"
+        )
+    count = torch.cuda.device_count()
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    elif device.index >= count:
+        raise ValueError(f"device={device} does not exist: torch sees {count} CUDA device(s)")
+    arch = check_compute_capability(torch.cuda.get_device_capability(device), device)
+    if arch != "sm_90a":
+        raise ValueError(
+            f"{device} runs {arch} kernels, which autotune does not tune (default_config_sm100 "
+            "picks their config); it tunes sm_90a kernels (H100/H200)"
+        )
+    return device
+
+
+def _autotune(
+    problem: Conv2dProblemShape,
+    dtype: torch.dtype,
+    out_dtype: torch.dtype,
+    device: torch.device,
+    configs: list[Conv2dConfig] | None,
+    has_residual: bool,
+) -> Conv2dConfig:
     from .api import _sm_count, conv2d_fprop, conv2d_fprop_with_residual
 
-    device = torch.device(device)
-    if device.index is None:
-        device = torch.device(device.type, torch.cuda.current_device())
-    out_dtype = out_dtype or dtype
-    x = torch.randn(*x_shape, device=device).to(dtype)
-    flt = torch.randn(*filter_shape, device=device).to(dtype) / 16
-    problem = Conv2dProblemShape.from_shapes(
-        x.shape, flt.shape, stride=stride, padding=padding, dilation=dilation
-    )
+    x = torch.randn(*problem.activation_shape, device=device).to(dtype)
+    flt = torch.randn(*problem.filter_shape, device=device).to(dtype) / 16
     out = torch.empty(problem.output_shape, dtype=out_dtype, device=device)
-    geom = dict(stride=stride, padding=padding, dilation=dilation)
+    geom = dict(stride=problem.stride, padding=problem.padding, dilation=problem.dilation)
     if has_residual:
         source = torch.randn(problem.output_shape, device=device).to(out_dtype)
         conv = functools.partial(conv2d_fprop_with_residual, x, flt, source, out=out, **geom)
@@ -329,10 +428,13 @@ def choose_config(
     if stored is not None:
         return stored
     if autotune_on_first_use() and kernel_problem is problem:
-        (top, bottom), (left, right) = problem.padding
-        return autotune(
-            tuple(x.shape), tuple(filter_shape), stride=problem.stride,
-            padding=((top, bottom), (left, right)), dilation=problem.dilation,
-            dtype=x.dtype, out_dtype=out_dtype, device=x.device, has_residual=has_residual,
-        )  # fmt: skip
+        with _tune_lock:  # concurrent first calls: one tunes, the others take its choice
+            stored = lookup(x.device, key)
+            if stored is not None:
+                return stored
+            return autotune(
+                tuple(x.shape), tuple(filter_shape), stride=problem.stride,
+                padding=problem.padding, dilation=problem.dilation, dtype=x.dtype,
+                out_dtype=out_dtype, device=x.device, has_residual=has_residual,
+            )  # fmt: skip
     return default_config(kernel_problem, num_sms, has_residual=has_residual)

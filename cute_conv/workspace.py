@@ -6,12 +6,17 @@ float32 partials (one tile per CTA of the grid) and int32 counters (one per outp
 it leaves at zero when it ends. A dynamically scheduled kernel (``dynamic_schedule``) needs
 only its int32 work counters, also left at zero. Calls on one stream run in order, so they
 share the stream's buffers; other streams get their own. Buffers only grow: the first call of
-a new, larger size allocates (and zeroes the counters) on the call's stream.
+a new, larger size allocates (and zeroes the counters) on the call's stream, at least twice the
+old size. Thread-safe: a buffer is grown once however many threads need it at once, and a
+replaced one is kept, not freed, as another thread may hold its address for a launch it has
+not issued yet (the allocator could hand freed memory to that stream's next tensor first);
+the doubling keeps the replaced ones smaller, together, than the live one.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import torch
 
@@ -22,6 +27,7 @@ from .problem import Conv2dProblemShape
 __all__ = ["DYNAMIC_SCHEDULE_COUNTERS", "kernel_workspace", "kernel_workspace_size"]
 
 _buffers: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+_replaced: list[torch.Tensor] = []
 _lock = threading.Lock()
 
 
@@ -60,17 +66,32 @@ def kernel_workspace(
 
 def _grow(key: tuple[int, int], partial_floats: int, num_flags: int):
     device_index, stream = key
-    old = _buffers.get(key)
-    if old is not None:
-        partial_floats = max(partial_floats, old[0].numel())
-        num_flags = max(num_flags, old[1].numel())
+    old_partials, old_flags = _buffers.get(key, (None, None))
     device = torch.device("cuda", device_index)
-    # Allocated on the call's stream: the caching allocator hands the old buffers, once
-    # dropped, only to later work of this stream, after the kernels that still use them.
+    # On the call's stream: the counters are zeroed before the kernels that use them.
     with torch.cuda.device(device), torch.cuda.stream(torch.cuda.ExternalStream(stream)):
-        new = (
-            torch.empty(partial_floats, dtype=torch.float32, device=device),
-            torch.zeros(num_flags, dtype=torch.int32, device=device),
+        partials = _at_least(
+            old_partials,
+            partial_floats,
+            lambda n: torch.empty(n, dtype=torch.float32, device=device),
         )
+        flags = _at_least(
+            old_flags, num_flags, lambda n: torch.zeros(n, dtype=torch.int32, device=device)
+        )
+    new = partials, flags
     _buffers[key] = new
     return new
+
+
+def _at_least(
+    old: torch.Tensor | None, size: int, allocate: Callable[[int], torch.Tensor]
+) -> torch.Tensor:
+    """``old`` if it holds ``size`` elements (the other buffer needs growing, or another
+    thread grew this one first), else a new buffer of ``size`` and at least twice ``old``'s,
+    ``old`` kept in ``_replaced``. Call under ``_lock``."""
+    if old is not None and old.numel() >= size:
+        return old
+    if old is not None:
+        _replaced.append(old)
+        size = max(size, 2 * old.numel())
+    return allocate(size)
