@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0 torchvision==0.28.0
 # Written once the install succeeded; redone when pyproject.toml changes.
 STAMP := $(VENV)/.cute-conv-installed
 
-.PHONY: install test demo bench bench-models lint clean distclean
+.PHONY: install test demo bench bench-models bench-corpus lint clean distclean
 
 install: $(STAMP)
 
@@ -42,6 +42,11 @@ bench-models: install
 	for model in resnet18 resnet50 vgg16; do for batches in "1 8" "32 128"; do \
 		$(VPY) benchmarks/models.py --models $$model --batches $$batches || exit 1; \
 	done; done
+
+# The conv corpus (H100/H200), one section of ~7 minutes per call: `make bench-corpus
+# SECTION=3` (`benchmarks/bench_corpus.py --plan` lists them), CORPUS_ARGS for more options.
+bench-corpus: install
+	$(VPY) benchmarks/bench_corpus.py --section $(or $(SECTION),0) $(CORPUS_ARGS)
 
 lint: install
 	$(VPY) -m ruff check .

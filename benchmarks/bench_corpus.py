@@ -1,0 +1,656 @@
+"""Benchmark cute_conv on the conv corpus (``benchmarks/corpus.json``), in sections.
+
+    python benchmarks/bench_corpus.py --plan                       # sections and estimates, no GPU
+    python benchmarks/bench_corpus.py --section 0 [--sections S]   # one section (H100/H200)
+    python benchmarks/bench_corpus.py --split heldout --tag "1x1"  # or a class of the corpus
+    python benchmarks/bench_corpus.py --render                     # CORPUS.md + corpus.png, no GPU
+
+Per problem, in one process (bf16 in/out, fp32 accumulation):
+- plain conv: ``cute_conv.conv2d_fprop`` vs cuDNN (``F.conv2d`` on channels_last views,
+  ``cudnn.benchmark=True``);
+- both fused orders, ``relu(conv + b) + r`` (``conv2d_fprop_with_residual(x, w, r, bias=b,
+  activation="relu")``) and ``relu(conv + b + r)`` (the same with
+  ``residual_order="before_activation"``), vs the cuDNN frontend's fused graph (conv_fprop ->
+  bias -> relu -> add, or -> add -> relu; NHWC bf16; heuristics A + FALLBACK; the first
+  ``FRONTEND_PLANS`` execution plans built, checked and timed, the fastest correct one kept).
+  The frontend (``import cudnn``, the nvidia-cudnn-frontend package) is optional: without it
+  those columns are skipped, and the output says so.
+Every result is checked against the float32 reference first (``compare_to_reference``); a
+failed check is recorded and that comparison is not timed. Timing is ``bench.py``'s: rounds of
+``triton.testing.do_bench`` medians, the order reversed every other round. Each problem's row
+is appended to ``benchmarks/corpus_results.json`` as soon as it is measured; ``--max-seconds``
+stops before a problem whose estimate would overrun the budget, and the run records what it
+skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import json
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # bench.py and corpus.py sit beside this script
+
+from bench import ROUNDS, gemm_ceiling_tflops, geomean, time_interleaved  # noqa: E402
+from corpus import CORPUS_PATH, TAGS  # noqa: E402
+
+RESULTS_PATH = HERE / "corpus_results.json"
+REPORT_PATH = HERE / "CORPUS.md"
+CHART_PATH = HERE / "corpus.png"
+ORDERS = ("after_activation", "before_activation")  # the two fused residual orders
+FRONTEND_PLANS = 10
+# Time model of one problem, for sections and the budget (seconds): a do_bench call costs its
+# 25 ms warm-up and 100 ms of repetitions, plus ~10 calls; a problem adds inputs, references and
+# checks; the frontend builds and screens up to FRONTEND_PLANS plans per fused order.
+DO_BENCH_S = 0.14
+PROBLEM_SETUP_S = 1.0
+FRONTEND_SCREEN_S = 2 * FRONTEND_PLANS * 0.25
+EST_RATE_FLOPS = 300e12  # a pessimistic bf16 rate: only long calls matter here
+SECTION_SECONDS = 420  # a section's estimate; with start-up and compiles it stays under 8 min
+LATENCY_BOUND_MS = 0.020  # cuDNN faster than this: the problem is latency-bound
+COMPARISONS = {  # name -> (our time, the baseline's time, title)
+    "plain": ("ours_ms", "cudnn_ms", "plain conv vs cuDNN"),
+    "after": ("after_ms", "fe_after_ms", "relu(conv + b) + r vs cuDNN frontend"),
+    "before": ("before_ms", "fe_before_ms", "relu(conv + b + r) vs cuDNN frontend"),
+}
+
+
+# ---- selection and sections (no GPU) ----
+
+
+def load_corpus(path: Path = CORPUS_PATH) -> list[dict]:
+    return json.loads(path.read_text())["problems"]
+
+
+def estimate_seconds(problem: dict, *, frontend: bool = True) -> float:
+    """Estimated wall time of ``bench_problem`` on ``problem`` (see the constants above)."""
+    call_s = problem["gflop"] * 1e9 / EST_RATE_FLOPS
+    timed = 2 + 2 * len(ORDERS) if frontend else 2 + len(ORDERS)
+    screen = FRONTEND_SCREEN_S if frontend else 0.0
+    return PROBLEM_SETUP_S + screen + ROUNDS * timed * (DO_BENCH_S + 10 * call_s)
+
+
+def select(problems: list[dict], *, split: str, tags: Iterable[str]) -> list[dict]:
+    """The problems of ``split`` ("train", "heldout" or "all") carrying every tag of ``tags``."""
+    tags = set(tags)
+    unknown = tags - set(TAGS)
+    if unknown:
+        raise ValueError(f"--tag {sorted(unknown)} is not a corpus tag; tags: {', '.join(TAGS)}")
+    return [p for p in problems if split in ("all", p["split"]) and tags <= set(p["tags"])]
+
+
+def sections(problems: list[dict], count: int | None, *, frontend: bool = True) -> list[list[dict]]:
+    """Consecutive runs of ``problems`` of about equal estimated time: ``count`` of them, or
+    (None) as few as keep each under ``SECTION_SECONDS``."""
+    est = [estimate_seconds(p, frontend=frontend) for p in problems]
+    total = sum(est)
+    if count is None:
+        count = max(1, math.ceil(total / SECTION_SECONDS))
+    if count < 1:
+        raise ValueError(f"--sections must be >= 1, got {count}")
+    if not problems:
+        return [[] for _ in range(count)]
+    parts: list[list[dict]] = [[] for _ in range(count)]
+    done = 0.0
+    for p, s in zip(problems, est, strict=True):
+        # a problem goes to the section its midpoint falls in
+        parts[min(count - 1, int((done + s / 2) / total * count))].append(p)
+        done += s
+    return parts
+
+
+def problem_shape(p: dict):
+    import cute_conv
+
+    return cute_conv.Conv2dProblemShape(
+        p["N"], p["H"], p["W"], p["C"], p["K"], p["R"], p["S"],
+        padding=tuple(map(tuple, p["padding"])), stride=tuple(p["stride"]),
+        dilation=tuple(p["dilation"]),
+    )  # fmt: skip
+
+
+# ---- measuring (GPU) ----
+
+
+def _frontend():
+    """The cuDNN frontend module, or None when it is not installed."""
+    try:
+        import cudnn
+    except ImportError:
+        return None
+    return cudnn
+
+
+@functools.cache
+def _frontend_handle(cudnn):
+    """One cuDNN handle per process, on torch's current stream."""
+    handle = cudnn.create_handle()
+    cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream().cuda_stream)
+    return handle
+
+
+class FrontendGraph:
+    """The cuDNN frontend's fused ``conv -> bias -> relu -> add`` (or ``-> add -> relu``)
+    graph on the channels_last views of our tensors, run with one chosen execution plan."""
+
+    def __init__(self, cudnn, problem, order: str, x, w, bias, res, out) -> None:
+        bf16, f32 = cudnn.data_type.BFLOAT16, cudnn.data_type.FLOAT
+        self.handle = _frontend_handle(cudnn)
+        g = cudnn.pygraph(
+            io_data_type=bf16, intermediate_data_type=f32, compute_data_type=f32,
+            handle=self.handle,
+        )  # fmt: skip
+        k = bias.numel()
+        tensors = {"X": x, "W": w, "B": bias.view(1, k, 1, 1), "R": res}
+        strides = {name: list(t.stride()) for name, t in tensors.items()}
+        strides["B"] = [k, 1, k, k]  # a channels_last [1, K, 1, 1] vector, as cuDNN lays it out
+        nodes = {
+            name: g.tensor(name=name, dim=list(t.shape), stride=strides[name], data_type=bf16)
+            for name, t in tensors.items()
+        }
+        (top, bottom), (left, right) = problem.padding
+        y = g.conv_fprop(
+            image=nodes["X"], weight=nodes["W"], pre_padding=[top, left],
+            post_padding=[bottom, right], stride=list(problem.stride),
+            dilation=list(problem.dilation), compute_data_type=f32, name="conv",
+        )  # fmt: skip
+        y = g.bias(name="bias", input=y, bias=nodes["B"])
+        if order == "after_activation":
+            y = g.add(name="residual", a=g.relu(name="relu", input=y), b=nodes["R"])
+        else:
+            y = g.relu(name="relu", input=g.add(name="residual", a=y, b=nodes["R"]))
+        y.set_output(True).set_data_type(bf16)
+        g.validate()
+        g.build_operation_graph()
+        g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+        g.check_support()
+        self.graph = g
+        self.pack = {nodes[name]: t for name, t in tensors.items()} | {y: out}
+        self.plan, self.workspace = None, None
+
+    def plan_count(self) -> int:
+        return min(FRONTEND_PLANS, int(self.graph.get_execution_plan_count()))
+
+    def use_plan(self, index: int) -> None:
+        self.graph.build_plan_at_index(index)
+        size = int(self.graph.get_workspace_size_plan_at_index(index))
+        self.plan = index
+        self.workspace = torch.empty(max(size, 1), device="cuda", dtype=torch.uint8)
+
+    def __call__(self) -> None:
+        self.graph.execute_plan_at_index(
+            self.pack, self.workspace, index=self.plan, handle=self.handle
+        )
+
+
+def best_frontend_plan(graph: FrontendGraph, out: torch.Tensor, ref: torch.Tensor) -> dict:
+    """Build, check and screen (one short do_bench each) the graph's first plans; leave the
+    fastest correct one in use. Returns what was tried."""
+    from triton.testing import do_bench as triton_do_bench
+
+    from cute_conv.testing import compare_to_reference
+
+    tried, best = [], None
+    for index in range(graph.plan_count()):
+        try:
+            graph.use_plan(index)
+            out.fill_(float("nan"))
+            graph()
+            check = compare_to_reference(out, ref)
+            ms = (
+                triton_do_bench(graph, warmup=5, rep=20, return_mode="median") if check.ok else None
+            )
+        except Exception as e:  # noqa: BLE001 - a plan that fails to build or run is skipped
+            tried.append({"plan": index, "error": f"{type(e).__name__}: {e}"[:200]})
+            continue
+        tried.append({"plan": index, "ok": check.ok, "rel_err": check.rel_err, "screen_ms": ms})
+        if ms is not None and (best is None or ms < best[1]):
+            best = (index, ms)
+    if best is not None:
+        graph.use_plan(best[0])
+    return {"plans": tried, "plan": None if best is None else best[0]}
+
+
+def bench_problem(p: dict, cudnn_frontend) -> dict:
+    """One corpus problem: checks, then interleaved timings of everything that checked."""
+    import torch.nn.functional as F
+
+    import cute_conv
+    from cute_conv.reference import conv2d_reference
+    from cute_conv.staging import kernel_problem_for
+    from cute_conv.testing import random_conv_inputs
+
+    problem = problem_shape(p)
+    geom = dict(stride=problem.stride, padding=problem.padding, dilation=problem.dilation)
+    x, flt = random_conv_inputs(*(p[d] for d in "NHWCKRS"))
+    num_sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    # Explicit heuristic configs, so that a stored autotuner choice cannot stand in for them.
+    kernel_problem = kernel_problem_for(problem)
+    config = cute_conv.default_config(kernel_problem, num_sms)
+    fused_config = cute_conv.default_config(kernel_problem, num_sms, has_residual=True)
+    row: dict = {
+        "key": p["key"], "split": p["split"], "tags": p["tags"], "model": p["model"],
+        "gflop": p["gflop"], "config": _tile(config), "fused_config": _tile(fused_config),
+        "checks": {}, "errors": {},
+    }  # fmt: skip
+    ref = conv2d_reference(x, flt, **geom)
+    # cuDNN's F.conv2d pads symmetrically: asymmetric padding goes through an explicit F.pad
+    (top, bottom), (left, right) = problem.padding
+    x_cl, w_cl = x.permute(0, 3, 1, 2), flt.permute(0, 3, 1, 2)  # channels_last NCHW views
+    if top == bottom and left == right:
+        pads = (top, left)
+        cudnn_conv = lambda: F.conv2d(x_cl, w_cl, None, problem.stride, pads, problem.dilation)  # noqa: E731
+    else:
+        row["cudnn_note"] = "asymmetric padding: F.pad + F.conv2d"
+        cudnn_conv = lambda: F.conv2d(  # noqa: E731
+            F.pad(x_cl, (left, right, top, bottom)), w_cl, None, problem.stride, 0, problem.dilation
+        )
+    fns: dict[str, Callable[[], object]] = {}
+
+    out = torch.full(problem.output_shape, float("nan"), dtype=x.dtype, device="cuda")
+    plain = lambda: cute_conv.conv2d_fprop(x, flt, out=out, config=config, **geom)  # noqa: E731
+    if _checked(row, "plain", plain, out, ref):
+        fns |= {"ours_ms": plain, "cudnn_ms": cudnn_conv}
+
+    bias = torch.randn(p["K"], device="cuda", dtype=x.dtype)
+    res = torch.randn(problem.output_shape, device="cuda").to(x.dtype)
+    fused_refs = {
+        "after_activation": torch.relu(ref + bias.float()) + res.float(),
+        "before_activation": torch.relu(ref + bias.float() + res.float()),
+    }
+    for order, name in zip(ORDERS, ("after", "before"), strict=True):
+        fused_out = torch.full_like(res, float("nan"))
+
+        def fused(order=order, fused_out=fused_out):
+            return cute_conv.conv2d_fprop_with_residual(
+                x, flt, res, bias=bias, activation="relu", residual_order=order,
+                out=fused_out, config=fused_config, **geom,
+            )  # fmt: skip
+
+        if _checked(row, name, fused, fused_out, fused_refs[order]):
+            fns[f"{name}_ms"] = fused
+        if cudnn_frontend is not None:
+            fe_out = torch.full_like(res, float("nan"))
+            try:
+                graph = FrontendGraph(
+                    cudnn_frontend,
+                    problem,
+                    order,
+                    x_cl,
+                    w_cl,
+                    bias,
+                    res.permute(0, 3, 1, 2),
+                    fe_out.permute(0, 3, 1, 2),
+                )
+                screen = best_frontend_plan(graph, fe_out, fused_refs[order])
+            except Exception as e:  # noqa: BLE001 - an unsupported graph is a result, not a crash
+                row["errors"][f"fe_{name}"] = f"{type(e).__name__}: {e}"[:300]
+                continue
+            row[f"fe_{name}_screen"] = screen
+            if screen["plan"] is not None:
+                fns[f"fe_{name}_ms"] = graph
+    del ref, fused_refs
+    row.update(time_interleaved(fns))
+    return row
+
+
+def _checked(row: dict, name: str, fn: Callable[[], object], out, ref) -> bool:
+    """Run ``fn`` once into the NaN-poisoned ``out`` and record its check against ``ref``."""
+    from cute_conv.testing import compare_to_reference
+
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - recorded, the other comparisons still run
+        row["errors"][name] = f"{type(e).__name__}: {e}"[:300]
+        return False
+    check = compare_to_reference(out, ref)
+    row["checks"][name] = {"ok": check.ok, "rel_err": check.rel_err}
+    return check.ok
+
+
+def _tile(config) -> str:
+    return f"{config.tile_m}x{config.tile_n} {config.cluster_m}x{config.cluster_n}"
+
+
+def _save_run(run: dict, path: Path) -> None:
+    """Write ``run`` into the results file, replacing its earlier copy (by ``run_id``)."""
+    data = json.loads(path.read_text()) if path.exists() else {"runs": []}
+    data["runs"] = [r for r in data["runs"] if r["run_id"] != run["run_id"]] + [run]
+    path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def run_benchmark(problems: list[dict], args: argparse.Namespace, label: str) -> int:
+    start = time.perf_counter()
+    torch.backends.cudnn.benchmark = True
+    cudnn_frontend = None if args.no_frontend else _frontend()
+    if cudnn_frontend is None:
+        why = "--no-frontend" if args.no_frontend else "`import cudnn` failed (not installed)"
+        print(f"bench_corpus: cuDNN frontend columns skipped: {why}", flush=True)
+    props = torch.cuda.get_device_properties(0)
+    run = {
+        "run_id": datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ"),
+        "selection": label,
+        "device": props.name,
+        "sms": props.multi_processor_count,
+        "torch": torch.__version__,
+        "cudnn": torch.backends.cudnn.version(),
+        "cudnn_frontend": None if cudnn_frontend is None else _frontend_version(cudnn_frontend),
+        "rounds": ROUNDS,
+        "gemm_tflops": gemm_ceiling_tflops(),
+        "max_seconds": args.max_seconds,
+        "rows": [],
+        "not_run": [],
+    }
+    done = _done_keys(args.results, run["device"]) if args.skip_done else set()
+    for p in problems:
+        if p["key"] in done:
+            continue
+        elapsed = time.perf_counter() - start
+        if elapsed + estimate_seconds(p, frontend=cudnn_frontend is not None) > args.max_seconds:
+            run["not_run"].append(p["key"])
+            continue
+        t0 = time.perf_counter()
+        try:
+            row = bench_problem(p, cudnn_frontend)
+        except Exception as e:  # noqa: BLE001 - recorded; out of memory is not the end
+            row = {k: p[k] for k in ("key", "split", "tags", "model", "gflop")}
+            row |= {"checks": {}, "errors": {"problem": f"{type(e).__name__}: {e}"[:300]}}
+            if "CUDA error" not in str(e):
+                torch.cuda.empty_cache()
+        row["seconds"] = round(time.perf_counter() - t0, 2)
+        run["rows"].append(row)
+        run["seconds"] = round(time.perf_counter() - start, 1)
+        _save_run(run, args.results)
+        print(_summary(row), flush=True)
+        if "CUDA error" in row["errors"].get("problem", ""):
+            run["not_run"] += [q["key"] for q in problems[problems.index(p) + 1 :]]
+            print("bench_corpus: stopping after a CUDA error (the context is unusable)")
+            break
+    _save_run(run, args.results)
+    print(
+        f"bench_corpus: {len(run['rows'])} problems measured in {time.perf_counter() - start:.0f} s"
+        f"; {len(run['not_run'])} not run (--max-seconds {args.max_seconds:g}); "
+        f"results in {args.results}"
+    )
+    ours = ("problem", *(c for c in COMPARISONS))  # the frontend's own failures are results
+    failed = [
+        r["key"]
+        for r in run["rows"]
+        if any(n in ours for n in r["errors"]) or not all(c["ok"] for c in r["checks"].values())
+    ]
+    return 2 if failed else 0
+
+
+def _frontend_version(cudnn) -> str:
+    backend = getattr(cudnn, "backend_version_string", lambda: "?")()
+    return f"{getattr(cudnn, '__version__', '?')} (backend {backend})"
+
+
+def _done_keys(path: Path, device: str) -> set[str]:
+    if not path.exists():
+        return set()
+    runs = json.loads(path.read_text())["runs"]
+    return {row["key"] for run in runs if run["device"] == device for row in run["rows"]}
+
+
+def _summary(row: dict) -> str:
+    parts = [f"{row['key']:>60}"]
+    for name, (ours, base, _) in COMPARISONS.items():
+        if ours in row and base in row:
+            parts.append(f"{name} {row[base] / row[ours]:.2f}x")
+    if row.get("errors"):
+        parts.append(f"errors: {sorted(row['errors'])}")
+    failed = [n for n, c in row.get("checks", {}).items() if not c["ok"]]
+    if failed:
+        parts.append(f"FAILED checks: {failed}")
+    return " | ".join(parts)
+
+
+# ---- the report (no GPU) ----
+
+
+def latest_rows(
+    results: dict, device: str | None = None
+) -> tuple[str, list[dict], dict[str, float]]:
+    """The device reported (``device``, else the latest run's), its rows (the latest row per
+    problem) and each row's run's GEMM ceiling (TFLOP/s) by key."""
+    runs = results["runs"]
+    if not runs:
+        raise ValueError("the results file holds no runs")
+    device = device or runs[-1]["device"]
+    rows: dict[str, dict] = {}
+    ceilings: dict[str, float] = {}
+    for run in runs:
+        if run["device"] != device:
+            continue
+        for row in run["rows"]:
+            rows[row["key"]] = row
+            ceilings[row["key"]] = run.get("gemm_tflops")
+    return device, list(rows.values()), ceilings
+
+
+def ratio(row: dict, comparison: str) -> float | None:
+    """Baseline time over ours (> 1: cute_conv is faster), None where either is missing."""
+    ours, base, _ = COMPARISONS[comparison]
+    if row.get(ours) and row.get(base):
+        return row[base] / row[ours]
+    return None
+
+
+def weighted_geomean(values: list[float], weights: list[float]) -> float:
+    total = sum(weights)
+    if not values or total <= 0:
+        return float("nan")
+    return math.exp(sum(w * math.log(v) for v, w in zip(values, weights, strict=True)) / total)
+
+
+def summarize(rows: list[dict], comparison: str) -> tuple[int, float, float]:
+    """(problems with a ratio, geomean, flop-weighted geomean) of ``comparison``."""
+    pairs = [(ratio(r, comparison), r["gflop"]) for r in rows]
+    pairs = [(v, w) for v, w in pairs if v is not None]
+    values = [v for v, _ in pairs]
+    return len(values), geomean(values), weighted_geomean(values, [w for _, w in pairs])
+
+
+def _cell(n: int, g: float, fw: float) -> str:
+    return "-" if n == 0 else f"{g:.3f}x / {fw:.3f}x ({n})"
+
+
+def render(results: dict, report: Path, chart: Path, device: str | None = None) -> str:
+    """Write the Markdown report and the chart; returns the report's text."""
+    device, rows, ceilings = latest_rows(results, device)
+    comps = [c for c in COMPARISONS if any(ratio(r, c) is not None for r in rows)]
+    runs = [r for r in results["runs"] if r["device"] == device]
+    frontends = sorted({str(r.get("cudnn_frontend")) for r in runs})
+    lines = [
+        "# Corpus benchmark",
+        "",
+        f"- device: {device}; {len(rows)} problems measured in {len(runs)} run(s); "
+        f"torch {', '.join(sorted({r['torch'] for r in runs}))}, cuDNN "
+        f"{', '.join(sorted({str(r['cudnn']) for r in runs}))}, cuDNN frontend "
+        f"{', '.join(frontends)}",
+        "- each ratio is the baseline's time over ours (> 1: cute_conv faster), both timed in one "
+        "process; cells read `geomean / flop-weighted geomean (problems)`. Generated by "
+        "`python benchmarks/bench_corpus.py --render` from corpus_results.json.",
+    ]
+    if "after" not in comps and "before" not in comps:
+        lines.append("- no cuDNN frontend results: the fused columns are empty")
+    lines += ["", "## Overall", "", "| comparison | split | result |", "|---|---|---|"]
+    for c in comps:
+        for split in ("train", "heldout", "all"):
+            part = [r for r in rows if split in ("all", r["split"])]
+            lines.append(f"| {COMPARISONS[c][2]} | {split} | {_cell(*summarize(part, c))} |")
+    header = " | ".join(f"{COMPARISONS[c][2]}, {s}" for c in comps for s in ("train", "heldout"))
+    lines += [
+        "", "## Per class", "", f"| class | {header} |",
+        "|---|" + "---|" * (2 * len(comps)),
+    ]  # fmt: skip
+    for tag in TAGS:
+        tagged = [r for r in rows if tag in r["tags"]]
+        if not tagged:
+            continue
+        cells = [
+            _cell(*summarize([r for r in tagged if r["split"] == s], c))
+            for c in comps
+            for s in ("train", "heldout")
+        ]
+        lines.append(f"| {tag} | " + " | ".join(cells) + " |")
+    for c in comps:
+        worst = sorted((r for r in rows if ratio(r, c) is not None), key=lambda r: ratio(r, c))
+        lines += [
+            "", f"## Worst ten: {COMPARISONS[c][2]}", "",
+            "| problem | model | tags | GFLOP | ours ms | baseline ms | ratio |",
+            "|---|---|---|---|---|---|---|",
+        ]  # fmt: skip
+        ours, base, _ = COMPARISONS[c]
+        for r in worst[:10]:
+            lines.append(
+                f"| {r['key']} | {r['model']} | {', '.join(r['tags'])} | {r['gflop']:g} "
+                f"| {r[ours]:.4f} | {r[base]:.4f} | {ratio(r, c):.2f}x |"
+            )
+    lines += _latency_and_ceiling(rows, ceilings)
+    lines += _failures(rows)
+    text = "\n".join(lines) + f"\n\n![ratio vs GFLOP]({chart.name})\n"
+    report.write_text(text)
+    write_chart(rows, comps, chart, device)
+    return text
+
+
+def _latency_and_ceiling(rows: list[dict], ceilings: dict[str, float]) -> list[str]:
+    bound = [r for r in rows if r.get("cudnn_ms") and r["cudnn_ms"] < LATENCY_BOUND_MS]
+    n, g, fw = summarize(bound, "plain")
+    lines = [
+        "",
+        "## Latency-bound and large problems",
+        "",
+        f"- latency-bound (cuDNN plain conv under {LATENCY_BOUND_MS * 1000:g} us): "
+        f"{len(bound)} of {len(rows)} problems; plain conv vs cuDNN on them: {_cell(n, g, fw)}",
+    ]
+    shares = [
+        r["gflop"] / r["ours_ms"] / ceilings[r["key"]]  # GFLOP/ms = TFLOP/s
+        for r in rows
+        if "large" in r["tags"] and r.get("ours_ms") and ceilings.get(r["key"])
+    ]
+    if shares:
+        lines.append(
+            f"- large problems (GEMM M >= 32k, K >= 1152): our plain conv at "
+            f"{100 * statistics.median(shares):.0f}% of the bf16 GEMM rate (median of "
+            f"{len(shares)}; min {100 * min(shares):.0f}%, max {100 * max(shares):.0f}%; "
+            "torch.matmul 8192^3 measured in each run)"
+        )
+    return lines
+
+
+def _failures(rows: list[dict]) -> list[str]:
+    failed = [
+        (r["key"], n, f"rel_err {c['rel_err']:.1e}")
+        for r in rows
+        for n, c in r.get("checks", {}).items()
+        if not c["ok"]
+    ] + [(r["key"], n, e) for r in rows for n, e in r.get("errors", {}).items()]
+    if not failed:
+        return ["", "All checks passed; no errors."]
+    lines = ["", "## Failed checks and errors", "", "| problem | what | detail |", "|---|---|---|"]
+    lines += [f"| {k} | {n} | {d.replace('|', '/')} |" for k, n, d in failed]
+    return lines
+
+
+# The class a point is coloured by: its first tag in this order.
+_CHART_CLASSES = ("stem", "1x1", "3x3 s1", "strided", "big kernel", "dilated")
+
+
+def write_chart(rows: list[dict], comps: list[str], path: Path, device: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    fig, axes = plt.subplots(1, max(1, len(comps)), figsize=(6 * max(1, len(comps)), 4.5),
+                             squeeze=False)  # fmt: skip
+    for ax, c in zip(axes[0], comps, strict=False):
+        by_class: dict[str, list[tuple[float, float]]] = {}
+        for r in rows:
+            value = ratio(r, c)
+            if value is not None:
+                cls = next((t for t in _CHART_CLASSES if t in r["tags"]), "other")
+                by_class.setdefault(cls, []).append((r["gflop"], value))
+        for cls in (*_CHART_CLASSES, "other"):
+            if cls in by_class:
+                xs, ys = zip(*by_class[cls], strict=True)
+                ax.scatter(xs, ys, s=12, label=cls, alpha=0.7)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("GFLOP")
+        ax.set_ylabel("speedup of cute_conv (x)")
+        ax.set_title(COMPARISONS[c][2], fontsize=10)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"cute_conv on the corpus ({device})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---- command line ----
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--section", type=int, help="run this section (0-based)")
+    parser.add_argument(
+        "--sections", type=int,
+        help=f"split the selection into this many sections (default: each under "
+        f"~{SECTION_SECONDS} s estimated)",
+    )  # fmt: skip
+    parser.add_argument("--split", choices=("train", "heldout", "all"), default="all")
+    parser.add_argument("--tag", action="append", default=[], help="only problems with this tag")
+    parser.add_argument("--max-seconds", type=float, default=450.0, help="stop before overrunning")
+    parser.add_argument("--no-frontend", action="store_true", help="skip the cuDNN frontend")
+    parser.add_argument("--skip-done", action="store_true",
+                        help="skip problems this device already has results for")  # fmt: skip
+    parser.add_argument("--plan", action="store_true", help="print the sections, measure nothing")
+    parser.add_argument("--render", action="store_true", help="write the report from the results")
+    parser.add_argument("--device", help="with --render: the device to report (default: latest)")
+    parser.add_argument("--corpus", type=Path, default=CORPUS_PATH)
+    parser.add_argument("--results", type=Path, default=RESULTS_PATH)
+    parser.add_argument("--report", type=Path, default=REPORT_PATH)
+    parser.add_argument("--chart", type=Path, default=CHART_PATH)
+    args = parser.parse_args(argv)
+
+    if args.render:
+        print(render(json.loads(args.results.read_text()), args.report, args.chart, args.device))
+        return 0
+    chosen = select(load_corpus(args.corpus), split=args.split, tags=args.tag)
+    frontend = not args.no_frontend
+    parts = sections(chosen, args.sections, frontend=frontend)
+    if args.plan:
+        for i, part in enumerate(parts):
+            est = sum(estimate_seconds(p, frontend=frontend) for p in part)
+            print(f"section {i}: {len(part)} problems, ~{est:.0f} s estimated")
+        return 0
+    if args.section is None:
+        parser.error(f"--section K is required (0..{len(parts) - 1}; --plan lists them)")
+    if not 0 <= args.section < len(parts):
+        parser.error(f"--section {args.section} is out of range 0..{len(parts) - 1}")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        print("bench_corpus: needs an H100/H200 (compute capability 9.0); nothing was measured.")
+        return 1
+    label = f"split={args.split} tags={args.tag} section {args.section}/{len(parts)}"
+    return run_benchmark(parts[args.section], args, label)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,259 @@
+"""The conv corpus (benchmarks/corpus.py, corpus.json) and its benchmark's CPU parts
+(benchmarks/bench_corpus.py: selection, sections, the report). One GPU test runs the
+benchmark's measurement on two small problems."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.gpu import requires_sm90
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import bench_corpus  # noqa: E402
+import corpus  # noqa: E402
+
+from cute_conv import Conv2dProblemShape  # noqa: E402
+
+COMMITTED = json.loads(corpus.CORPUS_PATH.read_text())
+BY_KEY = {p["key"]: p for p in COMMITTED["problems"]}
+RESNET50_STEM = "n1_h224_w224_c3_k64_r7_s7_pad3.3.3.3_str2.2_dil1.1"
+RESNET50_1X1 = "n8_h56_w56_c64_k64_r1_s1_pad0.0.0.0_str1.1_dil1.1"  # layer1.0.conv1
+
+
+def _shape(p: dict) -> Conv2dProblemShape:
+    return bench_corpus.problem_shape(p)
+
+
+# ---- the generator ----
+
+
+def test_table_sources_are_deterministic():
+    first = corpus.build_corpus(corpus.table_groups())
+    second = corpus.build_corpus(corpus.table_groups())
+    assert corpus.dumps(first) == corpus.dumps(second)
+    assert len(corpus.random_sites()) == corpus.RANDOM_COUNT
+
+
+def test_committed_corpus_holds_the_fresh_table_problems():
+    """Without torchvision: every diffusion-table and random problem of a fresh generation is
+    in corpus.json with the same split and tags (a model conv may share it: more sources)."""
+    fresh = corpus.build_corpus(corpus.table_groups())
+    for record in fresh["problems"]:
+        committed = BY_KEY[record["key"]]
+        assert committed["split"] == record["split"]
+        assert committed["tags"] == record["tags"]
+        assert set(record["sources"]) <= set(committed["sources"])
+    rejected = {r["key"] for r in COMMITTED["rejected"]}
+    assert {r["key"] for r in fresh["rejected"]} <= rejected
+
+
+def test_committed_corpus_equals_a_fresh_generation():
+    try:
+        corpus._torchvision()
+    except RuntimeError as e:
+        pytest.skip(str(e))
+    assert corpus.dumps(corpus.generate()) == corpus.CORPUS_PATH.read_text()
+
+
+# ---- the committed corpus ----
+
+
+def test_corpus_size_and_unique_keys():
+    problems = COMMITTED["problems"]
+    assert 400 <= len(problems) <= 800
+    assert len(BY_KEY) == len(problems)
+    families = {p["model"].split("@")[0] for p in problems}
+    for model in ("resnet18", "resnet50", "resnext50_32x4d", "vgg16", "regnet_y_1_6gf",
+                  "fasterrcnn_resnet50_fpn", "deeplabv3_resnet50", "sd_vae", "sd15_unet",
+                  "sdxl_unet", "random"):  # fmt: skip
+        assert model in families
+
+
+def test_problems_are_valid_and_match_their_keys():
+    for p in COMMITTED["problems"]:
+        problem = _shape(p)
+        assert corpus.problem_key(problem) == p["key"]
+        assert corpus.rejection(problem, groups=1) is None, p["key"]
+        assert p["gflop"] == pytest.approx(problem.flops / 1e9, abs=1e-4)
+        assert problem.flops <= corpus.MAX_FLOPS
+
+
+def test_rejected_problems_say_why():
+    reasons = [r["reason"] for r in COMMITTED["rejected"]]
+    assert any("groups=32" in r for r in reasons)  # ResNeXt-50's grouped 3x3
+    assert any("TFLOP is over the corpus cap" in r for r in reasons)
+    for r in COMMITTED["rejected"]:
+        assert r["key"] not in BY_KEY
+        assert (r["groups"] > 1) == r["reason"].startswith("groups=")
+
+
+def test_rejection_uses_the_package_validation():
+    too_far = Conv2dProblemShape(1, 8, 8, 16, 16, 3, 3, padding=129)
+    assert "rejected by the package" in corpus.rejection(too_far, groups=1)
+    assert "groups=4" in corpus.rejection(Conv2dProblemShape(1, 8, 8, 16, 16, 3, 3), groups=4)
+
+
+# ---- tags ----
+
+
+def test_known_tags():
+    stem = BY_KEY[RESNET50_STEM]
+    assert {"stem", "strided", "big kernel", "few channels", "odd channels"} <= set(stem["tags"])
+    assert "resnet50:conv1" in stem["sources"]
+    one = BY_KEY[RESNET50_1X1]
+    assert "1x1" in one["tags"] and "3x3 s1" not in one["tags"] and "stem" not in one["tags"]
+    assert "resnet50:layer1.0.conv1" in one["sources"]
+
+
+@pytest.mark.parametrize(
+    "problem, expected",
+    [
+        (Conv2dProblemShape(1, 56, 56, 64, 64, 3, 3, padding=1), {"3x3 s1", "small batch"}),
+        (Conv2dProblemShape(128, 7, 7, 512, 2048, 1, 1), {"1x1", "tiny map"}),  # M = 6272
+        (Conv2dProblemShape(8, 56, 56, 128, 128, 3, 3, padding=1), {"3x3 s1"}),  # M = 25088
+        (Conv2dProblemShape(16, 56, 56, 128, 128, 3, 3, padding=1), {"3x3 s1", "large"}),
+        (
+            Conv2dProblemShape(3, 20, 31, 13, 37, 1, 7, padding=((0, 0), (3, 2)), stride=(1, 2)),
+            {
+                "strided",
+                "few channels",
+                "odd channels",
+                "big kernel",
+                "asymmetric",
+                "non-square map",
+            },
+        ),  # fmt: skip
+        (
+            Conv2dProblemShape(2, 65, 65, 2048, 256, 3, 3, padding=12, dilation=12),
+            {"3x3 s1", "small batch", "dilated"},
+        ),
+    ],
+)
+def test_tags_of(problem, expected):
+    assert set(corpus.tags_of(problem, stem=False)) == expected
+
+
+# ---- the split ----
+
+
+def test_split_is_stable_and_about_70_30():
+    assert corpus.split_of(RESNET50_STEM) == "train"  # values fixed when the corpus was made
+    assert corpus.split_of("abc") == "heldout"
+    assert all(p["split"] == corpus.split_of(p["key"]) for p in COMMITTED["problems"])
+    train = sum(p["split"] == "train" for p in COMMITTED["problems"])
+    assert 0.65 <= train / len(COMMITTED["problems"]) <= 0.75
+
+
+# ---- the benchmark's selection and sections ----
+
+
+def test_select_by_split_and_tag():
+    problems = COMMITTED["problems"]
+    chosen = bench_corpus.select(problems, split="heldout", tags=["1x1"])
+    assert chosen and all(p["split"] == "heldout" and "1x1" in p["tags"] for p in chosen)
+    assert len(bench_corpus.select(problems, split="all", tags=[])) == len(problems)
+    with pytest.raises(ValueError, match="not a corpus tag"):
+        bench_corpus.select(problems, split="all", tags=["3x3"])
+
+
+def test_sections_cover_the_selection_in_order():
+    problems = COMMITTED["problems"]
+    parts = bench_corpus.sections(problems, None)
+    assert [p for part in parts for p in part] == problems
+    for part in parts:
+        est = sum(bench_corpus.estimate_seconds(p) for p in part)
+        assert est <= bench_corpus.SECTION_SECONDS * 1.1
+    assert len(bench_corpus.sections(problems[:5], 3)) == 3
+    assert bench_corpus.sections([], None) == [[]]
+
+
+# ---- the report ----
+
+
+def _row(key, split, tags, gflop, **times):
+    return {"key": key, "split": split, "tags": tags, "model": "m", "gflop": gflop,
+            "checks": {"plain": {"ok": True, "rel_err": 1e-3}}, "errors": {}, **times}  # fmt: skip
+
+
+def _results() -> dict:
+    rows = [
+        _row("a", "train", ["1x1"], 1.0, ours_ms=1.0, cudnn_ms=2.0, after_ms=1.0, fe_after_ms=3.0),
+        _row("b", "train", ["1x1", "large"], 3.0, ours_ms=0.01, cudnn_ms=0.005),
+        _row("c", "heldout", ["3x3 s1"], 1.0, ours_ms=0.25, cudnn_ms=1.0),
+    ]
+    old = [_row("a", "train", ["1x1"], 1.0, ours_ms=1.0, cudnn_ms=100.0)]  # superseded
+    other = [_row("d", "train", ["1x1"], 1.0, ours_ms=1.0, cudnn_ms=9.0)]  # another device
+    run = {"device": "H100", "torch": "2.x", "cudnn": 1, "cudnn_frontend": "1.x"}
+    return {
+        "runs": [
+            {**run, "run_id": "1", "gemm_tflops": 600.0, "rows": old},
+            {**run, "run_id": "2", "device": "H200", "gemm_tflops": 800.0, "rows": other},
+            {**run, "run_id": "3", "gemm_tflops": 600.0, "rows": rows},
+        ]
+    }
+
+
+def test_render_tables_and_geomeans(tmp_path):
+    report, chart = tmp_path / "CORPUS.md", tmp_path / "corpus.png"
+    text = bench_corpus.render(_results(), report, chart, device="H100")
+    assert report.read_text() == text and chart.stat().st_size > 0
+    # plain ratios: a 2.0 (1 GFLOP), b 0.5 (3 GFLOP), c 4.0 (1 GFLOP)
+    fw_train = math.exp((math.log(2.0) + 3 * math.log(0.5)) / 4)  # 2**-0.5
+    assert f"| plain conv vs cuDNN | train | 1.000x / {fw_train:.3f}x (2) |" in text
+    assert "| plain conv vs cuDNN | heldout | 4.000x / 4.000x (1) |" in text
+    assert f"| plain conv vs cuDNN | all | {4 ** (1 / 3):.3f}x / 1.000x (3) |" in text
+    assert "| relu(conv + b) + r vs cuDNN frontend | train | 3.000x / 3.000x (1) |" in text
+    assert "relu(conv + b + r)" not in text  # no row has that comparison
+    # per class: 1x1 train = a and b; 3x3 s1 only held out
+    assert f"| 1x1 | 1.000x / {fw_train:.3f}x (2) | - | 3.000x / 3.000x (1) | - |" in text
+    assert "| 3x3 s1 | - | 4.000x / 4.000x (1) | - | - |" in text
+    worst = text.split("## Worst ten: plain conv vs cuDNN")[1].splitlines()
+    assert worst[4].startswith("| b | m | 1x1, large | 3 | 0.0100 | 0.0050 | 0.50x |")
+    # b is latency-bound (cuDNN 5 us); b is large: 3 GFLOP / 0.01 ms = 300 TFLOP/s of 600
+    assert "1 of 3 problems; plain conv vs cuDNN on them: 0.500x / 0.500x (1)" in text
+    assert "at 50% of the bf16 GEMM rate (median of 1;" in text
+    assert "All checks passed" in text
+
+
+def test_render_defaults_to_the_latest_device_and_lists_failures(tmp_path):
+    results = _results()
+    results["runs"][2]["rows"][2]["checks"]["plain"] = {"ok": False, "rel_err": 0.5}
+    text = bench_corpus.render(results, tmp_path / "r.md", tmp_path / "c.png")
+    assert "device: H100" in text  # the latest run's device, not H200
+    assert "| c | plain | rel_err 5.0e-01 |" in text
+
+
+# ---- the measurement (GPU) ----
+
+
+@requires_sm90
+def test_bench_problem_on_small_problems():
+    """Both checks and all timings on two small problems, one with asymmetric padding (cuDNN
+    through F.pad) and odd channels; the frontend's columns where it is installed."""
+    import torch
+
+    torch.backends.cudnn.benchmark = True
+    frontend = bench_corpus._frontend()
+    problems = [
+        {"key": "k1", "split": "train", "tags": [], "model": "m", "gflop": 0.0,
+         "N": 2, "H": 16, "W": 16, "C": 64, "K": 64, "R": 3, "S": 3,
+         "padding": [[1, 1], [1, 1]], "stride": [1, 1], "dilation": [1, 1]},
+        {"key": "k2", "split": "train", "tags": [], "model": "m", "gflop": 0.0,
+         "N": 1, "H": 13, "W": 20, "C": 13, "K": 37, "R": 3, "S": 5,
+         "padding": [[0, 1], [2, 1]], "stride": [2, 1], "dilation": [1, 1]},
+    ]  # fmt: skip
+    for p in problems:
+        row = bench_corpus.bench_problem(p, frontend)
+        assert all(c["ok"] for c in row["checks"].values()), row
+        assert set(row["checks"]) == {"plain", "after", "before"}
+        for name in ("ours_ms", "cudnn_ms", "after_ms", "before_ms"):
+            assert row[name] > 0
+        if frontend is not None and "fe_after" not in row["errors"]:
+            assert row["fe_after_ms"] > 0
