@@ -9,7 +9,8 @@ residual ``identity``) runs in the kernel:
     y = act(conv(x) * scale + bias) + identity        residual_order="after_activation"
     y = act(conv(x) * scale + bias + identity)        residual_order="before_activation"
 
-The module is forward-only (the kernel has no backward) and needs a Hopper GPU to run.
+``forward`` calls ``cute_conv.conv2d_fprop`` / ``conv2d_fprop_with_residual``, so the module
+behaves as they do under ``torch.compile`` and autograd; its kernel needs a Hopper GPU.
 """
 
 from __future__ import annotations
@@ -98,11 +99,11 @@ class Conv2d(nn.Module):
         weight = torch.empty(out_channels, r, s, in_channels, device=device, dtype=dtype)
         # torch.nn.Conv2d's initialization: its fan-in, C*R*S, is the same in KRSC.
         nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
-        self.weight = nn.Parameter(weight, requires_grad=False)
+        self.weight = nn.Parameter(weight)
         if bias:
             bound = 1 / math.sqrt(in_channels * r * s)
             vector = torch.empty(out_channels, device=device, dtype=torch.float32)
-            self.bias = nn.Parameter(nn.init.uniform_(vector, -bound, bound), requires_grad=False)
+            self.bias = nn.Parameter(nn.init.uniform_(vector, -bound, bound))
         else:
             self.register_parameter("bias", None)
         self.register_buffer("scale", None)
@@ -156,12 +157,13 @@ class Conv2d(nn.Module):
         )  # fmt: skip
         device = conv.weight.device
         krsc = conv.weight.detach().permute(0, 2, 3, 1).contiguous()
-        module.weight = nn.Parameter(krsc, requires_grad=False)
+        trainable = conv.weight.requires_grad  # as the torch modules' parameters were
+        module.weight = nn.Parameter(krsc, requires_grad=trainable)
         if bias is not None:
-            module.bias = nn.Parameter(bias.to(device), requires_grad=False)
+            module.bias = nn.Parameter(bias.to(device), requires_grad=trainable)
         if scale is not None:
             module.scale = scale.to(device)
-        return module
+        return module.train(conv.training)
 
     def forward(self, x: torch.Tensor, identity: torch.Tensor | None = None) -> torch.Tensor:
         """Return the NCHW (channels_last) output for an NCHW input.
@@ -175,26 +177,25 @@ class Conv2d(nn.Module):
                 or None.
 
         Raises:
-            TypeError, ValueError: bad input, before anything runs. The module is forward-only:
-                it refuses inputs or weights that need a gradient while grad mode is on.
+            TypeError, ValueError: bad input, before anything runs.
         """
         self._check_input("x", x, self.in_channels)
         if x.dtype != self.weight.dtype:
             raise TypeError(f"x has dtype {x.dtype}; the weight is {self.weight.dtype}")
-        if torch.is_grad_enabled() and (
-            x.requires_grad
-            or self.weight.requires_grad
-            or (identity is not None and identity.requires_grad)
-        ):
-            raise ValueError(
-                "cute_conv.nn.Conv2d is forward-only (the kernel has no backward), and an input "
-                "or the weight requires grad: run it under torch.no_grad() or "
-                "torch.inference_mode()"
-            )
         if identity is not None:
             self._check_identity(x, identity)
             identity = _nhwc(identity)
-        return _kernel(self, _nhwc(x), identity).permute(0, 3, 1, 2)
+        return self._run(_nhwc(x), identity).permute(0, 3, 1, 2)
+
+    def _run(self, x: torch.Tensor, identity: torch.Tensor | None) -> torch.Tensor:
+        """The kernel's NHWC output for an NHWC ``x`` (and ``identity``)."""
+        geometry = dict(stride=self.stride, padding=self._padding, dilation=self.dilation)
+        epilogue = dict(bias=self.bias, scale=self.scale, activation=self.activation)
+        if identity is None:
+            return api.conv2d_fprop(x, self.weight, **geometry, **epilogue)
+        return api.conv2d_fprop_with_residual(
+            x, self.weight, identity, residual_order=self.residual_order, **geometry, **epilogue
+        )
 
     @staticmethod
     def _check_input(name: str, t: Any, channels: int) -> None:
@@ -248,18 +249,6 @@ class Conv2d(nn.Module):
         if self.residual_order == "before_activation":
             return f"{self.activation}({y} [+ identity])"
         return f"{self.activation}({y}) [+ identity]"
-
-
-@torch.compiler.disable  # dynamo leaves the kernel call to eager (it reads data pointers)
-def _kernel(module: Conv2d, x: torch.Tensor, identity: torch.Tensor | None) -> torch.Tensor:
-    """The NHWC output of ``module`` for an NHWC ``x`` (and ``identity``)."""
-    geometry = dict(stride=module.stride, padding=module._padding, dilation=module.dilation)
-    epilogue = dict(bias=module.bias, scale=module.scale, activation=module.activation)
-    if identity is None:
-        return api.conv2d_fprop(x, module.weight, **geometry, **epilogue)
-    return api.conv2d_fprop_with_residual(
-        x, module.weight, identity, residual_order=module.residual_order, **geometry, **epilogue
-    )
 
 
 def _nhwc(t: torch.Tensor) -> torch.Tensor:

@@ -103,13 +103,13 @@ def optimize(model: nn.Module, *, inplace: bool = False, verbose: bool = False) 
         verbose: print the report.
 
     Returns:
-        The rewritten model, usable under CUDA graphs and ``torch.compile`` (the kernel calls
-        are graph breaks); its ``cute_conv_report`` attribute is the ``OptimizeReport``.
+        The rewritten model, usable under CUDA graphs and ``torch.compile``; its
+        ``cute_conv_report`` attribute is the ``OptimizeReport``.
 
     Raises:
         TypeError: ``model`` is not an ``nn.Module``.
         ValueError: ``model`` (or a submodule) is in training mode: BatchNorm folds only its
-            running statistics, and the fused modules are forward-only.
+            running statistics (a folded model normalizes as the eval-mode model does).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -117,8 +117,8 @@ def optimize(model: nn.Module, *, inplace: bool = False, verbose: bool = False) 
     if training:
         raise ValueError(
             f"model is in training mode ({len(training)} modules, e.g. {training[0]!r}); call "
-            "model.eval() first: BatchNorm folds only its running statistics, and the fused "
-            "modules are forward-only"
+            "model.eval() first: BatchNorm folds only its running statistics (the optimized "
+            "model normalizes as the eval-mode model does)"
         )
     if not inplace:
         model = copy.deepcopy(model)
@@ -126,6 +126,7 @@ def optimize(model: nn.Module, *, inplace: bool = False, verbose: bool = False) 
     graph = tracer.trace(model)
     gm = fx.GraphModule(tracer.root, graph, type(model).__name__)
     report = _Rewriter(gm).run()
+    gm.eval()  # the module containers fx made, and the fused modules, as the model was
     gm.cute_conv_report = report
     if verbose:
         print(report)

@@ -1,0 +1,332 @@
+"""cute_conv.optimize: the rewritten graphs of torchvision models and hand-made ones (what is
+fused, what is left and why), the rewritten model's function on a CPU (kernel functions
+replaced by the float32 reference, see tests/test_nn.py), errors, and (on a Hopper GPU) ResNet
+logits against torch's own bf16 model, CUDA graphs and torch.compile."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+
+import cute_conv
+from tests.gpu import requires_sm90
+from tests.test_nn import kernel_calls, random_bn  # noqa: F401 - kernel_calls is a fixture
+
+BF16 = torch.bfloat16
+_keep = []  # the torchvision op library defined below lives as long as the test session
+
+
+def torchvision_models():
+    """``torchvision.models`` (pure-Python model definitions; built with weights=None, so no
+    network). A CUDA build of torchvision next to a CPU-only torch fails to import: its ``_C``
+    needs libc10_cuda.so, and then its fake registration of ``torchvision::nms`` finds no such
+    op. Defining the two ops its import registers fakes for is all the models need."""
+    try:
+        import torchvision
+    except ImportError as exc:
+        pytest.skip(f"torchvision is not installed ({exc})")
+    except RuntimeError as exc:
+        if "torchvision::nms" not in str(exc):
+            raise
+        lib = torch.library.Library("torchvision", "DEF")
+        for op in ("nms", "qnms"):
+            lib.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        _keep.append(lib)
+        for name in [m for m in sys.modules if m.startswith("torchvision")]:
+            del sys.modules[name]  # the half-imported package
+        import torchvision
+    return torchvision.models
+
+
+def build(name: str, dtype=BF16) -> nn.Module:
+    """A torchvision model in eval mode, with random BatchNorm statistics (so that folding
+    them matters)."""
+    torch.manual_seed(0)
+    model = getattr(torchvision_models(), name)(weights=None)
+    for module in model.modules():
+        if isinstance(module, nn.BatchNorm2d):
+            module.load_state_dict(random_bn(module.num_features).state_dict())
+    return model.to(dtype).eval()
+
+
+def module_types(model: nn.Module) -> dict[type, int]:
+    counts: dict[type, int] = {}
+    for module in model.modules():
+        counts[type(module)] = counts.get(type(module), 0) + 1
+    return counts
+
+
+# ------------------------------------------------------------------------------ torchvision graphs
+
+RESNET_COUNTS = {
+    # stem + one conv+bn+relu per block but the last conv, which adds the identity first;
+    # the downsample convs (conv+bn) feed the add.
+    "resnet18": {"conv+bn+relu": 9, "conv+bn+add+relu": 8, "conv+bn": 3},
+    "resnet50": {"conv+bn+relu": 33, "conv+bn+add+relu": 16, "conv+bn": 4},
+    "resnet101": {"conv+bn+relu": 67, "conv+bn+add+relu": 33, "conv+bn": 4},
+}
+
+
+@pytest.mark.parametrize("name", list(RESNET_COUNTS))
+def test_resnets_fuse_every_conv(name):
+    gm = cute_conv.optimize(build(name))
+    report = gm.cute_conv_report
+    assert isinstance(gm, fx.GraphModule)
+    assert report.counts() == RESNET_COUNTS[name] and not report.left
+    types = module_types(gm)
+    assert types[cute_conv.nn.Conv2d] == sum(RESNET_COUNTS[name].values())
+    assert nn.Conv2d not in types and nn.BatchNorm2d not in types and nn.ReLU not in types
+    assert not [n for n in gm.graph.nodes if n.op == "call_function" and "add" in n.name]
+    fused = dict(gm.named_modules())
+    for chain in report.fused:
+        module = fused[chain.module]
+        assert module.scale is not None and module.activation == (
+            "relu" if chain.pattern.endswith("relu") else None
+        )
+        if "add" in chain.pattern:
+            assert module.residual_order == "before_activation"
+            (node,) = [n for n in gm.graph.nodes if n.target == chain.module]
+            assert len(node.args) == 2  # (x, identity)
+
+
+def test_resnext_leaves_its_grouped_convs_to_torch():
+    gm = cute_conv.optimize(build("resnext50_32x4d"))
+    report = gm.cute_conv_report
+    assert report.counts() == {"conv+bn+relu": 17, "conv+bn+add+relu": 16, "conv+bn": 4}
+    assert len(report.left) == 16
+    assert all(left.reason.startswith("groups=32: ") for left in report.left)
+    assert {left.name for left in report.left} == {
+        name for name, m in gm.named_modules() if isinstance(m, nn.Conv2d)
+    }
+    types = module_types(gm)
+    assert types[nn.Conv2d] == types[nn.BatchNorm2d] == 16  # each grouped conv keeps its BN
+    assert "layer1.0.conv2: groups=32: cute_conv runs groups=1 convs only" in str(report)
+
+
+def test_vgg16_fuses_conv_relu():
+    gm = cute_conv.optimize(build("vgg16"))
+    assert gm.cute_conv_report.counts() == {"conv+relu": 13}
+    types = module_types(gm)
+    assert nn.Conv2d not in types and types[nn.ReLU] == 2  # the classifier's
+    assert all(m.scale is None for m in gm.modules() if isinstance(m, cute_conv.nn.Conv2d))
+
+
+def test_float32_model_is_left_with_the_reason():
+    gm = cute_conv.optimize(build("resnet18", torch.float32))
+    report = gm.cute_conv_report
+    assert not report.fused and len(report.left) == 20
+    assert all("dtype torch.float32" in left.reason for left in report.left)
+    assert "model.to(torch.bfloat16)" in str(report)
+    assert module_types(gm)[nn.Conv2d] == 20
+
+
+def test_report_reads(capsys):
+    gm = cute_conv.optimize(build("resnet18"), verbose=True)
+    printed = capsys.readouterr().out
+    assert printed.strip() == str(gm.cute_conv_report)
+    assert printed.startswith("cute_conv.optimize: 20 convs fused, 0 left to torch\n")
+    assert "     8 x conv+bn+add+relu" in printed
+    assert (
+        "layer1.0.conv2: conv+bn+add+relu "
+        "(layer1.0.conv2, layer1.0.bn2, add, layer1.0.relu)" in printed
+    )
+
+
+def test_inplace_false_leaves_the_model_and_inplace_true_shares_weights():
+    model = build("resnet18").to(memory_format=torch.channels_last)
+    copied = cute_conv.optimize(model)
+    assert type(model.conv1) is nn.Conv2d and type(model.bn1) is nn.BatchNorm2d
+    assert copied.conv1.weight.data_ptr() != model.conv1.weight.data_ptr()
+    shared = cute_conv.optimize(model, inplace=True)
+    assert shared.conv1.weight.data_ptr() == model.conv1.weight.data_ptr()
+
+
+def test_an_optimized_model_traces_again_unchanged():
+    gm = cute_conv.optimize(build("resnet18"))
+    again = cute_conv.optimize(gm)
+    assert not again.cute_conv_report.fused and not again.cute_conv_report.left
+    assert module_types(again)[cute_conv.nn.Conv2d] == 20
+
+
+# ------------------------------------------------------------------------------ errors
+
+
+def test_training_mode_is_an_error():
+    model = build("resnet18").train()
+    with pytest.raises(ValueError, match="training mode .*call model.eval"):
+        cute_conv.optimize(model)
+    model.eval().layer2[0].bn1.train()
+    with pytest.raises(ValueError, match="'layer2.0.bn1'"):
+        cute_conv.optimize(model)
+
+
+def test_not_a_module_is_an_error():
+    with pytest.raises(TypeError, match="torch.nn.Module, got function"):
+        cute_conv.optimize(F.relu)
+
+
+# ------------------------------------------------------------------------------ hand-made models
+
+
+class Mixed(nn.Module):
+    """No BatchNorm; every way of writing an activation; chains that must stop early."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+        def conv(**kwargs):
+            return nn.Conv2d(16, 16, 3, padding=1, **kwargs)
+
+        self.c1, self.act1 = nn.Conv2d(8, 16, 3, padding=1), nn.GELU("tanh")
+        self.c2, self.c3, self.c4, self.c5, self.c7, self.shared = (conv() for _ in range(6))
+        self.c6 = conv(padding_mode="reflect")
+        self.grouped = conv(groups=4)
+        self.c8 = nn.Conv2d(16, 16, 3, padding=1, stride=9)
+
+    def forward(self, x):
+        y = self.act1(self.c1(x))  # conv+gelu_tanh
+        y = F.leaky_relu(self.c2(y), negative_slope=0.01, inplace=True)  # conv+leaky_relu
+        y = self.c3(y).sigmoid_()  # conv+sigmoid
+        y = F.leaky_relu(self.c4(y), 0.2)  # conv; stopped: the slope
+        y = torch.relu_(self.c5(y)) + y  # conv+relu+add (after the activation)
+        y = self.c6(y)  # left: reflect padding
+        a = self.c7(y)
+        y = torch.tanh(a) + a  # conv alone: its output has two users
+        y = self.shared(F.silu(self.shared(y)))  # two fused modules, one per call
+        return self.grouped(y) + self.c8(y).mean()  # both left
+
+
+def test_mixed_model_graph():
+    gm = cute_conv.optimize(Mixed().to(BF16).eval())
+    report = gm.cute_conv_report
+    patterns = {chain.module: chain.pattern for chain in report.fused}
+    assert patterns == {
+        "c1": "conv+gelu_tanh", "c2": "conv+leaky_relu", "c3": "conv+sigmoid", "c4": "conv",
+        "c5": "conv+relu+add", "c7": "conv", "shared_fused0": "conv+silu",
+        "shared_fused1": "conv",
+    }  # fmt: skip
+    stopped = {chain.module: chain.stopped for chain in report.fused if chain.stopped}
+    assert list(stopped) == ["c4"] and "slope 0.01 only" in stopped["c4"]
+    reasons = {left.name: left.reason for left in report.left}
+    assert list(reasons) == ["c6", "grouped", "c8"]
+    assert "padding_mode='reflect'" in reasons["c6"] and "groups=4" in reasons["grouped"]
+    assert "stride must be in 1..8" in reasons["c8"]
+    assert gm.c5.residual_order == "after_activation" and gm.c5.activation == "relu"
+    assert not hasattr(gm, "shared")  # replaced by its two fused modules
+
+
+def test_mixed_model_computes_the_same_on_cpu(kernel_calls):  # noqa: F811
+    torch.manual_seed(6)
+    model = Mixed().to(BF16).eval()
+    x = torch.randn(2, 8, 12, 10).to(BF16).to(memory_format=torch.channels_last)
+    gm = cute_conv.optimize(model)
+    with torch.no_grad():
+        expected = model.float()(x.float())
+        out = gm(x)
+    assert len(kernel_calls) == 8
+    rel = ((out.float() - expected).norm() / expected.norm()).item()
+    assert rel < 1e-2, rel
+
+
+def test_functional_conv_and_unfusable_adds():
+    class Functional(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(8, 8, 1)
+            self.weight = nn.Parameter(torch.randn(8, 8, 1, 1))
+            self.offset = nn.Parameter(torch.zeros(1, 8, 1, 1))
+
+        def forward(self, x):
+            y = F.conv2d(x, self.weight)
+            z = self.conv(y)
+            return torch.add(z + self.offset, y, alpha=2)  # a parameter, alpha != 1
+
+    gm = cute_conv.optimize(Functional().to(BF16).eval())
+    report = gm.cute_conv_report
+    assert [(c.module, c.pattern) for c in report.fused] == [("conv", "conv")]
+    assert [left.name for left in report.left] == ["conv2d"]
+    assert "functional conv2d" in report.left[0].reason
+
+
+# ------------------------------------------------------------------------------ ResNet function
+
+
+def test_optimized_resnet18_computes_the_model_on_cpu(kernel_calls):  # noqa: F811
+    """The rewritten graph feeds each fused module its input and identity: its logits are as
+    close to the float32 model's as torch's own bf16 model's are."""
+    model = build("resnet18")
+    x = torch.randn(2, 3, 64, 64).to(memory_format=torch.channels_last)
+    gm = cute_conv.optimize(model)
+    with torch.no_grad():
+        reference = build("resnet18", torch.float32)(x)
+        torch_bf16 = model(x.to(BF16)).float()
+        ours = gm(x.to(BF16)).float()
+    assert len(kernel_calls) == 20 and sum(s is not None for *_, s in kernel_calls) == 8
+
+    def rel(y):
+        return ((y - reference).norm() / reference.norm()).item()
+
+    assert rel(ours) <= 1.1 * rel(torch_bf16), (rel(ours), rel(torch_bf16))
+
+
+# ------------------------------------------------------------------------------ on the GPU
+
+
+def _gpu_models(name):
+    model = build(name).cuda().to(memory_format=torch.channels_last)
+    return model, cute_conv.optimize(model)
+
+
+@requires_sm90
+@pytest.mark.parametrize("name", ["resnet18", "resnet50"])
+def test_resnet_logits_no_worse_than_torch_bf16(name):
+    model, gm = _gpu_models(name)
+    x = torch.randn(8, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
+    reference_model = build(name, torch.float32).cuda().to(memory_format=torch.channels_last)
+    with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        reference = reference_model(x)
+        torch_bf16 = model(x.to(BF16)).float()
+        ours = gm(x.to(BF16)).float()
+    torch.cuda.synchronize()
+
+    def rel(y):
+        return ((y - reference).norm() / reference.norm()).item()
+
+    assert not ours.isnan().any()
+    # "No worse": 10% for the noise of two estimates of one rounding error.
+    assert rel(ours) <= 1.1 * rel(torch_bf16), (rel(ours), rel(torch_bf16))
+
+
+@requires_sm90
+def test_optimized_resnet18_replays_in_a_cuda_graph():
+    _, gm = _gpu_models("resnet18")
+    static_x = torch.randn(4, 3, 112, 112, device="cuda").to(BF16)
+    static_x = static_x.to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            gm(static_x)  # compiles and plans the kernels outside the capture
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out = gm(static_x)
+        static_x.copy_(torch.randn_like(static_x))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(static_out, gm(static_x))
+
+
+@requires_sm90
+def test_optimized_resnet18_under_torch_compile():
+    _, gm = _gpu_models("resnet18")
+    compiled = torch.compile(gm, fullgraph=True)
+    x = torch.randn(4, 3, 112, 112, device="cuda").to(BF16).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        eager, traced = gm(x).float(), compiled(x).float()
+    torch.cuda.synchronize()
+    assert ((traced - eager).norm() / eager.norm()).item() < 1e-2
