@@ -631,6 +631,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.render:
+        if not args.results.exists():
+            print(f"bench_corpus: no results to render: {args.results} does not exist")
+            return 1
         print(render(json.loads(args.results.read_text()), args.report, args.chart, args.device))
         return 0
     chosen = select(load_corpus(args.corpus), split=args.split, tags=args.tag)
