@@ -103,7 +103,7 @@ def conv2d_fprop_backward(
     """
     need_x, need_filter, need_source, need_bias, need_scale = needs_grad
     has_source = source_dtype is not None
-    grad = grad_out.float()
+    grad = _wide(grad_out)
     x_nchw, w_kcrs, conv_padding, padded = _conv_operands(x, filter, args.padding)
     conv = None
     if need_scale or (args.activation is not None and out is None):
@@ -111,11 +111,11 @@ def conv2d_fprop_backward(
         conv = aten.convolution(
             x_nchw, w_kcrs, None, args.stride, conv_padding, args.dilation, False, [0, 0], 1
         )
-        conv = conv.permute(0, 2, 3, 1).float()
+        conv = _wide(conv.permute(0, 2, 3, 1))
     if args.activation is None:
         grad_z = grad
     elif out is not None:
-        grad_z = _GRAD_FROM_OUTPUT[args.activation](grad, out.float())
+        grad_z = _GRAD_FROM_OUTPUT[args.activation](grad, _wide(out))
     else:
         z = _pre_activation(conv, source, bias, scale, args)
         grad_z = _GRAD_FROM_INPUT[args.activation](grad, z)
@@ -133,7 +133,7 @@ def conv2d_fprop_backward(
     if need_x or need_filter:
         grad_conv = grad_z * args.alpha
         if scale is not None:
-            grad_conv = grad_conv * scale.float()
+            grad_conv = grad_conv * _wide(scale)
         grad_conv = grad_conv.to(x.dtype).permute(0, 3, 1, 2)
         grad_x, grad_filter, _ = aten.convolution_backward(
             grad_conv, x_nchw, w_kcrs, None, args.stride, conv_padding, args.dilation,
@@ -147,6 +147,11 @@ def conv2d_fprop_backward(
         if grad_filter is not None:
             grad_filter = grad_filter.permute(0, 2, 3, 1)
     return grad_x, grad_filter, grad_source, grad_bias, grad_scale
+
+
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in float32, or float64 if it is (the CPU tests' precision)."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
 
 
 def _conv_operands(
@@ -171,14 +176,14 @@ def _pre_activation(
     scale: torch.Tensor | None,
     args: EpilogueArgs,
 ) -> torch.Tensor:
-    """``z`` in float32, in the kernel's order of operations."""
+    """``z`` in float32 (or float64), in the kernel's order of operations."""
     z = conv * args.alpha
     if scale is not None:
-        z = z * scale.float()
+        z = z * _wide(scale)
     if bias is not None:
-        z = z + bias.float()
+        z = z + _wide(bias)
     if args.residual_before_activation(source is not None):
-        z = z + source.float() * args.beta
+        z = z + _wide(source) * args.beta
     return z
 
 
