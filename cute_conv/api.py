@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import torch
 
+from . import ops as _ops  # the torch.library ops: the compile / autograd path
 from .compile import CompiledConv2d, compile_kernel, kernel_scalars
 from .config import Conv2dConfig, check_config_fits
 from .config_sm100 import Conv2dConfigSm100, default_config_sm100
@@ -79,7 +80,15 @@ def conv2d_fprop(
 
     C or K not a multiple of 8 are zero-padded on the device (an extra copy of ``x`` and/or
     ``filter``, and for K a scratch output and a copy).
+
+    Under torch.compile / torch.export, or when an input requires grad, the call runs as the
+    op ``torch.ops.cute_conv.conv2d_fprop`` (differentiable; see ``cute_conv.ops``).
     """
+    if _ops.takes_torch_path(x, filter, None, bias, scale, out):
+        return _ops.call_op(
+            x, filter, None, bias, scale, out, stream, stride, padding, dilation, alpha, 0.0,
+            _AFTER, activation, epilogue_fn, out_dtype, config,
+        )  # fmt: skip
     return _conv2d(
         x, filter, None, bias, scale, out, stream,
         (stride, padding, dilation, alpha, 0.0, _AFTER, activation, epilogue_fn, out_dtype, config),
@@ -121,6 +130,11 @@ def conv2d_fprop_with_residual(
     scratch tensor first. With ``beta == 0`` the source is not read and the result is
     bit-identical to ``conv2d_fprop``. The other arguments are those of ``conv2d_fprop``.
     """
+    if _ops.takes_torch_path(x, filter, source, bias, scale, out):
+        return _ops.call_op(
+            x, filter, source, bias, scale, out, stream, stride, padding, dilation, alpha, beta,
+            residual_order, activation, epilogue_fn, out_dtype, config,
+        )  # fmt: skip
     return _conv2d(
         x, filter, source, bias, scale, out, stream,
         (stride, padding, dilation, alpha, beta, residual_order, activation, epilogue_fn,
