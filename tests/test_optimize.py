@@ -1,7 +1,8 @@
 """cute_conv.optimize: the rewritten graphs of torchvision models and hand-made ones (what is
 fused, what is left and why), the rewritten model's function on a CPU (kernel functions
-replaced by the float32 reference, see tests/test_nn.py), errors, and (on a Hopper GPU) ResNet
-logits against torch's own bf16 model, CUDA graphs and torch.compile."""
+replaced by the float32 reference, see tests/test_nn.py; under torch.compile, cute_conv's ops
+run by their CPU reference forward, see tests/test_autograd.py), errors, and (on a Hopper GPU)
+ResNet logits against torch's own bf16 model, CUDA graphs and torch.compile."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from torch import fx, nn
 
 import cute_conv
 from tests.gpu import requires_sm90
+from tests.test_autograd import reference_forward_on_cpu
 from tests.test_nn import kernel_calls, random_bn  # noqa: F401 - kernel_calls is a fixture
 
 BF16 = torch.bfloat16
@@ -271,6 +273,18 @@ def test_optimized_resnet18_computes_the_model_on_cpu(kernel_calls):  # noqa: F8
         return ((y - reference).norm() / reference.norm()).item()
 
     assert rel(ours) <= 1.1 * rel(torch_bf16), (rel(ours), rel(torch_bf16))
+
+
+def test_optimized_resnet18_compiles_into_one_graph_on_cpu():
+    """torch.compile(fullgraph=True) traces the optimized model whole: the fused modules'
+    kernel calls are cute_conv's ops (run here by their CPU reference forward)."""
+    model = build("resnet18")
+    x = torch.randn(2, 3, 64, 64).to(memory_format=torch.channels_last)
+    compiled = torch.compile(cute_conv.optimize(model), backend="eager", fullgraph=True)
+    with torch.no_grad(), reference_forward_on_cpu():
+        reference = build("resnet18", torch.float32)(x)
+        ours = compiled(x.to(BF16)).float()
+    assert ((ours - reference).norm() / reference.norm()).item() < 1e-2
 
 
 # ------------------------------------------------------------------------------ on the GPU
