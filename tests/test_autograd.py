@@ -183,10 +183,16 @@ def reference_forward_on_cpu():
         return run(x, flt, source, bias, scale, stride, padding, dilation, alpha, beta, order,
                    act, out_dtype)  # fmt: skip
 
+    def into_out(x, flt, source, bias, scale, out, stride, padding, dilation, alpha, beta, order,
+                 act, out_dtype, config):  # fmt: skip
+        out.copy_(run(x, flt, source, bias, scale, stride, padding, dilation, alpha, beta, order,
+                      act, out.dtype))  # fmt: skip
+
     # A scoped registration (torch's own tests use it): it is undone on exit.
     with torch.library._scoped_library("cute_conv", "IMPL") as lib:
         lib.impl("conv2d_fprop", plain, "CPU")
         lib.impl("conv2d_fprop_with_residual", residual, "CPU")
+        lib.impl("conv2d_fprop_out", into_out, "CPU")
         yield
 
 
