@@ -5,8 +5,11 @@
 PYTHON ?= python3
 VENV ?= .venv
 VPY := $(VENV)/bin/python
-# Pinned so that the CPU box takes its local CPU wheel instead of the registry's CUDA build.
-TORCH_SPEC ?= torch==2.13.0 torchvision==0.28.0
+# Pinned to the releases on the CPU box's disk. torchvision (the model definitions that
+# optimize's and the corpus's tests build) imports only beside the torch build it was made
+# for: the registry's torchvision fails next to the CPU-only torch 2.13.0 wheel, so this is the
+# CUDA build of both (it runs on a CPU; ~5.5 GB in the venv).
+TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 # Written once the install succeeded; redone when pyproject.toml changes.
 STAMP := $(VENV)/.cute-conv-installed
 
