@@ -164,37 +164,28 @@ class _Rewriter:
             self.report.left.append(LeftConv(conv_node.target, reason))
             return
         chain, pattern = [conv_node], ["conv"]
-        bn, activation, identity, order, stopped = None, None, None, "after_activation", None
+        bn = activation = identity = stopped = None
         node = self._sole_user(conv_node)
         if node is not None and self._is_eval_bn(node):
             bn = self.modules[node.target]
-            chain.append(node)
-            pattern.append("bn")
-            node = self._sole_user(node)
-        for step in ("add", "activation", "add"):
-            if node is None:
-                break
-            value = chain[-1]
-            if step == "add" and identity is None:
-                identity = _residual_operand(node, value)
-                if identity is None:
-                    continue
-                pattern.append("add")
-            elif step == "activation":
-                try:
-                    activation = self._activation(node, value)
-                except ValueError as exc:  # a known activation with an unsupported parameter
-                    stopped = f"{node.name}: {exc}"
-                    break
-                if activation is None:
-                    continue
-                pattern.append(activation)
-                if identity is not None:
-                    order = "before_activation"  # the add came first
-            else:
-                continue
-            chain.append(node)
-            node = self._sole_user(node)
+            node = self._extend(chain, pattern, node, "bn")
+        if node is not None:
+            identity = _residual_operand(node, chain[-1])
+            if identity is not None:  # ResNet's add, before the activation
+                node = self._extend(chain, pattern, node, "add")
+        if node is not None:
+            try:
+                activation = self._activation(node, chain[-1])
+            except ValueError as exc:  # a known activation with an unsupported parameter
+                stopped = f"{node.name}: {exc}"
+            if activation is not None:
+                node = self._extend(chain, pattern, node, activation)
+        before = identity is not None and activation is not None
+        if node is not None and identity is None and activation is not None:
+            identity = _residual_operand(node, chain[-1])
+            if identity is not None:  # an add after the activation
+                self._extend(chain, pattern, node, "add")
+        order = "before_activation" if before else "after_activation"
         fused = Conv2d.from_torch(conv, bn, activation, residual_order=order)
         name = self._module_name(conv_node.target)
         self.gm.add_submodule(name, fused)
@@ -209,6 +200,15 @@ class _Rewriter:
         self.report.fused.append(
             FusedChain(name, "+".join(pattern), tuple(map(_describe, chain)), stopped)
         )
+
+    def _extend(
+        self, chain: list[fx.Node], pattern: list[str], node: fx.Node, op: str
+    ) -> fx.Node | None:
+        """Add ``node`` (the op ``op``) to the chain; return the node after it, if it is
+        the only one to read its value."""
+        chain.append(node)
+        pattern.append(op)
+        return self._sole_user(node)
 
     def _sole_user(self, node: fx.Node) -> fx.Node | None:
         """The one node that reads ``node``'s value, or None (no user, or several)."""

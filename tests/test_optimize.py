@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 import cute_conv
+from cute_conv.testing import compare_to_reference
 from tests.gpu import requires_sm90
 from tests.test_autograd import reference_forward_on_cpu
 from tests.test_nn import kernel_calls, random_bn  # noqa: F401 - kernel_calls is a fixture
@@ -232,6 +233,30 @@ def test_mixed_model_computes_the_same_on_cpu(kernel_calls):  # noqa: F811
     assert len(kernel_calls) == 8
     rel = ((out.float() - expected).norm() / expected.norm()).item()
     assert rel < 1e-2, rel
+
+
+def test_conv_bn_add_without_activation(kernel_calls):  # noqa: F811
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv, self.bn = nn.Conv2d(16, 16, 3, padding=1, bias=False), random_bn(16)
+
+        def forward(self, x):
+            return torch.add(self.bn(self.conv(x)), x)
+
+    torch.manual_seed(8)
+    model = Block().to(BF16).eval()
+    gm = cute_conv.optimize(model)
+    assert [(c.module, c.pattern) for c in gm.cute_conv_report.fused] == [("conv", "conv+bn+add")]
+    assert gm.conv.activation is None and gm.conv.scale is not None
+    x = torch.randn(2, 16, 7, 7).to(BF16)
+    with torch.no_grad():
+        out = gm(x)
+        expected = model.float()(x.float())
+    ((_, _, source),) = kernel_calls
+    assert source is not None
+    report = compare_to_reference(out, expected)
+    assert report.ok, str(report)
 
 
 def test_functional_conv_and_unfusable_adds():
