@@ -88,25 +88,24 @@ def call_op(
 ) -> Tensor:
     """A public call (``source`` None for ``conv2d_fprop``) through its op, with its
     non-tensor arguments in the op's schema form."""
-    compiling = torch.compiler.is_compiling()
-    if epilogue_fn is not None:
-        if compiling:
-            raise TypeError(
-                f"epilogue_fn={epilogue_fn!r} cannot be traced by torch.compile or "
-                "torch.export: a Python function compiled into the kernel has no place in an op "
-                "schema. Use activation= (and bias/scale/residual), or call cute_conv outside "
-                "the compiled region (torch.compiler.disable)"
-            )
+    needs_grad = torch.is_grad_enabled() and _requires_grad((x, filter, source, bias, scale, out))
+    # Without a gradient to track, only torch.compile / torch.export route a call here (it may
+    # run this function eagerly after a graph break at one of the errors below).
+    compiling = not needs_grad or torch.compiler.is_compiling()
+    if epilogue_fn is not None and needs_grad:
         raise TypeError(
             f"epilogue_fn={epilogue_fn!r} has no derivative, and an input requires grad: "
             "gradients cannot flow through a function compiled into the kernel. Call under "
             "torch.no_grad() (or detach the inputs), or use activation="
         )
-    if (
-        out is not None
-        and torch.is_grad_enabled()
-        and _requires_grad((x, filter, source, bias, scale, out))
-    ):
+    if epilogue_fn is not None:
+        raise TypeError(
+            f"epilogue_fn={epilogue_fn!r} cannot be traced by torch.compile or torch.export: "
+            "a Python function compiled into the kernel has no place in an op schema. Use "
+            "activation= (and bias/scale/residual), or call cute_conv outside the compiled "
+            "region (torch.compiler.disable)"
+        )
+    if out is not None and needs_grad:
         raise ValueError(
             "cute_conv: functions with out=... arguments don't support automatic "
             "differentiation, but one of the arguments requires grad; call under "

@@ -302,13 +302,17 @@ def test_export_traces_the_module_without_running_it():
     ],
     ids=["epilogue_fn", "stream"],
 )
-def test_compile_rejects_what_an_op_cannot_carry(kwargs, match):
+@pytest.mark.parametrize("fullgraph", [True, False], ids=["fullgraph", "graph-breaks"])
+def test_compile_rejects_what_an_op_cannot_carry(kwargs, match, fullgraph):
     x = torch.empty(1, 8, 8, 16, dtype=BF16, device="meta")
     flt = torch.empty(32, 3, 3, 16, dtype=BF16, device="meta")
     compiled = torch.compile(
-        lambda x, flt: cute_conv.conv2d_fprop(x, flt, **kwargs), fullgraph=True, backend="eager"
-    )
-    # Dynamo re-raises user errors wrapped (RuntimeError subclasses), the message kept.
+        lambda x, flt: cute_conv.conv2d_fprop(x, flt, **kwargs) + 1,
+        fullgraph=fullgraph, backend="eager",
+    )  # fmt: skip
+    # With fullgraph, dynamo re-raises user errors wrapped (RuntimeError subclasses), the
+    # message kept; without, it runs the frame eagerly after the graph break, where the same
+    # error is raised as it is.
     with pytest.raises((TypeError, RuntimeError), match=match):
         compiled(x, flt)
 
