@@ -1,4 +1,4 @@
-"""``cute_conv.nn.Conv2d``: a ``torch.nn.Conv2d`` for inference whose forward is one fused kernel.
+"""``cute_conv.nn.Conv2d``: a ``torch.nn.Conv2d`` whose forward is one fused kernel.
 
 It takes and returns NCHW tensors in channels_last memory: ``x.permute(0, 2, 3, 1)`` of such a
 tensor is the contiguous NHWC tensor the kernel reads, and the kernel's NHWC output

@@ -104,7 +104,10 @@ def optimize(model: nn.Module, *, inplace: bool = False, verbose: bool = False) 
 
     Returns:
         The rewritten model, usable under CUDA graphs and ``torch.compile``; its
-        ``cute_conv_report`` attribute is the ``OptimizeReport``.
+        ``cute_conv_report`` attribute is the ``OptimizeReport``. Run it under
+        ``torch.inference_mode()`` or ``torch.no_grad()``: its parameters require grad as the
+        model's did, and a call that records gradients goes through cute_conv's
+        differentiable ops, at a higher cost per call.
 
     Raises:
         TypeError: ``model`` is not an ``nn.Module``.
