@@ -203,8 +203,9 @@ def test_constructor_rejects(kwargs, error, match):
 
 
 def torch_forward(conv, bn, act, x, identity=None, order="after_activation"):
-    """The torch module chain in float32 (the weights as they are, the math in float32)."""
-    with torch.no_grad():
+    """The torch module chain in float32 (the weights as they are, the math in float32; no
+    TF32 on a GPU)."""
+    with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         y = F.conv2d(x.float(), conv.weight.float(), None if conv.bias is None else conv.bias.float(),
                      conv.stride, conv.padding, conv.dilation)  # fmt: skip
         if bn is not None:
