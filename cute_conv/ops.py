@@ -38,7 +38,8 @@ from .validation import validate_conv_inputs
 __all__ = ["call_op", "config_from_str", "config_to_str", "takes_torch_path"]
 
 _AFTER = "after_activation"
-_CONFIG_CLASSES = {cls.__name__: cls for cls in (Conv2dConfig, Conv2dConfigSm100)}
+_CONFIG_TYPES = (Conv2dConfig, Conv2dConfigSm100)
+_CONFIG_CLASSES = {cls.__name__: cls for cls in _CONFIG_TYPES}
 Tensor = torch.Tensor
 
 
@@ -148,7 +149,7 @@ def call_op(
 def config_to_str(config: Any) -> str:
     """A ``Conv2dConfig`` / ``Conv2dConfigSm100`` as its ``repr`` (built field by field, which
     torch.compile traces), for an op schema."""
-    if type(config).__name__ not in _CONFIG_CLASSES:
+    if type(config) not in _CONFIG_TYPES:
         raise TypeError(
             "config must be a Conv2dConfig (sm_90a), a Conv2dConfigSm100 (sm_100a) or None, "
             f"got {type(config).__name__}"
@@ -182,8 +183,9 @@ def _padding_pairs(padding: list[int]) -> tuple[tuple[int, int], tuple[int, int]
 
 def _run(x, filter, source, bias, scale, out, stride, padding, dilation, alpha, beta,  # noqa: A002
          residual_order, activation, out_dtype, config) -> Tensor:  # fmt: skip
-    """The public function on an op's arguments. Op implementations run below autograd, with
-    grad mode off, so the public function takes its direct path."""
+    """The public function on an op's arguments. It takes its direct path: an autograd forward
+    runs with grad mode off, and a tensor that requires grad here otherwise (the out= op has no
+    autograd) gets ``call_op``'s error."""
     kwargs = dict(
         stride=stride, padding=_padding_pairs(padding), dilation=dilation, alpha=alpha,
         bias=bias, scale=scale, activation=activation, out=out, out_dtype=out_dtype,
@@ -212,7 +214,7 @@ def _fake(x, filter, source, bias, scale, out, stride, padding, dilation, alpha,
                 [int(s) for s in t.stride()],
                 dtype=t.dtype,
                 device="meta",
-            )  # fmt: skip
+            )
             for t in tensors
         )
         problem, out_dtype = validate_conv_inputs(
