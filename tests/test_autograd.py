@@ -295,13 +295,17 @@ def test_grad_path_on_cpu_tensors_gives_the_device_error():
 
 # --- GPU: our kernel's forward, torch's backward, against torch autograd in float32 ---
 
+# (activation, residual order, with a scale): without a scale, relu/tanh/sigmoid take their
+# derivative from the saved output; with one (it needs a gradient) the conv is recomputed.
 GPU_CASES = [
-    pytest.param("relu", None, id="relu"),
-    pytest.param("gelu", "after_activation", id="gelu-residual"),
-    pytest.param("silu", "before_activation", id="silu-residual-pre-act"),
-    pytest.param("relu", "before_activation", id="relu-residual-pre-act"),
-    pytest.param("tanh", None, id="tanh"),
-    pytest.param(None, "after_activation", id="linear-residual"),
+    pytest.param("relu", None, True, id="scale-relu"),
+    pytest.param("relu", None, False, id="relu-from-output"),
+    pytest.param("sigmoid", "before_activation", False, id="sigmoid-residual-pre-act-from-output"),
+    pytest.param("gelu", "after_activation", True, id="scale-gelu-residual"),
+    pytest.param("silu", "before_activation", True, id="scale-silu-residual-pre-act"),
+    pytest.param("relu", "before_activation", True, id="scale-relu-residual-pre-act"),
+    pytest.param("tanh", None, True, id="scale-tanh"),
+    pytest.param(None, "after_activation", True, id="scale-residual"),
 ]
 
 
@@ -312,8 +316,8 @@ def _relative_error(got: torch.Tensor, ref: torch.Tensor) -> float:
 
 @requires_sm90
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
-@pytest.mark.parametrize(("activation", "order"), GPU_CASES)
-def test_gradients_on_gpu(activation, order, compiled):
+@pytest.mark.parametrize(("activation", "order", "with_scale"), GPU_CASES)
+def test_gradients_on_gpu(activation, order, with_scale, compiled):
     geometry = dict(stride=1, padding=1, dilation=1)
     gen = torch.Generator("cuda").manual_seed(0)
     x = torch.randn(4, 16, 16, 64, device="cuda", generator=gen).bfloat16()
@@ -322,7 +326,7 @@ def test_gradients_on_gpu(activation, order, compiled):
     if order is not None:
         source = torch.randn(4, 16, 16, 128, device="cuda", generator=gen).bfloat16()
     bias = torch.randn(128, device="cuda", generator=gen)
-    scale = torch.rand(128, device="cuda", generator=gen) + 0.5
+    scale = torch.rand(128, device="cuda", generator=gen) + 0.5 if with_scale else None
     tensors = (x, flt, source, bias, scale)
     kwargs = dict(activation=activation, order=order, geometry=geometry)
     call = torch.compile(_public_call, fullgraph=True) if compiled else _public_call
