@@ -8,7 +8,8 @@ CUDA-graph capture of the public function.
 
 from __future__ import annotations
 
-import numpy as np
+import types
+
 import pytest
 import torch
 from torch._subclasses import FakeTensorMode
@@ -338,8 +339,9 @@ def test_takes_torch_path():
     assert ops.takes_torch_path(x, w, None, bias, None, None)
     with torch.no_grad():
         assert not ops.takes_torch_path(x, w, None, bias, None, None)
-    # A DLPack array (allowed with out=) has no requires_grad; the torch tensors are still read.
-    array = np.zeros((1, 8, 8, 16), dtype=np.float16)
+    # A DLPack array of another library (allowed with out=) has no requires_grad; the torch
+    # tensors beside it are still read.
+    array = types.SimpleNamespace(__dlpack__=None, shape=(1, 8, 8, 16))
     assert not ops.takes_torch_path(array, w, None, None, None, None)
     assert ops.takes_torch_path(array, w, None, bias, None, None)
 
