@@ -329,6 +329,10 @@ def test_gradients_on_gpu(activation, order, with_scale, compiled):
     scale = torch.rand(128, device="cuda", generator=gen) + 0.5 if with_scale else None
     tensors = (x, flt, source, bias, scale)
     kwargs = dict(activation=activation, order=order, geometry=geometry)
+    if compiled:
+        # Every case compiles the same function anew: without a reset the parametrized cases
+        # exhaust dynamo's recompile limit, which fullgraph turns into a failure.
+        torch._dynamo.reset()
     call = torch.compile(_public_call, fullgraph=True) if compiled else _public_call
     wide = [None if t is None else t.float() for t in tensors]
     with torch.backends.cudnn.flags(enabled=False):
@@ -337,11 +341,16 @@ def test_gradients_on_gpu(activation, order, with_scale, compiled):
     with torch.backends.cudnn.flags(enabled=False):
         _, ref_grads = _grads(_reference_call, wide, grad_out, **kwargs)
     out, grads = _grads(call, tensors, grad_out.bfloat16(), **kwargs)
+    # Torch's own bf16 autograd of the same composition: a ReLU mask taken on bf16-rounded
+    # values flips where the float32 one does not, so near-zero activations cost a few percent
+    # on the gradients of x and filter whoever computes them. Ours may err up to twice as much.
+    _, torch_grads = _grads(_reference_call, tensors, grad_out.bfloat16(), **kwargs)
     assert _relative_error(out, ref_out) < 1e-2
     present = [(n, t) for n, t in zip(NAMES, tensors, strict=True) if t is not None]
-    for (name, t), got, ref in zip(present, grads, ref_grads, strict=True):
+    for (name, t), got, ref, torch_bf16 in zip(present, grads, ref_grads, torch_grads, strict=True):
         assert got.dtype == t.dtype, name
-        assert _relative_error(got, ref) < 1e-2, name
+        allowed = max(1e-2, 2 * _relative_error(torch_bf16, ref))
+        assert _relative_error(got, ref) < allowed, name
 
 
 @requires_sm90
