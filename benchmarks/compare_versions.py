@@ -21,8 +21,8 @@ being the median round. Writes a Markdown table (old ms, new ms, new/old), the g
 worst shape and the verdict against the release criteria: geomean new/old at most 1.02 for the
 plain and for the fused conv, and no shape's new/old above 1.03 (a faster new version passes).
 
-Exit status: 0 PASS, 1 nothing measured (no Hopper GPU, bad arguments), 2 an output failed its
-check, 3 slower than the criteria allow.
+Exit status: 0 PASS, 1 no Hopper GPU (nothing measured), 2 bad arguments or an output failed
+its check, 3 slower than the criteria allow.
 """
 
 from __future__ import annotations
