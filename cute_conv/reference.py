@@ -16,7 +16,19 @@ import torch.nn.functional as F
 
 from .problem import normalize_padding, normalize_pair
 
-__all__ = ["conv2d_reference"]
+__all__ = ["TORCH_ACTIVATIONS", "conv2d_reference"]
+
+# The kernels' activations (``cute_conv.ACTIVATIONS``) as torch functions, by the same names.
+TORCH_ACTIVATIONS = {
+    None: lambda y: y,
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda y: F.gelu(y, approximate="tanh"),
+    "silu": F.silu,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+    "leaky_relu": lambda y: F.leaky_relu(y, 0.01),
+}
 
 
 @contextlib.contextmanager

@@ -24,6 +24,17 @@ from cute_conv.testing import compare_to_reference, random_conv_inputs
 # A 3x3 conv of a ResNet/UNet stage: N=32, 56x56 pixels, 128 -> 128 channels, padding 1.
 N, H, W, C, K, R, S, PAD = 32, 56, 56, 128, 128, 3, 3, 1
 DTYPE = torch.bfloat16
+BN_EPS = 1e-5
+
+
+def batch_norm_operands(k: int, device: torch.device) -> dict:
+    """An eval batch norm of ``k`` channels (gamma, beta, mean, var) and its fold into the
+    epilogue: scale = gamma / sqrt(var + eps), bias = beta - mean * scale."""
+    gamma, beta = torch.rand(k, device=device) + 0.5, 0.1 * torch.randn(k, device=device)
+    mean, var = 0.1 * torch.randn(k, device=device), torch.rand(k, device=device) + 0.5
+    scale = gamma / torch.sqrt(var + BN_EPS)
+    bias = beta - mean * scale
+    return {"gamma": gamma, "beta": beta, "mean": mean, "var": var, "scale": scale, "bias": bias}
 
 
 @dataclass(frozen=True)

@@ -12,23 +12,15 @@ sm_90a and says what it could not run.
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 
 import cute_conv
 
-from _common import PAD, Variant, run
-
-EPS = 1e-5
+from _common import BN_EPS, PAD, Variant, batch_norm_operands, run
 
 
 def operands(problem, device):
-    k = problem.K
-    gamma, beta = torch.rand(k, device=device) + 0.5, 0.1 * torch.randn(k, device=device)
-    mean, var = 0.1 * torch.randn(k, device=device), torch.rand(k, device=device) + 0.5
-    scale = gamma / torch.sqrt(var + EPS)  # the batch norm, folded
-    bias = beta - mean * scale
-    return {"gamma": gamma, "beta": beta, "mean": mean, "var": var, "scale": scale, "bias": bias}
+    return batch_norm_operands(problem.K, device)
 
 
 def fused(x, w, t, out=None):
@@ -39,7 +31,7 @@ def fused(x, w, t, out=None):
 
 def unfused(conv, x, w, t):
     y = conv(x, w, padding=PAD)
-    y = F.batch_norm(y, t.mean, t.var, t.gamma, t.beta, training=False, eps=EPS)
+    y = F.batch_norm(y, t.mean, t.var, t.gamma, t.beta, training=False, eps=BN_EPS)
     return F.silu(y)
 
 

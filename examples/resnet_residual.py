@@ -17,19 +17,12 @@ import torch.nn.functional as F
 
 import cute_conv
 
-from _common import PAD, Variant, run
-
-EPS = 1e-5
+from _common import BN_EPS, PAD, Variant, batch_norm_operands, run
 
 
 def operands(problem, device):
-    k = problem.K
-    gamma, beta = torch.rand(k, device=device) + 0.5, 0.1 * torch.randn(k, device=device)
-    mean, var = 0.1 * torch.randn(k, device=device), torch.rand(k, device=device) + 0.5
-    scale = gamma / torch.sqrt(var + EPS)  # the batch norm, folded
     identity = torch.randn(problem.output_shape, device=device).to(torch.bfloat16)
-    return {"gamma": gamma, "beta": beta, "mean": mean, "var": var, "scale": scale,
-            "bias": beta - mean * scale, "identity": identity}  # fmt: skip
+    return {**batch_norm_operands(problem.K, device), "identity": identity}
 
 
 def fused(x, w, t, out=None):
@@ -41,14 +34,17 @@ def fused(x, w, t, out=None):
 
 def unfused(conv, x, w, t):
     y = conv(x, w, padding=PAD)
-    y = F.batch_norm(y, t.mean, t.var, t.gamma, t.beta, training=False, eps=EPS)
+    y = F.batch_norm(y, t.mean, t.var, t.gamma, t.beta, training=False, eps=BN_EPS)
     return F.relu(y + t.identity)
 
 
 VARIANT = Variant(
     title="ResNet order: out = relu(batch_norm(conv(x, w)) + identity)",
     epilogue=cute_conv.EpilogueSpec(
-        has_scale=True, has_bias=True, activation="relu", has_residual=True,
+        has_scale=True,
+        has_bias=True,
+        activation="relu",
+        has_residual=True,
         residual_order="before_activation",
     ),  # fmt: skip
     operands=operands,

@@ -18,19 +18,10 @@ import torch.nn.functional as F
 import cute_conv
 from cute_conv.autograd import EpilogueArgs, conv2d_fprop_backward, derives_from_output
 from cute_conv.problem import normalize_padding, normalize_pair
+from cute_conv.reference import TORCH_ACTIVATIONS
 from tests.gpu import requires_sm90
 
 ORDERS = ("after_activation", "before_activation")
-TORCH_ACTIVATIONS = {
-    None: lambda z: z,
-    "relu": F.relu,
-    "gelu": F.gelu,
-    "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
-    "silu": F.silu,
-    "sigmoid": torch.sigmoid,
-    "tanh": torch.tanh,
-    "leaky_relu": lambda z: F.leaky_relu(z, 0.01),
-}
 GEOMETRIES = {
     "3x3-pad1": dict(stride=1, padding=1, dilation=1),
     "s2-asym-dil": dict(stride=(2, 1), padding=((2, 0), (1, 3)), dilation=(1, 2)),

@@ -4,24 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import cute_conv
-from cute_conv.reference import conv2d_reference
+from cute_conv.reference import TORCH_ACTIVATIONS, conv2d_reference
 from cute_conv.testing import compare_to_reference, random_conv_inputs
 
 pytestmark = pytest.mark.gpu
 
-TORCH_ACTIVATIONS = {
-    None: lambda y: y,
-    "relu": F.relu,
-    "gelu": F.gelu,
-    "gelu_tanh": lambda y: F.gelu(y, approximate="tanh"),
-    "silu": F.silu,
-    "sigmoid": torch.sigmoid,
-    "tanh": torch.tanh,
-    "leaky_relu": lambda y: F.leaky_relu(y, 0.01),
-}
 
 
 def cubic(y):  # works on torch tensors and on cute TensorSSA alike
