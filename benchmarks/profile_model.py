@@ -61,11 +61,7 @@ def main() -> int:
     if reason is not None:
         print(f"profile_model: {reason}; nothing measured")
         return 1
-    model16 = (
-        copy.deepcopy(build_model(args.model))
-        .to(torch.bfloat16, memory_format=torch.channels_last)
-        .cuda()
-    )
+    model16 = build_model(args.model).to("cuda", torch.bfloat16, memory_format=torch.channels_last)
     x = torch.randn(args.batch, 3, IMAGE_SIZE, IMAGE_SIZE, device="cuda").to(torch.bfloat16)
     x = x.contiguous(memory_format=torch.channels_last)
     compiled, _ = compile_timed(model16, x)
