@@ -48,7 +48,7 @@ from cutlass.tensor_utils import LayoutEnum
 from cutlass.utils.gemm.sm100 import transform_partitioned_tensor_layout
 
 from ..common.barriers import NamedBarrierConv
-from ..common.entry import ConvKernelEntry, ConvPointers
+from ..common.entry import ConvKernelEntry, ConvLaunchParams
 from ..common.epilogue import (
     EpilogueSpec,
     apply_epilogue,
@@ -56,7 +56,6 @@ from ..common.epilogue import (
     make_epilogue_operands,
 )
 from ..common.im2col import (
-    ConvGeometry,
     activation_im2col_view,
     filter_gemm_view,
     fprop_im2col_params,
@@ -267,19 +266,12 @@ class Conv2dFpropKernel(ConvKernelEntry):
     # ------------------------------------------------------------------------------------------
 
     @cute.jit
-    def launch(
-        self,
-        ptrs: ConvPointers,
-        geom: ConvGeometry,
-        alpha: cutlass.Float32,
-        beta: cutlass.Float32,
-        max_clusters: cutlass.Int32,
-        stream: cuda.CUstream,
-    ):
-        """Launch on raw device pointers (see ``ConvPointers``): the SM90 kernel's signature,
-        so the host launch path is shared. ``max_clusters`` and the stream-K workspace
-        (``ptrs.partials``, ``ptrs.flags``) are unused: the grid covers every tile and cluster
-        launch control makes it persistent."""
+    def launch(self, params: ConvLaunchParams, stream: cuda.CUstream):
+        """Launch on raw device pointers (see ``ConvLaunchParams``), as the SM90 kernel does.
+        ``max_clusters`` and the stream-K workspace (``pointers.partials``, ``pointers.flags``)
+        are unused: the grid covers every tile and cluster launch control makes it
+        persistent."""
+        ptrs, geom = params.pointers, params.geometry
         self._setup_attributes()
         tiled_mma = self.tiled_mma
         bm, _, bk = self.block_tile
@@ -326,8 +318,8 @@ class Conv2dFpropKernel(ConvKernelEntry):
             tma_tensor_c,
             m_bias,
             m_scale,
-            alpha,
-            beta,
+            params.alpha,
+            params.beta,
             self.cluster_layout_vmnk,
             self.a_smem_layout_staged,
             self.b_smem_layout_staged,

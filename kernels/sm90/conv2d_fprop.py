@@ -46,7 +46,7 @@ k-tiles of a tile. Clusters of (cluster_m, cluster_n) CTAs multicast the activat
 N and the filter tile along M. With ``dynamic_schedule`` (single-CTA clusters) a CTA's first
 tile is its grid index and the load warp takes the next ones from a global counter, one tile
 ahead, handing each to the consumers and the source-load warp through the work queue
-(PipelineAsync, ``_WORK_QUEUE_STAGES`` SMEM slots; a value past the last tile ends the roles).
+(PipelineAsync, ``WORK_QUEUE_STAGES`` SMEM slots; a value past the last tile ends the roles).
 
 Halo tiles (``tile_w``, stride-1 convs, single-CTA clusters): an output tile is tile_h whole
 output rows of tile_w >= Q columns. Per c-block the load warp brings the tile's input halo
@@ -81,7 +81,7 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from cutlass.tensor_utils import LayoutEnum
 
 from ..common.barriers import NamedBarrierConv
-from ..common.entry import ConvKernelEntry, ConvPointers
+from ..common.entry import ConvKernelEntry, ConvLaunchParams, ConvPointers
 from ..common.epilogue import (
     EpilogueSpec,
     apply_epilogue,
@@ -89,7 +89,6 @@ from ..common.epilogue import (
     make_epilogue_operands,
 )
 from ..common.im2col import (
-    ConvGeometry,
     activation_im2col_view,
     filter_gemm_view,
     fprop_im2col_params,
@@ -97,38 +96,10 @@ from ..common.im2col import (
     output_tile_view,
 )
 from ..common.tile_scheduler import StaticTileScheduler
-from .schedule_checks import check_schedule_options
+from .config import HALO_SLACK_ROWS, WORK_COUNTERS, WORK_QUEUE_STAGES, Conv2dConfig
 
-SMEM_CAPACITY_SM90 = 232448  # bytes of dynamic SMEM one CTA may use on H100/H200
 _REGISTER_FILE = 65536  # 32-bit registers of an SM, shared by the CTA's warpgroups
 _MAX_CONSUMER_REGISTERS = 232
-_MBARRIER_BYTES_RESERVED = 1024
-_MAX_AB_STAGES = 16  # small k-tiles would fit more; past this, latency is long hidden
-_EPI_STAGES = 4  # output staging buffers (2 in a residual kernel, whose C buffers take room)
-_EPI_STAGES_WITH_SOURCE = 2
-_EPI_N = 32  # epilogue subtile width: tile_m x 32 output/C subtiles
-# Residual kernels take tile_m x 64 subtiles where a whole tile of C still fits beside the A/B
-# ring: half the barrier rounds per tile (H200: fused 2-9% faster on 64- and 128-wide tiles).
-_WIDE_EPI_N = 64
-# A residual kernel buffers up to a whole tile of C, so that the source-load warp can fetch the
-# next tile's C during its mainloop, and a halo kernel's halos take room too: each gives up
-# A/B stages for that only down to this depth (then it takes fewer epilogue buffers).
-_MIN_AB_STAGES_KEPT = 4
-_MIN_SOURCE_STAGES = 2
-# Halo tiles: activation halos in flight (each holds every filter tap's rows of one c-block),
-# and rows of slack after the last one, which tap shifts along W read for columns past Q only
-# (so (S-1) * dilation_w may be at most this).
-_HALO_STAGES = 2
-# Ping-pong: each consumer holds its tile's halo through its mainloop, so a third stage lets
-# the next tile's halo load while both are held.
-_HALO_STAGES_PINGPONG = 3
-HALO_SLACK_ROWS = 8
-_HALO_PADDING_BYTES = 2048
-# Work items the load warp may hand out ahead of the consumers (dynamic scheduling).
-_WORK_QUEUE_STAGES = 4
-# Dynamic scheduling's global int32 counters: the next work item to hand out (minus the grid
-# size), and the CTAs done taking work.
-WORK_COUNTERS = 2
 
 
 class HaloGeometry(NamedTuple):
@@ -163,31 +134,12 @@ class WorkQueue(NamedTuple):
 
 
 class Conv2dFpropSm90(ConvKernelEntry):
-    """Compile-time configuration of one SM90 conv fprop kernel.
+    """One compiled configuration of the SM90 conv fprop kernel.
 
     :param act_dtype, filter_dtype: input types (BFloat16 or Float16, equal).
     :param out_dtype: BFloat16, Float16 or Float32.
-    :param tile_mnk: CTA tile (tile_m, tile_n, tile_k); tile_m = 128 or 256 (two warpgroups of
-        64 or 128 rows) or 192 (three of 64 rows), tile_m * tile_n <= 128 * 256 (the
-        accumulator registers).
-    :param cluster_mn: CTAs per cluster along M (filter multicast) and N (activation multicast).
-    :param stages: depth of the A/B ring; 0 means as many as fit in SMEM.
-    :param swizzle, raster_along_m: tile rasterization, see ``StaticTileScheduler``.
-    :param stream_k: split the k-tiles of all output tiles evenly over the grid (see
-        ``StaticTileScheduler``), for problems of less than a wave of tiles.
-    :param dynamic_schedule: after its first tile, a CTA takes the next tile from a global
-        counter (``ptrs.flags``: ``WORK_COUNTERS`` zeroed int32, left at zero) instead of
-        every grid-th one, so that SMs which run faster take more tiles. Clusters of one CTA
-        only.
-    :param tile_w, halo_h: halo tiles (stride-1 convs, 64-channel k-tiles, clusters of one
-        CTA): an output tile is ``tile_m / tile_w`` output rows of ``tile_w`` columns (columns
-        past Q are computed and clipped by the store), and instead of one im2col load per
-        filter tap the load warp brings in the tile's input halo once per c-block, a tiled TMA
-        box of ``halo_h`` input rows x ``tile_w`` columns; each tap's A operand is that halo
-        shifted by ``r * dil_h * tile_w + s * dil_w`` rows. 0 (default): im2col loads.
-    :param pingpong: the two consumer warpgroups take the tiles in turn, one's epilogue under
-        the other's mainloop (128-row tiles at most 128 wide; no stream_k or
-        dynamic_schedule; halo tiles take a third halo stage).
+    :param config: tile, cluster, ring depth, rasterization and schedule options (stream-K,
+        dynamic scheduling, halo tiles, ping-pong); see ``Conv2dConfig``.
     :param epilogue: the fused epilogue terms, see ``EpilogueSpec``.
     """
 
@@ -200,16 +152,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
         act_dtype: Type[cutlass.Numeric],
         filter_dtype: Type[cutlass.Numeric],
         out_dtype: Type[cutlass.Numeric],
-        tile_mnk: Tuple[int, int, int],
-        cluster_mn: Tuple[int, int],
-        stages: int = 0,
-        swizzle: int = 1,
-        raster_along_m: bool = True,
-        stream_k: bool = False,
-        dynamic_schedule: bool = False,
-        tile_w: int = 0,
-        halo_h: int = 0,
-        pingpong: bool = False,
+        config: Conv2dConfig,
         epilogue: Optional[EpilogueSpec] = None,
     ):
         if act_dtype not in (cutlass.BFloat16, cutlass.Float16) or filter_dtype != act_dtype:
@@ -219,87 +162,54 @@ class Conv2dFpropSm90(ConvKernelEntry):
             )
         if out_dtype not in (cutlass.BFloat16, cutlass.Float16, cutlass.Float32):
             raise TypeError(f"out_dtype must be BFloat16, Float16 or Float32, got {out_dtype}")
-        tile_m, tile_n, tile_k = tile_mnk
-        if tile_m not in (128, 192, 256) or tile_m * tile_n > 128 * 256:
-            raise ValueError(
-                f"tile_m must be 128, 192 or 256 (warpgroups of 64 or 128 rows) and "
-                f"tile_m*tile_n <= 128*256, got {tile_m}x{tile_n}"
-            )
-        if tile_n % 32 or not 64 <= tile_n <= 256:
-            raise ValueError(
-                f"tile_n must be a multiple of 32 (the epilogue subtile) in 64..256, got {tile_n}"
-            )
-        if tile_k * act_dtype.width // 8 not in (32, 64, 128):
-            raise ValueError(
-                f"tile_k must span a 32-, 64- or 128-byte swizzle row (16, 32 or 64 16-bit "
-                f"channels), got {tile_k}"
-            )
+        if not isinstance(config, Conv2dConfig):
+            raise TypeError(f"config must be a Conv2dConfig, got {type(config).__name__}")
         self.act_dtype = act_dtype
         self.filter_dtype = filter_dtype
         self.out_dtype = out_dtype
         self.acc_dtype = cutlass.Float32
-        self.tile_mnk = tile_mnk
-        self.cluster_mn = cluster_mn
-        self.swizzle = swizzle
-        self.raster_along_m = raster_along_m
-        self.stream_k = stream_k
-        check_schedule_options(
-            tile_mnk=tile_mnk,
-            k_tile_bytes=tile_k * act_dtype.width // 8,
-            cluster_mn=cluster_mn,
-            stream_k=stream_k,
-            dynamic_schedule=dynamic_schedule,
-            tile_w=tile_w,
-            halo_h=halo_h,
-            pingpong=pingpong,
-        )
-        self.dynamic_schedule = dynamic_schedule
-        self.pingpong = pingpong
-        self.tile_w = tile_w
-        self.halo_h = halo_h
-        self.tile_h = tile_m // tile_w if tile_w else 0
-        self.halo_stages = 0
-        if tile_w:
-            self.halo_stages = _HALO_STAGES_PINGPONG if pingpong else _HALO_STAGES
+        self.config = config
         self.epilogue = epilogue or EpilogueSpec()
+        self.plan = config.plan(act_dtype, out_dtype, self.epilogue.has_residual)
+        self.tile_mnk = config.tile_shape_mnk
+        self.cluster_mn = config.cluster_shape_mn
+        self.swizzle = config.swizzle
+        self.raster_along_m = config.raster_along_m
+        self.stream_k = config.stream_k
+        self.dynamic_schedule = config.dynamic_schedule
+        self.pingpong = config.pingpong
+        self.tile_w = config.tile_w
+        self.halo_h = config.halo_h
+        tile_m = config.tile_m
+        self.tile_h = tile_m // config.tile_w if config.tile_w else 0
+        self.halo_stages = config.halo_stages
 
-        # 192-row tiles: three warpgroups of 64 rows; otherwise two of tile_m / 2.
-        self.num_consumer_warpgroups = 3 if tile_m == 192 else 2
+        self.num_consumer_warpgroups = config.num_consumer_warpgroups
         self.num_consumer_threads = self.num_consumer_warpgroups * self.num_threads_per_warpgroup
         self.threads_per_cta = self.num_threads_per_warpgroup * (1 + self.num_consumer_warpgroups)
         self.consumer_registers = self._consumer_register_budget()
         # The consumer threads that compute and store one output tile, and how many epilogues
         # run at once, each with its own staging buffers, barrier and store warp.
         self.tile_threads = (
-            self.num_threads_per_warpgroup if pingpong else self.num_consumer_threads
+            self.num_threads_per_warpgroup if config.pingpong else self.num_consumer_threads
         )
-        self.num_epilogues = self.num_consumer_warpgroups if pingpong else 1
+        self.num_epilogues = config.num_epilogues
         self.source_load_warp_id = 1
         self.epi_store_warp_id = 4  # first warp of the first consumer warpgroup
-        self.cluster_size = cluster_mn[0] * cluster_mn[1]
-        self.num_mcast_a = cluster_mn[1]  # the activation tile is shared along cluster N
-        self.num_mcast_b = cluster_mn[0]  # the filter tile is shared along cluster M
+        self.cluster_size = config.cluster_m * config.cluster_n
+        self.num_mcast_a = config.cluster_n  # the activation tile is shared along cluster N
+        self.num_mcast_b = config.cluster_m  # the filter tile is shared along cluster M
 
-        if self.epilogue.has_residual:
-            self.epi_stages = _EPI_STAGES_WITH_SOURCE
-            epi_n, self.source_stages = self._choose_residual_epilogue(stages)
-        else:
-            epi_n, self.epi_stages, self.source_stages = _EPI_N, _EPI_STAGES, 0
-        if (
-            tile_w
-            and not self.epilogue.has_residual
-            and self._ab_budget(0, epi_n) < (_MIN_AB_STAGES_KEPT * self._ab_bytes_per_stage())
-        ):
-            self.epi_stages = _EPI_STAGES_WITH_SOURCE  # a tall halo leaves room for fewer
+        self.epi_stages = self.plan.epi_stages
+        self.source_stages = self.plan.source_stages
+        self.ab_stages = self.plan.ab_stages
+        epi_n = self.plan.epi_n
         self.epi_tile = (tile_m, epi_n)
         # How the output and C tiles are divided into subtiles: halo tiles are
         # (tile_w, tile_h, 1) boxes of the (Q, P, N) output pixels.
-        self.epi_tiler = ((tile_w, self.tile_h, 1), epi_n) if tile_w else self.epi_tile
-        self.ab_stages = self._compute_ab_stages(stages)
-
-    # ------------------------------------------------------------------------------------------
-    # Host-side helpers
-    # ------------------------------------------------------------------------------------------
+        self.epi_tiler = (
+            ((config.tile_w, self.tile_h, 1), epi_n) if config.tile_w else self.epi_tile
+        )
 
     def _consumer_register_budget(self) -> int:
         """Registers per consumer thread after ``setmaxnreg``: what the register file
@@ -308,81 +218,17 @@ class Conv2dFpropSm90(ConvKernelEntry):
         free = _REGISTER_FILE - self.num_threads_per_warpgroup * self.producer_registers
         return min(free // self.num_consumer_threads // 8 * 8, _MAX_CONSUMER_REGISTERS)
 
-    def _ab_bytes_per_stage(self) -> int:
-        """Bytes of one ring stage: A and B tiles, or B alone with halo tiles."""
-        tile_m, tile_n, tile_k = self.tile_mnk
-        a_rows = 0 if self.tile_w else tile_m
-        return (a_rows + tile_n) * tile_k * self.act_dtype.width // 8
-
     def _halo_rows(self) -> int:
         """SMEM rows of one halo stage."""
         return self.halo_h * self.tile_w
 
-    def _halo_bytes(self) -> int:
-        """The halo stages and their slack rows (0 without halo tiles)."""
-        if not self.tile_w:
-            return 0
-        rows = self.halo_stages * self._halo_rows() + HALO_SLACK_ROWS
-        # With 8 KB ring stages a halo kernel fills SMEM to within a stage: it also reserves
-        # the shared storage's alignment padding (sC is 1024-byte aligned after sD).
-        return rows * self.tile_mnk[2] * self.act_dtype.width // 8 + _HALO_PADDING_BYTES
-
-    def _subtile_bytes(self, epi_n: int) -> int:
-        return self.tile_mnk[0] * epi_n * self.out_dtype.width // 8
-
-    def _epi_buffers(self, source_stages: int) -> int:
-        """Subtile buffers: output staging per epilogue, plus the source ring."""
-        return self.epi_stages * self.num_epilogues + source_stages
-
-    def _epi_bytes(self) -> int:
-        """Output staging plus source buffers."""
-        return self._subtile_bytes(self.epi_tile[1]) * self._epi_buffers(self.source_stages)
-
-    def _ab_budget(self, source_stages: int, epi_n: int) -> int:
-        """SMEM bytes left for the A/B ring next to the epilogue's buffers of ``epi_n``-wide
-        subtiles."""
-        epi_bytes = self._subtile_bytes(epi_n) * self._epi_buffers(source_stages)
-        return SMEM_CAPACITY_SM90 - _MBARRIER_BYTES_RESERVED - epi_bytes - self._halo_bytes()
-
-    def _choose_residual_epilogue(self, stages: int) -> Tuple[int, int]:
-        """The epilogue subtile width and the number of C buffers of a residual kernel.
-
-        ``_WIDE_EPI_N``-wide subtiles where a whole tile of C (at least
-        ``_MIN_SOURCE_STAGES`` buffers, so that the next tile's C can load during this
-        epilogue) fits beside ``stages`` (or ``_MIN_AB_STAGES_KEPT``) A/B stages;
-        otherwise ``_EPI_N``-wide ones, a whole tile of them where that fits, else fewer."""
-        keep = (stages or _MIN_AB_STAGES_KEPT) * self._ab_bytes_per_stage()
-        tile_n = self.tile_mnk[1]
-        if tile_n % _WIDE_EPI_N == 0:
-            source_stages = max(tile_n // _WIDE_EPI_N, _MIN_SOURCE_STAGES)
-            if self._ab_budget(source_stages, _WIDE_EPI_N) >= keep:
-                return _WIDE_EPI_N, source_stages
-        for source_stages in range(tile_n // _EPI_N, _MIN_SOURCE_STAGES, -1):
-            if self._ab_budget(source_stages, _EPI_N) >= keep:
-                return _EPI_N, source_stages
-        return _EPI_N, _MIN_SOURCE_STAGES
-
-    def _compute_ab_stages(self, stages: int) -> int:
-        budget = self._ab_budget(self.source_stages, self.epi_tile[1])
-        fit = max(min(budget // self._ab_bytes_per_stage(), _MAX_AB_STAGES), 0)
-        chosen = stages or fit
-        if chosen < 2 or chosen > fit:
-            halo = f" and {self._halo_bytes()} bytes of halos" if self.tile_w else ""
-            raise ValueError(
-                f"stages={stages} does not fit: tile {self.tile_mnk} with {self.out_dtype} "
-                f"output{halo} leaves room for {fit} stages (at least 2 are needed) in "
-                f"{SMEM_CAPACITY_SM90} bytes of SMEM"
-            )
-        return chosen
-
     def smem_bytes(self) -> int:
-        """Shared memory the kernel asks for (ring + epilogue staging + barriers)."""
-        return (
-            self.ab_stages * self._ab_bytes_per_stage()
-            + self._halo_bytes()
-            + self._epi_bytes()
-            + _MBARRIER_BYTES_RESERVED
-        )
+        """Shared memory the kernel asks for (ring + halos + epilogue staging + barriers)."""
+        return self.plan.smem_bytes
+
+    # ------------------------------------------------------------------------------------------
+    # Trace-time attributes: MMA, SMEM layouts
+    # ------------------------------------------------------------------------------------------
 
     def _setup_attributes(self):
         tile_m, tile_n, tile_k = self.tile_mnk
@@ -431,21 +277,14 @@ class Conv2dFpropSm90(ConvKernelEntry):
     # ------------------------------------------------------------------------------------------
 
     @cute.jit
-    def launch(
-        self,
-        ptrs: ConvPointers,
-        geom: ConvGeometry,
-        alpha: cutlass.Float32,
-        beta: cutlass.Float32,
-        max_clusters: cutlass.Int32,
-        stream: cuda.CUstream,
-    ):
-        """Launch on raw device pointers (see ``ConvPointers``); bias and scale are vectors of
-        length K in the epilogue spec's ``vector_dtype``. Stream-K only: ``ptrs.partials`` has
-        room for one tile_m x tile_n float32 partial per CTA of the grid (``max_clusters``
-        clusters); ``ptrs.flags`` holds one zero-initialized int32 counter per output tile
-        (left at zero). Dynamic scheduling only: ``ptrs.flags`` holds ``WORK_COUNTERS``
-        zeroed int32 counters (left at zero)."""
+    def launch(self, params: ConvLaunchParams, stream: cuda.CUstream):
+        """Launch on raw device pointers (see ``ConvLaunchParams``); bias and scale are vectors
+        of length K in the epilogue spec's ``vector_dtype``. Stream-K only:
+        ``pointers.partials`` has room for one tile_m x tile_n float32 partial per CTA of the
+        grid (``max_clusters`` clusters); ``pointers.flags`` holds one zero-initialized int32
+        counter per output tile (left at zero). Dynamic scheduling only: ``pointers.flags``
+        holds ``WORK_COUNTERS`` zeroed int32 counters (left at zero)."""
+        ptrs, geom, max_clusters = params.pointers, params.geometry, params.max_clusters
         self._setup_attributes()
         tile_m, tile_n, tile_k = self.tile_mnk
 
@@ -495,7 +334,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
             )
         )  # fmt: skip
 
-        queue_stages = _WORK_QUEUE_STAGES if self.dynamic_schedule else 1
+        queue_stages = WORK_QUEUE_STAGES if self.dynamic_schedule else 1
 
         @cute.struct
         class SharedStorage:
@@ -567,8 +406,8 @@ class Conv2dFpropSm90(ConvKernelEntry):
             tma_tensor_c,
             m_bias,
             m_scale,
-            alpha,
-            beta,
+            params.alpha,
+            params.beta,
             self.tiled_mma,
             self.cta_layout_mnk,
             self.a_smem_layout_staged,
@@ -709,7 +548,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
             work_queue = WorkQueue(
                 pipeline=pipeline.PipelineAsync.create(
                     barrier_storage=storage.work_mbar.data_ptr(),
-                    num_stages=_WORK_QUEUE_STAGES,
+                    num_stages=WORK_QUEUE_STAGES,
                     producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
                     # Every thread of the consumer warpgroups and of the source-load warp.
                     consumer_group=pipeline.CooperativeGroup(
@@ -718,7 +557,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
                     ),
                     defer_sync=True,
                 ),
-                items=storage.work_items.get_tensor(cute.make_layout(_WORK_QUEUE_STAGES)),
+                items=storage.work_items.get_tensor(cute.make_layout(WORK_QUEUE_STAGES)),
                 counters=m_flags,
             )
         turns = None
@@ -895,7 +734,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
         queue_state = None
         if cutlass.const_expr(self.dynamic_schedule):
             queue_state = pipeline.make_pipeline_state(
-                pipeline.PipelineUserType.Producer, _WORK_QUEUE_STAGES
+                pipeline.PipelineUserType.Producer, WORK_QUEUE_STAGES
             )
         end_work = scheduler.end_work()
         work = scheduler.first_work()
@@ -1035,7 +874,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
         """Where a consumer of the work queue reads next (None: static scheduling)."""
         if self.dynamic_schedule:
             return pipeline.make_pipeline_state(
-                pipeline.PipelineUserType.Consumer, _WORK_QUEUE_STAGES
+                pipeline.PipelineUserType.Consumer, WORK_QUEUE_STAGES
             )
         return None
 
