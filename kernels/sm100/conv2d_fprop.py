@@ -49,11 +49,12 @@ from cutlass.utils.gemm.sm100 import transform_partitioned_tensor_layout
 
 from ..common.barriers import NamedBarrierConv
 from ..common.entry import ConvKernelEntry, ConvLaunchParams
-from ..common.epilogue import (
-    EpilogueSpec,
-    apply_epilogue,
-    load_channel_vectors,
-    make_epilogue_operands,
+from ..common.epilogue import EpilogueSpec, make_epilogue_operands
+from ..common.epilogue_store import (
+    ChannelVectors,
+    OutputSubtiles,
+    SourceSubtiles,
+    store_subtile,
 )
 from ..common.im2col import (
     activation_im2col_view,
@@ -907,19 +908,21 @@ class Conv2dFpropKernel(ConvKernelEntry):
             ),
             tiled_copy_t2r,
         )
-        thr_copy_r2s = tiled_copy_r2s.get_slice(tidx)
-        tRS_sD = thr_copy_r2s.partition_D(sD)  # (R2S, R2S_M, R2S_N, OUT_STAGE)
-        tRS_rD = tiled_copy_r2s.retile(tTR_rD)
         # Residual: SMEM -> registers, in the same thread/value order as the accumulator.
-        tSR_sC, tTR_rC, tSR_rC, tiled_copy_s2r = None, None, None, None
+        source = None
         if cutlass.const_expr(epi.has_residual):
             tiled_copy_s2r = cute.make_tiled_copy_D(
                 cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.out_dtype), tiled_copy_t2r
             )
-            thr_copy_s2r = tiled_copy_s2r.get_slice(tidx)
-            tSR_sC = thr_copy_s2r.partition_D(sC)  # (S2R, S2R_M, S2R_N, SRC_STAGE)
             tTR_rC = cute.make_rmem_tensor(tTR_cD.shape, self.out_dtype)
-            tSR_rC = tiled_copy_s2r.retile(tTR_rC)
+            source = SourceSubtiles(
+                pipeline=source_pipeline,
+                tiled_copy=tiled_copy_s2r,
+                # (S2R, S2R_M, S2R_N, SRC_STAGE)
+                smem=tiled_copy_s2r.get_slice(tidx).partition_D(sC),
+                regs_copy=tiled_copy_s2r.retile(tTR_rC),
+                regs=tTR_rC,
+            )
         # SMEM -> GMEM: ((ATOM_V, REST_V), EPI_M, EPI_N, RestM, RestN)
         bSG_sD, bSG_gD = cpasync.tma_partition(
             tma_atom_d,
@@ -928,17 +931,26 @@ class Conv2dFpropKernel(ConvKernelEntry):
             cute.group_modes(sD, 0, 2),
             cute.group_modes(self._epi_subtiles(tCgD), 0, 2),
         )
-
-        epilogue_barrier = pipeline.NamedBarrier(
-            barrier_id=int(NamedBarrierSm100.Epilogue),
-            num_threads=self.barrier_specs["named.epilogue"].count,
-        )
-        store_pipeline = pipeline.PipelineTmaStore.create(
-            num_stages=self.output_stages,
-            producer_group=pipeline.CooperativeGroup(
-                pipeline.Agent.Thread, self.roles.epilogue_threads
+        out = OutputSubtiles(
+            regs=tTR_rD,
+            regs_copy=tiled_copy_r2s.retile(tTR_rD),
+            tiled_copy=tiled_copy_r2s,
+            smem=tiled_copy_r2s.get_slice(tidx).partition_D(sD),  # (R2S, R2S_M, R2S_N, STAGE)
+            tma_atom=tma_atom_d,
+            smem_tma=bSG_sD,
+            barrier=pipeline.NamedBarrier(
+                barrier_id=int(NamedBarrierSm100.Epilogue),
+                num_threads=self.barrier_specs["named.epilogue"].count,
             ),
+            store_pipeline=pipeline.PipelineTmaStore.create(
+                num_stages=self.output_stages,
+                producer_group=pipeline.CooperativeGroup(
+                    pipeline.Agent.Thread, self.roles.epilogue_threads
+                ),
+            ),
+            store_warp=self.roles.epilogue[0],
         )
+        vectors = ChannelVectors(m_bias, m_scale, tTR_cD, tTR_rBias, tTR_rScale)
         acc_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Consumer, self.acc_stages
         )
@@ -964,44 +976,18 @@ class Conv2dFpropKernel(ConvKernelEntry):
                     cute.arch.fence_view_async_tmem_load()
                     with cute.arch.elect_one():
                         acc_pipeline.consumer_release(acc_state)
-                if cutlass.const_expr(epi.has_channel_vectors):
-                    load_channel_vectors(
-                        epi,
-                        m_bias,
-                        m_scale,
-                        tTR_cD,
-                        tile_n * mma_n + subtile * epi_n,
-                        tTR_rBias,
-                        tTR_rScale,
-                    )
-                residual = None
+                store_subtile(
+                    epi, tTR_rAcc.load(), alpha, beta, vectors, tile_n * mma_n + subtile * epi_n,
+                    source, src_state, out, (subtiles_done + subtile) % self.output_stages,
+                    bSG_gD_tile[(None, subtile)], warp_idx,
+                )  # fmt: skip
                 if cutlass.const_expr(epi.has_residual):
-                    source_pipeline.consumer_wait(src_state)
-                    cute.copy(tiled_copy_s2r, tSR_sC[(None, None, None, src_state.index)], tSR_rC)
-                    # Order the generic-proxy reads before the next TMA write of the buffer.
-                    cute.arch.fence_proxy("async.shared", space="cta")
-                    source_pipeline.consumer_release(src_state)
                     src_state.advance()
-                    residual = beta * tTR_rC.load().to(self.acc_dtype)
-                y = apply_epilogue(
-                    epi, tTR_rAcc.load(), alpha, tTR_rScale.load(), tTR_rBias.load(), residual
-                )
-                tTR_rD.store(y.to(self.out_dtype))
-                out_buffer = (subtiles_done + subtile) % self.output_stages
-                cute.copy(tiled_copy_r2s, tRS_rD, tRS_sD[(None, None, None, out_buffer)])
-                # Make the generic-proxy SMEM writes visible to the TMA (async proxy).
-                cute.arch.fence_proxy("async.shared", space="cta")
-                epilogue_barrier.arrive_and_wait()
-                if warp_idx == self.roles.epilogue[0]:
-                    cute.copy(tma_atom_d, bSG_sD[(None, out_buffer)], bSG_gD_tile[(None, subtile)])
-                    store_pipeline.producer_commit()
-                    store_pipeline.producer_acquire()
-                epilogue_barrier.arrive_and_wait()
             acc_state.advance()
             subtiles_done += self.num_subtiles
             work, valid, clc_state = self.fetch_next_work(clc_pipeline, clc_state, scheduler)
 
-        store_pipeline.producer_tail()
+        out.store_pipeline.producer_tail()
         # Done with TMEM: tell the MMA warps of both CTAs of the pair.
         with cute.arch.elect_one():
             cute.arch.mbarrier_arrive(tmem_dealloc_barrier)

@@ -82,11 +82,12 @@ from cutlass.tensor_utils import LayoutEnum
 
 from ..common.barriers import NamedBarrierConv
 from ..common.entry import ConvKernelEntry, ConvLaunchParams, ConvPointers
-from ..common.epilogue import (
-    EpilogueSpec,
-    apply_epilogue,
-    load_channel_vectors,
-    make_epilogue_operands,
+from ..common.epilogue import EpilogueSpec, make_epilogue_operands
+from ..common.epilogue_store import (
+    ChannelVectors,
+    OutputSubtiles,
+    SourceSubtiles,
+    store_subtile,
 )
 from ..common.im2col import (
     activation_im2col_view,
@@ -121,6 +122,19 @@ class PingPongTurns(NamedTuple):
 
     mainloop: pipeline.PipelineOrder
     epilogue: Optional[pipeline.PipelineOrder]
+
+
+class Sm90Epilogue(NamedTuple):
+    """A consumer thread's epilogue: its partitions for ``store_subtile``, the accumulator
+    registers by subtile, and its first staging buffer (ping-pong: its own)."""
+
+    out: OutputSubtiles
+    source: Optional[SourceSubtiles]
+    vectors: ChannelVectors
+    tRS_rAcc: cute.Tensor  # (V, M_reps, chunks_per_subtile, subtiles)
+    tRS_rD: cute.Tensor  # one subtile's fp32 values
+    sD: cute.Tensor  # the staging buffers
+    first_buffer: cutlass.Int32
 
 
 class WorkQueue(NamedTuple):
@@ -1040,7 +1054,10 @@ class Conv2dFpropSm90(ConvKernelEntry):
         tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
         acc_shape = thr_mma.partition_shape_C(cute.select(self.tile_mnk, mode=[0, 1]))
         accumulators = cute.make_rmem_tensor(acc_shape, self.acc_dtype)
-        ctx = self.make_epilogue_context(tiled_mma, tile_tidx, warpgroup_idx, sD, sC, accumulators)
+        epilogue = self.make_epilogue_context(
+            tiled_mma, tile_tidx, warpgroup_idx, sD, sC, accumulators, tma_atom_d,
+            source_pipeline, m_bias, m_scale,
+        )  # fmt: skip
         tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
 
         read_state = pipeline.make_pipeline_state(
@@ -1062,7 +1079,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
             partials=m_partials,
             flags=m_flags,
             tidx=consumer_tidx,
-            barrier=ctx.barrier,
+            barrier=epilogue.out.barrier,
         )
         queue_state = self.make_queue_consumer_state()
         end_work = scheduler.end_work()
@@ -1105,8 +1122,8 @@ class Conv2dFpropSm90(ConvKernelEntry):
                 if cutlass.const_expr(self.pingpong and self.epilogue.has_residual):
                     turns.epilogue.wait(epilogue_turn)
                 source_state, num_epi_tiles_done = self.epilogue_tile(
-                    ctx, work, scheduler, source_state, num_epi_tiles_done,
-                    tma_atom_d, source_pipeline, gD, m_bias, m_scale, alpha, beta, warp_idx,
+                    epilogue, work, scheduler, source_state, num_epi_tiles_done, gD, alpha,
+                    beta, warp_idx,
                 )  # fmt: skip
                 if cutlass.const_expr(self.pingpong and self.epilogue.has_residual):
                     epilogue_turn = turns.epilogue.arrive(epilogue_turn)
@@ -1116,7 +1133,7 @@ class Conv2dFpropSm90(ConvKernelEntry):
                     scheduler, work, read_state, release_state, source_state, halo_state,
                     k_tile_cnt, k_shape[0],
                 )  # fmt: skip
-        ctx.store_pipeline.producer_tail()
+        epilogue.out.store_pipeline.producer_tail()
 
     @cute.jit
     def skip_tile(
@@ -1284,7 +1301,11 @@ class Conv2dFpropSm90(ConvKernelEntry):
         sD: cute.Tensor,
         sC: Optional[cute.Tensor],
         accumulators: cute.Tensor,
-    ) -> SimpleNamespace:
+        tma_atom_d: cute.CopyAtom,
+        source_pipeline: Optional[pipeline.PipelineTmaAsync],
+        m_bias: Optional[cute.Tensor],
+        m_scale: Optional[cute.Tensor],
+    ) -> "Sm90Epilogue":
         """This thread's epilogue partitions: accumulator registers -> SMEM staging buffer
         (stmatrix) -> TMA store, and its view of the C buffers, bias and scale."""
         copy_atom_r2s = sm90_utils.get_smem_store_op(
@@ -1298,45 +1319,55 @@ class Conv2dFpropSm90(ConvKernelEntry):
         )
         thr_copy_r2s = tiled_copy_r2s.get_slice(tile_tidx)
         rD_shape = cute.shape(thr_copy_r2s.partition_S(sD))[:3]
-        ctx = SimpleNamespace(
-            tiled_copy_r2s=tiled_copy_r2s,
-            sD=sD,
-            tRS_sD=thr_copy_r2s.partition_D(sD),  # (R2S, R2S_M, R2S_N, PIPE_D)
-            tRS_rAcc=self.accumulators_by_subtile(tiled_copy_r2s.retile(accumulators), rD_shape),
-            tRS_rD=cute.make_rmem_tensor(rD_shape, self.acc_dtype),
-            tRS_rD_out=cute.make_rmem_tensor(rD_shape, self.out_dtype),
-            # The (m, n) position inside a subtile of each of this thread's values: what bias
-            # and scale are indexed by. The source side of the r2s copy is the register
-            # fragment, so partition_S of a subtile-shaped tensor lines up with tRS_rD.
-            tRS_cD=thr_copy_r2s.partition_S(cute.make_identity_tensor(self.epi_tile)),
-            tRS_sC=None,
-            tRS_rC=None,
-            tRS_rBias=cute.make_rmem_tensor(rD_shape, self.acc_dtype),
-            tRS_rScale=cute.make_rmem_tensor(rD_shape, self.acc_dtype),
-            barrier=pipeline.NamedBarrier(
-                barrier_id=int(NamedBarrierConv.Epilogue), num_threads=self.tile_threads
-            ),
+        barrier_id = int(NamedBarrierConv.Epilogue)
+        store_warp, first_buffer = self.epi_store_warp_id, 0
+        if self.pingpong:
+            # Each consumer has its own barrier, store warp (its first) and staging buffers.
+            consumer1_offset = int(NamedBarrierConv.EpilogueConsumer1) - barrier_id
+            barrier_id = barrier_id + warpgroup_idx * consumer1_offset
+            store_warp = self.epi_store_warp_id + warpgroup_idx * 4
+            first_buffer = warpgroup_idx * self.epi_stages
+        regs_out = cute.make_rmem_tensor(rD_shape, self.out_dtype)
+        out = OutputSubtiles(
+            regs=regs_out,
+            regs_copy=regs_out,
+            tiled_copy=tiled_copy_r2s,
+            smem=thr_copy_r2s.partition_D(sD),  # (R2S, R2S_M, R2S_N, PIPE_D)
+            tma_atom=tma_atom_d,
+            smem_tma=None,  # per tile, with its global side (epilogue_tile)
+            barrier=pipeline.NamedBarrier(barrier_id=barrier_id, num_threads=self.tile_threads),
             store_pipeline=pipeline.PipelineTmaStore.create(
                 num_stages=self.epi_stages,
                 producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.tile_threads),
             ),
-            # The warp that issues the TMA stores, and this epilogue's first staging buffer.
-            store_warp_id=self.epi_store_warp_id,
-            first_buffer=0,
+            store_warp=store_warp,
         )
-        if self.pingpong:
-            # Each consumer has its own barrier, store warp (its first) and staging buffers.
-            consumer1_offset = int(NamedBarrierConv.EpilogueConsumer1) - ctx.barrier.barrier_id
-            ctx.barrier = pipeline.NamedBarrier(
-                barrier_id=ctx.barrier.barrier_id + warpgroup_idx * consumer1_offset,
-                num_threads=self.tile_threads,
-            )
-            ctx.store_warp_id = self.epi_store_warp_id + warpgroup_idx * 4
-            ctx.first_buffer = warpgroup_idx * self.epi_stages
+        source = None
         if self.epilogue.has_residual:
-            ctx.tRS_sC = thr_copy_r2s.partition_S(sC)  # this thread's values, in C's buffers
-            ctx.tRS_rC = cute.make_rmem_tensor(rD_shape, self.out_dtype)
-        return ctx
+            regs_c = cute.make_rmem_tensor(rD_shape, self.out_dtype)
+            # This thread's values in C's buffers: the r2s partition, in tRS_rD's order.
+            source = SourceSubtiles(
+                source_pipeline, None, thr_copy_r2s.partition_S(sC), regs_c, regs_c
+            )
+        vectors = ChannelVectors(
+            m_bias,
+            m_scale,
+            # The (m, n) position inside a subtile of each of this thread's values: what bias
+            # and scale are indexed by. The source side of the r2s copy is the register
+            # fragment, so partition_S of a subtile-shaped tensor lines up with tRS_rD.
+            thr_copy_r2s.partition_S(cute.make_identity_tensor(self.epi_tile)),
+            cute.make_rmem_tensor(rD_shape, self.acc_dtype),
+            cute.make_rmem_tensor(rD_shape, self.acc_dtype),
+        )
+        return Sm90Epilogue(
+            out=out,
+            source=source,
+            vectors=vectors,
+            tRS_rAcc=self.accumulators_by_subtile(tiled_copy_r2s.retile(accumulators), rD_shape),
+            tRS_rD=cute.make_rmem_tensor(rD_shape, self.acc_dtype),
+            sD=sD,
+            first_buffer=first_buffer,
+        )
 
     @staticmethod
     def accumulators_by_subtile(acc: cute.Tensor, rD_shape: cute.Shape) -> cute.Tensor:
@@ -1359,78 +1390,49 @@ class Conv2dFpropSm90(ConvKernelEntry):
     @cute.jit
     def epilogue_tile(
         self,
-        ctx: SimpleNamespace,
+        parts: "Sm90Epilogue",
         work: cutlass.Int32,
         scheduler: StaticTileScheduler,
         source_state: pipeline.PipelineState,
         num_epi_tiles_done: cutlass.Int32,
-        tma_atom_d: cute.CopyAtom,
-        source_pipeline: Optional[pipeline.PipelineTmaAsync],
         gD: cute.Tensor,
-        m_bias: Optional[cute.Tensor],
-        m_scale: Optional[cute.Tensor],
         alpha: cutlass.Float32,
         beta: cutlass.Float32,
         warp_idx: cutlass.Int32,
     ) -> Tuple[pipeline.PipelineState, cutlass.Int32]:
         """The epilogue of one output tile: subtiles of ``epi_tile`` through SMEM, stored by
-        TMA. Returns the advanced source state and count of subtiles done."""
-        epi = self.epilogue
+        TMA (``store_subtile``), the accumulator read from registers. Returns the advanced
+        source state and count of subtiles done."""
         tile_n = self.tile_mnk[1]
         m_tile, n_tile = scheduler.tile_coord(work)
-        tRS_rAcc = ctx.tRS_rAcc
-        tRS_rD = ctx.tRS_rD
+        tRS_rAcc = parts.tRS_rAcc
+        tRS_rD = parts.tRS_rD
         size_tRS_rD = cute.size(tRS_rD)
         gD_tile = cute.zipped_divide(gD[(None, None, m_tile, n_tile)], self.epi_tiler)
         bSG_sD, bSG_gD = cpasync.tma_partition(
-            tma_atom_d,
+            parts.out.tma_atom,
             0,
             cute.make_layout(1),
-            cute.group_modes(ctx.sD, 0, 2),
+            cute.group_modes(parts.sD, 0, 2),
             gD_tile,
         )
+        out = parts.out._replace(smem_tma=bSG_sD)
         epi_tile_layout = self.epi_tile_layout(gD_tile)
         num_epi_tiles = cute.size(epi_tile_layout)
-        store_pipeline = ctx.store_pipeline
         for epi_idx in cutlass.range_constexpr(num_epi_tiles):
             for v in cutlass.range_constexpr(size_tRS_rD):
                 tRS_rD[v] = tRS_rAcc[epi_idx * size_tRS_rD + v]
-            if cutlass.const_expr(epi.has_channel_vectors):
-                subtile_n = epi_tile_layout.get_hier_coord(epi_idx)[1]
-                subtile_n0 = n_tile * tile_n + subtile_n * self.epi_tile[1]
-                load_channel_vectors(
-                    epi, m_bias, m_scale, ctx.tRS_cD, subtile_n0, ctx.tRS_rBias, ctx.tRS_rScale
-                )
-            residual = None
-            if cutlass.const_expr(epi.has_residual):
-                source_pipeline.consumer_wait(source_state)
-                cute.autovec_copy(ctx.tRS_sC[(None, None, None, source_state.index)], ctx.tRS_rC)
-                # Registers hold C now: hand the buffer back to the source-load warp.
-                source_pipeline.consumer_release(source_state)
-                source_state.advance()
-                residual = beta * ctx.tRS_rC.load().to(self.acc_dtype)
-            y = apply_epilogue(
-                epi, tRS_rD.load(), alpha, ctx.tRS_rScale.load(), ctx.tRS_rBias.load(), residual
-            )
-            ctx.tRS_rD_out.store(y.to(self.out_dtype))
+            subtile_m, subtile_n = epi_tile_layout.get_hier_coord(epi_idx)
             epi_buffer = (num_epi_tiles_done + epi_idx) % self.epi_stages
             if cutlass.const_expr(self.pingpong):
-                epi_buffer = epi_buffer + ctx.first_buffer
-            cute.copy(
-                ctx.tiled_copy_r2s, ctx.tRS_rD_out, ctx.tRS_sD[(None, None, None, epi_buffer)]
-            )
-            # Make the generic-proxy SMEM writes visible to the TMA (async proxy).
-            cute.arch.fence_proxy("async.shared", space="cta")
-            ctx.barrier.arrive_and_wait()
-            if warp_idx == ctx.store_warp_id:
-                cute.copy(
-                    tma_atom_d,
-                    bSG_sD[(None, epi_buffer)],
-                    bSG_gD[(None, epi_tile_layout.get_hier_coord(epi_idx))],
-                )
-                store_pipeline.producer_commit()
-                store_pipeline.producer_acquire()
-            ctx.barrier.arrive_and_wait()
+                epi_buffer = epi_buffer + parts.first_buffer
+            store_subtile(
+                self.epilogue, tRS_rD.load(), alpha, beta, parts.vectors,
+                n_tile * tile_n + subtile_n * self.epi_tile[1], parts.source, source_state,
+                out, epi_buffer, bSG_gD[(None, (subtile_m, subtile_n))], warp_idx,
+            )  # fmt: skip
+            if cutlass.const_expr(self.epilogue.has_residual):
+                source_state.advance()
         return source_state, num_epi_tiles_done + num_epi_tiles
 
     @cute.jit
