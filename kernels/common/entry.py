@@ -9,13 +9,16 @@ this module is imported, so the order is stated once, by the NamedTuples.
 """
 
 import inspect
-from typing import NamedTuple, Tuple
+from typing import TYPE_CHECKING, NamedTuple, Tuple, Type
 
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 
 from .im2col import ConvGeometry
+
+if TYPE_CHECKING:  # epilogue imports this module
+    from .epilogue import EpilogueSpec
 
 
 class ConvPointers(NamedTuple):
@@ -51,7 +54,37 @@ class ConvLaunchParams(NamedTuple):
 
 
 class ConvKernelEntry:
-    """Base of the kernel classes: ``__call__`` is the compiled entry point."""
+    """Base of the kernel classes: the checks and attributes every arch's constructor starts
+    with, and ``__call__``, the compiled entry point. A subclass names its config class in
+    ``config_class`` and implements ``launch(params, stream)``."""
+
+    config_class: type
+
+    def __init__(
+        self,
+        act_dtype: Type[cutlass.Numeric],
+        filter_dtype: Type[cutlass.Numeric],
+        out_dtype: Type[cutlass.Numeric],
+        config: object,
+        epilogue: "EpilogueSpec",
+    ):
+        if act_dtype not in (cutlass.BFloat16, cutlass.Float16) or filter_dtype != act_dtype:
+            raise TypeError(
+                f"act_dtype and filter_dtype must both be BFloat16 or both Float16, "
+                f"got {act_dtype} and {filter_dtype}"
+            )
+        if out_dtype not in (cutlass.BFloat16, cutlass.Float16, cutlass.Float32):
+            raise TypeError(f"out_dtype must be BFloat16, Float16 or Float32, got {out_dtype}")
+        if not isinstance(config, self.config_class):
+            raise TypeError(
+                f"config must be a {self.config_class.__name__}, got {type(config).__name__}"
+            )
+        self.act_dtype = act_dtype
+        self.filter_dtype = filter_dtype
+        self.out_dtype = out_dtype
+        self.acc_dtype = cutlass.Float32
+        self.config = config
+        self.epilogue = epilogue
 
     @cute.jit
     def __call__(

@@ -102,6 +102,7 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
       named         Epilogue (128 threads), TmemAllocation (160: MMA + epilogue warps).
     """
 
+    config_class = Conv2dConfigSm100
     roles = WarpRoles()
     threads_per_cta = roles.threads_per_cta
 
@@ -114,21 +115,7 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
         epilogue: Optional[EpilogueSpec] = None,
     ):
         epilogue = EpilogueSpec() if epilogue is None else epilogue
-        if act_dtype not in (cutlass.BFloat16, cutlass.Float16) or filter_dtype != act_dtype:
-            raise TypeError(
-                f"act_dtype and filter_dtype must both be BFloat16 or both Float16, "
-                f"got {act_dtype} and {filter_dtype}"
-            )
-        if out_dtype not in (cutlass.BFloat16, cutlass.Float16, cutlass.Float32):
-            raise TypeError(f"out_dtype must be BFloat16, Float16 or Float32, got {out_dtype}")
-        if not isinstance(config, Conv2dConfigSm100):
-            raise TypeError(f"config must be a Conv2dConfigSm100, got {type(config).__name__}")
-        self.act_dtype = act_dtype
-        self.filter_dtype = filter_dtype
-        self.out_dtype = out_dtype
-        self.acc_dtype = cutlass.Float32
-        self.config = config
-        self.epilogue = epilogue
+        super().__init__(act_dtype, filter_dtype, out_dtype, config, epilogue)
         self.plan = config.plan(act_dtype, out_dtype, epilogue.has_residual)
 
         self.cta_group = config.cta_group

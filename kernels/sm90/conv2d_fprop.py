@@ -126,6 +126,7 @@ class Conv2dFpropSm90(
     :param epilogue: the fused epilogue terms, see ``EpilogueSpec``.
     """
 
+    config_class = Conv2dConfig
     num_threads_per_warpgroup = 128
     producer_registers = 40
 
@@ -137,21 +138,7 @@ class Conv2dFpropSm90(
         config: Conv2dConfig,
         epilogue: Optional[EpilogueSpec] = None,
     ):
-        if act_dtype not in (cutlass.BFloat16, cutlass.Float16) or filter_dtype != act_dtype:
-            raise TypeError(
-                f"act_dtype and filter_dtype must both be BFloat16 or both Float16, "
-                f"got {act_dtype} and {filter_dtype}"
-            )
-        if out_dtype not in (cutlass.BFloat16, cutlass.Float16, cutlass.Float32):
-            raise TypeError(f"out_dtype must be BFloat16, Float16 or Float32, got {out_dtype}")
-        if not isinstance(config, Conv2dConfig):
-            raise TypeError(f"config must be a Conv2dConfig, got {type(config).__name__}")
-        self.act_dtype = act_dtype
-        self.filter_dtype = filter_dtype
-        self.out_dtype = out_dtype
-        self.acc_dtype = cutlass.Float32
-        self.config = config
-        self.epilogue = epilogue or EpilogueSpec()
+        super().__init__(act_dtype, filter_dtype, out_dtype, config, epilogue or EpilogueSpec())
         self.plan = config.plan(act_dtype, out_dtype, self.epilogue.has_residual)
         self.tile_mnk = config.tile_shape_mnk
         self.cluster_mn = config.cluster_shape_mn
