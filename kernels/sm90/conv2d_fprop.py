@@ -392,8 +392,6 @@ class Conv2dFpropSm90(
         )
         pipes = self._make_pipelines(smem, cta_layout_mnk, m_flags, warp_idx)
         pipeline_init_arrive(cluster_shape_mn=self.cluster_mn, is_relaxed=True)
-        ab_pipeline, halo_pipeline, source_pipeline = pipes.ab, pipes.halo, pipes.source
-        work_queue, turns = pipes.work_queue, pipes.turns
         sA, sB, sD = smem.act_tiles(), smem.filter_tiles(), smem.out_tiles()
         sC = smem.source_tiles() if cutlass.const_expr(self.epilogue.has_residual) else None
 
@@ -418,23 +416,12 @@ class Conv2dFpropSm90(
             cute.arch.setmaxregister_decrease(self.producer_registers)
             if warp_idx == self.load_warp_id:
                 self.load(
-                    ab_pipeline,
-                    halo_pipeline,
-                    halo,
-                    tma_atom_a,
-                    tma_atom_b,
-                    gA,
-                    gB,
-                    sA,
-                    sB,
-                    cta_layout_mnk,
-                    cluster_coord_mnk,
-                    scheduler,
-                    work_queue,
-                )
+                    pipes, halo, tma_atom_a, tma_atom_b, gA, gB, sA, sB, cta_layout_mnk,
+                    cluster_coord_mnk, scheduler,
+                )  # fmt: skip
             if cutlass.const_expr(self.epilogue.has_residual):
                 if warp_idx == self.source_load_warp_id:
-                    self.load_source(source_pipeline, tma_atom_c, gC, sC, scheduler, work_queue)
+                    self.load_source(pipes.source, tma_atom_c, gC, sC, scheduler, pipes.work_queue)
 
         # ////////////////////////////////////////////////////////////////////////////////////
         #  CONSUMER WARPGROUPS: MMA + EPILOGUE
@@ -442,31 +429,10 @@ class Conv2dFpropSm90(
         if warp_idx >= 4:
             cute.arch.setmaxregister_increase(self.consumer_registers)
             self.mma_and_epilogue(
-                ab_pipeline,
-                halo_pipeline,
-                halo,
-                a_tap_layout,
-                k_shape,
-                source_pipeline,
-                tiled_mma,
-                tma_atom_d,
-                sA,
-                sB,
-                sD,
-                sC,
-                gD,
-                m_bias,
-                m_scale,
-                alpha,
-                beta,
-                k_tile_cnt,
-                scheduler,
-                warp_idx,
-                m_partials,
+                pipes, halo, a_tap_layout, k_shape, tiled_mma, tma_atom_d, sA, sB, sD, sC, gD,
+                m_bias, m_scale, alpha, beta, k_tile_cnt, scheduler, warp_idx, m_partials,
                 m_flags,
-                work_queue,
-                turns,
-            )
+            )  # fmt: skip
 
     def _tile_views(
         self,
@@ -568,8 +534,7 @@ class Conv2dFpropSm90(
     @cute.jit
     def load(
         self,
-        ab_pipeline: pipeline.PipelineTmaAsync,
-        halo_pipeline: Optional[pipeline.PipelineTmaAsync],
+        pipes: Sm90Pipelines,
         halo: Optional[HaloGeometry],
         tma_atom_a: cute.CopyAtom,
         tma_atom_b: cute.CopyAtom,
@@ -580,12 +545,12 @@ class Conv2dFpropSm90(
         cta_layout_mnk: cute.Layout,
         cluster_coord_mnk: cute.Coord,
         scheduler: StaticTileScheduler,
-        work_queue: Optional[WorkQueue],
     ):
         """Load warp: fills the A/B ring for every k-tile of every output tile of this CTA
         (with halo tiles: the halo ring once per c-block, the ring with B per k-tile); with
         ``dynamic_schedule`` it also takes the work items and hands them to the other roles
         through the work queue."""
+        ab_pipeline, halo_pipeline, work_queue = pipes.ab, pipes.halo, pipes.work_queue
         tAsA, tAgA = None, None
         if cutlass.const_expr(not self.tile_w):
             # Each CTA of a multicast group issues its slice of the box; TMA delivers it to all.
@@ -740,12 +705,10 @@ class Conv2dFpropSm90(
     @cute.jit
     def mma_and_epilogue(
         self,
-        ab_pipeline: pipeline.PipelineTmaAsync,
-        halo_pipeline: Optional[pipeline.PipelineTmaAsync],
+        pipes: Sm90Pipelines,
         halo: Optional[HaloGeometry],
         a_tap_layout: cute.ComposedLayout,
         k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32],
-        source_pipeline: Optional[pipeline.PipelineTmaAsync],
         tiled_mma: cute.TiledMma,
         tma_atom_d: cute.CopyAtom,
         sA: cute.Tensor,
@@ -762,11 +725,11 @@ class Conv2dFpropSm90(
         warp_idx: cutlass.Int32,
         m_partials: Optional[cute.Tensor],
         m_flags: Optional[cute.Tensor],
-        work_queue: Optional[WorkQueue],
-        turns: Optional[PingPongTurns],
     ):
         """Consumer warpgroups: WGMMA over the ring, then the epilogue of each output tile
         (ping-pong: of every other tile, each warpgroup in its turn)."""
+        ab_pipeline, halo_pipeline, source_pipeline = pipes.ab, pipes.halo, pipes.source
+        work_queue, turns = pipes.work_queue, pipes.turns
         consumer_tidx, warpgroup_idx, tile_tidx, thr_mma = self._consumer_thread(tiled_mma)
         tCrA = None  # with halo tiles, A fragments are made per tap (mainloop_over_halos)
         if cutlass.const_expr(not self.tile_w):
