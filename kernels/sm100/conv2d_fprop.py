@@ -46,7 +46,7 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from cutlass.tensor_utils import LayoutEnum
 
 from ..common.entry import ConvKernelEntry, ConvLaunchParams
-from ..common.epilogue import EpilogueSpec, make_epilogue_operands
+from ..common.epilogue import EpilogueOperands, EpilogueSpec, make_epilogue_operands
 from ..common.im2col import (
     activation_im2col_view,
     filter_gemm_view,
@@ -264,11 +264,9 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
             self.cluster_layout_vmnk.shape,
         )
         epi_smem_layout = cute.slice_(self.epi_smem_layout_staged, (None, None, 0))
-        tma_atom_d, tma_tensor_d, tma_atom_c, tma_tensor_c, m_bias, m_scale = (
-            make_epilogue_operands(
-                self.epilogue, geom, ptrs, epi_smem_layout,
-                cute.slice_(self.src_smem_layout_staged, (None, None, 0)), self.epi_tile,
-            )
+        epi_operands = make_epilogue_operands(
+            self.epilogue, geom, ptrs, epi_smem_layout,
+            cute.slice_(self.src_smem_layout_staged, (None, None, 0)), self.epi_tile,
         )  # fmt: skip
 
         mma_m, mma_n, _ = self.mma_tiler
@@ -283,12 +281,7 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
             tma_tensor_a,
             tma_atom_b,
             tma_tensor_b,
-            tma_atom_d,
-            tma_tensor_d,
-            tma_atom_c,
-            tma_tensor_c,
-            m_bias,
-            m_scale,
+            epi_operands,
             params.alpha,
             params.beta,
             self.cluster_layout_vmnk,
@@ -317,12 +310,7 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
         mA_mk: cute.Tensor,
         tma_atom_b: cute.CopyAtom,
         mB_nk: cute.Tensor,
-        tma_atom_d: cute.CopyAtom,
-        mD_mn: cute.Tensor,
-        tma_atom_c: Optional[cute.CopyAtom],
-        mC_mn: Optional[cute.Tensor],
-        m_bias: Optional[cute.Tensor],
-        m_scale: Optional[cute.Tensor],
+        epi_operands: EpilogueOperands,
         alpha: cutlass.Float32,
         beta: cutlass.Float32,
         cluster_layout_vmnk: cute.Layout,
@@ -333,6 +321,7 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
         num_tiles_m: cutlass.Int32,
         num_tiles_n: cutlass.Int32,
     ):
+        tma_atom_d, mD_mn, tma_atom_c, mC_mn, m_bias, m_scale = epi_operands
         roles = self.roles
         has_residual = self.epilogue.has_residual
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())

@@ -36,7 +36,7 @@ from cutlass.tensor_utils import LayoutEnum
 
 from ..common.barriers import NamedBarrierConv
 from ..common.entry import ConvKernelEntry, ConvLaunchParams
-from ..common.epilogue import EpilogueSpec, make_epilogue_operands
+from ..common.epilogue import EpilogueOperands, EpilogueSpec, make_epilogue_operands
 from ..common.im2col import (
     output_gemm_view,
     output_tile_view,
@@ -280,12 +280,10 @@ class Conv2dFpropSm90(
         tma_atom_a, tma_tensor_a, tma_atom_b, tma_tensor_b = self.make_operand_atoms(
             ptrs.act, ptrs.filter, geom
         )
-        tma_atom_d, tma_tensor_d, tma_atom_c, tma_tensor_c, m_bias, m_scale = (
-            make_epilogue_operands(
-                self.epilogue, geom, ptrs, epi_smem_layout,
-                cute.slice_(self.source_smem_layout_staged, (None, None, 0)), self.epi_tiler,
-                output_tile_view if self.tile_w else output_gemm_view,
-            )
+        epi_operands = make_epilogue_operands(
+            self.epilogue, geom, ptrs, epi_smem_layout,
+            cute.slice_(self.source_smem_layout_staged, (None, None, 0)), self.epi_tiler,
+            output_tile_view if self.tile_w else output_gemm_view,
         )  # fmt: skip
 
         halo = None
@@ -314,12 +312,7 @@ class Conv2dFpropSm90(
             tma_tensor_a,
             tma_atom_b,
             tma_tensor_b,
-            tma_atom_d,
-            tma_tensor_d,
-            tma_atom_c,
-            tma_tensor_c,
-            m_bias,
-            m_scale,
+            epi_operands,
             params.alpha,
             params.beta,
             self.tiled_mma,
@@ -353,12 +346,7 @@ class Conv2dFpropSm90(
         mA_mk: cute.Tensor,
         tma_atom_b: cute.CopyAtom,
         mB_nk: cute.Tensor,
-        tma_atom_d: cute.CopyAtom,
-        mD_mn: cute.Tensor,
-        tma_atom_c: Optional[cute.CopyAtom],
-        mC_mn: Optional[cute.Tensor],
-        m_bias: Optional[cute.Tensor],
-        m_scale: Optional[cute.Tensor],
+        epi_operands: EpilogueOperands,
         alpha: cutlass.Float32,
         beta: cutlass.Float32,
         tiled_mma: cute.TiledMma,
@@ -374,6 +362,7 @@ class Conv2dFpropSm90(
         halo: Optional[HaloGeometry],
         a_tap_layout: cute.ComposedLayout,
     ):
+        tma_atom_d, mD_mn, tma_atom_c, mC_mn, m_bias, m_scale = epi_operands
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == self.load_warp_id:
             for atom in (tma_atom_a, tma_atom_b, tma_atom_d, tma_atom_c):
