@@ -13,7 +13,7 @@ TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 # Written once the install succeeded; redone when pyproject.toml changes.
 STAMP := $(VENV)/.cute-conv-installed
 
-.PHONY: install test demo bench bench-models bench-corpus lint clean distclean
+.PHONY: install test demo bench bench-ab bench-models bench-corpus lint clean distclean
 
 install: $(STAMP)
 
@@ -38,6 +38,11 @@ demo: install
 
 bench: install
 	$(VPY) benchmarks/bench.py
+
+# A/B of this checkout against another one (a git worktree of an older commit) in one process:
+# `make bench-ab BASE=../cute-conv-297a048` writes benchmarks/AB.md.
+bench-ab: install
+	$(VPY) benchmarks/ab_versions.py --base $(BASE)
 
 # Whole models (H100/H200): a process per model and pair of batch sizes keeps each within a few
 # minutes; each merges its rows into benchmarks/models.json and renders MODELS.md and the chart.
