@@ -9,16 +9,14 @@ this module is imported, so the order is stated once, by the NamedTuples.
 """
 
 import inspect
-from typing import TYPE_CHECKING, NamedTuple, Tuple, Type
+from typing import NamedTuple, Optional, Tuple, Type
 
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 
+from .epilogue import EpilogueSpec
 from .im2col import ConvGeometry
-
-if TYPE_CHECKING:  # epilogue imports this module
-    from .epilogue import EpilogueSpec
 
 
 class ConvPointers(NamedTuple):
@@ -54,9 +52,16 @@ class ConvLaunchParams(NamedTuple):
 
 
 class ConvKernelEntry:
-    """Base of the kernel classes: the checks and attributes every arch's constructor starts
-    with, and ``__call__``, the compiled entry point. A subclass names its config class in
-    ``config_class`` and implements ``launch(params, stream)``."""
+    """Base of the kernel classes: the constructor every arch shares, and ``__call__``, the
+    compiled entry point. A subclass names its config class in ``config_class`` and
+    implements ``_configure`` (its attributes, from the checked arguments) and
+    ``launch(params, stream)``.
+
+    :param act_dtype, filter_dtype: input types (BFloat16 or Float16, equal).
+    :param out_dtype: BFloat16, Float16 or Float32.
+    :param config: an instance of the arch's ``config_class``.
+    :param epilogue: the fused epilogue terms (default: a plain store), see ``EpilogueSpec``.
+    """
 
     config_class: type
 
@@ -66,7 +71,7 @@ class ConvKernelEntry:
         filter_dtype: Type[cutlass.Numeric],
         out_dtype: Type[cutlass.Numeric],
         config: object,
-        epilogue: "EpilogueSpec",
+        epilogue: Optional[EpilogueSpec] = None,
     ):
         if act_dtype not in (cutlass.BFloat16, cutlass.Float16) or filter_dtype != act_dtype:
             raise TypeError(
@@ -84,7 +89,12 @@ class ConvKernelEntry:
         self.out_dtype = out_dtype
         self.acc_dtype = cutlass.Float32
         self.config = config
-        self.epilogue = epilogue
+        self.epilogue = EpilogueSpec() if epilogue is None else epilogue
+        self._configure()
+
+    def _configure(self) -> None:
+        """The arch's compile-time attributes, from ``config`` and the dtypes."""
+        raise NotImplementedError
 
     @cute.jit
     def __call__(

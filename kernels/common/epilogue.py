@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, NamedTuple, Optional
+from typing import TYPE_CHECKING, Callable, NamedTuple, Optional
 
 import cutlass
 import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync
 
-from .entry import ConvPointers
 from .im2col import ConvGeometry, output_gemm_view
+
+if TYPE_CHECKING:  # entry imports this module
+    from .entry import ConvPointers
 
 # Element types the kernels read bias and scale vectors in (names as in ``cute_conv.compile``).
 VECTOR_DTYPES = ("float32", "bfloat16", "float16")

@@ -33,7 +33,7 @@ Where this differs from the seed (Modular's SM100 conv), and why:
   the tested configs; 46-174 registers with 32-column subtiles, up to 255 with 64).
 """
 
-from typing import Optional, Tuple, Type
+from typing import Optional, Tuple
 
 import cuda.bindings.driver as cuda
 import cutlass
@@ -46,7 +46,7 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from cutlass.tensor_utils import LayoutEnum
 
 from ..common.entry import ConvKernelEntry, ConvLaunchParams
-from ..common.epilogue import EpilogueOperands, EpilogueSpec, make_epilogue_operands
+from ..common.epilogue import EpilogueOperands, make_epilogue_operands
 from ..common.im2col import (
     activation_im2col_view,
     filter_gemm_view,
@@ -106,16 +106,9 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
     roles = WarpRoles()
     threads_per_cta = roles.threads_per_cta
 
-    def __init__(
-        self,
-        act_dtype: Type[cutlass.Numeric],
-        filter_dtype: Type[cutlass.Numeric],
-        out_dtype: Type[cutlass.Numeric],
-        config: Conv2dConfigSm100,
-        epilogue: Optional[EpilogueSpec] = None,
-    ):
-        epilogue = EpilogueSpec() if epilogue is None else epilogue
-        super().__init__(act_dtype, filter_dtype, out_dtype, config, epilogue)
+    def _configure(self) -> None:
+        config, act_dtype, out_dtype = self.config, self.act_dtype, self.out_dtype
+        epilogue = self.epilogue
         self.plan = config.plan(act_dtype, out_dtype, epilogue.has_residual)
 
         self.cta_group = config.cta_group
@@ -275,23 +268,13 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
         grid = ClcTileScheduler.grid_shape(
             cutlass.max(num_tiles_m * num_tiles_n, 1), self.cluster_shape_mn[0]
         )
-        self.kernel(
-            tiled_mma,
-            tma_atom_a,
-            tma_tensor_a,
-            tma_atom_b,
-            tma_tensor_b,
-            epi_operands,
-            params.alpha,
-            params.beta,
-            self.cluster_layout_vmnk,
-            self.a_smem_layout_staged,
-            self.b_smem_layout_staged,
-            self.epi_smem_layout_staged,
-            self.src_smem_layout_staged,
-            num_tiles_m,
-            num_tiles_n,
-        ).launch(
+        kernel = self.kernel(
+            tiled_mma, tma_atom_a, tma_tensor_a, tma_atom_b, tma_tensor_b, epi_operands,
+            params.alpha, params.beta, self.cluster_layout_vmnk, self.a_smem_layout_staged,
+            self.b_smem_layout_staged, self.epi_smem_layout_staged, self.src_smem_layout_staged,
+            num_tiles_m, num_tiles_n,
+        )  # fmt: skip
+        kernel.launch(
             grid=grid,
             block=[self.threads_per_cta, 1, 1],
             cluster=(*self.cluster_shape_mn, 1),

@@ -22,7 +22,7 @@ ahead, handing each to the consumers and the source-load warp through the work q
 (PipelineAsync, ``WORK_QUEUE_STAGES`` SMEM slots; a value past the last tile ends the roles).
 """
 
-from typing import NamedTuple, Optional, Tuple, Type
+from typing import NamedTuple, Optional, Tuple
 
 import cuda.bindings.driver as cuda
 import cutlass
@@ -36,7 +36,7 @@ from cutlass.tensor_utils import LayoutEnum
 
 from ..common.barriers import NamedBarrierConv
 from ..common.entry import ConvKernelEntry, ConvLaunchParams
-from ..common.epilogue import EpilogueOperands, EpilogueSpec, make_epilogue_operands
+from ..common.epilogue import EpilogueOperands, make_epilogue_operands
 from ..common.im2col import (
     output_gemm_view,
     output_tile_view,
@@ -130,15 +130,8 @@ class Conv2dFpropSm90(
     num_threads_per_warpgroup = 128
     producer_registers = 40
 
-    def __init__(
-        self,
-        act_dtype: Type[cutlass.Numeric],
-        filter_dtype: Type[cutlass.Numeric],
-        out_dtype: Type[cutlass.Numeric],
-        config: Conv2dConfig,
-        epilogue: Optional[EpilogueSpec] = None,
-    ):
-        super().__init__(act_dtype, filter_dtype, out_dtype, config, epilogue or EpilogueSpec())
+    def _configure(self) -> None:
+        config, act_dtype, out_dtype = self.config, self.act_dtype, self.out_dtype
         self.plan = config.plan(act_dtype, out_dtype, self.epilogue.has_residual)
         self.tile_mnk = config.tile_shape_mnk
         self.cluster_mn = config.cluster_shape_mn
@@ -307,27 +300,14 @@ class Conv2dFpropSm90(
         if cutlass.const_expr(self.dynamic_schedule):
             m_flags = cute.make_tensor(ptrs.flags, cute.make_layout(WORK_COUNTERS))
 
-        self.kernel(
-            tma_atom_a,
-            tma_tensor_a,
-            tma_atom_b,
-            tma_tensor_b,
-            epi_operands,
-            params.alpha,
-            params.beta,
-            self.tiled_mma,
-            self.cta_layout_mnk,
-            self.a_smem_layout_staged,
-            self.b_smem_layout_staged,
-            self.epi_smem_layout_staged,
-            self.source_smem_layout_staged,
-            num_tiles_m,
-            num_tiles_n,
-            m_partials,
-            m_flags,
-            halo,
+        kernel = self.kernel(
+            tma_atom_a, tma_tensor_a, tma_atom_b, tma_tensor_b, epi_operands, params.alpha,
+            params.beta, self.tiled_mma, self.cta_layout_mnk, self.a_smem_layout_staged,
+            self.b_smem_layout_staged, self.epi_smem_layout_staged,
+            self.source_smem_layout_staged, num_tiles_m, num_tiles_n, m_partials, m_flags, halo,
             self.a_tap_layout,
-        ).launch(
+        )  # fmt: skip
+        kernel.launch(
             grid=(cm, cn, num_clusters),
             block=[self.threads_per_cta, 1, 1],
             cluster=(cm, cn, 1),
