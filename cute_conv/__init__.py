@@ -4,14 +4,13 @@ NHWC activation, KRSC filter, NPQK output; one persistent warp-specialized kerne
 """
 
 from . import nn
-from .api import conv2d_fprop, conv2d_fprop_with_residual
+from .api import autotune, conv2d_fprop, conv2d_fprop_with_residual
 from .compile import CompiledConv2d, compile_kernel
 from .config import Conv2dConfig, check_config_fits, default_config
 from .config_sm100 import Conv2dConfigSm100, can_implement_sm100, default_config_sm100
 from .epilogue import ACTIVATIONS, EpilogueSpec
 from .optimize import OptimizeReport, optimize
 from .problem import Conv2dProblemShape
-from .tuning import autotune
 
 __all__ = [
     "ACTIVATIONS",

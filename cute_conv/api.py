@@ -6,26 +6,16 @@ the rest of the API, so the activation *tensor* is simply the first argument.
 
 from __future__ import annotations
 
-import functools
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
+from . import dispatch, tuning
 from . import ops as _ops  # the torch.library ops: the compile / autograd path
-from .compile import CompiledConv2d, compile_kernel, kernel_scalars
-from .config import Conv2dConfig, check_config_fits
-from .config_sm100 import Conv2dConfigSm100, default_config_sm100
-from .epilogue import EpilogueSpec, kernel_vector_dtype, validate_epilogue_args
-from .problem import Conv2dProblemShape
-from .staging import kernel_problem_for, run_staged, spans_overlap
-from .tuning import choose_config
-from .validation import ALIGNMENT_BYTES, check_alignment, validate_conv_inputs, validate_device
-from .workspace import kernel_workspace, kernel_workspace_size
+from .config import Conv2dConfig
 
-__all__ = ["conv2d_fprop", "conv2d_fprop_with_residual"]
+__all__ = ["autotune", "conv2d_fprop", "conv2d_fprop_with_residual"]
 
 Geometry = int | Sequence[int]
 
@@ -89,7 +79,7 @@ def conv2d_fprop(
             x, filter, None, bias, scale, out, stream, stride, padding, dilation, alpha, 0.0,
             _AFTER, activation, epilogue_fn, out_dtype, config,
         )  # fmt: skip
-    return _conv2d(
+    return dispatch.conv2d(
         x, filter, None, bias, scale, out, stream,
         (stride, padding, dilation, alpha, 0.0, _AFTER, activation, epilogue_fn, out_dtype, config),
     )  # fmt: skip
@@ -135,7 +125,7 @@ def conv2d_fprop_with_residual(
             x, filter, source, bias, scale, out, stream, stride, padding, dilation, alpha, beta,
             residual_order, activation, epilogue_fn, out_dtype, config,
         )  # fmt: skip
-    return _conv2d(
+    return dispatch.conv2d(
         x, filter, source, bias, scale, out, stream,
         (stride, padding, dilation, alpha, beta, residual_order, activation, epilogue_fn,
          out_dtype, config),
@@ -145,278 +135,7 @@ def conv2d_fprop_with_residual(
 _AFTER = "after_activation"  # conv2d_fprop's residual order: there is no residual
 
 
-def _conv2d(x, filter, source, bias, scale, out, stream, args: tuple) -> torch.Tensor:  # noqa: A002
-    """The shared body of the public functions; its fast path is a cached plan + a launch.
-
-    ``args`` are the other arguments, positional (a keyword dict of them cost ~1 us a call):
-    ``(stride, padding, dilation, alpha, beta, residual_order, activation, epilogue_fn,
-    out_dtype, config)``.
-    """
-    if not (type(x) is torch.Tensor and type(filter) is torch.Tensor):  # noqa: E721
-        x, filter, source, out = _as_torch(x, filter, source, out)
-    elif (out is not None and type(out) is not torch.Tensor) or (  # noqa: E721
-        source is not None and type(source) is not torch.Tensor  # noqa: E721
-    ):
-        x, filter, source, out = _as_torch(x, filter, source, out)
-    if stream is not None and not isinstance(stream, torch.cuda.Stream):
-        raise TypeError(f"stream must be a torch.cuda.Stream or None, got {type(stream).__name__}")
-    plan = _plan(x, filter, source, out, bias, scale, args)
-    epi = plan.epilogue
-    bias = bias if epi.has_bias else None
-    scale = scale if epi.has_scale else None
-    source = source if epi.has_residual else None
-    fresh_out = out is None
-    if fresh_out:
-        out = torch.empty(plan.problem.output_shape, dtype=plan.out_dtype, device=x.device)
-    x_ptr, f_ptr, out_ptr = x.data_ptr(), filter.data_ptr(), out.data_ptr()
-    src_ptr = 0 if source is None else source.data_ptr()
-    if (x_ptr | f_ptr | out_ptr | src_ptr) % ALIGNMENT_BYTES:
-        tensors = {"activation": x, "filter": filter, "out": out, "source": source}
-        for name, t in tensors.items():
-            if t is not None:
-                check_alignment(name, t)
-    if plan.empty:
-        return out
-    # The kernel cannot write an input, nor read a source it is overwriting.
-    needs_staging = plan.needs_staging or (
-        not fresh_out and _out_overlaps_inputs(out_ptr, x_ptr, f_ptr, src_ptr, plan.nbytes)
-    )
-    if needs_staging:
-        if stream is None:
-            stream = torch.cuda.current_stream(x.device)
-        with torch.cuda.device(x.device), torch.cuda.stream(stream):
-            run_staged(
-                functools.partial(plan.launch, stream=stream.cuda_stream),
-                plan.problem, plan.kernel_problem, x, filter, out, source, bias, scale,
-            )  # fmt: skip
-        return out
-    # x is a CUDA tensor (validated), so get_device() is its index, without a device object.
-    device_index = x.get_device()
-    raw_stream = _current_raw_stream(device_index) if stream is None else stream.cuda_stream
-    pointers = (
-        x_ptr, f_ptr, out_ptr, src_ptr,
-        0 if bias is None else bias.data_ptr(), 0 if scale is None else scale.data_ptr(),
-        *plan.workspace_pointers(device_index, raw_stream),
-    )  # fmt: skip
-    if device_index == _current_device():
-        plan.kernel.launch(pointers, plan.scalars, raw_stream)
-    else:
-        with torch.cuda.device(device_index):
-            plan.kernel.launch(pointers, plan.scalars, raw_stream)
-    return out
-
-
-_NO_WORKSPACE = (0, 0)
-
-
-def _out_overlaps_inputs(out_ptr: int, x_ptr: int, f_ptr: int, src_ptr: int, nbytes: tuple) -> bool:
-    """Whether a given ``out`` overlaps ``x`` or the filter, or (partly) a distinct source."""
-    x_bytes, f_bytes, out_bytes = nbytes
-    return (
-        spans_overlap(out_ptr, out_bytes, x_ptr, x_bytes)
-        or spans_overlap(out_ptr, out_bytes, f_ptr, f_bytes)
-        or bool(
-            src_ptr and src_ptr != out_ptr and spans_overlap(out_ptr, out_bytes, src_ptr, out_bytes)
-        )
-    )
-
-
-@dataclass(frozen=True)
-class _LaunchPlan:
-    """Everything a call needs that depends only on tensor metadata and arguments."""
-
-    problem: Conv2dProblemShape  # the user's problem
-    out_dtype: torch.dtype
-    epilogue: EpilogueSpec
-    kernel: CompiledConv2d
-    kernel_problem: Conv2dProblemShape  # what the kernel runs; see staging.kernel_problem_for
-    scalars: tuple  # the kernel's runtime scalars for kernel_problem
-    workspace: tuple[int, int] | None  # float32 partials and int32 flags it needs, if any
-    nbytes: tuple[int, int, int]  # sizes of x, filter and out, for the aliasing checks
-    empty: bool  # N == 0: nothing to launch
-    # The problem is staged, or bias/scale (those used) are not contiguous vectors of the
-    # kernel's vector dtype: the call goes through ``staging.run_staged``.
-    needs_staging: bool
-
-    def workspace_pointers(self, device_index: int, stream: int) -> tuple[int, int]:
-        """The stream-K / dynamic scheduling workspace of this call's stream, or null
-        pointers."""
-        if self.workspace is None:
-            return _NO_WORKSPACE
-        return kernel_workspace(device_index, stream, *self.workspace)
-
-    def launch(self, x, flt, out, source, bias, scale, *, stream: int) -> None:
-        """Launch on tensors already laid out for the kernel (see ``staging``); the
-        tensors of terms the epilogue leaves out are None."""
-        tensors = (x, flt, out, source, bias, scale)
-        pointers = tuple(0 if t is None else t.data_ptr() for t in tensors)
-        pointers += self.workspace_pointers(x.device.index, stream)
-        self.kernel.launch(pointers, self.scalars, stream)
-
-
-def _plan(x, filter, source, out, bias, scale, args: tuple) -> _LaunchPlan:  # noqa: A002
-    """Validate a call and pick its kernel; memoized on the call's metadata.
-
-    The key holds every property of the tensors and arguments that validation looks at
-    except the data pointers (their alignment is checked on every call), so a cached plan is
-    exactly what a fresh validation would produce.
-    """
-    stride, padding, dilation, alpha, beta, order, activation, epilogue_fn, out_dtype, config = (
-        args
-    )
-    try:
-        key = (
-            _tensor_key(x),
-            _tensor_key(filter),
-            None if source is None else _tensor_key(source),
-            None if out is None else _tensor_key(out),
-            None if bias is None else _tensor_key(bias),
-            None if scale is None else _tensor_key(scale),
-            # _freeze of the other arguments, with the common cases inline (every call runs this)
-            stride if type(stride) is int else _freeze(stride),
-            padding if type(padding) is int else _freeze(padding),
-            dilation if type(dilation) is int else _freeze(dilation),
-            # With the sign, which 0.0 == -0.0 leaves out and the kernel's products keep.
-            (type(alpha), alpha, math.copysign(1.0, alpha)),
-            (type(beta), beta, math.copysign(1.0, beta)),
-            order if type(order) is str else _freeze(order),
-            # activation, epilogue_fn, out_dtype and config: mostly all None, tested at once
-            None
-            if activation is epilogue_fn is out_dtype is config is None
-            else (_freeze(activation), _freeze(epilogue_fn), _freeze(out_dtype), _freeze(config)),
-        )
-        plan = _plans.get(key)  # hashes the key, once
-    except Exception:  # no key (unhashable, not a tensor, not a number): validation says why
-        return _make_plan(x, filter, source, out, bias, scale, args)
-    if plan is None:
-        plan = _make_plan(x, filter, source, out, bias, scale, args)
-        if len(_plans) >= _MAX_PLANS:
-            _plans.clear()
-        _plans[key] = plan
-    return plan
-
-
-_plans: dict[tuple, _LaunchPlan] = {}
-_MAX_PLANS = 4096
-
-
-def _make_plan(x, filter, source, out, bias, scale, args: tuple) -> _LaunchPlan:  # noqa: A002
-    stride, padding, dilation, alpha, beta, order, activation, epilogue_fn, out_dtype, config = (
-        args
-    )
-    problem, out_dtype = validate_conv_inputs(
-        x, filter, stride=stride, padding=padding, dilation=dilation, out=out, out_dtype=out_dtype
-    )
-    epilogue = validate_epilogue_args(
-        problem,
-        out_dtype,
-        x.device,
-        alpha=alpha,
-        bias=bias,
-        scale=scale,
-        activation=activation,
-        epilogue_fn=epilogue_fn,
-        source=source,
-        beta=beta,
-        residual_order=order,
-    )
-    if config is not None and not isinstance(config, (Conv2dConfig, Conv2dConfigSm100)):
-        raise TypeError(
-            "config must be a Conv2dConfig (sm_90a), a Conv2dConfigSm100 (sm_100a) or None, "
-            f"got {type(config).__name__}"
-        )
-    arch = validate_device(x, filter, out, source=source, bias=bias, scale=scale)
-    kernel_problem = kernel_problem_for(problem)
-    num_sms = _sm_count(x.device.index)
-    if config is None and arch == "sm_100a":  # compile-verified only; not autotuned
-        config = default_config_sm100(kernel_problem, num_sms)
-    config = config or choose_config(
-        problem, kernel_problem, x, tuple(filter.shape), out_dtype, num_sms,
-        has_residual=epilogue.has_residual,
-    )  # fmt: skip
-    if isinstance(config, Conv2dConfig):
-        check_config_fits(config, kernel_problem)
-    kernel = compile_kernel(
-        arch,
-        act_dtype=x.dtype,
-        filter_dtype=filter.dtype,
-        out_dtype=out_dtype,
-        config=config,
-        epilogue=epilogue,
-    )
-    max_clusters = num_sms // (config.cluster_m * config.cluster_n)
-    scalars = kernel_scalars(kernel_problem, alpha, beta, max_clusters)
-    used_vectors = (bias if epilogue.has_bias else None, scale if epilogue.has_scale else None)
-    vector_dtype = kernel_vector_dtype(*used_vectors)
-    vectors_ready = all(
-        v is None or (v.dtype == vector_dtype and v.is_contiguous()) for v in used_vectors
-    )
-    out_bytes = math.prod(problem.output_shape) * torch.finfo(out_dtype).bits // 8
-    nbytes = (x.numel() * x.element_size(), filter.numel() * filter.element_size(), out_bytes)
-    workspace = kernel_workspace_size(kernel_problem, config, max_clusters)
-    needs_staging = kernel_problem is not problem or not vectors_ready
-    return _LaunchPlan(
-        problem, out_dtype, epilogue, kernel, kernel_problem, scalars, workspace, nbytes,
-        problem.gemm_m == 0, needs_staging,
-    )  # fmt: skip
-
-
-def _tensor_key(t: torch.Tensor) -> tuple:
-    return (type(t), t.dtype, t.device, t.layout, t.shape, t.stride())
-
-
-def _freeze(value: Any) -> Any:
-    """A hashable key that tells apart what validation tells apart (1 vs True vs 1.0)."""
-    kind = type(value)
-    if kind is int or value is None:  # the common case, cheapest key
-        return value
-    if kind is float:
-        return (kind, value)
-    if isinstance(value, (list, tuple)):
-        return (kind is tuple, tuple(_freeze(v) for v in value))
-    return (kind, value)
-
-
-def _as_torch(*tensors: Any) -> tuple[Any, ...]:
-    """Wrap DLPack tensors (zero-copy) when ``out`` (the last) is given."""
-    names = ("activation", "filter", "source", "out")
-    foreign = [
-        name
-        for name, t in zip(names, tensors, strict=True)
-        if t is not None and not isinstance(t, torch.Tensor)
-    ]
-    if not foreign:
-        return tensors
-    for name, t in zip(names, tensors, strict=True):
-        if name in foreign and not hasattr(t, "__dlpack__"):
-            raise TypeError(
-                f"{name} must be a torch.Tensor or a DLPack tensor, got {type(t).__name__}"
-            )
-    if tensors[-1] is None:
-        raise TypeError(
-            f"{', '.join(foreign)} is a non-torch DLPack tensor: pass out= (a preallocated "
-            "[N, P, Q, K] tensor) so the result has a home outside torch"
-        )
-    return tuple(
-        t if t is None or isinstance(t, torch.Tensor) else torch.from_dlpack(t) for t in tensors
-    )
-
-
-def _public_raw_stream(device_index: int) -> int:
-    """The ``cudaStream_t`` of the current torch stream of a device, by the public API."""
-    return torch.cuda.current_stream(device_index).cuda_stream
-
-
-# Torch's C accessors of the current stream's handle (the one Triton launches with) and of the
-# current device, looked up once; the public paths where a torch build lacks them. The stream
-# takes 0.1 us where ``torch.cuda.current_stream`` builds a Stream object in ~3 us; the device
-# skips ``torch.cuda.current_device``'s Python layer (the C function initializes CUDA itself).
-_current_raw_stream: Callable[[int], int] = getattr(
-    torch._C, "_cuda_getCurrentRawStream", _public_raw_stream
-)
-_current_device: Callable[[], int] = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
-
-
-@functools.lru_cache(maxsize=None)
-def _sm_count(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
+def autotune(x_shape: Sequence[int], filter_shape: Sequence[int], **options: Any) -> Conv2dConfig:
+    """``tuning.autotune`` (see there for the options and what is stored), timing each
+    candidate config through the direct path of ``conv2d_fprop`` on scratch tensors."""
+    return tuning.autotune(x_shape, filter_shape, make_runner=dispatch.config_runner, **options)

@@ -18,56 +18,19 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.cute.runtime import make_fake_stream, make_ptr
 
-from . import disk_cache, validation
-from .config import Conv2dConfig
+from . import disk_cache
+from .arch import ARCHS
+from .dtypes import CUTLASS_DTYPES, INPUT_DTYPES, dtype_name
+from .kernels.common.entry import ConvLaunchParams, ConvPointers
 from .kernels.common.epilogue import EpilogueSpec
+from .kernels.common.im2col import ConvGeometry
 from .kernels.common.space_to_depth import SpaceToDepthFold
-from .kernels.sm90.conv2d_fprop import SMEM_CAPACITY_SM90, Conv2dFpropSm90
-from .kernels.sm100.config import SMEM_CAPACITY_SM100, Conv2dConfigSm100
-from .kernels.sm100.conv2d_fprop import Conv2dFpropKernel
+from .kernels.sm90.config import Conv2dConfig
+from .kernels.sm100.config import Conv2dConfigSm100
 from .problem import Conv2dProblemShape
 
-# Kernel class, config type and SMEM capacity per compilation target. sm_100a is
-# compile-verified only: built and checked on its PTX, never run on a Blackwell GPU.
-KERNELS_BY_ARCH: dict[str, type] = {"sm_90a": Conv2dFpropSm90, "sm_100a": Conv2dFpropKernel}
-CONFIG_TYPE_BY_ARCH: dict[str, type] = {"sm_90a": Conv2dConfig, "sm_100a": Conv2dConfigSm100}
-DEFAULT_CONFIG_BY_ARCH: dict[str, Callable[[], Any]] = {
-    "sm_90a": Conv2dConfig,
-    "sm_100a": Conv2dConfigSm100.default_bf16,
-}
-SMEM_CAPACITY_BY_ARCH: dict[str, int] = {
-    "sm_90a": SMEM_CAPACITY_SM90,
-    "sm_100a": SMEM_CAPACITY_SM100,
-}
-
-_CUTLASS_DTYPES: dict[str, type[cutlass.Numeric]] = {
-    "bfloat16": cutlass.BFloat16,
-    "float16": cutlass.Float16,
-    "float32": cutlass.Float32,
-}
-_NUM_GEOMETRY_ARGS = 17
-
-
-def dtype_name(dtype: Any, argument: str = "dtype", choices: tuple[str, ...] = ()) -> str:
-    """``torch.bfloat16``, ``cutlass.BFloat16`` or ``"bfloat16"`` -> ``"bfloat16"``, one of
-    ``choices`` (default: every dtype a kernel takes); errors name ``argument``."""
-    choices = choices or tuple(_CUTLASS_DTYPES)
-    if isinstance(dtype, str):
-        name = dtype
-    elif isinstance(dtype, type) and issubclass(dtype, cutlass.Numeric):
-        name = {v: k for k, v in _CUTLASS_DTYPES.items()}.get(dtype, dtype.__name__)
-    else:
-        name = str(dtype).removeprefix("torch.")
-    if name not in choices:
-        raise TypeError(
-            f"{argument}={name} is not supported; use one of {', '.join(choices)} "
-            "(a torch dtype, a cutlass type or its name)"
-        )
-    return name
-
-
-# The names of the input dtypes the kernels take, from the torch dtypes the validation accepts.
-INPUT_DTYPES = tuple(dtype_name(d) for d in validation.INPUT_DTYPES)
+# The SMEM capacity per compilation target (see ``arch.ARCHS``).
+SMEM_CAPACITY_BY_ARCH: dict[str, int] = {name: arch.smem_capacity for name, arch in ARCHS.items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,10 +58,10 @@ class CompiledConv2d:
     def launch(self, pointers: tuple[int, ...], scalars: tuple, stream: int) -> None:
         """Run the kernel: the hot path of every call.
 
-        ``pointers``: device addresses of (activation, filter, out, source, bias, scale,
-        stream-K partials, stream-K / dynamic-scheduling flags), 0 for terms the epilogue
-        leaves out and for a workspace the kernel does not use; ``scalars``:
-        ``kernel_scalars(...)``; ``stream``: a raw ``cudaStream_t`` handle. The problem must
+        ``pointers``: device addresses in ``ConvPointers`` order (activation, filter, out,
+        source, bias, scale, stream-K partials, stream-K / dynamic-scheduling flags), 0 for
+        terms the epilogue leaves out and for a workspace the kernel does not use;
+        ``scalars``: ``kernel_scalars(...)``, the rest of ``ConvLaunchParams``; ``stream``: a raw ``cudaStream_t`` handle. The problem must
         be validated and channel-aligned.
         """
         self._fn(*pointers, *scalars, stream)
@@ -107,42 +70,44 @@ class CompiledConv2d:
 def kernel_scalars(
     problem: Conv2dProblemShape, alpha: float, beta: float, max_clusters: int
 ) -> tuple:
-    """The kernel's runtime scalars: geometry (in ``kernels.common.im2col.ConvGeometry``
-    order), the epilogue's alpha and beta, and the bound of the persistent grid."""
+    """The kernel's runtime scalars, ``ConvLaunchParams`` after the pointers: the geometry
+    (``ConvGeometry``), alpha, beta and the bound of the persistent grid."""
     (pad_top, pad_bottom), (pad_left, pad_right) = problem.padding
-    return (
-        problem.N, problem.H, problem.W, problem.C, problem.K, problem.R, problem.S,
-        problem.P, problem.Q, pad_top, pad_bottom, pad_left, pad_right,
-        *problem.stride, *problem.dilation, float(alpha), float(beta), max_clusters,
+    geometry = ConvGeometry(
+        n=problem.N, h=problem.H, w=problem.W, c=problem.C, k=problem.K, r=problem.R,
+        s=problem.S, p=problem.P, q=problem.Q, pad_top=pad_top, pad_bottom=pad_bottom,
+        pad_left=pad_left, pad_right=pad_right, stride_h=problem.stride[0],
+        stride_w=problem.stride[1], dil_h=problem.dilation[0], dil_w=problem.dilation[1],
     )  # fmt: skip
+    return (*geometry, float(alpha), float(beta), max_clusters)
 
 
 def _build(key: KernelKey):
-    cfg = key.config
-    if isinstance(cfg, Conv2dConfigSm100):
-        return KERNELS_BY_ARCH[key.arch](
-            _CUTLASS_DTYPES[key.act_dtype],
-            _CUTLASS_DTYPES[key.filter_dtype],
-            _CUTLASS_DTYPES[key.out_dtype],
-            config=cfg,
-            epilogue=key.epilogue,
-        )
-    return KERNELS_BY_ARCH[key.arch](
-        _CUTLASS_DTYPES[key.act_dtype],
-        _CUTLASS_DTYPES[key.filter_dtype],
-        _CUTLASS_DTYPES[key.out_dtype],
-        tile_mnk=(cfg.tile_m, cfg.tile_n, cfg.tile_k),
-        cluster_mn=(cfg.cluster_m, cfg.cluster_n),
-        stages=cfg.stages,
-        swizzle=cfg.swizzle,
-        raster_along_m=cfg.raster_along_m,
-        stream_k=cfg.stream_k,
-        dynamic_schedule=cfg.dynamic_schedule,
-        tile_w=cfg.tile_w,
-        halo_h=cfg.halo_h,
-        pingpong=cfg.pingpong,
-        epilogue=key.epilogue,
+    return ARCHS[key.arch].kernel_class(
+        CUTLASS_DTYPES[key.act_dtype],
+        CUTLASS_DTYPES[key.filter_dtype],
+        CUTLASS_DTYPES[key.out_dtype],
+        key.config,
+        key.epilogue,
     )
+
+
+def _fake_launch_args(key: KernelKey) -> list:
+    """``ConvLaunchParams`` of null pointers and placeholder scalars, flattened: what the
+    kernel is traced with (the values are never read at compile time)."""
+    vector = key.epilogue.vector_dtype
+    pointers = ConvPointers(
+        act=key.act_dtype, filter=key.filter_dtype, out=key.out_dtype, source=key.out_dtype,
+        bias=vector, scale=vector, partials=cutlass.Float32, flags=cutlass.Int32,
+    )  # fmt: skip
+    params = ConvLaunchParams(
+        pointers=[_null_pointer(dtype) for dtype in pointers],
+        geometry=[cutlass.Int32(1)] * len(ConvGeometry._fields),
+        alpha=cutlass.Float32(1.0),
+        beta=cutlass.Float32(1.0),
+        max_clusters=cutlass.Int32(1),
+    )
+    return [*params.pointers, *params.geometry, *params[2:]]
 
 
 def _cute_compile(kernel: Any, args: list, arch: str) -> tuple[Callable, str, bytes]:
@@ -178,7 +143,7 @@ def _positional_launcher(fn: Callable) -> Callable:
 
 
 def _null_pointer(dtype: str | type[cutlass.Numeric]) -> cute.Pointer:
-    element = _CUTLASS_DTYPES[dtype] if isinstance(dtype, str) else dtype
+    element = CUTLASS_DTYPES[dtype] if isinstance(dtype, str) else dtype
     return make_ptr(element, 0, cute.AddressSpace.gmem, assumed_align=16)
 
 
@@ -186,14 +151,7 @@ def _compile(key: KernelKey) -> CompiledConv2d:
     kernel = _build(key)
 
     def compile_now() -> tuple[Callable, str, bytes, int]:
-        # act, filter, out, source (out dtype), bias and scale (the epilogue's vector dtype),
-        # the workspace's partials and flags
-        pointer_dtypes = (key.act_dtype, key.filter_dtype, key.out_dtype, key.out_dtype)
-        pointer_dtypes += (key.epilogue.vector_dtype,) * 2 + (cutlass.Float32, cutlass.Int32)
-        args = [_null_pointer(d) for d in pointer_dtypes]
-        args += [cutlass.Int32(1)] * _NUM_GEOMETRY_ARGS  # geometry
-        args += [cutlass.Float32(1.0)] * 2 + [cutlass.Int32(1)]  # alpha, beta, max_clusters
-        return *_cute_compile(kernel, args, key.arch), kernel.smem_bytes()
+        return *_cute_compile(kernel, _fake_launch_args(key), key.arch), kernel.smem_bytes()
 
     if key.epilogue.epilogue_fn is None:
         fn, ptx, cubin, smem_bytes = _disk_cached(key, compile_now)
@@ -227,13 +185,9 @@ def _cached(key: Any, compile_fn: Callable[[Any], Any]) -> Any:
 
 def _check_arch(arch: object) -> None:
     if not isinstance(arch, str):
-        raise TypeError(
-            f"arch must be a str, one of {', '.join(sorted(KERNELS_BY_ARCH))}; got {arch!r}"
-        )
-    if arch not in KERNELS_BY_ARCH:
-        raise ValueError(
-            f"arch={arch!r} has no kernel; available: {', '.join(sorted(KERNELS_BY_ARCH))}"
-        )
+        raise TypeError(f"arch must be a str, one of {', '.join(sorted(ARCHS))}; got {arch!r}")
+    if arch not in ARCHS:
+        raise ValueError(f"arch={arch!r} has no kernel; available: {', '.join(sorted(ARCHS))}")
 
 
 def compile_kernel(
@@ -268,8 +222,8 @@ def compile_kernel(
     if flt != act:
         raise TypeError(f"act_dtype={act} and filter_dtype={flt}: they must be equal")
     if config is None:
-        config = DEFAULT_CONFIG_BY_ARCH[arch]()
-    config_type = CONFIG_TYPE_BY_ARCH[arch]
+        config = ARCHS[arch].default_config()
+    config_type = ARCHS[arch].config_class
     if not isinstance(config, config_type):
         raise TypeError(
             f"config must be a {config_type.__name__} for arch={arch!r}, "
@@ -318,7 +272,7 @@ class CompiledSpaceToDepth:
 
 def _compile_space_to_depth(key: SpaceToDepthKey) -> CompiledSpaceToDepth:
     kernel = SpaceToDepthFold(
-        _CUTLASS_DTYPES[key.dtype], key.channels, key.fold_channels, key.fold_cols
+        CUTLASS_DTYPES[key.dtype], key.channels, key.fold_channels, key.fold_cols
     )
 
     def compile_now() -> tuple[Callable, str, bytes, int]:

@@ -1,35 +1,19 @@
-"""Kernel configuration: tile shape, cluster shape, pipeline depth and rasterization.
+"""The Hopper kernel's configuration on the host: the default-config heuristic and the checks
+of a config against a problem.
 
-A ``Conv2dConfig`` is part of the compile-cache key, so it is frozen and hashable and holds only
-what changes the compiled kernel; geometry (``Conv2dProblemShape``) never does.
+``Conv2dConfig`` itself (tile shape, cluster shape, pipeline depth, rasterization, schedule
+options) is defined next to the kernel, in ``kernels/sm90/config.py``, and re-exported here. It
+is part of the compile-cache key, so it is frozen and hashable and holds only what changes the
+compiled kernel; geometry (``Conv2dProblemShape``) never does.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from .kernels.common.config_checks import check_choice, check_field_types
-from .kernels.sm90.conv2d_fprop import HALO_SLACK_ROWS
-from .kernels.sm90.schedule_checks import check_schedule_options
+from .kernels.sm90.config import HALO_SLACK_ROWS, TILE_K_CHOICES, TILE_N_CHOICES, Conv2dConfig
 from .kernels.sm100.config import Conv2dConfigSm100
 from .problem import Conv2dProblemShape
 
 __all__ = ["Conv2dConfig", "check_config_fits", "default_config"]
-
-# Two consumer warpgroups of 64 or 128 rows each, or three of 64 rows.
-TILE_M_CHOICES = (128, 192, 256)
-# Multiples of the 32-wide epilogue subtile; 160 fits K=320 and 640 exactly.
-TILE_N_CHOICES = (64, 96, 128, 160, 192, 224, 256)
-# The consumer warpgroups hold the fp32 accumulator in registers: 128x256 is the largest tile
-# that leaves two of them room for the epilogue (232 registers a thread), 192x160 three (152).
-MAX_TILE_ELEMS = 128 * 256
-# One 128-byte swizzle row of 16-bit data; k-tiles never straddle a filter tap.
-TILE_K_CHOICES = (16, 32, 64)
-CLUSTER_CHOICES = (1, 2)
-MAX_CLUSTER_SIZE = 2
-MIN_STAGES, MAX_STAGES = 2, 16
-# Halo tiles: output columns per tile row (a power of two dividing tile_m).
-HALO_TILE_W_CHOICES = (32, 64, 128)
 
 # GEMM K up to which a residual kernel's mainloop is too short to hide a tile of C loads
 # behind (measured on an H200: K=64 and 256 1x1 convs 1.2x faster at tile_n=128 than 256,
@@ -56,113 +40,6 @@ _PINGPONG_HALO_TILE_W = 32
 _MAX_WAVE_STREAM_K = 0.6
 # ... with mainloops of at least this many k-tiles.
 _MIN_K_TILES_STREAM_K = 64
-
-
-@dataclass(frozen=True)
-class Conv2dConfig:
-    """Compile-time choices of one Conv2D forward kernel.
-
-    Attributes:
-        tile_m: CTA tile along GEMM M (output pixels): 128 or 256 (two warpgroups of 64 or
-            128 rows), or 192 (three warpgroups of 64 rows); tile_m * tile_n <= 128 * 256.
-        tile_n: CTA tile along GEMM N (output channels): a multiple of 32 in 64..256.
-        tile_k: CTA tile along GEMM K (channels of one filter tap): 64 (a 128-byte row);
-            16 or 32 for convs with few input channels, where a 64-wide k-tile would be mostly
-            zero-fill.
-        cluster_m: CTAs per cluster along M (1 or 2); they share the filter tile by multicast.
-        cluster_n: CTAs per cluster along N (1 or 2); they share the activation tile.
-        stages: depth of the shared-memory input ring; 0 means as many as fit in shared memory.
-        raster_along_m: walk output tiles M-fastest (True) or N-fastest (False).
-        swizzle: grouped rasterization, for L2 reuse: tiles are walked in groups of ``swizzle``
-            tiles along the raster's minor direction.
-        stream_k: split the k-tiles of all output tiles evenly over the SMs instead of giving
-            each SM whole tiles; a tile split between SMs is summed through a float32
-            workspace (one tile_m x tile_n partial per SM, allocated per device and stream).
-            For grids of less than a wave of tiles with long mainloops. A tile's owner waits
-            for CTAs launched after it, so the whole grid (one CTA per SM of the device's SM
-            count) must be able to be resident at once: do not force it where SMs are
-            withheld from the process.
-        dynamic_schedule: after its first tile, each CTA takes the next output tile from a
-            global counter rather than every grid-th tile, so that SMs that run faster (closer
-            to the memory they stream) take more tiles. Clusters of one CTA only; the counter
-            lives in the same per-stream workspace as stream-K's.
-        tile_w, halo_h: halo tiles, for stride-1 convs (0, 0: off). An output tile is
-            ``tile_m / tile_w`` output rows of ``tile_w`` columns (tile_w >= Q + (S-1) *
-            dilation_w; the columns past Q are computed and not stored), and the kernel loads
-            the tile's input halo, ``halo_h`` rows (>= tile_m / tile_w + (R-1) * dilation_h)
-            by ``tile_w`` columns, once per 64 channels instead of once per filter tap: every
-            tap reads the same halo shifted. Needs tile_k=64, clusters of one CTA and no
-            stream_k.
-        pingpong: the two consumer warpgroups take the CTA's output tiles in turn, each with
-            its own 128 x tile_n accumulator, so that one's epilogue runs while the other's
-            mainloop has the tensor cores (False: both work on every tile and the tensor
-            cores idle during its epilogue). 128-row tiles at most 128 wide, static
-            scheduling, no stream_k; with halo tiles each consumer holds its own tile's halo.
-    """
-
-    tile_m: int = 128
-    tile_n: int = 128
-    tile_k: int = 64
-    cluster_m: int = 1
-    cluster_n: int = 1
-    stages: int = 0
-    raster_along_m: bool = True
-    swizzle: int = 8
-    stream_k: bool = False
-    dynamic_schedule: bool = False
-    tile_w: int = 0
-    halo_h: int = 0
-    pingpong: bool = False
-
-    def __post_init__(self) -> None:
-        check_field_types(
-            self, bool_fields=("raster_along_m", "stream_k", "dynamic_schedule", "pingpong")
-        )
-        check_choice("tile_m", self.tile_m, TILE_M_CHOICES)
-        check_choice("tile_n", self.tile_n, TILE_N_CHOICES)
-        if self.tile_m * self.tile_n > MAX_TILE_ELEMS:
-            raise ValueError(
-                f"tile_m*tile_n must be <= {MAX_TILE_ELEMS} (128x256, the accumulator register "
-                f"budget of two consumer warpgroups), got tile_m={self.tile_m}, "
-                f"tile_n={self.tile_n} ({self.tile_m * self.tile_n})"
-            )
-        check_choice("tile_k", self.tile_k, TILE_K_CHOICES)
-        check_choice("cluster_m", self.cluster_m, CLUSTER_CHOICES)
-        check_choice("cluster_n", self.cluster_n, CLUSTER_CHOICES)
-        if self.cluster_m * self.cluster_n > MAX_CLUSTER_SIZE:
-            raise ValueError(
-                f"cluster_m*cluster_n must be <= {MAX_CLUSTER_SIZE}, got "
-                f"cluster_m={self.cluster_m}, cluster_n={self.cluster_n}"
-            )
-        if self.stages != 0 and not MIN_STAGES <= self.stages <= MAX_STAGES:
-            raise ValueError(
-                f"stages must be 0 (as many as fit) or in {MIN_STAGES}..{MAX_STAGES}, "
-                f"got {self.stages}"
-            )
-        if self.swizzle < 1:
-            raise ValueError(f"swizzle must be >= 1, got {self.swizzle}")
-        if self.tile_w or self.halo_h:  # halo tiles (halo_h alone is an error here)
-            check_choice("tile_w", self.tile_w, HALO_TILE_W_CHOICES)
-        check_schedule_options(
-            tile_mnk=self.tile_shape_mnk,
-            k_tile_bytes=self.tile_k * 2,  # 16-bit inputs
-            cluster_mn=self.cluster_shape_mn,
-            stream_k=self.stream_k,
-            dynamic_schedule=self.dynamic_schedule,
-            tile_w=self.tile_w,
-            halo_h=self.halo_h,
-            pingpong=self.pingpong,
-        )
-
-    @property
-    def tile_shape_mnk(self) -> tuple[int, int, int]:
-        """``(tile_m, tile_n, tile_k)``."""
-        return (self.tile_m, self.tile_n, self.tile_k)
-
-    @property
-    def cluster_shape_mn(self) -> tuple[int, int]:
-        """``(cluster_m, cluster_n)``."""
-        return (self.cluster_m, self.cluster_n)
 
 
 def check_problem(problem: object) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from .config import check_heuristic_args
+from .dtypes import CUTLASS_DTYPES, INPUT_DTYPES, dtype_name
 from .kernels.sm100.config import (
     SMEM_CAPACITY_SM100,
     TMEM_COLUMNS_SM100,
@@ -61,17 +62,15 @@ def check_sm100(
     to ``act_dtype``); ``has_residual``: whether the kernel loads a source tensor. Returns
     the resolved plan (stage counts, SMEM bytes, TMEM columns).
     """
-    from .compile import _CUTLASS_DTYPES, INPUT_DTYPES, dtype_name  # compile imports this
-
     check_heuristic_args(problem, 1, has_residual)
     if config is None:
         config = Conv2dConfigSm100.default_bf16()
     if not isinstance(config, Conv2dConfigSm100):
         raise TypeError(f"config must be a Conv2dConfigSm100, got {type(config).__name__}")
     act_name = dtype_name(act_dtype, "act_dtype", INPUT_DTYPES)
-    act = _CUTLASS_DTYPES[act_name]
+    act = CUTLASS_DTYPES[act_name]
     out_name = dtype_name(out_dtype if out_dtype is not None else act_name, "out_dtype")
-    out = _CUTLASS_DTYPES[out_name]
+    out = CUTLASS_DTYPES[out_name]
     check_problem_limits(problem)
     for name, value, dtype in (("C", problem.C, act), ("K", problem.K, act), ("K", problem.K, out)):
         row_bytes = value * dtype.width // 8

@@ -15,7 +15,7 @@ from typing import Callable
 
 import torch
 
-from .compile import dtype_name
+from .dtypes import dtype_name
 from .kernels.common.epilogue import ACTIVATIONS, RESIDUAL_ORDERS, EpilogueSpec
 from .problem import Conv2dProblemShape
 from .validation import check_tensor

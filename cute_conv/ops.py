@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from . import api
+from . import dispatch
 from .autograd import EpilogueArgs
 from .autograd import backward as _backward
 from .autograd import setup_context as _setup_context
@@ -186,16 +186,17 @@ def _run(x, filter, source, bias, scale, out, stride, padding, dilation, alpha, 
     """The public function on an op's arguments. It takes its direct path: an autograd forward
     runs with grad mode off, and a tensor that requires grad here otherwise (the out= op has no
     autograd) gets ``call_op``'s error."""
-    kwargs = dict(
-        stride=stride, padding=_padding_pairs(padding), dilation=dilation, alpha=alpha,
-        bias=bias, scale=scale, activation=activation, out=out, out_dtype=out_dtype,
-        config=config_from_str(config),
-    )  # fmt: skip
-    if source is None:
-        return api.conv2d_fprop(x, filter, **kwargs)
-    return api.conv2d_fprop_with_residual(
-        x, filter, source, beta=beta, residual_order=residual_order, **kwargs
-    )
+    if source is None:  # conv2d_fprop's: no residual term
+        beta, residual_order = 0.0, _AFTER
+    padding, config = _padding_pairs(padding), config_from_str(config)
+    if takes_torch_path(x, filter, source, bias, scale, out):
+        return call_op(
+            x, filter, source, bias, scale, out, None, stride, padding, dilation, alpha, beta,
+            residual_order, activation, None, out_dtype, config,
+        )  # fmt: skip
+    args = (stride, padding, dilation, alpha, beta, residual_order, activation, None, out_dtype,
+            config)  # fmt: skip
+    return dispatch.conv2d(x, filter, source, bias, scale, out, None, args)
 
 
 def _fake(x, filter, source, bias, scale, out, stride, padding, dilation, alpha, beta,  # noqa: A002

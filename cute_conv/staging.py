@@ -36,9 +36,9 @@ import torch
 import torch.nn.functional as F
 
 from .compile import compile_space_to_depth
-from .config import TILE_K_CHOICES
 from .epilogue import kernel_vector_dtype
 from .kernels.common.space_to_depth import FOLD_ROWS
+from .kernels.sm90.config import TILE_K_CHOICES
 from .problem import Conv2dProblemShape
 from .validation import check_compute_capability
 

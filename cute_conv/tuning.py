@@ -9,7 +9,8 @@ a problem it has no choice for on first use. Otherwise the fast heuristic
 ``default_config`` decides.
 
 Tuning never touches the caller's tensors: it times each candidate on scratch tensors of the
-same shapes. Tunings in one process take turns (they would time each other's kernels), and
+same shapes, through a ``RunnerFactory`` its caller passes in (``dispatch.config_runner``), so
+this module imports nothing above it. Tunings in one process take turns (they would time each other's kernels), and
 threads making the first call of one problem at once tune it once.
 """
 
@@ -23,26 +24,25 @@ import math
 import os
 import statistics
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
 from . import disk_cache
 from .config import (
-    MAX_TILE_ELEMS,
-    TILE_M_CHOICES,
-    TILE_N_CHOICES,
     Conv2dConfig,
     check_config_fits,
     check_heuristic_args,
     default_config,
     pingpong_halo_tile,
 )
+from .kernels.sm90.config import MAX_TILE_ELEMS, TILE_M_CHOICES, TILE_N_CHOICES
 from .problem import Conv2dProblemShape
 from .staging import kernel_problem_for
 from .validation import INPUT_DTYPES, check_compute_capability, validate_conv_inputs
 
 __all__ = [
+    "RunnerFactory",
     "autotune",
     "candidate_configs",
     "lookup",
@@ -225,6 +225,14 @@ def _time_candidates(
     return [statistics.median(times) for times in samples]
 
 
+# For one problem (kernel dtype, output dtype, device, whether a residual is read): the
+# function that runs it once with a given config, on scratch tensors it allocated once.
+RunnerFactory = Callable[
+    [Conv2dProblemShape, torch.dtype, torch.dtype, torch.device, bool],
+    Callable[[Conv2dConfig], object],
+]
+
+
 def autotune(
     x_shape: Sequence[int],
     filter_shape: Sequence[int],
@@ -237,6 +245,7 @@ def autotune(
     device: torch.device | str = "cuda",
     configs: Sequence[Conv2dConfig] | None = None,
     has_residual: bool = False,
+    make_runner: RunnerFactory,
 ) -> Conv2dConfig:
     """Time ``configs`` (default: ``candidate_configs`` and the heuristic's config) on this
     problem; store and return the fastest, or the heuristic's config when none beats it by
@@ -260,7 +269,8 @@ def autotune(
     )
     device = _tuning_device(device)
     with _tune_lock:
-        return _autotune(problem, dtype, out_dtype, device, configs, has_residual)
+        run = make_runner(problem, dtype, out_dtype, device, has_residual)
+        return _autotune(problem, dtype, out_dtype, device, configs, has_residual, run)
 
 
 def _check_autotune_args(
@@ -345,25 +355,15 @@ def _autotune(
     device: torch.device,
     configs: list[Conv2dConfig] | None,
     has_residual: bool,
+    run: Callable[[Conv2dConfig], object],
 ) -> Conv2dConfig:
-    from .api import _sm_count, conv2d_fprop, conv2d_fprop_with_residual
-
-    x = torch.randn(*problem.activation_shape, device=device).to(dtype)
-    flt = torch.randn(*problem.filter_shape, device=device).to(dtype) / 16
-    out = torch.empty(problem.output_shape, dtype=out_dtype, device=device)
-    geom = dict(stride=problem.stride, padding=problem.padding, dilation=problem.dilation)
-    if has_residual:
-        source = torch.randn(problem.output_shape, device=device).to(out_dtype)
-        conv = functools.partial(conv2d_fprop_with_residual, x, flt, source, out=out, **geom)
-    else:
-        conv = functools.partial(conv2d_fprop, x, flt, out=out, **geom)
-    num_sms = _sm_count(device.index)
+    num_sms = torch.cuda.get_device_properties(device).multi_processor_count
     candidates = list(configs or candidate_configs(problem, num_sms))
     # What a call with config=None would otherwise run on this device.
     heuristic = default_config(kernel_problem_for(problem), num_sms, has_residual=has_residual)
     if configs is None and heuristic not in candidates:
         candidates.append(heuristic)
-    fns = [functools.partial(conv, config=config) for config in candidates]
+    fns = [functools.partial(run, config) for config in candidates]
     screen = _time_candidates(fns, device, _SCREEN_ROUNDS, _SCREEN_ROUND_MS)
     finalists = pick_finalists(candidates, screen, heuristic)
     final = _time_candidates(
@@ -420,9 +420,12 @@ def choose_config(
     out_dtype: torch.dtype,
     num_sms: int,
     has_residual: bool = False,
+    *,
+    make_runner: RunnerFactory,
 ) -> Conv2dConfig:
-    """The config a call with ``config=None`` runs: stored, tuned now, or the heuristic.
-    Calls with a residual take the choices tuned with one (see ``autotune``)."""
+    """The config a call with ``config=None`` runs: stored, tuned now (timed through
+    ``make_runner``), or the heuristic. Calls with a residual take the choices tuned with one
+    (see ``autotune``)."""
     key = problem_key(problem, x.dtype, out_dtype, has_residual)
     stored = lookup(x.device, key)
     if stored is not None:
@@ -436,5 +439,6 @@ def choose_config(
                 tuple(x.shape), tuple(filter_shape), stride=problem.stride,
                 padding=problem.padding, dilation=problem.dilation, dtype=x.dtype,
                 out_dtype=out_dtype, device=x.device, has_residual=has_residual,
+                make_runner=make_runner,
             )  # fmt: skip
     return default_config(kernel_problem, num_sms, has_residual=has_residual)

@@ -5,7 +5,7 @@ checks is testable on a CPU with CPU tensors. ``validate_device`` runs after it 
 place that asks the CUDA runtime anything. Every error names the argument, the offending value
 and the limit; nothing here writes to any tensor.
 
-The limits are those of DESIGN.md section 3: im2col-mode TMA on a 4-D tensor (pixel-box
+The limits are those of docs/ARCHITECTURE.md section 4: im2col-mode TMA on a 4-D tensor (pixel-box
 corners in [-128, 127], traversal stride <= 8, filter span <= 255) and the Int32 implicit-GEMM
 M coordinate.
 """

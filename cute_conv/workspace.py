@@ -21,7 +21,7 @@ from collections.abc import Callable
 import torch
 
 from .config import Conv2dConfig
-from .kernels.sm90.conv2d_fprop import WORK_COUNTERS as DYNAMIC_SCHEDULE_COUNTERS
+from .kernels.sm90.config import WORK_COUNTERS as DYNAMIC_SCHEDULE_COUNTERS
 from .problem import Conv2dProblemShape
 
 __all__ = ["DYNAMIC_SCHEDULE_COUNTERS", "kernel_workspace", "kernel_workspace_size"]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import cute_conv
-from cute_conv import api
+from cute_conv import dispatch
 from cute_conv.epilogue import EpilogueSpec
 
 SHAPE = (1, 8, 8, 64)
@@ -27,8 +27,8 @@ def made(monkeypatch) -> list:
         calls.append(args)
         return types.SimpleNamespace(epilogue=EpilogueSpec(), empty=True)
 
-    monkeypatch.setattr(api, "_make_plan", make_plan)
-    monkeypatch.setattr(api, "_plans", {})
+    monkeypatch.setattr(dispatch, "_make_plan", make_plan)
+    monkeypatch.setattr(dispatch, "_plans", {})
     return calls
 
 
@@ -89,12 +89,12 @@ def test_layout_is_in_the_key():
     dense = torch.zeros(1, dtype=torch.bfloat16).expand(SHAPE)  # strides (0, 0, 0, 0)
     sparse = _t().to_sparse()
     assert dense.stride() == sparse.stride()
-    assert api._tensor_key(dense) != api._tensor_key(sparse)
+    assert dispatch._tensor_key(dense) != dispatch._tensor_key(sparse)
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
 def test_device_index_is_in_the_key():
-    assert api._tensor_key(_t(device="cuda:0")) != api._tensor_key(_t(device="cuda:1"))
+    assert dispatch._tensor_key(_t(device="cuda:0")) != dispatch._tensor_key(_t(device="cuda:1"))
 
 
 def test_uncacheable_arguments_go_to_validation(made):
@@ -103,7 +103,7 @@ def test_uncacheable_arguments_go_to_validation(made):
     _conv(alpha="1")  # not a number
     _conv(bias=[0.0] * 64)  # not a tensor
     assert len(made) == 4
-    assert len(api._plans) == 1  # only the first had a key
+    assert len(dispatch._plans) == 1  # only the first had a key
 
 
 def test_non_tensor_bias_is_named_by_validation():

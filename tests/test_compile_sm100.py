@@ -14,13 +14,13 @@ from collections import Counter
 
 import pytest
 import torch
+from cute_conv.kernels.common.tile_scheduler import grouped_tile_coord
 from cute_conv.kernels.sm100.config import SMEM_CAPACITY_SM100, TMEM_COLUMNS_SM100
 from cute_conv.kernels.sm100.pipeline_checks import (
     BarrierSpec,
     check_arrive_count,
     conv2d_barrier_specs,
 )
-from cute_conv.kernels.sm100.tile_scheduler import grouped_tile_coord
 
 import cute_conv
 from cute_conv.compile import SMEM_CAPACITY_BY_ARCH

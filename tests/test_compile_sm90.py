@@ -209,8 +209,9 @@ def test_epilogue_fn_that_does_not_trace_fails_to_compile():
 
 def _residual_plan(tile_n: int, tile_k: int = 64, stages: int = 0) -> Conv2dFpropSm90:
     return Conv2dFpropSm90(
-        cutlass.BFloat16, cutlass.BFloat16, cutlass.BFloat16, (128, tile_n, tile_k), (1, 1),
-        stages=stages, epilogue=cute_conv.EpilogueSpec(has_residual=True),
+        cutlass.BFloat16, cutlass.BFloat16, cutlass.BFloat16,
+        cute_conv.Conv2dConfig(tile_n=tile_n, tile_k=tile_k, stages=stages),
+        epilogue=cute_conv.EpilogueSpec(has_residual=True),
     )  # fmt: skip
 
 
@@ -305,22 +306,13 @@ def test_halo_tiles_in_the_ptx():
     assert "cp.async.bulk.tensor.2d.global.shared::cta.tile" in im2col  # (N*P*Q, K) stores
 
 
-@pytest.mark.parametrize(
-    "options,match",
-    [
-        (dict(cluster_mn=(1, 2), dynamic_schedule=True), "dynamic_schedule needs"),
-        (dict(tile_w=48, halo_h=6), "tile_w must divide"),
-        (dict(tile_w=32, halo_h=300), "halo_h must be in"),
-        (dict(tile_w=32, halo_h=6, stream_k=True), "need tile_k=64"),
-        (dict(tile_mnk=(256, 64, 64), pingpong=True), "pingpong needs"),
-    ],
-    ids=["dynamic-cluster", "halo-tile-w", "halo-h", "halo-stream-k", "pingpong-tile-m"],
-)
-def test_kernel_constructor_rejects_options_like_the_config(options, match):
-    """Direct users of the kernel class get the checks (and messages) of Conv2dConfig."""
-    kwargs = dict(tile_mnk=(128, 128, 64), cluster_mn=(1, 1)) | options
-    with pytest.raises(ValueError, match=match):
-        Conv2dFpropSm90(cutlass.BFloat16, cutlass.BFloat16, cutlass.BFloat16, **kwargs)
+def test_kernel_constructor_takes_a_hopper_config():
+    """The kernel class takes its arch's config, which has checked the options (see
+    test_config.py), as the SM100 class does."""
+    with pytest.raises(TypeError, match="config must be a Conv2dConfig, got Conv2dConfigSm100"):
+        Conv2dFpropSm90(
+            cutlass.BFloat16, cutlass.BFloat16, cutlass.BFloat16, cute_conv.Conv2dConfigSm100()
+        )
 
 
 class _FakeWrapper:

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import cute_conv
-from cute_conv import Conv2dConfig, Conv2dProblemShape, EpilogueSpec, api, tuning, workspace
+from cute_conv import Conv2dConfig, Conv2dProblemShape, EpilogueSpec, dispatch, tuning, workspace
 from cute_conv import compile as compile_mod
 from cute_conv.reference import conv2d_reference
 from cute_conv.testing import compare_to_reference, random_conv_inputs
@@ -121,9 +121,10 @@ def test_threads_tune_a_new_problem_once(tmp_path, monkeypatch):
         return tuned
 
     monkeypatch.setattr(tuning, "autotune", fake_autotune)
+    _unused = dispatch.config_runner  # handed to fake_autotune, never called
     chosen = run_together(
         lambda _: tuning.choose_config(
-            problem, problem, x, problem.filter_shape, torch.bfloat16, 132
+            problem, problem, x, problem.filter_shape, torch.bfloat16, 132, make_runner=_unused
         ),
         list(range(THREADS)),
     )
@@ -144,7 +145,7 @@ def test_a_grown_workspace_buffer_keeps_the_one_it_replaced(monkeypatch):
 @pytest.fixture
 def first_calls(monkeypatch):
     """Empty plan, kernel and workspace caches, as in a fresh process."""
-    monkeypatch.setattr(api, "_plans", {})
+    monkeypatch.setattr(dispatch, "_plans", {})
     monkeypatch.setattr(compile_mod, "_cache", {})
     monkeypatch.setattr(workspace, "_buffers", {})
 

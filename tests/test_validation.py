@@ -195,7 +195,7 @@ REJECTIONS = [
     ),
     pytest.param(lambda: _call(padding=-1), ValueError, ("padding", ">= 0"), id="padding-negative"),
     pytest.param(lambda: _call(padding=0.5), TypeError, ("padding", "int"), id="padding-float"),
-    # --- im2col TMA limits (DESIGN.md section 3) ---
+    # --- im2col TMA limits (docs/ARCHITECTURE.md section 4) ---
     pytest.param(
         lambda: _call(padding=((129, 0), (1, 1))),
         ValueError,

@@ -1,24 +1,28 @@
-"""The host entry every conv kernel shares: one signature of raw pointers and runtime scalars.
+"""The seam between the host and every conv kernel: one typed structure of launch parameters.
 
-The host launcher (``cute_conv.compile``) passes the same arguments to every architecture's
-kernel, so the signature lives here once; each kernel class implements ``launch``, which
-takes the pointers as one ``ConvPointers`` and the geometry as one ``ConvGeometry``.
+A launch takes ``ConvLaunchParams``: the device pointers (``ConvPointers``), the runtime
+geometry (``ConvGeometry``), the epilogue's scalars and the bound of the persistent grid. Each
+kernel class implements ``launch(params, stream)``. The compiled entry point (``__call__``)
+takes the same values flattened, because TVM-FFI calls it with positional scalars (the
+launch's hot path); its parameter list is checked against ``ConvLaunchParams.flat_names()`` when
+this module is imported, so the order is stated once, by the NamedTuples.
 """
 
-from typing import NamedTuple
+import inspect
+from typing import NamedTuple, Optional, Tuple, Type
 
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 
+from .epilogue import EpilogueSpec
 from .im2col import ConvGeometry
 
 
 class ConvPointers(NamedTuple):
-    """The device pointers of one launch, in the entry's order. ``source``, ``bias`` and
-    ``scale`` are read only by the epilogue terms that use them, ``partials`` (float32) only
-    by a stream-K kernel and ``flags`` (int32) by a stream-K or dynamically scheduled one:
-    otherwise they may be null."""
+    """The device pointers of one launch. ``source``, ``bias`` and ``scale`` are read only by
+    the epilogue terms that use them, ``partials`` (float32) only by a stream-K kernel and
+    ``flags`` (int32) by a stream-K or dynamically scheduled one: otherwise they may be null."""
 
     act: cute.Pointer
     filter: cute.Pointer
@@ -30,8 +34,67 @@ class ConvPointers(NamedTuple):
     flags: cute.Pointer
 
 
+class ConvLaunchParams(NamedTuple):
+    """Everything a launch takes at run time: one compiled kernel serves any of these."""
+
+    pointers: ConvPointers
+    geometry: ConvGeometry
+    alpha: cutlass.Float32  # scales the accumulator
+    beta: cutlass.Float32  # scales the residual source
+    # The persistent grid's bound: clusters that can be resident at once (SMs / cluster size).
+    max_clusters: cutlass.Int32
+
+    @staticmethod
+    def flat_names() -> Tuple[str, ...]:
+        """The entry point's parameters, in order: pointers, geometry, then the scalars."""
+        pointers = tuple(f"{name}_ptr" for name in ConvPointers._fields)
+        return pointers + ConvGeometry._fields + ConvLaunchParams._fields[2:]
+
+
 class ConvKernelEntry:
-    """Base of the kernel classes: ``__call__`` is the compiled entry point."""
+    """Base of the kernel classes: the constructor every arch shares, and ``__call__``, the
+    compiled entry point. A subclass names its config class in ``config_class`` and
+    implements ``_configure`` (its attributes, from the checked arguments) and
+    ``launch(params, stream)``.
+
+    :param act_dtype, filter_dtype: input types (BFloat16 or Float16, equal).
+    :param out_dtype: BFloat16, Float16 or Float32.
+    :param config: an instance of the arch's ``config_class``.
+    :param epilogue: the fused epilogue terms (default: a plain store), see ``EpilogueSpec``.
+    """
+
+    config_class: type
+
+    def __init__(
+        self,
+        act_dtype: Type[cutlass.Numeric],
+        filter_dtype: Type[cutlass.Numeric],
+        out_dtype: Type[cutlass.Numeric],
+        config: object,
+        epilogue: Optional[EpilogueSpec] = None,
+    ):
+        if act_dtype not in (cutlass.BFloat16, cutlass.Float16) or filter_dtype != act_dtype:
+            raise TypeError(
+                f"act_dtype and filter_dtype must both be BFloat16 or both Float16, "
+                f"got {act_dtype} and {filter_dtype}"
+            )
+        if out_dtype not in (cutlass.BFloat16, cutlass.Float16, cutlass.Float32):
+            raise TypeError(f"out_dtype must be BFloat16, Float16 or Float32, got {out_dtype}")
+        if not isinstance(config, self.config_class):
+            raise TypeError(
+                f"config must be a {self.config_class.__name__}, got {type(config).__name__}"
+            )
+        self.act_dtype = act_dtype
+        self.filter_dtype = filter_dtype
+        self.out_dtype = out_dtype
+        self.acc_dtype = cutlass.Float32
+        self.config = config
+        self.epilogue = EpilogueSpec() if epilogue is None else epilogue
+        self._configure()
+
+    def _configure(self) -> None:
+        """The arch's compile-time attributes, from ``config`` and the dtypes."""
+        raise NotImplementedError
 
     @cute.jit
     def __call__(
@@ -66,16 +129,24 @@ class ConvKernelEntry:
         max_clusters: cutlass.Int32,
         stream: cuda.CUstream,
     ):
-        """Launch on raw device pointers of contiguous NHWC / KRSC / NPQK tensors (source: the
-        output's shape and dtype; bias, scale: vectors of length K in the epilogue spec's
-        ``vector_dtype``; partials, flags: the stream-K / dynamic-scheduling workspace, float32
-        and int32). Pointers of terms the kernel's epilogue spec leaves out, and a workspace
-        the kernel does not use, are never dereferenced: pass 0."""
-        geom = ConvGeometry(
-            n, h, w, c, k, r, s, p, q,
-            pad_top, pad_bottom, pad_left, pad_right, stride_h, stride_w, dil_h, dil_w,
-        )  # fmt: skip
+        """``ConvLaunchParams`` flattened (see the module docstring)."""
         pointers = ConvPointers(
             act_ptr, filter_ptr, out_ptr, source_ptr, bias_ptr, scale_ptr, partials_ptr, flags_ptr
         )
-        self.launch(pointers, geom, alpha, beta, max_clusters, stream)
+        geometry = ConvGeometry(
+            n, h, w, c, k, r, s, p, q,
+            pad_top, pad_bottom, pad_left, pad_right, stride_h, stride_w, dil_h, dil_w,
+        )  # fmt: skip
+        self.launch(ConvLaunchParams(pointers, geometry, alpha, beta, max_clusters), stream)
+
+
+def _check_entry_order() -> None:
+    """The entry's parameters must be ``ConvLaunchParams.flat_names()`` and the stream."""
+    entry = inspect.unwrap(ConvKernelEntry.__call__)
+    names = tuple(inspect.signature(entry).parameters)[1:]
+    expected = ConvLaunchParams.flat_names() + ("stream",)
+    if names != expected:
+        raise TypeError(f"ConvKernelEntry.__call__ takes {names}, ConvLaunchParams {expected}")
+
+
+_check_entry_order()

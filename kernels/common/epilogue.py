@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, NamedTuple, Optional
 
 import cutlass
 import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync
 
-from .entry import ConvPointers
 from .im2col import ConvGeometry, output_gemm_view
+
+if TYPE_CHECKING:  # entry imports this module
+    from .entry import ConvPointers
 
 # Element types the kernels read bias and scale vectors in (names as in ``cute_conv.compile``).
 VECTOR_DTYPES = ("float32", "bfloat16", "float16")
@@ -189,6 +191,18 @@ def load_channel_vectors(
             r_scale[v] = cutlass.Float32(m_scale[channel])
 
 
+class EpilogueOperands(NamedTuple):
+    """The epilogue's global operands of one launch (C, bias and scale None where the spec
+    leaves them out): what ``make_epilogue_operands`` builds and every kernel takes."""
+
+    tma_atom_d: cute.CopyAtom
+    mD_mn: cute.Tensor  # the output, as the TMA store's tensor
+    tma_atom_c: Optional[cute.CopyAtom]
+    mC_mn: Optional[cute.Tensor]  # the residual source, as its TMA load's tensor
+    m_bias: Optional[cute.Tensor]
+    m_scale: Optional[cute.Tensor]
+
+
 def make_epilogue_operands(
     spec: EpilogueSpec,
     geom: ConvGeometry,
@@ -197,10 +211,9 @@ def make_epilogue_operands(
     source_smem_layout: cute.ComposedLayout,
     epi_tile: tuple,
     output_view: Callable = output_gemm_view,
-) -> tuple:
+) -> EpilogueOperands:
     """The epilogue's global operands from a launch's ``ConvPointers``, as every kernel's
-    host launch builds them:
-    ``(tma_atom_d, tma_tensor_d, tma_atom_c, tma_tensor_c, m_bias, m_scale)``. The output is
+    host launch builds them. The output is
     stored and the residual C loaded by tiled TMA in ``epi_tile`` subtiles of
     ``output_view`` (by default the (N*P*Q, K) GEMM view); C, bias and scale are None where
     ``spec`` leaves them out."""
@@ -221,4 +234,4 @@ def make_epilogue_operands(
     channel_vector = cute.make_layout(geom.k)
     m_bias = cute.make_tensor(ptrs.bias, channel_vector) if spec.has_bias else None
     m_scale = cute.make_tensor(ptrs.scale, channel_vector) if spec.has_scale else None
-    return tma_atom_d, tma_tensor_d, tma_atom_c, tma_tensor_c, m_bias, m_scale
+    return EpilogueOperands(tma_atom_d, tma_tensor_d, tma_atom_c, tma_tensor_c, m_bias, m_scale)

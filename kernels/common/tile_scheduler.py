@@ -24,11 +24,20 @@ moves fastest, then m, so the CTAs that run together share a few filter tiles an
 activation tile ``swizzle`` times while it is still in L2.
 """
 
-from typing import List, Tuple
+from typing import List, Protocol, Tuple
 
 import cutlass
 import cutlass.cute as cute
 from cutlass.cutlass_dsl import extract_mlir_values, new_from_mlir_values
+
+
+class TileScheduler(Protocol):
+    """What every role of both kernels asks of its tile scheduler (SM90: data-parallel or
+    stream-K, ``StaticTileScheduler``, optionally fed by the dynamic work queue; SM100: cluster
+    launch control, ``ClcTileScheduler``): the output tile of a work item."""
+
+    def tile_coord(self, work: cutlass.Int32) -> Tuple[cutlass.Int32, cutlass.Int32]:
+        """This CTA's ``(tile_m, tile_n)`` for work item ``work``."""
 
 
 class StaticTileScheduler:
@@ -130,24 +139,36 @@ class StaticTileScheduler:
     @cute.jit
     def tile_coord(self, work: cutlass.Int32) -> Tuple[cutlass.Int32, cutlass.Int32]:
         """This CTA's ``(m_tile, n_tile)`` for work item ``work``."""
-        if cutlass.const_expr(self.raster_along_m):
-            major, minor = self.clusters_m, self.clusters_n
-        else:
-            major, minor = self.clusters_n, self.clusters_m
-        band_items = self.swizzle * major
-        tile = self.tile_index(work)
-        band = tile // band_items
-        rest = tile - band * band_items
-        first_minor = band * self.swizzle
-        band_width = cutlass.min(minor - first_minor, self.swizzle)
-        minor_idx = first_minor + rest % band_width
-        major_idx = rest // band_width
-        if cutlass.const_expr(self.raster_along_m):
-            cluster_m, cluster_n = major_idx, minor_idx
-        else:
-            cluster_m, cluster_n = minor_idx, major_idx
+        cluster_m, cluster_n = grouped_tile_coord(
+            self.tile_index(work),
+            self.clusters_m,
+            self.clusters_n,
+            self.swizzle,
+            self.raster_along_m,
+            cutlass.min,
+        )
         bidx, bidy, _ = cute.arch.block_idx()
         return (
             cluster_m * self.cluster_shape_mn[0] + cutlass.Int32(bidx),
             cluster_n * self.cluster_shape_mn[1] + cutlass.Int32(bidy),
         )
+
+
+def grouped_tile_coord(work, num_tiles_m, num_tiles_n, block_swizzle, raster_along_m, minimum):
+    """Work item -> ``(tile_m, tile_n)``: bands of ``block_swizzle`` tiles across the minor
+    direction, the minor index fastest inside a band. Plain arithmetic, so the same function
+    runs on ``Int32`` in the kernel and on Python ints in the tests (``minimum``: ``min``)."""
+    if raster_along_m:
+        major, minor = num_tiles_m, num_tiles_n
+    else:
+        major, minor = num_tiles_n, num_tiles_m
+    band_items = block_swizzle * major
+    band = work // band_items
+    rest = work - band * band_items
+    first_minor = band * block_swizzle
+    band_width = minimum(minor - first_minor, block_swizzle)
+    minor_idx = first_minor + rest % band_width
+    major_idx = rest // band_width
+    if raster_along_m:
+        return major_idx, minor_idx
+    return minor_idx, major_idx

@@ -33,8 +33,7 @@ Where this differs from the seed (Modular's SM100 conv), and why:
   the tested configs; 46-174 registers with 32-column subtiles, up to 255 with 64).
 """
 
-import enum
-from typing import Optional, Type
+from typing import Optional, Tuple
 
 import cuda.bindings.driver as cuda
 import cutlass
@@ -45,23 +44,16 @@ import cutlass.utils.blackwell_helpers as sm100_utils
 from cutlass.cute.nvgpu import OperandMajorMode, cpasync, tcgen05
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from cutlass.tensor_utils import LayoutEnum
-from cutlass.utils.gemm.sm100 import transform_partitioned_tensor_layout
 
-from ..common.barriers import NamedBarrierConv
-from ..common.entry import ConvKernelEntry, ConvPointers
-from ..common.epilogue import (
-    EpilogueSpec,
-    apply_epilogue,
-    load_channel_vectors,
-    make_epilogue_operands,
-)
+from ..common.entry import ConvKernelEntry, ConvLaunchParams
+from ..common.epilogue import EpilogueOperands, make_epilogue_operands
 from ..common.im2col import (
-    ConvGeometry,
     activation_im2col_view,
     filter_gemm_view,
     fprop_im2col_params,
 )
 from .config import SMEM_CAPACITY_SM100, Conv2dConfigSm100
+from .epilogue import NamedBarrierSm100, Sm100EpilogueMixin
 from .pipeline_checks import WarpRoles, check_pipeline, conv2d_barrier_specs
 from .smem import Conv2dSmem, conv2d_smem_struct
 from .tile_scheduler import ClcTileScheduler
@@ -69,16 +61,7 @@ from .tile_scheduler import ClcTileScheduler
 __all__ = ["Conv2dFpropKernel", "SMEM_CAPACITY_SM100"]
 
 
-class NamedBarrierSm100(enum.IntEnum):
-    """Hardware named barriers of the SM100 kernel (0 is ``__syncthreads``)."""
-
-    # The 4 epilogue warps around each output subtile (as on SM90).
-    Epilogue = int(NamedBarrierConv.Epilogue)
-    # The MMA warp publishes the TMEM address it allocated; the epilogue warps read it.
-    TmemAllocation = max(int(b) for b in NamedBarrierConv) + 1
-
-
-class Conv2dFpropKernel(ConvKernelEntry):
+class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
     """One compiled configuration of the SM100 conv fprop kernel.
 
     Warp roles (256 threads, one CTA per SM; a 2-SM config runs CTA pairs in 2x1 clusters):
@@ -119,33 +102,13 @@ class Conv2dFpropKernel(ConvKernelEntry):
       named         Epilogue (128 threads), TmemAllocation (160: MMA + epilogue warps).
     """
 
+    config_class = Conv2dConfigSm100
     roles = WarpRoles()
     threads_per_cta = roles.threads_per_cta
 
-    def __init__(
-        self,
-        act_dtype: Type[cutlass.Numeric],
-        filter_dtype: Type[cutlass.Numeric],
-        out_dtype: Type[cutlass.Numeric],
-        config: Conv2dConfigSm100,
-        epilogue: Optional[EpilogueSpec] = None,
-    ):
-        epilogue = EpilogueSpec() if epilogue is None else epilogue
-        if act_dtype not in (cutlass.BFloat16, cutlass.Float16) or filter_dtype != act_dtype:
-            raise TypeError(
-                f"act_dtype and filter_dtype must both be BFloat16 or both Float16, "
-                f"got {act_dtype} and {filter_dtype}"
-            )
-        if out_dtype not in (cutlass.BFloat16, cutlass.Float16, cutlass.Float32):
-            raise TypeError(f"out_dtype must be BFloat16, Float16 or Float32, got {out_dtype}")
-        if not isinstance(config, Conv2dConfigSm100):
-            raise TypeError(f"config must be a Conv2dConfigSm100, got {type(config).__name__}")
-        self.act_dtype = act_dtype
-        self.filter_dtype = filter_dtype
-        self.out_dtype = out_dtype
-        self.acc_dtype = cutlass.Float32
-        self.config = config
-        self.epilogue = epilogue
+    def _configure(self) -> None:
+        config, act_dtype, out_dtype = self.config, self.act_dtype, self.out_dtype
+        epilogue = self.epilogue
         self.plan = config.plan(act_dtype, out_dtype, epilogue.has_residual)
 
         self.cta_group = config.cta_group
@@ -267,19 +230,12 @@ class Conv2dFpropKernel(ConvKernelEntry):
     # ------------------------------------------------------------------------------------------
 
     @cute.jit
-    def launch(
-        self,
-        ptrs: ConvPointers,
-        geom: ConvGeometry,
-        alpha: cutlass.Float32,
-        beta: cutlass.Float32,
-        max_clusters: cutlass.Int32,
-        stream: cuda.CUstream,
-    ):
-        """Launch on raw device pointers (see ``ConvPointers``): the SM90 kernel's signature,
-        so the host launch path is shared. ``max_clusters`` and the stream-K workspace
-        (``ptrs.partials``, ``ptrs.flags``) are unused: the grid covers every tile and cluster
-        launch control makes it persistent."""
+    def launch(self, params: ConvLaunchParams, stream: cuda.CUstream):
+        """Launch on raw device pointers (see ``ConvLaunchParams``), as the SM90 kernel does.
+        ``max_clusters`` and the stream-K workspace (``pointers.partials``, ``pointers.flags``)
+        are unused: the grid covers every tile and cluster launch control makes it
+        persistent."""
+        ptrs, geom = params.pointers, params.geometry
         self._setup_attributes()
         tiled_mma = self.tiled_mma
         bm, _, bk = self.block_tile
@@ -301,11 +257,9 @@ class Conv2dFpropKernel(ConvKernelEntry):
             self.cluster_layout_vmnk.shape,
         )
         epi_smem_layout = cute.slice_(self.epi_smem_layout_staged, (None, None, 0))
-        tma_atom_d, tma_tensor_d, tma_atom_c, tma_tensor_c, m_bias, m_scale = (
-            make_epilogue_operands(
-                self.epilogue, geom, ptrs, epi_smem_layout,
-                cute.slice_(self.src_smem_layout_staged, (None, None, 0)), self.epi_tile,
-            )
+        epi_operands = make_epilogue_operands(
+            self.epilogue, geom, ptrs, epi_smem_layout,
+            cute.slice_(self.src_smem_layout_staged, (None, None, 0)), self.epi_tile,
         )  # fmt: skip
 
         mma_m, mma_n, _ = self.mma_tiler
@@ -314,28 +268,13 @@ class Conv2dFpropKernel(ConvKernelEntry):
         grid = ClcTileScheduler.grid_shape(
             cutlass.max(num_tiles_m * num_tiles_n, 1), self.cluster_shape_mn[0]
         )
-        self.kernel(
-            tiled_mma,
-            tma_atom_a,
-            tma_tensor_a,
-            tma_atom_b,
-            tma_tensor_b,
-            tma_atom_d,
-            tma_tensor_d,
-            tma_atom_c,
-            tma_tensor_c,
-            m_bias,
-            m_scale,
-            alpha,
-            beta,
-            self.cluster_layout_vmnk,
-            self.a_smem_layout_staged,
-            self.b_smem_layout_staged,
-            self.epi_smem_layout_staged,
-            self.src_smem_layout_staged,
-            num_tiles_m,
-            num_tiles_n,
-        ).launch(
+        kernel = self.kernel(
+            tiled_mma, tma_atom_a, tma_tensor_a, tma_atom_b, tma_tensor_b, epi_operands,
+            params.alpha, params.beta, self.cluster_layout_vmnk, self.a_smem_layout_staged,
+            self.b_smem_layout_staged, self.epi_smem_layout_staged, self.src_smem_layout_staged,
+            num_tiles_m, num_tiles_n,
+        )  # fmt: skip
+        kernel.launch(
             grid=grid,
             block=[self.threads_per_cta, 1, 1],
             cluster=(*self.cluster_shape_mn, 1),
@@ -354,12 +293,7 @@ class Conv2dFpropKernel(ConvKernelEntry):
         mA_mk: cute.Tensor,
         tma_atom_b: cute.CopyAtom,
         mB_nk: cute.Tensor,
-        tma_atom_d: cute.CopyAtom,
-        mD_mn: cute.Tensor,
-        tma_atom_c: Optional[cute.CopyAtom],
-        mC_mn: Optional[cute.Tensor],
-        m_bias: Optional[cute.Tensor],
-        m_scale: Optional[cute.Tensor],
+        epi_operands: EpilogueOperands,
         alpha: cutlass.Float32,
         beta: cutlass.Float32,
         cluster_layout_vmnk: cute.Layout,
@@ -370,15 +304,14 @@ class Conv2dFpropKernel(ConvKernelEntry):
         num_tiles_m: cutlass.Int32,
         num_tiles_n: cutlass.Int32,
     ):
+        tma_atom_d, mD_mn, tma_atom_c, mC_mn, m_bias, m_scale = epi_operands
         roles = self.roles
         has_residual = self.epilogue.has_residual
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == roles.load:
-            cpasync.prefetch_descriptor(tma_atom_a)
-            cpasync.prefetch_descriptor(tma_atom_b)
-            cpasync.prefetch_descriptor(tma_atom_d)
-            if cutlass.const_expr(has_residual):
-                cpasync.prefetch_descriptor(tma_atom_c)
+            for atom in (tma_atom_a, tma_atom_b, tma_atom_d, tma_atom_c):
+                if cutlass.const_expr(atom is not None):
+                    cpasync.prefetch_descriptor(atom)
 
         bidx, _, _ = cute.arch.block_idx()
         mma_coord_v = bidx % cute.size(tiled_mma.thr_id.shape)
@@ -407,17 +340,7 @@ class Conv2dFpropKernel(ConvKernelEntry):
                     cute.arch.mbarrier_init(
                         smem.get_load_order_barrier(), self.barrier_specs["load_order"].count
                     )
-        tmem = cutlass.memory.TmemAllocator(
-            smem.tmem_address(),
-            barrier_for_retrieve=pipeline.NamedBarrier(
-                barrier_id=int(NamedBarrierSm100.TmemAllocation),
-                num_threads=self.barrier_specs["named.tmem_allocation"].count,
-            ),
-            allocator_warp_id=roles.mma,
-            is_two_cta=self.use_2cta,
-            two_cta_tmem_dealloc_mbar_ptr=smem.tmem_dealloc_barrier(),
-            initialize_mbarrier=False,  # initialised above, with the epilogue's count
-        )
+        tmem = self._tmem_allocator(smem)
         pipeline_init_arrive(cluster_shape_mn=self.cluster_shape_mn, is_relaxed=True)
 
         sA = smem.act_tiles()
@@ -425,27 +348,9 @@ class Conv2dFpropKernel(ConvKernelEntry):
         sD = smem.out_tiles()
         sC = smem.src_tiles() if cutlass.const_expr(has_residual) else None
 
-        mma_m, mma_n, bk = self.mma_tiler
-        k_tiler = (bk, 1, 1)  # one filter tap per k-tile
-        thr_mma = tiled_mma.get_slice(mma_coord_v)
-        # (MMA, MMA_M, MMA_K, RestM, RestK=(c_blocks, S, R)): this CTA's rows of each MMA tile
-        tCgA = thr_mma.partition_A(cute.local_tile(mA_mk, (mma_m, k_tiler), (None, None)))
-        # (MMA, MMA_N, MMA_K, RestN, RestK): this CTA's filter rows (half of N on 2-SM)
-        tCgB = thr_mma.partition_B(cute.local_tile(mB_nk, (mma_n, k_tiler), (None, None)))
-        # (MMA, MMA_M, MMA_N, RestM, RestN): this CTA's output rows, all MMA_N columns
-        tCgD = thr_mma.partition_C(cute.local_tile(mD_mn, (mma_m, mma_n), (None, None)))
-        tCgC = None
-        if cutlass.const_expr(has_residual):
-            tCgC = thr_mma.partition_C(cute.local_tile(mC_mn, (mma_m, mma_n), (None, None)))
-        # (MMA, MMA_M, MMA_N, ACC_STAGE): the accumulator layout; the MMA warp allocates it
-        acc_shape = tiled_mma.partition_shape_C((mma_m, mma_n))
-        tCtAcc_fake = tiled_mma.make_fragment_C(cute.append(acc_shape, self.acc_stages))
-        tmem_cols = cutlass.memory.get_num_tmem_alloc_cols(tCtAcc_fake)
-        if cutlass.const_expr(tmem_cols != self.num_tmem_cols):
-            raise ValueError(
-                f"the accumulators take {tmem_cols} TMEM columns, the host planned "
-                f"{self.num_tmem_cols}"
-            )
+        tCgA, tCgB, tCgD, tCgC, tCtAcc_fake = self._tile_views(
+            tiled_mma, mma_coord_v, mA_mk, mB_nk, mD_mn, mC_mn
+        )
 
         scheduler = ClcTileScheduler(
             num_tiles_m,
@@ -469,38 +374,18 @@ class Conv2dFpropKernel(ConvKernelEntry):
         # ////////////////////////////////////////////////////////////////////////////////////
         if warp_idx == roles.load:
             self.load(
-                ab_pipeline,
-                clc_pipeline,
-                throttle_pipeline,
-                tma_atom_a,
-                tma_atom_b,
-                tCgA,
-                tCgB,
-                sA,
-                sB,
-                smem.get_load_order_barrier(),
-                scheduler,
-                is_first_cta_in_cluster,
-            )
+                ab_pipeline, clc_pipeline, throttle_pipeline, tma_atom_a, tma_atom_b, tCgA, tCgB,
+                sA, sB, smem.get_load_order_barrier(), scheduler, is_first_cta_in_cluster,
+            )  # fmt: skip
 
         # ////////////////////////////////////////////////////////////////////////////////////
         #  MMA (warp 6)
         # ////////////////////////////////////////////////////////////////////////////////////
         if warp_idx == roles.mma:
             self.mma(
-                ab_pipeline,
-                acc_pipeline,
-                clc_pipeline,
-                tiled_mma,
-                sA,
-                sB,
-                tCtAcc_fake,
-                tCgA,
-                tmem,
-                smem.tmem_dealloc_barrier(),
-                scheduler,
-                is_leader_cta,
-            )
+                ab_pipeline, acc_pipeline, clc_pipeline, tiled_mma, sA, sB, tCtAcc_fake, tCgA,
+                tmem, smem.tmem_dealloc_barrier(), scheduler, is_leader_cta,
+            )  # fmt: skip
 
         # ////////////////////////////////////////////////////////////////////////////////////
         #  EPILOGUE LOAD (warp 7): residual kernels only
@@ -508,38 +393,68 @@ class Conv2dFpropKernel(ConvKernelEntry):
         if cutlass.const_expr(has_residual):
             if warp_idx == roles.epi_load:
                 self.load_source(
-                    source_pipeline,
-                    clc_pipeline,
-                    tma_atom_c,
-                    tCgC,
-                    sC,
-                    smem.get_load_order_barrier(),
-                    scheduler,
-                )
+                    source_pipeline, clc_pipeline, tma_atom_c, tCgC, sC,
+                    smem.get_load_order_barrier(), scheduler,
+                )  # fmt: skip
 
         # ////////////////////////////////////////////////////////////////////////////////////
         #  EPILOGUE (warps 0-3)
         # ////////////////////////////////////////////////////////////////////////////////////
         if warp_idx <= roles.epilogue[-1]:
             self.epilogue_store(
-                acc_pipeline,
-                source_pipeline,
-                clc_pipeline,
-                tma_atom_d,
-                tCtAcc_fake,
-                tCgD,
-                sD,
-                sC,
-                m_bias,
-                m_scale,
-                alpha,
-                beta,
-                tmem,
-                smem.tmem_dealloc_barrier(),
-                scheduler,
-                cta_rank_in_cluster,
-                warp_idx,
+                acc_pipeline, source_pipeline, clc_pipeline, tma_atom_d, tCtAcc_fake, tCgD, sD,
+                sC, m_bias, m_scale, alpha, beta, tmem, smem.tmem_dealloc_barrier(), scheduler,
+                cta_rank_in_cluster, warp_idx,
+            )  # fmt: skip
+
+    def _tmem_allocator(self, smem: Conv2dSmem) -> cutlass.memory.TmemAllocator:
+        """The TMEM allocator the MMA warp allocates with and the epilogue warps read."""
+        return cutlass.memory.TmemAllocator(
+            smem.tmem_address(),
+            barrier_for_retrieve=pipeline.NamedBarrier(
+                barrier_id=int(NamedBarrierSm100.TmemAllocation),
+                num_threads=self.barrier_specs["named.tmem_allocation"].count,
+            ),
+            allocator_warp_id=self.roles.mma,
+            is_two_cta=self.use_2cta,
+            two_cta_tmem_dealloc_mbar_ptr=smem.tmem_dealloc_barrier(),
+            initialize_mbarrier=False,  # initialised above, with the epilogue's count
+        )
+
+    def _tile_views(
+        self,
+        tiled_mma: cute.TiledMma,
+        mma_coord_v: cutlass.Int32,
+        mA_mk: cute.Tensor,
+        mB_nk: cute.Tensor,
+        mD_mn: cute.Tensor,
+        mC_mn: Optional[cute.Tensor],
+    ) -> Tuple:
+        """This CTA's MMA partitions of the operands' tiles, ``(tCgA, tCgB, tCgD, tCgC)``
+        (tCgC None without a residual), and the accumulator layout the MMA warp allocates in
+        TMEM, checked against the host's plan."""
+        mma_m, mma_n, bk = self.mma_tiler
+        thr_mma = tiled_mma.get_slice(mma_coord_v)
+        k_tiler = (bk, 1, 1)  # one filter tap per k-tile
+        # (MMA, MMA_M, MMA_K, RestM, RestK=(c_blocks, S, R)): this CTA's rows of each MMA tile
+        tCgA = thr_mma.partition_A(cute.local_tile(mA_mk, (mma_m, k_tiler), (None, None)))
+        # (MMA, MMA_N, MMA_K, RestN, RestK): this CTA's filter rows (half of N on 2-SM)
+        tCgB = thr_mma.partition_B(cute.local_tile(mB_nk, (mma_n, k_tiler), (None, None)))
+        # (MMA, MMA_M, MMA_N, RestM, RestN): this CTA's output rows, all MMA_N columns
+        tCgD = thr_mma.partition_C(cute.local_tile(mD_mn, (mma_m, mma_n), (None, None)))
+        tCgC = None
+        if cutlass.const_expr(self.epilogue.has_residual):
+            tCgC = thr_mma.partition_C(cute.local_tile(mC_mn, (mma_m, mma_n), (None, None)))
+        # (MMA, MMA_M, MMA_N, ACC_STAGE): the accumulator layout; the MMA warp allocates it
+        acc_shape = tiled_mma.partition_shape_C((mma_m, mma_n))
+        tCtAcc_fake = tiled_mma.make_fragment_C(cute.append(acc_shape, self.acc_stages))
+        tmem_cols = cutlass.memory.get_num_tmem_alloc_cols(tCtAcc_fake)
+        if cutlass.const_expr(tmem_cols != self.num_tmem_cols):
+            raise ValueError(
+                f"the accumulators take {tmem_cols} TMEM columns, the host planned "
+                f"{self.num_tmem_cols}"
             )
+        return tCgA, tCgB, tCgD, tCgC, tCtAcc_fake
 
     def _make_pipelines(self, smem: Conv2dSmem, cluster_layout_vmnk: cute.Layout):
         """Create (and check) every pipeline; barrier init is deferred to one cluster sync."""
@@ -849,169 +764,3 @@ class Conv2dFpropKernel(ConvKernelEntry):
                 src_state.advance()
             work, valid, clc_state = self.fetch_next_work(clc_pipeline, clc_state, scheduler)
         source_pipeline.producer_tail(src_state)
-
-    def _epi_subtiles(self, tCgX: cute.Tensor) -> cute.Tensor:
-        """A partition_C'd tile as (OutputM, OutputN, EPI_M, EPI_N, RestM, RestN)."""
-        return cute.flat_divide(transform_partitioned_tensor_layout(tCgX), self.epi_tile)
-
-    @cute.jit
-    def epilogue_store(
-        self,
-        acc_pipeline: pipeline.PipelineUmmaAsync,
-        source_pipeline: Optional[pipeline.PipelineTmaAsync],
-        clc_pipeline: pipeline.PipelineClcFetchAsync,
-        tma_atom_d: cute.CopyAtom,
-        tCtAcc_fake: cute.Tensor,
-        tCgD: cute.Tensor,
-        sD: cute.Tensor,
-        sC: Optional[cute.Tensor],
-        m_bias: Optional[cute.Tensor],
-        m_scale: Optional[cute.Tensor],
-        alpha: cutlass.Float32,
-        beta: cutlass.Float32,
-        tmem: cutlass.memory.TmemAllocator,
-        tmem_dealloc_barrier: cute.Pointer,
-        scheduler: ClcTileScheduler,
-        cta_rank_in_cluster: cutlass.Int32,
-        warp_idx: cutlass.Int32,
-    ):
-        """Epilogue warps: TMEM -> registers -> fused epilogue -> SMEM -> TMA store."""
-        epi = self.epilogue
-        tidx, _, _ = cute.arch.thread_idx()
-        tmem.wait_for_alloc()
-        tmem_ptr = tmem.retrieve_ptr(self.acc_dtype)
-        # ((OutputM, 1), (MMA_N, 1), ACC_STAGE) -> (OutputM, OutputN, 1, EPI_N, ACC_STAGE)
-        tAcc_epi = cute.flat_divide(
-            transform_partitioned_tensor_layout(cute.make_tensor(tmem_ptr, tCtAcc_fake.layout)),
-            self.epi_tile,
-        )
-        # TMEM -> registers: warp w reads TMEM lanes (rows) 32w..32w+31 of each subtile.
-        bm, _, _ = self.block_tile
-        tiled_copy_t2r = tcgen05.make_tmem_copy(
-            sm100_utils.get_tmem_load_op(
-                (bm, self.mma_tiler[1], self.mma_tiler[2]),
-                LayoutEnum.ROW_MAJOR,
-                self.out_dtype,
-                self.acc_dtype,
-                self.epi_tile,
-                self.use_2cta,
-            ),
-            tAcc_epi[(None, None, 0, 0, 0)],
-        )
-        thr_copy_t2r = tiled_copy_t2r.get_slice(tidx)
-        tTR_tAcc = thr_copy_t2r.partition_S(tAcc_epi)  # (T2R, T2R_M, T2R_N, 1, EPI_N, STAGE)
-        # The (m, n) inside a subtile of each of this thread's values: what bias and scale
-        # are indexed by.
-        tTR_cD = thr_copy_t2r.partition_D(cute.make_identity_tensor(self.epi_tile))
-        tTR_rAcc = cute.make_rmem_tensor(tTR_cD.shape, self.acc_dtype)
-        tTR_rD = cute.make_rmem_tensor(tTR_cD.shape, self.out_dtype)
-        tTR_rBias = cute.make_rmem_tensor(tTR_cD.shape, self.acc_dtype)
-        tTR_rScale = cute.make_rmem_tensor(tTR_cD.shape, self.acc_dtype)
-        # Registers -> SMEM: each thread holds one row of 32 columns (tcgen05.ld 32x32b), so
-        # this is a vectorised st.shared per thread, not stmatrix.
-        tiled_copy_r2s = cute.make_tiled_copy_D(
-            sm100_utils.get_smem_store_op(
-                LayoutEnum.ROW_MAJOR, self.out_dtype, self.acc_dtype, tiled_copy_t2r
-            ),
-            tiled_copy_t2r,
-        )
-        thr_copy_r2s = tiled_copy_r2s.get_slice(tidx)
-        tRS_sD = thr_copy_r2s.partition_D(sD)  # (R2S, R2S_M, R2S_N, OUT_STAGE)
-        tRS_rD = tiled_copy_r2s.retile(tTR_rD)
-        # Residual: SMEM -> registers, in the same thread/value order as the accumulator.
-        tSR_sC, tTR_rC, tSR_rC, tiled_copy_s2r = None, None, None, None
-        if cutlass.const_expr(epi.has_residual):
-            tiled_copy_s2r = cute.make_tiled_copy_D(
-                cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.out_dtype), tiled_copy_t2r
-            )
-            thr_copy_s2r = tiled_copy_s2r.get_slice(tidx)
-            tSR_sC = thr_copy_s2r.partition_D(sC)  # (S2R, S2R_M, S2R_N, SRC_STAGE)
-            tTR_rC = cute.make_rmem_tensor(tTR_cD.shape, self.out_dtype)
-            tSR_rC = tiled_copy_s2r.retile(tTR_rC)
-        # SMEM -> GMEM: ((ATOM_V, REST_V), EPI_M, EPI_N, RestM, RestN)
-        bSG_sD, bSG_gD = cpasync.tma_partition(
-            tma_atom_d,
-            0,
-            cute.make_layout(1),
-            cute.group_modes(sD, 0, 2),
-            cute.group_modes(self._epi_subtiles(tCgD), 0, 2),
-        )
-
-        epilogue_barrier = pipeline.NamedBarrier(
-            barrier_id=int(NamedBarrierSm100.Epilogue),
-            num_threads=self.barrier_specs["named.epilogue"].count,
-        )
-        store_pipeline = pipeline.PipelineTmaStore.create(
-            num_stages=self.output_stages,
-            producer_group=pipeline.CooperativeGroup(
-                pipeline.Agent.Thread, self.roles.epilogue_threads
-            ),
-        )
-        acc_state = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Consumer, self.acc_stages
-        )
-        src_state = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Consumer, max(self.source_stages, 1)
-        )
-        clc_state = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Consumer, self.clc_stages
-        )
-        mma_n = self.mma_tiler[1]
-        epi_n = self.epi_tile[1]
-        subtiles_done = cutlass.Int32(0)
-        work, valid = scheduler.initial_work()
-        while valid:
-            tile_m, tile_n = scheduler.tile_coord(work)
-            bSG_gD_tile = bSG_gD[(None, 0, None, tile_m, tile_n)]  # ((ATOM_V, REST_V), EPI_N)
-            tTR_tAcc_tile = tTR_tAcc[(None, None, None, 0, None, acc_state.index)]
-            acc_pipeline.consumer_wait(acc_state)
-            for subtile in range(self.num_subtiles):
-                cute.copy(tiled_copy_t2r, tTR_tAcc_tile[(None, None, None, subtile)], tTR_rAcc)
-                if subtile == self.num_subtiles - 1:
-                    # The tile's last TMEM load is complete: the MMA may refill the buffer.
-                    cute.arch.fence_view_async_tmem_load()
-                    with cute.arch.elect_one():
-                        acc_pipeline.consumer_release(acc_state)
-                if cutlass.const_expr(epi.has_channel_vectors):
-                    load_channel_vectors(
-                        epi,
-                        m_bias,
-                        m_scale,
-                        tTR_cD,
-                        tile_n * mma_n + subtile * epi_n,
-                        tTR_rBias,
-                        tTR_rScale,
-                    )
-                residual = None
-                if cutlass.const_expr(epi.has_residual):
-                    source_pipeline.consumer_wait(src_state)
-                    cute.copy(tiled_copy_s2r, tSR_sC[(None, None, None, src_state.index)], tSR_rC)
-                    # Order the generic-proxy reads before the next TMA write of the buffer.
-                    cute.arch.fence_proxy("async.shared", space="cta")
-                    source_pipeline.consumer_release(src_state)
-                    src_state.advance()
-                    residual = beta * tTR_rC.load().to(self.acc_dtype)
-                y = apply_epilogue(
-                    epi, tTR_rAcc.load(), alpha, tTR_rScale.load(), tTR_rBias.load(), residual
-                )
-                tTR_rD.store(y.to(self.out_dtype))
-                out_buffer = (subtiles_done + subtile) % self.output_stages
-                cute.copy(tiled_copy_r2s, tRS_rD, tRS_sD[(None, None, None, out_buffer)])
-                # Make the generic-proxy SMEM writes visible to the TMA (async proxy).
-                cute.arch.fence_proxy("async.shared", space="cta")
-                epilogue_barrier.arrive_and_wait()
-                if warp_idx == self.roles.epilogue[0]:
-                    cute.copy(tma_atom_d, bSG_sD[(None, out_buffer)], bSG_gD_tile[(None, subtile)])
-                    store_pipeline.producer_commit()
-                    store_pipeline.producer_acquire()
-                epilogue_barrier.arrive_and_wait()
-            acc_state.advance()
-            subtiles_done += self.num_subtiles
-            work, valid, clc_state = self.fetch_next_work(clc_pipeline, clc_state, scheduler)
-
-        store_pipeline.producer_tail()
-        # Done with TMEM: tell the MMA warps of both CTAs of the pair.
-        with cute.arch.elect_one():
-            cute.arch.mbarrier_arrive(tmem_dealloc_barrier)
-            if cutlass.const_expr(self.use_2cta):
-                cute.arch.mbarrier_arrive(tmem_dealloc_barrier, cta_rank_in_cluster ^ 1)

@@ -4,7 +4,8 @@ Every mbarrier completes a phase when its pending arrive count reaches zero, so 
 that disagrees with the arrivals the roles actually make hangs the kernel (too high) or lets a
 consumer run ahead of the data (too low). ``conv2d_barrier_specs`` derives each count from the
 role table: who arrives, how many times per phase, from how many CTAs. The kernel builds its
-pipelines from these numbers and ``check_pipeline`` compares them, at trace time, with the counts
+pipelines from these numbers and ``check_pipeline`` (``kernels/common/pipeline_checks.py``,
+shared with the SM90 kernel) compares them, at trace time, with the counts
 the DSL pipeline objects were initialised with; a mismatch fails the compile with the arithmetic
 spelled out instead of hanging on the GPU. All of it is plain Python and is tested on the CPU.
 """
@@ -12,6 +13,14 @@ spelled out instead of hanging on the GPU. All of it is plain Python and is test
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from ..common.pipeline_checks import (
+    WARP_SIZE,
+    Arrival,
+    BarrierSpec,
+    check_arrive_count,
+    check_pipeline,
+)
 
 __all__ = [
     "Arrival",
@@ -21,8 +30,6 @@ __all__ = [
     "check_pipeline",
     "conv2d_barrier_specs",
 ]
-
-WARP_SIZE = 32
 
 
 @dataclass(frozen=True)
@@ -46,33 +53,6 @@ class WarpRoles:
     @property
     def epilogue_threads(self) -> int:
         return WARP_SIZE * len(self.epilogue)
-
-
-@dataclass(frozen=True)
-class Arrival:
-    """One role's contribution to a barrier phase: ``count`` arrivals, made ``how``."""
-
-    role: str
-    count: int
-    how: str
-
-    def __str__(self) -> str:
-        return f"{self.count} ({self.role}: {self.how})"
-
-
-@dataclass(frozen=True)
-class BarrierSpec:
-    """The arrivals that complete one phase of one barrier (one stage of a ring)."""
-
-    name: str
-    arrivals: tuple[Arrival, ...]
-
-    @property
-    def count(self) -> int:
-        return sum(a.count for a in self.arrivals)
-
-    def arithmetic(self) -> str:
-        return " + ".join(str(a) for a in self.arrivals) + f" = {self.count}"
 
 
 def conv2d_barrier_specs(
@@ -191,21 +171,3 @@ def _clc_consumers(roles: WarpRoles, cluster_size: int, has_residual: bool) -> t
             )
         )
     return tuple(arrivals)
-
-
-def check_arrive_count(spec: BarrierSpec, actual: int) -> None:
-    """Raise ``ValueError`` unless ``actual`` (what a barrier was initialised with) matches."""
-    if actual != spec.count:
-        raise ValueError(
-            f"barrier {spec.name} is initialised with an arrive count of {actual}, but its "
-            f"arrivals per phase are {spec.arithmetic()}"
-        )
-
-
-def check_pipeline(pipeline, specs: dict[str, BarrierSpec], name: str) -> None:
-    """Check both rings of a DSL pipeline object (``sync_object_full/empty.arrive_count``)."""
-    for side in ("full", "empty"):
-        sync_object = getattr(pipeline, f"sync_object_{side}")
-        actual = getattr(sync_object, "arrive_count", None)
-        if isinstance(actual, int):
-            check_arrive_count(specs[f"{name}.{side}"], actual)

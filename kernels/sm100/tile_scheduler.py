@@ -11,7 +11,7 @@ hardware lets it: idle SMs take work, busy ones steal the rest.
 
 Work items are linear cluster indices along grid x (2**31 - 1 clusters, where grid y/z would
 stop at 65535). ``tile_coord`` maps one to an MMA tile with the same grouped rasterization as
-the SM90 ``StaticTileScheduler``: bands ``block_swizzle`` clusters wide across the raster's minor
+the SM90 ``StaticTileScheduler`` (``grouped_tile_coord``): bands ``block_swizzle`` clusters wide across the raster's minor
 direction, so clusters that run together share filter and activation tiles in L2.
 """
 
@@ -21,13 +21,16 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.cutlass_dsl import extract_mlir_values, new_from_mlir_values
 
-__all__ = ["ClcTileScheduler", "TileSchedulerProtocol", "grouped_tile_coord"]
+from ..common.tile_scheduler import TileScheduler, grouped_tile_coord
+
+__all__ = ["ClcScheduler", "ClcTileScheduler"]
 
 CLC_RESPONSE_INT32S = 4  # a response is 16 bytes
 
 
-class TileSchedulerProtocol(Protocol):
-    """What the roles of the SM100 kernel need from a tile scheduler."""
+class ClcScheduler(TileScheduler, Protocol):
+    """What the roles of the SM100 kernel need from a tile scheduler: the shared
+    ``TileScheduler`` and the CLC query and response."""
 
     def initial_work(self) -> Tuple[cutlass.Int32, cutlass.Boolean]:
         """This cluster's first work item (its launch position) and whether it is valid."""
@@ -37,9 +40,6 @@ class TileSchedulerProtocol(Protocol):
 
     def read_response(self, stage: cutlass.Int32) -> Tuple[cutlass.Int32, cutlass.Boolean]:
         """Any role: the work item in response slot ``stage`` and whether it is valid."""
-
-    def tile_coord(self, work: cutlass.Int32) -> Tuple[cutlass.Int32, cutlass.Int32]:
-        """The ``(mma_tile_m, tile_n)`` of a work item."""
 
 
 class ClcTileScheduler:
@@ -122,23 +122,3 @@ class ClcTileScheduler:
             self.raster_along_m,
             cutlass.min,
         )
-
-
-def grouped_tile_coord(work, num_tiles_m, num_tiles_n, block_swizzle, raster_along_m, minimum):
-    """Work item -> ``(tile_m, tile_n)``: bands of ``block_swizzle`` tiles across the minor
-    direction, the minor index fastest inside a band. Plain arithmetic, so the same function
-    runs on ``Int32`` in the kernel and on Python ints in the tests (``minimum``: ``min``)."""
-    if raster_along_m:
-        major, minor = num_tiles_m, num_tiles_n
-    else:
-        major, minor = num_tiles_n, num_tiles_m
-    band_items = block_swizzle * major
-    band = work // band_items
-    rest = work - band * band_items
-    first_minor = band * block_swizzle
-    band_width = minimum(minor - first_minor, block_swizzle)
-    minor_idx = first_minor + rest % band_width
-    major_idx = rest // band_width
-    if raster_along_m:
-        return major_idx, minor_idx
-    return minor_idx, major_idx

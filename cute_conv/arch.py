@@ -1,0 +1,75 @@
+"""The compilation targets: each architecture registered once, with its kernel class, config
+class, default config and heuristic. ``compile`` and ``api`` look an arch up here instead of
+branching on config types.
+
+``sm_100a`` is compile-verified only: built and checked on its PTX, never run on a Blackwell GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from .config import check_config_fits, default_config
+from .config_sm100 import default_config_sm100
+from .kernels.sm90.config import SMEM_CAPACITY_SM90, Conv2dConfig
+from .kernels.sm90.conv2d_fprop import Conv2dFpropSm90
+from .kernels.sm100.config import SMEM_CAPACITY_SM100, Conv2dConfigSm100
+from .kernels.sm100.conv2d_fprop import Conv2dFpropKernel
+from .problem import Conv2dProblemShape
+
+__all__ = ["ARCHS", "ArchKernels", "config_types"]
+
+
+@dataclass(frozen=True)
+class ArchKernels:
+    """What one architecture brings: its kernel class, built as
+    ``kernel_class(act_dtype, filter_dtype, out_dtype, config, epilogue)``, and its config."""
+
+    kernel_class: type
+    config_class: type
+    smem_capacity: int  # bytes of dynamic SMEM one CTA may use
+    # The config of ``compile_kernel`` without one (no problem to fit it to).
+    default_config: Callable[[], Any]
+    # The config of a call without one: ``(kernel problem, SM count, has_residual)``.
+    heuristic: Callable[[Conv2dProblemShape, int, bool], Any]
+    # Raises ``ValueError`` where a config cannot run a kernel problem (None: any runs).
+    check_fits: Optional[Callable[[Any, Conv2dProblemShape], None]]
+    # Whether a call without a config may time candidates on the GPU (``tuning``).
+    autotuned: bool
+
+
+def _heuristic_sm100(problem: Conv2dProblemShape, num_sms: int, has_residual: bool):
+    """``default_config_sm100``: untuned, so a residual does not change its choice."""
+    return default_config_sm100(problem, num_sms)
+
+
+def _heuristic_sm90(problem: Conv2dProblemShape, num_sms: int, has_residual: bool):
+    return default_config(problem, num_sms, has_residual=has_residual)
+
+
+ARCHS: dict[str, ArchKernels] = {
+    "sm_90a": ArchKernels(
+        kernel_class=Conv2dFpropSm90,
+        config_class=Conv2dConfig,
+        smem_capacity=SMEM_CAPACITY_SM90,
+        default_config=Conv2dConfig,
+        heuristic=_heuristic_sm90,
+        check_fits=check_config_fits,
+        autotuned=True,
+    ),
+    "sm_100a": ArchKernels(
+        kernel_class=Conv2dFpropKernel,
+        config_class=Conv2dConfigSm100,
+        smem_capacity=SMEM_CAPACITY_SM100,
+        default_config=Conv2dConfigSm100.default_bf16,
+        heuristic=_heuristic_sm100,
+        check_fits=None,
+        autotuned=False,
+    ),
+}
+
+
+def config_types() -> tuple[type, ...]:
+    """The config classes of every registered arch."""
+    return tuple(arch.config_class for arch in ARCHS.values())

@@ -1,0 +1,39 @@
+"""Element types by name: what the kernels take, and the one spelling of a dtype argument."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cutlass
+
+from . import validation
+
+__all__ = ["CUTLASS_DTYPES", "INPUT_DTYPES", "dtype_name"]
+
+CUTLASS_DTYPES: dict[str, type[cutlass.Numeric]] = {
+    "bfloat16": cutlass.BFloat16,
+    "float16": cutlass.Float16,
+    "float32": cutlass.Float32,
+}
+
+
+def dtype_name(dtype: Any, argument: str = "dtype", choices: tuple[str, ...] = ()) -> str:
+    """``torch.bfloat16``, ``cutlass.BFloat16`` or ``"bfloat16"`` -> ``"bfloat16"``, one of
+    ``choices`` (default: every dtype a kernel takes); errors name ``argument``."""
+    choices = choices or tuple(CUTLASS_DTYPES)
+    if isinstance(dtype, str):
+        name = dtype
+    elif isinstance(dtype, type) and issubclass(dtype, cutlass.Numeric):
+        name = {v: k for k, v in CUTLASS_DTYPES.items()}.get(dtype, dtype.__name__)
+    else:
+        name = str(dtype).removeprefix("torch.")
+    if name not in choices:
+        raise TypeError(
+            f"{argument}={name} is not supported; use one of {', '.join(choices)} "
+            "(a torch dtype, a cutlass type or its name)"
+        )
+    return name
+
+
+# The names of the input dtypes the kernels take, from the torch dtypes the validation accepts.
+INPUT_DTYPES = tuple(dtype_name(d) for d in validation.INPUT_DTYPES)

@@ -1,0 +1,125 @@
+"""The epilogue's subtile driver, shared by the conv kernels: one output subtile from the
+accumulator's fp32 values to global memory.
+
+    channel vectors -> apply_epilogue (+ beta * C from SMEM) -> registers to SMEM
+    -> fence.proxy.async -> named barrier -> TMA store (one warp) -> named barrier
+
+How the accumulator is read is the architecture's (WGMMA registers on SM90, a ``tcgen05.ld``
+from TMEM on SM100): each kernel reads a subtile's values and calls ``store_subtile`` with them,
+with its own partitions bundled as ``ChannelVectors``, ``SourceSubtiles`` and
+``OutputSubtiles``.
+
+One async-proxy fence serves both SMEM buffers a subtile touches. The output staging buffer is
+written by the generic proxy (stmatrix / st.shared) and read by the TMA store (async proxy): the
+fence makes the writes visible to it. The source buffer is read by the generic proxy and then
+handed back to the source-load warp, whose next TMA load (async proxy) overwrites it: the PTX
+memory model orders generic accesses before later async-proxy accesses of the same memory only
+through a ``fence.proxy.async``, and an mbarrier release/acquire alone does not order across
+proxies (a write-after-read hazard; Triton's proxy-fence pass inserts a fence there too). So the
+source buffer is released after the fence, not before it.
+"""
+
+from typing import NamedTuple, Optional
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+
+from .epilogue import apply_epilogue, load_channel_vectors
+
+
+class ChannelVectors(NamedTuple):
+    """Bias and scale in global memory (None where the spec leaves them out), the ``(m, n)``
+    position inside a subtile of each of this thread's values, and registers for them."""
+
+    m_bias: Optional[cute.Tensor]
+    m_scale: Optional[cute.Tensor]
+    coords: cute.Tensor
+    r_bias: cute.Tensor
+    r_scale: cute.Tensor
+
+
+class SourceSubtiles(NamedTuple):
+    """The residual C: its ring of SMEM subtiles (filled by the source-load warp), this
+    thread's partition of it per buffer, and the registers it is copied to.
+
+    ``tiled_copy`` None: ``smem`` and ``regs_copy`` share a layout (SM90's r2s partition of
+    the buffers); otherwise it is the SMEM -> registers copy into ``regs_copy``, a retiling
+    of ``regs``."""
+
+    pipeline: pipeline.PipelineTmaAsync
+    tiled_copy: Optional[cute.TiledCopy]
+    smem: cute.Tensor  # (..., buffer)
+    regs_copy: cute.Tensor
+    regs: cute.Tensor  # in the accumulator's value order
+
+
+class OutputSubtiles(NamedTuple):
+    """Registers -> SMEM staging buffers -> TMA store, and the barrier of the threads that
+    share the staging buffers."""
+
+    regs: cute.Tensor  # the output values, in the accumulator's value order
+    regs_copy: cute.Tensor  # ``regs`` as the registers -> SMEM copy reads it
+    tiled_copy: cute.TiledCopy  # registers -> SMEM
+    smem: cute.Tensor  # this thread's partition of the staging buffers: (..., buffer)
+    tma_atom: cute.CopyAtom
+    smem_tma: cute.Tensor  # the staging buffers as the TMA store reads them: (TMA, buffer)
+    barrier: pipeline.NamedBarrier
+    store_pipeline: pipeline.PipelineTmaStore
+    store_warp: cutlass.Int32  # the warp that issues the TMA stores
+
+
+@cute.jit
+def store_subtile(
+    spec: cutlass.Constexpr,
+    acc: cute.TensorSSA,
+    alpha: cutlass.Float32,
+    beta: cutlass.Float32,
+    vectors: ChannelVectors,
+    subtile_n0: cutlass.Int32,
+    source: Optional[SourceSubtiles],
+    source_state: Optional[pipeline.PipelineState],
+    out: OutputSubtiles,
+    buffer: cutlass.Int32,
+    gmem_subtile: cute.Tensor,
+    warp_idx: cutlass.Int32,
+):
+    """The epilogue of one subtile whose accumulator values this thread holds in ``acc``
+    (fp32): ``subtile_n0`` is its first output channel, ``buffer`` the staging buffer it goes
+    through, ``gmem_subtile`` its TMA destination. Waits for the source subtile at
+    ``source_state`` and releases it (the caller advances the state)."""
+    if cutlass.const_expr(spec.has_channel_vectors):
+        load_channel_vectors(
+            spec,
+            vectors.m_bias,
+            vectors.m_scale,
+            vectors.coords,
+            subtile_n0,
+            vectors.r_bias,
+            vectors.r_scale,
+        )
+    residual = None
+    if cutlass.const_expr(spec.has_residual):
+        source.pipeline.consumer_wait(source_state)
+        source_buffer = source.smem[(None, None, None, source_state.index)]
+        if cutlass.const_expr(source.tiled_copy is None):
+            cute.autovec_copy(source_buffer, source.regs_copy)
+        else:
+            cute.copy(source.tiled_copy, source_buffer, source.regs_copy)
+        residual = beta * source.regs.load().to(cutlass.Float32)
+    y = apply_epilogue(spec, acc, alpha, vectors.r_scale.load(), vectors.r_bias.load(), residual)
+    out.regs.store(y.to(out.regs.element_type))
+    cute.copy(out.tiled_copy, out.regs_copy, out.smem[(None, None, None, buffer)])
+    # Generic-proxy SMEM accesses before the async proxy's: the output writes before the TMA
+    # store reads them, the source reads before the next TMA load overwrites the buffer.
+    cute.arch.fence_proxy("async.shared", space="cta")
+    if cutlass.const_expr(spec.has_residual):
+        source.pipeline.consumer_release(source_state)
+    # Plain names in the branch: the DSL cannot carry the NamedTuple through a runtime `if`.
+    store_pipeline, smem_tma = out.store_pipeline, out.smem_tma[(None, buffer)]
+    out.barrier.arrive_and_wait()
+    if warp_idx == out.store_warp:
+        cute.copy(out.tma_atom, smem_tma, gmem_subtile)
+        store_pipeline.producer_commit()
+        store_pipeline.producer_acquire()
+    out.barrier.arrive_and_wait()

@@ -1,0 +1,295 @@
+"""Compile-time configuration of the Hopper (SM90) conv kernel and its SMEM budget.
+
+``Conv2dConfig`` is frozen and hashable, a part of the compile-cache key, and holds nothing
+that depends on the geometry. ``Conv2dConfig.plan(...)`` resolves it for one dtype/epilogue
+combination into an ``Sm90Plan`` (subtile width, stage counts, SMEM bytes), in plain Python,
+so the budget is checked on the host before anything is traced. The constants the host needs
+of the kernel (SMEM capacity, halo slack rows, dynamic-scheduling counters) live here, not in
+the kernel module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Tuple, Type
+
+import cutlass
+
+from ..common.config_checks import check_choice, check_field_types
+from .schedule_checks import check_schedule_options
+
+__all__ = ["Conv2dConfig", "Sm90Plan", "SMEM_CAPACITY_SM90", "HALO_SLACK_ROWS", "WORK_COUNTERS"]
+
+SMEM_CAPACITY_SM90 = 232448  # bytes of dynamic SMEM one CTA may use on H100/H200
+
+# Two consumer warpgroups of 64 or 128 rows each, or three of 64 rows.
+TILE_M_CHOICES = (128, 192, 256)
+# Multiples of the 32-wide epilogue subtile; 160 fits K=320 and 640 exactly.
+TILE_N_CHOICES = (64, 96, 128, 160, 192, 224, 256)
+# The consumer warpgroups hold the fp32 accumulator in registers: 128x256 is the largest tile
+# that leaves two of them room for the epilogue (232 registers a thread), 192x160 three (152).
+MAX_TILE_ELEMS = 128 * 256
+# One 128-byte swizzle row of 16-bit data; k-tiles never straddle a filter tap.
+TILE_K_CHOICES = (16, 32, 64)
+CLUSTER_CHOICES = (1, 2)
+MAX_CLUSTER_SIZE = 2
+MIN_STAGES, MAX_STAGES = 2, 16
+# Halo tiles: output columns per tile row (a power of two dividing tile_m).
+HALO_TILE_W_CHOICES = (32, 64, 128)
+
+MBARRIER_BYTES_RESERVED = 1024
+_MAX_AB_STAGES = 16  # small k-tiles would fit more; past this, latency is long hidden
+_EPI_STAGES = 4  # output staging buffers (2 in a residual kernel, whose C buffers take room)
+_EPI_STAGES_WITH_SOURCE = 2
+_EPI_N = 32  # epilogue subtile width: tile_m x 32 output/C subtiles
+# Residual kernels take tile_m x 64 subtiles where a whole tile of C still fits beside the A/B
+# ring: half the barrier rounds per tile (H200: fused 2-9% faster on 64- and 128-wide tiles).
+_WIDE_EPI_N = 64
+# A residual kernel buffers up to a whole tile of C, so that the source-load warp can fetch the
+# next tile's C during its mainloop, and a halo kernel's halos take room too: each gives up
+# A/B stages for that only down to this depth (then it takes fewer epilogue buffers).
+_MIN_AB_STAGES_KEPT = 4
+_MIN_SOURCE_STAGES = 2
+# Halo tiles: activation halos in flight (each holds every filter tap's rows of one c-block),
+# and rows of slack after the last one, which tap shifts along W read for columns past Q only
+# (so (S-1) * dilation_w may be at most this).
+HALO_STAGES = 2
+# Ping-pong: each consumer holds its tile's halo through its mainloop, so a third stage lets
+# the next tile's halo load while both are held.
+HALO_STAGES_PINGPONG = 3
+HALO_SLACK_ROWS = 8
+_HALO_PADDING_BYTES = 2048
+# Work items the load warp may hand out ahead of the consumers (dynamic scheduling).
+WORK_QUEUE_STAGES = 4
+# Dynamic scheduling's global int32 counters: the next work item to hand out (minus the grid
+# size), and the CTAs done taking work.
+WORK_COUNTERS = 2
+
+
+@dataclass(frozen=True)
+class Conv2dConfig:
+    """Compile-time choices of one Conv2D forward kernel.
+
+    Attributes:
+        tile_m: CTA tile along GEMM M (output pixels): 128 or 256 (two warpgroups of 64 or
+            128 rows), or 192 (three warpgroups of 64 rows); tile_m * tile_n <= 128 * 256.
+        tile_n: CTA tile along GEMM N (output channels): a multiple of 32 in 64..256.
+        tile_k: CTA tile along GEMM K (channels of one filter tap): 64 (a 128-byte row);
+            16 or 32 for convs with few input channels, where a 64-wide k-tile would be mostly
+            zero-fill.
+        cluster_m: CTAs per cluster along M (1 or 2); they share the filter tile by multicast.
+        cluster_n: CTAs per cluster along N (1 or 2); they share the activation tile.
+        stages: depth of the shared-memory input ring; 0 means as many as fit in shared memory.
+        raster_along_m: walk output tiles M-fastest (True) or N-fastest (False).
+        swizzle: grouped rasterization, for L2 reuse: tiles are walked in groups of ``swizzle``
+            tiles along the raster's minor direction.
+        stream_k: split the k-tiles of all output tiles evenly over the SMs instead of giving
+            each SM whole tiles; a tile split between SMs is summed through a float32
+            workspace (one tile_m x tile_n partial per SM, allocated per device and stream).
+            For grids of less than a wave of tiles with long mainloops. A tile's owner waits
+            for CTAs launched after it, so the whole grid (one CTA per SM of the device's SM
+            count) must be able to be resident at once: do not force it where SMs are
+            withheld from the process.
+        dynamic_schedule: after its first tile, each CTA takes the next output tile from a
+            global counter rather than every grid-th tile, so that SMs that run faster (closer
+            to the memory they stream) take more tiles. Clusters of one CTA only; the counter
+            lives in the same per-stream workspace as stream-K's.
+        tile_w, halo_h: halo tiles, for stride-1 convs (0, 0: off). An output tile is
+            ``tile_m / tile_w`` output rows of ``tile_w`` columns (tile_w >= Q + (S-1) *
+            dilation_w; the columns past Q are computed and not stored), and the kernel loads
+            the tile's input halo, ``halo_h`` rows (>= tile_m / tile_w + (R-1) * dilation_h)
+            by ``tile_w`` columns, once per 64 channels instead of once per filter tap: every
+            tap reads the same halo shifted. Needs tile_k=64, clusters of one CTA and no
+            stream_k.
+        pingpong: the two consumer warpgroups take the CTA's output tiles in turn, each with
+            its own 128 x tile_n accumulator, so that one's epilogue runs while the other's
+            mainloop has the tensor cores (False: both work on every tile and the tensor
+            cores idle during its epilogue). 128-row tiles at most 128 wide, static
+            scheduling, no stream_k; with halo tiles each consumer holds its own tile's halo.
+    """
+
+    tile_m: int = 128
+    tile_n: int = 128
+    tile_k: int = 64
+    cluster_m: int = 1
+    cluster_n: int = 1
+    stages: int = 0
+    raster_along_m: bool = True
+    swizzle: int = 8
+    stream_k: bool = False
+    dynamic_schedule: bool = False
+    tile_w: int = 0
+    halo_h: int = 0
+    pingpong: bool = False
+
+    def __post_init__(self) -> None:
+        check_field_types(
+            self, bool_fields=("raster_along_m", "stream_k", "dynamic_schedule", "pingpong")
+        )
+        check_choice("tile_m", self.tile_m, TILE_M_CHOICES)
+        check_choice("tile_n", self.tile_n, TILE_N_CHOICES)
+        if self.tile_m * self.tile_n > MAX_TILE_ELEMS:
+            raise ValueError(
+                f"tile_m*tile_n must be <= {MAX_TILE_ELEMS} (128x256, the accumulator register "
+                f"budget of two consumer warpgroups), got tile_m={self.tile_m}, "
+                f"tile_n={self.tile_n} ({self.tile_m * self.tile_n})"
+            )
+        check_choice("tile_k", self.tile_k, TILE_K_CHOICES)
+        check_choice("cluster_m", self.cluster_m, CLUSTER_CHOICES)
+        check_choice("cluster_n", self.cluster_n, CLUSTER_CHOICES)
+        if self.cluster_m * self.cluster_n > MAX_CLUSTER_SIZE:
+            raise ValueError(
+                f"cluster_m*cluster_n must be <= {MAX_CLUSTER_SIZE}, got "
+                f"cluster_m={self.cluster_m}, cluster_n={self.cluster_n}"
+            )
+        if self.stages != 0 and not MIN_STAGES <= self.stages <= MAX_STAGES:
+            raise ValueError(
+                f"stages must be 0 (as many as fit) or in {MIN_STAGES}..{MAX_STAGES}, "
+                f"got {self.stages}"
+            )
+        if self.swizzle < 1:
+            raise ValueError(f"swizzle must be >= 1, got {self.swizzle}")
+        if self.tile_w or self.halo_h:  # halo tiles (halo_h alone is an error here)
+            check_choice("tile_w", self.tile_w, HALO_TILE_W_CHOICES)
+        check_schedule_options(
+            tile_mnk=self.tile_shape_mnk,
+            k_tile_bytes=self.tile_k * 2,  # 16-bit inputs
+            cluster_mn=self.cluster_shape_mn,
+            stream_k=self.stream_k,
+            dynamic_schedule=self.dynamic_schedule,
+            tile_w=self.tile_w,
+            halo_h=self.halo_h,
+            pingpong=self.pingpong,
+        )
+
+    @property
+    def tile_shape_mnk(self) -> tuple[int, int, int]:
+        """``(tile_m, tile_n, tile_k)``."""
+        return (self.tile_m, self.tile_n, self.tile_k)
+
+    @property
+    def cluster_shape_mn(self) -> tuple[int, int]:
+        """``(cluster_m, cluster_n)``."""
+        return (self.cluster_m, self.cluster_n)
+
+    @property
+    def num_consumer_warpgroups(self) -> int:
+        """192-row tiles: three warpgroups of 64 rows; otherwise two of tile_m / 2."""
+        return 3 if self.tile_m == 192 else 2
+
+    @property
+    def num_epilogues(self) -> int:
+        """Epilogues that run at once, each with its own staging buffers: one per consumer
+        warpgroup with ping-pong, else one for the tile."""
+        return self.num_consumer_warpgroups if self.pingpong else 1
+
+    @property
+    def halo_stages(self) -> int:
+        """Halos in flight (0 without halo tiles)."""
+        if not self.tile_w:
+            return 0
+        return HALO_STAGES_PINGPONG if self.pingpong else HALO_STAGES
+
+    def plan(
+        self,
+        act_dtype: Type[cutlass.Numeric],
+        out_dtype: Type[cutlass.Numeric],
+        has_residual: bool,
+    ) -> "Sm90Plan":
+        """Resolve the SMEM budget for one dtype/epilogue: the epilogue subtile width, the
+        output staging, source and A/B ring depths. Raises ``ValueError`` when ``stages``
+        does not fit."""
+        return _SmemBudget(self, act_dtype, out_dtype).plan(has_residual)
+
+
+@dataclass(frozen=True)
+class Sm90Plan:
+    """A config resolved for one dtype/epilogue: what the kernel is compiled with."""
+
+    epi_n: int  # width of an epilogue subtile (tile_m x epi_n)
+    epi_stages: int  # output staging buffers per epilogue
+    source_stages: int  # residual C buffers (0 without a residual)
+    ab_stages: int  # depth of the A/B ring
+    smem_bytes: int  # what the kernel asks for: ring + halos + epilogue buffers + barriers
+
+
+class _SmemBudget:
+    """The SMEM arithmetic of ``Conv2dConfig.plan``: byte sizes of the kernel's buffers."""
+
+    def __init__(self, config: Conv2dConfig, act_dtype, out_dtype):
+        self.config = config
+        self.act_bytes = act_dtype.width // 8
+        self.out_bytes = out_dtype.width // 8
+        self.out_name = out_dtype
+
+    def ab_bytes_per_stage(self) -> int:
+        """Bytes of one ring stage: A and B tiles, or B alone with halo tiles."""
+        cfg = self.config
+        a_rows = 0 if cfg.tile_w else cfg.tile_m
+        return (a_rows + cfg.tile_n) * cfg.tile_k * self.act_bytes
+
+    def halo_bytes(self) -> int:
+        """The halo stages and their slack rows (0 without halo tiles)."""
+        cfg = self.config
+        if not cfg.tile_w:
+            return 0
+        rows = cfg.halo_stages * cfg.halo_h * cfg.tile_w + HALO_SLACK_ROWS
+        # With 8 KB ring stages a halo kernel fills SMEM to within a stage: it also reserves
+        # the shared storage's alignment padding (sC is 1024-byte aligned after sD).
+        return rows * cfg.tile_k * self.act_bytes + _HALO_PADDING_BYTES
+
+    def subtile_bytes(self, epi_n: int) -> int:
+        return self.config.tile_m * epi_n * self.out_bytes
+
+    def ab_budget(self, epi_stages: int, source_stages: int, epi_n: int) -> int:
+        """SMEM bytes left for the A/B ring next to the epilogue's buffers of ``epi_n``-wide
+        subtiles: output staging per epilogue, plus the source ring."""
+        buffers = epi_stages * self.config.num_epilogues + source_stages
+        epi_bytes = self.subtile_bytes(epi_n) * buffers
+        return SMEM_CAPACITY_SM90 - MBARRIER_BYTES_RESERVED - epi_bytes - self.halo_bytes()
+
+    def residual_epilogue(self) -> Tuple[int, int]:
+        """The epilogue subtile width and the number of C buffers of a residual kernel.
+
+        ``_WIDE_EPI_N``-wide subtiles where a whole tile of C (at least
+        ``_MIN_SOURCE_STAGES`` buffers, so that the next tile's C can load during this
+        epilogue) fits beside ``stages`` (or ``_MIN_AB_STAGES_KEPT``) A/B stages;
+        otherwise ``_EPI_N``-wide ones, a whole tile of them where that fits, else fewer."""
+        cfg = self.config
+        keep = (cfg.stages or _MIN_AB_STAGES_KEPT) * self.ab_bytes_per_stage()
+        epi_stages = _EPI_STAGES_WITH_SOURCE
+        if cfg.tile_n % _WIDE_EPI_N == 0:
+            source_stages = max(cfg.tile_n // _WIDE_EPI_N, _MIN_SOURCE_STAGES)
+            if self.ab_budget(epi_stages, source_stages, _WIDE_EPI_N) >= keep:
+                return _WIDE_EPI_N, source_stages
+        for source_stages in range(cfg.tile_n // _EPI_N, _MIN_SOURCE_STAGES, -1):
+            if self.ab_budget(epi_stages, source_stages, _EPI_N) >= keep:
+                return _EPI_N, source_stages
+        return _EPI_N, _MIN_SOURCE_STAGES
+
+    def plan(self, has_residual: bool) -> Sm90Plan:
+        cfg = self.config
+        if has_residual:
+            epi_stages = _EPI_STAGES_WITH_SOURCE
+            epi_n, source_stages = self.residual_epilogue()
+        else:
+            epi_n, epi_stages, source_stages = _EPI_N, _EPI_STAGES, 0
+        stage_bytes = self.ab_bytes_per_stage()
+        if (
+            cfg.tile_w
+            and not has_residual
+            and self.ab_budget(epi_stages, 0, epi_n) < _MIN_AB_STAGES_KEPT * stage_bytes
+        ):
+            epi_stages = _EPI_STAGES_WITH_SOURCE  # a tall halo leaves room for fewer
+        budget = self.ab_budget(epi_stages, source_stages, epi_n)
+        fit = max(min(budget // stage_bytes, _MAX_AB_STAGES), 0)
+        chosen = cfg.stages or fit
+        if chosen < 2 or chosen > fit:
+            halo = f" and {self.halo_bytes()} bytes of halos" if cfg.tile_w else ""
+            raise ValueError(
+                f"stages={cfg.stages} does not fit: tile {cfg.tile_shape_mnk} with "
+                f"{self.out_name} output{halo} leaves room for {fit} stages (at least 2 are "
+                f"needed) in {SMEM_CAPACITY_SM90} bytes of SMEM"
+            )
+        smem_bytes = SMEM_CAPACITY_SM90 - budget + chosen * stage_bytes
+        return Sm90Plan(epi_n, epi_stages, source_stages, chosen, smem_bytes)

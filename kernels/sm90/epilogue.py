@@ -1,0 +1,184 @@
+"""The SM90 epilogue: a consumer warpgroup's accumulator registers, subtile by subtile,
+through ``kernels/common/epilogue_store.store_subtile`` (stmatrix into SMEM staging buffers,
+TMA stores)."""
+
+from typing import NamedTuple, Optional, Tuple
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass.cute.nvgpu import cpasync
+from cutlass.tensor_utils import LayoutEnum
+
+from ..common.barriers import NamedBarrierConv
+from ..common.epilogue_store import ChannelVectors, OutputSubtiles, SourceSubtiles, store_subtile
+from ..common.tile_scheduler import StaticTileScheduler
+
+
+class Sm90Epilogue(NamedTuple):
+    """A consumer thread's epilogue: its partitions for ``store_subtile``, the accumulator
+    registers by subtile, and its first staging buffer (ping-pong: its own)."""
+
+    out: OutputSubtiles
+    source: Optional[SourceSubtiles]
+    vectors: ChannelVectors
+    tRS_rAcc: cute.Tensor  # (V, M_reps, chunks_per_subtile, subtiles)
+    tRS_rD: cute.Tensor  # one subtile's fp32 values
+    sD: cute.Tensor  # the staging buffers
+    first_buffer: cutlass.Int32
+
+
+class Sm90EpilogueMixin:
+    """The epilogue methods of the SM90 kernel (mixed into ``Conv2dFpropSm90``)."""
+
+    def make_epilogue_context(
+        self,
+        tiled_mma: cute.TiledMma,
+        tile_tidx: cutlass.Int32,
+        warpgroup_idx: cutlass.Int32,
+        sD: cute.Tensor,
+        sC: Optional[cute.Tensor],
+        accumulators: cute.Tensor,
+        tma_atom_d: cute.CopyAtom,
+        source_pipeline: Optional[pipeline.PipelineTmaAsync],
+        m_bias: Optional[cute.Tensor],
+        m_scale: Optional[cute.Tensor],
+    ) -> "Sm90Epilogue":
+        """This thread's epilogue partitions: accumulator registers -> SMEM staging buffer
+        (stmatrix) -> TMA store, and its view of the C buffers, bias and scale."""
+        copy_atom_r2s = sm90_utils.get_smem_store_op(
+            LayoutEnum.ROW_MAJOR, self.out_dtype, self.acc_dtype
+        )
+        copy_atom_d = cute.make_copy_atom(
+            cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), self.out_dtype
+        )
+        tiled_copy_r2s = cute.make_tiled_copy_S(
+            copy_atom_r2s, cute.make_tiled_copy_C_atom(copy_atom_d, tiled_mma)
+        )
+        thr_copy_r2s = tiled_copy_r2s.get_slice(tile_tidx)
+        rD_shape = cute.shape(thr_copy_r2s.partition_S(sD))[:3]
+        barrier_id = int(NamedBarrierConv.Epilogue)
+        store_warp, first_buffer = self.epi_store_warp_id, 0
+        if self.pingpong:
+            # Each consumer has its own barrier, store warp (its first) and staging buffers.
+            consumer1_offset = int(NamedBarrierConv.EpilogueConsumer1) - barrier_id
+            barrier_id = barrier_id + warpgroup_idx * consumer1_offset
+            store_warp = self.epi_store_warp_id + warpgroup_idx * 4
+            first_buffer = warpgroup_idx * self.epi_stages
+        regs_out = cute.make_rmem_tensor(rD_shape, self.out_dtype)
+        out = OutputSubtiles(
+            regs=regs_out,
+            regs_copy=regs_out,
+            tiled_copy=tiled_copy_r2s,
+            smem=thr_copy_r2s.partition_D(sD),  # (R2S, R2S_M, R2S_N, PIPE_D)
+            tma_atom=tma_atom_d,
+            smem_tma=None,  # per tile, with its global side (epilogue_tile)
+            barrier=pipeline.NamedBarrier(
+                barrier_id=barrier_id, num_threads=self.barrier_specs["named.epilogue"].count
+            ),
+            store_pipeline=pipeline.PipelineTmaStore.create(
+                num_stages=self.epi_stages,
+                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.tile_threads),
+            ),
+            store_warp=store_warp,
+        )
+        source = None
+        if self.epilogue.has_residual:
+            regs_c = cute.make_rmem_tensor(rD_shape, self.out_dtype)
+            # This thread's values in C's buffers: the r2s partition, in tRS_rD's order.
+            source = SourceSubtiles(
+                source_pipeline, None, thr_copy_r2s.partition_S(sC), regs_c, regs_c
+            )
+        vectors = ChannelVectors(
+            m_bias,
+            m_scale,
+            # The (m, n) position inside a subtile of each of this thread's values: what bias
+            # and scale are indexed by. The source side of the r2s copy is the register
+            # fragment, so partition_S of a subtile-shaped tensor lines up with tRS_rD.
+            thr_copy_r2s.partition_S(cute.make_identity_tensor(self.epi_tile)),
+            cute.make_rmem_tensor(rD_shape, self.acc_dtype),
+            cute.make_rmem_tensor(rD_shape, self.acc_dtype),
+        )
+        return Sm90Epilogue(
+            out=out,
+            source=source,
+            vectors=vectors,
+            tRS_rAcc=self.accumulators_by_subtile(tiled_copy_r2s.retile(accumulators), rD_shape),
+            tRS_rD=cute.make_rmem_tensor(rD_shape, self.acc_dtype),
+            sD=sD,
+            first_buffer=first_buffer,
+        )
+
+    @staticmethod
+    def accumulators_by_subtile(acc: cute.Tensor, rD_shape: cute.Shape) -> cute.Tensor:
+        """The retiled accumulators, ``((V, chunks), M_reps, 1)``, as
+        ``(V, M_reps, chunks_per_subtile, subtiles)``: a subtile's values in ``tRS_rD``'s order
+        are then consecutive. A subtile spans every M rep (tile_m 256: two 64-row blocks per
+        warpgroup) and consecutive column chunks."""
+        values = cute.size(rD_shape[0])
+        m_reps, chunks_per_subtile = cute.size(rD_shape[1]), cute.size(rD_shape[2])
+        chunks = cute.size(acc, mode=[0]) // values
+        assert cute.size(acc, mode=[1]) == m_reps and chunks % chunks_per_subtile == 0
+        return cute.make_tensor(
+            acc.iterator,
+            cute.make_layout(
+                (values, m_reps, chunks_per_subtile, chunks // chunks_per_subtile),
+                stride=(1, values * chunks, values, values * chunks_per_subtile),
+            ),
+        )
+
+    @cute.jit
+    def epilogue_tile(
+        self,
+        parts: "Sm90Epilogue",
+        work: cutlass.Int32,
+        scheduler: StaticTileScheduler,
+        source_state: pipeline.PipelineState,
+        num_epi_tiles_done: cutlass.Int32,
+        gD: cute.Tensor,
+        alpha: cutlass.Float32,
+        beta: cutlass.Float32,
+        warp_idx: cutlass.Int32,
+    ) -> Tuple[pipeline.PipelineState, cutlass.Int32]:
+        """The epilogue of one output tile: subtiles of ``epi_tile`` through SMEM, stored by
+        TMA (``store_subtile``), the accumulator read from registers. Returns the advanced
+        source state and count of subtiles done."""
+        tile_n = self.tile_mnk[1]
+        m_tile, n_tile = scheduler.tile_coord(work)
+        tRS_rAcc = parts.tRS_rAcc
+        tRS_rD = parts.tRS_rD
+        size_tRS_rD = cute.size(tRS_rD)
+        gD_tile = cute.zipped_divide(gD[(None, None, m_tile, n_tile)], self.epi_tiler)
+        bSG_sD, bSG_gD = cpasync.tma_partition(
+            parts.out.tma_atom,
+            0,
+            cute.make_layout(1),
+            cute.group_modes(parts.sD, 0, 2),
+            gD_tile,
+        )
+        out = parts.out._replace(smem_tma=bSG_sD)
+        epi_tile_layout = self.epi_tile_layout(gD_tile)
+        num_epi_tiles = cute.size(epi_tile_layout)
+        for epi_idx in cutlass.range_constexpr(num_epi_tiles):
+            for v in cutlass.range_constexpr(size_tRS_rD):
+                tRS_rD[v] = tRS_rAcc[epi_idx * size_tRS_rD + v]
+            subtile_m, subtile_n = epi_tile_layout.get_hier_coord(epi_idx)
+            epi_buffer = (num_epi_tiles_done + epi_idx) % self.epi_stages
+            if cutlass.const_expr(self.pingpong):
+                epi_buffer = epi_buffer + parts.first_buffer
+            store_subtile(
+                self.epilogue, tRS_rD.load(), alpha, beta, parts.vectors,
+                n_tile * tile_n + subtile_n * self.epi_tile[1], parts.source, source_state,
+                out, epi_buffer, bSG_gD[(None, (subtile_m, subtile_n))], warp_idx,
+            )  # fmt: skip
+            if cutlass.const_expr(self.epilogue.has_residual):
+                source_state.advance()
+        return source_state, num_epi_tiles_done + num_epi_tiles
+
+    @staticmethod
+    def epi_tile_layout(g_tile_divided: cute.Tensor) -> cute.Layout:
+        """Order of the epilogue subtiles of one output tile, as (M, N) coordinates: N fastest
+        (a halo tile's M subtile mode is (1, 1, 1): its coordinate 0 indexes it whole)."""
+        shape = (cute.size(g_tile_divided.shape[1][0]), g_tile_divided.shape[1][1])
+        return cute.make_layout(shape, stride=(shape[1], 1))

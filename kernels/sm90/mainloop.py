@@ -1,0 +1,337 @@
+"""The SM90 mainloop's operands: the load warp's TMA of one k-tile (im2col A per filter tap
+and the filter tile, or the filter alone beside a halo), the halo boxes of halo tiles, and the
+consumers' WGMMAs over the ring (im2col A from the ring; halo tiles: each tap's A is the halo
+shifted by ``r * dil_h * tile_w + s * dil_w`` rows).
+
+Halo tiles (``tile_w``, stride-1 convs, single-CTA clusters): an output tile is tile_h whole
+output rows of tile_w >= Q columns. Per c-block the load warp brings the tile's input halo
+(halo_h rows x tile_w columns from (p0 - pad_top, -pad_left), zero-filled outside the image) in
+by one tiled TMA box into the ``halo`` ring (PipelineTmaAsync, ``HALO_STAGES`` deep; ping-pong
+``HALO_STAGES_PINGPONG``, each consumer skipping the other's halos), and the filter tile of
+every tap into the ab ring, which then carries B alone. Tap (r, s) reads the halo from row
+``r * dil_h * tile_w + s * dil_w`` on: WGMMA descriptors may start at any 128-byte row of a
+128B-swizzled buffer, since the swizzle is a function of the SMEM address. Columns q >= Q
+read past their row (or into ``HALO_SLACK_ROWS`` of slack) and are clipped by the (channel,
+q, p, n) output boxes.
+"""
+
+from typing import NamedTuple, Optional, Tuple
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+from cutlass.cute.nvgpu import cpasync, warpgroup
+
+from ..common.im2col import (
+    ConvGeometry,
+    activation_im2col_view,
+    filter_gemm_view,
+    fprop_im2col_params,
+)
+
+
+class HaloGeometry(NamedTuple):
+    """What halo tiles need of the geometry at run time."""
+
+    tiles_h: cutlass.Int32  # output tiles per image
+    pad_top: cutlass.Int32
+    pad_left: cutlass.Int32
+    dil_h: cutlass.Int32
+    dil_w: cutlass.Int32
+
+
+class MainloopMixin:
+    """The mainloop methods of the SM90 kernel (mixed into ``Conv2dFpropSm90``)."""
+
+    def make_operand_atoms(
+        self, act_ptr: cute.Pointer, filter_ptr: cute.Pointer, geom: ConvGeometry
+    ) -> Tuple[cute.CopyAtom, cute.Tensor, cute.CopyAtom, cute.Tensor]:
+        """Host side: the TMA atoms and tensors of A (im2col, multicast along cluster N; or a
+        halo box) and of B (tiled, multicast along cluster M)."""
+        tile_m, tile_n, tile_k = self.tile_mnk
+        a_smem_layout = cute.slice_(self.a_smem_layout_staged, (None, None, 0))
+        b_smem_layout = cute.slice_(self.b_smem_layout_staged, (None, None, 0))
+
+        if cutlass.const_expr(self.tile_w):
+            # A halo: a (tile_k channels, tile_w columns, halo_h rows, 1 image) box.
+            tma_atom_a, tma_tensor_a = cpasync.make_tiled_tma_atom(
+                cpasync.CopyBulkTensorTileG2SOp(),
+                activation_im2col_view(act_ptr, geom),
+                a_smem_layout,
+                ((self.tile_w, self.halo_h, 1), tile_k),
+            )
+        else:
+            a_op = (
+                cpasync.CopyBulkTensorIm2ColG2SMulticastOp()
+                if cutlass.const_expr(self.num_mcast_a > 1)
+                else cpasync.CopyBulkTensorIm2ColG2SOp()
+            )
+            tma_atom_a, tma_tensor_a = cpasync.make_im2col_tma_atom(
+                a_op,
+                activation_im2col_view(act_ptr, geom),
+                a_smem_layout,
+                (tile_m, tile_k),  # the activation's K mode is c alone: a flat tiler here
+                num_multicast=self.num_mcast_a,
+                **fprop_im2col_params(geom),
+            )
+        b_op = (
+            cpasync.CopyBulkTensorTileG2SMulticastOp()
+            if cutlass.const_expr(self.num_mcast_b > 1)
+            else cpasync.CopyBulkTensorTileG2SOp()
+        )
+        tma_atom_b, tma_tensor_b = cpasync.make_tiled_tma_atom(
+            b_op,
+            filter_gemm_view(filter_ptr, geom),
+            b_smem_layout,
+            (tile_n, (tile_k, 1, 1)),  # hierarchical K keeps the tiler static for runtime C
+            num_multicast=self.num_mcast_b,
+        )
+        return tma_atom_a, tma_tensor_a, tma_atom_b, tma_tensor_b
+
+    @cute.jit
+    def load_k_tile(
+        self,
+        ab_pipeline: pipeline.PipelineTmaAsync,
+        producer_state: pipeline.PipelineState,
+        tma_atoms: Tuple[cute.CopyAtom, ...],
+        ab_gmem: Tuple[cute.Tensor, ...],
+        ab_smem: Tuple[cute.Tensor, ...],
+        mcast_masks: Tuple,
+        k_coord: Tuple,
+    ):
+        """TMA-load the tiles of k-tile ``k_coord`` (c-block, s, r) of each operand (A and B;
+        B alone with halo tiles) into the ring stage of ``producer_state``, once that stage is
+        free."""
+        ab_pipeline.producer_acquire(producer_state)
+        barrier = ab_pipeline.producer_get_barrier(producer_state)
+        for operand in cutlass.range_constexpr(len(tma_atoms)):
+            cute.copy(
+                tma_atoms[operand],
+                ab_gmem[operand][(None, k_coord)],
+                ab_smem[operand][(None, producer_state.index)],
+                tma_bar_ptr=barrier,
+                mcast_mask=mcast_masks[operand],
+            )
+        ab_pipeline.producer_commit(producer_state)
+
+    @cute.jit
+    def load_whole_tile(
+        self,
+        ab_pipeline: pipeline.PipelineTmaAsync,
+        producer_state: pipeline.PipelineState,
+        tma_atoms: Tuple[cute.CopyAtom, ...],
+        ab_gmem: Tuple[cute.Tensor, ...],
+        ab_smem: Tuple[cute.Tensor, ...],
+        mcast_masks: Tuple,
+        k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32],
+    ) -> pipeline.PipelineState:
+        """Load warp, im2col: every k-tile of one output tile, one filter tap at a time
+        (nested loops issue 1-4% faster than the carries of ``load_k_range``, H200)."""
+        c_blocks, taps_s, taps_r = k_shape
+        for r in range(taps_r):
+            for s in range(taps_s):
+                for c_block in range(c_blocks):
+                    self.load_k_tile(
+                        ab_pipeline, producer_state, tma_atoms, ab_gmem, ab_smem, mcast_masks,
+                        (c_block, s, r),
+                    )  # fmt: skip
+                    producer_state.advance()
+        return producer_state
+
+    @cute.jit
+    def load_k_range(
+        self,
+        ab_pipeline: pipeline.PipelineTmaAsync,
+        producer_state: pipeline.PipelineState,
+        tma_atoms: Tuple[cute.CopyAtom, ...],
+        ab_gmem: Tuple[cute.Tensor, ...],
+        ab_smem: Tuple[cute.Tensor, ...],
+        mcast_masks: Tuple,
+        k_range: Tuple[cutlass.Int32, cutlass.Int32],
+        k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32],
+    ) -> pipeline.PipelineState:
+        """Load warp, stream-K: the k-tiles ``[first, end)`` of one output tile, the (c-block,
+        s, r) coordinate carried from one to the next."""
+        c_blocks, taps_s, _ = k_shape
+        k_first, k_end = k_range
+        c_block = k_first % c_blocks
+        s = (k_first // c_blocks) % taps_s
+        r = k_first // (c_blocks * taps_s)
+        for _ in range(k_first, k_end):
+            self.load_k_tile(
+                ab_pipeline, producer_state, tma_atoms, ab_gmem, ab_smem, mcast_masks,
+                (c_block, s, r),
+            )  # fmt: skip
+            producer_state.advance()
+            c_block += 1
+            if c_block == c_blocks:
+                c_block = cutlass.Int32(0)
+                s += 1
+                if s == taps_s:
+                    s = cutlass.Int32(0)
+                    r += 1
+        return producer_state
+
+    @cute.jit
+    def load_halo_tile(
+        self,
+        ab_pipeline: pipeline.PipelineTmaAsync,
+        halo_pipeline: pipeline.PipelineTmaAsync,
+        producer_state: pipeline.PipelineState,
+        halo_state: pipeline.PipelineState,
+        tma_atom_a: cute.CopyAtom,
+        tma_atom_b: cute.CopyAtom,
+        gA: cute.Tensor,
+        sA: cute.Tensor,
+        tBgB_tile: cute.Tensor,
+        tBsB: cute.Tensor,
+        b_mcast_mask,
+        halo: HaloGeometry,
+        m_tile: cutlass.Int32,
+        k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32],
+    ) -> Tuple[pipeline.PipelineState, pipeline.PipelineState]:
+        """Load warp, halo tiles: per c-block, the tile's halo into the halo ring, then the
+        filter tile of every tap into the ring (which carries B alone)."""
+        c_blocks, taps_s, taps_r = k_shape
+        tHsA, tHgA = self.partition_halo(tma_atom_a, gA, sA, halo, m_tile)
+        for c_block in range(c_blocks):
+            halo_pipeline.producer_acquire(halo_state)
+            cute.copy(
+                tma_atom_a,
+                tHgA[(None, c_block)],
+                tHsA[(None, halo_state.index)],
+                tma_bar_ptr=halo_pipeline.producer_get_barrier(halo_state),
+            )
+            halo_pipeline.producer_commit(halo_state)
+            halo_state.advance()
+            for r in range(taps_r):
+                for s in range(taps_s):
+                    self.load_k_tile(
+                        ab_pipeline, producer_state, (tma_atom_b,), (tBgB_tile,), (tBsB,),
+                        (b_mcast_mask,), (c_block, s, r),
+                    )  # fmt: skip
+                    producer_state.advance()
+        return producer_state, halo_state
+
+    @cute.jit
+    def partition_halo(
+        self,
+        tma_atom_a: cute.CopyAtom,
+        mA: cute.Tensor,
+        sA: cute.Tensor,
+        halo: HaloGeometry,
+        m_tile: cutlass.Int32,
+    ) -> Tuple[cute.Tensor, cute.Tensor]:
+        """Halo tiles (load warp): the TMA views of output tile ``m_tile``'s halo boxes,
+        ``(TMA, halo stage)`` in SMEM and ``(TMA, c-block)`` in the activation: input rows
+        from ``p0 - pad_top``, columns from ``-pad_left`` (TMA zero-fills what lies outside)."""
+        image = m_tile // halo.tiles_h
+        p0 = (m_tile - image * halo.tiles_h) * self.tile_h
+        origin = ((-halo.pad_left, p0 - halo.pad_top, image), 0)
+        box = ((self.tile_w, self.halo_h, 1), self.tile_mnk[2])
+        gA_halo = cute.local_tile(cute.domain_offset(origin, mA), box, (0, None))
+        return cpasync.tma_partition(
+            tma_atom_a,
+            0,
+            cute.make_layout(1),
+            cute.group_modes(sA, 0, 2),
+            cute.group_modes(gA_halo, 0, 2),
+        )
+
+    @cute.jit
+    def mainloop(
+        self,
+        ab_pipeline: pipeline.PipelineTmaAsync,
+        tiled_mma: cute.TiledMma,
+        accumulators: cute.Tensor,
+        tCrA: cute.Tensor,
+        tCrB: cute.Tensor,
+        read_state: pipeline.PipelineState,
+        release_state: pipeline.PipelineState,
+        k_tile_cnt: cutlass.Int32,
+    ) -> Tuple[pipeline.PipelineState, pipeline.PipelineState]:
+        """One tile's WGMMAs over the ring: one k-tile batch in flight, each ring stage
+        released once the batch that read it is done. Returns the advanced states."""
+        accumulators.fill(0.0)
+        warpgroup.fence()
+        ab_pipeline.consumer_wait(read_state)
+        self.mma_k_tile(tiled_mma, accumulators, tCrA, tCrB, read_state.index)
+        read_state.advance()
+        for _ in range(1, k_tile_cnt):
+            ab_pipeline.consumer_wait(read_state)
+            self.mma_k_tile(tiled_mma, accumulators, tCrA, tCrB, read_state.index)
+            read_state.advance()
+            warpgroup.wait_group(1)
+            ab_pipeline.consumer_release(release_state)
+            release_state.advance()
+        warpgroup.wait_group(0)
+        ab_pipeline.consumer_release(release_state)
+        release_state.advance()
+        return read_state, release_state
+
+    @cute.jit
+    def mainloop_over_halos(
+        self,
+        ab_pipeline: pipeline.PipelineTmaAsync,
+        halo_pipeline: pipeline.PipelineTmaAsync,
+        tiled_mma: cute.TiledMma,
+        thr_mma: cute.ThrMma,
+        accumulators: cute.Tensor,
+        sA: cute.Tensor,
+        a_tap_layout: cute.ComposedLayout,
+        tCrB: cute.Tensor,
+        read_state: pipeline.PipelineState,
+        release_state: pipeline.PipelineState,
+        halo_state: pipeline.PipelineState,
+        halo: HaloGeometry,
+        k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32],
+    ) -> Tuple[pipeline.PipelineState, pipeline.PipelineState, pipeline.PipelineState]:
+        """One tile's WGMMAs with halo tiles: per c-block, one halo from the halo ring and
+        a filter tile per tap from the ring; tap (r, s) reads the halo from row
+        ``r * dil_h * tile_w + s * dil_w`` on. One k-tile batch in flight, as in ``mainloop``;
+        a halo is released once the last batch that read it is done."""
+        c_blocks, taps_s, taps_r = k_shape
+        tap_layout = a_tap_layout.outer
+        accumulators.fill(0.0)
+        warpgroup.fence()
+        for _ in range(c_blocks):
+            halo_pipeline.consumer_wait(halo_state)
+            halo_rows = sA[(None, None, halo_state.index)].iterator
+            batches = cutlass.Int32(0)
+            for r in range(taps_r):
+                for s in range(taps_s):
+                    shift = r * halo.dil_h * self.tile_w + s * halo.dil_w
+                    sA_tap = cute.make_tensor(halo_rows + shift * self.tile_mnk[2], tap_layout)
+                    tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA_tap))
+                    ab_pipeline.consumer_wait(read_state)
+                    self.mma_k_tile(tiled_mma, accumulators, tCrA, tCrB, read_state.index, 0)
+                    read_state.advance()
+                    if batches > 0:
+                        warpgroup.wait_group(1)
+                        ab_pipeline.consumer_release(release_state)
+                        release_state.advance()
+                    batches += 1
+            warpgroup.wait_group(0)
+            ab_pipeline.consumer_release(release_state)
+            release_state.advance()
+            halo_pipeline.consumer_release(halo_state)
+            halo_state.advance()
+        return read_state, release_state, halo_state
+
+    @cute.jit
+    def mma_k_tile(
+        self,
+        tiled_mma: cute.TiledMma,
+        accumulators: cute.Tensor,
+        tCrA: cute.Tensor,
+        tCrB: cute.Tensor,
+        stage: cutlass.Int32,
+        a_stage: Optional[cutlass.Int32] = None,
+    ):
+        """Issue the WGMMAs of one k-tile (from ring stage ``stage``; A from ``a_stage`` when
+        given: a halo tap's one-stage view) as one commit group."""
+        a_stage = stage if cutlass.const_expr(a_stage is None) else a_stage
+        for k_block in cutlass.range_constexpr(cute.size(tCrA, mode=[2])):
+            a_kb, b_kb = (None, None, k_block, a_stage), (None, None, k_block, stage)
+            cute.gemm(tiled_mma, accumulators, tCrA[a_kb], tCrB[b_kb], accumulators)
+        warpgroup.commit_group()

@@ -1,0 +1,107 @@
+"""Warp roles of the SM90 conv kernel and the arrive counts of its barriers, derived from them.
+
+The kernel builds its pipelines from these counts and checks the DSL objects against them at
+trace time (``kernels/common/pipeline_checks.py``). Plain Python, tested on the CPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..common.pipeline_checks import WARP_SIZE, Arrival, BarrierSpec
+from .config import Conv2dConfig
+
+__all__ = ["Sm90Roles", "sm90_barrier_specs"]
+
+WARPGROUP_THREADS = 128
+
+
+@dataclass(frozen=True)
+class Sm90Roles:
+    """Warp ids and thread counts of the SM90 kernel for one config.
+
+    Warpgroup 0 is the producer (warp 0 loads A/B, warp 1 loads the residual C, warps 2-3 idle);
+    warpgroups 1.. are the consumers (WGMMA and their epilogue), two, or three with 192-row
+    tiles. Cooperative: all consumer threads share every tile; ping-pong: each consumer
+    warpgroup owns every other tile (its ``tile_threads`` are one warpgroup)."""
+
+    num_consumer_warpgroups: int
+    pingpong: bool
+    load: int = 0
+    source_load: int = 1
+    first_consumer_warp: int = 4
+
+    @classmethod
+    def of(cls, config: Conv2dConfig) -> "Sm90Roles":
+        return cls(config.num_consumer_warpgroups, config.pingpong)
+
+    @property
+    def consumer_threads(self) -> int:
+        return self.num_consumer_warpgroups * WARPGROUP_THREADS
+
+    @property
+    def threads_per_cta(self) -> int:
+        return WARPGROUP_THREADS + self.consumer_threads
+
+    @property
+    def tile_threads(self) -> int:
+        """The consumer threads that compute and store one output tile."""
+        return WARPGROUP_THREADS if self.pingpong else self.consumer_threads
+
+    @property
+    def tile_warps(self) -> int:
+        return self.tile_threads // WARP_SIZE
+
+
+def sm90_barrier_specs(config: Conv2dConfig, has_residual: bool) -> dict[str, BarrierSpec]:
+    """Arrive count of every barrier of the kernel, keyed ``"<pipeline>.<full|empty>"`` and
+    ``"named.<barrier>"``; pipelines the config does not use are left out."""
+    roles = Sm90Roles.of(config)
+    tile_warps = roles.tile_warps
+    owner = "the tile's consumer warpgroup" if config.pingpong else "the consumer warpgroups"
+    # The A tile is multicast along cluster N, the filter tile along cluster M: a stage is
+    # written by the TMA of every CTA of the two multicast groups, one of them this CTA.
+    mcast = config.cluster_m + config.cluster_n - 1
+    per_warp = f"lane 0 of each of {tile_warps} warps of {owner}"
+    specs = [
+        BarrierSpec("ab.full", (Arrival("load warp", 1, "arrive.expect_tx of one stage"),)),
+        BarrierSpec(
+            "ab.empty",
+            (Arrival("consumer warps", mcast * tile_warps, f"{per_warp}, x {mcast} CTA(s)"),),
+        ),
+    ]
+    if config.tile_w:
+        specs += [
+            BarrierSpec("halo.full", (Arrival("load warp", 1, "arrive.expect_tx of a halo"),)),
+            BarrierSpec("halo.empty", (Arrival("consumer warps", tile_warps, per_warp),)),
+        ]
+    if has_residual:
+        specs += [
+            BarrierSpec(
+                "source.full",
+                (Arrival("source-load warp", 1, "arrive.expect_tx of one C subtile"),),
+            ),
+            BarrierSpec("source.empty", (Arrival("consumer warps", tile_warps, per_warp),)),
+            BarrierSpec(
+                "named.epilogue_load",
+                (
+                    Arrival("load warp", WARP_SIZE, "every thread, after the first tile's loads"),
+                    Arrival("source-load warp", WARP_SIZE, "every thread, before its loads"),
+                ),
+            ),
+        ]
+    if config.dynamic_schedule:
+        readers = [Arrival("consumer warpgroups", roles.consumer_threads, "every thread")]
+        if has_residual:
+            readers.append(Arrival("source-load warp", WARP_SIZE, "every thread"))
+        specs += [
+            BarrierSpec("work.full", (Arrival("load warp", 1, "lane 0, once per work item"),)),
+            BarrierSpec("work.empty", tuple(readers)),
+        ]
+    specs.append(
+        BarrierSpec(
+            "named.epilogue",
+            (Arrival(owner, roles.tile_threads, "every thread (bar.sync), per subtile"),),
+        )
+    )
+    return {s.name: s for s in specs}
