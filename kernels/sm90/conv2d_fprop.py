@@ -35,7 +35,7 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from cutlass.tensor_utils import LayoutEnum
 
 from ..common.barriers import NamedBarrierConv
-from ..common.entry import ConvKernelEntry, ConvLaunchParams
+from ..common.entry import ConvKernelEntry, ConvLaunchParams, MainloopOperands
 from ..common.epilogue import EpilogueOperands, make_epilogue_operands
 from ..common.im2col import (
     output_gemm_view,
@@ -270,9 +270,7 @@ class Conv2dFpropSm90(
         tile_m, tile_n, tile_k = self.tile_mnk
 
         epi_smem_layout = cute.slice_(self.epi_smem_layout_staged, (None, None, 0))
-        tma_atom_a, tma_tensor_a, tma_atom_b, tma_tensor_b = self.make_operand_atoms(
-            ptrs.act, ptrs.filter, geom
-        )
+        ab_operands = MainloopOperands(*self.make_operand_atoms(ptrs.act, ptrs.filter, geom))
         epi_operands = make_epilogue_operands(
             self.epilogue, geom, ptrs, epi_smem_layout,
             cute.slice_(self.source_smem_layout_staged, (None, None, 0)), self.epi_tiler,
@@ -301,11 +299,10 @@ class Conv2dFpropSm90(
             m_flags = cute.make_tensor(ptrs.flags, cute.make_layout(WORK_COUNTERS))
 
         kernel = self.kernel(
-            tma_atom_a, tma_tensor_a, tma_atom_b, tma_tensor_b, epi_operands, params.alpha,
-            params.beta, self.tiled_mma, self.cta_layout_mnk, self.a_smem_layout_staged,
-            self.b_smem_layout_staged, self.epi_smem_layout_staged,
-            self.source_smem_layout_staged, num_tiles_m, num_tiles_n, m_partials, m_flags, halo,
-            self.a_tap_layout,
+            ab_operands, epi_operands, params.alpha, params.beta, self.tiled_mma,
+            self.cta_layout_mnk, self.a_smem_layout_staged, self.b_smem_layout_staged,
+            self.epi_smem_layout_staged, self.source_smem_layout_staged, num_tiles_m,
+            num_tiles_n, m_partials, m_flags, halo, self.a_tap_layout,
         )  # fmt: skip
         kernel.launch(
             grid=(cm, cn, num_clusters),
@@ -322,10 +319,7 @@ class Conv2dFpropSm90(
     @cute.kernel
     def kernel(
         self,
-        tma_atom_a: cute.CopyAtom,
-        mA_mk: cute.Tensor,
-        tma_atom_b: cute.CopyAtom,
-        mB_nk: cute.Tensor,
+        ab_operands: MainloopOperands,
         epi_operands: EpilogueOperands,
         alpha: cutlass.Float32,
         beta: cutlass.Float32,
@@ -342,6 +336,7 @@ class Conv2dFpropSm90(
         halo: Optional[HaloGeometry],
         a_tap_layout: cute.ComposedLayout,
     ):
+        tma_atom_a, mA_mk, tma_atom_b, mB_nk = ab_operands
         tma_atom_d, mD_mn, tma_atom_c, mC_mn, m_bias, m_scale = epi_operands
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == self.load_warp_id:
