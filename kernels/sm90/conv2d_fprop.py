@@ -44,12 +44,12 @@ from ..common.im2col import (
 from ..common.pipeline_checks import check_pipeline
 from ..common.tile_scheduler import StaticTileScheduler
 from .config import HALO_SLACK_ROWS, WORK_COUNTERS, WORK_QUEUE_STAGES, Conv2dConfig
-from .epilogue import Sm90EpilogueMixin
-from .mainloop import HaloGeometry, MainloopMixin
+from .epilogue import EpilogueArgs, Sm90EpilogueMixin
+from .mainloop import ConsumerStates, HaloGeometry, MainloopMixin
 from .pingpong import PingPongMixin, PingPongTurns
 from .pipeline_checks import Sm90Roles, sm90_barrier_specs
 from .smem import Sm90Smem, sm90_smem_struct
-from .stream_k import StreamKFixup, StreamKFixupMixin
+from .stream_k import StreamKFixup, StreamKFixupMixin, StreamKWorkspace
 from .work_queue import WorkQueue, WorkQueueMixin
 
 _REGISTER_FILE = 65536  # 32-bit registers of an SM, shared by the CTA's warpgroups
@@ -64,6 +64,25 @@ class Sm90Pipelines(NamedTuple):
     source: Optional[pipeline.PipelineTmaAsync]  # residual C: source-load warp -> consumers
     work_queue: Optional[WorkQueue]  # dynamic scheduling: load warp -> all roles
     turns: Optional[PingPongTurns]  # ping-pong: consumer -> consumer
+
+
+class Sm90SmemTiles(NamedTuple):
+    """The CTA's staged SMEM operands."""
+
+    sA: cute.Tensor  # the A ring (im2col tiles) or the halo ring
+    sB: cute.Tensor  # the filter ring
+    sD: cute.Tensor  # the epilogue's staging buffers
+    sC: Optional[cute.Tensor]  # residual: the source ring
+
+
+class ConsumerMainloop(NamedTuple):
+    """What the consumers' WGMMAs need besides the rings."""
+
+    tiled_mma: cute.TiledMma
+    k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32]  # (c-blocks, S, R)
+    k_tile_cnt: cutlass.Int32  # k-tiles of a whole output tile
+    halo: Optional[HaloGeometry]  # halo tiles: where each tap's rows start
+    a_tap_layout: cute.ComposedLayout  # halo tiles: one tap's A view into a halo
 
 
 class Conv2dFpropSm90(
@@ -393,10 +412,15 @@ class Conv2dFpropSm90(
         if warp_idx >= 4:
             cute.arch.setmaxregister_increase(self.consumer_registers)
             self.mma_and_epilogue(
-                pipes, halo, a_tap_layout, k_shape, tiled_mma, tma_atom_d, sA, sB, sD, sC, gD,
-                m_bias, m_scale, alpha, beta, k_tile_cnt, scheduler, warp_idx, m_partials,
-                m_flags,
-            )  # fmt: skip
+                pipes,
+                Sm90SmemTiles(sA, sB, sD, sC),
+                ConsumerMainloop(tiled_mma, k_shape, k_tile_cnt, halo, a_tap_layout),
+                EpilogueArgs(tma_atom_d, gD, m_bias, m_scale, alpha, beta),
+                # With dynamic scheduling m_flags holds the work counters instead.
+                StreamKWorkspace(m_partials, m_flags if self.stream_k else None),
+                scheduler,
+                warp_idx,
+            )
 
     def _tile_views(
         self,
@@ -670,30 +694,19 @@ class Conv2dFpropSm90(
     def mma_and_epilogue(
         self,
         pipes: Sm90Pipelines,
-        halo: Optional[HaloGeometry],
-        a_tap_layout: cute.ComposedLayout,
-        k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32],
-        tiled_mma: cute.TiledMma,
-        tma_atom_d: cute.CopyAtom,
-        sA: cute.Tensor,
-        sB: cute.Tensor,
-        sD: cute.Tensor,
-        sC: Optional[cute.Tensor],
-        gD: cute.Tensor,
-        m_bias: Optional[cute.Tensor],
-        m_scale: Optional[cute.Tensor],
-        alpha: cutlass.Float32,
-        beta: cutlass.Float32,
-        k_tile_cnt: cutlass.Int32,
+        smem_tiles: Sm90SmemTiles,
+        mma: ConsumerMainloop,
+        epi_args: EpilogueArgs,
+        stream_k: StreamKWorkspace,
         scheduler: StaticTileScheduler,
         warp_idx: cutlass.Int32,
-        m_partials: Optional[cute.Tensor],
-        m_flags: Optional[cute.Tensor],
     ):
         """Consumer warpgroups: WGMMA over the ring, then the epilogue of each output tile
         (ping-pong: of every other tile, each warpgroup in its turn)."""
         ab_pipeline, halo_pipeline, source_pipeline = pipes.ab, pipes.halo, pipes.source
         work_queue, turns = pipes.work_queue, pipes.turns
+        sA, sB, sD, sC = smem_tiles
+        tiled_mma, k_shape, k_tile_cnt = mma.tiled_mma, mma.k_shape, mma.k_tile_cnt
         consumer_tidx, warpgroup_idx, tile_tidx, thr_mma = self._consumer_thread(tiled_mma)
         tCrA = None  # with halo tiles, A fragments are made per tap (mainloop_over_halos)
         if cutlass.const_expr(not self.tile_w):
@@ -702,29 +715,20 @@ class Conv2dFpropSm90(
         acc_shape = thr_mma.partition_shape_C(cute.select(self.tile_mnk, mode=[0, 1]))
         accumulators = cute.make_rmem_tensor(acc_shape, self.acc_dtype)
         epilogue = self.make_epilogue_context(
-            tiled_mma, tile_tidx, warpgroup_idx, sD, sC, accumulators, tma_atom_d,
-            source_pipeline, m_bias, m_scale,
+            tiled_mma, tile_tidx, warpgroup_idx, sD, sC, accumulators, epi_args.tma_atom_d,
+            source_pipeline, epi_args.bias, epi_args.scale,
         )  # fmt: skip
         tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
 
-        read_state = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Consumer, self.ab_stages
-        )
-        release_state = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Consumer, self.ab_stages
-        )
-        source_state = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Consumer, max(self.source_stages, 1)
-        )
-        halo_state = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Consumer, max(self.halo_stages, 1)
+        states = ConsumerStates.start(
+            self.ab_stages, max(self.source_stages, 1), max(self.halo_stages, 1)
         )
         num_epi_tiles_done = cutlass.Int32(0)
         # Stream-K: what this thread needs to write or add a partial tile.
         fixup = StreamKFixup(
             acc=self.accumulators_by_vector(accumulators),
-            partials=m_partials,
-            flags=m_flags,
+            partials=stream_k.partials,
+            flags=stream_k.flags,
             tidx=consumer_tidx,
             barrier=epilogue.out.barrier,
         )
@@ -740,24 +744,20 @@ class Conv2dFpropSm90(
             epilogue_turn = mainloop_turn.clone()
             # Consumer 1 takes the second tile, and each takes every other one after that.
             if warpgroup_idx == 1:
-                work, read_state, release_state, source_state, halo_state = self.skip_tile(
-                    scheduler, work, read_state, release_state, source_state, halo_state,
-                    k_tile_cnt, k_shape[0],
-                )  # fmt: skip
+                work, states = self.skip_tile(scheduler, work, states, k_tile_cnt, k_shape[0])
         while work < end_work:
             k_first, k_end = scheduler.k_tile_range(work)
             if cutlass.const_expr(self.pingpong):
                 turns.mainloop.wait(mainloop_turn)
             if cutlass.const_expr(self.tile_w):
-                read_state, release_state, halo_state = self.mainloop_over_halos(
+                states = self.mainloop_over_halos(
                     ab_pipeline, halo_pipeline, tiled_mma, thr_mma, accumulators, sA,
-                    a_tap_layout, tCrB, read_state, release_state, halo_state, halo, k_shape,
+                    mma.a_tap_layout, tCrB, states, mma.halo, k_shape,
                 )  # fmt: skip
             else:
-                read_state, release_state = self.mainloop(
-                    ab_pipeline, tiled_mma, accumulators, tCrA, tCrB,
-                    read_state, release_state, k_end - k_first,
-                )  # fmt: skip
+                states = self.mainloop(
+                    ab_pipeline, tiled_mma, accumulators, tCrA, tCrB, states, k_end - k_first
+                )
             if cutlass.const_expr(self.pingpong):
                 mainloop_turn = turns.mainloop.arrive(mainloop_turn)
             if cutlass.const_expr(self.stream_k):
@@ -768,16 +768,12 @@ class Conv2dFpropSm90(
             if k_first == 0:
                 if cutlass.const_expr(self.pingpong and self.epilogue.has_residual):
                     turns.epilogue.wait(epilogue_turn)
-                source_state, num_epi_tiles_done = self.epilogue_tile(
-                    epilogue, work, scheduler, source_state, num_epi_tiles_done, gD, alpha,
-                    beta, warp_idx,
-                )  # fmt: skip
+                states, num_epi_tiles_done = self.epilogue_tile(
+                    epilogue, work, scheduler, states, num_epi_tiles_done, epi_args, warp_idx
+                )
                 if cutlass.const_expr(self.pingpong and self.epilogue.has_residual):
                     epilogue_turn = turns.epilogue.arrive(epilogue_turn)
             work, queue_state = self.next_work_item(scheduler, work_queue, queue_state, work)
             if cutlass.const_expr(self.pingpong):
-                work, read_state, release_state, source_state, halo_state = self.skip_tile(
-                    scheduler, work, read_state, release_state, source_state, halo_state,
-                    k_tile_cnt, k_shape[0],
-                )  # fmt: skip
+                work, states = self.skip_tile(scheduler, work, states, k_tile_cnt, k_shape[0])
         epilogue.out.store_pipeline.producer_tail()

@@ -40,6 +40,41 @@ class HaloGeometry(NamedTuple):
     dil_w: cutlass.Int32
 
 
+class ConsumerStates(NamedTuple):
+    """A consumer's positions in the rings it reads. Every ring carries every tile of the CTA
+    in order, so a ping-pong consumer passes over the other's tiles in all of them at once."""
+
+    read: pipeline.PipelineState  # the A/B stage it waits for next
+    release: pipeline.PipelineState  # the A/B stage it releases next
+    halo: pipeline.PipelineState  # halo tiles: the halo it reads next
+    source: pipeline.PipelineState  # residual: the C subtile it reads next
+
+    @staticmethod
+    def start(ab_stages: int, source_stages: int, halo_stages: int) -> "ConsumerStates":
+        """Positions at the start of every ring (a ring's stage count: at least 1)."""
+
+        def state(stages: int) -> pipeline.PipelineState:
+            return pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
+
+        read, release, source = state(ab_stages), state(ab_stages), state(source_stages)
+        return ConsumerStates(read, release, state(halo_stages), source)
+
+    def advance_past_tile(
+        self,
+        k_tiles: cutlass.Int32,
+        source_subtiles: Optional[int],
+        halos: Optional[cutlass.Int32],
+    ) -> None:
+        """Advance past one tile of ``k_tiles`` k-tiles, ``source_subtiles`` C subtiles and
+        ``halos`` halos (one per c-block); None where the kernel has no such ring."""
+        self.read.advance(k_tiles)
+        self.release.advance(k_tiles)
+        if source_subtiles is not None:
+            self.source.advance(source_subtiles)
+        if halos is not None:
+            self.halo.advance(halos)
+
+
 class MainloopMixin:
     """The mainloop methods of the SM90 kernel (mixed into ``Conv2dFpropSm90``)."""
 
@@ -246,12 +281,12 @@ class MainloopMixin:
         accumulators: cute.Tensor,
         tCrA: cute.Tensor,
         tCrB: cute.Tensor,
-        read_state: pipeline.PipelineState,
-        release_state: pipeline.PipelineState,
+        states: ConsumerStates,
         k_tile_cnt: cutlass.Int32,
-    ) -> Tuple[pipeline.PipelineState, pipeline.PipelineState]:
+    ) -> ConsumerStates:
         """One tile's WGMMAs over the ring: one k-tile batch in flight, each ring stage
         released once the batch that read it is done. Returns the advanced states."""
+        read_state, release_state = states.read, states.release
         accumulators.fill(0.0)
         warpgroup.fence()
         ab_pipeline.consumer_wait(read_state)
@@ -267,7 +302,7 @@ class MainloopMixin:
         warpgroup.wait_group(0)
         ab_pipeline.consumer_release(release_state)
         release_state.advance()
-        return read_state, release_state
+        return states._replace(read=read_state, release=release_state)
 
     @cute.jit
     def mainloop_over_halos(
@@ -280,16 +315,15 @@ class MainloopMixin:
         sA: cute.Tensor,
         a_tap_layout: cute.ComposedLayout,
         tCrB: cute.Tensor,
-        read_state: pipeline.PipelineState,
-        release_state: pipeline.PipelineState,
-        halo_state: pipeline.PipelineState,
+        states: ConsumerStates,
         halo: HaloGeometry,
         k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32],
-    ) -> Tuple[pipeline.PipelineState, pipeline.PipelineState, pipeline.PipelineState]:
+    ) -> ConsumerStates:
         """One tile's WGMMAs with halo tiles: per c-block, one halo from the halo ring and
         a filter tile per tap from the ring; tap (r, s) reads the halo from row
         ``r * dil_h * tile_w + s * dil_w`` on. One k-tile batch in flight, as in ``mainloop``;
         a halo is released once the last batch that read it is done."""
+        read_state, release_state, halo_state = states.read, states.release, states.halo
         c_blocks, taps_s, taps_r = k_shape
         tap_layout = a_tap_layout.outer
         accumulators.fill(0.0)
@@ -316,7 +350,7 @@ class MainloopMixin:
             release_state.advance()
             halo_pipeline.consumer_release(halo_state)
             halo_state.advance()
-        return read_state, release_state, halo_state
+        return states._replace(read=read_state, release=release_state, halo=halo_state)
 
     @cute.jit
     def mma_k_tile(
