@@ -45,7 +45,14 @@ from ..common.pipeline_checks import check_pipeline
 from ..common.tile_scheduler import StaticTileScheduler
 from .config import HALO_SLACK_ROWS, WORK_COUNTERS, WORK_QUEUE_STAGES, Conv2dConfig
 from .epilogue import EpilogueArgs, Sm90EpilogueMixin
-from .mainloop import ConsumerStates, HaloGeometry, MainloopMixin
+from .mainloop import (
+    ConsumerStates,
+    HaloGeometry,
+    HaloLoader,
+    Im2colLoader,
+    MainloopMixin,
+    ProducerStates,
+)
 from .pingpong import PingPongMixin, PingPongTurns
 from .pipeline_checks import Sm90Roles, sm90_barrier_specs
 from .smem import Sm90Smem, sm90_smem_struct
@@ -535,7 +542,8 @@ class Conv2dFpropSm90(
         scheduler: StaticTileScheduler,
     ):
         """Load warp: fills the A/B ring for every k-tile of every output tile of this CTA
-        (with halo tiles: the halo ring once per c-block, the ring with B per k-tile); with
+        (with halo tiles: the halo ring once per c-block, the ring with B per k-tile), through
+        an ``OperandLoader`` (``Im2colLoader`` or ``HaloLoader``); with
         ``dynamic_schedule`` it also takes the work items and hands them to the other roles
         through the work queue."""
         ab_pipeline, halo_pipeline, work_queue = pipes.ab, pipes.halo, pipes.work_queue
@@ -566,11 +574,22 @@ class Conv2dFpropSm90(
             cute.size(gB, mode=[3, 1]),
             cute.size(gB, mode=[3, 2]),
         )
-        producer_state = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Producer, self.ab_stages
-        )
-        halo_state = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Producer, max(self.halo_stages, 1)
+        tma_atoms = (tma_atom_a, tma_atom_b)
+        if cutlass.const_expr(self.tile_w):
+            halo_box = ((self.tile_w, self.halo_h, 1), self.tile_mnk[2])
+            loader = HaloLoader(
+                ab_pipeline, halo_pipeline, tma_atoms, gA, sA, tBgB, tBsB, b_mcast_mask, halo,
+                k_shape, halo_box, self.tile_h,
+            )  # fmt: skip
+        else:
+            loader = Im2colLoader(
+                ab_pipeline, tma_atoms, (tAgA, tBgB), (tAsA, tBsB),
+                (a_mcast_mask, b_mcast_mask), k_shape,
+            )  # fmt: skip
+        Producer = pipeline.PipelineUserType.Producer
+        ab_state = pipeline.make_pipeline_state(Producer, self.ab_stages)
+        states = ProducerStates(
+            ab_state, pipeline.make_pipeline_state(Producer, max(self.halo_stages, 1))
         )
         queue_state = None
         if cutlass.const_expr(self.dynamic_schedule):
@@ -586,29 +605,7 @@ class Conv2dFpropSm90(
                 # Ask for the next work item now: the atomic's round trip overlaps this
                 # tile's loads, its result is first needed after them.
                 ticket = self.request_work(work_queue)
-            m_tile, n_tile = scheduler.tile_coord(work)
-            mcast_masks = (a_mcast_mask, b_mcast_mask)
-            if cutlass.const_expr(not self.tile_w):
-                ab_gmem = (tAgA[(None, m_tile, None)], tBgB[(None, n_tile, None)])
-                ab_smem = (tAsA, tBsB)
-            # Walk the hierarchical k mode (c-block, s, r) by nested loops or carries: indexing
-            # it with a linear k-tile would cost runtime divisions by C/TK and S per load.
-            if cutlass.const_expr(self.tile_w):
-                producer_state, halo_state = self.load_halo_tile(
-                    ab_pipeline, halo_pipeline, producer_state, halo_state, tma_atom_a,
-                    tma_atom_b, gA, sA, tBgB[(None, n_tile, None)], tBsB, b_mcast_mask, halo,
-                    m_tile, k_shape,
-                )  # fmt: skip
-            elif cutlass.const_expr(self.stream_k):
-                producer_state = self.load_k_range(
-                    ab_pipeline, producer_state, (tma_atom_a, tma_atom_b), ab_gmem, ab_smem,
-                    mcast_masks, scheduler.k_tile_range(work), k_shape,
-                )  # fmt: skip
-            else:
-                producer_state = self.load_whole_tile(
-                    ab_pipeline, producer_state, (tma_atom_a, tma_atom_b), ab_gmem, ab_smem,
-                    mcast_masks, k_shape,
-                )  # fmt: skip
+            states = loader.load_tile(states, scheduler, work)
             if cutlass.const_expr(self.epilogue.has_residual):
                 # The first tile's A/B loads are out: let the source loads begin.
                 if work == scheduler.first_work():
@@ -620,9 +617,9 @@ class Conv2dFpropSm90(
         if cutlass.const_expr(self.dynamic_schedule):
             self.publish_work(work_queue, queue_state, work)  # past the end: the roles stop
             self.retire_from_work_queue(work_queue)
-        ab_pipeline.producer_tail(producer_state)
+        ab_pipeline.producer_tail(states.ab)
         if cutlass.const_expr(self.tile_w):
-            halo_pipeline.producer_tail(halo_state)
+            halo_pipeline.producer_tail(states.halo)
 
     def epilogue_load_barrier(self) -> pipeline.NamedBarrier:
         """Orders the source loads after the mainloop prologue (load + source-load warps)."""
