@@ -1,6 +1,6 @@
 """The compilation targets: each architecture registered once, with its kernel class, config
-class, default config and heuristic. ``compile`` and ``api`` look an arch up here instead of
-branching on config types.
+class, default config, heuristic and launch scratch. ``compile``, ``api`` and ``dispatch`` look
+an arch up here instead of branching on config types.
 
 ``sm_100a`` is compile-verified only: built and checked on its PTX, never run on a Blackwell GPU.
 """
@@ -17,6 +17,7 @@ from .kernels.sm90.conv2d_fprop import Conv2dFpropSm90
 from .kernels.sm100.config import SMEM_CAPACITY_SM100, Conv2dConfigSm100
 from .kernels.sm100.conv2d_fprop import Conv2dFpropKernel
 from .problem import Conv2dProblemShape
+from .workspace import workspace_size_sm90
 
 __all__ = ["ARCHS", "ArchKernels", "config_types"]
 
@@ -37,6 +38,9 @@ class ArchKernels:
     check_fits: Optional[Callable[[Any, Conv2dProblemShape], None]]
     # Whether a call without a config may time candidates on the GPU (``tuning``).
     autotuned: bool
+    # The scratch a launch needs, ``(float32 partials, int32 flags)`` or None, for
+    # ``(kernel problem, config, max clusters)`` (None: the arch's kernels never need any).
+    workspace_size: Optional[Callable[[Conv2dProblemShape, Any, int], Optional[tuple]]]
 
 
 def _heuristic_sm100(problem: Conv2dProblemShape, num_sms: int, has_residual: bool):
@@ -57,6 +61,7 @@ ARCHS: dict[str, ArchKernels] = {
         heuristic=_heuristic_sm90,
         check_fits=check_config_fits,
         autotuned=True,
+        workspace_size=workspace_size_sm90,
     ),
     "sm_100a": ArchKernels(
         kernel_class=Conv2dFpropKernel,
@@ -66,6 +71,7 @@ ARCHS: dict[str, ArchKernels] = {
         heuristic=_heuristic_sm100,
         check_fits=None,
         autotuned=False,
+        workspace_size=None,
     ),
 }
 

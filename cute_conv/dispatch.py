@@ -22,7 +22,7 @@ from .problem import Conv2dProblemShape
 from .staging import kernel_problem_for, run_staged, spans_overlap
 from .tuning import choose_config
 from .validation import ALIGNMENT_BYTES, check_alignment, validate_conv_inputs, validate_device
-from .workspace import kernel_workspace, kernel_workspace_size
+from .workspace import kernel_workspace
 
 __all__ = ["config_runner", "conv2d", "sm_count"]
 
@@ -236,7 +236,9 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple) -> _LaunchPlan:
     )
     out_bytes = math.prod(problem.output_shape) * torch.finfo(out_dtype).bits // 8
     nbytes = (x.numel() * x.element_size(), filter.numel() * filter.element_size(), out_bytes)
-    workspace = kernel_workspace_size(kernel_problem, config, max_clusters)
+    workspace = None
+    if target.workspace_size is not None:
+        workspace = target.workspace_size(kernel_problem, config, max_clusters)
     needs_staging = kernel_problem is not problem or not vectors_ready
     return _LaunchPlan(
         problem, out_dtype, epilogue, kernel, kernel_problem, scalars, workspace, nbytes,

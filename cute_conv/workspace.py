@@ -20,25 +20,24 @@ from collections.abc import Callable
 
 import torch
 
-from .config import Conv2dConfig
 from .kernels.sm90.config import WORK_COUNTERS as DYNAMIC_SCHEDULE_COUNTERS
+from .kernels.sm90.config import Conv2dConfig
 from .problem import Conv2dProblemShape
 
-__all__ = ["DYNAMIC_SCHEDULE_COUNTERS", "kernel_workspace", "kernel_workspace_size"]
+__all__ = ["DYNAMIC_SCHEDULE_COUNTERS", "kernel_workspace", "workspace_size_sm90"]
 
 _buffers: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 _replaced: list[torch.Tensor] = []
 _lock = threading.Lock()
 
 
-def kernel_workspace_size(
-    problem: Conv2dProblemShape, config: object, max_clusters: int
+def workspace_size_sm90(
+    problem: Conv2dProblemShape, config: Conv2dConfig, max_clusters: int
 ) -> tuple[int, int] | None:
-    """``(float32 partials, int32 flags)`` a launch of ``config`` on the kernel problem
-    ``problem`` with at most ``max_clusters`` clusters needs; None for a kernel with neither
-    stream-K nor dynamic scheduling."""
-    if not isinstance(config, Conv2dConfig):
-        return None
+    """``(float32 partials, int32 flags)`` a launch of the SM90 kernel of ``config`` on the
+    kernel problem ``problem`` with at most ``max_clusters`` clusters needs; None for a kernel
+    with neither stream-K nor dynamic scheduling. The arch registry (``arch.ARCHS``) holds it
+    as the SM90 kernel's ``workspace_size``."""
     if config.dynamic_schedule:
         return 0, DYNAMIC_SCHEDULE_COUNTERS
     if not config.stream_k:

@@ -185,20 +185,20 @@ def test_check_config_fits_rejects_what_halo_tiles_cannot_run(prob, match):
 
 
 def test_dynamic_schedule_workspace_size():
-    from cute_conv.workspace import DYNAMIC_SCHEDULE_COUNTERS, kernel_workspace_size
+    from cute_conv.workspace import DYNAMIC_SCHEDULE_COUNTERS, workspace_size_sm90
 
     config = Conv2dConfig(dynamic_schedule=True)
-    sizes = kernel_workspace_size(problem(128, 28, 512, 128, 1), config, 132)
+    sizes = workspace_size_sm90(problem(128, 28, 512, 128, 1), config, 132)
     assert sizes == (0, DYNAMIC_SCHEDULE_COUNTERS)
 
 
 def test_kernel_workspace_size():
-    from cute_conv.workspace import kernel_workspace_size
+    from cute_conv.workspace import workspace_size_sm90
 
     prob = problem(128, 7, 512, 512, 3, padding=1)  # 49 x 2 tiles of 128x256: 49 clusters
     config = Conv2dConfig(tile_n=256, cluster_n=2, stream_k=True)
-    assert kernel_workspace_size(prob, config, 66) == (66 * 2 * 128 * 256, 49 * 2)
-    assert kernel_workspace_size(prob, Conv2dConfig(tile_n=256, cluster_n=2), 66) is None
+    assert workspace_size_sm90(prob, config, 66) == (66 * 2 * 128 * 256, 49 * 2)
+    assert workspace_size_sm90(prob, Conv2dConfig(tile_n=256, cluster_n=2), 66) is None
 
 
 @pytest.mark.parametrize(

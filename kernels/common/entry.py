@@ -51,6 +51,17 @@ class ConvLaunchParams(NamedTuple):
         return pointers + ConvGeometry._fields + ConvLaunchParams._fields[2:]
 
 
+class MainloopOperands(NamedTuple):
+    """The A and B operands as a launch hands them to its device kernel: the TMA atoms and
+    the tensors they load from (the activation's im2col or halo view, the filter's GEMM
+    view)."""
+
+    tma_atom_a: cute.CopyAtom
+    mA_mk: cute.Tensor
+    tma_atom_b: cute.CopyAtom
+    mB_nk: cute.Tensor
+
+
 class ConvKernelEntry:
     """Base of the kernel classes: the constructor every arch shares, and ``__call__``, the
     compiled entry point. A subclass names its config class in ``config_class`` and

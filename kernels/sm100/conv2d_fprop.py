@@ -45,7 +45,7 @@ from cutlass.cute.nvgpu import OperandMajorMode, cpasync, tcgen05
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from cutlass.tensor_utils import LayoutEnum
 
-from ..common.entry import ConvKernelEntry, ConvLaunchParams
+from ..common.entry import ConvKernelEntry, ConvLaunchParams, MainloopOperands
 from ..common.epilogue import EpilogueOperands, make_epilogue_operands
 from ..common.im2col import (
     activation_im2col_view,
@@ -268,11 +268,11 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
         grid = ClcTileScheduler.grid_shape(
             cutlass.max(num_tiles_m * num_tiles_n, 1), self.cluster_shape_mn[0]
         )
+        ab_operands = MainloopOperands(tma_atom_a, tma_tensor_a, tma_atom_b, tma_tensor_b)
         kernel = self.kernel(
-            tiled_mma, tma_atom_a, tma_tensor_a, tma_atom_b, tma_tensor_b, epi_operands,
-            params.alpha, params.beta, self.cluster_layout_vmnk, self.a_smem_layout_staged,
-            self.b_smem_layout_staged, self.epi_smem_layout_staged, self.src_smem_layout_staged,
-            num_tiles_m, num_tiles_n,
+            tiled_mma, ab_operands, epi_operands, params.alpha, params.beta,
+            self.cluster_layout_vmnk, self.a_smem_layout_staged, self.b_smem_layout_staged,
+            self.epi_smem_layout_staged, self.src_smem_layout_staged, num_tiles_m, num_tiles_n,
         )  # fmt: skip
         kernel.launch(
             grid=grid,
@@ -289,10 +289,7 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
     def kernel(
         self,
         tiled_mma: cute.TiledMma,
-        tma_atom_a: cute.CopyAtom,
-        mA_mk: cute.Tensor,
-        tma_atom_b: cute.CopyAtom,
-        mB_nk: cute.Tensor,
+        ab_operands: MainloopOperands,
         epi_operands: EpilogueOperands,
         alpha: cutlass.Float32,
         beta: cutlass.Float32,
@@ -304,6 +301,7 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
         num_tiles_m: cutlass.Int32,
         num_tiles_n: cutlass.Int32,
     ):
+        tma_atom_a, mA_mk, tma_atom_b, mB_nk = ab_operands
         tma_atom_d, mD_mn, tma_atom_c, mC_mn, m_bias, m_scale = epi_operands
         roles = self.roles
         has_residual = self.epilogue.has_residual

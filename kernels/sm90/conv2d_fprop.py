@@ -35,7 +35,7 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from cutlass.tensor_utils import LayoutEnum
 
 from ..common.barriers import NamedBarrierConv
-from ..common.entry import ConvKernelEntry, ConvLaunchParams
+from ..common.entry import ConvKernelEntry, ConvLaunchParams, MainloopOperands
 from ..common.epilogue import EpilogueOperands, make_epilogue_operands
 from ..common.im2col import (
     output_gemm_view,
@@ -44,12 +44,19 @@ from ..common.im2col import (
 from ..common.pipeline_checks import check_pipeline
 from ..common.tile_scheduler import StaticTileScheduler
 from .config import HALO_SLACK_ROWS, WORK_COUNTERS, WORK_QUEUE_STAGES, Conv2dConfig
-from .epilogue import Sm90EpilogueMixin
-from .mainloop import HaloGeometry, MainloopMixin
+from .epilogue import EpilogueArgs, Sm90EpilogueMixin
+from .mainloop import (
+    ConsumerStates,
+    HaloGeometry,
+    HaloLoader,
+    Im2colLoader,
+    MainloopMixin,
+    ProducerStates,
+)
 from .pingpong import PingPongMixin, PingPongTurns
 from .pipeline_checks import Sm90Roles, sm90_barrier_specs
 from .smem import Sm90Smem, sm90_smem_struct
-from .stream_k import StreamKFixup, StreamKFixupMixin
+from .stream_k import StreamKFixup, StreamKFixupMixin, StreamKWorkspace
 from .work_queue import WorkQueue, WorkQueueMixin
 
 _REGISTER_FILE = 65536  # 32-bit registers of an SM, shared by the CTA's warpgroups
@@ -64,6 +71,25 @@ class Sm90Pipelines(NamedTuple):
     source: Optional[pipeline.PipelineTmaAsync]  # residual C: source-load warp -> consumers
     work_queue: Optional[WorkQueue]  # dynamic scheduling: load warp -> all roles
     turns: Optional[PingPongTurns]  # ping-pong: consumer -> consumer
+
+
+class Sm90SmemTiles(NamedTuple):
+    """The CTA's staged SMEM operands."""
+
+    sA: cute.Tensor  # the A ring (im2col tiles) or the halo ring
+    sB: cute.Tensor  # the filter ring
+    sD: cute.Tensor  # the epilogue's staging buffers
+    sC: Optional[cute.Tensor]  # residual: the source ring
+
+
+class ConsumerMainloop(NamedTuple):
+    """What the consumers' WGMMAs need besides the rings."""
+
+    tiled_mma: cute.TiledMma
+    k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32]  # (c-blocks, S, R)
+    k_tile_cnt: cutlass.Int32  # k-tiles of a whole output tile
+    halo: Optional[HaloGeometry]  # halo tiles: where each tap's rows start
+    a_tap_layout: cute.ComposedLayout  # halo tiles: one tap's A view into a halo
 
 
 class Conv2dFpropSm90(
@@ -270,9 +296,7 @@ class Conv2dFpropSm90(
         tile_m, tile_n, tile_k = self.tile_mnk
 
         epi_smem_layout = cute.slice_(self.epi_smem_layout_staged, (None, None, 0))
-        tma_atom_a, tma_tensor_a, tma_atom_b, tma_tensor_b = self.make_operand_atoms(
-            ptrs.act, ptrs.filter, geom
-        )
+        ab_operands = MainloopOperands(*self.make_operand_atoms(ptrs.act, ptrs.filter, geom))
         epi_operands = make_epilogue_operands(
             self.epilogue, geom, ptrs, epi_smem_layout,
             cute.slice_(self.source_smem_layout_staged, (None, None, 0)), self.epi_tiler,
@@ -301,11 +325,10 @@ class Conv2dFpropSm90(
             m_flags = cute.make_tensor(ptrs.flags, cute.make_layout(WORK_COUNTERS))
 
         kernel = self.kernel(
-            tma_atom_a, tma_tensor_a, tma_atom_b, tma_tensor_b, epi_operands, params.alpha,
-            params.beta, self.tiled_mma, self.cta_layout_mnk, self.a_smem_layout_staged,
-            self.b_smem_layout_staged, self.epi_smem_layout_staged,
-            self.source_smem_layout_staged, num_tiles_m, num_tiles_n, m_partials, m_flags, halo,
-            self.a_tap_layout,
+            ab_operands, epi_operands, params.alpha, params.beta, self.tiled_mma,
+            self.cta_layout_mnk, self.a_smem_layout_staged, self.b_smem_layout_staged,
+            self.epi_smem_layout_staged, self.source_smem_layout_staged, num_tiles_m,
+            num_tiles_n, m_partials, m_flags, halo, self.a_tap_layout,
         )  # fmt: skip
         kernel.launch(
             grid=(cm, cn, num_clusters),
@@ -322,10 +345,7 @@ class Conv2dFpropSm90(
     @cute.kernel
     def kernel(
         self,
-        tma_atom_a: cute.CopyAtom,
-        mA_mk: cute.Tensor,
-        tma_atom_b: cute.CopyAtom,
-        mB_nk: cute.Tensor,
+        ab_operands: MainloopOperands,
         epi_operands: EpilogueOperands,
         alpha: cutlass.Float32,
         beta: cutlass.Float32,
@@ -342,6 +362,7 @@ class Conv2dFpropSm90(
         halo: Optional[HaloGeometry],
         a_tap_layout: cute.ComposedLayout,
     ):
+        tma_atom_a, mA_mk, tma_atom_b, mB_nk = ab_operands
         tma_atom_d, mD_mn, tma_atom_c, mC_mn, m_bias, m_scale = epi_operands
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == self.load_warp_id:
@@ -398,10 +419,15 @@ class Conv2dFpropSm90(
         if warp_idx >= 4:
             cute.arch.setmaxregister_increase(self.consumer_registers)
             self.mma_and_epilogue(
-                pipes, halo, a_tap_layout, k_shape, tiled_mma, tma_atom_d, sA, sB, sD, sC, gD,
-                m_bias, m_scale, alpha, beta, k_tile_cnt, scheduler, warp_idx, m_partials,
-                m_flags,
-            )  # fmt: skip
+                pipes,
+                Sm90SmemTiles(sA, sB, sD, sC),
+                ConsumerMainloop(tiled_mma, k_shape, k_tile_cnt, halo, a_tap_layout),
+                EpilogueArgs(tma_atom_d, gD, m_bias, m_scale, alpha, beta),
+                # With dynamic scheduling m_flags holds the work counters instead.
+                StreamKWorkspace(m_partials, m_flags if self.stream_k else None),
+                scheduler,
+                warp_idx,
+            )
 
     def _tile_views(
         self,
@@ -516,7 +542,8 @@ class Conv2dFpropSm90(
         scheduler: StaticTileScheduler,
     ):
         """Load warp: fills the A/B ring for every k-tile of every output tile of this CTA
-        (with halo tiles: the halo ring once per c-block, the ring with B per k-tile); with
+        (with halo tiles: the halo ring once per c-block, the ring with B per k-tile), through
+        an ``OperandLoader`` (``Im2colLoader`` or ``HaloLoader``); with
         ``dynamic_schedule`` it also takes the work items and hands them to the other roles
         through the work queue."""
         ab_pipeline, halo_pipeline, work_queue = pipes.ab, pipes.halo, pipes.work_queue
@@ -547,11 +574,22 @@ class Conv2dFpropSm90(
             cute.size(gB, mode=[3, 1]),
             cute.size(gB, mode=[3, 2]),
         )
-        producer_state = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Producer, self.ab_stages
-        )
-        halo_state = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Producer, max(self.halo_stages, 1)
+        tma_atoms = (tma_atom_a, tma_atom_b)
+        if cutlass.const_expr(self.tile_w):
+            halo_box = ((self.tile_w, self.halo_h, 1), self.tile_mnk[2])
+            loader = HaloLoader(
+                ab_pipeline, halo_pipeline, tma_atoms, gA, sA, tBgB, tBsB, b_mcast_mask, halo,
+                k_shape, halo_box, self.tile_h,
+            )  # fmt: skip
+        else:
+            loader = Im2colLoader(
+                ab_pipeline, tma_atoms, (tAgA, tBgB), (tAsA, tBsB),
+                (a_mcast_mask, b_mcast_mask), k_shape,
+            )  # fmt: skip
+        Producer = pipeline.PipelineUserType.Producer
+        ab_state = pipeline.make_pipeline_state(Producer, self.ab_stages)
+        states = ProducerStates(
+            ab_state, pipeline.make_pipeline_state(Producer, max(self.halo_stages, 1))
         )
         queue_state = None
         if cutlass.const_expr(self.dynamic_schedule):
@@ -567,29 +605,7 @@ class Conv2dFpropSm90(
                 # Ask for the next work item now: the atomic's round trip overlaps this
                 # tile's loads, its result is first needed after them.
                 ticket = self.request_work(work_queue)
-            m_tile, n_tile = scheduler.tile_coord(work)
-            mcast_masks = (a_mcast_mask, b_mcast_mask)
-            if cutlass.const_expr(not self.tile_w):
-                ab_gmem = (tAgA[(None, m_tile, None)], tBgB[(None, n_tile, None)])
-                ab_smem = (tAsA, tBsB)
-            # Walk the hierarchical k mode (c-block, s, r) by nested loops or carries: indexing
-            # it with a linear k-tile would cost runtime divisions by C/TK and S per load.
-            if cutlass.const_expr(self.tile_w):
-                producer_state, halo_state = self.load_halo_tile(
-                    ab_pipeline, halo_pipeline, producer_state, halo_state, tma_atom_a,
-                    tma_atom_b, gA, sA, tBgB[(None, n_tile, None)], tBsB, b_mcast_mask, halo,
-                    m_tile, k_shape,
-                )  # fmt: skip
-            elif cutlass.const_expr(self.stream_k):
-                producer_state = self.load_k_range(
-                    ab_pipeline, producer_state, (tma_atom_a, tma_atom_b), ab_gmem, ab_smem,
-                    mcast_masks, scheduler.k_tile_range(work), k_shape,
-                )  # fmt: skip
-            else:
-                producer_state = self.load_whole_tile(
-                    ab_pipeline, producer_state, (tma_atom_a, tma_atom_b), ab_gmem, ab_smem,
-                    mcast_masks, k_shape,
-                )  # fmt: skip
+            states = loader.load_tile(states, scheduler, work)
             if cutlass.const_expr(self.epilogue.has_residual):
                 # The first tile's A/B loads are out: let the source loads begin.
                 if work == scheduler.first_work():
@@ -601,9 +617,9 @@ class Conv2dFpropSm90(
         if cutlass.const_expr(self.dynamic_schedule):
             self.publish_work(work_queue, queue_state, work)  # past the end: the roles stop
             self.retire_from_work_queue(work_queue)
-        ab_pipeline.producer_tail(producer_state)
+        ab_pipeline.producer_tail(states.ab)
         if cutlass.const_expr(self.tile_w):
-            halo_pipeline.producer_tail(halo_state)
+            halo_pipeline.producer_tail(states.halo)
 
     def epilogue_load_barrier(self) -> pipeline.NamedBarrier:
         """Orders the source loads after the mainloop prologue (load + source-load warps)."""
@@ -675,30 +691,19 @@ class Conv2dFpropSm90(
     def mma_and_epilogue(
         self,
         pipes: Sm90Pipelines,
-        halo: Optional[HaloGeometry],
-        a_tap_layout: cute.ComposedLayout,
-        k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32],
-        tiled_mma: cute.TiledMma,
-        tma_atom_d: cute.CopyAtom,
-        sA: cute.Tensor,
-        sB: cute.Tensor,
-        sD: cute.Tensor,
-        sC: Optional[cute.Tensor],
-        gD: cute.Tensor,
-        m_bias: Optional[cute.Tensor],
-        m_scale: Optional[cute.Tensor],
-        alpha: cutlass.Float32,
-        beta: cutlass.Float32,
-        k_tile_cnt: cutlass.Int32,
+        smem_tiles: Sm90SmemTiles,
+        mma: ConsumerMainloop,
+        epi_args: EpilogueArgs,
+        stream_k: StreamKWorkspace,
         scheduler: StaticTileScheduler,
         warp_idx: cutlass.Int32,
-        m_partials: Optional[cute.Tensor],
-        m_flags: Optional[cute.Tensor],
     ):
         """Consumer warpgroups: WGMMA over the ring, then the epilogue of each output tile
         (ping-pong: of every other tile, each warpgroup in its turn)."""
         ab_pipeline, halo_pipeline, source_pipeline = pipes.ab, pipes.halo, pipes.source
         work_queue, turns = pipes.work_queue, pipes.turns
+        sA, sB, sD, sC = smem_tiles
+        tiled_mma, k_shape, k_tile_cnt = mma.tiled_mma, mma.k_shape, mma.k_tile_cnt
         consumer_tidx, warpgroup_idx, tile_tidx, thr_mma = self._consumer_thread(tiled_mma)
         tCrA = None  # with halo tiles, A fragments are made per tap (mainloop_over_halos)
         if cutlass.const_expr(not self.tile_w):
@@ -707,29 +712,20 @@ class Conv2dFpropSm90(
         acc_shape = thr_mma.partition_shape_C(cute.select(self.tile_mnk, mode=[0, 1]))
         accumulators = cute.make_rmem_tensor(acc_shape, self.acc_dtype)
         epilogue = self.make_epilogue_context(
-            tiled_mma, tile_tidx, warpgroup_idx, sD, sC, accumulators, tma_atom_d,
-            source_pipeline, m_bias, m_scale,
+            tiled_mma, tile_tidx, warpgroup_idx, sD, sC, accumulators, epi_args.tma_atom_d,
+            source_pipeline, epi_args.bias, epi_args.scale,
         )  # fmt: skip
         tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
 
-        read_state = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Consumer, self.ab_stages
-        )
-        release_state = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Consumer, self.ab_stages
-        )
-        source_state = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Consumer, max(self.source_stages, 1)
-        )
-        halo_state = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Consumer, max(self.halo_stages, 1)
+        states = ConsumerStates.start(
+            self.ab_stages, max(self.source_stages, 1), max(self.halo_stages, 1)
         )
         num_epi_tiles_done = cutlass.Int32(0)
         # Stream-K: what this thread needs to write or add a partial tile.
         fixup = StreamKFixup(
             acc=self.accumulators_by_vector(accumulators),
-            partials=m_partials,
-            flags=m_flags,
+            partials=stream_k.partials,
+            flags=stream_k.flags,
             tidx=consumer_tidx,
             barrier=epilogue.out.barrier,
         )
@@ -745,24 +741,20 @@ class Conv2dFpropSm90(
             epilogue_turn = mainloop_turn.clone()
             # Consumer 1 takes the second tile, and each takes every other one after that.
             if warpgroup_idx == 1:
-                work, read_state, release_state, source_state, halo_state = self.skip_tile(
-                    scheduler, work, read_state, release_state, source_state, halo_state,
-                    k_tile_cnt, k_shape[0],
-                )  # fmt: skip
+                work, states = self.skip_tile(scheduler, work, states, k_tile_cnt, k_shape[0])
         while work < end_work:
             k_first, k_end = scheduler.k_tile_range(work)
             if cutlass.const_expr(self.pingpong):
                 turns.mainloop.wait(mainloop_turn)
             if cutlass.const_expr(self.tile_w):
-                read_state, release_state, halo_state = self.mainloop_over_halos(
+                states = self.mainloop_over_halos(
                     ab_pipeline, halo_pipeline, tiled_mma, thr_mma, accumulators, sA,
-                    a_tap_layout, tCrB, read_state, release_state, halo_state, halo, k_shape,
+                    mma.a_tap_layout, tCrB, states, mma.halo, k_shape,
                 )  # fmt: skip
             else:
-                read_state, release_state = self.mainloop(
-                    ab_pipeline, tiled_mma, accumulators, tCrA, tCrB,
-                    read_state, release_state, k_end - k_first,
-                )  # fmt: skip
+                states = self.mainloop(
+                    ab_pipeline, tiled_mma, accumulators, tCrA, tCrB, states, k_end - k_first
+                )
             if cutlass.const_expr(self.pingpong):
                 mainloop_turn = turns.mainloop.arrive(mainloop_turn)
             if cutlass.const_expr(self.stream_k):
@@ -773,16 +765,12 @@ class Conv2dFpropSm90(
             if k_first == 0:
                 if cutlass.const_expr(self.pingpong and self.epilogue.has_residual):
                     turns.epilogue.wait(epilogue_turn)
-                source_state, num_epi_tiles_done = self.epilogue_tile(
-                    epilogue, work, scheduler, source_state, num_epi_tiles_done, gD, alpha,
-                    beta, warp_idx,
-                )  # fmt: skip
+                states, num_epi_tiles_done = self.epilogue_tile(
+                    epilogue, work, scheduler, states, num_epi_tiles_done, epi_args, warp_idx
+                )
                 if cutlass.const_expr(self.pingpong and self.epilogue.has_residual):
                     epilogue_turn = turns.epilogue.arrive(epilogue_turn)
             work, queue_state = self.next_work_item(scheduler, work_queue, queue_state, work)
             if cutlass.const_expr(self.pingpong):
-                work, read_state, release_state, source_state, halo_state = self.skip_tile(
-                    scheduler, work, read_state, release_state, source_state, halo_state,
-                    k_tile_cnt, k_shape[0],
-                )  # fmt: skip
+                work, states = self.skip_tile(scheduler, work, states, k_tile_cnt, k_shape[0])
         epilogue.out.store_pipeline.producer_tail()

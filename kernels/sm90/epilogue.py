@@ -14,6 +14,18 @@ from cutlass.tensor_utils import LayoutEnum
 from ..common.barriers import NamedBarrierConv
 from ..common.epilogue_store import ChannelVectors, OutputSubtiles, SourceSubtiles, store_subtile
 from ..common.tile_scheduler import StaticTileScheduler
+from .mainloop import ConsumerStates
+
+
+class EpilogueArgs(NamedTuple):
+    """The epilogue's run-time operands as the consumers use them."""
+
+    tma_atom_d: cute.CopyAtom  # TMA store of the output
+    gD: cute.Tensor  # the output by tile: (tile_m, tile_n, m_tiles, n_tiles)
+    bias: Optional[cute.Tensor]
+    scale: Optional[cute.Tensor]
+    alpha: cutlass.Float32
+    beta: cutlass.Float32
 
 
 class Sm90Epilogue(NamedTuple):
@@ -134,16 +146,15 @@ class Sm90EpilogueMixin:
         parts: "Sm90Epilogue",
         work: cutlass.Int32,
         scheduler: StaticTileScheduler,
-        source_state: pipeline.PipelineState,
+        states: ConsumerStates,
         num_epi_tiles_done: cutlass.Int32,
-        gD: cute.Tensor,
-        alpha: cutlass.Float32,
-        beta: cutlass.Float32,
+        args: EpilogueArgs,
         warp_idx: cutlass.Int32,
-    ) -> Tuple[pipeline.PipelineState, cutlass.Int32]:
+    ) -> Tuple[ConsumerStates, cutlass.Int32]:
         """The epilogue of one output tile: subtiles of ``epi_tile`` through SMEM, stored by
-        TMA (``store_subtile``), the accumulator read from registers. Returns the advanced
-        source state and count of subtiles done."""
+        TMA (``store_subtile``), the accumulator read from registers. Returns ``states`` with
+        the source ring's position advanced, and the count of subtiles done."""
+        source_state, gD, alpha, beta = states.source, args.gD, args.alpha, args.beta
         tile_n = self.tile_mnk[1]
         m_tile, n_tile = scheduler.tile_coord(work)
         tRS_rAcc = parts.tRS_rAcc
@@ -174,7 +185,7 @@ class Sm90EpilogueMixin:
             )  # fmt: skip
             if cutlass.const_expr(self.epilogue.has_residual):
                 source_state.advance()
-        return source_state, num_epi_tiles_done + num_epi_tiles
+        return states._replace(source=source_state), num_epi_tiles_done + num_epi_tiles
 
     @staticmethod
     def epi_tile_layout(g_tile_divided: cute.Tensor) -> cute.Layout:

@@ -1,7 +1,8 @@
-"""The SM90 mainloop's operands: the load warp's TMA of one k-tile (im2col A per filter tap
-and the filter tile, or the filter alone beside a halo), the halo boxes of halo tiles, and the
-consumers' WGMMAs over the ring (im2col A from the ring; halo tiles: each tap's A is the halo
-shifted by ``r * dil_h * tile_w + s * dil_w`` rows).
+"""The SM90 mainloop's operands: the load warp's two ``OperandLoader``s (``Im2colLoader``:
+per k-tile, im2col A at its filter tap and the filter tile; ``HaloLoader``: per c-block, one
+halo box and the filter tile of every tap), and the consumers' WGMMAs over the ring (im2col A
+from the ring; halo tiles: each tap's A is the halo shifted by ``r * dil_h * tile_w + s *
+dil_w`` rows).
 
 Halo tiles (``tile_w``, stride-1 convs, single-CTA clusters): an output tile is tile_h whole
 output rows of tile_w >= Q columns. Per c-block the load warp brings the tile's input halo
@@ -15,7 +16,8 @@ read past their row (or into ``HALO_SLACK_ROWS`` of slack) and are clipped by th
 q, p, n) output boxes.
 """
 
-from typing import NamedTuple, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Optional, Protocol, Tuple
 
 import cutlass
 import cutlass.cute as cute
@@ -28,6 +30,7 @@ from ..common.im2col import (
     filter_gemm_view,
     fprop_im2col_params,
 )
+from ..common.tile_scheduler import StaticTileScheduler
 
 
 class HaloGeometry(NamedTuple):
@@ -38,6 +41,239 @@ class HaloGeometry(NamedTuple):
     pad_left: cutlass.Int32
     dil_h: cutlass.Int32
     dil_w: cutlass.Int32
+
+
+class ConsumerStates(NamedTuple):
+    """A consumer's positions in the rings it reads. Every ring carries every tile of the CTA
+    in order, so a ping-pong consumer passes over the other's tiles in all of them at once."""
+
+    read: pipeline.PipelineState  # the A/B stage it waits for next
+    release: pipeline.PipelineState  # the A/B stage it releases next
+    halo: pipeline.PipelineState  # halo tiles: the halo it reads next
+    source: pipeline.PipelineState  # residual: the C subtile it reads next
+
+    @staticmethod
+    def start(ab_stages: int, source_stages: int, halo_stages: int) -> "ConsumerStates":
+        """Positions at the start of every ring (a ring's stage count: at least 1)."""
+
+        def state(stages: int) -> pipeline.PipelineState:
+            return pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
+
+        read, release, source = state(ab_stages), state(ab_stages), state(source_stages)
+        return ConsumerStates(read, release, state(halo_stages), source)
+
+    def advance_past_tile(
+        self,
+        k_tiles: cutlass.Int32,
+        source_subtiles: Optional[int],
+        halos: Optional[cutlass.Int32],
+    ) -> None:
+        """Advance past one tile of ``k_tiles`` k-tiles, ``source_subtiles`` C subtiles and
+        ``halos`` halos (one per c-block); None where the kernel has no such ring."""
+        self.read.advance(k_tiles)
+        self.release.advance(k_tiles)
+        if source_subtiles is not None:
+            self.source.advance(source_subtiles)
+        if halos is not None:
+            self.halo.advance(halos)
+
+
+class ProducerStates(NamedTuple):
+    """The load warp's positions in the rings it fills."""
+
+    ab: pipeline.PipelineState  # the A/B ring (B alone with halo tiles)
+    halo: pipeline.PipelineState  # halo tiles: the halo ring
+
+
+class OperandLoader(Protocol):
+    """The load warp's operands of one output tile, loaded into the rings."""
+
+    def load_tile(
+        self, states: ProducerStates, scheduler: StaticTileScheduler, work: cutlass.Int32
+    ) -> ProducerStates:
+        """Load the k-tiles of work item ``work`` (its output tile's, stream-K: those of its
+        segment) into the rings; returns the advanced states."""
+
+
+@cute.jit
+def load_k_tile(
+    ab_pipeline: pipeline.PipelineTmaAsync,
+    producer_state: pipeline.PipelineState,
+    tma_atoms: Tuple[cute.CopyAtom, ...],
+    ab_gmem: Tuple[cute.Tensor, ...],
+    ab_smem: Tuple[cute.Tensor, ...],
+    mcast_masks: Tuple,
+    k_coord: Tuple,
+):
+    """TMA-load the tiles of k-tile ``k_coord`` (c-block, s, r) of each operand (A and B;
+    B alone with halo tiles) into the ring stage of ``producer_state``, once that stage is
+    free."""
+    ab_pipeline.producer_acquire(producer_state)
+    barrier = ab_pipeline.producer_get_barrier(producer_state)
+    for operand in cutlass.range_constexpr(len(tma_atoms)):
+        cute.copy(
+            tma_atoms[operand],
+            ab_gmem[operand][(None, k_coord)],
+            ab_smem[operand][(None, producer_state.index)],
+            tma_bar_ptr=barrier,
+            mcast_mask=mcast_masks[operand],
+        )
+    ab_pipeline.producer_commit(producer_state)
+
+
+# The loaders are frozen dataclasses: the DSL then reads one inside the persistent loop that
+# calls it instead of carrying it through the loop, which would turn its Python ints (shapes,
+# the halo box) into run-time values.
+@dataclass(frozen=True)
+class Im2colLoader:
+    """im2col operands: per k-tile, A by an im2col TMA box at its filter tap (multicast along
+    cluster N) and B by a tiled box (multicast along cluster M), together in one ring stage."""
+
+    ab_pipeline: pipeline.PipelineTmaAsync
+    tma_atoms: Tuple[cute.CopyAtom, cute.CopyAtom]  # (A, B)
+    gmem: Tuple[cute.Tensor, cute.Tensor]  # (tAgA, tBgB): (TMA, m or n tile, k-tile)
+    smem: Tuple[cute.Tensor, cute.Tensor]  # (tAsA, tBsB): (TMA, ring stage)
+    mcast_masks: Tuple  # (A, B); 0 where a tile is not multicast
+    k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32]  # (c-blocks, S, R)
+
+    @cute.jit
+    def load_tile(
+        self, states: ProducerStates, scheduler: StaticTileScheduler, work: cutlass.Int32
+    ) -> ProducerStates:
+        """See ``OperandLoader``. The hierarchical k mode (c-block, s, r) is walked by nested
+        loops or carries: indexing it with a linear k-tile would cost runtime divisions by
+        C/TK and S per load."""
+        m_tile, n_tile = scheduler.tile_coord(work)
+        ab_gmem = (self.gmem[0][(None, m_tile, None)], self.gmem[1][(None, n_tile, None)])
+        load_args = (self.ab_pipeline, states.ab, self.tma_atoms, ab_gmem, self.smem)
+        if cutlass.const_expr(scheduler.stream_k):
+            producer_state = self._load_k_range(*load_args, scheduler.k_tile_range(work))
+        else:
+            producer_state = self._load_whole_tile(*load_args)
+        return states._replace(ab=producer_state)
+
+    @cute.jit
+    def _load_whole_tile(
+        self,
+        ab_pipeline: pipeline.PipelineTmaAsync,
+        producer_state: pipeline.PipelineState,
+        tma_atoms: Tuple[cute.CopyAtom, ...],
+        ab_gmem: Tuple[cute.Tensor, ...],
+        ab_smem: Tuple[cute.Tensor, ...],
+    ) -> pipeline.PipelineState:
+        """Every k-tile of one output tile, one filter tap at a time (nested loops issue 1-4%
+        faster than the carries of ``_load_k_range``, H200)."""
+        c_blocks, taps_s, taps_r = self.k_shape
+        mcast_masks = self.mcast_masks
+        for r in range(taps_r):
+            for s in range(taps_s):
+                for c_block in range(c_blocks):
+                    load_k_tile(
+                        ab_pipeline, producer_state, tma_atoms, ab_gmem, ab_smem, mcast_masks,
+                        (c_block, s, r),
+                    )  # fmt: skip
+                    producer_state.advance()
+        return producer_state
+
+    @cute.jit
+    def _load_k_range(
+        self,
+        ab_pipeline: pipeline.PipelineTmaAsync,
+        producer_state: pipeline.PipelineState,
+        tma_atoms: Tuple[cute.CopyAtom, ...],
+        ab_gmem: Tuple[cute.Tensor, ...],
+        ab_smem: Tuple[cute.Tensor, ...],
+        k_range: Tuple[cutlass.Int32, cutlass.Int32],
+    ) -> pipeline.PipelineState:
+        """Stream-K: the k-tiles ``[first, end)`` of one output tile, the (c-block, s, r)
+        coordinate carried from one to the next."""
+        c_blocks, taps_s, _ = self.k_shape
+        mcast_masks = self.mcast_masks
+        k_first, k_end = k_range
+        c_block = k_first % c_blocks
+        s = (k_first // c_blocks) % taps_s
+        r = k_first // (c_blocks * taps_s)
+        for _ in range(k_first, k_end):
+            load_k_tile(
+                ab_pipeline, producer_state, tma_atoms, ab_gmem, ab_smem, mcast_masks,
+                (c_block, s, r),
+            )  # fmt: skip
+            producer_state.advance()
+            c_block += 1
+            if c_block == c_blocks:
+                c_block = cutlass.Int32(0)
+                s += 1
+                if s == taps_s:
+                    s = cutlass.Int32(0)
+                    r += 1
+        return producer_state
+
+
+@dataclass(frozen=True)
+class HaloLoader:
+    """Halo tiles: per c-block, the tile's halo by one tiled TMA box into the halo ring, then
+    the filter tile of every tap into the ring (which carries B alone)."""
+
+    ab_pipeline: pipeline.PipelineTmaAsync
+    halo_pipeline: pipeline.PipelineTmaAsync
+    tma_atoms: Tuple[cute.CopyAtom, cute.CopyAtom]  # (A: a halo box, B)
+    gA: cute.Tensor  # the activation's ((w, h, n), c) coordinates
+    sA: cute.Tensor  # the halo ring
+    tBgB: cute.Tensor  # (TMA, n tile, k-tile)
+    tBsB: cute.Tensor  # (TMA, ring stage)
+    b_mcast_mask: Any  # 0: single-CTA clusters
+    halo: HaloGeometry
+    k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32]  # (c-blocks, S, R)
+    box: Tuple  # a halo: ((tile_w, halo_h, 1), tile_k)
+    tile_h: int  # output rows of a tile
+
+    @cute.jit
+    def load_tile(
+        self, states: ProducerStates, scheduler: StaticTileScheduler, work: cutlass.Int32
+    ) -> ProducerStates:
+        """See ``OperandLoader`` (halo tiles have no stream-K: a work item is a whole tile)."""
+        m_tile, n_tile = scheduler.tile_coord(work)
+        tma_atom_a, tma_atom_b = self.tma_atoms
+        tBgB_tile = self.tBgB[(None, n_tile, None)]
+        producer_state, halo_state = states.ab, states.halo
+        c_blocks, taps_s, taps_r = self.k_shape
+        tHsA, tHgA = self._partition_halo(m_tile)
+        for c_block in range(c_blocks):
+            self.halo_pipeline.producer_acquire(halo_state)
+            cute.copy(
+                tma_atom_a,
+                tHgA[(None, c_block)],
+                tHsA[(None, halo_state.index)],
+                tma_bar_ptr=self.halo_pipeline.producer_get_barrier(halo_state),
+            )
+            self.halo_pipeline.producer_commit(halo_state)
+            halo_state.advance()
+            for r in range(taps_r):
+                for s in range(taps_s):
+                    load_k_tile(
+                        self.ab_pipeline, producer_state, (tma_atom_b,), (tBgB_tile,),
+                        (self.tBsB,), (self.b_mcast_mask,), (c_block, s, r),
+                    )  # fmt: skip
+                    producer_state.advance()
+        return ProducerStates(producer_state, halo_state)
+
+    @cute.jit
+    def _partition_halo(self, m_tile: cutlass.Int32) -> Tuple[cute.Tensor, cute.Tensor]:
+        """The TMA views of output tile ``m_tile``'s halo boxes, ``(TMA, halo stage)`` in SMEM
+        and ``(TMA, c-block)`` in the activation: input rows from ``p0 - pad_top``, columns
+        from ``-pad_left`` (TMA zero-fills what lies outside)."""
+        halo = self.halo
+        image = m_tile // halo.tiles_h
+        p0 = (m_tile - image * halo.tiles_h) * self.tile_h
+        origin = ((-halo.pad_left, p0 - halo.pad_top, image), 0)
+        gA_halo = cute.local_tile(cute.domain_offset(origin, self.gA), self.box, (0, None))
+        return cpasync.tma_partition(
+            self.tma_atoms[0],
+            0,
+            cute.make_layout(1),
+            cute.group_modes(self.sA, 0, 2),
+            cute.group_modes(gA_halo, 0, 2),
+        )
 
 
 class MainloopMixin:
@@ -89,156 +325,6 @@ class MainloopMixin:
         return tma_atom_a, tma_tensor_a, tma_atom_b, tma_tensor_b
 
     @cute.jit
-    def load_k_tile(
-        self,
-        ab_pipeline: pipeline.PipelineTmaAsync,
-        producer_state: pipeline.PipelineState,
-        tma_atoms: Tuple[cute.CopyAtom, ...],
-        ab_gmem: Tuple[cute.Tensor, ...],
-        ab_smem: Tuple[cute.Tensor, ...],
-        mcast_masks: Tuple,
-        k_coord: Tuple,
-    ):
-        """TMA-load the tiles of k-tile ``k_coord`` (c-block, s, r) of each operand (A and B;
-        B alone with halo tiles) into the ring stage of ``producer_state``, once that stage is
-        free."""
-        ab_pipeline.producer_acquire(producer_state)
-        barrier = ab_pipeline.producer_get_barrier(producer_state)
-        for operand in cutlass.range_constexpr(len(tma_atoms)):
-            cute.copy(
-                tma_atoms[operand],
-                ab_gmem[operand][(None, k_coord)],
-                ab_smem[operand][(None, producer_state.index)],
-                tma_bar_ptr=barrier,
-                mcast_mask=mcast_masks[operand],
-            )
-        ab_pipeline.producer_commit(producer_state)
-
-    @cute.jit
-    def load_whole_tile(
-        self,
-        ab_pipeline: pipeline.PipelineTmaAsync,
-        producer_state: pipeline.PipelineState,
-        tma_atoms: Tuple[cute.CopyAtom, ...],
-        ab_gmem: Tuple[cute.Tensor, ...],
-        ab_smem: Tuple[cute.Tensor, ...],
-        mcast_masks: Tuple,
-        k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32],
-    ) -> pipeline.PipelineState:
-        """Load warp, im2col: every k-tile of one output tile, one filter tap at a time
-        (nested loops issue 1-4% faster than the carries of ``load_k_range``, H200)."""
-        c_blocks, taps_s, taps_r = k_shape
-        for r in range(taps_r):
-            for s in range(taps_s):
-                for c_block in range(c_blocks):
-                    self.load_k_tile(
-                        ab_pipeline, producer_state, tma_atoms, ab_gmem, ab_smem, mcast_masks,
-                        (c_block, s, r),
-                    )  # fmt: skip
-                    producer_state.advance()
-        return producer_state
-
-    @cute.jit
-    def load_k_range(
-        self,
-        ab_pipeline: pipeline.PipelineTmaAsync,
-        producer_state: pipeline.PipelineState,
-        tma_atoms: Tuple[cute.CopyAtom, ...],
-        ab_gmem: Tuple[cute.Tensor, ...],
-        ab_smem: Tuple[cute.Tensor, ...],
-        mcast_masks: Tuple,
-        k_range: Tuple[cutlass.Int32, cutlass.Int32],
-        k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32],
-    ) -> pipeline.PipelineState:
-        """Load warp, stream-K: the k-tiles ``[first, end)`` of one output tile, the (c-block,
-        s, r) coordinate carried from one to the next."""
-        c_blocks, taps_s, _ = k_shape
-        k_first, k_end = k_range
-        c_block = k_first % c_blocks
-        s = (k_first // c_blocks) % taps_s
-        r = k_first // (c_blocks * taps_s)
-        for _ in range(k_first, k_end):
-            self.load_k_tile(
-                ab_pipeline, producer_state, tma_atoms, ab_gmem, ab_smem, mcast_masks,
-                (c_block, s, r),
-            )  # fmt: skip
-            producer_state.advance()
-            c_block += 1
-            if c_block == c_blocks:
-                c_block = cutlass.Int32(0)
-                s += 1
-                if s == taps_s:
-                    s = cutlass.Int32(0)
-                    r += 1
-        return producer_state
-
-    @cute.jit
-    def load_halo_tile(
-        self,
-        ab_pipeline: pipeline.PipelineTmaAsync,
-        halo_pipeline: pipeline.PipelineTmaAsync,
-        producer_state: pipeline.PipelineState,
-        halo_state: pipeline.PipelineState,
-        tma_atom_a: cute.CopyAtom,
-        tma_atom_b: cute.CopyAtom,
-        gA: cute.Tensor,
-        sA: cute.Tensor,
-        tBgB_tile: cute.Tensor,
-        tBsB: cute.Tensor,
-        b_mcast_mask,
-        halo: HaloGeometry,
-        m_tile: cutlass.Int32,
-        k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32],
-    ) -> Tuple[pipeline.PipelineState, pipeline.PipelineState]:
-        """Load warp, halo tiles: per c-block, the tile's halo into the halo ring, then the
-        filter tile of every tap into the ring (which carries B alone)."""
-        c_blocks, taps_s, taps_r = k_shape
-        tHsA, tHgA = self.partition_halo(tma_atom_a, gA, sA, halo, m_tile)
-        for c_block in range(c_blocks):
-            halo_pipeline.producer_acquire(halo_state)
-            cute.copy(
-                tma_atom_a,
-                tHgA[(None, c_block)],
-                tHsA[(None, halo_state.index)],
-                tma_bar_ptr=halo_pipeline.producer_get_barrier(halo_state),
-            )
-            halo_pipeline.producer_commit(halo_state)
-            halo_state.advance()
-            for r in range(taps_r):
-                for s in range(taps_s):
-                    self.load_k_tile(
-                        ab_pipeline, producer_state, (tma_atom_b,), (tBgB_tile,), (tBsB,),
-                        (b_mcast_mask,), (c_block, s, r),
-                    )  # fmt: skip
-                    producer_state.advance()
-        return producer_state, halo_state
-
-    @cute.jit
-    def partition_halo(
-        self,
-        tma_atom_a: cute.CopyAtom,
-        mA: cute.Tensor,
-        sA: cute.Tensor,
-        halo: HaloGeometry,
-        m_tile: cutlass.Int32,
-    ) -> Tuple[cute.Tensor, cute.Tensor]:
-        """Halo tiles (load warp): the TMA views of output tile ``m_tile``'s halo boxes,
-        ``(TMA, halo stage)`` in SMEM and ``(TMA, c-block)`` in the activation: input rows
-        from ``p0 - pad_top``, columns from ``-pad_left`` (TMA zero-fills what lies outside)."""
-        image = m_tile // halo.tiles_h
-        p0 = (m_tile - image * halo.tiles_h) * self.tile_h
-        origin = ((-halo.pad_left, p0 - halo.pad_top, image), 0)
-        box = ((self.tile_w, self.halo_h, 1), self.tile_mnk[2])
-        gA_halo = cute.local_tile(cute.domain_offset(origin, mA), box, (0, None))
-        return cpasync.tma_partition(
-            tma_atom_a,
-            0,
-            cute.make_layout(1),
-            cute.group_modes(sA, 0, 2),
-            cute.group_modes(gA_halo, 0, 2),
-        )
-
-    @cute.jit
     def mainloop(
         self,
         ab_pipeline: pipeline.PipelineTmaAsync,
@@ -246,12 +332,12 @@ class MainloopMixin:
         accumulators: cute.Tensor,
         tCrA: cute.Tensor,
         tCrB: cute.Tensor,
-        read_state: pipeline.PipelineState,
-        release_state: pipeline.PipelineState,
+        states: ConsumerStates,
         k_tile_cnt: cutlass.Int32,
-    ) -> Tuple[pipeline.PipelineState, pipeline.PipelineState]:
+    ) -> ConsumerStates:
         """One tile's WGMMAs over the ring: one k-tile batch in flight, each ring stage
         released once the batch that read it is done. Returns the advanced states."""
+        read_state, release_state = states.read, states.release
         accumulators.fill(0.0)
         warpgroup.fence()
         ab_pipeline.consumer_wait(read_state)
@@ -267,7 +353,7 @@ class MainloopMixin:
         warpgroup.wait_group(0)
         ab_pipeline.consumer_release(release_state)
         release_state.advance()
-        return read_state, release_state
+        return states._replace(read=read_state, release=release_state)
 
     @cute.jit
     def mainloop_over_halos(
@@ -280,16 +366,15 @@ class MainloopMixin:
         sA: cute.Tensor,
         a_tap_layout: cute.ComposedLayout,
         tCrB: cute.Tensor,
-        read_state: pipeline.PipelineState,
-        release_state: pipeline.PipelineState,
-        halo_state: pipeline.PipelineState,
+        states: ConsumerStates,
         halo: HaloGeometry,
         k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32],
-    ) -> Tuple[pipeline.PipelineState, pipeline.PipelineState, pipeline.PipelineState]:
+    ) -> ConsumerStates:
         """One tile's WGMMAs with halo tiles: per c-block, one halo from the halo ring and
         a filter tile per tap from the ring; tap (r, s) reads the halo from row
         ``r * dil_h * tile_w + s * dil_w`` on. One k-tile batch in flight, as in ``mainloop``;
         a halo is released once the last batch that read it is done."""
+        read_state, release_state, halo_state = states.read, states.release, states.halo
         c_blocks, taps_s, taps_r = k_shape
         tap_layout = a_tap_layout.outer
         accumulators.fill(0.0)
@@ -316,7 +401,7 @@ class MainloopMixin:
             release_state.advance()
             halo_pipeline.consumer_release(halo_state)
             halo_state.advance()
-        return read_state, release_state, halo_state
+        return states._replace(read=read_state, release=release_state, halo=halo_state)
 
     @cute.jit
     def mma_k_tile(

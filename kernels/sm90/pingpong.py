@@ -9,6 +9,7 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 
 from ..common.tile_scheduler import StaticTileScheduler
+from .mainloop import ConsumerStates
 
 
 class PingPongTurns(NamedTuple):
@@ -45,25 +46,20 @@ class PingPongMixin:
         epilogue = turn(barriers + 2) if self.epilogue.has_residual else None
         return PingPongTurns(mainloop, epilogue)
 
-    @cute.jit
     def skip_tile(
         self,
         scheduler: StaticTileScheduler,
         work: cutlass.Int32,
-        read_state: pipeline.PipelineState,
-        release_state: pipeline.PipelineState,
-        source_state: pipeline.PipelineState,
-        halo_state: pipeline.PipelineState,
+        states: ConsumerStates,
         k_tile_cnt: cutlass.Int32,
         c_blocks: cutlass.Int32,
     ):
         """Ping-pong: pass over the other consumer's tile ``work``: the work item after it,
-        and the ring positions of its k-tiles, of its C subtiles and of its halos (one per
-        c-block; the rings carry every tile of the CTA in order)."""
-        read_state.advance(k_tile_cnt)
-        release_state.advance(k_tile_cnt)
-        if cutlass.const_expr(self.epilogue.has_residual):
-            source_state.advance(self.tile_mnk[1] // self.epi_tile[1])
-        if cutlass.const_expr(self.tile_w):
-            halo_state.advance(c_blocks)
-        return scheduler.next_work(work), read_state, release_state, source_state, halo_state
+        and ``states`` advanced past its k-tiles, C subtiles and halos."""
+        source_subtiles = self.tile_mnk[1] // self.epi_tile[1]
+        states.advance_past_tile(
+            k_tile_cnt,
+            source_subtiles if self.epilogue.has_residual else None,
+            c_blocks if self.tile_w else None,
+        )
+        return scheduler.next_work(work), states

@@ -11,7 +11,7 @@ loads until every later contributor has published, adds their slots in cluster o
 the flag to zero and runs the normal epilogue; the source-load warp loads C only for owners.
 """
 
-from typing import NamedTuple, Tuple
+from typing import NamedTuple, Optional
 
 import cutlass
 import cutlass.cute as cute
@@ -19,6 +19,13 @@ import cutlass.pipeline as pipeline
 
 from ..common.entry import ConvPointers
 from ..common.tile_scheduler import StaticTileScheduler
+
+
+class StreamKWorkspace(NamedTuple):
+    """Stream-K's global scratch (None without stream-K)."""
+
+    partials: Optional[cute.Tensor]  # (4, values / 4, consumer thread, slot) fp32 partials
+    flags: Optional[cute.Tensor]  # one int32 counter per output tile
 
 
 class StreamKFixup(NamedTuple):
@@ -39,7 +46,7 @@ class StreamKFixupMixin:
         ptrs: ConvPointers,
         max_clusters: cutlass.Int32,
         num_work: cutlass.Int32,
-    ) -> Tuple[cute.Tensor, cute.Tensor]:
+    ) -> StreamKWorkspace:
         """Stream-K views: partials ``(4, values / 4, consumer thread, slot)``, a thread's
         values 4 at a time so that a warp's 16-byte accesses are contiguous, a slot per CTA;
         flags, one per output tile."""
@@ -54,7 +61,7 @@ class StreamKFixupMixin:
             ),
         )
         m_flags = cute.make_tensor(ptrs.flags, cute.make_layout(num_work * self.cluster_size))
-        return m_partials, m_flags
+        return StreamKWorkspace(m_partials, m_flags)
 
     def partial_slot(self, cluster: cutlass.Int32):
         """Stream-K: the workspace slot of this CTA's partial when ``cluster`` computes it."""
