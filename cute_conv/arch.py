@@ -19,7 +19,7 @@ from .kernels.sm100.conv2d_fprop import Conv2dFpropKernel
 from .problem import Conv2dProblemShape
 from .workspace import workspace_size_sm90
 
-__all__ = ["ARCHS", "ArchKernels", "config_types"]
+__all__ = ["ARCHS", "ArchKernels", "check_config_type", "config_types"]
 
 
 @dataclass(frozen=True)
@@ -79,3 +79,10 @@ ARCHS: dict[str, ArchKernels] = {
 def config_types() -> tuple[type, ...]:
     """The config classes of every registered arch."""
     return tuple(arch.config_class for arch in ARCHS.values())
+
+
+def check_config_type(config: Any) -> None:
+    """Raise ``TypeError`` unless ``config`` is None or a registered arch's config."""
+    if config is not None and not isinstance(config, config_types()):
+        accepted = ", ".join(f"a {a.config_class.__name__} ({name})" for name, a in ARCHS.items())
+        raise TypeError(f"config must be {accepted} or None, got {type(config).__name__}")

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from .arch import ARCHS, config_types
+from .arch import ARCHS, check_config_type
 from .compile import CompiledConv2d, compile_kernel, kernel_scalars
 from .epilogue import EpilogueSpec, kernel_vector_dtype, validate_epilogue_args
 from .problem import Conv2dProblemShape
@@ -144,9 +144,7 @@ def _plan(x, filter, source, out, bias, scale, args: tuple) -> _LaunchPlan:  # n
     except the data pointers (their alignment is checked on every call), so a cached plan is
     exactly what a fresh validation would produce.
     """
-    stride, padding, dilation, alpha, beta, order, activation, epilogue_fn, out_dtype, config = (
-        args
-    )
+    stride, padding, dilation, alpha, beta, order, activation, epilogue_fn, out_dtype, config = args
     try:
         key = (
             _tensor_key(x),
@@ -184,9 +182,7 @@ _MAX_PLANS = 4096
 
 
 def _make_plan(x, filter, source, out, bias, scale, args: tuple) -> _LaunchPlan:  # noqa: A002
-    stride, padding, dilation, alpha, beta, order, activation, epilogue_fn, out_dtype, config = (
-        args
-    )
+    stride, padding, dilation, alpha, beta, order, activation, epilogue_fn, out_dtype, config = args
     problem, out_dtype = validate_conv_inputs(
         x, filter, stride=stride, padding=padding, dilation=dilation, out=out, out_dtype=out_dtype
     )
@@ -203,9 +199,7 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple) -> _LaunchPlan:
         beta=beta,
         residual_order=order,
     )
-    if config is not None and not isinstance(config, config_types()):
-        accepted = ", ".join(f"a {a.config_class.__name__} ({name})" for name, a in ARCHS.items())
-        raise TypeError(f"config must be {accepted} or None, got {type(config).__name__}")
+    check_config_type(config)
     arch = validate_device(x, filter, out, source=source, bias=bias, scale=scale)
     kernel_problem = kernel_problem_for(problem)
     num_sms = sm_count(x.device.index)

@@ -26,11 +26,11 @@ import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from . import dispatch
+from .arch import check_config_type, config_types
 from .autograd import EpilogueArgs
 from .autograd import backward as _backward
 from .autograd import setup_context as _setup_context
 from .config import Conv2dConfig
-from .config_sm100 import Conv2dConfigSm100
 from .epilogue import validate_epilogue_args
 from .problem import normalize_padding, normalize_pair
 from .validation import validate_conv_inputs
@@ -38,8 +38,7 @@ from .validation import validate_conv_inputs
 __all__ = ["call_op", "config_from_str", "config_to_str", "takes_torch_path"]
 
 _AFTER = "after_activation"
-_CONFIG_TYPES = (Conv2dConfig, Conv2dConfigSm100)
-_CONFIG_CLASSES = {cls.__name__: cls for cls in _CONFIG_TYPES}
+_CONFIG_CLASSES = {cls.__name__: cls for cls in config_types()}
 Tensor = torch.Tensor
 
 
@@ -149,11 +148,7 @@ def call_op(
 def config_to_str(config: Any) -> str:
     """A ``Conv2dConfig`` / ``Conv2dConfigSm100`` as its ``repr`` (built field by field, which
     torch.compile traces), for an op schema."""
-    if type(config) not in _CONFIG_TYPES:
-        raise TypeError(
-            "config must be a Conv2dConfig (sm_90a), a Conv2dConfigSm100 (sm_100a) or None, "
-            f"got {type(config).__name__}"
-        )
+    check_config_type(config)
     fields = ", ".join(f"{f.name}={getattr(config, f.name)!r}" for f in dataclasses.fields(config))
     return f"{type(config).__name__}({fields})"
 
