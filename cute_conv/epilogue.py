@@ -43,14 +43,9 @@ def validate_epilogue_args(
 
     ``source`` is the residual ``[N, P, Q, K]`` tensor (same dtype as the output). With
     ``beta == 0`` it is still checked, but the kernel does not read it. ``residual_order``:
-    one of ``RESIDUAL_ORDERS``.
+    one of ``RESIDUAL_ORDERS`` (checked by ``EpilogueSpec``).
     """
     _check_scalar("alpha", alpha)
-    if not isinstance(residual_order, str) or residual_order not in RESIDUAL_ORDERS:
-        raise ValueError(
-            f"residual_order={residual_order!r} is not supported; use one of "
-            f"{', '.join(map(repr, RESIDUAL_ORDERS))}"
-        )
     _check_scalar("beta", beta)
     for name, vector in (("bias", bias), ("scale", scale)):
         if vector is not None:

@@ -23,9 +23,9 @@ import torch
 from torch import nn
 
 from . import api
-from .epilogue import ACTIVATIONS, RESIDUAL_ORDERS
+from .epilogue import ACTIVATIONS, EpilogueSpec
 from .fold import activation_name, fold_batch_norm
-from .problem import Padding, Pair, normalize_padding, normalize_pair
+from .problem import Padding, Pair, normalize_padding, normalize_pair, output_size
 from .validation import INPUT_DTYPES, validate_conv_inputs
 
 __all__ = ["Conv2d", "conv_limits"]
@@ -83,16 +83,8 @@ class Conv2d(nn.Module):
         self._padding: Padding = _kernel_padding(
             padding, self.kernel_size, self.stride, self.dilation
         )
-        if activation is not None and activation not in ACTIVATIONS:
-            raise ValueError(
-                f"activation={activation!r} is not supported; use None or one of "
-                f"{', '.join(ACTIVATIONS)}"
-            )
-        if residual_order not in RESIDUAL_ORDERS:
-            raise ValueError(
-                f"residual_order={residual_order!r} is not supported; use one of "
-                f"{', '.join(RESIDUAL_ORDERS)}"
-            )
+        # The kernel's own checks of both names (each error names the value and the choices).
+        EpilogueSpec(activation=activation, has_residual=True, residual_order=residual_order)
         self.activation = activation
         self.residual_order = residual_order
         r, s = self.kernel_size
@@ -201,11 +193,10 @@ class Conv2d(nn.Module):
 
     def _check_identity(self, x: torch.Tensor, identity: Any) -> None:
         _check_nchw("identity", identity, self.out_channels)
-        (top, bottom), (left, right) = self._padding
-        (r, s), (stride_h, stride_w), (dil_h, dil_w) = self.kernel_size, self.stride, self.dilation
         n, _, h, w = x.shape
-        p = (h + top + bottom - (r - 1) * dil_h - 1) // stride_h + 1
-        q = (w + left + right - (s - 1) * dil_w - 1) // stride_w + 1
+        (r, s), (pad_h, pad_w) = self.kernel_size, self._padding
+        p = output_size(h, r, pad_h, self.stride[0], self.dilation[0])
+        q = output_size(w, s, pad_w, self.stride[1], self.dilation[1])
         if identity.shape != (n, self.out_channels, p, q):
             raise ValueError(
                 f"identity has shape {tuple(identity.shape)}; the residual must have the "

@@ -15,13 +15,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Conv2dProblemShape", "Padding", "Pair", "normalize_padding", "normalize_pair"]
+__all__ = [
+    "Conv2dProblemShape",
+    "Padding",
+    "Pair",
+    "normalize_padding",
+    "normalize_pair",
+    "output_size",
+]
 
 Pair = tuple[int, int]
 """``(h, w)``: one value per spatial dimension."""
 
 Padding = tuple[tuple[int, int], tuple[int, int]]
 """``((top, bottom), (left, right))``: zero padding before and after each spatial dimension."""
+
+
+def output_size(size: int, taps: int, pad: tuple[int, int], stride: int, dilation: int) -> int:
+    """Output pixels along one dimension. Not positive when the filter does not fit the padded
+    input."""
+    return (size + pad[0] + pad[1] - (taps - 1) * dilation - 1) // stride + 1
 
 
 def _is_int(value: Any) -> bool:
@@ -168,16 +181,12 @@ class Conv2dProblemShape:
     @property
     def P(self) -> int:
         """Output height. Not positive when the filter does not fit the padded input."""
-        (top, bottom), _ = self.padding
-        span = (self.R - 1) * self.dilation[0]
-        return (self.H + top + bottom - span - 1) // self.stride[0] + 1
+        return output_size(self.H, self.R, self.padding[0], self.stride[0], self.dilation[0])
 
     @property
     def Q(self) -> int:
         """Output width. Not positive when the filter does not fit the padded input."""
-        _, (left, right) = self.padding
-        span = (self.S - 1) * self.dilation[1]
-        return (self.W + left + right - span - 1) // self.stride[1] + 1
+        return output_size(self.W, self.S, self.padding[1], self.stride[1], self.dilation[1])
 
     @property
     def gemm_m(self) -> int:
