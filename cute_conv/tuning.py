@@ -3,15 +3,14 @@
 Choices persist in ``$CUTE_CONV_CACHE_DIR/autotune.json`` (default ``~/.cache/cute_conv``),
 keyed by device name and the problem the kernel runs (after staging: N*P*Q, K, C, R, S, stride,
 dilation), dtypes, and whether the epilogue reads a residual (its C loads and SMEM change which
-tile wins). A call with
-``config=None`` uses a stored choice when there is one; with ``CUTE_CONV_AUTOTUNE=1`` it tunes
-a problem it has no choice for on first use. Otherwise the fast heuristic
-``default_config`` decides.
+tile wins). A call with ``config=None`` uses a stored choice when there is one; with
+``CUTE_CONV_AUTOTUNE=1`` it tunes a problem it has no choice for on first use. Otherwise the
+fast heuristic ``default_config`` decides.
 
 Tuning never touches the caller's tensors: it times each candidate on scratch tensors of the
 same shapes, through a ``RunnerFactory`` its caller passes in (``dispatch.config_runner``), so
-this module imports nothing above it. Tunings in one process take turns (they would time each other's kernels), and
-threads making the first call of one problem at once tune it once.
+this module imports nothing above it. Tunings in one process take turns (they would time each
+other's kernels), and threads making the first call of one problem at once tune it once.
 """
 
 from __future__ import annotations
