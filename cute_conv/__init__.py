@@ -9,6 +9,7 @@ from .compile import CompiledConv2d, compile_kernel
 from .config import Conv2dConfig, check_config_fits, default_config
 from .config_sm100 import Conv2dConfigSm100, can_implement_sm100, default_config_sm100
 from .epilogue import ACTIVATIONS, EpilogueSpec
+from .fp8 import quantize_fp8
 from .optimize import OptimizeReport, optimize
 from .problem import Conv2dProblemShape
 
@@ -30,5 +31,6 @@ __all__ = [
     "default_config_sm100",
     "nn",
     "optimize",
+    "quantize_fp8",
 ]
 __version__ = "0.1.0"

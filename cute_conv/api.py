@@ -37,14 +37,19 @@ def conv2d_fprop(
     out_dtype: torch.dtype | None = None,
     config: Conv2dConfig | None = None,
     stream: torch.cuda.Stream | None = None,
+    x_scale: torch.Tensor | None = None,
+    w_scale: torch.Tensor | None = None,
+    out_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Conv2D forward propagation with a fused epilogue, in one kernel:
 
         out = epilogue_fn(activation(alpha * conv2d(x, filter) * scale + bias))
 
     Args:
-        x: the activation, ``[N, H, W, C]`` contiguous (NHWC), bfloat16 or float16.
-        filter: ``[K, R, S, C]`` contiguous (KRSC), same dtype as ``x``.
+        x: the activation, ``[N, H, W, C]`` contiguous (NHWC), bfloat16 or float16, or fp8
+            (float8_e4m3fn or float8_e5m2, with ``x_scale`` and ``w_scale``).
+        filter: ``[K, R, S, C]`` contiguous (KRSC), same dtype as ``x`` (fp8: either fp8
+            dtype).
         stride, dilation: int or ``(h, w)``.
         padding: int, ``(h, w)`` or ``((top, bottom), (left, right))``.
         alpha: scales the accumulator.
@@ -58,30 +63,41 @@ def conv2d_fprop(
             Compiled once per function object.
         out: optional ``[N, P, Q, K]`` contiguous output to write. Any DLPack tensor is
             accepted for ``x``, ``filter`` and ``out`` when ``out`` is given.
-        out_dtype: bfloat16, float16 or float32; defaults to ``out.dtype`` or the input dtype.
+        out_dtype: bfloat16, float16 or float32, or float8_e4m3fn from fp8 inputs (with
+            ``out_scale``); defaults to ``out.dtype`` or the input dtype (bfloat16 for fp8
+            inputs).
         config: kernel configuration; defaults to ``default_config(problem)``.
         stream: CUDA stream to run on; defaults to the current torch stream of ``x``'s device.
+        x_scale, w_scale: fp8 inputs only, and then required: one-element float32 tensors on
+            ``x``'s device, the per-tensor scales of ``x`` and ``filter`` (a real value is the
+            fp8 value times its scale). The kernel reads them, so a CUDA graph replays with
+            whatever they hold. Per-output-channel filter scales go in ``scale``.
+        out_scale: float8_e4m3fn output only, and then required: a one-element float32
+            tensor; the kernel stores ``result / out_scale``, saturated to +-448.
 
     Returns:
-        ``out`` (or a new ``[N, P, Q, K]`` tensor). Accumulation is in float32.
+        ``out`` (or a new ``[N, P, Q, K]`` tensor). Accumulation is in float32; fp8 inputs
+        multiply the accumulator by ``alpha * x_scale * w_scale`` first.
 
     Raises:
         TypeError, ValueError: on bad input, before anything is launched or written.
 
-    C or K not a multiple of 8 are zero-padded on the device (an extra copy of ``x`` and/or
-    ``filter``, and for K a scratch output and a copy).
+    C or K not a multiple of 8 (fp8: 16) are zero-padded on the device (an extra copy of
+    ``x`` and/or ``filter``, and for K a scratch output and a copy).
 
     Under torch.compile / torch.export, or when an input requires grad, the call runs as the
     op ``torch.ops.cute_conv.conv2d_fprop`` (differentiable; see ``cute_conv.ops``).
     """
+    fp8_scales = None if x_scale is w_scale is out_scale is None else (x_scale, w_scale, out_scale)
     if _ops.takes_torch_path(x, filter, None, bias, scale, out):
         return _ops.call_op(
             x, filter, None, bias, scale, out, stream, stride, padding, dilation, alpha, 0.0,
-            _AFTER, activation, epilogue_fn, out_dtype, config,
+            _AFTER, activation, epilogue_fn, out_dtype, config, fp8_scales,
         )  # fmt: skip
     return dispatch.conv2d(
         x, filter, None, bias, scale, out, stream,
         (stride, padding, dilation, alpha, 0.0, _AFTER, activation, epilogue_fn, out_dtype, config),
+        fp8_scales,
     )  # fmt: skip
 
 
@@ -105,6 +121,9 @@ def conv2d_fprop_with_residual(
     out_dtype: torch.dtype | None = None,
     config: Conv2dConfig | None = None,
     stream: torch.cuda.Stream | None = None,
+    x_scale: torch.Tensor | None = None,
+    w_scale: torch.Tensor | None = None,
+    out_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Conv2D forward propagation with a fused epilogue and residual add, in one kernel:
 
@@ -118,17 +137,20 @@ def conv2d_fprop_with_residual(
     by TMA while the mainloop runs. ``out`` may be ``source`` itself (an in-place residual);
     when ``out`` overlaps ``x`` or ``filter`` (``x = x + conv(x)``) the result goes through a
     scratch tensor first. With ``beta == 0`` the source is not read and the result is
-    bit-identical to ``conv2d_fprop``. The other arguments are those of ``conv2d_fprop``.
+    bit-identical to ``conv2d_fprop``. With fp8 output the source is fp8 too, read as it
+    is (``beta`` carries its scale). The other arguments are those of ``conv2d_fprop``.
     """
+    fp8_scales = None if x_scale is w_scale is out_scale is None else (x_scale, w_scale, out_scale)
     if _ops.takes_torch_path(x, filter, source, bias, scale, out):
         return _ops.call_op(
             x, filter, source, bias, scale, out, stream, stride, padding, dilation, alpha, beta,
-            residual_order, activation, epilogue_fn, out_dtype, config,
+            residual_order, activation, epilogue_fn, out_dtype, config, fp8_scales,
         )  # fmt: skip
     return dispatch.conv2d(
         x, filter, source, bias, scale, out, stream,
         (stride, padding, dilation, alpha, beta, residual_order, activation, epilogue_fn,
          out_dtype, config),
+        fp8_scales,
     )  # fmt: skip
 
 

@@ -32,8 +32,9 @@ class ArchKernels:
     smem_capacity: int  # bytes of dynamic SMEM one CTA may use
     # The config of ``compile_kernel`` without one (no problem to fit it to).
     default_config: Callable[[], Any]
-    # The config of a call without one: ``(kernel problem, SM count, has_residual)``.
-    heuristic: Callable[[Conv2dProblemShape, int, bool], Any]
+    # The config of a call without one: ``(kernel problem, SM count, has_residual, bytes of
+    # an input element)``.
+    heuristic: Callable[[Conv2dProblemShape, int, bool, int], Any]
     # Raises ``ValueError`` where a config cannot run a kernel problem (None: any runs).
     check_fits: Optional[Callable[[Any, Conv2dProblemShape], None]]
     # Whether a call without a config may time candidates on the GPU (``tuning``).
@@ -43,13 +44,19 @@ class ArchKernels:
     workspace_size: Optional[Callable[[Conv2dProblemShape, Any, int], Optional[tuple]]]
 
 
-def _heuristic_sm100(problem: Conv2dProblemShape, num_sms: int, has_residual: bool):
+def _heuristic_sm100(
+    problem: Conv2dProblemShape, num_sms: int, has_residual: bool, element_bytes: int
+):
     """``default_config_sm100``: untuned, so a residual does not change its choice."""
-    return default_config_sm100(problem, num_sms)
+    return default_config_sm100(problem, num_sms, element_bytes=element_bytes)
 
 
-def _heuristic_sm90(problem: Conv2dProblemShape, num_sms: int, has_residual: bool):
-    return default_config(problem, num_sms, has_residual=has_residual)
+def _heuristic_sm90(
+    problem: Conv2dProblemShape, num_sms: int, has_residual: bool, element_bytes: int
+):
+    return default_config(
+        problem, num_sms, has_residual=has_residual, element_bytes=element_bytes
+    )
 
 
 ARCHS: dict[str, ArchKernels] = {

@@ -20,8 +20,8 @@ from cutlass.cute.runtime import make_fake_stream, make_ptr
 
 from . import disk_cache
 from .arch import ARCHS
-from .dtypes import CUTLASS_DTYPES, INPUT_DTYPES, dtype_name
-from .kernels.common.entry import ConvLaunchParams, ConvPointers
+from .dtypes import CUTLASS_DTYPES, FP8_INPUT_DTYPES, INPUT_DTYPES, dtype_name
+from .kernels.common.entry import ConvLaunchParams, ConvPointers, check_kernel_dtypes
 from .kernels.common.epilogue import EpilogueSpec
 from .kernels.common.im2col import ConvGeometry
 from .kernels.common.space_to_depth import SpaceToDepthFold
@@ -59,9 +59,10 @@ class CompiledConv2d:
         """Run the kernel: the hot path of every call.
 
         ``pointers``: device addresses in ``ConvPointers`` order (activation, filter, out,
-        source, bias, scale, stream-K partials, stream-K / dynamic-scheduling flags), 0 for
-        terms the epilogue leaves out and for a workspace the kernel does not use;
-        ``scalars``: ``kernel_scalars(...)``, the rest of ``ConvLaunchParams``; ``stream``: a raw ``cudaStream_t`` handle. The problem must
+        source, bias, scale, the fp8 scales of activation, filter and output, stream-K
+        partials, stream-K / dynamic-scheduling flags), 0 for terms the kernel leaves out
+        and for a workspace it does not use; ``scalars``: ``kernel_scalars(...)``, the rest
+        of ``ConvLaunchParams``; ``stream``: a raw ``cudaStream_t`` handle. The problem must
         be validated and channel-aligned.
         """
         self._fn(*pointers, *scalars, stream)
@@ -98,7 +99,8 @@ def _fake_launch_args(key: KernelKey) -> list:
     vector = key.epilogue.vector_dtype
     pointers = ConvPointers(
         act=key.act_dtype, filter=key.filter_dtype, out=key.out_dtype, source=key.out_dtype,
-        bias=vector, scale=vector, partials=cutlass.Float32, flags=cutlass.Int32,
+        bias=vector, scale=vector, act_scale=cutlass.Float32, filter_scale=cutlass.Float32,
+        out_scale=cutlass.Float32, partials=cutlass.Float32, flags=cutlass.Int32,
     )  # fmt: skip
     params = ConvLaunchParams(
         pointers=[_null_pointer(dtype) for dtype in pointers],
@@ -218,9 +220,10 @@ def compile_kernel(
     _check_arch(arch)
     act = dtype_name(act_dtype, "act_dtype", INPUT_DTYPES)
     flt = dtype_name(act if filter_dtype is None else filter_dtype, "filter_dtype", INPUT_DTYPES)
-    out = dtype_name(out_dtype if out_dtype is not None else act, "out_dtype")
-    if flt != act:
-        raise TypeError(f"act_dtype={act} and filter_dtype={flt}: they must be equal")
+    if out_dtype is None:
+        out_dtype = "bfloat16" if act in FP8_INPUT_DTYPES else act
+    out = dtype_name(out_dtype, "out_dtype")
+    check_kernel_dtypes(CUTLASS_DTYPES[act], CUTLASS_DTYPES[flt], CUTLASS_DTYPES[out])
     if config is None:
         config = ARCHS[arch].default_config()
     config_type = ARCHS[arch].config_class

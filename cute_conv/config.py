@@ -10,16 +10,20 @@ compiled kernel; geometry (``Conv2dProblemShape``) never does.
 from __future__ import annotations
 
 from .kernels.sm90.config import HALO_SLACK_ROWS, TILE_K_CHOICES, TILE_N_CHOICES, Conv2dConfig
+from .kernels.sm90.schedule_checks import MAX_K_TILE_BYTES, MIN_K_TILE_BYTES
 from .kernels.sm100.config import Conv2dConfigSm100
 from .problem import Conv2dProblemShape
 
-__all__ = ["Conv2dConfig", "check_config_fits", "default_config"]
+__all__ = ["Conv2dConfig", "check_config_fits", "check_element_bytes", "default_config"]
 
 # GEMM K up to which a residual kernel's mainloop is too short to hide a tile of C loads
 # behind (measured on an H200: K=64 and 256 1x1 convs 1.2x faster at tile_n=128 than 256,
 # K=2304 and 4608 3x3 convs 3-5% slower).
 _SHORT_MAINLOOP_K = 512
-_K_TILE_COST = 16  # the fixed cost of a k-tile (barriers, issue), in channels of MMA work
+# The fixed cost of a k-tile (barriers, issue), in bytes of channels of MMA work (16
+# 16-bit channels): fp8 channels cost half as much MMA time as 16-bit ones.
+_K_TILE_COST_BYTES = 32
+ELEMENT_BYTES = (1, 2)  # fp8, 16-bit inputs
 # 256-row tiles for 64-wide ones, given at least this many waves of them (see default_config).
 _MIN_WAVES_TALL = 4
 # Three warpgroups of 64 rows (see default_config): the one tile of them measured faster, where
@@ -63,6 +67,15 @@ def check_heuristic_args(problem: object, num_sms: object, has_residual: object 
     if not isinstance(has_residual, bool):
         raise TypeError(
             f"has_residual must be a bool, got {has_residual!r} ({type(has_residual).__name__})"
+        )
+
+
+def check_element_bytes(element_bytes: object) -> None:
+    """``ValueError`` unless ``element_bytes`` is an input width the kernels take (2: 16-bit,
+    1: fp8)."""
+    if isinstance(element_bytes, bool) or element_bytes not in ELEMENT_BYTES:
+        raise ValueError(
+            f"element_bytes must be 2 (bfloat16/float16 inputs) or 1 (fp8), got {element_bytes!r}"
         )
 
 
@@ -110,7 +123,11 @@ def _halo_misfit(problem: Conv2dProblemShape, tile_m: int, tile_w: int, halo_h: 
 
 
 def default_config(
-    problem: Conv2dProblemShape, num_sms: int = 132, *, has_residual: bool = False
+    problem: Conv2dProblemShape,
+    num_sms: int = 132,
+    *,
+    has_residual: bool = False,
+    element_bytes: int = 2,
 ) -> Conv2dConfig:
     """A fast heuristic for an H100/H200, fitted to measurements of the benchmark suite.
 
@@ -156,7 +173,10 @@ def default_config(
 
     tile_k: a k-tile never spans two filter taps, so each tap's C channels are padded up to a
     multiple of tile_k; the choice trades that padding (C=96: 128 with 64, none with 32)
-    against the fixed cost of each k-tile.
+    against the fixed cost of each k-tile. fp8 inputs (``element_bytes=1``) choose among
+    k-tiles of the same bytes (32 to 128 channels), so that a stage holds the same bytes and
+    MMA time as a 16-bit one; the rest of the heuristic is then unchanged (not yet fitted
+    to fp8 measurements).
 
     stream_k: when the tiles fill at most ``_MAX_WAVE_STREAM_K`` of the SMs and the mainloop
     has at least ``_MIN_K_TILES_STREAM_K`` k-tiles, the k-tiles are split evenly over all SMs.
@@ -191,6 +211,7 @@ def default_config(
     only, see ``pingpong_halo_tile``).
     """
     check_heuristic_args(problem, num_sms, has_residual)
+    check_element_bytes(element_bytes)
     # min() keeps the first of equal costs: ties go to the wider tile.
     widest_first = sorted(TILE_N_CHOICES, reverse=True)
     tile_n = min(widest_first, key=lambda n: _wave_cost(problem, 128, n, num_sms))
@@ -199,12 +220,15 @@ def default_config(
         tile_n = 128
     # A k-tile holds channels of one filter tap, so C is padded up to a multiple of tile_k.
     # Weigh that padding against a per-k-tile cost worth 16 channels; ties go to the wider.
-    tile_k = min(
-        sorted(TILE_K_CHOICES, reverse=True),
-        key=lambda k: -(-problem.C // k) * (k + _K_TILE_COST),
+    k_choices = sorted(
+        (k for k in TILE_K_CHOICES if MIN_K_TILE_BYTES <= k * element_bytes <= MAX_K_TILE_BYTES),
+        reverse=True,
     )
+    k_tile_cost = _K_TILE_COST_BYTES // element_bytes
+    tile_k = min(k_choices, key=lambda k: -(-problem.C // k) * (k + k_tile_cost))
+    full_k_tile = tile_k == k_choices[0]  # one 128-byte row
     many_tall_tiles = -(-problem.gemm_m // 256) >= _MIN_WAVES_TALL * num_sms
-    short_k_tiles = tile_k < max(TILE_K_CHOICES) and tile_n <= 128
+    short_k_tiles = not full_k_tile and tile_n <= 128
     tile_m = 256 if (tile_n == 64 or short_k_tiles) and many_tall_tiles else 128
     if tile_m == 128 and _fills_waves_better_at_192(problem, tile_n, num_sms):
         tile_m, tile_n = _THREE_WARPGROUP_TILE
@@ -225,7 +249,7 @@ def default_config(
     pingpong = pingpong and _pingpong_pays(problem, k_tiles, num_sms)
     if pingpong:
         tile_n, cluster_m, cluster_n, dynamic_schedule = _PINGPONG_TILE_N, 1, 1, False
-    halo = tile_m == 256 and tile_n == 64 and tile_k == 64 and not stream_k
+    halo = tile_m == 256 and tile_n == 64 and full_k_tile and not stream_k
     tile_w, halo_h = _halo_tile(problem, tile_m) if halo else (0, 0)
     return Conv2dConfig(
         tile_m=tile_m, tile_n=tile_n, tile_k=tile_k, cluster_m=cluster_m, cluster_n=cluster_n,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import check_heuristic_args
+from .config import check_element_bytes, check_heuristic_args
 from .dtypes import CUTLASS_DTYPES, INPUT_DTYPES, dtype_name
 from .kernels.sm100.config import (
     SMEM_CAPACITY_SM100,
@@ -102,7 +102,9 @@ def can_implement_sm100(
     return True
 
 
-def default_config_sm100(problem: Conv2dProblemShape, num_sms: int = 148) -> Conv2dConfigSm100:
+def default_config_sm100(
+    problem: Conv2dProblemShape, num_sms: int = 148, *, element_bytes: int = 2
+) -> Conv2dConfigSm100:
     """A starting point for a B200 (148 SMs). Untuned: no Blackwell GPU has run it.
 
     2-SM (the seed's ``default_bf16``) unless the problem fits one 128-row M tile, where half
@@ -110,12 +112,15 @@ def default_config_sm100(problem: Conv2dProblemShape, num_sms: int = 148) -> Con
     output channels against a fixed per-tile cost (the SM90 heuristic's model, without its
     wave term); ties go to the wider tile. tile_k 32 where a tap holds at most 32 channels
     (a k-tile never spans two taps, so a 64-wide one would be half zero-fill there, e.g. the
-    stem's super-pixel view).
+    stem's super-pixel view). fp8 inputs (``element_bytes=1``) take k-tiles of the same
+    bytes: twice the channels.
     """
     check_heuristic_args(problem, num_sms)
+    check_element_bytes(element_bytes)
     cost = {n: -(-problem.K // n) * (n + 64) for n in (256, 192, 128, 64)}
     mma_n = min(cost, key=lambda n: (cost[n], -n))
-    tile_k = 32 if problem.C <= 32 else 64
+    per_byte = 2 // element_bytes
+    tile_k = (32 if problem.C <= 32 * per_byte else 64) * per_byte
     if problem.gemm_m <= 128 or num_sms < 2:
         return Conv2dConfigSm100(cta_group=1, mma_m=128, mma_n=mma_n, tile_k=tile_k)
     return Conv2dConfigSm100(cta_group=2, mma_m=256, mma_n=mma_n, tile_k=tile_k)

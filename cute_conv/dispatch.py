@@ -21,19 +21,28 @@ from .epilogue import EpilogueSpec, kernel_vector_dtype, validate_epilogue_args
 from .problem import Conv2dProblemShape
 from .staging import kernel_problem_for, run_staged, spans_overlap
 from .tuning import choose_config
-from .validation import ALIGNMENT_BYTES, check_alignment, validate_conv_inputs, validate_device
+from .validation import (
+    ALIGNMENT_BYTES,
+    check_alignment,
+    check_fp8_scales,
+    validate_conv_inputs,
+    validate_device,
+)
 from .workspace import kernel_workspace
 
 __all__ = ["config_runner", "conv2d", "sm_count"]
 
 
-def conv2d(x, filter, source, bias, scale, out, stream, args: tuple) -> torch.Tensor:  # noqa: A002
+def conv2d(  # noqa: A002
+    x, filter, source, bias, scale, out, stream, args: tuple, fp8_scales: tuple | None = None
+) -> torch.Tensor:
     """The shared body of the public functions and of the ops; its fast path is a cached
     plan + a launch.
 
     ``args`` are the other arguments, positional (a keyword dict of them cost ~1 us a call):
     ``(stride, padding, dilation, alpha, beta, residual_order, activation, epilogue_fn,
-    out_dtype, config)``.
+    out_dtype, config)``. ``fp8_scales``: ``(x_scale, w_scale, out_scale)`` (each a tensor
+    or None), None when the call passes none of them.
     """
     if not (type(x) is torch.Tensor and type(filter) is torch.Tensor):  # noqa: E721
         x, filter, source, out = _as_torch(x, filter, source, out)
@@ -43,7 +52,7 @@ def conv2d(x, filter, source, bias, scale, out, stream, args: tuple) -> torch.Te
         x, filter, source, out = _as_torch(x, filter, source, out)
     if stream is not None and not isinstance(stream, torch.cuda.Stream):
         raise TypeError(f"stream must be a torch.cuda.Stream or None, got {type(stream).__name__}")
-    plan = _plan(x, filter, source, out, bias, scale, args)
+    plan = _plan(x, filter, source, out, bias, scale, args, fp8_scales)
     epi = plan.epilogue
     bias = bias if epi.has_bias else None
     scale = scale if epi.has_scale else None
@@ -64,12 +73,15 @@ def conv2d(x, filter, source, bias, scale, out, stream, args: tuple) -> torch.Te
     needs_staging = plan.needs_staging or (
         not fresh_out and _out_overlaps_inputs(out_ptr, x_ptr, f_ptr, src_ptr, plan.nbytes)
     )
+    scale_pointers = _NO_SCALES if fp8_scales is None else _scale_pointers(fp8_scales)
     if needs_staging:
         if stream is None:
             stream = torch.cuda.current_stream(x.device)
         with torch.cuda.device(x.device), torch.cuda.stream(stream):
             run_staged(
-                functools.partial(plan.launch, stream=stream.cuda_stream),
+                functools.partial(
+                    plan.launch, scale_pointers=scale_pointers, stream=stream.cuda_stream
+                ),
                 plan.problem, plan.kernel_problem, x, filter, out, source, bias, scale,
             )  # fmt: skip
         return out
@@ -79,7 +91,7 @@ def conv2d(x, filter, source, bias, scale, out, stream, args: tuple) -> torch.Te
     pointers = (
         x_ptr, f_ptr, out_ptr, src_ptr,
         0 if bias is None else bias.data_ptr(), 0 if scale is None else scale.data_ptr(),
-        *plan.workspace_pointers(device_index, raw_stream),
+        *scale_pointers, *plan.workspace_pointers(device_index, raw_stream),
     )  # fmt: skip
     if device_index == _current_device():
         plan.kernel.launch(pointers, plan.scalars, raw_stream)
@@ -90,6 +102,12 @@ def conv2d(x, filter, source, bias, scale, out, stream, args: tuple) -> torch.Te
 
 
 _NO_WORKSPACE = (0, 0)
+_NO_SCALES = (0, 0, 0)
+
+
+def _scale_pointers(fp8_scales: tuple) -> tuple[int, int, int]:
+    """The kernel's pointers to x_scale, w_scale and out_scale (0 for None)."""
+    return tuple(0 if t is None else t.data_ptr() for t in fp8_scales)
 
 
 def _out_overlaps_inputs(out_ptr: int, x_ptr: int, f_ptr: int, src_ptr: int, nbytes: tuple) -> bool:
@@ -128,16 +146,16 @@ class _LaunchPlan:
             return _NO_WORKSPACE
         return kernel_workspace(device_index, stream, *self.workspace)
 
-    def launch(self, x, flt, out, source, bias, scale, *, stream: int) -> None:
+    def launch(self, x, flt, out, source, bias, scale, *, scale_pointers, stream: int) -> None:
         """Launch on tensors already laid out for the kernel (see ``staging``); the
         tensors of terms the epilogue leaves out are None."""
         tensors = (x, flt, out, source, bias, scale)
-        pointers = tuple(0 if t is None else t.data_ptr() for t in tensors)
+        pointers = tuple(0 if t is None else t.data_ptr() for t in tensors) + scale_pointers
         pointers += self.workspace_pointers(x.device.index, stream)
         self.kernel.launch(pointers, self.scalars, stream)
 
 
-def _plan(x, filter, source, out, bias, scale, args: tuple) -> _LaunchPlan:  # noqa: A002
+def _plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> _LaunchPlan:  # noqa: A002
     """Validate a call and pick its kernel; memoized on the call's metadata.
 
     The key holds every property of the tensors and arguments that validation looks at
@@ -165,12 +183,15 @@ def _plan(x, filter, source, out, bias, scale, args: tuple) -> _LaunchPlan:  # n
             None
             if activation is epilogue_fn is out_dtype is config is None
             else (_freeze(activation), _freeze(epilogue_fn), _freeze(out_dtype), _freeze(config)),
+            None
+            if fp8_scales is None
+            else tuple(None if t is None else _tensor_key(t) for t in fp8_scales),
         )
         plan = _plans.get(key)  # hashes the key, once
     except Exception:  # no key (unhashable, not a tensor, not a number): validation says why
-        return _make_plan(x, filter, source, out, bias, scale, args)
+        return _make_plan(x, filter, source, out, bias, scale, args, fp8_scales)
     if plan is None:
-        plan = _make_plan(x, filter, source, out, bias, scale, args)
+        plan = _make_plan(x, filter, source, out, bias, scale, args, fp8_scales)
         if len(_plans) >= _MAX_PLANS:
             _plans.clear()
         _plans[key] = plan
@@ -181,11 +202,12 @@ _plans: dict[tuple, _LaunchPlan] = {}
 _MAX_PLANS = 4096
 
 
-def _make_plan(x, filter, source, out, bias, scale, args: tuple) -> _LaunchPlan:  # noqa: A002
+def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> _LaunchPlan:  # noqa: A002
     stride, padding, dilation, alpha, beta, order, activation, epilogue_fn, out_dtype, config = args
     problem, out_dtype = validate_conv_inputs(
         x, filter, stride=stride, padding=padding, dilation=dilation, out=out, out_dtype=out_dtype
     )
+    check_fp8_scales(x.dtype, out_dtype, x.device, *(fp8_scales or (None, None, None)))
     epilogue = validate_epilogue_args(
         problem,
         out_dtype,
@@ -201,7 +223,8 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple) -> _LaunchPlan:
     )
     check_config_type(config)
     arch = validate_device(x, filter, out, source=source, bias=bias, scale=scale)
-    kernel_problem = kernel_problem_for(problem)
+    element_bytes = x.element_size()
+    kernel_problem = kernel_problem_for(problem, element_bytes)
     num_sms = sm_count(x.device.index)
     target = ARCHS[arch]
     if config is None and target.autotuned:
@@ -210,7 +233,7 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple) -> _LaunchPlan:
             has_residual=epilogue.has_residual, make_runner=config_runner,
         )  # fmt: skip
     elif config is None:
-        config = target.heuristic(kernel_problem, num_sms, epilogue.has_residual)
+        config = target.heuristic(kernel_problem, num_sms, epilogue.has_residual, element_bytes)
     if target.check_fits is not None and isinstance(config, target.config_class):
         target.check_fits(config, kernel_problem)
     kernel = compile_kernel(

@@ -8,12 +8,14 @@ import cutlass
 
 from . import validation
 
-__all__ = ["CUTLASS_DTYPES", "INPUT_DTYPES", "dtype_name"]
+__all__ = ["CUTLASS_DTYPES", "FP8_INPUT_DTYPES", "INPUT_DTYPES", "dtype_name"]
 
 CUTLASS_DTYPES: dict[str, type[cutlass.Numeric]] = {
     "bfloat16": cutlass.BFloat16,
     "float16": cutlass.Float16,
     "float32": cutlass.Float32,
+    "float8_e4m3fn": cutlass.Float8E4M3FN,
+    "float8_e5m2": cutlass.Float8E5M2,
 }
 
 
@@ -37,3 +39,4 @@ def dtype_name(dtype: Any, argument: str = "dtype", choices: tuple[str, ...] = (
 
 # The names of the input dtypes the kernels take, from the torch dtypes the validation accepts.
 INPUT_DTYPES = tuple(dtype_name(d) for d in validation.INPUT_DTYPES)
+FP8_INPUT_DTYPES = tuple(dtype_name(d) for d in validation.FP8_DTYPES)

@@ -1,11 +1,15 @@
 """The conv as torch.library ops: what torch.compile, torch.export and autograd see.
 
-    torch.ops.cute_conv.conv2d_fprop(x, filter, bias, scale, stride, padding, dilation, alpha,
-                                     activation, out_dtype, config) -> Tensor
-    torch.ops.cute_conv.conv2d_fprop_with_residual(x, filter, source, bias, scale, stride,
-        padding, dilation, alpha, beta, residual_order, activation, out_dtype, config) -> Tensor
-    torch.ops.cute_conv.conv2d_fprop_out(x, filter, source, bias, scale, out, stride, padding,
-        dilation, alpha, beta, residual_order, activation, out_dtype, config) -> ()  # writes out
+    torch.ops.cute_conv.conv2d_fprop(x, filter, bias, scale, x_scale, w_scale, out_scale,
+        stride, padding, dilation, alpha, activation, out_dtype, config) -> Tensor
+    torch.ops.cute_conv.conv2d_fprop_with_residual(x, filter, source, bias, scale, x_scale,
+        w_scale, out_scale, stride, padding, dilation, alpha, beta, residual_order, activation,
+        out_dtype, config) -> Tensor
+    torch.ops.cute_conv.conv2d_fprop_out(x, filter, source, bias, scale, x_scale, w_scale,
+        out_scale, out, stride, padding, dilation, alpha, beta, residual_order, activation,
+        out_dtype, config) -> ()  # writes out
+
+``x_scale``, ``w_scale`` and ``out_scale`` are the fp8 scales (None for 16-bit calls).
 
 ``stride``/``dilation`` are ``[h, w]``, ``padding`` ``[top, bottom, left, right]`` and
 ``config`` a kernel config's ``repr`` (``config_to_str``) or None. Each op runs the public
@@ -33,7 +37,7 @@ from .autograd import setup_context as _setup_context
 from .config import Conv2dConfig
 from .epilogue import validate_epilogue_args
 from .problem import normalize_padding, normalize_pair
-from .validation import validate_conv_inputs
+from .validation import check_fp8_scales, validate_conv_inputs
 
 __all__ = ["call_op", "config_from_str", "config_to_str", "takes_torch_path"]
 
@@ -85,10 +89,18 @@ def call_op(
     epilogue_fn: Optional[Callable],
     out_dtype: Optional[torch.dtype],
     config: Any,
+    fp8_scales: Optional[tuple] = None,
 ) -> Tensor:
     """A public call (``source`` None for ``conv2d_fprop``) through its op, with its
-    non-tensor arguments in the op's schema form."""
+    non-tensor arguments in the op's schema form; ``fp8_scales`` is ``(x_scale, w_scale,
+    out_scale)`` or None."""
     needs_grad = torch.is_grad_enabled() and _requires_grad((x, filter, source, bias, scale, out))
+    scales = fp8_scales or (None, None, None)
+    if needs_grad and any(t is not None for t in scales):
+        raise TypeError(
+            "an fp8 conv (x_scale/w_scale/out_scale given) has no backward, and an input "
+            "requires grad: call under torch.no_grad() or detach the inputs"
+        )
     # Without a gradient to track, only torch.compile / torch.export route a call here (it may
     # run this function eagerly after a graph break at one of the errors below).
     compiling = not needs_grad or torch.compiler.is_compiling()
@@ -125,18 +137,18 @@ def call_op(
     ops = torch.ops.cute_conv
     if out is not None:
         ops.conv2d_fprop_out(
-            x, filter, source, bias, scale, out, *geometry, alpha, beta, residual_order,
-            activation, out_dtype, config_str,
+            x, filter, source, bias, scale, *scales, out, *geometry, alpha, beta,
+            residual_order, activation, out_dtype, config_str,
         )  # fmt: skip
         return out
     if source is None:
         run = lambda: ops.conv2d_fprop(  # noqa: E731
-            x, filter, bias, scale, *geometry, alpha, activation, out_dtype, config_str
+            x, filter, bias, scale, *scales, *geometry, alpha, activation, out_dtype, config_str
         )
     else:
         run = lambda: ops.conv2d_fprop_with_residual(  # noqa: E731
-            x, filter, source, bias, scale, *geometry, alpha, beta, residual_order, activation,
-            out_dtype, config_str,
+            x, filter, source, bias, scale, *scales, *geometry, alpha, beta, residual_order,
+            activation, out_dtype, config_str,
         )  # fmt: skip
     if stream is None:
         return run()
@@ -176,33 +188,34 @@ def _padding_pairs(padding: list[int]) -> tuple[tuple[int, int], tuple[int, int]
     return ((top, bottom), (left, right))
 
 
-def _run(x, filter, source, bias, scale, out, stride, padding, dilation, alpha, beta,  # noqa: A002
-         residual_order, activation, out_dtype, config) -> Tensor:  # fmt: skip
+def _run(x, filter, source, bias, scale, scales, out, stride, padding, dilation, alpha,  # noqa: A002
+         beta, residual_order, activation, out_dtype, config) -> Tensor:  # fmt: skip
     """The public function on an op's arguments. It takes its direct path: an autograd forward
     runs with grad mode off, and a tensor that requires grad here otherwise (the out= op has no
     autograd) gets ``call_op``'s error."""
     if source is None:  # conv2d_fprop's: no residual term
         beta, residual_order = 0.0, _AFTER
     padding, config = _padding_pairs(padding), config_from_str(config)
+    fp8_scales = None if all(t is None for t in scales) else scales
     if takes_torch_path(x, filter, source, bias, scale, out):
         return call_op(
             x, filter, source, bias, scale, out, None, stride, padding, dilation, alpha, beta,
-            residual_order, activation, None, out_dtype, config,
+            residual_order, activation, None, out_dtype, config, fp8_scales,
         )  # fmt: skip
     args = (stride, padding, dilation, alpha, beta, residual_order, activation, None, out_dtype,
             config)  # fmt: skip
-    return dispatch.conv2d(x, filter, source, bias, scale, out, None, args)
+    return dispatch.conv2d(x, filter, source, bias, scale, out, None, args, fp8_scales)
 
 
-def _fake(x, filter, source, bias, scale, out, stride, padding, dilation, alpha, beta,  # noqa: A002
-          residual_order, activation, out_dtype, config) -> Tensor:  # fmt: skip
+def _fake(x, filter, source, bias, scale, scales, out, stride, padding, dilation, alpha,  # noqa: A002
+          beta, residual_order, activation, out_dtype, config) -> Tensor:  # fmt: skip
     """The output the call would return, checked as the public function checks it (no
     alignment, device or config-fit check: those need data or a GPU and run with the op)."""
-    tensors = (x, filter, source, bias, scale, out)
+    tensors = (x, filter, source, bias, scale, out, *scales)
     # Validation reads data_ptr() (alignment), which fake tensors refuse: it runs on meta
     # tensors of the same shapes, strides and dtypes. Symbolic sizes are specialized.
     with unset_fake_temporarily():
-        m_x, m_filter, m_source, m_bias, m_scale, m_out = (
+        m_x, m_filter, m_source, m_bias, m_scale, m_out, *m_scales = (
             None
             if t is None
             else torch.empty_strided(
@@ -222,6 +235,7 @@ def _fake(x, filter, source, bias, scale, out, stride, padding, dilation, alpha,
             activation=activation, epilogue_fn=None, source=m_source, beta=beta,
             residual_order=residual_order,
         )  # fmt: skip
+        check_fp8_scales(m_x.dtype, out_dtype, m_x.device, *m_scales)
     config_from_str(config)
     return x.new_empty(problem.output_shape, dtype=out_dtype)
 
@@ -232,6 +246,9 @@ def conv2d_fprop(
     filter: Tensor,  # noqa: A002
     bias: Optional[Tensor],
     scale: Optional[Tensor],
+    x_scale: Optional[Tensor],
+    w_scale: Optional[Tensor],
+    out_scale: Optional[Tensor],
     stride: list[int],
     padding: list[int],
     dilation: list[int],
@@ -241,14 +258,15 @@ def conv2d_fprop(
     config: Optional[str],
 ) -> Tensor:
     """``cute_conv.conv2d_fprop`` as an op."""
-    return _run(x, filter, None, bias, scale, None, stride, padding, dilation, alpha, 0.0,
-                _AFTER, activation, out_dtype, config)  # fmt: skip
+    return _run(x, filter, None, bias, scale, (x_scale, w_scale, out_scale), None, stride,
+                padding, dilation, alpha, 0.0, _AFTER, activation, out_dtype, config)  # fmt: skip
 
 
 @conv2d_fprop.register_fake
-def _(x, filter, bias, scale, stride, padding, dilation, alpha, activation, out_dtype, config):  # noqa: A002
-    return _fake(x, filter, None, bias, scale, None, stride, padding, dilation, alpha, 0.0,
-                 _AFTER, activation, out_dtype, config)  # fmt: skip
+def _(x, filter, bias, scale, x_scale, w_scale, out_scale, stride, padding, dilation, alpha,  # noqa: A002
+      activation, out_dtype, config):  # fmt: skip
+    return _fake(x, filter, None, bias, scale, (x_scale, w_scale, out_scale), None, stride,
+                 padding, dilation, alpha, 0.0, _AFTER, activation, out_dtype, config)  # fmt: skip
 
 
 @torch.library.custom_op("cute_conv::conv2d_fprop_with_residual", mutates_args=())
@@ -258,6 +276,9 @@ def conv2d_fprop_with_residual(
     source: Tensor,
     bias: Optional[Tensor],
     scale: Optional[Tensor],
+    x_scale: Optional[Tensor],
+    w_scale: Optional[Tensor],
+    out_scale: Optional[Tensor],
     stride: list[int],
     padding: list[int],
     dilation: list[int],
@@ -269,15 +290,17 @@ def conv2d_fprop_with_residual(
     config: Optional[str],
 ) -> Tensor:
     """``cute_conv.conv2d_fprop_with_residual`` as an op."""
-    return _run(x, filter, source, bias, scale, None, stride, padding, dilation, alpha, beta,
-                residual_order, activation, out_dtype, config)  # fmt: skip
+    return _run(x, filter, source, bias, scale, (x_scale, w_scale, out_scale), None, stride,
+                padding, dilation, alpha, beta, residual_order, activation, out_dtype,
+                config)  # fmt: skip
 
 
 @conv2d_fprop_with_residual.register_fake
-def _(x, filter, source, bias, scale, stride, padding, dilation, alpha, beta, residual_order,  # noqa: A002
-      activation, out_dtype, config):  # fmt: skip
-    return _fake(x, filter, source, bias, scale, None, stride, padding, dilation, alpha, beta,
-                 residual_order, activation, out_dtype, config)  # fmt: skip
+def _(x, filter, source, bias, scale, x_scale, w_scale, out_scale, stride, padding, dilation,  # noqa: A002
+      alpha, beta, residual_order, activation, out_dtype, config):  # fmt: skip
+    return _fake(x, filter, source, bias, scale, (x_scale, w_scale, out_scale), None, stride,
+                 padding, dilation, alpha, beta, residual_order, activation, out_dtype,
+                 config)  # fmt: skip
 
 
 @torch.library.custom_op("cute_conv::conv2d_fprop_out", mutates_args=("out",))
@@ -287,6 +310,9 @@ def conv2d_fprop_out(
     source: Optional[Tensor],
     bias: Optional[Tensor],
     scale: Optional[Tensor],
+    x_scale: Optional[Tensor],
+    w_scale: Optional[Tensor],
+    out_scale: Optional[Tensor],
     out: Tensor,
     stride: list[int],
     padding: list[int],
@@ -299,15 +325,15 @@ def conv2d_fprop_out(
     config: Optional[str],
 ) -> None:
     """Either public function with ``out=`` (``source`` None: ``conv2d_fprop``) as an op."""
-    _run(x, filter, source, bias, scale, out, stride, padding, dilation, alpha, beta,
-         residual_order, activation, out_dtype, config)  # fmt: skip
+    _run(x, filter, source, bias, scale, (x_scale, w_scale, out_scale), out, stride, padding,
+         dilation, alpha, beta, residual_order, activation, out_dtype, config)  # fmt: skip
 
 
 @conv2d_fprop_out.register_fake
-def _(x, filter, source, bias, scale, out, stride, padding, dilation, alpha, beta,  # noqa: A002
-      residual_order, activation, out_dtype, config):  # fmt: skip
-    _fake(x, filter, source, bias, scale, out, stride, padding, dilation, alpha, beta,
-          residual_order, activation, out_dtype, config)  # fmt: skip
+def _(x, filter, source, bias, scale, x_scale, w_scale, out_scale, out, stride, padding,  # noqa: A002
+      dilation, alpha, beta, residual_order, activation, out_dtype, config):  # fmt: skip
+    _fake(x, filter, source, bias, scale, (x_scale, w_scale, out_scale), out, stride, padding,
+          dilation, alpha, beta, residual_order, activation, out_dtype, config)  # fmt: skip
 
 
 # Autograd: the ops' inputs mapped to autograd's (x, filter, source, bias, scale) and back.
@@ -317,19 +343,19 @@ def _needs_plain(ctx) -> tuple[bool, ...]:
 
 
 def _setup_plain(ctx, inputs, output) -> None:
-    x, filter, bias, scale, stride, padding, dilation, alpha, activation, _, _ = inputs  # noqa: A001
+    x, filter, bias, scale, _, _, _, stride, padding, dilation, alpha, activation, _, _ = inputs  # noqa: A001
     args = EpilogueArgs(stride, padding, dilation, alpha, 0.0, activation, _AFTER)
     _setup_context(ctx, (x, filter, None, bias, scale), args, output, _needs_plain(ctx))
 
 
 def _backward_plain(ctx, grad_out):
     gx, gw, _, gb, gs = _backward(ctx, grad_out, _needs_plain(ctx))
-    return (gx, gw, gb, gs) + (None,) * 7
+    return (gx, gw, gb, gs) + (None,) * 10
 
 
 def _setup_residual(ctx, inputs, output) -> None:
-    x, filter, source, bias, scale, stride, padding, dilation, alpha, beta, order, act, _, _ = (  # noqa: A001
-        inputs
+    x, filter, source, bias, scale, _, _, _, stride, padding, dilation, alpha, beta, order, act = (  # noqa: A001
+        inputs[:15]
     )
     args = EpilogueArgs(stride, padding, dilation, alpha, beta, act, order)
     needs = tuple(ctx.needs_input_grad[:5])
@@ -337,7 +363,7 @@ def _setup_residual(ctx, inputs, output) -> None:
 
 
 def _backward_residual(ctx, grad_out):
-    return _backward(ctx, grad_out, tuple(ctx.needs_input_grad[:5])) + (None,) * 9
+    return _backward(ctx, grad_out, tuple(ctx.needs_input_grad[:5])) + (None,) * 12
 
 
 conv2d_fprop.register_autograd(_backward_plain, setup_context=_setup_plain)

@@ -38,13 +38,14 @@ import torch.nn.functional as F
 from .compile import compile_space_to_depth
 from .epilogue import kernel_vector_dtype
 from .kernels.common.space_to_depth import FOLD_ROWS
-from .kernels.sm90.config import TILE_K_CHOICES
+from .kernels.sm90.schedule_checks import MAX_K_TILE_BYTES
 from .problem import Conv2dProblemShape
 from .validation import check_compute_capability
 
 __all__ = [
     "CHANNEL_ALIGNMENT",
     "SuperPixelView",
+    "channel_alignment",
     "kernel_problem_for",
     "run_staged",
     "super_pixel_view",
@@ -52,8 +53,10 @@ __all__ = [
     "uses_space_to_depth",
 ]
 
-# TMA rows are 16 bytes: C and K of 16-bit tensors must be multiples of 8 elements.
+# TMA rows are 16 bytes: C and K of 16-bit tensors must be multiples of 8 elements, of fp8
+# tensors multiples of 16 (``channel_alignment``).
 CHANNEL_ALIGNMENT = 8
+ROW_ALIGNMENT_BYTES = 16
 # Unfold when a filter tap holds at most this many channels and there are several taps: the
 # implicit GEMM would use at most 8 of each 64-wide k-tile.
 IM2COL_MAX_CHANNELS = 4
@@ -61,7 +64,8 @@ IM2COL_MIN_TAPS = 4
 # Folded space-to-depth packs 8 to 16 input pixels into one staged pixel of up to 64 channels:
 # worth it up to C=8.
 SPACE_TO_DEPTH_MAX_CHANNELS = 8
-MAX_TILE_K = max(TILE_K_CHOICES)
+# The channels of a full 16-bit k-tile (folded space-to-depth stages 16-bit stems only).
+MAX_TILE_K = MAX_K_TILE_BYTES // 2
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -94,12 +98,20 @@ class SuperPixelView:
         return self.pixels * (self.first_tap + tap) + pixel - 2 * phase + left
 
 
-def super_pixel_view(problem: Conv2dProblemShape) -> SuperPixelView | None:
-    """The super-pixel view of ``problem``, or None where it does not apply: stride 2, no
-    dilation, C=8, several taps, K a multiple of 8, W a multiple of 4 and Q of 2, and right
-    padding that the view's columns can take as whole super pixels."""
+def channel_alignment(element_bytes: int) -> int:
+    """The channels of one 16-byte TMA row: what C and K are padded to a multiple of."""
+    return ROW_ALIGNMENT_BYTES // element_bytes
+
+
+def super_pixel_view(
+    problem: Conv2dProblemShape, element_bytes: int = 2
+) -> SuperPixelView | None:
+    """The super-pixel view of ``problem``, or None where it does not apply: 16-bit inputs,
+    stride 2, no dilation, C=8, several taps, K a multiple of 8, W a multiple of 4 and Q of
+    2, and right padding that the view's columns can take as whole super pixels."""
     if not (
-        problem.C == SUPER_PIXEL_INPUT_CHANNELS
+        element_bytes == 2
+        and problem.C == SUPER_PIXEL_INPUT_CHANNELS
         and problem.R * problem.S >= IM2COL_MIN_TAPS
         and problem.stride == (2, 2)
         and problem.dilation == (1, 1)
@@ -124,9 +136,11 @@ def _view_padding_w(problem: Conv2dProblemShape, view: SuperPixelView) -> tuple[
     return left, right
 
 
-def uses_space_to_depth(problem: Conv2dProblemShape) -> bool:
+def uses_space_to_depth(problem: Conv2dProblemShape, element_bytes: int = 2) -> bool:
+    """Folded space-to-depth: few channels and stride 2, 16-bit inputs (fp8 ones unfold)."""
     return (
-        super_pixel_view(problem) is None
+        element_bytes == 2
+        and super_pixel_view(problem) is None
         and problem.C <= SPACE_TO_DEPTH_MAX_CHANNELS
         and problem.R * problem.S >= IM2COL_MIN_TAPS
         and problem.stride == (2, 2)
@@ -134,15 +148,22 @@ def uses_space_to_depth(problem: Conv2dProblemShape) -> bool:
     )
 
 
-def uses_im2col(problem: Conv2dProblemShape) -> bool:
-    few_channels = problem.C <= IM2COL_MAX_CHANNELS and problem.R * problem.S >= IM2COL_MIN_TAPS
-    return few_channels and not uses_space_to_depth(problem)
+def uses_im2col(problem: Conv2dProblemShape, element_bytes: int = 2) -> bool:
+    """Explicit im2col columns: few channels (up to ``IM2COL_MAX_CHANNELS``, fp8: up to
+    ``SPACE_TO_DEPTH_MAX_CHANNELS``, as fp8 stems are not folded) and several taps."""
+    max_channels = IM2COL_MAX_CHANNELS if element_bytes == 2 else SPACE_TO_DEPTH_MAX_CHANNELS
+    few_channels = problem.C <= max_channels and problem.R * problem.S >= IM2COL_MIN_TAPS
+    return few_channels and not uses_space_to_depth(problem, element_bytes)
 
 
-def kernel_problem_for(problem: Conv2dProblemShape) -> Conv2dProblemShape:
-    """The problem the kernel runs: ``problem`` itself when it needs no staging."""
-    k = _round_up(problem.K, CHANNEL_ALIGNMENT)
-    view = super_pixel_view(problem)
+def kernel_problem_for(
+    problem: Conv2dProblemShape, element_bytes: int = 2
+) -> Conv2dProblemShape:
+    """The problem the kernel runs on inputs of ``element_bytes`` (2, or 1 for fp8):
+    ``problem`` itself when it needs no staging."""
+    alignment = channel_alignment(element_bytes)
+    k = _round_up(problem.K, alignment)
+    view = super_pixel_view(problem, element_bytes)
     if view is not None:
         (top, bottom), _ = problem.padding
         return Conv2dProblemShape(
@@ -150,7 +171,7 @@ def kernel_problem_for(problem: Conv2dProblemShape) -> Conv2dProblemShape:
             view.phases * problem.K, problem.R, view.taps,
             padding=((top, bottom), _view_padding_w(problem, view)), stride=(2, 1),
         )  # fmt: skip
-    if uses_space_to_depth(problem):
+    if uses_space_to_depth(problem, element_bytes):
         fold = fold_shape(problem)
         taps_h, taps_w = -(-problem.R // FOLD_ROWS), -(-problem.S // fold.cols)
         tap_step = fold.cols // 2  # staged pixels between the taps of one row
@@ -158,10 +179,10 @@ def kernel_problem_for(problem: Conv2dProblemShape) -> Conv2dProblemShape:
             problem.N, problem.P + taps_h - 1, problem.Q + tap_step * (taps_w - 1),
             fold.staged_channels, k, taps_h, taps_w, dilation=(1, tap_step),
         )  # fmt: skip
-    if uses_im2col(problem):
-        columns = _round_up(problem.C * problem.R * problem.S, CHANNEL_ALIGNMENT)
+    if uses_im2col(problem, element_bytes):
+        columns = _round_up(problem.C * problem.R * problem.S, alignment)
         return Conv2dProblemShape(problem.N, problem.P, problem.Q, columns, k, 1, 1)
-    c = _round_up(problem.C, CHANNEL_ALIGNMENT)
+    c = _round_up(problem.C, alignment)
     if (c, k) == (problem.C, problem.K):
         return problem
     return Conv2dProblemShape(
@@ -305,15 +326,16 @@ def _stage_inputs(
     problem: Conv2dProblemShape,
     kp: Conv2dProblemShape,
     view: SuperPixelView | None,
+    element_bytes: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     k_pad = kp.K - problem.K
     if view is not None:
         return x.reshape(kp.activation_shape), _super_pixel_filter(filter, problem, view)
-    if uses_space_to_depth(problem):
+    if uses_space_to_depth(problem, element_bytes):
         return _space_to_depth(x, problem, kp), _space_to_depth_filter(
             filter, problem, kp
         ).contiguous()
-    if uses_im2col(problem):
+    if uses_im2col(problem, element_bytes):
         flt = filter.reshape(problem.K, 1, 1, problem.R * problem.S * problem.C)
         flt = F.pad(flt, (0, kp.C - flt.shape[-1], 0, 0, 0, 0, 0, k_pad))
         return _im2col_columns(x, problem, kp.C), flt.contiguous()
@@ -353,15 +375,21 @@ def run_staged(
     - bias/scale not contiguous, or of two different dtypes: copied (as float32 in the latter
       case; the kernel reads float32, bfloat16 and float16 vectors as they are).
     """
-    view = super_pixel_view(problem)
+    element_bytes = 1 if x.element_size() == 1 else 2  # fp8, else staged as 16-bit
+    view = super_pixel_view(problem, element_bytes)
     # The view's output channels are its phases' K each, as NHWC lays them out: no padding.
     phases = 1 if view is None else view.phases
     k_pad = kernel_problem.K - phases * problem.K
-    x_k, flt_k = _stage_inputs(x, filter, problem, kernel_problem, view)
+    # fp8 tensors are staged as their bytes (zero bytes are +0.0): torch's pads and copies
+    # do not all take fp8 dtypes.
+    x_k, flt_k = _stage_inputs(
+        _bytes(x), _bytes(filter), problem, kernel_problem, view, element_bytes
+    )
+    x_k, flt_k = x_k.view(x.dtype), flt_k.view(filter.dtype)
     dtype = kernel_vector_dtype(bias, scale)
     bias, scale = (_kernel_vector(v, dtype, k_pad, phases) for v in (bias, scale))
     if source is not None:
-        source = F.pad(source, (0, k_pad)) if k_pad else source
+        source = F.pad(_bytes(source), (0, k_pad)).view(source.dtype) if k_pad else source
         if source is not out and overlaps(source, out):
             source = source.clone()
         source = source if view is None else source.view(kernel_problem.output_shape)
@@ -373,6 +401,11 @@ def run_staged(
     launch(x_k, flt_k, kernel_out, source, bias, scale)
     if scratch:
         out.copy_(kernel_out[..., : problem.K] if k_pad else kernel_out.view(out.shape))
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    """An fp8 tensor as its bytes (uint8), other tensors as they are."""
+    return t.view(torch.uint8) if t.element_size() == 1 else t
 
 
 def _kernel_vector(

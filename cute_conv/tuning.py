@@ -38,7 +38,10 @@ from .config import (
 from .kernels.sm90.config import MAX_TILE_ELEMS, TILE_M_CHOICES, TILE_N_CHOICES
 from .problem import Conv2dProblemShape
 from .staging import kernel_problem_for
-from .validation import INPUT_DTYPES, check_compute_capability, validate_conv_inputs
+from .validation import FP8_DTYPES, INPUT_DTYPES, check_compute_capability, validate_conv_inputs
+
+# The input dtypes autotuning covers (fp8 calls take the heuristic's config).
+SIXTEEN_BIT_DTYPES = tuple(d for d in INPUT_DTYPES if d not in FP8_DTYPES)
 
 __all__ = [
     "RunnerFactory",
@@ -286,8 +289,11 @@ def _check_autotune_args(
     problem = Conv2dProblemShape.from_shapes(x_shape, filter_shape)  # sizes: ints, >= 1
     if problem.N == 0:
         raise ValueError(f"x_shape={tuple(x_shape)} has N=0: there is nothing to time")
-    if not isinstance(dtype, torch.dtype) or dtype not in INPUT_DTYPES:
-        raise TypeError(f"dtype must be one of {', '.join(map(str, INPUT_DTYPES))}, got {dtype!r}")
+    if not isinstance(dtype, torch.dtype) or dtype not in SIXTEEN_BIT_DTYPES:
+        raise TypeError(
+            f"dtype must be one of {', '.join(map(str, SIXTEEN_BIT_DTYPES))}, got {dtype!r} "
+            "(fp8 convs run the default heuristic; autotuning them is not supported yet)"
+        )
     # The call's own checks (geometry, im2col limits, out_dtype), on tensors without storage.
     problem, out_dtype = validate_conv_inputs(
         torch.empty(problem.activation_shape, dtype=dtype, device="meta"),
@@ -429,7 +435,8 @@ def choose_config(
     stored = lookup(x.device, key)
     if stored is not None:
         return stored
-    if autotune_on_first_use() and kernel_problem is problem:
+    element_bytes = x.element_size()
+    if autotune_on_first_use() and kernel_problem is problem and element_bytes == 2:
         with _tune_lock:  # concurrent first calls: one tunes, the others take its choice
             stored = lookup(x.device, key)
             if stored is not None:
@@ -440,4 +447,6 @@ def choose_config(
                 out_dtype=out_dtype, device=x.device, has_residual=has_residual,
                 make_runner=make_runner,
             )  # fmt: skip
-    return default_config(kernel_problem, num_sms, has_residual=has_residual)
+    return default_config(
+        kernel_problem, num_sms, has_residual=has_residual, element_bytes=element_bytes
+    )

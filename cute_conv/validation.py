@@ -23,6 +23,9 @@ __all__ = [
     "ALIGNMENT_BYTES",
     "ARCH_TABLE",
     "check_alignment",
+    "check_fp8_scales",
+    "default_out_dtype",
+    "FP8_DTYPES",
     "INPUT_DTYPES",
     "OUTPUT_DTYPES",
     "check_compute_capability",
@@ -32,8 +35,12 @@ __all__ = [
     "validate_device",
 ]
 
-INPUT_DTYPES: tuple[torch.dtype, ...] = (torch.bfloat16, torch.float16)
-OUTPUT_DTYPES: tuple[torch.dtype, ...] = (torch.bfloat16, torch.float16, torch.float32)
+FP8_DTYPES: tuple[torch.dtype, ...] = (torch.float8_e4m3fn, torch.float8_e5m2)
+INPUT_DTYPES: tuple[torch.dtype, ...] = (torch.bfloat16, torch.float16, *FP8_DTYPES)
+# float8_e4m3fn output is written (saturating) from fp8 inputs only.
+OUTPUT_DTYPES: tuple[torch.dtype, ...] = (
+    torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn
+)
 ALIGNMENT_BYTES = 16  # TMA global base addresses
 MAX_PAD_LO = 128  # lower im2col corner -pad_lo >= -128
 CORNER_MIN, CORNER_MAX = -128, 127  # upper im2col corner pad_hi - (R-1)*dilation
@@ -183,15 +190,17 @@ def validate_conv_inputs(
     """Check a Conv2D forward call; return its problem shape and the resolved output dtype.
 
     The output dtype is ``out_dtype`` if given, else ``out.dtype`` if ``out`` is given, else the
-    activation's dtype. C or K that is not a multiple of 8 is accepted (the API pads channels).
+    activation's dtype (bfloat16 for fp8 inputs). C or K that is not a multiple of 16 bytes is
+    accepted (the API pads channels).
     Makes no CUDA query: run ``validate_device`` afterwards.
     """
     check_tensor("activation", activation, INPUT_DTYPES)
     check_tensor("filter", filter, INPUT_DTYPES)
-    if filter.dtype != activation.dtype:
+    fp8 = activation.dtype in FP8_DTYPES
+    if (filter.dtype in FP8_DTYPES) != fp8 or (not fp8 and filter.dtype != activation.dtype):
         raise TypeError(
             f"filter has dtype {filter.dtype} but activation has dtype {activation.dtype}; "
-            "they must be equal"
+            "they must be equal, or both fp8 (float8_e4m3fn / float8_e5m2, in any pairing)"
         )
     stride_hw = normalize_pair("stride", stride)
     dilation_hw = normalize_pair("dilation", dilation)
@@ -229,8 +238,66 @@ def validate_conv_inputs(
     if out is not None:
         _check_out(out, out_dtype, activation, problem)
     if out_dtype is None:
-        out_dtype = out.dtype if out is not None else activation.dtype
+        out_dtype = out.dtype if out is not None else default_out_dtype(activation.dtype)
+    if out_dtype in FP8_DTYPES and not fp8:
+        raise TypeError(
+            f"the output dtype is {out_dtype} but activation has dtype {activation.dtype}: "
+            f"fp8 output is written from fp8 inputs only"
+        )
     return problem, out_dtype
+
+
+def default_out_dtype(input_dtype: torch.dtype) -> torch.dtype:
+    """The output dtype of a call that names none: the input's, bfloat16 for fp8 inputs."""
+    return torch.bfloat16 if input_dtype in FP8_DTYPES else input_dtype
+
+
+def check_fp8_scales(
+    input_dtype: torch.dtype,
+    out_dtype: torch.dtype,
+    device: torch.device,
+    x_scale: object,
+    w_scale: object,
+    out_scale: object,
+) -> bool:
+    """Check the per-tensor scales of an fp8 call: ``x_scale`` and ``w_scale`` with fp8
+    inputs, ``out_scale`` with fp8 output, each a one-element float32 tensor on ``device``
+    (read by the kernel, so that CUDA graphs replay with new values); none of them
+    otherwise. Returns whether the call dequantizes (fp8 inputs)."""
+    fp8_in, fp8_out = input_dtype in FP8_DTYPES, out_dtype in FP8_DTYPES
+    for name, value, needed, what in (
+        ("x_scale", x_scale, fp8_in, "fp8 inputs"),
+        ("w_scale", w_scale, fp8_in, "fp8 inputs"),
+        ("out_scale", out_scale, fp8_out, "fp8 output"),
+    ):
+        if value is None:
+            if needed:
+                raise ValueError(
+                    f"{name} is required with {what} (inputs {input_dtype}, output "
+                    f"{out_dtype}): a one-element float32 tensor on {device}; "
+                    "cute_conv.quantize_fp8 returns one"
+                )
+            continue
+        if not needed:
+            raise ValueError(
+                f"{name} is only for {what}; this call has inputs {input_dtype} and output "
+                f"{out_dtype}: leave it unset"
+            )
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(
+                f"{name} must be a one-element float32 torch.Tensor, got {type(value).__name__}"
+            )
+        if value.dtype != torch.float32 or value.numel() != 1:
+            raise ValueError(
+                f"{name} must be a one-element float32 tensor, got dtype {value.dtype} and "
+                f"shape {tuple(value.shape)}"
+            )
+        if value.device != device:
+            raise ValueError(
+                f"{name} is on {value.device} but activation is on {device}; they must be on "
+                "the same device"
+            )
+    return fp8_in
 
 
 def _check_out(

@@ -324,7 +324,7 @@ def test_plan_budgets(config, act, out, residual, ab_stages, source_stages, smem
         pytest.param(dict(cta_group=1), ValueError, "mma_m must be 128 with cta_group=1", id="mma-m-1sm"),
         pytest.param(dict(mma_m=128), ValueError, "mma_m must be 256 with cta_group=2", id="mma-m-2sm"),
         pytest.param(dict(mma_n=96), ValueError, "mma_n must be one of", id="mma-n"),
-        pytest.param(dict(tile_k=128), ValueError, "tile_k must be one of", id="tile-k"),
+        pytest.param(dict(tile_k=256), ValueError, "tile_k must be one of", id="tile-k"),
         pytest.param(dict(epi_n=8), ValueError, "epi_n must be one of", id="epi-n"),
         pytest.param(dict(stages=1), ValueError, "stages must be 0", id="stages"),
         pytest.param(dict(acc_stages=3), ValueError, "acc_stages must be in 1..2", id="acc-stages"),

@@ -26,7 +26,7 @@ from cute_conv.staging import kernel_problem_for
         pytest.param(dict(tile_m=256, tile_n=160), ValueError, "tile_m\\*tile_n must be", id="tile-mn"),
         pytest.param(dict(tile_m=192, tile_n=192), ValueError, "tile_m\\*tile_n must be", id="tile-mn-192"),
         pytest.param(dict(tile_n=80), ValueError, "tile_n must be one of", id="tile-n"),
-        pytest.param(dict(tile_k=128), ValueError, "tile_k must be one of", id="tile-k"),
+        pytest.param(dict(tile_k=256), ValueError, "tile_k must be one of", id="tile-k"),
         pytest.param(dict(cluster_m=4), ValueError, "cluster_m must be one of", id="cluster-m"),
         pytest.param(dict(cluster_m=2, cluster_n=2), ValueError, "cluster_m\\*cluster_n", id="cluster-size"),
         pytest.param(dict(stages=1), ValueError, "stages must be 0", id="stages"),
@@ -47,9 +47,9 @@ from cute_conv.staging import kernel_problem_for
         pytest.param(dict(tile_m=192, tile_n=64, tile_w=128, halo_h=3), ValueError, "tile_w must divide", id="halo-tile-w-divides"),
         pytest.param(dict(tile_w=32, halo_h=3), ValueError, "halo_h must be in", id="halo-h-short"),
         pytest.param(dict(tile_w=32, halo_h=257), ValueError, "halo_h must be in", id="halo-h-box"),
-        pytest.param(dict(tile_w=32, halo_h=6, tile_k=32), ValueError, "need tile_k=64", id="halo-tile-k"),
-        pytest.param(dict(tile_w=32, halo_h=6, cluster_m=2), ValueError, "need tile_k=64", id="halo-cluster"),
-        pytest.param(dict(tile_w=32, halo_h=6, stream_k=True), ValueError, "need tile_k=64", id="halo-stream-k"),
+        pytest.param(dict(tile_w=32, halo_h=6, tile_k=32), ValueError, "need tile_k >= 64", id="halo-tile-k"),
+        pytest.param(dict(tile_w=32, halo_h=6, cluster_m=2), ValueError, "need tile_k >= 64", id="halo-cluster"),
+        pytest.param(dict(tile_w=32, halo_h=6, stream_k=True), ValueError, "need tile_k >= 64", id="halo-stream-k"),
     ],
 )  # fmt: skip
 def test_config_rejections(kwargs, exc, match):

@@ -28,18 +28,19 @@ RESIDUAL = torch.ops.cute_conv.conv2d_fprop_with_residual.default
 OUT = torch.ops.cute_conv.conv2d_fprop_out.default
 
 
-def _plain_args(x, flt, *, bias=None, scale=None, stride=(1, 1), padding=(0, 0, 0, 0),
-                dilation=(1, 1), alpha=1.0, activation=None, out_dtype=None, config=None):  # fmt: skip
-    return (x, flt, bias, scale, list(stride), list(padding), list(dilation), alpha, activation,
-            out_dtype, config)  # fmt: skip
+def _plain_args(x, flt, *, bias=None, scale=None, fp8_scales=(None, None, None), stride=(1, 1),
+                padding=(0, 0, 0, 0), dilation=(1, 1), alpha=1.0, activation=None,
+                out_dtype=None, config=None):  # fmt: skip
+    return (x, flt, bias, scale, *fp8_scales, list(stride), list(padding), list(dilation), alpha,
+            activation, out_dtype, config)  # fmt: skip
 
 
 def _residual_args(x, flt, source, *, beta=1.0, order="after_activation", **kwargs):
-    x, flt, bias, scale, stride, padding, dilation, alpha, act, out_dtype, config = _plain_args(
-        x, flt, **kwargs
+    x, flt, bias, scale, *scales, stride, padding, dilation, alpha, act, out_dtype, config = (
+        _plain_args(x, flt, **kwargs)
     )
-    return (x, flt, source, bias, scale, stride, padding, dilation, alpha, beta, order, act,
-            out_dtype, config)  # fmt: skip
+    return (x, flt, source, bias, scale, *scales, stride, padding, dilation, alpha, beta, order,
+            act, out_dtype, config)  # fmt: skip
 
 
 def _expected_shape(x_shape, f_shape, stride, padding, dilation) -> tuple:
@@ -134,12 +135,12 @@ def test_fake_of_the_out_op_checks_out():
     with FakeTensorMode():
         x, flt = torch.empty(1, 8, 8, 16, dtype=BF16), torch.empty(32, 3, 3, 16, dtype=BF16)
         out = torch.empty(1, 6, 6, 32, dtype=BF16)
-        args = (x, flt, None, None, None, out, [1, 1], [0, 0, 0, 0], [1, 1], 1.0, 0.0,
-                "after_activation", None, None, None)  # fmt: skip
+        args = (x, flt, None, None, None, None, None, None, out, [1, 1], [0, 0, 0, 0], [1, 1],
+                1.0, 0.0, "after_activation", None, None, None)  # fmt: skip
         assert OUT(*args) is None
         wrong = torch.empty(1, 8, 8, 32, dtype=BF16)
         with pytest.raises(ValueError, match=r"out has shape \(1, 8, 8, 32\)"):
-            OUT(*args[:5], wrong, *args[6:])
+            OUT(*args[:8], wrong, *args[9:])
 
 
 OPCHECK_CASES = [
@@ -162,7 +163,7 @@ def test_opcheck(make_args):
     source = torch.randn(2, 9, 8, 16, generator=gen)
     bias = torch.randn(16, generator=gen).requires_grad_()
     args = make_args(x, flt, source, bias)
-    op = CONV if len(args) == 11 else RESIDUAL
+    op = CONV if len(args) == 14 else RESIDUAL
     with reference_forward_on_cpu():
         torch.library.opcheck(op, args)
 
@@ -171,8 +172,8 @@ def test_opcheck_out_op():
     x = torch.randn(1, 8, 8, 16).to(BF16)
     flt = torch.randn(32, 3, 3, 16).to(BF16)
     out = torch.full((1, 8, 8, 32), float("nan"), dtype=BF16)
-    args = (x, flt, None, None, None, out, [1, 1], [1, 1, 1, 1], [1, 1], 1.0, 0.0,
-            "after_activation", "tanh", None, None)  # fmt: skip
+    args = (x, flt, None, None, None, None, None, None, out, [1, 1], [1, 1, 1, 1], [1, 1], 1.0,
+            0.0, "after_activation", "tanh", None, None)  # fmt: skip
     with reference_forward_on_cpu():
         torch.library.opcheck(OUT, args)
         OUT(*args)
@@ -258,9 +259,9 @@ def test_compile_fullgraph_traces_the_public_functions():
     assert (tuple(out.shape), out.dtype) == ((2, 4, 7, 32), torch.float32)
     (gm,) = graphs
     plain, residual = _op_calls(gm)
-    assert plain.args[4:] == ([2, 1], [1, 0, 2, 1], [1, 2], 1.0, "silu", None,
+    assert plain.args[4:] == (None, None, None, [2, 1], [1, 0, 2, 1], [1, 2], 1.0, "silu", None,
                               repr(cute_conv.Conv2dConfig(tile_n=64)))  # fmt: skip
-    assert residual.args[5:] == ([1, 1], [1, 1, 1, 1], [1, 1], 1.0, 0.5, "before_activation",
+    assert residual.args[5:] == (None, None, None, [1, 1], [1, 1, 1, 1], [1, 1], 1.0, 0.5, "before_activation",
                                  "relu", torch.float32, None)  # fmt: skip
 
 
@@ -373,8 +374,8 @@ def test_ops_match_the_public_functions_on_gpu():
     assert report.ok, report
 
     out = torch.full_like(residual, float("nan"))
-    OUT(x, flt, source, bias, None, out, [1, 1], [1, 1, 1, 1], [1, 1], 1.0, 1.0,
-        "before_activation", "relu", None, None)  # fmt: skip
+    OUT(x, flt, source, bias, None, None, None, None, out, [1, 1], [1, 1, 1, 1], [1, 1], 1.0,
+        1.0, "before_activation", "relu", None, None)  # fmt: skip
     assert torch.equal(out, residual)
 
 

@@ -126,7 +126,7 @@ def test_config_helpers_still_answer_on_good_arguments():
          "act_dtype=float32 is not supported; use one of bfloat16, float16"),
         (dict(act_dtype="int8"), TypeError, "act_dtype=int8 is not supported"),
         (dict(filter_dtype=torch.float16), TypeError,
-         "act_dtype=bfloat16 and filter_dtype=float16: they must be equal"),
+         "act_dtype and filter_dtype must both be BFloat16, both Float16, or each Float8"),
         (dict(out_dtype=torch.int32), TypeError,
          "out_dtype=int32 is not supported; use one of bfloat16, float16, float32"),
         (dict(config="128x128"), TypeError, "config must be a Conv2dConfig for arch='sm_90a'"),

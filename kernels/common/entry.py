@@ -21,8 +21,10 @@ from .im2col import ConvGeometry
 
 class ConvPointers(NamedTuple):
     """The device pointers of one launch. ``source``, ``bias`` and ``scale`` are read only by
-    the epilogue terms that use them, ``partials`` (float32) only by a stream-K kernel and
-    ``flags`` (int32) by a stream-K or dynamically scheduled one: otherwise they may be null."""
+    the epilogue terms that use them; ``act_scale`` and ``filter_scale`` (one float32 each) by
+    a kernel of fp8 inputs, ``out_scale`` (one float32) by one of fp8 output; ``partials``
+    (float32) only by a stream-K kernel and ``flags`` (int32) by a stream-K or dynamically
+    scheduled one: otherwise they may be null."""
 
     act: cute.Pointer
     filter: cute.Pointer
@@ -30,6 +32,9 @@ class ConvPointers(NamedTuple):
     source: cute.Pointer
     bias: cute.Pointer
     scale: cute.Pointer
+    act_scale: cute.Pointer
+    filter_scale: cute.Pointer
+    out_scale: cute.Pointer
     partials: cute.Pointer
     flags: cute.Pointer
 
@@ -51,6 +56,28 @@ class ConvLaunchParams(NamedTuple):
         return pointers + ConvGeometry._fields + ConvLaunchParams._fields[2:]
 
 
+SIXTEEN_BIT_TYPES = (cutlass.BFloat16, cutlass.Float16)
+FP8_TYPES = (cutlass.Float8E4M3FN, cutlass.Float8E5M2)
+WIDE_OUT_TYPES = (cutlass.BFloat16, cutlass.Float16, cutlass.Float32)
+
+
+def check_kernel_dtypes(act_dtype, filter_dtype, out_dtype) -> None:
+    """Raise ``TypeError`` unless the inputs are one 16-bit type or two fp8 types and the
+    output one the epilogue writes for them (fp8 output from fp8 inputs only)."""
+    fp8 = act_dtype in FP8_TYPES and filter_dtype in FP8_TYPES
+    if not (fp8 or (act_dtype in SIXTEEN_BIT_TYPES and filter_dtype == act_dtype)):
+        raise TypeError(
+            f"act_dtype and filter_dtype must both be BFloat16, both Float16, or each "
+            f"Float8E4M3FN or Float8E5M2, got {act_dtype} and {filter_dtype}"
+        )
+    out_types = WIDE_OUT_TYPES + ((cutlass.Float8E4M3FN,) if fp8 else ())
+    if out_dtype not in out_types:
+        raise TypeError(
+            f"out_dtype must be one of {', '.join(t.__name__ for t in out_types)} with "
+            f"{act_dtype.__name__} inputs, got {out_dtype}"
+        )
+
+
 class MainloopOperands(NamedTuple):
     """The A and B operands as a launch hands them to its device kernel: the TMA atoms and
     the tensors they load from (the activation's im2col or halo view, the filter's GEMM
@@ -68,8 +95,11 @@ class ConvKernelEntry:
     implements ``_configure`` (its attributes, from the checked arguments) and
     ``launch(params, stream)``.
 
-    :param act_dtype, filter_dtype: input types (BFloat16 or Float16, equal).
-    :param out_dtype: BFloat16, Float16 or Float32.
+    :param act_dtype, filter_dtype: input types: both BFloat16 or both Float16, or each
+        Float8E4M3FN or Float8E5M2 (the epilogue then multiplies the accumulator by the
+        per-tensor ``act_scale`` and ``filter_scale``).
+    :param out_dtype: BFloat16, Float16 or Float32; Float8E4M3FN (saturating) too for fp8
+        inputs.
     :param config: an instance of the arch's ``config_class``.
     :param epilogue: the fused epilogue terms (default: a plain store), see ``EpilogueSpec``.
     """
@@ -84,13 +114,7 @@ class ConvKernelEntry:
         config: object,
         epilogue: Optional[EpilogueSpec] = None,
     ):
-        if act_dtype not in (cutlass.BFloat16, cutlass.Float16) or filter_dtype != act_dtype:
-            raise TypeError(
-                f"act_dtype and filter_dtype must both be BFloat16 or both Float16, "
-                f"got {act_dtype} and {filter_dtype}"
-            )
-        if out_dtype not in (cutlass.BFloat16, cutlass.Float16, cutlass.Float32):
-            raise TypeError(f"out_dtype must be BFloat16, Float16 or Float32, got {out_dtype}")
+        check_kernel_dtypes(act_dtype, filter_dtype, out_dtype)
         if not isinstance(config, self.config_class):
             raise TypeError(
                 f"config must be a {self.config_class.__name__}, got {type(config).__name__}"
@@ -116,6 +140,9 @@ class ConvKernelEntry:
         source_ptr: cute.Pointer,
         bias_ptr: cute.Pointer,
         scale_ptr: cute.Pointer,
+        act_scale_ptr: cute.Pointer,
+        filter_scale_ptr: cute.Pointer,
+        out_scale_ptr: cute.Pointer,
         partials_ptr: cute.Pointer,
         flags_ptr: cute.Pointer,
         n: cutlass.Int32,
@@ -142,8 +169,9 @@ class ConvKernelEntry:
     ):
         """``ConvLaunchParams`` flattened (see the module docstring)."""
         pointers = ConvPointers(
-            act_ptr, filter_ptr, out_ptr, source_ptr, bias_ptr, scale_ptr, partials_ptr, flags_ptr
-        )
+            act_ptr, filter_ptr, out_ptr, source_ptr, bias_ptr, scale_ptr, act_scale_ptr,
+            filter_scale_ptr, out_scale_ptr, partials_ptr, flags_ptr,
+        )  # fmt: skip
         geometry = ConvGeometry(
             n, h, w, c, k, r, s, p, q,
             pad_top, pad_bottom, pad_left, pad_right, stride_h, stride_w, dil_h, dil_w,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, NamedTuple, Optional
+from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, Tuple
 
 import cutlass
 import cutlass.cute as cute
@@ -201,6 +201,11 @@ class EpilogueOperands(NamedTuple):
     mC_mn: Optional[cute.Tensor]  # the residual source, as its TMA load's tensor
     m_bias: Optional[cute.Tensor]
     m_scale: Optional[cute.Tensor]
+    # fp8 inputs: the per-tensor dequantization scales of activation and filter; fp8 output:
+    # the output's scale (stored value = result / out_scale). One float32 each, else None.
+    m_act_scale: Optional[cute.Tensor]
+    m_filter_scale: Optional[cute.Tensor]
+    m_out_scale: Optional[cute.Tensor]
 
 
 def make_epilogue_operands(
@@ -211,12 +216,15 @@ def make_epilogue_operands(
     source_smem_layout: cute.ComposedLayout,
     epi_tile: tuple,
     output_view: Callable = output_gemm_view,
+    *,
+    dequantize: bool = False,
+    quantize_output: bool = False,
 ) -> EpilogueOperands:
     """The epilogue's global operands from a launch's ``ConvPointers``, as every kernel's
-    host launch builds them. The output is
-    stored and the residual C loaded by tiled TMA in ``epi_tile`` subtiles of
-    ``output_view`` (by default the (N*P*Q, K) GEMM view); C, bias and scale are None where
-    ``spec`` leaves them out."""
+    host launch builds them. The output is stored and the residual C loaded by tiled TMA in
+    ``epi_tile`` subtiles of ``output_view`` (by default the (N*P*Q, K) GEMM view); C, bias
+    and scale are None where ``spec`` leaves them out, the activation and filter scales
+    unless ``dequantize`` (fp8 inputs), the output scale unless ``quantize_output``."""
     tma_atom_d, tma_tensor_d = cpasync.make_tiled_tma_atom(
         cpasync.CopyBulkTensorTileS2GOp(),
         output_view(ptrs.out, geom),
@@ -234,4 +242,26 @@ def make_epilogue_operands(
     channel_vector = cute.make_layout(geom.k)
     m_bias = cute.make_tensor(ptrs.bias, channel_vector) if spec.has_bias else None
     m_scale = cute.make_tensor(ptrs.scale, channel_vector) if spec.has_scale else None
-    return EpilogueOperands(tma_atom_d, tma_tensor_d, tma_atom_c, tma_tensor_c, m_bias, m_scale)
+    scalar = cute.make_layout(1)
+    m_act_scale = cute.make_tensor(ptrs.act_scale, scalar) if dequantize else None
+    m_filter_scale = cute.make_tensor(ptrs.filter_scale, scalar) if dequantize else None
+    m_out_scale = cute.make_tensor(ptrs.out_scale, scalar) if quantize_output else None
+    return EpilogueOperands(
+        tma_atom_d, tma_tensor_d, tma_atom_c, tma_tensor_c, m_bias, m_scale, m_act_scale,
+        m_filter_scale, m_out_scale,
+    )  # fmt: skip
+
+
+def quantization_scalars(
+    alpha: cutlass.Float32, operands: EpilogueOperands
+) -> Tuple[cutlass.Float32, Optional[cutlass.Float32]]:
+    """In a kernel: ``alpha`` times the fp8 inputs' dequantization scales, and the factor
+    the output is multiplied by before its saturating fp8 conversion (``1 / out_scale``;
+    None for a wider output). The scales are device scalars, read once per thread, so a
+    CUDA graph replays with whatever they hold (delayed scaling)."""
+    if cutlass.const_expr(operands.m_act_scale is not None):
+        alpha = alpha * operands.m_act_scale[0] * operands.m_filter_scale[0]
+    out_factor = None
+    if cutlass.const_expr(operands.m_out_scale is not None):
+        out_factor = cutlass.Float32(1.0) / operands.m_out_scale[0]
+    return alpha, out_factor

@@ -67,6 +67,8 @@ class OutputSubtiles(NamedTuple):
     barrier: pipeline.NamedBarrier
     store_pipeline: pipeline.PipelineTmaStore
     store_warp: cutlass.Int32  # the warp that issues the TMA stores
+    # fp8 output: 1 / out_scale, applied before the (saturating) conversion; else None.
+    out_factor: Optional[cutlass.Float32] = None
 
 
 @cute.jit
@@ -108,6 +110,8 @@ def store_subtile(
             cute.copy(source.tiled_copy, source_buffer, source.regs_copy)
         residual = beta * source.regs.load().to(cutlass.Float32)
     y = apply_epilogue(spec, acc, alpha, vectors.r_scale.load(), vectors.r_bias.load(), residual)
+    if cutlass.const_expr(out.out_factor is not None):
+        y = y * out.out_factor  # cvt to fp8 is satfinite: past +-448 stores +-448
     out.regs.store(y.to(out.regs.element_type))
     cute.copy(out.tiled_copy, out.regs_copy, out.smem[(None, None, None, buffer)])
     # Generic-proxy SMEM accesses before the async proxy's: the output writes before the TMA

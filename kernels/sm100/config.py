@@ -39,8 +39,10 @@ CTA_GROUPS = (1, 2)
 # accumulator rows, so MMA M is 128 (1-SM) or 256 (2-SM, 128 rows per CTA of the pair).
 MMA_M_BY_CTA_GROUP = {1: 128, 2: 256}
 MMA_N_CHOICES = (64, 128, 192, 256)
-# One 64-byte or 128-byte swizzle row of 16-bit data: a k-tile never straddles a filter tap.
-TILE_K_CHOICES = (32, 64)
+# Channels of one filter tap per k-tile (a k-tile never straddles a tap): one 64-byte or
+# 128-byte swizzle row, 32 or 64 16-bit channels, 64 or 128 fp8 ones (checked by ``plan``).
+TILE_K_CHOICES = (32, 64, 128)
+K_TILE_BYTES = (64, 128)
 EPI_N_CHOICES = (16, 32, 64)
 BLOCK_SWIZZLE_CHOICES = (1, 2, 4, 8)
 MIN_STAGES, MAX_STAGES = 2, 16
@@ -61,7 +63,8 @@ class Conv2dConfigSm100:
         cta_group: 1 (1-SM ``tcgen05.mma``) or 2 (2-SM: a CTA pair shares one MMA, cluster 2x1).
         mma_m: M of one MMA: 128 for cta_group 1, 256 for cta_group 2 (128 rows per CTA).
         mma_n: N of one MMA (output channels per tile): 64, 128, 192 or 256.
-        tile_k: channels of one filter tap per k-tile: 64 (128-byte swizzle) or 32 (64-byte).
+        tile_k: channels of one filter tap per k-tile, a 128-byte or 64-byte swizzle row: 64
+            or 32 with 16-bit inputs, 128 or 64 with fp8 ones.
         epi_n: N of one output subtile (the seed's OutputN): 16, 32 or 64. The output tile is
             ``(mma_m / cta_group, epi_n)``: one SMEM buffer, one TMA store.
         stages: depth of the A/B input ring; 0 means as many as fit in SMEM.
@@ -186,8 +189,16 @@ class Conv2dConfigSm100:
         """Resolve the stage counts for one dtype/epilogue and check SMEM and TMEM.
 
         ``act_dtype``: the activation/filter type; ``out_dtype``: the output (and source)
-        type. Raises ``ValueError`` when the config does not fit.
+        type. Raises ``ValueError`` when the config does not fit, or ``tile_k`` is no k-tile
+        of ``act_dtype``.
         """
+        if self.ab_swizzle_bytes(act_dtype.width) not in K_TILE_BYTES:
+            raise ValueError(
+                f"tile_k={self.tile_k} with {act_dtype.width}-bit inputs is a "
+                f"{self.ab_swizzle_bytes(act_dtype.width)}-byte k-tile; it must be "
+                f"{' or '.join(map(str, K_TILE_BYTES))} bytes (16-bit: tile_k 32 or 64, "
+                "fp8: 64 or 128)"
+            )
         bm, bn, bk = self.block_tile_shape
         om, on = self.output_tile_shape
         ab_stage_bytes = (bm + bn) * bk * act_dtype.width // 8

@@ -45,8 +45,8 @@ from cutlass.cute.nvgpu import OperandMajorMode, cpasync, tcgen05
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from cutlass.tensor_utils import LayoutEnum
 
-from ..common.entry import ConvKernelEntry, ConvLaunchParams, MainloopOperands
-from ..common.epilogue import EpilogueOperands, make_epilogue_operands
+from ..common.entry import FP8_TYPES, ConvKernelEntry, ConvLaunchParams, MainloopOperands
+from ..common.epilogue import EpilogueOperands, make_epilogue_operands, quantization_scalars
 from ..common.im2col import (
     activation_im2col_view,
     filter_gemm_view,
@@ -260,6 +260,8 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
         epi_operands = make_epilogue_operands(
             self.epilogue, geom, ptrs, epi_smem_layout,
             cute.slice_(self.src_smem_layout_staged, (None, None, 0)), self.epi_tile,
+            dequantize=self.act_dtype in FP8_TYPES,
+            quantize_output=self.out_dtype in FP8_TYPES,
         )  # fmt: skip
 
         mma_m, mma_n, _ = self.mma_tiler
@@ -302,7 +304,7 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
         num_tiles_n: cutlass.Int32,
     ):
         tma_atom_a, mA_mk, tma_atom_b, mB_nk = ab_operands
-        tma_atom_d, mD_mn, tma_atom_c, mC_mn, m_bias, m_scale = epi_operands
+        tma_atom_d, mD_mn, tma_atom_c, mC_mn, m_bias, m_scale = epi_operands[:6]
         roles = self.roles
         has_residual = self.epilogue.has_residual
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -399,10 +401,11 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
         #  EPILOGUE (warps 0-3)
         # ////////////////////////////////////////////////////////////////////////////////////
         if warp_idx <= roles.epilogue[-1]:
+            alpha, out_factor = quantization_scalars(alpha, epi_operands)
             self.epilogue_store(
                 acc_pipeline, source_pipeline, clc_pipeline, tma_atom_d, tCtAcc_fake, tCgD, sD,
-                sC, m_bias, m_scale, alpha, beta, tmem, smem.tmem_dealloc_barrier(), scheduler,
-                cta_rank_in_cluster, warp_idx,
+                sC, m_bias, m_scale, alpha, beta, out_factor, tmem, smem.tmem_dealloc_barrier(),
+                scheduler, cta_rank_in_cluster, warp_idx,
             )  # fmt: skip
 
     def _tmem_allocator(self, smem: Conv2dSmem) -> cutlass.memory.TmemAllocator:

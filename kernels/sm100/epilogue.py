@@ -128,6 +128,7 @@ class Sm100EpilogueMixin:
         m_scale: Optional[cute.Tensor],
         alpha: cutlass.Float32,
         beta: cutlass.Float32,
+        out_factor: Optional[cutlass.Float32],
         tmem: cutlass.memory.TmemAllocator,
         tmem_dealloc_barrier: cute.Pointer,
         scheduler: ClcTileScheduler,
@@ -167,6 +168,7 @@ class Sm100EpilogueMixin:
             tiled_copy_t2r, tTR_cD, tidx, tma_atom_d, tCgD, sD, sC, source_pipeline, m_bias,
             m_scale,
         )  # fmt: skip
+        out = out._replace(out_factor=out_factor)
         acc_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Consumer, self.acc_stages
         )

@@ -16,7 +16,7 @@ from typing import Tuple, Type
 import cutlass
 
 from ..common.config_checks import check_choice, check_field_types
-from .schedule_checks import check_schedule_options
+from .schedule_checks import check_k_tile_bytes, check_schedule_options
 
 __all__ = ["Conv2dConfig", "Sm90Plan", "SMEM_CAPACITY_SM90", "HALO_SLACK_ROWS", "WORK_COUNTERS"]
 
@@ -29,8 +29,9 @@ TILE_N_CHOICES = (64, 96, 128, 160, 192, 224, 256)
 # The consumer warpgroups hold the fp32 accumulator in registers: 128x256 is the largest tile
 # that leaves two of them room for the epilogue (232 registers a thread), 192x160 three (152).
 MAX_TILE_ELEMS = 128 * 256
-# One 128-byte swizzle row of 16-bit data; k-tiles never straddle a filter tap.
-TILE_K_CHOICES = (16, 32, 64)
+# Channels per k-tile (k-tiles never straddle a filter tap); a k-tile is 32..128 bytes, so
+# which of these an input dtype takes is checked by ``plan`` (16-bit: 16..64, fp8: 32..128).
+TILE_K_CHOICES = (16, 32, 64, 128)
 CLUSTER_CHOICES = (1, 2)
 MAX_CLUSTER_SIZE = 2
 MIN_STAGES, MAX_STAGES = 2, 16
@@ -74,9 +75,9 @@ class Conv2dConfig:
         tile_m: CTA tile along GEMM M (output pixels): 128 or 256 (two warpgroups of 64 or
             128 rows), or 192 (three warpgroups of 64 rows); tile_m * tile_n <= 128 * 256.
         tile_n: CTA tile along GEMM N (output channels): a multiple of 32 in 64..256.
-        tile_k: CTA tile along GEMM K (channels of one filter tap): 64 (a 128-byte row);
-            16 or 32 for convs with few input channels, where a 64-wide k-tile would be mostly
-            zero-fill.
+        tile_k: CTA tile along GEMM K (channels of one filter tap): a 128-byte row, 64
+            16-bit or 128 fp8 channels; down to 32 bytes (16 16-bit or 32 fp8 channels) for
+            convs with few input channels, where a full row would be mostly zero-fill.
         cluster_m: CTAs per cluster along M (1 or 2); they share the filter tile by multicast.
         cluster_n: CTAs per cluster along N (1 or 2); they share the activation tile.
         stages: depth of the shared-memory input ring; 0 means as many as fit in shared memory.
@@ -153,7 +154,6 @@ class Conv2dConfig:
             check_choice("tile_w", self.tile_w, HALO_TILE_W_CHOICES)
         check_schedule_options(
             tile_mnk=self.tile_shape_mnk,
-            k_tile_bytes=self.tile_k * 2,  # 16-bit inputs
             cluster_mn=self.cluster_shape_mn,
             stream_k=self.stream_k,
             dynamic_schedule=self.dynamic_schedule,
@@ -198,7 +198,8 @@ class Conv2dConfig:
     ) -> "Sm90Plan":
         """Resolve the SMEM budget for one dtype/epilogue: the epilogue subtile width, the
         output staging, source and A/B ring depths. Raises ``ValueError`` when ``stages``
-        does not fit."""
+        does not fit or ``tile_k`` is no k-tile of ``act_dtype``."""
+        check_k_tile_bytes(self.tile_k, act_dtype.width, halo_tiles=bool(self.tile_w))
         return _SmemBudget(self, act_dtype, out_dtype).plan(has_residual)
 
 

@@ -35,8 +35,8 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from cutlass.tensor_utils import LayoutEnum
 
 from ..common.barriers import NamedBarrierConv
-from ..common.entry import ConvKernelEntry, ConvLaunchParams, MainloopOperands
-from ..common.epilogue import EpilogueOperands, make_epilogue_operands
+from ..common.entry import FP8_TYPES, ConvKernelEntry, ConvLaunchParams, MainloopOperands
+from ..common.epilogue import EpilogueOperands, make_epilogue_operands, quantization_scalars
 from ..common.im2col import (
     output_gemm_view,
     output_tile_view,
@@ -301,6 +301,8 @@ class Conv2dFpropSm90(
             self.epilogue, geom, ptrs, epi_smem_layout,
             cute.slice_(self.source_smem_layout_staged, (None, None, 0)), self.epi_tiler,
             output_tile_view if self.tile_w else output_gemm_view,
+            dequantize=self.act_dtype in FP8_TYPES,
+            quantize_output=self.out_dtype in FP8_TYPES,
         )  # fmt: skip
 
         halo = None
@@ -363,7 +365,7 @@ class Conv2dFpropSm90(
         a_tap_layout: cute.ComposedLayout,
     ):
         tma_atom_a, mA_mk, tma_atom_b, mB_nk = ab_operands
-        tma_atom_d, mD_mn, tma_atom_c, mC_mn, m_bias, m_scale = epi_operands
+        tma_atom_d, mD_mn, tma_atom_c, mC_mn, m_bias, m_scale = epi_operands[:6]
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == self.load_warp_id:
             for atom in (tma_atom_a, tma_atom_b, tma_atom_d, tma_atom_c):
@@ -418,11 +420,12 @@ class Conv2dFpropSm90(
         # ////////////////////////////////////////////////////////////////////////////////////
         if warp_idx >= 4:
             cute.arch.setmaxregister_increase(self.consumer_registers)
+            alpha, out_factor = quantization_scalars(alpha, epi_operands)
             self.mma_and_epilogue(
                 pipes,
                 Sm90SmemTiles(sA, sB, sD, sC),
                 ConsumerMainloop(tiled_mma, k_shape, k_tile_cnt, halo, a_tap_layout),
-                EpilogueArgs(tma_atom_d, gD, m_bias, m_scale, alpha, beta),
+                EpilogueArgs(tma_atom_d, gD, m_bias, m_scale, alpha, beta, out_factor),
                 # With dynamic scheduling m_flags holds the work counters instead.
                 StreamKWorkspace(m_partials, m_flags if self.stream_k else None),
                 scheduler,
@@ -713,7 +716,7 @@ class Conv2dFpropSm90(
         accumulators = cute.make_rmem_tensor(acc_shape, self.acc_dtype)
         epilogue = self.make_epilogue_context(
             tiled_mma, tile_tidx, warpgroup_idx, sD, sC, accumulators, epi_args.tma_atom_d,
-            source_pipeline, epi_args.bias, epi_args.scale,
+            source_pipeline, epi_args.bias, epi_args.scale, epi_args.out_factor,
         )  # fmt: skip
         tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
 

@@ -24,8 +24,9 @@ class EpilogueArgs(NamedTuple):
     gD: cute.Tensor  # the output by tile: (tile_m, tile_n, m_tiles, n_tiles)
     bias: Optional[cute.Tensor]
     scale: Optional[cute.Tensor]
-    alpha: cutlass.Float32
+    alpha: cutlass.Float32  # times the fp8 inputs' scales
     beta: cutlass.Float32
+    out_factor: Optional[cutlass.Float32]  # fp8 output: 1 / out_scale
 
 
 class Sm90Epilogue(NamedTuple):
@@ -56,6 +57,7 @@ class Sm90EpilogueMixin:
         source_pipeline: Optional[pipeline.PipelineTmaAsync],
         m_bias: Optional[cute.Tensor],
         m_scale: Optional[cute.Tensor],
+        out_factor: Optional[cutlass.Float32],
     ) -> "Sm90Epilogue":
         """This thread's epilogue partitions: accumulator registers -> SMEM staging buffer
         (stmatrix) -> TMA store, and its view of the C buffers, bias and scale."""
@@ -94,6 +96,7 @@ class Sm90EpilogueMixin:
                 producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.tile_threads),
             ),
             store_warp=store_warp,
+            out_factor=out_factor,
         )
         source = None
         if self.epilogue.has_residual:

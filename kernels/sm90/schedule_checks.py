@@ -6,12 +6,17 @@ from typing import Tuple
 
 # The most input rows of a halo: a TMA box dimension.
 MAX_HALO_H = 256
+# Halo tiles read each tap's A at any 128-byte row of a 128B-swizzled halo: k-tiles of 128
+# bytes, which the element width decides (``check_k_tile_bytes``).
+HALO_MIN_TILE_K = 64
+# A k-tile is 32..128 bytes: one WGMMA K step (16 16-bit or 32 fp8 channels) up to one
+# 128-byte swizzle row.
+MIN_K_TILE_BYTES, MAX_K_TILE_BYTES = 32, 128
 
 
 def check_schedule_options(
     *,
     tile_mnk: Tuple[int, int, int],
-    k_tile_bytes: int,
     cluster_mn: Tuple[int, int],
     stream_k: bool,
     dynamic_schedule: bool,
@@ -21,7 +26,7 @@ def check_schedule_options(
 ) -> None:
     """Raise ``ValueError`` naming the fields if the options cannot run together (halo tiles
     are checked when ``tile_w`` is set)."""
-    tile_m, tile_n, _ = tile_mnk
+    tile_m, tile_n, tile_k = tile_mnk
     cluster_m, cluster_n = cluster_mn
     single_cta = cluster_m * cluster_n == 1
     if dynamic_schedule and (stream_k or not single_cta):
@@ -40,15 +45,31 @@ def check_schedule_options(
                 f"halo_h must be in tile_m/tile_w..{MAX_HALO_H} (the output rows of a tile plus "
                 f"the filter's), got halo_h={halo_h} with tile_m={tile_m}, tile_w={tile_w}"
             )
-        if k_tile_bytes != 128 or not single_cta or stream_k:
+        if tile_k < HALO_MIN_TILE_K or not single_cta or stream_k:
             raise ValueError(
-                f"halo tiles (tile_w={tile_w}) need tile_k=64 (128-byte k-tiles), "
-                f"cluster_m=cluster_n=1 and stream_k=False, got {k_tile_bytes}-byte k-tiles, "
-                f"cluster_m={cluster_m}, cluster_n={cluster_n}, stream_k={stream_k}"
+                f"halo tiles (tile_w={tile_w}) need tile_k >= {HALO_MIN_TILE_K} (128-byte "
+                f"k-tiles: 64 16-bit or 128 fp8 channels), cluster_m=cluster_n=1 and "
+                f"stream_k=False, got tile_k={tile_k}, cluster_m={cluster_m}, "
+                f"cluster_n={cluster_n}, stream_k={stream_k}"
             )
     if pingpong and (tile_m != 128 or tile_n > 128 or stream_k or dynamic_schedule):
         raise ValueError(
             f"pingpong needs tile_m=128, tile_n <= 128, stream_k=False and "
             f"dynamic_schedule=False, got tile_m={tile_m}, tile_n={tile_n}, "
             f"stream_k={stream_k}, dynamic_schedule={dynamic_schedule}"
+        )
+
+
+def check_k_tile_bytes(tile_k: int, element_bits: int, halo_tiles: bool) -> None:
+    """Raise ``ValueError`` if ``tile_k`` channels of ``element_bits``-bit inputs are not a
+    k-tile the kernel can load and multiply (halo tiles: exactly one 128-byte row)."""
+    k_tile_bytes = tile_k * element_bits // 8
+    low = MAX_K_TILE_BYTES if halo_tiles else MIN_K_TILE_BYTES
+    if not low <= k_tile_bytes <= MAX_K_TILE_BYTES:
+        what = "halo tiles need" if halo_tiles else "a k-tile must be"
+        raise ValueError(
+            f"tile_k={tile_k} with {element_bits}-bit inputs is a {k_tile_bytes}-byte k-tile; "
+            f"{what} {low}..{MAX_K_TILE_BYTES} bytes (16-bit inputs: tile_k "
+            f"{low * 8 // 16}..{MAX_K_TILE_BYTES * 8 // 16}; fp8: "
+            f"{low}..{MAX_K_TILE_BYTES})"
         )

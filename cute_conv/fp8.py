@@ -1,0 +1,58 @@
+"""Quantization to fp8 for the conv's fp8 path: a tensor and the float32 scale(s) that
+dequantize it (a real value is the fp8 value times its scale)."""
+
+from __future__ import annotations
+
+import torch
+
+from .validation import FP8_DTYPES
+
+__all__ = ["quantize_fp8"]
+
+
+def quantize_fp8(
+    t: torch.Tensor,
+    per_channel_dim: int | None = None,
+    *,
+    dtype: torch.dtype = torch.float8_e4m3fn,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize ``t`` to ``dtype`` with amax scaling; returns ``(fp8 tensor, scale)``.
+
+    ``per_channel_dim=None``: one scale for the whole tensor, a 0-dim float32 tensor on
+    ``t``'s device (what ``x_scale`` / ``w_scale`` take). ``per_channel_dim=d``: one scale per
+    index of dimension ``d``, a float32 vector of ``t.shape[d]`` (a filter's per-output-channel
+    scales, ``d=0``: pass them as the conv's ``scale`` with ``w_scale`` of one). The scale maps
+    the largest magnitude to the format's largest finite value; an all-zero tensor (or
+    channel) gets scale 1. Computed in float32; the fp8 values keep ``t``'s layout.
+
+    Raises:
+        TypeError: ``t`` is not a floating torch tensor, or ``dtype`` not an fp8 dtype.
+        ValueError: ``per_channel_dim`` is not a dimension of ``t``.
+    """
+    if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+        raise TypeError(
+            f"t must be a floating-point torch.Tensor, got "
+            f"{t.dtype if isinstance(t, torch.Tensor) else type(t).__name__}"
+        )
+    if dtype not in FP8_DTYPES:
+        raise TypeError(f"dtype must be one of {', '.join(map(str, FP8_DTYPES))}, got {dtype}")
+    values = t.float()
+    if per_channel_dim is None:
+        amax = values.abs().amax()
+        shape = ()
+    else:
+        if isinstance(per_channel_dim, bool) or not isinstance(per_channel_dim, int):
+            raise TypeError(f"per_channel_dim must be an int or None, got {per_channel_dim!r}")
+        if not -t.dim() <= per_channel_dim < t.dim():
+            raise ValueError(
+                f"per_channel_dim={per_channel_dim} is not a dimension of a rank-{t.dim()} tensor"
+            )
+        dim = per_channel_dim % t.dim()
+        others = [d for d in range(t.dim()) if d != dim]
+        amax = values.abs().amax(dim=others) if others else values.abs()
+        shape = [1] * t.dim()
+        shape[dim] = t.shape[dim]
+    finfo_max = torch.finfo(dtype).max
+    scale = torch.where(amax > 0, amax / finfo_max, torch.ones_like(amax))
+    quantized = (values / scale.reshape(shape)).clamp(-finfo_max, finfo_max).to(dtype)
+    return quantized, scale.reshape(-1) if per_channel_dim is not None else scale

@@ -1,0 +1,96 @@
+"""The fp8 kernels, compiled without a GPU for sm_90a and sm_100a: the MMA forms, the
+dequantization scales read from global memory into the epilogue, and the saturating fp8
+output conversion, asserted on the PTX. (Numerics: ``test_fp8_sm90.py``, on a GPU.)"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import cute_conv
+from cute_conv import Conv2dConfig, Conv2dConfigSm100, EpilogueSpec
+from tests.ptx_dataflow import definitions, feeds, instructions
+
+E4M3, E5M2, BF16 = torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16
+
+
+def _ptx(arch, act, flt, out, config=None, epilogue=None):
+    return cute_conv.compile_kernel(
+        arch, act_dtype=act, filter_dtype=flt, out_dtype=out, config=config, epilogue=epilogue
+    ).ptx
+
+
+@pytest.mark.parametrize(
+    "act,flt,form",
+    [(E4M3, E4M3, "e4m3.e4m3"), (E5M2, E4M3, "e5m2.e4m3"), (E4M3, E5M2, "e4m3.e5m2")],
+)
+def test_sm90_fp8_wgmma_forms(act, flt, form):
+    ptx = _ptx("sm_90a", act, flt, BF16, Conv2dConfig(tile_k=128))
+    forms = set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k\d+\.f32\.[\w.]+)", ptx))
+    assert forms == {f"m64n128k32.f32.{form}"}
+
+
+def _stores_read_global(ptx: str, cvt_prefix: str) -> list[bool]:
+    """For each output conversion ``cvt_prefix``: is a value loaded from global memory (a
+    scale) among its sources? (This spec has no bias or scale vectors: only the fp8 scales
+    are read from global memory by the epilogue.)"""
+    defs = definitions(ptx)
+    return [
+        any(feeds(defs, reg, "ld.global", depth=6) for reg in ops[1:])
+        for ops in instructions(ptx, cvt_prefix)
+    ]
+
+
+ARCH_CONFIGS = [
+    pytest.param("sm_90a", Conv2dConfig(tile_k=128), Conv2dConfig(), id="sm90"),
+    pytest.param(
+        "sm_100a", Conv2dConfigSm100(tile_k=128), Conv2dConfigSm100.default_bf16(), id="sm100-2sm"
+    ),
+    pytest.param(
+        "sm_100a",
+        Conv2dConfigSm100(cta_group=1, mma_m=128, tile_k=128),
+        Conv2dConfigSm100.default_bf16_1sm(),
+        id="sm100-1sm",
+    ),
+]
+
+
+@pytest.mark.parametrize("arch,fp8_config,bf16_config", ARCH_CONFIGS)
+def test_dequantization_scales_feed_the_output(arch, fp8_config, bf16_config):
+    fp8 = _stores_read_global(_ptx(arch, E4M3, E4M3, BF16, fp8_config), "cvt.rn.bf16x2.f32")
+    bf16 = _stores_read_global(_ptx(arch, BF16, BF16, BF16, bf16_config), "cvt.rn.bf16x2.f32")
+    assert fp8 and all(fp8), "every output value is multiplied by the loaded scales"
+    assert bf16 and not any(bf16), "a 16-bit kernel reads no scale"
+
+
+@pytest.mark.parametrize("arch,fp8_config,_", ARCH_CONFIGS)
+def test_fp8_output_is_a_saturating_conversion_of_scaled_values(arch, fp8_config, _):
+    epilogue = EpilogueSpec(has_bias=False, activation="relu", has_residual=True)
+    ptx = _ptx(arch, E4M3, E4M3, E4M3, fp8_config, epilogue)
+    converts = instructions(ptx, "cvt.rn.satfinite.e4m3x2.f32")
+    assert converts
+    assert not re.search(r"cvt\.rn\.e4m3x2", ptx)  # every fp8 store saturates
+    defs = definitions(ptx)
+    # Each value stored went through 1 / out_scale, a value read from global memory.
+    assert all(any(feeds(defs, r, "rcp", 4) or feeds(defs, r, "div", 4) for r in ops[1:])
+               for ops in converts)  # fmt: skip
+
+
+def test_sm100_fp8_mma_kind():
+    for config in (Conv2dConfigSm100(tile_k=128), Conv2dConfigSm100(tile_k=64)):
+        ptx = _ptx("sm_100a", E4M3, E4M3, BF16, config)
+        kinds = set(re.findall(r"tcgen05\.mma\.cta_group::\d\.kind::(\w+)", ptx))
+        assert kinds == {"f8f6f4"}
+    ptx = _ptx("sm_100a", BF16, BF16, BF16, Conv2dConfigSm100.default_bf16())
+    assert set(re.findall(r"tcgen05\.mma\.cta_group::\d\.kind::(\w+)", ptx)) == {"f16"}
+
+
+def test_sm90_fp8_k_tile_is_one_128_byte_row():
+    kernel = cute_conv.compile_kernel(
+        "sm_90a", act_dtype=E4M3, config=Conv2dConfig(tile_k=128, stages=4)
+    )
+    bf16 = cute_conv.compile_kernel("sm_90a", act_dtype=BF16, config=Conv2dConfig(stages=4))
+    # 128 fp8 channels per k-tile hold the bytes of 64 bf16 ones: the same SMEM ring.
+    assert kernel.smem_bytes == bf16.smem_bytes

@@ -1,0 +1,170 @@
+"""The fp8 path's host side, without a GPU: argument checks (clear errors before any launch,
+nothing written), the k-tile and heuristic rules, channel padding and ``quantize_fp8``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import cute_conv
+from cute_conv import Conv2dConfig, Conv2dConfigSm100, Conv2dProblemShape
+from cute_conv.staging import kernel_problem_for, uses_im2col, uses_space_to_depth
+
+E4M3, E5M2, BF16 = torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16
+
+
+def _tensors(act=E4M3, flt=E4M3):
+    x = torch.zeros(1, 8, 8, 32).to(act)
+    w = torch.zeros(16, 3, 3, 32).to(flt)
+    return x, w
+
+
+def _scale(**kwargs):
+    return torch.ones((), **kwargs)
+
+
+BAD_CALLS = [
+    pytest.param(dict(flt=BF16), {}, TypeError, "filter has dtype torch.bfloat16", id="fp8-x-bf16-filter"),
+    pytest.param(dict(act=BF16), {}, TypeError, "activation has dtype torch.bfloat16", id="bf16-x-fp8-filter"),
+    pytest.param({}, dict(x_scale=None), ValueError, "x_scale is required", id="no-x-scale"),
+    pytest.param({}, dict(w_scale=None), ValueError, "w_scale is required", id="no-w-scale"),
+    pytest.param({}, dict(x_scale=_scale(dtype=torch.float64)), ValueError, "x_scale must be a one-element float32", id="x-scale-f64"),
+    pytest.param({}, dict(w_scale=torch.ones(2)), ValueError, r"w_scale must be a one-element float32 tensor, got dtype torch.float32 and shape \(2,\)", id="w-scale-two"),
+    pytest.param({}, dict(x_scale=1.0), TypeError, "x_scale must be a one-element float32 torch.Tensor, got float", id="x-scale-float"),
+    pytest.param({}, dict(x_scale=_scale(device="meta")), ValueError, "x_scale is on meta but activation is on cpu", id="x-scale-device"),
+    pytest.param({}, dict(out_dtype=E4M3), ValueError, "out_scale is required with fp8 output", id="fp8-out-no-scale"),
+    pytest.param({}, dict(out_scale=_scale()), ValueError, "out_scale is only for fp8 output", id="out-scale-bf16-out"),
+    pytest.param({}, dict(out_dtype=E5M2, out_scale=_scale()), TypeError, "out_dtype is torch.float8_e5m2", id="e5m2-out"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtypes,kwargs,error,match", BAD_CALLS)
+def test_bad_fp8_calls_raise_before_writing(dtypes, kwargs, error, match):
+    x, w = _tensors(**dtypes)
+    call = dict(x_scale=_scale(), w_scale=_scale(), padding=1)
+    call.update(kwargs)
+    out_dtype = call.get("out_dtype") or BF16
+    out = torch.full((1, 8, 8, 16), 3.0).to(out_dtype)
+    call["out"] = out
+    with pytest.raises(error, match=match):
+        cute_conv.conv2d_fprop(x, w, **call)
+    assert bool((out.float() == 3.0).all())
+
+
+def test_scales_are_rejected_on_16bit_calls():
+    x, w = _tensors(BF16, BF16)
+    out = torch.full((1, 8, 8, 16), 3.0, dtype=BF16)
+    with pytest.raises(ValueError, match="x_scale is only for fp8 inputs"):
+        cute_conv.conv2d_fprop(x, w, padding=1, x_scale=_scale(), out=out)
+    with pytest.raises(TypeError, match="fp8 output is written from fp8 inputs only"):
+        cute_conv.conv2d_fprop(x, w, padding=1, out_dtype=E4M3)
+    assert bool((out == 3.0).all())
+
+
+def test_fp8_residual_source_has_the_output_dtype():
+    x, w = _tensors()
+    source = torch.zeros(1, 8, 8, 16).to(E4M3)  # bf16 output: the source must be bf16
+    with pytest.raises(TypeError, match="source has dtype torch.float8_e4m3fn"):
+        cute_conv.conv2d_fprop_with_residual(x, w, source, padding=1, x_scale=_scale(),
+                                             w_scale=_scale())  # fmt: skip
+
+
+def test_compile_kernel_checks_fp8_dtypes():
+    with pytest.raises(TypeError, match="Float8E4M3FN or Float8E5M2"):
+        cute_conv.compile_kernel("sm_90a", act_dtype=E4M3, filter_dtype=BF16)
+    with pytest.raises(TypeError, match="out_dtype must be one of"):
+        cute_conv.compile_kernel("sm_90a", act_dtype=BF16, out_dtype=E4M3)
+    with pytest.raises(ValueError, match="tile_k=16 with 8-bit inputs is a 16-byte k-tile"):
+        cute_conv.compile_kernel("sm_90a", act_dtype=E4M3, config=Conv2dConfig(tile_k=16))
+    with pytest.raises(ValueError, match="tile_k=128 with 16-bit inputs is a 256-byte k-tile"):
+        cute_conv.compile_kernel("sm_90a", act_dtype=BF16, config=Conv2dConfig(tile_k=128))
+    halo = Conv2dConfig(tile_m=256, tile_n=64, tile_k=64, tile_w=32, halo_h=10)
+    with pytest.raises(ValueError, match="halo tiles need 128..128 bytes"):
+        cute_conv.compile_kernel("sm_90a", act_dtype=E4M3, config=halo)
+    with pytest.raises(ValueError, match="tile_k=32 with 8-bit inputs is a 32-byte k-tile"):
+        cute_conv.compile_kernel(
+            "sm_100a", act_dtype=E4M3, config=Conv2dConfigSm100(tile_k=32)
+        )
+
+
+def test_autotune_covers_16bit_inputs_only():
+    with pytest.raises(TypeError, match="autotuning them is not supported"):
+        cute_conv.autotune((1, 8, 8, 32), (16, 3, 3, 32), dtype=E4M3)
+
+
+@pytest.mark.parametrize(
+    "c,expected_tile_k", [(3, 32), (32, 32), (64, 64), (96, 128), (128, 128), (256, 128), (320, 128)]
+)
+def test_fp8_heuristic_takes_k_tiles_of_32_to_128_bytes(c, expected_tile_k):
+    problem = Conv2dProblemShape(8, 28, 28, c, 128, 3, 3, padding=1)
+    fp8 = cute_conv.default_config(problem, element_bytes=1)
+    bf16 = cute_conv.default_config(problem)
+    assert fp8.tile_k == expected_tile_k
+    assert 32 <= fp8.tile_k <= 128 and 32 <= bf16.tile_k * 2 <= 128
+    if c % 128 == 0:  # full rows in both: the same kernel shape, twice the channels per k-tile
+        assert fp8 == Conv2dConfig(**{**bf16.__dict__, "tile_k": 2 * bf16.tile_k})
+
+
+def test_fp8_heuristic_keeps_halo_tiles_at_128_bytes():
+    problem = Conv2dProblemShape(128, 56, 56, 64, 64, 3, 3, padding=1)
+    bf16 = cute_conv.default_config(problem)
+    assert bf16.tile_w  # the measured halo choice for r50-c2 3x3
+    fp8 = cute_conv.default_config(problem, element_bytes=1)
+    assert fp8.tile_w == 0 and fp8.tile_k == 64  # C=64 fp8 is a 64-byte row: no halo tiles
+    wide = Conv2dProblemShape(128, 56, 56, 128, 64, 3, 3, padding=1)
+    assert cute_conv.default_config(wide, element_bytes=1).tile_w  # C=128 fp8: 128-byte rows
+    with pytest.raises(ValueError, match="element_bytes must be 2"):
+        cute_conv.default_config(problem, element_bytes=4)
+
+
+def test_sm100_heuristic_doubles_tile_k_for_fp8():
+    problem = Conv2dProblemShape(8, 28, 28, 256, 128, 3, 3, padding=1)
+    assert cute_conv.default_config_sm100(problem).tile_k == 64
+    assert cute_conv.default_config_sm100(problem, element_bytes=1).tile_k == 128
+
+
+def test_fp8_channels_pad_to_16():
+    problem = Conv2dProblemShape(2, 9, 11, 72, 200, 3, 3, padding=1)
+    assert kernel_problem_for(problem).C == 72 and kernel_problem_for(problem).K == 200
+    kp = kernel_problem_for(problem, element_bytes=1)
+    assert (kp.C, kp.K) == (80, 208)
+
+
+@pytest.mark.parametrize("c", [3, 8])
+def test_fp8_stems_unfold_into_im2col_columns(c):
+    stem = Conv2dProblemShape(1, 224, 224, c, 64, 7, 7, padding=3, stride=2)
+    assert not uses_im2col(stem, 2)  # 16-bit: the super-pixel view or space-to-depth
+    assert uses_im2col(stem, 1) and not uses_space_to_depth(stem, 1)
+    kp = kernel_problem_for(stem, element_bytes=1)
+    assert (kp.R, kp.S, kp.C % 16) == (1, 1, 0) and kp.C >= 49 * c
+
+
+@pytest.mark.parametrize("dtype", [E4M3, E5M2])
+def test_quantize_fp8_per_tensor(dtype):
+    gen = torch.Generator().manual_seed(0)
+    t = torch.randn(4, 8, 8, 16, generator=gen) * 3
+    q, scale = cute_conv.quantize_fp8(t, dtype=dtype)
+    assert q.dtype == dtype and q.shape == t.shape and scale.shape == () and scale.dtype == torch.float32
+    assert q.float().abs().max() == torch.finfo(dtype).max  # amax maps to the largest value
+    mantissa_bits = 3 if dtype == E4M3 else 2
+    err = (q.float() * scale - t).abs()
+    # Half an ulp of each value (normal range) or of the smallest normal (subnormals).
+    tiny = torch.finfo(dtype).smallest_normal * scale
+    assert bool((err <= t.abs() * 2.0 ** -(mantissa_bits + 1) + tiny).all())
+
+
+def test_quantize_fp8_per_channel_and_zero_channels():
+    t = torch.randn(6, 3, 3, 16)
+    t[2] = 0
+    t[4] *= 100
+    q, scales = cute_conv.quantize_fp8(t, per_channel_dim=0)
+    assert scales.shape == (6,) and scales[2] == 1.0
+    assert torch.equal(q[2].float(), torch.zeros(3, 3, 16))
+    per_channel_max = q.float().abs().amax(dim=(1, 2, 3))
+    assert bool((per_channel_max[[0, 1, 3, 4, 5]] == 448).all())
+    with pytest.raises(ValueError, match="per_channel_dim=4 is not a dimension"):
+        cute_conv.quantize_fp8(t, per_channel_dim=4)
+    with pytest.raises(TypeError, match="dtype must be one of"):
+        cute_conv.quantize_fp8(t, dtype=BF16)
+    with pytest.raises(TypeError, match="floating-point torch.Tensor"):
+        cute_conv.quantize_fp8(torch.ones(3, dtype=torch.int32))

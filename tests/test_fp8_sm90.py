@@ -1,0 +1,190 @@
+"""GPU numerics of the fp8 conv: fp8 activation and filter, fp32 accumulation, dequantization,
+epilogue and (optionally) fp8 output fused, against a float32 reference computed on the
+dequantized fp8 inputs.
+
+Tolerances (``cute_conv.testing``): the reference sees exactly the values the kernel
+multiplies, so a 16-bit or float32 output is held to the bf16 tests' bounds, plus the fp8
+MMA's coarser accumulation (``ACCUMULATION_RTOL_FP8``); a float8_e4m3fn output to its own
+rounding (``REL_TOL_FP8_OUTPUT``, and a few of its ulps at most per value).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import cute_conv
+from cute_conv import Conv2dConfig
+from cute_conv.reference import TORCH_ACTIVATIONS
+from cute_conv.testing import compare_to_reference, random_conv_inputs
+from tests.test_epilogue_sm90 import reference
+
+pytestmark = pytest.mark.gpu
+
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+
+
+def fp8_inputs(n, h, w, c, k, r, s, *, act_dtype=E4M3, filter_dtype=E4M3):
+    """Fresh inputs quantized per tensor: (x, x_scale, filter, w_scale) and their dequantized
+    float32 values (what the reference convolves)."""
+    x, flt = random_conv_inputs(n, h, w, c, k, r, s, dtype=torch.float32)
+    qx, x_scale = cute_conv.quantize_fp8(x, dtype=act_dtype)
+    qf, w_scale = cute_conv.quantize_fp8(flt, dtype=filter_dtype)
+    return (qx, x_scale, qf, w_scale), (qx.float() * x_scale, qf.float() * w_scale)
+
+
+def run_fp8(shape, *, out_dtype=torch.bfloat16, act_dtype=E4M3, filter_dtype=E4M3, bias=False,
+            scale=False, alpha=1.0, activation=None, residual=None, order="after_activation",
+            config=None, out_scale=None):  # fmt: skip
+    n, h, w, c, k, r, s, geom = shape
+    (qx, x_scale, qf, w_scale), (x32, f32) = fp8_inputs(
+        n, h, w, c, k, r, s, act_dtype=act_dtype, filter_dtype=filter_dtype
+    )
+    problem = cute_conv.Conv2dProblemShape.from_shapes(qx.shape, qf.shape, **geom)
+    b = torch.randn(k, device="cuda") if bias else None
+    sc = torch.rand(k, device="cuda") + 0.5 if scale else None
+    if out_dtype == E4M3 and out_scale is None:
+        out_scale = torch.tensor(1 / 64, device="cuda")
+    out = torch.full(problem.output_shape, float("nan"), device="cuda").to(out_dtype)
+    kwargs = dict(alpha=alpha, bias=b, scale=sc, activation=activation, out=out, config=config,
+                  x_scale=x_scale, w_scale=w_scale, out_scale=out_scale, **geom)  # fmt: skip
+    source, beta = None, 0.0
+    if residual is not None:
+        beta = residual
+        source = torch.randn(problem.output_shape, device="cuda").to(out_dtype)
+        cute_conv.conv2d_fprop_with_residual(
+            qx, qf, source, beta=beta, residual_order=order, **kwargs
+        )
+    else:
+        cute_conv.conv2d_fprop(qx, qf, **kwargs)
+    torch.cuda.synchronize()
+    ref = reference(x32, f32, geom, alpha=alpha, bias=b, scale=sc, activation=activation,
+                    source=source, beta=beta, order=order)  # fmt: skip
+    if out_dtype == E4M3:
+        ref = ref / out_scale
+    report = compare_to_reference(out, ref, fp8_inputs=True)
+    assert report.ok, f"{problem} {out_dtype}: {report}"
+    return out, ref
+
+
+SHAPES = [
+    pytest.param((2, 12, 13, 64, 128, 3, 3, dict(padding=1)), id="3x3"),
+    pytest.param((3, 9, 11, 72, 200, 3, 3, dict(padding=1, stride=2)), id="tails-stride2"),
+    pytest.param((2, 14, 14, 256, 384, 1, 1, {}), id="1x1-k384"),
+    pytest.param((2, 20, 20, 3, 64, 7, 7, dict(padding=3, stride=2)), id="stem-c3"),
+    pytest.param((1, 16, 16, 8, 32, 7, 7, dict(padding=3, stride=2)), id="stem-c8"),
+    pytest.param((4, 7, 7, 512, 512, 3, 3, dict(padding=1)), id="deep-k4608"),
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32, E4M3])
+def test_fp8_conv_every_output_dtype(shape, out_dtype):
+    run_fp8(shape, out_dtype=out_dtype, bias=True)
+
+
+@pytest.mark.parametrize("dtypes", [(E5M2, E4M3), (E4M3, E5M2), (E5M2, E5M2)], ids=str)
+def test_fp8_input_pairings(dtypes):
+    run_fp8(SHAPES[0].values[0], act_dtype=dtypes[0], filter_dtype=dtypes[1])
+
+
+EPILOGUES = [
+    pytest.param(dict(alpha=0.5, scale=True, bias=True), id="alpha-scale-bias"),
+    *[pytest.param(dict(bias=True, activation=a), id=f"bias-{a}") for a in TORCH_ACTIVATIONS if a],
+    pytest.param(dict(bias=True, activation="relu", residual=1.0), id="relu-residual"),
+    pytest.param(dict(bias=True, activation="relu", residual=1.0, order="before_activation"),
+                 id="relu-residual-before"),  # fmt: skip
+    pytest.param(dict(scale=True, bias=True, activation="gelu", residual=-0.5,
+                      order="before_activation"), id="all-before"),  # fmt: skip
+]
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, E4M3])
+@pytest.mark.parametrize("epilogue", EPILOGUES)
+def test_fp8_epilogues(epilogue, out_dtype):
+    run_fp8(SHAPES[1].values[0], out_dtype=out_dtype, **epilogue)
+
+
+CONFIGS = [
+    pytest.param(Conv2dConfig(tile_k=64), id="tile_k64"),
+    pytest.param(Conv2dConfig(tile_k=32), id="tile_k32"),
+    pytest.param(Conv2dConfig(tile_n=256, cluster_n=2), id="128x256-1x2"),
+    pytest.param(Conv2dConfig(tile_m=256, tile_n=64, cluster_m=2), id="256x64-2x1"),
+    pytest.param(Conv2dConfig(tile_m=192, tile_n=128), id="192x128"),
+    pytest.param(Conv2dConfig(pingpong=True), id="pingpong"),
+    pytest.param(Conv2dConfig(stream_k=True), id="stream_k"),
+    pytest.param(Conv2dConfig(dynamic_schedule=True), id="dynamic"),
+    pytest.param(Conv2dConfig(tile_m=256, tile_n=64, tile_k=128, tile_w=32, halo_h=10), id="halo"),
+]
+
+
+@pytest.mark.parametrize("residual", [None, 1.0], ids=["plain", "residual"])
+@pytest.mark.parametrize("config", CONFIGS)
+def test_fp8_across_configs(config, residual):
+    shape = (2, 16, 28, 128, 128, 3, 3, dict(padding=1))
+    run_fp8(shape, bias=True, activation="relu", residual=residual, config=config)
+
+
+def test_fp8_output_saturates():
+    """Values past e4m3's largest finite value (448) are stored as +-448, never NaN."""
+    shape = (1, 8, 8, 64, 64, 1, 1, {})
+    (qx, x_scale, qf, w_scale), (x32, f32) = fp8_inputs(*shape[:7])
+    out_scale = torch.tensor(1 / 4096, device="cuda")
+    out = cute_conv.conv2d_fprop(qx, qf, x_scale=x_scale, w_scale=w_scale, out_scale=out_scale,
+                                 out_dtype=E4M3)  # fmt: skip
+    ref = (x32.reshape(-1, 64) @ f32.reshape(64, -1)).reshape(out.shape) / out_scale
+    big = ref.abs() > 480  # past the largest finite value, and past its rounding
+    assert big.any() and (~big).any()
+    values = out.float()
+    assert not values.isnan().any()
+    assert torch.equal(values[big], 448 * ref[big].sign())
+    report = compare_to_reference(out[~big].reshape(1, 1, 1, -1), ref[~big].reshape(1, 1, 1, -1),
+                                  fp8_inputs=True)  # fmt: skip
+    assert report.ok, report
+
+
+def test_per_channel_filter_scales_through_scale():
+    """Per-output-channel filter quantization: the channel scales go in ``scale``."""
+    n, h, w, c, k, r, s = 2, 10, 10, 64, 96, 3, 3
+    x, flt = random_conv_inputs(n, h, w, c, k, r, s, dtype=torch.float32)
+    flt = flt * torch.linspace(0.01, 4, k, device="cuda").reshape(k, 1, 1, 1)
+    qx, x_scale = cute_conv.quantize_fp8(x)
+    qf, channel_scales = cute_conv.quantize_fp8(flt, per_channel_dim=0)
+    one = torch.ones((), device="cuda")
+    out = cute_conv.conv2d_fprop(qx, qf, padding=1, x_scale=x_scale, w_scale=one,
+                                 scale=channel_scales)  # fmt: skip
+    deq_f = qf.float() * channel_scales.reshape(k, 1, 1, 1)
+    ref = reference(qx.float() * x_scale, deq_f, dict(padding=1))
+    report = compare_to_reference(out, ref, fp8_inputs=True)
+    assert report.ok, report
+
+
+def test_scales_are_read_on_the_device_under_cuda_graphs():
+    """The scales are device scalars: a captured graph replays with their new values."""
+    shape = (2, 12, 12, 64, 64, 3, 3)
+    (qx, x_scale, qf, w_scale), _ = fp8_inputs(*shape)
+    out = torch.empty(2, 10, 10, 64, device="cuda", dtype=torch.bfloat16)
+    run = lambda: cute_conv.conv2d_fprop(qx, qf, x_scale=x_scale, w_scale=w_scale, out=out)  # noqa: E731
+    run()  # compile and plan outside the capture
+    first = out.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    x_scale.mul_(2.0)
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out.float(), 2.0 * first.float(), rtol=2**-7, atol=0)
+
+
+def test_fp8_op_under_torch_compile():
+    (qx, x_scale, qf, w_scale), (x32, f32) = fp8_inputs(2, 10, 10, 64, 64, 3, 3)
+
+    @torch.compile(fullgraph=True)
+    def fn(a, b, sa, sb):
+        return cute_conv.conv2d_fprop(a, b, padding=1, x_scale=sa, w_scale=sb, activation="relu")
+
+    torch._dynamo.reset()
+    got = fn(qx, qf, x_scale, w_scale)
+    eager = cute_conv.conv2d_fprop(qx, qf, padding=1, x_scale=x_scale, w_scale=w_scale,
+                                   activation="relu")  # fmt: skip
+    assert torch.equal(got, eager)
