@@ -103,15 +103,13 @@ def channel_alignment(element_bytes: int) -> int:
     return ROW_ALIGNMENT_BYTES // element_bytes
 
 
-def super_pixel_view(
-    problem: Conv2dProblemShape, element_bytes: int = 2
-) -> SuperPixelView | None:
-    """The super-pixel view of ``problem``, or None where it does not apply: 16-bit inputs,
-    stride 2, no dilation, C=8, several taps, K a multiple of 8, W a multiple of 4 and Q of
-    2, and right padding that the view's columns can take as whole super pixels."""
+def super_pixel_view(problem: Conv2dProblemShape) -> SuperPixelView | None:
+    """The super-pixel view of ``problem``, or None where it does not apply: stride 2, no
+    dilation, C=8, several taps, K a multiple of 8, W a multiple of 4 and Q of 2, and right
+    padding that the view's columns can take as whole super pixels. (fp8 super pixels are
+    32-byte rows of 32 channels: still whole TMA rows, and the shortest k-tile.)"""
     if not (
-        element_bytes == 2
-        and problem.C == SUPER_PIXEL_INPUT_CHANNELS
+        problem.C == SUPER_PIXEL_INPUT_CHANNELS
         and problem.R * problem.S >= IM2COL_MIN_TAPS
         and problem.stride == (2, 2)
         and problem.dilation == (1, 1)
@@ -150,10 +148,15 @@ def uses_space_to_depth(problem: Conv2dProblemShape, element_bytes: int = 2) -> 
 
 def uses_im2col(problem: Conv2dProblemShape, element_bytes: int = 2) -> bool:
     """Explicit im2col columns: few channels (up to ``IM2COL_MAX_CHANNELS``, fp8: up to
-    ``SPACE_TO_DEPTH_MAX_CHANNELS``, as fp8 stems are not folded) and several taps."""
+    ``SPACE_TO_DEPTH_MAX_CHANNELS``, as fp8 stems are not folded) and several taps, where
+    no super-pixel view applies."""
     max_channels = IM2COL_MAX_CHANNELS if element_bytes == 2 else SPACE_TO_DEPTH_MAX_CHANNELS
     few_channels = problem.C <= max_channels and problem.R * problem.S >= IM2COL_MIN_TAPS
-    return few_channels and not uses_space_to_depth(problem, element_bytes)
+    return (
+        few_channels
+        and super_pixel_view(problem) is None
+        and not uses_space_to_depth(problem, element_bytes)
+    )
 
 
 def kernel_problem_for(
@@ -163,7 +166,7 @@ def kernel_problem_for(
     ``problem`` itself when it needs no staging."""
     alignment = channel_alignment(element_bytes)
     k = _round_up(problem.K, alignment)
-    view = super_pixel_view(problem, element_bytes)
+    view = super_pixel_view(problem)
     if view is not None:
         (top, bottom), _ = problem.padding
         return Conv2dProblemShape(
@@ -376,7 +379,7 @@ def run_staged(
       case; the kernel reads float32, bfloat16 and float16 vectors as they are).
     """
     element_bytes = 1 if x.element_size() == 1 else 2  # fp8, else staged as 16-bit
-    view = super_pixel_view(problem, element_bytes)
+    view = super_pixel_view(problem)
     # The view's output channels are its phases' K each, as NHWC lays them out: no padding.
     phases = 1 if view is None else view.phases
     k_pad = kernel_problem.K - phases * problem.K

@@ -130,13 +130,17 @@ def test_fp8_channels_pad_to_16():
     assert (kp.C, kp.K) == (80, 208)
 
 
-@pytest.mark.parametrize("c", [3, 8])
-def test_fp8_stems_unfold_into_im2col_columns(c):
-    stem = Conv2dProblemShape(1, 224, 224, c, 64, 7, 7, padding=3, stride=2)
-    assert not uses_im2col(stem, 2)  # 16-bit: the super-pixel view or space-to-depth
-    assert uses_im2col(stem, 1) and not uses_space_to_depth(stem, 1)
-    kp = kernel_problem_for(stem, element_bytes=1)
-    assert (kp.R, kp.S, kp.C % 16) == (1, 1, 0) and kp.C >= 49 * c
+def test_fp8_stems():
+    """The C=8 stem takes the super-pixel view as a 16-bit one does (32-byte super pixels of
+    32 fp8 channels); an RGB stem, which 16-bit inputs fold, unfolds into im2col columns."""
+    c8 = Conv2dProblemShape(1, 224, 224, 8, 64, 7, 7, padding=3, stride=2)
+    assert not uses_im2col(c8, 1) and kernel_problem_for(c8, 1) == kernel_problem_for(c8, 2)
+    assert kernel_problem_for(c8, 1).C == 32
+    rgb = Conv2dProblemShape(1, 224, 224, 3, 64, 7, 7, padding=3, stride=2)
+    assert uses_space_to_depth(rgb, 2) and not uses_im2col(rgb, 2)
+    assert uses_im2col(rgb, 1) and not uses_space_to_depth(rgb, 1)
+    kp = kernel_problem_for(rgb, element_bytes=1)
+    assert (kp.R, kp.S, kp.C) == (1, 1, 160)  # 49 * 3 = 147 columns, padded to 16
 
 
 @pytest.mark.parametrize("dtype", [E4M3, E5M2])
