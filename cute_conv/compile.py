@@ -24,6 +24,7 @@ from .dtypes import CUTLASS_DTYPES, FP8_INPUT_DTYPES, INPUT_DTYPES, dtype_name
 from .kernels.common.entry import ConvLaunchParams, ConvPointers, check_kernel_dtypes
 from .kernels.common.epilogue import EpilogueSpec
 from .kernels.common.im2col import ConvGeometry
+from .kernels.common.quantize import QuantizeFp8
 from .kernels.common.space_to_depth import SpaceToDepthFold
 from .kernels.sm90.config import Conv2dConfig
 from .kernels.sm100.config import Conv2dConfigSm100
@@ -295,6 +296,49 @@ def compile_space_to_depth(
     _check_arch(arch)
     key = SpaceToDepthKey(arch, dtype_name(dtype), channels, fold_channels, fold_cols)
     return _cached(key, _compile_space_to_depth)
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantizeKey:
+    """A compiled fp8 quantization kernel depends on these only."""
+
+    arch: str
+    dtype: str
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledQuantize:
+    """The kernel of ``kernels.common.quantize``, compiled, with a launcher."""
+
+    key: QuantizeKey
+    ptx: str
+    _fn: Callable = dataclasses.field(repr=False)
+
+    def launch(self, x_ptr: int, y_ptr: int, scale_ptr: int, vectors: int, stream: int) -> None:
+        """``vectors``: the element count over ``kernels.common.quantize.VECTOR``."""
+        self._fn(x_ptr, y_ptr, scale_ptr, vectors, stream)
+
+
+def _compile_quantize(key: QuantizeKey) -> CompiledQuantize:
+    kernel = QuantizeFp8(CUTLASS_DTYPES[key.dtype])
+
+    def compile_now() -> tuple[Callable, str, bytes, int]:
+        args = [
+            _null_pointer(key.dtype), _null_pointer(cutlass.Float8E4M3FN),
+            _null_pointer(cutlass.Float32), cutlass.Int32(1),
+        ]  # fmt: skip
+        return *_cute_compile(kernel, args, key.arch), 0
+
+    fn, ptx, _, _ = _disk_cached(key, compile_now)
+    return CompiledQuantize(key, ptx, _positional_launcher(fn))
+
+
+def compile_quantize(arch: str, dtype: Any) -> CompiledQuantize:
+    """Compile (or fetch from the caches) the fp8 quantization kernel of ``dtype`` (bfloat16
+    or float16) inputs; see ``cute_conv.fp8``. Needs no GPU."""
+    _check_arch(arch)
+    key = QuantizeKey(arch, dtype_name(dtype, "dtype", ("bfloat16", "float16")))
+    return _cached(key, _compile_quantize)
 
 
 def cached_kernel_count() -> int:

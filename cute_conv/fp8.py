@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import torch
 
-from .validation import FP8_DTYPES
+from .compile import compile_quantize
+from .kernels.common.quantize import VECTOR
+from .validation import FP8_DTYPES, check_compute_capability
 
-__all__ = ["quantize_fp8"]
+__all__ = ["amax_scale", "quantize_fp8", "quantize_with_scale"]
+
+E4M3_MAX = torch.finfo(torch.float8_e4m3fn).max
 
 
 def quantize_fp8(
@@ -52,7 +56,43 @@ def quantize_fp8(
         amax = values.abs().amax(dim=others) if others else values.abs()
         shape = [1] * t.dim()
         shape[dim] = t.shape[dim]
-    finfo_max = torch.finfo(dtype).max
+    finfo_max = torch.finfo(dtype).max  # 448 for e4m3, 57344 for e5m2
     scale = torch.where(amax > 0, amax / finfo_max, torch.ones_like(amax))
     quantized = (values / scale.reshape(shape)).clamp(-finfo_max, finfo_max).to(dtype)
     return quantized, scale.reshape(-1) if per_channel_dim is not None else scale
+
+
+def quantize_with_scale(t: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``t / scale`` as float8_e4m3fn, saturated to +-448: the input staging of an fp8 conv
+    with a given (static or already measured) per-tensor ``scale``, a one-element float32
+    tensor on ``t``'s device, read there (CUDA graphs replay with its current value).
+
+    A contiguous bfloat16/float16 CUDA tensor of a multiple of 8 elements takes one pass of
+    ``kernels.common.quantize``; other tensors, torch ops.
+    """
+    if not isinstance(t, torch.Tensor) or t.dtype not in (torch.bfloat16, torch.float16):
+        raise TypeError(
+            f"t must be a bfloat16 or float16 tensor, got "
+            f"{t.dtype if isinstance(t, torch.Tensor) else type(t).__name__}"
+        )
+    if not isinstance(scale, torch.Tensor) or scale.dtype != torch.float32 or scale.numel() != 1:
+        raise ValueError("scale must be a one-element float32 tensor")
+    if scale.device != t.device:
+        raise ValueError(f"scale is on {scale.device} but t is on {t.device}")
+    if not (t.is_cuda and t.is_contiguous() and t.numel() % VECTOR == 0 and t.data_ptr() % 16 == 0):
+        return (t.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    out = torch.empty(t.shape, dtype=torch.float8_e4m3fn, device=t.device)
+    if t.numel():
+        arch = check_compute_capability(torch.cuda.get_device_capability(t.device), t.device)
+        kernel = compile_quantize(arch, t.dtype)
+        stream = torch.cuda.current_stream(t.device).cuda_stream
+        with torch.cuda.device(t.device):
+            kernel.launch(t.data_ptr(), out.data_ptr(), scale.data_ptr(), t.numel() // VECTOR, stream)
+    return out
+
+
+def amax_scale(t: torch.Tensor) -> torch.Tensor:
+    """The per-tensor e4m3 scale of ``t`` measured now: ``max|t| / 448`` as a 0-dim float32
+    tensor on ``t``'s device (1 for an all-zero tensor); no host synchronization."""
+    amax = t.abs().amax().float()
+    return torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))

@@ -25,6 +25,7 @@ from torch import nn
 from . import api
 from .epilogue import ACTIVATIONS, EpilogueSpec
 from .fold import activation_name, fold_batch_norm
+from .fp8 import amax_scale, quantize_fp8, quantize_with_scale
 from .problem import Padding, Pair, normalize_padding, normalize_pair, output_size
 from .validation import INPUT_DTYPES, validate_conv_inputs
 
@@ -45,10 +46,15 @@ class Conv2d(nn.Module):
             ``"before_activation"`` (ResNet's ``relu(bn(conv(x)) + identity)``).
 
     Attributes:
-        weight: ``[K, R, S, C]`` Parameter (KRSC), of ``dtype``.
+        weight: ``[K, R, S, C]`` Parameter (KRSC), of ``dtype`` (float8_e4m3fn after
+            ``to_fp8``).
         bias: float32 ``[K]`` Parameter, or None.
-        scale: float32 ``[K]`` buffer (a folded BatchNorm's), or None.
+        scale: float32 ``[K]`` buffer (a folded BatchNorm's; after ``to_fp8`` times the
+            weight's per-channel scales), or None.
         activation, residual_order: as given.
+        x_scale, out_scale: after ``to_fp8``: the input's static per-tensor scale (None:
+            measured on each call) and, for fp8 output, the output's (else None); 0-dim
+            float32 buffers.
     """
 
     def __init__(
@@ -99,6 +105,11 @@ class Conv2d(nn.Module):
         else:
             self.register_parameter("bias", None)
         self.register_buffer("scale", None)
+        self.register_buffer("x_scale", None)
+        self.register_buffer("w_scale", None)
+        self.register_buffer("out_scale", None)
+        # The dtype of the output (and of an identity) unless it is fp8.
+        self.output_dtype = dtype
 
     @classmethod
     def from_torch(
@@ -174,6 +185,8 @@ class Conv2d(nn.Module):
         # Lean on purpose: this runs on every call, beside a kernel call of a few microseconds.
         _check_nchw("x", x, self.in_channels)
         weight = self.weight
+        if self.w_scale is not None:
+            return self._forward_fp8(x, identity)
         if x.dtype != weight.dtype:
             raise TypeError(f"x has dtype {x.dtype}; the weight is {weight.dtype}")
         if identity is None:
@@ -188,6 +201,74 @@ class Conv2d(nn.Module):
                 _nhwc(x), weight, _nhwc(identity), residual_order=self.residual_order,
                 stride=self.stride, padding=self._padding, dilation=self.dilation,
                 bias=self.bias, scale=self.scale, activation=self.activation,
+            )  # fmt: skip
+        return y.permute(0, 3, 1, 2)
+
+    @torch.no_grad()
+    def to_fp8(
+        self, x_scale: torch.Tensor | None = None, out_scale: torch.Tensor | None = None
+    ) -> Conv2d:
+        """Run this conv on float8_e4m3fn: the weight quantized once per output channel (its
+        channel scales folded into ``scale``), the input per tensor, the epilogue in float32.
+
+        Args:
+            x_scale: the input's static scale (a 0-dim float32 tensor on the weight's device,
+                e.g. a calibration run's ``max|x| / 448``); None measures it on every call.
+                An fp8 input (written by a producer with this scale as its ``out_scale``) is
+                read as it is; a 16-bit one is quantized with it first (one pass).
+            out_scale: write the output as float8_e4m3fn with this scale (a consumer's
+                ``x_scale``); None writes the 16-bit dtype the module had.
+
+        Returns ``self``. Raises ``ValueError`` when already fp8 or a scale is not a
+        one-element float32 tensor on the weight's device.
+        """
+        if self.w_scale is not None:
+            raise ValueError("this Conv2d already runs on fp8 (to_fp8 was called)")
+        device = self.weight.device
+        for name, value in (("x_scale", x_scale), ("out_scale", out_scale)):
+            if value is not None and not (
+                isinstance(value, torch.Tensor)
+                and value.dtype == torch.float32
+                and value.numel() == 1
+                and value.device == device
+            ):
+                raise ValueError(f"{name} must be a one-element float32 tensor on {device}")
+        weight, channel_scales = quantize_fp8(self.weight.detach(), per_channel_dim=0)
+        self.weight = nn.Parameter(weight, requires_grad=False)
+        self.scale = channel_scales if self.scale is None else self.scale * channel_scales
+        self.w_scale = torch.ones((), device=device)
+        self.x_scale = x_scale
+        self.out_scale = out_scale
+        return self
+
+    def _forward_fp8(self, x: torch.Tensor, identity: torch.Tensor | None) -> torch.Tensor:
+        """``forward`` of an fp8 module (see ``to_fp8``)."""
+        x_nhwc = _nhwc(x)
+        x_scale = self.x_scale
+        if x.dtype == torch.float8_e4m3fn:
+            if x_scale is None:
+                raise ValueError(
+                    "x is float8_e4m3fn but this module has no static x_scale to read it with"
+                )
+        elif x.dtype != self.output_dtype:
+            raise TypeError(f"x has dtype {x.dtype}; this fp8 module takes {self.output_dtype}")
+        else:
+            if x_scale is None:
+                x_scale = amax_scale(x_nhwc)
+            x_nhwc = quantize_with_scale(x_nhwc, x_scale)
+        out_dtype = self.output_dtype if self.out_scale is None else torch.float8_e4m3fn
+        common = dict(
+            stride=self.stride, padding=self._padding, dilation=self.dilation, bias=self.bias,
+            scale=self.scale, activation=self.activation, out_dtype=out_dtype,
+            x_scale=x_scale, w_scale=self.w_scale, out_scale=self.out_scale,
+        )  # fmt: skip
+        if identity is None:
+            y = api.conv2d_fprop(x_nhwc, self.weight, **common)
+        else:
+            _check_nchw("identity", identity, self.out_channels)
+            y = api.conv2d_fprop_with_residual(
+                x_nhwc, self.weight, _nhwc(identity), residual_order=self.residual_order,
+                **common,
             )  # fmt: skip
         return y.permute(0, 3, 1, 2)
 
@@ -214,6 +295,7 @@ class Conv2d(nn.Module):
             f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
             f"stride={self.stride}, padding={padding!r}, dilation={self.dilation}, "
             f"dtype={self.weight.dtype}, epilogue='{self.epilogue_formula()}'"
+            + (", fp8 output" if self.out_scale is not None else "")
         )
 
     def epilogue_formula(self) -> str:

@@ -25,15 +25,21 @@ import copy
 import operator
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
 from .fold import activation_name
+from .fp8 import E4M3_MAX
 from .nn import Conv2d, conv_limits
 
-__all__ = ["FusedChain", "LeftConv", "OptimizeReport", "optimize"]
+__all__ = ["FP8_MIN_CHANNELS", "FusedChain", "LeftConv", "OptimizeReport", "optimize"]
+
+# Convs of fewer input channels stay 16-bit under dtype="fp8": their MMA work is small (the
+# stem's C=3 or 8), and their staging (space-to-depth) is 16-bit only.
+FP8_MIN_CHANNELS = 16
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,11 @@ class OptimizeReport:
 
     fused: list[FusedChain] = field(default_factory=list)
     left: list[LeftConv] = field(default_factory=list)
+    # dtype="fp8": the fused modules that run on fp8, those that write fp8 for the next conv,
+    # and those kept 16-bit (with why).
+    fp8: list[str] = field(default_factory=list)
+    fp8_outputs: list[str] = field(default_factory=list)
+    kept_16bit: list[LeftConv] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         """Fused chains per pattern, most common first."""
@@ -78,6 +89,12 @@ class OptimizeReport:
         if self.left:
             lines.append("left to torch:")
         lines += [f"  {conv.name}: {conv.reason}" for conv in self.left]
+        if self.fp8 or self.kept_16bit:
+            lines.append(
+                f"fp8: {len(self.fp8)} fused convs ({len(self.fp8_outputs)} writing fp8 for the "
+                f"next conv), {len(self.kept_16bit)} kept 16-bit"
+            )
+            lines += [f"  kept 16-bit {conv.name}: {conv.reason}" for conv in self.kept_16bit]
         return "\n".join(lines)
 
 
@@ -89,7 +106,14 @@ class _Tracer(fx.Tracer):
         return isinstance(m, Conv2d) or super().is_leaf_module(m, module_qualified_name)
 
 
-def optimize(model: nn.Module, *, inplace: bool = False, verbose: bool = False) -> fx.GraphModule:
+def optimize(
+    model: nn.Module,
+    *,
+    inplace: bool = False,
+    verbose: bool = False,
+    dtype: str | None = None,
+    calibration: Any = None,
+) -> fx.GraphModule:
     """Return ``model`` as a ``torch.fx.GraphModule`` whose convs run as cute_conv kernels.
 
     Args:
@@ -101,6 +125,16 @@ def optimize(model: nn.Module, *, inplace: bool = False, verbose: bool = False) 
             shares its weights (channels_last conv weights become the KRSC weights without a
             copy); do not use ``model`` afterwards.
         verbose: print the report.
+        dtype: None runs the convs in the model's 16-bit dtype; ``"fp8"`` runs the fused
+            convs of at least ``FP8_MIN_CHANNELS`` input channels on float8_e4m3fn
+            (``cute_conv.nn.Conv2d.to_fp8``): weights quantized once per output channel,
+            activations per tensor, fp32 accumulation and epilogue, 16-bit outputs. Few-channel
+            convs (the stem) stay 16-bit.
+        calibration: with ``dtype="fp8"``: an input of the model (a tensor, or a tuple of
+            its positional arguments) run once to set each conv's static input scale
+            (``max|x| / 448`` on it); a conv whose output only feeds another fp8 conv's input
+            then writes that output as fp8 with the consumer's scale, so no pass quantizes
+            it. None: each conv measures its input's scale on every call (dynamic).
 
     Returns:
         The rewritten model, usable under CUDA graphs and ``torch.compile``; its
@@ -116,6 +150,10 @@ def optimize(model: nn.Module, *, inplace: bool = False, verbose: bool = False) 
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if dtype not in (None, "fp8"):
+        raise ValueError(f"dtype must be None (the model's 16-bit dtype) or 'fp8', got {dtype!r}")
+    if calibration is not None and dtype != "fp8":
+        raise ValueError("calibration sets fp8 scales: pass it with dtype='fp8'")
     training = [name or type(model).__name__ for name, m in model.named_modules() if m.training]
     if training:
         raise ValueError(
@@ -129,6 +167,8 @@ def optimize(model: nn.Module, *, inplace: bool = False, verbose: bool = False) 
     graph = tracer.trace(model)
     gm = fx.GraphModule(tracer.root, graph, type(model).__name__)
     report = _Rewriter(gm).run()
+    if dtype == "fp8":
+        _to_fp8(gm, report, calibration)
     gm.eval()  # the module containers fx made, and the fused modules, as the model was
     gm.cute_conv_report = report
     if verbose:
@@ -288,3 +328,68 @@ def _residual_operand(node: fx.Node, value: fx.Node) -> fx.Node | None:
     if not isinstance(other, fx.Node) or other is value or other.op == "get_attr":
         return None  # a constant, a parameter (usually broadcast), or value + value
     return other
+
+
+def _fused_calls(gm: fx.GraphModule) -> list[tuple[fx.Node, Conv2d]]:
+    modules = dict(gm.named_modules())
+    return [
+        (node, modules[node.target])
+        for node in gm.graph.nodes
+        if node.op == "call_module" and isinstance(modules[node.target], Conv2d)
+    ]
+
+
+@torch.no_grad()
+def _to_fp8(gm: fx.GraphModule, report: OptimizeReport, calibration: Any) -> None:
+    """``optimize``'s ``dtype="fp8"``: convert the fused modules, calibrate their input
+    scales, and let producers write fp8 for their sole consumer."""
+    calls = _fused_calls(gm)
+    chosen = {}
+    for node, module in calls:
+        if module.in_channels < FP8_MIN_CHANNELS:
+            reason = f"{module.in_channels} input channels (fp8 from {FP8_MIN_CHANNELS})"
+            report.kept_16bit.append(LeftConv(node.target, reason))
+        elif module.w_scale is None and node.target not in chosen:
+            chosen[node.target] = module
+    scales = _calibrate(gm, chosen, calibration) if calibration is not None else {}
+    for name, module in chosen.items():
+        module.to_fp8(x_scale=scales.get(name))
+        report.fp8.append(name)
+    if not scales:
+        return
+    called = Counter(node.target for node, _ in calls)
+    for node, module in calls:
+        users = list(node.users)
+        if node.target not in chosen or len(node.args) != 1 or len(users) != 1:
+            continue  # fp8 outputs only for plain convs with one reader
+        user = users[0]
+        if called[node.target] > 1 or called[user.target] > 1:
+            continue  # a module called twice has one output dtype and one input scale
+        consumer = chosen.get(user.target) if user.op == "call_module" else None
+        reads_as_x = user.args[:1] == (node,) and node not in user.args[1:]
+        if consumer is not None and reads_as_x and consumer.x_scale is not None:
+            module.out_scale = consumer.x_scale
+            report.fp8_outputs.append(node.target)
+
+
+def _calibrate(gm: fx.GraphModule, modules: dict[str, Conv2d], calibration: Any) -> dict:
+    """Each module's static input scale, ``max|x| / 448`` over one run of ``calibration``."""
+    amax: dict[str, torch.Tensor] = {}
+
+    def record(name: str):
+        def hook(_module, args):
+            value = args[0].detach().abs().amax().float()
+            amax[name] = value if name not in amax else torch.maximum(amax[name], value)
+
+        return hook
+
+    handles = [m.register_forward_pre_hook(record(name)) for name, m in modules.items()]
+    try:
+        gm(*calibration) if isinstance(calibration, tuple) else gm(calibration)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {
+        name: torch.where(value > 0, value / E4M3_MAX, torch.ones_like(value))
+        for name, value in amax.items()
+    }

@@ -172,3 +172,42 @@ def test_quantize_fp8_per_channel_and_zero_channels():
         cute_conv.quantize_fp8(t, dtype=BF16)
     with pytest.raises(TypeError, match="floating-point torch.Tensor"):
         cute_conv.quantize_fp8(torch.ones(3, dtype=torch.int32))
+
+
+def test_nn_conv2d_to_fp8_quantizes_the_weight_per_channel():
+    conv = torch.nn.Conv2d(32, 24, 3, padding=1, bias=False).to(BF16).eval()
+    bn = torch.nn.BatchNorm2d(24).eval()
+    with torch.no_grad():
+        bn.running_var.uniform_(0.5, 1.5)
+        bn.weight.uniform_(0.5, 2.0)
+    module = cute_conv.nn.Conv2d.from_torch(conv, bn, "relu")
+    bn_scale = module.scale.clone()
+    weight = module.weight.detach().float()
+    module.to_fp8()
+    assert module.weight.dtype == E4M3 and not module.weight.requires_grad
+    assert module.x_scale is None and module.out_scale is None and module.w_scale == 1
+    channel_scales = module.scale / bn_scale
+    dequantized = module.weight.float() * channel_scales.reshape(-1, 1, 1, 1)
+    assert torch.allclose(dequantized, weight, rtol=2**-4, atol=1e-6)
+    assert "float8_e4m3fn" in repr(module)
+    with pytest.raises(ValueError, match="already runs on fp8"):
+        module.to_fp8()
+    fresh = cute_conv.nn.Conv2d.from_torch(conv, bn)
+    with pytest.raises(ValueError, match="x_scale must be a one-element float32 tensor"):
+        fresh.to_fp8(x_scale=torch.ones(2))
+
+
+def test_optimize_fp8_arguments_and_report():
+    torchvision = pytest.importorskip("torchvision")
+    model = torchvision.models.resnet18(weights=None).to(BF16).eval()
+    with pytest.raises(ValueError, match="dtype must be None"):
+        cute_conv.optimize(model, dtype="bf16")
+    with pytest.raises(ValueError, match="calibration sets fp8 scales"):
+        cute_conv.optimize(model, calibration=torch.zeros(1, 3, 32, 32))
+    gm = cute_conv.optimize(model, dtype="fp8")  # dynamic: nothing runs here
+    report = gm.cute_conv_report
+    assert len(report.fp8) == 19 and not report.fp8_outputs
+    assert [c.name for c in report.kept_16bit] == ["conv1"]
+    modules = dict(gm.named_modules())
+    assert modules["layer1.0.conv1"].weight.dtype == E4M3 and modules["conv1"].weight.dtype == BF16
+    assert "19 fused convs" in str(report)

@@ -1,0 +1,113 @@
+"""fp8 models: ``cute_conv.optimize(model, dtype="fp8")`` against the bf16 ``optimize(model)``.
+
+    python benchmarks/models_fp8.py [--models resnet50] [--batches 32 128]
+                                    [--out benchmarks/FP8_MODELS.md]
+
+torchvision models as in ``models.py`` (random weights, randomized batch norms, eval, bf16,
+channels_last, 224x224), at each batch size, all as CUDA graphs in one process (interleaved
+rounds, medians): the bf16 ``optimize(model)``, ``optimize(model, dtype="fp8",
+calibration=...)`` (static scales from one calibration batch drawn apart from the measured
+one) and ``optimize(model, dtype="fp8")`` (scales measured on every call). Reported: images/s,
+the speedup over bf16, the logits' relative error against the float32 model, and the top-1
+agreement of each fp8 model with the bf16 one on the measured batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+from pathlib import Path
+
+import torch
+from bench import time_interleaved
+from models import IMAGE_SIZE, SEED, build_model, graphed
+
+import cute_conv
+from cute_conv.testing import float32_logits
+
+HERE = Path(__file__).resolve().parent
+METHODS = ("bf16", "fp8_static", "fp8_dynamic")
+
+
+def measure(name: str, batch: int) -> dict:
+    model32 = build_model(name).cuda()
+    model16 = copy.deepcopy(model32).to(torch.bfloat16, memory_format=torch.channels_last)
+    gen = torch.Generator().manual_seed(SEED + batch)
+    x32 = torch.randn(batch, 3, IMAGE_SIZE, IMAGE_SIZE, generator=gen).cuda()
+    calib = torch.randn(batch, 3, IMAGE_SIZE, IMAGE_SIZE, generator=gen).cuda()
+    as_input = lambda t: t.to(torch.bfloat16).contiguous(memory_format=torch.channels_last)  # noqa: E731
+    x = as_input(x32)
+    ref = float32_logits(model32, x32)
+    models = {
+        "bf16": cute_conv.optimize(model16),
+        "fp8_static": cute_conv.optimize(model16, dtype="fp8", calibration=as_input(calib)),
+        "fp8_dynamic": cute_conv.optimize(model16, dtype="fp8"),
+    }
+    report = models["fp8_static"].cute_conv_report
+    graphs = {method: graphed(model, x) for method, model in models.items()}
+    logits = {}
+    for method, (replay, out) in graphs.items():
+        replay()
+        logits[method] = out.float().clone()
+    ms = time_interleaved({method: replay for method, (replay, _) in graphs.items()})
+    rel = {m: ((logits[m] - ref).norm() / ref.norm()).item() for m in METHODS}
+    top1 = {m: (logits[m].argmax(1) == logits["bf16"].argmax(1)).float().mean().item()
+            for m in METHODS[1:]}  # fmt: skip
+    return dict(model=name, batch=batch, ms=ms, rel_err=rel, top1_vs_bf16=top1,
+                fp8=len(report.fp8), fp8_outputs=len(report.fp8_outputs),
+                kept_16bit=[c.name for c in report.kept_16bit])  # fmt: skip
+
+
+def render(rows: list[dict]) -> str:
+    lines = [
+        "# fp8 models: optimize(model, dtype=\"fp8\") vs the bf16 optimize(model)",
+        "",
+        f"Device: {torch.cuda.get_device_name()}; torch {torch.__version__}; "
+        f"{datetime.date.today()}. `python benchmarks/models_fp8.py`; CUDA graphs, one process, "
+        "interleaved rounds, medians. Error: ||logits - fp32|| / ||fp32||; top-1: agreement with "
+        "the bf16 model's argmax on the measured batch (random inputs and weights).",
+        "",
+        "| model | batch | bf16 img/s | fp8 static img/s | fp8 dynamic img/s | static / bf16 | "
+        "dynamic / bf16 | error bf16 / static / dynamic | top-1 static / dynamic |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ips = {m: r["batch"] / r["ms"][m] * 1000 for m in METHODS}
+        lines.append(
+            f"| {r['model']} | {r['batch']} | {ips['bf16']:.0f} | {ips['fp8_static']:.0f} | "
+            f"{ips['fp8_dynamic']:.0f} | {r['ms']['bf16'] / r['ms']['fp8_static']:.2f}x | "
+            f"{r['ms']['bf16'] / r['ms']['fp8_dynamic']:.2f}x | "
+            + " / ".join(f"{r['rel_err'][m]:.3f}" for m in METHODS)
+            + f" | {r['top1_vs_bf16']['fp8_static']:.3f} / {r['top1_vs_bf16']['fp8_dynamic']:.3f} |"
+        )
+    r = rows[-1]
+    lines += [
+        "",
+        f"- {r['model']}: {r['fp8']} convs on fp8, {r['fp8_outputs']} of them writing fp8 for "
+        f"the next conv (static scales); kept 16-bit: {', '.join(r['kept_16bit']) or 'none'}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["resnet50"])
+    parser.add_argument("--batches", nargs="+", type=int, default=[32, 128])
+    parser.add_argument("--out", type=Path, default=HERE / "FP8_MODELS.md")
+    args = parser.parse_args()
+    torch.backends.cudnn.benchmark = True
+    rows = []
+    with torch.no_grad():
+        for name in args.models:
+            for batch in args.batches:
+                rows.append(measure(name, batch))
+                print(rows[-1], flush=True)
+    text = render(rows)
+    args.out.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
