@@ -110,6 +110,8 @@ class Conv2d(nn.Module):
         self.register_buffer("out_scale", None)
         # The dtype of the output (and of an identity) unless it is fp8.
         self.output_dtype = dtype
+        # An fp8 identity's per-tensor scale (the residual's beta), set with an fp8 output.
+        self.identity_scale: float | None = None
 
     @classmethod
     def from_torch(
@@ -206,7 +208,10 @@ class Conv2d(nn.Module):
 
     @torch.no_grad()
     def to_fp8(
-        self, x_scale: torch.Tensor | None = None, out_scale: torch.Tensor | None = None
+        self,
+        x_scale: torch.Tensor | None = None,
+        out_scale: torch.Tensor | None = None,
+        identity_scale: float | None = None,
     ) -> Conv2d:
         """Run this conv on float8_e4m3fn: the weight quantized once per output channel (its
         channel scales folded into ``scale``), the input per tensor, the epilogue in float32.
@@ -218,6 +223,8 @@ class Conv2d(nn.Module):
                 read as it is; a 16-bit one is quantized with it first (one pass).
             out_scale: write the output as float8_e4m3fn with this scale (a consumer's
                 ``x_scale``); None writes the 16-bit dtype the module had.
+            identity_scale: with ``out_scale``: ``forward``'s identity is float8_e4m3fn of
+                this (host) scale, which the kernel applies as the residual's ``beta``.
 
         Returns ``self``. Raises ``ValueError`` when already fp8 or a scale is not a
         one-element float32 tensor on the weight's device.
@@ -237,8 +244,11 @@ class Conv2d(nn.Module):
         self.weight = nn.Parameter(weight, requires_grad=False)
         self.scale = channel_scales if self.scale is None else self.scale * channel_scales
         self.w_scale = torch.ones((), device=device)
+        if identity_scale is not None and out_scale is None:
+            raise ValueError("identity_scale (an fp8 identity) needs out_scale (an fp8 output)")
         self.x_scale = x_scale
         self.out_scale = out_scale
+        self.identity_scale = None if identity_scale is None else float(identity_scale)
         return self
 
     def _forward_fp8(self, x: torch.Tensor, identity: torch.Tensor | None) -> torch.Tensor:
@@ -266,9 +276,14 @@ class Conv2d(nn.Module):
             y = api.conv2d_fprop(x_nhwc, self.weight, **common)
         else:
             _check_nchw("identity", identity, self.out_channels)
+            beta = 1.0
+            if identity.dtype == torch.float8_e4m3fn:
+                if self.identity_scale is None:
+                    raise ValueError("identity is float8_e4m3fn but identity_scale is not set")
+                beta = self.identity_scale
             y = api.conv2d_fprop_with_residual(
-                x_nhwc, self.weight, _nhwc(identity), residual_order=self.residual_order,
-                **common,
+                x_nhwc, self.weight, _nhwc(identity), beta=beta,
+                residual_order=self.residual_order, **common,
             )  # fmt: skip
         return y.permute(0, 3, 1, 2)
 

@@ -341,55 +341,89 @@ def _fused_calls(gm: fx.GraphModule) -> list[tuple[fx.Node, Conv2d]]:
 
 @torch.no_grad()
 def _to_fp8(gm: fx.GraphModule, report: OptimizeReport, calibration: Any) -> None:
-    """``optimize``'s ``dtype="fp8"``: convert the fused modules, calibrate their input
-    scales, and let producers write fp8 for their sole consumer."""
+    """``optimize``'s ``dtype="fp8"``: convert the fused modules; with a calibration input,
+    give them static scales and let each conv whose every reader is an fp8 conv write fp8."""
     calls = _fused_calls(gm)
+    called = Counter(node.target for node, _ in calls)
     chosen = {}
     for node, module in calls:
         if module.in_channels < FP8_MIN_CHANNELS:
             reason = f"{module.in_channels} input channels (fp8 from {FP8_MIN_CHANNELS})"
             report.kept_16bit.append(LeftConv(node.target, reason))
-        elif module.w_scale is None and node.target not in chosen:
+        elif module.w_scale is None and called[node.target] == 1:
             chosen[node.target] = module
-    scales = _calibrate(gm, chosen, calibration) if calibration is not None else {}
-    for name, module in chosen.items():
-        module.to_fp8(x_scale=scales.get(name))
-        report.fp8.append(name)
-    if not scales:
+        elif module.w_scale is None:
+            report.kept_16bit.append(LeftConv(node.target, "called more than once"))
+    if calibration is None:
+        for name, module in chosen.items():
+            module.to_fp8()
+            report.fp8.append(name)
         return
-    called = Counter(node.target for node, _ in calls)
+    in_amax, out_amax = _calibrate(gm, chosen, calibration)
+    # A tensor written as fp8 has one scale tensor, its producer's, for every reader.
+    written = {name: _scale_of(out_amax[name]) for name in _fp8_producers(gm, chosen)}
     for node, module in calls:
-        users = list(node.users)
-        if node.target not in chosen or len(node.args) != 1 or len(users) != 1:
-            continue  # fp8 outputs only for plain convs with one reader
-        user = users[0]
-        if called[node.target] > 1 or called[user.target] > 1:
-            continue  # a module called twice has one output dtype and one input scale
-        consumer = chosen.get(user.target) if user.op == "call_module" else None
-        reads_as_x = user.args[:1] == (node,) and node not in user.args[1:]
-        if consumer is not None and reads_as_x and consumer.x_scale is not None:
-            module.out_scale = consumer.x_scale
+        if node.target not in chosen:
+            continue
+        x, identity = node.args[0], node.args[1] if len(node.args) > 1 else None
+        from_fp8 = isinstance(x, fx.Node) and x.target in written
+        x_scale = written[x.target] if from_fp8 else _scale_of(in_amax[node.target])
+        identity_scale = None
+        if isinstance(identity, fx.Node) and identity.target in written:
+            identity_scale = written[identity.target].item()
+        out_scale = written.get(node.target)
+        module.to_fp8(x_scale=x_scale, out_scale=out_scale, identity_scale=identity_scale)
+        report.fp8.append(node.target)
+        if out_scale is not None:
             report.fp8_outputs.append(node.target)
 
 
-def _calibrate(gm: fx.GraphModule, modules: dict[str, Conv2d], calibration: Any) -> dict:
-    """Each module's static input scale, ``max|x| / 448`` over one run of ``calibration``."""
-    amax: dict[str, torch.Tensor] = {}
+def _fp8_producers(gm: fx.GraphModule, chosen: dict[str, Conv2d]) -> set[str]:
+    """The fp8 convs that may write fp8: every reader is an fp8 conv, reading it as its input
+    or as the identity of a conv that writes fp8 too (a residual has the output's dtype)."""
+    nodes = {node.target: node for node in gm.graph.nodes if node.target in chosen}
 
-    def record(name: str):
-        def hook(_module, args):
-            value = args[0].detach().abs().amax().float()
-            amax[name] = value if name not in amax else torch.maximum(amax[name], value)
+    def reads_fine(user: fx.Node, node: fx.Node, producers: set[str]) -> bool:
+        if user.op != "call_module" or user.target not in chosen:
+            return False
+        as_x = user.args[0] is node
+        as_identity = len(user.args) > 1 and user.args[1] is node
+        return (as_x or as_identity) and not (as_identity and user.target not in producers)
 
-        return hook
+    producers = {name for name, node in nodes.items() if node.users}
+    changed = True
+    while changed:  # drop producers with a reader that cannot take fp8, until none is left
+        changed = False
+        for name in sorted(producers):
+            node = nodes[name]
+            if not all(reads_fine(user, node, producers) for user in node.users):
+                producers.discard(name)
+                changed = True
+    return producers
 
-    handles = [m.register_forward_pre_hook(record(name)) for name, m in modules.items()]
+
+def _scale_of(amax: torch.Tensor) -> torch.Tensor:
+    return torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+
+
+def _calibrate(gm: fx.GraphModule, modules: dict[str, Conv2d], calibration: Any) -> tuple:
+    """``(input amax, output amax)`` of each module over one run of ``calibration``."""
+    in_amax: dict[str, torch.Tensor] = {}
+    out_amax: dict[str, torch.Tensor] = {}
+
+    def record(store: dict, name: str, value: torch.Tensor) -> None:
+        amax = value.detach().abs().amax().float()
+        store[name] = amax if name not in store else torch.maximum(store[name], amax)
+
+    handles = []
+    for name, module in modules.items():
+        handles.append(module.register_forward_pre_hook(
+            lambda _m, args, name=name: record(in_amax, name, args[0])))  # fmt: skip
+        handles.append(module.register_forward_hook(
+            lambda _m, _args, out, name=name: record(out_amax, name, out)))  # fmt: skip
     try:
         gm(*calibration) if isinstance(calibration, tuple) else gm(calibration)
     finally:
         for handle in handles:
             handle.remove()
-    return {
-        name: torch.where(value > 0, value / E4M3_MAX, torch.ones_like(value))
-        for name, value in amax.items()
-    }
+    return in_amax, out_amax
