@@ -380,7 +380,8 @@ def _to_fp8(gm: fx.GraphModule, report: OptimizeReport, calibration: Any) -> Non
 
 def _fp8_producers(gm: fx.GraphModule, chosen: dict[str, Conv2d]) -> set[str]:
     """The fp8 convs that may write fp8: every reader is an fp8 conv, reading it as its input
-    or as the identity of a conv that writes fp8 too (a residual has the output's dtype)."""
+    or as the identity of a conv that writes fp8 too, and their own identity (if any) is
+    written as fp8 (a residual has the output's dtype)."""
     nodes = {node.target: node for node in gm.graph.nodes if node.target in chosen}
 
     def reads_fine(user: fx.Node, node: fx.Node, producers: set[str]) -> bool:
@@ -396,7 +397,9 @@ def _fp8_producers(gm: fx.GraphModule, chosen: dict[str, Conv2d]) -> set[str]:
         changed = False
         for name in sorted(producers):
             node = nodes[name]
-            if not all(reads_fine(user, node, producers) for user in node.users):
+            identity = node.args[1] if len(node.args) > 1 else None
+            fp8_identity = identity is None or getattr(identity, "target", None) in producers
+            if not fp8_identity or not all(reads_fine(u, node, producers) for u in node.users):
                 producers.discard(name)
                 changed = True
     return producers
