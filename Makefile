@@ -13,7 +13,7 @@ TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 # Written once the install succeeded; redone when pyproject.toml changes.
 STAMP := $(VENV)/.cute-conv-installed
 
-.PHONY: install test demo bench bench-models bench-corpus bench-compare lint clean distclean
+.PHONY: install test demo bench bench-fp8 bench-models bench-corpus bench-compare lint clean distclean
 
 install: $(STAMP)
 
@@ -38,6 +38,12 @@ demo: install
 
 bench: install
 	$(VPY) benchmarks/bench.py
+
+# fp8 (H100/H200): the suite's shapes against our bf16, cuDNN bf16 and the cuDNN frontend's fp8
+# graph (benchmarks/FP8.md), and ResNet-50 optimize(dtype="fp8") against bf16 (FP8_MODELS.md).
+bench-fp8: install
+	$(VPY) benchmarks/bench_fp8.py
+	cd benchmarks && ../$(VPY) models_fp8.py
 
 # Whole models (H100/H200): a process per model and pair of batch sizes keeps each within a few
 # minutes; each merges its rows into benchmarks/models.json and renders MODELS.md and the chart.
