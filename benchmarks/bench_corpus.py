@@ -4,6 +4,7 @@
     python benchmarks/bench_corpus.py --section 0 [--sections S]   # one section (H100/H200)
     python benchmarks/bench_corpus.py --split heldout --tag "1x1"  # or a class of the corpus
     python benchmarks/bench_corpus.py --render                     # CORPUS.md + corpus.png, no GPU
+    python benchmarks/bench_corpus.py --fp8 --section 0            # the fp8 section (CORPUS_FP8.md)
 
 Per problem, in one process (bf16 in/out, fp32 accumulation):
 - plain conv: ``cute_conv.conv2d_fprop`` vs cuDNN (``F.conv2d`` on channels_last views,
@@ -15,6 +16,11 @@ Per problem, in one process (bf16 in/out, fp32 accumulation):
   ``FRONTEND_PLANS`` execution plans built, checked and timed, the fastest correct one kept).
   The frontend (``import cudnn``, the nvidia-cudnn-frontend package) is optional: without it
   those columns are skipped, and the output says so.
+- ``--fp8`` instead of the fused orders: ours on e4m3 inputs (per-tensor scales, bf16 output,
+  the heuristic's fp8 config) vs ours bf16, cuDNN bf16 and the frontend's fp8 graph (conv ->
+  two scales -> bf16, best of its first plans), checked against a float32 reference on the
+  dequantized inputs (``bench_fp8.fp8_comparison``); results in ``corpus_fp8_results.json``,
+  report ``CORPUS_FP8.md``.
 Every result is checked against the float32 reference first (``compare_to_reference``); a
 failed check is recorded and that comparison is not timed. Timing is ``bench.py``'s: rounds of
 ``triton.testing.do_bench`` medians, the order reversed every other round. Each problem's row
@@ -62,7 +68,14 @@ COMPARISONS = {  # name -> (our time, the baseline's time, title)
     "plain": ("ours_ms", "cudnn_ms", "plain conv vs cuDNN"),
     "after": ("after_ms", "fe_after_ms", "relu(conv + b) + r vs cuDNN frontend"),
     "before": ("before_ms", "fe_before_ms", "relu(conv + b + r) vs cuDNN frontend"),
+    # --fp8 runs: e4m3 inputs, bf16 output (their own results file and report)
+    "fp8": ("fp8_ms", "ours_ms", "ours fp8 vs ours bf16"),
+    "fp8_cudnn": ("fp8_ms", "cudnn_ms", "ours fp8 vs cuDNN bf16"),
+    "fp8_frontend": ("fp8_ms", "cudnn_fp8_ms", "ours fp8 vs cuDNN frontend fp8"),
 }
+FP8_RESULTS_PATH = HERE / "corpus_fp8_results.json"
+FP8_REPORT_PATH = HERE / "CORPUS_FP8.md"
+FP8_CHART_PATH = HERE / "corpus_fp8.png"
 
 
 # ---- selection and sections (no GPU) ----
@@ -72,11 +85,12 @@ def load_corpus(path: Path = CORPUS_PATH) -> list[dict]:
     return json.loads(path.read_text())["problems"]
 
 
-def estimate_seconds(problem: dict, *, frontend: bool = True) -> float:
+def estimate_seconds(problem: dict, *, frontend: bool = True, fp8: bool = False) -> float:
     """Estimated wall time of ``bench_problem`` on ``problem`` (see the constants above)."""
     call_s = problem["gflop"] * 1e9 / EST_RATE_FLOPS
-    timed = 2 + 2 * len(ORDERS) if frontend else 2 + len(ORDERS)
-    screen = FRONTEND_SCREEN_S if frontend else 0.0
+    fused = 1 if fp8 else len(ORDERS)  # fp8: ours and the frontend's fp8 conv
+    timed = 2 + 2 * fused if frontend else 2 + fused
+    screen = FRONTEND_SCREEN_S * fused / len(ORDERS) if frontend else 0.0
     return PROBLEM_SETUP_S + screen + ROUNDS * timed * (DO_BENCH_S + 10 * call_s)
 
 
@@ -89,10 +103,12 @@ def select(problems: list[dict], *, split: str, tags: Iterable[str]) -> list[dic
     return [p for p in problems if split in ("all", p["split"]) and tags <= set(p["tags"])]
 
 
-def sections(problems: list[dict], count: int | None, *, frontend: bool = True) -> list[list[dict]]:
+def sections(
+    problems: list[dict], count: int | None, *, frontend: bool = True, fp8: bool = False
+) -> list[list[dict]]:
     """Consecutive runs of ``problems`` of about equal estimated time: ``count`` of them, or
     (None) as few as keep each under ``SECTION_SECONDS``."""
-    est = [estimate_seconds(p, frontend=frontend) for p in problems]
+    est = [estimate_seconds(p, frontend=frontend, fp8=fp8) for p in problems]
     total = sum(est)
     if count is None:
         count = max(1, math.ceil(total / SECTION_SECONDS))
@@ -221,8 +237,9 @@ def best_frontend_plan(graph: FrontendGraph, out: torch.Tensor, ref: torch.Tenso
     return {"plans": tried, "plan": None if best is None else best[0]}
 
 
-def bench_problem(p: dict, cudnn_frontend) -> dict:
-    """One corpus problem: checks, then interleaved timings of everything that checked."""
+def bench_problem(p: dict, cudnn_frontend, *, fp8: bool = False) -> dict:
+    """One corpus problem: checks, then interleaved timings of everything that checked
+    (``fp8``: the plain conv and the fp8 comparison instead of the fused orders)."""
     import torch.nn.functional as F
 
     import cute_conv
@@ -262,6 +279,13 @@ def bench_problem(p: dict, cudnn_frontend) -> dict:
     if _checked(row, "plain", plain, out, ref):
         fns |= {"ours_ms": plain, "cudnn_ms": cudnn_conv}
 
+    if fp8:
+        from bench_fp8 import fp8_comparison
+
+        fns |= fp8_comparison(row, problem, geom, x, flt, cudnn_frontend is not None, num_sms)
+        del ref
+        row.update(time_interleaved(fns))
+        return row
     bias = torch.randn(p["K"], device="cuda", dtype=x.dtype)
     res = torch.randn(problem.output_shape, device="cuda").to(x.dtype)
     fused_refs = {
@@ -356,12 +380,13 @@ def run_benchmark(problems: list[dict], args: argparse.Namespace, label: str) ->
         if p["key"] in done:
             continue
         elapsed = time.perf_counter() - start
-        if elapsed + estimate_seconds(p, frontend=cudnn_frontend is not None) > args.max_seconds:
+        estimate = estimate_seconds(p, frontend=cudnn_frontend is not None, fp8=args.fp8)
+        if elapsed + estimate > args.max_seconds:
             run["not_run"].append(p["key"])
             continue
         t0 = time.perf_counter()
         try:
-            row = bench_problem(p, cudnn_frontend)
+            row = bench_problem(p, cudnn_frontend, fp8=args.fp8)
         except Exception as e:  # noqa: BLE001 - recorded; out of memory is not the end
             row = {k: p[k] for k in ("key", "split", "tags", "model", "gflop")}
             row |= {"checks": {}, "errors": {"problem": f"{type(e).__name__}: {e}"[:300]}}
@@ -619,16 +644,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tag", action="append", default=[], help="only problems with this tag")
     parser.add_argument("--max-seconds", type=float, default=450.0, help="stop before overrunning")
     parser.add_argument("--no-frontend", action="store_true", help="skip the cuDNN frontend")
+    parser.add_argument("--fp8", action="store_true",
+                        help="fp8: ours fp8 vs ours bf16, cuDNN bf16 and the frontend's fp8 "
+                        "graph (results, report and chart in their own *fp8* files)")  # fmt: skip
     parser.add_argument("--skip-done", action="store_true",
                         help="skip problems this device already has results for")  # fmt: skip
     parser.add_argument("--plan", action="store_true", help="print the sections, measure nothing")
     parser.add_argument("--render", action="store_true", help="write the report from the results")
     parser.add_argument("--device", help="with --render: the device to report (default: latest)")
     parser.add_argument("--corpus", type=Path, default=CORPUS_PATH)
-    parser.add_argument("--results", type=Path, default=RESULTS_PATH)
-    parser.add_argument("--report", type=Path, default=REPORT_PATH)
-    parser.add_argument("--chart", type=Path, default=CHART_PATH)
+    parser.add_argument("--results", type=Path)
+    parser.add_argument("--report", type=Path)
+    parser.add_argument("--chart", type=Path)
     args = parser.parse_args(argv)
+    defaults = (
+        (FP8_RESULTS_PATH, FP8_REPORT_PATH, FP8_CHART_PATH)
+        if args.fp8
+        else (RESULTS_PATH, REPORT_PATH, CHART_PATH)
+    )
+    args.results = args.results or defaults[0]
+    args.report = args.report or defaults[1]
+    args.chart = args.chart or defaults[2]
 
     if args.render:
         if not args.results.exists():
@@ -638,10 +674,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     chosen = select(load_corpus(args.corpus), split=args.split, tags=args.tag)
     frontend = not args.no_frontend
-    parts = sections(chosen, args.sections, frontend=frontend)
+    parts = sections(chosen, args.sections, frontend=frontend, fp8=args.fp8)
     if args.plan:
         for i, part in enumerate(parts):
-            est = sum(estimate_seconds(p, frontend=frontend) for p in part)
+            est = sum(estimate_seconds(p, frontend=frontend, fp8=args.fp8) for p in part)
             print(f"section {i}: {len(part)} problems, ~{est:.0f} s estimated")
         return 0
     if args.section is None:
@@ -652,6 +688,7 @@ def main(argv: list[str] | None = None) -> int:
         print("bench_corpus: needs an H100/H200 (compute capability 9.0); nothing was measured.")
         return 1
     label = f"split={args.split} tags={args.tag} section {args.section}/{len(parts)}"
+    label += " fp8" if args.fp8 else ""
     return run_benchmark(parts[args.section], args, label)
 
 

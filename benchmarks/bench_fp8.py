@@ -84,44 +84,69 @@ def frontend_fp8(problem, qx, qf, x_scale, w_scale, out):
         return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
 
 
+def fp8_comparison(row: dict, problem, geom: dict, x: torch.Tensor, flt: torch.Tensor,
+                   frontend: bool, num_sms: int) -> dict:  # fmt: skip
+    """The fp8 side of one problem, on ``x`` and ``flt`` quantized per tensor to e4m3: ours
+    (``fp8_ms``) and, with ``frontend``, the cuDNN frontend's fp8 graph (``cudnn_fp8_ms``),
+    each checked first against a float32 reference on the dequantized inputs (into
+    ``row["checks"]``; a frontend that does not build or check is noted in ``row``). Returns
+    the functions to time."""
+    qx, x_scale = cute_conv.quantize_fp8(x.float())
+    qf, w_scale = cute_conv.quantize_fp8(flt.float())
+    config = cute_conv.default_config(kernel_problem_for(problem, 1), num_sms, element_bytes=1)
+    row["fp8_config"] = repr(config)
+    out = torch.full(problem.output_shape, float("nan"), device="cuda", dtype=torch.bfloat16)
+
+    def ours():
+        return cute_conv.conv2d_fprop(qx, qf, out=out, x_scale=x_scale, w_scale=w_scale,
+                                      config=config, **geom)  # fmt: skip
+
+    fns = {}
+    ours()
+    ref = conv2d_reference(qx.float() * x_scale, qf.float() * w_scale, **geom)
+    check = compare_to_reference(out, ref, fp8_inputs=True)
+    row.setdefault("checks", {})["fp8"] = {"ok": check.ok, "rel_err": check.rel_err}
+    if check.ok:
+        fns["fp8_ms"] = ours
+    row["frontend_note"] = "not asked for"
+    if frontend:
+        out_fe = torch.full_like(out, float("nan"))
+        fe, row["frontend_note"] = frontend_fp8(problem, qx, qf, x_scale, w_scale, out_fe)
+        if fe is not None:
+            fe()
+            fe_check = compare_to_reference(out_fe, ref, fp8_inputs=True)
+            if fe_check.ok:
+                fns["cudnn_fp8_ms"] = fe
+            else:
+                row["frontend_note"] = f"wrong result: {fe_check}"
+    return fns
+
+
 def bench_shape(shape: dict, num_sms: int) -> dict:
     n, h, w, c, k, r, s = (shape[x] for x in "NHWCKRS")
     geom = dict(stride=shape["stride"], padding=shape["pad"], dilation=shape["dilation"])
     x32, f32 = random_conv_inputs(n, h, w, c, k, r, s, dtype=torch.float32)
-    qx, x_scale = cute_conv.quantize_fp8(x32)
-    qf, w_scale = cute_conv.quantize_fp8(f32)
     x, flt = x32.to(torch.bfloat16), f32.to(torch.bfloat16)
     problem = cute_conv.Conv2dProblemShape.from_shapes(x.shape, flt.shape, **geom)
     row = dict(name=shape["name"], gemm_m=problem.gemm_m, gemm_k=problem.gemm_k,
                flops=2 * problem.gemm_m * problem.gemm_k * problem.K)  # fmt: skip
-    out8 = torch.full(problem.output_shape, float("nan"), device="cuda", dtype=torch.bfloat16)
-    out16 = torch.full_like(out8, float("nan"))
-    fp8 = lambda: cute_conv.conv2d_fprop(qx, qf, out=out8, x_scale=x_scale, w_scale=w_scale, **geom)  # noqa: E731
+    fns = fp8_comparison(row, problem, geom, x32, f32, True, num_sms)
+    check = row["checks"]["fp8"]
+    if "fp8_ms" not in fns:
+        raise RuntimeError(f"{shape['name']}: the fp8 result failed its check ({check})")
+    row["fp8_ok"], row["fp8_check"] = check["ok"], f"rel_err={check['rel_err']:.2e}"
+    out16 = torch.full(problem.output_shape, float("nan"), device="cuda", dtype=torch.bfloat16)
     bf16 = lambda: cute_conv.conv2d_fprop(x, flt, out=out16, **geom)  # noqa: E731
-    fp8()
     bf16()
-    deq_ref = conv2d_reference(qx.float() * x_scale, qf.float() * w_scale, **geom)
-    row["fp8_check"] = str(compare_to_reference(out8, deq_ref, fp8_inputs=True))
-    row["fp8_ok"] = compare_to_reference(out8, deq_ref, fp8_inputs=True).ok
-    ref = conv2d_reference(x, flt, **geom)
-    row["bf16_ok"] = compare_to_reference(out16, ref).ok
+    row["bf16_ok"] = compare_to_reference(out16, conv2d_reference(x, flt, **geom)).ok
     # The fp8 result against the unquantized float32 conv: what quantization itself costs.
     exact = conv2d_reference(x32, f32, **geom)
+    out8 = fns["fp8_ms"]()
     row["fp8_vs_exact"] = ((out8.float() - exact).norm() / exact.norm()).item()
     x_cl, w_cl = x.permute(0, 3, 1, 2), flt.permute(0, 3, 1, 2)
-    fns = {"fp8_ms": fp8, "bf16_ms": bf16, "cudnn_ms": lambda: F.conv2d(x_cl, w_cl, **geom)}
-    out_fe = torch.full_like(out8, float("nan"))
-    fe, why = frontend_fp8(problem, qx, qf, x_scale, w_scale, out_fe)
-    row["frontend_note"] = why
-    if fe is not None:
-        fe()
-        if compare_to_reference(out_fe, deq_ref, fp8_inputs=True).ok:
-            fns["cudnn_fp8_ms"] = fe
-        else:
-            row["frontend_note"] = "wrong result: " + str(compare_to_reference(out_fe, deq_ref))
+    fns |= {"bf16_ms": bf16, "cudnn_ms": lambda: F.conv2d(x_cl, w_cl, **geom)}
     row.update(time_interleaved(fns))
-    config = cute_conv.default_config(kernel_problem_for(problem, 1), num_sms, element_bytes=1)
-    row["config"] = repr(config)
+    row["config"] = row.pop("fp8_config")
     return row
 
 
