@@ -251,6 +251,31 @@ def compile_kernel(
 
 
 @dataclasses.dataclass(frozen=True)
+class CompiledHelperKernel:
+    """A compiled helper kernel beside the conv (the stem's space-to-depth staging, the fp8
+    quantization): its key, PTX and launcher."""
+
+    key: Any
+    ptx: str
+    _fn: Callable = dataclasses.field(repr=False)
+
+    def launch(self, *args: Any) -> None:
+        """The kernel's entry arguments in order (device addresses, Int32 values), the raw
+        ``cudaStream_t`` last."""
+        self._fn(*args)
+
+
+def _compile_helper(key: Any, kernel: Any, fake_args: list) -> CompiledHelperKernel:
+    """Compile ``kernel`` for ``key.arch`` with ``fake_args`` (through the disk cache)."""
+
+    def compile_now() -> tuple[Callable, str, bytes, int]:
+        return *_cute_compile(kernel, fake_args, key.arch), 0
+
+    fn, ptx, _, _ = _disk_cached(key, compile_now)
+    return CompiledHelperKernel(key, ptx, _positional_launcher(fn))
+
+
+@dataclasses.dataclass(frozen=True)
 class SpaceToDepthKey:
     """A compiled folded space-to-depth staging kernel depends on these only."""
 
@@ -261,38 +286,20 @@ class SpaceToDepthKey:
     fold_cols: int
 
 
-@dataclasses.dataclass(frozen=True)
-class CompiledSpaceToDepth:
-    """The staging kernel of ``kernels.common.space_to_depth``, compiled, with a launcher."""
-
-    key: SpaceToDepthKey
-    ptx: str
-    _fn: Callable = dataclasses.field(repr=False)
-
-    def launch(self, x_ptr: int, y_ptr: int, geometry: tuple[int, ...], stream: int) -> None:
-        """``geometry``: (N, H, W, H2, W2, pad_top, pad_left) of the input and staged tensors."""
-        self._fn(x_ptr, y_ptr, *geometry, stream)
-
-
-def _compile_space_to_depth(key: SpaceToDepthKey) -> CompiledSpaceToDepth:
+def _compile_space_to_depth(key: SpaceToDepthKey) -> CompiledHelperKernel:
     kernel = SpaceToDepthFold(
         CUTLASS_DTYPES[key.dtype], key.channels, key.fold_channels, key.fold_cols
     )
-
-    def compile_now() -> tuple[Callable, str, bytes, int]:
-        args = [_null_pointer(key.dtype)] * 2 + [cutlass.Int32(1)] * 7
-        return *_cute_compile(kernel, args, key.arch), 0
-
-    fn, ptx, _, _ = _disk_cached(key, compile_now)
-    return CompiledSpaceToDepth(key, ptx, _positional_launcher(fn))
+    return _compile_helper(key, kernel, [_null_pointer(key.dtype)] * 2 + [cutlass.Int32(1)] * 7)
 
 
 def compile_space_to_depth(
     arch: str, dtype: Any, channels: int, fold_channels: int, fold_cols: int
-) -> CompiledSpaceToDepth:
+) -> CompiledHelperKernel:
     """Compile (or fetch from the caches) the staging kernel for ``channels`` input channels
     zero-extended to ``fold_channels``, blocks of 2 x ``fold_cols`` pixels; see
-    ``cute_conv.staging``. Needs no GPU."""
+    ``cute_conv.staging``. Needs no GPU. Launch with ``(x_ptr, y_ptr, N, H, W, H2, W2,
+    pad_top, pad_left, stream)``: the input's and the staged tensor's extents."""
     _check_arch(arch)
     key = SpaceToDepthKey(arch, dtype_name(dtype), channels, fold_channels, fold_cols)
     return _cached(key, _compile_space_to_depth)
@@ -306,36 +313,16 @@ class QuantizeKey:
     dtype: str
 
 
-@dataclasses.dataclass(frozen=True)
-class CompiledQuantize:
-    """The kernel of ``kernels.common.quantize``, compiled, with a launcher."""
-
-    key: QuantizeKey
-    ptx: str
-    _fn: Callable = dataclasses.field(repr=False)
-
-    def launch(self, x_ptr: int, y_ptr: int, scale_ptr: int, vectors: int, stream: int) -> None:
-        """``vectors``: the element count over ``kernels.common.quantize.VECTOR``."""
-        self._fn(x_ptr, y_ptr, scale_ptr, vectors, stream)
+def _compile_quantize(key: QuantizeKey) -> CompiledHelperKernel:
+    pointers = [_null_pointer(t) for t in (key.dtype, cutlass.Float8E4M3FN, cutlass.Float32)]
+    return _compile_helper(key, QuantizeFp8(CUTLASS_DTYPES[key.dtype]), [*pointers, cutlass.Int32(1)])
 
 
-def _compile_quantize(key: QuantizeKey) -> CompiledQuantize:
-    kernel = QuantizeFp8(CUTLASS_DTYPES[key.dtype])
-
-    def compile_now() -> tuple[Callable, str, bytes, int]:
-        args = [
-            _null_pointer(key.dtype), _null_pointer(cutlass.Float8E4M3FN),
-            _null_pointer(cutlass.Float32), cutlass.Int32(1),
-        ]  # fmt: skip
-        return *_cute_compile(kernel, args, key.arch), 0
-
-    fn, ptx, _, _ = _disk_cached(key, compile_now)
-    return CompiledQuantize(key, ptx, _positional_launcher(fn))
-
-
-def compile_quantize(arch: str, dtype: Any) -> CompiledQuantize:
+def compile_quantize(arch: str, dtype: Any) -> CompiledHelperKernel:
     """Compile (or fetch from the caches) the fp8 quantization kernel of ``dtype`` (bfloat16
-    or float16) inputs; see ``cute_conv.fp8``. Needs no GPU."""
+    or float16) inputs; see ``cute_conv.fp8``. Needs no GPU. Launch with ``(x_ptr, y_ptr,
+    scale_ptr, vectors, stream)``, ``vectors`` the element count over
+    ``kernels.common.quantize.VECTOR``."""
     _check_arch(arch)
     key = QuantizeKey(arch, dtype_name(dtype, "dtype", ("bfloat16", "float16")))
     return _cached(key, _compile_quantize)

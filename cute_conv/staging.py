@@ -250,7 +250,7 @@ def _space_to_depth(x: torch.Tensor, problem: Conv2dProblemShape, kp: Conv2dProb
     (top, _), (left, _) = problem.padding
     geometry = (problem.N, problem.H, problem.W, kp.H, kp.W, top, left)
     stream = torch.cuda.current_stream(x.device).cuda_stream
-    kernel.launch(x.data_ptr(), staged.data_ptr(), geometry, stream)
+    kernel.launch(x.data_ptr(), staged.data_ptr(), *geometry, stream)
     return staged
 
 

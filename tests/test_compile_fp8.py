@@ -94,3 +94,15 @@ def test_sm90_fp8_k_tile_is_one_128_byte_row():
     bf16 = cute_conv.compile_kernel("sm_90a", act_dtype=BF16, config=Conv2dConfig(stages=4))
     # 128 fp8 channels per k-tile hold the bytes of 64 bf16 ones: the same SMEM ring.
     assert kernel.smem_bytes == bf16.smem_bytes
+
+
+@pytest.mark.parametrize("dtype", [BF16, torch.float16])
+def test_quantize_kernel_is_one_vectorized_saturating_pass(dtype):
+    from cute_conv.compile import compile_quantize
+
+    ptx = compile_quantize("sm_90a", dtype).ptx
+    assert "ld.global.v4.b32" in ptx  # 8 16-bit values, one 16-byte load
+    assert re.search(r"st\.global\.v4\.b16|st\.global\.v2\.b32|st\.global\.b64", ptx)  # 8 bytes
+    assert "cvt.rn.satfinite.e4m3x2.f32" in ptx and not re.search(r"cvt\.rn\.e4m3x2", ptx)
+    with pytest.raises(TypeError, match="dtype=float32 is not supported"):
+        compile_quantize("sm_90a", torch.float32)

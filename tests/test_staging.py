@@ -122,7 +122,7 @@ def test_space_to_depth_kernel_matches_the_torch_staging(n, h, w, c, r, s, paddi
     (top, _), (left, _) = problem.padding
     geometry = (n, h, w, kp.H, kp.W, top, left)
     kernel.launch(
-        x.data_ptr(), staged.data_ptr(), geometry, torch.cuda.current_stream().cuda_stream
+        x.data_ptr(), staged.data_ptr(), *geometry, torch.cuda.current_stream().cuda_stream
     )
     assert torch.equal(staged.cpu(), expected)
 
