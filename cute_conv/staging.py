@@ -134,11 +134,10 @@ def _view_padding_w(problem: Conv2dProblemShape, view: SuperPixelView) -> tuple[
     return left, right
 
 
-def uses_space_to_depth(problem: Conv2dProblemShape, element_bytes: int = 2) -> bool:
-    """Folded space-to-depth: few channels and stride 2, 16-bit inputs (fp8 ones unfold)."""
+def uses_space_to_depth(problem: Conv2dProblemShape) -> bool:
+    """Folded space-to-depth: few channels and stride 2, where no super-pixel view applies."""
     return (
-        element_bytes == 2
-        and super_pixel_view(problem) is None
+        super_pixel_view(problem) is None
         and problem.C <= SPACE_TO_DEPTH_MAX_CHANNELS
         and problem.R * problem.S >= IM2COL_MIN_TAPS
         and problem.stride == (2, 2)
@@ -146,17 +145,9 @@ def uses_space_to_depth(problem: Conv2dProblemShape, element_bytes: int = 2) -> 
     )
 
 
-def uses_im2col(problem: Conv2dProblemShape, element_bytes: int = 2) -> bool:
-    """Explicit im2col columns: few channels (up to ``IM2COL_MAX_CHANNELS``, fp8: up to
-    ``SPACE_TO_DEPTH_MAX_CHANNELS``, as fp8 stems are not folded) and several taps, where
-    no super-pixel view applies."""
-    max_channels = IM2COL_MAX_CHANNELS if element_bytes == 2 else SPACE_TO_DEPTH_MAX_CHANNELS
-    few_channels = problem.C <= max_channels and problem.R * problem.S >= IM2COL_MIN_TAPS
-    return (
-        few_channels
-        and super_pixel_view(problem) is None
-        and not uses_space_to_depth(problem, element_bytes)
-    )
+def uses_im2col(problem: Conv2dProblemShape) -> bool:
+    few_channels = problem.C <= IM2COL_MAX_CHANNELS and problem.R * problem.S >= IM2COL_MIN_TAPS
+    return few_channels and super_pixel_view(problem) is None and not uses_space_to_depth(problem)
 
 
 def kernel_problem_for(
@@ -174,7 +165,7 @@ def kernel_problem_for(
             view.phases * problem.K, problem.R, view.taps,
             padding=((top, bottom), _view_padding_w(problem, view)), stride=(2, 1),
         )  # fmt: skip
-    if uses_space_to_depth(problem, element_bytes):
+    if uses_space_to_depth(problem):
         fold = fold_shape(problem)
         taps_h, taps_w = -(-problem.R // FOLD_ROWS), -(-problem.S // fold.cols)
         tap_step = fold.cols // 2  # staged pixels between the taps of one row
@@ -182,7 +173,7 @@ def kernel_problem_for(
             problem.N, problem.P + taps_h - 1, problem.Q + tap_step * (taps_w - 1),
             fold.staged_channels, k, taps_h, taps_w, dilation=(1, tap_step),
         )  # fmt: skip
-    if uses_im2col(problem, element_bytes):
+    if uses_im2col(problem):
         columns = _round_up(problem.C * problem.R * problem.S, alignment)
         return Conv2dProblemShape(problem.N, problem.P, problem.Q, columns, k, 1, 1)
     c = _round_up(problem.C, alignment)
@@ -245,7 +236,9 @@ def _space_to_depth(x: torch.Tensor, problem: Conv2dProblemShape, kp: Conv2dProb
         return _space_to_depth_torch(x, problem, kp)
     arch = check_compute_capability(torch.cuda.get_device_capability(x.device), x.device)
     fold = fold_shape(problem)
-    kernel = compile_space_to_depth(arch, x.dtype, problem.C, fold.channels, fold.cols)
+    # fp8 arrives as its bytes (uint8): the kernel moves them as fp8 values, never converted.
+    dtype = torch.float8_e4m3fn if x.element_size() == 1 else x.dtype
+    kernel = compile_space_to_depth(arch, dtype, problem.C, fold.channels, fold.cols)
     staged = torch.empty(kp.N, kp.H, kp.W, kp.C, dtype=x.dtype, device=x.device)
     (top, _), (left, _) = problem.padding
     geometry = (problem.N, problem.H, problem.W, kp.H, kp.W, top, left)
@@ -329,16 +322,15 @@ def _stage_inputs(
     problem: Conv2dProblemShape,
     kp: Conv2dProblemShape,
     view: SuperPixelView | None,
-    element_bytes: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     k_pad = kp.K - problem.K
     if view is not None:
         return x.reshape(kp.activation_shape), _super_pixel_filter(filter, problem, view)
-    if uses_space_to_depth(problem, element_bytes):
+    if uses_space_to_depth(problem):
         return _space_to_depth(x, problem, kp), _space_to_depth_filter(
             filter, problem, kp
         ).contiguous()
-    if uses_im2col(problem, element_bytes):
+    if uses_im2col(problem):
         flt = filter.reshape(problem.K, 1, 1, problem.R * problem.S * problem.C)
         flt = F.pad(flt, (0, kp.C - flt.shape[-1], 0, 0, 0, 0, 0, k_pad))
         return _im2col_columns(x, problem, kp.C), flt.contiguous()
@@ -378,16 +370,13 @@ def run_staged(
     - bias/scale not contiguous, or of two different dtypes: copied (as float32 in the latter
       case; the kernel reads float32, bfloat16 and float16 vectors as they are).
     """
-    element_bytes = 1 if x.element_size() == 1 else 2  # fp8, else staged as 16-bit
     view = super_pixel_view(problem)
     # The view's output channels are its phases' K each, as NHWC lays them out: no padding.
     phases = 1 if view is None else view.phases
     k_pad = kernel_problem.K - phases * problem.K
     # fp8 tensors are staged as their bytes (zero bytes are +0.0): torch's pads and copies
     # do not all take fp8 dtypes.
-    x_k, flt_k = _stage_inputs(
-        _bytes(x), _bytes(filter), problem, kernel_problem, view, element_bytes
-    )
+    x_k, flt_k = _stage_inputs(_bytes(x), _bytes(filter), problem, kernel_problem, view)
     x_k, flt_k = x_k.view(x.dtype), flt_k.view(filter.dtype)
     dtype = kernel_vector_dtype(bias, scale)
     bias, scale = (_kernel_vector(v, dtype, k_pad, phases) for v in (bias, scale))

@@ -3,12 +3,14 @@ nothing written), the k-tile and heuristic rules, channel padding and ``quantize
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
 import cute_conv
 from cute_conv import Conv2dConfig, Conv2dConfigSm100, Conv2dProblemShape
-from cute_conv.staging import kernel_problem_for, uses_im2col, uses_space_to_depth
+from cute_conv.staging import kernel_problem_for, uses_im2col
 
 E4M3, E5M2, BF16 = torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16
 
@@ -130,17 +132,26 @@ def test_fp8_channels_pad_to_16():
     assert (kp.C, kp.K) == (80, 208)
 
 
-def test_fp8_stems():
-    """The C=8 stem takes the super-pixel view as a 16-bit one does (32-byte super pixels of
-    32 fp8 channels); an RGB stem, which 16-bit inputs fold, unfolds into im2col columns."""
-    c8 = Conv2dProblemShape(1, 224, 224, 8, 64, 7, 7, padding=3, stride=2)
-    assert not uses_im2col(c8, 1) and kernel_problem_for(c8, 1) == kernel_problem_for(c8, 2)
-    assert kernel_problem_for(c8, 1).C == 32
-    rgb = Conv2dProblemShape(1, 224, 224, 3, 64, 7, 7, padding=3, stride=2)
-    assert uses_space_to_depth(rgb, 2) and not uses_im2col(rgb, 2)
-    assert uses_im2col(rgb, 1) and not uses_space_to_depth(rgb, 1)
-    kp = kernel_problem_for(rgb, element_bytes=1)
-    assert (kp.R, kp.S, kp.C) == (1, 1, 160)  # 49 * 3 = 147 columns, padded to 16
+def test_fp8_stems_stage_as_16bit_ones():
+    """Stems stage the same way on fp8 as on 16 bits (the C=8 super-pixel view's super pixels
+    are 32 bytes, the folded space-to-depth's staged pixels 32 or 64): only the channel
+    alignment differs, 16 instead of 8."""
+    for c, stride in ((8, 2), (3, 2), (1, 2)):
+        stem = Conv2dProblemShape(2, 224, 224, c, 64, 7, 7, padding=3, stride=stride)
+        assert kernel_problem_for(stem, 1) == kernel_problem_for(stem, 2)
+    odd_k = Conv2dProblemShape(2, 224, 224, 3, 24, 7, 7, padding=3, stride=2)
+    assert (kernel_problem_for(odd_k, 1).K, kernel_problem_for(odd_k, 2).K) == (32, 24)
+    rgb_s1 = Conv2dProblemShape(1, 224, 224, 3, 64, 3, 3, padding=1)
+    assert uses_im2col(rgb_s1) and kernel_problem_for(rgb_s1, 1).C == 32  # 27 columns -> 32
+
+
+def test_fp8_space_to_depth_kernel_moves_bytes():
+    from cute_conv.compile import compile_space_to_depth
+
+    ptx = compile_space_to_depth("sm_90a", E4M3, 3, 4, 8).ptx
+    # Bytes in, a 4-byte staged pixel out; the only conversions are of 32-bit indices.
+    assert set(re.findall(r"(?:ld|st)\.global[\w.]*", ptx)) == {"ld.global.b8", "st.global.b32"}
+    assert set(re.findall(r"cvt[\w.]*", ptx)) <= {"cvt.s64.s32", "cvt.u64.u32"}
 
 
 @pytest.mark.parametrize("dtype", [E4M3, E5M2])
