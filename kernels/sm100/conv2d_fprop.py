@@ -52,9 +52,10 @@ from ..common.im2col import (
     filter_gemm_view,
     fprop_im2col_params,
 )
+from ..common.pipelines import make_checked_pipeline
 from .config import SMEM_CAPACITY_SM100, Conv2dConfigSm100
 from .epilogue import NamedBarrierSm100, Sm100EpilogueMixin
-from .pipeline_checks import WarpRoles, check_pipeline, conv2d_barrier_specs
+from .pipeline_checks import WarpRoles, conv2d_barrier_specs
 from .smem import Conv2dSmem, conv2d_smem_struct
 from .tile_scheduler import ClcTileScheduler
 
@@ -459,67 +460,32 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
 
     def _make_pipelines(self, smem: Conv2dSmem, cluster_layout_vmnk: cute.Layout):
         """Create (and check) every pipeline; barrier init is deferred to one cluster sync."""
-        specs = self.barrier_specs
-        Thread = pipeline.Agent.Thread
-
-        def group(name: str) -> pipeline.CooperativeGroup:
-            return pipeline.CooperativeGroup(Thread, specs[name].count)
-
+        specs, cluster = self.barrier_specs, dict(cta_layout_vmnk=cluster_layout_vmnk)
         bm, bn, bk = self.block_tile
         ab_bytes = (bm + bn) * bk * self.act_dtype.width // 8 * self.cta_group
-        ab_pipeline = pipeline.PipelineTmaUmma.create(
-            barrier_storage=smem.input_barriers(),
-            num_stages=self.ab_stages,
-            producer_group=group("input.full"),
-            consumer_group=group("input.empty"),
-            tx_count=ab_bytes,
-            cta_layout_vmnk=cluster_layout_vmnk,
-            defer_sync=True,
-        )
-        acc_pipeline = pipeline.PipelineUmmaAsync.create(
-            barrier_storage=smem.accumulator_barriers(),
-            num_stages=self.acc_stages,
-            producer_group=group("accumulator.full"),
-            consumer_group=group("accumulator.empty"),
-            cta_layout_vmnk=cluster_layout_vmnk,
-            defer_sync=True,
-        )
-        clc_pipeline = pipeline.PipelineClcFetchAsync.create(
-            barrier_storage=smem.clc_barriers(),
-            num_stages=self.clc_stages,
-            producer_group=group("clc.full"),
-            consumer_group=group("clc.empty"),
-            tx_count=16,
-            cta_layout_vmnk=cluster_layout_vmnk,
-            defer_sync=True,
-        )
-        throttle_pipeline = pipeline.PipelineAsync.create(
-            barrier_storage=smem.clc_throttle_barriers(),
-            num_stages=self.clc_stages,
-            producer_group=group("clc_throttle.full"),
-            consumer_group=group("clc_throttle.empty"),
-            defer_sync=True,
-        )
-        checked = [
-            (ab_pipeline, "input"),
-            (acc_pipeline, "accumulator"),
-            (clc_pipeline, "clc"),
-            (throttle_pipeline, "clc_throttle"),
-        ]
+        ab_pipeline = make_checked_pipeline(
+            pipeline.PipelineTmaUmma, specs, "input", smem.input_barriers(), self.ab_stages,
+            tx_count=ab_bytes, **cluster,
+        )  # fmt: skip
+        acc_pipeline = make_checked_pipeline(
+            pipeline.PipelineUmmaAsync, specs, "accumulator", smem.accumulator_barriers(),
+            self.acc_stages, **cluster,
+        )  # fmt: skip
+        clc_pipeline = make_checked_pipeline(
+            pipeline.PipelineClcFetchAsync, specs, "clc", smem.clc_barriers(), self.clc_stages,
+            tx_count=16, **cluster,
+        )  # fmt: skip
+        throttle_pipeline = make_checked_pipeline(
+            pipeline.PipelineAsync, specs, "clc_throttle", smem.clc_throttle_barriers(),
+            self.clc_stages,
+        )  # fmt: skip
         source_pipeline = None
         if cutlass.const_expr(self.epilogue.has_residual):
             om, on = self.epi_tile
-            source_pipeline = pipeline.PipelineTmaAsync.create(
-                barrier_storage=smem.epi_load_barriers(),
-                num_stages=self.source_stages,
-                producer_group=group("epi_load.full"),
-                consumer_group=group("epi_load.empty"),
-                tx_count=om * on * self.out_dtype.width // 8,
-                defer_sync=True,
-            )
-            checked.append((source_pipeline, "epi_load"))
-        for pipe, name in checked:
-            check_pipeline(pipe, specs, name)
+            source_pipeline = make_checked_pipeline(
+                pipeline.PipelineTmaAsync, specs, "epi_load", smem.epi_load_barriers(),
+                self.source_stages, tx_count=om * on * self.out_dtype.width // 8,
+            )  # fmt: skip
         return ab_pipeline, acc_pipeline, clc_pipeline, throttle_pipeline, source_pipeline
 
     # ------------------------------------------------------------------------------------------

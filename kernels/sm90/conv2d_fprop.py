@@ -41,7 +41,7 @@ from ..common.im2col import (
     output_gemm_view,
     output_tile_view,
 )
-from ..common.pipeline_checks import check_pipeline
+from ..common.pipelines import make_checked_pipeline
 from ..common.tile_scheduler import StaticTileScheduler
 from .config import HALO_SLACK_ROWS, WORK_COUNTERS, WORK_QUEUE_STAGES, Conv2dConfig
 from .epilogue import EpilogueArgs, Sm90EpilogueMixin
@@ -467,63 +467,36 @@ class Conv2dFpropSm90(
         """Create (and check) every pipeline; barrier init is deferred to one cluster sync.
         The arrive counts come from ``self.barrier_specs`` (the role table)."""
         specs = self.barrier_specs
-        Thread = pipeline.Agent.Thread
-
-        def group(name: str) -> pipeline.CooperativeGroup:
-            return pipeline.CooperativeGroup(Thread, specs[name].count)
-
         a_layout, b_layout, _, source_layout = smem.layouts
         a_bytes = cute.size_in_bytes(self.act_dtype, cute.slice_(a_layout, (None, None, 0)))
         ab_bytes = cute.size_in_bytes(self.filter_dtype, cute.slice_(b_layout, (None, None, 0)))
         if cutlass.const_expr(not self.tile_w):
             ab_bytes += a_bytes  # the ring carries A too, except with halo tiles
-        ab = pipeline.PipelineTmaAsync.create(
-            barrier_storage=smem.ab_barriers(),
-            num_stages=self.ab_stages,
-            producer_group=group("ab.full"),
-            consumer_group=group("ab.empty"),
-            tx_count=ab_bytes,
-            cta_layout_vmnk=cute.make_layout((1, *cta_layout_mnk.shape)),
-            defer_sync=True,
-        )
-        checked = [(ab, "ab")]
+        ab = make_checked_pipeline(
+            pipeline.PipelineTmaAsync, specs, "ab", smem.ab_barriers(), self.ab_stages,
+            tx_count=ab_bytes, cta_layout_vmnk=cute.make_layout((1, *cta_layout_mnk.shape)),
+        )  # fmt: skip
         halo = None
         if cutlass.const_expr(self.tile_w):
-            halo = pipeline.PipelineTmaAsync.create(
-                barrier_storage=smem.halo_barriers(),
-                num_stages=self.halo_stages,
-                producer_group=group("halo.full"),
-                consumer_group=group("halo.empty"),
-                tx_count=a_bytes,
-                defer_sync=True,
-            )
-            checked.append((halo, "halo"))
+            halo = make_checked_pipeline(
+                pipeline.PipelineTmaAsync, specs, "halo", smem.halo_barriers(),
+                self.halo_stages, tx_count=a_bytes,
+            )  # fmt: skip
         source = None
         if cutlass.const_expr(self.epilogue.has_residual):
-            source = pipeline.PipelineTmaAsync.create(
-                barrier_storage=smem.source_barriers(),
-                num_stages=self.source_stages,
-                producer_group=group("source.full"),
-                consumer_group=group("source.empty"),
-                tx_count=cute.size_in_bytes(
-                    self.out_dtype, cute.slice_(source_layout, (None, None, 0))
-                ),
-                defer_sync=True,
+            source_bytes = cute.size_in_bytes(
+                self.out_dtype, cute.slice_(source_layout, (None, None, 0))
             )
-            checked.append((source, "source"))
+            source = make_checked_pipeline(
+                pipeline.PipelineTmaAsync, specs, "source", smem.source_barriers(),
+                self.source_stages, tx_count=source_bytes,
+            )  # fmt: skip
         work_queue = None
         if cutlass.const_expr(self.dynamic_schedule):
-            work = pipeline.PipelineAsync.create(
-                barrier_storage=smem.work_barriers(),
-                num_stages=WORK_QUEUE_STAGES,
-                producer_group=group("work.full"),
-                consumer_group=group("work.empty"),
-                defer_sync=True,
+            work = make_checked_pipeline(
+                pipeline.PipelineAsync, specs, "work", smem.work_barriers(), WORK_QUEUE_STAGES
             )
-            checked.append((work, "work"))
             work_queue = WorkQueue(work, smem.work_items(WORK_QUEUE_STAGES), m_flags)
-        for pipe, name in checked:
-            check_pipeline(pipe, specs, name)
         turns = None
         if cutlass.const_expr(self.pingpong):
             turns = self.make_turns(smem.turn_barriers(), warp_idx)
