@@ -276,6 +276,11 @@ class HaloLoader:
         )
 
 
+def _load_op(multicast: int, single: type, multicast_op: type) -> Any:
+    """The TMA load op of a box that ``multicast`` CTAs receive (its multicast form past 1)."""
+    return multicast_op() if multicast > 1 else single()
+
+
 class MainloopMixin:
     """The mainloop methods of the SM90 kernel (mixed into ``Conv2dFpropSm90``)."""
 
@@ -297,26 +302,24 @@ class MainloopMixin:
                 ((self.tile_w, self.halo_h, 1), tile_k),
             )
         else:
-            a_op = (
-                cpasync.CopyBulkTensorIm2ColG2SMulticastOp()
-                if cutlass.const_expr(self.num_mcast_a > 1)
-                else cpasync.CopyBulkTensorIm2ColG2SOp()
-            )
             tma_atom_a, tma_tensor_a = cpasync.make_im2col_tma_atom(
-                a_op,
+                _load_op(
+                    self.num_mcast_a,
+                    cpasync.CopyBulkTensorIm2ColG2SOp,
+                    cpasync.CopyBulkTensorIm2ColG2SMulticastOp,
+                ),
                 activation_im2col_view(act_ptr, geom),
                 a_smem_layout,
                 (tile_m, tile_k),  # the activation's K mode is c alone: a flat tiler here
                 num_multicast=self.num_mcast_a,
                 **fprop_im2col_params(geom),
             )
-        b_op = (
-            cpasync.CopyBulkTensorTileG2SMulticastOp()
-            if cutlass.const_expr(self.num_mcast_b > 1)
-            else cpasync.CopyBulkTensorTileG2SOp()
-        )
         tma_atom_b, tma_tensor_b = cpasync.make_tiled_tma_atom(
-            b_op,
+            _load_op(
+                self.num_mcast_b,
+                cpasync.CopyBulkTensorTileG2SOp,
+                cpasync.CopyBulkTensorTileG2SMulticastOp,
+            ),
             filter_gemm_view(filter_ptr, geom),
             b_smem_layout,
             (tile_n, (tile_k, 1, 1)),  # hierarchical K keeps the tiler static for runtime C
