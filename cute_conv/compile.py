@@ -204,10 +204,11 @@ def compile_kernel(
 ) -> CompiledConv2d:
     """Compile (or fetch from the in-process cache) the conv fprop kernel for ``arch``.
 
-    Needs no GPU. ``act_dtype``/``filter_dtype``: bfloat16 or float16 (torch dtypes, cutlass
-    types or names; ``filter_dtype`` defaults to ``act_dtype``); ``out_dtype``: bfloat16,
-    float16 or float32 (defaults to ``act_dtype``). ``config``: a ``Conv2dConfig`` for
-    ``sm_90a`` (default ``Conv2dConfig()``), a ``Conv2dConfigSm100`` for ``sm_100a`` (default
+    Needs no GPU. ``act_dtype``/``filter_dtype``: bfloat16 or float16, equal, or each
+    float8_e4m3fn or float8_e5m2 (torch dtypes, cutlass types or names; ``filter_dtype``
+    defaults to ``act_dtype``); ``out_dtype``: bfloat16, float16 or float32, float8_e4m3fn too
+    from fp8 inputs (defaults to ``act_dtype``, bfloat16 for fp8). ``config``: a
+    ``Conv2dConfig`` for ``sm_90a`` (default ``Conv2dConfig()``), a ``Conv2dConfigSm100`` for ``sm_100a`` (default
     ``Conv2dConfigSm100.default_bf16()``; that kernel is compile-verified only);
     ``epilogue`` (bias, scale, activation, epilogue_fn, has_residual) to a plain store.
     The result has ``.ptx``, ``.cubin`` and ``.smem_bytes``. Thread-safe: concurrent calls

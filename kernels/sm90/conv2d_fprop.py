@@ -145,8 +145,9 @@ class Conv2dFpropSm90(
               load + source-load warps): C loads start once the first tile's A/B loads are
               issued.
 
-    :param act_dtype, filter_dtype: input types (BFloat16 or Float16, equal).
-    :param out_dtype: BFloat16, Float16 or Float32.
+    :param act_dtype, filter_dtype: input types: BFloat16 or Float16 (equal), or each
+        Float8E4M3FN or Float8E5M2 (see ``ConvKernelEntry``).
+    :param out_dtype: BFloat16, Float16 or Float32; Float8E4M3FN from fp8 inputs.
     :param config: tile, cluster, ring depth, rasterization and schedule options (stream-K,
         dynamic scheduling, halo tiles, ping-pong); see ``Conv2dConfig``.
     :param epilogue: the fused epilogue terms, see ``EpilogueSpec``.
