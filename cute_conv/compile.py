@@ -208,9 +208,10 @@ def compile_kernel(
     float8_e4m3fn or float8_e5m2 (torch dtypes, cutlass types or names; ``filter_dtype``
     defaults to ``act_dtype``); ``out_dtype``: bfloat16, float16 or float32, float8_e4m3fn too
     from fp8 inputs (defaults to ``act_dtype``, bfloat16 for fp8). ``config``: a
-    ``Conv2dConfig`` for ``sm_90a`` (default ``Conv2dConfig()``), a ``Conv2dConfigSm100`` for ``sm_100a`` (default
-    ``Conv2dConfigSm100.default_bf16()``; that kernel is compile-verified only);
-    ``epilogue`` (bias, scale, activation, epilogue_fn, has_residual) to a plain store.
+    ``Conv2dConfig`` for ``sm_90a`` (default ``Conv2dConfig()``), a ``Conv2dConfigSm100``
+    for ``sm_100a`` (default ``Conv2dConfigSm100.default_bf16()``; that kernel is
+    compile-verified only); ``epilogue`` (bias, scale, activation, epilogue_fn,
+    has_residual) to a plain store.
     The result has ``.ptx``, ``.cubin`` and ``.smem_bytes``. Thread-safe: concurrent calls
     for one kernel compile it once and return the same object.
 
