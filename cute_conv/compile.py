@@ -317,7 +317,8 @@ class QuantizeKey:
 
 def _compile_quantize(key: QuantizeKey) -> CompiledHelperKernel:
     pointers = [_null_pointer(t) for t in (key.dtype, cutlass.Float8E4M3FN, cutlass.Float32)]
-    return _compile_helper(key, QuantizeFp8(CUTLASS_DTYPES[key.dtype]), [*pointers, cutlass.Int32(1)])
+    kernel = QuantizeFp8(CUTLASS_DTYPES[key.dtype])
+    return _compile_helper(key, kernel, [*pointers, cutlass.Int32(1)])
 
 
 def compile_quantize(arch: str, dtype: Any) -> CompiledHelperKernel:

@@ -79,7 +79,8 @@ def quantize_with_scale(t: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         raise ValueError("scale must be a one-element float32 tensor")
     if scale.device != t.device:
         raise ValueError(f"scale is on {scale.device} but t is on {t.device}")
-    if not (t.is_cuda and t.is_contiguous() and t.numel() % VECTOR == 0 and t.data_ptr() % 16 == 0):
+    aligned = t.numel() % VECTOR == 0 and t.data_ptr() % 16 == 0
+    if not (t.is_cuda and t.is_contiguous() and aligned):
         return (t.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
     out = torch.empty(t.shape, dtype=torch.float8_e4m3fn, device=t.device)
     if t.numel():
@@ -87,7 +88,8 @@ def quantize_with_scale(t: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         kernel = compile_quantize(arch, t.dtype)
         stream = torch.cuda.current_stream(t.device).cuda_stream
         with torch.cuda.device(t.device):
-            kernel.launch(t.data_ptr(), out.data_ptr(), scale.data_ptr(), t.numel() // VECTOR, stream)
+            vectors = t.numel() // VECTOR
+            kernel.launch(t.data_ptr(), out.data_ptr(), scale.data_ptr(), vectors, stream)
     return out
 
 
