@@ -259,11 +259,11 @@ def check_fp8_scales(
     x_scale: object,
     w_scale: object,
     out_scale: object,
-) -> bool:
+) -> None:
     """Check the per-tensor scales of an fp8 call: ``x_scale`` and ``w_scale`` with fp8
     inputs, ``out_scale`` with fp8 output, each a one-element float32 tensor on ``device``
     (read by the kernel, so that CUDA graphs replay with new values); none of them
-    otherwise. Returns whether the call dequantizes (fp8 inputs)."""
+    otherwise."""
     fp8_in, fp8_out = input_dtype in FP8_DTYPES, out_dtype in FP8_DTYPES
     for name, value, needed, what in (
         ("x_scale", x_scale, fp8_in, "fp8 inputs"),
@@ -297,7 +297,6 @@ def check_fp8_scales(
                 f"{name} is on {value.device} but activation is on {device}; they must be on "
                 "the same device"
             )
-    return fp8_in
 
 
 def _check_out(
