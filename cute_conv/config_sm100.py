@@ -30,7 +30,7 @@ from .kernels.sm100.config import (
     Sm100Plan,
 )
 from .problem import Conv2dProblemShape
-from .validation import check_problem_limits
+from .validation import ROW_ALIGNMENT_BYTES, check_problem_limits
 
 __all__ = [
     "Conv2dConfigSm100",
@@ -42,9 +42,6 @@ __all__ = [
     "default_config_sm100",
 ]
 
-# TMA rows are 16 bytes: C (activation and filter rows) and K (filter rows of B, output and
-# source rows) of 16-bit tensors must be multiples of 8 elements. The public API pads them.
-CHANNEL_ALIGNMENT_BYTES = 16
 MAX_GRID_X = 2**31 - 1  # the grid is (cta_group * work items, 1, 1)
 
 
@@ -72,13 +69,15 @@ def check_sm100(
     out_name = dtype_name(out_dtype if out_dtype is not None else act_name, "out_dtype")
     out = CUTLASS_DTYPES[out_name]
     check_problem_limits(problem)
+    # TMA rows (C: activation and filter rows; K: filter rows of B, output and source rows)
+    # are whole 16-byte units; the public API pads them.
     for name, value, dtype in (("C", problem.C, act), ("K", problem.K, act), ("K", problem.K, out)):
         row_bytes = value * dtype.width // 8
-        if row_bytes % CHANNEL_ALIGNMENT_BYTES:
+        if row_bytes % ROW_ALIGNMENT_BYTES:
             raise ValueError(
                 f"{name}={value} channels of {dtype.__name__} make {row_bytes}-byte rows; the "
-                f"SM100 kernel's TMA rows must be multiples of {CHANNEL_ALIGNMENT_BYTES} bytes "
-                f"({CHANNEL_ALIGNMENT_BYTES * 8 // dtype.width} channels): pad {name}"
+                f"SM100 kernel's TMA rows must be multiples of {ROW_ALIGNMENT_BYTES} bytes "
+                f"({ROW_ALIGNMENT_BYTES * 8 // dtype.width} channels): pad {name}"
             )
     tiles_m = -(-problem.gemm_m // config.mma_m)
     tiles_n = -(-problem.K // config.mma_n)

@@ -7,9 +7,14 @@ import torch
 
 from .compile import compile_quantize
 from .kernels.common.quantize import VECTOR
-from .validation import FP8_DTYPES, check_compute_capability
+from .validation import (
+    ALIGNMENT_BYTES,
+    FP8_DTYPES,
+    check_compute_capability,
+    check_scale_tensor,
+)
 
-__all__ = ["amax_scale", "quantize_fp8", "quantize_with_scale"]
+__all__ = ["amax_scale", "quantize_fp8", "quantize_with_scale", "scale_from_amax"]
 
 E4M3_MAX = torch.finfo(torch.float8_e4m3fn).max
 
@@ -56,10 +61,22 @@ def quantize_fp8(
         amax = values.abs().amax(dim=others) if others else values.abs()
         shape = [1] * t.dim()
         shape[dim] = t.shape[dim]
-    finfo_max = torch.finfo(dtype).max  # 448 for e4m3, 57344 for e5m2
-    scale = torch.where(amax > 0, amax / finfo_max, torch.ones_like(amax))
-    quantized = (values / scale.reshape(shape)).clamp(-finfo_max, finfo_max).to(dtype)
+    scale = scale_from_amax(amax, dtype)
+    quantized = _saturate(values / scale.reshape(shape), dtype)
     return quantized, scale.reshape(-1) if per_channel_dim is not None else scale
+
+
+def scale_from_amax(amax: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn) -> torch.Tensor:
+    """The scale that maps ``amax`` (float32) to ``dtype``'s largest finite value (448 for
+    e4m3, 57344 for e5m2); 1 where ``amax`` is 0."""
+    return torch.where(amax > 0, amax / torch.finfo(dtype).max, torch.ones_like(amax))
+
+
+def _saturate(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """float32 ``values`` as ``dtype``, clamped to its finite range first (torch's conversion
+    would make NaN of what lies past it)."""
+    finfo_max = torch.finfo(dtype).max
+    return values.clamp(-finfo_max, finfo_max).to(dtype)
 
 
 def quantize_with_scale(t: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -75,13 +92,10 @@ def quantize_with_scale(t: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
             f"t must be a bfloat16 or float16 tensor, got "
             f"{t.dtype if isinstance(t, torch.Tensor) else type(t).__name__}"
         )
-    if not isinstance(scale, torch.Tensor) or scale.dtype != torch.float32 or scale.numel() != 1:
-        raise ValueError("scale must be a one-element float32 tensor")
-    if scale.device != t.device:
-        raise ValueError(f"scale is on {scale.device} but t is on {t.device}")
-    aligned = t.numel() % VECTOR == 0 and t.data_ptr() % 16 == 0
+    check_scale_tensor("scale", scale, t.device, "t")
+    aligned = t.numel() % VECTOR == 0 and t.data_ptr() % ALIGNMENT_BYTES == 0
     if not (t.is_cuda and t.is_contiguous() and aligned):
-        return (t.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+        return _saturate(t.float() / scale, torch.float8_e4m3fn)
     out = torch.empty(t.shape, dtype=torch.float8_e4m3fn, device=t.device)
     if t.numel():
         arch = check_compute_capability(torch.cuda.get_device_capability(t.device), t.device)
@@ -96,5 +110,4 @@ def quantize_with_scale(t: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 def amax_scale(t: torch.Tensor) -> torch.Tensor:
     """The per-tensor e4m3 scale of ``t`` measured now: ``max|t| / 448`` as a 0-dim float32
     tensor on ``t``'s device (1 for an all-zero tensor); no host synchronization."""
-    amax = t.abs().amax().float()
-    return torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+    return scale_from_amax(t.abs().amax().float())

@@ -27,7 +27,7 @@ from .epilogue import ACTIVATIONS, EpilogueSpec
 from .fold import activation_name, fold_batch_norm
 from .fp8 import amax_scale, quantize_fp8, quantize_with_scale
 from .problem import Padding, Pair, normalize_padding, normalize_pair, output_size
-from .validation import INPUT_DTYPES, validate_conv_inputs
+from .validation import INPUT_DTYPES, check_scale_tensor, validate_conv_inputs
 
 __all__ = ["Conv2d", "conv_limits"]
 
@@ -226,26 +226,22 @@ class Conv2d(nn.Module):
             identity_scale: with ``out_scale``: ``forward``'s identity is float8_e4m3fn of
                 this (host) scale, which the kernel applies as the residual's ``beta``.
 
-        Returns ``self``. Raises ``ValueError`` when already fp8 or a scale is not a
-        one-element float32 tensor on the weight's device.
+        Returns ``self``. Raises, before changing anything, ``ValueError`` when already fp8,
+        a scale is not one float32 element on the weight's device (``TypeError`` when it is
+        no tensor), or ``identity_scale`` comes without ``out_scale``.
         """
         if self.w_scale is not None:
             raise ValueError("this Conv2d already runs on fp8 (to_fp8 was called)")
         device = self.weight.device
         for name, value in (("x_scale", x_scale), ("out_scale", out_scale)):
-            if value is not None and not (
-                isinstance(value, torch.Tensor)
-                and value.dtype == torch.float32
-                and value.numel() == 1
-                and value.device == device
-            ):
-                raise ValueError(f"{name} must be a one-element float32 tensor on {device}")
+            if value is not None:
+                check_scale_tensor(name, value, device, "the weight")
+        if identity_scale is not None and out_scale is None:
+            raise ValueError("identity_scale (an fp8 identity) needs out_scale (an fp8 output)")
         weight, channel_scales = quantize_fp8(self.weight.detach(), per_channel_dim=0)
         self.weight = nn.Parameter(weight, requires_grad=False)
         self.scale = channel_scales if self.scale is None else self.scale * channel_scales
         self.w_scale = torch.ones((), device=device)
-        if identity_scale is not None and out_scale is None:
-            raise ValueError("identity_scale (an fp8 identity) needs out_scale (an fp8 output)")
         self.x_scale = x_scale
         self.out_scale = out_scale
         self.identity_scale = None if identity_scale is None else float(identity_scale)

@@ -32,13 +32,13 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from .fold import activation_name
-from .fp8 import E4M3_MAX
+from .fp8 import scale_from_amax
 from .nn import Conv2d, conv_limits
 
 __all__ = ["FP8_MIN_CHANNELS", "FusedChain", "LeftConv", "OptimizeReport", "optimize"]
 
 # Convs of fewer input channels stay 16-bit under dtype="fp8": their MMA work is small (the
-# stem's C=3 or 8), and their staging (space-to-depth) is 16-bit only.
+# stem's C=3 or 8) and their first input is the 16-bit image, which fp8 would quantize first.
 FP8_MIN_CHANNELS = 16
 
 
@@ -128,13 +128,15 @@ def optimize(
         dtype: None runs the convs in the model's 16-bit dtype; ``"fp8"`` runs the fused
             convs of at least ``FP8_MIN_CHANNELS`` input channels on float8_e4m3fn
             (``cute_conv.nn.Conv2d.to_fp8``): weights quantized once per output channel,
-            activations per tensor, fp32 accumulation and epilogue, 16-bit outputs. Few-channel
-            convs (the stem) stay 16-bit.
+            activations per tensor, fp32 accumulation and epilogue. Few-channel convs (the
+            stem) stay 16-bit.
         calibration: with ``dtype="fp8"``: an input of the model (a tensor, or a tuple of
-            its positional arguments) run once to set each conv's static input scale
-            (``max|x| / 448`` on it); a conv whose output only feeds another fp8 conv's input
-            then writes that output as fp8 with the consumer's scale, so no pass quantizes
-            it. None: each conv measures its input's scale on every call (dynamic).
+            its positional arguments) run once to measure each conv's input and output
+            (``max|x| / 448``): the static scales. A conv whose readers are all fp8 convs,
+            and whose own identity (if any) is fp8, then writes fp8 with its output's scale
+            (its readers read with it, an identity through the residual's beta); the other
+            convs write 16 bits, and their fp8 readers quantize them in one pass. None: each
+            conv measures its input's scale on every call and writes 16 bits (dynamic).
 
     Returns:
         The rewritten model, usable under CUDA graphs and ``torch.compile``; its
@@ -361,13 +363,13 @@ def _to_fp8(gm: fx.GraphModule, report: OptimizeReport, calibration: Any) -> Non
         return
     in_amax, out_amax = _calibrate(gm, chosen, calibration)
     # A tensor written as fp8 has one scale tensor, its producer's, for every reader.
-    written = {name: _scale_of(out_amax[name]) for name in _fp8_producers(gm, chosen)}
+    written = {name: scale_from_amax(out_amax[name]) for name in _fp8_producers(gm, chosen)}
     for node, module in calls:
         if node.target not in chosen:
             continue
         x, identity = node.args[0], node.args[1] if len(node.args) > 1 else None
         from_fp8 = isinstance(x, fx.Node) and x.target in written
-        x_scale = written[x.target] if from_fp8 else _scale_of(in_amax[node.target])
+        x_scale = written[x.target] if from_fp8 else scale_from_amax(in_amax[node.target])
         identity_scale = None
         if isinstance(identity, fx.Node) and identity.target in written:
             identity_scale = written[identity.target].item()
@@ -403,10 +405,6 @@ def _fp8_producers(gm: fx.GraphModule, chosen: dict[str, Conv2d]) -> set[str]:
                 producers.discard(name)
                 changed = True
     return producers
-
-
-def _scale_of(amax: torch.Tensor) -> torch.Tensor:
-    return torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
 
 
 def _calibrate(gm: fx.GraphModule, modules: dict[str, Conv2d], calibration: Any) -> tuple:

@@ -40,7 +40,7 @@ from .epilogue import kernel_vector_dtype
 from .kernels.common.space_to_depth import FOLD_ROWS
 from .kernels.sm90.schedule_checks import MAX_K_TILE_BYTES
 from .problem import Conv2dProblemShape
-from .validation import check_compute_capability
+from .validation import ROW_ALIGNMENT_BYTES, check_compute_capability
 
 __all__ = [
     "CHANNEL_ALIGNMENT",
@@ -53,10 +53,9 @@ __all__ = [
     "uses_space_to_depth",
 ]
 
-# TMA rows are 16 bytes: C and K of 16-bit tensors must be multiples of 8 elements, of fp8
-# tensors multiples of 16 (``channel_alignment``).
-CHANNEL_ALIGNMENT = 8
-ROW_ALIGNMENT_BYTES = 16
+# TMA rows are whole 16-byte units: C and K of 16-bit tensors must be multiples of 8
+# elements, of fp8 tensors multiples of 16 (``channel_alignment``).
+CHANNEL_ALIGNMENT = ROW_ALIGNMENT_BYTES // 2
 # Unfold when a filter tap holds at most this many channels and there are several taps: the
 # implicit GEMM would use at most 8 of each 64-wide k-tile.
 IM2COL_MAX_CHANNELS = 4
@@ -64,7 +63,7 @@ IM2COL_MIN_TAPS = 4
 # Folded space-to-depth packs 8 to 16 input pixels into one staged pixel of up to 64 channels:
 # worth it up to C=8.
 SPACE_TO_DEPTH_MAX_CHANNELS = 8
-# The channels of a full 16-bit k-tile (folded space-to-depth stages 16-bit stems only).
+# A staged pixel holds at most a full 16-bit k-tile of channels (half an fp8 one).
 MAX_TILE_K = MAX_K_TILE_BYTES // 2
 
 

@@ -21,9 +21,11 @@ from .problem import Conv2dProblemShape, Pair, normalize_padding, normalize_pair
 
 __all__ = [
     "ALIGNMENT_BYTES",
+    "ROW_ALIGNMENT_BYTES",
     "ARCH_TABLE",
     "check_alignment",
     "check_fp8_scales",
+    "check_scale_tensor",
     "default_out_dtype",
     "FP8_DTYPES",
     "INPUT_DTYPES",
@@ -42,6 +44,7 @@ OUTPUT_DTYPES: tuple[torch.dtype, ...] = (
     torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn
 )
 ALIGNMENT_BYTES = 16  # TMA global base addresses
+ROW_ALIGNMENT_BYTES = 16  # TMA row strides: C and K channel rows are padded to this
 MAX_PAD_LO = 128  # lower im2col corner -pad_lo >= -128
 CORNER_MIN, CORNER_MAX = -128, 127  # upper im2col corner pad_hi - (R-1)*dilation
 MAX_FILTER_SPAN = 255  # (R-1)*dilation
@@ -283,20 +286,27 @@ def check_fp8_scales(
                 f"{name} is only for {what}; this call has inputs {input_dtype} and output "
                 f"{out_dtype}: leave it unset"
             )
-        if not isinstance(value, torch.Tensor):
-            raise TypeError(
-                f"{name} must be a one-element float32 torch.Tensor, got {type(value).__name__}"
-            )
-        if value.dtype != torch.float32 or value.numel() != 1:
-            raise ValueError(
-                f"{name} must be a one-element float32 tensor, got dtype {value.dtype} and "
-                f"shape {tuple(value.shape)}"
-            )
-        if value.device != device:
-            raise ValueError(
-                f"{name} is on {value.device} but activation is on {device}; they must be on "
-                "the same device"
-            )
+        check_scale_tensor(name, value, device, "activation")
+
+
+def check_scale_tensor(name: str, value: object, device: torch.device, owner: str) -> None:
+    """``TypeError`` unless ``value`` is a tensor, ``ValueError`` unless it is one float32
+    element on ``device`` (where ``owner``, named in the message, lives): an fp8 scale as the
+    kernels read it."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(
+            f"{name} must be a one-element float32 torch.Tensor, got {type(value).__name__}"
+        )
+    if value.dtype != torch.float32 or value.numel() != 1:
+        raise ValueError(
+            f"{name} must be a one-element float32 tensor, got dtype {value.dtype} and "
+            f"shape {tuple(value.shape)}"
+        )
+    if value.device != device:
+        raise ValueError(
+            f"{name} is on {value.device} but {owner} is on {device}; they must be on the "
+            "same device"
+        )
 
 
 def _check_out(

@@ -206,6 +206,10 @@ def test_nn_conv2d_to_fp8_quantizes_the_weight_per_channel():
     fresh = cute_conv.nn.Conv2d.from_torch(conv, bn)
     with pytest.raises(ValueError, match="x_scale must be a one-element float32 tensor"):
         fresh.to_fp8(x_scale=torch.ones(2))
+    with pytest.raises(ValueError, match="identity_scale .* needs out_scale"):
+        fresh.to_fp8(identity_scale=0.5)
+    # A rejected call changes nothing: the module still runs 16-bit.
+    assert fresh.weight.dtype == BF16 and fresh.w_scale is None and torch.equal(fresh.scale, bn_scale)
 
 
 def test_optimize_fp8_arguments_and_report():
