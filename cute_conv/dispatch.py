@@ -17,6 +17,7 @@ import torch
 
 from .arch import ARCHS, check_config_type
 from .compile import CompiledConv2d, compile_kernel, kernel_scalars
+from .cuda_context import current_device, current_raw_stream
 from .epilogue import EpilogueSpec, kernel_vector_dtype, validate_epilogue_args
 from .problem import Conv2dProblemShape
 from .staging import kernel_problem_for, run_staged, spans_overlap
@@ -74,26 +75,28 @@ def conv2d(  # noqa: A002
         not fresh_out and _out_overlaps_inputs(out_ptr, x_ptr, f_ptr, src_ptr, plan.nbytes)
     )
     scale_pointers = _NO_SCALES if fp8_scales is None else _scale_pointers(fp8_scales)
-    if needs_staging:
-        if stream is None:
-            stream = torch.cuda.current_stream(x.device)
-        with torch.cuda.device(x.device), torch.cuda.stream(stream):
-            run_staged(
-                functools.partial(
-                    plan.launch, scale_pointers=scale_pointers, stream=stream.cuda_stream
-                ),
-                plan.problem, plan.kernel_problem, x, filter, out, source, bias, scale,
-            )  # fmt: skip
-        return out
     # x is a CUDA tensor (validated), so get_device() is its index, without a device object.
     device_index = x.get_device()
-    raw_stream = _current_raw_stream(device_index) if stream is None else stream.cuda_stream
+    raw_stream = current_raw_stream(device_index) if stream is None else stream.cuda_stream
+    if needs_staging:
+        launch = functools.partial(
+            plan.launch, scale_pointers=scale_pointers, device_index=device_index,
+            stream=raw_stream,
+        )  # fmt: skip
+        staged = (plan.problem, plan.kernel_problem, x, filter, out, source, bias, scale)
+        if stream is None and device_index == current_device():
+            # The staging ops go to the current stream, the one the kernel launches on.
+            run_staged(launch, *staged, stream=raw_stream)
+        else:
+            with torch.cuda.device(device_index), torch.cuda.stream(stream):
+                run_staged(launch, *staged, stream=raw_stream)
+        return out
     pointers = (
         x_ptr, f_ptr, out_ptr, src_ptr,
         0 if bias is None else bias.data_ptr(), 0 if scale is None else scale.data_ptr(),
         *scale_pointers, *plan.workspace_pointers(device_index, raw_stream),
     )  # fmt: skip
-    if device_index == _current_device():
+    if device_index == current_device():
         plan.kernel.launch(pointers, plan.scalars, raw_stream)
     else:
         with torch.cuda.device(device_index):
@@ -146,12 +149,14 @@ class _LaunchPlan:
             return _NO_WORKSPACE
         return kernel_workspace(device_index, stream, *self.workspace)
 
-    def launch(self, x, flt, out, source, bias, scale, *, scale_pointers, stream: int) -> None:
+    def launch(
+        self, x, flt, out, source, bias, scale, *, scale_pointers, device_index: int, stream: int
+    ) -> None:
         """Launch on tensors already laid out for the kernel (see ``staging``); the
         tensors of terms the epilogue leaves out are None."""
         tensors = (x, flt, out, source, bias, scale)
         pointers = tuple(0 if t is None else t.data_ptr() for t in tensors) + scale_pointers
-        pointers += self.workspace_pointers(x.device.index, stream)
+        pointers += self.workspace_pointers(device_index, stream)
         self.kernel.launch(pointers, self.scalars, stream)
 
 
@@ -302,21 +307,6 @@ def _as_torch(*tensors: Any) -> tuple[Any, ...]:
     return tuple(
         t if t is None or isinstance(t, torch.Tensor) else torch.from_dlpack(t) for t in tensors
     )
-
-
-def _public_raw_stream(device_index: int) -> int:
-    """The ``cudaStream_t`` of the current torch stream of a device, by the public API."""
-    return torch.cuda.current_stream(device_index).cuda_stream
-
-
-# Torch's C accessors of the current stream's handle (the one Triton launches with) and of the
-# current device, looked up once; the public paths where a torch build lacks them. The stream
-# takes 0.1 us where ``torch.cuda.current_stream`` builds a Stream object in ~3 us; the device
-# skips ``torch.cuda.current_device``'s Python layer (the C function initializes CUDA itself).
-_current_raw_stream: Callable[[int], int] = getattr(
-    torch._C, "_cuda_getCurrentRawStream", _public_raw_stream
-)
-_current_device: Callable[[], int] = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
 
 
 @functools.lru_cache(maxsize=None)

@@ -6,13 +6,9 @@ from __future__ import annotations
 import torch
 
 from .compile import compile_quantize
+from .cuda_context import current_raw_stream, device_arch, on_device
 from .kernels.common.quantize import VECTOR
-from .validation import (
-    ALIGNMENT_BYTES,
-    FP8_DTYPES,
-    check_compute_capability,
-    check_scale_tensor,
-)
+from .validation import ALIGNMENT_BYTES, FP8_DTYPES, check_scale_tensor
 
 __all__ = ["amax_scale", "quantize_fp8", "quantize_with_scale", "scale_from_amax"]
 
@@ -98,10 +94,10 @@ def quantize_with_scale(t: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         return _saturate(t.float() / scale, torch.float8_e4m3fn)
     out = torch.empty(t.shape, dtype=torch.float8_e4m3fn, device=t.device)
     if t.numel():
-        arch = check_compute_capability(torch.cuda.get_device_capability(t.device), t.device)
-        kernel = compile_quantize(arch, t.dtype)
-        stream = torch.cuda.current_stream(t.device).cuda_stream
-        with torch.cuda.device(t.device):
+        device_index = t.get_device()
+        kernel = compile_quantize(device_arch(device_index), t.dtype)
+        stream = current_raw_stream(device_index)
+        with on_device(device_index):
             vectors = t.numel() // VECTOR
             kernel.launch(t.data_ptr(), out.data_ptr(), scale.data_ptr(), vectors, stream)
     return out

@@ -36,11 +36,12 @@ import torch
 import torch.nn.functional as F
 
 from .compile import compile_space_to_depth
+from .cuda_context import current_raw_stream, device_arch, on_device
 from .epilogue import kernel_vector_dtype
 from .kernels.common.space_to_depth import FOLD_ROWS
 from .kernels.sm90.schedule_checks import MAX_K_TILE_BYTES
 from .problem import Conv2dProblemShape
-from .validation import ROW_ALIGNMENT_BYTES, check_compute_capability
+from .validation import ROW_ALIGNMENT_BYTES
 
 __all__ = [
     "CHANNEL_ALIGNMENT",
@@ -226,23 +227,29 @@ def fold_shape(problem: Conv2dProblemShape) -> FoldShape:
     return FoldShape(channels, min(fills_a_k_tile, covers_the_filter))
 
 
-def _space_to_depth(x: torch.Tensor, problem: Conv2dProblemShape, kp: Conv2dProblemShape):
+def _space_to_depth(
+    x: torch.Tensor, problem: Conv2dProblemShape, kp: Conv2dProblemShape, stream: int | None
+):
     """``[N, kp.H, kp.W, kp.C]``: pixel (i, j) holds the block of rows 2i, 2i+1 and columns
     2j..2j+cols-1 of the zero-padded input, channels ordered (row, column, c). On the GPU
-    one pass of the staging kernel ``kernels.common.space_to_depth``; elsewhere the same in
-    torch."""
+    one pass of the staging kernel ``kernels.common.space_to_depth`` on ``stream`` (a raw
+    handle; None: the current stream); elsewhere the same in torch."""
     if not x.is_cuda:
         return _space_to_depth_torch(x, problem, kp)
-    arch = check_compute_capability(torch.cuda.get_device_capability(x.device), x.device)
+    device_index = x.get_device()
+    if stream is None:
+        stream = current_raw_stream(device_index)
     fold = fold_shape(problem)
     # fp8 arrives as its bytes (uint8): the kernel moves them as fp8 values, never converted.
     dtype = torch.float8_e4m3fn if x.element_size() == 1 else x.dtype
-    kernel = compile_space_to_depth(arch, dtype, problem.C, fold.channels, fold.cols)
+    kernel = compile_space_to_depth(
+        device_arch(device_index), dtype, problem.C, fold.channels, fold.cols
+    )
     staged = torch.empty(kp.N, kp.H, kp.W, kp.C, dtype=x.dtype, device=x.device)
     (top, _), (left, _) = problem.padding
     geometry = (problem.N, problem.H, problem.W, kp.H, kp.W, top, left)
-    stream = torch.cuda.current_stream(x.device).cuda_stream
-    kernel.launch(x.data_ptr(), staged.data_ptr(), *geometry, stream)
+    with on_device(device_index):
+        kernel.launch(x.data_ptr(), staged.data_ptr(), *geometry, stream)
     return staged
 
 
@@ -321,12 +328,13 @@ def _stage_inputs(
     problem: Conv2dProblemShape,
     kp: Conv2dProblemShape,
     view: SuperPixelView | None,
+    stream: int | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     k_pad = kp.K - problem.K
     if view is not None:
         return x.reshape(kp.activation_shape), _super_pixel_filter(filter, problem, view)
     if uses_space_to_depth(problem):
-        return _space_to_depth(x, problem, kp), _space_to_depth_filter(
+        return _space_to_depth(x, problem, kp, stream), _space_to_depth_filter(
             filter, problem, kp
         ).contiguous()
     if uses_im2col(problem):
@@ -349,10 +357,13 @@ def run_staged(
     source: torch.Tensor | None,
     bias: torch.Tensor | None,
     scale: torch.Tensor | None,
+    *,
+    stream: int | None = None,
 ) -> None:
     """Stage the operands, call ``launch(x, filter, out, source, bias, scale)``, unstage.
 
-    Must run on the call's stream. The copies, by case:
+    Must run with the call's stream current; ``stream`` is its raw handle (None: looked up
+    when a staging kernel needs it). The copies, by case:
     - C or K not a multiple of 8: ``x`` and/or ``filter`` zero-padded to the next multiple
       (zero channels add nothing); with K padded, the kernel writes a scratch output whose
       first K channels are copied to ``out``, and ``source``/``bias``/``scale`` are padded too.
@@ -375,7 +386,7 @@ def run_staged(
     k_pad = kernel_problem.K - phases * problem.K
     # fp8 tensors are staged as their bytes (zero bytes are +0.0): torch's pads and copies
     # do not all take fp8 dtypes.
-    x_k, flt_k = _stage_inputs(_bytes(x), _bytes(filter), problem, kernel_problem, view)
+    x_k, flt_k = _stage_inputs(_bytes(x), _bytes(filter), problem, kernel_problem, view, stream)
     x_k, flt_k = x_k.view(x.dtype), flt_k.view(filter.dtype)
     dtype = kernel_vector_dtype(bias, scale)
     bias, scale = (_kernel_vector(v, dtype, k_pad, phases) for v in (bias, scale))
