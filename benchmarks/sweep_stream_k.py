@@ -43,7 +43,6 @@ def sub_wave(problems: list[dict], num_sms: int = NUM_SMS) -> list[dict]:
     """The problems where the schedule choice matters (see the module docstring), each with
     its default config's tile count and k-tiles."""
     import cute_conv
-    from cute_conv.config import schedule_shape
     from cute_conv.staging import kernel_problem_for
 
     chosen = []
@@ -54,6 +53,20 @@ def sub_wave(problems: list[dict], num_sms: int = NUM_SMS) -> list[dict]:
         if tiles < num_sms and k_tiles >= MIN_K_TILES:
             chosen.append(p | {"tiles": tiles, "k_tiles": k_tiles})
     return chosen
+
+
+def schedule_shape(problem, config) -> tuple[int, int]:
+    """``(output tiles, k-tiles per tile)`` of ``config`` on ``problem`` (im2col tiles)."""
+    tiles = -(-problem.gemm_m // config.tile_m) * -(-problem.K // config.tile_n)
+    return tiles, -(-problem.C // config.tile_k) * problem.R * problem.S
+
+
+def stream_k_pays(tiles: int, k_tiles: int, num_sms: int, threshold: float) -> bool:
+    """The one-parameter rule the fit tries: split the k-tiles of ``tiles`` output tiles
+    evenly over ``num_sms`` SMs when that saves each SM at least ``threshold`` k-tiles (a
+    data-parallel wave takes ``k_tiles``, the split ``tiles * k_tiles / num_sms`` plus its
+    fixed cost, the partials' fixup)."""
+    return tiles < num_sms and k_tiles * (1 - tiles / num_sms) >= threshold
 
 
 def with_stream_k(config, stream_k: bool):
@@ -157,8 +170,6 @@ def sweep(split: str, max_seconds: float) -> None:
 
 
 def fit() -> None:
-    from cute_conv.config import stream_k_pays
-
     rows = json.loads(RESULTS_PATH.read_text())["rows"]
     rows = [r for r in rows if "stream_k_ms" in r and "data_parallel_ms" in r]
     train = [r for r in rows if r["split"] == "train"]
@@ -174,8 +185,13 @@ def fit() -> None:
         best = (min(r["stream_k_ms"], r["data_parallel_ms"]) for r in part)
         return geomean(b / chosen_ms(r, threshold) for b, r in zip(best, part, strict=True))
 
-    candidates = sorted({r["k_tiles"] * (1 - r["tiles"] / NUM_SMS) for r in train} | {math.inf})
-    fitted = max(candidates, key=lambda t: (score(train, t), t))
+    # Thresholds halfway between the training problems' savings (and none: never split);
+    # among equal scores the middle one, the farthest from the data on both sides.
+    saved = sorted({r["k_tiles"] * (1 - r["tiles"] / NUM_SMS) for r in train})
+    candidates = [(a + b) / 2 for a, b in zip(saved, saved[1:], strict=False)] + [math.inf]
+    best_score = max(score(train, t) for t in candidates)
+    tied = [t for t in candidates if score(train, t) >= best_score - 1e-12]
+    fitted = tied[len(tied) // 2]
     print(f"{len(train)} train, {len(heldout)} held-out problems")
     print(f"fitted threshold: {fitted:.1f} k-tiles saved per SM")
     print("| part | rule | best / chosen (geomean) | default vs cuDNN (geomean) |")

@@ -266,19 +266,6 @@ def _pingpong_pays(problem: Conv2dProblemShape, k_tiles: int, num_sms: int) -> b
     return k_tiles >= _MIN_K_TILES_PINGPONG and tiles >= 2 * num_sms
 
 
-def schedule_shape(problem: Conv2dProblemShape, config: Conv2dConfig) -> tuple[int, int]:
-    """``(output tiles, k-tiles per tile)`` of ``config`` on ``problem`` (im2col tiles)."""
-    k_tiles = -(-problem.C // config.tile_k) * problem.R * problem.S
-    return _tile_count(problem, config.tile_m, config.tile_n), k_tiles
-
-
-def stream_k_pays(tiles: int, k_tiles: int, num_sms: int, threshold: float) -> bool:
-    """Whether splitting the k-tiles of ``tiles`` output tiles evenly over ``num_sms`` SMs
-    saves each SM at least ``threshold`` k-tiles: a data-parallel wave takes ``k_tiles``, the
-    split ``tiles * k_tiles / num_sms`` plus its fixed cost (the partials' fixup)."""
-    return tiles < num_sms and k_tiles * (1 - tiles / num_sms) >= threshold
-
-
 def _tile_count(problem: Conv2dProblemShape, tile_m: int, tile_n: int) -> int:
     """Output tiles of ``tile_m`` x ``tile_n`` (GEMM M x N)."""
     return -(-problem.gemm_m // tile_m) * -(-problem.K // tile_n)

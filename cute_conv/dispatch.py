@@ -20,7 +20,7 @@ from .compile import CompiledConv2d, compile_kernel, kernel_scalars
 from .cuda_context import current_device, current_raw_stream
 from .epilogue import EpilogueSpec, kernel_vector_dtype, validate_epilogue_args
 from .problem import Conv2dProblemShape
-from .staging import kernel_problem_for, run_staged, spans_overlap
+from .staging import StagingPlan, kernel_problem_for, run_staged, spans_overlap, staging_plan
 from .tuning import choose_config
 from .validation import (
     ALIGNMENT_BYTES,
@@ -83,7 +83,7 @@ def conv2d(  # noqa: A002
             plan.launch, scale_pointers=scale_pointers, device_index=device_index,
             stream=raw_stream,
         )  # fmt: skip
-        staged = (plan.problem, plan.kernel_problem, x, filter, out, source, bias, scale)
+        staged = (plan.staging, x, filter, out, source, bias, scale)
         if stream is None and device_index == current_device():
             # The staging ops go to the current stream, the one the kernel launches on.
             run_staged(launch, *staged, stream=raw_stream)
@@ -133,8 +133,8 @@ class _LaunchPlan:
     out_dtype: torch.dtype
     epilogue: EpilogueSpec
     kernel: CompiledConv2d
-    kernel_problem: Conv2dProblemShape  # what the kernel runs; see staging.kernel_problem_for
-    scalars: tuple  # the kernel's runtime scalars for kernel_problem
+    staging: StagingPlan  # what the kernel runs (staging.kernel_problem_for) and how
+    scalars: tuple  # the kernel's runtime scalars for the staged problem
     workspace: tuple[int, int] | None  # float32 partials and int32 flags it needs, if any
     nbytes: tuple[int, int, int]  # sizes of x, filter and out, for the aliasing checks
     empty: bool  # N == 0: nothing to launch
@@ -263,8 +263,8 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
         workspace = target.workspace_size(kernel_problem, config, max_clusters)
     needs_staging = kernel_problem is not problem or not vectors_ready
     return _LaunchPlan(
-        problem, out_dtype, epilogue, kernel, kernel_problem, scalars, workspace, nbytes,
-        problem.gemm_m == 0, needs_staging,
+        problem, out_dtype, epilogue, kernel, staging_plan(problem, kernel_problem), scalars,
+        workspace, nbytes, problem.gemm_m == 0, needs_staging,
     )  # fmt: skip
 
 

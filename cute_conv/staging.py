@@ -45,10 +45,12 @@ from .validation import ROW_ALIGNMENT_BYTES
 
 __all__ = [
     "CHANNEL_ALIGNMENT",
+    "StagingPlan",
     "SuperPixelView",
     "channel_alignment",
     "kernel_problem_for",
     "run_staged",
+    "staging_plan",
     "super_pixel_view",
     "uses_im2col",
     "uses_space_to_depth",
@@ -322,35 +324,60 @@ def _super_pixel_filter_index(
     return index.reshape(view.phases * k, r, view.taps, view.pixels * c).to(device)
 
 
+@dataclass(frozen=True)
+class StagingPlan:
+    """How the calls of one signature are staged, worked out once (the launch plan holds
+    it): the per-call path is then tensor ops only."""
+
+    problem: Conv2dProblemShape
+    kernel_problem: Conv2dProblemShape
+    view: SuperPixelView | None
+    space_to_depth: bool
+    im2col: bool
+    # The kernel's output channels beyond the super-pixel view's phases' K (no padding there:
+    # the view's output is the NHWC output itself).
+    k_pad: int
+    phases: int
+
+
+def staging_plan(
+    problem: Conv2dProblemShape, kernel_problem: Conv2dProblemShape
+) -> StagingPlan:
+    """The staging of ``problem`` as the kernel runs it (``kernel_problem_for``)."""
+    view = super_pixel_view(problem)
+    phases = 1 if view is None else view.phases
+    return StagingPlan(
+        problem, kernel_problem, view, uses_space_to_depth(problem), uses_im2col(problem),
+        kernel_problem.K - phases * problem.K, phases,
+    )  # fmt: skip
+
+
 def _stage_inputs(
     x: torch.Tensor,
     filter: torch.Tensor,  # noqa: A002
-    problem: Conv2dProblemShape,
-    kp: Conv2dProblemShape,
-    view: SuperPixelView | None,
+    plan: StagingPlan,
     stream: int | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    k_pad = kp.K - problem.K
-    if view is not None:
-        return x.reshape(kp.activation_shape), _super_pixel_filter(filter, problem, view)
-    if uses_space_to_depth(problem):
+    problem, kp = plan.problem, plan.kernel_problem
+    if plan.view is not None:
+        return x.reshape(kp.activation_shape), _super_pixel_filter(filter, problem, plan.view)
+    if plan.space_to_depth:
         return _space_to_depth(x, problem, kp, stream), _space_to_depth_filter(
             filter, problem, kp
         ).contiguous()
-    if uses_im2col(problem):
+    if plan.im2col:
         flt = filter.reshape(problem.K, 1, 1, problem.R * problem.S * problem.C)
-        flt = F.pad(flt, (0, kp.C - flt.shape[-1], 0, 0, 0, 0, 0, k_pad))
+        flt = F.pad(flt, (0, kp.C - flt.shape[-1], 0, 0, 0, 0, 0, plan.k_pad))
         return _im2col_columns(x, problem, kp.C), flt.contiguous()
     c_pad = kp.C - problem.C
     x_k = F.pad(x, (0, c_pad)) if c_pad else x
-    flt = F.pad(filter, (0, c_pad, 0, 0, 0, 0, 0, k_pad)) if c_pad or k_pad else filter
+    flt = F.pad(filter, (0, c_pad, 0, 0, 0, 0, 0, plan.k_pad)) if c_pad or plan.k_pad else filter
     return x_k.contiguous(), flt.contiguous()
 
 
 def run_staged(
     launch,
-    problem: Conv2dProblemShape,
-    kernel_problem: Conv2dProblemShape,
+    plan: StagingPlan,
     x: torch.Tensor,
     filter: torch.Tensor,  # noqa: A002
     out: torch.Tensor,
@@ -380,29 +407,29 @@ def run_staged(
     - bias/scale not contiguous, or of two different dtypes: copied (as float32 in the latter
       case; the kernel reads float32, bfloat16 and float16 vectors as they are).
     """
-    view = super_pixel_view(problem)
-    # The view's output channels are its phases' K each, as NHWC lays them out: no padding.
-    phases = 1 if view is None else view.phases
-    k_pad = kernel_problem.K - phases * problem.K
+    k_pad, kp = plan.k_pad, plan.kernel_problem
     # fp8 tensors are staged as their bytes (zero bytes are +0.0): torch's pads and copies
     # do not all take fp8 dtypes.
-    x_k, flt_k = _stage_inputs(_bytes(x), _bytes(filter), problem, kernel_problem, view, stream)
-    x_k, flt_k = x_k.view(x.dtype), flt_k.view(filter.dtype)
-    dtype = kernel_vector_dtype(bias, scale)
-    bias, scale = (_kernel_vector(v, dtype, k_pad, phases) for v in (bias, scale))
+    fp8 = x.element_size() == 1
+    x_k, flt_k = _stage_inputs(_bytes(x), _bytes(filter), plan, stream)
+    if fp8:
+        x_k, flt_k = x_k.view(x.dtype), flt_k.view(filter.dtype)
+    if bias is not None or scale is not None:
+        dtype = kernel_vector_dtype(bias, scale)
+        bias, scale = (_kernel_vector(v, dtype, k_pad, plan.phases) for v in (bias, scale))
     if source is not None:
         source = F.pad(_bytes(source), (0, k_pad)).view(source.dtype) if k_pad else source
         if source is not out and overlaps(source, out):
             source = source.clone()
-        source = source if view is None else source.view(kernel_problem.output_shape)
-    kernel_out = out if view is None else out.view(kernel_problem.output_shape)
+        source = source if plan.view is None else source.view(kp.output_shape)
+    kernel_out = out if plan.view is None else out.view(kp.output_shape)
     scratch = k_pad or overlaps(out, x) or overlaps(out, filter)
     if scratch:
         # If ``out`` is also the source, the kernel reads it and writes only the scratch.
-        kernel_out = torch.empty(kernel_problem.output_shape, dtype=out.dtype, device=out.device)
+        kernel_out = torch.empty(kp.output_shape, dtype=out.dtype, device=out.device)
     launch(x_k, flt_k, kernel_out, source, bias, scale)
     if scratch:
-        out.copy_(kernel_out[..., : problem.K] if k_pad else kernel_out.view(out.shape))
+        out.copy_(kernel_out[..., : plan.problem.K] if k_pad else kernel_out.view(out.shape))
 
 
 def _bytes(t: torch.Tensor) -> torch.Tensor:

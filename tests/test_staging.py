@@ -14,6 +14,7 @@ from cute_conv.staging import (
     kernel_problem_for,
     overlaps,
     run_staged,
+    staging_plan,
     super_pixel_view,
     uses_im2col,
     uses_space_to_depth,
@@ -73,7 +74,7 @@ def test_staged_problem_matches_the_conv(case):
     bias, scale = torch.randn(k), torch.rand(k)
     source = torch.randn(problem.output_shape)
     out = torch.full(problem.output_shape, float("nan"))
-    run_staged(fake_launch(kp), problem, kp, x, flt, out, source, bias, scale)
+    run_staged(fake_launch(kp), staging_plan(problem, kp), x, flt, out, source, bias, scale)
     expected = conv2d_reference(x, flt, **geom) * scale + bias + source
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-4)
 
@@ -89,7 +90,7 @@ def test_space_to_depth_16bit(c):
     assert uses_space_to_depth(problem) and kp.C == {1: 32, 3: 64, 8: 64}[c]
     assert (kp.R, kp.S) == {1: (4, 1), 3: (4, 1), 8: (4, 2)}[c]
     out = torch.full(problem.output_shape, float("nan"))
-    run_staged(fake_launch(kp), problem, kp, x, flt, out, None, None, None)
+    run_staged(fake_launch(kp), staging_plan(problem, kp), x, flt, out, None, None, None)
     expected = conv2d_reference(x, flt, stride=2, padding=3)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-4)
 
@@ -165,7 +166,7 @@ def test_super_pixel_view_of_the_c8_stem():
         assert x_k.data_ptr() == x.data_ptr() and out_k.data_ptr() == out.data_ptr()
         out_k.fill_(1.0)
 
-    run_staged(launch, stem, kp, x, flt, out, None, None, None)
+    run_staged(launch, staging_plan(stem, kp), x, flt, out, None, None, None)
     assert bool((out == 1.0).all())
 
 
@@ -202,7 +203,7 @@ def test_out_aliasing_x_goes_through_a_scratch():
         seen["scratch"] = out.data_ptr() != x.data_ptr()
         fake_launch(problem)(xs, fs, out, source, bias, scale)
 
-    run_staged(launch, problem, problem, x, flt, x, x, None, None)
+    run_staged(launch, staging_plan(problem, problem), x, flt, x, x, None, None)
     assert seen["scratch"]
     torch.testing.assert_close(x, expected, rtol=1e-5, atol=1e-4)
 
@@ -238,7 +239,7 @@ def test_channel_vectors_reach_the_kernel_in_one_dtype_padded_with_zeros(
         seen["bias"], seen["scale"] = bias_k, scale_k
 
     out = torch.empty(problem.output_shape)
-    run_staged(launch, problem, kp, x, flt, out, None, bias, scale)
+    run_staged(launch, staging_plan(problem, kp), x, flt, out, None, bias, scale)
     vectors = [(seen["bias"], bias)] + ([] if scale is None else [(seen["scale"], scale)])
     assert (seen["scale"] is None) == (scale is None)
     for staged, given in vectors:
