@@ -1,6 +1,6 @@
 """Benchmark cute_conv against cuDNN and torch on the shape suite, in one process.
 
-    python benchmarks/bench.py [--shapes NAME,...] [--autotune] [--no-compile]
+    python benchmarks/bench.py [--shapes NAME,...] [--autotune] [--no-compile] [--no-fp8]
                                [--output benchmarks/RESULTS.md] [--chart benchmarks/ratios.png]
 
 For every shape of ``benchmarks/shapes.json`` (NHWC bf16):
@@ -8,7 +8,9 @@ For every shape of ``benchmarks/shapes.json`` (NHWC bf16):
   memory, cudnn.benchmark=True), TFLOP/s and the share of the bf16 GEMM ceiling
   (torch.matmul 8192^3, measured in the same run);
 - fused ``relu(conv + bias) + residual``: one cute_conv.conv2d_fprop_with_residual call vs the
-  same expression in torch eager and under torch.compile.
+  same expression in torch eager and under torch.compile;
+- fp8 (``bench_fp8.fp8_comparison``): ours on e4m3 inputs, and the cuDNN frontend's fp8 graph
+  where it is installed, timed with the plain conv, as a table of their own.
 Every result is checked against a float32 reference before it is timed. The functions compared
 on a shape are timed in ``ROUNDS`` rounds of ``triton.testing.do_bench`` (each a median), their
 order reversed every other round so that none always runs right after the others' load; a time
@@ -78,17 +80,17 @@ def fused_torch(x, w, bias, res, stride, padding, dilation):
     return torch.relu(F.conv2d(x, w, bias, stride, padding, dilation)) + res
 
 
-def bench_shape(shape: dict, *, autotune: bool, with_compile: bool) -> dict:
+def bench_shape(shape: dict, *, autotune: bool, with_compile: bool, fp8: bool) -> dict:
     n, h, w, c, k, r, s = (shape[x] for x in "NHWCKRS")
     geom = dict(stride=shape["stride"], padding=shape["pad"], dilation=shape["dilation"])
     x, flt = random_conv_inputs(n, h, w, c, k, r, s)
     problem = cute_conv.Conv2dProblemShape.from_shapes(x.shape, flt.shape, **geom)
+    num_sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     # Explicit configs, so that a stored autotuner choice cannot stand in for the heuristic's.
     if autotune:
         config = tuned_config(x, flt, problem, geom, has_residual=False)
         fused_config = tuned_config(x, flt, problem, geom, has_residual=True)
     else:  # the heuristic decides on the problem after any staging (the stem's)
-        num_sms = torch.cuda.get_device_properties(x.device).multi_processor_count
         kernel_problem = kernel_problem_for(problem)
         config = cute_conv.default_config(kernel_problem, num_sms)
         fused_config = cute_conv.default_config(kernel_problem, num_sms, has_residual=True)
@@ -103,13 +105,30 @@ def bench_shape(shape: dict, *, autotune: bool, with_compile: bool) -> dict:
     ref = conv2d_reference(x, flt, **geom)
     row["check"] = compare_to_reference(out, ref)
     x_cl, w_cl = x.permute(0, 3, 1, 2), flt.permute(0, 3, 1, 2)  # channels_last NCHW views
-    plain = time_interleaved(
-        {
-            "ours_ms": lambda: cute_conv.conv2d_fprop(x, flt, out=out, config=config, **geom),
-            "cudnn_ms": lambda: F.conv2d(x_cl, w_cl, **geom),
-        }
-    )
-    row.update(plain)
+    plain = {
+        "ours_ms": lambda: cute_conv.conv2d_fprop(x, flt, out=out, config=config, **geom),
+        "cudnn_ms": lambda: F.conv2d(x_cl, w_cl, **geom),
+    }
+    if fp8:  # timed with the plain conv: one interleaved group
+        from bench_fp8 import exact_error, fp8_comparison
+
+        fp8_row: dict = {}
+        x32, f32 = x.float(), flt.float()
+        plain |= fp8_comparison(fp8_row, problem, geom, x32, f32, True, num_sms)
+    row.update(time_interleaved(plain))
+    if fp8:
+        check = fp8_row["checks"]["fp8"]
+        row["fp8"] = dict(
+            name=shape["name"], gemm_m=problem.gemm_m, gemm_k=problem.gemm_k,
+            flops=problem.flops, bf16_ms=row["ours_ms"], cudnn_ms=row["cudnn_ms"],
+            fp8_ok=check["ok"], frontend_note=fp8_row["frontend_note"],
+            config=fp8_row["fp8_config"],
+        )  # fmt: skip
+        for key in ("fp8_ms", "cudnn_fp8_ms"):
+            if key in row:
+                row["fp8"][key] = row.pop(key)
+        if check["ok"]:
+            row["fp8"]["fp8_vs_exact"] = exact_error(plain["fp8_ms"](), x32, f32, geom)
 
     # ---- fused relu(conv + bias) + residual ----
     bias = torch.randn(k, device="cuda", dtype=x.dtype)
@@ -292,6 +311,21 @@ def write_report(rows, ceiling, host_us, compile_s, load_s, path: Path, chart: P
             f"| {r['eager_ms'] / r['fused_ms']:.2f}x | {comp_ratio} "
             f"| {'ok' if r['fused_check'].ok else 'FAIL'} ({r['fused_check'].rel_err:.1e}) |"
         )
+    fp8_rows = [r["fp8"] for r in rows if "fp8" in r]
+    if fp8_rows:
+        from bench_fp8 import fp8_table
+
+        lines += [
+            "",
+            "## fp8 (float8_e4m3fn in, bf16 out) vs our bf16 and cuDNN bf16",
+            "",
+            "Ours on e4m3 inputs quantized per tensor (the default heuristic's fp8 config, also "
+            "with --autotune), timed in the plain conv's interleaved rounds; cuDNN-FE fp8: the "
+            "cuDNN frontend's fp8 conv graph (best of its first plans). Checked against a "
+            "float32 reference on the dequantized inputs.",
+            "",
+            *fp8_table(fp8_rows),
+        ]
     text = "\n".join(lines) + f"\n\n![speedups]({chart.name})\n"
     path.write_text(text)
     return text
@@ -320,6 +354,7 @@ def main() -> int:
         "has no stored choice for first",
     )
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    parser.add_argument("--no-fp8", action="store_true", help="skip the fp8 comparison")
     parser.add_argument("--output", type=Path, default=HERE / "RESULTS.md")
     parser.add_argument("--chart", type=Path, default=HERE / "ratios.png")
     args = parser.parse_args()
@@ -333,7 +368,9 @@ def main() -> int:
     ceiling = gemm_ceiling_tflops()
     rows = []
     for shape in shapes:
-        row = bench_shape(shape, autotune=args.autotune, with_compile=not args.no_compile)
+        row = bench_shape(
+            shape, autotune=args.autotune, with_compile=not args.no_compile, fp8=not args.no_fp8
+        )
         comp = row.get("compile_ms")
         print(
             f"{row['name']:>16}: plain {row['cudnn_ms'] / row['ours_ms']:.2f}x cuDNN | fused "
@@ -347,7 +384,10 @@ def main() -> int:
     compile_s, load_s = compile_and_load_seconds()
     write_chart(rows, args.chart)
     print(write_report(rows, ceiling, overhead, compile_s, load_s, args.output, args.chart))
-    return 0 if all(r["check"].ok and r["fused_check"].ok for r in rows) else 2
+    checks_ok = all(
+        r["check"].ok and r["fused_check"].ok and r.get("fp8", {}).get("fp8_ok", True) for r in rows
+    )
+    return 0 if checks_ok else 2
 
 
 if __name__ == "__main__":

@@ -139,10 +139,7 @@ def bench_shape(shape: dict, num_sms: int) -> dict:
     bf16 = lambda: cute_conv.conv2d_fprop(x, flt, out=out16, **geom)  # noqa: E731
     bf16()
     row["bf16_ok"] = compare_to_reference(out16, conv2d_reference(x, flt, **geom)).ok
-    # The fp8 result against the unquantized float32 conv: what quantization itself costs.
-    exact = conv2d_reference(x32, f32, **geom)
-    out8 = fns["fp8_ms"]()
-    row["fp8_vs_exact"] = ((out8.float() - exact).norm() / exact.norm()).item()
+    row["fp8_vs_exact"] = exact_error(fns["fp8_ms"](), x32, f32, geom)
     x_cl, w_cl = x.permute(0, 3, 1, 2), flt.permute(0, 3, 1, 2)
     fns |= {"bf16_ms": bf16, "cudnn_ms": lambda: F.conv2d(x_cl, w_cl, **geom)}
     row.update(time_interleaved(fns))
@@ -150,21 +147,23 @@ def bench_shape(shape: dict, num_sms: int) -> dict:
     return row
 
 
-def write_report(rows: list[dict], path: Path, device: str) -> str:
+def fp8_table(rows: list[dict]) -> list[str]:
+    """The fp8 table and its summary, in Markdown lines. A row holds ``name``, ``gemm_m``,
+    ``gemm_k``, ``flops``, the times ``fp8_ms``, ``bf16_ms`` (ours), ``cudnn_ms`` (cuDNN
+    bf16) and, where the frontend ran, ``cudnn_fp8_ms``; ``fp8_ok``, ``fp8_vs_exact``,
+    ``frontend_note`` and ``config`` (the fp8 config's repr). A row without ``fp8_ms``
+    (its check failed) is listed as failed."""
+
     def tflops(row, key):
         return row["flops"] / row[key] / 1e9 if key in row else math.nan
 
     lines = [
-        "# fp8 conv (float8_e4m3fn in, bf16 out) on the suite",
-        "",
-        f"Device: {device}; torch {torch.__version__}; cuDNN {torch.backends.cudnn.version()}; "
-        f"{datetime.date.today()}. `python benchmarks/bench_fp8.py`; one process, "
-        "interleaved rounds, medians. TFLOP/s count 2*M*N*K of the conv.",
-        "",
         "| shape | GEMM M | GEMM K | ours fp8 TFLOP/s | ours bf16 | cuDNN bf16 | cuDNN-FE fp8 | "
         "fp8 / our bf16 | fp8 / cuDNN bf16 | fp8 check | fp8 vs exact fp32 |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    failed = [row["name"] for row in rows if "fp8_ms" not in row]
+    rows = [row for row in rows if "fp8_ms" in row]  # a failed check is not timed
     for row in rows:
         fe = f"{tflops(row, 'cudnn_fp8_ms'):.0f}" if "cudnn_fp8_ms" in row else "n/a"
         lines.append(
@@ -187,6 +186,28 @@ def write_report(rows: list[dict], path: Path, device: str) -> str:
            or "none"),
         "- Configs (the default heuristic, element_bytes=1): "
         + "; ".join(f"{r['name']} {r['config']}" for r in rows),
+    ]
+    if failed:
+        lines.append(f"- **fp8 result failed its check (not timed): {', '.join(failed)}**")
+    return lines
+
+
+def exact_error(out: torch.Tensor, x32: torch.Tensor, f32: torch.Tensor, geom: dict) -> float:
+    """The relative error of an fp8 conv's ``out`` against the float32 conv of the
+    unquantized inputs: what quantization itself costs."""
+    exact = conv2d_reference(x32, f32, **geom)
+    return ((out.float() - exact).norm() / exact.norm()).item()
+
+
+def write_report(rows: list[dict], path: Path, device: str) -> str:
+    lines = [
+        "# fp8 conv (float8_e4m3fn in, bf16 out) on the suite",
+        "",
+        f"Device: {device}; torch {torch.__version__}; cuDNN {torch.backends.cudnn.version()}; "
+        f"{datetime.date.today()}. `python benchmarks/bench_fp8.py`; one process, "
+        "interleaved rounds, medians. TFLOP/s count 2*M*N*K of the conv.",
+        "",
+        *fp8_table(rows),
     ]
     text = "\n".join(lines) + "\n"
     path.write_text(text)
