@@ -3,6 +3,7 @@
     python benchmarks/bench_corpus.py --plan                       # sections and estimates, no GPU
     python benchmarks/bench_corpus.py --section 0 [--sections S]   # one section (H100/H200)
     python benchmarks/bench_corpus.py --split heldout --tag "1x1"  # or a class of the corpus
+    python benchmarks/bench_corpus.py --keys KEY,KEY --section 0   # or named problems (a rerun)
     python benchmarks/bench_corpus.py --render                     # CORPUS.md + corpus.png, no GPU
     python benchmarks/bench_corpus.py --fp8 --section 0            # the fp8 section (CORPUS_FP8.md)
 
@@ -649,6 +650,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument("--split", choices=("train", "heldout", "all"), default="all")
     parser.add_argument("--tag", action="append", default=[], help="only problems with this tag")
+    parser.add_argument("--keys", help="only these problems (comma-separated corpus keys)")
     parser.add_argument("--max-seconds", type=float, default=450.0, help="stop before overrunning")
     parser.add_argument("--no-frontend", action="store_true", help="skip the cuDNN frontend")
     parser.add_argument("--fp8", action="store_true",
@@ -682,6 +684,12 @@ def main(argv: list[str] | None = None) -> int:
         print(render(results, args.report, args.chart, args.device, args.results.name, flags))
         return 0
     chosen = select(load_corpus(args.corpus), split=args.split, tags=args.tag)
+    if args.keys:
+        keys = set(args.keys.split(","))
+        unknown = keys - {p["key"] for p in chosen}
+        if unknown:
+            parser.error(f"--keys: not in the selection: {', '.join(sorted(unknown))}")
+        chosen = [p for p in chosen if p["key"] in keys]
     frontend = not args.no_frontend
     parts = sections(chosen, args.sections, frontend=frontend, fp8=args.fp8)
     if args.plan:
