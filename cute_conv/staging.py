@@ -30,6 +30,7 @@ wastes most of each k-tile, since a k-tile never spans two filter taps.
 from __future__ import annotations
 
 import functools
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -45,11 +46,14 @@ from .validation import ROW_ALIGNMENT_BYTES
 
 __all__ = [
     "CHANNEL_ALIGNMENT",
+    "StagedFilterCache",
     "StagingPlan",
     "SuperPixelView",
     "channel_alignment",
+    "clear_staged_filters",
     "kernel_problem_for",
     "run_staged",
+    "staged_filters",
     "staging_plan",
     "super_pixel_view",
     "uses_im2col",
@@ -338,6 +342,7 @@ class StagingPlan:
     # the view's output is the NHWC output itself).
     k_pad: int
     phases: int
+    stages_filter: bool  # the kernel reads a padded or regrouped copy of the filter
 
 
 def staging_plan(
@@ -349,30 +354,90 @@ def staging_plan(
     return StagingPlan(
         problem, kernel_problem, view, uses_space_to_depth(problem), uses_im2col(problem),
         kernel_problem.K - phases * problem.K, phases,
+        view is not None or kernel_problem.filter_shape != problem.filter_shape,
     )  # fmt: skip
 
 
-def _stage_inputs(
-    x: torch.Tensor,
-    filter: torch.Tensor,  # noqa: A002
-    plan: StagingPlan,
-    stream: int | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _stage_activation(x: torch.Tensor, plan: StagingPlan, stream: int | None) -> torch.Tensor:
     problem, kp = plan.problem, plan.kernel_problem
     if plan.view is not None:
-        return x.reshape(kp.activation_shape), _super_pixel_filter(filter, problem, plan.view)
+        return x.reshape(kp.activation_shape)
     if plan.space_to_depth:
-        return _space_to_depth(x, problem, kp, stream), _space_to_depth_filter(
-            filter, problem, kp
-        ).contiguous()
+        return _space_to_depth(x, problem, kp, stream)
+    if plan.im2col:
+        return _im2col_columns(x, problem, kp.C)
+    c_pad = kp.C - problem.C
+    return (F.pad(x, (0, c_pad)) if c_pad else x).contiguous()
+
+
+def _stage_filter(filter: torch.Tensor, plan: StagingPlan) -> torch.Tensor:  # noqa: A002
+    problem, kp = plan.problem, plan.kernel_problem
+    if plan.view is not None:
+        return _super_pixel_filter(filter, problem, plan.view)
+    if plan.space_to_depth:
+        return _space_to_depth_filter(filter, problem, kp).contiguous()
     if plan.im2col:
         flt = filter.reshape(problem.K, 1, 1, problem.R * problem.S * problem.C)
-        flt = F.pad(flt, (0, kp.C - flt.shape[-1], 0, 0, 0, 0, 0, plan.k_pad))
-        return _im2col_columns(x, problem, kp.C), flt.contiguous()
+        return F.pad(flt, (0, kp.C - flt.shape[-1], 0, 0, 0, 0, 0, plan.k_pad)).contiguous()
     c_pad = kp.C - problem.C
-    x_k = F.pad(x, (0, c_pad)) if c_pad else x
     flt = F.pad(filter, (0, c_pad, 0, 0, 0, 0, 0, plan.k_pad)) if c_pad or plan.k_pad else filter
-    return x_k.contiguous(), flt.contiguous()
+    return flt.contiguous()
+
+
+class StagedFilterCache:
+    """Staged filters, kept while their source filter lives and is unchanged, so that a
+    model's staged convs pad or regroup each weight once instead of on every call.
+
+    An entry is reused when the source is the same tensor object, at the same address,
+    with the same version counter (torch bumps it on every in-place write) and the call
+    has the same staging plan. Writes that bypass the version counter (through ``.data``,
+    DLPack or another library's kernels) are not seen: ``clear()`` after them. Nothing is
+    cached while a CUDA graph is captured (the graph then stages the filter itself, so a
+    replay sees the filter's current values) nor for inference-mode tensors (no version
+    counter).
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple] = {}
+
+    def get(self, filter: torch.Tensor, plan: StagingPlan, stage) -> torch.Tensor:  # noqa: A002
+        """``stage()`` (the staged ``filter``), or the copy kept from an earlier call."""
+        capturing = filter.is_cuda and torch.cuda.is_current_stream_capturing()
+        if capturing or filter.is_inference():
+            return stage()
+        key, version, address = id(filter), filter._version, filter.data_ptr()
+        entry = self._entries.get(key)
+        if entry is not None:
+            source, entry_version, entry_address, entry_plan, staged = entry
+            same_plan = entry_plan is plan or entry_plan == plan  # cached plans: `is`
+            same_source = source() is filter and same_plan
+            if same_source and (entry_version, entry_address) == (version, address):
+                return staged
+        staged = stage()
+        # The entry goes when its source does (a new tensor may then reuse the id).
+        source = weakref.ref(filter, functools.partial(self._drop, key))
+        self._entries[key] = (source, version, address, plan, staged)
+        return staged
+
+    def _drop(self, key: int, _ref: weakref.ref) -> None:
+        self._entries.pop(key, None)
+
+    def clear(self) -> None:
+        """Forget every staged filter (the next call restages)."""
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+staged_filters = StagedFilterCache()
+
+
+def clear_staged_filters() -> None:
+    """Forget the padded or regrouped filters kept for staged calls: needed only after
+    writing a filter in a way torch's version counter does not see (``.data``, DLPack,
+    another library's kernel); see ``StagedFilterCache``."""
+    staged_filters.clear()
 
 
 def run_staged(
@@ -394,6 +459,8 @@ def run_staged(
     - C or K not a multiple of 8: ``x`` and/or ``filter`` zero-padded to the next multiple
       (zero channels add nothing); with K padded, the kernel writes a scratch output whose
       first K channels are copied to ``out``, and ``source``/``bias``/``scale`` are padded too.
+    A padded or regrouped filter is kept for the next call while the filter is unchanged
+    (``StagedFilterCache``).
     - 8 input channels and stride 2 (``super_pixel_view``): no copy of ``x``, ``out`` or
       ``source`` (views); the filter regrouped, and ``bias``/``scale`` repeated per phase.
     - few input channels and stride 2 otherwise (``uses_space_to_depth``): ``x`` rearranged into
@@ -410,10 +477,14 @@ def run_staged(
     k_pad, kp = plan.k_pad, plan.kernel_problem
     # fp8 tensors are staged as their bytes (zero bytes are +0.0): torch's pads and copies
     # do not all take fp8 dtypes.
-    fp8 = x.element_size() == 1
-    x_k, flt_k = _stage_inputs(_bytes(x), _bytes(filter), plan, stream)
-    if fp8:
-        x_k, flt_k = x_k.view(x.dtype), flt_k.view(filter.dtype)
+    if x.element_size() == 1:
+        x_k = _stage_activation(_bytes(x), plan, stream).view(x.dtype)
+        stage = lambda: _stage_filter(_bytes(filter), plan).view(filter.dtype)  # noqa: E731
+    else:
+        x_k = _stage_activation(x, plan, stream)
+        stage = lambda: _stage_filter(filter, plan)  # noqa: E731
+    # A filter the kernel reads as it is needs no copy, hence no cache entry.
+    flt_k = staged_filters.get(filter, plan, stage) if plan.stages_filter else stage()
     if bias is not None or scale is not None:
         dtype = kernel_vector_dtype(bias, scale)
         bias, scale = (_kernel_vector(v, dtype, k_pad, plan.phases) for v in (bias, scale))

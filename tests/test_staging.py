@@ -11,14 +11,17 @@ from cute_conv.problem import Conv2dProblemShape
 from cute_conv.reference import conv2d_reference
 from cute_conv.staging import (
     SuperPixelView,
+    clear_staged_filters,
     kernel_problem_for,
     overlaps,
     run_staged,
+    staged_filters,
     staging_plan,
     super_pixel_view,
     uses_im2col,
     uses_space_to_depth,
 )
+from cute_conv.testing import compare_to_reference
 
 CASES = [
     pytest.param((2, 15, 17, 3, 16, 7, 7, dict(stride=2, padding=3)), id="rgb-stem-s2d"),
@@ -247,3 +250,110 @@ def test_channel_vectors_reach_the_kernel_in_one_dtype_padded_with_zeros(
         assert staged.shape == (kp.K,)
         assert torch.equal(staged[:k], given.to(kernel_dtype))
         assert not staged[k:].any()
+
+
+def _seen_filters(kernel_problem, seen: list):
+    """A fake launch that also records the filter tensor the kernel was given."""
+    inner = fake_launch(kernel_problem)
+
+    def launch(x, flt, out, source, bias, scale):
+        seen.append(flt)
+        inner(x, flt, out, source, bias, scale)
+
+    return launch
+
+
+def _padded_call(flt: torch.Tensor, seen: list) -> torch.Tensor:
+    """A C=12, K=20 conv (channels padded: the filter staged) on ``flt``; its output."""
+    x = torch.randn(1, 6, 6, 12)
+    problem = Conv2dProblemShape.from_shapes(x.shape, flt.shape, padding=1)
+    kp = kernel_problem_for(problem)
+    out = torch.full(problem.output_shape, float("nan"))
+    run_staged(_seen_filters(kp, seen), staging_plan(problem, kp), x, flt, out, None, None, None)
+    torch.testing.assert_close(out, conv2d_reference(x, flt, padding=1), rtol=1e-5, atol=1e-4)
+    return out
+
+
+def test_staged_filter_is_kept_while_the_filter_is_unchanged():
+    clear_staged_filters()
+    flt, seen = torch.randn(20, 3, 3, 12), []
+    _padded_call(flt, seen)
+    _padded_call(flt, seen)
+    assert seen[1] is seen[0] and len(staged_filters) == 1
+    # An in-place write bumps the version counter: restaged, and the result follows it.
+    flt.mul_(2)
+    _padded_call(flt, seen)
+    assert seen[2] is not seen[1]
+    torch.testing.assert_close(seen[2][:20, ..., :12], flt)
+    # Another tensor with equal values is another filter.
+    _padded_call(flt.clone(), seen)
+    assert seen[3] is not seen[2]
+
+
+def test_staged_filter_cache_forgets_dead_filters_and_clears():
+    clear_staged_filters()
+    flt, seen = torch.randn(20, 3, 3, 12), []
+    _padded_call(flt, seen)
+    assert len(staged_filters) == 1
+    del flt, seen
+    assert len(staged_filters) == 0  # the entry went with its source
+    flt, seen = torch.randn(20, 3, 3, 12), []
+    _padded_call(flt, seen)
+    clear_staged_filters()
+    _padded_call(flt, seen)
+    assert seen[1] is not seen[0]
+
+
+def test_staged_filter_cache_skips_inference_tensors_and_unstaged_filters():
+    clear_staged_filters()
+    with torch.inference_mode():
+        flt = torch.randn(20, 3, 3, 12)
+    _padded_call(flt, [])
+    assert len(staged_filters) == 0
+    # An aligned filter staged only because out overlaps x: read as it is, nothing kept.
+    x = torch.randn(1, 6, 6, 16)
+    aligned = torch.randn(16, 1, 1, 16)
+    problem = Conv2dProblemShape.from_shapes(x.shape, aligned.shape)
+    expected = conv2d_reference(x, aligned)
+    run_staged(fake_launch(problem), staging_plan(problem, problem), x, aligned, x, None, None,
+               None)  # fmt: skip
+    torch.testing.assert_close(x, expected, rtol=1e-5, atol=1e-4)
+    assert len(staged_filters) == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "c,k,r,stride", [(12, 20, 3, 1), (3, 24, 7, 2), (8, 24, 7, 2)], ids=["pad", "s2d", "view"]
+)
+def test_kept_filter_follows_in_place_writes_eagerly_and_in_cuda_graphs(c, k, r, stride):
+    """Staged filters (padded, space-to-depth, super-pixel view) are reused across eager
+    calls yet follow an in-place write; a CUDA graph captured with a kept filter restages
+    it in the graph, so a replay after a write sees the new values."""
+    import cute_conv
+
+    clear_staged_filters()
+    x = torch.randn(2, 16, 16, c, device="cuda").to(torch.bfloat16)
+    flt = (torch.randn(k, r, r, c, device="cuda") / (r * r * c) ** 0.5).to(torch.bfloat16)
+    geom = dict(stride=stride, padding=r // 2)
+    problem = Conv2dProblemShape.from_shapes(x.shape, flt.shape, **geom)
+    assert staging_plan(problem, kernel_problem_for(problem)).stages_filter
+    assert (super_pixel_view(problem) is not None) == (c == 8)
+
+    def check(out):
+        ref = conv2d_reference(x, flt, **geom)
+        assert compare_to_reference(out, ref).ok
+
+    check(cute_conv.conv2d_fprop(x, flt, **geom))
+    check(cute_conv.conv2d_fprop(x, flt, **geom))
+    assert len(staged_filters) == 1
+    flt.mul_(-0.5)
+    check(cute_conv.conv2d_fprop(x, flt, **geom))
+    out = torch.full(cute_conv.conv2d_fprop(x, flt, **geom).shape, float("nan"),
+                     dtype=x.dtype, device="cuda")  # fmt: skip
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        cute_conv.conv2d_fprop(x, flt, out=out, **geom)
+    flt.mul_(-3.0)
+    graph.replay()
+    torch.cuda.synchronize()
+    check(out)
