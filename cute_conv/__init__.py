@@ -12,7 +12,7 @@ from .epilogue import ACTIVATIONS, EpilogueSpec
 from .fp8 import quantize_fp8
 from .optimize import OptimizeReport, optimize
 from .problem import Conv2dProblemShape
-from .staging import clear_staged_filters
+from .staging import clear_staged_weights
 
 __all__ = [
     "ACTIVATIONS",
@@ -25,7 +25,7 @@ __all__ = [
     "autotune",
     "can_implement_sm100",
     "check_config_fits",
-    "clear_staged_filters",
+    "clear_staged_weights",
     "compile_kernel",
     "conv2d_fprop",
     "conv2d_fprop_with_residual",

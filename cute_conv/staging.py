@@ -46,14 +46,14 @@ from .validation import ROW_ALIGNMENT_BYTES
 
 __all__ = [
     "CHANNEL_ALIGNMENT",
-    "StagedFilterCache",
+    "StagedWeightCache",
     "StagingPlan",
     "SuperPixelView",
     "channel_alignment",
-    "clear_staged_filters",
+    "clear_staged_weights",
     "kernel_problem_for",
     "run_staged",
-    "staged_filters",
+    "staged_weights",
     "staging_plan",
     "super_pixel_view",
     "uses_im2col",
@@ -384,60 +384,61 @@ def _stage_filter(filter: torch.Tensor, plan: StagingPlan) -> torch.Tensor:  # n
     return flt.contiguous()
 
 
-class StagedFilterCache:
-    """Staged filters, kept while their source filter lives and is unchanged, so that a
-    model's staged convs pad or regroup each weight once instead of on every call.
+class StagedWeightCache:
+    """Staged copies of a conv's weights (the filter padded or regrouped, bias and scale
+    vectors padded, repeated or converted), kept while their source tensor lives and is
+    unchanged, so that a model's staged convs stage each weight once instead of on every
+    call.
 
     An entry is reused when the source is the same tensor object, at the same address,
-    with the same version counter (torch bumps it on every in-place write) and the call
-    has the same staging plan. Writes that bypass the version counter (through ``.data``,
-    DLPack or another library's kernels) are not seen: ``clear()`` after them. Nothing is
-    cached while a CUDA graph is captured (the graph then stages the filter itself, so a
-    replay sees the filter's current values) nor for inference-mode tensors (no version
-    counter).
+    with the same version counter (torch bumps it on every in-place write) and the same
+    ``how`` (the staging plan and what else shaped the copy). Writes that bypass the version
+    counter (through ``.data``, DLPack or another library's kernels) are not seen: ``clear()``
+    after them. Nothing is kept while a CUDA graph is captured (the graph then stages the
+    weight itself, so a replay sees its current values) nor for inference-mode tensors (no
+    version counter).
     """
 
     def __init__(self) -> None:
         self._entries: dict[int, tuple] = {}
 
-    def get(self, filter: torch.Tensor, plan: StagingPlan, stage) -> torch.Tensor:  # noqa: A002
-        """``stage()`` (the staged ``filter``), or the copy kept from an earlier call."""
-        capturing = filter.is_cuda and torch.cuda.is_current_stream_capturing()
-        if capturing or filter.is_inference():
+    def get(self, source: torch.Tensor, how: tuple, stage) -> torch.Tensor:
+        """``stage()`` (the staged ``source``), or the copy kept from an earlier call."""
+        capturing = source.is_cuda and torch.cuda.is_current_stream_capturing()
+        if capturing or source.is_inference():
             return stage()
-        key, version, address = id(filter), filter._version, filter.data_ptr()
+        key, version, address = id(source), source._version, source.data_ptr()
         entry = self._entries.get(key)
         if entry is not None:
-            source, entry_version, entry_address, entry_plan, staged = entry
-            same_plan = entry_plan is plan or entry_plan == plan  # cached plans: `is`
-            same_source = source() is filter and same_plan
-            if same_source and (entry_version, entry_address) == (version, address):
+            ref, entry_version, entry_address, entry_how, staged = entry
+            same = ref() is source and (entry_version, entry_address) == (version, address)
+            if same and entry_how == how:  # the plans in ``how`` are cached: `is` first
                 return staged
         staged = stage()
         # The entry goes when its source does (a new tensor may then reuse the id).
-        source = weakref.ref(filter, functools.partial(self._drop, key))
-        self._entries[key] = (source, version, address, plan, staged)
+        ref = weakref.ref(source, functools.partial(self._drop, key))
+        self._entries[key] = (ref, version, address, how, staged)
         return staged
 
     def _drop(self, key: int, _ref: weakref.ref) -> None:
         self._entries.pop(key, None)
 
     def clear(self) -> None:
-        """Forget every staged filter (the next call restages)."""
+        """Forget every staged weight (the next call restages)."""
         self._entries.clear()
 
     def __len__(self) -> int:
         return len(self._entries)
 
 
-staged_filters = StagedFilterCache()
+staged_weights = StagedWeightCache()
 
 
-def clear_staged_filters() -> None:
-    """Forget the padded or regrouped filters kept for staged calls: needed only after
-    writing a filter in a way torch's version counter does not see (``.data``, DLPack,
-    another library's kernel); see ``StagedFilterCache``."""
-    staged_filters.clear()
+def clear_staged_weights() -> None:
+    """Forget the staged copies of filters and bias/scale vectors kept for staged calls:
+    needed only after writing one of them in a way torch's version counter does not see
+    (``.data``, DLPack, another library's kernel); see ``StagedWeightCache``."""
+    staged_weights.clear()
 
 
 def run_staged(
@@ -459,8 +460,8 @@ def run_staged(
     - C or K not a multiple of 8: ``x`` and/or ``filter`` zero-padded to the next multiple
       (zero channels add nothing); with K padded, the kernel writes a scratch output whose
       first K channels are copied to ``out``, and ``source``/``bias``/``scale`` are padded too.
-    A padded or regrouped filter is kept for the next call while the filter is unchanged
-    (``StagedFilterCache``).
+    Staged filters and bias/scale vectors are kept for the next call while their sources are
+    unchanged (``StagedWeightCache``).
     - 8 input channels and stride 2 (``super_pixel_view``): no copy of ``x``, ``out`` or
       ``source`` (views); the filter regrouped, and ``bias``/``scale`` repeated per phase.
     - few input channels and stride 2 otherwise (``uses_space_to_depth``): ``x`` rearranged into
@@ -484,10 +485,10 @@ def run_staged(
         x_k = _stage_activation(x, plan, stream)
         stage = lambda: _stage_filter(filter, plan)  # noqa: E731
     # A filter the kernel reads as it is needs no copy, hence no cache entry.
-    flt_k = staged_filters.get(filter, plan, stage) if plan.stages_filter else stage()
+    flt_k = staged_weights.get(filter, (plan,), stage) if plan.stages_filter else stage()
     if bias is not None or scale is not None:
         dtype = kernel_vector_dtype(bias, scale)
-        bias, scale = (_kernel_vector(v, dtype, k_pad, plan.phases) for v in (bias, scale))
+        bias, scale = (_kernel_vector(v, dtype, plan) for v in (bias, scale))
     if source is not None:
         source = F.pad(_bytes(source), (0, k_pad)).view(source.dtype) if k_pad else source
         if source is not out and overlaps(source, out):
@@ -509,18 +510,22 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
 
 
 def _kernel_vector(
-    vector: torch.Tensor | None, dtype: torch.dtype, k_pad: int, repeats: int
+    vector: torch.Tensor | None, dtype: torch.dtype, plan: StagingPlan
 ) -> torch.Tensor | None:
     """A bias/scale vector as the kernel reads it: contiguous, in ``dtype``, zero-padded by
-    ``k_pad`` channels, or repeated ``repeats`` times (the super-pixel view's phases). One
-    copy at most: each extra copy is a launch on the call's path."""
+    the plan's ``k_pad`` channels, or repeated per phase of a super-pixel view. A copy is
+    kept while the vector is unchanged (``staged_weights``): each copy is a launch."""
     if vector is None:
         return None
-    if k_pad:
-        return F.pad(vector.to(dtype), (0, k_pad))
-    if repeats > 1:
-        return vector.to(dtype).repeat(repeats)
-    return vector.to(dtype).contiguous()
+    if plan.k_pad:
+        stage = lambda: F.pad(vector.to(dtype), (0, plan.k_pad))  # noqa: E731
+    elif plan.phases > 1:
+        stage = lambda: vector.to(dtype).repeat(plan.phases)  # noqa: E731
+    elif vector.dtype == dtype and vector.is_contiguous():
+        return vector
+    else:
+        stage = lambda: vector.to(dtype).contiguous()  # noqa: E731
+    return staged_weights.get(vector, (plan, dtype), stage)
 
 
 def overlaps(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:

@@ -11,11 +11,11 @@ from cute_conv.problem import Conv2dProblemShape
 from cute_conv.reference import conv2d_reference
 from cute_conv.staging import (
     SuperPixelView,
-    clear_staged_filters,
+    clear_staged_weights,
     kernel_problem_for,
     overlaps,
     run_staged,
-    staged_filters,
+    staged_weights,
     staging_plan,
     super_pixel_view,
     uses_im2col,
@@ -275,11 +275,11 @@ def _padded_call(flt: torch.Tensor, seen: list) -> torch.Tensor:
 
 
 def test_staged_filter_is_kept_while_the_filter_is_unchanged():
-    clear_staged_filters()
+    clear_staged_weights()
     flt, seen = torch.randn(20, 3, 3, 12), []
     _padded_call(flt, seen)
     _padded_call(flt, seen)
-    assert seen[1] is seen[0] and len(staged_filters) == 1
+    assert seen[1] is seen[0] and len(staged_weights) == 1
     # An in-place write bumps the version counter: restaged, and the result follows it.
     flt.mul_(2)
     _padded_call(flt, seen)
@@ -291,25 +291,25 @@ def test_staged_filter_is_kept_while_the_filter_is_unchanged():
 
 
 def test_staged_filter_cache_forgets_dead_filters_and_clears():
-    clear_staged_filters()
+    clear_staged_weights()
     flt, seen = torch.randn(20, 3, 3, 12), []
     _padded_call(flt, seen)
-    assert len(staged_filters) == 1
+    assert len(staged_weights) == 1
     del flt, seen
-    assert len(staged_filters) == 0  # the entry went with its source
+    assert len(staged_weights) == 0  # the entry went with its source
     flt, seen = torch.randn(20, 3, 3, 12), []
     _padded_call(flt, seen)
-    clear_staged_filters()
+    clear_staged_weights()
     _padded_call(flt, seen)
     assert seen[1] is not seen[0]
 
 
-def test_staged_filter_cache_skips_inference_tensors_and_unstaged_filters():
-    clear_staged_filters()
+def test_staged_filter_cache_skips_inference_tensors_and_unstaged_weights():
+    clear_staged_weights()
     with torch.inference_mode():
         flt = torch.randn(20, 3, 3, 12)
     _padded_call(flt, [])
-    assert len(staged_filters) == 0
+    assert len(staged_weights) == 0
     # An aligned filter staged only because out overlaps x: read as it is, nothing kept.
     x = torch.randn(1, 6, 6, 16)
     aligned = torch.randn(16, 1, 1, 16)
@@ -318,7 +318,7 @@ def test_staged_filter_cache_skips_inference_tensors_and_unstaged_filters():
     run_staged(fake_launch(problem), staging_plan(problem, problem), x, aligned, x, None, None,
                None)  # fmt: skip
     torch.testing.assert_close(x, expected, rtol=1e-5, atol=1e-4)
-    assert len(staged_filters) == 0
+    assert len(staged_weights) == 0
 
 
 @pytest.mark.gpu
@@ -331,7 +331,7 @@ def test_kept_filter_follows_in_place_writes_eagerly_and_in_cuda_graphs(c, k, r,
     it in the graph, so a replay after a write sees the new values."""
     import cute_conv
 
-    clear_staged_filters()
+    clear_staged_weights()
     x = torch.randn(2, 16, 16, c, device="cuda").to(torch.bfloat16)
     flt = (torch.randn(k, r, r, c, device="cuda") / (r * r * c) ** 0.5).to(torch.bfloat16)
     geom = dict(stride=stride, padding=r // 2)
@@ -345,7 +345,7 @@ def test_kept_filter_follows_in_place_writes_eagerly_and_in_cuda_graphs(c, k, r,
 
     check(cute_conv.conv2d_fprop(x, flt, **geom))
     check(cute_conv.conv2d_fprop(x, flt, **geom))
-    assert len(staged_filters) == 1
+    assert len(staged_weights) == 1
     flt.mul_(-0.5)
     check(cute_conv.conv2d_fprop(x, flt, **geom))
     out = torch.full(cute_conv.conv2d_fprop(x, flt, **geom).shape, float("nan"),
@@ -357,3 +357,30 @@ def test_kept_filter_follows_in_place_writes_eagerly_and_in_cuda_graphs(c, k, r,
     graph.replay()
     torch.cuda.synchronize()
     check(out)
+
+
+def test_padded_bias_and_scale_are_kept_while_unchanged():
+    clear_staged_weights()
+    x, flt = torch.randn(1, 4, 4, 16), torch.randn(20, 1, 1, 16)
+    bias, scale = torch.randn(20), torch.rand(20).to(torch.bfloat16)  # two dtypes: float32
+    problem = Conv2dProblemShape.from_shapes(x.shape, flt.shape)
+    plan = staging_plan(problem, kernel_problem_for(problem))
+    seen = []
+
+    def call():
+        def launch(xs, fs, out, source, b, s):
+            seen.append((b, s))
+            fake_launch(plan.kernel_problem)(xs, fs, out, source, b, s)
+
+        out = torch.full(problem.output_shape, float("nan"))
+        run_staged(launch, plan, x, flt, out, None, bias, scale)
+        expected = conv2d_reference(x, flt) * scale.float() + bias
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-4)
+
+    call()
+    call()
+    assert seen[1][0] is seen[0][0] and seen[1][1] is seen[0][1]
+    assert seen[0][1].dtype == torch.float32 and seen[0][0].shape == (24,)
+    bias.add_(1.0)
+    call()
+    assert seen[2][0] is not seen[1][0] and seen[2][1] is seen[1][1]
