@@ -24,7 +24,7 @@ moves fastest, then m, so the CTAs that run together share a few filter tiles an
 activation tile ``swizzle`` times while it is still in L2.
 """
 
-from typing import List, Protocol, Tuple
+from typing import Any, List, Protocol, Tuple
 
 import cutlass
 import cutlass.cute as cute
@@ -35,6 +35,36 @@ class TileScheduler(Protocol):
     """What every role of both kernels asks of its tile scheduler (SM90: data-parallel or
     stream-K, ``StaticTileScheduler``, optionally fed by the dynamic work queue; SM100: cluster
     launch control, ``ClcTileScheduler``): the output tile of a work item."""
+
+    def tile_coord(self, work: cutlass.Int32) -> Tuple[cutlass.Int32, cutlass.Int32]:
+        """This CTA's ``(tile_m, tile_n)`` for work item ``work``."""
+
+
+class WorkItems(Protocol):
+    """How every role that computes on tiles walks its work items, on both archs (SM90:
+    ``Sm90WorkItems``, data-parallel, stream-K or fed by the dynamic work queue; SM100:
+    ``ClcWorkItems``, fed by cluster launch control)::
+
+        state = items.initial_state()
+        work, valid, state = items.first(state)
+        while valid:
+            ...  # items.tile_coord(work)
+            work, valid, state = items.next(work, state)
+
+    ``state`` is the role's read position in whatever feeds it (a consumer state of the
+    work queue or of the CLC response ring; None where the order is computed); the advanced
+    state must be taken back, since a jit function's argument is a copy of the caller's
+    value. The roles that feed the others (SM90's load warp with the work queue, SM100's
+    scheduler warp) produce work items instead of walking them this way."""
+
+    def initial_state(self) -> Any:
+        """The read position before the first work item."""
+
+    def first(self, state: Any) -> Tuple[cutlass.Int32, cutlass.Boolean, Any]:
+        """``(work, valid, state)``: this role's first work item and whether there is one."""
+
+    def next(self, work: cutlass.Int32, state: Any) -> Tuple[cutlass.Int32, cutlass.Boolean, Any]:
+        """``(work, valid, state)``: the work item after ``work``."""
 
     def tile_coord(self, work: cutlass.Int32) -> Tuple[cutlass.Int32, cutlass.Int32]:
         """This CTA's ``(tile_m, tile_n)`` for work item ``work``."""

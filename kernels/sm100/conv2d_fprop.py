@@ -57,7 +57,7 @@ from .config import SMEM_CAPACITY_SM100, Conv2dConfigSm100
 from .epilogue import NamedBarrierSm100, Sm100EpilogueMixin
 from .pipeline_checks import WarpRoles, conv2d_barrier_specs
 from .smem import Conv2dSmem, conv2d_smem_struct
-from .tile_scheduler import ClcTileScheduler
+from .tile_scheduler import ClcTileScheduler, ClcWorkItems
 
 __all__ = ["Conv2dFpropKernel", "SMEM_CAPACITY_SM100"]
 
@@ -361,6 +361,7 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
             self.config.block_swizzle,
             self.config.raster_along_m,
         )
+        work_items = ClcWorkItems(scheduler, clc_pipeline, self.clc_stages)
         pipeline_init_wait(cluster_shape_mn=self.cluster_shape_mn)
 
         # ////////////////////////////////////////////////////////////////////////////////////
@@ -368,15 +369,15 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
         # ////////////////////////////////////////////////////////////////////////////////////
         if warp_idx == roles.scheduler:
             if is_first_cta_in_cluster:
-                self.schedule(clc_pipeline, throttle_pipeline, scheduler)
+                self.schedule(work_items, throttle_pipeline)
 
         # ////////////////////////////////////////////////////////////////////////////////////
         #  TMA LOAD (warp 5)
         # ////////////////////////////////////////////////////////////////////////////////////
         if warp_idx == roles.load:
             self.load(
-                ab_pipeline, clc_pipeline, throttle_pipeline, tma_atom_a, tma_atom_b, tCgA, tCgB,
-                sA, sB, smem.get_load_order_barrier(), scheduler, is_first_cta_in_cluster,
+                ab_pipeline, work_items, throttle_pipeline, tma_atom_a, tma_atom_b, tCgA, tCgB,
+                sA, sB, smem.get_load_order_barrier(), is_first_cta_in_cluster,
             )  # fmt: skip
 
         # ////////////////////////////////////////////////////////////////////////////////////
@@ -384,8 +385,8 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
         # ////////////////////////////////////////////////////////////////////////////////////
         if warp_idx == roles.mma:
             self.mma(
-                ab_pipeline, acc_pipeline, clc_pipeline, tiled_mma, sA, sB, tCtAcc_fake, tCgA,
-                tmem, smem.tmem_dealloc_barrier(), scheduler, is_leader_cta,
+                ab_pipeline, acc_pipeline, work_items, tiled_mma, sA, sB, tCtAcc_fake, tCgA,
+                tmem, smem.tmem_dealloc_barrier(), is_leader_cta,
             )  # fmt: skip
 
         # ////////////////////////////////////////////////////////////////////////////////////
@@ -394,8 +395,8 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
         if cutlass.const_expr(has_residual):
             if warp_idx == roles.epi_load:
                 self.load_source(
-                    source_pipeline, clc_pipeline, tma_atom_c, tCgC, sC,
-                    smem.get_load_order_barrier(), scheduler,
+                    source_pipeline, work_items, tma_atom_c, tCgC, sC,
+                    smem.get_load_order_barrier(),
                 )  # fmt: skip
 
         # ////////////////////////////////////////////////////////////////////////////////////
@@ -404,9 +405,9 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
         if warp_idx <= roles.epilogue[-1]:
             alpha, out_factor = quantization_scalars(alpha, epi_operands)
             self.epilogue_store(
-                acc_pipeline, source_pipeline, clc_pipeline, tma_atom_d, tCtAcc_fake, tCgD, sD,
+                acc_pipeline, source_pipeline, work_items, tma_atom_d, tCtAcc_fake, tCgD, sD,
                 sC, m_bias, m_scale, alpha, beta, out_factor, tmem, smem.tmem_dealloc_barrier(),
-                scheduler, cta_rank_in_cluster, warp_idx,
+                cta_rank_in_cluster, warp_idx,
             )  # fmt: skip
 
     def _tmem_allocator(self, smem: Conv2dSmem) -> cutlass.memory.TmemAllocator:
@@ -493,41 +494,17 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
     # ------------------------------------------------------------------------------------------
 
     @cute.jit
-    def fetch_next_work(
-        self,
-        clc_pipeline: pipeline.PipelineClcFetchAsync,
-        clc_state: pipeline.PipelineState,
-        scheduler: ClcTileScheduler,
-    ):
-        """Every role: take the next work item from the CLC response ring.
-
-        Returns ``(work, valid, clc_state)``: the advanced state must be taken back by the
-        caller (a jit function's argument is a copy of the caller's value).
-        """
-        clc_pipeline.consumer_wait(clc_state)
-        work, valid = scheduler.read_response(clc_state.index)
-        clc_pipeline.consumer_release(clc_state)
-        clc_state.advance()
-        return work, valid, clc_state
-
-    @cute.jit
-    def schedule(
-        self,
-        clc_pipeline: pipeline.PipelineClcFetchAsync,
-        throttle_pipeline: pipeline.PipelineAsync,
-        scheduler: ClcTileScheduler,
-    ):
-        """Scheduler warp (CTA 0): one try_cancel per tile the load warp starts."""
+    def schedule(self, work_items: ClcWorkItems, throttle_pipeline: pipeline.PipelineAsync):
+        """Scheduler warp (CTA 0): one try_cancel per tile the load warp starts; it walks
+        the responses like every role, to know when they end."""
+        clc_pipeline, scheduler = work_items.clc_pipeline, work_items.scheduler
         query_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Producer, self.clc_stages
-        )
-        clc_state = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Consumer, self.clc_stages
         )
         throttle_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Consumer, self.clc_stages
         )
-        work, valid = scheduler.initial_work()
+        work, valid, clc_state = work_items.first(work_items.initial_state())
         while valid:
             # Steal the next cluster only once the load warp has begun this tile.
             throttle_pipeline.consumer_wait(throttle_state)
@@ -537,14 +514,14 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
             clc_pipeline.producer_acquire(query_state)
             scheduler.issue_query(clc_pipeline.producer_get_barrier(query_state), query_state.index)
             query_state.advance()
-            work, valid, clc_state = self.fetch_next_work(clc_pipeline, clc_state, scheduler)
+            work, valid, clc_state = work_items.next(work, clc_state)
         clc_pipeline.producer_tail(query_state)
 
     @cute.jit
     def load(
         self,
         ab_pipeline: pipeline.PipelineTmaUmma,
-        clc_pipeline: pipeline.PipelineClcFetchAsync,
+        work_items: ClcWorkItems,
         throttle_pipeline: pipeline.PipelineAsync,
         tma_atom_a: cute.CopyAtom,
         tma_atom_b: cute.CopyAtom,
@@ -553,7 +530,6 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
         sA: cute.Tensor,
         sB: cute.Tensor,
         load_order_barrier: cute.Pointer,
-        scheduler: ClcTileScheduler,
         is_first_cta_in_cluster: cutlass.Boolean,
     ):
         """TMA load warp: fills the A/B ring for every k-tile of every tile of this CTA."""
@@ -581,17 +557,14 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
         throttle_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Producer, self.clc_stages
         )
-        clc_state = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Consumer, self.clc_stages
-        )
         loads_issued = cutlass.Int32(0)
-        work, valid = scheduler.initial_work()
+        work, valid, clc_state = work_items.first(work_items.initial_state())
         while valid:
             if is_first_cta_in_cluster:
                 throttle_pipeline.producer_acquire(throttle_state)
                 throttle_pipeline.producer_commit(throttle_state)
                 throttle_state.advance()
-            tile_m, tile_n = scheduler.tile_coord(work)
+            tile_m, tile_n = work_items.tile_coord(work)
             tAgA_m = tAgA[(None, tile_m, None)]
             tBgB_n = tBgB[(None, tile_n, None)]
             # Walk the hierarchical k mode (c-block, s, r) with nested loops: indexing it
@@ -621,7 +594,7 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
                             if loads_issued == prologue:
                                 with cute.arch.elect_one():
                                     cute.arch.mbarrier_arrive(load_order_barrier)
-            work, valid, clc_state = self.fetch_next_work(clc_pipeline, clc_state, scheduler)
+            work, valid, clc_state = work_items.next(work, clc_state)
         # Wait for the last MMAs to release every stage: on 2-SM the peer's tcgen05.commit
         # still signals this CTA's barriers, so it must not exit first.
         ab_pipeline.producer_tail(ab_state)
@@ -633,7 +606,7 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
         self,
         ab_pipeline: pipeline.PipelineTmaUmma,
         acc_pipeline: pipeline.PipelineUmmaAsync,
-        clc_pipeline: pipeline.PipelineClcFetchAsync,
+        work_items: ClcWorkItems,
         tiled_mma: cute.TiledMma,
         sA: cute.Tensor,
         sB: cute.Tensor,
@@ -641,7 +614,6 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
         tCgA: cute.Tensor,
         tmem: cutlass.memory.TmemAllocator,
         tmem_dealloc_barrier: cute.Pointer,
-        scheduler: ClcTileScheduler,
         is_leader_cta: cutlass.Boolean,
     ):
         """MMA warp: owns TMEM; the leader CTA of a pair issues every tcgen05.mma."""
@@ -661,10 +633,7 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
         acc_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Producer, self.acc_stages
         )
-        clc_state = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Consumer, self.clc_stages
-        )
-        work, valid = scheduler.initial_work()
+        work, valid, clc_state = work_items.first(work_items.initial_state())
         while valid:
             if is_leader_cta:
                 acc_pipeline.producer_acquire(acc_state)
@@ -682,7 +651,7 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
                     ab_state.advance()
                 acc_pipeline.producer_commit(acc_state)
             acc_state.advance()
-            work, valid, clc_state = self.fetch_next_work(clc_pipeline, clc_state, scheduler)
+            work, valid, clc_state = work_items.next(work, clc_state)
         # The leader waits for both CTAs' epilogues to release every accumulator stage ...
         acc_pipeline.producer_tail(acc_state)
         # ... and every CTA frees its TMEM once the epilogues of the pair are done with it.
@@ -693,12 +662,11 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
     def load_source(
         self,
         source_pipeline: pipeline.PipelineTmaAsync,
-        clc_pipeline: pipeline.PipelineClcFetchAsync,
+        work_items: ClcWorkItems,
         tma_atom_c: cute.CopyAtom,
         tCgC: cute.Tensor,
         sC: cute.Tensor,
         load_order_barrier: cute.Pointer,
-        scheduler: ClcTileScheduler,
     ):
         """Epilogue-load warp: TMA-loads the residual C subtile by subtile, in epilogue order."""
         # ((ATOM_V, REST_V), EPI_M, EPI_N, RestM, RestN)
@@ -713,12 +681,9 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
         src_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Producer, self.source_stages
         )
-        clc_state = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Consumer, self.clc_stages
-        )
-        work, valid = scheduler.initial_work()
+        work, valid, clc_state = work_items.first(work_items.initial_state())
         while valid:
-            tile_m, tile_n = scheduler.tile_coord(work)
+            tile_m, tile_n = work_items.tile_coord(work)
             bGS_gC_tile = bGS_gC[(None, 0, None, tile_m, tile_n)]
             for subtile in range(self.num_subtiles):
                 source_pipeline.producer_acquire(src_state)
@@ -729,5 +694,5 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
                     tma_bar_ptr=source_pipeline.producer_get_barrier(src_state),
                 )
                 src_state.advance()
-            work, valid, clc_state = self.fetch_next_work(clc_pipeline, clc_state, scheduler)
+            work, valid, clc_state = work_items.next(work, clc_state)
         source_pipeline.producer_tail(src_state)

@@ -21,7 +21,7 @@ from ..common.epilogue_store import (
     SourceSubtiles,
     store_subtile,
 )
-from .tile_scheduler import ClcTileScheduler
+from .tile_scheduler import ClcWorkItems
 
 
 class NamedBarrierSm100(enum.IntEnum):
@@ -118,7 +118,7 @@ class Sm100EpilogueMixin:
         self,
         acc_pipeline: pipeline.PipelineUmmaAsync,
         source_pipeline: Optional[pipeline.PipelineTmaAsync],
-        clc_pipeline: pipeline.PipelineClcFetchAsync,
+        work_items: ClcWorkItems,
         tma_atom_d: cute.CopyAtom,
         tCtAcc_fake: cute.Tensor,
         tCgD: cute.Tensor,
@@ -131,7 +131,6 @@ class Sm100EpilogueMixin:
         out_factor: Optional[cutlass.Float32],
         tmem: cutlass.memory.TmemAllocator,
         tmem_dealloc_barrier: cute.Pointer,
-        scheduler: ClcTileScheduler,
         cta_rank_in_cluster: cutlass.Int32,
         warp_idx: cutlass.Int32,
     ):
@@ -175,15 +174,12 @@ class Sm100EpilogueMixin:
         src_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Consumer, max(self.source_stages, 1)
         )
-        clc_state = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Consumer, self.clc_stages
-        )
         mma_n = self.mma_tiler[1]
         epi_n = self.epi_tile[1]
         subtiles_done = cutlass.Int32(0)
-        work, valid = scheduler.initial_work()
+        work, valid, clc_state = work_items.first(work_items.initial_state())
         while valid:
-            tile_m, tile_n = scheduler.tile_coord(work)
+            tile_m, tile_n = work_items.tile_coord(work)
             bSG_gD_tile = bSG_gD[(None, 0, None, tile_m, tile_n)]  # ((ATOM_V, REST_V), EPI_N)
             tTR_tAcc_tile = tTR_tAcc[(None, None, None, 0, None, acc_state.index)]
             acc_pipeline.consumer_wait(acc_state)
@@ -203,7 +199,7 @@ class Sm100EpilogueMixin:
                     src_state.advance()
             acc_state.advance()
             subtiles_done += self.num_subtiles
-            work, valid, clc_state = self.fetch_next_work(clc_pipeline, clc_state, scheduler)
+            work, valid, clc_state = work_items.next(work, clc_state)
 
         out.store_pipeline.producer_tail()
         # Done with TMEM: tell the MMA warps of both CTAs of the pair.

@@ -15,15 +15,17 @@ the SM90 ``StaticTileScheduler`` (``grouped_tile_coord``): bands ``block_swizzle
 direction, so clusters that run together share filter and activation tiles in L2.
 """
 
+from dataclasses import dataclass
 from typing import List, Protocol, Tuple
 
 import cutlass
 import cutlass.cute as cute
+import cutlass.pipeline as pipeline
 from cutlass.cutlass_dsl import extract_mlir_values, new_from_mlir_values
 
 from ..common.tile_scheduler import TileScheduler, grouped_tile_coord
 
-__all__ = ["ClcScheduler", "ClcTileScheduler"]
+__all__ = ["ClcScheduler", "ClcTileScheduler", "ClcWorkItems"]
 
 CLC_RESPONSE_INT32S = 4  # a response is 16 bytes
 
@@ -122,3 +124,33 @@ class ClcTileScheduler:
             self.raster_along_m,
             cutlass.min,
         )
+
+
+@dataclass(frozen=True)
+class ClcWorkItems:
+    """``WorkItems`` of the SM100 roles: the cluster's launch position first, then each
+    response of the CLC ring in turn (the scheduler warp fills it, one query per tile).
+    Frozen: the DSL then reads it in the roles' loops rather than carrying it."""
+
+    scheduler: ClcTileScheduler
+    clc_pipeline: pipeline.PipelineClcFetchAsync
+    clc_stages: int
+
+    def initial_state(self) -> pipeline.PipelineState:
+        return pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.clc_stages)
+
+    @cute.jit
+    def first(self, state: pipeline.PipelineState):
+        work, valid = self.scheduler.initial_work()
+        return work, valid, state
+
+    @cute.jit
+    def next(self, work: cutlass.Int32, state: pipeline.PipelineState):
+        self.clc_pipeline.consumer_wait(state)
+        work, valid = self.scheduler.read_response(state.index)
+        self.clc_pipeline.consumer_release(state)
+        state.advance()
+        return work, valid, state
+
+    def tile_coord(self, work: cutlass.Int32) -> Tuple[cutlass.Int32, cutlass.Int32]:
+        return self.scheduler.tile_coord(work)

@@ -14,8 +14,9 @@ module, mixed into the class: ``mainloop`` (im2col and halo operands, WGMMA main
 struct, ``pipeline_checks`` the role table and arrive counts, ``config`` the SMEM plan.
 
 Persistence: a static tile scheduler (``kernels/common/tile_scheduler.py``); every role walks
-the same sequence of work items: whole output tiles, or with ``stream_k`` segments of the
-k-tiles of a tile. Clusters of (cluster_m, cluster_n) CTAs multicast the activation tile along
+the same sequence of work items through ``Sm90WorkItems`` (the ``WorkItems`` interface the
+SM100 roles walk the CLC responses with): whole output tiles, or with ``stream_k`` segments
+of the k-tiles of a tile. Clusters of (cluster_m, cluster_n) CTAs multicast the activation tile along
 N and the filter tile along M. With ``dynamic_schedule`` (single-CTA clusters) a CTA's first
 tile is its grid index and the load warp takes the next ones from a global counter, one tile
 ahead, handing each to the consumers and the source-load warp through the work queue
@@ -57,7 +58,7 @@ from .pingpong import PingPongMixin, PingPongTurns
 from .pipeline_checks import Sm90Roles, sm90_barrier_specs
 from .smem import Sm90Smem, sm90_smem_struct
 from .stream_k import StreamKFixup, StreamKFixupMixin, StreamKWorkspace
-from .work_queue import WorkQueue, WorkQueueMixin
+from .work_queue import Sm90WorkItems, WorkQueue, WorkQueueMixin
 
 _REGISTER_FILE = 65536  # 32-bit registers of an SM, shared by the CTA's warpgroups
 _MAX_CONSUMER_REGISTERS = 232
@@ -620,13 +621,12 @@ class Conv2dFpropSm90(
         producer_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Producer, self.source_stages
         )
-        queue_state = self.make_queue_consumer_state()
-        end_work = scheduler.end_work()
-        work, queue_state = self.next_work_item(scheduler, work_queue, queue_state)
-        while work < end_work:
-            k_first, _ = scheduler.k_tile_range(work)
+        items = Sm90WorkItems.make(scheduler, work_queue, self.dynamic_schedule)
+        work, valid, queue_state = items.first(items.initial_state())
+        while valid:
+            k_first, _ = items.k_tile_range(work)
             if k_first == 0:  # a stream-K partial has no epilogue, so no C
-                m_tile, n_tile = scheduler.tile_coord(work)
+                m_tile, n_tile = items.tile_coord(work)
                 gC_tile = cute.zipped_divide(gC[(None, None, m_tile, n_tile)], self.epi_tiler)
                 bGS_sC, bGS_gC = cpasync.tma_partition(
                     tma_atom_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), gC_tile
@@ -647,7 +647,7 @@ class Conv2dFpropSm90(
                     )
                     source_pipeline.producer_commit(producer_state)
                     producer_state.advance()
-            work, queue_state = self.next_work_item(scheduler, work_queue, queue_state, work)
+            work, valid, queue_state = items.next(work, queue_state)
         source_pipeline.producer_tail(producer_state)
 
     def _consumer_thread(self, tiled_mma: cute.TiledMma) -> Tuple:
@@ -706,9 +706,8 @@ class Conv2dFpropSm90(
             tidx=consumer_tidx,
             barrier=epilogue.out.barrier,
         )
-        queue_state = self.make_queue_consumer_state()
-        end_work = scheduler.end_work()
-        work, queue_state = self.next_work_item(scheduler, work_queue, queue_state)
+        items = Sm90WorkItems.make(scheduler, work_queue, self.dynamic_schedule)
+        work, valid, queue_state = items.first(items.initial_state())
         mainloop_turn, epilogue_turn = None, None
         if cutlass.const_expr(self.pingpong):
             # Consumer 0 has the first turn (its phase 1 passes a fresh barrier).
@@ -718,9 +717,9 @@ class Conv2dFpropSm90(
             epilogue_turn = mainloop_turn.clone()
             # Consumer 1 takes the second tile, and each takes every other one after that.
             if warpgroup_idx == 1:
-                work, states = self.skip_tile(scheduler, work, states, k_tile_cnt, k_shape[0])
-        while work < end_work:
-            k_first, k_end = scheduler.k_tile_range(work)
+                work, valid, states = self.skip_tile(items, work, states, k_tile_cnt, k_shape[0])
+        while valid:
+            k_first, k_end = items.k_tile_range(work)
             if cutlass.const_expr(self.pingpong):
                 turns.mainloop.wait(mainloop_turn)
             if cutlass.const_expr(self.tile_w):
@@ -747,7 +746,7 @@ class Conv2dFpropSm90(
                 )
                 if cutlass.const_expr(self.pingpong and self.epilogue.has_residual):
                     epilogue_turn = turns.epilogue.arrive(epilogue_turn)
-            work, queue_state = self.next_work_item(scheduler, work_queue, queue_state, work)
+            work, valid, queue_state = items.next(work, queue_state)
             if cutlass.const_expr(self.pingpong):
-                work, states = self.skip_tile(scheduler, work, states, k_tile_cnt, k_shape[0])
+                work, valid, states = self.skip_tile(items, work, states, k_tile_cnt, k_shape[0])
         epilogue.out.store_pipeline.producer_tail()

@@ -8,8 +8,8 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 
-from ..common.tile_scheduler import StaticTileScheduler
 from .mainloop import ConsumerStates
+from .work_queue import Sm90WorkItems
 
 
 class PingPongTurns(NamedTuple):
@@ -48,18 +48,20 @@ class PingPongMixin:
 
     def skip_tile(
         self,
-        scheduler: StaticTileScheduler,
+        items: Sm90WorkItems,
         work: cutlass.Int32,
         states: ConsumerStates,
         k_tile_cnt: cutlass.Int32,
         c_blocks: cutlass.Int32,
     ):
-        """Ping-pong: pass over the other consumer's tile ``work``: the work item after it,
-        and ``states`` advanced past its k-tiles, C subtiles and halos."""
+        """Ping-pong (static scheduling): pass over the other consumer's tile ``work``:
+        ``(work, valid)`` of the work item after it, and ``states`` advanced past its
+        k-tiles, C subtiles and halos."""
         source_subtiles = self.tile_mnk[1] // self.epi_tile[1]
         states.advance_past_tile(
             k_tile_cnt,
             source_subtiles if self.epilogue.has_residual else None,
             c_blocks if self.tile_w else None,
         )
-        return scheduler.next_work(work), states
+        work, valid, _ = items.next(work, None)
+        return work, valid, states

@@ -4,6 +4,7 @@ consumers and the source-load warp through a work queue in SMEM (``WORK_QUEUE_ST
 a ``PipelineAsync``); a work item past the last tile ends the roles. The last CTA to retire
 resets the counters for the next launch."""
 
+from dataclasses import dataclass
 from typing import NamedTuple, Optional, Tuple
 
 import cutlass
@@ -22,6 +23,66 @@ class WorkQueue(NamedTuple):
     pipeline: pipeline.PipelineAsync
     items: cute.Tensor
     counters: cute.Tensor
+
+
+@dataclass(frozen=True)
+class Sm90WorkItems:
+    """``WorkItems`` of the SM90 consumer and source-load roles: the static scheduler's order
+    (data-parallel tiles or stream-K ranges), or with ``dynamic`` scheduling the work queue
+    that the load warp fills. A work item is valid below ``end_work`` (the scheduler's
+    ``end_work()``; the work queue's past-the-end item ends the roles the same way).
+    Frozen: the DSL then reads it in the roles' loops rather than carrying it."""
+
+    scheduler: StaticTileScheduler
+    work_queue: Optional[WorkQueue]
+    dynamic: bool
+    end_work: cutlass.Int32
+
+    @staticmethod
+    def make(
+        scheduler: StaticTileScheduler, work_queue: Optional[WorkQueue], dynamic: bool
+    ) -> "Sm90WorkItems":
+        return Sm90WorkItems(scheduler, work_queue, dynamic, scheduler.end_work())
+
+    def initial_state(self) -> Optional[pipeline.PipelineState]:
+        """Where this role reads the work queue next (None: static scheduling)."""
+        if self.dynamic:
+            return pipeline.make_pipeline_state(
+                pipeline.PipelineUserType.Consumer, WORK_QUEUE_STAGES
+            )
+        return None
+
+    @cute.jit
+    def first(self, state: Optional[pipeline.PipelineState]):
+        if cutlass.const_expr(self.dynamic):
+            work, state = self._take(state)
+        else:
+            work = self.scheduler.first_work()
+        return work, work < self.end_work, state
+
+    @cute.jit
+    def next(self, work: cutlass.Int32, state: Optional[pipeline.PipelineState]):
+        if cutlass.const_expr(self.dynamic):
+            work, state = self._take(state)
+        else:
+            work = self.scheduler.next_work(work)
+        return work, work < self.end_work, state
+
+    @cute.jit
+    def _take(self, state: pipeline.PipelineState):
+        """The work item in the queue slot of ``state``, and the advanced state."""
+        self.work_queue.pipeline.consumer_wait(state)
+        work = self.work_queue.items[state.index]
+        self.work_queue.pipeline.consumer_release(state)
+        state.advance()
+        return work, state
+
+    def tile_coord(self, work: cutlass.Int32) -> Tuple[cutlass.Int32, cutlass.Int32]:
+        return self.scheduler.tile_coord(work)
+
+    def k_tile_range(self, work: cutlass.Int32) -> Tuple[cutlass.Int32, cutlass.Int32]:
+        """``(first, end)``: the k-tiles of its tile that ``work`` computes (stream-K)."""
+        return self.scheduler.k_tile_range(work)
 
 
 class WorkQueueMixin:
@@ -56,35 +117,6 @@ class WorkQueueMixin:
             work_queue.pipeline.producer_commit(state)
         state.advance()
         return state
-
-    def make_queue_consumer_state(self) -> Optional[pipeline.PipelineState]:
-        """Where a consumer of the work queue reads next (None: static scheduling)."""
-        if self.dynamic_schedule:
-            return pipeline.make_pipeline_state(
-                pipeline.PipelineUserType.Consumer, WORK_QUEUE_STAGES
-            )
-        return None
-
-    @cute.jit
-    def next_work_item(
-        self,
-        scheduler: StaticTileScheduler,
-        work_queue: Optional[WorkQueue],
-        queue_state: Optional[pipeline.PipelineState],
-        work: Optional[cutlass.Int32] = None,
-    ) -> Tuple[cutlass.Int32, Optional[pipeline.PipelineState]]:
-        """Consumer and source-load roles: the work item after ``work`` (the first when
-        None), from the work queue with ``dynamic_schedule``, and the advanced queue state."""
-        if cutlass.const_expr(self.dynamic_schedule):
-            work_queue.pipeline.consumer_wait(queue_state)
-            work = work_queue.items[queue_state.index]
-            work_queue.pipeline.consumer_release(queue_state)
-            queue_state.advance()
-        elif cutlass.const_expr(work is None):
-            work = scheduler.first_work()
-        else:
-            work = scheduler.next_work(work)
-        return work, queue_state
 
     @cute.jit
     def retire_from_work_queue(self, work_queue: WorkQueue):
