@@ -459,7 +459,8 @@ def run_staged(
     when a staging kernel needs it). The copies, by case:
     - C or K not a multiple of 8: ``x`` and/or ``filter`` zero-padded to the next multiple
       (zero channels add nothing); with K padded, the kernel writes a scratch output whose
-      first K channels are copied to ``out``, and ``source``/``bias``/``scale`` are padded too.
+      first K channels are copied to ``out``; ``source`` is first copied into those channels
+      (the kernel adds it in place) and ``bias``/``scale`` are padded.
     Staged filters and bias/scale vectors are kept for the next call while their sources are
     unchanged (``StagedWeightCache``).
     - 8 input channels and stride 2 (``super_pixel_view``): no copy of ``x``, ``out`` or
@@ -489,16 +490,21 @@ def run_staged(
     if bias is not None or scale is not None:
         dtype = kernel_vector_dtype(bias, scale)
         bias, scale = (_kernel_vector(v, dtype, plan) for v in (bias, scale))
-    if source is not None:
-        source = F.pad(_bytes(source), (0, k_pad)).view(source.dtype) if k_pad else source
-        if source is not out and overlaps(source, out):
-            source = source.clone()
-        source = source if plan.view is None else source.view(kp.output_shape)
     kernel_out = out if plan.view is None else out.view(kp.output_shape)
-    scratch = k_pad or overlaps(out, x) or overlaps(out, filter)
+    scratch = bool(k_pad) or overlaps(out, x) or overlaps(out, filter)
     if scratch:
         # If ``out`` is also the source, the kernel reads it and writes only the scratch.
         kernel_out = torch.empty(kp.output_shape, dtype=out.dtype, device=out.device)
+    if k_pad and source is not None:
+        # The source goes into the scratch output's first K channels and the kernel adds it
+        # in place: one copy, no padded tensor. The other channels hold whatever was there;
+        # their results are dropped with them.
+        _bytes(kernel_out)[..., : plan.problem.K].copy_(_bytes(source))
+        source = kernel_out
+    if source is not None and source is not kernel_out:
+        if source is not out and overlaps(source, out):
+            source = source.clone()
+        source = source if plan.view is None else source.view(kp.output_shape)
     launch(x_k, flt_k, kernel_out, source, bias, scale)
     if scratch:
         out.copy_(kernel_out[..., : plan.problem.K] if k_pad else kernel_out.view(out.shape))

@@ -219,3 +219,27 @@ def test_super_pixel_view_epilogue():
     run_case((2, 32, 32, 8, 64, 7, 7, dict(stride=2, padding=3)), case)
     tall = cute_conv.Conv2dConfig(tile_m=256, tile_n=128, tile_k=32, cluster_m=2)
     run_case((6, 64, 96, 8, 64, 7, 7, dict(stride=2, padding=3)), case, config=tall)
+
+
+@pytest.mark.parametrize("order", ["after_activation", "before_activation"])
+def test_padded_k_residual_ignores_what_the_scratch_held(order):
+    """K not a multiple of 8: the source is copied into the scratch output's first K
+    channels and added in place; the other channels hold old memory (NaN here: a poisoned
+    block of the scratch's size is freed just before, for the allocator to hand back), and
+    their results are dropped. Also with out=source."""
+    x, flt = random_conv_inputs(2, 10, 10, 16, 20, 3, 3)
+    bias = torch.randn(20, device="cuda")
+    source = torch.randn(2, 10, 10, 20, device="cuda").to(torch.bfloat16)
+    expected = reference(x, flt, dict(padding=1), bias=bias, activation="relu", source=source,
+                         beta=1.0, order=order)  # fmt: skip
+    for in_place in (False, True):
+        src = source.clone()
+        poison = torch.full((2, 10, 10, 24), float("nan"), dtype=torch.bfloat16, device="cuda")
+        del poison
+        out = src if in_place else torch.full_like(src, float("nan"))
+        cute_conv.conv2d_fprop_with_residual(
+            x, flt, src, padding=1, bias=bias, activation="relu", residual_order=order, out=out
+        )
+        torch.cuda.synchronize()
+        report = compare_to_reference(out, expected)
+        assert report.ok, f"in_place={in_place}: {report}"
