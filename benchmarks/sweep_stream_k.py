@@ -169,29 +169,41 @@ def sweep(split: str, max_seconds: float) -> None:
         print(i, {k: row.get(k) for k in ("key", "data_parallel_ms", "stream_k_ms", "cudnn_ms")})
 
 
+def chosen_ms(row: dict, threshold: float | None) -> float:
+    """The time of the schedule a rule picks for a measured ``row``: the heuristic's when
+    ``threshold`` is None, else ``stream_k_pays`` at ``threshold``."""
+    if threshold is None:
+        stream_k = row["default_stream_k"]
+    else:
+        stream_k = stream_k_pays(row["tiles"], row["k_tiles"], NUM_SMS, threshold)
+    return row["stream_k_ms"] if stream_k else row["data_parallel_ms"]
+
+
+def score(rows: list[dict], threshold: float | None) -> float:
+    """Geomean over ``rows`` of (the faster schedule's time) / (the chosen one's): 1 is
+    always choosing right."""
+    return geomean(
+        min(r["stream_k_ms"], r["data_parallel_ms"]) / chosen_ms(r, threshold) for r in rows
+    )
+
+
+def fit_threshold(train: list[dict]) -> float:
+    """The ``stream_k_pays`` threshold with the best ``score`` on ``train``: candidates halfway
+    between the problems' savings (and infinity: never split); among equal scores the middle
+    one, the farthest from the data on both sides."""
+    saved = sorted({r["k_tiles"] * (1 - r["tiles"] / NUM_SMS) for r in train})
+    candidates = [(a + b) / 2 for a, b in zip(saved, saved[1:], strict=False)] + [math.inf]
+    best_score = max(score(train, t) for t in candidates)
+    tied = [t for t in candidates if score(train, t) >= best_score - 1e-12]
+    return tied[len(tied) // 2]
+
+
 def fit() -> None:
     rows = json.loads(RESULTS_PATH.read_text())["rows"]
     rows = [r for r in rows if "stream_k_ms" in r and "data_parallel_ms" in r]
     train = [r for r in rows if r["split"] == "train"]
     heldout = [r for r in rows if r["split"] == "heldout"]
-
-    def chosen_ms(r: dict, threshold: float | None) -> float:
-        sk = r["default_stream_k"] if threshold is None else stream_k_pays(
-            r["tiles"], r["k_tiles"], NUM_SMS, threshold
-        )
-        return r["stream_k_ms"] if sk else r["data_parallel_ms"]
-
-    def score(part: list[dict], threshold: float | None) -> float:
-        best = (min(r["stream_k_ms"], r["data_parallel_ms"]) for r in part)
-        return geomean(b / chosen_ms(r, threshold) for b, r in zip(best, part, strict=True))
-
-    # Thresholds halfway between the training problems' savings (and none: never split);
-    # among equal scores the middle one, the farthest from the data on both sides.
-    saved = sorted({r["k_tiles"] * (1 - r["tiles"] / NUM_SMS) for r in train})
-    candidates = [(a + b) / 2 for a, b in zip(saved, saved[1:], strict=False)] + [math.inf]
-    best_score = max(score(train, t) for t in candidates)
-    tied = [t for t in candidates if score(train, t) >= best_score - 1e-12]
-    fitted = tied[len(tied) // 2]
+    fitted = fit_threshold(train)
     print(f"{len(train)} train, {len(heldout)} held-out problems")
     print(f"fitted threshold: {fitted:.1f} k-tiles saved per SM")
     print("| part | rule | best / chosen (geomean) | default vs cuDNN (geomean) |")
