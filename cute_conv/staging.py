@@ -392,7 +392,8 @@ class StagedWeightCache:
 
     An entry is reused when the source is the same tensor object, at the same address,
     with the same version counter (torch bumps it on every in-place write) and the same
-    ``how`` (the staging plan and what else shaped the copy). Writes that bypass the version
+    ``how`` (the staging plan, what else shaped the copy, and the stream it was made on: a
+    call on another stream would not wait for the copy, so it makes its own). Writes that bypass the version
     counter (through ``.data``, DLPack or another library's kernels) are not seen: ``clear()``
     after them. Nothing is kept while a CUDA graph is captured (the graph then stages the
     weight itself, so a replay sees its current values) nor for inference-mode tensors (no
@@ -485,11 +486,13 @@ def run_staged(
     else:
         x_k = _stage_activation(x, plan, stream)
         stage = lambda: _stage_filter(filter, plan)  # noqa: E731
-    # A filter the kernel reads as it is needs no copy, hence no cache entry.
-    flt_k = staged_weights.get(filter, (plan,), stage) if plan.stages_filter else stage()
+    # A filter the kernel reads as it is needs no copy, hence no cache entry. A copy made on
+    # one stream is reused on that stream only: another would not wait for its staging.
+    how = (plan, stream)
+    flt_k = staged_weights.get(filter, how, stage) if plan.stages_filter else stage()
     if bias is not None or scale is not None:
         dtype = kernel_vector_dtype(bias, scale)
-        bias, scale = (_kernel_vector(v, dtype, plan) for v in (bias, scale))
+        bias, scale = (_kernel_vector(v, dtype, plan, stream) for v in (bias, scale))
     kernel_out = out if plan.view is None else out.view(kp.output_shape)
     scratch = bool(k_pad) or overlaps(out, x) or overlaps(out, filter)
     if scratch:
@@ -516,11 +519,12 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
 
 
 def _kernel_vector(
-    vector: torch.Tensor | None, dtype: torch.dtype, plan: StagingPlan
+    vector: torch.Tensor | None, dtype: torch.dtype, plan: StagingPlan, stream: int | None
 ) -> torch.Tensor | None:
     """A bias/scale vector as the kernel reads it: contiguous, in ``dtype``, zero-padded by
     the plan's ``k_pad`` channels, or repeated per phase of a super-pixel view. A copy is
-    kept while the vector is unchanged (``staged_weights``): each copy is a launch."""
+    kept for calls on ``stream`` while the vector is unchanged (``staged_weights``): each
+    copy is a launch."""
     if vector is None:
         return None
     if plan.k_pad:
@@ -531,7 +535,7 @@ def _kernel_vector(
         return vector
     else:
         stage = lambda: vector.to(dtype).contiguous()  # noqa: E731
-    return staged_weights.get(vector, (plan, dtype), stage)
+    return staged_weights.get(vector, (plan, dtype, stream), stage)
 
 
 def overlaps(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:

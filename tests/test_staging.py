@@ -384,3 +384,28 @@ def test_padded_bias_and_scale_are_kept_while_unchanged():
     bias.add_(1.0)
     call()
     assert seen[2][0] is not seen[1][0] and seen[2][1] is seen[1][1]
+
+
+def test_staged_weights_are_reused_on_their_own_stream_only():
+    """A copy staged on one stream is not handed to a call on another (which would not
+    wait for the staging); each stream gets its own, and the later one replaces the entry."""
+    clear_staged_weights()
+    x = torch.randn(1, 6, 6, 12)
+    flt, bias = torch.randn(20, 3, 3, 12), torch.randn(20)
+    problem = Conv2dProblemShape.from_shapes(x.shape, flt.shape, padding=1)
+    plan = staging_plan(problem, kernel_problem_for(problem))
+    seen = []
+
+    def call(stream):
+        def launch(xs, fs, out, source, b, s):
+            seen.append((fs, b))
+            fake_launch(plan.kernel_problem)(xs, fs, out, source, b, s)
+
+        out = torch.full(problem.output_shape, float("nan"))
+        run_staged(launch, plan, x, flt, out, None, bias, None, stream=stream)
+
+    call(7)
+    call(7)
+    call(9)
+    assert seen[1][0] is seen[0][0] and seen[1][1] is seen[0][1]
+    assert seen[2][0] is not seen[1][0] and seen[2][1] is not seen[1][1]
