@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -392,18 +393,20 @@ class StagedWeightCache:
 
     An entry is reused when the source is the same tensor object, at the same address,
     with the same version counter (torch bumps it on every in-place write) and the same
-    ``how`` (the staging plan, what else shaped the copy, and the stream it was made on: a
-    call on another stream would not wait for the copy, so it makes its own). Writes that bypass the version
-    counter (through ``.data``, DLPack or another library's kernels) are not seen: ``clear()``
-    after them. Nothing is kept while a CUDA graph is captured (the graph then stages the
-    weight itself, so a replay sees its current values) nor for inference-mode tensors (no
-    version counter).
+    ``how``: the staging plan, what else shaped the copy, and the stream it was made on (a
+    call on another stream would not wait for the copy, so it makes its own). Writes that
+    bypass the version counter (through ``.data``, DLPack or another library's kernels) are
+    not seen: ``clear()`` after them. Nothing is kept while a CUDA graph is captured (the
+    graph then stages the weight itself, so a replay sees its current values) nor for
+    inference-mode tensors (no version counter).
     """
 
     def __init__(self) -> None:
         self._entries: dict[int, tuple] = {}
 
-    def get(self, source: torch.Tensor, how: tuple, stage) -> torch.Tensor:
+    def get(
+        self, source: torch.Tensor, how: tuple, stage: Callable[[], torch.Tensor]
+    ) -> torch.Tensor:
         """``stage()`` (the staged ``source``), or the copy kept from an earlier call."""
         capturing = source.is_cuda and torch.cuda.is_current_stream_capturing()
         if capturing or source.is_inference():
