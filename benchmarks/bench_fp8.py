@@ -129,7 +129,7 @@ def bench_shape(shape: dict, num_sms: int) -> dict:
     x, flt = x32.to(torch.bfloat16), f32.to(torch.bfloat16)
     problem = cute_conv.Conv2dProblemShape.from_shapes(x.shape, flt.shape, **geom)
     row = dict(name=shape["name"], gemm_m=problem.gemm_m, gemm_k=problem.gemm_k,
-               flops=2 * problem.gemm_m * problem.gemm_k * problem.K)  # fmt: skip
+               flops=problem.flops)  # fmt: skip
     fns = fp8_comparison(row, problem, geom, x32, f32, True, num_sms)
     check = row["checks"]["fp8"]
     if "fp8_ms" not in fns:

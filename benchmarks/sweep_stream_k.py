@@ -43,22 +43,19 @@ def sub_wave(problems: list[dict], num_sms: int = NUM_SMS) -> list[dict]:
     """The problems where the schedule choice matters (see the module docstring), each with
     its default config's tile count and k-tiles."""
     import cute_conv
+    from cute_conv.config import schedule_shape
     from cute_conv.staging import kernel_problem_for
 
     chosen = []
     for p in problems:
         kernel_problem = kernel_problem_for(problem_shape(p))
         config = cute_conv.default_config(kernel_problem, num_sms)
-        tiles, k_tiles = schedule_shape(kernel_problem, config)
+        tiles, k_tiles = schedule_shape(
+            kernel_problem, config.tile_m, config.tile_n, config.tile_k
+        )
         if tiles < num_sms and k_tiles >= MIN_K_TILES:
             chosen.append(p | {"tiles": tiles, "k_tiles": k_tiles})
     return chosen
-
-
-def schedule_shape(problem, config) -> tuple[int, int]:
-    """``(output tiles, k-tiles per tile)`` of ``config`` on ``problem`` (im2col tiles)."""
-    tiles = -(-problem.gemm_m // config.tile_m) * -(-problem.K // config.tile_n)
-    return tiles, -(-problem.C // config.tile_k) * problem.R * problem.S
 
 
 def stream_k_pays(tiles: int, k_tiles: int, num_sms: int, threshold: float) -> bool:

@@ -14,7 +14,13 @@ from .kernels.sm90.schedule_checks import MAX_K_TILE_BYTES, MIN_K_TILE_BYTES
 from .kernels.sm100.config import Conv2dConfigSm100
 from .problem import Conv2dProblemShape
 
-__all__ = ["Conv2dConfig", "check_config_fits", "check_element_bytes", "default_config"]
+__all__ = [
+    "Conv2dConfig",
+    "check_config_fits",
+    "check_element_bytes",
+    "default_config",
+    "schedule_shape",
+]
 
 # GEMM K up to which a residual kernel's mainloop is too short to hide a tile of C loads
 # behind (measured on an H200: K=64 and 256 1x1 convs 1.2x faster at tile_n=128 than 256,
@@ -240,8 +246,7 @@ def default_config(
         short_k_tiles and tile_m == 256 and not has_residual
     )
     cluster_m = 2 if cluster_n == 1 and shares_filter else 1
-    tiles = _tile_count(problem, tile_m, tile_n)
-    k_tiles = -(-problem.C // tile_k) * problem.R * problem.S
+    tiles, k_tiles = schedule_shape(problem, tile_m, tile_n, tile_k)
     stream_k = tiles <= _MAX_WAVE_STREAM_K * num_sms and k_tiles >= _MIN_K_TILES_STREAM_K
     pointwise = problem.R == problem.S == 1
     dynamic_schedule = pointwise and cluster_m == cluster_n == 1 and not stream_k
@@ -264,6 +269,14 @@ def _pingpong_pays(problem: Conv2dProblemShape, k_tiles: int, num_sms: int) -> b
     128 x ``_PINGPONG_TILE_N`` (so that both consumer warpgroups have tiles)."""
     tiles = _tile_count(problem, 128, _PINGPONG_TILE_N)
     return k_tiles >= _MIN_K_TILES_PINGPONG and tiles >= 2 * num_sms
+
+
+def schedule_shape(
+    problem: Conv2dProblemShape, tile_m: int, tile_n: int, tile_k: int
+) -> tuple[int, int]:
+    """``(output tiles, k-tiles per tile)`` of im2col tiles of this shape on ``problem``: a
+    k-tile never spans two filter taps, so each tap takes ``ceil(C / tile_k)`` of them."""
+    return _tile_count(problem, tile_m, tile_n), -(-problem.C // tile_k) * problem.R * problem.S
 
 
 def _tile_count(problem: Conv2dProblemShape, tile_m: int, tile_n: int) -> int:

@@ -465,8 +465,6 @@ def run_staged(
       (zero channels add nothing); with K padded, the kernel writes a scratch output whose
       first K channels are copied to ``out``; ``source`` is first copied into those channels
       (the kernel adds it in place) and ``bias``/``scale`` are padded.
-    Staged filters and bias/scale vectors are kept for the next call while their sources are
-    unchanged (``StagedWeightCache``).
     - 8 input channels and stride 2 (``super_pixel_view``): no copy of ``x``, ``out`` or
       ``source`` (views); the filter regrouped, and ``bias``/``scale`` repeated per phase.
     - few input channels and stride 2 otherwise (``uses_space_to_depth``): ``x`` rearranged into
@@ -479,6 +477,8 @@ def run_staged(
     - ``source`` overlapping ``out`` without being it: a copy of ``source``.
     - bias/scale not contiguous, or of two different dtypes: copied (as float32 in the latter
       case; the kernel reads float32, bfloat16 and float16 vectors as they are).
+    Staged filters and bias/scale vectors are kept for the next call while their sources are
+    unchanged (``StagedWeightCache``).
     """
     k_pad, kp = plan.k_pad, plan.kernel_problem
     # fp8 tensors are staged as their bytes (zero bytes are +0.0): torch's pads and copies
