@@ -77,6 +77,9 @@ class Conv2dConfigSm100:
         block_swizzle: tiles are walked in bands of this many clusters along the raster's
             minor direction (1, 2, 4 or 8), for L2 reuse.
         raster_along_m: walk output tiles M-fastest (True) or N-fastest (False).
+        programmatic_launch: launch with programmatic dependent launch, so that the kernel's
+            setup overlaps the previous kernel's tail on the stream (it waits for that
+            kernel's writes before touching global memory); False launches it the plain way.
     """
 
     cta_group: int = 2
@@ -91,6 +94,7 @@ class Conv2dConfigSm100:
     source_stages: int = 0
     block_swizzle: int = 1
     raster_along_m: bool = True
+    programmatic_launch: bool = True
 
     @classmethod
     def default_bf16(cls) -> "Conv2dConfigSm100":
@@ -103,7 +107,7 @@ class Conv2dConfigSm100:
         return cls(cta_group=1, mma_m=128, mma_n=128)
 
     def __post_init__(self) -> None:
-        check_field_types(self)
+        check_field_types(self, bool_fields=("raster_along_m", "programmatic_launch"))
         check_choice("cta_group", self.cta_group, CTA_GROUPS)
         if self.mma_m != MMA_M_BY_CTA_GROUP[self.cta_group]:
             raise ValueError(

@@ -8,6 +8,10 @@ and M/K tails are zero-filled by the TMA unit. ``tcgen05.mma`` accumulates in te
 Hopper kernel's (``kernels/common/epilogue.py``), fed from TMEM:
 ``D = epilogue_fn(act(alpha * acc * scale + bias)) + beta * C``.
 
+With ``programmatic_launch`` the kernel is launched with programmatic dependent launch
+(``kernels/common/dependent_launch.py``), as on SM90: its setup overlaps the previous kernel's
+tail, and every thread waits for that kernel before the roles start.
+
 Compile-verified only: this kernel has been compiled for ``sm_100a`` and its PTX checked; it has
 never run on a Blackwell GPU.
 
@@ -45,6 +49,7 @@ from cutlass.cute.nvgpu import OperandMajorMode, cpasync, tcgen05
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from cutlass.tensor_utils import LayoutEnum
 
+from ..common.dependent_launch import wait_for_previous_grid
 from ..common.entry import FP8_TYPES, ConvKernelEntry, ConvLaunchParams, MainloopOperands
 from ..common.epilogue import EpilogueOperands, make_epilogue_operands, quantization_scalars
 from ..common.im2col import (
@@ -282,6 +287,7 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
             block=[self.threads_per_cta, 1, 1],
             cluster=(*self.cluster_shape_mn, 1),
             stream=stream,
+            use_pdl=self.config.programmatic_launch,
         )
 
     # ------------------------------------------------------------------------------------------
@@ -363,6 +369,8 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
         )
         work_items = ClcWorkItems(scheduler, clc_pipeline, self.clc_stages)
         pipeline_init_wait(cluster_shape_mn=self.cluster_shape_mn)
+        if cutlass.const_expr(self.config.programmatic_launch):
+            wait_for_previous_grid()  # the setup above touched SMEM, TMEM and parameters only
 
         # ////////////////////////////////////////////////////////////////////////////////////
         #  SCHEDULER (warp 4, CTA 0 of the cluster)

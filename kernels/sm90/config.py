@@ -107,6 +107,9 @@ class Conv2dConfig:
             mainloop has the tensor cores (False: both work on every tile and the tensor
             cores idle during its epilogue). 128-row tiles at most 128 wide, static
             scheduling, no stream_k; with halo tiles each consumer holds its own tile's halo.
+        programmatic_launch: launch with programmatic dependent launch, so that the kernel's
+            setup overlaps the previous kernel's tail on the stream (it waits for that
+            kernel's writes before touching global memory); False launches it the plain way.
     """
 
     tile_m: int = 128
@@ -122,11 +125,11 @@ class Conv2dConfig:
     tile_w: int = 0
     halo_h: int = 0
     pingpong: bool = False
+    programmatic_launch: bool = True
 
     def __post_init__(self) -> None:
-        check_field_types(
-            self, bool_fields=("raster_along_m", "stream_k", "dynamic_schedule", "pingpong")
-        )
+        bool_fields = ("raster_along_m", "stream_k", "dynamic_schedule", "pingpong")
+        check_field_types(self, bool_fields=(*bool_fields, "programmatic_launch"))
         check_choice("tile_m", self.tile_m, TILE_M_CHOICES)
         check_choice("tile_n", self.tile_n, TILE_N_CHOICES)
         if self.tile_m * self.tile_n > MAX_TILE_ELEMS:

@@ -21,6 +21,10 @@ N and the filter tile along M. With ``dynamic_schedule`` (single-CTA clusters) a
 tile is its grid index and the load warp takes the next ones from a global counter, one tile
 ahead, handing each to the consumers and the source-load warp through the work queue
 (PipelineAsync, ``WORK_QUEUE_STAGES`` SMEM slots; a value past the last tile ends the roles).
+
+With ``programmatic_launch`` the kernel is launched with programmatic dependent launch
+(``kernels/common/dependent_launch.py``): its setup overlaps the previous kernel's tail, and
+every thread waits for that kernel before the roles start.
 """
 
 from typing import NamedTuple, Optional, Tuple
@@ -36,6 +40,7 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from cutlass.tensor_utils import LayoutEnum
 
 from ..common.barriers import NamedBarrierConv
+from ..common.dependent_launch import wait_for_previous_grid
 from ..common.entry import FP8_TYPES, ConvKernelEntry, ConvLaunchParams, MainloopOperands
 from ..common.epilogue import EpilogueOperands, make_epilogue_operands, quantization_scalars
 from ..common.im2col import (
@@ -168,6 +173,7 @@ class Conv2dFpropSm90(
         self.stream_k = config.stream_k
         self.dynamic_schedule = config.dynamic_schedule
         self.pingpong = config.pingpong
+        self.programmatic_launch = config.programmatic_launch
         self.tile_w = config.tile_w
         self.halo_h = config.halo_h
         tile_m = config.tile_m
@@ -340,6 +346,7 @@ class Conv2dFpropSm90(
             cluster=(cm, cn, 1),
             min_blocks_per_mp=1,
             stream=stream,
+            use_pdl=self.programmatic_launch,
         )
 
     # ------------------------------------------------------------------------------------------
@@ -402,6 +409,8 @@ class Conv2dFpropSm90(
         )  # fmt: skip
 
         pipeline_init_wait(cluster_shape_mn=self.cluster_mn)
+        if cutlass.const_expr(self.programmatic_launch):
+            wait_for_previous_grid()  # the setup above touched SMEM and parameters only
 
         # ////////////////////////////////////////////////////////////////////////////////////
         #  PRODUCER WARPGROUP

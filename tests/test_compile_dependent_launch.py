@@ -1,0 +1,90 @@
+"""Compile-only: programmatic dependent launch (``programmatic_launch``) in both archs' PTX.
+
+With PDL a kernel may start while the previous kernel on the stream still runs, so every
+global memory access must come after ``griddepcontrol.wait``: the kernel's inputs may still be
+being written, its output still read, and the stream-K / work-queue workspace is shared by
+every kernel on the stream. The wait sits in the setup shared by all roles, so in the PTX's
+text it precedes every role's code; these tests hold it there. The GPU tests run chains of
+convs under CUDA graphs, where the overlap happens (``test_conv2d_sm90.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+import torch
+
+import cute_conv
+from cute_conv import Conv2dConfig, Conv2dConfigSm100, EpilogueSpec
+
+WAIT = "griddepcontrol.wait;"
+SIGNAL = "griddepcontrol.launch_dependents;"
+FUSED_RESIDUAL = EpilogueSpec(has_bias=True, has_scale=True, activation="relu", has_residual=True)
+
+# Instructions that may touch global memory: loads, stores and atomics in the global or the
+# generic state space (a generic address may point to global memory), and bulk copies to or
+# from global memory. Shared, parameter, local and constant accesses are not hazards.
+_MEMORY_OP = re.compile(r"^\s*(?:@!?%p\d+\s+)?((?:ld|st|atom|red)(?:\.[\w:]+)*)\s", re.M)
+_LOCAL_SPACES = (".shared", ".param", ".local", ".const")
+_BULK_GLOBAL = re.compile(r"^\s*(?:@!?%p\d+\s+)?(c[a-z.]*bulk[\w.:]*\.global)", re.M)
+
+CASES = {
+    "sm90-default": ("sm_90a", Conv2dConfig(), None),
+    "sm90-stream-k-residual": ("sm_90a", Conv2dConfig(stream_k=True), FUSED_RESIDUAL),
+    "sm90-dynamic": ("sm_90a", Conv2dConfig(dynamic_schedule=True), FUSED_RESIDUAL),
+    "sm90-pingpong": ("sm_90a", Conv2dConfig(pingpong=True), FUSED_RESIDUAL),
+    "sm100-2sm-residual": ("sm_100a", Conv2dConfigSm100(), FUSED_RESIDUAL),
+}
+
+
+def _first_global_access(ptx: str) -> int | None:
+    """Offset of the first instruction that may access global memory (None: there is none)."""
+    offsets = [
+        m.start(1)
+        for m in _MEMORY_OP.finditer(ptx)
+        if not any(space in m.group(1) for space in _LOCAL_SPACES)
+    ]
+    bulk = _BULK_GLOBAL.search(ptx)
+    if bulk:
+        offsets.append(bulk.start(1))
+    return min(offsets, default=None)
+
+
+def _compile(arch, config, epilogue):
+    return cute_conv.compile_kernel(arch, act_dtype=torch.bfloat16, config=config, epilogue=epilogue)
+
+
+@pytest.mark.parametrize("arch, config, epilogue", CASES.values(), ids=CASES.keys())
+def test_the_wait_precedes_every_global_access(arch, config, epilogue):
+    ptx = _compile(arch, config, epilogue).ptx
+    assert ptx.count(WAIT) == 1 and ptx.count(SIGNAL) == 1
+    wait, signal = ptx.index(WAIT), ptx.index(SIGNAL)
+    assert wait < signal, "the next kernel is released only once this one has waited"
+    first_access = _first_global_access(ptx)
+    assert first_access is not None, "the pattern finds the kernel's loads and stores"
+    assert wait < first_access, ptx[first_access : first_access + 200]
+
+
+@pytest.mark.parametrize("arch, config, epilogue", CASES.values(), ids=CASES.keys())
+def test_plain_launch_has_no_grid_dependency_control(arch, config, epilogue):
+    plain = dataclasses.replace(config, programmatic_launch=False)
+    ptx = _compile(arch, plain, epilogue).ptx
+    assert "griddepcontrol" not in ptx
+
+
+def test_the_access_pattern_sees_global_loads_and_skips_shared_ones():
+    ptx = "\tld.shared.u32 %r1, [%r2];\n\tst.param.b32 [p], %r1;\n\tld.global.nc.u32 %r3, [%rd1];\n"
+    assert _first_global_access(ptx) == ptx.index("ld.global")
+    assert _first_global_access("\tld.u32 %r1, [%rd2];\n") == 1  # generic: may be global
+    bulk = "\tcp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%rd1, {%r1, %r2}], [%r3];\n"
+    assert _first_global_access(bulk) == 1
+    assert _first_global_access("\tmbarrier.init.shared::cta.b64 [%r1], 1;\n") is None
+
+
+def test_programmatic_launch_must_be_a_bool():
+    with pytest.raises(TypeError, match="programmatic_launch must be a bool"):
+        Conv2dConfig(programmatic_launch=1)
+    with pytest.raises(TypeError, match="programmatic_launch must be a bool"):
+        Conv2dConfigSm100(programmatic_launch="yes")
