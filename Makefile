@@ -47,10 +47,12 @@ bench-fp8: install
 
 # Whole models (H100/H200): a process per model and pair of batch sizes keeps each within a few
 # minutes; each merges its rows into benchmarks/models.json and renders MODELS.md and the chart.
+# Then the models' convs alone, back to back, with and without programmatic launch (CHAIN.md).
 bench-models: install
 	for model in resnet18 resnet50 vgg16; do for batches in "1 8" "32 128"; do \
 		$(VPY) benchmarks/models.py --models $$model --batches $$batches || exit 1; \
 	done; done
+	$(VPY) benchmarks/conv_chain.py
 
 # The conv corpus (H100/H200), one section of ~7 minutes per call: `make bench-corpus
 # SECTION=3` (`benchmarks/bench_corpus.py --plan` lists them), CORPUS_ARGS for more options.

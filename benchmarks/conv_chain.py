@@ -110,11 +110,11 @@ def measure(name: str, batch: int) -> dict:
     return dict(model=name, batch=batch, convs=len(convs), us={m: t * 1e3 for m, t in ms.items()})
 
 
-def render(rows: list[dict], command: str) -> str:
+def render(rows: list[dict], command: str, device: str) -> str:
     lines = [
         "# A model's convs back to back (CUDA graph)",
         "",
-        f"- device: {torch.cuda.get_device_name()}; {datetime.date.today()}; {_version()}",
+        f"- device: {device}",
         f"- command: `{command}`",
         "- each graph runs every conv of the model once, in call order, on its own tensors "
         "(no data flow between them); plain convs, the default heuristic's configs; "
@@ -153,7 +153,12 @@ def main(argv: list[str] | None = None) -> int:
             us = rows[-1]["us"]
             print(name, batch, {m: round(t, 1) for m, t in us.items()}, flush=True)
     command = "python benchmarks/conv_chain.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    args.out.write_text(render(rows, command))
+    device = (
+        f"{torch.cuda.get_device_name()}; {datetime.date.today()}; torch {torch.__version__}, "
+        f"cuDNN {torch.backends.cudnn.version()}, "
+        f"nvidia-cutlass-dsl {_version('nvidia-cutlass-dsl')}"
+    )
+    args.out.write_text(render(rows, command, device))
     print(f"wrote {args.out}")
     return 0
 
