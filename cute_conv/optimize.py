@@ -34,6 +34,7 @@ from torch import fx, nn
 from .fold import activation_name
 from .fp8 import scale_from_amax
 from .nn import Conv2d, conv_limits
+from .pooling import TiledMaxPool2d, tiles_the_map
 
 __all__ = ["FP8_MIN_CHANNELS", "FusedChain", "LeftConv", "OptimizeReport", "optimize"]
 
@@ -71,6 +72,9 @@ class OptimizeReport:
     fp8: list[str] = field(default_factory=list)
     fp8_outputs: list[str] = field(default_factory=list)
     kept_16bit: list[LeftConv] = field(default_factory=list)
+    # Max pools whose windows tile the map, now ``TiledMaxPool2d`` (torch's channels_last
+    # kernel is slow on small batches).
+    pools: list[str] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         """Fused chains per pattern, most common first."""
@@ -89,6 +93,8 @@ class OptimizeReport:
         if self.left:
             lines.append("left to torch:")
         lines += [f"  {conv.name}: {conv.reason}" for conv in self.left]
+        if self.pools:
+            lines.append(f"max pools as an amax over windows that tile the map: {len(self.pools)}")
         if self.fp8 or self.kept_16bit:
             lines.append(
                 f"fp8: {len(self.fp8)} fused convs ({len(self.fp8_outputs)} writing fp8 for the "
@@ -103,7 +109,8 @@ class _Tracer(fx.Tracer):
     again)."""
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        return isinstance(m, Conv2d) or super().is_leaf_module(m, module_qualified_name)
+        ours = isinstance(m, (Conv2d, TiledMaxPool2d))
+        return ours or super().is_leaf_module(m, module_qualified_name)
 
 
 def optimize(
@@ -194,6 +201,8 @@ class _Rewriter:
         for node in list(self.gm.graph.nodes):
             if node.op == "call_module" and isinstance(self.modules[node.target], nn.Conv2d):
                 self._rewrite(node)
+            elif node.op == "call_module" and tiles_the_map(self.modules[node.target]):
+                self._replace_pool(node)
             elif node.op == "call_function" and node.target in _FUNCTIONAL_CONVS:
                 reason = "a functional conv2d call: only nn.Conv2d modules are converted"
                 self.report.left.append(LeftConv(node.name, reason))
@@ -245,6 +254,12 @@ class _Rewriter:
         self.report.fused.append(
             FusedChain(name, "+".join(pattern), tuple(map(_describe, chain)), stopped)
         )
+
+    def _replace_pool(self, node: fx.Node) -> None:
+        pool = TiledMaxPool2d.from_torch(self.modules[node.target])
+        self.gm.add_submodule(node.target, pool)  # every call of the module: the same pool
+        self.modules[node.target] = pool
+        self.report.pools.append(node.target)
 
     def _extend(
         self, chain: list[fx.Node], pattern: list[str], node: fx.Node, op: str
