@@ -67,7 +67,8 @@ def main() -> int:
     compiled, _ = compile_timed(model16, x)
     methods = {"cute_conv.optimize": cute_conv.optimize(model16), "torch.compile": compiled}
     for title, module in methods.items():
-        replay, _ = graphed(module, x)
+        with torch.no_grad():  # as models.py runs them: no autograd records, inference paths
+            replay, _ = graphed(module, x)
         print_table(f"{args.model} batch {args.batch}, {title}", *kernel_times(replay), args.top)
     return 0
 
