@@ -313,21 +313,25 @@ class QuantizeKey:
 
     arch: str
     dtype: str
+    from_amax: bool = False
 
 
 def _compile_quantize(key: QuantizeKey) -> CompiledHelperKernel:
-    pointers = [_null_pointer(t) for t in (key.dtype, cutlass.Float8E4M3FN, cutlass.Float32)]
-    kernel = QuantizeFp8(CUTLASS_DTYPES[key.dtype])
-    return _compile_helper(key, kernel, [*pointers, cutlass.Int32(1)])
+    dtypes = (key.dtype, cutlass.Float8E4M3FN, cutlass.Float32, cutlass.Float32)
+    kernel = QuantizeFp8(CUTLASS_DTYPES[key.dtype], key.from_amax)
+    return _compile_helper(key, kernel, [*map(_null_pointer, dtypes), cutlass.Int32(1)])
 
 
-def compile_quantize(arch: str, dtype: Any) -> CompiledHelperKernel:
+def compile_quantize(arch: str, dtype: Any, *, from_amax: bool = False) -> CompiledHelperKernel:
     """Compile (or fetch from the caches) the fp8 quantization kernel of ``dtype`` (bfloat16
     or float16) inputs; see ``cute_conv.fp8``. Needs no GPU. Launch with ``(x_ptr, y_ptr,
-    scale_ptr, vectors, stream)``, ``vectors`` the element count over
-    ``kernels.common.quantize.VECTOR``."""
+    scale_ptr, amax_ptr, vectors, stream)``, ``vectors`` the element count over
+    ``kernels.common.quantize.VECTOR``: the scale is read, or with ``from_amax`` computed from
+    the float32 amax and written (``kernels.common.quantize.QuantizeFp8``)."""
     _check_arch(arch)
-    key = QuantizeKey(arch, dtype_name(dtype, "dtype", ("bfloat16", "float16")))
+    if not isinstance(from_amax, bool):
+        raise TypeError(f"from_amax must be a bool, got {from_amax!r}")
+    key = QuantizeKey(arch, dtype_name(dtype, "dtype", ("bfloat16", "float16")), from_amax)
     return _cached(key, _compile_quantize)
 
 

@@ -10,7 +10,9 @@ from .cuda_context import current_raw_stream, device_arch, on_device
 from .kernels.common.quantize import VECTOR
 from .validation import ALIGNMENT_BYTES, FP8_DTYPES, check_scale_tensor
 
-__all__ = ["amax_scale", "quantize_fp8", "quantize_with_scale", "scale_from_amax"]
+__all__ = [
+    "amax_scale", "quantize_dynamic", "quantize_fp8", "quantize_with_scale", "scale_from_amax",
+]
 
 E4M3_MAX = torch.finfo(torch.float8_e4m3fn).max
 
@@ -83,27 +85,66 @@ def quantize_with_scale(t: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     A contiguous bfloat16/float16 CUDA tensor of a multiple of 8 elements takes one pass of
     ``kernels.common.quantize``; other tensors, torch ops.
     """
-    if not isinstance(t, torch.Tensor) or t.dtype not in (torch.bfloat16, torch.float16):
-        raise TypeError(
-            f"t must be a bfloat16 or float16 tensor, got "
-            f"{t.dtype if isinstance(t, torch.Tensor) else type(t).__name__}"
-        )
+    _check_16bit(t)
     check_scale_tensor("scale", scale, t.device, "t")
-    aligned = t.numel() % VECTOR == 0 and t.data_ptr() % ALIGNMENT_BYTES == 0
-    if not (t.is_cuda and t.is_contiguous() and aligned):
+    if not _kernel_takes(t):
         return _saturate(t.float() / scale, torch.float8_e4m3fn)
-    out = torch.empty(t.shape, dtype=torch.float8_e4m3fn, device=t.device)
-    if t.numel():
-        device_index = t.get_device()
-        kernel = compile_quantize(device_arch(device_index), t.dtype)
-        stream = current_raw_stream(device_index)
-        with on_device(device_index):
-            vectors = t.numel() // VECTOR
-            kernel.launch(t.data_ptr(), out.data_ptr(), scale.data_ptr(), vectors, stream)
-    return out
+    return _launch_quantize(t, scale, scale, from_amax=False)
+
+
+def quantize_dynamic(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(fp8 tensor, scale)``: ``t`` quantized with its per-tensor e4m3 scale measured now
+    (``amax_scale``), without a host synchronization: one reduction for ``max|t|`` and, where
+    ``quantize_with_scale`` takes one kernel pass, that pass derives and writes the scale too
+    (a 0-dim float32 tensor on ``t``'s device)."""
+    _check_16bit(t)
+    if not _kernel_takes(t):
+        scale = amax_scale(t)
+        return _saturate(t.float() / scale, torch.float8_e4m3fn), scale
+    scale = torch.empty((), dtype=torch.float32, device=t.device)
+    return _launch_quantize(t, scale, _max_abs(t), from_amax=True), scale
 
 
 def amax_scale(t: torch.Tensor) -> torch.Tensor:
     """The per-tensor e4m3 scale of ``t`` measured now: ``max|t| / 448`` as a 0-dim float32
     tensor on ``t``'s device (1 for an all-zero tensor); no host synchronization."""
-    return scale_from_amax(t.abs().amax().float())
+    return scale_from_amax(_max_abs(t))
+
+
+def _max_abs(t: torch.Tensor) -> torch.Tensor:
+    """``max|t|`` as a 0-dim float32 tensor, in one reduction (no ``abs`` copy of ``t``); 0
+    for an empty tensor."""
+    if t.numel() == 0:
+        return torch.zeros((), dtype=torch.float32, device=t.device)
+    return torch.linalg.vector_norm(t, ord=float("inf"), dtype=torch.float32)
+
+
+def _check_16bit(t: object) -> None:
+    if not isinstance(t, torch.Tensor) or t.dtype not in (torch.bfloat16, torch.float16):
+        raise TypeError(
+            f"t must be a bfloat16 or float16 tensor, got "
+            f"{t.dtype if isinstance(t, torch.Tensor) else type(t).__name__}"
+        )
+
+
+def _kernel_takes(t: torch.Tensor) -> bool:
+    """Whether the quantize kernel reads ``t``: contiguous, on the GPU, whole aligned vectors."""
+    aligned = t.numel() % VECTOR == 0 and t.data_ptr() % ALIGNMENT_BYTES == 0
+    return t.is_cuda and t.is_contiguous() and aligned
+
+
+def _launch_quantize(
+    t: torch.Tensor, scale: torch.Tensor, amax: torch.Tensor, *, from_amax: bool
+) -> torch.Tensor:
+    out = torch.empty(t.shape, dtype=torch.float8_e4m3fn, device=t.device)
+    if t.numel():
+        device_index = t.get_device()
+        kernel = compile_quantize(device_arch(device_index), t.dtype, from_amax=from_amax)
+        stream = current_raw_stream(device_index)
+        with on_device(device_index):
+            vectors = t.numel() // VECTOR
+            pointers = (t.data_ptr(), out.data_ptr(), scale.data_ptr(), amax.data_ptr())
+            kernel.launch(*pointers, vectors, stream)
+    elif from_amax:
+        scale.fill_(1.0)  # the amax of nothing is 0
+    return out

@@ -25,7 +25,7 @@ from torch import nn
 from . import api
 from .epilogue import ACTIVATIONS, EpilogueSpec
 from .fold import activation_name, fold_batch_norm
-from .fp8 import amax_scale, quantize_fp8, quantize_with_scale
+from .fp8 import quantize_dynamic, quantize_fp8, quantize_with_scale
 from .problem import Padding, Pair, normalize_padding, normalize_pair, output_size
 from .validation import INPUT_DTYPES, check_scale_tensor, validate_conv_inputs
 
@@ -258,9 +258,9 @@ class Conv2d(nn.Module):
                 )
         elif x.dtype != self.output_dtype:
             raise TypeError(f"x has dtype {x.dtype}; this fp8 module takes {self.output_dtype}")
+        elif x_scale is None:
+            x_nhwc, x_scale = quantize_dynamic(x_nhwc)
         else:
-            if x_scale is None:
-                x_scale = amax_scale(x_nhwc)
             x_nhwc = quantize_with_scale(x_nhwc, x_scale)
         out_dtype = self.output_dtype if self.out_scale is None else torch.float8_e4m3fn
         common = dict(

@@ -106,3 +106,17 @@ def test_quantize_kernel_is_one_vectorized_saturating_pass(dtype):
     assert "cvt.rn.satfinite.e4m3x2.f32" in ptx and not re.search(r"cvt\.rn\.e4m3x2", ptx)
     with pytest.raises(TypeError, match="dtype=float32 is not supported"):
         compile_quantize("sm_90a", torch.float32)
+
+
+def test_quantize_from_amax_derives_and_writes_the_scale():
+    """Dynamic scaling: the kernel reads the amax, divides (IEEE, as torch does) and one
+    thread stores the scale; the static kernel only reads its scale."""
+    from cute_conv.compile import compile_quantize
+
+    dynamic = compile_quantize("sm_90a", BF16, from_amax=True).ptx
+    static = compile_quantize("sm_90a", BF16).ptx
+    assert "div.rn.f32" in dynamic and "div.rn.f32" not in static
+    assert re.findall(r"st\.global\.b32", dynamic) == ["st.global.b32"]  # the scale
+    assert not re.search(r"st\.global\.b32", static)
+    with pytest.raises(TypeError, match="from_amax must be a bool"):
+        compile_quantize("sm_90a", BF16, from_amax=1)

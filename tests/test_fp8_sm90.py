@@ -206,6 +206,39 @@ def test_quantize_kernel_matches_torch_bit_for_bit():
     assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
 
 
+@pytest.mark.parametrize("fill", ["random", "zeros"])
+def test_dynamic_quantize_matches_torch_bit_for_bit(fill):
+    """quantize_dynamic's one reduction + one kernel pass (which derives the scale) = the
+    scale of scale_from_amax and torch's multiply by 1/scale, saturate, round."""
+    from cute_conv.fp8 import E4M3_MAX, quantize_dynamic, scale_from_amax
+
+    t = (torch.randn(3, 17, 19, 64, device="cuda") * 30).to(torch.bfloat16)
+    if fill == "zeros":
+        t.zero_()
+    got, scale = quantize_dynamic(t)
+    want_scale = scale_from_amax(t.float().abs().amax())
+    want = (t.float() * (1 / want_scale)).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
+    assert scale.dtype == torch.float32 and scale.shape == ()
+    assert torch.equal(scale, want_scale)
+    assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+
+
+def test_dynamic_quantize_measures_again_on_each_graph_replay():
+    from cute_conv.fp8 import quantize_dynamic
+
+    t = torch.randn(2, 8, 8, 64, device="cuda").to(torch.bfloat16)
+    quantize_dynamic(t)  # compiled before the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        q, scale = quantize_dynamic(t)
+    for magnitude in (1.0, 1000.0):
+        t.copy_(torch.randn_like(t, dtype=torch.float32) * magnitude)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(scale, t.float().abs().amax() / 448)
+        assert (q.float() * scale - t.float()).abs().max() <= t.float().abs().max() / 16
+
+
 def _conv_bn_relu(c, k, r, stride=1):
     conv = torch.nn.Conv2d(c, k, r, stride=stride, padding=r // 2, bias=False)
     bn = torch.nn.BatchNorm2d(k)
