@@ -6,8 +6,8 @@ scale is a device scalar, so a CUDA graph replays with whatever it holds (delaye
 conversion is PTX's ``cvt.rn.satfinite``: values past +-448 become +-448, never NaN.
 
 With ``from_amax`` (dynamic scaling) the kernel reads ``max|x|`` instead, measured by the
-launch before it, derives the scale itself (``amax / 448``; 1 for 0, and for NaN, as
-``cute_conv.fp8.scale_from_amax``) and writes it for the conv that reads ``y``: the handful of
+launch before it, derives the scale itself (``amax / 448``, correctly rounded; 1 for 0 and
+for NaN, as ``cute_conv.fp8.scale_from_amax``) and writes it for the conv that reads ``y``: the handful of
 scalar torch ops that would compute it are as many launches, each as long as this pass on a
 small activation.
 """
