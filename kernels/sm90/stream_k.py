@@ -1,14 +1,12 @@
-"""Stream-K fixup (``Conv2dConfig.stream_k``), through global memory: a CTA whose segment is
-a partial of a tile writes its fp32 accumulators to its workspace slot and counts them in the
-tile's flag; the tile's owner waits for the flag, adds the partials in cluster order (a fixed
-order, so the sum does not depend on timing) and resets the flag for the next launch.
+"""Stream-K fixup (``Conv2dConfig.stream_k``), through global memory, no SMEM.
 
-Stream-K fixup (global memory, no SMEM): a CTA whose segment is a partial of a tile writes its
-fp32 accumulators to its workspace slot (16-byte vectors), the consumer threads meet at the
-epilogue barrier, and one thread publishes the slot (``fence.acq_rel.gpu`` + relaxed add to
-the tile's flag). The tile's owner (the segment with its first k-tile) spins with acquire
-loads until every later contributor has published, adds their slots in cluster order, resets
-the flag to zero and runs the normal epilogue; the source-load warp loads C only for owners.
+A CTA whose segment is a partial of a tile writes its fp32 accumulators to its workspace slot
+(16-byte vectors), the consumer threads meet at the epilogue barrier, and one thread publishes
+the slot (``fence.acq_rel.gpu`` + relaxed add to the tile's flag). The tile's owner (the
+segment with its first k-tile) spins with acquire loads until every later contributor has
+published, adds their slots in cluster order (a fixed order, so the sum does not depend on
+timing), resets the flag to zero for the next launch and runs the normal epilogue; the
+source-load warp loads C only for owners.
 """
 
 from typing import NamedTuple, Optional
