@@ -405,10 +405,16 @@ class StagedWeightCache:
         self._entries: dict[int, tuple] = {}
 
     def get(
-        self, source: torch.Tensor, how: tuple, stage: Callable[[], torch.Tensor]
+        self,
+        source: torch.Tensor,
+        how: tuple,
+        stage: Callable[[], torch.Tensor],
+        *,
+        capturing: bool,
     ) -> torch.Tensor:
-        """``stage()`` (the staged ``source``), or the copy kept from an earlier call."""
-        capturing = source.is_cuda and torch.cuda.is_current_stream_capturing()
+        """``stage()`` (the staged ``source``), or the copy kept from an earlier call;
+        ``capturing``: whether the call is being captured into a CUDA graph (asked once per
+        call by the caller)."""
         if capturing or source.is_inference():
             return stage()
         key, version, address = id(source), source._version, source.data_ptr()
@@ -492,10 +498,16 @@ def run_staged(
     # A filter the kernel reads as it is needs no copy, hence no cache entry. A copy made on
     # one stream is reused on that stream only: another would not wait for its staging.
     how = (plan, stream)
-    flt_k = staged_weights.get(filter, how, stage) if plan.stages_filter else stage()
+    capturing = x.is_cuda and torch.cuda.is_current_stream_capturing()
+    if plan.stages_filter:
+        flt_k = staged_weights.get(filter, how, stage, capturing=capturing)
+    else:
+        flt_k = stage()
     if bias is not None or scale is not None:
         dtype = kernel_vector_dtype(bias, scale)
-        bias, scale = (_kernel_vector(v, dtype, plan, stream) for v in (bias, scale))
+        bias, scale = (
+            _kernel_vector(v, dtype, plan, stream, capturing) for v in (bias, scale)
+        )
     kernel_out = out if plan.view is None else out.view(kp.output_shape)
     scratch = bool(k_pad) or overlaps(out, x) or overlaps(out, filter)
     if scratch:
@@ -522,7 +534,11 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
 
 
 def _kernel_vector(
-    vector: torch.Tensor | None, dtype: torch.dtype, plan: StagingPlan, stream: int | None
+    vector: torch.Tensor | None,
+    dtype: torch.dtype,
+    plan: StagingPlan,
+    stream: int | None,
+    capturing: bool,
 ) -> torch.Tensor | None:
     """A bias/scale vector as the kernel reads it: contiguous, in ``dtype``, zero-padded by
     the plan's ``k_pad`` channels, or repeated per phase of a super-pixel view. A copy is
@@ -538,7 +554,7 @@ def _kernel_vector(
         return vector
     else:
         stage = lambda: vector.to(dtype).contiguous()  # noqa: E731
-    return staged_weights.get(vector, (plan, dtype, stream), stage)
+    return staged_weights.get(vector, (plan, dtype, stream), stage, capturing=capturing)
 
 
 def overlaps(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
