@@ -3,7 +3,6 @@ without a Hopper GPU. Measuring needs an H100/H200: ``python benchmarks/conv_cha
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -12,23 +11,12 @@ import pytest
 import torch
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import conv_chain as chain  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def chain():
-    """benchmarks/conv_chain.py as a module (it imports its neighbours ``bench`` and ``corpus``)."""
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        spec = importlib.util.spec_from_file_location("conv_chain", BENCHMARKS / "conv_chain.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["conv_chain"] = module  # its dataclass looks its module up
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return module
-
-
-def test_model_sites_are_every_conv_in_call_order(chain):
+def test_model_sites_are_every_conv_in_call_order():
     sites = chain.model_sites("resnet50")
     assert len(sites) == 53  # the stem, 16 bottlenecks of three, 4 downsample shortcuts
     assert (sites[0].C, sites[0].R, sites[0].stride) == (3, 7, (2, 2)) and sites[0].stem
@@ -36,7 +24,7 @@ def test_model_sites_are_every_conv_in_call_order(chain):
     assert len(chain.model_sites("vgg16")) == 13
 
 
-def test_report_states_the_saving_per_conv_and_the_ratio(chain):
+def test_report_states_the_saving_per_conv_and_the_ratio():
     us = dict(ours=300.0, ours_plain=350.0, cudnn=360.0)
     rows = [dict(model="resnet50", batch=1, convs=50, us=us)]
     report = chain.render(rows, "python benchmarks/conv_chain.py", "H100")
