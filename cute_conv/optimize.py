@@ -12,6 +12,9 @@ nothing the rest of the model reads is skipped. Convs the kernel cannot run (gro
 non-zero padding modes, geometry out of its limits, subclasses of nn.Conv2d) stay torch, and the
 report says why.
 
+Max pools whose windows tile the map (VGG's 2x2 stride-2) become ``TiledMaxPool2d``
+(``cute_conv.pooling``): torch's channels_last pool kernel is slow on small batches.
+
 What is checked when: the shapes of the activations are unknown at trace time, so a conv is
 judged by its module's attributes (``cute_conv.nn.conv_limits``: groups, padding mode, weight
 dtype, and the geometry limits that do not depend on the input's size). The rest (an output of at
