@@ -68,6 +68,11 @@ class ChainConv:
         config = cute_conv.default_config(kernel_problem_for(problem), num_sms)
         return cls(x, flt, out, geometry, config)
 
+    @property
+    def plain_config(self) -> cute_conv.Conv2dConfig:
+        """The heuristic's config, launched without programmatic dependent launch."""
+        return dataclasses.replace(self.config, programmatic_launch=False)
+
     def ours(self, config: cute_conv.Conv2dConfig) -> None:
         cute_conv.conv2d_fprop(self.x, self.flt, out=self.out, config=config, **self.geometry)
 
@@ -100,10 +105,9 @@ def measure(name: str, batch: int) -> dict:
     convs = [ChainConv.make(site, batch, num_sms) for site in model_sites(name)]
     for conv in convs:
         conv.check()
-    plain = {id(c): dataclasses.replace(c.config, programmatic_launch=False) for c in convs}
     graphs = {
         "ours": graph_of([lambda c=c: c.ours(c.config) for c in convs]),
-        "ours_plain": graph_of([lambda c=c: c.ours(plain[id(c)]) for c in convs]),
+        "ours_plain": graph_of([lambda c=c: c.ours(c.plain_config) for c in convs]),
         "cudnn": graph_of([c.cudnn for c in convs]),
     }
     ms = time_interleaved({method: graph.replay for method, graph in graphs.items()})
