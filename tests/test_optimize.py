@@ -302,6 +302,26 @@ def test_optimized_resnet18_compiles_into_one_graph_on_cpu():
     assert ((ours - reference).norm() / reference.norm()).item() < 1e-2
 
 
+def test_tiled_pools_compute_and_compile_on_cpu():
+    """conv+relu -> 2x2 pool twice: the pools become TiledMaxPool2d, and under
+    torch.compile(fullgraph=True) (the kernels' ops run by their CPU reference forward) the
+    model computes what the float32 model does."""
+    torch.manual_seed(7)
+    model = nn.Sequential(
+        nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2, stride=2),
+    ).eval()  # fmt: skip
+    gm = cute_conv.optimize(model.to(BF16))
+    assert module_types(gm)[TiledMaxPool2d] == 2 and gm.cute_conv_report.pools == ["2", "5"]
+    x = torch.randn(2, 8, 13, 18).to(BF16).to(memory_format=torch.channels_last)
+    compiled = torch.compile(gm, backend="eager", fullgraph=True)
+    with torch.no_grad(), reference_forward_on_cpu():
+        expected = model.float()(x.float())
+        ours = compiled(x)
+    assert ours.shape == expected.shape == (2, 16, 3, 4)
+    assert ((ours.float() - expected).norm() / expected.norm()).item() < 1e-2
+
+
 # ------------------------------------------------------------------------------ on the GPU
 
 
