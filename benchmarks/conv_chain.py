@@ -20,12 +20,14 @@ import argparse
 import dataclasses
 import datetime
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from bench import ROUNDS, _version, time_interleaved
 from corpus import ConvSite, _meta_image, _meta_model, _torchvision, trace_convs
+from models import graphed
 
 import cute_conv
 from cute_conv.reference import conv2d_reference
@@ -86,18 +88,11 @@ class ChainConv:
             raise RuntimeError(f"{self.x.shape} * {self.flt.shape}: {report}")
 
 
-def graph_of(calls: list) -> torch.cuda.CUDAGraph:
-    """``calls`` run once on a side stream (compiles, cuDNN's search), then captured."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for call in calls:
-            call()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for call in calls:
-            call()
-    return graph
+def graph_of(calls: list) -> Callable[[], None]:
+    """The replay of ``calls`` captured in one CUDA graph (``models.graphed``: warmed up on a
+    side stream first, so compiles and cuDNN's search stay out of the capture)."""
+    replay, _ = graphed(lambda _: [call() for call in calls], None)
+    return replay
 
 
 def measure(name: str, batch: int) -> dict:
@@ -105,12 +100,12 @@ def measure(name: str, batch: int) -> dict:
     convs = [ChainConv.make(site, batch, num_sms) for site in model_sites(name)]
     for conv in convs:
         conv.check()
-    graphs = {
+    replays = {
         "ours": graph_of([lambda c=c: c.ours(c.config) for c in convs]),
         "ours_plain": graph_of([lambda c=c: c.ours(c.plain_config) for c in convs]),
         "cudnn": graph_of([c.cudnn for c in convs]),
     }
-    ms = time_interleaved({method: graph.replay for method, graph in graphs.items()})
+    ms = time_interleaved(replays)
     return dict(model=name, batch=batch, convs=len(convs), us={m: t * 1e3 for m, t in ms.items()})
 
 

@@ -3,11 +3,13 @@
 from dataclasses import fields
 
 
-def check_field_types(config: object, bool_fields: tuple[str, ...] = ("raster_along_m",)) -> None:
-    """Every field of a config dataclass is an int (not a bool), except ``bool_fields``."""
+def check_field_types(config: object) -> None:
+    """Every field of a config dataclass holds its declared type: a bool where it is declared
+    ``bool``, else an int (not a bool). The annotation may be a string (postponed
+    annotations)."""
     for f in fields(config):
         value = getattr(config, f.name)
-        if f.name in bool_fields:
+        if f.type in (bool, "bool"):
             expected, ok = "a bool", isinstance(value, bool)
         else:
             expected, ok = "an int", isinstance(value, int) and not isinstance(value, bool)

@@ -107,7 +107,7 @@ class Conv2dConfigSm100:
         return cls(cta_group=1, mma_m=128, mma_n=128)
 
     def __post_init__(self) -> None:
-        check_field_types(self, bool_fields=("raster_along_m", "programmatic_launch"))
+        check_field_types(self)
         check_choice("cta_group", self.cta_group, CTA_GROUPS)
         if self.mma_m != MMA_M_BY_CTA_GROUP[self.cta_group]:
             raise ValueError(

@@ -128,8 +128,7 @@ class Conv2dConfig:
     programmatic_launch: bool = True
 
     def __post_init__(self) -> None:
-        bool_fields = ("raster_along_m", "stream_k", "dynamic_schedule", "pingpong")
-        check_field_types(self, bool_fields=(*bool_fields, "programmatic_launch"))
+        check_field_types(self)
         check_choice("tile_m", self.tile_m, TILE_M_CHOICES)
         check_choice("tile_n", self.tile_n, TILE_N_CHOICES)
         if self.tile_m * self.tile_n > MAX_TILE_ELEMS:
