@@ -9,7 +9,8 @@
 
 Per problem, in one process (bf16 in/out, fp32 accumulation):
 - plain conv: ``cute_conv.conv2d_fprop`` vs cuDNN (``F.conv2d`` on channels_last views,
-  ``cudnn.benchmark=True``);
+  ``cudnn.benchmark=True``), called eagerly and replayed from CUDA graphs (the latter
+  without the host's time per call, as a captured model runs them);
 - both fused orders, ``relu(conv + b) + r`` (``conv2d_fprop_with_residual(x, w, r, bias=b,
   activation="relu")``) and ``relu(conv + b + r)`` (the same with
   ``residual_order="before_activation"``), vs the cuDNN frontend's fused graph (conv_fprop ->
@@ -67,6 +68,8 @@ SECTION_SECONDS = 420  # a section's estimate; with start-up and compiles it sta
 LATENCY_BOUND_MS = 0.020  # cuDNN faster than this: the problem is latency-bound
 COMPARISONS = {  # name -> (our time, the baseline's time, title)
     "plain": ("ours_ms", "cudnn_ms", "plain conv vs cuDNN"),
+    # The same calls captured in CUDA graphs and replayed: the GPU's time without the host's.
+    "plain_graph": ("ours_graph_ms", "cudnn_graph_ms", "plain conv vs cuDNN, CUDA graphs"),
     "after": ("after_ms", "fe_after_ms", "relu(conv + b) + r vs cuDNN frontend"),
     "before": ("before_ms", "fe_before_ms", "relu(conv + b + r) vs cuDNN frontend"),
     # --fp8 runs: e4m3 inputs, bf16 output (their own results file and report)
@@ -90,7 +93,8 @@ def estimate_seconds(problem: dict, *, frontend: bool = True, fp8: bool = False)
     """Estimated wall time of ``bench_problem`` on ``problem`` (see the constants above)."""
     call_s = problem["gflop"] * 1e9 / EST_RATE_FLOPS
     fused = 1 if fp8 else len(ORDERS)  # fp8: ours and the frontend's fp8 conv
-    timed = 2 + 2 * fused if frontend else 2 + fused
+    # The plain conv and cuDNN, eager and replayed from CUDA graphs, then the fused forms.
+    timed = 4 + 2 * fused if frontend else 4 + fused
     screen = FRONTEND_SCREEN_S * fused / len(ORDERS) if frontend else 0.0
     return PROBLEM_SETUP_S + screen + ROUNDS * timed * (DO_BENCH_S + 10 * call_s)
 
@@ -279,6 +283,7 @@ def bench_problem(p: dict, cudnn_frontend, *, fp8: bool = False) -> dict:
     plain = lambda: cute_conv.conv2d_fprop(x, flt, out=out, config=config, **geom)  # noqa: E731
     if _checked(row, "plain", plain, out, ref):
         fns |= {"ours_ms": plain, "cudnn_ms": cudnn_conv}
+        fns |= {"ours_graph_ms": _replay(plain), "cudnn_graph_ms": _replay(cudnn_conv)}
 
     if fp8:
         from bench_fp8 import fp8_comparison
@@ -327,6 +332,14 @@ def bench_problem(p: dict, cudnn_frontend, *, fp8: bool = False) -> dict:
     del ref, fused_refs
     row.update(time_interleaved(fns))
     return row
+
+
+def _replay(fn: Callable[[], object]) -> Callable[[], None]:
+    """``fn`` captured in a CUDA graph (after warm-up calls): its replay."""
+    from models import graphed
+
+    replay, _ = graphed(lambda _: fn(), None)
+    return replay
 
 
 def _checked(row: dict, name: str, fn: Callable[[], object], out, ref) -> bool:
@@ -569,6 +582,9 @@ def _latency_and_ceiling(rows: list[dict], ceilings: dict[str, float]) -> list[s
         f"- latency-bound (cuDNN plain conv under {LATENCY_BOUND_MS * 1000:g} us): "
         f"{len(bound)} of {len(rows)} problems; plain conv vs cuDNN on them: {_cell(n, g, fw)}",
     ]
+    n, g, fw = summarize(bound, "plain_graph")
+    if n:
+        lines.append(f"- the same problems replayed from CUDA graphs: {_cell(n, g, fw)}")
     shares = [
         r["gflop"] / r["ours_ms"] / ceilings[r["key"]]  # GFLOP/ms = TFLOP/s
         for r in rows

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import torch
@@ -24,6 +24,7 @@ from .staging import StagingPlan, kernel_problem_for, run_staged, spans_overlap,
 from .tuning import choose_config
 from .validation import (
     ALIGNMENT_BYTES,
+    ROW_ALIGNMENT_BYTES,
     check_alignment,
     check_fp8_scales,
     validate_conv_inputs,
@@ -229,9 +230,14 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
     check_config_type(config)
     arch = validate_device(x, filter, out, source=source, bias=bias, scale=scale)
     element_bytes = x.element_size()
-    kernel_problem = kernel_problem_for(problem, element_bytes)
-    num_sms = sm_count(x.device.index)
     target = ARCHS[arch]
+    # K stays as it is where the kernel can store rows TMA cannot (no residual to load).
+    unpadded_k = target.stores_by_threads and not epilogue.has_residual
+    kernel_problem = kernel_problem_for(problem, element_bytes, pad_k=not unpadded_k)
+    out_row_bytes = kernel_problem.K * torch.finfo(out_dtype).bits // 8
+    if unpadded_k and out_row_bytes % ROW_ALIGNMENT_BYTES:
+        epilogue = replace(epilogue, store_by_threads=True)
+    num_sms = sm_count(x.device.index)
     if config is None and target.autotuned:
         config = choose_config(
             problem, kernel_problem, x, tuple(filter.shape), out_dtype, num_sms,

@@ -1,8 +1,9 @@
 """Operand staging for the calls the kernel cannot take as they are.
 
-The kernel wants 16-byte channel rows (C, K multiples of 8), an output that no input
-aliases, a source that is the output or disjoint from it, and contiguous bias/scale vectors of
-one dtype (float32 when a call's bias and scale differ).
+The kernel wants 16-byte channel rows (C, K multiples of 8; K of any size where the kernel
+stores the output by threads), an output that no input aliases, a source that is the output
+or disjoint from it, and contiguous bias/scale vectors of one dtype (float32 when a call's
+bias and scale differ).
 Most calls meet all of that and launch directly; the others are staged here with a few torch
 ops on the same stream, around the one kernel launch. Every extra copy is listed in
 ``run_staged``'s docstring and in the README.
@@ -158,12 +159,14 @@ def uses_im2col(problem: Conv2dProblemShape) -> bool:
 
 
 def kernel_problem_for(
-    problem: Conv2dProblemShape, element_bytes: int = 2
+    problem: Conv2dProblemShape, element_bytes: int = 2, *, pad_k: bool = True
 ) -> Conv2dProblemShape:
     """The problem the kernel runs on inputs of ``element_bytes`` (2, or 1 for fp8):
-    ``problem`` itself when it needs no staging."""
+    ``problem`` itself when it needs no staging. ``pad_k=False`` keeps K as it is, for a
+    kernel that stores unaligned output rows itself (``EpilogueSpec.store_by_threads``): the
+    filter's K is its outer extent, which TMA takes at any size."""
     alignment = channel_alignment(element_bytes)
-    k = _round_up(problem.K, alignment)
+    k = _round_up(problem.K, alignment) if pad_k else problem.K
     view = super_pixel_view(problem)
     if view is not None:
         (top, bottom), _ = problem.padding
@@ -467,10 +470,13 @@ def run_staged(
 
     Must run with the call's stream current; ``stream`` is its raw handle (None: looked up
     when a staging kernel needs it). The copies, by case:
-    - C or K not a multiple of 8: ``x`` and/or ``filter`` zero-padded to the next multiple
-      (zero channels add nothing); with K padded, the kernel writes a scratch output whose
-      first K channels are copied to ``out``; ``source`` is first copied into those channels
-      (the kernel adds it in place) and ``bias``/``scale`` are padded.
+    - C not a multiple of 8: ``x`` and ``filter`` zero-padded to the next multiple (zero
+      channels add nothing).
+    - K not a multiple of 8, on a kernel that stores by TMA only (a residual call, SM100):
+      ``filter`` zero-padded too, and the kernel writes a scratch output whose first K
+      channels are copied to ``out``; ``source`` is first copied into those channels (the
+      kernel adds it in place) and ``bias``/``scale`` are padded. (Without a residual, the
+      SM90 kernel stores such rows itself, ``EpilogueSpec.store_by_threads``: no copy.)
     - 8 input channels and stride 2 (``super_pixel_view``): no copy of ``x``, ``out`` or
       ``source`` (views); the filter regrouped, and ``bias``/``scale`` repeated per phase.
     - few input channels and stride 2 otherwise (``uses_space_to_depth``): ``x`` rearranged into

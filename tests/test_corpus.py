@@ -253,7 +253,7 @@ def test_bench_problem_on_small_problems():
         row = bench_corpus.bench_problem(p, frontend)
         assert all(c["ok"] for c in row["checks"].values()), row
         assert set(row["checks"]) == {"plain", "after", "before"}
-        for name in ("ours_ms", "cudnn_ms", "after_ms", "before_ms"):
+        for name in ("ours_ms", "cudnn_ms", "ours_graph_ms", "cudnn_graph_ms", "after_ms", "before_ms"):
             assert row[name] > 0
         if frontend is not None and "fe_after" not in row["errors"]:
             assert row["fe_after_ms"] > 0

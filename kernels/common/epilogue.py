@@ -84,6 +84,12 @@ class EpilogueSpec:
     type of the bias and scale vectors in global memory, one of ``VECTOR_DTYPES``.
     ``residual_order`` (one of ``RESIDUAL_ORDERS``) places the residual after the activation
     or before it; it only matters with ``has_residual``.
+
+    ``store_by_threads``: the epilogue threads write the output to global memory themselves,
+    each value under a bounds predicate, instead of staging it in SMEM for TMA stores. For
+    outputs whose rows are not whole 16-byte units (K not a multiple of 8 16-bit values),
+    which TMA cannot address: the kernel then runs them without a padded scratch output. Not
+    with a residual (its source would need the same rows loaded by TMA).
     """
 
     has_bias: bool = False
@@ -93,6 +99,7 @@ class EpilogueSpec:
     has_residual: bool = False
     vector_dtype: str = "float32"
     residual_order: str = "after_activation"
+    store_by_threads: bool = False
 
     def __post_init__(self) -> None:
         if self.activation is not None and self.activation not in ACTIVATIONS:
@@ -111,6 +118,11 @@ class EpilogueSpec:
             raise ValueError(
                 f"residual_order={self.residual_order!r} is not supported; use one of "
                 f"{', '.join(RESIDUAL_ORDERS)}"
+            )
+        if self.store_by_threads and self.has_residual:
+            raise ValueError(
+                "store_by_threads=True takes no residual: the source's rows are loaded by TMA, "
+                "which needs the 16-byte rows store_by_threads is for"
             )
         if not self.has_residual:
             # Without a residual the order changes nothing: one spelling, one cached kernel.
@@ -134,7 +146,8 @@ class EpilogueSpec:
             parts.append("fn")
         if self.has_residual:
             parts.append("residual-pre-act" if self.residual_before_activation else "residual")
-        return "-".join(parts) or "linear"
+        name = "-".join(parts) or "linear"
+        return f"{name}-thread-store" if self.store_by_threads else name
 
 
 @cute.jit
@@ -195,8 +208,8 @@ class EpilogueOperands(NamedTuple):
     """The epilogue's global operands of one launch (C, bias and scale None where the spec
     leaves them out): what ``make_epilogue_operands`` builds and every kernel takes."""
 
-    tma_atom_d: cute.CopyAtom
-    mD_mn: cute.Tensor  # the output, as the TMA store's tensor
+    tma_atom_d: Optional[cute.CopyAtom]  # None: stored by threads
+    mD_mn: cute.Tensor  # the output, as the TMA store's tensor (stored by threads: in memory)
     tma_atom_c: Optional[cute.CopyAtom]
     mC_mn: Optional[cute.Tensor]  # the residual source, as its TMA load's tensor
     m_bias: Optional[cute.Tensor]
@@ -224,13 +237,18 @@ def make_epilogue_operands(
     host launch builds them. The output is stored and the residual C loaded by tiled TMA in
     ``epi_tile`` subtiles of ``output_view`` (by default the (N*P*Q, K) GEMM view); C, bias
     and scale are None where ``spec`` leaves them out, the activation and filter scales
-    unless ``dequantize`` (fp8 inputs), the output scale unless ``quantize_output``."""
-    tma_atom_d, tma_tensor_d = cpasync.make_tiled_tma_atom(
-        cpasync.CopyBulkTensorTileS2GOp(),
-        output_view(ptrs.out, geom),
-        epi_smem_layout,
-        epi_tile,
-    )
+    unless ``dequantize`` (fp8 inputs), the output scale unless ``quantize_output``. With
+    ``spec.store_by_threads`` there is no store atom, and the output is ``output_view`` of
+    the output pointer itself."""
+    if cutlass.const_expr(spec.store_by_threads):
+        tma_atom_d, tma_tensor_d = None, output_view(ptrs.out, geom)
+    else:
+        tma_atom_d, tma_tensor_d = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileS2GOp(),
+            output_view(ptrs.out, geom),
+            epi_smem_layout,
+            epi_tile,
+        )
     tma_atom_c, tma_tensor_c = None, None
     if spec.has_residual:
         tma_atom_c, tma_tensor_c = cpasync.make_tiled_tma_atom(

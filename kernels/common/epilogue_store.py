@@ -4,6 +4,10 @@ accumulator's fp32 values to global memory.
     channel vectors -> apply_epilogue (+ beta * C from SMEM) -> registers to SMEM
     -> fence.proxy.async -> named barrier -> TMA store (one warp) -> named barrier
 
+or, for outputs TMA cannot address (``EpilogueSpec.store_by_threads``, ``store_subtile_by_threads``):
+
+    channel vectors -> apply_epilogue -> each thread's values to global memory, predicated
+
 How the accumulator is read is the architecture's (WGMMA registers on SM90, a ``tcgen05.ld``
 from TMEM on SM100): each kernel reads a subtile's values and calls ``store_subtile`` with them,
 with its own partitions bundled as ``ChannelVectors``, ``SourceSubtiles`` and
@@ -72,6 +76,58 @@ class OutputSubtiles(NamedTuple):
 
 
 @cute.jit
+def subtile_values(
+    spec: cutlass.Constexpr,
+    acc: cute.TensorSSA,
+    alpha: cutlass.Float32,
+    vectors: ChannelVectors,
+    subtile_n0: cutlass.Int32,
+    residual: Optional[cute.TensorSSA],
+    out_factor: Optional[cutlass.Float32],
+) -> cute.TensorSSA:
+    """The epilogue's fp32 results of this thread's values of one subtile (``residual``:
+    ``beta * C`` of them, or None), times ``out_factor`` for an fp8 output."""
+    if cutlass.const_expr(spec.has_channel_vectors):
+        load_channel_vectors(
+            spec,
+            vectors.m_bias,
+            vectors.m_scale,
+            vectors.coords,
+            subtile_n0,
+            vectors.r_bias,
+            vectors.r_scale,
+        )
+    y = apply_epilogue(spec, acc, alpha, vectors.r_scale.load(), vectors.r_bias.load(), residual)
+    if cutlass.const_expr(out_factor is not None):
+        y = y * out_factor  # cvt to fp8 is satfinite: past +-448 stores +-448
+    return y
+
+
+@cute.jit
+def store_subtile_by_threads(
+    spec: cutlass.Constexpr,
+    acc: cute.TensorSSA,
+    alpha: cutlass.Float32,
+    vectors: ChannelVectors,
+    subtile_n0: cutlass.Int32,
+    out: OutputSubtiles,
+    gmem_subtile: cute.Tensor,
+    coord_subtile: cute.Tensor,
+    bound: cute.Shape,
+):
+    """The epilogue of one subtile, each of this thread's values stored to global memory by
+    the thread (no SMEM, no barrier): ``gmem_subtile`` is the subtile in the output,
+    ``coord_subtile`` the output coordinates of its elements, stored where they are inside
+    ``bound`` (the output's shape: the M and K tails are skipped)."""
+    y = subtile_values(spec, acc, alpha, vectors, subtile_n0, None, out.out_factor)
+    out.regs.store(y.to(out.regs.element_type))
+    for v in cutlass.range_constexpr(cute.size(out.regs)):
+        position = vectors.coords[v]
+        if cute.elem_less(coord_subtile[position], bound):
+            gmem_subtile[position] = out.regs[v]
+
+
+@cute.jit
 def store_subtile(
     spec: cutlass.Constexpr,
     acc: cute.TensorSSA,
@@ -90,16 +146,6 @@ def store_subtile(
     (fp32): ``subtile_n0`` is its first output channel, ``buffer`` the staging buffer it goes
     through, ``gmem_subtile`` its TMA destination. Waits for the source subtile at
     ``source_state`` and releases it (the caller advances the state)."""
-    if cutlass.const_expr(spec.has_channel_vectors):
-        load_channel_vectors(
-            spec,
-            vectors.m_bias,
-            vectors.m_scale,
-            vectors.coords,
-            subtile_n0,
-            vectors.r_bias,
-            vectors.r_scale,
-        )
     residual = None
     if cutlass.const_expr(spec.has_residual):
         source.pipeline.consumer_wait(source_state)
@@ -109,9 +155,7 @@ def store_subtile(
         else:
             cute.copy(source.tiled_copy, source_buffer, source.regs_copy)
         residual = beta * source.regs.load().to(cutlass.Float32)
-    y = apply_epilogue(spec, acc, alpha, vectors.r_scale.load(), vectors.r_bias.load(), residual)
-    if cutlass.const_expr(out.out_factor is not None):
-        y = y * out.out_factor  # cvt to fp8 is satfinite: past +-448 stores +-448
+    y = subtile_values(spec, acc, alpha, vectors, subtile_n0, residual, out.out_factor)
     out.regs.store(y.to(out.regs.element_type))
     cute.copy(out.tiled_copy, out.regs_copy, out.smem[(None, None, None, buffer)])
     # Generic-proxy SMEM accesses before the async proxy's: the output writes before the TMA

@@ -56,9 +56,10 @@ def filter_gemm_view(filter_ptr: cute.Pointer, g: ConvGeometry) -> cute.Tensor:
 
 @cute.jit
 def output_gemm_view(out_ptr: cute.Pointer, g: ConvGeometry) -> cute.Tensor:
-    """Contiguous NPQK output as the row-major ``(N*P*Q, K)`` GEMM D matrix."""
+    """Contiguous NPQK output as the row-major ``(N*P*Q, K)`` GEMM D matrix (its row offsets
+    64-bit: N*P*Q*K may pass 2**31 elements)."""
     m = g.n * g.p * g.q
-    return cute.make_tensor(out_ptr, cute.make_layout((m, g.k), stride=(g.k, 1)))
+    return cute.make_tensor(out_ptr, cute.make_layout((m, g.k), stride=(cutlass.Int64(g.k), 1)))
 
 
 @cute.jit

@@ -115,6 +115,11 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
     def _configure(self) -> None:
         config, act_dtype, out_dtype = self.config, self.act_dtype, self.out_dtype
         epilogue = self.epilogue
+        if epilogue.store_by_threads:
+            raise ValueError(
+                "EpilogueSpec(store_by_threads=True) is SM90-only: the SM100 kernel stores "
+                "by TMA, so K must be a multiple of 16 bytes of output (the host pads it)"
+            )
         self.plan = config.plan(act_dtype, out_dtype, epilogue.has_residual)
 
         self.cta_group = config.cta_group

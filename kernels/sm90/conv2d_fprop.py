@@ -397,6 +397,12 @@ class Conv2dFpropSm90(
         sC = smem.source_tiles() if cutlass.const_expr(self.epilogue.has_residual) else None
 
         gA, gB, gD, gC = self._tile_views(mA_mk, mB_nk, mD_mn, mC_mn)
+        cD, d_shape = None, None
+        if cutlass.const_expr(self.epilogue.store_by_threads):
+            # The output coordinates of gD's elements, for the threads' bounds predicates.
+            tiler_mn = (self.epi_tiler[0], self.tile_mnk[1])
+            cD = cute.local_tile(cute.make_identity_tensor(mD_mn.shape), tiler_mn, (None, None))
+            d_shape = mD_mn.shape
         k_tile_cnt = cute.size(gB, mode=[3])
         k_shape = (
             cute.size(gB, mode=[3, 0]),
@@ -436,7 +442,9 @@ class Conv2dFpropSm90(
                 pipes,
                 Sm90SmemTiles(sA, sB, sD, sC),
                 ConsumerMainloop(tiled_mma, k_shape, k_tile_cnt, halo, a_tap_layout),
-                EpilogueArgs(tma_atom_d, gD, m_bias, m_scale, alpha, beta, out_factor),
+                EpilogueArgs(
+                    tma_atom_d, gD, cD, d_shape, m_bias, m_scale, alpha, beta, out_factor
+                ),
                 # With dynamic scheduling m_flags holds the work counters instead.
                 StreamKWorkspace(m_partials, m_flags if self.stream_k else None),
                 scheduler,

@@ -12,7 +12,13 @@ from cutlass.cute.nvgpu import cpasync
 from cutlass.tensor_utils import LayoutEnum
 
 from ..common.barriers import NamedBarrierConv
-from ..common.epilogue_store import ChannelVectors, OutputSubtiles, SourceSubtiles, store_subtile
+from ..common.epilogue_store import (
+    ChannelVectors,
+    OutputSubtiles,
+    SourceSubtiles,
+    store_subtile,
+    store_subtile_by_threads,
+)
 from ..common.tile_scheduler import StaticTileScheduler
 from .mainloop import ConsumerStates
 
@@ -20,8 +26,11 @@ from .mainloop import ConsumerStates
 class EpilogueArgs(NamedTuple):
     """The epilogue's run-time operands as the consumers use them."""
 
-    tma_atom_d: cute.CopyAtom  # TMA store of the output
+    tma_atom_d: Optional[cute.CopyAtom]  # TMA store of the output (None: stored by threads)
     gD: cute.Tensor  # the output by tile: (tile_m, tile_n, m_tiles, n_tiles)
+    # Stored by threads: gD's output coordinates, and the output's shape they must be inside.
+    cD: Optional[cute.Tensor]
+    d_shape: Optional[cute.Shape]
     bias: Optional[cute.Tensor]
     scale: Optional[cute.Tensor]
     alpha: cutlass.Float32  # times the fp8 inputs' scales
@@ -155,8 +164,9 @@ class Sm90EpilogueMixin:
         warp_idx: cutlass.Int32,
     ) -> Tuple[ConsumerStates, cutlass.Int32]:
         """The epilogue of one output tile: subtiles of ``epi_tile`` through SMEM, stored by
-        TMA (``store_subtile``), the accumulator read from registers. Returns ``states`` with
-        the source ring's position advanced, and the count of subtiles done."""
+        TMA (``store_subtile``), or by the threads (``store_subtile_by_threads``), the
+        accumulator read from registers. Returns ``states`` with the source ring's position
+        advanced, and the count of subtiles done."""
         source_state, gD, alpha, beta = states.source, args.gD, args.alpha, args.beta
         tile_n = self.tile_mnk[1]
         m_tile, n_tile = scheduler.tile_coord(work)
@@ -164,30 +174,42 @@ class Sm90EpilogueMixin:
         tRS_rD = parts.tRS_rD
         size_tRS_rD = cute.size(tRS_rD)
         gD_tile = cute.zipped_divide(gD[(None, None, m_tile, n_tile)], self.epi_tiler)
-        bSG_sD, bSG_gD = cpasync.tma_partition(
-            parts.out.tma_atom,
-            0,
-            cute.make_layout(1),
-            cute.group_modes(parts.sD, 0, 2),
-            gD_tile,
-        )
-        out = parts.out._replace(smem_tma=bSG_sD)
+        out, bSG_gD, cD_tile = parts.out, None, None
+        if cutlass.const_expr(self.epilogue.store_by_threads):
+            cD_tile = cute.zipped_divide(args.cD[(None, None, m_tile, n_tile)], self.epi_tiler)
+        else:
+            bSG_sD, bSG_gD = cpasync.tma_partition(
+                parts.out.tma_atom,
+                0,
+                cute.make_layout(1),
+                cute.group_modes(parts.sD, 0, 2),
+                gD_tile,
+            )
+            out = parts.out._replace(smem_tma=bSG_sD)
         epi_tile_layout = self.epi_tile_layout(gD_tile)
         num_epi_tiles = cute.size(epi_tile_layout)
         for epi_idx in cutlass.range_constexpr(num_epi_tiles):
             for v in cutlass.range_constexpr(size_tRS_rD):
                 tRS_rD[v] = tRS_rAcc[epi_idx * size_tRS_rD + v]
             subtile_m, subtile_n = epi_tile_layout.get_hier_coord(epi_idx)
-            epi_buffer = (num_epi_tiles_done + epi_idx) % self.epi_stages
-            if cutlass.const_expr(self.pingpong):
-                epi_buffer = epi_buffer + parts.first_buffer
-            store_subtile(
-                self.epilogue, tRS_rD.load(), alpha, beta, parts.vectors,
-                n_tile * tile_n + subtile_n * self.epi_tile[1], parts.source, source_state,
-                out, epi_buffer, bSG_gD[(None, (subtile_m, subtile_n))], warp_idx,
-            )  # fmt: skip
-            if cutlass.const_expr(self.epilogue.has_residual):
-                source_state.advance()
+            subtile_n0 = n_tile * tile_n + subtile_n * self.epi_tile[1]
+            if cutlass.const_expr(self.epilogue.store_by_threads):
+                subtile = ((None, None), (subtile_m, subtile_n))  # (epi_m, epi_n)
+                store_subtile_by_threads(
+                    self.epilogue, tRS_rD.load(), alpha, parts.vectors, subtile_n0, out,
+                    gD_tile[subtile], cD_tile[subtile], args.d_shape,
+                )  # fmt: skip
+            else:
+                epi_buffer = (num_epi_tiles_done + epi_idx) % self.epi_stages
+                if cutlass.const_expr(self.pingpong):
+                    epi_buffer = epi_buffer + parts.first_buffer
+                store_subtile(
+                    self.epilogue, tRS_rD.load(), alpha, beta, parts.vectors, subtile_n0,
+                    parts.source, source_state, out, epi_buffer,
+                    bSG_gD[(None, (subtile_m, subtile_n))], warp_idx,
+                )  # fmt: skip
+                if cutlass.const_expr(self.epilogue.has_residual):
+                    source_state.advance()
         return states._replace(source=source_state), num_epi_tiles_done + num_epi_tiles
 
     @staticmethod

@@ -1,0 +1,118 @@
+"""GPU numerics of the outputs the epilogue threads store themselves
+(``EpilogueSpec.store_by_threads``): K whose output rows are not whole 16-byte units, run
+without a padded scratch output, in every schedule, against a float32 reference.
+
+The output is a view into a larger buffer whose guard bands hold a sentinel, and is itself
+NaN-poisoned: a value the kernel fails to write, or one written past the M or K tail (a
+wrong bounds predicate), fails the test.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import cute_conv
+from cute_conv import Conv2dConfig
+from cute_conv.testing import compare_to_reference, random_conv_inputs
+from tests.test_epilogue_sm90 import reference
+from tests.test_fp8_sm90 import E4M3, run_fp8
+
+pytestmark = pytest.mark.gpu
+
+GUARD = 4096  # elements of sentinel on each side of the output (a multiple of 16 bytes)
+SENTINEL = 1234.0
+
+
+def guarded_output(shape, dtype):
+    """A NaN-poisoned output of ``shape`` inside a buffer with sentinel guard bands, and a
+    check that the bands are intact."""
+    numel = torch.Size(shape).numel()
+    buffer = torch.full((numel + 2 * GUARD,), SENTINEL, dtype=dtype, device="cuda")
+    out = buffer[GUARD : GUARD + numel].view(shape)
+    out.fill_(float("nan"))
+
+    def bands_intact() -> bool:
+        bands = torch.cat((buffer[:GUARD], buffer[GUARD + numel :]))
+        return bool((bands == SENTINEL).all())
+
+    return out, bands_intact
+
+
+def run_and_check(n, h, w, c, k, r, s, *, geom=None, config=None, out_dtype=torch.bfloat16,
+                  bias=True, scale=True, activation="relu", alpha=0.75):  # fmt: skip
+    geom = geom or {}
+    x, flt = random_conv_inputs(n, h, w, c, k, r, s)
+    problem = cute_conv.Conv2dProblemShape.from_shapes(x.shape, flt.shape, **geom)
+    b = torch.randn(k, device="cuda") if bias else None
+    sc = torch.rand(k, device="cuda") + 0.5 if scale else None
+    out, bands_intact = guarded_output(problem.output_shape, out_dtype)
+    cute_conv.conv2d_fprop(x, flt, alpha=alpha, bias=b, scale=sc, activation=activation,
+                           out=out, config=config, **geom)  # fmt: skip
+    torch.cuda.synchronize()
+    ref = reference(x, flt, geom, alpha=alpha, bias=b, scale=sc, activation=activation)
+    report = compare_to_reference(out, ref)
+    assert report.ok, f"{problem} {config}: {report}"
+    assert bands_intact(), f"{problem} {config}: a store landed outside the output"
+
+
+CONFIGS = {
+    "default": None,
+    "cluster-1x2": Conv2dConfig(tile_n=64, cluster_n=2),
+    "m256-2x1": Conv2dConfig(tile_m=256, tile_n=64, cluster_m=2),
+    "m192": Conv2dConfig(tile_m=192, tile_n=128),
+    "stream-k": Conv2dConfig(stream_k=True),
+    "dynamic": Conv2dConfig(dynamic_schedule=True),
+    "pingpong": Conv2dConfig(pingpong=True),
+}
+
+
+@pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
+@pytest.mark.parametrize("k", [1, 12, 84, 222], ids=lambda k: f"k{k}")
+def test_schedules_store_unaligned_k(config, k):
+    # 3x3 over 9x11 maps: M = 2*9*11 = 198, tails in M and K; k-tiles enough for stream-K.
+    run_and_check(2, 9, 11, 64, k, 3, 3, geom=dict(padding=1), config=config)
+
+
+def test_halo_tiles_store_unaligned_k():
+    halo = Conv2dConfig(tile_m=256, tile_n=64, tile_w=64, halo_h=6)
+    run_and_check(2, 13, 50, 64, 30, 3, 3, geom=dict(padding=1), config=halo)
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [(1, 1, 1, 48, 12), (8, 1, 1, 888, 84), (128, 1, 1, 120, 30), (1, 1, 1, 30, 336)],
+    ids=["n1-c48-k12", "n8-c888-k84", "n128-c120-k30", "n1-c30-k336-c-padded"],
+)
+def test_squeeze_excitation_convs(shape):
+    n, h, w, c, k = shape
+    run_and_check(n, h, w, c, k, 1, 1, activation="sigmoid", scale=False)
+
+
+@pytest.mark.parametrize(
+    "out_dtype, k",
+    [(torch.float32, 6), (torch.float32, 4), (torch.float16, 20)],
+    ids=["fp32-k6-by-threads", "fp32-k4-by-tma", "fp16-k20"],
+)
+def test_output_dtypes(out_dtype, k):
+    run_and_check(2, 10, 10, 32, k, 3, 3, geom=dict(padding=1), out_dtype=out_dtype)
+
+
+@pytest.mark.parametrize(
+    "out_dtype, k",
+    [(torch.bfloat16, 24), (torch.bfloat16, 12), (E4M3, 24)],
+    ids=["bf16-k24-by-tma", "bf16-k12", "e4m3-k24"],
+)
+def test_fp8_inputs(out_dtype, k):
+    run_fp8((2, 9, 10, 64, k, 3, 3, dict(padding=1)), out_dtype=out_dtype, bias=True)
+
+
+def test_aligned_c_calls_launch_without_staging(monkeypatch):
+    """C a multiple of 8: an odd K no longer goes through ``run_staged`` (no filter copy, no
+    scratch output)."""
+
+    def fail(*args, **kwargs):
+        raise AssertionError("the call was staged")
+
+    monkeypatch.setattr(cute_conv.dispatch, "run_staged", fail)
+    run_and_check(4, 7, 7, 64, 50, 1, 1)
