@@ -462,7 +462,9 @@ def latest_rows(
     results: dict, device: str | None = None
 ) -> tuple[str, list[dict], dict[str, float]]:
     """The device reported (``device``, else the latest run's), its rows (the latest row per
-    problem) and each row's run's GEMM ceiling (TFLOP/s) by key."""
+    problem, with the comparisons it did not time carried over from the problem's earlier
+    rows: each ratio's two times still come from one run) and each row's run's GEMM ceiling
+    (TFLOP/s) by key."""
     runs = results["runs"]
     if not runs:
         raise ValueError("the results file holds no runs")
@@ -473,6 +475,12 @@ def latest_rows(
         if run["device"] != device:
             continue
         for row in run["rows"]:
+            earlier = rows.get(row["key"])
+            if earlier is not None:
+                row = dict(row)
+                for comparison, (ours, base, _) in COMPARISONS.items():
+                    if ratio(row, comparison) is None and ratio(earlier, comparison) is not None:
+                        row[ours], row[base] = earlier[ours], earlier[base]
             rows[row["key"]] = row
             ceilings[row["key"]] = run.get("gemm_tflops")
     return device, list(rows.values()), ceilings
@@ -517,7 +525,7 @@ def render(
     device, rows, ceilings = latest_rows(results, device)
     comps = [c for c in COMPARISONS if any(ratio(r, c) is not None for r in rows)]
     runs = [r for r in results["runs"] if r["device"] == device]
-    frontends = sorted({str(r.get("cudnn_frontend")) for r in runs})
+    frontends = sorted({r["cudnn_frontend"] for r in runs if r.get("cudnn_frontend")}) or ["-"]
     lines = [
         "# Corpus benchmark" + (" (fp8)" if "fp8" in comps else ""),
         "",

@@ -230,6 +230,21 @@ def test_render_defaults_to_the_latest_device_and_lists_failures(tmp_path):
     assert "| c | plain | rel_err 5.0e-01 |" in text
 
 
+def test_a_rerun_keeps_the_comparisons_it_did_not_time():
+    results = _results()
+    rerun = _row("c", "heldout", ["3x3 s1"], 1.0, ours_ms=0.5, cudnn_ms=1.0)  # no fused times
+    results["runs"][0]["rows"].append(
+        _row("c", "heldout", ["3x3 s1"], 1.0, ours_ms=9.0, cudnn_ms=1.0, after_ms=1.0,
+             fe_after_ms=2.0)
+    )  # fmt: skip
+    results["runs"].append({**results["runs"][2], "run_id": "4", "rows": [rerun]})
+    _, rows, _ = bench_corpus.latest_rows(results)
+    c = next(r for r in rows if r["key"] == "c")
+    assert bench_corpus.ratio(c, "plain") == 2.0  # the rerun's, not run 1's
+    assert bench_corpus.ratio(c, "after") == 2.0  # run 1's pair, kept together
+    assert rerun.get("after_ms") is None  # the results themselves are left as they are
+
+
 # ---- the measurement (GPU) ----
 
 
