@@ -98,6 +98,7 @@ def graphed(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor):
     with torch.cuda.stream(stream):
         for _ in range(WARMUP_CALLS):
             fn(x)
+    torch.cuda.current_stream().wait_stream(stream)  # replays follow the warm-up's kernels
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=stream):
         out = fn(x)

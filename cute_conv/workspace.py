@@ -11,6 +11,14 @@ old size. Thread-safe: a buffer is grown once however many threads need it at on
 replaced one is kept, not freed, as another thread may hold its address for a launch it has
 not issued yet (the allocator could hand freed memory to that stream's next tensor first);
 the doubling keeps the replaced ones smaller, together, than the live one.
+
+A launch captured into a CUDA graph does not take its stream's buffers: the graph may be
+replayed on any stream, beside eager calls or other graphs on the stream it was captured on,
+which would then share counters with it. Each capture (CUDA's capture sequence id) gets
+buffers of its own instead, allocated while capturing (from the graph's memory pool, the
+counters zeroed by a memset the graph replays first), shared by the capture's launches on that
+stream, which run in order, and kept for the life of the process: a graph holds their address
+for every replay, and torch may hand freed graph-pool memory to another graph of the pool.
 """
 
 from __future__ import annotations
@@ -20,13 +28,15 @@ from collections.abc import Callable
 
 import torch
 
+from .cuda_context import current_device, current_raw_stream
 from .kernels.sm90.config import WORK_COUNTERS as DYNAMIC_SCHEDULE_COUNTERS
 from .kernels.sm90.config import Conv2dConfig
 from .problem import Conv2dProblemShape
 
-__all__ = ["DYNAMIC_SCHEDULE_COUNTERS", "kernel_workspace", "workspace_size_sm90"]
+__all__ = ["DYNAMIC_SCHEDULE_COUNTERS", "capture_id", "kernel_workspace", "workspace_size_sm90"]
 
-_buffers: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+# (device, stream) or, while capturing, (device, stream, capture id) -> (partials, flags)
+_buffers: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
 _replaced: list[torch.Tensor] = []
 _lock = threading.Lock()
 
@@ -54,8 +64,17 @@ def kernel_workspace(
     device_index: int, stream: int, partial_floats: int, num_flags: int
 ) -> tuple[int, int]:
     """Device addresses of at least ``partial_floats`` float32 values and ``num_flags`` zeroed
-    int32 counters for kernels launched on the raw CUDA stream ``stream``."""
-    key = (device_index, stream)
+    int32 counters for kernels launched on the raw CUDA stream ``stream`` (a capture's own,
+    while ``stream`` is being captured into a CUDA graph)."""
+    key: tuple[int, ...] = (device_index, stream)
+    eager = (
+        device_index == current_device()
+        and stream == current_raw_stream(device_index)
+        and not torch.cuda.is_current_stream_capturing()
+    )  # the common case, in C calls; otherwise CUDA is asked about the stream itself
+    capture = None if eager else capture_id(stream)
+    if capture is not None:
+        key += (capture,)
     buffers = _buffers.get(key)
     if buffers is None or buffers[0].numel() < partial_floats or buffers[1].numel() < num_flags:
         with _lock:
@@ -63,8 +82,20 @@ def kernel_workspace(
     return buffers[0].data_ptr(), buffers[1].data_ptr()
 
 
-def _grow(key: tuple[int, int], partial_floats: int, num_flags: int):
-    device_index, stream = key
+def capture_id(stream: int) -> int | None:
+    """The id of the CUDA graph capture under way on the raw stream ``stream`` (unique over
+    the process's lifetime), or None where none is."""
+    from cuda.bindings import runtime
+
+    err, status, capture, *_ = runtime.cudaStreamGetCaptureInfo(stream)
+    active = runtime.cudaStreamCaptureStatus.cudaStreamCaptureStatusActive
+    if err != runtime.cudaError_t.cudaSuccess or status != active:
+        return None
+    return int(capture)
+
+
+def _grow(key: tuple[int, ...], partial_floats: int, num_flags: int):
+    device_index, stream = key[:2]
     old_partials, old_flags = _buffers.get(key, (None, None))
     device = torch.device("cuda", device_index)
     # On the call's stream: the counters are zeroed before the kernels that use them.

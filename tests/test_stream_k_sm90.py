@@ -83,3 +83,49 @@ def test_default_config_takes_stream_k_for_a_small_batch():
     out = cute_conv.conv2d_fprop(act, flt, padding=pad)
     report = compare_to_reference(out, conv2d_reference(act, flt, padding=pad))
     assert report.ok, str(report)
+
+
+def test_each_capture_takes_its_own_workspace():
+    """A captured launch's counters are its graph's own: not the capture stream's eager
+    buffers, nor another graph's; one capture's launches share theirs."""
+    from cute_conv.workspace import kernel_workspace
+
+    stream = torch.cuda.Stream()
+    device = torch.cuda.current_device()
+    eager = kernel_workspace(device, stream.cuda_stream, 1024, 8)
+    captured = []
+    for _ in range(2):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            first = kernel_workspace(device, stream.cuda_stream, 1024, 8)
+            again = kernel_workspace(device, stream.cuda_stream, 512, 4)
+        assert again == first
+        captured.append(first)
+    assert len({eager, *captured}) == 3
+
+
+def test_graphs_of_one_capture_stream_replayed_on_two_streams_at_once():
+    """Two graphs captured on the same stream (torch.cuda.graph's default), replayed
+    concurrently: each has its own stream-K counters and partials, so neither sees the
+    other's."""
+    config = Config(tile_n=128, stream_k=True)
+    cases = [_inputs(SHAPES[0]), _inputs(SHAPES[1])]
+    refs = [conv2d_reference(act, flt, padding=pad) for act, flt, pad in cases]
+    graphs, outs = [], []
+    for act, flt, pad in cases:
+        cute_conv.conv2d_fprop(act, flt, padding=pad, config=config)  # compile, plan
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outs.append(cute_conv.conv2d_fprop(act, flt, padding=pad, config=config))
+        graphs.append(graph)
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    for stream in streams:
+        stream.wait_stream(torch.cuda.current_stream())
+    for _ in range(200):
+        for graph, stream in zip(graphs, streams, strict=True):
+            with torch.cuda.stream(stream):
+                graph.replay()
+    torch.cuda.synchronize()
+    for out, ref in zip(outs, refs, strict=True):
+        report = compare_to_reference(out, ref)
+        assert report.ok, str(report)
