@@ -231,8 +231,8 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
     arch = validate_device(x, filter, out, source=source, bias=bias, scale=scale)
     element_bytes = x.element_size()
     target = ARCHS[arch]
-    # K stays as it is where the kernel can store rows TMA cannot (no residual to load).
-    unpadded_k = target.stores_by_threads and not epilogue.has_residual
+    # K stays as it is where the kernel can store (and read the source of) rows TMA cannot.
+    unpadded_k = target.stores_by_threads
     kernel_problem = kernel_problem_for(problem, element_bytes, pad_k=not unpadded_k)
     out_row_bytes = kernel_problem.K * torch.finfo(out_dtype).bits // 8
     if unpadded_k and out_row_bytes % ROW_ALIGNMENT_BYTES:

@@ -50,10 +50,24 @@ def test_the_tma_store_kernel_is_unchanged():
     assert not _THREAD_STORE.search(ptx)
 
 
-def test_a_thread_store_spec_names_itself_and_takes_no_residual():
+def test_a_thread_store_spec_names_itself():
     assert STORE.name == "scale-bias-relu-thread-store"
-    with pytest.raises(ValueError, match="store_by_threads=True takes no residual"):
-        EpilogueSpec(has_residual=True, store_by_threads=True)
+    assert not STORE.loads_source_by_tma
+
+
+@pytest.mark.parametrize("order", ["after_activation", "before_activation"])
+@pytest.mark.parametrize("config", [Conv2dConfig(), Conv2dConfig(pingpong=True)], ids=["coop", "pingpong"])
+def test_the_residual_is_read_by_the_threads_too(config, order):
+    spec = EpilogueSpec(has_residual=True, residual_order=order, store_by_threads=True)
+    assert spec.has_residual and not spec.loads_source_by_tma
+    kernel = cute_conv.compile_kernel(
+        "sm_90a", act_dtype=torch.bfloat16, config=config, epilogue=spec
+    )
+    ptx = kernel.ptx
+    assert not _TMA_STORE.search(ptx)
+    # One 16-bit load of C and one store of D per value, by the consumer threads.
+    assert len(re.findall(r"ld\.global[\w.]*\.b16", ptx)) >= config.tile_n // 2
+    assert len(_THREAD_STORE.findall(ptx)) >= config.tile_n // 2
 
 
 def test_sm100_refuses_the_thread_store():

@@ -222,11 +222,12 @@ def test_super_pixel_view_epilogue():
 
 
 @pytest.mark.parametrize("order", ["after_activation", "before_activation"])
-def test_padded_k_residual_ignores_what_the_scratch_held(order):
-    """K not a multiple of 8: the source is copied into the scratch output's first K
-    channels and added in place; the other channels hold old memory (NaN here: a poisoned
-    block of the scratch's size is freed just before, for the allocator to hand back), and
-    their results are dropped. Also with out=source."""
+def test_unaligned_k_residual_in_both_orders_and_in_place(order):
+    """K not a multiple of 8 with a residual: the kernel reads the source and stores the
+    output by threads (``store_by_threads``), no scratch; also with out=source, where each
+    thread reads an element of C before it writes that element of D. (A freed NaN block of
+    a padded scratch's size stays in the allocator's cache, as it did when this path went
+    through a scratch output.)"""
     x, flt = random_conv_inputs(2, 10, 10, 16, 20, 3, 3)
     bias = torch.randn(20, device="cuda")
     source = torch.randn(2, 10, 10, 20, device="cuda").to(torch.bfloat16)

@@ -1,6 +1,7 @@
 """GPU numerics of the outputs the epilogue threads store themselves
 (``EpilogueSpec.store_by_threads``): K whose output rows are not whole 16-byte units, run
-without a padded scratch output, in every schedule, against a float32 reference.
+without a padded scratch output, residual sources read by the same threads, in every
+schedule, against a float32 reference.
 
 The output is a view into a larger buffer whose guard bands hold a sentinel, and is itself
 NaN-poisoned: a value the kernel fails to write, or one written past the M or K tail (a
@@ -40,17 +41,31 @@ def guarded_output(shape, dtype):
 
 
 def run_and_check(n, h, w, c, k, r, s, *, geom=None, config=None, out_dtype=torch.bfloat16,
-                  bias=True, scale=True, activation="relu", alpha=0.75):  # fmt: skip
+                  bias=True, scale=True, activation="relu", alpha=0.75, beta=None,
+                  order="after_activation", in_place=False):  # fmt: skip
+    """One call checked against float32 (``beta``: a residual of that weight, ``order``;
+    ``in_place``: the source is the output)."""
     geom = geom or {}
     x, flt = random_conv_inputs(n, h, w, c, k, r, s)
     problem = cute_conv.Conv2dProblemShape.from_shapes(x.shape, flt.shape, **geom)
     b = torch.randn(k, device="cuda") if bias else None
     sc = torch.rand(k, device="cuda") + 0.5 if scale else None
     out, bands_intact = guarded_output(problem.output_shape, out_dtype)
-    cute_conv.conv2d_fprop(x, flt, alpha=alpha, bias=b, scale=sc, activation=activation,
-                           out=out, config=config, **geom)  # fmt: skip
+    epilogue = dict(alpha=alpha, bias=b, scale=sc, activation=activation, out=out, config=config)
+    source = None
+    if beta is None:
+        cute_conv.conv2d_fprop(x, flt, **epilogue, **geom)
+    else:
+        source = torch.randn(problem.output_shape, device="cuda").to(out_dtype)
+        if in_place:
+            out.copy_(source)
+        cute_conv.conv2d_fprop_with_residual(
+            x, flt, out if in_place else source, beta=beta, residual_order=order, **epilogue,
+            **geom,
+        )
     torch.cuda.synchronize()
-    ref = reference(x, flt, geom, alpha=alpha, bias=b, scale=sc, activation=activation)
+    ref = reference(x, flt, geom, alpha=alpha, bias=b, scale=sc, activation=activation,
+                    source=source, beta=beta or 0.0, order=order)  # fmt: skip
     report = compare_to_reference(out, ref)
     assert report.ok, f"{problem} {config}: {report}"
     assert bands_intact(), f"{problem} {config}: a store landed outside the output"
@@ -72,6 +87,26 @@ CONFIGS = {
 def test_schedules_store_unaligned_k(config, k):
     # 3x3 over 9x11 maps: M = 2*9*11 = 198, tails in M and K; k-tiles enough for stream-K.
     run_and_check(2, 9, 11, 64, k, 3, 3, geom=dict(padding=1), config=config)
+
+
+RESIDUAL_CONFIGS = {
+    name: CONFIGS[name] for name in ("default", "m256-2x1", "stream-k", "dynamic", "pingpong")
+}
+
+
+@pytest.mark.parametrize("config", RESIDUAL_CONFIGS.values(), ids=RESIDUAL_CONFIGS.keys())
+@pytest.mark.parametrize("order", ["after_activation", "before_activation"])
+def test_residuals_are_read_by_the_threads(config, order):
+    run_and_check(2, 9, 11, 64, 84, 3, 3, geom=dict(padding=1), config=config, beta=0.5,
+                  order=order)  # fmt: skip
+
+
+@pytest.mark.parametrize("k", [12, 222], ids=lambda k: f"k{k}")
+def test_in_place_residual_of_unaligned_k(k):
+    run_and_check(3, 7, 9, 32, k, 3, 3, geom=dict(padding=1), beta=1.0, in_place=True)
+    halo = Conv2dConfig(tile_m=256, tile_n=64, tile_w=64, halo_h=6)
+    run_and_check(2, 13, 50, 64, k, 3, 3, geom=dict(padding=1), config=halo, beta=-1.0,
+                  order="before_activation", in_place=True)  # fmt: skip
 
 
 def test_halo_tiles_store_unaligned_k():
@@ -116,3 +151,4 @@ def test_aligned_c_calls_launch_without_staging(monkeypatch):
 
     monkeypatch.setattr(cute_conv.dispatch, "run_staged", fail)
     run_and_check(4, 7, 7, 64, 50, 1, 1)
+    run_and_check(4, 7, 7, 64, 50, 1, 1, beta=1.0, order="before_activation")

@@ -86,10 +86,10 @@ class EpilogueSpec:
     or before it; it only matters with ``has_residual``.
 
     ``store_by_threads``: the epilogue threads write the output to global memory themselves,
-    each value under a bounds predicate, instead of staging it in SMEM for TMA stores. For
-    outputs whose rows are not whole 16-byte units (K not a multiple of 8 16-bit values),
-    which TMA cannot address: the kernel then runs them without a padded scratch output. Not
-    with a residual (its source would need the same rows loaded by TMA).
+    each value under a bounds predicate, instead of staging it in SMEM for TMA stores, and
+    read the residual source the same way (no source-load warp, no C buffers). For outputs
+    whose rows are not whole 16-byte units (K not a multiple of 8 16-bit values), which TMA
+    cannot address: the kernel then runs them without a padded scratch output.
     """
 
     has_bias: bool = False
@@ -119,11 +119,6 @@ class EpilogueSpec:
                 f"residual_order={self.residual_order!r} is not supported; use one of "
                 f"{', '.join(RESIDUAL_ORDERS)}"
             )
-        if self.store_by_threads and self.has_residual:
-            raise ValueError(
-                "store_by_threads=True takes no residual: the source's rows are loaded by TMA, "
-                "which needs the 16-byte rows store_by_threads is for"
-            )
         if not self.has_residual:
             # Without a residual the order changes nothing: one spelling, one cached kernel.
             object.__setattr__(self, "residual_order", RESIDUAL_ORDERS[0])
@@ -131,6 +126,12 @@ class EpilogueSpec:
     @property
     def residual_before_activation(self) -> bool:
         return self.has_residual and self.residual_order == "before_activation"
+
+    @property
+    def loads_source_by_tma(self) -> bool:
+        """A residual read through SMEM, filled by a source-load warp's TMA loads (every
+        residual kernel but those that store by threads, whose threads read C themselves)."""
+        return self.has_residual and not self.store_by_threads
 
     @property
     def has_channel_vectors(self) -> bool:
@@ -211,7 +212,8 @@ class EpilogueOperands(NamedTuple):
     tma_atom_d: Optional[cute.CopyAtom]  # None: stored by threads
     mD_mn: cute.Tensor  # the output, as the TMA store's tensor (stored by threads: in memory)
     tma_atom_c: Optional[cute.CopyAtom]
-    mC_mn: Optional[cute.Tensor]  # the residual source, as its TMA load's tensor
+    # The residual source, as its TMA load's tensor (stored by threads: in memory).
+    mC_mn: Optional[cute.Tensor]
     m_bias: Optional[cute.Tensor]
     m_scale: Optional[cute.Tensor]
     # fp8 inputs: the per-tensor dequantization scales of activation and filter; fp8 output:
@@ -238,8 +240,8 @@ def make_epilogue_operands(
     ``epi_tile`` subtiles of ``output_view`` (by default the (N*P*Q, K) GEMM view); C, bias
     and scale are None where ``spec`` leaves them out, the activation and filter scales
     unless ``dequantize`` (fp8 inputs), the output scale unless ``quantize_output``. With
-    ``spec.store_by_threads`` there is no store atom, and the output is ``output_view`` of
-    the output pointer itself."""
+    ``spec.store_by_threads`` there are no store or source atoms, and the output and source
+    are ``output_view`` of their pointers themselves."""
     if cutlass.const_expr(spec.store_by_threads):
         tma_atom_d, tma_tensor_d = None, output_view(ptrs.out, geom)
     else:
@@ -250,7 +252,9 @@ def make_epilogue_operands(
             epi_tile,
         )
     tma_atom_c, tma_tensor_c = None, None
-    if spec.has_residual:
+    if cutlass.const_expr(spec.has_residual and spec.store_by_threads):
+        tma_tensor_c = output_view(ptrs.source, geom)
+    elif cutlass.const_expr(spec.has_residual):
         tma_atom_c, tma_tensor_c = cpasync.make_tiled_tma_atom(
             cpasync.CopyBulkTensorTileG2SOp(),
             output_view(ptrs.source, geom),

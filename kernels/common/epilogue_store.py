@@ -108,23 +108,38 @@ def store_subtile_by_threads(
     spec: cutlass.Constexpr,
     acc: cute.TensorSSA,
     alpha: cutlass.Float32,
+    beta: cutlass.Float32,
     vectors: ChannelVectors,
     subtile_n0: cutlass.Int32,
     out: OutputSubtiles,
     gmem_subtile: cute.Tensor,
     coord_subtile: cute.Tensor,
     bound: cute.Shape,
+    source_subtile: Optional[cute.Tensor],
 ):
     """The epilogue of one subtile, each of this thread's values stored to global memory by
     the thread (no SMEM, no barrier): ``gmem_subtile`` is the subtile in the output,
     ``coord_subtile`` the output coordinates of its elements, stored where they are inside
-    ``bound`` (the output's shape: the M and K tails are skipped)."""
-    y = subtile_values(spec, acc, alpha, vectors, subtile_n0, None, out.out_factor)
-    out.regs.store(y.to(out.regs.element_type))
-    for v in cutlass.range_constexpr(cute.size(out.regs)):
-        position = vectors.coords[v]
-        if cute.elem_less(coord_subtile[position], bound):
-            gmem_subtile[position] = out.regs[v]
+    ``bound`` (the output's shape: the M and K tails are skipped). With a residual, its
+    values are read from ``source_subtile`` (the source, divided as the output) the same
+    way: each thread reads an element before it writes that element, so the source may be
+    the output itself."""
+    regs, coords = out.regs, vectors.coords  # plain names: the DSL's runtime `if`s take these
+    in_bounds = cute.make_rmem_tensor(regs.shape, cutlass.Boolean)
+    for v in cutlass.range_constexpr(cute.size(regs)):
+        in_bounds[v] = cute.elem_less(coord_subtile[coords[v]], bound)
+    residual = None
+    if cutlass.const_expr(spec.has_residual):
+        for v in cutlass.range_constexpr(cute.size(regs)):
+            regs[v] = regs.element_type(0.0)
+            if in_bounds[v]:
+                regs[v] = source_subtile[coords[v]]
+        residual = beta * regs.load().to(cutlass.Float32)
+    y = subtile_values(spec, acc, alpha, vectors, subtile_n0, residual, out.out_factor)
+    regs.store(y.to(regs.element_type))
+    for v in cutlass.range_constexpr(cute.size(regs)):
+        if in_bounds[v]:
+            gmem_subtile[coords[v]] = regs[v]
 
 
 @cute.jit

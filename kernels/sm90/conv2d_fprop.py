@@ -165,7 +165,7 @@ class Conv2dFpropSm90(
 
     def _configure(self) -> None:
         config, act_dtype, out_dtype = self.config, self.act_dtype, self.out_dtype
-        self.plan = config.plan(act_dtype, out_dtype, self.epilogue.has_residual)
+        self.plan = config.plan(act_dtype, out_dtype, self.epilogue.loads_source_by_tma)
         self.tile_mnk = config.tile_shape_mnk
         self.cluster_mn = config.cluster_shape_mn
         self.swizzle = config.swizzle
@@ -182,7 +182,7 @@ class Conv2dFpropSm90(
 
         # Warp roles and the arrive counts of every barrier, derived from them.
         self.roles = Sm90Roles.of(config)
-        self.barrier_specs = sm90_barrier_specs(config, self.epilogue.has_residual)
+        self.barrier_specs = sm90_barrier_specs(config, self.epilogue.loads_source_by_tma)
         self.num_consumer_warpgroups = config.num_consumer_warpgroups
         self.num_consumer_threads = self.roles.consumer_threads
         self.threads_per_cta = self.roles.threads_per_cta
@@ -394,7 +394,7 @@ class Conv2dFpropSm90(
         pipes = self._make_pipelines(smem, cta_layout_mnk, m_flags, warp_idx)
         pipeline_init_arrive(cluster_shape_mn=self.cluster_mn, is_relaxed=True)
         sA, sB, sD = smem.act_tiles(), smem.filter_tiles(), smem.out_tiles()
-        sC = smem.source_tiles() if cutlass.const_expr(self.epilogue.has_residual) else None
+        sC = smem.source_tiles() if cutlass.const_expr(self.epilogue.loads_source_by_tma) else None
 
         gA, gB, gD, gC = self._tile_views(mA_mk, mB_nk, mD_mn, mC_mn)
         cD, d_shape = None, None
@@ -428,7 +428,7 @@ class Conv2dFpropSm90(
                     pipes, halo, tma_atom_a, tma_atom_b, gA, gB, sA, sB, cta_layout_mnk,
                     cluster_coord_mnk, scheduler,
                 )  # fmt: skip
-            if cutlass.const_expr(self.epilogue.has_residual):
+            if cutlass.const_expr(self.epilogue.loads_source_by_tma):
                 if warp_idx == self.source_load_warp_id:
                     self.load_source(pipes.source, tma_atom_c, gC, sC, scheduler, pipes.work_queue)
 
@@ -443,7 +443,7 @@ class Conv2dFpropSm90(
                 Sm90SmemTiles(sA, sB, sD, sC),
                 ConsumerMainloop(tiled_mma, k_shape, k_tile_cnt, halo, a_tap_layout),
                 EpilogueArgs(
-                    tma_atom_d, gD, cD, d_shape, m_bias, m_scale, alpha, beta, out_factor
+                    tma_atom_d, gD, cD, d_shape, gC, m_bias, m_scale, alpha, beta, out_factor
                 ),
                 # With dynamic scheduling m_flags holds the work counters instead.
                 StreamKWorkspace(m_partials, m_flags if self.stream_k else None),
@@ -502,7 +502,7 @@ class Conv2dFpropSm90(
                 self.halo_stages, tx_count=a_bytes,
             )  # fmt: skip
         source = None
-        if cutlass.const_expr(self.epilogue.has_residual):
+        if cutlass.const_expr(self.epilogue.loads_source_by_tma):
             source_bytes = cute.size_in_bytes(
                 self.out_dtype, cute.slice_(source_layout, (None, None, 0))
             )
@@ -601,7 +601,7 @@ class Conv2dFpropSm90(
                 # tile's loads, its result is first needed after them.
                 ticket = self.request_work(work_queue)
             states = loader.load_tile(states, scheduler, work)
-            if cutlass.const_expr(self.epilogue.has_residual):
+            if cutlass.const_expr(self.epilogue.loads_source_by_tma):
                 # The first tile's A/B loads are out: let the source loads begin.
                 if work == scheduler.first_work():
                     self.epilogue_load_barrier().arrive()
@@ -756,12 +756,12 @@ class Conv2dFpropSm90(
                 elif k_end < k_tile_cnt:
                     self.add_partials(fixup, scheduler, work)
             if k_first == 0:
-                if cutlass.const_expr(self.pingpong and self.epilogue.has_residual):
+                if cutlass.const_expr(self.pingpong and self.epilogue.loads_source_by_tma):
                     turns.epilogue.wait(epilogue_turn)
                 states, num_epi_tiles_done = self.epilogue_tile(
                     epilogue, work, scheduler, states, num_epi_tiles_done, epi_args, warp_idx
                 )
-                if cutlass.const_expr(self.pingpong and self.epilogue.has_residual):
+                if cutlass.const_expr(self.pingpong and self.epilogue.loads_source_by_tma):
                     epilogue_turn = turns.epilogue.arrive(epilogue_turn)
             work, valid, queue_state = items.next(work, queue_state)
             if cutlass.const_expr(self.pingpong):

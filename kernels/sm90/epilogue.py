@@ -28,9 +28,11 @@ class EpilogueArgs(NamedTuple):
 
     tma_atom_d: Optional[cute.CopyAtom]  # TMA store of the output (None: stored by threads)
     gD: cute.Tensor  # the output by tile: (tile_m, tile_n, m_tiles, n_tiles)
-    # Stored by threads: gD's output coordinates, and the output's shape they must be inside.
+    # Stored by threads: gD's output coordinates, the output's shape they must be inside,
+    # and the residual source tiled as gD (None without one).
     cD: Optional[cute.Tensor]
     d_shape: Optional[cute.Shape]
+    gC: Optional[cute.Tensor]
     bias: Optional[cute.Tensor]
     scale: Optional[cute.Tensor]
     alpha: cutlass.Float32  # times the fp8 inputs' scales
@@ -108,7 +110,7 @@ class Sm90EpilogueMixin:
             out_factor=out_factor,
         )
         source = None
-        if self.epilogue.has_residual:
+        if self.epilogue.loads_source_by_tma:
             regs_c = cute.make_rmem_tensor(rD_shape, self.out_dtype)
             # This thread's values in C's buffers: the r2s partition, in tRS_rD's order.
             source = SourceSubtiles(
@@ -174,9 +176,11 @@ class Sm90EpilogueMixin:
         tRS_rD = parts.tRS_rD
         size_tRS_rD = cute.size(tRS_rD)
         gD_tile = cute.zipped_divide(gD[(None, None, m_tile, n_tile)], self.epi_tiler)
-        out, bSG_gD, cD_tile = parts.out, None, None
+        out, bSG_gD, cD_tile, gC_tile = parts.out, None, None, None
         if cutlass.const_expr(self.epilogue.store_by_threads):
             cD_tile = cute.zipped_divide(args.cD[(None, None, m_tile, n_tile)], self.epi_tiler)
+            if cutlass.const_expr(self.epilogue.has_residual):
+                gC_tile = cute.zipped_divide(args.gC[(None, None, m_tile, n_tile)], self.epi_tiler)
         else:
             bSG_sD, bSG_gD = cpasync.tma_partition(
                 parts.out.tma_atom,
@@ -196,8 +200,9 @@ class Sm90EpilogueMixin:
             if cutlass.const_expr(self.epilogue.store_by_threads):
                 subtile = ((None, None), (subtile_m, subtile_n))  # (epi_m, epi_n)
                 store_subtile_by_threads(
-                    self.epilogue, tRS_rD.load(), alpha, parts.vectors, subtile_n0, out,
+                    self.epilogue, tRS_rD.load(), alpha, beta, parts.vectors, subtile_n0, out,
                     gD_tile[subtile], cD_tile[subtile], args.d_shape,
+                    None if gC_tile is None else gC_tile[subtile],
                 )  # fmt: skip
             else:
                 epi_buffer = (num_epi_tiles_done + epi_idx) % self.epi_stages

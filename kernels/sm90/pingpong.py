@@ -43,7 +43,7 @@ class PingPongMixin:
             )
 
         mainloop = turn(barriers)
-        epilogue = turn(barriers + 2) if self.epilogue.has_residual else None
+        epilogue = turn(barriers + 2) if self.epilogue.loads_source_by_tma else None
         return PingPongTurns(mainloop, epilogue)
 
     def skip_tile(
@@ -60,7 +60,7 @@ class PingPongMixin:
         source_subtiles = self.tile_mnk[1] // self.epi_tile[1]
         states.advance_past_tile(
             k_tile_cnt,
-            source_subtiles if self.epilogue.has_residual else None,
+            source_subtiles if self.epilogue.loads_source_by_tma else None,
             c_blocks if self.tile_w else None,
         )
         work, valid, _ = items.next(work, None)
