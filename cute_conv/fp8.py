@@ -29,8 +29,8 @@ def quantize_fp8(
     ``t``'s device (what ``x_scale`` / ``w_scale`` take). ``per_channel_dim=d``: one scale per
     index of dimension ``d``, a float32 vector of ``t.shape[d]`` (a filter's per-output-channel
     scales, ``d=0``: pass them as the conv's ``scale`` with ``w_scale`` of one). The scale maps
-    the largest magnitude to the format's largest finite value; an all-zero tensor (or
-    channel) gets scale 1. Computed in float32; the fp8 values keep ``t``'s layout.
+    the largest magnitude to the format's largest finite value; an all-zero or empty tensor
+    (or channel) gets scale 1. Computed in float32; the fp8 values keep ``t``'s layout.
 
     Raises:
         TypeError: ``t`` is not a floating torch tensor, or ``dtype`` not an fp8 dtype.
@@ -45,7 +45,7 @@ def quantize_fp8(
         raise TypeError(f"dtype must be one of {', '.join(map(str, FP8_DTYPES))}, got {dtype}")
     values = t.float()
     if per_channel_dim is None:
-        amax = values.abs().amax()
+        amax = _max_abs(values)
         shape = ()
     else:
         if isinstance(per_channel_dim, bool) or not isinstance(per_channel_dim, int):
@@ -56,7 +56,10 @@ def quantize_fp8(
             )
         dim = per_channel_dim % t.dim()
         others = [d for d in range(t.dim()) if d != dim]
-        amax = values.abs().amax(dim=others) if others else values.abs()
+        if values.numel() == 0:  # torch's amax refuses to reduce an empty tensor
+            amax = values.new_zeros(t.shape[dim])
+        else:
+            amax = values.abs().amax(dim=others) if others else values.abs()
         shape = [1] * t.dim()
         shape[dim] = t.shape[dim]
     scale = scale_from_amax(amax, dtype)

@@ -168,6 +168,13 @@ def test_quantize_fp8_per_tensor(dtype):
     assert bool((err <= t.abs() * 2.0 ** -(mantissa_bits + 1) + tiny).all())
 
 
+def test_quantize_fp8_of_empty_tensors_scales_by_one():
+    q, scale = cute_conv.quantize_fp8(torch.empty(0, 3, 3, 16))
+    assert q.shape == (0, 3, 3, 16) and q.dtype == E4M3 and scale.shape == () and scale == 1.0
+    q, scales = cute_conv.quantize_fp8(torch.empty(4, 0, 3, 16), per_channel_dim=0)
+    assert q.shape == (4, 0, 3, 16) and torch.equal(scales, torch.ones(4))
+
+
 def test_quantize_fp8_per_channel_and_zero_channels():
     t = torch.randn(6, 3, 3, 16)
     t[2] = 0
