@@ -39,9 +39,6 @@ class ArchKernels:
     check_fits: Optional[Callable[[Any, Conv2dProblemShape], None]]
     # Whether a call without a config may time candidates on the GPU (``tuning``).
     autotuned: bool
-    # Whether its kernels store output rows that are not whole 16-byte units themselves
-    # (``EpilogueSpec.store_by_threads``); otherwise K is padded and the output staged.
-    stores_by_threads: bool
     # The scratch a launch needs, ``(float32 partials, int32 flags)`` or None, for
     # ``(kernel problem, config, max clusters)`` (None: the arch's kernels never need any).
     workspace_size: Optional[Callable[[Conv2dProblemShape, Any, int], Optional[tuple]]]
@@ -71,7 +68,6 @@ ARCHS: dict[str, ArchKernels] = {
         heuristic=_heuristic_sm90,
         check_fits=check_config_fits,
         autotuned=True,
-        stores_by_threads=True,
         workspace_size=workspace_size_sm90,
     ),
     "sm_100a": ArchKernels(
@@ -82,7 +78,6 @@ ARCHS: dict[str, ArchKernels] = {
         heuristic=_heuristic_sm100,
         check_fits=None,
         autotuned=False,
-        stores_by_threads=False,
         workspace_size=None,
     ),
 }

@@ -69,16 +69,18 @@ def check_sm100(
     out_name = dtype_name(out_dtype if out_dtype is not None else act_name, "out_dtype")
     out = CUTLASS_DTYPES[out_name]
     check_problem_limits(problem)
-    # TMA rows (C: activation and filter rows; K: filter rows of B, output and source rows)
-    # are whole 16-byte units; the public API pads them.
-    for name, value, dtype in (("C", problem.C, act), ("K", problem.K, act), ("K", problem.K, out)):
-        row_bytes = value * dtype.width // 8
-        if row_bytes % ROW_ALIGNMENT_BYTES:
-            raise ValueError(
-                f"{name}={value} channels of {dtype.__name__} make {row_bytes}-byte rows; the "
-                f"SM100 kernel's TMA rows must be multiples of {ROW_ALIGNMENT_BYTES} bytes "
-                f"({ROW_ALIGNMENT_BYTES * 8 // dtype.width} channels): pad {name}"
-            )
+    # The activation's and the filter's TMA rows hold C channels: whole 16-byte units (the
+    # public API pads them). K is the filter's outer extent; output rows that are not
+    # 16-byte units are stored by the epilogue threads (``EpilogueSpec.store_by_threads``),
+    # which read the source themselves: no C ring then.
+    row_bytes = problem.C * act.width // 8
+    if row_bytes % ROW_ALIGNMENT_BYTES:
+        raise ValueError(
+            f"C={problem.C} channels of {act.__name__} make {row_bytes}-byte rows; the "
+            f"SM100 kernel's TMA rows must be multiples of {ROW_ALIGNMENT_BYTES} bytes "
+            f"({ROW_ALIGNMENT_BYTES * 8 // act.width} channels): pad C"
+        )
+    stores_by_threads = problem.K * out.width // 8 % ROW_ALIGNMENT_BYTES != 0
     tiles_m = -(-problem.gemm_m // config.mma_m)
     tiles_n = -(-problem.K // config.mma_n)
     ctas = tiles_m * tiles_n * config.cta_group
@@ -87,7 +89,7 @@ def check_sm100(
             f"the problem needs {tiles_m} x {tiles_n} tiles of {config.mma_m}x{config.mma_n}, "
             f"{ctas} CTAs; the launch grid is limited to {MAX_GRID_X}: split the batch"
         )
-    return config.plan(act, out, has_residual)
+    return config.plan(act, out, has_residual and not stores_by_threads)
 
 
 def can_implement_sm100(

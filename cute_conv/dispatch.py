@@ -231,11 +231,9 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
     arch = validate_device(x, filter, out, source=source, bias=bias, scale=scale)
     element_bytes = x.element_size()
     target = ARCHS[arch]
-    # K stays as it is where the kernel can store (and read the source of) rows TMA cannot.
-    unpadded_k = target.stores_by_threads
-    kernel_problem = kernel_problem_for(problem, element_bytes, pad_k=not unpadded_k)
-    out_row_bytes = kernel_problem.K * torch.finfo(out_dtype).bits // 8
-    if unpadded_k and out_row_bytes % ROW_ALIGNMENT_BYTES:
+    kernel_problem = kernel_problem_for(problem, element_bytes)
+    # Output rows TMA cannot address are stored (and their source read) by the threads.
+    if kernel_problem.K * torch.finfo(out_dtype).bits // 8 % ROW_ALIGNMENT_BYTES:
         epilogue = replace(epilogue, store_by_threads=True)
     num_sms = sm_count(x.device.index)
     if config is None and target.autotuned:

@@ -1,9 +1,10 @@
 """Operand staging for the calls the kernel cannot take as they are.
 
-The kernel wants 16-byte channel rows (C, K multiples of 8; K of any size where the kernel
-stores the output by threads), an output that no input aliases, a source that is the output
-or disjoint from it, and contiguous bias/scale vectors of one dtype (float32 when a call's
-bias and scale differ).
+The kernel wants 16-byte channel rows of its inputs (C a multiple of 8; K takes any size:
+output rows that are not 16-byte units are stored by the epilogue threads,
+``EpilogueSpec.store_by_threads``), an output that no input aliases, a source that is the
+output or disjoint from it, and contiguous bias/scale vectors of one dtype (float32 when a
+call's bias and scale differ).
 Most calls meet all of that and launch directly; the others are staged here with a few torch
 ops on the same stream, around the one kernel launch. Every extra copy is listed in
 ``run_staged``'s docstring and in the README.
@@ -159,14 +160,14 @@ def uses_im2col(problem: Conv2dProblemShape) -> bool:
 
 
 def kernel_problem_for(
-    problem: Conv2dProblemShape, element_bytes: int = 2, *, pad_k: bool = True
+    problem: Conv2dProblemShape, element_bytes: int = 2
 ) -> Conv2dProblemShape:
     """The problem the kernel runs on inputs of ``element_bytes`` (2, or 1 for fp8):
-    ``problem`` itself when it needs no staging. ``pad_k=False`` keeps K as it is, for a
-    kernel that stores unaligned output rows itself (``EpilogueSpec.store_by_threads``): the
-    filter's K is its outer extent, which TMA takes at any size."""
+    ``problem`` itself when it needs no staging. Only C is padded: K is the filter's outer
+    extent, which TMA takes at any size, and the output's rows are stored by threads where
+    they are not 16-byte units."""
     alignment = channel_alignment(element_bytes)
-    k = _round_up(problem.K, alignment) if pad_k else problem.K
+    k = problem.K
     view = super_pixel_view(problem)
     if view is not None:
         (top, bottom), _ = problem.padding
@@ -342,10 +343,7 @@ class StagingPlan:
     view: SuperPixelView | None
     space_to_depth: bool
     im2col: bool
-    # The kernel's output channels beyond the super-pixel view's phases' K (no padding there:
-    # the view's output is the NHWC output itself).
-    k_pad: int
-    phases: int
+    phases: int  # output channel blocks per GEMM row: 2 on the super-pixel view, else 1
     stages_filter: bool  # the kernel reads a padded or regrouped copy of the filter
 
 
@@ -356,8 +354,7 @@ def staging_plan(
     view = super_pixel_view(problem)
     phases = 1 if view is None else view.phases
     return StagingPlan(
-        problem, kernel_problem, view, uses_space_to_depth(problem), uses_im2col(problem),
-        kernel_problem.K - phases * problem.K, phases,
+        problem, kernel_problem, view, uses_space_to_depth(problem), uses_im2col(problem), phases,
         view is not None or kernel_problem.filter_shape != problem.filter_shape,
     )  # fmt: skip
 
@@ -382,10 +379,9 @@ def _stage_filter(filter: torch.Tensor, plan: StagingPlan) -> torch.Tensor:  # n
         return _space_to_depth_filter(filter, problem, kp).contiguous()
     if plan.im2col:
         flt = filter.reshape(problem.K, 1, 1, problem.R * problem.S * problem.C)
-        return F.pad(flt, (0, kp.C - flt.shape[-1], 0, 0, 0, 0, 0, plan.k_pad)).contiguous()
+        return F.pad(flt, (0, kp.C - flt.shape[-1])).contiguous()
     c_pad = kp.C - problem.C
-    flt = F.pad(filter, (0, c_pad, 0, 0, 0, 0, 0, plan.k_pad)) if c_pad or plan.k_pad else filter
-    return flt.contiguous()
+    return (F.pad(filter, (0, c_pad)) if c_pad else filter).contiguous()
 
 
 class StagedWeightCache:
@@ -471,12 +467,7 @@ def run_staged(
     Must run with the call's stream current; ``stream`` is its raw handle (None: looked up
     when a staging kernel needs it). The copies, by case:
     - C not a multiple of 8: ``x`` and ``filter`` zero-padded to the next multiple (zero
-      channels add nothing).
-    - K not a multiple of 8, on a kernel that stores by TMA only (a residual call, SM100):
-      ``filter`` zero-padded too, and the kernel writes a scratch output whose first K
-      channels are copied to ``out``; ``source`` is first copied into those channels (the
-      kernel adds it in place) and ``bias``/``scale`` are padded. (Without a residual, the
-      SM90 kernel stores such rows itself, ``EpilogueSpec.store_by_threads``: no copy.)
+      channels add nothing). K is never padded (see ``kernel_problem_for``).
     - 8 input channels and stride 2 (``super_pixel_view``): no copy of ``x``, ``out`` or
       ``source`` (views); the filter regrouped, and ``bias``/``scale`` repeated per phase.
     - few input channels and stride 2 otherwise (``uses_space_to_depth``): ``x`` rearranged into
@@ -492,7 +483,7 @@ def run_staged(
     Staged filters and bias/scale vectors are kept for the next call while their sources are
     unchanged (``StagedWeightCache``).
     """
-    k_pad, kp = plan.k_pad, plan.kernel_problem
+    kp = plan.kernel_problem
     # fp8 tensors are staged as their bytes (zero bytes are +0.0): torch's pads and copies
     # do not all take fp8 dtypes.
     if x.element_size() == 1:
@@ -515,23 +506,17 @@ def run_staged(
             _kernel_vector(v, dtype, plan, stream, capturing) for v in (bias, scale)
         )
     kernel_out = out if plan.view is None else out.view(kp.output_shape)
-    scratch = bool(k_pad) or overlaps(out, x) or overlaps(out, filter)
+    scratch = overlaps(out, x) or overlaps(out, filter)
     if scratch:
         # If ``out`` is also the source, the kernel reads it and writes only the scratch.
         kernel_out = torch.empty(kp.output_shape, dtype=out.dtype, device=out.device)
-    if k_pad and source is not None:
-        # The source goes into the scratch output's first K channels and the kernel adds it
-        # in place: one copy, no padded tensor. The other channels hold whatever was there;
-        # their results are dropped with them.
-        _bytes(kernel_out)[..., : plan.problem.K].copy_(_bytes(source))
-        source = kernel_out
-    if source is not None and source is not kernel_out:
+    if source is not None:
         if source is not out and overlaps(source, out):
             source = source.clone()
         source = source if plan.view is None else source.view(kp.output_shape)
     launch(x_k, flt_k, kernel_out, source, bias, scale)
     if scratch:
-        out.copy_(kernel_out[..., : plan.problem.K] if k_pad else kernel_out.view(out.shape))
+        out.copy_(kernel_out.view(out.shape))
 
 
 def _bytes(t: torch.Tensor) -> torch.Tensor:
@@ -546,15 +531,13 @@ def _kernel_vector(
     stream: int | None,
     capturing: bool,
 ) -> torch.Tensor | None:
-    """A bias/scale vector as the kernel reads it: contiguous, in ``dtype``, zero-padded by
-    the plan's ``k_pad`` channels, or repeated per phase of a super-pixel view. A copy is
+    """A bias/scale vector as the kernel reads it: contiguous, in ``dtype``, repeated per
+    phase of a super-pixel view. A copy is
     kept for calls on ``stream`` while the vector is unchanged (``staged_weights``): each
     copy is a launch."""
     if vector is None:
         return None
-    if plan.k_pad:
-        stage = lambda: F.pad(vector.to(dtype), (0, plan.k_pad))  # noqa: E731
-    elif plan.phases > 1:
+    if plan.phases > 1:
         stage = lambda: vector.to(dtype).repeat(plan.phases)  # noqa: E731
     elif vector.dtype == dtype and vector.is_contiguous():
         return vector

@@ -12,7 +12,6 @@ import torch
 
 import cute_conv
 from cute_conv import Conv2dConfig, Conv2dConfigSm100, EpilogueSpec
-from cute_conv.arch import ARCHS
 from cute_conv.staging import kernel_problem_for, staging_plan
 
 STORE = EpilogueSpec(has_bias=True, has_scale=True, activation="relu", store_by_threads=True)
@@ -70,12 +69,22 @@ def test_the_residual_is_read_by_the_threads_too(config, order):
     assert len(_THREAD_STORE.findall(ptx)) >= config.tile_n // 2
 
 
-def test_sm100_refuses_the_thread_store():
-    assert not ARCHS["sm_100a"].stores_by_threads and ARCHS["sm_90a"].stores_by_threads
-    with pytest.raises(ValueError, match="store_by_threads=True\\) is SM90-only"):
-        cute_conv.compile_kernel(
-            "sm_100a", act_dtype=torch.bfloat16, config=Conv2dConfigSm100(), epilogue=STORE
-        )
+@pytest.mark.parametrize(
+    "config", [Conv2dConfigSm100(), Conv2dConfigSm100(cta_group=1, mma_m=128, mma_n=64)],
+    ids=["2sm", "1sm"],
+)  # fmt: skip
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+def test_sm100_stores_by_threads_too(config, residual):
+    """Compile-verified only (no Blackwell GPU): the tcgen05 epilogue's values go through
+    ``store_subtile_by_threads``, 32 columns a thread per subtile, C read the same way."""
+    spec = EpilogueSpec(has_residual=True, store_by_threads=True) if residual else STORE
+    ptx = cute_conv.compile_kernel(
+        "sm_100a", act_dtype=torch.bfloat16, config=config, epilogue=spec
+    ).ptx
+    assert not _TMA_STORE.search(ptx)
+    assert len(_THREAD_STORE.findall(ptx)) >= config.epi_n
+    loads = len(re.findall(r"ld\.global[\w.]*\.b16", ptx))
+    assert loads >= config.epi_n if residual else loads == 0
 
 
 @pytest.mark.parametrize(
@@ -83,13 +92,13 @@ def test_sm100_refuses_the_thread_store():
     [(48, 12, False), (888, 84, False), (12, 120, True), (30, 1, True)],
     ids=["c48-k12", "c888-k84", "c12-k120", "c30-k1"],
 )
-def test_unpadded_k_needs_no_filter_copy_or_scratch(c, k, stages_filter):
+def test_k_is_never_padded(c, k, stages_filter):
     problem = cute_conv.Conv2dProblemShape.from_shapes((2, 5, 5, c), (k, 1, 1, c))
-    padded, unpadded = kernel_problem_for(problem), kernel_problem_for(problem, pad_k=False)
-    assert padded.K == -(-k // 8) * 8 and unpadded.K == k
-    assert unpadded.C == padded.C == -(-c // 8) * 8
-    plan = staging_plan(problem, unpadded)
-    assert plan.k_pad == 0  # no scratch output, no copy of it
-    assert plan.stages_filter == stages_filter  # only C padding copies the filter
-    if not stages_filter:
-        assert unpadded is problem  # the call launches directly
+    for element_bytes in (2, 1):
+        kernel_problem = kernel_problem_for(problem, element_bytes)
+        alignment = 16 // element_bytes
+        assert kernel_problem.K == k and kernel_problem.C == -(-c // alignment) * alignment
+    kernel_problem = kernel_problem_for(problem)
+    # Only C padding copies the filter; a C-aligned call launches directly.
+    assert staging_plan(problem, kernel_problem).stages_filter == stages_filter
+    assert (kernel_problem is problem) == (not stages_filter)

@@ -59,7 +59,7 @@ from ..common.im2col import (
 )
 from ..common.pipelines import make_checked_pipeline
 from .config import SMEM_CAPACITY_SM100, Conv2dConfigSm100
-from .epilogue import NamedBarrierSm100, Sm100EpilogueMixin
+from .epilogue import NamedBarrierSm100, OutputTiles, Sm100EpilogueMixin
 from .pipeline_checks import WarpRoles, conv2d_barrier_specs
 from .smem import Conv2dSmem, conv2d_smem_struct
 from .tile_scheduler import ClcTileScheduler, ClcWorkItems
@@ -73,11 +73,14 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
     Warp roles (256 threads, one CTA per SM; a 2-SM config runs CTA pairs in 2x1 clusters):
 
       warps 0-3  epilogue: TMEM -> registers (tcgen05.ld) -> alpha, scale, bias, activation,
-                 epilogue_fn -> + beta * C (from SMEM) -> SMEM (st.shared.v4) -> TMA store
+                 epilogue_fn -> + beta * C (from SMEM) -> SMEM (st.shared.v4) -> TMA store;
+                 with ``store_by_threads`` (output rows not 16-byte units) C read and D
+                 written by each thread, predicated
       warp 4     scheduler (CTA 0 of the cluster only): clusterlaunchcontrol.try_cancel
       warp 5     TMA load: im2col activation tile + filter tile per k-tile
       warp 6     MMA: allocates TMEM, issues tcgen05.mma (leader CTA of a pair), frees TMEM
       warp 7     epilogue load: TMA of the residual C subtiles; exits at once without residual
+                 or with ``store_by_threads``
 
     Pipelines and barriers (arrive counts per phase; ``pipeline_checks.py`` derives them from
     the roles and checks the DSL objects against them at trace time). "pair" is the CTA pair
@@ -115,12 +118,7 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
     def _configure(self) -> None:
         config, act_dtype, out_dtype = self.config, self.act_dtype, self.out_dtype
         epilogue = self.epilogue
-        if epilogue.store_by_threads:
-            raise ValueError(
-                "EpilogueSpec(store_by_threads=True) is SM90-only: the SM100 kernel stores "
-                "by TMA, so K must be a multiple of 16 bytes of output (the host pads it)"
-            )
-        self.plan = config.plan(act_dtype, out_dtype, epilogue.has_residual)
+        self.plan = config.plan(act_dtype, out_dtype, epilogue.loads_source_by_tma)
 
         self.cta_group = config.cta_group
         self.use_2cta = config.cta_group == 2
@@ -139,7 +137,7 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
         self.barrier_specs = conv2d_barrier_specs(
             cta_group=self.cta_group,
             cluster_size=self.cluster_size,
-            has_residual=epilogue.has_residual,
+            has_residual=epilogue.loads_source_by_tma,
             roles=self.roles,
         )
         bm, bn, bk = self.block_tile
@@ -318,7 +316,7 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
         tma_atom_a, mA_mk, tma_atom_b, mB_nk = ab_operands
         tma_atom_d, mD_mn, tma_atom_c, mC_mn, m_bias, m_scale = epi_operands[:6]
         roles = self.roles
-        has_residual = self.epilogue.has_residual
+        loads_source = self.epilogue.loads_source_by_tma  # the epilogue-load warp's C ring
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == roles.load:
             for atom in (tma_atom_a, tma_atom_b, tma_atom_d, tma_atom_c):
@@ -348,7 +346,7 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
                 cute.arch.mbarrier_init(
                     smem.tmem_dealloc_barrier(), self.barrier_specs["tmem_dealloc"].count
                 )
-                if cutlass.const_expr(has_residual):
+                if cutlass.const_expr(loads_source):
                     cute.arch.mbarrier_init(
                         smem.get_load_order_barrier(), self.barrier_specs["load_order"].count
                     )
@@ -358,11 +356,18 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
         sA = smem.act_tiles()
         sB = smem.filter_tiles()
         sD = smem.out_tiles()
-        sC = smem.src_tiles() if cutlass.const_expr(has_residual) else None
+        sC = smem.src_tiles() if cutlass.const_expr(loads_source) else None
 
         tCgA, tCgB, tCgD, tCgC, tCtAcc_fake = self._tile_views(
             tiled_mma, mma_coord_v, mA_mk, mB_nk, mD_mn, mC_mn
         )
+        output = OutputTiles(tCgD, None, None, None)
+        if cutlass.const_expr(self.epilogue.store_by_threads):
+            # The output coordinates of tCgD's elements (the threads' bounds predicates), and
+            # the residual source in memory, partitioned as tCgD.
+            coords = cute.make_identity_tensor(mD_mn.shape)
+            tCcD = self._tile_views_c(tiled_mma, mma_coord_v, coords)
+            output = OutputTiles(tCgD, tCcD, mD_mn.shape, tCgC)
 
         scheduler = ClcTileScheduler(
             num_tiles_m,
@@ -405,7 +410,7 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
         # ////////////////////////////////////////////////////////////////////////////////////
         #  EPILOGUE LOAD (warp 7): residual kernels only
         # ////////////////////////////////////////////////////////////////////////////////////
-        if cutlass.const_expr(has_residual):
+        if cutlass.const_expr(loads_source):
             if warp_idx == roles.epi_load:
                 self.load_source(
                     source_pipeline, work_items, tma_atom_c, tCgC, sC,
@@ -418,7 +423,7 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
         if warp_idx <= roles.epilogue[-1]:
             alpha, out_factor = quantization_scalars(alpha, epi_operands)
             self.epilogue_store(
-                acc_pipeline, source_pipeline, work_items, tma_atom_d, tCtAcc_fake, tCgD, sD,
+                acc_pipeline, source_pipeline, work_items, tma_atom_d, tCtAcc_fake, output, sD,
                 sC, m_bias, m_scale, alpha, beta, out_factor, tmem, smem.tmem_dealloc_barrier(),
                 cta_rank_in_cluster, warp_idx,
             )  # fmt: skip
@@ -457,10 +462,10 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
         # (MMA, MMA_N, MMA_K, RestN, RestK): this CTA's filter rows (half of N on 2-SM)
         tCgB = thr_mma.partition_B(cute.local_tile(mB_nk, (mma_n, k_tiler), (None, None)))
         # (MMA, MMA_M, MMA_N, RestM, RestN): this CTA's output rows, all MMA_N columns
-        tCgD = thr_mma.partition_C(cute.local_tile(mD_mn, (mma_m, mma_n), (None, None)))
+        tCgD = self._tile_views_c(tiled_mma, mma_coord_v, mD_mn)
         tCgC = None
         if cutlass.const_expr(self.epilogue.has_residual):
-            tCgC = thr_mma.partition_C(cute.local_tile(mC_mn, (mma_m, mma_n), (None, None)))
+            tCgC = self._tile_views_c(tiled_mma, mma_coord_v, mC_mn)
         # (MMA, MMA_M, MMA_N, ACC_STAGE): the accumulator layout; the MMA warp allocates it
         acc_shape = tiled_mma.partition_shape_C((mma_m, mma_n))
         tCtAcc_fake = tiled_mma.make_fragment_C(cute.append(acc_shape, self.acc_stages))
@@ -471,6 +476,15 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
                 f"{self.num_tmem_cols}"
             )
         return tCgA, tCgB, tCgD, tCgC, tCtAcc_fake
+
+    def _tile_views_c(
+        self, tiled_mma: cute.TiledMma, mma_coord_v: cutlass.Int32, m_mn: cute.Tensor
+    ) -> cute.Tensor:
+        """This CTA's MMA partition of an output-shaped tensor's tiles (the output, the
+        source, or their coordinates): (MMA, MMA_M, MMA_N, RestM, RestN)."""
+        mma_m, mma_n, _ = self.mma_tiler
+        thr_mma = tiled_mma.get_slice(mma_coord_v)
+        return thr_mma.partition_C(cute.local_tile(m_mn, (mma_m, mma_n), (None, None)))
 
     def _make_pipelines(self, smem: Conv2dSmem, cluster_layout_vmnk: cute.Layout):
         """Create (and check) every pipeline; barrier init is deferred to one cluster sync."""
@@ -494,7 +508,7 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
             self.clc_stages,
         )  # fmt: skip
         source_pipeline = None
-        if cutlass.const_expr(self.epilogue.has_residual):
+        if cutlass.const_expr(self.epilogue.loads_source_by_tma):
             om, on = self.epi_tile
             source_pipeline = make_checked_pipeline(
                 pipeline.PipelineTmaAsync, specs, "epi_load", smem.epi_load_barriers(),
@@ -602,7 +616,7 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
                         )
                         ab_state.advance()
                         loads_issued += 1
-                        if cutlass.const_expr(self.epilogue.has_residual):
+                        if cutlass.const_expr(self.epilogue.loads_source_by_tma):
                             # The first tile's prologue is out: the C loads may begin.
                             if loads_issued == prologue:
                                 with cute.arch.elect_one():

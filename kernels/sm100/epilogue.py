@@ -1,9 +1,10 @@
 """The SM100 epilogue warps: TMEM -> registers (``tcgen05.ld``) -> ``store_subtile``
 (``kernels/common/epilogue_store.py``: fp32 math, + beta * C from SMEM, st.shared, TMA store),
-mixed into ``Conv2dFpropKernel``."""
+or ``store_subtile_by_threads`` for outputs TMA cannot address, mixed into
+``Conv2dFpropKernel``."""
 
 import enum
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import cutlass
 import cutlass.cute as cute
@@ -20,6 +21,7 @@ from ..common.epilogue_store import (
     OutputSubtiles,
     SourceSubtiles,
     store_subtile,
+    store_subtile_by_threads,
 )
 from .tile_scheduler import ClcWorkItems
 
@@ -31,6 +33,17 @@ class NamedBarrierSm100(enum.IntEnum):
     Epilogue = int(NamedBarrierConv.Epilogue)
     # The MMA warp publishes the TMEM address it allocated; the epilogue warps read it.
     TmemAllocation = max(int(b) for b in NamedBarrierConv) + 1
+
+
+class OutputTiles(NamedTuple):
+    """This CTA's MMA partitions of the output's tiles, ``(MMA, MMA_M, MMA_N, RestM, RestN)``:
+    as the TMA store's tensor, or (``EpilogueSpec.store_by_threads``) in memory, with their
+    output coordinates, the output's shape and the residual source in memory (else None)."""
+
+    tCgD: cute.Tensor
+    tCcD: Optional[cute.Tensor]
+    d_shape: Optional[cute.Shape]
+    tCgC: Optional[cute.Tensor]
 
 
 class Sm100EpilogueMixin:
@@ -45,7 +58,7 @@ class Sm100EpilogueMixin:
         tiled_copy_t2r: cute.TiledCopy,
         tTR_cD: cute.Tensor,
         tidx: cutlass.Int32,
-        tma_atom_d: cute.CopyAtom,
+        tma_atom_d: Optional[cute.CopyAtom],
         tCgD: cute.Tensor,
         sD: cute.Tensor,
         sC: Optional[cute.Tensor],
@@ -55,7 +68,8 @@ class Sm100EpilogueMixin:
     ):
         """This thread's ``store_subtile`` partitions, in the TMEM load's thread/value order:
         ``(OutputSubtiles, SourceSubtiles or None, ChannelVectors)`` and the TMA store's
-        global side, ``((ATOM_V, REST_V), EPI_M, EPI_N, RestM, RestN)``."""
+        global side, ``((ATOM_V, REST_V), EPI_M, EPI_N, RestM, RestN)`` (None where the
+        threads store)."""
         epi = self.epilogue
         tTR_rD = cute.make_rmem_tensor(tTR_cD.shape, self.out_dtype)
         tTR_rBias = cute.make_rmem_tensor(tTR_cD.shape, self.acc_dtype)
@@ -70,7 +84,7 @@ class Sm100EpilogueMixin:
         )
         # Residual: SMEM -> registers, in the same thread/value order as the accumulator.
         source = None
-        if cutlass.const_expr(epi.has_residual):
+        if cutlass.const_expr(epi.loads_source_by_tma):
             tiled_copy_s2r = cute.make_tiled_copy_D(
                 cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.out_dtype), tiled_copy_t2r
             )
@@ -84,13 +98,15 @@ class Sm100EpilogueMixin:
                 regs=tTR_rC,
             )
         # SMEM -> GMEM: ((ATOM_V, REST_V), EPI_M, EPI_N, RestM, RestN)
-        bSG_sD, bSG_gD = cpasync.tma_partition(
-            tma_atom_d,
-            0,
-            cute.make_layout(1),
-            cute.group_modes(sD, 0, 2),
-            cute.group_modes(self._epi_subtiles(tCgD), 0, 2),
-        )
+        bSG_sD, bSG_gD = None, None
+        if cutlass.const_expr(not epi.store_by_threads):
+            bSG_sD, bSG_gD = cpasync.tma_partition(
+                tma_atom_d,
+                0,
+                cute.make_layout(1),
+                cute.group_modes(sD, 0, 2),
+                cute.group_modes(self._epi_subtiles(tCgD), 0, 2),
+            )
         out = OutputSubtiles(
             regs=tTR_rD,
             regs_copy=tiled_copy_r2s.retile(tTR_rD),
@@ -119,9 +135,9 @@ class Sm100EpilogueMixin:
         acc_pipeline: pipeline.PipelineUmmaAsync,
         source_pipeline: Optional[pipeline.PipelineTmaAsync],
         work_items: ClcWorkItems,
-        tma_atom_d: cute.CopyAtom,
+        tma_atom_d: Optional[cute.CopyAtom],
         tCtAcc_fake: cute.Tensor,
-        tCgD: cute.Tensor,
+        output: OutputTiles,
         sD: cute.Tensor,
         sC: Optional[cute.Tensor],
         m_bias: Optional[cute.Tensor],
@@ -134,7 +150,8 @@ class Sm100EpilogueMixin:
         cta_rank_in_cluster: cutlass.Int32,
         warp_idx: cutlass.Int32,
     ):
-        """Epilogue warps: TMEM -> registers -> fused epilogue -> SMEM -> TMA store."""
+        """Epilogue warps: TMEM -> registers -> fused epilogue -> SMEM -> TMA store (or
+        -> global memory by each thread, ``store_by_threads``)."""
         epi = self.epilogue
         tidx, _, _ = cute.arch.thread_idx()
         tmem.wait_for_alloc()
@@ -164,9 +181,17 @@ class Sm100EpilogueMixin:
         tTR_cD = thr_copy_t2r.partition_D(cute.make_identity_tensor(self.epi_tile))
         tTR_rAcc = cute.make_rmem_tensor(tTR_cD.shape, self.acc_dtype)
         out, source, vectors, bSG_gD = self._epilogue_subtiles(
-            tiled_copy_t2r, tTR_cD, tidx, tma_atom_d, tCgD, sD, sC, source_pipeline, m_bias,
-            m_scale,
+            tiled_copy_t2r, tTR_cD, tidx, tma_atom_d, output.tCgD, sD, sC, source_pipeline,
+            m_bias, m_scale,
         )  # fmt: skip
+        # Stored by threads: (OutputM, OutputN, EPI_M, EPI_N, RestM, RestN) views of the
+        # output, its coordinates and the source.
+        gD_epi, cD_epi, gC_epi = None, None, None
+        if cutlass.const_expr(epi.store_by_threads):
+            gD_epi = self._epi_subtiles(output.tCgD)
+            cD_epi = self._epi_subtiles(output.tCcD)
+            if cutlass.const_expr(epi.has_residual):
+                gC_epi = self._epi_subtiles(output.tCgC)
         out = out._replace(out_factor=out_factor)
         acc_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Consumer, self.acc_stages
@@ -180,7 +205,9 @@ class Sm100EpilogueMixin:
         work, valid, clc_state = work_items.first(work_items.initial_state())
         while valid:
             tile_m, tile_n = work_items.tile_coord(work)
-            bSG_gD_tile = bSG_gD[(None, 0, None, tile_m, tile_n)]  # ((ATOM_V, REST_V), EPI_N)
+            bSG_gD_tile = None
+            if cutlass.const_expr(not epi.store_by_threads):
+                bSG_gD_tile = bSG_gD[(None, 0, None, tile_m, tile_n)]  # ((ATOM_V, REST_V), EPI_N)
             tTR_tAcc_tile = tTR_tAcc[(None, None, None, 0, None, acc_state.index)]
             acc_pipeline.consumer_wait(acc_state)
             for subtile in range(self.num_subtiles):
@@ -190,13 +217,22 @@ class Sm100EpilogueMixin:
                     cute.arch.fence_view_async_tmem_load()
                     with cute.arch.elect_one():
                         acc_pipeline.consumer_release(acc_state)
-                store_subtile(
-                    epi, tTR_rAcc.load(), alpha, beta, vectors, tile_n * mma_n + subtile * epi_n,
-                    source, src_state, out, (subtiles_done + subtile) % self.output_stages,
-                    bSG_gD_tile[(None, subtile)], warp_idx,
-                )  # fmt: skip
-                if cutlass.const_expr(epi.has_residual):
-                    src_state.advance()
+                subtile_n0 = tile_n * mma_n + subtile * epi_n
+                if cutlass.const_expr(epi.store_by_threads):
+                    at = (None, None, 0, subtile, tile_m, tile_n)  # (OutputM, OutputN)
+                    store_subtile_by_threads(
+                        epi, tTR_rAcc.load(), alpha, beta, vectors, subtile_n0, out,
+                        gD_epi[at], cD_epi[at], output.d_shape,
+                        None if gC_epi is None else gC_epi[at],
+                    )  # fmt: skip
+                else:
+                    store_subtile(
+                        epi, tTR_rAcc.load(), alpha, beta, vectors, subtile_n0, source,
+                        src_state, out, (subtiles_done + subtile) % self.output_stages,
+                        bSG_gD_tile[(None, subtile)], warp_idx,
+                    )  # fmt: skip
+                    if cutlass.const_expr(epi.has_residual):
+                        src_state.advance()
             acc_state.advance()
             subtiles_done += self.num_subtiles
             work, valid, clc_state = work_items.next(work, clc_state)
