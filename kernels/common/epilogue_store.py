@@ -4,7 +4,8 @@ accumulator's fp32 values to global memory.
     channel vectors -> apply_epilogue (+ beta * C from SMEM) -> registers to SMEM
     -> fence.proxy.async -> named barrier -> TMA store (one warp) -> named barrier
 
-or, for outputs TMA cannot address (``EpilogueSpec.store_by_threads``, ``store_subtile_by_threads``):
+or, for outputs TMA cannot address (``EpilogueSpec.store_by_threads``,
+``store_subtile_by_threads``):
 
     channel vectors -> apply_epilogue -> each thread's values to global memory, predicated
 

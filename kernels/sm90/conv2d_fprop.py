@@ -4,9 +4,9 @@ GEMM view (see ``kernels/common/im2col.py``): M = N*P*Q output pixels, N = K out
 K = (C, S, R) walked c-block fastest. The activation tile is loaded by TMA in im2col mode, the
 filter tile by tiled TMA; padding, halos and M/K tails are zero-filled by the TMA unit, so the
 mainloop has no predication. The output is written through SMEM by TMA stores, which clip the
-M and K tails, or, where its rows are not whole 16-byte units (``EpilogueSpec.store_by_threads``),
-by the consumer threads under bounds predicates, which then read the residual C themselves
-too. The epilogue (``kernels/common/epilogue.py``) is fused:
+M and K tails, or, where its rows are not whole 16-byte units
+(``EpilogueSpec.store_by_threads``), by the consumer threads under bounds predicates, which
+then read the residual C themselves too. The epilogue (``kernels/common/epilogue.py``) is fused:
 ``D = epilogue_fn(act(alpha * acc * scale + bias)) + beta * C``, its terms chosen at compile time.
 
 The warp roles and pipelines are tabled in ``Conv2dFpropSm90``'s docstring. The kernel class
@@ -124,8 +124,9 @@ class Conv2dFpropSm90(
                     (64 or 128 rows per warpgroup), then ``epilogue_tile``: registers ->
                     ``store_subtile`` (fp32 math, + beta * C from SMEM, stmatrix, TMA store
                     by warp 4), or ``store_subtile_by_threads`` (C read and D written by
-                    each thread, predicated; no source-load warp, C ring or staging). Ping-pong: each warpgroup takes every other tile with its own
-                    128 x tile_n accumulator and epilogue (store warp 4 or 8).
+                    each thread, predicated; no source-load warp, C ring or staging).
+                    Ping-pong: each warpgroup takes every other tile with its own 128 x
+                    tile_n accumulator and epilogue (store warp 4 or 8).
 
     Pipelines and barriers, arrive counts per phase (``pipeline_checks.sm90_barrier_specs``
     derives them from the roles; ``_make_pipelines`` builds the pipelines from them and checks
