@@ -30,7 +30,7 @@ from .kernels.sm100.config import (
     Sm100Plan,
 )
 from .problem import Conv2dProblemShape
-from .validation import ROW_ALIGNMENT_BYTES, check_problem_limits
+from .validation import ROW_ALIGNMENT_BYTES, check_problem_limits, output_rows_unaligned
 
 __all__ = [
     "Conv2dConfigSm100",
@@ -80,7 +80,6 @@ def check_sm100(
             f"SM100 kernel's TMA rows must be multiples of {ROW_ALIGNMENT_BYTES} bytes "
             f"({ROW_ALIGNMENT_BYTES * 8 // act.width} channels): pad C"
         )
-    stores_by_threads = problem.K * out.width // 8 % ROW_ALIGNMENT_BYTES != 0
     tiles_m = -(-problem.gemm_m // config.mma_m)
     tiles_n = -(-problem.K // config.mma_n)
     ctas = tiles_m * tiles_n * config.cta_group
@@ -89,7 +88,7 @@ def check_sm100(
             f"the problem needs {tiles_m} x {tiles_n} tiles of {config.mma_m}x{config.mma_n}, "
             f"{ctas} CTAs; the launch grid is limited to {MAX_GRID_X}: split the batch"
         )
-    return config.plan(act, out, has_residual and not stores_by_threads)
+    return config.plan(act, out, has_residual and not output_rows_unaligned(problem.K, out.width))
 
 
 def can_implement_sm100(

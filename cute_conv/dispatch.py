@@ -24,9 +24,9 @@ from .staging import StagingPlan, kernel_problem_for, run_staged, spans_overlap,
 from .tuning import choose_config
 from .validation import (
     ALIGNMENT_BYTES,
-    ROW_ALIGNMENT_BYTES,
     check_alignment,
     check_fp8_scales,
+    output_rows_unaligned,
     validate_conv_inputs,
     validate_device,
 )
@@ -230,12 +230,11 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
     check_config_type(config)
     arch = validate_device(x, filter, out, source=source, bias=bias, scale=scale)
     element_bytes = x.element_size()
-    target = ARCHS[arch]
     kernel_problem = kernel_problem_for(problem, element_bytes)
-    # Output rows TMA cannot address are stored (and their source read) by the threads.
-    if kernel_problem.K * torch.finfo(out_dtype).bits // 8 % ROW_ALIGNMENT_BYTES:
+    if output_rows_unaligned(kernel_problem.K, torch.finfo(out_dtype).bits):
         epilogue = replace(epilogue, store_by_threads=True)
     num_sms = sm_count(x.device.index)
+    target = ARCHS[arch]
     if config is None and target.autotuned:
         config = choose_config(
             problem, kernel_problem, x, tuple(filter.shape), out_dtype, num_sms,

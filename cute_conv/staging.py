@@ -167,7 +167,6 @@ def kernel_problem_for(
     extent, which TMA takes at any size, and the output's rows are stored by threads where
     they are not 16-byte units."""
     alignment = channel_alignment(element_bytes)
-    k = problem.K
     view = super_pixel_view(problem)
     if view is not None:
         (top, bottom), _ = problem.padding
@@ -182,16 +181,16 @@ def kernel_problem_for(
         tap_step = fold.cols // 2  # staged pixels between the taps of one row
         return Conv2dProblemShape(
             problem.N, problem.P + taps_h - 1, problem.Q + tap_step * (taps_w - 1),
-            fold.staged_channels, k, taps_h, taps_w, dilation=(1, tap_step),
+            fold.staged_channels, problem.K, taps_h, taps_w, dilation=(1, tap_step),
         )  # fmt: skip
     if uses_im2col(problem):
         columns = _round_up(problem.C * problem.R * problem.S, alignment)
-        return Conv2dProblemShape(problem.N, problem.P, problem.Q, columns, k, 1, 1)
+        return Conv2dProblemShape(problem.N, problem.P, problem.Q, columns, problem.K, 1, 1)
     c = _round_up(problem.C, alignment)
-    if (c, k) == (problem.C, problem.K):
+    if c == problem.C:
         return problem
     return Conv2dProblemShape(
-        problem.N, problem.H, problem.W, c, k, problem.R, problem.S,
+        problem.N, problem.H, problem.W, c, problem.K, problem.R, problem.S,
         padding=problem.padding, stride=problem.stride, dilation=problem.dilation,
     )  # fmt: skip
 
@@ -532,9 +531,8 @@ def _kernel_vector(
     capturing: bool,
 ) -> torch.Tensor | None:
     """A bias/scale vector as the kernel reads it: contiguous, in ``dtype``, repeated per
-    phase of a super-pixel view. A copy is
-    kept for calls on ``stream`` while the vector is unchanged (``staged_weights``): each
-    copy is a launch."""
+    phase of a super-pixel view. A copy is kept for calls on ``stream`` while the vector is
+    unchanged (``staged_weights``): each copy is a launch."""
     if vector is None:
         return None
     if plan.phases > 1:

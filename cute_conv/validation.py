@@ -33,6 +33,7 @@ __all__ = [
     "check_compute_capability",
     "check_problem_limits",
     "check_tensor",
+    "output_rows_unaligned",
     "validate_conv_inputs",
     "validate_device",
 ]
@@ -44,7 +45,9 @@ OUTPUT_DTYPES: tuple[torch.dtype, ...] = (
     torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn
 )
 ALIGNMENT_BYTES = 16  # TMA global base addresses
-ROW_ALIGNMENT_BYTES = 16  # TMA row strides: C and K channel rows are padded to this
+# TMA row strides: C channel rows are padded to this; output rows that are not whole units of
+# it are stored by the epilogue threads (``output_rows_unaligned``).
+ROW_ALIGNMENT_BYTES = 16
 MAX_PAD_LO = 128  # lower im2col corner -pad_lo >= -128
 CORNER_MIN, CORNER_MAX = -128, 127  # upper im2col corner pad_hi - (R-1)*dilation
 MAX_FILTER_SPAN = 255  # (R-1)*dilation
@@ -81,6 +84,13 @@ _LAYOUTS = {
 
 def _names(dtypes: Sequence[torch.dtype]) -> str:
     return ", ".join(str(d) for d in dtypes)
+
+
+def output_rows_unaligned(k: int, out_bits: int) -> bool:
+    """Whether ``k`` output channels of ``out_bits``-bit values make rows that are not whole
+    ``ROW_ALIGNMENT_BYTES`` units: TMA cannot store them, so the epilogue threads do
+    (``EpilogueSpec.store_by_threads``) and read the residual the same way."""
+    return k * out_bits // 8 % ROW_ALIGNMENT_BYTES != 0
 
 
 def check_tensor(name: str, t: object, dtypes: Sequence[torch.dtype]) -> torch.Tensor:

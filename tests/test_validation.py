@@ -12,11 +12,18 @@ from cute_conv.validation import (
     ARCH_TABLE,
     check_compute_capability,
     check_problem_limits,
+    output_rows_unaligned,
     validate_conv_inputs,
     validate_device,
 )
 
 BF16 = torch.bfloat16
+
+
+def test_output_rows_unaligned_are_those_tma_cannot_store():
+    # (K, bits of an output value): 16-byte rows are TMA's; the rest the threads store.
+    assert not any(output_rows_unaligned(k, b) for k, b in ((8, 16), (4, 32), (16, 8), (0, 16)))
+    assert all(output_rows_unaligned(k, b) for k, b in ((12, 16), (6, 32), (24, 8), (1, 16)))
 
 
 def _t(*shape, dtype=BF16, device="cpu"):

@@ -400,13 +400,8 @@ class Conv2dFpropSm90(
         sA, sB, sD = smem.act_tiles(), smem.filter_tiles(), smem.out_tiles()
         sC = smem.source_tiles() if cutlass.const_expr(self.epilogue.loads_source_by_tma) else None
 
-        gA, gB, gD, gC = self._tile_views(mA_mk, mB_nk, mD_mn, mC_mn)
-        cD, d_shape = None, None
-        if cutlass.const_expr(self.epilogue.store_by_threads):
-            # The output coordinates of gD's elements, for the threads' bounds predicates.
-            tiler_mn = (self.epi_tiler[0], self.tile_mnk[1])
-            cD = cute.local_tile(cute.make_identity_tensor(mD_mn.shape), tiler_mn, (None, None))
-            d_shape = mD_mn.shape
+        gA, gB, gD, gC, cD = self._tile_views(mA_mk, mB_nk, mD_mn, mC_mn)
+        d_shape = mD_mn.shape if cutlass.const_expr(self.epilogue.store_by_threads) else None
         k_tile_cnt = cute.size(gB, mode=[3])
         k_shape = (
             cute.size(gB, mode=[3, 0]),
@@ -461,9 +456,10 @@ class Conv2dFpropSm90(
         mB_nk: cute.Tensor,
         mD_mn: cute.Tensor,
         mC_mn: Optional[cute.Tensor],
-    ) -> Tuple[cute.Tensor, cute.Tensor, cute.Tensor, Optional[cute.Tensor]]:
-        """The operands divided into CTA tiles: ``(gA, gB, gD, gC)`` (gC None without a
-        residual)."""
+    ) -> Tuple[cute.Tensor, cute.Tensor, cute.Tensor, Optional[cute.Tensor], Optional[cute.Tensor]]:
+        """The operands divided into CTA tiles: ``(gA, gB, gD, gC, cD)`` (gC None without a
+        residual; cD, the output coordinates of gD's elements for the threads' bounds
+        predicates, None unless the threads store the output)."""
         tile_m, tile_n, tile_k = self.tile_mnk
         # im2col: (tile_m, (tile_k,1,1), m_tiles, (c_blocks, S, R)); halo tiles: the
         # coordinates ((w, h, n), c), boxed per tile by the load warp.
@@ -475,10 +471,12 @@ class Conv2dFpropSm90(
         # (tile_m, tile_n, m_tiles, n_tiles); tile_m is (tile_w, tile_h, 1) with halo tiles
         tiler_mn = (self.epi_tiler[0], tile_n)
         gD = cute.local_tile(mD_mn, tiler_mn, (None, None))
-        gC = None
+        gC, cD = None, None
         if cutlass.const_expr(self.epilogue.has_residual):
             gC = cute.local_tile(mC_mn, tiler_mn, (None, None))
-        return gA, gB, gD, gC
+        if cutlass.const_expr(self.epilogue.store_by_threads):
+            cD = cute.local_tile(cute.make_identity_tensor(mD_mn.shape), tiler_mn, (None, None))
+        return gA, gB, gD, gC, cD
 
     def _make_pipelines(
         self,
