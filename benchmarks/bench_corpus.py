@@ -246,6 +246,7 @@ def bench_problem(p: dict, cudnn_frontend, *, fp8: bool = False) -> dict:
     """One corpus problem: checks, then interleaved timings of everything that checked
     (``fp8``: the plain conv and the fp8 comparison instead of the fused orders)."""
     import torch.nn.functional as F
+    from models import replay_of
 
     import cute_conv
     from cute_conv.reference import conv2d_reference
@@ -283,7 +284,7 @@ def bench_problem(p: dict, cudnn_frontend, *, fp8: bool = False) -> dict:
     plain = lambda: cute_conv.conv2d_fprop(x, flt, out=out, config=config, **geom)  # noqa: E731
     if _checked(row, "plain", plain, out, ref):
         fns |= {"ours_ms": plain, "cudnn_ms": cudnn_conv}
-        fns |= {"ours_graph_ms": _replay(plain), "cudnn_graph_ms": _replay(cudnn_conv)}
+        fns |= {"ours_graph_ms": replay_of(plain), "cudnn_graph_ms": replay_of(cudnn_conv)}
 
     if fp8:
         from bench_fp8 import fp8_comparison
@@ -332,14 +333,6 @@ def bench_problem(p: dict, cudnn_frontend, *, fp8: bool = False) -> dict:
     del ref, fused_refs
     row.update(time_interleaved(fns))
     return row
-
-
-def _replay(fn: Callable[[], object]) -> Callable[[], None]:
-    """``fn`` captured in a CUDA graph (after warm-up calls): its replay."""
-    from models import graphed
-
-    replay, _ = graphed(lambda _: fn(), None)
-    return replay
 
 
 def _checked(row: dict, name: str, fn: Callable[[], object], out, ref) -> bool:

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from bench import ROUNDS, _version, time_interleaved
 from corpus import ConvSite, _meta_image, _meta_model, _torchvision, trace_convs
-from models import graphed
+from models import replay_of
 
 import cute_conv
 from cute_conv.reference import conv2d_reference
@@ -89,10 +89,9 @@ class ChainConv:
 
 
 def graph_of(calls: list) -> Callable[[], None]:
-    """The replay of ``calls`` captured in one CUDA graph (``models.graphed``: warmed up on a
-    side stream first, so compiles and cuDNN's search stay out of the capture)."""
-    replay, _ = graphed(lambda _: [call() for call in calls], None)
-    return replay
+    """The replay of ``calls`` captured in one CUDA graph (``models.replay_of``: warmed up on
+    a side stream first, so compiles and cuDNN's search stay out of the capture)."""
+    return replay_of(lambda: [call() for call in calls])
 
 
 def measure(name: str, batch: int) -> dict:

@@ -105,6 +105,12 @@ def graphed(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor):
     return graph.replay, out
 
 
+def replay_of(fn: Callable[[], object]) -> Callable[[], None]:
+    """``fn`` (of no arguments) captured in a CUDA graph by ``graphed``: its replay."""
+    replay, _ = graphed(lambda _: fn(), None)
+    return replay
+
+
 def _first_call_seconds(make: Callable[[], Callable], x: torch.Tensor):
     """``(module, seconds)``: the time to make the module and run its first call."""
     torch.cuda.synchronize()

@@ -71,7 +71,7 @@ def variants(config) -> dict[str, object]:
 def measure(p: dict, num_sms: int) -> dict:
     import torch
     import torch.nn.functional as F
-    from models import graphed
+    from models import replay_of
 
     import cute_conv
     from cute_conv.reference import conv2d_reference
@@ -93,11 +93,11 @@ def measure(p: dict, num_sms: int) -> dict:
     for name, config in configs.items():
         out = torch.full(problem.output_shape, float("nan"), dtype=x.dtype, device="cuda")
 
-        def conv(_, config=config, out=out):
+        def conv(config=config, out=out):
             return cute_conv.conv2d_fprop(x, flt, out=out, config=config, **geom)
 
         try:
-            replay, _ = graphed(conv, None)
+            replay = replay_of(conv)
             replay()
             torch.cuda.synchronize()
         except Exception as e:  # noqa: BLE001 - recorded, the other variants still run
@@ -111,11 +111,9 @@ def measure(p: dict, num_sms: int) -> dict:
     (top, bottom), (left, right) = problem.padding
     if top == bottom and left == right:
         x_cl, w_cl = x.permute(0, 3, 1, 2), flt.permute(0, 3, 1, 2)
-        cudnn, _ = graphed(
-            lambda _: F.conv2d(x_cl, w_cl, None, problem.stride, (top, left), problem.dilation),
-            None,
+        fns["cudnn"] = replay_of(
+            lambda: F.conv2d(x_cl, w_cl, None, problem.stride, (top, left), problem.dilation)
         )
-        fns["cudnn"] = cudnn
     row["ms"] = time_interleaved(fns)
     return row
 
