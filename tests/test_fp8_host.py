@@ -37,6 +37,10 @@ BAD_CALLS = [
     pytest.param({}, dict(out_dtype=E4M3), ValueError, "out_scale is required with fp8 output", id="fp8-out-no-scale"),
     pytest.param({}, dict(out_scale=_scale()), ValueError, "out_scale is only for fp8 output", id="out-scale-bf16-out"),
     pytest.param({}, dict(out_dtype=E5M2, out_scale=_scale()), TypeError, "out_dtype is torch.float8_e5m2", id="e5m2-out"),
+    pytest.param({}, dict(out_amax=torch.zeros(1, dtype=torch.float16)), ValueError, "out_amax must be a one-element float32", id="amax-f16"),
+    pytest.param({}, dict(out_amax=torch.zeros(2)), ValueError, r"out_amax must be .* shape \(2,\)", id="amax-two"),
+    pytest.param({}, dict(out_amax=0.0), TypeError, "out_amax must be a one-element float32 torch.Tensor", id="amax-float"),
+    pytest.param({}, dict(out_amax=torch.zeros(1, device="meta")), ValueError, "out_amax is on meta but activation is on cpu", id="amax-device"),
 ]  # fmt: skip
 
 
@@ -95,7 +99,9 @@ def test_autotune_covers_16bit_inputs_only():
 
 
 @pytest.mark.parametrize(
-    "c,expected_tile_k", [(3, 32), (32, 32), (64, 64), (96, 128), (128, 128), (256, 128), (320, 128)]
+    "c,expected_tile_k",
+    [(3, 32), (32, 32), (64, 64), (96, 128), (128, 128), (256, 128), (320, 64), (432, 128),
+     (960, 128)],
 )
 def test_fp8_heuristic_takes_k_tiles_of_32_to_128_bytes(c, expected_tile_k):
     problem = Conv2dProblemShape(8, 28, 28, c, 128, 3, 3, padding=1)
