@@ -40,6 +40,7 @@ def conv2d_fprop(
     x_scale: torch.Tensor | None = None,
     w_scale: torch.Tensor | None = None,
     out_scale: torch.Tensor | None = None,
+    out_amax: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Conv2D forward propagation with a fused epilogue, in one kernel:
 
@@ -74,6 +75,11 @@ def conv2d_fprop(
             whatever they hold. Per-output-channel filter scales go in ``scale``.
         out_scale: float8_e4m3fn output only, and then required: a one-element float32
             tensor; the kernel stores ``result / out_scale``, saturated to +-448.
+        out_amax: optional one-element float32 tensor on ``x``'s device, with any dtypes: the
+            kernel raises it to the largest magnitude of the results it stores (before
+            ``out_scale`` and the rounding to the output dtype; a NaN result makes it NaN),
+            e.g. for the next layer's fp8 scale without a pass over the output. It is not
+            reset: zero it to measure one call, or keep it over several.
 
     Returns:
         ``out`` (or a new ``[N, P, Q, K]`` tensor). Accumulation is in float32; fp8 inputs
@@ -88,7 +94,7 @@ def conv2d_fprop(
     Under torch.compile / torch.export, or when an input requires grad, the call runs as the
     op ``torch.ops.cute_conv.conv2d_fprop`` (differentiable; see ``cute_conv.ops``).
     """
-    fp8_scales = None if x_scale is w_scale is out_scale is None else (x_scale, w_scale, out_scale)
+    fp8_scales = _scale_tensors(x_scale, w_scale, out_scale, out_amax)
     if _ops.takes_torch_path(x, filter, None, bias, scale, out):
         return _ops.call_op(
             x, filter, None, bias, scale, out, stream, stride, padding, dilation, alpha, 0.0,
@@ -124,6 +130,7 @@ def conv2d_fprop_with_residual(
     x_scale: torch.Tensor | None = None,
     w_scale: torch.Tensor | None = None,
     out_scale: torch.Tensor | None = None,
+    out_amax: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Conv2D forward propagation with a fused epilogue and residual add, in one kernel:
 
@@ -140,7 +147,7 @@ def conv2d_fprop_with_residual(
     bit-identical to ``conv2d_fprop``. With fp8 output the source is fp8 too, read as it
     is (``beta`` carries its scale). The other arguments are those of ``conv2d_fprop``.
     """
-    fp8_scales = None if x_scale is w_scale is out_scale is None else (x_scale, w_scale, out_scale)
+    fp8_scales = _scale_tensors(x_scale, w_scale, out_scale, out_amax)
     if _ops.takes_torch_path(x, filter, source, bias, scale, out):
         return _ops.call_op(
             x, filter, source, bias, scale, out, stream, stride, padding, dilation, alpha, beta,
@@ -155,6 +162,13 @@ def conv2d_fprop_with_residual(
 
 
 _AFTER = "after_activation"  # conv2d_fprop's residual order: there is no residual
+
+
+def _scale_tensors(x_scale, w_scale, out_scale, out_amax) -> tuple | None:
+    """The call's scale tensors as ``dispatch.conv2d`` takes them: None when all are."""
+    if x_scale is w_scale is out_scale is out_amax is None:
+        return None
+    return (x_scale, w_scale, out_scale, out_amax)
 
 
 def autotune(x_shape: Sequence[int], filter_shape: Sequence[int], **options: Any) -> Conv2dConfig:

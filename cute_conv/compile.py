@@ -60,8 +60,9 @@ class CompiledConv2d:
         """Run the kernel: the hot path of every call.
 
         ``pointers``: device addresses in ``ConvPointers`` order (activation, filter, out,
-        source, bias, scale, the fp8 scales of activation, filter and output, stream-K
-        partials, stream-K / dynamic-scheduling flags), 0 for terms the kernel leaves out
+        source, bias, scale, the fp8 scales of activation, filter and output, the output's
+        amax, stream-K partials, stream-K / dynamic-scheduling flags), 0 for terms the kernel
+        leaves out
         and for a workspace it does not use; ``scalars``: ``kernel_scalars(...)``, the rest
         of ``ConvLaunchParams``; ``stream``: a raw ``cudaStream_t`` handle. The problem must
         be validated and channel-aligned.
@@ -101,7 +102,8 @@ def _fake_launch_args(key: KernelKey) -> list:
     pointers = ConvPointers(
         act=key.act_dtype, filter=key.filter_dtype, out=key.out_dtype, source=key.out_dtype,
         bias=vector, scale=vector, act_scale=cutlass.Float32, filter_scale=cutlass.Float32,
-        out_scale=cutlass.Float32, partials=cutlass.Float32, flags=cutlass.Int32,
+        out_scale=cutlass.Float32, amax=cutlass.Float32, partials=cutlass.Float32,
+        flags=cutlass.Int32,
     )  # fmt: skip
     params = ConvLaunchParams(
         pointers=[_null_pointer(dtype) for dtype in pointers],

@@ -6,10 +6,13 @@
         w_scale, out_scale, stride, padding, dilation, alpha, beta, residual_order, activation,
         out_dtype, config) -> Tensor
     torch.ops.cute_conv.conv2d_fprop_out(x, filter, source, bias, scale, x_scale, w_scale,
-        out_scale, out, stride, padding, dilation, alpha, beta, residual_order, activation,
-        out_dtype, config) -> ()  # writes out
+        out_scale, out_amax, out, stride, padding, dilation, alpha, beta, residual_order,
+        activation, out_dtype, config) -> ()  # writes out
 
-``x_scale``, ``w_scale`` and ``out_scale`` are the fp8 scales (None for 16-bit calls).
+``x_scale``, ``w_scale`` and ``out_scale`` are the fp8 scales (None for 16-bit calls),
+``out_amax`` the optional amax the kernel raises: only the out= op takes it (it mutates it,
+and a functional op with autograd may mutate nothing), so a functional call with an amax runs
+as the out= op on a fresh output.
 
 ``stride``/``dilation`` are ``[h, w]``, ``padding`` ``[top, bottom, left, right]`` and
 ``config`` a kernel config's ``repr`` (``config_to_str``) or None. Each op runs the public
@@ -36,8 +39,8 @@ from .autograd import backward as _backward
 from .autograd import setup_context as _setup_context
 from .config import Conv2dConfig
 from .epilogue import validate_epilogue_args
-from .problem import normalize_padding, normalize_pair
-from .validation import check_fp8_scales, validate_conv_inputs
+from .problem import Conv2dProblemShape, normalize_padding, normalize_pair
+from .validation import check_fp8_scales, default_out_dtype, validate_conv_inputs
 
 __all__ = ["call_op", "config_from_str", "config_to_str", "takes_torch_path"]
 
@@ -93,13 +96,14 @@ def call_op(
 ) -> Tensor:
     """A public call (``source`` None for ``conv2d_fprop``) through its op, with its
     non-tensor arguments in the op's schema form; ``fp8_scales`` is ``(x_scale, w_scale,
-    out_scale)`` or None."""
+    out_scale, out_amax)`` or None."""
     needs_grad = torch.is_grad_enabled() and _requires_grad((x, filter, source, bias, scale, out))
-    scales = fp8_scales or (None, None, None)
+    scales = fp8_scales or (None, None, None, None)
     if needs_grad and any(t is not None for t in scales):
         raise TypeError(
-            "an fp8 conv (x_scale/w_scale/out_scale given) has no backward, and an input "
-            "requires grad: call under torch.no_grad() or detach the inputs"
+            "an fp8 conv (x_scale/w_scale/out_scale given) or one keeping an amax (out_amax) "
+            "has no backward, and an input requires grad: call under torch.no_grad() or "
+            "detach the inputs"
         )
     # Without a gradient to track, only torch.compile / torch.export route a call here (it may
     # run this function eagerly after a graph break at one of the errors below).
@@ -135,6 +139,13 @@ def call_op(
     )
     config_str = None if config is None else config_to_str(config)
     ops = torch.ops.cute_conv
+    if out is None and scales[3] is not None:  # an amax: the out= op, on a fresh output
+        out = x.new_empty(
+            Conv2dProblemShape.from_shapes(
+                x.shape, filter.shape, stride=stride, padding=padding, dilation=dilation
+            ).output_shape,
+            dtype=out_dtype or default_out_dtype(x.dtype),
+        )
     if out is not None:
         ops.conv2d_fprop_out(
             x, filter, source, bias, scale, *scales, out, *geometry, alpha, beta,
@@ -143,11 +154,12 @@ def call_op(
         return out
     if source is None:
         run = lambda: ops.conv2d_fprop(  # noqa: E731
-            x, filter, bias, scale, *scales, *geometry, alpha, activation, out_dtype, config_str
-        )
+            x, filter, bias, scale, *scales[:3], *geometry, alpha, activation, out_dtype,
+            config_str,
+        )  # fmt: skip
     else:
         run = lambda: ops.conv2d_fprop_with_residual(  # noqa: E731
-            x, filter, source, bias, scale, *scales, *geometry, alpha, beta, residual_order,
+            x, filter, source, bias, scale, *scales[:3], *geometry, alpha, beta, residual_order,
             activation, out_dtype, config_str,
         )  # fmt: skip
     if stream is None:
@@ -258,14 +270,14 @@ def conv2d_fprop(
     config: Optional[str],
 ) -> Tensor:
     """``cute_conv.conv2d_fprop`` as an op."""
-    return _run(x, filter, None, bias, scale, (x_scale, w_scale, out_scale), None, stride,
+    return _run(x, filter, None, bias, scale, (x_scale, w_scale, out_scale, None), None, stride,
                 padding, dilation, alpha, 0.0, _AFTER, activation, out_dtype, config)  # fmt: skip
 
 
 @conv2d_fprop.register_fake
 def _(x, filter, bias, scale, x_scale, w_scale, out_scale, stride, padding, dilation, alpha,  # noqa: A002
       activation, out_dtype, config):  # fmt: skip
-    return _fake(x, filter, None, bias, scale, (x_scale, w_scale, out_scale), None, stride,
+    return _fake(x, filter, None, bias, scale, (x_scale, w_scale, out_scale, None), None, stride,
                  padding, dilation, alpha, 0.0, _AFTER, activation, out_dtype, config)  # fmt: skip
 
 
@@ -290,7 +302,7 @@ def conv2d_fprop_with_residual(
     config: Optional[str],
 ) -> Tensor:
     """``cute_conv.conv2d_fprop_with_residual`` as an op."""
-    return _run(x, filter, source, bias, scale, (x_scale, w_scale, out_scale), None, stride,
+    return _run(x, filter, source, bias, scale, (x_scale, w_scale, out_scale, None), None, stride,
                 padding, dilation, alpha, beta, residual_order, activation, out_dtype,
                 config)  # fmt: skip
 
@@ -298,12 +310,12 @@ def conv2d_fprop_with_residual(
 @conv2d_fprop_with_residual.register_fake
 def _(x, filter, source, bias, scale, x_scale, w_scale, out_scale, stride, padding, dilation,  # noqa: A002
       alpha, beta, residual_order, activation, out_dtype, config):  # fmt: skip
-    return _fake(x, filter, source, bias, scale, (x_scale, w_scale, out_scale), None, stride,
+    return _fake(x, filter, source, bias, scale, (x_scale, w_scale, out_scale, None), None, stride,
                  padding, dilation, alpha, beta, residual_order, activation, out_dtype,
                  config)  # fmt: skip
 
 
-@torch.library.custom_op("cute_conv::conv2d_fprop_out", mutates_args=("out",))
+@torch.library.custom_op("cute_conv::conv2d_fprop_out", mutates_args=("out_amax", "out"))
 def conv2d_fprop_out(
     x: Tensor,
     filter: Tensor,  # noqa: A002
@@ -313,6 +325,7 @@ def conv2d_fprop_out(
     x_scale: Optional[Tensor],
     w_scale: Optional[Tensor],
     out_scale: Optional[Tensor],
+    out_amax: Optional[Tensor],
     out: Tensor,
     stride: list[int],
     padding: list[int],
@@ -325,14 +338,14 @@ def conv2d_fprop_out(
     config: Optional[str],
 ) -> None:
     """Either public function with ``out=`` (``source`` None: ``conv2d_fprop``) as an op."""
-    _run(x, filter, source, bias, scale, (x_scale, w_scale, out_scale), out, stride, padding,
+    _run(x, filter, source, bias, scale, (x_scale, w_scale, out_scale, out_amax), out, stride, padding,
          dilation, alpha, beta, residual_order, activation, out_dtype, config)  # fmt: skip
 
 
 @conv2d_fprop_out.register_fake
-def _(x, filter, source, bias, scale, x_scale, w_scale, out_scale, out, stride, padding,  # noqa: A002
-      dilation, alpha, beta, residual_order, activation, out_dtype, config):  # fmt: skip
-    _fake(x, filter, source, bias, scale, (x_scale, w_scale, out_scale), out, stride, padding,
+def _(x, filter, source, bias, scale, x_scale, w_scale, out_scale, out_amax, out, stride,  # noqa: A002
+      padding, dilation, alpha, beta, residual_order, activation, out_dtype, config):  # fmt: skip
+    _fake(x, filter, source, bias, scale, (x_scale, w_scale, out_scale, out_amax), out, stride, padding,
           dilation, alpha, beta, residual_order, activation, out_dtype, config)  # fmt: skip
 
 

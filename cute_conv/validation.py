@@ -272,11 +272,13 @@ def check_fp8_scales(
     x_scale: object,
     w_scale: object,
     out_scale: object,
+    out_amax: object = None,
 ) -> None:
     """Check the per-tensor scales of an fp8 call: ``x_scale`` and ``w_scale`` with fp8
     inputs, ``out_scale`` with fp8 output, each a one-element float32 tensor on ``device``
     (read by the kernel, so that CUDA graphs replay with new values); none of them
-    otherwise."""
+    otherwise. ``out_amax``, which the kernel raises to the output's amax, may come with
+    any call, and is then a one-element float32 tensor on ``device`` too."""
     fp8_in, fp8_out = input_dtype in FP8_DTYPES, out_dtype in FP8_DTYPES
     for name, value, needed, what in (
         ("x_scale", x_scale, fp8_in, "fp8 inputs"),
@@ -297,6 +299,8 @@ def check_fp8_scales(
                 f"{out_dtype}: leave it unset"
             )
         check_scale_tensor(name, value, device, "activation")
+    if out_amax is not None:
+        check_scale_tensor("out_amax", out_amax, device, "activation")
 
 
 def check_scale_tensor(name: str, value: object, device: torch.device, owner: str) -> None:

@@ -135,12 +135,14 @@ def test_fake_of_the_out_op_checks_out():
     with FakeTensorMode():
         x, flt = torch.empty(1, 8, 8, 16, dtype=BF16), torch.empty(32, 3, 3, 16, dtype=BF16)
         out = torch.empty(1, 6, 6, 32, dtype=BF16)
-        args = (x, flt, None, None, None, None, None, None, out, [1, 1], [0, 0, 0, 0], [1, 1],
-                1.0, 0.0, "after_activation", None, None, None)  # fmt: skip
+        args = (x, flt, None, None, None, None, None, None, None, out, [1, 1], [0, 0, 0, 0],
+                [1, 1], 1.0, 0.0, "after_activation", None, None, None)  # fmt: skip
         assert OUT(*args) is None
         wrong = torch.empty(1, 8, 8, 32, dtype=BF16)
         with pytest.raises(ValueError, match=r"out has shape \(1, 8, 8, 32\)"):
-            OUT(*args[:8], wrong, *args[9:])
+            OUT(*args[:9], wrong, *args[10:])
+        with pytest.raises(ValueError, match="out_amax must be a one-element float32"):
+            OUT(*args[:8], torch.empty(2), *args[9:])
 
 
 OPCHECK_CASES = [
@@ -172,13 +174,15 @@ def test_opcheck_out_op():
     x = torch.randn(1, 8, 8, 16).to(BF16)
     flt = torch.randn(32, 3, 3, 16).to(BF16)
     out = torch.full((1, 8, 8, 32), float("nan"), dtype=BF16)
-    args = (x, flt, None, None, None, None, None, None, out, [1, 1], [1, 1, 1, 1], [1, 1], 1.0,
-            0.0, "after_activation", "tanh", None, None)  # fmt: skip
+    amax = torch.zeros(1)
+    args = (x, flt, None, None, None, None, None, None, amax, out, [1, 1], [1, 1, 1, 1], [1, 1],
+            1.0, 0.0, "after_activation", "tanh", None, None)  # fmt: skip
     with reference_forward_on_cpu():
         torch.library.opcheck(OUT, args)
         OUT(*args)
-    torch.testing.assert_close(out.float(), torch.tanh(conv2d_reference(x, flt, padding=1)),
-                               rtol=1e-2, atol=1e-2)  # fmt: skip
+    ref = torch.tanh(conv2d_reference(x, flt, padding=1))
+    torch.testing.assert_close(out.float(), ref, rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(amax, ref.abs().max().reshape(1), rtol=1e-5, atol=0.0)
 
 
 @pytest.mark.parametrize(
@@ -277,6 +281,15 @@ def test_compile_traces_out_and_backward():
         return out
 
     assert torch.compile(write, fullgraph=True, backend="aot_eager")(x, flt, out) is out
+    amax = torch.zeros(1, device="meta")
+    graphs = []
+    keep_amax = torch.compile(
+        lambda x, flt, amax: cute_conv.conv2d_fprop(x, flt, padding=1, out_amax=amax),
+        fullgraph=True, backend=_recording_backend(graphs),
+    )  # fmt: skip
+    assert keep_amax(x, flt, amax).shape == (1, 8, 8, 32)
+    # A functional call that keeps an amax runs as the out= op, which mutates it.
+    assert [str(n.target) for n in _op_calls(graphs[0])] == ["cute_conv.conv2d_fprop_out"]
     flt.requires_grad_()
     conv = torch.compile(
         lambda x, flt: cute_conv.conv2d_fprop(x, flt, padding=1, activation="gelu"),
@@ -374,8 +387,8 @@ def test_ops_match_the_public_functions_on_gpu():
     assert report.ok, report
 
     out = torch.full_like(residual, float("nan"))
-    OUT(x, flt, source, bias, None, None, None, None, out, [1, 1], [1, 1, 1, 1], [1, 1], 1.0,
-        1.0, "before_activation", "relu", None, None)  # fmt: skip
+    OUT(x, flt, source, bias, None, None, None, None, None, out, [1, 1], [1, 1, 1, 1], [1, 1],
+        1.0, 1.0, "before_activation", "relu", None, None)  # fmt: skip
     assert torch.equal(out, residual)
 
 

@@ -22,7 +22,8 @@ from .im2col import ConvGeometry
 class ConvPointers(NamedTuple):
     """The device pointers of one launch. ``source``, ``bias`` and ``scale`` are read only by
     the epilogue terms that use them; ``act_scale`` and ``filter_scale`` (one float32 each) by
-    a kernel of fp8 inputs, ``out_scale`` (one float32) by one of fp8 output; ``partials``
+    a kernel of fp8 inputs, ``out_scale`` (one float32) by one of fp8 output, ``amax`` (one
+    float32, raised to the output's amax) by one with ``EpilogueSpec.has_amax``; ``partials``
     (float32) only by a stream-K kernel and ``flags`` (int32) by a stream-K or dynamically
     scheduled one: otherwise they may be null."""
 
@@ -35,6 +36,7 @@ class ConvPointers(NamedTuple):
     act_scale: cute.Pointer
     filter_scale: cute.Pointer
     out_scale: cute.Pointer
+    amax: cute.Pointer
     partials: cute.Pointer
     flags: cute.Pointer
 
@@ -143,6 +145,7 @@ class ConvKernelEntry:
         act_scale_ptr: cute.Pointer,
         filter_scale_ptr: cute.Pointer,
         out_scale_ptr: cute.Pointer,
+        amax_ptr: cute.Pointer,
         partials_ptr: cute.Pointer,
         flags_ptr: cute.Pointer,
         n: cutlass.Int32,
@@ -170,7 +173,7 @@ class ConvKernelEntry:
         """``ConvLaunchParams`` flattened (see the module docstring)."""
         pointers = ConvPointers(
             act_ptr, filter_ptr, out_ptr, source_ptr, bias_ptr, scale_ptr, act_scale_ptr,
-            filter_scale_ptr, out_scale_ptr, partials_ptr, flags_ptr,
+            filter_scale_ptr, out_scale_ptr, amax_ptr, partials_ptr, flags_ptr,
         )  # fmt: skip
         geometry = ConvGeometry(
             n, h, w, c, k, r, s, p, q,

@@ -90,6 +90,12 @@ class EpilogueSpec:
     read the residual source the same way (no source-load warp, no C buffers). For outputs
     whose rows are not whole 16-byte units (K not a multiple of 8 16-bit values), which TMA
     cannot address: the kernel then runs them without a padded scratch output.
+
+    ``has_amax``: the kernel also raises a float32 in global memory to the largest magnitude
+    of the output values it stores, as computed (before an fp8 output's ``1 / out_scale``
+    and the rounding to the output type; a NaN wins): the next layer's fp8 scale, without a
+    pass over the output. Each consumer thread keeps its running max over the values inside
+    the output, and each warp adds it with one atomic max when the kernel ends.
     """
 
     has_bias: bool = False
@@ -100,6 +106,7 @@ class EpilogueSpec:
     vector_dtype: str = "float32"
     residual_order: str = "after_activation"
     store_by_threads: bool = False
+    has_amax: bool = False
 
     def __post_init__(self) -> None:
         if self.activation is not None and self.activation not in ACTIVATIONS:
@@ -134,6 +141,12 @@ class EpilogueSpec:
         return self.has_residual and not self.store_by_threads
 
     @property
+    def needs_output_coords(self) -> bool:
+        """Whether the epilogue predicates values by their output coordinates: to store them
+        by threads, or to leave the tiles' values past the output out of the amax."""
+        return self.store_by_threads or self.has_amax
+
+    @property
     def has_channel_vectors(self) -> bool:
         return self.has_bias or self.has_scale
 
@@ -148,6 +161,8 @@ class EpilogueSpec:
         if self.has_residual:
             parts.append("residual-pre-act" if self.residual_before_activation else "residual")
         name = "-".join(parts) or "linear"
+        if self.has_amax:
+            name = f"{name}-amax"
         return f"{name}-thread-store" if self.store_by_threads else name
 
 
@@ -221,6 +236,7 @@ class EpilogueOperands(NamedTuple):
     m_act_scale: Optional[cute.Tensor]
     m_filter_scale: Optional[cute.Tensor]
     m_out_scale: Optional[cute.Tensor]
+    m_amax: Optional[cute.Tensor]  # the output's amax (one float32), None unless has_amax
 
 
 def make_epilogue_operands(
@@ -268,9 +284,10 @@ def make_epilogue_operands(
     m_act_scale = cute.make_tensor(ptrs.act_scale, scalar) if dequantize else None
     m_filter_scale = cute.make_tensor(ptrs.filter_scale, scalar) if dequantize else None
     m_out_scale = cute.make_tensor(ptrs.out_scale, scalar) if quantize_output else None
+    m_amax = cute.make_tensor(ptrs.amax, scalar) if spec.has_amax else None
     return EpilogueOperands(
         tma_atom_d, tma_tensor_d, tma_atom_c, tma_tensor_c, m_bias, m_scale, m_act_scale,
-        m_filter_scale, m_out_scale,
+        m_filter_scale, m_out_scale, m_amax,
     )  # fmt: skip
 
 

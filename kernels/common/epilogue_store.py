@@ -9,6 +9,9 @@ or, for outputs TMA cannot address (``EpilogueSpec.store_by_threads``,
 
     channel vectors -> apply_epilogue -> each thread's values to global memory, predicated
 
+With ``EpilogueSpec.has_amax`` each thread also keeps the running max of its values'
+magnitudes (``raise_amax``), which ``publish_amax`` adds to global memory once per warp.
+
 How the accumulator is read is the architecture's (WGMMA registers on SM90, a ``tcgen05.ld``
 from TMEM on SM100): each kernel reads a subtile's values and calls ``store_subtile`` with them,
 with its own partitions bundled as ``ChannelVectors``, ``SourceSubtiles`` and
@@ -74,6 +77,61 @@ class OutputSubtiles(NamedTuple):
     store_warp: cutlass.Int32  # the warp that issues the TMA stores
     # fp8 output: 1 / out_scale, applied before the (saturating) conversion; else None.
     out_factor: Optional[cutlass.Float32] = None
+    # EpilogueSpec.has_amax: this thread's running max of its output values' magnitudes (one
+    # float32 register, published by ``publish_amax``); else None.
+    amax: Optional[cute.Tensor] = None
+
+
+@cute.jit
+def values_in_bounds(
+    shape: cute.Shape, coords: cute.Tensor, coord_subtile: cute.Tensor, bound: cute.Shape
+) -> cute.Tensor:
+    """Which of this thread's values of a subtile lie inside the output: ``coords`` holds
+    each value's (m, n) position inside the subtile, ``coord_subtile`` the subtile's output
+    coordinates and ``bound`` the output's shape (the M and K tails, and halo tiles' columns
+    past Q, are outside)."""
+    in_bounds = cute.make_rmem_tensor(shape, cutlass.Boolean)
+    for v in cutlass.range_constexpr(cute.size(in_bounds)):
+        in_bounds[v] = cute.elem_less(coord_subtile[coords[v]], bound)
+    return in_bounds
+
+
+@cute.jit
+def running_amax(spec: cutlass.Constexpr) -> Optional[cute.Tensor]:
+    """With ``spec.has_amax``: a thread's running max of its output values' magnitudes (one
+    float32 register, from 0) for ``OutputSubtiles.amax``; else None."""
+    if cutlass.const_expr(not spec.has_amax):
+        return None
+    amax = cute.make_rmem_tensor(1, cutlass.Float32)
+    amax[0] = cutlass.Float32(0.0)
+    return amax
+
+
+@cute.jit
+def raise_amax(amax: cute.Tensor, y: cute.TensorSSA, in_bounds: cute.Tensor):
+    """``amax[0]`` raised to the largest magnitude among this thread's values ``y`` that lie
+    inside the output (a NaN propagates)."""
+    values = cute.make_rmem_tensor(in_bounds.shape, cutlass.Float32)
+    values.store(y)
+    running = amax[0]
+    for v in cutlass.range_constexpr(cute.size(values)):
+        magnitude = cute.arch.fmax(values[v], -values[v], nan=True)
+        if in_bounds[v]:
+            running = cute.arch.fmax(running, magnitude, nan=True)
+    amax[0] = running
+
+
+@cute.jit
+def publish_amax(amax: cute.Tensor, m_amax: cute.Tensor):
+    """Every lane of a warp: the warp's running maxima reduced by shuffles, then added to
+    the output's amax in global memory by one atomic max of lane 0. The magnitudes are
+    non-negative floats (NaN as a positive one), which order as their bits, so the atomic
+    is an integer max."""
+    warp_max = cute.arch.warp_reduction(
+        amax[0], lambda a, b: cute.arch.fmax(a, b, nan=True)
+    )
+    if cute.arch.lane_idx() == 0:
+        cute.arch.atomic_fmax(m_amax.iterator, warp_max, sign_bit=False)
 
 
 @cute.jit
@@ -84,10 +142,12 @@ def subtile_values(
     vectors: ChannelVectors,
     subtile_n0: cutlass.Int32,
     residual: Optional[cute.TensorSSA],
-    out_factor: Optional[cutlass.Float32],
+    out: OutputSubtiles,
+    in_bounds: Optional[cute.Tensor],
 ) -> cute.TensorSSA:
     """The epilogue's fp32 results of this thread's values of one subtile (``residual``:
-    ``beta * C`` of them, or None), times ``out_factor`` for an fp8 output."""
+    ``beta * C`` of them, or None), times ``out.out_factor`` for an fp8 output. With
+    ``out.amax``, the results inside the output (``in_bounds``) raise it first."""
     if cutlass.const_expr(spec.has_channel_vectors):
         load_channel_vectors(
             spec,
@@ -99,8 +159,10 @@ def subtile_values(
             vectors.r_scale,
         )
     y = apply_epilogue(spec, acc, alpha, vectors.r_scale.load(), vectors.r_bias.load(), residual)
-    if cutlass.const_expr(out_factor is not None):
-        y = y * out_factor  # cvt to fp8 is satfinite: past +-448 stores +-448
+    if cutlass.const_expr(out.amax is not None):
+        raise_amax(out.amax, y, in_bounds)
+    if cutlass.const_expr(out.out_factor is not None):
+        y = y * out.out_factor  # cvt to fp8 is satfinite: past +-448 stores +-448
     return y
 
 
@@ -126,9 +188,7 @@ def store_subtile_by_threads(
     way: each thread reads an element before it writes that element, so the source may be
     the output itself."""
     regs, coords = out.regs, vectors.coords  # plain names: the DSL's runtime `if`s take these
-    in_bounds = cute.make_rmem_tensor(regs.shape, cutlass.Boolean)
-    for v in cutlass.range_constexpr(cute.size(regs)):
-        in_bounds[v] = cute.elem_less(coord_subtile[coords[v]], bound)
+    in_bounds = values_in_bounds(regs.shape, coords, coord_subtile, bound)
     residual = None
     if cutlass.const_expr(spec.has_residual):
         for v in cutlass.range_constexpr(cute.size(regs)):
@@ -136,7 +196,7 @@ def store_subtile_by_threads(
             if in_bounds[v]:
                 regs[v] = source_subtile[coords[v]]
         residual = beta * regs.load().to(cutlass.Float32)
-    y = subtile_values(spec, acc, alpha, vectors, subtile_n0, residual, out.out_factor)
+    y = subtile_values(spec, acc, alpha, vectors, subtile_n0, residual, out, in_bounds)
     regs.store(y.to(regs.element_type))
     for v in cutlass.range_constexpr(cute.size(regs)):
         if in_bounds[v]:
@@ -157,11 +217,18 @@ def store_subtile(
     buffer: cutlass.Int32,
     gmem_subtile: cute.Tensor,
     warp_idx: cutlass.Int32,
+    coord_subtile: Optional[cute.Tensor] = None,
+    bound: Optional[cute.Shape] = None,
 ):
     """The epilogue of one subtile whose accumulator values this thread holds in ``acc``
     (fp32): ``subtile_n0`` is its first output channel, ``buffer`` the staging buffer it goes
     through, ``gmem_subtile`` its TMA destination. Waits for the source subtile at
-    ``source_state`` and releases it (the caller advances the state)."""
+    ``source_state`` and releases it (the caller advances the state). With ``out.amax``,
+    ``coord_subtile`` and ``bound`` say which values lie inside the output (as for
+    ``store_subtile_by_threads``): the TMA store clips the others, the amax skips them."""
+    in_bounds = None
+    if cutlass.const_expr(out.amax is not None):
+        in_bounds = values_in_bounds(out.regs.shape, vectors.coords, coord_subtile, bound)
     residual = None
     if cutlass.const_expr(spec.has_residual):
         source.pipeline.consumer_wait(source_state)
@@ -171,7 +238,7 @@ def store_subtile(
         else:
             cute.copy(source.tiled_copy, source_buffer, source.regs_copy)
         residual = beta * source.regs.load().to(cutlass.Float32)
-    y = subtile_values(spec, acc, alpha, vectors, subtile_n0, residual, out.out_factor)
+    y = subtile_values(spec, acc, alpha, vectors, subtile_n0, residual, out, in_bounds)
     out.regs.store(y.to(out.regs.element_type))
     cute.copy(out.tiled_copy, out.regs_copy, out.smem[(None, None, None, buffer)])
     # Generic-proxy SMEM accesses before the async proxy's: the output writes before the TMA

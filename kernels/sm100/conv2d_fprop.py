@@ -362,12 +362,13 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
             tiled_mma, mma_coord_v, mA_mk, mB_nk, mD_mn, mC_mn
         )
         output = OutputTiles(tCgD, None, None, None)
-        if cutlass.const_expr(self.epilogue.store_by_threads):
-            # The output coordinates of tCgD's elements (the threads' bounds predicates), and
-            # the residual source in memory, partitioned as tCgD.
+        if cutlass.const_expr(self.epilogue.needs_output_coords):
+            # The output coordinates of tCgD's elements (the bounds predicates), and stored by
+            # threads, the residual source in memory, partitioned as tCgD.
             coords = cute.make_identity_tensor(mD_mn.shape)
             tCcD = self._tile_views_c(tiled_mma, mma_coord_v, coords)
-            output = OutputTiles(tCgD, tCcD, mD_mn.shape, tCgC)
+            tCgC_in_memory = tCgC if cutlass.const_expr(self.epilogue.store_by_threads) else None
+            output = OutputTiles(tCgD, tCcD, mD_mn.shape, tCgC_in_memory)
 
         scheduler = ClcTileScheduler(
             num_tiles_m,
@@ -424,8 +425,8 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
             alpha, out_factor = quantization_scalars(alpha, epi_operands)
             self.epilogue_store(
                 acc_pipeline, source_pipeline, work_items, tma_atom_d, tCtAcc_fake, output, sD,
-                sC, m_bias, m_scale, alpha, beta, out_factor, tmem, smem.tmem_dealloc_barrier(),
-                cta_rank_in_cluster, warp_idx,
+                sC, m_bias, m_scale, alpha, beta, out_factor, epi_operands.m_amax, tmem,
+                smem.tmem_dealloc_barrier(), cta_rank_in_cluster, warp_idx,
             )  # fmt: skip
 
     def _tmem_allocator(self, smem: Conv2dSmem) -> cutlass.memory.TmemAllocator:

@@ -20,6 +20,8 @@ from ..common.epilogue_store import (
     ChannelVectors,
     OutputSubtiles,
     SourceSubtiles,
+    publish_amax,
+    running_amax,
     store_subtile,
     store_subtile_by_threads,
 )
@@ -145,13 +147,15 @@ class Sm100EpilogueMixin:
         alpha: cutlass.Float32,
         beta: cutlass.Float32,
         out_factor: Optional[cutlass.Float32],
+        m_amax: Optional[cute.Tensor],
         tmem: cutlass.memory.TmemAllocator,
         tmem_dealloc_barrier: cute.Pointer,
         cta_rank_in_cluster: cutlass.Int32,
         warp_idx: cutlass.Int32,
     ):
         """Epilogue warps: TMEM -> registers -> fused epilogue -> SMEM -> TMA store (or
-        -> global memory by each thread, ``store_by_threads``)."""
+        -> global memory by each thread, ``store_by_threads``); with ``m_amax``, each warp
+        adds its values' amax to it at the end."""
         epi = self.epilogue
         tidx, _, _ = cute.arch.thread_idx()
         tmem.wait_for_alloc()
@@ -184,15 +188,16 @@ class Sm100EpilogueMixin:
             tiled_copy_t2r, tTR_cD, tidx, tma_atom_d, output.tCgD, sD, sC, source_pipeline,
             m_bias, m_scale,
         )  # fmt: skip
-        # Stored by threads: (OutputM, OutputN, EPI_M, EPI_N, RestM, RestN) views of the
-        # output, its coordinates and the source.
+        # (OutputM, OutputN, EPI_M, EPI_N, RestM, RestN) views of the output's coordinates
+        # (for the bounds predicates) and, stored by threads, of the output and the source.
         gD_epi, cD_epi, gC_epi = None, None, None
+        if cutlass.const_expr(epi.needs_output_coords):
+            cD_epi = self._epi_subtiles(output.tCcD)
         if cutlass.const_expr(epi.store_by_threads):
             gD_epi = self._epi_subtiles(output.tCgD)
-            cD_epi = self._epi_subtiles(output.tCcD)
             if cutlass.const_expr(epi.has_residual):
                 gC_epi = self._epi_subtiles(output.tCgC)
-        out = out._replace(out_factor=out_factor)
+        out = out._replace(out_factor=out_factor, amax=running_amax(epi))
         acc_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Consumer, self.acc_stages
         )
@@ -218,8 +223,8 @@ class Sm100EpilogueMixin:
                     with cute.arch.elect_one():
                         acc_pipeline.consumer_release(acc_state)
                 subtile_n0 = tile_n * mma_n + subtile * epi_n
+                at = (None, None, 0, subtile, tile_m, tile_n)  # (OutputM, OutputN)
                 if cutlass.const_expr(epi.store_by_threads):
-                    at = (None, None, 0, subtile, tile_m, tile_n)  # (OutputM, OutputN)
                     store_subtile_by_threads(
                         epi, tTR_rAcc.load(), alpha, beta, vectors, subtile_n0, out,
                         gD_epi[at], cD_epi[at], output.d_shape,
@@ -230,6 +235,7 @@ class Sm100EpilogueMixin:
                         epi, tTR_rAcc.load(), alpha, beta, vectors, subtile_n0, source,
                         src_state, out, (subtiles_done + subtile) % self.output_stages,
                         bSG_gD_tile[(None, subtile)], warp_idx,
+                        None if cD_epi is None else cD_epi[at], output.d_shape,
                     )  # fmt: skip
                     if cutlass.const_expr(epi.has_residual):
                         src_state.advance()
@@ -238,6 +244,8 @@ class Sm100EpilogueMixin:
             work, valid, clc_state = work_items.next(work, clc_state)
 
         out.store_pipeline.producer_tail()
+        if cutlass.const_expr(epi.has_amax):
+            publish_amax(out.amax, m_amax)
         # Done with TMEM: tell the MMA warps of both CTAs of the pair.
         with cute.arch.elect_one():
             cute.arch.mbarrier_arrive(tmem_dealloc_barrier)

@@ -45,6 +45,7 @@ from ..common.barriers import NamedBarrierConv
 from ..common.dependent_launch import wait_for_previous_grid
 from ..common.entry import FP8_TYPES, ConvKernelEntry, ConvLaunchParams, MainloopOperands
 from ..common.epilogue import EpilogueOperands, make_epilogue_operands, quantization_scalars
+from ..common.epilogue_store import publish_amax
 from ..common.im2col import (
     output_gemm_view,
     output_tile_view,
@@ -401,7 +402,7 @@ class Conv2dFpropSm90(
         sC = smem.source_tiles() if cutlass.const_expr(self.epilogue.loads_source_by_tma) else None
 
         gA, gB, gD, gC, cD = self._tile_views(mA_mk, mB_nk, mD_mn, mC_mn)
-        d_shape = mD_mn.shape if cutlass.const_expr(self.epilogue.store_by_threads) else None
+        d_shape = mD_mn.shape if cutlass.const_expr(self.epilogue.needs_output_coords) else None
         k_tile_cnt = cute.size(gB, mode=[3])
         k_shape = (
             cute.size(gB, mode=[3, 0]),
@@ -442,7 +443,8 @@ class Conv2dFpropSm90(
                 Sm90SmemTiles(sA, sB, sD, sC),
                 ConsumerMainloop(tiled_mma, k_shape, k_tile_cnt, halo, a_tap_layout),
                 EpilogueArgs(
-                    tma_atom_d, gD, cD, d_shape, gC, m_bias, m_scale, alpha, beta, out_factor
+                    tma_atom_d, gD, cD, d_shape, gC, m_bias, m_scale, alpha, beta, out_factor,
+                    epi_operands.m_amax,
                 ),
                 # With dynamic scheduling m_flags holds the work counters instead.
                 StreamKWorkspace(m_partials, m_flags if self.stream_k else None),
@@ -458,8 +460,8 @@ class Conv2dFpropSm90(
         mC_mn: Optional[cute.Tensor],
     ) -> Tuple[cute.Tensor, cute.Tensor, cute.Tensor, Optional[cute.Tensor], Optional[cute.Tensor]]:
         """The operands divided into CTA tiles: ``(gA, gB, gD, gC, cD)`` (gC None without a
-        residual; cD, the output coordinates of gD's elements for the threads' bounds
-        predicates, None unless the threads store the output)."""
+        residual; cD, the output coordinates of gD's elements for the epilogue's bounds
+        predicates, None unless it needs them: ``EpilogueSpec.needs_output_coords``)."""
         tile_m, tile_n, tile_k = self.tile_mnk
         # im2col: (tile_m, (tile_k,1,1), m_tiles, (c_blocks, S, R)); halo tiles: the
         # coordinates ((w, h, n), c), boxed per tile by the load warp.
@@ -474,7 +476,7 @@ class Conv2dFpropSm90(
         gC, cD = None, None
         if cutlass.const_expr(self.epilogue.has_residual):
             gC = cute.local_tile(mC_mn, tiler_mn, (None, None))
-        if cutlass.const_expr(self.epilogue.store_by_threads):
+        if cutlass.const_expr(self.epilogue.needs_output_coords):
             cD = cute.local_tile(cute.make_identity_tensor(mD_mn.shape), tiler_mn, (None, None))
         return gA, gB, gD, gC, cD
 
@@ -769,3 +771,5 @@ class Conv2dFpropSm90(
             if cutlass.const_expr(self.pingpong):
                 work, valid, states = self.skip_tile(items, work, states, k_tile_cnt, k_shape[0])
         epilogue.out.store_pipeline.producer_tail()
+        if cutlass.const_expr(self.epilogue.has_amax):
+            publish_amax(epilogue.out.amax, epi_args.amax)

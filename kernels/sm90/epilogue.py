@@ -16,6 +16,7 @@ from ..common.epilogue_store import (
     ChannelVectors,
     OutputSubtiles,
     SourceSubtiles,
+    running_amax,
     store_subtile,
     store_subtile_by_threads,
 )
@@ -28,8 +29,9 @@ class EpilogueArgs(NamedTuple):
 
     tma_atom_d: Optional[cute.CopyAtom]  # TMA store of the output (None: stored by threads)
     gD: cute.Tensor  # the output by tile: (tile_m, tile_n, m_tiles, n_tiles)
-    # Stored by threads: gD's output coordinates, the output's shape they must be inside,
-    # and the residual source tiled as gD (None without one).
+    # gD's output coordinates and the output's shape they must be inside (None unless
+    # EpilogueSpec.needs_output_coords); stored by threads: the residual source tiled as gD
+    # (None without one).
     cD: Optional[cute.Tensor]
     d_shape: Optional[cute.Shape]
     gC: Optional[cute.Tensor]
@@ -38,6 +40,7 @@ class EpilogueArgs(NamedTuple):
     alpha: cutlass.Float32  # times the fp8 inputs' scales
     beta: cutlass.Float32
     out_factor: Optional[cutlass.Float32]  # fp8 output: 1 / out_scale
+    amax: Optional[cute.Tensor]  # the output's amax in global memory (None: not kept)
 
 
 class Sm90Epilogue(NamedTuple):
@@ -108,6 +111,7 @@ class Sm90EpilogueMixin:
             ),
             store_warp=store_warp,
             out_factor=out_factor,
+            amax=running_amax(self.epilogue),
         )
         source = None
         if self.epilogue.loads_source_by_tma:
@@ -177,8 +181,9 @@ class Sm90EpilogueMixin:
         size_tRS_rD = cute.size(tRS_rD)
         gD_tile = cute.zipped_divide(gD[(None, None, m_tile, n_tile)], self.epi_tiler)
         out, bSG_gD, cD_tile, gC_tile = parts.out, None, None, None
-        if cutlass.const_expr(self.epilogue.store_by_threads):
+        if cutlass.const_expr(self.epilogue.needs_output_coords):
             cD_tile = cute.zipped_divide(args.cD[(None, None, m_tile, n_tile)], self.epi_tiler)
+        if cutlass.const_expr(self.epilogue.store_by_threads):
             if cutlass.const_expr(self.epilogue.has_residual):
                 gC_tile = cute.zipped_divide(args.gC[(None, None, m_tile, n_tile)], self.epi_tiler)
         else:
@@ -208,10 +213,14 @@ class Sm90EpilogueMixin:
                 epi_buffer = (num_epi_tiles_done + epi_idx) % self.epi_stages
                 if cutlass.const_expr(self.pingpong):
                     epi_buffer = epi_buffer + parts.first_buffer
+                coord_subtile = None
+                if cutlass.const_expr(self.epilogue.has_amax):
+                    coord_subtile = cD_tile[((None, None), (subtile_m, subtile_n))]
                 store_subtile(
                     self.epilogue, tRS_rD.load(), alpha, beta, parts.vectors, subtile_n0,
                     parts.source, source_state, out, epi_buffer,
-                    bSG_gD[(None, (subtile_m, subtile_n))], warp_idx,
+                    bSG_gD[(None, (subtile_m, subtile_n))], warp_idx, coord_subtile,
+                    args.d_shape,
                 )  # fmt: skip
                 if cutlass.const_expr(self.epilogue.has_residual):
                     source_state.advance()
