@@ -30,8 +30,8 @@ _SHORT_MAINLOOP_K = 512
 # The fixed cost of a k-tile (barriers, issue), in channels of MMA work, by input element
 # bytes (see default_config). fp8: fitted on the corpus's train part (C=320 wants 64-wide
 # k-tiles, so below 32; C=432 128-wide ones, so above 21.3), not the 32 that equal bytes
-# would give.
-_K_TILE_COST_CHANNELS = {2: 16, 1: 26}
+# would give (benchmarks/sweep_fp8_k_tile.py).
+_K_TILE_COST_CHANNELS = {2: 16, 1: 26.5}
 ELEMENT_BYTES = (1, 2)  # fp8, 16-bit inputs
 # 256-row tiles for 64-wide ones, given at least this many waves of them (see default_config).
 _MIN_WAVES_TALL = 4
@@ -185,10 +185,11 @@ def default_config(
     against the fixed cost of each k-tile. fp8 inputs (``element_bytes=1``) choose among
     k-tiles of the same bytes (32 to 128 channels), so that a stage holds the same bytes and
     MMA time as a 16-bit one; the rest of the heuristic is then unchanged. Their k-tile cost
-    was fitted on an H100 (54 corpus problems >= 2 GFLOP where the width is a choice, each
-    timed at 32/64/128): 26 channels picks 0.995 of the per-problem best on the train part
-    and 0.965 held-out, against 0.989 and 0.944 for the 32 of equal bytes; e.g. sd-64-320
-    (C=320: 64-wide, no padding, instead of 128-wide padded to 384) 1081 -> 1146 TFLOP/s.
+    was fitted on an H100 (``benchmarks/sweep_fp8_k_tile.py``: 54 corpus problems >= 2 GFLOP
+    where the width is a choice, each timed at 32/64/128 channels): 26.5 channels picks
+    0.995 of the per-problem best on the train part and 0.999 held-out, against 0.985 and
+    0.960 for the 32 of equal bytes; e.g. sd-64-320 (C=320: 64-wide, no padding, instead of
+    128-wide padded to 384) 1081 -> 1146 TFLOP/s.
 
     stream_k: when the tiles fill at most ``_MAX_WAVE_STREAM_K`` of the SMs and the mainloop
     has at least ``_MIN_K_TILES_STREAM_K`` k-tiles, the k-tiles are split evenly over all SMs.
