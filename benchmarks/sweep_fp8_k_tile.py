@@ -22,7 +22,6 @@ import argparse
 import dataclasses
 import json
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -30,6 +29,7 @@ sys.path.insert(0, str(HERE))
 
 from bench import geomean, time_interleaved  # noqa: E402
 from bench_corpus import load_corpus, problem_shape  # noqa: E402
+from sweep_rows import by_split, load_results, measure_into, middle_of_best  # noqa: E402
 
 RESULTS_PATH = HERE / "fp8_k_tile_sweep.json"
 MIN_GFLOP, MAX_GFLOP = 2.0, 400.0
@@ -95,23 +95,11 @@ def measure(p: dict) -> dict:
 def sweep(max_seconds: float) -> None:
     import torch
 
-    results = json.loads(RESULTS_PATH.read_text()) if RESULTS_PATH.exists() else {"rows": []}
+    results = load_results(RESULTS_PATH)
     done = {r["key"] for r in results["rows"]}
     todo = [p for p in k_tile_problems(load_corpus()) if p["key"] not in done]
     results["device"] = torch.cuda.get_device_name()
-    start = time.perf_counter()
-    print(f"{len(todo)} problems to measure")
-    for i, p in enumerate(todo):
-        if time.perf_counter() - start > max_seconds:
-            print(f"time bound reached: {len(todo) - i} problems left")
-            break
-        try:
-            row = measure(p)
-        except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
-            row = {"key": p["key"], "split": p["split"], "error": repr(e)[:300]}
-        results["rows"].append(row)
-        RESULTS_PATH.write_text(json.dumps(results, indent=1))
-        print(i, row["key"], row.get("default_tile_k"), row.get("ms"))
+    measure_into(RESULTS_PATH, results, todo, measure, max_seconds, ("key", "default_tile_k", "ms"))
 
 
 def score(rows: list[dict], cost: float | None) -> float:
@@ -130,11 +118,8 @@ def score(rows: list[dict], cost: float | None) -> float:
 
 
 def fit_cost(train: list[dict]) -> float:
-    """The cost with the best ``score`` on ``train``; among equal scores the middle one."""
-    scores = {c: score(train, c) for c in COSTS}
-    best = max(scores.values())
-    tied = [c for c, s in scores.items() if s >= best - 1e-12]
-    return tied[len(tied) // 2]
+    """The cost with the best ``score`` on ``train`` (the middle one of equal scores)."""
+    return middle_of_best(COSTS, lambda cost: score(train, cost))
 
 
 def measured_rows() -> list[dict]:
@@ -143,9 +128,7 @@ def measured_rows() -> list[dict]:
 
 
 def fit() -> None:
-    rows = measured_rows()
-    train = [r for r in rows if r["split"] == "train"]
-    heldout = [r for r in rows if r["split"] == "heldout"]
+    train, heldout = by_split(measured_rows())
     fitted = fit_cost(train)
     print(f"{len(train)} train, {len(heldout)} held-out problems")
     print(f"fitted fp8 k-tile cost: {fitted:g} channels")

@@ -25,7 +25,6 @@ import dataclasses
 import json
 import math
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -33,6 +32,7 @@ sys.path.insert(0, str(HERE))
 
 from bench import geomean, time_interleaved  # noqa: E402
 from bench_corpus import load_corpus, problem_shape  # noqa: E402
+from sweep_rows import by_split, load_results, measure_into, middle_of_best  # noqa: E402
 
 RESULTS_PATH = HERE / "stream_k_sweep.json"
 MIN_K_TILES = 8
@@ -146,24 +146,13 @@ def sweep(split: str, max_seconds: float) -> None:
     import torch
 
     torch.backends.cudnn.benchmark = True
-    results = json.loads(RESULTS_PATH.read_text()) if RESULTS_PATH.exists() else {"rows": []}
+    results = load_results(RESULTS_PATH)
     done = {r["key"] for r in results["rows"]}
     todo = [p for p in sub_wave(load_corpus()) if p["split"] == split and p["key"] not in done]
     precompile(todo)
     results["device"] = torch.cuda.get_device_name()
-    start = time.perf_counter()
-    print(f"{len(todo)} {split} problems to measure")
-    for i, p in enumerate(todo):
-        if time.perf_counter() - start > max_seconds:
-            print(f"time bound reached: {len(todo) - i} problems left")
-            break
-        try:
-            row = measure(p)
-        except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
-            row = {"key": p["key"], "split": p["split"], "error": repr(e)[:300]}
-        results["rows"].append(row)
-        RESULTS_PATH.write_text(json.dumps(results, indent=1))
-        print(i, {k: row.get(k) for k in ("key", "data_parallel_ms", "stream_k_ms", "cudnn_ms")})
+    shown = ("key", "data_parallel_ms", "stream_k_ms", "cudnn_ms")
+    measure_into(RESULTS_PATH, results, todo, measure, max_seconds, shown)
 
 
 def chosen_ms(row: dict, threshold: float | None) -> float:
@@ -190,16 +179,13 @@ def fit_threshold(train: list[dict]) -> float:
     one, the farthest from the data on both sides."""
     saved = sorted({r["k_tiles"] * (1 - r["tiles"] / NUM_SMS) for r in train})
     candidates = [(a + b) / 2 for a, b in zip(saved, saved[1:], strict=False)] + [math.inf]
-    best_score = max(score(train, t) for t in candidates)
-    tied = [t for t in candidates if score(train, t) >= best_score - 1e-12]
-    return tied[len(tied) // 2]
+    return middle_of_best(candidates, lambda threshold: score(train, threshold))
 
 
 def fit() -> None:
     rows = json.loads(RESULTS_PATH.read_text())["rows"]
     rows = [r for r in rows if "stream_k_ms" in r and "data_parallel_ms" in r]
-    train = [r for r in rows if r["split"] == "train"]
-    heldout = [r for r in rows if r["split"] == "heldout"]
+    train, heldout = by_split(rows)
     fitted = fit_threshold(train)
     print(f"{len(train)} train, {len(heldout)} held-out problems")
     print(f"fitted threshold: {fitted:.1f} k-tiles saved per SM")
