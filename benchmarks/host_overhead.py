@@ -47,7 +47,8 @@ def calls(base_dir: Path | None, workdir: Path) -> dict[str, Callable[[], object
         "... out=out": lambda: conv(x, flt, padding=1, out=out),
         "... under torch.no_grad()": no_grad_call,
         "torch.ops.cute_conv.conv2d_fprop(...)": lambda: op(
-            x, flt, None, None, [1, 1], [1, 1, 1, 1], [1, 1], 1.0, None, None, None
+            x, flt, None, None, None, None, None, [1, 1], [1, 1, 1, 1], [1, 1], 1.0, None, None,
+            None,
         ),
         "... filter requires grad (forward, autograd)": lambda: conv(x, flt_grad, padding=1),
         "F.conv2d (cuDNN, channels_last)": lambda: F.conv2d(x_nchw, flt_nchw, padding=1),
