@@ -88,8 +88,9 @@ def conv2d_fprop(
     Raises:
         TypeError, ValueError: on bad input, before anything is launched or written.
 
-    C or K not a multiple of 8 (fp8: 16) are zero-padded on the device (an extra copy of
-    ``x`` and/or ``filter``, and for K a scratch output and a copy).
+    C not a multiple of 8 (fp8: 16) is zero-padded on the device (an extra copy of ``x`` and
+    ``filter``); any K runs directly (output rows TMA cannot store are stored by the
+    epilogue's threads).
 
     Under torch.compile / torch.export, or when an input requires grad, the call runs as the
     op ``torch.ops.cute_conv.conv2d_fprop`` (differentiable; see ``cute_conv.ops``).

@@ -24,6 +24,7 @@ from .staging import StagingPlan, kernel_problem_for, run_staged, spans_overlap,
 from .tuning import choose_config
 from .validation import (
     ALIGNMENT_BYTES,
+    FP8_DTYPES,
     check_alignment,
     check_fp8_scales,
     output_rows_unaligned,
@@ -331,11 +332,16 @@ def config_runner(
     has_residual: bool,
 ) -> Callable[[Any], torch.Tensor]:
     """``tuning.RunnerFactory``: scratch tensors of ``problem``'s shapes (random, the filter
-    scaled down so the output stays finite), and a function that runs the conv on them with
-    a given config (with a residual add of ``beta = 1`` when ``has_residual``)."""
+    scaled down so the output stays finite; fp8 ones with unit scales), and a function that
+    runs the conv on them with a given config (with a residual add of ``beta = 1`` when
+    ``has_residual``)."""
     x = torch.randn(*problem.activation_shape, device=device).to(dtype)
-    flt = torch.randn(*problem.filter_shape, device=device).to(dtype) / 16
+    flt = (torch.randn(*problem.filter_shape, device=device) / 16).to(dtype)
     out = torch.empty(problem.output_shape, dtype=out_dtype, device=device)
+    fp8_scales = None
+    if dtype in FP8_DTYPES:
+        one = torch.ones((), device=device)
+        fp8_scales = (one, one, one if out_dtype in FP8_DTYPES else None, None)
     source = None
     beta = 0.0
     if has_residual:
@@ -346,6 +352,6 @@ def config_runner(
 
     def run(config: Any) -> torch.Tensor:
         args = (*geometry, 1.0, beta, order, None, None, None, config)
-        return conv2d(x, flt, source, None, None, out, None, args)
+        return conv2d(x, flt, source, None, None, out, None, args, fp8_scales)
 
     return run

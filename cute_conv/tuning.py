@@ -31,17 +31,16 @@ from . import disk_cache
 from .config import (
     Conv2dConfig,
     check_config_fits,
+    check_element_bytes,
     check_heuristic_args,
     default_config,
     pingpong_halo_tile,
 )
 from .kernels.sm90.config import MAX_TILE_ELEMS, TILE_M_CHOICES, TILE_N_CHOICES
+from .kernels.sm90.schedule_checks import MAX_K_TILE_BYTES
 from .problem import Conv2dProblemShape
 from .staging import kernel_problem_for
-from .validation import FP8_DTYPES, INPUT_DTYPES, check_compute_capability, validate_conv_inputs
-
-# The input dtypes autotuning covers (fp8 calls take the heuristic's config).
-SIXTEEN_BIT_DTYPES = tuple(d for d in INPUT_DTYPES if d not in FP8_DTYPES)
+from .validation import INPUT_DTYPES, check_compute_capability, validate_conv_inputs
 
 __all__ = [
     "RunnerFactory",
@@ -91,7 +90,7 @@ def problem_key(
     serve another (a C=8 stem's view needs W a multiple of 4). Residual epilogues are tuned
     apart: a tile that wins plain can lose fused (128x256 on ResNet-50's 1x1 with K=1024: 5%
     faster plain, 17-20% slower fused on an H100)."""
-    p = kernel_problem_for(problem)
+    p = kernel_problem_for(problem, act_dtype.itemsize)
     return (
         f"m{p.gemm_m}-k{p.K}-c{p.C}-r{p.R}s{p.S}-st{p.stride[0]}x{p.stride[1]}"
         f"-dil{p.dilation[0]}x{p.dilation[1]}-{str(act_dtype).removeprefix('torch.')}"
@@ -110,16 +109,20 @@ def candidate_widths(k: int) -> list[int]:
     return sorted(n for n in widths if 2 * n >= max(widths))
 
 
-def candidate_configs(problem: Conv2dProblemShape, num_sms: int = 132) -> list[Conv2dConfig]:
+def candidate_configs(
+    problem: Conv2dProblemShape, num_sms: int = 132, element_bytes: int = 2
+) -> list[Conv2dConfig]:
     """``candidate_widths``, each alone and in both 2-CTA clusters, two rasterizations, 128-
     row tiles and, up to 160 wide, 192-row ones and, up to 128 wide, 256-row ones; the k-tile
     width, stream-K, ping-pong (for tiles it takes) and (for single-CTA clusters) dynamic
     scheduling choices of the default heuristic for the problem the kernel runs (after
-    staging) on ``num_sms`` SMs; and 128x128 ping-pong halo tiles where they fit
-    (``pingpong_halo_tile``: faster than the default on some devices only)."""
+    staging) on ``num_sms`` SMs with inputs of ``element_bytes`` (1: fp8); and 128x128
+    ping-pong halo tiles where they fit (``pingpong_halo_tile``: faster than the default on
+    some devices only; they need 128-byte k-tiles)."""
     check_heuristic_args(problem, num_sms)
-    kernel_problem = kernel_problem_for(problem)
-    heuristic = default_config(kernel_problem, num_sms)
+    check_element_bytes(element_bytes)
+    kernel_problem = kernel_problem_for(problem, element_bytes)
+    heuristic = default_config(kernel_problem, num_sms, element_bytes=element_bytes)
     tile_k, stream_k = heuristic.tile_k, heuristic.stream_k
     dynamic = heuristic.dynamic_schedule  # single-CTA clusters only
     pingpong = heuristic.pingpong  # 128-row tiles at most 128 wide only
@@ -140,9 +143,9 @@ def candidate_configs(problem: Conv2dProblemShape, num_sms: int = 132) -> list[C
         )
     ]  # fmt: skip
     tile_w, halo_h = pingpong_halo_tile(kernel_problem, num_sms)
-    if tile_w and tile_k == 64 and not stream_k:
+    if tile_w and tile_k * element_bytes == MAX_K_TILE_BYTES and not stream_k:
         candidates.append(
-            Conv2dConfig(tile_m=128, tile_n=128, tile_k=64,
+            Conv2dConfig(tile_m=128, tile_n=128, tile_k=tile_k,
                          tile_w=tile_w, halo_h=halo_h, pingpong=True)
         )  # fmt: skip
     return candidates
@@ -289,10 +292,10 @@ def _check_autotune_args(
     problem = Conv2dProblemShape.from_shapes(x_shape, filter_shape)  # sizes: ints, >= 1
     if problem.N == 0:
         raise ValueError(f"x_shape={tuple(x_shape)} has N=0: there is nothing to time")
-    if not isinstance(dtype, torch.dtype) or dtype not in SIXTEEN_BIT_DTYPES:
+    if not isinstance(dtype, torch.dtype) or dtype not in INPUT_DTYPES:
         raise TypeError(
-            f"dtype must be one of {', '.join(map(str, SIXTEEN_BIT_DTYPES))}, got {dtype!r} "
-            "(fp8 convs run the default heuristic; autotuning them is not supported yet)"
+            f"dtype must be one of {', '.join(map(str, INPUT_DTYPES))} (the activation's and "
+            f"the filter's), got {dtype!r}"
         )
     # The call's own checks (geometry, im2col limits, out_dtype), on tensors without storage.
     problem, out_dtype = validate_conv_inputs(
@@ -314,7 +317,7 @@ def _check_autotune_args(
         raise TypeError(
             f"configs must be None or a non-empty sequence of Conv2dConfig, got {configs!r}"
         )
-    kernel_problem = kernel_problem_for(problem)
+    kernel_problem = kernel_problem_for(problem, dtype.itemsize)
     for config in configs:
         check_config_fits(config, kernel_problem)
     return problem, out_dtype, list(configs)
@@ -363,9 +366,13 @@ def _autotune(
     run: Callable[[Conv2dConfig], object],
 ) -> Conv2dConfig:
     num_sms = torch.cuda.get_device_properties(device).multi_processor_count
-    candidates = list(configs or candidate_configs(problem, num_sms))
+    element_bytes = dtype.itemsize
+    candidates = list(configs or candidate_configs(problem, num_sms, element_bytes))
     # What a call with config=None would otherwise run on this device.
-    heuristic = default_config(kernel_problem_for(problem), num_sms, has_residual=has_residual)
+    heuristic = default_config(
+        kernel_problem_for(problem, element_bytes), num_sms, has_residual=has_residual,
+        element_bytes=element_bytes,
+    )  # fmt: skip
     if configs is None and heuristic not in candidates:
         candidates.append(heuristic)
     fns = [functools.partial(run, config) for config in candidates]
@@ -436,7 +443,7 @@ def choose_config(
     if stored is not None:
         return stored
     element_bytes = x.element_size()
-    if autotune_on_first_use() and kernel_problem is problem and element_bytes == 2:
+    if autotune_on_first_use() and kernel_problem is problem:
         with _tune_lock:  # concurrent first calls: one tunes, the others take its choice
             stored = lookup(x.device, key)
             if stored is not None:

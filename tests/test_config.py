@@ -390,3 +390,32 @@ def test_autotune_with_a_residual_stores_apart_from_the_plain_choice(tmp_path, m
     bf16 = torch.bfloat16
     assert tuning.lookup(device, tuning.problem_key(problem, bf16, bf16, True)) == best
     assert tuning.lookup(device, tuning.problem_key(problem, bf16, bf16)) is None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "out_dtype", [torch.bfloat16, torch.float8_e4m3fn], ids=["bf16-out", "fp8-out"]
+)
+def test_autotune_tunes_fp8_convs_and_calls_take_the_choice(tmp_path, monkeypatch, out_dtype):
+    monkeypatch.setenv("CUTE_CONV_CACHE_DIR", str(tmp_path))
+    e4m3 = torch.float8_e4m3fn
+    x_shape, filter_shape = (2, 10, 10, 64), (64, 3, 3, 64)
+    configs = [Conv2dConfig(tile_k=64, swizzle=1), Conv2dConfig(tile_k=128)]
+    best = cute_conv.autotune(x_shape, filter_shape, padding=1, dtype=e4m3, out_dtype=out_dtype,
+                              configs=configs)  # fmt: skip
+    assert best in configs
+    problem = Conv2dProblemShape.from_shapes(x_shape, filter_shape, padding=1)
+    key = tuning.problem_key(problem, e4m3, out_dtype)
+    assert tuning.lookup(torch.device("cuda", 0), key) == best
+    x, flt = (torch.randn(s, device="cuda") for s in (x_shape, filter_shape))
+    (qx, sx), (qf, sf) = cute_conv.quantize_fp8(x), cute_conv.quantize_fp8(flt)
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    chosen = tuning.choose_config(
+        problem, problem, qx, filter_shape, out_dtype, sm_count,
+        make_runner=cute_conv.dispatch.config_runner,
+    )  # fmt: skip
+    assert chosen == best  # what a call with config=None runs
+    out_scale = torch.ones((), device="cuda") if out_dtype == e4m3 else None
+    y = cute_conv.conv2d_fprop(qx, qf, padding=1, x_scale=sx, w_scale=sf, out_dtype=out_dtype,
+                               out_scale=out_scale)  # fmt: skip
+    assert y.dtype == out_dtype and not y.float().isnan().any()

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import cute_conv
-from cute_conv import Conv2dConfig, Conv2dConfigSm100, Conv2dProblemShape
+from cute_conv import Conv2dConfig, Conv2dConfigSm100, Conv2dProblemShape, tuning
 from cute_conv.staging import kernel_problem_for, uses_im2col
 
 E4M3, E5M2, BF16 = torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16
@@ -93,9 +93,24 @@ def test_compile_kernel_checks_fp8_dtypes():
         )
 
 
-def test_autotune_covers_16bit_inputs_only():
-    with pytest.raises(TypeError, match="autotuning them is not supported"):
+def test_autotune_takes_fp8_with_fp8_candidates():
+    # Checked without a GPU: the arguments pass, then the missing GPU is the error.
+    with pytest.raises((RuntimeError, ValueError), match="GPU|H100|device"):
         cute_conv.autotune((1, 8, 8, 32), (16, 3, 3, 32), dtype=E4M3)
+    with pytest.raises(TypeError, match="dtype must be one of"):
+        cute_conv.autotune((1, 8, 8, 32), (16, 3, 3, 32), dtype=torch.float32)
+    problem = Conv2dProblemShape(8, 28, 28, 320, 128, 3, 3, padding=1)
+    fp8 = tuning.candidate_configs(problem, element_bytes=1)
+    assert {c.tile_k for c in fp8} == {64}  # the fp8 heuristic's width for C=320
+    assert cute_conv.default_config(problem, element_bytes=1) in fp8
+    assert {c.tile_k for c in tuning.candidate_configs(problem)} == {64}  # 16-bit: 64 too
+    wide = Conv2dProblemShape(128, 28, 28, 128, 128, 3, 3, padding=1)
+    halo = [c for c in tuning.candidate_configs(wide, element_bytes=1) if c.tile_w]
+    assert halo and all(c.tile_k == 128 for c in halo)  # 128-byte rows of fp8
+    # Keys: the same problem on fp8 and bf16 inputs is tuned apart.
+    assert tuning.problem_key(problem, E4M3, torch.bfloat16) != tuning.problem_key(
+        problem, torch.bfloat16, torch.bfloat16
+    )
 
 
 @pytest.mark.parametrize(
