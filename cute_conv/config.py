@@ -39,6 +39,11 @@ _MIN_WAVES_TALL = 4
 # it fills the waves better than 128-row tiles by this factor of cost.
 _THREE_WARPGROUP_TILE = (192, 128)
 _MIN_GAIN_192 = 0.95
+# 32-wide tiles (see default_config): for K up to their width; 256 rows (in 2x1 clusters) for
+# K up to _NARROW_TALL_MAX_K with at least this fraction of a wave of 256-row tiles.
+_NARROW_TILE_N = 32
+_NARROW_TALL_MAX_K = 8
+_MIN_WAVES_NARROW_TALL = 0.75
 # Ping-pong (see default_config): for pointwise convs of at least this many k-tiles, at this
 # tile width.
 _MIN_K_TILES_PINGPONG = 4
@@ -171,6 +176,16 @@ def default_config(
     0.0793, 256x128 2x1 0.0717; K=64 256x64 0.0583, 256x64 2x1 0.0528. Residual kernels stay
     on single CTAs there (the fused stem: 0.3335 ms at 2x1, 0.3056 at 1x1).
 
+    tile_n 32 for K <= 32 (the MMA of 64-wide tiles is at least half padding there), on
+    128-row tiles, or with K <= 8 and at least ``_MIN_WAVES_NARROW_TALL`` of a wave of them,
+    256-row ones sharing the filter in 2x1 clusters; never ping-pong. Measured on an H100
+    (``benchmarks/sweep_narrow_tiles.py``, 28 corpus problems with K <= 32): against the
+    64-wide (or ping-pong 128-wide) config, 128x32 tiles 1.16x (train) and 1.21x (held-out)
+    by geomean; SD's VAE output conv (C=128, K=3, 512x512, batch 8) 1.315 -> 0.80 ms at
+    256x32 2x1 (cuDNN 0.70), K=8 and K=4 convs on 128x128 maps at batch 8 1.55x and 1.80x;
+    256-row tiles lost where there were fewer (K=4 at 128x128, batch 1: 1.19x at 128 rows,
+    1.02x at 256) or K was 21 or 32 (0.92-0.98x of the 128-row ones).
+
     tile_m 192 (three consumer warpgroups of 64 rows), at tile_n 128: where at least a wave
     of them costs ``_MIN_GAIN_192`` or less of the 128-row tiles' cost (rounds of tiles x
     tile_m x (tile_n + 64)), i.e. where 128-row tiles leave much of the last wave idle.
@@ -225,8 +240,12 @@ def default_config(
     """
     check_heuristic_args(problem, num_sms, has_residual)
     check_element_bytes(element_bytes)
-    # min() keeps the first of equal costs: ties go to the wider tile.
-    widest_first = sorted(TILE_N_CHOICES, reverse=True)
+    # min() keeps the first of equal costs: ties go to the wider tile. 32-wide tiles only
+    # where K fits one (the convs they were measured on).
+    widest_first = sorted(
+        (n for n in TILE_N_CHOICES if n > _NARROW_TILE_N or problem.K <= _NARROW_TILE_N),
+        reverse=True,
+    )
     tile_n = min(widest_first, key=lambda n: _wave_cost(problem, 128, n, num_sms))
     narrowed_for_residual = has_residual and tile_n == 256 and problem.gemm_k <= _SHORT_MAINLOOP_K
     if narrowed_for_residual:
@@ -235,7 +254,13 @@ def default_config(
     full_k_tile = tile_k * element_bytes == MAX_K_TILE_BYTES  # one 128-byte row
     many_tall_tiles = -(-problem.gemm_m // 256) >= _MIN_WAVES_TALL * num_sms
     short_k_tiles = not full_k_tile and tile_n <= 128
-    tile_m = 256 if (tile_n == 64 or short_k_tiles) and many_tall_tiles else 128
+    narrow_tall = (
+        tile_n == _NARROW_TILE_N
+        and problem.K <= _NARROW_TALL_MAX_K
+        and -(-problem.gemm_m // 256) >= _MIN_WAVES_NARROW_TALL * num_sms
+    )
+    tall = (tile_n == 64 or short_k_tiles) and many_tall_tiles
+    tile_m = 256 if tall or narrow_tall else 128
     if tile_m == 128 and _fills_waves_better_at_192(problem, tile_n, num_sms):
         tile_m, tile_n = _THREE_WARPGROUP_TILE
     tiles_n = -(-problem.K // tile_n)
@@ -243,14 +268,14 @@ def default_config(
     # A filter tile wider than the activation tile is the larger L2 stream, and short k-tiles
     # load it in more pieces per MMA: share it along M.
     shares_filter = (tile_n > 128 and problem.gemm_k > _SHORT_MAINLOOP_K) or (
-        short_k_tiles and tile_m == 256 and not has_residual
+        (short_k_tiles or narrow_tall) and tile_m == 256 and not has_residual
     )
     cluster_m = 2 if cluster_n == 1 and shares_filter else 1
     tiles, k_tiles = schedule_shape(problem, tile_m, tile_n, tile_k)
     stream_k = tiles <= _MAX_WAVE_STREAM_K * num_sms and k_tiles >= _MIN_K_TILES_STREAM_K
     pointwise = problem.R == problem.S == 1
     dynamic_schedule = pointwise and cluster_m == cluster_n == 1 and not stream_k
-    pingpong = pointwise and tile_m == 128 and not stream_k
+    pingpong = pointwise and tile_m == 128 and tile_n > _NARROW_TILE_N and not stream_k
     pingpong = pingpong and _pingpong_pays(problem, k_tiles, num_sms)
     if pingpong:
         tile_n, cluster_m, cluster_n, dynamic_schedule = _PINGPONG_TILE_N, 1, 1, False

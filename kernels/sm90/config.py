@@ -25,7 +25,7 @@ SMEM_CAPACITY_SM90 = 232448  # bytes of dynamic SMEM one CTA may use on H100/H20
 # Two consumer warpgroups of 64 or 128 rows each, or three of 64 rows.
 TILE_M_CHOICES = (128, 192, 256)
 # Multiples of the 32-wide epilogue subtile; 160 fits K=320 and 640 exactly.
-TILE_N_CHOICES = (64, 96, 128, 160, 192, 224, 256)
+TILE_N_CHOICES = (32, 64, 96, 128, 160, 192, 224, 256)
 # The consumer warpgroups hold the fp32 accumulator in registers: 128x256 is the largest tile
 # that leaves two of them room for the epilogue (232 registers a thread), 192x160 three (152).
 MAX_TILE_ELEMS = 128 * 256
@@ -38,7 +38,12 @@ MIN_STAGES, MAX_STAGES = 2, 16
 # Halo tiles: output columns per tile row (a power of two dividing tile_m).
 HALO_TILE_W_CHOICES = (32, 64, 128)
 
-MBARRIER_BYTES_RESERVED = 1024
+# The shared storage outside the A/B ring and the epilogue and halo buffers (``smem.py``): the
+# barriers before sA, padded to its 1024-byte alignment, the source barriers after sD, padded
+# to sC's, and sC's slot (or a placeholder) with the turn barriers, padded to the struct's
+# alignment. A plan that reserved only the first 1024 filled SMEM to the byte on some tiles
+# (128x160 k32 with fp32 output, 256x32 k32), and their storage did not fit at launch.
+STORAGE_OVERHEAD_BYTES = 3 * 1024
 _MAX_AB_STAGES = 16  # small k-tiles would fit more; past this, latency is long hidden
 _EPI_STAGES = 4  # output staging buffers (2 in a residual kernel, whose C buffers take room)
 _EPI_STAGES_WITH_SOURCE = 2
@@ -59,7 +64,6 @@ HALO_STAGES = 2
 # the next tile's halo load while both are held.
 HALO_STAGES_PINGPONG = 3
 HALO_SLACK_ROWS = 8
-_HALO_PADDING_BYTES = 2048
 # Work items the load warp may hand out ahead of the consumers (dynamic scheduling).
 WORK_QUEUE_STAGES = 4
 # Dynamic scheduling's global int32 counters: the next work item to hand out (minus the grid
@@ -237,9 +241,7 @@ class _SmemBudget:
         if not cfg.tile_w:
             return 0
         rows = cfg.halo_stages * cfg.halo_h * cfg.tile_w + HALO_SLACK_ROWS
-        # With 8 KB ring stages a halo kernel fills SMEM to within a stage: it also reserves
-        # the shared storage's alignment padding (sC is 1024-byte aligned after sD).
-        return rows * cfg.tile_k * self.act_bytes + _HALO_PADDING_BYTES
+        return rows * cfg.tile_k * self.act_bytes
 
     def subtile_bytes(self, epi_n: int) -> int:
         return self.config.tile_m * epi_n * self.out_bytes
@@ -249,7 +251,7 @@ class _SmemBudget:
         subtiles: output staging per epilogue, plus the source ring."""
         buffers = epi_stages * self.config.num_epilogues + source_stages
         epi_bytes = self.subtile_bytes(epi_n) * buffers
-        return SMEM_CAPACITY_SM90 - MBARRIER_BYTES_RESERVED - epi_bytes - self.halo_bytes()
+        return SMEM_CAPACITY_SM90 - STORAGE_OVERHEAD_BYTES - epi_bytes - self.halo_bytes()
 
     def residual_epilogue(self) -> Tuple[int, int]:
         """The epilogue subtile width and the number of C buffers of a residual kernel.

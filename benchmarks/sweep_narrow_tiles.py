@@ -1,0 +1,119 @@
+"""32-wide tiles for convs of at most 32 output channels: measure them against 64-wide ones.
+
+    python benchmarks/sweep_narrow_tiles.py [--max-seconds 500]   # H100/H200, both splits
+    python benchmarks/sweep_narrow_tiles.py --report              # no GPU
+
+The problems: every corpus problem with K <= 32 of at least ``MIN_GFLOP``. Per problem, in one
+process: the heuristic's config at 64 wide (what it chose before 32-wide tiles existed), the
+32-wide tiles ``NARROW`` (tile_m x cluster_m), and cuDNN's ``F.conv2d``, each checked against
+the float32 reference, then timed as ``bench.py`` times. Rows go to ``narrow_tile_sweep.json``;
+a rerun skips the problems already there. ``--report`` prints, per split, the geomean of each
+32-wide tile over the 64-wide one and of the heuristic's choice over cuDNN.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from bench import geomean, time_interleaved  # noqa: E402
+from bench_corpus import load_corpus, problem_shape  # noqa: E402
+from sweep_rows import by_split, load_results, measure_into  # noqa: E402
+
+RESULTS_PATH = HERE / "narrow_tile_sweep.json"
+MAX_K, MIN_GFLOP = 32, 0.05
+NARROW = {"128x32": (128, 1), "256x32": (256, 1), "256x32-2x1": (256, 2)}
+
+
+def narrow_problems(problems: list[dict]) -> list[dict]:
+    return [p for p in problems if p["K"] <= MAX_K and p["gflop"] >= MIN_GFLOP]
+
+
+def variants(default) -> dict:
+    """The configs timed per problem: the heuristic's at 64 wide, and the ``NARROW`` tiles
+    (ping-pong and halo tiles off, dynamic scheduling on single-CTA clusters only: the
+    heuristic's other choices kept)."""
+    wide = dataclasses.replace(default, tile_n=64) if default.tile_n < 64 else default
+    out = {"wide": wide}
+    for name, (tile_m, cluster_m) in NARROW.items():
+        out[name] = dataclasses.replace(
+            wide, tile_m=tile_m, tile_n=32, cluster_m=cluster_m, cluster_n=1, pingpong=False,
+            tile_w=0, halo_h=0, dynamic_schedule=wide.dynamic_schedule and cluster_m == 1,
+        )  # fmt: skip
+    return out
+
+
+def measure(p: dict) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    import cute_conv
+    from cute_conv.reference import conv2d_reference
+    from cute_conv.staging import kernel_problem_for
+    from cute_conv.testing import compare_to_reference, random_conv_inputs
+
+    problem = problem_shape(p)
+    geom = dict(stride=problem.stride, padding=problem.padding, dilation=problem.dilation)
+    x, flt = random_conv_inputs(*(p[d] for d in "NHWCKRS"))
+    num_sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    default = cute_conv.default_config(kernel_problem_for(problem), num_sms)
+    ref = conv2d_reference(x, flt, **geom)
+    row = {k: p[k] for k in ("key", "split", "gflop")} | {"default": repr(default), "checks": {}}
+    fns = {}
+    for name, config in variants(default).items():
+        out = torch.full(problem.output_shape, float("nan"), dtype=x.dtype, device="cuda")
+
+        def run(config=config, out=out):
+            return cute_conv.conv2d_fprop(x, flt, out=out, config=config, **geom)
+
+        run()
+        check = compare_to_reference(out, ref)
+        row["checks"][name] = {"ok": check.ok, "rel_err": check.rel_err}
+        if check.ok:
+            fns[name] = run
+    (top, bottom), (left, right) = problem.padding
+    x_cl = F.pad(x.permute(0, 3, 1, 2), (left, right, top, bottom))
+    w_cl = flt.permute(0, 3, 1, 2)
+    fns["cudnn"] = lambda: F.conv2d(x_cl, w_cl, None, problem.stride, 0, problem.dilation)
+    return row | {"ms": time_interleaved(fns)}
+
+
+def sweep(max_seconds: float) -> None:
+    import torch
+
+    torch.backends.cudnn.benchmark = True
+    results = load_results(RESULTS_PATH)
+    done = {r["key"] for r in results["rows"]}
+    todo = [p for p in narrow_problems(load_corpus()) if p["key"] not in done]
+    results["device"] = torch.cuda.get_device_name()
+    measure_into(RESULTS_PATH, results, todo, measure, max_seconds, ("key", "ms"))
+
+
+def report() -> None:
+    rows = [r for r in json.loads(RESULTS_PATH.read_text())["rows"] if "ms" in r]
+    for name, part in zip(("train", "held-out"), by_split(rows), strict=True):
+        print(f"{name} ({len(part)} problems):")
+        for variant in (*NARROW, "cudnn"):
+            ratio = geomean(r["ms"]["wide"] / r["ms"][variant] for r in part)
+            print(f"  64-wide time / {variant} time: {ratio:.3f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--max-seconds", type=float, default=500.0)
+    parser.add_argument("--report", action="store_true", help="report, no GPU")
+    args = parser.parse_args()
+    if args.report:
+        report()
+    else:
+        sweep(args.max_seconds)
+
+
+if __name__ == "__main__":
+    main()
