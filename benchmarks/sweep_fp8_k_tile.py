@@ -18,7 +18,6 @@ geomean on the held-out problems, which the fit never sees, against the heuristi
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
@@ -29,7 +28,13 @@ sys.path.insert(0, str(HERE))
 
 from bench import geomean, time_interleaved  # noqa: E402
 from bench_corpus import load_corpus, problem_shape  # noqa: E402
-from sweep_rows import by_split, load_results, measure_into, middle_of_best  # noqa: E402
+from sweep_rows import (  # noqa: E402
+    by_split,
+    load_results,
+    measure_into,
+    middle_of_best,
+    sweep_main,
+)
 
 RESULTS_PATH = HERE / "fp8_k_tile_sweep.json"
 MIN_GFLOP, MAX_GFLOP = 2.0, 400.0
@@ -140,14 +145,7 @@ def fit() -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--max-seconds", type=float, default=500.0)
-    parser.add_argument("--fit", action="store_true", help="fit and report, no GPU")
-    args = parser.parse_args()
-    if args.fit:
-        fit()
-    else:
-        sweep(args.max_seconds)
+    sweep_main(__doc__, sweep, fit, "--fit")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ a rerun skips the problems already there. ``--report`` prints, per split, the ge
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
@@ -24,7 +23,14 @@ sys.path.insert(0, str(HERE))
 
 from bench import geomean, time_interleaved  # noqa: E402
 from bench_corpus import load_corpus, problem_shape  # noqa: E402
-from sweep_rows import by_split, load_results, measure_into  # noqa: E402
+from sweep_rows import (  # noqa: E402
+    by_split,
+    checked_runs,
+    cudnn_run,
+    load_results,
+    measure_into,
+    sweep_main,
+)
 
 RESULTS_PATH = HERE / "narrow_tile_sweep.json"
 MAX_K, MIN_GFLOP = 32, 0.05
@@ -51,37 +57,21 @@ def variants(default) -> dict:
 
 def measure(p: dict) -> dict:
     import torch
-    import torch.nn.functional as F
 
     import cute_conv
     from cute_conv.reference import conv2d_reference
     from cute_conv.staging import kernel_problem_for
-    from cute_conv.testing import compare_to_reference, random_conv_inputs
+    from cute_conv.testing import random_conv_inputs
 
     problem = problem_shape(p)
     geom = dict(stride=problem.stride, padding=problem.padding, dilation=problem.dilation)
     x, flt = random_conv_inputs(*(p[d] for d in "NHWCKRS"))
     num_sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     default = cute_conv.default_config(kernel_problem_for(problem), num_sms)
-    ref = conv2d_reference(x, flt, **geom)
-    row = {k: p[k] for k in ("key", "split", "gflop")} | {"default": repr(default), "checks": {}}
-    fns = {}
-    for name, config in variants(default).items():
-        out = torch.full(problem.output_shape, float("nan"), dtype=x.dtype, device="cuda")
-
-        def run(config=config, out=out):
-            return cute_conv.conv2d_fprop(x, flt, out=out, config=config, **geom)
-
-        run()
-        check = compare_to_reference(out, ref)
-        row["checks"][name] = {"ok": check.ok, "rel_err": check.rel_err}
-        if check.ok:
-            fns[name] = run
-    (top, bottom), (left, right) = problem.padding
-    x_cl = F.pad(x.permute(0, 3, 1, 2), (left, right, top, bottom))
-    w_cl = flt.permute(0, 3, 1, 2)
-    fns["cudnn"] = lambda: F.conv2d(x_cl, w_cl, None, problem.stride, 0, problem.dilation)
-    return row | {"ms": time_interleaved(fns)}
+    checks, fns = checked_runs(x, flt, conv2d_reference(x, flt, **geom), geom, variants(default))
+    fns["cudnn"] = cudnn_run(x, flt, problem)
+    row = {k: p[k] for k in ("key", "split", "gflop")} | {"default": repr(default)}
+    return row | {"checks": checks, "ms": time_interleaved(fns)}
 
 
 def sweep(max_seconds: float) -> None:
@@ -105,14 +95,7 @@ def report() -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--max-seconds", type=float, default=500.0)
-    parser.add_argument("--report", action="store_true", help="report, no GPU")
-    args = parser.parse_args()
-    if args.report:
-        report()
-    else:
-        sweep(args.max_seconds)
+    sweep_main(__doc__, sweep, report, "--report")
 
 
 if __name__ == "__main__":

@@ -53,3 +53,57 @@ def middle_of_best(candidates: list[float], score: Callable[[float], float]) -> 
     best = max(scores)
     tied = [c for c, s in zip(candidates, scores, strict=True) if s >= best - 1e-12]
     return tied[len(tied) // 2]
+
+
+def checked_runs(x, flt, ref, geom: dict, configs: dict) -> tuple[dict, dict]:
+    """Each of ``configs`` (name -> config) run on ``x`` and ``flt`` into a NaN-poisoned
+    output and checked against the float32 ``ref``: ``(checks by name, the functions that
+    run the configs that passed)``."""
+    import torch
+
+    import cute_conv
+    from cute_conv.testing import compare_to_reference
+
+    checks, fns = {}, {}
+    for name, config in configs.items():
+        out = torch.full(ref.shape, float("nan"), dtype=x.dtype, device="cuda")
+
+        def run(config=config, out=out):
+            return cute_conv.conv2d_fprop(x, flt, out=out, config=config, **geom)
+
+        run()
+        check = compare_to_reference(out, ref)
+        checks[name] = {"ok": check.ok, "rel_err": check.rel_err}
+        if check.ok:
+            fns[name] = run
+    return checks, fns
+
+
+def cudnn_run(x, flt, problem) -> Callable[[], object]:
+    """cuDNN's ``F.conv2d`` of ``problem`` on channels_last views of ``x`` and ``flt``;
+    asymmetric padding, which it does not take, by an ``F.pad`` in the timed function (a
+    user pays for it too)."""
+    import torch.nn.functional as F
+
+    (top, bottom), (left, right) = problem.padding
+    x_cl, w_cl = x.permute(0, 3, 1, 2), flt.permute(0, 3, 1, 2)
+    if top == bottom and left == right:
+        return lambda: F.conv2d(x_cl, w_cl, None, problem.stride, (top, left), problem.dilation)
+    return lambda: F.conv2d(F.pad(x_cl, (left, right, top, bottom)), w_cl, None,
+                            problem.stride, 0, problem.dilation)  # fmt: skip
+
+
+def sweep_main(doc: str, sweep: Callable[[float], None], offline: Callable[[], None],
+               offline_flag: str) -> None:  # fmt: skip
+    """A sweep's command line: measure within ``--max-seconds`` (GPU), or with
+    ``offline_flag`` run ``offline`` (fit or report, no GPU)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--max-seconds", type=float, default=500.0)
+    parser.add_argument(offline_flag, action="store_true", help="no GPU: from the results file")
+    args = parser.parse_args()
+    if getattr(args, offline_flag.lstrip("-")):
+        offline()
+    else:
+        sweep(args.max_seconds)

@@ -32,7 +32,14 @@ sys.path.insert(0, str(HERE))
 
 from bench import geomean, time_interleaved  # noqa: E402
 from bench_corpus import load_corpus, problem_shape  # noqa: E402
-from sweep_rows import by_split, load_results, measure_into, middle_of_best  # noqa: E402
+from sweep_rows import (  # noqa: E402
+    by_split,
+    checked_runs,
+    cudnn_run,
+    load_results,
+    measure_into,
+    middle_of_best,
+)
 
 RESULTS_PATH = HERE / "stream_k_sweep.json"
 MIN_K_TILES = 8
@@ -77,43 +84,25 @@ def with_stream_k(config, stream_k: bool):
 
 def measure(p: dict) -> dict:
     import torch
-    import torch.nn.functional as F
 
     import cute_conv
     from cute_conv.reference import conv2d_reference
     from cute_conv.staging import kernel_problem_for
-    from cute_conv.testing import compare_to_reference, random_conv_inputs
+    from cute_conv.testing import random_conv_inputs
 
     problem = problem_shape(p)
     geom = dict(stride=problem.stride, padding=problem.padding, dilation=problem.dilation)
     x, flt = random_conv_inputs(*(p[d] for d in "NHWCKRS"))
     num_sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     default = cute_conv.default_config(kernel_problem_for(problem), num_sms)
-    ref = conv2d_reference(x, flt, **geom)
+    schedules = {
+        ("stream_k_ms" if stream_k else "data_parallel_ms"): with_stream_k(default, stream_k)
+        for stream_k in (False, True)
+    }
+    checks, fns = checked_runs(x, flt, conv2d_reference(x, flt, **geom), geom, schedules)
+    fns["cudnn_ms"] = cudnn_run(x, flt, problem)
     row = {k: p[k] for k in ("key", "split", "tags", "gflop", "tiles", "k_tiles")}
-    row |= {"default_stream_k": default.stream_k, "checks": {}}
-    fns = {}
-    for stream_k in (False, True):
-        name = "stream_k_ms" if stream_k else "data_parallel_ms"
-        config = with_stream_k(default, stream_k)
-        out = torch.full(problem.output_shape, float("nan"), dtype=x.dtype, device="cuda")
-
-        def run(config=config, out=out):
-            return cute_conv.conv2d_fprop(x, flt, out=out, config=config, **geom)
-
-        run()
-        check = compare_to_reference(out, ref)
-        row["checks"][name] = {"ok": check.ok, "rel_err": check.rel_err}
-        if check.ok:
-            fns[name] = run
-    (top, bottom), (left, right) = problem.padding
-    x_cl, w_cl = x.permute(0, 3, 1, 2), flt.permute(0, 3, 1, 2)
-    if top == bottom and left == right:
-        fns["cudnn_ms"] = lambda: F.conv2d(x_cl, w_cl, None, problem.stride, (top, left),
-                                           problem.dilation)  # fmt: skip
-    else:
-        fns["cudnn_ms"] = lambda: F.conv2d(F.pad(x_cl, (left, right, top, bottom)), w_cl, None,
-                                           problem.stride, 0, problem.dilation)  # fmt: skip
+    row |= {"default_stream_k": default.stream_k, "checks": checks}
     return row | time_interleaved(fns)
 
 

@@ -21,6 +21,7 @@ __all__ = [
     "default_config",
     "k_tile_width",
     "schedule_shape",
+    "tile_widths",
 ]
 
 # GEMM K up to which a residual kernel's mainloop is too short to hide a tile of C loads
@@ -240,12 +241,8 @@ def default_config(
     """
     check_heuristic_args(problem, num_sms, has_residual)
     check_element_bytes(element_bytes)
-    # min() keeps the first of equal costs: ties go to the wider tile. 32-wide tiles only
-    # where K fits one (the convs they were measured on).
-    widest_first = sorted(
-        (n for n in TILE_N_CHOICES if n > _NARROW_TILE_N or problem.K <= _NARROW_TILE_N),
-        reverse=True,
-    )
+    # min() keeps the first of equal costs: ties go to the wider tile.
+    widest_first = sorted(tile_widths(problem.K), reverse=True)
     tile_n = min(widest_first, key=lambda n: _wave_cost(problem, 128, n, num_sms))
     narrowed_for_residual = has_residual and tile_n == 256 and problem.gemm_k <= _SHORT_MAINLOOP_K
     if narrowed_for_residual:
@@ -286,6 +283,12 @@ def default_config(
         stream_k=stream_k, dynamic_schedule=dynamic_schedule, tile_w=tile_w, halo_h=halo_h,
         pingpong=pingpong,
     )  # fmt: skip
+
+
+def tile_widths(k: int) -> tuple[int, ...]:
+    """The tile widths the heuristic and the autotuner consider for ``k`` output channels:
+    32-wide tiles only where K fits one (the convs they were measured on)."""
+    return tuple(n for n in TILE_N_CHOICES if n > _NARROW_TILE_N or k <= _NARROW_TILE_N)
 
 
 def k_tile_width(channels: int, element_bytes: int, k_tile_cost: float | None = None) -> int:

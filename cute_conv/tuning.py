@@ -35,8 +35,9 @@ from .config import (
     check_heuristic_args,
     default_config,
     pingpong_halo_tile,
+    tile_widths,
 )
-from .kernels.sm90.config import MAX_TILE_ELEMS, TILE_M_CHOICES, TILE_N_CHOICES
+from .kernels.sm90.config import MAX_TILE_ELEMS, TILE_M_CHOICES
 from .kernels.sm90.schedule_checks import MAX_K_TILE_BYTES
 from .problem import Conv2dProblemShape
 from .staging import kernel_problem_for
@@ -102,10 +103,11 @@ def candidate_widths(k: int) -> list[int]:
     """For each count of N tiles, the narrowest tile width that covers K channels in that many
     tiles (K=320: 160, 128, 96); wider ones only add padding. Widths under half the widest
     are left out: they re-read the activation more than twice as often."""
+    allowed = tile_widths(k)
     widths = set()
-    for tile_n in TILE_N_CHOICES:
+    for tile_n in allowed:
         tiles_n = -(-k // tile_n)
-        widths.add(min(n for n in TILE_N_CHOICES if n * tiles_n >= k))
+        widths.add(min(n for n in allowed if n * tiles_n >= k))
     return sorted(n for n in widths if 2 * n >= max(widths))
 
 
