@@ -33,6 +33,7 @@ sys.path.insert(0, str(HERE))
 from bench import geomean, time_interleaved  # noqa: E402
 from bench_corpus import load_corpus, problem_shape  # noqa: E402
 from sweep_rows import (  # noqa: E402
+    bf16_problem,
     by_split,
     checked_runs,
     cudnn_run,
@@ -83,18 +84,9 @@ def with_stream_k(config, stream_k: bool):
 
 
 def measure(p: dict) -> dict:
-    import torch
-
-    import cute_conv
     from cute_conv.reference import conv2d_reference
-    from cute_conv.staging import kernel_problem_for
-    from cute_conv.testing import random_conv_inputs
 
-    problem = problem_shape(p)
-    geom = dict(stride=problem.stride, padding=problem.padding, dilation=problem.dilation)
-    x, flt = random_conv_inputs(*(p[d] for d in "NHWCKRS"))
-    num_sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    default = cute_conv.default_config(kernel_problem_for(problem), num_sms)
+    problem, geom, x, flt, default = bf16_problem(p)
     schedules = {
         ("stream_k_ms" if stream_k else "data_parallel_ms"): with_stream_k(default, stream_k)
         for stream_k in (False, True)
