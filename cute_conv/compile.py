@@ -62,10 +62,9 @@ class CompiledConv2d:
         ``pointers``: device addresses in ``ConvPointers`` order (activation, filter, out,
         source, bias, scale, the fp8 scales of activation, filter and output, the output's
         amax, stream-K partials, stream-K / dynamic-scheduling flags), 0 for terms the kernel
-        leaves out
-        and for a workspace it does not use; ``scalars``: ``kernel_scalars(...)``, the rest
-        of ``ConvLaunchParams``; ``stream``: a raw ``cudaStream_t`` handle. The problem must
-        be validated and channel-aligned.
+        leaves out and for a workspace it does not use; ``scalars``: ``kernel_scalars(...)``,
+        the rest of ``ConvLaunchParams``; ``stream``: a raw ``cudaStream_t`` handle. The
+        problem must be validated and channel-aligned.
         """
         self._fn(*pointers, *scalars, stream)
 

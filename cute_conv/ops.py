@@ -270,15 +270,17 @@ def conv2d_fprop(
     config: Optional[str],
 ) -> Tensor:
     """``cute_conv.conv2d_fprop`` as an op."""
-    return _run(x, filter, None, bias, scale, (x_scale, w_scale, out_scale, None), None, stride,
-                padding, dilation, alpha, 0.0, _AFTER, activation, out_dtype, config)  # fmt: skip
+    return _run(x, filter, None, bias, scale, (x_scale, w_scale, out_scale, None), None,
+                stride, padding, dilation, alpha, 0.0, _AFTER, activation, out_dtype,
+                config)  # fmt: skip
 
 
 @conv2d_fprop.register_fake
 def _(x, filter, bias, scale, x_scale, w_scale, out_scale, stride, padding, dilation, alpha,  # noqa: A002
       activation, out_dtype, config):  # fmt: skip
-    return _fake(x, filter, None, bias, scale, (x_scale, w_scale, out_scale, None), None, stride,
-                 padding, dilation, alpha, 0.0, _AFTER, activation, out_dtype, config)  # fmt: skip
+    return _fake(x, filter, None, bias, scale, (x_scale, w_scale, out_scale, None), None,
+                 stride, padding, dilation, alpha, 0.0, _AFTER, activation, out_dtype,
+                 config)  # fmt: skip
 
 
 @torch.library.custom_op("cute_conv::conv2d_fprop_with_residual", mutates_args=())
@@ -302,16 +304,16 @@ def conv2d_fprop_with_residual(
     config: Optional[str],
 ) -> Tensor:
     """``cute_conv.conv2d_fprop_with_residual`` as an op."""
-    return _run(x, filter, source, bias, scale, (x_scale, w_scale, out_scale, None), None, stride,
-                padding, dilation, alpha, beta, residual_order, activation, out_dtype,
+    return _run(x, filter, source, bias, scale, (x_scale, w_scale, out_scale, None), None,
+                stride, padding, dilation, alpha, beta, residual_order, activation, out_dtype,
                 config)  # fmt: skip
 
 
 @conv2d_fprop_with_residual.register_fake
 def _(x, filter, source, bias, scale, x_scale, w_scale, out_scale, stride, padding, dilation,  # noqa: A002
       alpha, beta, residual_order, activation, out_dtype, config):  # fmt: skip
-    return _fake(x, filter, source, bias, scale, (x_scale, w_scale, out_scale, None), None, stride,
-                 padding, dilation, alpha, beta, residual_order, activation, out_dtype,
+    return _fake(x, filter, source, bias, scale, (x_scale, w_scale, out_scale, None), None,
+                 stride, padding, dilation, alpha, beta, residual_order, activation, out_dtype,
                  config)  # fmt: skip
 
 
@@ -338,15 +340,17 @@ def conv2d_fprop_out(
     config: Optional[str],
 ) -> None:
     """Either public function with ``out=`` (``source`` None: ``conv2d_fprop``) as an op."""
-    _run(x, filter, source, bias, scale, (x_scale, w_scale, out_scale, out_amax), out, stride, padding,
-         dilation, alpha, beta, residual_order, activation, out_dtype, config)  # fmt: skip
+    _run(x, filter, source, bias, scale, (x_scale, w_scale, out_scale, out_amax), out, stride,
+         padding, dilation, alpha, beta, residual_order, activation, out_dtype,
+         config)  # fmt: skip
 
 
 @conv2d_fprop_out.register_fake
 def _(x, filter, source, bias, scale, x_scale, w_scale, out_scale, out_amax, out, stride,  # noqa: A002
       padding, dilation, alpha, beta, residual_order, activation, out_dtype, config):  # fmt: skip
-    _fake(x, filter, source, bias, scale, (x_scale, w_scale, out_scale, out_amax), out, stride, padding,
-          dilation, alpha, beta, residual_order, activation, out_dtype, config)  # fmt: skip
+    _fake(x, filter, source, bias, scale, (x_scale, w_scale, out_scale, out_amax), out, stride,
+          padding, dilation, alpha, beta, residual_order, activation, out_dtype,
+          config)  # fmt: skip
 
 
 # Autograd: the ops' inputs mapped to autograd's (x, filter, source, bias, scale) and back.
