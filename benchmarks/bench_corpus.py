@@ -242,6 +242,21 @@ def best_frontend_plan(graph: FrontendGraph, out: torch.Tensor, ref: torch.Tenso
     return {"plans": tried, "plan": None if best is None else best[0]}
 
 
+def heuristic_config(problem, num_sms: int, has_residual: bool = False):
+    """The config a bf16 call on ``problem`` without one runs when nothing is autotuned: the
+    heuristic's for the kernel problem, gathering the activation where only C's padding
+    is staged and the gather rule takes it (as ``dispatch`` chooses)."""
+    import cute_conv
+    from cute_conv.config import gathered_config
+    from cute_conv.staging import kernel_problem_for, pads_channels_only
+
+    kernel_problem = kernel_problem_for(problem)
+    config = cute_conv.default_config(kernel_problem, num_sms, has_residual=has_residual)
+    if pads_channels_only(problem):
+        config = gathered_config(config, kernel_problem, num_sms)
+    return config
+
+
 def bench_problem(p: dict, cudnn_frontend, *, fp8: bool = False) -> dict:
     """One corpus problem: checks, then interleaved timings of everything that checked
     (``fp8``: the plain conv and the fp8 comparison instead of the fused orders)."""
@@ -250,7 +265,6 @@ def bench_problem(p: dict, cudnn_frontend, *, fp8: bool = False) -> dict:
 
     import cute_conv
     from cute_conv.reference import conv2d_reference
-    from cute_conv.staging import kernel_problem_for
     from cute_conv.testing import random_conv_inputs
 
     problem = problem_shape(p)
@@ -258,9 +272,8 @@ def bench_problem(p: dict, cudnn_frontend, *, fp8: bool = False) -> dict:
     x, flt = random_conv_inputs(*(p[d] for d in "NHWCKRS"))
     num_sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     # Explicit heuristic configs, so that a stored autotuner choice cannot stand in for them.
-    kernel_problem = kernel_problem_for(problem)
-    config = cute_conv.default_config(kernel_problem, num_sms)
-    fused_config = cute_conv.default_config(kernel_problem, num_sms, has_residual=True)
+    config = heuristic_config(problem, num_sms)
+    fused_config = heuristic_config(problem, num_sms, has_residual=True)
     row: dict = {
         "key": p["key"], "split": p["split"], "tags": p["tags"], "model": p["model"],
         "gflop": p["gflop"], "config": _tile(config), "fused_config": _tile(fused_config),
@@ -350,7 +363,8 @@ def _checked(row: dict, name: str, fn: Callable[[], object], out, ref) -> bool:
 
 
 def _tile(config) -> str:
-    return f"{config.tile_m}x{config.tile_n} {config.cluster_m}x{config.cluster_n}"
+    gathered = " gathered" if config.gather_a else ""
+    return f"{config.tile_m}x{config.tile_n} {config.cluster_m}x{config.cluster_n}{gathered}"
 
 
 def _save_run(run: dict, path: Path) -> None:

@@ -59,17 +59,15 @@ def bf16_problem(p: dict) -> tuple:
     """A corpus problem's ``(problem, geometry kwargs, x, filter, default config)``: fresh
     random bf16 inputs on the GPU, the heuristic's config on this device's SMs."""
     import torch
-    from bench_corpus import problem_shape
+    from bench_corpus import heuristic_config, problem_shape
 
-    import cute_conv
-    from cute_conv.staging import kernel_problem_for
     from cute_conv.testing import random_conv_inputs
 
     problem = problem_shape(p)
     geom = dict(stride=problem.stride, padding=problem.padding, dilation=problem.dilation)
     x, flt = random_conv_inputs(*(p[d] for d in "NHWCKRS"))
     num_sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    default = cute_conv.default_config(kernel_problem_for(problem), num_sms)
+    default = heuristic_config(problem, num_sms)
     return problem, geom, x, flt, default
 
 

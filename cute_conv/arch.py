@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from .config import check_config_fits, default_config
+from .config import check_config_fits, default_config, gathered_config
 from .config_sm100 import default_config_sm100
 from .kernels.sm90.config import SMEM_CAPACITY_SM90, Conv2dConfig
 from .kernels.sm90.conv2d_fprop import Conv2dFpropSm90
@@ -39,6 +39,10 @@ class ArchKernels:
     check_fits: Optional[Callable[[Any, Conv2dProblemShape], None]]
     # Whether a call without a config may time candidates on the GPU (``tuning``).
     autotuned: bool
+    # For a call without a config whose only staging is padding C: ``(config, padded kernel
+    # problem, SM count, bytes of an input element)`` -> the config to run, which may gather
+    # the activation instead (None: the arch's kernels always read a padded copy).
+    gather_rule: Optional[Callable[[Any, Conv2dProblemShape, int, int], Any]]
     # The scratch a launch needs, ``(float32 partials, int32 flags)`` or None, for
     # ``(kernel problem, config, max clusters)`` (None: the arch's kernels never need any).
     workspace_size: Optional[Callable[[Conv2dProblemShape, Any, int], Optional[tuple]]]
@@ -68,6 +72,7 @@ ARCHS: dict[str, ArchKernels] = {
         heuristic=_heuristic_sm90,
         check_fits=check_config_fits,
         autotuned=True,
+        gather_rule=gathered_config,
         workspace_size=workspace_size_sm90,
     ),
     "sm_100a": ArchKernels(
@@ -78,6 +83,7 @@ ARCHS: dict[str, ArchKernels] = {
         heuristic=_heuristic_sm100,
         check_fits=None,
         autotuned=False,
+        gather_rule=None,
         workspace_size=None,
     ),
 }

@@ -9,8 +9,14 @@ compiled kernel; geometry (``Conv2dProblemShape``) never does.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .kernels.sm90.config import HALO_SLACK_ROWS, TILE_K_CHOICES, TILE_N_CHOICES, Conv2dConfig
-from .kernels.sm90.schedule_checks import MAX_K_TILE_BYTES, MIN_K_TILE_BYTES
+from .kernels.sm90.schedule_checks import (
+    GATHER_ELEMENT_BITS,
+    MAX_K_TILE_BYTES,
+    MIN_K_TILE_BYTES,
+)
 from .kernels.sm100.config import Conv2dConfigSm100
 from .problem import Conv2dProblemShape
 
@@ -19,6 +25,9 @@ __all__ = [
     "check_config_fits",
     "check_element_bytes",
     "default_config",
+    "gather_elems_per_sm",
+    "gathered_config",
+    "with_gathered_activation",
     "k_tile_width",
     "schedule_shape",
     "tile_widths",
@@ -55,6 +64,10 @@ _HALO_TILE_W = 64
 _HALO_MIN_FILL = 0.75
 # Ping-pong halo tiles (see pingpong_halo_tile): 4 output rows of 32 columns.
 _PINGPONG_HALO_TILE_W = 32
+# A gathered activation (see gathered_config) for convs whose SMs each gather at most this many
+# A elements (im2col tile rows x k-tile channels, summed over the SM's tiles).
+MAX_GATHER_ELEMS_PER_SM = 128 * 64 * 4
+GATHERED_ELEMENT_BYTES = GATHER_ELEMENT_BITS // 8
 # Stream-K for grids of at most this fraction of a wave of tiles (see default_config) ...
 _MAX_WAVE_STREAM_K = 0.6
 # ... with mainloops of at least this many k-tiles.
@@ -284,6 +297,52 @@ def default_config(
         stream_k=stream_k, dynamic_schedule=dynamic_schedule, tile_w=tile_w, halo_h=halo_h,
         pingpong=pingpong,
     )  # fmt: skip
+
+
+def gathered_config(
+    config: Conv2dConfig,
+    kernel_problem: Conv2dProblemShape,
+    num_sms: int = 132,
+    element_bytes: int = 2,
+) -> Conv2dConfig:
+    """The config of a call whose activation would be copied only to pad C to a multiple of
+    8 (``staging.pads_channels_only``), given ``config``, chosen for the padded
+    ``kernel_problem``: ``with_gathered_activation(config)`` (no copy, no extra launch) where
+    each SM gathers at most ``MAX_GATHER_ELEMS_PER_SM`` A elements
+    (``gather_elems_per_sm``); ``config`` otherwise. The gather warps load far slower than
+    TMA, so this pays on small convs only, where the copy's launch and pass cost more than
+    the kernel's whole mainloop. fp8 activations (``element_bytes`` 1) are never
+    gathered."""
+    check_element_bytes(element_bytes)
+    if element_bytes != GATHERED_ELEMENT_BYTES:
+        return config
+    if gather_elems_per_sm(config, kernel_problem, num_sms) > MAX_GATHER_ELEMS_PER_SM:
+        return config
+    return with_gathered_activation(config)
+
+
+def with_gathered_activation(config: Conv2dConfig) -> Conv2dConfig:
+    """``config`` with ``gather_a``, on single-CTA clusters without ping-pong, halo tiles,
+    stream-K or dynamic scheduling (which a gathered kernel does not take), its tile
+    kept."""
+    if not isinstance(config, Conv2dConfig):
+        raise TypeError(f"config must be a Conv2dConfig, got {type(config).__name__}")
+    return replace(
+        config, cluster_m=1, cluster_n=1, stream_k=False, dynamic_schedule=False, tile_w=0,
+        halo_h=0, pingpong=False, gather_a=True,
+    )  # fmt: skip
+
+
+def gather_elems_per_sm(
+    config: Conv2dConfig, kernel_problem: Conv2dProblemShape, num_sms: int = 132
+) -> int:
+    """The A elements the busiest SM gathers with ``config``'s tiles on the padded
+    ``kernel_problem``: its rounds of tiles x k-tiles x tile_m x tile_k."""
+    check_heuristic_args(kernel_problem, num_sms)
+    if not isinstance(config, Conv2dConfig):
+        raise TypeError(f"config must be a Conv2dConfig, got {type(config).__name__}")
+    tiles, k_tiles = schedule_shape(kernel_problem, config.tile_m, config.tile_n, config.tile_k)
+    return -(-tiles // num_sms) * k_tiles * config.tile_m * config.tile_k
 
 
 def tile_widths(k: int) -> tuple[int, ...]:

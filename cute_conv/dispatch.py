@@ -20,7 +20,14 @@ from .compile import CompiledConv2d, compile_kernel, kernel_scalars
 from .cuda_context import current_device, current_raw_stream
 from .epilogue import EpilogueSpec, kernel_vector_dtype, validate_epilogue_args
 from .problem import Conv2dProblemShape
-from .staging import StagingPlan, kernel_problem_for, run_staged, spans_overlap, staging_plan
+from .staging import (
+    StagingPlan,
+    kernel_problem_for,
+    pads_channels_only,
+    run_staged,
+    spans_overlap,
+    staging_plan,
+)
 from .tuning import choose_config
 from .validation import (
     ALIGNMENT_BYTES,
@@ -241,6 +248,7 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
         epilogue = replace(epilogue, has_amax=True)
     num_sms = sm_count(x.device.index)
     target = ARCHS[arch]
+    chosen_here = config is None
     if config is None and target.autotuned:
         config = choose_config(
             problem, kernel_problem, x, tuple(filter.shape), out_dtype, num_sms,
@@ -248,8 +256,14 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
         )  # fmt: skip
     elif config is None:
         config = target.heuristic(kernel_problem, num_sms, epilogue.has_residual, element_bytes)
+    if chosen_here and target.gather_rule and pads_channels_only(problem, element_bytes):
+        config = target.gather_rule(config, kernel_problem, num_sms, element_bytes)
     if target.check_fits is not None and isinstance(config, target.config_class):
         target.check_fits(config, kernel_problem)
+    # A kernel that gathers its activation reads it unpadded (the filter is still padded).
+    kernel_problem = kernel_problem_for(
+        problem, element_bytes, gathered=getattr(config, "gather_a", False)
+    )
     kernel = compile_kernel(
         arch,
         act_dtype=x.dtype,
@@ -270,11 +284,11 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
     workspace = None
     if target.workspace_size is not None:
         workspace = target.workspace_size(kernel_problem, config, max_clusters)
-    needs_staging = kernel_problem is not problem or not vectors_ready
+    staging = staging_plan(problem, kernel_problem, element_bytes)
+    needs_staging = staging.stages_anything or not vectors_ready
     return _LaunchPlan(
-        problem, problem.output_shape, out_dtype, epilogue, kernel,
-        staging_plan(problem, kernel_problem), scalars, workspace, nbytes, problem.gemm_m == 0,
-        needs_staging,
+        problem, problem.output_shape, out_dtype, epilogue, kernel, staging, scalars, workspace,
+        nbytes, problem.gemm_m == 0, needs_staging,
     )  # fmt: skip
 
 

@@ -16,7 +16,7 @@ from typing import Tuple, Type
 import cutlass
 
 from ..common.config_checks import check_choice, check_field_types
-from .schedule_checks import check_k_tile_bytes, check_schedule_options
+from .schedule_checks import GATHER_ELEMENT_BITS, check_k_tile_bytes, check_schedule_options
 
 __all__ = ["Conv2dConfig", "Sm90Plan", "SMEM_CAPACITY_SM90", "HALO_SLACK_ROWS", "WORK_COUNTERS"]
 
@@ -114,6 +114,12 @@ class Conv2dConfig:
         programmatic_launch: launch with programmatic dependent launch, so that the kernel's
             setup overlaps the previous kernel's tail on the stream (it waits for that
             kernel's writes before touching global memory); False launches it the plain way.
+        gather_a: the activation tile is gathered by two producer warps (plain loads and
+            SMEM stores, zero outside the image) instead of im2col TMA, which needs 16-byte
+            channel rows: a conv whose C is not a multiple of 8 then reads its activation as
+            it is, with no padded copy (the filter is still read by TMA, padded to 8
+            channels). For small convs: two warps load far slower than TMA. 16-bit inputs,
+            clusters of one CTA, no halo tiles, ping-pong, stream_k or dynamic scheduling.
     """
 
     tile_m: int = 128
@@ -130,6 +136,7 @@ class Conv2dConfig:
     halo_h: int = 0
     pingpong: bool = False
     programmatic_launch: bool = True
+    gather_a: bool = False
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -166,6 +173,7 @@ class Conv2dConfig:
             tile_w=self.tile_w,
             halo_h=self.halo_h,
             pingpong=self.pingpong,
+            gather_a=self.gather_a,
         )
 
     @property
@@ -204,8 +212,13 @@ class Conv2dConfig:
     ) -> "Sm90Plan":
         """Resolve the SMEM budget for one dtype/epilogue: the epilogue subtile width, the
         output staging, source and A/B ring depths. Raises ``ValueError`` when ``stages``
-        does not fit or ``tile_k`` is no k-tile of ``act_dtype``."""
+        does not fit, ``tile_k`` is no k-tile of ``act_dtype`` or ``gather_a`` is set for
+        fp8 inputs."""
         check_k_tile_bytes(self.tile_k, act_dtype.width, halo_tiles=bool(self.tile_w))
+        if self.gather_a and act_dtype.width != GATHER_ELEMENT_BITS:
+            raise ValueError(
+                f"gather_a needs 16-bit inputs (BFloat16 or Float16), got {act_dtype.__name__}"
+            )
         return _SmemBudget(self, act_dtype, out_dtype).plan(has_residual)
 
 

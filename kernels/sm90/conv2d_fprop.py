@@ -47,6 +47,7 @@ from ..common.entry import FP8_TYPES, ConvKernelEntry, ConvLaunchParams, Mainloo
 from ..common.epilogue import EpilogueOperands, make_epilogue_operands, quantization_scalars
 from ..common.epilogue_store import publish_amax
 from ..common.im2col import (
+    ConvGeometry,
     output_gemm_view,
     output_tile_view,
 )
@@ -54,6 +55,7 @@ from ..common.pipelines import make_checked_pipeline
 from ..common.tile_scheduler import StaticTileScheduler
 from .config import HALO_SLACK_ROWS, WORK_COUNTERS, WORK_QUEUE_STAGES, Conv2dConfig
 from .epilogue import EpilogueArgs, Sm90EpilogueMixin
+from .gather import ActivationGather
 from .mainloop import (
     ConsumerStates,
     HaloGeometry,
@@ -77,6 +79,7 @@ class Sm90Pipelines(NamedTuple):
 
     ab: pipeline.PipelineTmaAsync  # A/B ring: load warp -> consumers
     halo: Optional[pipeline.PipelineTmaAsync]  # halos: load warp -> consumers
+    gather: Optional[pipeline.PipelineAsync]  # gathered A tiles: gather warps -> consumers
     source: Optional[pipeline.PipelineTmaAsync]  # residual C: source-load warp -> consumers
     work_queue: Optional[WorkQueue]  # dynamic scheduling: load warp -> all roles
     turns: Optional[PingPongTurns]  # ping-pong: consumer -> consumer
@@ -119,7 +122,9 @@ class Conv2dFpropSm90(
                     queue it also takes the work items and hands them out
         warp 1      ``load_source`` (residual kernels): TMA of the residual C, subtile by
                     subtile, into the source ring ahead of the epilogue
-        warps 2-3   idle
+        warps 2-3   ``gather_activation`` (``gather_a``): the im2col A tiles by plain loads
+                    and SMEM stores into the ring (warp 0 then loads the filter alone);
+                    idle otherwise
       warpgroups 1-2 (consumers, ``setmaxnreg`` up to 232), or 1-3 with 192-row tiles (152)
                     ``mma_and_epilogue``: WGMMA on a tile_m x tile_n register accumulator
                     (64 or 128 rows per warpgroup), then ``epilogue_tile``: registers ->
@@ -140,6 +145,10 @@ class Conv2dFpropSm90(
               empty: tile warps x mcast (lane 0 of each warp, to every writing CTA).
       halo    PipelineTmaAsync, ``halo_stages`` (halo tiles): load -> consumers.
               full: 1 (expect_tx = one halo); empty: tile warps.
+      gather  PipelineAsync, ``ab_stages`` (``gather_a``): gather warps -> consumers, the A
+              half of each ring stage (the ab ring then carries B alone).
+              full: 64 (every gather thread, after a proxy fence); empty: every thread of
+              the tile's consumers.
       source  PipelineTmaAsync, ``source_stages`` (residual): source load -> consumers.
               full: 1 (expect_tx = one C subtile); empty: tile warps. Deep enough for a
               whole tile of C where SMEM allows, so the next tile's C loads during its
@@ -184,6 +193,7 @@ class Conv2dFpropSm90(
         tile_m = config.tile_m
         self.tile_h = tile_m // config.tile_w if config.tile_w else 0
         self.halo_stages = config.halo_stages
+        self.gather_a = config.gather_a
 
         # Warp roles and the arrive counts of every barrier, derived from them.
         self.roles = Sm90Roles.of(config)
@@ -198,6 +208,8 @@ class Conv2dFpropSm90(
         self.num_epilogues = config.num_epilogues
         self.load_warp_id = self.roles.load
         self.source_load_warp_id = self.roles.source_load
+        self.first_gather_warp_id = self.roles.first_gather_warp
+        self.gather_threads = self.roles.gather_threads
         self.epi_store_warp_id = self.roles.first_consumer_warp  # first of the first consumer
         self.cluster_size = config.cluster_m * config.cluster_n
         self.num_mcast_a = config.cluster_n  # the activation tile is shared along cluster N
@@ -287,6 +299,7 @@ class Conv2dFpropSm90(
             ab_stages=self.ab_stages,
             queue_stages=WORK_QUEUE_STAGES if self.dynamic_schedule else 1,
             halo_stages=self.halo_stages,
+            gather_stages=self.ab_stages if self.gather_a else 0,
             source_stages=self.source_stages,
             # Ping-pong: the mainloop and the epilogue turns of the two consumers.
             turn_barriers=4 if self.pingpong else 1,
@@ -344,6 +357,7 @@ class Conv2dFpropSm90(
             self.cta_layout_mnk, self.a_smem_layout_staged, self.b_smem_layout_staged,
             self.epi_smem_layout_staged, self.source_smem_layout_staged, num_tiles_m,
             num_tiles_n, m_partials, m_flags, halo, self.a_tap_layout,
+            geom if self.gather_a else None,
         )  # fmt: skip
         kernel.launch(
             grid=(cm, cn, num_clusters),
@@ -377,6 +391,7 @@ class Conv2dFpropSm90(
         m_flags: Optional[cute.Tensor],
         halo: Optional[HaloGeometry],
         a_tap_layout: cute.ComposedLayout,
+        gather_geometry: Optional[ConvGeometry],
     ):
         tma_atom_a, mA_mk, tma_atom_b, mB_nk = ab_operands
         tma_atom_d, mD_mn, tma_atom_c, mC_mn, m_bias, m_scale = epi_operands[:6]
@@ -431,6 +446,11 @@ class Conv2dFpropSm90(
             if cutlass.const_expr(self.epilogue.loads_source_by_tma):
                 if warp_idx == self.source_load_warp_id:
                     self.load_source(pipes.source, tma_atom_c, gC, sC, scheduler, pipes.work_queue)
+            if cutlass.const_expr(self.gather_a):
+                if warp_idx >= self.first_gather_warp_id:
+                    self.gather_activation(
+                        pipes.gather, gA, sA, gather_geometry, k_shape, scheduler
+                    )
 
         # ////////////////////////////////////////////////////////////////////////////////////
         #  CONSUMER WARPGROUPS: MMA + EPILOGUE
@@ -464,9 +484,10 @@ class Conv2dFpropSm90(
         predicates, None unless it needs them: ``EpilogueSpec.needs_output_coords``)."""
         tile_m, tile_n, tile_k = self.tile_mnk
         # im2col: (tile_m, (tile_k,1,1), m_tiles, (c_blocks, S, R)); halo tiles: the
-        # coordinates ((w, h, n), c), boxed per tile by the load warp.
+        # coordinates ((w, h, n), c), boxed per tile by the load warp; gathered A: the same
+        # coordinates, read element by element by the gather warps.
         gA = mA_mk
-        if cutlass.const_expr(not self.tile_w):
+        if cutlass.const_expr(not (self.tile_w or self.gather_a)):
             gA = cute.local_tile(mA_mk, (tile_m, (tile_k, 1, 1)), (None, None))
         # (tile_n, (tile_k,1,1), n_tiles, (c_blocks, S, R))
         gB = cute.local_tile(mB_nk, (tile_n, (tile_k, 1, 1)), (None, None))
@@ -493,8 +514,8 @@ class Conv2dFpropSm90(
         a_layout, b_layout, _, source_layout = smem.layouts
         a_bytes = cute.size_in_bytes(self.act_dtype, cute.slice_(a_layout, (None, None, 0)))
         ab_bytes = cute.size_in_bytes(self.filter_dtype, cute.slice_(b_layout, (None, None, 0)))
-        if cutlass.const_expr(not self.tile_w):
-            ab_bytes += a_bytes  # the ring carries A too, except with halo tiles
+        if cutlass.const_expr(not (self.tile_w or self.gather_a)):
+            ab_bytes += a_bytes  # the ring carries A too, except with halo tiles or gathered A
         ab = make_checked_pipeline(
             pipeline.PipelineTmaAsync, specs, "ab", smem.ab_barriers(), self.ab_stages,
             tx_count=ab_bytes, cta_layout_vmnk=cute.make_layout((1, *cta_layout_mnk.shape)),
@@ -505,6 +526,11 @@ class Conv2dFpropSm90(
                 pipeline.PipelineTmaAsync, specs, "halo", smem.halo_barriers(),
                 self.halo_stages, tx_count=a_bytes,
             )  # fmt: skip
+        gather = None
+        if cutlass.const_expr(self.gather_a):
+            gather = make_checked_pipeline(
+                pipeline.PipelineAsync, specs, "gather", smem.gather_barriers(), self.ab_stages
+            )
         source = None
         if cutlass.const_expr(self.epilogue.loads_source_by_tma):
             source_bytes = cute.size_in_bytes(
@@ -523,7 +549,7 @@ class Conv2dFpropSm90(
         turns = None
         if cutlass.const_expr(self.pingpong):
             turns = self.make_turns(smem.turn_barriers(), warp_idx)
-        return Sm90Pipelines(ab, halo, source, work_queue, turns)
+        return Sm90Pipelines(ab, halo, gather, source, work_queue, turns)
 
     @cute.jit
     def load(
@@ -547,7 +573,7 @@ class Conv2dFpropSm90(
         through the work queue."""
         ab_pipeline, halo_pipeline, work_queue = pipes.ab, pipes.halo, pipes.work_queue
         tAsA, tAgA = None, None
-        if cutlass.const_expr(not self.tile_w):
+        if cutlass.const_expr(not (self.tile_w or self.gather_a)):
             # Each CTA of a multicast group issues its slice of the box; TMA delivers it to all.
             tAsA, tAgA = cpasync.tma_partition(
                 tma_atom_a,
@@ -580,6 +606,10 @@ class Conv2dFpropSm90(
                 ab_pipeline, halo_pipeline, tma_atoms, gA, sA, tBgB, tBsB, b_mcast_mask, halo,
                 k_shape, halo_box, self.tile_h,
             )  # fmt: skip
+        elif cutlass.const_expr(self.gather_a):  # the gather warps bring A
+            loader = Im2colLoader(
+                ab_pipeline, (tma_atom_b,), (tBgB,), (tBsB,), (b_mcast_mask,), k_shape
+            )
         else:
             loader = Im2colLoader(
                 ab_pipeline, tma_atoms, (tAgA, tBgB), (tAsA, tBsB),
@@ -619,6 +649,32 @@ class Conv2dFpropSm90(
         ab_pipeline.producer_tail(states.ab)
         if cutlass.const_expr(self.tile_w):
             halo_pipeline.producer_tail(states.halo)
+
+    @cute.jit
+    def gather_activation(
+        self,
+        gather_pipeline: pipeline.PipelineAsync,
+        mA: cute.Tensor,
+        sA: cute.Tensor,
+        geometry: ConvGeometry,
+        k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32],
+        scheduler: StaticTileScheduler,
+    ):
+        """Gather warps (``gather_a``): every k-tile's A tile of every output tile of this
+        CTA, into the A half of the ring, in the load warp's order (``ActivationGather``)."""
+        tidx, _, _ = cute.arch.thread_idx()
+        tidx = tidx - self.first_gather_warp_id * 32
+        gather = ActivationGather(
+            gather_pipeline, mA, sA, geometry, k_shape, self.tile_mnk[0], self.tile_mnk[2],
+            self.gather_threads,
+        )  # fmt: skip
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stages)
+        end_work = scheduler.end_work()
+        work = scheduler.first_work()
+        while work < end_work:
+            state = gather.gather_tile(state, scheduler, work, tidx)
+            work = scheduler.next_work(work)
+        gather_pipeline.producer_tail(state)
 
     def epilogue_load_barrier(self) -> pipeline.NamedBarrier:
         """Orders the source loads after the mainloop prologue (load + source-load warps)."""
@@ -750,8 +806,9 @@ class Conv2dFpropSm90(
                 )  # fmt: skip
             else:
                 states = self.mainloop(
-                    ab_pipeline, tiled_mma, accumulators, tCrA, tCrB, states, k_end - k_first
-                )
+                    ab_pipeline, pipes.gather, tiled_mma, accumulators, tCrA, tCrB, states,
+                    k_end - k_first,
+                )  # fmt: skip
             if cutlass.const_expr(self.pingpong):
                 mainloop_turn = turns.mainloop.arrive(mainloop_turn)
             if cutlass.const_expr(self.stream_k):

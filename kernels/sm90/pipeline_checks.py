@@ -20,7 +20,8 @@ WARPGROUP_THREADS = 128
 class Sm90Roles:
     """Warp ids and thread counts of the SM90 kernel for one config.
 
-    Warpgroup 0 is the producer (warp 0 loads A/B, warp 1 loads the residual C, warps 2-3 idle);
+    Warpgroup 0 is the producer (warp 0 loads A/B, warp 1 loads the residual C, warps 2-3
+    gather A with ``gather_a`` and are idle otherwise);
     warpgroups 1.. are the consumers (WGMMA and their epilogue), two, or three with 192-row
     tiles. Cooperative: all consumer threads share every tile; ping-pong: each consumer
     warpgroup owns every other tile (its ``tile_threads`` are one warpgroup)."""
@@ -29,11 +30,17 @@ class Sm90Roles:
     pingpong: bool
     load: int = 0
     source_load: int = 1
+    first_gather_warp: int = 2
+    gather_warps: int = 2
     first_consumer_warp: int = 4
 
     @classmethod
     def of(cls, config: Conv2dConfig) -> "Sm90Roles":
         return cls(config.num_consumer_warpgroups, config.pingpong)
+
+    @property
+    def gather_threads(self) -> int:
+        return self.gather_warps * WARP_SIZE
 
     @property
     def consumer_threads(self) -> int:
@@ -74,6 +81,21 @@ def sm90_barrier_specs(config: Conv2dConfig, has_residual: bool) -> dict[str, Ba
         specs += [
             BarrierSpec("halo.full", (Arrival("load warp", 1, "arrive.expect_tx of a halo"),)),
             BarrierSpec("halo.empty", (Arrival("consumer warps", tile_warps, per_warp),)),
+        ]
+    if config.gather_a:
+        specs += [
+            BarrierSpec(
+                "gather.full",
+                (
+                    Arrival(
+                        "gather warps", roles.gather_threads,
+                        "every thread, after its SMEM stores and a proxy fence",
+                    ),
+                ),
+            ),  # fmt: skip
+            BarrierSpec(
+                "gather.empty", (Arrival(owner, roles.tile_threads, "every thread"),)
+            ),
         ]
     if has_residual:
         specs += [

@@ -1,0 +1,128 @@
+"""The gathered activation against the padded copy, for convs whose C is not a multiple of 8:
+measure both, and fit the gather rule's bound (``config.MAX_GATHER_ELEMS_PER_SM``).
+
+    python benchmarks/sweep_gather.py [--max-seconds 500]   # H100/H200, both splits
+    python benchmarks/sweep_gather.py --fit                 # no GPU
+
+The problems: every corpus problem whose only staging is C's padding
+(``staging.pads_channels_only``). Per problem, in one process: the heuristic's config on the
+padded kernel problem ("padded": a pad copy of the activation per call), the same tile with
+the activation gathered ("gathered", ``config.with_gathered_activation``), and cuDNN's
+``F.conv2d``, each checked against the float32 reference, then timed eagerly and replayed
+from CUDA graphs, interleaved as ``bench.py`` times. Rows go to ``gather_sweep.json`` with
+each problem's gathered elements per SM (``config.gather_elems_per_sm``); a rerun skips the
+problems already there. ``--fit`` picks the bound on the train part (the geomean of the chosen
+variant's eager time over the faster one's, best; ties: the middle one) and reports both
+parts.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from bench import geomean, time_interleaved  # noqa: E402
+from bench_corpus import load_corpus, problem_shape  # noqa: E402
+from sweep_rows import (  # noqa: E402
+    by_split,
+    checked_runs,
+    cudnn_run,
+    load_results,
+    measure_into,
+    middle_of_best,
+    sweep_main,
+)
+
+RESULTS_PATH = HERE / "gather_sweep.json"
+NUM_SMS = 132  # H100 SXM: the SM count the bound's rows are counted on
+
+
+def gather_problems(problems: list[dict]) -> list[dict]:
+    from cute_conv.staging import pads_channels_only
+
+    return [p for p in problems if pads_channels_only(problem_shape(p))]
+
+
+def measure(p: dict) -> dict:
+    from models import replay_of
+
+    import cute_conv
+    from cute_conv.config import gather_elems_per_sm, with_gathered_activation
+    from cute_conv.reference import conv2d_reference
+    from cute_conv.staging import kernel_problem_for
+    from cute_conv.testing import random_conv_inputs
+
+    problem = problem_shape(p)
+    geom = dict(stride=problem.stride, padding=problem.padding, dilation=problem.dilation)
+    x, flt = random_conv_inputs(*(p[d] for d in "NHWCKRS"))
+    kernel_problem = kernel_problem_for(problem)
+    padded = cute_conv.default_config(kernel_problem, NUM_SMS)
+    configs = {"padded": padded, "gathered": with_gathered_activation(padded)}
+    checks, fns = checked_runs(x, flt, conv2d_reference(x, flt, **geom), geom, configs)
+    fns["cudnn"] = cudnn_run(x, flt, problem)
+    fns |= {f"{name}_graph": replay_of(fn) for name, fn in list(fns.items())}
+    row = {k: p[k] for k in ("key", "split", "gflop")} | {"default": repr(padded)}
+    row["elems_per_sm"] = gather_elems_per_sm(padded, kernel_problem, NUM_SMS)
+    return row | {"checks": checks, "ms": time_interleaved(fns)}
+
+
+def sweep(max_seconds: float) -> None:
+    import torch
+
+    torch.backends.cudnn.benchmark = True
+    results = load_results(RESULTS_PATH)
+    done = {r["key"] for r in results["rows"]}
+    todo = [p for p in gather_problems(load_corpus()) if p["key"] not in done]
+    results["device"] = torch.cuda.get_device_name()
+    measure_into(RESULTS_PATH, results, todo, measure, max_seconds, ("key", "ms"))
+
+
+def chosen_ms(row: dict, bound: float, suffix: str = "") -> float:
+    """The time of the variant the rule picks at ``bound``."""
+    name = "gathered" if row["elems_per_sm"] <= bound else "padded"
+    return row["ms"][name + suffix]
+
+
+def score(rows: list[dict], bound: float, suffix: str = "") -> float:
+    """Geomean of the best variant's time over the chosen one's (1.0: always the faster)."""
+    return geomean(
+        min(r["ms"]["padded" + suffix], r["ms"]["gathered" + suffix]) / chosen_ms(r, bound, suffix)
+        for r in rows
+    )
+
+
+def measured_rows() -> list[dict]:
+    rows = json.loads(RESULTS_PATH.read_text())["rows"]
+    return [r for r in rows if "gathered" in r.get("ms", {}) and "padded" in r["ms"]]
+
+
+def fit_bound(rows: list[dict]) -> float:
+    """The bound with the best train score; candidates: every row's elems_per_sm, and 0."""
+    candidates = sorted({0, *(r["elems_per_sm"] for r in rows)})
+    return middle_of_best(candidates, lambda b: score(rows, b))
+
+
+def fit() -> None:
+    train, heldout = by_split(measured_rows())
+    bound = fit_bound(train)
+    print(f"bound fitted on {len(train)} train problems: {bound} elements per SM")
+    for name, part in (("train", train), ("held-out", heldout)):
+        print(f"{name} ({len(part)} problems):")
+        for suffix, what in (("", "eager"), ("_graph", "CUDA graphs")):
+            best = score(part, bound, suffix)
+            padded = geomean(r["ms"]["padded" + suffix] / chosen_ms(r, bound, suffix) for r in part)
+            cudnn = geomean(r["ms"]["cudnn" + suffix] / chosen_ms(r, bound, suffix) for r in part)
+            print(f"  {what}: chosen at {best:.3f} of the best; padded / chosen {padded:.3f}; "
+                  f"cuDNN / chosen {cudnn:.3f}")  # fmt: skip
+
+
+def main() -> None:
+    sweep_main(__doc__, sweep, fit, "--fit")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""GPU numerics of the gathered activation (``Conv2dConfig.gather_a``): convs whose C is not
+a multiple of 8, read unpadded, against a float32 reference with the output inside a sentinel
+guard band (``test_thread_store_sm90.run_and_check``): odd and even C, padding, strides,
+dilation, M and C tails inside a k-tile, several k-tiles per tap, residuals, K not a multiple
+of 8 (thread stores), and the heuristic's choice of it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import cute_conv
+from cute_conv import Conv2dConfig
+from cute_conv.dispatch import _plan
+from tests.test_thread_store_sm90 import run_and_check
+
+pytestmark = pytest.mark.gpu
+
+GATHER = Conv2dConfig(tile_n=64, tile_k=16, gather_a=True)
+
+# (n, h, w, c, k, r, s, geometry): C from 1 to 84; 1x1 and 3x3/5x5 filters; padding on
+# every side; stride 2; dilation; GEMM M (= N*P*Q) not a multiple of the tile.
+PROBLEMS = {
+    "c4-1x1": (1, 64, 64, 4, 4, 1, 1, {}),
+    "c3-3x3-pad": (2, 17, 19, 3, 64, 3, 3, dict(padding=1)),
+    "c5-1x1-dilated": (4, 35, 7, 5, 86, 1, 1, dict(dilation=(3, 1))),
+    "c13-5x5-s2": (2, 23, 21, 13, 40, 5, 5, dict(stride=2, padding=2)),
+    "c30-1x1": (8, 1, 1, 30, 336, 1, 1, {}),
+    "c12-3x3-s2-asym": (4, 7, 18, 12, 331, 3, 3, dict(stride=3, padding=((0, 1), (0, 0)))),
+    "c84-1x1": (8, 1, 1, 84, 336, 1, 1, {}),
+    "c1-7x7-dil2": (2, 30, 30, 1, 32, 7, 7, dict(padding=3, dilation=2)),
+}
+
+
+@pytest.mark.parametrize("tile_k", [16, 32, 64])
+@pytest.mark.parametrize("problem", PROBLEMS.values(), ids=PROBLEMS.keys())
+def test_gathered_activation(problem, tile_k):
+    *shape, geom = problem
+    config = Conv2dConfig(tile_n=64, tile_k=tile_k, gather_a=True)
+    run_and_check(*shape, geom=geom, config=config)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [Conv2dConfig(tile_m=256, tile_n=32, tile_k=32, gather_a=True),
+     Conv2dConfig(tile_m=192, tile_n=128, tile_k=64, gather_a=True),
+     Conv2dConfig(tile_n=128, tile_k=16, stages=2, gather_a=True)],
+    ids=["256x32", "192x128", "two-stages"],
+)  # fmt: skip
+def test_gathered_activation_on_other_tiles(config):
+    # 3 k-tiles per tap at tile_k 16 (C=37): the ring wraps within one tile's mainloop.
+    run_and_check(3, 13, 15, 37, 70, 3, 3, geom=dict(padding=1), config=config)
+
+
+@pytest.mark.parametrize("order", ["after_activation", "before_activation"])
+@pytest.mark.parametrize("k", [6, 64])
+def test_gathered_activation_with_a_residual(order, k):
+    run_and_check(2, 9, 11, 12, k, 3, 3, geom=dict(padding=1), config=GATHER, beta=0.5,
+                  order=order)  # fmt: skip
+
+
+def test_gathered_activation_does_not_write_the_input():
+    x = torch.randn(1, 16, 16, 12, device="cuda").to(torch.bfloat16)
+    flt = torch.randn(24, 3, 3, 12, device="cuda").to(torch.bfloat16)
+    before = x.clone()
+    cute_conv.conv2d_fprop(x, flt, padding=1, config=GATHER)
+    torch.cuda.synchronize()
+    assert torch.equal(x, before)
+
+
+def test_the_heuristic_gathers_a_small_conv_and_pads_a_large_one():
+    def plan_for(n, h, c):
+        x = torch.empty(n, h, h, c, device="cuda", dtype=torch.bfloat16)
+        flt = torch.empty(64, 3, 3, c, device="cuda", dtype=torch.bfloat16)
+        args = (1, 1, 1, 1.0, 0.0, "after_activation", None, None, None, None)
+        return _plan(x, flt, None, None, None, None, args, None)
+
+    small, large = plan_for(1, 16, 12), plan_for(64, 128, 12)
+    assert small.kernel.key.config.gather_a
+    assert small.staging.kernel_problem.C == 12 and small.staging.filter_channels == 16
+    assert not large.kernel.key.config.gather_a and large.staging.kernel_problem.C == 16
+    run_and_check(1, 16, 16, 12, 64, 3, 3, geom=dict(padding=1))
