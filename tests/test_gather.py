@@ -90,7 +90,7 @@ def test_run_staged_passes_a_gathered_activation_as_it_is():
 
 
 def small_and_large():
-    return conv(1, 16, 16, 64, 3, padding=1), conv(64, 128, 16, 64, 3, padding=1)
+    return conv(1, 16, 16, 64, 1), conv(64, 128, 16, 64, 3, padding=1)
 
 
 def test_gathered_config_takes_small_convs_only():
