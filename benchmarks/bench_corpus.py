@@ -363,7 +363,7 @@ def _checked(row: dict, name: str, fn: Callable[[], object], out, ref) -> bool:
 
 
 def _tile(config) -> str:
-    gathered = " gathered" if config.gather_a else ""
+    gathered = " gathered" if config.gather else ""
     return f"{config.tile_m}x{config.tile_n} {config.cluster_m}x{config.cluster_n}{gathered}"
 
 

@@ -1,13 +1,14 @@
-"""The gathered activation against the padded copy, for convs whose C is not a multiple of 8:
-measure both, and fit the gather rule's bound (``config.MAX_GATHER_ELEMS_PER_SM``).
+"""Gathered operands against padded copies, for convs whose C is not a multiple of 8: measure
+both, and fit the gather rule's bound (``config.MAX_GATHER_ELEMS_PER_SM``).
 
     python benchmarks/sweep_gather.py [--max-seconds 500]   # H100/H200, both splits
     python benchmarks/sweep_gather.py --fit                 # no GPU
 
 The problems: every corpus problem whose only staging is C's padding
 (``staging.pads_channels_only``). Per problem, in one process: the heuristic's config on the
-padded kernel problem ("padded": a pad copy of the activation per call), the same tile with
-the activation gathered ("gathered", ``config.with_gathered_activation``), and cuDNN's
+padded kernel problem ("padded": a pad copy of the activation per call, and of the filter
+per CUDA-graph replay), the same tile with both operands gathered ("gathered",
+``config.with_gathered_operands``), and cuDNN's
 ``F.conv2d``, each checked against the float32 reference, then timed eagerly and replayed
 from CUDA graphs, interleaved as ``bench.py`` times. Rows go to ``gather_sweep.json`` with
 each problem's gathered elements per SM (``config.gather_elems_per_sm``); a rerun skips the
@@ -52,7 +53,7 @@ def measure(p: dict) -> dict:
     from models import replay_of
 
     import cute_conv
-    from cute_conv.config import gather_elems_per_sm, with_gathered_activation
+    from cute_conv.config import gather_elems_per_sm, with_gathered_operands
     from cute_conv.reference import conv2d_reference
     from cute_conv.staging import kernel_problem_for
     from cute_conv.testing import random_conv_inputs
@@ -62,7 +63,7 @@ def measure(p: dict) -> dict:
     x, flt = random_conv_inputs(*(p[d] for d in "NHWCKRS"))
     kernel_problem = kernel_problem_for(problem)
     padded = cute_conv.default_config(kernel_problem, NUM_SMS)
-    configs = {"padded": padded, "gathered": with_gathered_activation(padded)}
+    configs = {"padded": padded, "gathered": with_gathered_operands(padded)}
     checks, fns = checked_runs(x, flt, conv2d_reference(x, flt, **geom), geom, configs)
     fns["cudnn"] = cudnn_run(x, flt, problem)
     fns |= {f"{name}_graph": replay_of(fn) for name, fn in list(fns.items())}

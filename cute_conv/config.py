@@ -27,7 +27,7 @@ __all__ = [
     "default_config",
     "gather_elems_per_sm",
     "gathered_config",
-    "with_gathered_activation",
+    "with_gathered_operands",
     "k_tile_width",
     "schedule_shape",
     "tile_widths",
@@ -64,9 +64,9 @@ _HALO_TILE_W = 64
 _HALO_MIN_FILL = 0.75
 # Ping-pong halo tiles (see pingpong_halo_tile): 4 output rows of 32 columns.
 _PINGPONG_HALO_TILE_W = 32
-# A gathered activation (see gathered_config) for convs whose SMs each gather at most this many
-# A elements (im2col tile rows x k-tile channels, summed over the SM's tiles): fitted on the
-# corpus's train part on an H100 (benchmarks/sweep_gather.py, gather_sweep.json).
+# Gathered operands (see gathered_config) for convs whose SMs each gather at most this many
+# elements (A and filter tile rows x k-tile channels, summed over the SM's tiles): fitted on
+# the corpus's train part on an H100 (benchmarks/sweep_gather.py, gather_sweep.json).
 MAX_GATHER_ELEMS_PER_SM = 6144
 GATHERED_ELEMENT_BYTES = GATHER_ELEMENT_BITS // 8
 # Stream-K for grids of at most this fraction of a wave of tiles (see default_config) ...
@@ -306,44 +306,44 @@ def gathered_config(
     num_sms: int = 132,
     element_bytes: int = 2,
 ) -> Conv2dConfig:
-    """The config of a call whose activation would be copied only to pad C to a multiple of
-    8 (``staging.pads_channels_only``), given ``config``, chosen for the padded
-    ``kernel_problem``: ``with_gathered_activation(config)`` (no copy, no extra launch) where
-    each SM gathers at most ``MAX_GATHER_ELEMS_PER_SM`` A elements
+    """The config of a call whose operands would be copied only to pad C to a multiple of 8
+    (``staging.pads_channels_only``), given ``config``, chosen for the padded
+    ``kernel_problem``: ``with_gathered_operands(config)`` (no copies, no extra launches)
+    where each SM gathers at most ``MAX_GATHER_ELEMS_PER_SM`` elements
     (``gather_elems_per_sm``); ``config`` otherwise. The gather warps load far slower than
-    TMA, so this pays on small convs only, where the copy's launch and pass cost more than
-    the kernel's whole mainloop. fp8 activations (``element_bytes`` 1) are never
+    TMA, so this pays on small convs only, where the copies' launches and passes cost more
+    than the kernel's whole mainloop. fp8 inputs (``element_bytes`` 1) are never
     gathered."""
     check_element_bytes(element_bytes)
     if element_bytes != GATHERED_ELEMENT_BYTES:
         return config
     if gather_elems_per_sm(config, kernel_problem, num_sms) > MAX_GATHER_ELEMS_PER_SM:
         return config
-    return with_gathered_activation(config)
+    return with_gathered_operands(config)
 
 
-def with_gathered_activation(config: Conv2dConfig) -> Conv2dConfig:
-    """``config`` with ``gather_a``, on single-CTA clusters without ping-pong, halo tiles,
-    stream-K or dynamic scheduling (which a gathered kernel does not take), its tile
+def with_gathered_operands(config: Conv2dConfig) -> Conv2dConfig:
+    """``config`` with ``gather``, on single-CTA clusters without ping-pong, halo tiles,
+    stream-K or dynamic scheduling (which a gathering kernel does not take), its tile
     kept."""
     if not isinstance(config, Conv2dConfig):
         raise TypeError(f"config must be a Conv2dConfig, got {type(config).__name__}")
     return replace(
         config, cluster_m=1, cluster_n=1, stream_k=False, dynamic_schedule=False, tile_w=0,
-        halo_h=0, pingpong=False, gather_a=True,
+        halo_h=0, pingpong=False, gather=True,
     )  # fmt: skip
 
 
 def gather_elems_per_sm(
     config: Conv2dConfig, kernel_problem: Conv2dProblemShape, num_sms: int = 132
 ) -> int:
-    """The A elements the busiest SM gathers with ``config``'s tiles on the padded
-    ``kernel_problem``: its rounds of tiles x k-tiles x tile_m x tile_k."""
+    """The A and filter elements the busiest SM gathers with ``config``'s tiles on the padded
+    ``kernel_problem``: its rounds of tiles x k-tiles x (tile_m + tile_n) x tile_k."""
     check_heuristic_args(kernel_problem, num_sms)
     if not isinstance(config, Conv2dConfig):
         raise TypeError(f"config must be a Conv2dConfig, got {type(config).__name__}")
     tiles, k_tiles = schedule_shape(kernel_problem, config.tile_m, config.tile_n, config.tile_k)
-    return -(-tiles // num_sms) * k_tiles * config.tile_m * config.tile_k
+    return -(-tiles // num_sms) * k_tiles * (config.tile_m + config.tile_n) * config.tile_k
 
 
 def tile_widths(k: int) -> tuple[int, ...]:

@@ -260,9 +260,9 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
         config = target.gather_rule(config, kernel_problem, num_sms, element_bytes)
     if target.check_fits is not None and isinstance(config, target.config_class):
         target.check_fits(config, kernel_problem)
-    # A kernel that gathers its activation reads it unpadded (the filter is still padded).
+    # A kernel that gathers its operands reads them unpadded.
     kernel_problem = kernel_problem_for(
-        problem, element_bytes, gathered=getattr(config, "gather_a", False)
+        problem, element_bytes, gathered=getattr(config, "gather", False)
     )
     kernel = compile_kernel(
         arch,
@@ -284,11 +284,11 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
     workspace = None
     if target.workspace_size is not None:
         workspace = target.workspace_size(kernel_problem, config, max_clusters)
-    staging = staging_plan(problem, kernel_problem, element_bytes)
-    needs_staging = staging.stages_anything or not vectors_ready
+    needs_staging = kernel_problem is not problem or not vectors_ready
     return _LaunchPlan(
-        problem, problem.output_shape, out_dtype, epilogue, kernel, staging, scalars, workspace,
-        nbytes, problem.gemm_m == 0, needs_staging,
+        problem, problem.output_shape, out_dtype, epilogue, kernel,
+        staging_plan(problem, kernel_problem), scalars, workspace, nbytes, problem.gemm_m == 0,
+        needs_staging,
     )  # fmt: skip
 
 

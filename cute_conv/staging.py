@@ -2,8 +2,8 @@
 
 The kernel wants 16-byte channel rows of its inputs (C a multiple of 8; K takes any size:
 output rows that are not 16-byte units are stored by the epilogue threads,
-``EpilogueSpec.store_by_threads``; a kernel that gathers its activation, ``gather_a``, reads
-any C and needs only the filter padded), an output that no input aliases, a source that is the
+``EpilogueSpec.store_by_threads``; a kernel that gathers its operands, ``gather``, reads any
+C), an output that no input aliases, a source that is the
 output or disjoint from it, and contiguous bias/scale vectors of one dtype (float32 when a
 call's bias and scale differ).
 Most calls meet all of that and launch directly; the others are staged here with a few torch
@@ -166,8 +166,8 @@ def kernel_problem_for(
     """The problem the kernel runs on inputs of ``element_bytes`` (2, or 1 for fp8):
     ``problem`` itself when it needs no staging. Only C is padded: K is the filter's outer
     extent, which TMA takes at any size, and the output's rows are stored by threads where
-    they are not 16-byte units. A kernel that gathers its activation (``gathered``) takes
-    any C: only the filter is padded then (``staged_filter_channels``)."""
+    they are not 16-byte units. A kernel that gathers its operands (``gathered``) takes any
+    C unpadded."""
     alignment = channel_alignment(element_bytes)
     view = super_pixel_view(problem)
     if view is not None:
@@ -199,17 +199,11 @@ def kernel_problem_for(
 
 def pads_channels_only(problem: Conv2dProblemShape, element_bytes: int = 2) -> bool:
     """Whether ``problem``'s only staging is the zero-padding of C to whole TMA rows: the
-    calls a kernel that gathers its activation runs on the unpadded activation."""
+    calls a kernel that gathers its operands runs with no staging at all."""
     plain = super_pixel_view(problem) is None and not (
         uses_space_to_depth(problem) or uses_im2col(problem)
     )
     return plain and problem.C % channel_alignment(element_bytes) != 0
-
-
-def staged_filter_channels(kernel_problem: Conv2dProblemShape, element_bytes: int = 2) -> int:
-    """The channels of the filter as the kernel reads it: the kernel problem's C, padded to
-    whole TMA rows where the kernel gathers an activation of any C."""
-    return _round_up(kernel_problem.C, channel_alignment(element_bytes))
 
 
 def _im2col_columns(x: torch.Tensor, problem: Conv2dProblemShape, width: int) -> torch.Tensor:
@@ -360,27 +354,18 @@ class StagingPlan:
     space_to_depth: bool
     im2col: bool
     phases: int  # output channel blocks per GEMM row: 2 on the super-pixel view, else 1
-    filter_channels: int  # the filter's C as the kernel reads it (``staged_filter_channels``)
     stages_filter: bool  # the kernel reads a padded or regrouped copy of the filter
-
-    @property
-    def stages_anything(self) -> bool:
-        """Whether any operand is copied, regrouped or viewed for the kernel."""
-        return self.kernel_problem != self.problem or self.stages_filter
 
 
 def staging_plan(
-    problem: Conv2dProblemShape, kernel_problem: Conv2dProblemShape, element_bytes: int = 2
+    problem: Conv2dProblemShape, kernel_problem: Conv2dProblemShape
 ) -> StagingPlan:
     """The staging of ``problem`` as the kernel runs it (``kernel_problem_for``)."""
     view = super_pixel_view(problem)
     phases = 1 if view is None else view.phases
-    filter_channels = staged_filter_channels(kernel_problem, element_bytes)
-    kp = kernel_problem
     return StagingPlan(
-        problem, kp, view, uses_space_to_depth(problem), uses_im2col(problem), phases,
-        filter_channels,
-        view is not None or (kp.K, kp.R, kp.S, filter_channels) != problem.filter_shape,
+        problem, kernel_problem, view, uses_space_to_depth(problem), uses_im2col(problem), phases,
+        view is not None or kernel_problem.filter_shape != problem.filter_shape,
     )  # fmt: skip
 
 
@@ -405,7 +390,7 @@ def _stage_filter(filter: torch.Tensor, plan: StagingPlan) -> torch.Tensor:  # n
     if plan.im2col:
         flt = filter.reshape(problem.K, 1, 1, problem.R * problem.S * problem.C)
         return F.pad(flt, (0, kp.C - flt.shape[-1])).contiguous()
-    c_pad = plan.filter_channels - problem.C
+    c_pad = kp.C - problem.C
     return (F.pad(filter, (0, c_pad)) if c_pad else filter).contiguous()
 
 

@@ -1,8 +1,8 @@
-"""GPU numerics of the gathered activation (``Conv2dConfig.gather_a``): convs whose C is not
-a multiple of 8, read unpadded, against a float32 reference with the output inside a sentinel
+"""GPU numerics of gathered operands (``Conv2dConfig.gather``): convs whose C is not a
+multiple of 8, activation and filter read unpadded, against a float32 reference with the output inside a sentinel
 guard band (``test_thread_store_sm90.run_and_check``): odd and even C, padding, strides,
 dilation, M and C tails inside a k-tile, several k-tiles per tap, residuals, K not a multiple
-of 8 (thread stores), and the heuristic's choice of it."""
+of 8 (thread stores), CUDA-graph replays, and the heuristic's choice of it."""
 
 from __future__ import annotations
 
@@ -10,13 +10,15 @@ import pytest
 import torch
 
 import cute_conv
+import cute_conv.reference
+import cute_conv.testing
 from cute_conv import Conv2dConfig
 from cute_conv.dispatch import _plan
 from tests.test_thread_store_sm90 import run_and_check
 
 pytestmark = pytest.mark.gpu
 
-GATHER = Conv2dConfig(tile_n=64, tile_k=16, gather_a=True)
+GATHER = Conv2dConfig(tile_n=64, tile_k=16, gather=True)
 
 # (n, h, w, c, k, r, s, geometry): C from 1 to 84; 1x1 and 3x3/5x5 filters; padding on
 # every side; stride 2; dilation; GEMM M (= N*P*Q) not a multiple of the tile.
@@ -34,38 +36,49 @@ PROBLEMS = {
 
 @pytest.mark.parametrize("tile_k", [16, 32, 64])
 @pytest.mark.parametrize("problem", PROBLEMS.values(), ids=PROBLEMS.keys())
-def test_gathered_activation(problem, tile_k):
+def test_gathered_operands(problem, tile_k):
     *shape, geom = problem
-    config = Conv2dConfig(tile_n=64, tile_k=tile_k, gather_a=True)
+    config = Conv2dConfig(tile_n=64, tile_k=tile_k, gather=True)
     run_and_check(*shape, geom=geom, config=config)
 
 
 @pytest.mark.parametrize(
     "config",
-    [Conv2dConfig(tile_m=256, tile_n=32, tile_k=32, gather_a=True),
-     Conv2dConfig(tile_m=192, tile_n=128, tile_k=64, gather_a=True),
-     Conv2dConfig(tile_n=128, tile_k=16, stages=2, gather_a=True)],
+    [Conv2dConfig(tile_m=256, tile_n=32, tile_k=32, gather=True),
+     Conv2dConfig(tile_m=192, tile_n=128, tile_k=64, gather=True),
+     Conv2dConfig(tile_n=128, tile_k=16, stages=2, gather=True)],
     ids=["256x32", "192x128", "two-stages"],
 )  # fmt: skip
-def test_gathered_activation_on_other_tiles(config):
+def test_gathered_operands_on_other_tiles(config):
     # 3 k-tiles per tap at tile_k 16 (C=37): the ring wraps within one tile's mainloop.
     run_and_check(3, 13, 15, 37, 70, 3, 3, geom=dict(padding=1), config=config)
 
 
 @pytest.mark.parametrize("order", ["after_activation", "before_activation"])
 @pytest.mark.parametrize("k", [6, 64])
-def test_gathered_activation_with_a_residual(order, k):
+def test_gathered_operands_with_a_residual(order, k):
     run_and_check(2, 9, 11, 12, k, 3, 3, geom=dict(padding=1), config=GATHER, beta=0.5,
                   order=order)  # fmt: skip
 
 
-def test_gathered_activation_does_not_write_the_input():
+def test_gathered_operands_are_not_written_and_replay_from_a_graph():
     x = torch.randn(1, 16, 16, 12, device="cuda").to(torch.bfloat16)
     flt = torch.randn(24, 3, 3, 12, device="cuda").to(torch.bfloat16)
-    before = x.clone()
-    cute_conv.conv2d_fprop(x, flt, padding=1, config=GATHER)
+    x0, flt0 = x.clone(), flt.clone()
+    out = torch.full((1, 16, 16, 24), float("nan"), device="cuda", dtype=torch.bfloat16)
+    cute_conv.conv2d_fprop(x, flt, padding=1, config=GATHER, out=out)
     torch.cuda.synchronize()
-    assert torch.equal(x, before)
+    assert torch.equal(x, x0) and torch.equal(flt, flt0)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        cute_conv.conv2d_fprop(x, flt, padding=1, config=GATHER, out=out)
+    x.copy_(torch.randn_like(x))  # the replay reads the current operands
+    flt.copy_(torch.randn_like(flt))
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    ref = cute_conv.reference.conv2d_reference(x, flt, padding=1)
+    assert cute_conv.testing.compare_to_reference(out, ref).ok
 
 
 def test_the_heuristic_gathers_a_small_conv_and_pads_a_large_one():
@@ -76,7 +89,7 @@ def test_the_heuristic_gathers_a_small_conv_and_pads_a_large_one():
         return _plan(x, flt, None, None, None, None, args, None)
 
     small, large = plan_for(1, 16, 12, 1), plan_for(64, 128, 12, 3)
-    assert small.kernel.key.config.gather_a
-    assert small.staging.kernel_problem.C == 12 and small.staging.filter_channels == 16
-    assert not large.kernel.key.config.gather_a and large.staging.kernel_problem.C == 16
+    assert small.kernel.key.config.gather and not small.needs_staging
+    assert small.staging.kernel_problem.C == 12
+    assert not large.kernel.key.config.gather and large.staging.kernel_problem.C == 16
     run_and_check(1, 16, 16, 12, 64, 1, 1)

@@ -62,7 +62,7 @@ def test_the_shared_storage_of_every_plan_fits(tile_m):
             filter_elems=tile_n * tile_k * plan.ab_stages,
             out_elems=tile_m * plan.epi_n * plan.epi_stages * config.num_epilogues,
             source_elems=tile_m * plan.epi_n * max(plan.source_stages, 1),
-            ab_stages=plan.ab_stages, queue_stages=1, halo_stages=0, gather_stages=plan.ab_stages,
+            ab_stages=plan.ab_stages, queue_stages=1, halo_stages=0,
             source_stages=plan.source_stages, turn_barriers=4,
         )  # fmt: skip
         assert storage.size_in_bytes() == plan.smem_bytes <= SMEM_CAPACITY_SM90, config

@@ -114,12 +114,12 @@ class Conv2dConfig:
         programmatic_launch: launch with programmatic dependent launch, so that the kernel's
             setup overlaps the previous kernel's tail on the stream (it waits for that
             kernel's writes before touching global memory); False launches it the plain way.
-        gather_a: the activation tile is gathered by two producer warps (plain loads and
-            SMEM stores, zero outside the image) instead of im2col TMA, which needs 16-byte
-            channel rows: a conv whose C is not a multiple of 8 then reads its activation as
-            it is, with no padded copy (the filter is still read by TMA, padded to 8
-            channels). For small convs: two warps load far slower than TMA. 16-bit inputs,
-            clusters of one CTA, no halo tiles, ping-pong, stream_k or dynamic scheduling.
+        gather: the A and filter tiles are gathered by two producer warps (plain loads and
+            SMEM stores, zero outside the image and past C) instead of loaded by TMA, which
+            needs 16-byte channel rows: a conv whose C is not a multiple of 8 then reads its
+            activation and filter as they are, with no padded copies. For small convs: two
+            warps load far slower than TMA. 16-bit inputs, clusters of one CTA, no halo
+            tiles, ping-pong, stream_k or dynamic scheduling.
     """
 
     tile_m: int = 128
@@ -136,7 +136,7 @@ class Conv2dConfig:
     halo_h: int = 0
     pingpong: bool = False
     programmatic_launch: bool = True
-    gather_a: bool = False
+    gather: bool = False
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -173,7 +173,7 @@ class Conv2dConfig:
             tile_w=self.tile_w,
             halo_h=self.halo_h,
             pingpong=self.pingpong,
-            gather_a=self.gather_a,
+            gather=self.gather,
         )
 
     @property
@@ -212,12 +212,12 @@ class Conv2dConfig:
     ) -> "Sm90Plan":
         """Resolve the SMEM budget for one dtype/epilogue: the epilogue subtile width, the
         output staging, source and A/B ring depths. Raises ``ValueError`` when ``stages``
-        does not fit, ``tile_k`` is no k-tile of ``act_dtype`` or ``gather_a`` is set for
+        does not fit, ``tile_k`` is no k-tile of ``act_dtype`` or ``gather`` is set for
         fp8 inputs."""
         check_k_tile_bytes(self.tile_k, act_dtype.width, halo_tiles=bool(self.tile_w))
-        if self.gather_a and act_dtype.width != GATHER_ELEMENT_BITS:
+        if self.gather and act_dtype.width != GATHER_ELEMENT_BITS:
             raise ValueError(
-                f"gather_a needs 16-bit inputs (BFloat16 or Float16), got {act_dtype.__name__}"
+                f"gather needs 16-bit inputs (BFloat16 or Float16), got {act_dtype.__name__}"
             )
         return _SmemBudget(self, act_dtype, out_dtype).plan(has_residual)
 

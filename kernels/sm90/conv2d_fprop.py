@@ -55,7 +55,7 @@ from ..common.pipelines import make_checked_pipeline
 from ..common.tile_scheduler import StaticTileScheduler
 from .config import HALO_SLACK_ROWS, WORK_COUNTERS, WORK_QUEUE_STAGES, Conv2dConfig
 from .epilogue import EpilogueArgs, Sm90EpilogueMixin
-from .gather import ActivationGather
+from .gather import OperandGather
 from .mainloop import (
     ConsumerStates,
     HaloGeometry,
@@ -71,15 +71,20 @@ from .stream_k import StreamKFixup, StreamKFixupMixin, StreamKWorkspace
 from .work_queue import Sm90WorkItems, WorkQueue, WorkQueueMixin
 
 _REGISTER_FILE = 65536  # 32-bit registers of an SM, shared by the CTA's warpgroups
+# Registers per producer thread after ``setmaxnreg``: the load warps need few; the gather
+# warps' loads and index math spilled to local memory below ~104 (1.3 KB of stack at 40).
+_PRODUCER_REGISTERS = 40
+_GATHER_PRODUCER_REGISTERS = 104
 _MAX_CONSUMER_REGISTERS = 232
 
 
 class Sm90Pipelines(NamedTuple):
     """The kernel's pipelines (None where the config has no use for one)."""
 
-    ab: pipeline.PipelineTmaAsync  # A/B ring: load warp -> consumers
+    # A/B ring: load warp -> consumers (a PipelineAsync filled by the gather warps with
+    # ``gather``)
+    ab: pipeline.PipelineAsync
     halo: Optional[pipeline.PipelineTmaAsync]  # halos: load warp -> consumers
-    gather: Optional[pipeline.PipelineAsync]  # gathered A tiles: gather warps -> consumers
     source: Optional[pipeline.PipelineTmaAsync]  # residual C: source-load warp -> consumers
     work_queue: Optional[WorkQueue]  # dynamic scheduling: load warp -> all roles
     turns: Optional[PingPongTurns]  # ping-pong: consumer -> consumer
@@ -122,8 +127,8 @@ class Conv2dFpropSm90(
                     queue it also takes the work items and hands them out
         warp 1      ``load_source`` (residual kernels): TMA of the residual C, subtile by
                     subtile, into the source ring ahead of the epilogue
-        warps 2-3   ``gather_activation`` (``gather_a``): the im2col A tiles by plain loads
-                    and SMEM stores into the ring (warp 0 then loads the filter alone);
+        warps 2-3   ``gather_operands`` (``gather``): the im2col A and the filter tiles by
+                    plain loads and SMEM stores into the ring, in place of warp 0's TMA;
                     idle otherwise
       warpgroups 1-2 (consumers, ``setmaxnreg`` up to 232), or 1-3 with 192-row tiles (152)
                     ``mma_and_epilogue``: WGMMA on a tile_m x tile_n register accumulator
@@ -143,12 +148,11 @@ class Conv2dFpropSm90(
       ab      PipelineTmaAsync, ``ab_stages``: load -> consumers.
               full: 1 (expect_tx = A + B bytes per CTA; B alone with halo tiles);
               empty: tile warps x mcast (lane 0 of each warp, to every writing CTA).
+              With ``gather``: PipelineAsync, gather warps -> consumers; full: 64 (every
+              gather thread, after a proxy fence); empty: every thread of the tile's
+              consumers.
       halo    PipelineTmaAsync, ``halo_stages`` (halo tiles): load -> consumers.
               full: 1 (expect_tx = one halo); empty: tile warps.
-      gather  PipelineAsync, ``ab_stages`` (``gather_a``): gather warps -> consumers, the A
-              half of each ring stage (the ab ring then carries B alone).
-              full: 64 (every gather thread, after a proxy fence); empty: every thread of
-              the tile's consumers.
       source  PipelineTmaAsync, ``source_stages`` (residual): source load -> consumers.
               full: 1 (expect_tx = one C subtile); empty: tile warps. Deep enough for a
               whole tile of C where SMEM allows, so the next tile's C loads during its
@@ -162,8 +166,8 @@ class Conv2dFpropSm90(
       store   PipelineTmaStore: bulk-group accounting of the epilogue's TMA stores.
       named   Epilogue: the tile's consumer threads around each subtile (ping-pong: each
               warpgroup's own, ``Epilogue`` / ``EpilogueConsumer1``); EpilogueLoad (64:
-              load + source-load warps): C loads start once the first tile's A/B loads are
-              issued.
+              load, or with ``gather`` the first gather warp, + source-load warps): C loads
+              start once the first tile's A/B loads are issued.
 
     :param act_dtype, filter_dtype: input types: BFloat16 or Float16 (equal), or each
         Float8E4M3FN or Float8E5M2 (see ``ConvKernelEntry``).
@@ -175,7 +179,6 @@ class Conv2dFpropSm90(
 
     config_class = Conv2dConfig
     num_threads_per_warpgroup = 128
-    producer_registers = 40
 
     def _configure(self) -> None:
         config, act_dtype, out_dtype = self.config, self.act_dtype, self.out_dtype
@@ -193,7 +196,10 @@ class Conv2dFpropSm90(
         tile_m = config.tile_m
         self.tile_h = tile_m // config.tile_w if config.tile_w else 0
         self.halo_stages = config.halo_stages
-        self.gather_a = config.gather_a
+        self.gather = config.gather
+        self.producer_registers = (
+            _GATHER_PRODUCER_REGISTERS if config.gather else _PRODUCER_REGISTERS
+        )
 
         # Warp roles and the arrive counts of every barrier, derived from them.
         self.roles = Sm90Roles.of(config)
@@ -229,7 +235,7 @@ class Conv2dFpropSm90(
     def _consumer_register_budget(self) -> int:
         """Registers per consumer thread after ``setmaxnreg``: what the register file
         (64K) leaves beside the producer warpgroup's, in steps of 8, at most 232 (two
-        consumer warpgroups: 232, three: 152)."""
+        consumer warpgroups: 232, three: 152; with ``gather``: 200, 136)."""
         free = _REGISTER_FILE - self.num_threads_per_warpgroup * self.producer_registers
         return min(free // self.num_consumer_threads // 8 * 8, _MAX_CONSUMER_REGISTERS)
 
@@ -299,7 +305,6 @@ class Conv2dFpropSm90(
             ab_stages=self.ab_stages,
             queue_stages=WORK_QUEUE_STAGES if self.dynamic_schedule else 1,
             halo_stages=self.halo_stages,
-            gather_stages=self.ab_stages if self.gather_a else 0,
             source_stages=self.source_stages,
             # Ping-pong: the mainloop and the epilogue turns of the two consumers.
             turn_barriers=4 if self.pingpong else 1,
@@ -357,7 +362,7 @@ class Conv2dFpropSm90(
             self.cta_layout_mnk, self.a_smem_layout_staged, self.b_smem_layout_staged,
             self.epi_smem_layout_staged, self.source_smem_layout_staged, num_tiles_m,
             num_tiles_n, m_partials, m_flags, halo, self.a_tap_layout,
-            geom if self.gather_a else None,
+            geom if self.gather else None,
         )  # fmt: skip
         kernel.launch(
             grid=(cm, cn, num_clusters),
@@ -438,18 +443,19 @@ class Conv2dFpropSm90(
         # ////////////////////////////////////////////////////////////////////////////////////
         if warp_idx < 4:
             cute.arch.setmaxregister_decrease(self.producer_registers)
-            if warp_idx == self.load_warp_id:
-                self.load(
-                    pipes, halo, tma_atom_a, tma_atom_b, gA, gB, sA, sB, cta_layout_mnk,
-                    cluster_coord_mnk, scheduler,
-                )  # fmt: skip
+            if cutlass.const_expr(not self.gather):
+                if warp_idx == self.load_warp_id:
+                    self.load(
+                        pipes, halo, tma_atom_a, tma_atom_b, gA, gB, sA, sB, cta_layout_mnk,
+                        cluster_coord_mnk, scheduler,
+                    )  # fmt: skip
             if cutlass.const_expr(self.epilogue.loads_source_by_tma):
                 if warp_idx == self.source_load_warp_id:
                     self.load_source(pipes.source, tma_atom_c, gC, sC, scheduler, pipes.work_queue)
-            if cutlass.const_expr(self.gather_a):
+            if cutlass.const_expr(self.gather):
                 if warp_idx >= self.first_gather_warp_id:
-                    self.gather_activation(
-                        pipes.gather, gA, sA, gather_geometry, k_shape, scheduler
+                    self.gather_operands(
+                        pipes.ab, (gA, mB_nk), (sA, sB), gather_geometry, k_shape, scheduler
                     )
 
         # ////////////////////////////////////////////////////////////////////////////////////
@@ -484,10 +490,10 @@ class Conv2dFpropSm90(
         predicates, None unless it needs them: ``EpilogueSpec.needs_output_coords``)."""
         tile_m, tile_n, tile_k = self.tile_mnk
         # im2col: (tile_m, (tile_k,1,1), m_tiles, (c_blocks, S, R)); halo tiles: the
-        # coordinates ((w, h, n), c), boxed per tile by the load warp; gathered A: the same
-        # coordinates, read element by element by the gather warps.
+        # coordinates ((w, h, n), c), boxed per tile by the load warp; gathered operands: the
+        # same coordinates, read element by element by the gather warps.
         gA = mA_mk
-        if cutlass.const_expr(not (self.tile_w or self.gather_a)):
+        if cutlass.const_expr(not (self.tile_w or self.gather)):
             gA = cute.local_tile(mA_mk, (tile_m, (tile_k, 1, 1)), (None, None))
         # (tile_n, (tile_k,1,1), n_tiles, (c_blocks, S, R))
         gB = cute.local_tile(mB_nk, (tile_n, (tile_k, 1, 1)), (None, None))
@@ -514,23 +520,23 @@ class Conv2dFpropSm90(
         a_layout, b_layout, _, source_layout = smem.layouts
         a_bytes = cute.size_in_bytes(self.act_dtype, cute.slice_(a_layout, (None, None, 0)))
         ab_bytes = cute.size_in_bytes(self.filter_dtype, cute.slice_(b_layout, (None, None, 0)))
-        if cutlass.const_expr(not (self.tile_w or self.gather_a)):
-            ab_bytes += a_bytes  # the ring carries A too, except with halo tiles or gathered A
-        ab = make_checked_pipeline(
-            pipeline.PipelineTmaAsync, specs, "ab", smem.ab_barriers(), self.ab_stages,
-            tx_count=ab_bytes, cta_layout_vmnk=cute.make_layout((1, *cta_layout_mnk.shape)),
-        )  # fmt: skip
+        if cutlass.const_expr(not self.tile_w):
+            ab_bytes += a_bytes  # the ring carries A too, except with halo tiles
+        if cutlass.const_expr(self.gather):  # filled by threads: arrivals, no transactions
+            ab = make_checked_pipeline(
+                pipeline.PipelineAsync, specs, "ab", smem.ab_barriers(), self.ab_stages
+            )
+        else:
+            ab = make_checked_pipeline(
+                pipeline.PipelineTmaAsync, specs, "ab", smem.ab_barriers(), self.ab_stages,
+                tx_count=ab_bytes, cta_layout_vmnk=cute.make_layout((1, *cta_layout_mnk.shape)),
+            )  # fmt: skip
         halo = None
         if cutlass.const_expr(self.tile_w):
             halo = make_checked_pipeline(
                 pipeline.PipelineTmaAsync, specs, "halo", smem.halo_barriers(),
                 self.halo_stages, tx_count=a_bytes,
             )  # fmt: skip
-        gather = None
-        if cutlass.const_expr(self.gather_a):
-            gather = make_checked_pipeline(
-                pipeline.PipelineAsync, specs, "gather", smem.gather_barriers(), self.ab_stages
-            )
         source = None
         if cutlass.const_expr(self.epilogue.loads_source_by_tma):
             source_bytes = cute.size_in_bytes(
@@ -549,7 +555,7 @@ class Conv2dFpropSm90(
         turns = None
         if cutlass.const_expr(self.pingpong):
             turns = self.make_turns(smem.turn_barriers(), warp_idx)
-        return Sm90Pipelines(ab, halo, gather, source, work_queue, turns)
+        return Sm90Pipelines(ab, halo, source, work_queue, turns)
 
     @cute.jit
     def load(
@@ -573,7 +579,7 @@ class Conv2dFpropSm90(
         through the work queue."""
         ab_pipeline, halo_pipeline, work_queue = pipes.ab, pipes.halo, pipes.work_queue
         tAsA, tAgA = None, None
-        if cutlass.const_expr(not (self.tile_w or self.gather_a)):
+        if cutlass.const_expr(not self.tile_w):
             # Each CTA of a multicast group issues its slice of the box; TMA delivers it to all.
             tAsA, tAgA = cpasync.tma_partition(
                 tma_atom_a,
@@ -606,10 +612,6 @@ class Conv2dFpropSm90(
                 ab_pipeline, halo_pipeline, tma_atoms, gA, sA, tBgB, tBsB, b_mcast_mask, halo,
                 k_shape, halo_box, self.tile_h,
             )  # fmt: skip
-        elif cutlass.const_expr(self.gather_a):  # the gather warps bring A
-            loader = Im2colLoader(
-                ab_pipeline, (tma_atom_b,), (tBgB,), (tBsB,), (b_mcast_mask,), k_shape
-            )
         else:
             loader = Im2colLoader(
                 ab_pipeline, tma_atoms, (tAgA, tBgB), (tAsA, tBsB),
@@ -651,21 +653,23 @@ class Conv2dFpropSm90(
             halo_pipeline.producer_tail(states.halo)
 
     @cute.jit
-    def gather_activation(
+    def gather_operands(
         self,
-        gather_pipeline: pipeline.PipelineAsync,
-        mA: cute.Tensor,
-        sA: cute.Tensor,
+        ab_pipeline: pipeline.PipelineAsync,
+        gmem: Tuple[cute.Tensor, cute.Tensor],
+        smem_tiles: Tuple[cute.Tensor, cute.Tensor],
         geometry: ConvGeometry,
         k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32],
         scheduler: StaticTileScheduler,
     ):
-        """Gather warps (``gather_a``): every k-tile's A tile of every output tile of this
-        CTA, into the A half of the ring, in the load warp's order (``ActivationGather``)."""
+        """Gather warps (``gather``): the A and filter tiles of every k-tile of every output
+        tile of this CTA, into the ring (``OperandGather``); ``gmem``: the activation's and
+        the filter's views, ``smem_tiles``: the A and B rings. With a residual, the first
+        gather warp lets the source loads begin once the first tile is gathered."""
         tidx, _, _ = cute.arch.thread_idx()
-        tidx = tidx - self.first_gather_warp_id * 32
-        gather = ActivationGather(
-            gather_pipeline, mA, sA, geometry, k_shape, self.tile_mnk[0], self.tile_mnk[2],
+        tidx = tidx - self.first_gather_warp_id * cute.arch.WARP_SIZE
+        gather = OperandGather(
+            ab_pipeline, *gmem, *smem_tiles, geometry, k_shape, self.tile_mnk,
             self.gather_threads,
         )  # fmt: skip
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stages)
@@ -673,8 +677,12 @@ class Conv2dFpropSm90(
         work = scheduler.first_work()
         while work < end_work:
             state = gather.gather_tile(state, scheduler, work, tidx)
+            if cutlass.const_expr(self.epilogue.loads_source_by_tma):
+                if work == scheduler.first_work():
+                    if tidx < cute.arch.WARP_SIZE:
+                        self.epilogue_load_barrier().arrive()
             work = scheduler.next_work(work)
-        gather_pipeline.producer_tail(state)
+        ab_pipeline.producer_tail(state)
 
     def epilogue_load_barrier(self) -> pipeline.NamedBarrier:
         """Orders the source loads after the mainloop prologue (load + source-load warps)."""
@@ -806,9 +814,8 @@ class Conv2dFpropSm90(
                 )  # fmt: skip
             else:
                 states = self.mainloop(
-                    ab_pipeline, pipes.gather, tiled_mma, accumulators, tCrA, tCrB, states,
-                    k_end - k_first,
-                )  # fmt: skip
+                    ab_pipeline, tiled_mma, accumulators, tCrA, tCrB, states, k_end - k_first
+                )
             if cutlass.const_expr(self.pingpong):
                 mainloop_turn = turns.mainloop.arrive(mainloop_turn)
             if cutlass.const_expr(self.stream_k):

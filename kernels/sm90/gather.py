@@ -1,13 +1,15 @@
-"""The gathered activation (``Conv2dConfig.gather_a``): im2col A tiles loaded by threads.
+"""Gathered operands (``Conv2dConfig.gather``): the im2col A and filter B tiles loaded by threads.
 
-TMA reads global rows only in 16-byte units, so an activation whose C is not a multiple of 8
-(16-bit) has no im2col TMA view. With ``gather_a`` two producer warps build each A tile of
-the ring themselves: per k-tile (c-block, s, r), every (output pixel, 8-channel run) of the
-tile is one unit of work, loaded element by element under its bounds predicate (zero for
-padding, channels past C and rows past M) and stored to the 128B-swizzled stage, then made
-visible to WGMMA (the async proxy) by a proxy fence before the thread arrives on the stage's
-``gather`` barrier. The filter still comes by TMA, in the ``ab`` ring; the two rings advance
-together, one stage per k-tile, so a stage index names the same k-tile in both.
+TMA reads global rows only in 16-byte units, so a conv whose C is not a multiple of 8 (16-bit)
+has no TMA view of its activation or filter. With ``gather`` two producer warps fill the A/B
+ring themselves, and the host stages nothing. Per k-tile (c-block, s, r), every (row, 8-channel
+run) of the A tile (an output pixel's im2col row) and of the B tile (an output channel's
+filter row) is one unit of work, loaded element by element under its bounds predicate (zero
+for padding, channels past C, rows past M or K) and stored to the 128B-swizzled stage. The
+units are taken ``UNITS_IN_FLIGHT`` at a time, all their loads issued before any store, so
+that a thread waits on global memory once per group rather than once per unit. Before the
+thread arrives on the stage's full barrier, a proxy fence makes its stores visible to WGMMA
+(the async proxy).
 """
 
 from dataclasses import dataclass
@@ -20,28 +22,29 @@ import cutlass.pipeline as pipeline
 from ..common.im2col import ConvGeometry
 from ..common.tile_scheduler import StaticTileScheduler
 
-# The filter of a gathered conv is padded to a multiple of this many channels (16-byte rows,
-# TMA's unit): the host's staging pads it, the kernel's filter view assumes it.
-GATHER_FILTER_CHANNELS = 8
-# Channels of one unit of work: a 16-byte chunk of a swizzled A row (the 128-byte swizzle
+# Channels of one unit of work: a 16-byte chunk of a swizzled row (the 128-byte swizzle
 # permutes whole chunks, so a run's elements stay adjacent).
 RUN_CHANNELS = 8
+# Units whose loads a thread issues before storing any of them (registers: 8 values each, in
+# the producer warpgroup's budget).
+UNITS_IN_FLIGHT = 2
 
 
 @dataclass(frozen=True)
-class ActivationGather:
-    """The gather warps' view of the operands: the activation as ``((w, h, n), c)`` (its
-    real C), the A ring and its ``gather`` pipeline (``PipelineAsync``, every gather thread
-    arriving), the geometry and the k-tile walk ``(c-blocks, S, R)`` (c-blocks of the
-    filter's padded C, which may exceed the activation's)."""
+class OperandGather:
+    """The gather warps' view of one CTA's operands: the activation as ``((w, h, n), c)``,
+    the filter as ``(k, (c, s, r))``, the A and B rings and the ``ab`` pipeline (a
+    ``PipelineAsync`` every gather thread arrives on), the geometry and the k-tile walk
+    ``(c-blocks, S, R)``."""
 
-    gather_pipeline: pipeline.PipelineAsync
+    ab_pipeline: pipeline.PipelineAsync
     mA: cute.Tensor
+    mB: cute.Tensor
     sA: cute.Tensor  # (tile_m, tile_k, ring stage)
+    sB: cute.Tensor  # (tile_n, tile_k, ring stage)
     geometry: ConvGeometry
     k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32]
-    tile_m: int
-    tile_k: int
+    tile_mnk: Tuple[int, int, int]
     threads: int
 
     @cute.jit
@@ -53,56 +56,82 @@ class ActivationGather:
         tidx: cutlass.Int32,
     ) -> pipeline.PipelineState:
         """Gather every k-tile of work item ``work``'s output tile into the ring, in the
-        order the load warp loads its filter tiles; ``tidx``: this thread's index among the
-        gather threads. Returns the advanced state."""
-        m_tile, _ = scheduler.tile_coord(work)
+        consumers' order; ``tidx``: this thread's index among the gather threads. Returns the
+        advanced state."""
+        m_tile, n_tile = scheduler.tile_coord(work)
         c_blocks, taps_s, taps_r = self.k_shape
         for r in range(taps_r):
             for s in range(taps_s):
                 for c_block in range(c_blocks):
-                    self.gather_pipeline.producer_acquire(state)
-                    self._gather_k_tile(state.index, m_tile, c_block, s, r, tidx)
+                    self.ab_pipeline.producer_acquire(state)
+                    c_tile = c_block * self.tile_mnk[2]
+                    self._gather_rows(self._activation, self.sA, self.tile_mnk[0], m_tile,
+                                      (c_tile, s, r), state.index, tidx)  # fmt: skip
+                    self._gather_rows(self._filter, self.sB, self.tile_mnk[1], n_tile,
+                                      (c_tile, s, r), state.index, tidx)  # fmt: skip
                     # The stores are generic-proxy writes; WGMMA reads through the async proxy.
                     cute.arch.fence_proxy("async.shared", space="cta")
-                    self.gather_pipeline.producer_commit(state)
+                    self.ab_pipeline.producer_commit(state)
                     state.advance()
         return state
 
     @cute.jit
-    def _gather_k_tile(
+    def _gather_rows(
         self,
+        element,
+        smem: cute.Tensor,
+        rows: int,
+        row_tile: cutlass.Int32,
+        k_coord: Tuple,
         stage: cutlass.Int32,
-        m_tile: cutlass.Int32,
-        c_block: cutlass.Int32,
-        s: cutlass.Int32,
-        r: cutlass.Int32,
         tidx: cutlass.Int32,
     ):
-        """This thread's units of one A tile: unit ``i * threads + tidx`` is row ``unit //
-        runs`` and channels ``RUN_CHANNELS * (unit % runs)`` on, so that neighbouring threads
-        read neighbouring channels and pixels."""
+        """This thread's units of one operand tile of ``rows`` rows: unit ``i * threads +
+        tidx`` is row ``unit // runs`` and channels ``RUN_CHANNELS * (unit % runs)`` on, so
+        that neighbouring threads read neighbouring channels (and rows). ``element(row, c,
+        k_coord)`` reads one value, zero outside the operand."""
+        tile_k = self.tile_mnk[2]
+        runs = tile_k // RUN_CHANNELS
+        units = rows * runs // self.threads
+        in_flight = UNITS_IN_FLIGHT if units % UNITS_IN_FLIGHT == 0 else 1
+        c_tile = k_coord[0]
+        values = cute.make_rmem_tensor((RUN_CHANNELS, in_flight), smem.element_type)
+        for group in cutlass.range_constexpr(units // in_flight):
+            for u in cutlass.range_constexpr(in_flight):
+                unit = (group * in_flight + u) * self.threads + tidx
+                row = row_tile * rows + unit // runs
+                c0 = c_tile + (unit % runs) * RUN_CHANNELS
+                for j in cutlass.range_constexpr(RUN_CHANNELS):
+                    values[j, u] = element(row, c0 + j, k_coord)
+            for u in cutlass.range_constexpr(in_flight):
+                unit = (group * in_flight + u) * self.threads + tidx
+                col = (unit % runs) * RUN_CHANNELS
+                for j in cutlass.range_constexpr(RUN_CHANNELS):
+                    smem[(unit // runs, col + j, stage)] = values[j, u]
+
+    @cute.jit
+    def _activation(self, m: cutlass.Int32, c: cutlass.Int32, k_coord: Tuple):
+        """Element (m, c) of the im2col A at filter tap ``k_coord``: the input pixel under
+        output pixel m, or zero in the padding and past M or C."""
         g = self.geometry
-        runs = self.tile_k // RUN_CHANNELS
-        m_rows = g.n * g.p * g.q
-        tap_h = r * g.dil_h - g.pad_top
-        tap_w = s * g.dil_w - g.pad_left
-        c_tile = c_block * self.tile_k
-        values = cute.make_rmem_tensor(RUN_CHANNELS, self.mA.element_type)
-        for i in cutlass.range_constexpr(self.tile_m * runs // self.threads):
-            unit = i * self.threads + tidx
-            row = unit // runs
-            col = (unit % runs) * RUN_CHANNELS
-            m = m_tile * self.tile_m + row
-            q = m % g.q
-            p = (m // g.q) % g.p
-            n = m // (g.q * g.p)
-            h = p * g.stride_h + tap_h
-            w = q * g.stride_w + tap_w
-            inside = (m < m_rows) & (h >= 0) & (h < g.h) & (w >= 0) & (w < g.w)
-            for j in cutlass.range_constexpr(RUN_CHANNELS):
-                c = c_tile + col + j
-                values[j] = self.mA.element_type(0)
-                if inside & (c < g.c):
-                    values[j] = self.mA[((w, h, n), c)]
-            for j in cutlass.range_constexpr(RUN_CHANNELS):
-                self.sA[(row, col + j, stage)] = values[j]
+        _, s, r = k_coord
+        q = m % g.q
+        p = (m // g.q) % g.p
+        n = m // (g.q * g.p)
+        h = p * g.stride_h + r * g.dil_h - g.pad_top
+        w = q * g.stride_w + s * g.dil_w - g.pad_left
+        inside = (n < g.n) & (h >= 0) & (h < g.h) & (w >= 0) & (w < g.w) & (c < g.c)
+        value = self.mA.element_type(0)
+        if inside:
+            value = self.mA[((w, h, n), c)]
+        return value
+
+    @cute.jit
+    def _filter(self, k: cutlass.Int32, c: cutlass.Int32, k_coord: Tuple):
+        """Element (k, c) of the filter at tap ``k_coord``, zero past K or C."""
+        g = self.geometry
+        _, s, r = k_coord
+        value = self.mB.element_type(0)
+        if (k < g.k) & (c < g.c):
+            value = self.mB[(k, (c, s, r))]
+        return value

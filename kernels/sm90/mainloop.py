@@ -31,7 +31,6 @@ from ..common.im2col import (
     fprop_im2col_params,
 )
 from ..common.tile_scheduler import StaticTileScheduler
-from .gather import GATHER_FILTER_CHANNELS
 
 
 class HaloGeometry(NamedTuple):
@@ -128,14 +127,13 @@ def load_k_tile(
 @dataclass(frozen=True)
 class Im2colLoader:
     """im2col operands: per k-tile, A by an im2col TMA box at its filter tap (multicast along
-    cluster N) and B by a tiled box (multicast along cluster M), together in one ring stage.
-    With a gathered A (``gather_a``) the tuples hold B alone: the gather warps bring A."""
+    cluster N) and B by a tiled box (multicast along cluster M), together in one ring stage."""
 
     ab_pipeline: pipeline.PipelineTmaAsync
-    tma_atoms: Tuple[cute.CopyAtom, ...]  # (A, B), or (B,)
-    gmem: Tuple[cute.Tensor, ...]  # (tAgA, tBgB): (TMA, m or n tile, k-tile); or (tBgB,)
-    smem: Tuple[cute.Tensor, ...]  # (tAsA, tBsB): (TMA, ring stage); or (tBsB,)
-    mcast_masks: Tuple  # (A, B), or (B,); 0 where a tile is not multicast
+    tma_atoms: Tuple[cute.CopyAtom, cute.CopyAtom]  # (A, B)
+    gmem: Tuple[cute.Tensor, cute.Tensor]  # (tAgA, tBgB): (TMA, m or n tile, k-tile)
+    smem: Tuple[cute.Tensor, cute.Tensor]  # (tAsA, tBsB): (TMA, ring stage)
+    mcast_masks: Tuple  # (A, B); 0 where a tile is not multicast
     k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32]  # (c-blocks, S, R)
 
     @cute.jit
@@ -146,9 +144,7 @@ class Im2colLoader:
         loops or carries: indexing it with a linear k-tile would cost runtime divisions by
         C/TK and S per load."""
         m_tile, n_tile = scheduler.tile_coord(work)
-        ab_gmem = (self.gmem[-1][(None, n_tile, None)],)
-        if cutlass.const_expr(len(self.gmem) == 2):
-            ab_gmem = (self.gmem[0][(None, m_tile, None)], ab_gmem[0])
+        ab_gmem = (self.gmem[0][(None, m_tile, None)], self.gmem[1][(None, n_tile, None)])
         load_args = (self.ab_pipeline, states.ab, self.tma_atoms, ab_gmem, self.smem)
         if cutlass.const_expr(scheduler.stream_k):
             producer_state = self._load_k_range(*load_args, scheduler.k_tile_range(work))
@@ -292,19 +288,17 @@ class MainloopMixin:
         self, act_ptr: cute.Pointer, filter_ptr: cute.Pointer, geom: ConvGeometry
     ) -> Tuple[cute.CopyAtom, cute.Tensor, cute.CopyAtom, cute.Tensor]:
         """Host side: the TMA atoms and tensors of A (im2col, multicast along cluster N; or a
-        halo box; or, gathered, no atom and the activation's ``((w, h, n), c)`` view) and of
-        B (tiled, multicast along cluster M; with a gathered A, the filter is padded to
-        ``GATHER_FILTER_CHANNELS`` channels while ``geom.c`` is the activation's)."""
+        halo box) and of B (tiled, multicast along cluster M); gathered operands
+        (``gather``): no atoms, the activation's ``((w, h, n), c)`` and the filter's GEMM
+        view."""
         tile_m, tile_n, tile_k = self.tile_mnk
         a_smem_layout = cute.slice_(self.a_smem_layout_staged, (None, None, 0))
         b_smem_layout = cute.slice_(self.b_smem_layout_staged, (None, None, 0))
 
-        filter_geom = geom
-        if cutlass.const_expr(self.gather_a):
-            tma_atom_a, tma_tensor_a = None, activation_im2col_view(act_ptr, geom)
-            padded = (geom.c + GATHER_FILTER_CHANNELS - 1) // GATHER_FILTER_CHANNELS
-            filter_geom = geom._replace(c=padded * GATHER_FILTER_CHANNELS)
-        elif cutlass.const_expr(self.tile_w):
+        if cutlass.const_expr(self.gather):
+            act, flt = activation_im2col_view(act_ptr, geom), filter_gemm_view(filter_ptr, geom)
+            return None, act, None, flt
+        if cutlass.const_expr(self.tile_w):
             # A halo: a (tile_k channels, tile_w columns, halo_h rows, 1 image) box.
             tma_atom_a, tma_tensor_a = cpasync.make_tiled_tma_atom(
                 cpasync.CopyBulkTensorTileG2SOp(),
@@ -331,7 +325,7 @@ class MainloopMixin:
                 cpasync.CopyBulkTensorTileG2SOp,
                 cpasync.CopyBulkTensorTileG2SMulticastOp,
             ),
-            filter_gemm_view(filter_ptr, filter_geom),
+            filter_gemm_view(filter_ptr, geom),
             b_smem_layout,
             (tile_n, (tile_k, 1, 1)),  # hierarchical K keeps the tiler static for runtime C
             num_multicast=self.num_mcast_b,
@@ -341,8 +335,7 @@ class MainloopMixin:
     @cute.jit
     def mainloop(
         self,
-        ab_pipeline: pipeline.PipelineTmaAsync,
-        gather_pipeline: Optional[pipeline.PipelineAsync],
+        ab_pipeline: pipeline.PipelineAsync,  # PipelineTmaAsync, or filled by gather threads
         tiled_mma: cute.TiledMma,
         accumulators: cute.Tensor,
         tCrA: cute.Tensor,
@@ -351,51 +344,24 @@ class MainloopMixin:
         k_tile_cnt: cutlass.Int32,
     ) -> ConsumerStates:
         """One tile's WGMMAs over the ring: one k-tile batch in flight, each ring stage
-        released once the batch that read it is done. With a gathered A, a stage is full once
-        both its filter tile (``ab_pipeline``) and its A tile (``gather_pipeline``) are in.
-        Returns the advanced states."""
+        released once the batch that read it is done. Returns the advanced states."""
         read_state, release_state = states.read, states.release
         accumulators.fill(0.0)
         warpgroup.fence()
-        self._wait_stage(ab_pipeline, gather_pipeline, read_state)
+        ab_pipeline.consumer_wait(read_state)
         self.mma_k_tile(tiled_mma, accumulators, tCrA, tCrB, read_state.index)
         read_state.advance()
         for _ in range(1, k_tile_cnt):
-            self._wait_stage(ab_pipeline, gather_pipeline, read_state)
+            ab_pipeline.consumer_wait(read_state)
             self.mma_k_tile(tiled_mma, accumulators, tCrA, tCrB, read_state.index)
             read_state.advance()
             warpgroup.wait_group(1)
-            release_state = self._release_stage(ab_pipeline, gather_pipeline, release_state)
+            ab_pipeline.consumer_release(release_state)
+            release_state.advance()
         warpgroup.wait_group(0)
-        release_state = self._release_stage(ab_pipeline, gather_pipeline, release_state)
-        return states._replace(read=read_state, release=release_state)
-
-    @cute.jit
-    def _wait_stage(
-        self,
-        ab_pipeline: pipeline.PipelineTmaAsync,
-        gather_pipeline: Optional[pipeline.PipelineAsync],
-        read_state: pipeline.PipelineState,
-    ):
-        """Wait until a ring stage is full (its gathered A half too)."""
-        ab_pipeline.consumer_wait(read_state)
-        if cutlass.const_expr(gather_pipeline is not None):
-            gather_pipeline.consumer_wait(read_state)
-
-    @cute.jit
-    def _release_stage(
-        self,
-        ab_pipeline: pipeline.PipelineTmaAsync,
-        gather_pipeline: Optional[pipeline.PipelineAsync],
-        release_state: pipeline.PipelineState,
-    ) -> pipeline.PipelineState:
-        """Release a ring stage whose WGMMAs are done (its gathered A half too); returns the
-        advanced state."""
         ab_pipeline.consumer_release(release_state)
-        if cutlass.const_expr(gather_pipeline is not None):
-            gather_pipeline.consumer_release(release_state)
         release_state.advance()
-        return release_state
+        return states._replace(read=read_state, release=release_state)
 
     @cute.jit
     def mainloop_over_halos(

@@ -21,7 +21,7 @@ class Sm90Roles:
     """Warp ids and thread counts of the SM90 kernel for one config.
 
     Warpgroup 0 is the producer (warp 0 loads A/B, warp 1 loads the residual C, warps 2-3
-    gather A with ``gather_a`` and are idle otherwise);
+    idle; with ``gather`` warps 2-3 gather A/B in warp 0's place);
     warpgroups 1.. are the consumers (WGMMA and their epilogue), two, or three with 192-row
     tiles. Cooperative: all consumer threads share every tile; ping-pong: each consumer
     warpgroup owns every other tile (its ``tile_threads`` are one warpgroup)."""
@@ -70,32 +70,28 @@ def sm90_barrier_specs(config: Conv2dConfig, has_residual: bool) -> dict[str, Ba
     # written by the TMA of every CTA of the two multicast groups, one of them this CTA.
     mcast = config.cluster_m + config.cluster_n - 1
     per_warp = f"lane 0 of each of {tile_warps} warps of {owner}"
-    specs = [
-        BarrierSpec("ab.full", (Arrival("load warp", 1, "arrive.expect_tx of one stage"),)),
-        BarrierSpec(
-            "ab.empty",
-            (Arrival("consumer warps", mcast * tile_warps, f"{per_warp}, x {mcast} CTA(s)"),),
-        ),
-    ]
+    if config.gather:
+        gatherers = Arrival(
+            "gather warps", roles.gather_threads,
+            "every thread, after its SMEM stores and a proxy fence",
+        )  # fmt: skip
+        specs = [
+            BarrierSpec("ab.full", (gatherers,)),
+            BarrierSpec("ab.empty", (Arrival(owner, roles.tile_threads, "every thread"),)),
+        ]
+    else:
+        specs = [
+            BarrierSpec("ab.full", (Arrival("load warp", 1, "arrive.expect_tx of one stage"),)),
+            BarrierSpec(
+                "ab.empty",
+                (Arrival("consumer warps", mcast * tile_warps, f"{per_warp}, x {mcast} CTA(s)"),),
+            ),
+        ]
+    first_loader = "first gather warp" if config.gather else "load warp"
     if config.tile_w:
         specs += [
             BarrierSpec("halo.full", (Arrival("load warp", 1, "arrive.expect_tx of a halo"),)),
             BarrierSpec("halo.empty", (Arrival("consumer warps", tile_warps, per_warp),)),
-        ]
-    if config.gather_a:
-        specs += [
-            BarrierSpec(
-                "gather.full",
-                (
-                    Arrival(
-                        "gather warps", roles.gather_threads,
-                        "every thread, after its SMEM stores and a proxy fence",
-                    ),
-                ),
-            ),  # fmt: skip
-            BarrierSpec(
-                "gather.empty", (Arrival(owner, roles.tile_threads, "every thread"),)
-            ),
         ]
     if has_residual:
         specs += [
@@ -107,7 +103,7 @@ def sm90_barrier_specs(config: Conv2dConfig, has_residual: bool) -> dict[str, Ba
             BarrierSpec(
                 "named.epilogue_load",
                 (
-                    Arrival("load warp", WARP_SIZE, "every thread, after the first tile's loads"),
+                    Arrival(first_loader, WARP_SIZE, "every thread, after the first tile's loads"),
                     Arrival("source-load warp", WARP_SIZE, "every thread, before its loads"),
                 ),
             ),

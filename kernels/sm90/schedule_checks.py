@@ -1,5 +1,5 @@
 """The SM90 kernel's scheduling options that exclude one another (plain Python, host side):
-dynamic scheduling, halo tiles, ping-pong and the gathered activation. Checked by
+dynamic scheduling, halo tiles, ping-pong and gathered operands. Checked by
 ``Conv2dConfig`` for users and by the kernel's constructor for direct callers, with the same
 messages."""
 
@@ -13,7 +13,7 @@ HALO_MIN_TILE_K = 64
 # A k-tile is 32..128 bytes: one WGMMA K step (16 16-bit or 32 fp8 channels) up to one
 # 128-byte swizzle row.
 MIN_K_TILE_BYTES, MAX_K_TILE_BYTES = 32, 128
-# The gathered activation (``gather_a``) is loaded element by element as 16-bit values.
+# Gathered operands (``gather``) are loaded element by element as 16-bit values.
 GATHER_ELEMENT_BITS = 16
 
 
@@ -26,7 +26,7 @@ def check_schedule_options(
     tile_w: int,
     halo_h: int,
     pingpong: bool,
-    gather_a: bool,
+    gather: bool,
 ) -> None:
     """Raise ``ValueError`` naming the fields if the options cannot run together (halo tiles
     are checked when ``tile_w`` is set)."""
@@ -62,9 +62,9 @@ def check_schedule_options(
             f"dynamic_schedule=False, got tile_m={tile_m}, tile_n={tile_n}, "
             f"stream_k={stream_k}, dynamic_schedule={dynamic_schedule}"
         )
-    if gather_a and (not single_cta or tile_w or pingpong or stream_k or dynamic_schedule):
+    if gather and (not single_cta or tile_w or pingpong or stream_k or dynamic_schedule):
         raise ValueError(
-            f"gather_a needs cluster_m=cluster_n=1, no halo tiles (tile_w=0), pingpong=False, "
+            f"gather needs cluster_m=cluster_n=1, no halo tiles (tile_w=0), pingpong=False, "
             f"stream_k=False and dynamic_schedule=False, got cluster_m={cluster_m}, "
             f"cluster_n={cluster_n}, tile_w={tile_w}, pingpong={pingpong}, "
             f"stream_k={stream_k}, dynamic_schedule={dynamic_schedule}"

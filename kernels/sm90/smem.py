@@ -6,8 +6,6 @@ Fields, in order (tile arrays 1024-byte aligned for the 128-byte swizzle):
   work_barriers    the dynamic-scheduling work queue's mbarriers, and
   work_items       its slots (one unused slot without dynamic scheduling)
   halo_barriers    mbarriers of the halo ring (one unused pair without halo tiles)
-  gather_barriers  the gathered-A ring's mbarriers, one pair per A/B stage (one unused pair
-                   without ``gather_a``)
   act_tiles        A: im2col tiles per ring stage, or halos (+ slack rows) per halo stage
   filter_tiles     B per ring stage
   out_tiles        output staging buffers (ping-pong: each consumer's own)
@@ -42,7 +40,6 @@ def sm90_smem_struct(
     ab_stages: int,
     queue_stages: int,
     halo_stages: int,
-    gather_stages: int,
     source_stages: int,
     turn_barriers: int,
 ):
@@ -56,7 +53,6 @@ def sm90_smem_struct(
         work_mbar: MemRange[Int64, queue_stages * 2]
         work_items: MemRange[Int32, queue_stages]
         halo_mbar: MemRange[Int64, max(halo_stages, 1) * 2]
-        gather_mbar: MemRange[Int64, max(gather_stages, 1) * 2]
         sA: Align[MemRange[act_dtype, act_elems], TILE_ALIGN]
         sB: Align[MemRange[filter_dtype, filter_elems], TILE_ALIGN]
         sD: Align[MemRange[out_dtype, out_elems], TILE_ALIGN]
@@ -108,9 +104,6 @@ class Sm90Smem:
 
     def halo_barriers(self) -> cute.Pointer:
         return self.storage.halo_mbar.data_ptr()
-
-    def gather_barriers(self) -> cute.Pointer:
-        return self.storage.gather_mbar.data_ptr()
 
     def source_barriers(self) -> cute.Pointer:
         return self.storage.source_mbar.data_ptr()
