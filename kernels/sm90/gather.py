@@ -5,7 +5,8 @@ has no TMA view of its activation or filter. With ``gather`` two producer warps 
 ring themselves, and the host stages nothing. Per k-tile (c-block, s, r), every (row, 8-channel
 run) of the A tile (an output pixel's im2col row) and of the B tile (an output channel's
 filter row) is one unit of work, loaded element by element under its bounds predicate (zero
-for padding, channels past C, rows past M or K) and stored to the 128B-swizzled stage. The
+for padding, channels past C, rows past M or K) and stored to the 128B-swizzled stage by one
+16-byte store (a run is one swizzle chunk). The
 units are taken ``UNITS_IN_FLIGHT`` at a time, all their loads issued before any store, so
 that a thread waits on global memory once per group rather than once per unit. Before the
 thread arrives on the stage's full barrier, a proxy fence makes its stores visible to WGMMA
@@ -95,6 +96,8 @@ class OperandGather:
         units = rows * runs // self.threads
         in_flight = UNITS_IN_FLIGHT if units % UNITS_IN_FLIGHT == 0 else 1
         c_tile = k_coord[0]
+        # The stage's runs: ((1, RUN_CHANNELS), (row, run)), each one 16-byte SMEM store.
+        smem_runs = cute.zipped_divide(smem[(None, None, stage)], (1, RUN_CHANNELS))
         values = cute.make_rmem_tensor((RUN_CHANNELS, in_flight), smem.element_type)
         for group in cutlass.range_constexpr(units // in_flight):
             for u in cutlass.range_constexpr(in_flight):
@@ -105,9 +108,8 @@ class OperandGather:
                     values[j, u] = element(row, c0 + j, k_coord)
             for u in cutlass.range_constexpr(in_flight):
                 unit = (group * in_flight + u) * self.threads + tidx
-                col = (unit % runs) * RUN_CHANNELS
-                for j in cutlass.range_constexpr(RUN_CHANNELS):
-                    smem[(unit // runs, col + j, stage)] = values[j, u]
+                run = smem_runs[(None, (unit // runs, unit % runs))]
+                cute.autovec_copy(values[(None, u)], run)
 
     @cute.jit
     def _activation(self, m: cutlass.Int32, c: cutlass.Int32, k_coord: Tuple):
@@ -115,9 +117,13 @@ class OperandGather:
         output pixel m, or zero in the padding and past M or C."""
         g = self.geometry
         _, s, r = k_coord
-        q = m % g.q
-        p = (m // g.q) % g.p
-        n = m // (g.q * g.p)
+        # m = (n * P + p) * Q + q, by two unsigned divisions (signed ones cost twice as much).
+        m_u, q_u, p_u = cutlass.Uint32(m), cutlass.Uint32(g.q), cutlass.Uint32(g.p)
+        pixel_row = m_u // q_u
+        n_u = pixel_row // p_u
+        q = cutlass.Int32(m_u - pixel_row * q_u)
+        p = cutlass.Int32(pixel_row - n_u * p_u)
+        n = cutlass.Int32(n_u)
         h = p * g.stride_h + r * g.dil_h - g.pad_top
         w = q * g.stride_w + s * g.dil_w - g.pad_left
         inside = (n < g.n) & (h >= 0) & (h < g.h) & (w >= 0) & (w < g.w) & (c < g.c)
