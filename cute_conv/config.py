@@ -67,7 +67,7 @@ _PINGPONG_HALO_TILE_W = 32
 # Gathered operands (see gathered_config) for convs whose SMs each gather at most this many
 # elements (A and filter tile rows x k-tile channels, summed over the SM's tiles): fitted on
 # the corpus's train part on an H100 (benchmarks/sweep_gather.py, gather_sweep.json).
-MAX_GATHER_ELEMS_PER_SM = 10240
+MAX_GATHER_ELEMS_PER_SM = 21504
 GATHERED_ELEMENT_BYTES = GATHER_ELEMENT_BITS // 8
 # Stream-K for grids of at most this fraction of a wave of tiles (see default_config) ...
 _MAX_WAVE_STREAM_K = 0.6
