@@ -242,21 +242,6 @@ def best_frontend_plan(graph: FrontendGraph, out: torch.Tensor, ref: torch.Tenso
     return {"plans": tried, "plan": None if best is None else best[0]}
 
 
-def heuristic_config(problem, num_sms: int, has_residual: bool = False):
-    """The config a bf16 call on ``problem`` without one runs when nothing is autotuned: the
-    heuristic's for the kernel problem, gathering the activation where only C's padding
-    is staged and the gather rule takes it (as ``dispatch`` chooses)."""
-    import cute_conv
-    from cute_conv.config import gathered_config
-    from cute_conv.staging import kernel_problem_for, pads_channels_only
-
-    kernel_problem = kernel_problem_for(problem)
-    config = cute_conv.default_config(kernel_problem, num_sms, has_residual=has_residual)
-    if pads_channels_only(problem):
-        config = gathered_config(config, kernel_problem, num_sms)
-    return config
-
-
 def bench_problem(p: dict, cudnn_frontend, *, fp8: bool = False) -> dict:
     """One corpus problem: checks, then interleaved timings of everything that checked
     (``fp8``: the plain conv and the fp8 comparison instead of the fused orders)."""
@@ -264,6 +249,7 @@ def bench_problem(p: dict, cudnn_frontend, *, fp8: bool = False) -> dict:
     from models import replay_of
 
     import cute_conv
+    from cute_conv.dispatch import heuristic_config
     from cute_conv.reference import conv2d_reference
     from cute_conv.testing import random_conv_inputs
 

@@ -1,21 +1,22 @@
-"""Gathered operands against padded copies, for convs whose C is not a multiple of 8: measure
-both, and fit the gather rule's bound (``config.MAX_GATHER_ELEMS_PER_SM``).
+"""Gathered operands against staged copies, for convs whose C is not a multiple of 8: measure
+both, and fit the gather rule's bounds (``config.MAX_GATHER_ELEMS_PER_SM``).
 
     python benchmarks/sweep_gather.py [--max-seconds 500]   # H100/H200, both splits
     python benchmarks/sweep_gather.py --fit                 # no GPU
 
-The problems: every corpus problem whose only staging is C's padding
-(``staging.pads_channels_only``). Per problem, in one process: the heuristic's config on the
-padded kernel problem ("padded": a pad copy of the activation per call, and of the filter
-per CUDA-graph replay), the same tile with both operands gathered ("gathered",
-``config.with_gathered_operands``), and cuDNN's
-``F.conv2d``, each checked against the float32 reference, then timed eagerly and replayed
-from CUDA graphs, interleaved as ``bench.py`` times. Rows go to ``gather_sweep.json`` with
-each problem's gathered elements per SM (``config.gather_elems_per_sm``); a rerun skips the
-problems already there. ``--fit`` picks the bound on the train part and reports both parts:
-the score of a bound is the geomean, over the problems, of the faster variant's time over the
-chosen one's, eager and replayed alike (their geomean: an eager caller and a captured model
-both count); the best score wins, ties going to the middle one.
+The problems: every corpus problem whose staging a gather spares (``staging.gather_replaces``:
+C zero-padded, or unfolded into im2col columns). Per problem, in one process: the heuristic's
+config on the staged kernel problem ("staged": a padded or unfolded copy of the activation per
+call, and a staged filter per CUDA-graph replay), the heuristic's config for the
+channel-padded problem with both operands gathered ("gathered",
+``config.with_gathered_operands``), and cuDNN's ``F.conv2d``, each checked against the
+float32 reference, then timed eagerly and replayed from CUDA graphs, interleaved as
+``bench.py`` times. Rows go to ``gather_sweep.json`` with the staging spared and each
+problem's gathered elements per SM (``config.gather_elems_per_sm``); a rerun skips the
+problems already there. ``--fit`` picks a bound per staging on the train part and reports
+both parts: the score of a bound is the geomean, over the problems, of the faster variant's
+time over the chosen one's, eager and replayed alike (their geomean: an eager caller and a
+captured model both count); the best score wins, ties going to the middle one.
 """
 
 from __future__ import annotations
@@ -44,9 +45,9 @@ NUM_SMS = 132  # H100 SXM: the SM count the bound's rows are counted on
 
 
 def gather_problems(problems: list[dict]) -> list[dict]:
-    from cute_conv.staging import pads_channels_only
+    from cute_conv.staging import gather_replaces
 
-    return [p for p in problems if pads_channels_only(problem_shape(p))]
+    return [p for p in problems if gather_replaces(problem_shape(p)) is not None]
 
 
 def measure(p: dict) -> dict:
@@ -55,20 +56,22 @@ def measure(p: dict) -> dict:
     import cute_conv
     from cute_conv.config import gather_elems_per_sm, with_gathered_operands
     from cute_conv.reference import conv2d_reference
-    from cute_conv.staging import kernel_problem_for
+    from cute_conv.staging import channels_padded, gather_replaces, kernel_problem_for
     from cute_conv.testing import random_conv_inputs
 
     problem = problem_shape(p)
     geom = dict(stride=problem.stride, padding=problem.padding, dilation=problem.dilation)
     x, flt = random_conv_inputs(*(p[d] for d in "NHWCKRS"))
-    kernel_problem = kernel_problem_for(problem)
-    padded = cute_conv.default_config(kernel_problem, NUM_SMS)
-    configs = {"padded": padded, "gathered": with_gathered_operands(padded)}
+    staged = cute_conv.default_config(kernel_problem_for(problem), NUM_SMS)
+    padded = channels_padded(problem)
+    base = cute_conv.default_config(padded, NUM_SMS)
+    configs = {"staged": staged, "gathered": with_gathered_operands(base)}
     checks, fns = checked_runs(x, flt, conv2d_reference(x, flt, **geom), geom, configs)
     fns["cudnn"] = cudnn_run(x, flt, problem)
     fns |= {f"{name}_graph": replay_of(fn) for name, fn in list(fns.items())}
-    row = {k: p[k] for k in ("key", "split", "gflop")} | {"default": repr(padded)}
-    row["elems_per_sm"] = gather_elems_per_sm(padded, kernel_problem, NUM_SMS)
+    row = {k: p[k] for k in ("key", "split", "gflop")} | {"default": repr(staged)}
+    row["replaces"] = gather_replaces(problem)
+    row["elems_per_sm"] = gather_elems_per_sm(base, padded, NUM_SMS)
     return row | {"checks": checks, "ms": time_interleaved(fns)}
 
 
@@ -85,21 +88,23 @@ def sweep(max_seconds: float) -> None:
 
 def chosen_ms(row: dict, bound: float, suffix: str = "") -> float:
     """The time of the variant the rule picks at ``bound``."""
-    name = "gathered" if row["elems_per_sm"] <= bound else "padded"
+    name = "gathered" if row["elems_per_sm"] <= bound else "staged"
     return row["ms"][name + suffix]
 
 
 def score(rows: list[dict], bound: float, suffix: str = "") -> float:
     """Geomean of the best variant's time over the chosen one's (1.0: always the faster)."""
     return geomean(
-        min(r["ms"]["padded" + suffix], r["ms"]["gathered" + suffix]) / chosen_ms(r, bound, suffix)
+        min(r["ms"]["staged" + suffix], r["ms"]["gathered" + suffix]) / chosen_ms(r, bound, suffix)
         for r in rows
     )
 
 
-def measured_rows() -> list[dict]:
+def measured_rows(replaces: str | None = None) -> list[dict]:
+    """The rows with both variants timed (of the staging ``replaces`` spares, if given)."""
     rows = json.loads(RESULTS_PATH.read_text())["rows"]
-    return [r for r in rows if "gathered" in r.get("ms", {}) and "padded" in r["ms"]]
+    rows = [r for r in rows if "gathered" in r.get("ms", {}) and "staged" in r["ms"]]
+    return [r for r in rows if replaces is None or r["replaces"] == replaces]
 
 
 def fit_bound(rows: list[dict]) -> float:
@@ -110,17 +115,18 @@ def fit_bound(rows: list[dict]) -> float:
 
 
 def fit() -> None:
-    train, heldout = by_split(measured_rows())
-    bound = fit_bound(train)
-    print(f"bound fitted on {len(train)} train problems: {bound} elements per SM")
-    for name, part in (("train", train), ("held-out", heldout)):
-        print(f"{name} ({len(part)} problems):")
-        for suffix, what in (("", "eager"), ("_graph", "CUDA graphs")):
-            best = score(part, bound, suffix)
-            padded = geomean(r["ms"]["padded" + suffix] / chosen_ms(r, bound, suffix) for r in part)
-            cudnn = geomean(r["ms"]["cudnn" + suffix] / chosen_ms(r, bound, suffix) for r in part)
-            print(f"  {what}: chosen at {best:.3f} of the best; padded / chosen {padded:.3f}; "
-                  f"cuDNN / chosen {cudnn:.3f}")  # fmt: skip
+    for replaces in ("pad", "im2col"):
+        train, heldout = by_split(measured_rows(replaces))
+        bound = fit_bound(train)
+        print(f"{replaces}: bound fitted on {len(train)} train problems: {bound} elements per SM")
+        for name, part in (("train", train), ("held-out", heldout)):
+            print(f"  {name} ({len(part)} problems):")
+            for suffix, what in (("", "eager"), ("_graph", "CUDA graphs")):
+                best = score(part, bound, suffix)
+                staged = geomean(r["ms"]["staged" + suffix] / chosen_ms(r, bound, suffix) for r in part)
+                cudnn = geomean(r["ms"]["cudnn" + suffix] / chosen_ms(r, bound, suffix) for r in part)
+                print(f"    {what}: chosen at {best:.3f} of the best; staged / chosen "
+                      f"{staged:.3f}; cuDNN / chosen {cudnn:.3f}")  # fmt: skip
 
 
 def main() -> None:

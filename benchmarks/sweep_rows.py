@@ -59,8 +59,9 @@ def bf16_problem(p: dict) -> tuple:
     """A corpus problem's ``(problem, geometry kwargs, x, filter, default config)``: fresh
     random bf16 inputs on the GPU, the heuristic's config on this device's SMs."""
     import torch
-    from bench_corpus import heuristic_config, problem_shape
+    from bench_corpus import problem_shape
 
+    from cute_conv.dispatch import heuristic_config
     from cute_conv.testing import random_conv_inputs
 
     problem = problem_shape(p)

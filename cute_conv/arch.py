@@ -39,10 +39,11 @@ class ArchKernels:
     check_fits: Optional[Callable[[Any, Conv2dProblemShape], None]]
     # Whether a call without a config may time candidates on the GPU (``tuning``).
     autotuned: bool
-    # For a call without a config whose only staging is padding C: ``(config, padded kernel
-    # problem, SM count, bytes of an input element)`` -> the config to run, which may gather
-    # the activation instead (None: the arch's kernels always read a padded copy).
-    gather_rule: Optional[Callable[[Any, Conv2dProblemShape, int, int], Any]]
+    # For a call without a config whose C would be padded or unfolded (im2col): ``(the
+    # heuristic's config for the channel-padded problem, that problem, SM count, bytes of an
+    # input element, the staging spared)`` -> a config that gathers the operands, or None
+    # for the staged path (None: the arch's kernels always read staged copies).
+    gather_rule: Optional[Callable[[Any, Conv2dProblemShape, int, int, str], Any]]
     # The scratch a launch needs, ``(float32 partials, int32 flags)`` or None, for
     # ``(kernel problem, config, max clusters)`` (None: the arch's kernels never need any).
     workspace_size: Optional[Callable[[Conv2dProblemShape, Any, int], Optional[tuple]]]

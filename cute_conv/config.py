@@ -65,9 +65,10 @@ _HALO_MIN_FILL = 0.75
 # Ping-pong halo tiles (see pingpong_halo_tile): 4 output rows of 32 columns.
 _PINGPONG_HALO_TILE_W = 32
 # Gathered operands (see gathered_config) for convs whose SMs each gather at most this many
-# elements (A and filter tile rows x k-tile channels, summed over the SM's tiles): fitted on
-# the corpus's train part on an H100 (benchmarks/sweep_gather.py, gather_sweep.json).
-MAX_GATHER_ELEMS_PER_SM = 21504
+# elements (A and filter tile rows x k-tile channels, summed over the SM's tiles), by the
+# staging they spare: fitted on the corpus's train part on an H100
+# (benchmarks/sweep_gather.py, gather_sweep.json).
+MAX_GATHER_ELEMS_PER_SM = {"pad": 21504, "im2col": 21504}
 GATHERED_ELEMENT_BYTES = GATHER_ELEMENT_BITS // 8
 # Stream-K for grids of at most this fraction of a wave of tiles (see default_config) ...
 _MAX_WAVE_STREAM_K = 0.6
@@ -302,23 +303,28 @@ def default_config(
 
 def gathered_config(
     config: Conv2dConfig,
-    kernel_problem: Conv2dProblemShape,
+    padded_problem: Conv2dProblemShape,
     num_sms: int = 132,
     element_bytes: int = 2,
-) -> Conv2dConfig:
-    """The config of a call whose operands would be copied only to pad C to a multiple of 8
-    (``staging.pads_channels_only``), given ``config``, chosen for the padded
-    ``kernel_problem``: ``with_gathered_operands(config)`` (no copies, no extra launches)
-    where each SM gathers at most ``MAX_GATHER_ELEMS_PER_SM`` elements
-    (``gather_elems_per_sm``); ``config`` otherwise. The gather warps load far slower than
-    TMA, so this pays on small convs only, where the copies' launches and passes cost more
-    than the kernel's whole mainloop. fp8 inputs (``element_bytes`` 1) are never
-    gathered."""
+    replaces: str = "pad",
+) -> Conv2dConfig | None:
+    """For a call whose operands would be staged (``replaces``: ``"pad"``, C zero-padded to
+    a multiple of 8, or ``"im2col"``, unfolded into columns; ``staging.gather_replaces``):
+    ``with_gathered_operands(config)``, where ``config`` is the heuristic's for the
+    channel-padded problem (``staging.channels_padded``), if each SM gathers at most
+    ``MAX_GATHER_ELEMS_PER_SM[replaces]`` elements (``gather_elems_per_sm``); else None (the
+    staged path). The gather warps load far slower than TMA, so this pays on small convs
+    only, where the staging's launches and passes cost more than the kernel's whole
+    mainloop. fp8 inputs (``element_bytes`` 1) are never gathered."""
     check_element_bytes(element_bytes)
+    if replaces not in MAX_GATHER_ELEMS_PER_SM:
+        raise ValueError(
+            f"replaces must be one of {', '.join(MAX_GATHER_ELEMS_PER_SM)}, got {replaces!r}"
+        )
     if element_bytes != GATHERED_ELEMENT_BYTES:
-        return config
-    if gather_elems_per_sm(config, kernel_problem, num_sms) > MAX_GATHER_ELEMS_PER_SM:
-        return config
+        return None
+    if gather_elems_per_sm(config, padded_problem, num_sms) > MAX_GATHER_ELEMS_PER_SM[replaces]:
+        return None
     return with_gathered_operands(config)
 
 
@@ -337,8 +343,9 @@ def with_gathered_operands(config: Conv2dConfig) -> Conv2dConfig:
 def gather_elems_per_sm(
     config: Conv2dConfig, kernel_problem: Conv2dProblemShape, num_sms: int = 132
 ) -> int:
-    """The A and filter elements the busiest SM gathers with ``config``'s tiles on the padded
-    ``kernel_problem``: its rounds of tiles x k-tiles x (tile_m + tile_n) x tile_k."""
+    """The A and filter elements the busiest SM gathers with ``config``'s tiles on the
+    channel-padded ``kernel_problem``: its rounds of tiles x k-tiles x (tile_m + tile_n) x
+    tile_k."""
     check_heuristic_args(kernel_problem, num_sms)
     if not isinstance(config, Conv2dConfig):
         raise TypeError(f"config must be a Conv2dConfig, got {type(config).__name__}")

@@ -17,13 +17,15 @@ import torch
 
 from .arch import ARCHS, check_config_type
 from .compile import CompiledConv2d, compile_kernel, kernel_scalars
+from .config import check_heuristic_args
 from .cuda_context import current_device, current_raw_stream
 from .epilogue import EpilogueSpec, kernel_vector_dtype, validate_epilogue_args
 from .problem import Conv2dProblemShape
 from .staging import (
     StagingPlan,
+    channels_padded,
+    gather_replaces,
     kernel_problem_for,
-    pads_channels_only,
     run_staged,
     spans_overlap,
     staging_plan,
@@ -40,7 +42,7 @@ from .validation import (
 )
 from .workspace import kernel_workspace
 
-__all__ = ["config_runner", "conv2d", "sm_count"]
+__all__ = ["config_runner", "conv2d", "heuristic_config", "sm_count"]
 
 
 def conv2d(  # noqa: A002
@@ -256,14 +258,16 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
         )  # fmt: skip
     elif config is None:
         config = target.heuristic(kernel_problem, num_sms, epilogue.has_residual, element_bytes)
-    if chosen_here and target.gather_rule and pads_channels_only(problem, element_bytes):
-        config = target.gather_rule(config, kernel_problem, num_sms, element_bytes)
-    if target.check_fits is not None and isinstance(config, target.config_class):
-        target.check_fits(config, kernel_problem)
-    # A kernel that gathers its operands reads them unpadded.
+    if chosen_here:
+        config = _gathered_if_it_pays(
+            target, config, problem, kernel_problem, num_sms, epilogue.has_residual, element_bytes
+        )
+    # A kernel that gathers its operands reads them unstaged.
     kernel_problem = kernel_problem_for(
         problem, element_bytes, gathered=getattr(config, "gather", False)
     )
+    if target.check_fits is not None and isinstance(config, target.config_class):
+        target.check_fits(config, kernel_problem)
     kernel = compile_kernel(
         arch,
         act_dtype=x.dtype,
@@ -290,6 +294,45 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
         staging_plan(problem, kernel_problem), scalars, workspace, nbytes, problem.gemm_m == 0,
         needs_staging,
     )  # fmt: skip
+
+
+def _gathered_if_it_pays(
+    target, config, problem, kernel_problem, num_sms: int, has_residual: bool, element_bytes: int
+):
+    """``config`` (chosen for the staged ``kernel_problem``), or a config that gathers
+    ``problem``'s operands instead, where its staging is one a gather spares and the arch's
+    gather rule takes it (sized by the heuristic on the channel-padded problem)."""
+    replaces = gather_replaces(problem, element_bytes)
+    if target.gather_rule is None or replaces is None:
+        return config
+    padded = channels_padded(problem, element_bytes)
+    base = config
+    if padded != kernel_problem:  # im2col columns: the staged config does not fit the conv
+        base = target.heuristic(padded, num_sms, has_residual, element_bytes)
+    return target.gather_rule(base, padded, num_sms, element_bytes, replaces) or config
+
+
+def heuristic_config(
+    problem: Conv2dProblemShape,
+    num_sms: int,
+    *,
+    has_residual: bool = False,
+    element_bytes: int = 2,
+    arch: str = "sm_90a",
+):
+    """The config a call on ``problem`` without one runs on ``arch`` when nothing is
+    autotuned: the heuristic's for the staged kernel problem, or one that gathers the
+    operands where the gather rule takes it. The benchmarks pass it explicitly, so that a
+    stored autotuner choice cannot stand in for it."""
+    check_heuristic_args(problem, num_sms, has_residual)
+    if arch not in ARCHS:
+        raise ValueError(f"arch must be one of {', '.join(ARCHS)}, got {arch!r}")
+    target = ARCHS[arch]
+    kernel_problem = kernel_problem_for(problem, element_bytes)
+    config = target.heuristic(kernel_problem, num_sms, has_residual, element_bytes)
+    return _gathered_if_it_pays(
+        target, config, problem, kernel_problem, num_sms, has_residual, element_bytes
+    )
 
 
 def _tensor_key(t: torch.Tensor) -> tuple:

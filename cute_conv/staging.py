@@ -55,6 +55,8 @@ __all__ = [
     "SuperPixelView",
     "channel_alignment",
     "clear_staged_weights",
+    "channels_padded",
+    "gather_replaces",
     "kernel_problem_for",
     "run_staged",
     "staged_weights",
@@ -167,7 +169,7 @@ def kernel_problem_for(
     ``problem`` itself when it needs no staging. Only C is padded: K is the filter's outer
     extent, which TMA takes at any size, and the output's rows are stored by threads where
     they are not 16-byte units. A kernel that gathers its operands (``gathered``) takes any
-    C unpadded."""
+    C unpadded, and runs the convs otherwise unfolded into im2col columns as they are."""
     alignment = channel_alignment(element_bytes)
     view = super_pixel_view(problem)
     if view is not None:
@@ -185,11 +187,19 @@ def kernel_problem_for(
             problem.N, problem.P + taps_h - 1, problem.Q + tap_step * (taps_w - 1),
             fold.staged_channels, problem.K, taps_h, taps_w, dilation=(1, tap_step),
         )  # fmt: skip
+    if gathered:
+        return problem
     if uses_im2col(problem):
         columns = _round_up(problem.C * problem.R * problem.S, alignment)
         return Conv2dProblemShape(problem.N, problem.P, problem.Q, columns, problem.K, 1, 1)
-    c = _round_up(problem.C, alignment)
-    if c == problem.C or gathered:
+    return channels_padded(problem, element_bytes)
+
+
+def channels_padded(problem: Conv2dProblemShape, element_bytes: int = 2) -> Conv2dProblemShape:
+    """``problem`` with C zero-padded to whole TMA rows (itself where it has them): how the
+    heuristic sizes the tiles of a kernel that gathers it."""
+    c = _round_up(problem.C, channel_alignment(element_bytes))
+    if c == problem.C:
         return problem
     return Conv2dProblemShape(
         problem.N, problem.H, problem.W, c, problem.K, problem.R, problem.S,
@@ -197,13 +207,16 @@ def kernel_problem_for(
     )  # fmt: skip
 
 
-def pads_channels_only(problem: Conv2dProblemShape, element_bytes: int = 2) -> bool:
-    """Whether ``problem``'s only staging is the zero-padding of C to whole TMA rows: the
-    calls a kernel that gathers its operands runs with no staging at all."""
-    plain = super_pixel_view(problem) is None and not (
-        uses_space_to_depth(problem) or uses_im2col(problem)
-    )
-    return plain and problem.C % channel_alignment(element_bytes) != 0
+def gather_replaces(problem: Conv2dProblemShape, element_bytes: int = 2) -> str | None:
+    """The staging a kernel that gathers its operands would spare ``problem``: ``"pad"``
+    (C zero-padded to whole TMA rows, its only staging), ``"im2col"`` (unfolded into
+    explicit columns), or None (no staging, or the stem's space-to-depth and super-pixel
+    stagings, which cost little)."""
+    if super_pixel_view(problem) is not None or uses_space_to_depth(problem):
+        return None
+    if uses_im2col(problem):
+        return "im2col"
+    return "pad" if problem.C % channel_alignment(element_bytes) else None
 
 
 def _im2col_columns(x: torch.Tensor, problem: Conv2dProblemShape, width: int) -> torch.Tensor:

@@ -18,10 +18,12 @@ from cute_conv.config import (
     schedule_shape,
     with_gathered_operands,
 )
+from cute_conv.dispatch import heuristic_config
 from cute_conv.problem import Conv2dProblemShape
 from cute_conv.staging import (
+    channels_padded,
+    gather_replaces,
     kernel_problem_for,
-    pads_channels_only,
 )
 
 
@@ -51,12 +53,22 @@ def test_gather_a_is_typed():
         Conv2dConfig(gather=1)
 
 
-def test_pads_channels_only():
-    assert pads_channels_only(conv(1, 16, 12, 64, 3, padding=1))
-    assert not pads_channels_only(conv(1, 16, 16, 64, 3, padding=1))  # no staging at all
-    assert not pads_channels_only(conv(1, 224, 3, 64, 7, stride=2, padding=3))  # space-to-depth
-    assert not pads_channels_only(conv(1, 64, 3, 64, 3, padding=1))  # im2col columns
-    assert pads_channels_only(conv(1, 16, 12, 64, 3, padding=1), element_bytes=1)  # fp8: 16
+def test_the_staging_a_gather_spares():
+    assert gather_replaces(conv(1, 16, 12, 64, 3, padding=1)) == "pad"
+    assert gather_replaces(conv(1, 16, 16, 64, 3, padding=1)) is None  # no staging at all
+    assert gather_replaces(conv(1, 224, 3, 64, 7, stride=2, padding=3)) is None  # space-to-depth
+    assert gather_replaces(conv(1, 224, 8, 64, 7, stride=2, padding=3)) is None  # super pixels
+    assert gather_replaces(conv(1, 64, 3, 64, 3, padding=1)) == "im2col"
+    assert gather_replaces(conv(1, 16, 12, 64, 3, padding=1), element_bytes=1) == "pad"  # fp8: 16
+
+
+def test_channels_padded():
+    problem = conv(2, 16, 12, 40, 3, padding=1, stride=2)
+    padded = channels_padded(problem)
+    assert padded.C == 16 and padded.filter_shape == (40, 3, 3, 16)
+    assert (padded.P, padded.Q, padded.padding) == (problem.P, problem.Q, problem.padding)
+    aligned = conv(2, 16, 16, 40, 3, padding=1)
+    assert channels_padded(aligned) is aligned
 
 
 def test_a_gathered_kernel_problem_is_the_problem():
@@ -65,6 +77,8 @@ def test_a_gathered_kernel_problem_is_the_problem():
     assert kernel_problem_for(problem, gathered=True) is problem
     stem = conv(1, 224, 3, 64, 7, stride=2, padding=3)  # staged for speed all the same
     assert kernel_problem_for(stem, gathered=True) == kernel_problem_for(stem)
+    rgb = conv(1, 64, 3, 64, 3, padding=1)  # gathered as it is, not unfolded
+    assert kernel_problem_for(rgb).R == 1 and kernel_problem_for(rgb, gathered=True) is rgb
 
 
 def small_and_large():
@@ -77,8 +91,9 @@ def test_gathered_config_takes_small_convs_only():
     chosen = gathered_config(base, small, 132)
     assert chosen.gather and chosen.cluster_shape_mn == (1, 1)
     assert chosen.tile_shape_mnk == base.tile_shape_mnk
-    assert gathered_config(base, large, 132) == base
-    assert gathered_config(base, small, 132, element_bytes=1) == base
+    assert gathered_config(base, small, 132, replaces="im2col") == chosen
+    assert gathered_config(base, large, 132) is None
+    assert gathered_config(base, small, 132, element_bytes=1) is None
 
 
 def test_gathered_config_threshold_is_elements_per_sm():
@@ -88,7 +103,9 @@ def test_gathered_config_threshold_is_elements_per_sm():
         tiles, k_tiles = schedule_shape(problem, 128, 64, 16)
         elems = -(-tiles // 132) * k_tiles * (128 + 64) * 16
         assert gather_elems_per_sm(config, problem) == elems
-        assert gathered_config(config, problem).gather == (elems <= MAX_GATHER_ELEMS_PER_SM)
+        for replaces, bound in MAX_GATHER_ELEMS_PER_SM.items():
+            chosen = gathered_config(config, problem, replaces=replaces)
+            assert (chosen is not None) == (elems <= bound)
 
 
 def test_with_gathered_operands_turns_off_what_it_excludes():
@@ -106,6 +123,20 @@ def test_gathered_config_checks_its_arguments():
         gathered_config(Conv2dConfig(), small, 0)
     with pytest.raises(ValueError, match="element_bytes"):
         gathered_config(Conv2dConfig(), small, 132, element_bytes=4)
+    with pytest.raises(ValueError, match="replaces must be one of pad, im2col"):
+        gathered_config(Conv2dConfig(), small, 132, replaces="space-to-depth")
+
+
+def test_heuristic_config_gathers_small_padded_and_unfolded_convs():
+    small_pad, small_rgb = conv(1, 16, 12, 64, 1), conv(1, 8, 3, 64, 2)
+    assert heuristic_config(small_pad, 132).gather
+    rgb = heuristic_config(small_rgb, 132)
+    assert rgb.gather and rgb.tile_k == 16  # sized on the padded conv, not its columns
+    assert not heuristic_config(conv(64, 128, 12, 64, 3, padding=1), 132).gather
+    assert not heuristic_config(conv(1, 224, 3, 64, 7, stride=2, padding=3), 132).gather
+    assert not heuristic_config(small_pad, 132, element_bytes=1).gather
+    with pytest.raises(ValueError, match="arch must be one of"):
+        heuristic_config(small_pad, 132, arch="sm_80")
 
 
 def test_the_gathered_ring_in_the_role_table():
