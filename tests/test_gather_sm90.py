@@ -93,3 +93,12 @@ def test_the_heuristic_gathers_a_small_conv_and_pads_a_large_one():
     assert small.staging.kernel_problem.C == 12
     assert not large.kernel.key.config.gather and large.staging.kernel_problem.C == 16
     run_and_check(1, 16, 16, 12, 64, 1, 1)
+
+
+def test_the_heuristic_gathers_a_small_rgb_conv_unfolded_otherwise():
+    x = torch.empty(1, 8, 8, 3, device="cuda", dtype=torch.bfloat16)
+    flt = torch.empty(64, 2, 2, 3, device="cuda", dtype=torch.bfloat16)
+    args = (1, 0, 1, 1.0, 0.0, "after_activation", None, None, None, None)
+    plan = _plan(x, flt, None, None, None, None, args, None)
+    assert plan.kernel.key.config.gather and not plan.needs_staging
+    run_and_check(1, 8, 8, 3, 64, 2, 2)
