@@ -68,7 +68,7 @@ _PINGPONG_HALO_TILE_W = 32
 # elements (A and filter tile rows x k-tile channels, summed over the SM's tiles), by the
 # staging they spare: fitted on the corpus's train part on an H100
 # (benchmarks/sweep_gather.py, gather_sweep.json).
-MAX_GATHER_ELEMS_PER_SM = {"pad": 21504, "im2col": 21504}
+MAX_GATHER_ELEMS_PER_SM = {"pad": 21504, "im2col": 36864}
 GATHERED_ELEMENT_BYTES = GATHER_ELEMENT_BITS // 8
 # Stream-K for grids of at most this fraction of a wave of tiles (see default_config) ...
 _MAX_WAVE_STREAM_K = 0.6

@@ -1,10 +1,12 @@
-"""The gather sweep's CPU parts (benchmarks/sweep_gather.py): the problems it measures, the
-variant pair it times, and the fit behind ``config.MAX_GATHER_ELEMS_PER_SM``."""
+"""The gather sweep's CPU parts (benchmarks/sweep_gather.py): the problems it measures, and
+the fit behind ``config.MAX_GATHER_ELEMS_PER_SM``."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+
+import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
@@ -13,24 +15,30 @@ import sweep_gather  # noqa: E402
 from bench_corpus import load_corpus, problem_shape  # noqa: E402
 
 from cute_conv.config import MAX_GATHER_ELEMS_PER_SM  # noqa: E402
-from cute_conv.staging import kernel_problem_for  # noqa: E402
+from cute_conv.staging import gather_replaces  # noqa: E402
 
 
-def test_the_selection_pads_c_only_and_is_what_was_measured():
+def test_the_selection_is_the_staged_c_and_is_what_was_measured():
     chosen = sweep_gather.gather_problems(load_corpus())
     for p in chosen:
-        problem = problem_shape(p)
-        assert problem.C % 8 and kernel_problem_for(problem).C == -(-problem.C // 8) * 8
-    measured = {r["key"] for r in sweep_gather.measured_rows()}
-    assert measured == {p["key"] for p in chosen}
+        assert problem_shape(p).C % 8 and gather_replaces(problem_shape(p)) in ("pad", "im2col")
+    rows = sweep_gather.measured_rows()
+    assert {r["key"] for r in rows} == {p["key"] for p in chosen}
+    assert all(r["replaces"] == gather_replaces(problem_shape(r)) for r in _with_shapes(rows))
 
 
-def test_the_bound_is_the_fit_of_the_committed_sweep():
-    train = [r for r in sweep_gather.measured_rows() if r["split"] == "train"]
-    assert sweep_gather.fit_bound(train) == MAX_GATHER_ELEMS_PER_SM
+def _with_shapes(rows: list[dict]) -> list[dict]:
+    corpus = {p["key"]: p for p in load_corpus()}
+    return [corpus[r["key"]] | {"replaces": r["replaces"]} for r in rows]
+
+
+@pytest.mark.parametrize("replaces", ["pad", "im2col"])
+def test_each_bound_is_the_fit_of_the_committed_sweep(replaces):
+    train = [r for r in sweep_gather.measured_rows(replaces) if r["split"] == "train"]
+    assert sweep_gather.fit_bound(train) == MAX_GATHER_ELEMS_PER_SM[replaces]
 
 
 def test_the_rule_picks_by_the_bound():
-    row = {"elems_per_sm": 100, "ms": {"padded": 2.0, "gathered": 1.0}}
+    row = {"elems_per_sm": 100, "ms": {"staged": 2.0, "gathered": 1.0}}
     assert sweep_gather.chosen_ms(row, 100) == 1.0 and sweep_gather.chosen_ms(row, 99) == 2.0
     assert sweep_gather.score([row], 99) == 0.5 and sweep_gather.score([row], 100) == 1.0
