@@ -22,15 +22,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from bench import geomean, time_interleaved  # noqa: E402
-from bench_corpus import load_corpus  # noqa: E402
 from sweep_rows import (  # noqa: E402
     bf16_problem,
     by_split,
     checked_runs,
     cudnn_run,
-    load_results,
-    measure_into,
     sweep_main,
+    sweep_new_problems,
 )
 
 RESULTS_PATH = HERE / "narrow_tile_sweep.json"
@@ -67,14 +65,7 @@ def measure(p: dict) -> dict:
 
 
 def sweep(max_seconds: float) -> None:
-    import torch
-
-    torch.backends.cudnn.benchmark = True
-    results = load_results(RESULTS_PATH)
-    done = {r["key"] for r in results["rows"]}
-    todo = [p for p in narrow_problems(load_corpus()) if p["key"] not in done]
-    results["device"] = torch.cuda.get_device_name()
-    measure_into(RESULTS_PATH, results, todo, measure, max_seconds, ("key", "ms"))
+    sweep_new_problems(RESULTS_PATH, narrow_problems, measure, max_seconds, ("key", "ms"))
 
 
 def report() -> None:

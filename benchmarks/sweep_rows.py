@@ -41,6 +41,27 @@ def measure_into(
         print(i, {k: row.get(k) for k in shown})
 
 
+def sweep_new_problems(
+    path: Path,
+    select: Callable[[list[dict]], list[dict]],
+    measure: Callable[[dict], dict],
+    max_seconds: float,
+    shown: tuple[str, ...],
+) -> None:
+    """Measure the corpus problems ``select`` picks that ``path`` has no row of yet (see
+    ``measure_into``), recording the GPU's name; cuDNN tunes its algorithms
+    (``cudnn.benchmark``), as the corpus benchmark runs it."""
+    import torch
+    from bench_corpus import load_corpus
+
+    torch.backends.cudnn.benchmark = True
+    results = load_results(path)
+    done = {r["key"] for r in results["rows"]}
+    todo = [p for p in select(load_corpus()) if p["key"] not in done]
+    results["device"] = torch.cuda.get_device_name()
+    measure_into(path, results, todo, measure, max_seconds, shown)
+
+
 def by_split(rows: list[dict]) -> tuple[list[dict], list[dict]]:
     """``(train, held-out)`` rows."""
     return [r for r in rows if r["split"] == "train"], [r for r in rows if r["split"] == "heldout"]
