@@ -121,7 +121,7 @@ class Conv2dFpropSm90(
 
     Warp roles (``Sm90Roles``; 384 threads, 512 with 192-row tiles):
 
-      warpgroup 0 (producer, ``setmaxnreg`` down to 40)
+      warpgroup 0 (producer, ``setmaxnreg`` down to 40; 104 with ``gather``)
         warp 0      ``load``: im2col TMA of the activation + tiled TMA of the filter into the
                     ring (halo tiles: a halo per c-block + the filter per tap); with the work
                     queue it also takes the work items and hands them out
