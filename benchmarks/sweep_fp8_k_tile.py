@@ -31,6 +31,7 @@ from bench_corpus import problem_shape  # noqa: E402
 from sweep_rows import (  # noqa: E402
     by_split,
     middle_of_best,
+    problem_inputs,
     sweep_main,
     sweep_new_problems,
 )
@@ -66,11 +67,9 @@ def measure(p: dict) -> dict:
     import cute_conv
     from cute_conv.reference import conv2d_reference
     from cute_conv.staging import kernel_problem_for
-    from cute_conv.testing import compare_to_reference, random_conv_inputs
+    from cute_conv.testing import compare_to_reference
 
-    problem = problem_shape(p)
-    geom = dict(stride=problem.stride, padding=problem.padding, dilation=problem.dilation)
-    x, flt = random_conv_inputs(*(p[d] for d in "NHWCKRS"), dtype=torch.float32)
+    problem, geom, x, flt = problem_inputs(p, torch.float32)
     qx, x_scale = cute_conv.quantize_fp8(x)
     qf, w_scale = cute_conv.quantize_fp8(flt)
     ref = conv2d_reference(qx.float() * x_scale, qf.float() * w_scale, **geom)
@@ -97,7 +96,8 @@ def measure(p: dict) -> dict:
 
 
 def sweep(max_seconds: float) -> None:
-    sweep_new_problems(RESULTS_PATH, k_tile_problems, measure, max_seconds, ("key", "default_tile_k", "ms"))
+    shown = ("key", "default_tile_k", "ms")
+    sweep_new_problems(RESULTS_PATH, k_tile_problems, measure, max_seconds, shown)
 
 
 def score(rows: list[dict], cost: float | None) -> float:

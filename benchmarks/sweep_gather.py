@@ -35,6 +35,7 @@ from sweep_rows import (  # noqa: E402
     checked_runs,
     cudnn_run,
     middle_of_best,
+    problem_inputs,
     sweep_main,
     sweep_new_problems,
 )
@@ -56,11 +57,8 @@ def measure(p: dict) -> dict:
     from cute_conv.config import gather_elems_per_sm, with_gathered_operands
     from cute_conv.reference import conv2d_reference
     from cute_conv.staging import channels_padded, gather_replaces, kernel_problem_for
-    from cute_conv.testing import random_conv_inputs
 
-    problem = problem_shape(p)
-    geom = dict(stride=problem.stride, padding=problem.padding, dilation=problem.dilation)
-    x, flt = random_conv_inputs(*(p[d] for d in "NHWCKRS"))
+    problem, geom, x, flt = problem_inputs(p)
     staged = cute_conv.default_config(kernel_problem_for(problem), NUM_SMS)
     padded = channels_padded(problem)
     base = cute_conv.default_config(padded, NUM_SMS)
@@ -106,6 +104,11 @@ def fit_bound(rows: list[dict]) -> float:
     return middle_of_best(candidates, lambda b: (score(rows, b) * score(rows, b, "_graph")) ** 0.5)
 
 
+def _ratio_to_chosen(rows: list[dict], variant: str, bound: float, suffix: str) -> float:
+    """Geomean of ``variant``'s time over the chosen variant's."""
+    return geomean(r["ms"][variant] / chosen_ms(r, bound, suffix) for r in rows)
+
+
 def fit() -> None:
     for replaces in ("pad", "im2col"):
         train, heldout = by_split(measured_rows(replaces))
@@ -115,8 +118,8 @@ def fit() -> None:
             print(f"  {name} ({len(part)} problems):")
             for suffix, what in (("", "eager"), ("_graph", "CUDA graphs")):
                 best = score(part, bound, suffix)
-                staged = geomean(r["ms"]["staged" + suffix] / chosen_ms(r, bound, suffix) for r in part)
-                cudnn = geomean(r["ms"]["cudnn" + suffix] / chosen_ms(r, bound, suffix) for r in part)
+                staged = _ratio_to_chosen(part, "staged" + suffix, bound, suffix)
+                cudnn = _ratio_to_chosen(part, "cudnn" + suffix, bound, suffix)
                 print(f"    {what}: chosen at {best:.3f} of the best; staged / chosen "
                       f"{staged:.3f}; cuDNN / chosen {cudnn:.3f}")  # fmt: skip
 

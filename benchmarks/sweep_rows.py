@@ -76,18 +76,29 @@ def middle_of_best(candidates: list[float], score: Callable[[float], float]) -> 
     return tied[len(tied) // 2]
 
 
-def bf16_problem(p: dict) -> tuple:
-    """A corpus problem's ``(problem, geometry kwargs, x, filter, default config)``: fresh
-    random bf16 inputs on the GPU, the heuristic's config on this device's SMs."""
+def problem_inputs(p: dict, dtype=None) -> tuple:
+    """A corpus problem's ``(problem, geometry kwargs, x, filter)``: fresh random inputs on
+    the GPU, of ``dtype`` (default bf16)."""
     import torch
     from bench_corpus import problem_shape
 
-    from cute_conv.dispatch import heuristic_config
     from cute_conv.testing import random_conv_inputs
 
     problem = problem_shape(p)
     geom = dict(stride=problem.stride, padding=problem.padding, dilation=problem.dilation)
-    x, flt = random_conv_inputs(*(p[d] for d in "NHWCKRS"))
+    x, flt = random_conv_inputs(*(p[d] for d in "NHWCKRS"), dtype=dtype or torch.bfloat16)
+    return problem, geom, x, flt
+
+
+def bf16_problem(p: dict) -> tuple:
+    """A corpus problem's ``(problem, geometry kwargs, x, filter, default config)``: fresh
+    random bf16 inputs on the GPU (``problem_inputs``), the heuristic's config on this
+    device's SMs."""
+    import torch
+
+    from cute_conv.dispatch import heuristic_config
+
+    problem, geom, x, flt = problem_inputs(p)
     num_sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     default = heuristic_config(problem, num_sms)
     return problem, geom, x, flt, default
