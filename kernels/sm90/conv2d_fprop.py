@@ -637,10 +637,7 @@ class Conv2dFpropSm90(
                 # tile's loads, its result is first needed after them.
                 ticket = self.request_work(work_queue)
             states = loader.load_tile(states, scheduler, work)
-            if cutlass.const_expr(self.epilogue.loads_source_by_tma):
-                # The first tile's A/B loads are out: let the source loads begin.
-                if work == scheduler.first_work():
-                    self.epilogue_load_barrier().arrive()
+            self.open_source_loads(scheduler, work)
             if cutlass.const_expr(self.dynamic_schedule):
                 work = self.claim_work(ticket)
             else:
@@ -664,8 +661,8 @@ class Conv2dFpropSm90(
     ):
         """Gather warps (``gather``): the A and filter tiles of every k-tile of every output
         tile of this CTA, into the ring (``OperandGather``); ``gmem``: the activation's and
-        the filter's views, ``smem_tiles``: the A and B rings. With a residual, the first
-        gather warp lets the source loads begin once the first tile is gathered."""
+        the filter's views, ``smem_tiles``: the A and B rings. The first gather warp opens the
+        source loads (``open_source_loads``) in the load warp's place."""
         tidx, _, _ = cute.arch.thread_idx()
         tidx = tidx - self.first_gather_warp_id * cute.arch.WARP_SIZE
         gather = OperandGather(
@@ -677,12 +674,18 @@ class Conv2dFpropSm90(
         work = scheduler.first_work()
         while work < end_work:
             state = gather.gather_tile(state, scheduler, work, tidx)
-            if cutlass.const_expr(self.epilogue.loads_source_by_tma):
-                if work == scheduler.first_work():
-                    if tidx < cute.arch.WARP_SIZE:
-                        self.epilogue_load_barrier().arrive()
+            if tidx < cute.arch.WARP_SIZE:  # the first gather warp stands for the load warp
+                self.open_source_loads(scheduler, work)
             work = scheduler.next_work(work)
         ab_pipeline.producer_tail(state)
+
+    @cute.jit
+    def open_source_loads(self, scheduler: StaticTileScheduler, work: cutlass.Int32):
+        """Residual kernels, after work item ``work``'s A/B loads are issued: if it is this
+        CTA's first, let the source loads begin (one warp's arrival on EpilogueLoad)."""
+        if cutlass.const_expr(self.epilogue.loads_source_by_tma):
+            if work == scheduler.first_work():
+                self.epilogue_load_barrier().arrive()
 
     def epilogue_load_barrier(self) -> pipeline.NamedBarrier:
         """Orders the source loads after the mainloop prologue (load + source-load warps)."""
