@@ -117,7 +117,8 @@ def conv2d(  # noqa: A002
 
 
 _NO_WORKSPACE = (0, 0)
-_NO_SCALE_TENSORS = (None, None, None, None)
+# ``fp8_scales`` of a call that passes none: (x_scale, w_scale, out_scale, out_amax).
+NO_SCALE_TENSORS = (None, None, None, None)
 _NO_SCALES = (0, 0, 0, 0)
 
 
@@ -226,7 +227,7 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
     problem, out_dtype = validate_conv_inputs(
         x, filter, stride=stride, padding=padding, dilation=dilation, out=out, out_dtype=out_dtype
     )
-    check_fp8_scales(x.dtype, out_dtype, x.device, *(fp8_scales or _NO_SCALE_TENSORS))
+    check_fp8_scales(x.dtype, out_dtype, x.device, *(fp8_scales or NO_SCALE_TENSORS))
     epilogue = validate_epilogue_args(
         problem,
         out_dtype,

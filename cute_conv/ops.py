@@ -98,7 +98,7 @@ def call_op(
     non-tensor arguments in the op's schema form; ``fp8_scales`` is ``(x_scale, w_scale,
     out_scale, out_amax)`` or None."""
     needs_grad = torch.is_grad_enabled() and _requires_grad((x, filter, source, bias, scale, out))
-    scales = fp8_scales or (None, None, None, None)
+    scales = fp8_scales or dispatch.NO_SCALE_TENSORS
     if needs_grad and any(t is not None for t in scales):
         raise TypeError(
             "an fp8 conv (x_scale/w_scale/out_scale given) or one keeping an amax (out_amax) "
