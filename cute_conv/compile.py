@@ -26,6 +26,7 @@ from .kernels.common.epilogue import EpilogueSpec
 from .kernels.common.im2col import ConvGeometry
 from .kernels.common.quantize import QuantizeFp8
 from .kernels.common.space_to_depth import SpaceToDepthFold
+from .kernels.common.unfold import Im2colColumns
 from .kernels.sm90.config import Conv2dConfig
 from .kernels.sm100.config import Conv2dConfigSm100
 from .problem import Conv2dProblemShape
@@ -306,6 +307,33 @@ def compile_space_to_depth(
     _check_arch(arch)
     key = SpaceToDepthKey(arch, dtype_name(dtype), channels, fold_channels, fold_cols)
     return _cached(key, _compile_space_to_depth)
+
+
+@dataclasses.dataclass(frozen=True)
+class Im2colKey:
+    """A compiled im2col unfolding kernel depends on these only."""
+
+    arch: str
+    dtype: str
+    channels: int
+
+
+def _compile_im2col_columns(key: Im2colKey) -> CompiledHelperKernel:
+    kernel = Im2colColumns(CUTLASS_DTYPES[key.dtype], key.channels)
+    return _compile_helper(key, kernel, [_null_pointer(key.dtype)] * 2 + [cutlass.Int32(1)] * 14)
+
+
+def compile_im2col_columns(arch: str, dtype: Any, channels: int) -> CompiledHelperKernel:
+    """Compile (or fetch from the caches) the kernel that unfolds an activation of
+    ``channels`` channels into im2col columns; see ``cute_conv.staging``. Needs no GPU. Launch
+    with ``(x_ptr, y_ptr, N, H, W, P, Q, R, S, pad_top, pad_left, stride_h, stride_w, dil_h,
+    dil_w, chunks, stream)``, ``chunks`` a column row's 16-byte vectors
+    (``kernels.common.unfold.Im2colColumns``)."""
+    _check_arch(arch)
+    if not isinstance(channels, int) or isinstance(channels, bool) or channels < 1:
+        raise ValueError(f"channels must be a positive int, got {channels!r}")
+    key = Im2colKey(arch, dtype_name(dtype, "dtype", INPUT_DTYPES), channels)
+    return _cached(key, _compile_im2col_columns)
 
 
 @dataclasses.dataclass(frozen=True)

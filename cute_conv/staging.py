@@ -40,10 +40,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .compile import compile_space_to_depth
+from .compile import compile_im2col_columns, compile_space_to_depth
 from .cuda_context import current_raw_stream, device_arch, on_device
 from .epilogue import kernel_vector_dtype
 from .kernels.common.space_to_depth import FOLD_ROWS
+from .kernels.common.unfold import VECTOR_BYTES
 from .kernels.sm90.schedule_checks import MAX_K_TILE_BYTES
 from .problem import Conv2dProblemShape
 from .validation import ROW_ALIGNMENT_BYTES
@@ -219,8 +220,33 @@ def gather_replaces(problem: Conv2dProblemShape, element_bytes: int = 2) -> str 
     return "pad" if problem.C % channel_alignment(element_bytes) else None
 
 
-def _im2col_columns(x: torch.Tensor, problem: Conv2dProblemShape, width: int) -> torch.Tensor:
-    """``[N, P, Q, width]``: row (n, p, q) holds the (r, s, c) patch under output (p, q)."""
+def _im2col_columns(
+    x: torch.Tensor, problem: Conv2dProblemShape, width: int, stream: int | None
+) -> torch.Tensor:
+    """``[N, P, Q, width]``: row (n, p, q) holds the (r, s, c) patch under output (p, q), zero
+    past the image and past column R*S*C. On the GPU one pass of the unfolding kernel
+    ``kernels.common.unfold`` on ``stream`` (a raw handle; None: the current stream);
+    elsewhere the same in torch."""
+    columns_shape = (problem.N, problem.P, problem.Q, width)
+    vector = VECTOR_BYTES // x.element_size()
+    threads = problem.N * problem.P * problem.Q * (width // vector)
+    if not x.is_cuda or threads >= 2**31:  # the kernel numbers its threads in 32 bits
+        return _im2col_columns_torch(x, problem, width)
+    columns = torch.empty(columns_shape, dtype=x.dtype, device=x.device)
+    (top, _), (left, _) = problem.padding
+    geometry = (
+        problem.N, problem.H, problem.W, problem.P, problem.Q, problem.R, problem.S, top, left,
+        *problem.stride, *problem.dilation, width // vector,
+    )  # fmt: skip
+    _launch_staging(compile_im2col_columns, (problem.C,), x, columns, geometry, stream)
+    return columns
+
+
+def _im2col_columns_torch(
+    x: torch.Tensor, problem: Conv2dProblemShape, width: int
+) -> torch.Tensor:
+    """``_im2col_columns`` in torch ops (a pad, a zero fill and a strided copy): for CPU
+    tensors, and the specification the GPU tests hold the kernel to."""
     (top, bottom), (left, right) = problem.padding
     padded = F.pad(x, (0, 0, left, right, top, bottom))
     s_n, s_h, s_w, s_c = padded.stride()
@@ -236,6 +262,26 @@ def _im2col_columns(x: torch.Tensor, problem: Conv2dProblemShape, width: int) ->
     columns = x.new_zeros(n, p, q, width)
     columns[..., : r * s * c].unflatten(-1, shape[3:]).copy_(patches)
     return columns
+
+
+def _launch_staging(
+    compile_fn: Callable,
+    compile_args: tuple,
+    x: torch.Tensor,
+    staged: torch.Tensor,
+    geometry: tuple[int, ...],
+    stream: int | None,
+) -> None:
+    """Launch the staging kernel ``compile_fn(arch, dtype, *compile_args)`` from ``x`` into
+    ``staged`` on ``stream`` (a raw handle; None: the current stream)."""
+    device_index = x.get_device()
+    if stream is None:
+        stream = current_raw_stream(device_index)
+    # fp8 arrives as its bytes (uint8): the kernels move them as fp8 values, never converted.
+    dtype = torch.float8_e4m3fn if x.element_size() == 1 else x.dtype
+    kernel = compile_fn(device_arch(device_index), dtype, *compile_args)
+    with on_device(device_index):
+        kernel.launch(x.data_ptr(), staged.data_ptr(), *geometry, stream)
 
 
 @dataclass(frozen=True)
@@ -270,20 +316,12 @@ def _space_to_depth(
     handle; None: the current stream); elsewhere the same in torch."""
     if not x.is_cuda:
         return _space_to_depth_torch(x, problem, kp)
-    device_index = x.get_device()
-    if stream is None:
-        stream = current_raw_stream(device_index)
     fold = fold_shape(problem)
-    # fp8 arrives as its bytes (uint8): the kernel moves them as fp8 values, never converted.
-    dtype = torch.float8_e4m3fn if x.element_size() == 1 else x.dtype
-    kernel = compile_space_to_depth(
-        device_arch(device_index), dtype, problem.C, fold.channels, fold.cols
-    )
     staged = torch.empty(kp.N, kp.H, kp.W, kp.C, dtype=x.dtype, device=x.device)
     (top, _), (left, _) = problem.padding
     geometry = (problem.N, problem.H, problem.W, kp.H, kp.W, top, left)
-    with on_device(device_index):
-        kernel.launch(x.data_ptr(), staged.data_ptr(), *geometry, stream)
+    compile_args = (problem.C, fold.channels, fold.cols)
+    _launch_staging(compile_space_to_depth, compile_args, x, staged, geometry, stream)
     return staged
 
 
@@ -389,7 +427,7 @@ def _stage_activation(x: torch.Tensor, plan: StagingPlan, stream: int | None) ->
     if plan.space_to_depth:
         return _space_to_depth(x, problem, kp, stream)
     if plan.im2col:
-        return _im2col_columns(x, problem, kp.C)
+        return _im2col_columns(x, problem, kp.C, stream)
     c_pad = kp.C - problem.C
     return (F.pad(x, (0, c_pad)) if c_pad else x).contiguous()
 

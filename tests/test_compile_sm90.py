@@ -264,6 +264,35 @@ def test_space_to_depth_kernel_moves_16_byte_pixels(arch):
     assert ptx3.count("ld.global.b16") == 3 and "st.global.v2.b32" in ptx3
 
 
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_im2col_kernel_stores_16_byte_vectors(arch):
+    """The unfolding kernel: a thread loads its vector's elements one by one (each with its
+    predicate) and stores them as one 16-byte vector, 8 of 16 bits or 16 of fp8."""
+    from cute_conv.compile import compile_im2col_columns
+
+    for dtype, elements, load in ((torch.bfloat16, 8, "b16"), (torch.float8_e4m3fn, 16, "b8")):
+        ptx = compile_im2col_columns(arch, dtype, 3).ptx
+        assert ptx.count(f"ld.global.{load}") == elements
+        assert ptx.count("st.global.v4.b32") == 1 and "st.global.b" not in ptx
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        (dict(channels=0), ValueError, "channels must be a positive int, got 0"),
+        (dict(channels=3.0), ValueError, "channels must be a positive int, got 3.0"),
+        (dict(dtype=torch.float32), TypeError, "dtype=float32 is not supported"),
+        (dict(arch="sm_80"), ValueError, "arch='sm_80' has no kernel"),
+    ],
+)
+def test_im2col_kernel_names_a_wrong_argument(kwargs, error, match):
+    from cute_conv.compile import compile_im2col_columns
+
+    args = {"arch": "sm_90a", "dtype": torch.bfloat16, "channels": 3, **kwargs}
+    with pytest.raises(error, match=match):
+        compile_im2col_columns(**args)
+
+
 def test_stream_k_fixup_in_the_ptx():
     """Stream-K writes and reads a thread's partial as 16-byte vectors, publishes it with a
     release (fence + relaxed add) and waits with acquire loads; without stream-K none of it."""

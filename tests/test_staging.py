@@ -131,6 +131,37 @@ def test_space_to_depth_kernel_matches_the_torch_staging(n, h, w, c, r, s, paddi
     assert torch.equal(staged.cpu(), expected)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.uint8])
+@pytest.mark.parametrize(
+    "n,h,w,c,r,s,conv",
+    [
+        (1, 30, 28, 3, 3, 3, dict(padding=1)),  # VGG's stem: 27 columns of 32
+        (2, 33, 30, 3, 7, 7, dict(stride=3, padding=3)),  # 147 columns of 152 (fp8: 160)
+        (3, 17, 21, 1, 5, 4, dict(padding=((0, 2), (3, 1)), dilation=(2, 3))),
+        (2, 44, 19, 4, 3, 5, dict(stride=(3, 2), padding=((2, 6), (0, 0)), dilation=(3, 1))),
+        (1, 9, 11, 2, 2, 2, dict(padding=((1, 0), (0, 1)))),
+    ],
+)
+def test_im2col_kernel_matches_the_torch_staging(n, h, w, c, r, s, conv, dtype):
+    """The unfolding kernel writes exactly what the torch specification does, every element
+    (its output starts NaN-poisoned, so an element it skips shows); fp8 activations arrive
+    as their bytes (uint8), rows of 16-byte units of them."""
+    from cute_conv.staging import _im2col_columns, _im2col_columns_torch
+
+    if dtype == torch.uint8:
+        x = torch.randint(1, 256, (n, h, w, c), dtype=dtype, device="cuda")
+    else:
+        x = torch.randn(n, h, w, c, device="cuda").to(dtype)
+    problem = Conv2dProblemShape.from_shapes(x.shape, (8, r, s, c), **conv)
+    kp = kernel_problem_for(problem, x.element_size())
+    assert uses_im2col(problem) and kp.C % (16 // x.element_size()) == 0
+    expected = _im2col_columns_torch(x.cpu(), problem, kp.C)
+    staged = _im2col_columns(x, problem, kp.C, None)
+    torch.cuda.synchronize()
+    assert staged.shape == expected.shape and torch.equal(staged.cpu(), expected)
+
+
 def test_im2col_is_used_for_few_channels_only():
     stem = Conv2dProblemShape.from_shapes((1, 32, 32, 3), (64, 7, 7, 3), stride=2, padding=3)
     assert uses_space_to_depth(stem) and not uses_im2col(stem)

@@ -1,0 +1,116 @@
+"""Unfolding of an NHWC activation into explicit im2col columns: the staging of convs with very
+few channels (the RGB stems no other staging takes), which then run as 1x1 convs.
+
+Row ``(n, p, q)`` of the ``[N*P*Q, width]`` columns holds the ``(r, s, c)`` patch under output
+pixel ``(p, q)`` (c fastest), zero where the patch leaves the image and in the ``width - R*S*C``
+columns that round a row up to whole 16-byte TMA units. It replaces torch's pad, zero fill and
+strided copy (three passes and several host-side views) with one pass: every thread writes one
+16-byte vector of a row, loading each of its elements with a predicate.
+
+The host side (``cute_conv.staging``) owns the geometry; C is the one compile-time extent (the
+division of a column into tap and channel), the rest are runtime values.
+"""
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+
+VECTOR_BYTES = 16  # one store per thread; rows are whole TMA units, so a multiple of this
+_THREADS = 256
+
+
+class Im2colColumns:
+    """``__call__`` is the compiled entry: raw pointers of the contiguous ``[N, H, W, C]`` input
+    and the ``[N*P*Q, width]`` columns, then the geometry as Int32 (``n, h, w, p, q, r, s,
+    pad_top, pad_left, stride_h, stride_w, dil_h, dil_w``) and ``chunks = width / vector``, the
+    vectors of a row."""
+
+    def __init__(self, dtype: type[cutlass.Numeric], channels: int):
+        if channels < 1:
+            raise ValueError(f"channels={channels} must be at least 1")
+        self.dtype = dtype
+        self.channels = channels
+        self.vector = VECTOR_BYTES * 8 // dtype.width
+
+    @cute.jit
+    def __call__(
+        self,
+        x_ptr: cute.Pointer,
+        y_ptr: cute.Pointer,
+        n: cutlass.Int32,
+        h: cutlass.Int32,
+        w: cutlass.Int32,
+        p: cutlass.Int32,
+        q: cutlass.Int32,
+        r: cutlass.Int32,
+        s: cutlass.Int32,
+        pad_top: cutlass.Int32,
+        pad_left: cutlass.Int32,
+        stride_h: cutlass.Int32,
+        stride_w: cutlass.Int32,
+        dil_h: cutlass.Int32,
+        dil_w: cutlass.Int32,
+        chunks: cutlass.Int32,
+        stream: cuda.CUstream,
+    ):
+        c, vector = self.channels, self.vector
+        # Row and image strides are 64-bit: a batch may hold more than 2**31 elements.
+        row_stride = cutlass.Int64(c) * w
+        m_x = cute.make_tensor(
+            x_ptr, cute.make_layout((c, w, h, n), stride=(1, c, row_stride, row_stride * h))
+        )
+        # Every vector starts at a multiple of 16 bytes: lets it move as one store.
+        width = cute.assume(cutlass.Int64(chunks) * vector, divby=vector)
+        rows = n * p * q
+        m_y = cute.make_tensor(
+            y_ptr, cute.make_layout((vector, chunks, rows), stride=(1, vector, width))
+        )
+        self.kernel(
+            m_x, m_y, p, q, r, s, pad_top, pad_left, stride_h, stride_w, dil_h, dil_w
+        ).launch(
+            grid=((rows * chunks + _THREADS - 1) // _THREADS, 1, 1),
+            block=[_THREADS, 1, 1],
+            stream=stream,
+        )
+
+    @cute.kernel
+    def kernel(
+        self,
+        m_x: cute.Tensor,
+        m_y: cute.Tensor,
+        p: cutlass.Int32,
+        q: cutlass.Int32,
+        r: cutlass.Int32,
+        s: cutlass.Int32,
+        pad_top: cutlass.Int32,
+        pad_left: cutlass.Int32,
+        stride_h: cutlass.Int32,
+        stride_w: cutlass.Int32,
+        dil_h: cutlass.Int32,
+        dil_w: cutlass.Int32,
+    ):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        _, chunks, rows = m_y.shape
+        _, w, h, _ = m_x.shape
+        # Consecutive threads take consecutive vectors of a row: a warp writes one span.
+        slot = bidx * _THREADS + tidx
+        row = slot // chunks
+        chunk = slot - row * chunks
+        if row < rows:
+            image = row // (p * q)
+            pixel = row - image * (p * q)
+            out_h = pixel // q
+            top = out_h * stride_h - pad_top
+            left = (pixel - out_h * q) * stride_w - pad_left
+            values = cute.make_rmem_tensor((self.vector,), self.dtype)
+            values.fill(0)
+            for e in cutlass.range_constexpr(self.vector):
+                column = chunk * self.vector + e
+                tap = column // self.channels
+                tap_h = tap // s
+                in_h = top + tap_h * dil_h
+                in_w = left + (tap - tap_h * s) * dil_w
+                if tap_h < r and in_h >= 0 and in_h < h and in_w >= 0 and in_w < w:
+                    values[e] = m_x[(column - tap * self.channels, in_w, in_h, image)]
+            cute.autovec_copy(values, m_y[(None, chunk, row)])
