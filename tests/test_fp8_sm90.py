@@ -74,6 +74,7 @@ SHAPES = [
     pytest.param((2, 14, 14, 256, 384, 1, 1, {}), id="1x1-k384"),
     pytest.param((2, 20, 20, 3, 64, 7, 7, dict(padding=3, stride=2)), id="stem-c3"),
     pytest.param((1, 16, 16, 8, 32, 7, 7, dict(padding=3, stride=2)), id="stem-c8"),
+    pytest.param((2, 17, 15, 3, 64, 3, 3, dict(padding=1)), id="rgb-im2col"),
     pytest.param((4, 7, 7, 512, 512, 3, 3, dict(padding=1)), id="deep-k4608"),
 ]
 
