@@ -1,5 +1,5 @@
 """Gathered operands against staged copies, for convs whose C is not a multiple of 8: measure
-both, and fit the gather rule's bounds (``config.MAX_GATHER_ELEMS_PER_SM``).
+both, and fit the gather rule's bounds (``config.MAX_GATHER_LOADS_PER_SM``).
 
     python benchmarks/sweep_gather.py [--max-seconds 500]   # H100/H200, both splits
     python benchmarks/sweep_gather.py --fit                 # no GPU
@@ -12,7 +12,7 @@ channel-padded problem with both operands gathered ("gathered",
 ``config.with_gathered_operands``), and cuDNN's ``F.conv2d``, each checked against the
 float32 reference, then timed eagerly and replayed from CUDA graphs, interleaved as
 ``bench.py`` times. Rows go to ``gather_sweep.json`` with the staging spared and each
-problem's gathered elements per SM (``config.gather_elems_per_sm``); a rerun skips the
+problem's gather loads per SM (``config.gather_loads_per_sm``); a rerun skips the
 problems already there. ``--fit`` picks a bound per staging on the train part and reports
 both parts: the score of a bound is the geomean, over the problems, of the faster variant's
 time over the chosen one's, eager and replayed alike (their geomean: an eager caller and a
@@ -54,7 +54,7 @@ def measure(p: dict) -> dict:
     from models import replay_of
 
     import cute_conv
-    from cute_conv.config import gather_elems_per_sm, with_gathered_operands
+    from cute_conv.config import gather_loads_per_sm, with_gathered_operands
     from cute_conv.reference import conv2d_reference
     from cute_conv.staging import channels_padded, gather_replaces, kernel_problem_for
 
@@ -62,13 +62,14 @@ def measure(p: dict) -> dict:
     staged = cute_conv.default_config(kernel_problem_for(problem), NUM_SMS)
     padded = channels_padded(problem)
     base = cute_conv.default_config(padded, NUM_SMS)
-    configs = {"staged": staged, "gathered": with_gathered_operands(base)}
+    gathered = with_gathered_operands(base, problem.C)
+    configs = {"staged": staged, "gathered": gathered}
     checks, fns = checked_runs(x, flt, conv2d_reference(x, flt, **geom), geom, configs)
     fns["cudnn"] = cudnn_run(x, flt, problem)
     fns |= {f"{name}_graph": replay_of(fn) for name, fn in list(fns.items())}
     row = {k: p[k] for k in ("key", "split", "gflop")} | {"default": repr(staged)}
     row["replaces"] = gather_replaces(problem)
-    row["elems_per_sm"] = gather_elems_per_sm(base, padded, NUM_SMS)
+    row["loads_per_sm"] = gather_loads_per_sm(gathered, padded, NUM_SMS)
     return row | {"checks": checks, "ms": time_interleaved(fns)}
 
 
@@ -78,7 +79,7 @@ def sweep(max_seconds: float) -> None:
 
 def chosen_ms(row: dict, bound: float, suffix: str = "") -> float:
     """The time of the variant the rule picks at ``bound``."""
-    name = "gathered" if row["elems_per_sm"] <= bound else "staged"
+    name = "gathered" if row["loads_per_sm"] <= bound else "staged"
     return row["ms"][name + suffix]
 
 
@@ -99,8 +100,8 @@ def measured_rows(replaces: str | None = None) -> list[dict]:
 
 def fit_bound(rows: list[dict]) -> float:
     """The bound with the best score on ``rows``, eager and replayed (see the module
-    docstring); candidates: every row's elems_per_sm, and 0."""
-    candidates = sorted({0, *(r["elems_per_sm"] for r in rows)})
+    docstring); candidates: every row's loads_per_sm, and 0."""
+    candidates = sorted({0, *(r["loads_per_sm"] for r in rows)})
     return middle_of_best(candidates, lambda b: (score(rows, b) * score(rows, b, "_graph")) ** 0.5)
 
 
@@ -113,7 +114,7 @@ def fit() -> None:
     for replaces in ("pad", "im2col"):
         train, heldout = by_split(measured_rows(replaces))
         bound = fit_bound(train)
-        print(f"{replaces}: bound fitted on {len(train)} train problems: {bound} elements per SM")
+        print(f"{replaces}: bound fitted on {len(train)} train problems: {bound} loads per SM")
         for name, part in (("train", train), ("held-out", heldout)):
             print(f"  {name} ({len(part)} problems):")
             for suffix, what in (("", "eager"), ("_graph", "CUDA graphs")):

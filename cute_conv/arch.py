@@ -41,9 +41,10 @@ class ArchKernels:
     autotuned: bool
     # For a call without a config whose C would be padded or unfolded (im2col): ``(the
     # heuristic's config for the channel-padded problem, that problem, SM count, bytes of an
-    # input element, the staging spared)`` -> a config that gathers the operands, or None
-    # for the staged path (None: the arch's kernels always read staged copies).
-    gather_rule: Optional[Callable[[Any, Conv2dProblemShape, int, int, str], Any]]
+    # input element, the staging spared; keyword ``channels``: the conv's C)`` -> a config
+    # that gathers the operands, or None for the staged path (None: the arch's kernels always
+    # read staged copies).
+    gather_rule: Optional[Callable[..., Any]]
     # The scratch a launch needs, ``(float32 partials, int32 flags)`` or None, for
     # ``(kernel problem, config, max clusters)`` (None: the arch's kernels never need any).
     workspace_size: Optional[Callable[[Conv2dProblemShape, Any, int], Optional[tuple]]]

@@ -14,6 +14,7 @@ from dataclasses import replace
 from .kernels.sm90.config import HALO_SLACK_ROWS, TILE_K_CHOICES, TILE_N_CHOICES, Conv2dConfig
 from .kernels.sm90.schedule_checks import (
     GATHER_ELEMENT_BITS,
+    GATHER_VECTOR_CHOICES,
     MAX_K_TILE_BYTES,
     MIN_K_TILE_BYTES,
 )
@@ -25,7 +26,7 @@ __all__ = [
     "check_config_fits",
     "check_element_bytes",
     "default_config",
-    "gather_elems_per_sm",
+    "gather_loads_per_sm",
     "gathered_config",
     "with_gathered_operands",
     "k_tile_width",
@@ -64,11 +65,11 @@ _HALO_TILE_W = 64
 _HALO_MIN_FILL = 0.75
 # Ping-pong halo tiles (see pingpong_halo_tile): 4 output rows of 32 columns.
 _PINGPONG_HALO_TILE_W = 32
-# Gathered operands (see gathered_config) for convs whose SMs each gather at most this many
-# elements (A and filter tile rows x k-tile channels, summed over the SM's tiles), by the
-# staging they spare: fitted on the corpus's train part on an H100
+# Gathered operands (see gathered_config) for convs whose SMs each issue at most this many
+# gather loads (A and filter tile rows x k-tile channels / gather_vector, summed over the SM's
+# tiles), by the staging they spare: fitted on the corpus's train part on an H100
 # (benchmarks/sweep_gather.py, gather_sweep.json).
-MAX_GATHER_ELEMS_PER_SM = {"pad": 21504, "im2col": 36864}
+MAX_GATHER_LOADS_PER_SM = {"pad": 24576, "im2col": 28672}
 GATHERED_ELEMENT_BYTES = GATHER_ELEMENT_BITS // 8
 # Stream-K for grids of at most this fraction of a wave of tiles (see default_config) ...
 _MAX_WAVE_STREAM_K = 0.6
@@ -111,8 +112,9 @@ def check_element_bytes(element_bytes: object) -> None:
 
 def check_config_fits(config: Conv2dConfig, problem: Conv2dProblemShape) -> None:
     """Raise ``ValueError`` if ``config`` cannot run the kernel problem ``problem`` (the limits
-    of halo tiles; other configs run any problem); ``TypeError`` for arguments of other types
-    (``can_implement_sm100`` checks an SM100 config)."""
+    of halo tiles, C a multiple of ``gather_vector``; other configs run any problem);
+    ``TypeError`` for arguments of other types (``can_implement_sm100`` checks an SM100
+    config)."""
     if not isinstance(config, Conv2dConfig):
         hint = (
             " (can_implement_sm100 checks those)" if isinstance(config, Conv2dConfigSm100) else ""
@@ -123,6 +125,11 @@ def check_config_fits(config: Conv2dConfig, problem: Conv2dProblemShape) -> None
         misfit = _halo_misfit(problem, config.tile_m, config.tile_w, config.halo_h)
         if misfit:
             raise ValueError(misfit)
+    if problem.C % config.gather_vector:
+        raise ValueError(
+            f"gather_vector={config.gather_vector} loads that many channels at once: C must be "
+            f"a multiple of it, got C={problem.C} (with_gathered_operands picks one that fits)"
+        )
 
 
 def _halo_rows(problem: Conv2dProblemShape, tile_m: int, tile_w: int) -> int:
@@ -307,50 +314,59 @@ def gathered_config(
     num_sms: int = 132,
     element_bytes: int = 2,
     replaces: str = "pad",
+    *,
+    channels: int,
 ) -> Conv2dConfig | None:
-    """For a call whose operands would be staged (``replaces``: ``"pad"``, C zero-padded to
-    a multiple of 8, or ``"im2col"``, unfolded into columns; ``staging.gather_replaces``):
-    ``with_gathered_operands(config)``, where ``config`` is the heuristic's for the
-    channel-padded problem (``staging.channels_padded``), if each SM gathers at most
-    ``MAX_GATHER_ELEMS_PER_SM[replaces]`` elements (``gather_elems_per_sm``); else None (the
-    staged path). The gather warps load far slower than TMA, so this pays on small convs
+    """For a call of ``channels`` input channels whose operands would be staged
+    (``replaces``: ``"pad"``, C zero-padded to a multiple of 8, or ``"im2col"``, unfolded into
+    columns; ``staging.gather_replaces``): ``with_gathered_operands(config, channels)``, where
+    ``config`` is the heuristic's for the channel-padded problem
+    (``staging.channels_padded``), if each SM issues at most
+    ``MAX_GATHER_LOADS_PER_SM[replaces]`` gather loads (``gather_loads_per_sm``); else None
+    (the staged path). The gather warps load far slower than TMA, so this pays on small convs
     only, where the staging's launches and passes cost more than the kernel's whole
     mainloop. fp8 inputs (``element_bytes`` 1) are never gathered."""
     check_element_bytes(element_bytes)
-    if replaces not in MAX_GATHER_ELEMS_PER_SM:
+    if replaces not in MAX_GATHER_LOADS_PER_SM:
         raise ValueError(
-            f"replaces must be one of {', '.join(MAX_GATHER_ELEMS_PER_SM)}, got {replaces!r}"
+            f"replaces must be one of {', '.join(MAX_GATHER_LOADS_PER_SM)}, got {replaces!r}"
         )
+    gathered = with_gathered_operands(config, channels)
     if element_bytes != GATHERED_ELEMENT_BYTES:
         return None
-    if gather_elems_per_sm(config, padded_problem, num_sms) > MAX_GATHER_ELEMS_PER_SM[replaces]:
+    if gather_loads_per_sm(gathered, padded_problem, num_sms) > MAX_GATHER_LOADS_PER_SM[replaces]:
         return None
-    return with_gathered_operands(config)
+    return gathered
 
 
-def with_gathered_operands(config: Conv2dConfig) -> Conv2dConfig:
-    """``config`` with ``gather``, on single-CTA clusters without ping-pong, halo tiles,
-    stream-K or dynamic scheduling (which a gathering kernel does not take), its tile
-    kept."""
+def with_gathered_operands(config: Conv2dConfig, channels: int) -> Conv2dConfig:
+    """``config`` with ``gather`` for a conv of ``channels`` input channels (C): on
+    single-CTA clusters without ping-pong, halo tiles, stream-K or dynamic scheduling (which
+    a gathering kernel does not take), loading the largest ``gather_vector`` that divides C,
+    its tile kept."""
     if not isinstance(config, Conv2dConfig):
         raise TypeError(f"config must be a Conv2dConfig, got {type(config).__name__}")
+    if not isinstance(channels, int) or isinstance(channels, bool) or channels < 1:
+        raise ValueError(f"channels must be a positive int (the conv's C), got {channels!r}")
+    vector = max(v for v in GATHER_VECTOR_CHOICES if channels % v == 0)
     return replace(
         config, cluster_m=1, cluster_n=1, stream_k=False, dynamic_schedule=False, tile_w=0,
-        halo_h=0, pingpong=False, gather=True,
+        halo_h=0, pingpong=False, gather=True, gather_vector=vector,
     )  # fmt: skip
 
 
-def gather_elems_per_sm(
+def gather_loads_per_sm(
     config: Conv2dConfig, kernel_problem: Conv2dProblemShape, num_sms: int = 132
 ) -> int:
-    """The A and filter elements the busiest SM gathers with ``config``'s tiles on the
-    channel-padded ``kernel_problem``: its rounds of tiles x k-tiles x (tile_m + tile_n) x
-    tile_k."""
+    """The gather loads the busiest SM issues with ``config``'s tiles on the channel-padded
+    ``kernel_problem``: its rounds of tiles x k-tiles x (tile_m + tile_n) x tile_k elements
+    of A and filter, over ``gather_vector`` elements per load."""
     check_heuristic_args(kernel_problem, num_sms)
     if not isinstance(config, Conv2dConfig):
         raise TypeError(f"config must be a Conv2dConfig, got {type(config).__name__}")
     tiles, k_tiles = schedule_shape(kernel_problem, config.tile_m, config.tile_n, config.tile_k)
-    return -(-tiles // num_sms) * k_tiles * (config.tile_m + config.tile_n) * config.tile_k
+    elements = -(-tiles // num_sms) * k_tiles * (config.tile_m + config.tile_n) * config.tile_k
+    return elements // config.gather_vector
 
 
 def tile_widths(k: int) -> tuple[int, ...]:

@@ -310,7 +310,10 @@ def _gathered_if_it_pays(
     base = config
     if padded != kernel_problem:  # im2col columns: the staged config does not fit the conv
         base = target.heuristic(padded, num_sms, has_residual, element_bytes)
-    return target.gather_rule(base, padded, num_sms, element_bytes, replaces) or config
+    gathered = target.gather_rule(
+        base, padded, num_sms, element_bytes, replaces, channels=problem.C
+    )
+    return gathered or config
 
 
 def heuristic_config(

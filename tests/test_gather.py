@@ -12,8 +12,8 @@ from cute_conv.kernels.sm90.pipeline_checks import sm90_barrier_specs
 import cute_conv
 from cute_conv import Conv2dConfig
 from cute_conv.config import (
-    MAX_GATHER_ELEMS_PER_SM,
-    gather_elems_per_sm,
+    MAX_GATHER_LOADS_PER_SM,
+    gather_loads_per_sm,
     gathered_config,
     schedule_shape,
     with_gathered_operands,
@@ -25,6 +25,7 @@ from cute_conv.staging import (
     gather_replaces,
     kernel_problem_for,
 )
+from tests.sass import loads_waiting_on_loads, sass_of
 
 
 def conv(n, h, c, k, r, **geom):
@@ -88,43 +89,65 @@ def small_and_large():
 def test_gathered_config_takes_small_convs_only():
     small, large = small_and_large()
     base = Conv2dConfig(tile_n=64, tile_k=16, cluster_m=2)
-    chosen = gathered_config(base, small, 132)
-    assert chosen.gather and chosen.cluster_shape_mn == (1, 1)
+    chosen = gathered_config(base, small, 132, channels=15)
+    assert chosen.gather and chosen.cluster_shape_mn == (1, 1) and chosen.gather_vector == 1
     assert chosen.tile_shape_mnk == base.tile_shape_mnk
-    assert gathered_config(base, small, 132, replaces="im2col") == chosen
-    assert gathered_config(base, large, 132) is None
-    assert gathered_config(base, small, 132, element_bytes=1) is None
+    assert gathered_config(base, small, 132, replaces="im2col", channels=15) == chosen
+    assert gathered_config(base, large, 132, channels=15) is None
+    assert gathered_config(base, small, 132, element_bytes=1, channels=15) is None
 
 
-def test_gathered_config_threshold_is_elements_per_sm():
+def test_gathered_config_threshold_is_loads_per_sm():
+    """A load moves gather_vector channels: C=12 convs issue a quarter of C=9's loads, and
+    the bound counts loads."""
     config = Conv2dConfig(tile_n=64, tile_k=16)
-    for n in range(1, 40):
+    for n in range(1, 80):
         problem = conv(n, 16, 16, 64, 3, padding=1)
         tiles, k_tiles = schedule_shape(problem, 128, 64, 16)
         elems = -(-tiles // 132) * k_tiles * (128 + 64) * 16
-        assert gather_elems_per_sm(config, problem) == elems
-        for replaces, bound in MAX_GATHER_ELEMS_PER_SM.items():
-            chosen = gathered_config(config, problem, replaces=replaces)
-            assert (chosen is not None) == (elems <= bound)
+        for channels, vector in ((9, 1), (10, 2), (12, 4), (14, 2)):
+            gathered = with_gathered_operands(config, channels)
+            assert gather_loads_per_sm(gathered, problem) == elems // vector
+            for replaces, bound in MAX_GATHER_LOADS_PER_SM.items():
+                chosen = gathered_config(config, problem, replaces=replaces, channels=channels)
+                assert (chosen is not None) == (elems // vector <= bound)
 
 
 def test_with_gathered_operands_turns_off_what_it_excludes():
     config = Conv2dConfig(tile_m=256, tile_n=64, dynamic_schedule=True, tile_w=64, halo_h=6)
-    gathered = with_gathered_operands(config)
+    gathered = with_gathered_operands(config, 3)
     assert gathered == Conv2dConfig(tile_m=256, tile_n=64, gather=True)
-    assert with_gathered_operands(Conv2dConfig(pingpong=True)) == Conv2dConfig(gather=True)
+    assert with_gathered_operands(Conv2dConfig(pingpong=True), 5) == Conv2dConfig(gather=True)
+
+
+@pytest.mark.parametrize("channels,vector", [(1, 1), (3, 1), (6, 2), (12, 4), (84, 4), (222, 2)])
+def test_the_gather_loads_the_widest_vector_that_divides_c(channels, vector):
+    assert with_gathered_operands(Conv2dConfig(), channels).gather_vector == vector
+    if channels <= 16:  # one k-tile: gathered at any bound fitted so far
+        assert heuristic_config(conv(1, 4, channels, 64, 1), 132).gather_vector == vector
+
+
+def test_gather_vector_is_checked_against_c_and_the_config():
+    with pytest.raises(ValueError, match=r"gather_vector must be one of \(1, 2, 4\)"):
+        Conv2dConfig(gather=True, gather_vector=8)
+    with pytest.raises(ValueError, match="1 without gather"):
+        Conv2dConfig(gather_vector=2)
+    with pytest.raises(ValueError, match="C must be a multiple of it, got C=6"):
+        cute_conv.check_config_fits(Conv2dConfig(gather=True, gather_vector=4), conv(1, 8, 6, 8, 1))
+    with pytest.raises(ValueError, match="channels must be a positive int"):
+        with_gathered_operands(Conv2dConfig(), 0)
 
 
 def test_gathered_config_checks_its_arguments():
     small, _ = small_and_large()
     with pytest.raises(TypeError, match="config must be a Conv2dConfig"):
-        gathered_config(cute_conv.Conv2dConfigSm100(), small)
+        gathered_config(cute_conv.Conv2dConfigSm100(), small, channels=15)
     with pytest.raises(ValueError, match="num_sms"):
-        gathered_config(Conv2dConfig(), small, 0)
+        gathered_config(Conv2dConfig(), small, 0, channels=15)
     with pytest.raises(ValueError, match="element_bytes"):
-        gathered_config(Conv2dConfig(), small, 132, element_bytes=4)
+        gathered_config(Conv2dConfig(), small, 132, element_bytes=4, channels=15)
     with pytest.raises(ValueError, match="replaces must be one of pad, im2col"):
-        gathered_config(Conv2dConfig(), small, 132, replaces="space-to-depth")
+        gathered_config(Conv2dConfig(), small, 132, replaces="space-to-depth", channels=15)
 
 
 def test_heuristic_config_gathers_small_padded_and_unfolded_convs():
@@ -170,3 +193,23 @@ def test_a_gathering_kernel_loads_its_operands_by_threads(config, epilogue):
     plain = cute_conv.compile_kernel("sm_90a", config=Conv2dConfig(), epilogue=epilogue)
     assert "im2col" in plain.ptx
     assert re.search(r"cp\.async\.bulk\.tensor\.4d\.shared", plain.ptx)
+
+
+@pytest.mark.parametrize(
+    "tile_mnk", [(128, 64, 16), (128, 64, 64), (256, 64, 32), (128, 128, 64)], ids=str
+)
+@pytest.mark.parametrize("vector", [1, 2, 4])
+def test_gather_loads_are_in_flight_together(tile_mnk, vector):
+    """A thread's loads of a group of units all issue before any is waited for: no load
+    writes a register another load of the group wrote (when the runs were packed as they
+    were loaded, ptxas reused registers and serialized the loads: 2-3x slower). Loads are
+    as wide as ``gather_vector`` allows."""
+    tile_m, tile_n, tile_k = tile_mnk
+    config = Conv2dConfig(
+        tile_m=tile_m, tile_n=tile_n, tile_k=tile_k, gather=True, gather_vector=vector
+    )
+    kernel = cute_conv.compile_kernel("sm_90a", config=config)
+    sass = sass_of(kernel.cubin)
+    assert loads_waiting_on_loads(sass) == 0
+    widths = set(re.findall(r"\bLDG\.E(\.\S+)?\s", sass))  # 16, 32 or 64 bits
+    assert widths == {{1: ".U16", 2: "", 4: ".64"}[vector]}

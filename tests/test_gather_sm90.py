@@ -1,8 +1,9 @@
 """GPU numerics of gathered operands (``Conv2dConfig.gather``): convs whose C is not a
 multiple of 8, activation and filter read unpadded, against a float32 reference with the output inside a sentinel
 guard band (``test_thread_store_sm90.run_and_check``): odd and even C, padding, strides,
-dilation, M and C tails inside a k-tile, several k-tiles per tap, residuals, K not a multiple
-of 8 (thread stores), CUDA-graph replays, and the heuristic's choice of it."""
+dilation, M and C tails inside a k-tile, several k-tiles per tap, loads of 1, 2 and 4
+channels (``gather_vector``), residuals, K not a multiple of 8 (thread stores), CUDA-graph
+replays, and the heuristic's choice of it."""
 
 from __future__ import annotations
 
@@ -42,6 +43,35 @@ def test_gathered_operands(problem, tile_k):
     run_and_check(*shape, geom=geom, config=config)
 
 
+# Even C loaded 2 or 4 channels at a time (gather_vector), every vector that divides C.
+VECTOR_CASES = [
+    pytest.param(problem, vector, id=f"{name}-v{vector}")
+    for name, problem in PROBLEMS.items()
+    for vector in (2, 4)
+    if problem[3] % vector == 0
+]
+
+
+@pytest.mark.parametrize("tile_k", [16, 64])
+@pytest.mark.parametrize("problem,vector", VECTOR_CASES)
+def test_gathered_operands_by_vectors(problem, vector, tile_k):
+    *shape, geom = problem
+    config = Conv2dConfig(tile_n=64, tile_k=tile_k, gather=True, gather_vector=vector)
+    run_and_check(*shape, geom=geom, config=config)
+
+
+@pytest.mark.parametrize(
+    "c,config",
+    [(44, Conv2dConfig(tile_m=256, tile_n=32, tile_k=32, gather=True, gather_vector=4)),
+     (38, Conv2dConfig(tile_m=192, tile_n=128, tile_k=64, gather=True, gather_vector=2)),
+     (36, Conv2dConfig(tile_n=128, tile_k=16, stages=2, gather=True, gather_vector=4))],
+    ids=["256x32-v4", "192x128-v2", "two-stages-v4"],
+)  # fmt: skip
+def test_gathered_vectors_on_other_tiles(c, config):
+    # C past one k-tile of 16 or 32 channels, and not a multiple of it: a tail vector row.
+    run_and_check(3, 13, 15, c, 70, 3, 3, geom=dict(padding=1), config=config)
+
+
 @pytest.mark.parametrize(
     "config",
     [Conv2dConfig(tile_m=256, tile_n=32, tile_k=32, gather=True),
@@ -56,8 +86,10 @@ def test_gathered_operands_on_other_tiles(config):
 
 @pytest.mark.parametrize("order", ["after_activation", "before_activation"])
 @pytest.mark.parametrize("k", [6, 64])
-def test_gathered_operands_with_a_residual(order, k):
-    run_and_check(2, 9, 11, 12, k, 3, 3, geom=dict(padding=1), config=GATHER, beta=0.5,
+@pytest.mark.parametrize("vector", [1, 4])
+def test_gathered_operands_with_a_residual(order, k, vector):
+    config = Conv2dConfig(tile_n=64, tile_k=16, gather=True, gather_vector=vector)
+    run_and_check(2, 9, 11, 12, k, 3, 3, geom=dict(padding=1), config=config, beta=0.5,
                   order=order)  # fmt: skip
 
 
@@ -90,6 +122,7 @@ def test_the_heuristic_gathers_a_small_conv_and_pads_a_large_one():
 
     small, large = plan_for(1, 16, 12, 1), plan_for(64, 128, 12, 3)
     assert small.kernel.key.config.gather and not small.needs_staging
+    assert small.kernel.key.config.gather_vector == 4  # C=12: 4 channels per load
     assert small.staging.kernel_problem.C == 12
     assert not large.kernel.key.config.gather and large.staging.kernel_problem.C == 16
     run_and_check(1, 16, 16, 12, 64, 1, 1)

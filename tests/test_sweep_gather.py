@@ -1,5 +1,5 @@
 """The gather sweep's CPU parts (benchmarks/sweep_gather.py): the problems it measures, and
-the fit behind ``config.MAX_GATHER_ELEMS_PER_SM``."""
+the fit behind ``config.MAX_GATHER_LOADS_PER_SM``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ sys.path.insert(0, str(BENCHMARKS))
 import sweep_gather  # noqa: E402
 from bench_corpus import load_corpus, problem_shape  # noqa: E402
 
-from cute_conv.config import MAX_GATHER_ELEMS_PER_SM  # noqa: E402
+from cute_conv.config import MAX_GATHER_LOADS_PER_SM  # noqa: E402
 from cute_conv.staging import gather_replaces  # noqa: E402
 
 
@@ -35,10 +35,10 @@ def _with_shapes(rows: list[dict]) -> list[dict]:
 @pytest.mark.parametrize("replaces", ["pad", "im2col"])
 def test_each_bound_is_the_fit_of_the_committed_sweep(replaces):
     train = [r for r in sweep_gather.measured_rows(replaces) if r["split"] == "train"]
-    assert sweep_gather.fit_bound(train) == MAX_GATHER_ELEMS_PER_SM[replaces]
+    assert sweep_gather.fit_bound(train) == MAX_GATHER_LOADS_PER_SM[replaces]
 
 
 def test_the_rule_picks_by_the_bound():
-    row = {"elems_per_sm": 100, "ms": {"staged": 2.0, "gathered": 1.0}}
+    row = {"loads_per_sm": 100, "ms": {"staged": 2.0, "gathered": 1.0}}
     assert sweep_gather.chosen_ms(row, 100) == 1.0 and sweep_gather.chosen_ms(row, 99) == 2.0
     assert sweep_gather.score([row], 99) == 0.5 and sweep_gather.score([row], 100) == 1.0

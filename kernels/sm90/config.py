@@ -120,6 +120,9 @@ class Conv2dConfig:
             activation and filter as they are, with no padded copies. For small convs: two
             warps load far slower than TMA. 16-bit inputs, clusters of one CTA, no halo
             tiles, ping-pong, stream_k or dynamic scheduling.
+        gather_vector: with ``gather``, channels per gathered load: 1, 2 or 4 (2, 4 or 8
+            bytes). C must be a multiple of it (``check_config_fits`` says so);
+            ``config.with_gathered_operands`` takes the largest that divides C.
     """
 
     tile_m: int = 128
@@ -137,6 +140,7 @@ class Conv2dConfig:
     pingpong: bool = False
     programmatic_launch: bool = True
     gather: bool = False
+    gather_vector: int = 1
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -174,6 +178,7 @@ class Conv2dConfig:
             halo_h=self.halo_h,
             pingpong=self.pingpong,
             gather=self.gather,
+            gather_vector=self.gather_vector,
         )
 
     @property

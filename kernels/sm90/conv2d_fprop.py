@@ -197,6 +197,7 @@ class Conv2dFpropSm90(
         self.tile_h = tile_m // config.tile_w if config.tile_w else 0
         self.halo_stages = config.halo_stages
         self.gather = config.gather
+        self.gather_vector = config.gather_vector
         self.producer_registers = (
             _GATHER_PRODUCER_REGISTERS if config.gather else _PRODUCER_REGISTERS
         )
@@ -667,7 +668,7 @@ class Conv2dFpropSm90(
         tidx = tidx - self.first_gather_warp_id * cute.arch.WARP_SIZE
         gather = OperandGather(
             ab_pipeline, *gmem, *smem_tiles, geometry, k_shape, self.tile_mnk,
-            self.gather_threads,
+            self.gather_threads, self.gather_vector,
         )  # fmt: skip
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stages)
         end_work = scheduler.end_work()

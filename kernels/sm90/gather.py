@@ -11,8 +11,13 @@ units are taken ``UNITS_IN_FLIGHT`` at a time, all their loads issued before any
 that a thread waits on global memory once per group rather than once per unit. Before the
 thread arrives on the stage's full barrier, a proxy fence makes its stores visible to WGMMA
 (the async proxy).
+
+With ``vector`` > 1 (C a multiple of it, a compile-time promise the host checks) a run is
+loaded ``vector`` channels at a time, one 4- or 8-byte load each: fewer loads, and half the
+registers per unit in flight, so a thread keeps twice as many units in flight.
 """
 
+import math
 from dataclasses import dataclass
 from typing import Tuple
 
@@ -26,9 +31,10 @@ from ..common.tile_scheduler import StaticTileScheduler
 # Channels of one unit of work: a 16-byte chunk of a swizzled row (the 128-byte swizzle
 # permutes whole chunks, so a run's elements stay adjacent).
 RUN_CHANNELS = 8
-# Units whose loads a thread issues before storing any of them (registers: 8 values each, in
-# the producer warpgroup's budget).
-UNITS_IN_FLIGHT = 2
+# Units whose loads a thread issues before storing any of them, by loads per element: a unit
+# holds 8 registers loaded element by element, 4 loaded as vectors (in the producer
+# warpgroup's budget).
+UNITS_IN_FLIGHT = {1: 2, 2: 4, 4: 4}
 
 
 @dataclass(frozen=True)
@@ -36,7 +42,7 @@ class OperandGather:
     """The gather warps' view of one CTA's operands: the activation as ``((w, h, n), c)``,
     the filter as ``(k, (c, s, r))``, the A and B rings and the ``ab`` pipeline (a
     ``PipelineAsync`` every gather thread arrives on), the geometry and the k-tile walk
-    ``(c-blocks, S, R)``."""
+    ``(c-blocks, S, R)``; ``vector``: channels per load (C is a multiple of it)."""
 
     ab_pipeline: pipeline.PipelineAsync
     mA: cute.Tensor
@@ -47,6 +53,7 @@ class OperandGather:
     k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32]
     tile_mnk: Tuple[int, int, int]
     threads: int
+    vector: int
 
     @cute.jit
     def gather_tile(
@@ -61,15 +68,17 @@ class OperandGather:
         advanced state."""
         m_tile, n_tile = scheduler.tile_coord(work)
         c_blocks, taps_s, taps_r = self.k_shape
+        activation, filters = self._vector_views()
         for r in range(taps_r):
             for s in range(taps_s):
                 for c_block in range(c_blocks):
                     self.ab_pipeline.producer_acquire(state)
                     c_tile = c_block * self.tile_mnk[2]
-                    self._gather_rows(self._activation, self.sA, self.tile_mnk[0], m_tile,
-                                      (c_tile, s, r), state.index, tidx)  # fmt: skip
-                    self._gather_rows(self._filter, self.sB, self.tile_mnk[1], n_tile,
-                                      (c_tile, s, r), state.index, tidx)  # fmt: skip
+                    self._gather_rows(self._activation_run, activation, self.sA,
+                                      self.tile_mnk[0], m_tile, (c_tile, s, r), state.index,
+                                      tidx)  # fmt: skip
+                    self._gather_rows(self._filter_run, filters, self.sB, self.tile_mnk[1],
+                                      n_tile, (c_tile, s, r), state.index, tidx)  # fmt: skip
                     # The stores are generic-proxy writes; WGMMA reads through the async proxy.
                     cute.arch.fence_proxy("async.shared", space="cta")
                     self.ab_pipeline.producer_commit(state)
@@ -77,9 +86,32 @@ class OperandGather:
         return state
 
     @cute.jit
+    def _vector_views(self) -> Tuple[cute.Tensor, cute.Tensor]:
+        """The activation as ``((w, h, n), (vector, C / vector))`` and the filter as ``(k,
+        ((vector, C / vector), s, r))``: a vector of channels is one mode-0 slice, whose
+        address the strides (multiples of ``vector``) prove aligned for one load."""
+        g, v = self.geometry, self.vector
+        c = cute.assume(g.c, divby=v)
+        row = cute.assume(c * g.w, divby=v)
+        image = cute.assume(cutlass.Int64(g.h) * row, divby=v)  # N*H*W*C may pass 2**31
+        activation = cute.make_tensor(
+            self.mA.iterator,
+            cute.make_layout(((g.w, g.h, g.n), (v, g.c // v)), stride=((c, row, image), (1, v))),
+        )
+        filters = cute.make_tensor(
+            self.mB.iterator,
+            cute.make_layout(
+                (g.k, ((v, g.c // v), g.s, g.r)),
+                stride=(g.r * g.s * c, ((1, v), c, g.s * c)),
+            ),
+        )
+        return activation, filters
+
+    @cute.jit
     def _gather_rows(
         self,
-        element,
+        load_run,
+        gmem: cute.Tensor,
         smem: cute.Tensor,
         rows: int,
         row_tile: cutlass.Int32,
@@ -89,12 +121,13 @@ class OperandGather:
     ):
         """This thread's units of one operand tile of ``rows`` rows: unit ``i * threads +
         tidx`` is row ``unit // runs`` and channels ``RUN_CHANNELS * (unit % runs)`` on, so
-        that neighbouring threads read neighbouring channels (and rows). ``element(row, c,
-        k_coord)`` reads one value, zero outside the operand."""
+        that neighbouring threads read neighbouring channels (and rows). ``load_run(gmem,
+        row, c, k_coord, run)`` loads the run of channels from c on into ``run``, zero
+        outside the operand."""
         tile_k = self.tile_mnk[2]
         runs = tile_k // RUN_CHANNELS
         units = rows * runs // self.threads
-        in_flight = UNITS_IN_FLIGHT if units % UNITS_IN_FLIGHT == 0 else 1
+        in_flight = math.gcd(units, UNITS_IN_FLIGHT[self.vector])
         c_tile = k_coord[0]
         # The stage's runs: ((1, RUN_CHANNELS), (row, run)), each one 16-byte SMEM store.
         smem_runs = cute.zipped_divide(smem[(None, None, stage)], (1, RUN_CHANNELS))
@@ -104,17 +137,33 @@ class OperandGather:
                 unit = (group * in_flight + u) * self.threads + tidx
                 row = row_tile * rows + unit // runs
                 c0 = c_tile + (unit % runs) * RUN_CHANNELS
-                for j in cutlass.range_constexpr(RUN_CHANNELS):
-                    values[j, u] = element(row, c0 + j, k_coord)
+                load_run(gmem, row, c0, k_coord, values[(None, u)])
             for u in cutlass.range_constexpr(in_flight):
                 unit = (group * in_flight + u) * self.threads + tidx
                 run = smem_runs[(None, (unit // runs, unit % runs))]
                 cute.autovec_copy(values[(None, u)], run)
 
     @cute.jit
-    def _activation(self, m: cutlass.Int32, c: cutlass.Int32, k_coord: Tuple):
-        """Element (m, c) of the im2col A at filter tap ``k_coord``: the input pixel under
-        output pixel m, or zero in the padding and past M or C."""
+    def _load_vectors(self, source, inside, c0: cutlass.Int32, run: cute.Tensor):
+        """``run`` = the channels from ``c0`` on of ``source(v)`` (vector v of the row, a
+        ``(vector,)`` tensor) where ``inside`` and the vector lies below C, else zero. Each
+        vector is loaded into a value of its own before it is written into ``run``, so that
+        the run's loads all issue before the first one is waited for."""
+        run_vectors = cute.zipped_divide(run, (self.vector,))
+        for i in cutlass.range_constexpr(RUN_CHANNELS // self.vector):
+            v = c0 // self.vector + i
+            values = cute.full((self.vector,), 0, run.element_type)
+            if inside & (v * self.vector < self.geometry.c):
+                values = source(v).load()
+            run_vectors[(None, i)].store(values)
+
+    @cute.jit
+    def _activation_run(
+        self, activation: cute.Tensor, m: cutlass.Int32, c0: cutlass.Int32, k_coord: Tuple,
+        run: cute.Tensor,
+    ):  # fmt: skip
+        """Row m of the im2col A at filter tap ``k_coord``, channels from c0 on: the input
+        pixel under output pixel m, or zero in the padding and past M or C."""
         g = self.geometry
         _, s, r = k_coord
         # m = (n * P + p) * Q + q, by two unsigned divisions (signed ones cost twice as much).
@@ -126,18 +175,14 @@ class OperandGather:
         n = cutlass.Int32(n_u)
         h = p * g.stride_h + r * g.dil_h - g.pad_top
         w = q * g.stride_w + s * g.dil_w - g.pad_left
-        inside = (n < g.n) & (h >= 0) & (h < g.h) & (w >= 0) & (w < g.w) & (c < g.c)
-        value = self.mA.element_type(0)
-        if inside:
-            value = self.mA[((w, h, n), c)]
-        return value
+        inside = (n < g.n) & (h >= 0) & (h < g.h) & (w >= 0) & (w < g.w)
+        self._load_vectors(lambda v: activation[((w, h, n), (None, v))], inside, c0, run)
 
     @cute.jit
-    def _filter(self, k: cutlass.Int32, c: cutlass.Int32, k_coord: Tuple):
-        """Element (k, c) of the filter at tap ``k_coord``, zero past K or C."""
-        g = self.geometry
+    def _filter_run(
+        self, filters: cute.Tensor, k: cutlass.Int32, c0: cutlass.Int32, k_coord: Tuple,
+        run: cute.Tensor,
+    ):  # fmt: skip
+        """Row k of the filter at tap ``k_coord``, channels from c0 on, zero past K or C."""
         _, s, r = k_coord
-        value = self.mB.element_type(0)
-        if (k < g.k) & (c < g.c):
-            value = self.mB[(k, (c, s, r))]
-        return value
+        self._load_vectors(lambda v: filters[(k, ((None, v), s, r))], k < self.geometry.k, c0, run)

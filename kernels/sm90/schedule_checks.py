@@ -13,8 +13,10 @@ HALO_MIN_TILE_K = 64
 # A k-tile is 32..128 bytes: one WGMMA K step (16 16-bit or 32 fp8 channels) up to one
 # 128-byte swizzle row.
 MIN_K_TILE_BYTES, MAX_K_TILE_BYTES = 32, 128
-# Gathered operands (``gather``) are loaded element by element as 16-bit values.
+# Gathered operands (``gather``) are loaded as 16-bit values, this many channels per load
+# (``gather_vector``).
 GATHER_ELEMENT_BITS = 16
+GATHER_VECTOR_CHOICES = (1, 2, 4)
 
 
 def check_schedule_options(
@@ -27,6 +29,7 @@ def check_schedule_options(
     halo_h: int,
     pingpong: bool,
     gather: bool,
+    gather_vector: int,
 ) -> None:
     """Raise ``ValueError`` naming the fields if the options cannot run together (halo tiles
     are checked when ``tile_w`` is set)."""
@@ -68,6 +71,11 @@ def check_schedule_options(
             f"stream_k=False and dynamic_schedule=False, got cluster_m={cluster_m}, "
             f"cluster_n={cluster_n}, tile_w={tile_w}, pingpong={pingpong}, "
             f"stream_k={stream_k}, dynamic_schedule={dynamic_schedule}"
+        )
+    if gather_vector not in GATHER_VECTOR_CHOICES or (gather_vector != 1 and not gather):
+        raise ValueError(
+            f"gather_vector must be one of {GATHER_VECTOR_CHOICES} (1 without gather), got "
+            f"gather_vector={gather_vector}, gather={gather}"
         )
 
 

@@ -1,0 +1,53 @@
+"""SASS of a compiled kernel, through the cuobjdump that triton ships (skips without it)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+
+def cuobjdump() -> str:
+    """The path of a cuobjdump binary: triton's, or one on PATH; skips the test without."""
+    try:
+        import triton
+
+        bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+        if bundled.exists():
+            return str(bundled)
+    except ImportError:
+        pass
+    found = shutil.which("cuobjdump")
+    if found is None:
+        pytest.skip("no cuobjdump (neither triton's nor on PATH)")
+    return found
+
+
+def sass_of(cubin: bytes) -> str:
+    """``cuobjdump -sass`` of ``cubin``."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return subprocess.run(
+            [cuobjdump(), "-sass", f.name], capture_output=True, text=True, check=True
+        ).stdout
+
+
+def loads_waiting_on_loads(sass: str) -> int:
+    """Global loads that write a register an earlier global load wrote, with no shared-memory
+    store or barrier between them: each must wait for the earlier load to land, so the two
+    are not in flight together."""
+    written: set[str] = set()
+    waiting = 0
+    for line in sass.splitlines():
+        load = re.search(r"\bLDG\S*\s+(R\d+)", line)
+        if load:
+            waiting += load.group(1) in written
+            written.add(load.group(1))
+        elif re.search(r"\b(STS|BAR|SYNCS)\b", line):
+            written.clear()
+    return waiting
