@@ -369,21 +369,23 @@ def test_kept_filter_follows_in_place_writes_eagerly_and_in_cuda_graphs(c, k, r,
     problem = Conv2dProblemShape.from_shapes(x.shape, flt.shape, **geom)
     assert staging_plan(problem, kernel_problem_for(problem)).stages_filter
     assert (super_pixel_view(problem) is not None) == (c == 8)
+    # An explicit config: the staged path, where the heuristic would gather small C=12 convs.
+    config = cute_conv.default_config(kernel_problem_for(problem))
 
     def check(out):
         ref = conv2d_reference(x, flt, **geom)
         assert compare_to_reference(out, ref).ok
 
-    check(cute_conv.conv2d_fprop(x, flt, **geom))
-    check(cute_conv.conv2d_fprop(x, flt, **geom))
+    check(cute_conv.conv2d_fprop(x, flt, config=config, **geom))
+    check(cute_conv.conv2d_fprop(x, flt, config=config, **geom))
     assert len(staged_weights) == 1
     flt.mul_(-0.5)
-    check(cute_conv.conv2d_fprop(x, flt, **geom))
-    out = torch.full(cute_conv.conv2d_fprop(x, flt, **geom).shape, float("nan"),
-                     dtype=x.dtype, device="cuda")  # fmt: skip
+    check(cute_conv.conv2d_fprop(x, flt, config=config, **geom))
+    out = torch.full(cute_conv.conv2d_fprop(x, flt, config=config, **geom).shape,
+                     float("nan"), dtype=x.dtype, device="cuda")  # fmt: skip
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        cute_conv.conv2d_fprop(x, flt, out=out, **geom)
+        cute_conv.conv2d_fprop(x, flt, out=out, config=config, **geom)
     flt.mul_(-3.0)
     graph.replay()
     torch.cuda.synchronize()
