@@ -31,10 +31,22 @@ from ..common.tile_scheduler import StaticTileScheduler
 # Channels of one unit of work: a 16-byte chunk of a swizzled row (the 128-byte swizzle
 # permutes whole chunks, so a run's elements stay adjacent).
 RUN_CHANNELS = 8
-# Units whose loads a thread issues before storing any of them, by loads per element: a unit
-# holds 8 registers loaded element by element, 4 loaded as vectors (in the producer
-# warpgroup's budget).
-UNITS_IN_FLIGHT = {1: 2, 2: 4, 4: 4}
+# Units whose loads a thread issues before storing any of them, by channels per load: a unit
+# holds 8 registers loaded element by element, 4 loaded as vectors, within the producer
+# warpgroup's budget (on an H100, 8 vector units ran small gathered convs 1.16x faster than
+# 4; 4 scalar units spilled). Tiles past 128x128 keep half as many: their threads own more
+# units, and 8 in flight spilled 80-250 bytes there.
+UNITS_IN_FLIGHT = {1: 2, 2: 8, 4: 8}
+FULL_FLIGHT_MAX_TILE = 128
+
+
+def units_in_flight(vector: int, tile_mnk: Tuple[int, int, int], units: int) -> int:
+    """The units a thread loads before storing them: ``UNITS_IN_FLIGHT``, halved past
+    128x128 tiles, and a divisor of its ``units`` per operand tile."""
+    in_flight = UNITS_IN_FLIGHT[vector]
+    if max(tile_mnk[:2]) > FULL_FLIGHT_MAX_TILE:
+        in_flight = max(UNITS_IN_FLIGHT[1], in_flight // 2)
+    return math.gcd(units, in_flight)
 
 
 @dataclass(frozen=True)
@@ -127,7 +139,7 @@ class OperandGather:
         tile_k = self.tile_mnk[2]
         runs = tile_k // RUN_CHANNELS
         units = rows * runs // self.threads
-        in_flight = math.gcd(units, UNITS_IN_FLIGHT[self.vector])
+        in_flight = units_in_flight(self.vector, self.tile_mnk, units)
         c_tile = k_coord[0]
         # The stage's runs: ((1, RUN_CHANNELS), (row, run)), each one 16-byte SMEM store.
         smem_runs = cute.zipped_divide(smem[(None, None, stage)], (1, RUN_CHANNELS))
