@@ -69,7 +69,7 @@ _PINGPONG_HALO_TILE_W = 32
 # gather loads (A and filter tile rows x k-tile channels / gather_vector, summed over the SM's
 # tiles), by the staging they spare: fitted on the corpus's train part on an H100
 # (benchmarks/sweep_gather.py, gather_sweep.json).
-MAX_GATHER_LOADS_PER_SM = {"pad": 24576, "im2col": 28672}
+MAX_GATHER_LOADS_PER_SM = {"pad": 50176, "im2col": 28672}
 GATHERED_ELEMENT_BYTES = GATHER_ELEMENT_BITS // 8
 # Stream-K for grids of at most this fraction of a wave of tiles (see default_config) ...
 _MAX_WAVE_STREAM_K = 0.6
