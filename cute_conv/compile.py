@@ -330,8 +330,10 @@ def compile_im2col_columns(arch: str, dtype: Any, channels: int) -> CompiledHelp
     dil_w, chunks, stream)``, ``chunks`` a column row's 16-byte vectors
     (``kernels.common.unfold.Im2colColumns``)."""
     _check_arch(arch)
-    if not isinstance(channels, int) or isinstance(channels, bool) or channels < 1:
-        raise ValueError(f"channels must be a positive int, got {channels!r}")
+    if not isinstance(channels, int) or isinstance(channels, bool):
+        raise TypeError(f"channels must be an int, got {channels!r}")
+    if channels < 1:
+        raise ValueError(f"channels must be >= 1, got {channels}")
     key = Im2colKey(arch, dtype_name(dtype, "dtype", INPUT_DTYPES), channels)
     return _cached(key, _compile_im2col_columns)
 

@@ -346,8 +346,10 @@ def with_gathered_operands(config: Conv2dConfig, channels: int) -> Conv2dConfig:
     its tile kept."""
     if not isinstance(config, Conv2dConfig):
         raise TypeError(f"config must be a Conv2dConfig, got {type(config).__name__}")
-    if not isinstance(channels, int) or isinstance(channels, bool) or channels < 1:
-        raise ValueError(f"channels must be a positive int (the conv's C), got {channels!r}")
+    if not isinstance(channels, int) or isinstance(channels, bool):
+        raise TypeError(f"channels must be an int (the conv's C), got {channels!r}")
+    if channels < 1:
+        raise ValueError(f"channels must be >= 1 (the conv's C), got {channels}")
     vector = max(v for v in GATHER_VECTOR_CHOICES if channels % v == 0)
     return replace(
         config, cluster_m=1, cluster_n=1, stream_k=False, dynamic_schedule=False, tile_w=0,

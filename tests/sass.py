@@ -11,19 +11,20 @@ from pathlib import Path
 import pytest
 
 
-def cuobjdump() -> str:
-    """The path of a cuobjdump binary: triton's, or one on PATH; skips the test without."""
+def cuda_tool(name: str) -> str:
+    """The path of a CUDA binary utility (cuobjdump, ptxas): triton's, or one on PATH; skips
+    the test without."""
     try:
         import triton
 
-        bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+        bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name
         if bundled.exists():
             return str(bundled)
     except ImportError:
         pass
-    found = shutil.which("cuobjdump")
+    found = shutil.which(name)
     if found is None:
-        pytest.skip("no cuobjdump (neither triton's nor on PATH)")
+        pytest.skip(f"no {name} (neither triton's nor on PATH)")
     return found
 
 
@@ -33,8 +34,21 @@ def sass_of(cubin: bytes) -> str:
         f.write(cubin)
         f.flush()
         return subprocess.run(
-            [cuobjdump(), "-sass", f.name], capture_output=True, text=True, check=True
+            [cuda_tool("cuobjdump"), "-sass", f.name], capture_output=True, text=True, check=True
         ).stdout
+
+
+def sass_of_ptx(ptx: str, arch: str) -> str:
+    """The SASS of ``ptx`` assembled by ptxas for ``arch`` (kernels kept as PTX only, such as
+    the staging kernels)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        source, cubin = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.cubin"
+        source.write_text(ptx)
+        subprocess.run(
+            [cuda_tool("ptxas"), f"-arch={arch}", str(source), "-o", str(cubin)],
+            capture_output=True, check=True,
+        )  # fmt: skip
+        return sass_of(cubin.read_bytes())
 
 
 def loads_waiting_on_loads(sass: str) -> int:

@@ -267,20 +267,23 @@ def test_space_to_depth_kernel_moves_16_byte_pixels(arch):
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
 def test_im2col_kernel_stores_16_byte_vectors(arch):
     """The unfolding kernel: a thread loads its vector's elements one by one (each with its
-    predicate) and stores them as one 16-byte vector, 8 of 16 bits or 16 of fp8."""
+    predicate; none waits on another) and stores them as one 16-byte vector, 8 of 16 bits or
+    16 of fp8."""
     from cute_conv.compile import compile_im2col_columns
+    from tests.sass import loads_waiting_on_loads, sass_of_ptx
 
     for dtype, elements, load in ((torch.bfloat16, 8, "b16"), (torch.float8_e4m3fn, 16, "b8")):
         ptx = compile_im2col_columns(arch, dtype, 3).ptx
         assert ptx.count(f"ld.global.{load}") == elements
         assert ptx.count("st.global.v4.b32") == 1 and "st.global.b" not in ptx
+        assert loads_waiting_on_loads(sass_of_ptx(ptx, arch)) == 0
 
 
 @pytest.mark.parametrize(
     "kwargs,error,match",
     [
-        (dict(channels=0), ValueError, "channels must be a positive int, got 0"),
-        (dict(channels=3.0), ValueError, "channels must be a positive int, got 3.0"),
+        (dict(channels=0), ValueError, "channels must be >= 1, got 0"),
+        (dict(channels=3.0), TypeError, "channels must be an int, got 3.0"),
         (dict(dtype=torch.float32), TypeError, "dtype=float32 is not supported"),
         (dict(arch="sm_80"), ValueError, "arch='sm_80' has no kernel"),
     ],

@@ -134,8 +134,10 @@ def test_gather_vector_is_checked_against_c_and_the_config():
         Conv2dConfig(gather_vector=2)
     with pytest.raises(ValueError, match="C must be a multiple of it, got C=6"):
         cute_conv.check_config_fits(Conv2dConfig(gather=True, gather_vector=4), conv(1, 8, 6, 8, 1))
-    with pytest.raises(ValueError, match="channels must be a positive int"):
+    with pytest.raises(ValueError, match=r"channels must be >= 1 \(the conv's C\), got 0"):
         with_gathered_operands(Conv2dConfig(), 0)
+    with pytest.raises(TypeError, match="channels must be an int"):
+        with_gathered_operands(Conv2dConfig(), "12")
 
 
 def test_gathered_config_checks_its_arguments():

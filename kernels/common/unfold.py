@@ -104,13 +104,16 @@ class Im2colColumns:
             top = out_h * stride_h - pad_top
             left = (pixel - out_h * q) * stride_w - pad_left
             values = cute.make_rmem_tensor((self.vector,), self.dtype)
-            values.fill(0)
             for e in cutlass.range_constexpr(self.vector):
                 column = chunk * self.vector + e
                 tap = column // self.channels
                 tap_h = tap // s
                 in_h = top + tap_h * dil_h
                 in_w = left + (tap - tap_h * s) * dil_w
+                # Each element is a value of its own until the vector is written, so that its
+                # loads do not wait on one another.
+                value = self.dtype(0)
                 if tap_h < r and in_h >= 0 and in_h < h and in_w >= 0 and in_w < w:
-                    values[e] = m_x[(column - tap * self.channels, in_w, in_h, image)]
+                    value = m_x[(column - tap * self.channels, in_w, in_h, image)]
+                values[e] = value
             cute.autovec_copy(values, m_y[(None, chunk, row)])

@@ -4,17 +4,17 @@ TMA reads global rows only in 16-byte units, so a conv whose C is not a multiple
 has no TMA view of its activation or filter. With ``gather`` two producer warps fill the A/B
 ring themselves, and the host stages nothing. Per k-tile (c-block, s, r), every (row, 8-channel
 run) of the A tile (an output pixel's im2col row) and of the B tile (an output channel's
-filter row) is one unit of work, loaded element by element under its bounds predicate (zero
-for padding, channels past C, rows past M or K) and stored to the 128B-swizzled stage by one
-16-byte store (a run is one swizzle chunk). The
-units are taken ``UNITS_IN_FLIGHT`` at a time, all their loads issued before any store, so
-that a thread waits on global memory once per group rather than once per unit. Before the
+filter row) is one unit of work, loaded ``vector`` channels at a time under its bounds
+predicate (zero for padding, channels past C, rows past M or K) and stored to the
+128B-swizzled stage by one 16-byte store (a run is one swizzle chunk). The units are taken
+a group at a time (``units_in_flight``), all their loads issued before any store, so that a
+thread waits on global memory once per group rather than once per unit. Before the
 thread arrives on the stage's full barrier, a proxy fence makes its stores visible to WGMMA
 (the async proxy).
 
-With ``vector`` > 1 (C a multiple of it, a compile-time promise the host checks) a run is
-loaded ``vector`` channels at a time, one 4- or 8-byte load each: fewer loads, and half the
-registers per unit in flight, so a thread keeps twice as many units in flight.
+``vector`` is 1, 2 or 4 (C a multiple of it, a compile-time promise the host checks): 2-,
+4- or 8-byte loads. Vectors take half the registers per unit of element-wise loads, so a
+thread keeps more units in flight.
 """
 
 import math
