@@ -11,12 +11,29 @@ The host side (``cute_conv.staging``) owns the geometry; C is the one compile-ti
 division of a column into tap and channel), the rest are runtime values.
 """
 
+from typing import NamedTuple
+
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 
 VECTOR_BYTES = 16  # one store per thread; rows are whole TMA units, so a multiple of this
 _THREADS = 256
+
+
+class _Window(NamedTuple):
+    """The runtime geometry of the filter window under an output pixel."""
+
+    p: cutlass.Int32
+    q: cutlass.Int32
+    r: cutlass.Int32
+    s: cutlass.Int32
+    pad_top: cutlass.Int32
+    pad_left: cutlass.Int32
+    stride_h: cutlass.Int32
+    stride_w: cutlass.Int32
+    dil_h: cutlass.Int32
+    dil_w: cutlass.Int32
 
 
 class Im2colColumns:
@@ -65,30 +82,15 @@ class Im2colColumns:
         m_y = cute.make_tensor(
             y_ptr, cute.make_layout((vector, chunks, rows), stride=(1, vector, width))
         )
-        self.kernel(
-            m_x, m_y, p, q, r, s, pad_top, pad_left, stride_h, stride_w, dil_h, dil_w
-        ).launch(
+        geometry = _Window(p, q, r, s, pad_top, pad_left, stride_h, stride_w, dil_h, dil_w)
+        self.kernel(m_x, m_y, geometry).launch(
             grid=((rows * chunks + _THREADS - 1) // _THREADS, 1, 1),
             block=[_THREADS, 1, 1],
             stream=stream,
         )
 
     @cute.kernel
-    def kernel(
-        self,
-        m_x: cute.Tensor,
-        m_y: cute.Tensor,
-        p: cutlass.Int32,
-        q: cutlass.Int32,
-        r: cutlass.Int32,
-        s: cutlass.Int32,
-        pad_top: cutlass.Int32,
-        pad_left: cutlass.Int32,
-        stride_h: cutlass.Int32,
-        stride_w: cutlass.Int32,
-        dil_h: cutlass.Int32,
-        dil_w: cutlass.Int32,
-    ):
+    def kernel(self, m_x: cute.Tensor, m_y: cute.Tensor, g: "_Window"):
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         _, chunks, rows = m_y.shape
@@ -98,22 +100,22 @@ class Im2colColumns:
         row = slot // chunks
         chunk = slot - row * chunks
         if row < rows:
-            image = row // (p * q)
-            pixel = row - image * (p * q)
-            out_h = pixel // q
-            top = out_h * stride_h - pad_top
-            left = (pixel - out_h * q) * stride_w - pad_left
+            image = row // (g.p * g.q)
+            pixel = row - image * (g.p * g.q)
+            out_h = pixel // g.q
+            top = out_h * g.stride_h - g.pad_top
+            left = (pixel - out_h * g.q) * g.stride_w - g.pad_left
             values = cute.make_rmem_tensor((self.vector,), self.dtype)
             for e in cutlass.range_constexpr(self.vector):
                 column = chunk * self.vector + e
                 tap = column // self.channels
-                tap_h = tap // s
-                in_h = top + tap_h * dil_h
-                in_w = left + (tap - tap_h * s) * dil_w
+                tap_h = tap // g.s
+                in_h = top + tap_h * g.dil_h
+                in_w = left + (tap - tap_h * g.s) * g.dil_w
                 # Each element is a value of its own until the vector is written, so that its
                 # loads do not wait on one another.
                 value = self.dtype(0)
-                if tap_h < r and in_h >= 0 and in_h < h and in_w >= 0 and in_w < w:
+                if tap_h < g.r and in_h >= 0 and in_h < h and in_w >= 0 and in_w < w:
                     value = m_x[(column - tap * self.channels, in_w, in_h, image)]
                 values[e] = value
             cute.autovec_copy(values, m_y[(None, chunk, row)])
