@@ -30,7 +30,7 @@ from .staging import (
     spans_overlap,
     staging_plan,
 )
-from .tuning import choose_config
+from .tuning import stored_or_tuned_config
 from .validation import (
     ALIGNMENT_BYTES,
     FP8_DTYPES,
@@ -251,18 +251,10 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
         epilogue = replace(epilogue, has_amax=True)
     num_sms = sm_count(x.device.index)
     target = ARCHS[arch]
-    chosen_here = config is None
-    if config is None and target.autotuned:
-        config = choose_config(
-            problem, kernel_problem, x, tuple(filter.shape), out_dtype, num_sms,
-            has_residual=epilogue.has_residual, make_runner=config_runner,
-        )  # fmt: skip
-    elif config is None:
-        config = target.heuristic(kernel_problem, num_sms, epilogue.has_residual, element_bytes)
-    if chosen_here:
-        config = _gathered_if_it_pays(
-            target, config, problem, kernel_problem, num_sms, epilogue.has_residual, element_bytes
-        )
+    config = _config_for_call(
+        config, target, problem, kernel_problem, x, tuple(filter.shape), out_dtype, num_sms,
+        epilogue.has_residual,
+    )  # fmt: skip
     # A kernel that gathers its operands reads them unstaged.
     kernel_problem = kernel_problem_for(
         problem, element_bytes, gathered=getattr(config, "gather", False)
@@ -297,12 +289,31 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
     )  # fmt: skip
 
 
-def _gathered_if_it_pays(
-    target, config, problem, kernel_problem, num_sms: int, has_residual: bool, element_bytes: int
+def _config_for_call(
+    config, target, problem, kernel_problem, x, filter_shape, out_dtype, num_sms, has_residual
 ):
-    """``config`` (chosen for the staged ``kernel_problem``), or a config that gathers
+    """The config a call runs: ``config`` if given, else the autotuner's choice (stored, or
+    tuned now), else the heuristic's or a gathering one (``_heuristic_or_gathered``). A tuned
+    choice stands as it is: the gather rule replaces only the heuristic's guess."""
+    if config is None and target.autotuned:
+        config = stored_or_tuned_config(
+            problem, kernel_problem, x, filter_shape, out_dtype, has_residual,
+            make_runner=config_runner,
+        )  # fmt: skip
+    if config is None:
+        config = _heuristic_or_gathered(
+            target, problem, kernel_problem, num_sms, has_residual, x.element_size()
+        )
+    return config
+
+
+def _heuristic_or_gathered(
+    target, problem, kernel_problem, num_sms: int, has_residual: bool, element_bytes: int
+):
+    """The heuristic's config for the staged ``kernel_problem``, or one that gathers
     ``problem``'s operands instead, where its staging is one a gather spares and the arch's
     gather rule takes it (sized by the heuristic on the channel-padded problem)."""
+    config = target.heuristic(kernel_problem, num_sms, has_residual, element_bytes)
     replaces = gather_replaces(problem, element_bytes)
     if target.gather_rule is None or replaces is None:
         return config
@@ -331,11 +342,9 @@ def heuristic_config(
     check_heuristic_args(problem, num_sms, has_residual)
     if arch not in ARCHS:
         raise ValueError(f"arch must be one of {', '.join(ARCHS)}, got {arch!r}")
-    target = ARCHS[arch]
     kernel_problem = kernel_problem_for(problem, element_bytes)
-    config = target.heuristic(kernel_problem, num_sms, has_residual, element_bytes)
-    return _gathered_if_it_pays(
-        target, config, problem, kernel_problem, num_sms, has_residual, element_bytes
+    return _heuristic_or_gathered(
+        ARCHS[arch], problem, kernel_problem, num_sms, has_residual, element_bytes
     )
 
 

@@ -71,7 +71,7 @@ _FINAL_ROUNDS, _FINAL_ROUND_MS, _FINAL_WARMUP_MS = 4, 100.0, 25.0
 _MIN_REPS, _MAX_REPS = 5, 1000
 # More than an H100's or H200's L2 (50 MB), as do_bench's flush buffer.
 _L2_FLUSH_BYTES = 256 << 20
-# Held while timing (re-entered by choose_config's tuning on first use).
+# Held while timing (re-entered by stored_or_tuned_config's tuning on first use).
 _tune_lock = threading.RLock()
 
 
@@ -426,25 +426,24 @@ def _config_id(config: Conv2dConfig) -> str:
     )
 
 
-def choose_config(
+def stored_or_tuned_config(
     problem: Conv2dProblemShape,
     kernel_problem: Conv2dProblemShape,
     x: torch.Tensor,
     filter_shape: Sequence[int],
     out_dtype: torch.dtype,
-    num_sms: int,
     has_residual: bool = False,
     *,
     make_runner: RunnerFactory,
-) -> Conv2dConfig:
-    """The config a call with ``config=None`` runs: stored, tuned now (timed through
-    ``make_runner``), or the heuristic. Calls with a residual take the choices tuned with one
-    (see ``autotune``)."""
+) -> Conv2dConfig | None:
+    """The autotuner's config for a call with ``config=None``: stored, or tuned now (timed
+    through ``make_runner``, with ``CUTE_CONV_AUTOTUNE=1`` on an unstaged problem); None if it
+    has none, and the call takes the heuristic's. Calls with a residual take the choices
+    tuned with one (see ``autotune``)."""
     key = problem_key(problem, x.dtype, out_dtype, has_residual)
     stored = lookup(x.device, key)
     if stored is not None:
         return stored
-    element_bytes = x.element_size()
     if autotune_on_first_use() and kernel_problem is problem:
         with _tune_lock:  # concurrent first calls: one tunes, the others take its choice
             stored = lookup(x.device, key)
@@ -456,6 +455,4 @@ def choose_config(
                 out_dtype=out_dtype, device=x.device, has_residual=has_residual,
                 make_runner=make_runner,
             )  # fmt: skip
-    return default_config(
-        kernel_problem, num_sms, has_residual=has_residual, element_bytes=element_bytes
-    )
+    return None

@@ -337,14 +337,14 @@ def test_residual_calls_take_the_choice_tuned_with_a_residual(tmp_path, monkeypa
     bf16 = torch.bfloat16
 
     def choose(has_residual):
-        return tuning.choose_config(
-            prob, prob, x, (64, 3, 3, 64), bf16, 132, has_residual, make_runner=_no_runs
+        return tuning.stored_or_tuned_config(
+            prob, prob, x, (64, 3, 3, 64), bf16, has_residual, make_runner=_no_runs
         )
 
     tuning._store(device, tuning.problem_key(prob, bf16, bf16), plain, {})
     assert choose(False) == plain
-    # A plain choice does not serve residual calls: they keep the residual heuristic.
-    assert choose(True) == default_config(prob, 132, has_residual=True)
+    # A plain choice does not serve residual calls: they keep the heuristic.
+    assert choose(True) is None
     tuning._store(device, tuning.problem_key(prob, bf16, bf16, has_residual=True), fused, {})
     assert (choose(False), choose(True)) == (plain, fused)
 
@@ -409,9 +409,8 @@ def test_autotune_tunes_fp8_convs_and_calls_take_the_choice(tmp_path, monkeypatc
     assert tuning.lookup(torch.device("cuda", 0), key) == best
     x, flt = (torch.randn(s, device="cuda") for s in (x_shape, filter_shape))
     (qx, sx), (qf, sf) = cute_conv.quantize_fp8(x), cute_conv.quantize_fp8(flt)
-    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
-    chosen = tuning.choose_config(
-        problem, problem, qx, filter_shape, out_dtype, sm_count,
+    chosen = tuning.stored_or_tuned_config(
+        problem, problem, qx, filter_shape, out_dtype,
         make_runner=cute_conv.dispatch.config_runner,
     )  # fmt: skip
     assert chosen == best  # what a call with config=None runs

@@ -215,3 +215,27 @@ def test_gather_loads_are_in_flight_together(tile_mnk, vector):
     assert loads_waiting_on_loads(sass) == 0
     widths = set(re.findall(r"\bLDG\.E(\.\S+)?\s", sass))  # 16, 32 or 64 bits
     assert widths == {{1: ".U16", 2: "", 4: ".64"}[vector]}
+
+
+def test_a_stored_autotuner_choice_is_not_replaced_by_the_gather(tmp_path, monkeypatch):
+    """The gather rule replaces the heuristic's guess only: a config the autotuner stored for
+    a small C-padded conv runs as stored, and a config passed in runs as passed."""
+    import torch
+
+    from cute_conv import dispatch, tuning
+    from cute_conv.arch import ARCHS
+
+    monkeypatch.setenv("CUTE_CONV_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(tuning, "_device_name", lambda index: "Fake H100")
+    problem = conv(1, 16, 12, 64, 1)
+    bf16 = torch.bfloat16
+    x = torch.empty(problem.activation_shape, dtype=bf16, device="meta")
+    args = (ARCHS["sm_90a"], problem, kernel_problem_for(problem), x, problem.filter_shape,
+            bf16, 132, False)  # fmt: skip
+    guessed = dispatch._config_for_call(None, *args)
+    assert guessed.gather and guessed == heuristic_config(problem, 132)
+    stored = Conv2dConfig(tile_n=128, tile_k=16)
+    tuning._store(torch.device("cuda", 0), tuning.problem_key(problem, bf16, bf16), stored, {})
+    assert dispatch._config_for_call(None, *args) == stored
+    given = Conv2dConfig(tile_n=64)
+    assert dispatch._config_for_call(given, *args) == given

@@ -123,8 +123,8 @@ def test_threads_tune_a_new_problem_once(tmp_path, monkeypatch):
     monkeypatch.setattr(tuning, "autotune", fake_autotune)
     _unused = dispatch.config_runner  # handed to fake_autotune, never called
     chosen = run_together(
-        lambda _: tuning.choose_config(
-            problem, problem, x, problem.filter_shape, torch.bfloat16, 132, make_runner=_unused
+        lambda _: tuning.stored_or_tuned_config(
+            problem, problem, x, problem.filter_shape, torch.bfloat16, make_runner=_unused
         ),
         list(range(THREADS)),
     )
