@@ -20,6 +20,7 @@ from cutlass.cute.runtime import make_fake_stream, make_ptr
 
 from . import disk_cache
 from .arch import ARCHS
+from .config import check_channels
 from .dtypes import CUTLASS_DTYPES, FP8_INPUT_DTYPES, INPUT_DTYPES, dtype_name
 from .kernels.common.entry import ConvLaunchParams, ConvPointers, check_kernel_dtypes
 from .kernels.common.epilogue import EpilogueSpec
@@ -330,10 +331,7 @@ def compile_im2col_columns(arch: str, dtype: Any, channels: int) -> CompiledHelp
     dil_w, chunks, stream)``, ``chunks`` a column row's 16-byte vectors
     (``kernels.common.unfold.Im2colColumns``)."""
     _check_arch(arch)
-    if not isinstance(channels, int) or isinstance(channels, bool):
-        raise TypeError(f"channels must be an int, got {channels!r}")
-    if channels < 1:
-        raise ValueError(f"channels must be >= 1, got {channels}")
+    check_channels(channels)
     key = Im2colKey(arch, dtype_name(dtype, "dtype", INPUT_DTYPES), channels)
     return _cached(key, _compile_im2col_columns)
 

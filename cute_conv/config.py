@@ -23,6 +23,7 @@ from .problem import Conv2dProblemShape
 
 __all__ = [
     "Conv2dConfig",
+    "check_channels",
     "check_config_fits",
     "check_element_bytes",
     "default_config",
@@ -99,6 +100,15 @@ def check_heuristic_args(problem: object, num_sms: object, has_residual: object 
         raise TypeError(
             f"has_residual must be a bool, got {has_residual!r} ({type(has_residual).__name__})"
         )
+
+
+def check_channels(channels: object, hint: str = "") -> None:
+    """``TypeError`` unless ``channels`` is an int (not a bool), ``ValueError`` unless it is
+    at least 1; ``hint`` follows the name in the messages."""
+    if not isinstance(channels, int) or isinstance(channels, bool):
+        raise TypeError(f"channels must be an int{hint}, got {channels!r}")
+    if channels < 1:
+        raise ValueError(f"channels must be >= 1{hint}, got {channels}")
 
 
 def check_element_bytes(element_bytes: object) -> None:
@@ -346,10 +356,7 @@ def with_gathered_operands(config: Conv2dConfig, channels: int) -> Conv2dConfig:
     its tile kept."""
     if not isinstance(config, Conv2dConfig):
         raise TypeError(f"config must be a Conv2dConfig, got {type(config).__name__}")
-    if not isinstance(channels, int) or isinstance(channels, bool):
-        raise TypeError(f"channels must be an int (the conv's C), got {channels!r}")
-    if channels < 1:
-        raise ValueError(f"channels must be >= 1 (the conv's C), got {channels}")
+    check_channels(channels, " (the conv's C)")
     vector = max(v for v in GATHER_VECTOR_CHOICES if channels % v == 0)
     return replace(
         config, cluster_m=1, cluster_n=1, stream_k=False, dynamic_schedule=False, tile_w=0,
