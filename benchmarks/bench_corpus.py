@@ -349,8 +349,15 @@ def _checked(row: dict, name: str, fn: Callable[[], object], out, ref) -> bool:
 
 
 def _tile(config) -> str:
+    """The config's tile, cluster and the choices that set it apart (gathered, stream-K)."""
     gathered = " gathered" if config.gather else ""
-    return f"{config.tile_m}x{config.tile_n} {config.cluster_m}x{config.cluster_n}{gathered}"
+    stream_k = ""
+    if config.stream_k:
+        stream_k = f" stream-K/{config.stream_k_split}" if config.stream_k_split else " stream-K"
+    return (
+        f"{config.tile_m}x{config.tile_n} {config.cluster_m}x{config.cluster_n}"
+        f"{gathered}{stream_k}"
+    )
 
 
 def _save_run(run: dict, path: Path) -> None:

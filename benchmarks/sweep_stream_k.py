@@ -1,21 +1,26 @@
-"""Stream-K or data-parallel: measure both on the corpus's sub-wave problems, fit the rule.
+"""Stream-K splits: measure data-parallel, whole-grid and bounded splits on the corpus's
+sub-wave problems, and fit the heuristic's rule.
 
     python benchmarks/sweep_stream_k.py --split train [--max-seconds 500]   # H100/H200
     python benchmarks/sweep_stream_k.py --split heldout                     # the judged part
     python benchmarks/sweep_stream_k.py --fit                               # no GPU
 
-The problems: every corpus problem whose default tiles fill less than one wave of the SMs and
-whose mainloop has at least ``MIN_K_TILES`` k-tiles (elsewhere stream-K has nothing to
-balance). Per problem, in one process: the heuristic's config with ``stream_k`` on and off
+The problems: every corpus problem whose default (ungathered) tiles fill less than one wave of
+the SMs and whose mainloop has at least ``MIN_K_TILES`` k-tiles (elsewhere stream-K has
+nothing to balance). Per problem, in one process: the heuristic's config with ``stream_k``
+off, with it on over the whole grid (``stream_k_split=0``), and with it on at each split of
+``SPLITS`` that fits the SMs and leaves each CTA ``MIN_K_TILES_PER_CTA`` k-tiles or more
 (everything else as the heuristic chose it; the schedule options stream-K excludes turned
-off), and cuDNN's ``F.conv2d``, each checked against the float32 reference first, then timed
-as ``bench.py`` times (interleaved rounds of ``do_bench`` medians). Rows are appended to
+off); and cuDNN's ``F.conv2d``. Each is checked against the float32 reference first, then
+timed as ``bench.py`` times (interleaved rounds of ``do_bench`` medians). Rows are appended to
 ``stream_k_sweep.json`` as they are measured; a rerun skips the problems already there.
 
-``--fit`` chooses the threshold of ``config.stream_k_pays`` (k-tiles a stream-K split saves
-per SM) that maximizes the training problems' geomean of (best of the two) / (chosen), and
-reports the same geomean on the held-out problems, which the fit never sees, together with
-the default config's ratio to cuDNN under the old and the fitted rule.
+``--fit`` chooses ``config.K_TILES_PER_SPLIT`` (the rule ``stream_k_schedule``: split each
+tile as many ways of ``SPLITS`` as the SMs allow while every CTA keeps that many k-tiles,
+else the whole-grid rule) to maximize the training problems' geomean of (fastest variant) /
+(chosen), over the unstaged problems (``fitted_rows``), and reports the same on the held-out
+problems, which the fit never sees, with the default config's ratio to cuDNN under the rule
+the sweep ran with and the fitted one.
 """
 
 from __future__ import annotations
@@ -23,7 +28,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -42,60 +46,83 @@ from sweep_rows import (  # noqa: E402
     middle_of_best,
 )
 
+from cute_conv.config import STREAM_K_SPLITS as SPLITS  # noqa: E402
+from cute_conv.config import stream_k_schedule  # noqa: E402
+
 RESULTS_PATH = HERE / "stream_k_sweep.json"
-MIN_K_TILES = 8
+MIN_K_TILES = 12
+MIN_K_TILES_PER_CTA = 3  # a shorter share is all fixup
 NUM_SMS = 132  # H100 SXM and H200: the selection and the fit's model use the same count
+DATA_PARALLEL, WHOLE_GRID = "data_parallel", "whole_grid"
 
 
 def sub_wave(problems: list[dict], num_sms: int = NUM_SMS) -> list[dict]:
     """The problems where the schedule choice matters (see the module docstring), each with
-    its default config's tile count and k-tiles."""
-    import cute_conv
-    from cute_conv.config import schedule_shape
+    its default config's cluster tiles, k-tiles, clusters per wave and the splits to time."""
+    from cute_conv.config import cluster_tile_count, schedule_shape
+    from cute_conv.dispatch import heuristic_config
     from cute_conv.staging import kernel_problem_for
 
     chosen = []
     for p in problems:
-        kernel_problem = kernel_problem_for(problem_shape(p))
-        config = cute_conv.default_config(kernel_problem, num_sms)
-        tiles, k_tiles = schedule_shape(
-            kernel_problem, config.tile_m, config.tile_n, config.tile_k
-        )
+        problem = problem_shape(p)
+        config = heuristic_config(problem, num_sms)
+        if config.gather:  # gathered operands exclude stream-K
+            continue
+        kernel_problem = kernel_problem_for(problem)
+        tiles, k_tiles = schedule_shape(kernel_problem, config.tile_m, config.tile_n, config.tile_k)
+        cluster_tiles = cluster_tile_count(kernel_problem, config)
+        max_clusters = num_sms // (config.cluster_m * config.cluster_n)
         if tiles < num_sms and k_tiles >= MIN_K_TILES:
-            chosen.append(p | {"tiles": tiles, "k_tiles": k_tiles})
+            splits = [
+                s for s in SPLITS
+                if cluster_tiles * s <= max_clusters and k_tiles / s >= MIN_K_TILES_PER_CTA
+            ]  # fmt: skip
+            chosen.append(
+                p | {"tiles": cluster_tiles, "k_tiles": k_tiles, "max_clusters": max_clusters,
+                     "splits": splits}
+            )  # fmt: skip
     return chosen
 
 
-def stream_k_pays(tiles: int, k_tiles: int, num_sms: int, threshold: float) -> bool:
-    """The one-parameter rule the fit tries: split the k-tiles of ``tiles`` output tiles
-    evenly over ``num_sms`` SMs when that saves each SM at least ``threshold`` k-tiles (a
-    data-parallel wave takes ``k_tiles``, the split ``tiles * k_tiles / num_sms`` plus its
-    fixed cost, the partials' fixup)."""
-    return tiles < num_sms and k_tiles * (1 - tiles / num_sms) >= threshold
-
-
-def with_stream_k(config, stream_k: bool):
-    """``config`` with ``stream_k`` set and the options stream-K excludes turned off."""
+def with_stream_k(config, stream_k: bool, split: int = 0):
+    """``config`` with ``stream_k`` (and ``stream_k_split``) set and the options stream-K
+    excludes turned off."""
     if not stream_k:
-        return dataclasses.replace(config, stream_k=False)
+        return dataclasses.replace(config, stream_k=False, stream_k_split=0)
     return dataclasses.replace(
-        config, stream_k=True, dynamic_schedule=False, pingpong=False, tile_w=0, halo_h=0
-    )
+        config, stream_k=True, stream_k_split=split, dynamic_schedule=False, pingpong=False,
+        tile_w=0, halo_h=0,
+    )  # fmt: skip
+
+
+def variants(default, splits: list[int]) -> dict:
+    """The configs a problem is timed with, by name: data-parallel, the whole grid, each
+    split."""
+    configs = {
+        DATA_PARALLEL: with_stream_k(default, False),
+        WHOLE_GRID: with_stream_k(default, True),
+    }
+    return configs | {str(s): with_stream_k(default, True, s) for s in splits}
 
 
 def measure(p: dict) -> dict:
     from cute_conv.reference import conv2d_reference
 
     problem, geom, x, flt, default = bf16_problem(p)
-    schedules = {
-        ("stream_k_ms" if stream_k else "data_parallel_ms"): with_stream_k(default, stream_k)
-        for stream_k in (False, True)
-    }
-    checks, fns = checked_runs(x, flt, conv2d_reference(x, flt, **geom), geom, schedules)
+    configs = variants(default, p["splits"])
+    checks, fns = checked_runs(x, flt, conv2d_reference(x, flt, **geom), geom, configs)
     fns["cudnn_ms"] = cudnn_run(x, flt, problem)
-    row = {k: p[k] for k in ("key", "split", "tags", "gflop", "tiles", "k_tiles")}
-    row |= {"default_stream_k": default.stream_k, "checks": checks}
-    return row | time_interleaved(fns)
+    times = time_interleaved(fns)
+    row = {k: p[k] for k in ("key", "split", "tags", "gflop", "tiles", "k_tiles", "max_clusters")}
+    row |= {"default": _schedule_name(default), "checks": checks}
+    return row | {"cudnn_ms": times.pop("cudnn_ms"), "times": times}
+
+
+def _schedule_name(config) -> str:
+    if not config.stream_k:
+        return DATA_PARALLEL
+    return str(config.stream_k_split) if config.stream_k_split else WHOLE_GRID
 
 
 def _compile(config) -> None:
@@ -105,18 +132,18 @@ def _compile(config) -> None:
 
 
 def precompile(problems: list[dict]) -> None:
-    """Compile both configs of every problem in a process per CPU (through the disk cache),
-    before the timed loop loads them: compiles take seconds each, on one core."""
+    """Compile the data-parallel and stream-K kernels of every problem in a process per CPU
+    (through the disk cache), before the timed loop loads them: compiles take seconds each,
+    on one core. Splits are launch choices of the one stream-K kernel."""
     import os
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
-    import cute_conv
-    from cute_conv.staging import kernel_problem_for
+    from cute_conv.dispatch import heuristic_config
 
     configs = set()
     for p in problems:
-        default = cute_conv.default_config(kernel_problem_for(problem_shape(p)), NUM_SMS)
+        default = heuristic_config(problem_shape(p), NUM_SMS)
         configs |= {with_stream_k(default, False), with_stream_k(default, True)}
     with ProcessPoolExecutor(os.cpu_count(), mp_context=get_context("spawn")) as pool:
         list(pool.map(_compile, configs))
@@ -132,50 +159,69 @@ def sweep(split: str, max_seconds: float) -> None:
     todo = [p for p in sub_wave(load_corpus()) if p["split"] == split and p["key"] not in done]
     precompile(todo)
     results["device"] = torch.cuda.get_device_name()
-    shown = ("key", "data_parallel_ms", "stream_k_ms", "cudnn_ms")
+    shown = ("key", "default", "times", "cudnn_ms")
     measure_into(RESULTS_PATH, results, todo, measure, max_seconds, shown)
 
 
-def chosen_ms(row: dict, threshold: float | None) -> float:
-    """The time of the schedule a rule picks for a measured ``row``: the heuristic's when
-    ``threshold`` is None, else ``stream_k_pays`` at ``threshold``."""
-    if threshold is None:
-        stream_k = row["default_stream_k"]
-    else:
-        stream_k = stream_k_pays(row["tiles"], row["k_tiles"], NUM_SMS, threshold)
-    return row["stream_k_ms"] if stream_k else row["data_parallel_ms"]
+def chosen_name(row: dict, k_tiles_per_split: float | None) -> str:
+    """The variant a rule picks for a measured ``row``: the heuristic's when
+    ``k_tiles_per_split`` is None, else ``stream_k_schedule``'s with it."""
+    if k_tiles_per_split is None:
+        return row["default"]
+    stream_k, split = stream_k_schedule(
+        row["tiles"], row["k_tiles"], row["max_clusters"], k_tiles_per_split
+    )
+    if not stream_k:
+        return DATA_PARALLEL
+    return str(split) if split else WHOLE_GRID
 
 
-def score(rows: list[dict], threshold: float | None) -> float:
-    """Geomean over ``rows`` of (the faster schedule's time) / (the chosen one's): 1 is
+def score(rows: list[dict], k_tiles_per_split: float | None) -> float:
+    """Geomean over ``rows`` of (the fastest variant's time) / (the chosen one's): 1 is
     always choosing right."""
     return geomean(
-        min(r["stream_k_ms"], r["data_parallel_ms"]) / chosen_ms(r, threshold) for r in rows
+        min(r["times"].values()) / r["times"][chosen_name(r, k_tiles_per_split)] for r in rows
     )
 
 
-def fit_threshold(train: list[dict]) -> float:
-    """The ``stream_k_pays`` threshold with the best ``score`` on ``train``: candidates halfway
-    between the problems' savings (and infinity: never split); among equal scores the middle
-    one, the farthest from the data on both sides."""
-    saved = sorted({r["k_tiles"] * (1 - r["tiles"] / NUM_SMS) for r in train})
-    candidates = [(a + b) / 2 for a, b in zip(saved, saved[1:], strict=False)] + [math.inf]
-    return middle_of_best(candidates, lambda threshold: score(train, threshold))
+def fit_k_tiles_per_split(train: list[dict]) -> float:
+    """The ``stream_k_split_for`` constant with the best ``score`` on ``train``: candidates
+    every half k-tile from the shortest share the sweep times (so every split a candidate
+    picks was timed) up to past the longest mainloop (nothing splits); among equal scores
+    the middle one."""
+    longest = max(r["k_tiles"] for r in train)
+    candidates = [MIN_K_TILES_PER_CTA + i / 2 for i in range(2 * longest)]
+    return middle_of_best(candidates, lambda c: score(train, c))
+
+
+def fitted_rows(rows: list[dict]) -> list[dict]:
+    """The rows the fit uses: every variant checked and timed (a variant the rule could pick
+    but that failed its check would leave the score undefined), of unstaged problems. A staged
+    call (C padded by a copy) spends more host time than its kernels take, so its eager
+    times move with the host's pace (2-3x between runs, session 17), not with the split."""
+    from cute_conv.staging import kernel_problem_for
+
+    corpus = {p["key"]: problem_shape(p) for p in load_corpus()}
+    return [
+        r for r in rows
+        if "times" in r and all(c["ok"] for c in r["checks"].values())
+        and r["default"] in r["times"]
+        and kernel_problem_for(corpus[r["key"]]) == corpus[r["key"]]
+    ]  # fmt: skip
 
 
 def fit() -> None:
-    rows = json.loads(RESULTS_PATH.read_text())["rows"]
-    rows = [r for r in rows if "stream_k_ms" in r and "data_parallel_ms" in r]
+    rows = fitted_rows(json.loads(RESULTS_PATH.read_text())["rows"])
     train, heldout = by_split(rows)
-    fitted = fit_threshold(train)
+    fitted = fit_k_tiles_per_split(train)
     print(f"{len(train)} train, {len(heldout)} held-out problems")
-    print(f"fitted threshold: {fitted:.1f} k-tiles saved per SM")
-    print("| part | rule | best / chosen (geomean) | default vs cuDNN (geomean) |")
+    print(f"fitted: {fitted:.1f} k-tiles per CTA of a split")
+    print("| part | rule | fastest / chosen (geomean) | default vs cuDNN (geomean) |")
     print("|---|---|---|---|")
     for name, part in (("train", train), ("held-out", heldout)):
-        for rule, t in (("old", None), ("fitted", fitted)):
-            vs = geomean(r["cudnn_ms"] / chosen_ms(r, t) for r in part)
-            print(f"| {name} | {rule} | {score(part, t):.3f} | {vs:.3f} |")
+        for rule, c in (("as swept", None), ("fitted", fitted)):
+            vs = geomean(r["cudnn_ms"] / r["times"][chosen_name(r, c)] for r in part)
+            print(f"| {name} | {rule} | {score(part, c):.3f} | {vs:.3f} |")
 
 
 def main() -> None:

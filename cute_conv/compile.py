@@ -214,7 +214,8 @@ def compile_kernel(
     ``Conv2dConfig`` for ``sm_90a`` (default ``Conv2dConfig()``), a ``Conv2dConfigSm100``
     for ``sm_100a`` (default ``Conv2dConfigSm100.default_bf16()``; that kernel is
     compile-verified only); ``epilogue`` (bias, scale, activation, epilogue_fn,
-    has_residual) to a plain store.
+    has_residual) to a plain store. A config's launch choices (``stream_k_split``) do not
+    change the kernel: the result's ``key.config`` holds them at their defaults.
     The result has ``.ptx``, ``.cubin`` and ``.smem_bytes``. Thread-safe: concurrent calls
     for one kernel compile it once and return the same object.
 
@@ -238,6 +239,8 @@ def compile_kernel(
             f"config must be a {config_type.__name__} for arch={arch!r}, "
             f"got {type(config).__name__}"
         )
+    if isinstance(config, Conv2dConfig):  # configs that differ in launch choices share it
+        config = config.compiled_form()
     if epilogue is None:
         epilogue = EpilogueSpec()
     if not isinstance(epilogue, EpilogueSpec):

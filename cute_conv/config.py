@@ -4,7 +4,8 @@ of a config against a problem.
 ``Conv2dConfig`` itself (tile shape, cluster shape, pipeline depth, rasterization, schedule
 options) is defined next to the kernel, in ``kernels/sm90/config.py``, and re-exported here. It
 is part of the compile-cache key, so it is frozen and hashable and holds only what changes the
-compiled kernel; geometry (``Conv2dProblemShape``) never does.
+compiled kernel, apart from its launch choices (``stream_k_split``, see ``launch_clusters``);
+geometry (``Conv2dProblemShape``) never does.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ __all__ = [
     "default_config",
     "gather_loads_per_sm",
     "gathered_config",
+    "launch_clusters",
+    "stream_k_schedule",
     "with_gathered_operands",
     "k_tile_width",
     "schedule_shape",
@@ -72,7 +75,13 @@ _PINGPONG_HALO_TILE_W = 32
 # (benchmarks/sweep_gather.py, gather_sweep.json).
 MAX_GATHER_LOADS_PER_SM = {"pad": 50176, "im2col": 28672}
 GATHERED_ELEMENT_BYTES = GATHER_ELEMENT_BITS // 8
-# Stream-K for grids of at most this fraction of a wave of tiles (see default_config) ...
+# Bounded stream-K splits (``Conv2dConfig.stream_k_split``) the heuristic chooses among, and
+# the k-tiles each CTA of a split keeps at least: fitted on the corpus's train part on an H100
+# (benchmarks/sweep_stream_k.py, stream_k_sweep.json; see stream_k_schedule).
+STREAM_K_SPLITS = (2, 3, 4, 6, 8, 12, 16)
+K_TILES_PER_SPLIT = 9.0
+# Where no split fits: stream-K over the whole grid for at most this fraction of a wave of
+# tiles ...
 _MAX_WAVE_STREAM_K = 0.6
 # ... with mainloops of at least this many k-tiles.
 _MIN_K_TILES_STREAM_K = 64
@@ -240,9 +249,16 @@ def default_config(
     0.960 for the 32 of equal bytes; e.g. sd-64-320 (C=320: 64-wide, no padding, instead of
     128-wide padded to 384) 1081 -> 1146 TFLOP/s.
 
-    stream_k: when the tiles fill at most ``_MAX_WAVE_STREAM_K`` of the SMs and the mainloop
-    has at least ``_MIN_K_TILES_STREAM_K`` k-tiles, the k-tiles are split evenly over all SMs.
-    Measured on an H200 (small batches of suite shapes, stream-K vs data-parallel):
+    stream_k, stream_k_split: see ``stream_k_schedule``: each tile's k-tiles split a bounded
+    number of ways where the SMs have room, else over the whole grid for long mainloops on at
+    most ``_MAX_WAVE_STREAM_K`` of a wave, else data-parallel. The split rule was fitted on
+    the corpus (``benchmarks/sweep_stream_k.py``, H100, the 172 unstaged sub-wave problems
+    with 12+ k-tiles, each timed data-parallel, over the whole grid and at every split of
+    ``STREAM_K_SPLITS``): the rule picks 0.965 -> 0.989 of the fastest variant's speed on
+    the train part and 0.976 -> 0.990 held-out; e.g. ResNet-50's last 3x3 at batch 1 (4
+    cluster tiles of 72 k-tiles): whole grid 16.7 us -> 6-way split 13.3 us (cuDNN 16.0).
+    The whole-grid rule came before it, from the suite's shapes on an H200:
+    measured on an H200 (small batches of suite shapes, stream-K vs data-parallel):
     r50-c5 (72 k-tiles) N=1/4/8: 0.0186/0.0188/0.0193 -> 0.0161/0.0138/0.0168 ms;
     sd-16-1280 (180 k-tiles) N=1: 0.0404 -> 0.0281. Shorter mainloops lost: r50-c3 (18
     k-tiles) and r50-c4 (36) at N=1..32 by 2-20%; so did odd-5x5 N=1 (75 k-tiles, 96 tiles,
@@ -302,7 +318,11 @@ def default_config(
     )
     cluster_m = 2 if cluster_n == 1 and shares_filter else 1
     tiles, k_tiles = schedule_shape(problem, tile_m, tile_n, tile_k)
-    stream_k = tiles <= _MAX_WAVE_STREAM_K * num_sms and k_tiles >= _MIN_K_TILES_STREAM_K
+    stream_k, stream_k_split = stream_k_schedule(
+        _cluster_tiles(problem, tile_m, tile_n, cluster_m, cluster_n),
+        k_tiles,
+        num_sms // (cluster_m * cluster_n),
+    )
     pointwise = problem.R == problem.S == 1
     dynamic_schedule = pointwise and cluster_m == cluster_n == 1 and not stream_k
     pingpong = pointwise and tile_m == 128 and tile_n > _NARROW_TILE_N and not stream_k
@@ -313,8 +333,8 @@ def default_config(
     tile_w, halo_h = _halo_tile(problem, tile_m) if halo else (0, 0)
     return Conv2dConfig(
         tile_m=tile_m, tile_n=tile_n, tile_k=tile_k, cluster_m=cluster_m, cluster_n=cluster_n,
-        stream_k=stream_k, dynamic_schedule=dynamic_schedule, tile_w=tile_w, halo_h=halo_h,
-        pingpong=pingpong,
+        stream_k=stream_k, stream_k_split=stream_k_split, dynamic_schedule=dynamic_schedule,
+        tile_w=tile_w, halo_h=halo_h, pingpong=pingpong,
     )  # fmt: skip
 
 
@@ -359,8 +379,9 @@ def with_gathered_operands(config: Conv2dConfig, channels: int) -> Conv2dConfig:
     check_channels(channels, " (the conv's C)")
     vector = max(v for v in GATHER_VECTOR_CHOICES if channels % v == 0)
     return replace(
-        config, cluster_m=1, cluster_n=1, stream_k=False, dynamic_schedule=False, tile_w=0,
-        halo_h=0, pingpong=False, gather=True, gather_vector=vector,
+        config, cluster_m=1, cluster_n=1, stream_k=False, stream_k_split=0,
+        dynamic_schedule=False, tile_w=0, halo_h=0, pingpong=False, gather=True,
+        gather_vector=vector,
     )  # fmt: skip
 
 
@@ -416,6 +437,54 @@ def schedule_shape(
     """``(output tiles, k-tiles per tile)`` of im2col tiles of this shape on ``problem``: a
     k-tile never spans two filter taps, so each tap takes ``ceil(C / tile_k)`` of them."""
     return _tile_count(problem, tile_m, tile_n), -(-problem.C // tile_k) * problem.R * problem.S
+
+
+def cluster_tile_count(problem: Conv2dProblemShape, config) -> int:
+    """Cluster tiles (the work units of the SM90 kernel's scheduler) of ``config`` on the
+    kernel problem ``problem``, halo tiles aside."""
+    return _cluster_tiles(problem, config.tile_m, config.tile_n, config.cluster_m, config.cluster_n)
+
+
+def _cluster_tiles(
+    problem: Conv2dProblemShape, tile_m: int, tile_n: int, cluster_m: int, cluster_n: int
+) -> int:
+    tiles_m = -(-problem.gemm_m // tile_m)
+    tiles_n = -(-problem.K // tile_n)
+    return -(-tiles_m // cluster_m) * -(-tiles_n // cluster_n)
+
+
+def stream_k_schedule(
+    cluster_tiles: int,
+    k_tiles: int,
+    max_clusters: int,
+    k_tiles_per_split: float = K_TILES_PER_SPLIT,
+) -> tuple[bool, int]:
+    """``(stream_k, stream_k_split)`` for ``cluster_tiles`` tiles of ``k_tiles`` k-tiles on
+    ``max_clusters`` clusters: the most ways of ``STREAM_K_SPLITS`` that fit the grid while
+    every CTA keeps at least ``k_tiles_per_split`` k-tiles; where none does, the whole grid
+    for at most ``_MAX_WAVE_STREAM_K`` of a wave of tiles of ``_MIN_K_TILES_STREAM_K`` or
+    more k-tiles (``(True, 0)``); else data-parallel (``(False, 0)``)."""
+    fits = [
+        s for s in STREAM_K_SPLITS
+        if cluster_tiles * s <= max_clusters and k_tiles >= s * k_tiles_per_split
+    ]  # fmt: skip
+    if fits:
+        return True, max(fits)
+    whole_grid = (
+        cluster_tiles <= _MAX_WAVE_STREAM_K * max_clusters and k_tiles >= _MIN_K_TILES_STREAM_K
+    )
+    return whole_grid, 0
+
+
+def launch_clusters(problem: Conv2dProblemShape, config, num_sms: int) -> int:
+    """The most clusters a launch of ``config`` (of either arch) on the kernel problem
+    ``problem`` may take on ``num_sms`` SMs: one per SM, or with a bounded stream-K split
+    (``Conv2dConfig.stream_k_split``) that many per cluster tile where that is fewer."""
+    clusters = num_sms // (config.cluster_m * config.cluster_n)
+    split = getattr(config, "stream_k_split", 0)  # SM100 configs have no such choice
+    if split:
+        clusters = min(clusters, cluster_tile_count(problem, config) * split)
+    return clusters
 
 
 def _tile_count(problem: Conv2dProblemShape, tile_m: int, tile_n: int) -> int:

@@ -17,7 +17,7 @@ import torch
 
 from .arch import ARCHS, check_config_type
 from .compile import CompiledConv2d, compile_kernel, kernel_scalars
-from .config import check_heuristic_args
+from .config import check_heuristic_args, launch_clusters
 from .cuda_context import current_device, current_raw_stream
 from .epilogue import EpilogueSpec, kernel_vector_dtype, validate_epilogue_args
 from .problem import Conv2dProblemShape
@@ -269,7 +269,7 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
         config=config,
         epilogue=epilogue,
     )
-    max_clusters = num_sms // (config.cluster_m * config.cluster_n)
+    max_clusters = launch_clusters(kernel_problem, config, num_sms)
     scalars = kernel_scalars(kernel_problem, alpha, beta, max_clusters)
     used_vectors = (bias if epilogue.has_bias else None, scale if epilogue.has_scale else None)
     vector_dtype = kernel_vector_dtype(*used_vectors)

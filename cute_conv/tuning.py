@@ -33,8 +33,11 @@ from .config import (
     check_config_fits,
     check_element_bytes,
     check_heuristic_args,
+    cluster_tile_count,
     default_config,
     pingpong_halo_tile,
+    schedule_shape,
+    stream_k_schedule,
     tile_widths,
 )
 from .kernels.sm90.config import MAX_TILE_ELEMS, TILE_M_CHOICES
@@ -116,8 +119,9 @@ def candidate_configs(
 ) -> list[Conv2dConfig]:
     """``candidate_widths``, each alone and in both 2-CTA clusters, two rasterizations, 128-
     row tiles and, up to 160 wide, 192-row ones and, up to 128 wide, 256-row ones; the k-tile
-    width, stream-K, ping-pong (for tiles it takes) and (for single-CTA clusters) dynamic
-    scheduling choices of the default heuristic for the problem the kernel runs (after
+    width, stream-K (split by the heuristic's rule on each candidate's tiles), ping-pong (for
+    tiles it takes) and (for single-CTA clusters) dynamic scheduling choices of the default
+    heuristic for the problem the kernel runs (after
     staging) on ``num_sms`` SMs with inputs of ``element_bytes`` (1: fp8); and 128x128
     ping-pong halo tiles where they fit (``pingpong_halo_tile``: faster than the default on
     some devices only; they need 128-byte k-tiles)."""
@@ -144,6 +148,7 @@ def candidate_configs(
             shapes, ((1, 1), (2, 1), (1, 2)), (1, 8)
         )
     ]  # fmt: skip
+    candidates = [_with_heuristic_split(c, kernel_problem, num_sms) for c in candidates]
     tile_w, halo_h = pingpong_halo_tile(kernel_problem, num_sms)
     if tile_w and tile_k * element_bytes == MAX_K_TILE_BYTES and not stream_k:
         candidates.append(
@@ -151,6 +156,18 @@ def candidate_configs(
                          tile_w=tile_w, halo_h=halo_h, pingpong=True)
         )  # fmt: skip
     return candidates
+
+
+def _with_heuristic_split(
+    config: Conv2dConfig, problem: Conv2dProblemShape, num_sms: int
+) -> Conv2dConfig:
+    """A stream-K candidate with the heuristic's split rule applied to its own tiles."""
+    if not config.stream_k:
+        return config
+    _, k_tiles = schedule_shape(problem, config.tile_m, config.tile_n, config.tile_k)
+    max_clusters = num_sms // (config.cluster_m * config.cluster_n)
+    _, split = stream_k_schedule(cluster_tile_count(problem, config), k_tiles, max_clusters)
+    return dataclasses.replace(config, stream_k_split=split)
 
 
 def _table_path():

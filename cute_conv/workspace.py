@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 import torch
 
+from .config import cluster_tile_count
 from .cuda_context import current_device, current_raw_stream
 from .kernels.sm90.config import WORK_COUNTERS as DYNAMIC_SCHEDULE_COUNTERS
 from .kernels.sm90.config import Conv2dConfig
@@ -53,11 +54,8 @@ def workspace_size_sm90(
     if not config.stream_k:
         return None
     cluster_size = config.cluster_m * config.cluster_n
-    tiles_m = -(-problem.gemm_m // config.tile_m)
-    tiles_n = -(-problem.K // config.tile_n)
-    cluster_tiles = -(-tiles_m // config.cluster_m) * -(-tiles_n // config.cluster_n)
     partials = max_clusters * cluster_size * config.tile_m * config.tile_n
-    return partials, cluster_tiles * cluster_size
+    return partials, cluster_tile_count(problem, config) * cluster_size
 
 
 def kernel_workspace(

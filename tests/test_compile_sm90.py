@@ -136,6 +136,16 @@ def test_cache_keys_on_dtypes_and_config_only():
     assert cached_kernel_count() <= before + 1
 
 
+def test_stream_k_splits_share_one_compiled_kernel():
+    """A split is a launch choice (the grid's size): every split runs the whole-grid kernel."""
+    whole = cute_conv.Conv2dConfig(tile_n=64, stream_k=True)
+    kernel = cute_conv.compile_kernel("sm_90a", config=whole)
+    for split in (2, 6):
+        bounded = cute_conv.Conv2dConfig(tile_n=64, stream_k=True, stream_k_split=split)
+        assert cute_conv.compile_kernel("sm_90a", config=bounded) is kernel
+    assert kernel.key.config == whole
+
+
 def test_too_many_stages_is_rejected():
     with pytest.raises(ValueError, match="stages=16"):
         cute_conv.compile_kernel("sm_90a", config=cute_conv.Conv2dConfig(tile_n=256, stages=16))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -50,6 +51,10 @@ from cute_conv.staging import kernel_problem_for
         pytest.param(dict(tile_w=32, halo_h=6, tile_k=32), ValueError, "need tile_k >= 64", id="halo-tile-k"),
         pytest.param(dict(tile_w=32, halo_h=6, cluster_m=2), ValueError, "need tile_k >= 64", id="halo-cluster"),
         pytest.param(dict(tile_w=32, halo_h=6, stream_k=True), ValueError, "need tile_k >= 64", id="halo-stream-k"),
+        pytest.param(dict(stream_k_split=4), ValueError, "stream_k_split must be 0", id="split-without-stream-k"),
+        pytest.param(dict(stream_k=True, stream_k_split=1), ValueError, "stream_k_split must be 0", id="split-of-one"),
+        pytest.param(dict(stream_k=True, stream_k_split=33), ValueError, "in 2..32", id="split-too-wide"),
+        pytest.param(dict(stream_k=True, stream_k_split=2.0), TypeError, "stream_k_split must be an int", id="split-type"),
     ],
 )  # fmt: skip
 def test_config_rejections(kwargs, exc, match):
@@ -118,18 +123,24 @@ def test_default_config_takes_192_rows_only_for_a_wave_or_more():
 
 
 @pytest.mark.parametrize(
-    "prob,num_sms,stream_k",
+    "prob,num_sms,schedule",
     [
-        pytest.param(problem(8, 7, 512, 512, 3, padding=1), 132, True, id="n8-r50-c5-32-tiles"),
-        pytest.param(problem(1, 16, 1280, 1280, 3, padding=1), 132, True, id="n1-sd-16-1280"),
-        pytest.param(problem(8, 7, 512, 512, 3, padding=1), 40, False, id="n8-r50-c5-on-40-sms"),
-        pytest.param(problem(128, 7, 512, 512, 3, padding=1), 132, False, id="r50-c5-98-tiles"),
-        pytest.param(problem(8, 14, 256, 256, 3, padding=1), 132, False, id="n8-r50-c4-36-k-tiles"),
-        pytest.param(problem(1, 14, 256, 256, 1), 132, False, id="1x1-four-k-tiles"),
+        # 16 cluster tiles (1x2) of 72 k-tiles on 66 clusters: 4 ways, 18 k-tiles each.
+        pytest.param(problem(8, 7, 512, 512, 3, padding=1), 132, (True, 4), id="n8-r50-c5"),
+        pytest.param(problem(1, 7, 512, 512, 3, padding=1), 132, (True, 8), id="n1-r50-c5"),
+        pytest.param(problem(1, 16, 1280, 1280, 3, padding=1), 132, (True, 3), id="n1-sd-16-1280"),
+        pytest.param(problem(8, 7, 512, 512, 3, padding=1), 40, (False, 0), id="n8-r50-c5-on-40-sms"),
+        pytest.param(problem(128, 7, 512, 512, 3, padding=1), 132, (False, 0), id="r50-c5-98-tiles"),
+        pytest.param(problem(8, 14, 256, 256, 3, padding=1), 132, (True, 2), id="n8-r50-c4-36-k-tiles"),
+        pytest.param(problem(1, 14, 256, 256, 1), 132, (False, 0), id="1x1-four-k-tiles"),
+        # 36 cluster tiles of 72 k-tiles: no room for two per tile on 66 clusters; the whole grid.
+        pytest.param(Conv2dProblemShape.from_shapes((1, 25, 42, 512), (512, 3, 3, 512), padding=1),
+                     132, (True, 0), id="n1-25x42-c512"),
     ],
 )  # fmt: skip
-def test_default_config_stream_k(prob, num_sms, stream_k):
-    assert default_config(prob, num_sms).stream_k == stream_k
+def test_default_config_stream_k(prob, num_sms, schedule):
+    config = default_config(prob, num_sms)
+    assert (config.stream_k, config.stream_k_split) == schedule
 
 
 @pytest.mark.parametrize(
@@ -199,6 +210,33 @@ def test_kernel_workspace_size():
     config = Conv2dConfig(tile_n=256, cluster_n=2, stream_k=True)
     assert workspace_size_sm90(prob, config, 66) == (66 * 2 * 128 * 256, 49 * 2)
     assert workspace_size_sm90(prob, Conv2dConfig(tile_n=256, cluster_n=2), 66) is None
+
+
+def test_launch_clusters_bounds_a_stream_k_split():
+    from cute_conv.config import launch_clusters
+
+    prob = problem(1, 7, 2048, 512, 1)  # 1 x 8 tiles of 128x64
+    whole = Conv2dConfig(tile_n=64, stream_k=True)
+    assert launch_clusters(prob, whole, 132) == 132
+    assert launch_clusters(prob, replace(whole, stream_k_split=6), 132) == 48
+    assert launch_clusters(prob, replace(whole, stream_k_split=32), 132) == 132  # SMs bound it
+    pairs = Conv2dConfig(tile_n=64, cluster_n=2, stream_k=True, stream_k_split=3)
+    assert launch_clusters(prob, pairs, 132) == 12  # 4 cluster tiles of 1x2
+    assert launch_clusters(prob, Conv2dConfig(cluster_n=2), 132) == 66
+
+
+def test_stream_k_schedule_keeps_k_tiles_per_cta_within_the_sms():
+    from cute_conv.config import stream_k_schedule
+
+    assert stream_k_schedule(8, 32, 132, 12.0) == (True, 2)  # 3 ways would leave 10.7 each
+    assert stream_k_schedule(8, 72, 132, 12.0) == (True, 6)
+    assert stream_k_schedule(8, 1000, 132, 12.0) == (True, 16)  # the widest of the choices
+    assert stream_k_schedule(40, 1000, 132, 12.0) == (True, 3)  # 4 ways: 160 clusters
+    assert stream_k_schedule(8, 23, 132, 12.0) == (False, 0)  # data-parallel
+    # No room for two CTAs per tile: the whole grid, for long mainloops under 0.6 of a wave.
+    assert stream_k_schedule(70, 1000, 132, 12.0) == (True, 0)
+    assert stream_k_schedule(70, 63, 132, 12.0) == (False, 0)
+    assert stream_k_schedule(80, 1000, 132, 12.0) == (False, 0)
 
 
 @pytest.mark.parametrize(

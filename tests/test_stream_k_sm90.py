@@ -20,6 +20,11 @@ STREAM_K_CONFIGS = [
     Config(tile_m=256, tile_n=64, stream_k=True),
     Config(tile_n=96, tile_k=32, stream_k=True),
     Config(tile_m=192, tile_n=128, cluster_n=2, stream_k=True),
+    # Bounded splits: each tile's k-tiles over 2, 3 or 5 CTAs (shares straddle tiles where
+    # the k-tiles do not divide).
+    Config(tile_n=128, stream_k=True, stream_k_split=3),
+    Config(tile_n=256, cluster_n=2, stream_k=True, stream_k_split=2),
+    Config(tile_n=128, cluster_m=2, stream_k=True, stream_k_split=5),
 ]
 # (N, H, W, C, K, R, S, padding): few tiles of many k-tiles (tiles split between several
 # CTAs), M and K tails, C not a multiple of the k-tile, a 1x1 conv of 4 k-tiles.
@@ -40,7 +45,8 @@ def _inputs(shape):
 @pytest.mark.parametrize(
     "config",
     STREAM_K_CONFIGS,
-    ids=lambda c: f"m{c.tile_m}n{c.tile_n}k{c.tile_k}-{c.cluster_m}x{c.cluster_n}",
+    ids=lambda c: f"m{c.tile_m}n{c.tile_n}k{c.tile_k}-{c.cluster_m}x{c.cluster_n}"
+    f"-split{c.stream_k_split}",
 )
 def test_stream_k_matches_the_reference(shape, config):
     act, flt, pad = _inputs(shape)
@@ -127,5 +133,28 @@ def test_graphs_of_one_capture_stream_replayed_on_two_streams_at_once():
                 graph.replay()
     torch.cuda.synchronize()
     for out, ref in zip(outs, refs, strict=True):
+        report = compare_to_reference(out, ref)
+        assert report.ok, str(report)
+
+
+@pytest.mark.parametrize("split", [2, 3, 6])
+def test_bounded_splits_replayed_from_a_graph(split):
+    """A bounded split's grid (``stream_k_split`` CTAs per tile) replayed many times from a
+    CUDA graph, beside eager calls of the whole-grid kernel on the same stream: the sums and
+    the counters stay right."""
+    act, flt, pad = _inputs(SHAPES[0])
+    ref = conv2d_reference(act, flt, padding=pad)
+    bounded = Config(tile_n=64, stream_k=True, stream_k_split=split)
+    whole = Config(tile_n=64, stream_k=True)
+    cute_conv.conv2d_fprop(act, flt, padding=pad, config=bounded)  # compile, plan
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        graphed = cute_conv.conv2d_fprop(act, flt, padding=pad, config=bounded)
+    eager = []
+    for _ in range(50):
+        graph.replay()
+        eager.append(cute_conv.conv2d_fprop(act, flt, padding=pad, config=whole))
+    torch.cuda.synchronize()
+    for out in (graphed, eager[0], eager[-1]):
         report = compare_to_reference(out, ref)
         assert report.ok, str(report)

@@ -1,12 +1,14 @@
-"""The stream-K sweep's CPU parts (benchmarks/sweep_stream_k.py): which problems it measures,
-the config pair it times, and the one-parameter fit."""
+"""The stream-K sweep's CPU parts (benchmarks/sweep_stream_k.py): which problems and variants
+it measures, the rows it fits on, and the one-parameter fit, tied to the heuristic's
+constant."""
 
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
+
+import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
@@ -15,60 +17,72 @@ import sweep_stream_k  # noqa: E402
 from bench_corpus import load_corpus  # noqa: E402
 
 import cute_conv  # noqa: E402
+from cute_conv.config import K_TILES_PER_SPLIT  # noqa: E402
+
+
+def _committed_rows() -> list[dict]:
+    return json.loads(sweep_stream_k.RESULTS_PATH.read_text())["rows"]
 
 
 def test_selection_is_the_sub_wave_problems_and_matches_the_committed_results():
     chosen = sweep_stream_k.sub_wave(load_corpus())
-    assert chosen and all(
-        p["tiles"] < sweep_stream_k.NUM_SMS and p["k_tiles"] >= sweep_stream_k.MIN_K_TILES
-        for p in chosen
-    )
-    measured = {r["key"] for r in json.loads(sweep_stream_k.RESULTS_PATH.read_text())["rows"]}
-    selected = {p["key"] for p in chosen}
-    assert measured <= selected
-    # Two problems became sub-wave with the 32-wide tiles (K=4 and K=8 3x3s on 64x64 maps,
-    # now 256x32 tiles) after the sweep ran: not measured yet.
-    assert selected - measured == {
-        "n8_h64_w64_c320_k4_r3_s3_pad1.1.1.1_str1.1_dil1.1",
-        "n8_h64_w64_c512_k8_r3_s3_pad1.1.1.1_str1.1_dil1.1",
-    }
+    assert chosen
+    for p in chosen:
+        assert p["k_tiles"] >= sweep_stream_k.MIN_K_TILES
+        for split in p["splits"]:
+            assert p["tiles"] * split <= p["max_clusters"]
+            assert p["k_tiles"] / split >= sweep_stream_k.MIN_K_TILES_PER_CTA
+    assert {r["key"] for r in _committed_rows()} == {p["key"] for p in chosen}
 
 
-def test_the_stream_k_variant_turns_off_what_stream_k_excludes():
+def test_variants_turn_off_what_stream_k_excludes():
     config = cute_conv.Conv2dConfig(
         tile_m=256, tile_n=64, dynamic_schedule=True, tile_w=64, halo_h=6
     )
-    on = sweep_stream_k.with_stream_k(config, True)
-    assert on.stream_k and not on.dynamic_schedule and (on.tile_w, on.halo_h) == (0, 0)
-    assert (on.tile_m, on.tile_n) == (256, 64)
-    pingpong = cute_conv.Conv2dConfig(pingpong=True)
-    assert not sweep_stream_k.with_stream_k(pingpong, True).pingpong
-    assert sweep_stream_k.with_stream_k(on, False) == cute_conv.Conv2dConfig(
-        tile_m=256, tile_n=64
+    configs = sweep_stream_k.variants(config, [2, 6])
+    assert list(configs) == ["data_parallel", "whole_grid", "2", "6"]
+    assert configs["data_parallel"] == config
+    assert configs["whole_grid"].stream_k and not configs["whole_grid"].dynamic_schedule
+    assert (configs["whole_grid"].tile_w, configs["whole_grid"].stream_k_split) == (0, 0)
+    assert configs["6"].stream_k_split == 6 and (configs["6"].tile_m, configs["6"].tile_n) == (
+        256,
+        64,
     )
+    pingpong = cute_conv.Conv2dConfig(pingpong=True)
+    assert not sweep_stream_k.with_stream_k(pingpong, True, 3).pingpong
 
 
-def test_stream_k_pays_only_below_a_wave_and_past_the_threshold():
-    pays = sweep_stream_k.stream_k_pays
-    assert pays(8, 72, 132, 47.0)  # 72 * (1 - 8/132) = 67.6 saved
-    assert not pays(8, 36, 132, 47.0)  # 33.8 saved
-    assert not pays(132, 1000, 132, 0.0)  # a full wave: nothing to balance
-
-
-def _row(tiles: int, k_tiles: int, stream_k_wins: bool) -> dict:
+def _row(tiles: int, k_tiles: int, fastest: str) -> dict:
+    times = {"data_parallel": 2.0, "whole_grid": 2.0}
+    times |= {str(s): 2.0 for s in (2, 3, 4, 6, 8, 12, 16) if k_tiles / s >= 3}
+    times[fastest] = 1.0
     return {
-        "tiles": tiles, "k_tiles": k_tiles, "default_stream_k": False,
-        "stream_k_ms": 1.0 if stream_k_wins else 2.0, "data_parallel_ms": 1.5, "cudnn_ms": 1.5,
+        "tiles": tiles, "k_tiles": k_tiles, "max_clusters": 132, "default": "data_parallel",
+        "times": times, "cudnn_ms": 1.5,
     }  # fmt: skip
 
 
-def test_fit_separates_the_problems_where_stream_k_wins():
-    # Stream-K wins where more than ~40 k-tiles are saved per SM (tiles=12: 0.909 of k_tiles).
-    rows = [_row(12, k, k * (1 - 12 / 132) > 40) for k in (20, 30, 40, 50, 60, 80, 100)]
-    threshold = sweep_stream_k.fit_threshold(rows)
-    assert 40 * (1 - 12 / 132) < threshold < 50 * (1 - 12 / 132)
-    assert sweep_stream_k.score(rows, threshold) == 1.0
-    # The heuristic's recorded choice (never stream-K here) scores below the fit.
-    assert sweep_stream_k.score(rows, None) < 1.0
-    # Where stream-K never wins the fit never splits.
-    assert sweep_stream_k.fit_threshold([_row(12, k, False) for k in (20, 60)]) == math.inf
+def test_fit_finds_the_k_tiles_a_split_needs():
+    # Splits pay where each CTA keeps 10 k-tiles or more (8 tiles: up to 16 ways fit).
+    rows = [_row(8, 40, "4"), _row(8, 60, "6"), _row(8, 24, "2"), _row(8, 18, "data_parallel")]
+    fitted = sweep_stream_k.fit_k_tiles_per_split(rows)
+    assert 9 < fitted <= 10  # 60 / 6 = 10 each; 18 / 2 = 9 must not split
+    assert sweep_stream_k.score(rows, fitted) == 1.0
+    assert sweep_stream_k.score(rows, None) < 1.0  # the recorded default never splits
+    assert sweep_stream_k.chosen_name(_row(8, 200, "16"), fitted) == "16"
+
+
+def test_fitted_rows_leave_out_staged_problems_and_failed_checks():
+    rows = _committed_rows()
+    kept = sweep_stream_k.fitted_rows(rows)
+    assert 0 < len(kept) < len(rows)
+    keys = {r["key"] for r in kept}
+    assert "n1_h13_w43_c513_k300_r3_s1_pad0.0.0.0_str2.1_dil1.1" not in keys  # C=513: padded
+
+
+@pytest.mark.skipif(
+    not sweep_stream_k.RESULTS_PATH.exists(), reason="no committed stream-K sweep results"
+)
+def test_heuristic_constant_is_the_committed_sweeps_fit():
+    train, _ = sweep_stream_k.by_split(sweep_stream_k.fitted_rows(_committed_rows()))
+    assert sweep_stream_k.fit_k_tiles_per_split(train) == K_TILES_PER_SPLIT

@@ -10,7 +10,7 @@ the kernel module.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Tuple, Type
 
 import cutlass
@@ -35,6 +35,8 @@ TILE_K_CHOICES = (16, 32, 64, 128)
 CLUSTER_CHOICES = (1, 2)
 MAX_CLUSTER_SIZE = 2
 MIN_STAGES, MAX_STAGES = 2, 16
+# CTAs a stream-K split may share one output tile among (``stream_k_split``).
+MAX_STREAM_K_SPLIT = 32
 # Halo tiles: output columns per tile row (a power of two dividing tile_m).
 HALO_TILE_W_CHOICES = (32, 64, 128)
 
@@ -95,6 +97,11 @@ class Conv2dConfig:
             for CTAs launched after it, so the whole grid (one CTA per SM of the device's SM
             count) must be able to be resident at once: do not force it where SMs are
             withheld from the process.
+        stream_k_split: with ``stream_k``, at most this many CTAs per output tile (0: one
+            CTA per SM): the grid is ``stream_k_split`` times the tiles, or the SMs if they
+            are fewer, so each tile's k-tiles are split that many ways and summed by fewer
+            partials than over the whole grid. A launch choice: kernels of every split are
+            the same compiled kernel.
         dynamic_schedule: after its first tile, each CTA takes the next output tile from a
             global counter rather than every grid-th tile, so that SMs that run faster (closer
             to the memory they stream) take more tiles. Clusters of one CTA only; the counter
@@ -134,6 +141,7 @@ class Conv2dConfig:
     raster_along_m: bool = True
     swizzle: int = 8
     stream_k: bool = False
+    stream_k_split: int = 0
     dynamic_schedule: bool = False
     tile_w: int = 0
     halo_h: int = 0
@@ -165,6 +173,14 @@ class Conv2dConfig:
                 f"stages must be 0 (as many as fit) or in {MIN_STAGES}..{MAX_STAGES}, "
                 f"got {self.stages}"
             )
+        if self.stream_k_split and not (
+            self.stream_k and 2 <= self.stream_k_split <= MAX_STREAM_K_SPLIT
+        ):
+            raise ValueError(
+                f"stream_k_split must be 0 (the whole grid) or in 2..{MAX_STREAM_K_SPLIT} "
+                f"with stream_k=True, got stream_k_split={self.stream_k_split}, "
+                f"stream_k={self.stream_k}"
+            )
         if self.swizzle < 1:
             raise ValueError(f"swizzle must be >= 1, got {self.swizzle}")
         if self.tile_w or self.halo_h:  # halo tiles (halo_h alone is an error here)
@@ -190,6 +206,11 @@ class Conv2dConfig:
     def cluster_shape_mn(self) -> tuple[int, int]:
         """``(cluster_m, cluster_n)``."""
         return (self.cluster_m, self.cluster_n)
+
+    def compiled_form(self) -> "Conv2dConfig":
+        """This config with its launch choices (``stream_k_split``) at their defaults: what
+        the compiled kernel depends on, and so what keys it."""
+        return replace(self, stream_k_split=0)
 
     @property
     def num_consumer_warpgroups(self) -> int:
