@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from cute_conv.kernels.sm90.pipeline_checks import sm90_barrier_specs
+from cute_conv.kernels.sm90.pipeline_checks import Sm90Roles, sm90_barrier_specs
 
 import cute_conv
 from cute_conv import Conv2dConfig
@@ -171,6 +171,23 @@ def test_the_gathered_ring_in_the_role_table():
     assert specs["named.epilogue_load"].arrivals[0].role == "first gather warp"
     plain = sm90_barrier_specs(Conv2dConfig(), has_residual=True)
     assert (plain["ab.full"].count, plain["ab.empty"].count) == (1, 8)
+
+
+@pytest.mark.parametrize(
+    "config,loads_source_by_tma,warps",
+    [
+        (Conv2dConfig(tile_n=64, tile_k=16, gather=True, gather_vector=2), False, 4),
+        (Conv2dConfig(tile_n=64, tile_k=16, gather=True, gather_vector=2), True, 2),  # C by TMA
+        (Conv2dConfig(tile_n=32, tile_k=16, gather=True, gather_vector=4), False, 2),  # 64 runs
+        (Conv2dConfig(tile_n=96, tile_k=32, gather=True, gather_vector=4), False, 4),
+        (Conv2dConfig(tile_n=64, tile_k=16, gather=True), False, 2),  # scalar loads
+    ],
+)  # fmt: skip
+def test_the_whole_producer_warpgroup_gathers_where_it_can(config, loads_source_by_tma, warps):
+    roles = Sm90Roles.of(config, loads_source_by_tma)
+    assert (roles.gather_warps, roles.first_gather_warp) == (warps, 4 - warps)
+    full = sm90_barrier_specs(config, has_residual=loads_source_by_tma)["ab.full"]
+    assert full.count == 32 * warps
 
 
 @pytest.mark.parametrize(

@@ -127,9 +127,7 @@ def publish_amax(amax: cute.Tensor, m_amax: cute.Tensor):
     the output's amax in global memory by one atomic max of lane 0. The magnitudes are
     non-negative floats (NaN as a positive one), which order as their bits, so the atomic
     is an integer max."""
-    warp_max = cute.arch.warp_reduction(
-        amax[0], lambda a, b: cute.arch.fmax(a, b, nan=True)
-    )
+    warp_max = cute.arch.warp_reduction(amax[0], lambda a, b: cute.arch.fmax(a, b, nan=True))
     if cute.arch.lane_idx() == 0:
         cute.arch.atomic_fmax(m_amax.iterator, warp_max, sign_bit=False)
 

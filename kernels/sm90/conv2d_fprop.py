@@ -128,8 +128,9 @@ class Conv2dFpropSm90(
         warp 1      ``load_source`` (residual kernels): TMA of the residual C, subtile by
                     subtile, into the source ring ahead of the epilogue
         warps 2-3   ``gather_operands`` (``gather``): the im2col A and the filter tiles by
-                    plain loads and SMEM stores into the ring, in place of warp 0's TMA;
-                    idle otherwise
+                    plain loads and SMEM stores into the ring, in place of warp 0's TMA
+                    (warps 0-3 where no warp loads C and the tiles are large enough,
+                    ``gather_warps_for``); idle otherwise
       warpgroups 1-2 (consumers, ``setmaxnreg`` up to 232), or 1-3 with 192-row tiles (152)
                     ``mma_and_epilogue``: WGMMA on a tile_m x tile_n register accumulator
                     (64 or 128 rows per warpgroup), then ``epilogue_tile``: registers ->
@@ -203,7 +204,7 @@ class Conv2dFpropSm90(
         )
 
         # Warp roles and the arrive counts of every barrier, derived from them.
-        self.roles = Sm90Roles.of(config)
+        self.roles = Sm90Roles.of(config, self.epilogue.loads_source_by_tma)
         self.barrier_specs = sm90_barrier_specs(config, self.epilogue.loads_source_by_tma)
         self.num_consumer_warpgroups = config.num_consumer_warpgroups
         self.num_consumer_threads = self.roles.consumer_threads
@@ -470,7 +471,16 @@ class Conv2dFpropSm90(
                 Sm90SmemTiles(sA, sB, sD, sC),
                 ConsumerMainloop(tiled_mma, k_shape, k_tile_cnt, halo, a_tap_layout),
                 EpilogueArgs(
-                    tma_atom_d, gD, cD, d_shape, gC, m_bias, m_scale, alpha, beta, out_factor,
+                    tma_atom_d,
+                    gD,
+                    cD,
+                    d_shape,
+                    gC,
+                    m_bias,
+                    m_scale,
+                    alpha,
+                    beta,
+                    out_factor,
                     epi_operands.m_amax,
                 ),
                 # With dynamic scheduling m_flags holds the work counters instead.

@@ -27,10 +27,8 @@ import cutlass.pipeline as pipeline
 
 from ..common.im2col import ConvGeometry
 from ..common.tile_scheduler import StaticTileScheduler
+from .schedule_checks import GATHER_RUN_CHANNELS as RUN_CHANNELS
 
-# Channels of one unit of work: a 16-byte chunk of a swizzled row (the 128-byte swizzle
-# permutes whole chunks, so a run's elements stay adjacent).
-RUN_CHANNELS = 8
 # Units whose loads a thread issues before storing any of them, by channels per load: a unit
 # holds 8 registers loaded element by element, 4 loaded as vectors, within the producer
 # warpgroup's budget (on an H100, 8 vector units ran small gathered convs 1.16x faster than

@@ -10,10 +10,25 @@ from dataclasses import dataclass
 
 from ..common.pipeline_checks import WARP_SIZE, Arrival, BarrierSpec
 from .config import Conv2dConfig
+from .schedule_checks import GATHER_RUN_CHANNELS
 
-__all__ = ["Sm90Roles", "sm90_barrier_specs"]
+__all__ = ["Sm90Roles", "gather_warps_for", "sm90_barrier_specs"]
 
 WARPGROUP_THREADS = 128
+WARPGROUP_WARPS = WARPGROUP_THREADS // WARP_SIZE
+
+
+def gather_warps_for(config: Conv2dConfig, loads_source_by_tma: bool) -> int:
+    """Warps that gather the operands (``gather``; 2 otherwise, unused): the whole producer
+    warpgroup, since the gather is latency-bound and more warps keep more loads in flight,
+    unless warp 1 loads the residual C by TMA, the filter tile (the smaller one: tile_m is
+    at least 128) has fewer 16-byte runs than 128 threads, or the loads are scalar
+    (``gather_vector=1``: with half the units per thread ptxas reused registers between
+    some of a group's loads and serialized them, which ``tests/sass.py`` catches)."""
+    filter_runs = config.tile_n * config.tile_k // GATHER_RUN_CHANNELS
+    if loads_source_by_tma or filter_runs % WARPGROUP_THREADS or config.gather_vector == 1:
+        return 2
+    return WARPGROUP_WARPS
 
 
 @dataclass(frozen=True)
@@ -21,7 +36,9 @@ class Sm90Roles:
     """Warp ids and thread counts of the SM90 kernel for one config.
 
     Warpgroup 0 is the producer (warp 0 loads A/B, warp 1 loads the residual C, warps 2-3
-    idle; with ``gather`` warps 2-3 gather A/B in warp 0's place);
+    idle; with ``gather`` its warps gather A/B in warp 0's place: all four, or warps 2-3
+    where warp 1 loads C or where an operand tile has too few 16-byte runs for four warps,
+    ``gather_warps_for``);
     warpgroups 1.. are the consumers (WGMMA and their epilogue), two, or three with 192-row
     tiles. Cooperative: all consumer threads share every tile; ping-pong: each consumer
     warpgroup owns every other tile (its ``tile_threads`` are one warpgroup)."""
@@ -35,8 +52,12 @@ class Sm90Roles:
     first_consumer_warp: int = 4
 
     @classmethod
-    def of(cls, config: Conv2dConfig) -> "Sm90Roles":
-        return cls(config.num_consumer_warpgroups, config.pingpong)
+    def of(cls, config: Conv2dConfig, loads_source_by_tma: bool = False) -> "Sm90Roles":
+        gather_warps = gather_warps_for(config, loads_source_by_tma)
+        return cls(
+            config.num_consumer_warpgroups, config.pingpong,
+            first_gather_warp=WARPGROUP_WARPS - gather_warps, gather_warps=gather_warps,
+        )  # fmt: skip
 
     @property
     def gather_threads(self) -> int:
@@ -63,7 +84,7 @@ class Sm90Roles:
 def sm90_barrier_specs(config: Conv2dConfig, has_residual: bool) -> dict[str, BarrierSpec]:
     """Arrive count of every barrier of the kernel, keyed ``"<pipeline>.<full|empty>"`` and
     ``"named.<barrier>"``; pipelines the config does not use are left out."""
-    roles = Sm90Roles.of(config)
+    roles = Sm90Roles.of(config, has_residual)
     tile_warps = roles.tile_warps
     owner = "the tile's consumer warpgroup" if config.pingpong else "the consumer warpgroups"
     # The A tile is multicast along cluster N, the filter tile along cluster M: a stage is

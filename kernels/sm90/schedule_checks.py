@@ -16,6 +16,9 @@ MIN_K_TILE_BYTES, MAX_K_TILE_BYTES = 32, 128
 # Gathered operands (``gather``) are loaded as 16-bit values, this many channels per load
 # (``gather_vector``).
 GATHER_ELEMENT_BITS = 16
+# Channels of one gathered unit of work: a 16-byte chunk of a swizzled row (the 128-byte
+# swizzle permutes whole chunks, so a run's elements stay adjacent).
+GATHER_RUN_CHANNELS = 8
 GATHER_VECTOR_CHOICES = (1, 2, 4)
 
 
