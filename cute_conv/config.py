@@ -318,10 +318,8 @@ def default_config(
     )
     cluster_m = 2 if cluster_n == 1 and shares_filter else 1
     tiles, k_tiles = schedule_shape(problem, tile_m, tile_n, tile_k)
-    stream_k, stream_k_split = stream_k_schedule(
-        _cluster_tiles(problem, tile_m, tile_n, cluster_m, cluster_n),
-        k_tiles,
-        num_sms // (cluster_m * cluster_n),
+    stream_k, stream_k_split = stream_k_for_tiles(
+        problem, tile_m, tile_n, tile_k, cluster_m, cluster_n, num_sms
     )
     pointwise = problem.R == problem.S == 1
     dynamic_schedule = pointwise and cluster_m == cluster_n == 1 and not stream_k
@@ -474,6 +472,23 @@ def stream_k_schedule(
         cluster_tiles <= _MAX_WAVE_STREAM_K * max_clusters and k_tiles >= _MIN_K_TILES_STREAM_K
     )
     return whole_grid, 0
+
+
+def stream_k_for_tiles(
+    problem: Conv2dProblemShape,
+    tile_m: int,
+    tile_n: int,
+    tile_k: int,
+    cluster_m: int,
+    cluster_n: int,
+    num_sms: int,
+) -> tuple[bool, int]:
+    """``stream_k_schedule`` for tiles of this shape and clusters on ``problem`` and
+    ``num_sms`` SMs: the heuristic's stream-K choice, also applied to the autotuner's
+    candidates."""
+    _, k_tiles = schedule_shape(problem, tile_m, tile_n, tile_k)
+    cluster_tiles = _cluster_tiles(problem, tile_m, tile_n, cluster_m, cluster_n)
+    return stream_k_schedule(cluster_tiles, k_tiles, num_sms // (cluster_m * cluster_n))
 
 
 def launch_clusters(problem: Conv2dProblemShape, config, num_sms: int) -> int:

@@ -33,11 +33,9 @@ from .config import (
     check_config_fits,
     check_element_bytes,
     check_heuristic_args,
-    cluster_tile_count,
     default_config,
     pingpong_halo_tile,
-    schedule_shape,
-    stream_k_schedule,
+    stream_k_for_tiles,
     tile_widths,
 )
 from .kernels.sm90.config import MAX_TILE_ELEMS, TILE_M_CHOICES
@@ -164,9 +162,9 @@ def _with_heuristic_split(
     """A stream-K candidate with the heuristic's split rule applied to its own tiles."""
     if not config.stream_k:
         return config
-    _, k_tiles = schedule_shape(problem, config.tile_m, config.tile_n, config.tile_k)
-    max_clusters = num_sms // (config.cluster_m * config.cluster_n)
-    _, split = stream_k_schedule(cluster_tile_count(problem, config), k_tiles, max_clusters)
+    _, split = stream_k_for_tiles(
+        problem, *config.tile_shape_mnk, *config.cluster_shape_mn, num_sms
+    )
     return dataclasses.replace(config, stream_k_split=split)
 
 

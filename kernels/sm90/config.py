@@ -121,11 +121,12 @@ class Conv2dConfig:
         programmatic_launch: launch with programmatic dependent launch, so that the kernel's
             setup overlaps the previous kernel's tail on the stream (it waits for that
             kernel's writes before touching global memory); False launches it the plain way.
-        gather: the A and filter tiles are gathered by two producer warps (plain loads and
-            SMEM stores, zero outside the image and past C) instead of loaded by TMA, which
-            needs 16-byte channel rows: a conv whose C is not a multiple of 8 then reads its
-            activation and filter as they are, with no padded copies. For small convs: two
-            warps load far slower than TMA. 16-bit inputs, clusters of one CTA, no halo
+        gather: the A and filter tiles are gathered by the producer warps (two, or all four
+            where none loads a residual by TMA: ``pipeline_checks.gather_warps_for``; plain
+            loads and SMEM stores, zero outside the image and past C) instead of loaded by
+            TMA, which needs 16-byte channel rows: a conv whose C is not a multiple of 8 then
+            reads its activation and filter as they are, with no padded copies. For small
+            convs: the warps load far slower than TMA. 16-bit inputs, clusters of one CTA, no halo
             tiles, ping-pong, stream_k or dynamic scheduling.
         gather_vector: with ``gather``, channels per gathered load: 1, 2 or 4 (2, 4 or 8
             bytes). C must be a multiple of it (``check_config_fits`` says so);

@@ -471,18 +471,9 @@ class Conv2dFpropSm90(
                 Sm90SmemTiles(sA, sB, sD, sC),
                 ConsumerMainloop(tiled_mma, k_shape, k_tile_cnt, halo, a_tap_layout),
                 EpilogueArgs(
-                    tma_atom_d,
-                    gD,
-                    cD,
-                    d_shape,
-                    gC,
-                    m_bias,
-                    m_scale,
-                    alpha,
-                    beta,
-                    out_factor,
+                    tma_atom_d, gD, cD, d_shape, gC, m_bias, m_scale, alpha, beta, out_factor,
                     epi_operands.m_amax,
-                ),
+                ),  # fmt: skip
                 # With dynamic scheduling m_flags holds the work counters instead.
                 StreamKWorkspace(m_partials, m_flags if self.stream_k else None),
                 scheduler,

@@ -1,8 +1,9 @@
 """Gathered operands (``Conv2dConfig.gather``): the im2col A and filter B tiles loaded by threads.
 
 TMA reads global rows only in 16-byte units, so a conv whose C is not a multiple of 8 (16-bit)
-has no TMA view of its activation or filter. With ``gather`` two producer warps fill the A/B
-ring themselves, and the host stages nothing. Per k-tile (c-block, s, r), every (row, 8-channel
+has no TMA view of its activation or filter. With ``gather`` the producer warps (two or four,
+``pipeline_checks.gather_warps_for``) fill the A/B ring themselves, and the host stages
+nothing. Per k-tile (c-block, s, r), every (row, 8-channel
 run) of the A tile (an output pixel's im2col row) and of the B tile (an output channel's
 filter row) is one unit of work, loaded ``vector`` channels at a time under its bounds
 predicate (zero for padding, channels past C, rows past M or K) and stored to the
