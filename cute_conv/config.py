@@ -269,7 +269,9 @@ def default_config(
     busiest one, for r50-c2-1x1-up and r50-c3-1x1-dn); taking tiles from a counter let the
     faster SMs take more: 0.0762 -> 0.0744 ms and 0.0417 -> 0.0414 (0.0416 -> 0.0405 in a
     second run). The same switch cost 3x3 convs 2-4% (r50-c2/c3 3x3, the stem), whose
-    static order keeps neighbouring tiles in step for L2.
+    static order keeps neighbouring tiles in step for L2. Only past one wave of tiles: within
+    it no CTA takes a second tile, and the counter's round trip is all it adds (an H100,
+    1x1x1x120 -> 12: 3.5 -> 2.7 us kernel time).
 
     pingpong: for pointwise convs of at least ``_MIN_K_TILES_PINGPONG`` k-tiles with two
     tiles per SM or more, 128x128 tiles on single-CTA clusters, statically scheduled: one
@@ -322,7 +324,10 @@ def default_config(
         problem, tile_m, tile_n, tile_k, cluster_m, cluster_n, num_sms
     )
     pointwise = problem.R == problem.S == 1
+    # Within one wave every CTA's first tile is its own and the counter hands out nothing.
+    more_than_a_wave = tiles > num_sms
     dynamic_schedule = pointwise and cluster_m == cluster_n == 1 and not stream_k
+    dynamic_schedule = dynamic_schedule and more_than_a_wave
     pingpong = pointwise and tile_m == 128 and tile_n > _NARROW_TILE_N and not stream_k
     pingpong = pingpong and _pingpong_pays(problem, k_tiles, num_sms)
     if pingpong:

@@ -152,6 +152,9 @@ def test_default_config_stream_k(prob, num_sms, schedule):
         pytest.param(problem(2, 14, 256, 1024, 1), False, id="1x1-in-a-1x2-cluster"),
         pytest.param(problem(128, 28, 128, 128, 3, padding=1), False, id="3x3"),
         pytest.param(problem(1, 7, 4096, 64, 1), False, id="1x1-stream-k"),
+        # One wave of 1x1 tiles (25 of them): no CTA would take a second tile.
+        pytest.param(problem(1, 56, 64, 64, 1), False, id="1x1-one-wave"),
+        pytest.param(problem(1, 1, 120, 12, 1), False, id="1x1-one-tile"),
     ],
 )  # fmt: skip
 def test_default_config_dynamic_schedule(prob, dynamic):
