@@ -230,8 +230,23 @@ def test_gather_loads_are_in_flight_together(tile_mnk, vector):
     kernel = cute_conv.compile_kernel("sm_90a", config=config)
     sass = sass_of(kernel.cubin)
     assert loads_waiting_on_loads(sass) == 0
-    widths = set(re.findall(r"\bLDG\.E(\.\S+)?\s", sass))  # 16, 32 or 64 bits
-    assert widths == {{1: ".U16", 2: "", 4: ".64"}[vector]}
+    widths = set(re.findall(r"\bLDG\.E(\.\S+)?\s", sass))  # 16 or 32 bits
+    copies = set(re.findall(r"\bLDGSTS\.E(\.\S+)?\s", sass))  # cp.async, 64 bits
+    assert (widths, copies) == {1: ({".U16"}, set()), 2: ({""}, set()), 4: (set(), {".64"})}[vector]
+
+
+def test_8_byte_gathers_are_async_copies_counted_by_the_full_barrier():
+    """4-channel vectors are cp.async copies into the stage: each gather thread arrives on
+    the full barrier once its copies land (noinc: the barrier's count is the threads), and
+    the consumers fence the async proxy after each wait, before their WGMMAs read it."""
+    config = Conv2dConfig(tile_n=64, gather=True, gather_vector=4)
+    ptx = cute_conv.compile_kernel("sm_90a", config=config).ptx
+    assert re.search(r"cp\.async\.ca\.shared\.global \[[^]]+\], \[[^]]+\], 8", ptx)
+    assert "cp.async.mbarrier.arrive.noinc.shared" in ptx
+    wait = ptx.index("mbarrier.try_wait.parity")
+    assert "fence.proxy.async.shared::cta" in ptx[wait:]
+    two = Conv2dConfig(tile_n=64, gather=True, gather_vector=2)
+    assert "cp.async.ca" not in cute_conv.compile_kernel("sm_90a", config=two).ptx
 
 
 def test_a_stored_autotuner_choice_is_not_replaced_by_the_gather(tmp_path, monkeypatch):

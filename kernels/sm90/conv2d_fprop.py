@@ -149,9 +149,10 @@ class Conv2dFpropSm90(
       ab      PipelineTmaAsync, ``ab_stages``: load -> consumers.
               full: 1 (expect_tx = A + B bytes per CTA; B alone with halo tiles);
               empty: tile warps x mcast (lane 0 of each warp, to every writing CTA).
-              With ``gather``: PipelineAsync, gather warps -> consumers; full: 64 (every
-              gather thread, after a proxy fence); empty: every thread of the tile's
-              consumers.
+              With ``gather``: PipelineAsync, gather warps -> consumers; full: every
+              gather thread (64 or 128), after a proxy fence, or with 8-byte vectors once
+              its cp.async copies land (the consumers fence after the wait); empty: every
+              thread of the tile's consumers.
       halo    PipelineTmaAsync, ``halo_stages`` (halo tiles): load -> consumers.
               full: 1 (expect_tx = one halo); empty: tile warps.
       source  PipelineTmaAsync, ``source_stages`` (residual): source load -> consumers.

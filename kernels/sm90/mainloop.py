@@ -31,6 +31,7 @@ from ..common.im2col import (
     fprop_im2col_params,
 )
 from ..common.tile_scheduler import StaticTileScheduler
+from .gather import copies_async
 
 
 class HaloGeometry(NamedTuple):
@@ -348,11 +349,11 @@ class MainloopMixin:
         read_state, release_state = states.read, states.release
         accumulators.fill(0.0)
         warpgroup.fence()
-        ab_pipeline.consumer_wait(read_state)
+        self.wait_for_k_tile(ab_pipeline, read_state)
         self.mma_k_tile(tiled_mma, accumulators, tCrA, tCrB, read_state.index)
         read_state.advance()
         for _ in range(1, k_tile_cnt):
-            ab_pipeline.consumer_wait(read_state)
+            self.wait_for_k_tile(ab_pipeline, read_state)
             self.mma_k_tile(tiled_mma, accumulators, tCrA, tCrB, read_state.index)
             read_state.advance()
             warpgroup.wait_group(1)
@@ -362,6 +363,15 @@ class MainloopMixin:
         ab_pipeline.consumer_release(release_state)
         release_state.advance()
         return states._replace(read=read_state, release=release_state)
+
+    @cute.jit
+    def wait_for_k_tile(self, ab_pipeline: pipeline.PipelineAsync, state: pipeline.PipelineState):
+        """Wait until ring stage ``state`` is full. Gathered by ``cp.async``, its contents are
+        generic-proxy writes the gather threads could not fence (they land after the threads
+        move on): the fence here makes them visible to this thread's WGMMAs."""
+        ab_pipeline.consumer_wait(state)
+        if cutlass.const_expr(self.gather and copies_async(self.gather_vector)):
+            cute.arch.fence_proxy("async.shared", space="cta")
 
     @cute.jit
     def mainloop_over_halos(
