@@ -273,14 +273,19 @@ def default_config(
     it no CTA takes a second tile, and the counter's round trip is all it adds (an H100,
     1x1x1x120 -> 12: 3.5 -> 2.7 us kernel time).
 
-    pingpong: for pointwise convs of at least ``_MIN_K_TILES_PINGPONG`` k-tiles with two
-    tiles per SM or more, 128x128 tiles on single-CTA clusters, statically scheduled: one
-    consumer's epilogue (a large share of a short mainloop's tile) runs under the other's
-    mainloop. Measured on an H200 against the previous defaults: r50-c3-1x1-dn (8 k-tiles,
-    dynamic 128x128) 0.0417 -> 0.0404 ms plain, 0.0484 -> 0.0477 fused; r50-c4-1x1-up (4
-    k-tiles, 128x256 1x2) 0.0306 -> 0.0296, fused 0.0422 -> 0.0411. Not where the epilogue is
-    the smaller share or the tile one k-tile deep: r50-c3/c4 3x3 0-4% slower, r50-c2-1x1-up
-    (one k-tile) 9% slower, wider convs (sd-64-320 at 128 or 96 wide) much slower.
+    pingpong: with a residual, for pointwise convs where ``pingpong_pays``, 128x128 tiles on
+    single-CTA clusters, statically scheduled: one consumer's epilogue (a large share of a
+    short mainloop's tile) runs under the other's mainloop. Measured on an H200 against the
+    previous defaults: r50-c3-1x1-dn (8 k-tiles, dynamic 128x128) 0.0417 -> 0.0404 ms plain,
+    0.0484 -> 0.0477 fused; r50-c4-1x1-up (4 k-tiles, 128x256 1x2) 0.0306 -> 0.0296, fused
+    0.0422 -> 0.0411. Not where the epilogue is the smaller share or the tile one k-tile deep:
+    r50-c3/c4 3x3 0-4% slower, r50-c2-1x1-up (one k-tile) 9% slower, wider convs (sd-64-320
+    at 128 or 96 wide) much slower. On the corpus (H100, the 102 problems where it paid by
+    that rule, against the heuristic's choice without it, replayed from CUDA graphs) it paid
+    with a residual only: fused, the alternative ran 0.981x on the 73 train problems (held-out
+    0.970x); plain, 1.073x (held-out 1.040x), its 128-wide tiles wasting N where the wave
+    count wants 160, 224 or 256; plain fp8 on its 64 such problems, 1.093x (held-out
+    1.047x). So plain convs no longer take it.
 
     tile_w, halo_h (halo tiles): for the 256x64 tiles of stride-1 convs with several taps whose
     output rows are 48..64 wide (minus the filter's reach along W): 4 output rows of 64
@@ -319,7 +324,7 @@ def default_config(
         (short_k_tiles or narrow_tall) and tile_m == 256 and not has_residual
     )
     cluster_m = 2 if cluster_n == 1 and shares_filter else 1
-    tiles, k_tiles = schedule_shape(problem, tile_m, tile_n, tile_k)
+    tiles, _ = schedule_shape(problem, tile_m, tile_n, tile_k)
     stream_k, stream_k_split = stream_k_for_tiles(
         problem, tile_m, tile_n, tile_k, cluster_m, cluster_n, num_sms
     )
@@ -328,8 +333,8 @@ def default_config(
     more_than_a_wave = tiles > num_sms
     dynamic_schedule = pointwise and cluster_m == cluster_n == 1 and not stream_k
     dynamic_schedule = dynamic_schedule and more_than_a_wave
-    pingpong = pointwise and tile_m == 128 and tile_n > _NARROW_TILE_N and not stream_k
-    pingpong = pingpong and _pingpong_pays(problem, k_tiles, num_sms)
+    pingpong = has_residual and tile_m == 128 and tile_n > _NARROW_TILE_N and not stream_k
+    pingpong = pingpong and pingpong_pays(problem, tile_k, num_sms)
     if pingpong:
         tile_n, cluster_m, cluster_n, dynamic_schedule = _PINGPONG_TILE_N, 1, 1, False
     halo = tile_m == 256 and tile_n == 64 and full_k_tile and not stream_k
@@ -426,11 +431,14 @@ def k_tile_width(channels: int, element_bytes: int, k_tile_cost: float | None = 
     return min(widest_first, key=lambda k: -(-channels // k) * (k + cost))
 
 
-def _pingpong_pays(problem: Conv2dProblemShape, k_tiles: int, num_sms: int) -> bool:
-    """Whether a pointwise conv has the k-tiles and the tiles that ping-pong gains on (see
-    default_config): at least ``_MIN_K_TILES_PINGPONG`` k-tiles, and two tiles per SM of
-    128 x ``_PINGPONG_TILE_N`` (so that both consumer warpgroups have tiles)."""
-    tiles = _tile_count(problem, 128, _PINGPONG_TILE_N)
+def pingpong_pays(problem: Conv2dProblemShape, tile_k: int, num_sms: int = 132) -> bool:
+    """Whether ``problem`` is a pointwise conv with the k-tiles (of ``tile_k`` channels) and
+    the tiles that ping-pong gains on (see default_config): at least
+    ``_MIN_K_TILES_PINGPONG`` k-tiles, and two tiles per SM of 128 x ``_PINGPONG_TILE_N`` (so
+    that both consumer warpgroups have tiles)."""
+    if not problem.R == problem.S == 1:
+        return False
+    tiles, k_tiles = schedule_shape(problem, 128, _PINGPONG_TILE_N, tile_k)
     return k_tiles >= _MIN_K_TILES_PINGPONG and tiles >= 2 * num_sms
 
 

@@ -35,6 +35,7 @@ from .config import (
     check_heuristic_args,
     default_config,
     pingpong_halo_tile,
+    pingpong_pays,
     stream_k_for_tiles,
     tile_widths,
 )
@@ -117,9 +118,10 @@ def candidate_configs(
 ) -> list[Conv2dConfig]:
     """``candidate_widths``, each alone and in both 2-CTA clusters, two rasterizations, 128-
     row tiles and, up to 160 wide, 192-row ones and, up to 128 wide, 256-row ones; the k-tile
-    width, stream-K (split by the heuristic's rule on each candidate's tiles), ping-pong (for
-    tiles it takes) and (for single-CTA clusters) dynamic scheduling choices of the default
-    heuristic for the problem the kernel runs (after
+    width, stream-K (split by the heuristic's rule on each candidate's tiles) and (for
+    single-CTA clusters) dynamic scheduling choices of the default heuristic, ping-pong where
+    ``pingpong_pays`` (on the 128-row tiles at most 128 wide it takes, with or without a
+    residual), for the problem the kernel runs (after
     staging) on ``num_sms`` SMs with inputs of ``element_bytes`` (1: fp8); and 128x128
     ping-pong halo tiles where they fit (``pingpong_halo_tile``: faster than the default on
     some devices only; they need 128-byte k-tiles)."""
@@ -129,7 +131,9 @@ def candidate_configs(
     heuristic = default_config(kernel_problem, num_sms, element_bytes=element_bytes)
     tile_k, stream_k = heuristic.tile_k, heuristic.stream_k
     dynamic = heuristic.dynamic_schedule  # single-CTA clusters only
-    pingpong = heuristic.pingpong  # 128-row tiles at most 128 wide only
+    # 128-row tiles at most 128 wide only; tried plain too, where the default leaves it out
+    pingpong = pingpong_pays(kernel_problem, tile_k, num_sms) and heuristic.tile_m == 128
+    pingpong = pingpong and not stream_k
     shapes = [
         (tile_m, tile_n)
         for tile_n in candidate_widths(kernel_problem.K)

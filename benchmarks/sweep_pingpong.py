@@ -1,0 +1,168 @@
+"""Ping-pong tiles against the heuristic's config without them, for the pointwise convs where
+ping-pong pays by its rule (``config.pingpong_pays``): which calls the default gives them to.
+
+    python benchmarks/sweep_pingpong.py [--max-seconds 500]   # H100/H200, all three forms
+    python benchmarks/sweep_pingpong.py --report              # no GPU
+
+The problems: every unstaged corpus problem whose default config (of the call's form) has
+128-row tiles wider than 32, no stream-K and ``pingpong_pays``: where the rule before session
+24 took ping-pong. Three forms: ``plain`` (bf16), ``fused`` (``relu(conv + b) + r``, bf16)
+and ``fp8`` (plain, e4m3 inputs, bf16 output). Per problem and form, in one process: the
+default without ping-pong ("default") and the rule's ping-pong config ("pingpong": 128x128
+on a single-CTA cluster, statically scheduled), each checked against a float32 reference
+(fp8: on the dequantized inputs), then timed eagerly and replayed from CUDA graphs,
+interleaved as ``bench.py`` times, cuDNN's replay beside them. ``--report`` prints, per form,
+train and held-out, the geomean of ping-pong's time over the default's: above 1, the default
+without ping-pong is the faster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from bench import geomean, time_interleaved  # noqa: E402
+from bench_corpus import problem_shape  # noqa: E402
+from sweep_rows import (  # noqa: E402
+    by_split,
+    cudnn_run,
+    load_results,
+    measure_into,
+    problem_inputs,
+    sweep_main,
+)
+
+RESULTS_PATH = HERE / "pingpong_sweep.json"
+NUM_SMS = 132  # H100 SXM: the SM count the rows' configs are chosen for
+FORMS = ("plain", "fused", "fp8")
+
+
+def form_configs(problem, form: str):
+    """``(default, pingpong)`` configs of ``problem`` called in ``form``: the heuristic's
+    without ping-pong, and the rule's ping-pong one; None where the rule would not take
+    ping-pong (or the problem is staged)."""
+    from cute_conv import config as config_module
+    from cute_conv.staging import kernel_problem_for
+
+    element_bytes = 1 if form == "fp8" else 2
+    if kernel_problem_for(problem, element_bytes) != problem:
+        return None
+    pays = config_module.pingpong_pays
+    config_module.pingpong_pays = lambda *args: False  # the heuristic as if it never paid
+    try:
+        default = config_module.default_config(
+            problem, NUM_SMS, has_residual=form == "fused", element_bytes=element_bytes
+        )
+    finally:
+        config_module.pingpong_pays = pays
+    takes = default.tile_m == 128 and default.tile_n > 32 and not default.stream_k
+    if not (takes and pays(problem, default.tile_k, NUM_SMS)):
+        return None
+    pingpong = dataclasses.replace(
+        default, tile_n=128, cluster_m=1, cluster_n=1, dynamic_schedule=False, pingpong=True
+    )
+    return default, pingpong
+
+
+def pingpong_problems(problems: list[dict]) -> list[dict]:
+    """One entry per (problem, form) the sweep measures: the corpus problem with ``form``."""
+    return [
+        p | {"form": form}
+        for p in problems
+        for form in FORMS
+        if form_configs(problem_shape(p), form) is not None
+    ]
+
+
+def measure(p: dict) -> dict:
+    import torch
+    from models import replay_of
+
+    import cute_conv
+    from cute_conv.reference import conv2d_reference
+    from cute_conv.testing import compare_to_reference
+
+    problem, geom, x, flt = problem_inputs(p)
+    default, pingpong = form_configs(problem, p["form"])
+    inputs, scales = (x, flt), {}
+    if p["form"] == "fp8":
+        (qx, sx), (qf, sf) = cute_conv.quantize_fp8(x.float()), cute_conv.quantize_fp8(flt.float())
+        x, flt = (qx.float() * sx).to(x.dtype), (qf.float() * sf).to(flt.dtype)  # dequantized
+        inputs, scales = (qx, qf), {"x_scale": sx, "w_scale": sf}
+    ref = conv2d_reference(x, flt, **geom)
+    bias = torch.randn(problem.K, device="cuda", dtype=x.dtype)
+    residual = torch.randn(problem.output_shape, device="cuda").to(x.dtype)
+    if p["form"] == "fused":
+        ref = torch.relu(ref + bias.float()) + residual.float()
+    checks, fns = {}, {}
+    for name, config in (("default", default), ("pingpong", pingpong)):
+        out = torch.full(problem.output_shape, float("nan"), dtype=x.dtype, device="cuda")
+        if p["form"] == "fused":
+
+            def run(config=config, out=out):  # fmt: skip
+                return cute_conv.conv2d_fprop_with_residual(
+                    *inputs, residual, bias=bias, activation="relu", out=out, config=config,
+                    **geom,
+                )  # fmt: skip
+        else:
+
+            def run(config=config, out=out):  # fmt: skip
+                return cute_conv.conv2d_fprop(*inputs, out=out, config=config, **scales, **geom)
+
+        run()
+        check = compare_to_reference(out, ref)
+        checks[name] = {"ok": check.ok, "rel_err": check.rel_err}
+        if check.ok:
+            fns |= {name: run, f"{name}_graph": replay_of(run)}
+    fns["cudnn_graph"] = replay_of(cudnn_run(x, flt, problem))
+    row = {k: p[k] for k in ("key", "split", "gflop", "form")}
+    row |= {"default": repr(default), "pingpong": repr(pingpong)}
+    return row | {"checks": checks, "ms": time_interleaved(fns)}
+
+
+def sweep(max_seconds: float) -> None:
+    import torch
+    from bench_corpus import load_corpus
+
+    torch.backends.cudnn.benchmark = True
+    results = load_results(RESULTS_PATH)
+    done = {(r["key"], r["form"]) for r in results["rows"]}
+    todo = [p for p in pingpong_problems(load_corpus()) if (p["key"], p["form"]) not in done]
+    results["device"] = torch.cuda.get_device_name()
+    measure_into(RESULTS_PATH, results, todo, measure, max_seconds, ("key", "form", "ms"))
+
+
+def measured_rows(form: str) -> list[dict]:
+    """The committed rows of ``form`` with both variants timed."""
+    rows = json.loads(RESULTS_PATH.read_text())["rows"]
+    return [
+        r for r in rows if r["form"] == form and {"default", "pingpong"} <= set(r.get("ms", {}))
+    ]
+
+
+def pingpong_over_default(rows: list[dict], suffix: str = "") -> float:
+    """Geomean of ping-pong's time over the default's (> 1: the default is faster)."""
+    return geomean(r["ms"]["pingpong" + suffix] / r["ms"]["default" + suffix] for r in rows)
+
+
+def report() -> None:
+    for form in FORMS:
+        train, heldout = by_split(measured_rows(form))
+        print(f"{form}:")
+        for name, part in (("train", train), ("held-out", heldout)):
+            eager, graphs = pingpong_over_default(part), pingpong_over_default(part, "_graph")
+            print(f"  {name} ({len(part)}): ping-pong / default {eager:.3f} eager, "
+                  f"{graphs:.3f} replayed")  # fmt: skip
+
+
+def main() -> None:
+    sweep_main(__doc__, sweep, report, "--report")
+
+
+if __name__ == "__main__":
+    main()
