@@ -26,14 +26,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench import geomean, time_interleaved  # noqa: E402
+from bench import geomean  # noqa: E402
 from bench_corpus import problem_shape  # noqa: E402
 from sweep_rows import (  # noqa: E402
     by_split,
-    cudnn_run,
     load_results,
+    measure_configs,
     measure_into,
-    problem_inputs,
     sweep_main,
 )
 
@@ -80,49 +79,11 @@ def pingpong_problems(problems: list[dict]) -> list[dict]:
 
 
 def measure(p: dict) -> dict:
-    import torch
-    from models import replay_of
-
-    import cute_conv
-    from cute_conv.reference import conv2d_reference
-    from cute_conv.testing import compare_to_reference
-
-    problem, geom, x, flt = problem_inputs(p)
+    problem = problem_shape(p)
     default, pingpong = form_configs(problem, p["form"])
-    inputs, scales = (x, flt), {}
-    if p["form"] == "fp8":
-        (qx, sx), (qf, sf) = cute_conv.quantize_fp8(x.float()), cute_conv.quantize_fp8(flt.float())
-        x, flt = (qx.float() * sx).to(x.dtype), (qf.float() * sf).to(flt.dtype)  # dequantized
-        inputs, scales = (qx, qf), {"x_scale": sx, "w_scale": sf}
-    ref = conv2d_reference(x, flt, **geom)
-    bias = torch.randn(problem.K, device="cuda", dtype=x.dtype)
-    residual = torch.randn(problem.output_shape, device="cuda").to(x.dtype)
-    if p["form"] == "fused":
-        ref = torch.relu(ref + bias.float()) + residual.float()
-    checks, fns = {}, {}
-    for name, config in (("default", default), ("pingpong", pingpong)):
-        out = torch.full(problem.output_shape, float("nan"), dtype=x.dtype, device="cuda")
-        if p["form"] == "fused":
-
-            def run(config=config, out=out):  # fmt: skip
-                return cute_conv.conv2d_fprop_with_residual(
-                    *inputs, residual, bias=bias, activation="relu", out=out, config=config,
-                    **geom,
-                )  # fmt: skip
-        else:
-
-            def run(config=config, out=out):  # fmt: skip
-                return cute_conv.conv2d_fprop(*inputs, out=out, config=config, **scales, **geom)
-
-        run()
-        check = compare_to_reference(out, ref)
-        checks[name] = {"ok": check.ok, "rel_err": check.rel_err}
-        if check.ok:
-            fns |= {name: run, f"{name}_graph": replay_of(run)}
-    fns["cudnn_graph"] = replay_of(cudnn_run(x, flt, problem))
     row = {k: p[k] for k in ("key", "split", "gflop", "form")}
     row |= {"default": repr(default), "pingpong": repr(pingpong)}
-    return row | {"checks": checks, "ms": time_interleaved(fns)}
+    return row | measure_configs(p, p["form"], {"default": default, "pingpong": pingpong})
 
 
 def sweep(max_seconds: float) -> None:

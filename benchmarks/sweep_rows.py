@@ -156,3 +156,53 @@ def sweep_main(doc: str, sweep: Callable[[float], None], offline: Callable[[], N
         offline()
     else:
         sweep(args.max_seconds)
+
+
+def measure_configs(p: dict, form: str, configs: dict) -> dict:
+    """``{"checks", "ms"}`` of corpus problem ``p`` run by each of ``configs`` (name ->
+    config) in ``form``: ``plain`` (bf16), ``fused`` (``relu(conv + b) + r``, bf16) or
+    ``fp8`` (plain on e4m3 inputs, bf16 out). Each is checked against a float32 reference
+    (fp8: on the dequantized inputs) from a NaN-poisoned output, then those that pass are
+    timed eagerly and replayed from CUDA graphs, interleaved as ``bench.py`` times, with
+    cuDNN's replay on the same (dequantized) inputs beside them."""
+    import torch
+    from bench import time_interleaved
+    from models import replay_of
+
+    import cute_conv
+    from cute_conv.reference import conv2d_reference
+    from cute_conv.testing import compare_to_reference
+
+    problem, geom, x, flt = problem_inputs(p)
+    inputs, scales = (x, flt), {}
+    if form == "fp8":
+        (qx, sx), (qf, sf) = cute_conv.quantize_fp8(x.float()), cute_conv.quantize_fp8(flt.float())
+        x, flt = (qx.float() * sx).to(x.dtype), (qf.float() * sf).to(flt.dtype)  # dequantized
+        inputs, scales = (qx, qf), {"x_scale": sx, "w_scale": sf}
+    ref = conv2d_reference(x, flt, **geom)
+    bias = torch.randn(problem.K, device="cuda", dtype=x.dtype)
+    residual = torch.randn(problem.output_shape, device="cuda").to(x.dtype)
+    if form == "fused":
+        ref = torch.relu(ref + bias.float()) + residual.float()
+    checks, fns = {}, {}
+    for name, config in configs.items():
+        out = torch.full(problem.output_shape, float("nan"), dtype=x.dtype, device="cuda")
+        if form == "fused":
+
+            def run(config=config, out=out):  # fmt: skip
+                return cute_conv.conv2d_fprop_with_residual(
+                    *inputs, residual, bias=bias, activation="relu", out=out, config=config,
+                    **geom,
+                )  # fmt: skip
+        else:
+
+            def run(config=config, out=out):  # fmt: skip
+                return cute_conv.conv2d_fprop(*inputs, out=out, config=config, **scales, **geom)
+
+        run()
+        check = compare_to_reference(out, ref)
+        checks[name] = {"ok": check.ok, "rel_err": check.rel_err}
+        if check.ok:
+            fns |= {name: run, f"{name}_graph": replay_of(run)}
+    fns["cudnn_graph"] = replay_of(cudnn_run(x, flt, problem))
+    return {"checks": checks, "ms": time_interleaved(fns)}
