@@ -159,7 +159,8 @@ class OperandGather:
         tidx`` is row ``unit // runs`` and channels ``RUN_CHANNELS * (unit % runs)`` on, so
         that neighbouring threads read neighbouring channels (and rows). ``load_run(gmem,
         row, c, k_coord, run)`` loads the run of channels from c on into ``run``, zero
-        outside the operand."""
+        outside the operand: into registers a group of units at a time, then stored, or with
+        ``copies_async`` straight into the stage's run."""
         tile_k = self.tile_mnk[2]
         runs = tile_k // RUN_CHANNELS
         units = rows * runs // self.threads
@@ -191,7 +192,9 @@ class OperandGather:
         """``run`` = the channels from ``c0`` on of ``source(v)`` (vector v of the row, a
         ``(vector,)`` tensor) where ``inside`` and the vector lies below C, else zero. Each
         vector is loaded into a value of its own before it is written into ``run``, so that
-        the run's loads all issue before the first one is waited for."""
+        the run's loads all issue before the first one is waited for; with
+        ``copies_async``, ``run`` is the stage's run itself and each vector a cp.async copy
+        (``_copy_vectors``)."""
         run_vectors = cute.zipped_divide(run, (self.vector,))
         if cutlass.const_expr(self.copies_async):
             self._copy_vectors(source, inside, c0, run_vectors)
