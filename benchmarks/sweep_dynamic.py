@@ -19,21 +19,21 @@ problems, of the faster variant's time over the chosen one's, eager and replayed
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench import geomean  # noqa: E402
 from bench_corpus import problem_shape  # noqa: E402
 from sweep_rows import (  # noqa: E402
+    best_over_chosen,
     by_split,
     measure_configs,
     middle_of_best,
     sweep_main,
     sweep_new_problems,
+    timed_rows,
 )
 
 RESULTS_PATH = HERE / "dynamic_sweep.json"
@@ -77,23 +77,22 @@ def sweep(max_seconds: float) -> None:
     sweep_new_problems(RESULTS_PATH, dynamic_problems, measure, max_seconds, ("key", "ms"))
 
 
+VARIANTS = ("dynamic", "static")
+
+
 def measured_rows() -> list[dict]:
     """The committed rows with both variants timed."""
-    rows = json.loads(RESULTS_PATH.read_text())["rows"]
-    return [r for r in rows if {"dynamic", "static"} <= set(r.get("ms", {}))]
+    return timed_rows(RESULTS_PATH, VARIANTS)
 
 
-def chosen_ms(row: dict, bound: float, suffix: str = "") -> float:
-    """The time of the variant the rule picks at ``bound`` (dynamic from ``bound`` waves)."""
-    return row["ms"][("dynamic" if row["waves"] >= bound else "static") + suffix]
+def _chosen(row: dict, bound: float) -> str:
+    """The variant the rule picks at ``bound`` (dynamic from ``bound`` waves)."""
+    return "dynamic" if row["waves"] >= bound else "static"
 
 
 def score(rows: list[dict], bound: float, suffix: str = "") -> float:
     """Geomean of the faster variant's time over the chosen one's (1.0: always the faster)."""
-    return geomean(
-        min(r["ms"]["dynamic" + suffix], r["ms"]["static" + suffix]) / chosen_ms(r, bound, suffix)
-        for r in rows
-    )
+    return best_over_chosen(rows, VARIANTS, lambda r: _chosen(r, bound), suffix)
 
 
 def fit_bound(rows: list[dict]) -> float:

@@ -21,7 +21,6 @@ captured model both count); the best score wins, ties going to the middle one.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -31,6 +30,7 @@ sys.path.insert(0, str(HERE))
 from bench import geomean, time_interleaved  # noqa: E402
 from bench_corpus import problem_shape  # noqa: E402
 from sweep_rows import (  # noqa: E402
+    best_over_chosen,
     by_split,
     checked_runs,
     cudnn_run,
@@ -38,6 +38,7 @@ from sweep_rows import (  # noqa: E402
     problem_inputs,
     sweep_main,
     sweep_new_problems,
+    timed_rows,
 )
 
 RESULTS_PATH = HERE / "gather_sweep.json"
@@ -77,24 +78,27 @@ def sweep(max_seconds: float) -> None:
     sweep_new_problems(RESULTS_PATH, gather_problems, measure, max_seconds, ("key", "ms"))
 
 
+VARIANTS = ("staged", "gathered")
+
+
+def _chosen(row: dict, bound: float) -> str:
+    """The variant the rule picks at ``bound``."""
+    return "gathered" if row["loads_per_sm"] <= bound else "staged"
+
+
 def chosen_ms(row: dict, bound: float, suffix: str = "") -> float:
     """The time of the variant the rule picks at ``bound``."""
-    name = "gathered" if row["loads_per_sm"] <= bound else "staged"
-    return row["ms"][name + suffix]
+    return row["ms"][_chosen(row, bound) + suffix]
 
 
 def score(rows: list[dict], bound: float, suffix: str = "") -> float:
     """Geomean of the best variant's time over the chosen one's (1.0: always the faster)."""
-    return geomean(
-        min(r["ms"]["staged" + suffix], r["ms"]["gathered" + suffix]) / chosen_ms(r, bound, suffix)
-        for r in rows
-    )
+    return best_over_chosen(rows, VARIANTS, lambda r: _chosen(r, bound), suffix)
 
 
 def measured_rows(replaces: str | None = None) -> list[dict]:
     """The rows with both variants timed (of the staging ``replaces`` spares, if given)."""
-    rows = json.loads(RESULTS_PATH.read_text())["rows"]
-    rows = [r for r in rows if "gathered" in r.get("ms", {}) and "staged" in r["ms"]]
+    rows = timed_rows(RESULTS_PATH, VARIANTS)
     return [r for r in rows if replaces is None or r["replaces"] == replaces]
 
 

@@ -19,7 +19,6 @@ without ping-pong is the faster.
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from sweep_rows import (  # noqa: E402
     measure_configs,
     measure_into,
     sweep_main,
+    timed_rows,
 )
 
 RESULTS_PATH = HERE / "pingpong_sweep.json"
@@ -100,10 +100,7 @@ def sweep(max_seconds: float) -> None:
 
 def measured_rows(form: str) -> list[dict]:
     """The committed rows of ``form`` with both variants timed."""
-    rows = json.loads(RESULTS_PATH.read_text())["rows"]
-    return [
-        r for r in rows if r["form"] == form and {"default", "pingpong"} <= set(r.get("ms", {}))
-    ]
+    return [r for r in timed_rows(RESULTS_PATH, ("default", "pingpong")) if r["form"] == form]
 
 
 def pingpong_over_default(rows: list[dict], suffix: str = "") -> float:

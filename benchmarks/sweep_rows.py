@@ -104,21 +104,27 @@ def bf16_problem(p: dict) -> tuple:
     return problem, geom, x, flt, default
 
 
-def checked_runs(x, flt, ref, geom: dict, configs: dict) -> tuple[dict, dict]:
+def checked_runs(x, flt, ref, geom: dict, configs: dict, call=None) -> tuple[dict, dict]:
     """Each of ``configs`` (name -> config) run on ``x`` and ``flt`` into a NaN-poisoned
     output and checked against the float32 ``ref``: ``(checks by name, the functions that
-    run the configs that passed)``."""
+    run the configs that passed)``. ``call(config, out)`` runs one (default: the plain
+    ``conv2d_fprop`` of ``x`` and ``flt``)."""
     import torch
 
     import cute_conv
     from cute_conv.testing import compare_to_reference
+
+    if call is None:
+
+        def call(config, out):
+            return cute_conv.conv2d_fprop(x, flt, out=out, config=config, **geom)
 
     checks, fns = {}, {}
     for name, config in configs.items():
         out = torch.full(ref.shape, float("nan"), dtype=x.dtype, device="cuda")
 
         def run(config=config, out=out):
-            return cute_conv.conv2d_fprop(x, flt, out=out, config=config, **geom)
+            return call(config, out)
 
         run()
         check = compare_to_reference(out, ref)
@@ -171,7 +177,6 @@ def measure_configs(p: dict, form: str, configs: dict) -> dict:
 
     import cute_conv
     from cute_conv.reference import conv2d_reference
-    from cute_conv.testing import compare_to_reference
 
     problem, geom, x, flt = problem_inputs(p)
     inputs, scales = (x, flt), {}
@@ -184,25 +189,35 @@ def measure_configs(p: dict, form: str, configs: dict) -> dict:
     residual = torch.randn(problem.output_shape, device="cuda").to(x.dtype)
     if form == "fused":
         ref = torch.relu(ref + bias.float()) + residual.float()
-    checks, fns = {}, {}
-    for name, config in configs.items():
-        out = torch.full(problem.output_shape, float("nan"), dtype=x.dtype, device="cuda")
-        if form == "fused":
 
-            def run(config=config, out=out):  # fmt: skip
-                return cute_conv.conv2d_fprop_with_residual(
-                    *inputs, residual, bias=bias, activation="relu", out=out, config=config,
-                    **geom,
-                )  # fmt: skip
-        else:
+        def call(config, out):
+            return cute_conv.conv2d_fprop_with_residual(
+                *inputs, residual, bias=bias, activation="relu", out=out, config=config, **geom
+            )
+    else:
 
-            def run(config=config, out=out):  # fmt: skip
-                return cute_conv.conv2d_fprop(*inputs, out=out, config=config, **scales, **geom)
+        def call(config, out):
+            return cute_conv.conv2d_fprop(*inputs, out=out, config=config, **scales, **geom)
 
-        run()
-        check = compare_to_reference(out, ref)
-        checks[name] = {"ok": check.ok, "rel_err": check.rel_err}
-        if check.ok:
-            fns |= {name: run, f"{name}_graph": replay_of(run)}
+    checks, fns = checked_runs(x, flt, ref, geom, configs, call)
+    fns |= {f"{name}_graph": replay_of(run) for name, run in list(fns.items())}
     fns["cudnn_graph"] = replay_of(cudnn_run(x, flt, problem))
     return {"checks": checks, "ms": time_interleaved(fns)}
+
+
+def timed_rows(path: Path, variants: tuple[str, ...]) -> list[dict]:
+    """The rows of the results file ``path`` with every one of ``variants`` timed."""
+    return [r for r in load_results(path)["rows"] if set(variants) <= set(r.get("ms", {}))]
+
+
+def best_over_chosen(
+    rows: list[dict], variants: tuple[str, ...], chosen: Callable[[dict], str], suffix: str = ""
+) -> float:
+    """Geomean over ``rows`` of the fastest of ``variants``' times over the time of the
+    variant a rule picks, ``chosen(row)`` (1.0: the rule always picks the fastest);
+    ``suffix`` ``"_graph"`` scores the CUDA-graph replays."""
+    from bench import geomean
+
+    return geomean(
+        min(r["ms"][v + suffix] for v in variants) / r["ms"][chosen(r) + suffix] for r in rows
+    )

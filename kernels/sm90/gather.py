@@ -164,7 +164,6 @@ class OperandGather:
         tile_k = self.tile_mnk[2]
         runs = tile_k // RUN_CHANNELS
         units = rows * runs // self.threads
-        in_flight = units_in_flight(self.vector, self.tile_mnk, units)
         c_tile = k_coord[0]
         # The stage's runs: ((1, RUN_CHANNELS), (row, run)), each one 16-byte SMEM store.
         smem_runs = cute.zipped_divide(smem[(None, None, stage)], (1, RUN_CHANNELS))
@@ -175,6 +174,7 @@ class OperandGather:
                 c0 = c_tile + (unit % runs) * RUN_CHANNELS
                 load_run(gmem, row, c0, k_coord, smem_runs[(None, (unit // runs, unit % runs))])
             return
+        in_flight = units_in_flight(self.vector, self.tile_mnk, units)
         values = cute.make_rmem_tensor((RUN_CHANNELS, in_flight), smem.element_type)
         for group in cutlass.range_constexpr(units // in_flight):
             for u in cutlass.range_constexpr(in_flight):
