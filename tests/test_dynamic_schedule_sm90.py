@@ -61,9 +61,10 @@ def test_dynamic_schedule_on_two_streams_at_once():
 
 
 def test_residual_epilogue_with_dynamic_scheduling():
-    """The default of residual 1x1 convs narrowed to 128-wide tiles: dynamically scheduled,
-    the C tiles loaded for whichever output tile the counter hands out."""
-    act, flt = random_conv_inputs(16, 56, 56, 64, 256, 1, 1)  # 256 wide plain, 128 fused
+    """The default of a residual 1x1 conv of many waves (128-wide tiles, 3136 of them, past
+    ``MIN_WAVES_DYNAMIC`` waves of 132 SMs): dynamically scheduled, the C tiles loaded for
+    whichever output tile the counter hands out."""
+    act, flt = random_conv_inputs(64, 56, 56, 64, 256, 1, 1)  # 256 wide plain, 128 fused
     problem = cute_conv.Conv2dProblemShape.from_shapes(act.shape, flt.shape)
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     config = cute_conv.default_config(problem, sm_count, has_residual=True)

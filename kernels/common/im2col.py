@@ -72,6 +72,35 @@ def output_tile_view(out_ptr: cute.Pointer, g: ConvGeometry) -> cute.Tensor:
     return cute.make_tensor(out_ptr, layout)
 
 
+@cute.jit
+def im2col_tile_at_origin(tile: cute.Tensor) -> cute.Tensor:
+    """One output tile's im2col TMA coordinates, ``(TMA, (c-blocks, S, R))``, with the tile's
+    pixel offset turned into its (w, h, n) coordinate once, here.
+
+    Sliced by a tile index, the coordinate tensor keeps that offset in its layout as a linear
+    pixel index, which each k-tile's copy decomposes by runtime divisions by Q and P. They
+    follow the barrier wait in the load loop, so the compiler cannot hoist them: ~60 of the
+    load warp's ~95 instructions per k-tile, enough to starve the consumers of a conv with few
+    k-tiles per tile. Here the offset is evaluated into the coordinate tensor's origin and
+    the layout keeps only the k-tiles' offsets. Past a box's first pixel the coordinates are
+    off (decomposed from pixel 0, not from the tile's), but a copy reads only its box origin:
+    the TMA unit walks the box itself.
+    """
+    layout = tile.layout
+    origin = _add_coords(tile.iterator, layout.inner(layout.offset))
+    no_offset = (0, (0, 0, 0))
+    return cute.make_tensor(
+        origin, cute.make_composed_layout(layout.inner, no_offset, layout.outer)
+    )
+
+
+def _add_coords(a, b):
+    """The elementwise sum of two coordinates of one profile."""
+    if isinstance(a, tuple):
+        return tuple(_add_coords(x, y) for x, y in zip(a, b, strict=True))
+    return a + b
+
+
 def fprop_im2col_params(g: ConvGeometry) -> dict:
     """Keyword arguments of ``cpasync.make_im2col_tma_atom`` for forward propagation.
 

@@ -56,6 +56,7 @@ from ..common.im2col import (
     activation_im2col_view,
     filter_gemm_view,
     fprop_im2col_params,
+    im2col_tile_at_origin,
 )
 from ..common.pipelines import make_checked_pipeline
 from .config import SMEM_CAPACITY_SM100, Conv2dConfigSm100
@@ -593,7 +594,7 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
                 throttle_pipeline.producer_commit(throttle_state)
                 throttle_state.advance()
             tile_m, tile_n = work_items.tile_coord(work)
-            tAgA_m = tAgA[(None, tile_m, None)]
+            tAgA_m = im2col_tile_at_origin(tAgA[(None, tile_m, None)])
             tBgB_n = tBgB[(None, tile_n, None)]
             # Walk the hierarchical k mode (c-block, s, r) with nested loops: indexing it
             # with a linear k-tile would cost runtime divisions by C/BK and S per load.

@@ -29,6 +29,7 @@ from ..common.im2col import (
     activation_im2col_view,
     filter_gemm_view,
     fprop_im2col_params,
+    im2col_tile_at_origin,
 )
 from ..common.tile_scheduler import StaticTileScheduler
 from .gather import copies_async
@@ -145,7 +146,10 @@ class Im2colLoader:
         loops or carries: indexing it with a linear k-tile would cost runtime divisions by
         C/TK and S per load."""
         m_tile, n_tile = scheduler.tile_coord(work)
-        ab_gmem = (self.gmem[0][(None, m_tile, None)], self.gmem[1][(None, n_tile, None)])
+        ab_gmem = (
+            im2col_tile_at_origin(self.gmem[0][(None, m_tile, None)]),
+            self.gmem[1][(None, n_tile, None)],
+        )
         load_args = (self.ab_pipeline, states.ab, self.tma_atoms, ab_gmem, self.smem)
         if cutlass.const_expr(scheduler.stream_k):
             producer_state = self._load_k_range(*load_args, scheduler.k_tile_range(work))
