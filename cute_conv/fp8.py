@@ -11,7 +11,8 @@ from .kernels.common.quantize import VECTOR
 from .validation import ALIGNMENT_BYTES, FP8_DTYPES, check_scale_tensor
 
 __all__ = [
-    "amax_scale", "quantize_dynamic", "quantize_fp8", "quantize_with_scale", "scale_from_amax",
+    "amax_scale", "quantize_dynamic", "quantize_fp8", "quantize_from_amax", "quantize_with_scale",
+    "scale_from_amax",
 ]
 
 E4M3_MAX = torch.finfo(torch.float8_e4m3fn).max
@@ -101,11 +102,26 @@ def quantize_dynamic(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     ``quantize_with_scale`` takes one kernel pass, that pass derives and writes the scale too
     (a 0-dim float32 tensor on ``t``'s device)."""
     _check_16bit(t)
+    return _quantize_from_amax(t, _max_abs(t))
+
+
+def quantize_from_amax(t: torch.Tensor, amax: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(fp8 tensor, scale)``: ``t`` quantized per tensor with the scale of a given ``amax``,
+    a one-element float32 tensor on ``t``'s device (e.g. the ``out_amax`` that the conv which
+    wrote ``t`` took in its epilogue), read there: where ``quantize_with_scale`` takes one
+    kernel pass, that pass derives and writes the scale, without a reduction over ``t``.
+    Values past ``amax`` saturate to +-448."""
+    _check_16bit(t)
+    check_scale_tensor("amax", amax, t.device, "t")
+    return _quantize_from_amax(t, amax)
+
+
+def _quantize_from_amax(t: torch.Tensor, amax: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if not _kernel_takes(t):
-        scale = amax_scale(t)
+        scale = scale_from_amax(amax.reshape(()))
         return _saturate(t.float() / scale, torch.float8_e4m3fn), scale
     scale = torch.empty((), dtype=torch.float32, device=t.device)
-    return _launch_quantize(t, scale, _max_abs(t), from_amax=True), scale
+    return _launch_quantize(t, scale, amax, from_amax=True), scale
 
 
 def amax_scale(t: torch.Tensor) -> torch.Tensor:

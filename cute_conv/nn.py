@@ -25,7 +25,7 @@ from torch import nn
 from . import api
 from .epilogue import ACTIVATIONS, EpilogueSpec
 from .fold import activation_name, fold_batch_norm
-from .fp8 import quantize_dynamic, quantize_fp8, quantize_with_scale
+from .fp8 import quantize_dynamic, quantize_fp8, quantize_from_amax, quantize_with_scale
 from .problem import Padding, Pair, normalize_padding, normalize_pair, output_size
 from .validation import INPUT_DTYPES, check_scale_tensor, validate_conv_inputs
 
@@ -170,7 +170,14 @@ class Conv2d(nn.Module):
             module.scale = scale.to(device)
         return module.train(conv.training)
 
-    def forward(self, x: torch.Tensor, identity: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        identity: torch.Tensor | None = None,
+        *,
+        out_amax: torch.Tensor | None = None,
+        x_amax: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Return the NCHW (channels_last) output for an NCHW input.
 
         Args:
@@ -180,6 +187,11 @@ class Conv2d(nn.Module):
             identity: the residual, ``[N, K, P, Q]`` of the output's shape and dtype (copied
                 to channels_last likewise if it is not), added where ``residual_order`` says;
                 or None.
+            out_amax: a one-element float32 tensor on the weight's device, or None: set to
+                ``max|output|`` by the epilogue (zeroed first), for an fp8 reader's scale.
+            x_amax: after ``to_fp8`` without a static ``x_scale``: ``max|x|`` (the
+                ``out_amax`` of the conv that wrote ``x``), so that a 16-bit ``x`` is
+                quantized in one pass with no reduction over it; None measures it.
 
         Raises:
             TypeError, ValueError: bad input, before anything runs.
@@ -188,14 +200,16 @@ class Conv2d(nn.Module):
         _check_nchw("x", x, self.in_channels)
         weight = self.weight
         if self.w_scale is not None:
-            return self._forward_fp8(x, identity)
+            return self._forward_fp8(x, identity, out_amax, x_amax)
         if x.dtype != weight.dtype:
             raise TypeError(f"x has dtype {x.dtype}; the weight is {weight.dtype}")
+        if out_amax is not None:
+            out_amax.zero_()
         if identity is None:
             y = api.conv2d_fprop(
                 _nhwc(x), weight, stride=self.stride, padding=self._padding,
                 dilation=self.dilation, bias=self.bias, scale=self.scale,
-                activation=self.activation,
+                activation=self.activation, out_amax=out_amax,
             )  # fmt: skip
         else:
             self._check_identity(x, identity)
@@ -203,6 +217,7 @@ class Conv2d(nn.Module):
                 _nhwc(x), weight, _nhwc(identity), residual_order=self.residual_order,
                 stride=self.stride, padding=self._padding, dilation=self.dilation,
                 bias=self.bias, scale=self.scale, activation=self.activation,
+                out_amax=out_amax,
             )  # fmt: skip
         return y.permute(0, 3, 1, 2)
 
@@ -247,7 +262,13 @@ class Conv2d(nn.Module):
         self.identity_scale = None if identity_scale is None else float(identity_scale)
         return self
 
-    def _forward_fp8(self, x: torch.Tensor, identity: torch.Tensor | None) -> torch.Tensor:
+    def _forward_fp8(
+        self,
+        x: torch.Tensor,
+        identity: torch.Tensor | None,
+        out_amax: torch.Tensor | None,
+        x_amax: torch.Tensor | None,
+    ) -> torch.Tensor:
         """``forward`` of an fp8 module (see ``to_fp8``)."""
         x_nhwc = _nhwc(x)
         x_scale = self.x_scale
@@ -258,15 +279,19 @@ class Conv2d(nn.Module):
                 )
         elif x.dtype != self.output_dtype:
             raise TypeError(f"x has dtype {x.dtype}; this fp8 module takes {self.output_dtype}")
+        elif x_scale is None and x_amax is not None:
+            x_nhwc, x_scale = quantize_from_amax(x_nhwc, x_amax)
         elif x_scale is None:
             x_nhwc, x_scale = quantize_dynamic(x_nhwc)
         else:
             x_nhwc = quantize_with_scale(x_nhwc, x_scale)
         out_dtype = self.output_dtype if self.out_scale is None else torch.float8_e4m3fn
+        if out_amax is not None:
+            out_amax.zero_()
         common = dict(
             stride=self.stride, padding=self._padding, dilation=self.dilation, bias=self.bias,
             scale=self.scale, activation=self.activation, out_dtype=out_dtype,
-            x_scale=x_scale, w_scale=self.w_scale, out_scale=self.out_scale,
+            x_scale=x_scale, w_scale=self.w_scale, out_scale=self.out_scale, out_amax=out_amax,
         )  # fmt: skip
         if identity is None:
             y = api.conv2d_fprop(x_nhwc, self.weight, **common)

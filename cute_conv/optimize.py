@@ -74,6 +74,9 @@ class OptimizeReport:
     # and those kept 16-bit (with why).
     fp8: list[str] = field(default_factory=list)
     fp8_outputs: list[str] = field(default_factory=list)
+    # dynamic scales: the fp8 convs whose 16-bit input another fused conv writes, with its
+    # max|output| from the epilogue (``_share_amax``): quantized without a reduction.
+    fp8_amax_inputs: list[str] = field(default_factory=list)
     kept_16bit: list[LeftConv] = field(default_factory=list)
     # Max pools whose windows tile the map, now ``TiledMaxPool2d`` (torch's channels_last
     # kernel is slow on small batches).
@@ -103,6 +106,11 @@ class OptimizeReport:
                 f"fp8: {len(self.fp8)} fused convs ({len(self.fp8_outputs)} writing fp8 for the "
                 f"next conv), {len(self.kept_16bit)} kept 16-bit"
             )
+            if self.fp8_amax_inputs:
+                lines.append(
+                    f"  {len(self.fp8_amax_inputs)} scaled by the amax their input's conv "
+                    "takes in its epilogue"
+                )
             lines += [f"  kept 16-bit {conv.name}: {conv.reason}" for conv in self.kept_16bit]
         return "\n".join(lines)
 
@@ -146,7 +154,10 @@ def optimize(
             and whose own identity (if any) is fp8, then writes fp8 with its output's scale
             (its readers read with it, an identity through the residual's beta); the other
             convs write 16 bits, and their fp8 readers quantize them in one pass. None: each
-            conv measures its input's scale on every call and writes 16 bits (dynamic).
+            conv measures its input's scale on every call and writes 16 bits (dynamic); an
+            input written by another fused conv is measured by that conv's epilogue
+            (``max|y|`` into a buffer of the result), so it is quantized in one pass too,
+            elsewhere by a reduction first.
 
     Returns:
         The rewritten model, usable under CUDA graphs and ``torch.compile``; its
@@ -378,6 +389,7 @@ def _to_fp8(gm: fx.GraphModule, report: OptimizeReport, calibration: Any) -> Non
         for name, module in chosen.items():
             module.to_fp8()
             report.fp8.append(name)
+        report.fp8_amax_inputs = _share_amax(gm, chosen)
         return
     in_amax, out_amax = _calibrate(gm, chosen, calibration)
     # A tensor written as fp8 has one scale tensor, its producer's, for every reader.
@@ -396,6 +408,40 @@ def _to_fp8(gm: fx.GraphModule, report: OptimizeReport, calibration: Any) -> Non
         report.fp8.append(node.target)
         if out_scale is not None:
             report.fp8_outputs.append(node.target)
+
+
+def _share_amax(gm: fx.GraphModule, chosen: dict[str, Conv2d]) -> list[str]:
+    """Dynamic fp8: each fp8 conv whose input is the output of another fused conv (called
+    once) reads ``max|x|`` from that conv's epilogue (``Conv2d.forward``'s ``out_amax`` and
+    ``x_amax``, one float32 buffer of ``gm`` per writer) instead of reducing over ``x``: the
+    quantization of its input is then one pass. Returns the readers' names."""
+    modules = dict(gm.named_modules())
+    called = Counter(node.target for node in gm.graph.nodes if node.op == "call_module")
+    amax_of: dict[fx.Node, fx.Node] = {}
+    readers = []
+    for node in list(gm.graph.nodes):
+        if node.op != "call_module" or node.target not in chosen:
+            continue
+        x = node.args[0]
+        writer_is_ours = (
+            isinstance(x, fx.Node)
+            and x.op == "call_module"
+            and isinstance(modules[x.target], Conv2d)
+            and called[x.target] == 1
+        )
+        if not writer_is_ours:
+            continue
+        if x not in amax_of:
+            name = f"{x.target.replace('.', '_')}_out_amax"
+            device = modules[x.target].weight.device
+            gm.register_buffer(name, torch.zeros((), device=device), persistent=False)
+            with gm.graph.inserting_before(x):
+                amax_of[x] = gm.graph.get_attr(name)
+            x.kwargs = {**x.kwargs, "out_amax": amax_of[x]}
+        node.kwargs = {**node.kwargs, "x_amax": amax_of[x]}
+        readers.append(node.target)
+    gm.recompile()
+    return readers
 
 
 def _fp8_producers(gm: fx.GraphModule, chosen: dict[str, Conv2d]) -> set[str]:

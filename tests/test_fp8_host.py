@@ -254,3 +254,30 @@ def test_optimize_fp8_arguments_and_report():
     modules = dict(gm.named_modules())
     assert modules["layer1.0.conv1"].weight.dtype == E4M3 and modules["conv1"].weight.dtype == BF16
     assert "19 fused convs" in str(report)
+    # Dynamic scales: every fp8 conv but the one after the max pool reads max|x| from the
+    # epilogue of the fused conv that writes its input.
+    assert sorted(report.fp8_amax_inputs) == sorted(
+        [f"layer{i}.{j}.conv{c}" for i in range(1, 5) for j in range(2) for c in (1, 2)
+         if (i, j, c) != (1, 0, 1)]
+        + [f"layer{i}.0.downsample.0" for i in (2, 3, 4)]
+    )  # fmt: skip
+    assert "18 scaled by the amax" in str(report)
+    for node in gm.graph.nodes:
+        if node.target in report.fp8_amax_inputs:
+            writer = node.args[0]
+            assert node.kwargs["x_amax"] is writer.kwargs["out_amax"]
+            assert writer.kwargs["out_amax"].op == "get_attr"
+
+
+def test_quantize_from_amax_rejects_a_bad_amax():
+    from cute_conv.fp8 import quantize_from_amax
+
+    t = torch.zeros(8, dtype=BF16)
+    with pytest.raises(TypeError, match="amax must be a one-element float32"):
+        quantize_from_amax(t, 1.0)
+    with pytest.raises(ValueError, match="amax must be a one-element float32 tensor"):
+        quantize_from_amax(t, torch.ones(2))
+    with pytest.raises(TypeError, match="t must be a bfloat16 or float16"):
+        quantize_from_amax(t.float(), torch.ones(()))
+    q, scale = quantize_from_amax(torch.full((8,), 896.0, dtype=BF16), torch.tensor(448.0))
+    assert scale.item() == 1.0 and q.float().max().item() == 448.0  # saturated past amax

@@ -279,6 +279,36 @@ def test_nn_conv2d_to_fp8(static):
     assert quantization < 0.1  # each operand within 2^-4 per element: ~0.04 measured
 
 
+def test_amax_from_the_writer_scales_the_reader():
+    """A 16-bit conv writes ``max|y|`` from its epilogue (``out_amax``, zeroed first: the
+    buffer holds a larger stale value) and an fp8 reader quantizes ``y`` with it
+    (``x_amax``), in one pass: checked against a float32 reference on the operands that
+    quantization gives, and against measuring ``y`` by a reduction."""
+    from cute_conv.fp8 import quantize_from_amax
+
+    writer = cute_conv.nn.Conv2d.from_torch(*_conv_bn_relu(64, 96, 3), "relu")
+    reader = cute_conv.nn.Conv2d.from_torch(*_conv_bn_relu(96, 64, 3), "relu")
+    reader.to_fp8()
+    x = torch.randn(4, 64, 20, 20, device="cuda").to(torch.bfloat16)
+    x = x.contiguous(memory_format=torch.channels_last)
+    amax = torch.full((), 1e6, device="cuda")
+    with torch.no_grad():
+        y = writer(x, out_amax=amax)
+        # The epilogue's max is taken before the rounding to bf16.
+        assert torch.isclose(amax, y.float().abs().max(), rtol=2**-8, atol=0)
+        from_epilogue = reader(y, x_amax=amax)
+        measured = reader(y)
+    y8, y_scale = quantize_from_amax(y.permute(0, 2, 3, 1), amax)
+    ref = reference(y8.float() * y_scale, reader.weight.float(), dict(padding=1),
+                    scale=reader.scale, bias=reader.bias, activation="relu")  # fmt: skip
+    report = compare_to_reference(from_epilogue.permute(0, 2, 3, 1), ref, fp8_inputs=True)
+    assert report.ok, report
+    gap = (from_epilogue.float() - measured.float()).norm() / measured.float().norm()
+    # The scales differ by the rounding of max|y| alone, but that moves fp8's grid: the two
+    # outputs differ by quantization's error (0.010 measured), not by a wrong scale (~1).
+    assert gap < 0.05
+
+
 def test_optimize_fp8_static_and_dynamic():
     import torchvision
 

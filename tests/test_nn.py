@@ -24,11 +24,14 @@ def _reference_kernel(x, flt, source, **kwargs):
     """The kernel's contract on CPU tensors: the API's validation (all but the device), then
     the float32 torch reference of the epilogue, rounded to the input dtype."""
     residual_order = kwargs.pop("residual_order", "after_activation")
+    out_amax = kwargs.pop("out_amax", None)
     geom = {k: kwargs.pop(k) for k in ("stride", "padding", "dilation")}
     problem, out_dtype = validate_conv_inputs(x, flt, **geom)
     validate_epilogue_args(problem, out_dtype, x.device, alpha=1.0, epilogue_fn=None,
                            source=source, beta=1.0, residual_order=residual_order, **kwargs)  # fmt: skip
     y = reference(x, flt, geom, source=source, beta=1.0, order=residual_order, **kwargs)
+    if out_amax is not None:  # raised, as the epilogue raises it
+        out_amax.copy_(torch.maximum(out_amax, y.abs().max()))
     return y.to(out_dtype)
 
 
@@ -255,6 +258,16 @@ def test_forward_copies_other_layouts_to_channels_last(kernel_calls):
     assert compare_to_reference(y_plain, expected).ok
     report = compare_to_reference(y, expected + identity.float())
     assert report.ok, str(report)
+
+
+def test_forward_zeroes_out_amax_before_the_epilogue_raises_it(kernel_calls):
+    """``out_amax`` holds the max of this call's output alone: a stale larger value (from an
+    earlier, larger input) is cleared first, since the epilogue only raises it."""
+    module = cute_conv.nn.Conv2d.from_torch(nn.Conv2d(8, 16, 3, padding=1).to(BF16))
+    amax = torch.full((), 1e6)
+    with torch.no_grad():
+        y = module(torch.randn(2, 8, 5, 5).to(BF16), out_amax=amax)
+    assert amax.item() == pytest.approx(y.float().abs().max().item(), rel=2**-7)
 
 
 def test_forward_rejects_bad_input(kernel_calls):
