@@ -55,3 +55,16 @@ def feeds(defs: dict, register: str, opcode_prefix: str, depth: int) -> bool:
             next_frontier.extend(sources)
         frontier = next_frontier
     return False
+
+
+def divisions_before_im2col_loads(ptx: str) -> list[int]:
+    """For each im2col TMA load, the integer divisions and remainders (``div.``/``rem.``) that
+    run between it and the barrier wait before it: the load loop's per-k-tile work. A tile's
+    pixel origin decomposed there costs two runtime divisions per k-tile."""
+    lines = ptx.splitlines()
+    counts = []
+    for i, line in enumerate(lines):
+        if "cp.async.bulk.tensor" in line and "im2col" in line:
+            wait = next(j for j in range(i, -1, -1) if "mbarrier.try_wait" in lines[j])
+            counts.append(sum(bool(re.search(r"\b(div|rem)\.", x)) for x in lines[wait:i]))
+    return counts

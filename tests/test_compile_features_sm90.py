@@ -15,6 +15,7 @@ import cute_conv
 from cute_conv import Conv2dConfig, EpilogueSpec
 from cute_conv.compile import SMEM_CAPACITY_BY_ARCH, KernelKey, _fake_launch_args
 from cute_conv.staging import kernel_problem_for
+from tests.ptx_dataflow import divisions_before_im2col_loads
 
 AFTER = EpilogueSpec(has_residual=True)
 BEFORE = EpilogueSpec(has_residual=True, residual_order="before_activation")
@@ -62,6 +63,9 @@ def test_feature_combination_compiles(config, spec):
     assert 0 < kernel.smem_bytes <= SMEM_CAPACITY_BY_ARCH["sm_90a"]
     im2col = re.search(r"cp\.async\.bulk\.tensor\.4d\.shared::\w+\.global\.im2col", ptx)
     assert bool(im2col) != bool(config.tile_w)  # halo tiles load A by tiled boxes
+    # The tile's pixel origin is decomposed once per tile, not between a k-tile's barrier
+    # wait and its im2col load.
+    assert not any(divisions_before_im2col_loads(ptx))
     if config.stream_k:
         assert "fence.acq_rel.gpu" in ptx  # the fixup's publication of a partial
     if config.dynamic_schedule:

@@ -31,6 +31,7 @@ from cute_conv.config_sm100 import (
     default_config_sm100,
 )
 from cute_conv.problem import Conv2dProblemShape
+from tests.ptx_dataflow import divisions_before_im2col_loads
 
 EpilogueSpec = cute_conv.EpilogueSpec
 ONE_SM = Conv2dConfigSm100.default_bf16_1sm()
@@ -270,6 +271,8 @@ def test_config_variants_compile(config, out_dtype):
     assert mbarrier_init_counts(kernel.ptx) == expected_init_counts(config, act, out, True)
     assert tmem_alloc_columns(kernel.ptx) == [config.tmem_columns()]
     assert kernel.smem_bytes == config.plan(act, out, True).smem_bytes <= SMEM_CAPACITY_SM100
+    # The load warp decomposes a tile's pixel origin once per tile, not per k-tile.
+    assert not any(divisions_before_im2col_loads(kernel.ptx))
 
 
 def test_compile_kernel_sm100_argument_errors():
