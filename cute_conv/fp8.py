@@ -91,6 +91,12 @@ def quantize_with_scale(t: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """
     _check_16bit(t)
     check_scale_tensor("scale", scale, t.device, "t")
+    if torch.compiler.is_compiling():  # opaque to the tracer: it reads data pointers
+        return torch.ops.cute_conv.quantize_with_scale(t, scale)
+    return _quantize_with_scale(t, scale)
+
+
+def _quantize_with_scale(t: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     if not _kernel_takes(t):
         return _saturate(t.float() / scale, torch.float8_e4m3fn)
     return _launch_quantize(t, scale, scale, from_amax=False)
@@ -102,7 +108,7 @@ def quantize_dynamic(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     ``quantize_with_scale`` takes one kernel pass, that pass derives and writes the scale too
     (a 0-dim float32 tensor on ``t``'s device)."""
     _check_16bit(t)
-    return _quantize_from_amax(t, _max_abs(t))
+    return _quantize_from_amax_call(t, _max_abs(t))
 
 
 def quantize_from_amax(t: torch.Tensor, amax: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -113,6 +119,14 @@ def quantize_from_amax(t: torch.Tensor, amax: torch.Tensor) -> tuple[torch.Tenso
     Values past ``amax`` saturate to +-448."""
     _check_16bit(t)
     check_scale_tensor("amax", amax, t.device, "t")
+    return _quantize_from_amax_call(t, amax)
+
+
+def _quantize_from_amax_call(
+    t: torch.Tensor, amax: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if torch.compiler.is_compiling():  # opaque to the tracer: it reads data pointers
+        return torch.ops.cute_conv.quantize_from_amax(t, amax)
     return _quantize_from_amax(t, amax)
 
 
@@ -122,6 +136,31 @@ def _quantize_from_amax(t: torch.Tensor, amax: torch.Tensor) -> tuple[torch.Tens
         return _saturate(t.float() / scale, torch.float8_e4m3fn), scale
     scale = torch.empty((), dtype=torch.float32, device=t.device)
     return _launch_quantize(t, scale, amax, from_amax=True), scale
+
+
+# The quantizations as torch.library ops, for torch.compile: the eager calls above skip the
+# dispatcher (tens of microseconds a call). Validation happens before, in the public functions.
+@torch.library.custom_op("cute_conv::quantize_with_scale", mutates_args=())
+def _quantize_with_scale_op(t: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return _quantize_with_scale(t, scale)
+
+
+@_quantize_with_scale_op.register_fake
+def _(t: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(t, dtype=torch.float8_e4m3fn)
+
+
+@torch.library.custom_op("cute_conv::quantize_from_amax", mutates_args=())
+def _quantize_from_amax_op(
+    t: torch.Tensor, amax: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return _quantize_from_amax(t, amax)
+
+
+@_quantize_from_amax_op.register_fake
+def _(t: torch.Tensor, amax: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    scale = torch.empty((), dtype=torch.float32, device=t.device)
+    return torch.empty_like(t, dtype=torch.float8_e4m3fn), scale
 
 
 def amax_scale(t: torch.Tensor) -> torch.Tensor:

@@ -281,3 +281,27 @@ def test_quantize_from_amax_rejects_a_bad_amax():
         quantize_from_amax(t.float(), torch.ones(()))
     q, scale = quantize_from_amax(torch.full((8,), 896.0, dtype=BF16), torch.tensor(448.0))
     assert scale.item() == 1.0 and q.float().max().item() == 448.0  # saturated past amax
+
+
+def test_quantizations_trace_whole_under_torch_compile():
+    """Under torch.compile(fullgraph=True) the per-tensor quantizations run as the
+    ``cute_conv::quantize_*`` ops (their launch reads data pointers, which dynamo cannot
+    trace), with the eager results; the ops pass torch.library's opcheck."""
+    from torch.library import opcheck
+
+    from cute_conv.fp8 import quantize_dynamic, quantize_from_amax, quantize_with_scale
+
+    t = torch.randn(4, 8, 8, 16).to(BF16)
+    scale, amax = torch.tensor(0.01), t.float().abs().amax()
+
+    @torch.compile(backend="eager", fullgraph=True)
+    def quantize_all(t, scale, amax):
+        return (quantize_with_scale(t, scale), *quantize_dynamic(t), *quantize_from_amax(t, amax))
+
+    traced = quantize_all(t, scale, amax)
+    eager = (quantize_with_scale(t, scale), *quantize_dynamic(t), *quantize_from_amax(t, amax))
+    assert [x.dtype for x in traced] == [E4M3, E4M3, torch.float32, E4M3, torch.float32]
+    for got, want in zip(traced, eager, strict=True):
+        assert torch.equal(got.float(), want.float())
+    opcheck(torch.ops.cute_conv.quantize_with_scale.default, (t, scale))
+    opcheck(torch.ops.cute_conv.quantize_from_amax.default, (t, amax))
