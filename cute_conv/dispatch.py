@@ -284,8 +284,8 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
     needs_staging = kernel_problem is not problem or not vectors_ready
     return _LaunchPlan(
         problem, problem.output_shape, out_dtype, epilogue, kernel,
-        staging_plan(problem, kernel_problem), scalars, workspace, nbytes, problem.gemm_m == 0,
-        needs_staging,
+        staging_plan(problem, kernel_problem, element_bytes), scalars, workspace, nbytes,
+        problem.gemm_m == 0, needs_staging,
     )  # fmt: skip
 
 

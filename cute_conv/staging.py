@@ -35,7 +35,7 @@ from __future__ import annotations
 import functools
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -227,19 +227,27 @@ def _im2col_columns(
     past the image and past column R*S*C. On the GPU one pass of the unfolding kernel
     ``kernels.common.unfold`` on ``stream`` (a raw handle; None: the current stream);
     elsewhere the same in torch."""
-    columns_shape = (problem.N, problem.P, problem.Q, width)
-    vector = VECTOR_BYTES // x.element_size()
-    threads = problem.N * problem.P * problem.Q * (width // vector)
-    if not x.is_cuda or threads >= 2**31:  # the kernel numbers its threads in 32 bits
+    launch = _im2col_launch(problem, width, x.element_size())
+    if not x.is_cuda or launch is None:
         return _im2col_columns_torch(x, problem, width)
-    columns = torch.empty(columns_shape, dtype=x.dtype, device=x.device)
+    return launch.run(x, stream)
+
+
+def _im2col_launch(
+    problem: Conv2dProblemShape, width: int, element_bytes: int
+) -> StagingLaunch | None:
+    """The unfolding kernel's launch of ``_im2col_columns``; None where the kernel cannot
+    take it (it numbers its threads in 32 bits)."""
+    vector = VECTOR_BYTES // element_bytes
+    if problem.N * problem.P * problem.Q * (width // vector) >= 2**31:
+        return None
     (top, _), (left, _) = problem.padding
     geometry = (
         problem.N, problem.H, problem.W, problem.P, problem.Q, problem.R, problem.S, top, left,
         *problem.stride, *problem.dilation, width // vector,
     )  # fmt: skip
-    _launch_staging(compile_im2col_columns, (problem.C,), x, columns, geometry, stream)
-    return columns
+    shape = (problem.N, problem.P, problem.Q, width)
+    return StagingLaunch(compile_im2col_columns, (problem.C,), shape, geometry)
 
 
 def _im2col_columns_torch(
@@ -264,24 +272,35 @@ def _im2col_columns_torch(
     return columns
 
 
-def _launch_staging(
-    compile_fn: Callable,
-    compile_args: tuple,
-    x: torch.Tensor,
-    staged: torch.Tensor,
-    geometry: tuple[int, ...],
-    stream: int | None,
-) -> None:
-    """Launch the staging kernel ``compile_fn(arch, dtype, *compile_args)`` from ``x`` into
-    ``staged`` on ``stream`` (a raw handle; None: the current stream)."""
-    device_index = x.get_device()
-    if stream is None:
-        stream = current_raw_stream(device_index)
-    # fp8 arrives as its bytes (uint8): the kernels move them as fp8 values, never converted.
-    dtype = torch.float8_e4m3fn if x.element_size() == 1 else x.dtype
-    kernel = compile_fn(device_arch(device_index), dtype, *compile_args)
-    with on_device(device_index):
-        kernel.launch(x.data_ptr(), staged.data_ptr(), *geometry, stream)
+@dataclass(frozen=True)
+class StagingLaunch:
+    """One staging kernel's launch for the calls of one signature, worked out once (a
+    ``StagingPlan`` holds it): the kernel ``compile_fn(arch, dtype, *compile_args)``, the
+    staged tensor's shape and the kernel's runtime geometry."""
+
+    compile_fn: Callable
+    compile_args: tuple
+    shape: tuple[int, int, int, int]
+    geometry: tuple[int, ...]
+    # The compiled kernel by (device index, dtype), filled on first use.
+    kernels: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def run(self, x: torch.Tensor, stream: int | None) -> torch.Tensor:
+        """The staged copy of ``x`` (a CUDA tensor; fp8 as its bytes), by one launch on
+        ``stream`` (a raw handle; None: the current stream)."""
+        device_index = x.get_device()
+        if stream is None:
+            stream = current_raw_stream(device_index)
+        kernel = self.kernels.get((device_index, x.dtype))
+        if kernel is None:
+            # fp8 arrives as bytes (uint8): the kernels move them as fp8 values, unconverted.
+            dtype = torch.float8_e4m3fn if x.element_size() == 1 else x.dtype
+            kernel = self.compile_fn(device_arch(device_index), dtype, *self.compile_args)
+            self.kernels[(device_index, x.dtype)] = kernel
+        staged = torch.empty(self.shape, dtype=x.dtype, device=x.device)
+        with on_device(device_index):
+            kernel.launch(x.data_ptr(), staged.data_ptr(), *self.geometry, stream)
+        return staged
 
 
 @dataclass(frozen=True)
@@ -316,13 +335,16 @@ def _space_to_depth(
     handle; None: the current stream); elsewhere the same in torch."""
     if not x.is_cuda:
         return _space_to_depth_torch(x, problem, kp)
+    return _space_to_depth_launch(problem, kp).run(x, stream)
+
+
+def _space_to_depth_launch(problem: Conv2dProblemShape, kp: Conv2dProblemShape) -> StagingLaunch:
+    """The folding kernel's launch of ``_space_to_depth``."""
     fold = fold_shape(problem)
-    staged = torch.empty(kp.N, kp.H, kp.W, kp.C, dtype=x.dtype, device=x.device)
     (top, _), (left, _) = problem.padding
     geometry = (problem.N, problem.H, problem.W, kp.H, kp.W, top, left)
     compile_args = (problem.C, fold.channels, fold.cols)
-    _launch_staging(compile_space_to_depth, compile_args, x, staged, geometry, stream)
-    return staged
+    return StagingLaunch(compile_space_to_depth, compile_args, kp.activation_shape, geometry)
 
 
 def _space_to_depth_torch(
@@ -406,22 +428,34 @@ class StagingPlan:
     im2col: bool
     phases: int  # output channel blocks per GEMM row: 2 on the super-pixel view, else 1
     stages_filter: bool  # the kernel reads a padded or regrouped copy of the filter
+    # The staging kernel that lays out the activation on the GPU (space-to-depth or im2col
+    # columns), None where torch ops do (or nothing is staged).
+    activation_launch: StagingLaunch | None = None
 
 
 def staging_plan(
-    problem: Conv2dProblemShape, kernel_problem: Conv2dProblemShape
+    problem: Conv2dProblemShape, kernel_problem: Conv2dProblemShape, element_bytes: int
 ) -> StagingPlan:
-    """The staging of ``problem`` as the kernel runs it (``kernel_problem_for``)."""
+    """The staging of ``problem`` as the kernel runs it (``kernel_problem_for`` for
+    ``element_bytes``-byte inputs)."""
     view = super_pixel_view(problem)
     phases = 1 if view is None else view.phases
+    space_to_depth, im2col = uses_space_to_depth(problem), uses_im2col(problem)
+    launch = None
+    if view is None and space_to_depth:
+        launch = _space_to_depth_launch(problem, kernel_problem)
+    elif view is None and im2col:
+        launch = _im2col_launch(problem, kernel_problem.C, element_bytes)
     return StagingPlan(
-        problem, kernel_problem, view, uses_space_to_depth(problem), uses_im2col(problem), phases,
-        view is not None or kernel_problem.filter_shape != problem.filter_shape,
+        problem, kernel_problem, view, space_to_depth, im2col, phases,
+        view is not None or kernel_problem.filter_shape != problem.filter_shape, launch,
     )  # fmt: skip
 
 
 def _stage_activation(x: torch.Tensor, plan: StagingPlan, stream: int | None) -> torch.Tensor:
     problem, kp = plan.problem, plan.kernel_problem
+    if plan.activation_launch is not None and x.is_cuda:
+        return plan.activation_launch.run(x, stream)
     if plan.view is not None:
         return x.reshape(kp.activation_shape)
     if plan.space_to_depth:

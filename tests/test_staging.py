@@ -77,7 +77,7 @@ def test_staged_problem_matches_the_conv(case):
     bias, scale = torch.randn(k), torch.rand(k)
     source = torch.randn(problem.output_shape)
     out = torch.full(problem.output_shape, float("nan"))
-    run_staged(fake_launch(kp), staging_plan(problem, kp), x, flt, out, source, bias, scale)
+    run_staged(fake_launch(kp), staging_plan(problem, kp, 2), x, flt, out, source, bias, scale)
     expected = conv2d_reference(x, flt, **geom) * scale + bias + source
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-4)
 
@@ -93,7 +93,7 @@ def test_space_to_depth_16bit(c):
     assert uses_space_to_depth(problem) and kp.C == {1: 32, 3: 64, 8: 64}[c]
     assert (kp.R, kp.S) == {1: (4, 1), 3: (4, 1), 8: (4, 2)}[c]
     out = torch.full(problem.output_shape, float("nan"))
-    run_staged(fake_launch(kp), staging_plan(problem, kp), x, flt, out, None, None, None)
+    run_staged(fake_launch(kp), staging_plan(problem, kp, 2), x, flt, out, None, None, None)
     expected = conv2d_reference(x, flt, stride=2, padding=3)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-4)
 
@@ -200,7 +200,7 @@ def test_super_pixel_view_of_the_c8_stem():
         assert x_k.data_ptr() == x.data_ptr() and out_k.data_ptr() == out.data_ptr()
         out_k.fill_(1.0)
 
-    run_staged(launch, staging_plan(stem, kp), x, flt, out, None, None, None)
+    run_staged(launch, staging_plan(stem, kp, 2), x, flt, out, None, None, None)
     assert bool((out == 1.0).all())
 
 
@@ -237,7 +237,7 @@ def test_out_aliasing_x_goes_through_a_scratch():
         seen["scratch"] = out.data_ptr() != x.data_ptr()
         fake_launch(problem)(xs, fs, out, source, bias, scale)
 
-    run_staged(launch, staging_plan(problem, problem), x, flt, x, x, None, None)
+    run_staged(launch, staging_plan(problem, problem, 2), x, flt, x, x, None, None)
     assert seen["scratch"]
     torch.testing.assert_close(x, expected, rtol=1e-5, atol=1e-4)
 
@@ -273,7 +273,7 @@ def test_channel_vectors_reach_the_kernel_in_one_dtype_padded_with_zeros(
         seen["bias"], seen["scale"] = bias_k, scale_k
 
     out = torch.empty(problem.output_shape)
-    run_staged(launch, staging_plan(problem, kp), x, flt, out, None, bias, scale)
+    run_staged(launch, staging_plan(problem, kp, 2), x, flt, out, None, bias, scale)
     vectors = [(seen["bias"], bias)] + ([] if scale is None else [(seen["scale"], scale)])
     assert (seen["scale"] is None) == (scale is None)
     for staged, given in vectors:
@@ -300,7 +300,7 @@ def _padded_call(flt: torch.Tensor, seen: list) -> torch.Tensor:
     problem = Conv2dProblemShape.from_shapes(x.shape, flt.shape, padding=1)
     kp = kernel_problem_for(problem)
     out = torch.full(problem.output_shape, float("nan"))
-    run_staged(_seen_filters(kp, seen), staging_plan(problem, kp), x, flt, out, None, None, None)
+    run_staged(_seen_filters(kp, seen), staging_plan(problem, kp, 2), x, flt, out, None, None, None)
     torch.testing.assert_close(out, conv2d_reference(x, flt, padding=1), rtol=1e-5, atol=1e-4)
     return out
 
@@ -346,7 +346,7 @@ def test_staged_filter_cache_skips_inference_tensors_and_unstaged_weights():
     aligned = torch.randn(16, 1, 1, 16)
     problem = Conv2dProblemShape.from_shapes(x.shape, aligned.shape)
     expected = conv2d_reference(x, aligned)
-    run_staged(fake_launch(problem), staging_plan(problem, problem), x, aligned, x, None, None,
+    run_staged(fake_launch(problem), staging_plan(problem, problem, 2), x, aligned, x, None, None,
                None)  # fmt: skip
     torch.testing.assert_close(x, expected, rtol=1e-5, atol=1e-4)
     assert len(staged_weights) == 0
@@ -367,7 +367,7 @@ def test_kept_filter_follows_in_place_writes_eagerly_and_in_cuda_graphs(c, k, r,
     flt = (torch.randn(k, r, r, c, device="cuda") / (r * r * c) ** 0.5).to(torch.bfloat16)
     geom = dict(stride=stride, padding=r // 2)
     problem = Conv2dProblemShape.from_shapes(x.shape, flt.shape, **geom)
-    assert staging_plan(problem, kernel_problem_for(problem)).stages_filter
+    assert staging_plan(problem, kernel_problem_for(problem), 2).stages_filter
     assert (super_pixel_view(problem) is not None) == (c == 8)
     # An explicit config: the staged path, where the heuristic would gather small C=12 convs.
     config = cute_conv.default_config(kernel_problem_for(problem))
@@ -397,7 +397,7 @@ def test_converted_bias_and_scale_are_kept_while_unchanged():
     x, flt = torch.randn(1, 4, 4, 12), torch.randn(20, 1, 1, 12)  # C padded: a staged call
     bias, scale = torch.randn(20).to(torch.bfloat16), torch.rand(20)  # two dtypes: float32
     problem = Conv2dProblemShape.from_shapes(x.shape, flt.shape)
-    plan = staging_plan(problem, kernel_problem_for(problem))
+    plan = staging_plan(problem, kernel_problem_for(problem), 2)
     seen = []
 
     def call():
@@ -426,7 +426,7 @@ def test_staged_weights_are_reused_on_their_own_stream_only():
     x = torch.randn(1, 6, 6, 12)
     flt, bias = torch.randn(20, 3, 3, 12), torch.randn(40)[::2]  # a strided bias: copied
     problem = Conv2dProblemShape.from_shapes(x.shape, flt.shape, padding=1)
-    plan = staging_plan(problem, kernel_problem_for(problem))
+    plan = staging_plan(problem, kernel_problem_for(problem), 2)
     seen = []
 
     def call(stream):
