@@ -297,7 +297,7 @@ class StagingLaunch:
             dtype = torch.float8_e4m3fn if x.element_size() == 1 else x.dtype
             kernel = self.compile_fn(device_arch(device_index), dtype, *self.compile_args)
             self.kernels[(device_index, x.dtype)] = kernel
-        staged = torch.empty(self.shape, dtype=x.dtype, device=x.device)
+        staged = x.new_empty(self.shape)  # x's dtype and device, without parsing them
         with on_device(device_index):
             kernel.launch(x.data_ptr(), staged.data_ptr(), *self.geometry, stream)
         return staged

@@ -100,5 +100,5 @@ def test_k_is_never_padded(c, k, stages_filter):
         assert kernel_problem.K == k and kernel_problem.C == -(-c // alignment) * alignment
     kernel_problem = kernel_problem_for(problem)
     # Only C padding copies the filter; a C-aligned call launches directly.
-    assert staging_plan(problem, kernel_problem).stages_filter == stages_filter
+    assert staging_plan(problem, kernel_problem, 2).stages_filter == stages_filter
     assert (kernel_problem is problem) == (not stages_filter)
