@@ -203,9 +203,8 @@ class Conv2d(nn.Module):
             return self._forward_fp8(x, identity, out_amax, x_amax)
         if x.dtype != weight.dtype:
             raise TypeError(f"x has dtype {x.dtype}; the weight is {weight.dtype}")
-        if out_amax is not None:
-            out_amax.zero_()
         if identity is None:
+            _reset_amax(out_amax, weight.device)
             y = api.conv2d_fprop(
                 _nhwc(x), weight, stride=self.stride, padding=self._padding,
                 dilation=self.dilation, bias=self.bias, scale=self.scale,
@@ -213,6 +212,7 @@ class Conv2d(nn.Module):
             )  # fmt: skip
         else:
             self._check_identity(x, identity)
+            _reset_amax(out_amax, weight.device)
             y = api.conv2d_fprop_with_residual(
                 _nhwc(x), weight, _nhwc(identity), residual_order=self.residual_order,
                 stride=self.stride, padding=self._padding, dilation=self.dilation,
@@ -286,14 +286,13 @@ class Conv2d(nn.Module):
         else:
             x_nhwc = quantize_with_scale(x_nhwc, x_scale)
         out_dtype = self.output_dtype if self.out_scale is None else torch.float8_e4m3fn
-        if out_amax is not None:
-            out_amax.zero_()
         common = dict(
             stride=self.stride, padding=self._padding, dilation=self.dilation, bias=self.bias,
             scale=self.scale, activation=self.activation, out_dtype=out_dtype,
             x_scale=x_scale, w_scale=self.w_scale, out_scale=self.out_scale, out_amax=out_amax,
         )  # fmt: skip
         if identity is None:
+            _reset_amax(out_amax, self.weight.device)
             y = api.conv2d_fprop(x_nhwc, self.weight, **common)
         else:
             _check_nchw("identity", identity, self.out_channels)
@@ -302,6 +301,7 @@ class Conv2d(nn.Module):
                 if self.identity_scale is None:
                     raise ValueError("identity is float8_e4m3fn but identity_scale is not set")
                 beta = self.identity_scale
+            _reset_amax(out_amax, self.weight.device)
             y = api.conv2d_fprop_with_residual(
                 x_nhwc, self.weight, _nhwc(identity), beta=beta,
                 residual_order=self.residual_order, **common,
@@ -347,6 +347,14 @@ class Conv2d(nn.Module):
         if self.residual_order == "before_activation":
             return f"{self.activation}({y} [+ identity])"
         return f"{self.activation}({y}) [+ identity]"
+
+
+def _reset_amax(out_amax: torch.Tensor | None, device: torch.device) -> None:
+    """Zero ``out_amax`` (if given) for the epilogue to raise with this call's output alone;
+    checked first, so that a bad one is rejected before anything is written."""
+    if out_amax is not None:
+        check_scale_tensor("out_amax", out_amax, device, "the weight")
+        out_amax.zero_()
 
 
 def _check_nchw(name: str, t: Any, channels: int) -> None:

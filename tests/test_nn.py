@@ -268,6 +268,13 @@ def test_forward_zeroes_out_amax_before_the_epilogue_raises_it(kernel_calls):
     with torch.no_grad():
         y = module(torch.randn(2, 8, 5, 5).to(BF16), out_amax=amax)
     assert amax.item() == pytest.approx(y.float().abs().max().item(), rel=2**-7)
+    # A rejected call writes nothing: a bad identity, or a bad out_amax itself.
+    amax.fill_(7.0)
+    with pytest.raises(ValueError, match="identity has shape"):
+        module(torch.randn(2, 8, 5, 5).to(BF16), torch.randn(2, 16, 4, 4).to(BF16), out_amax=amax)
+    assert amax.item() == 7.0
+    with pytest.raises(ValueError, match="out_amax must be a one-element float32 tensor"):
+        module(torch.randn(2, 8, 5, 5).to(BF16), out_amax=torch.zeros(2))
 
 
 def test_forward_rejects_bad_input(kernel_calls):
