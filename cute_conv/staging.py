@@ -220,24 +220,13 @@ def gather_replaces(problem: Conv2dProblemShape, element_bytes: int = 2) -> str 
     return "pad" if problem.C % channel_alignment(element_bytes) else None
 
 
-def _im2col_columns(
-    x: torch.Tensor, problem: Conv2dProblemShape, width: int, stream: int | None
-) -> torch.Tensor:
-    """``[N, P, Q, width]``: row (n, p, q) holds the (r, s, c) patch under output (p, q), zero
-    past the image and past column R*S*C. On the GPU one pass of the unfolding kernel
-    ``kernels.common.unfold`` on ``stream`` (a raw handle; None: the current stream);
-    elsewhere the same in torch."""
-    launch = _im2col_launch(problem, width, x.element_size())
-    if not x.is_cuda or launch is None:
-        return _im2col_columns_torch(x, problem, width)
-    return launch.run(x, stream)
-
-
 def _im2col_launch(
     problem: Conv2dProblemShape, width: int, element_bytes: int
 ) -> StagingLaunch | None:
-    """The unfolding kernel's launch of ``_im2col_columns``; None where the kernel cannot
-    take it (it numbers its threads in 32 bits)."""
+    """The unfolding kernel's launch (``kernels.common.unfold``) that writes the im2col
+    columns ``[N, P, Q, width]``: row (n, p, q) holds the (r, s, c) patch under output
+    (p, q), zero past the image and past column R*S*C. None where the kernel cannot take it
+    (it numbers its threads in 32 bits): torch ops stage it then."""
     vector = VECTOR_BYTES // element_bytes
     if problem.N * problem.P * problem.Q * (width // vector) >= 2**31:
         return None
@@ -253,8 +242,8 @@ def _im2col_launch(
 def _im2col_columns_torch(
     x: torch.Tensor, problem: Conv2dProblemShape, width: int
 ) -> torch.Tensor:
-    """``_im2col_columns`` in torch ops (a pad, a zero fill and a strided copy): for CPU
-    tensors, and the specification the GPU tests hold the kernel to."""
+    """The columns of ``_im2col_launch`` in torch ops (a pad, a zero fill and a strided
+    copy): for CPU tensors, and the specification the GPU tests hold the kernel to."""
     (top, bottom), (left, right) = problem.padding
     padded = F.pad(x, (0, 0, left, right, top, bottom))
     s_n, s_h, s_w, s_c = padded.stride()
@@ -326,20 +315,10 @@ def fold_shape(problem: Conv2dProblemShape) -> FoldShape:
     return FoldShape(channels, min(fills_a_k_tile, covers_the_filter))
 
 
-def _space_to_depth(
-    x: torch.Tensor, problem: Conv2dProblemShape, kp: Conv2dProblemShape, stream: int | None
-):
-    """``[N, kp.H, kp.W, kp.C]``: pixel (i, j) holds the block of rows 2i, 2i+1 and columns
-    2j..2j+cols-1 of the zero-padded input, channels ordered (row, column, c). On the GPU
-    one pass of the staging kernel ``kernels.common.space_to_depth`` on ``stream`` (a raw
-    handle; None: the current stream); elsewhere the same in torch."""
-    if not x.is_cuda:
-        return _space_to_depth_torch(x, problem, kp)
-    return _space_to_depth_launch(problem, kp).run(x, stream)
-
-
 def _space_to_depth_launch(problem: Conv2dProblemShape, kp: Conv2dProblemShape) -> StagingLaunch:
-    """The folding kernel's launch of ``_space_to_depth``."""
+    """The folding kernel's launch (``kernels.common.space_to_depth``) that writes
+    ``[N, kp.H, kp.W, kp.C]``: pixel (i, j) holds the block of rows 2i, 2i+1 and columns
+    2j..2j+cols-1 of the zero-padded input, channels ordered (row, column, c)."""
     fold = fold_shape(problem)
     (top, _), (left, _) = problem.padding
     geometry = (problem.N, problem.H, problem.W, kp.H, kp.W, top, left)
@@ -350,8 +329,8 @@ def _space_to_depth_launch(problem: Conv2dProblemShape, kp: Conv2dProblemShape) 
 def _space_to_depth_torch(
     x: torch.Tensor, problem: Conv2dProblemShape, kp: Conv2dProblemShape
 ) -> torch.Tensor:
-    """``_space_to_depth`` in torch ops (a pad, then a strided copy): for CPU tensors, and the
-    specification the GPU tests hold the kernel to."""
+    """The blocks of ``_space_to_depth_launch`` in torch ops (a pad, then a strided copy):
+    for CPU tensors, and the specification the GPU tests hold the kernel to."""
     (top, _), (left, _) = problem.padding
     fold = fold_shape(problem)
     # Zero borders and channels in one copy; a negative pad crops rows no output reads.
@@ -374,8 +353,8 @@ def _space_to_depth_filter(
     problem: Conv2dProblemShape,
     kp: Conv2dProblemShape,
 ) -> torch.Tensor:
-    """The filter regrouped like ``_space_to_depth``: tap (u, v) holds the taps
-    (2u + a, cols*v + b), channels ordered (a, b, c)."""
+    """The filter regrouped like the activation (``_space_to_depth_launch``): tap (u, v)
+    holds the taps (2u + a, cols*v + b), channels ordered (a, b, c)."""
     k, r, s, c = filter.shape
     fold = fold_shape(problem)
     padded = F.pad(
@@ -459,9 +438,9 @@ def _stage_activation(x: torch.Tensor, plan: StagingPlan, stream: int | None) ->
     if plan.view is not None:
         return x.reshape(kp.activation_shape)
     if plan.space_to_depth:
-        return _space_to_depth(x, problem, kp, stream)
+        return _space_to_depth_torch(x, problem, kp)
     if plan.im2col:
-        return _im2col_columns(x, problem, kp.C, stream)
+        return _im2col_columns_torch(x, problem, kp.C)
     c_pad = kp.C - problem.C
     return (F.pad(x, (0, c_pad)) if c_pad else x).contiguous()
 

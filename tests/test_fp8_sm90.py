@@ -309,15 +309,21 @@ def test_amax_from_the_writer_scales_the_reader():
     assert gap < 0.05
 
 
-def test_optimize_fp8_static_and_dynamic():
+def _resnet18_and_input(batch: int) -> tuple[torch.nn.Module, torch.Tensor]:
+    """A bf16 channels_last eval ResNet-18 of random weights and batch norms (seed 0), and a
+    random ``[batch, 3, 96, 96]`` input for it."""
     import torchvision
 
     torch.manual_seed(0)
     model = torchvision.models.resnet18(weights=None)
     cute_conv.testing.randomize_batchnorm_(model)
     model = model.to("cuda", torch.bfloat16, memory_format=torch.channels_last).eval()
-    x = torch.randn(8, 3, 96, 96, device="cuda").to(torch.bfloat16)
-    x = x.contiguous(memory_format=torch.channels_last)
+    x = torch.randn(batch, 3, 96, 96, device="cuda").to(torch.bfloat16)
+    return model, x.contiguous(memory_format=torch.channels_last)
+
+
+def test_optimize_fp8_static_and_dynamic():
+    model, x = _resnet18_and_input(8)
     calib = torch.randn_like(x)
     with torch.no_grad():
         bf16 = cute_conv.optimize(model)(x).float()
@@ -347,14 +353,7 @@ def test_fp8_model_under_torch_compile_and_cuda_graphs(scales):
     ops; dynamic: the amax buffers zeroed and raised by each writer, read by its readers)
     and replays from a CUDA graph: both give the eager model's logits for a new input (the
     graph: the same bits)."""
-    import torchvision
-
-    torch.manual_seed(0)
-    model = torchvision.models.resnet18(weights=None)
-    cute_conv.testing.randomize_batchnorm_(model)
-    model = model.to("cuda", torch.bfloat16, memory_format=torch.channels_last).eval()
-    x = torch.randn(4, 3, 96, 96, device="cuda").to(torch.bfloat16)
-    x = x.contiguous(memory_format=torch.channels_last)
+    model, x = _resnet18_and_input(4)
     calibration = torch.randn_like(x) if scales == "static" else None
     with torch.no_grad():
         fp8 = cute_conv.optimize(model, dtype="fp8", calibration=calibration)

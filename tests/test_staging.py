@@ -147,7 +147,7 @@ def test_im2col_kernel_matches_the_torch_staging(n, h, w, c, r, s, conv, dtype):
     """The unfolding kernel writes exactly what the torch specification does, every element
     (its output starts NaN-poisoned, so an element it skips shows); fp8 activations arrive
     as their bytes (uint8), rows of 16-byte units of them."""
-    from cute_conv.staging import _im2col_columns, _im2col_columns_torch
+    from cute_conv.staging import _im2col_columns_torch, _im2col_launch
 
     if dtype == torch.uint8:
         x = torch.randint(1, 256, (n, h, w, c), dtype=dtype, device="cuda")
@@ -157,7 +157,7 @@ def test_im2col_kernel_matches_the_torch_staging(n, h, w, c, r, s, conv, dtype):
     kp = kernel_problem_for(problem, x.element_size())
     assert uses_im2col(problem) and kp.C % (16 // x.element_size()) == 0
     expected = _im2col_columns_torch(x.cpu(), problem, kp.C)
-    staged = _im2col_columns(x, problem, kp.C, None)
+    staged = _im2col_launch(problem, kp.C, x.element_size()).run(x, None)
     torch.cuda.synchronize()
     assert staged.shape == expected.shape and torch.equal(staged.cpu(), expected)
 
