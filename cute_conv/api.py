@@ -132,6 +132,7 @@ def conv2d_fprop_with_residual(
     w_scale: torch.Tensor | None = None,
     out_scale: torch.Tensor | None = None,
     out_amax: torch.Tensor | None = None,
+    source_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Conv2D forward propagation with a fused epilogue and residual add, in one kernel:
 
@@ -146,9 +147,12 @@ def conv2d_fprop_with_residual(
     when ``out`` overlaps ``x`` or ``filter`` (``x = x + conv(x)``) the result goes through a
     scratch tensor first. With ``beta == 0`` the source is not read and the result is
     bit-identical to ``conv2d_fprop``. With fp8 output the source is fp8 too, read as it
-    is (``beta`` carries its scale). The other arguments are those of ``conv2d_fprop``.
+    is: its scale is ``beta``, or ``source_scale``, a one-element float32 tensor on the
+    device that the kernel reads (``beta * source_scale`` multiplies the source; a CUDA
+    graph replays with its current value). The other arguments are those of
+    ``conv2d_fprop``.
     """
-    fp8_scales = _scale_tensors(x_scale, w_scale, out_scale, out_amax)
+    fp8_scales = _scale_tensors(x_scale, w_scale, out_scale, out_amax, source_scale)
     if _ops.takes_torch_path(x, filter, source, bias, scale, out):
         return _ops.call_op(
             x, filter, source, bias, scale, out, stream, stride, padding, dilation, alpha, beta,
@@ -165,11 +169,11 @@ def conv2d_fprop_with_residual(
 _AFTER = "after_activation"  # conv2d_fprop's residual order: there is no residual
 
 
-def _scale_tensors(x_scale, w_scale, out_scale, out_amax) -> tuple | None:
+def _scale_tensors(x_scale, w_scale, out_scale, out_amax, source_scale=None) -> tuple | None:
     """The call's scale tensors as ``dispatch.conv2d`` takes them: None when all are."""
-    if x_scale is w_scale is out_scale is out_amax is None:
+    if x_scale is w_scale is out_scale is out_amax is source_scale is None:
         return None
-    return (x_scale, w_scale, out_scale, out_amax)
+    return (x_scale, w_scale, out_scale, out_amax, source_scale)
 
 
 def autotune(x_shape: Sequence[int], filter_shape: Sequence[int], **options: Any) -> Conv2dConfig:

@@ -103,8 +103,8 @@ def _fake_launch_args(key: KernelKey) -> list:
     pointers = ConvPointers(
         act=key.act_dtype, filter=key.filter_dtype, out=key.out_dtype, source=key.out_dtype,
         bias=vector, scale=vector, act_scale=cutlass.Float32, filter_scale=cutlass.Float32,
-        out_scale=cutlass.Float32, amax=cutlass.Float32, partials=cutlass.Float32,
-        flags=cutlass.Int32,
+        out_scale=cutlass.Float32, amax=cutlass.Float32, source_scale=cutlass.Float32,
+        partials=cutlass.Float32, flags=cutlass.Int32,
     )  # fmt: skip
     params = ConvLaunchParams(
         pointers=[_null_pointer(dtype) for dtype in pointers],

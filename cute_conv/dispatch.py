@@ -53,8 +53,8 @@ def conv2d(  # noqa: A002
 
     ``args`` are the other arguments, positional (a keyword dict of them cost ~1 us a call):
     ``(stride, padding, dilation, alpha, beta, residual_order, activation, epilogue_fn,
-    out_dtype, config)``. ``fp8_scales``: ``(x_scale, w_scale, out_scale, out_amax)`` (each
-    a tensor or None), None when the call passes none of them.
+    out_dtype, config)``. ``fp8_scales``: ``(x_scale, w_scale, out_scale, out_amax,
+    source_scale)`` (each a tensor or None), None when the call passes none of them.
     """
     if not (type(x) is torch.Tensor and type(filter) is torch.Tensor):  # noqa: E721
         x, filter, source, out = _as_torch(x, filter, source, out)
@@ -117,13 +117,15 @@ def conv2d(  # noqa: A002
 
 
 _NO_WORKSPACE = (0, 0)
-# ``fp8_scales`` of a call that passes none: (x_scale, w_scale, out_scale, out_amax).
-NO_SCALE_TENSORS = (None, None, None, None)
-_NO_SCALES = (0, 0, 0, 0)
+# ``fp8_scales`` of a call that passes none: (x_scale, w_scale, out_scale, out_amax,
+# source_scale).
+NO_SCALE_TENSORS = (None, None, None, None, None)
+_NO_SCALES = (0, 0, 0, 0, 0)
 
 
-def _scale_pointers(fp8_scales: tuple) -> tuple[int, int, int, int]:
-    """The kernel's pointers to x_scale, w_scale, out_scale and out_amax (0 for None)."""
+def _scale_pointers(fp8_scales: tuple) -> tuple[int, ...]:
+    """The kernel's pointers to x_scale, w_scale, out_scale, out_amax and source_scale (0
+    for None), in ``ConvPointers``' order."""
     return tuple(0 if t is None else t.data_ptr() for t in fp8_scales)
 
 
@@ -227,7 +229,9 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
     problem, out_dtype = validate_conv_inputs(
         x, filter, stride=stride, padding=padding, dilation=dilation, out=out, out_dtype=out_dtype
     )
-    check_fp8_scales(x.dtype, out_dtype, x.device, *(fp8_scales or NO_SCALE_TENSORS))
+    check_fp8_scales(
+        x.dtype, out_dtype, x.device, *(fp8_scales or NO_SCALE_TENSORS), has_source=source is not None
+    )
     epilogue = validate_epilogue_args(
         problem,
         out_dtype,
@@ -249,6 +253,8 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
         epilogue = replace(epilogue, store_by_threads=True)
     if fp8_scales is not None and fp8_scales[3] is not None:
         epilogue = replace(epilogue, has_amax=True)
+    if fp8_scales is not None and fp8_scales[4] is not None:
+        epilogue = replace(epilogue, has_source_scale=True)  # dropped where beta == 0
     num_sms = sm_count(x.device.index)
     target = ARCHS[arch]
     config = _config_for_call(

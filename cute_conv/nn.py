@@ -52,9 +52,9 @@ class Conv2d(nn.Module):
         scale: float32 ``[K]`` buffer (a folded BatchNorm's; after ``to_fp8`` times the
             weight's per-channel scales), or None.
         activation, residual_order: as given.
-        x_scale, out_scale: after ``to_fp8``: the input's static per-tensor scale (None:
-            measured on each call) and, for fp8 output, the output's (else None); 0-dim
-            float32 buffers.
+        x_scale, out_scale, identity_scale: after ``to_fp8``: the input's per-tensor scale
+            (None: measured on each call), for fp8 output the output's, and for an fp8
+            identity the identity's (else None); 0-dim float32 buffers, read by the kernel.
     """
 
     def __init__(
@@ -108,10 +108,9 @@ class Conv2d(nn.Module):
         self.register_buffer("x_scale", None)
         self.register_buffer("w_scale", None)
         self.register_buffer("out_scale", None)
+        self.register_buffer("identity_scale", None)
         # The dtype of the output (and of an identity) unless it is fp8.
         self.output_dtype = dtype
-        # An fp8 identity's per-tensor scale (the residual's beta), set with an fp8 output.
-        self.identity_scale: float | None = None
 
     @classmethod
     def from_torch(
@@ -226,7 +225,7 @@ class Conv2d(nn.Module):
         self,
         x_scale: torch.Tensor | None = None,
         out_scale: torch.Tensor | None = None,
-        identity_scale: float | None = None,
+        identity_scale: torch.Tensor | None = None,
     ) -> Conv2d:
         """Run this conv on float8_e4m3fn: the weight quantized once per output channel (its
         channel scales folded into ``scale``), the input per tensor, the epilogue in float32.
@@ -239,7 +238,9 @@ class Conv2d(nn.Module):
             out_scale: write the output as float8_e4m3fn with this scale (a consumer's
                 ``x_scale``); None writes the 16-bit dtype the module had.
             identity_scale: with ``out_scale``: ``forward``'s identity is float8_e4m3fn of
-                this (host) scale, which the kernel applies as the residual's ``beta``.
+                this scale (a 0-dim float32 tensor on the weight's device, the identity's
+                writer's ``out_scale``), which the kernel reads as the residual's
+                ``source_scale``.
 
         Returns ``self``. Raises, before changing anything, ``ValueError`` when already fp8,
         a scale is not one float32 element on the weight's device (``TypeError`` when it is
@@ -248,7 +249,12 @@ class Conv2d(nn.Module):
         if self.w_scale is not None:
             raise ValueError("this Conv2d already runs on fp8 (to_fp8 was called)")
         device = self.weight.device
-        for name, value in (("x_scale", x_scale), ("out_scale", out_scale)):
+        scales = (
+            ("x_scale", x_scale),
+            ("out_scale", out_scale),
+            ("identity_scale", identity_scale),
+        )
+        for name, value in scales:
             if value is not None:
                 check_scale_tensor(name, value, device, "the weight")
         if identity_scale is not None and out_scale is None:
@@ -259,7 +265,7 @@ class Conv2d(nn.Module):
         self.w_scale = torch.ones((), device=device)
         self.x_scale = x_scale
         self.out_scale = out_scale
-        self.identity_scale = None if identity_scale is None else float(identity_scale)
+        self.identity_scale = identity_scale
         return self
 
     def _forward_fp8(
@@ -296,14 +302,14 @@ class Conv2d(nn.Module):
             y = api.conv2d_fprop(x_nhwc, self.weight, **common)
         else:
             _check_nchw("identity", identity, self.out_channels)
-            beta = 1.0
+            identity_scale = None
             if identity.dtype == torch.float8_e4m3fn:
                 if self.identity_scale is None:
                     raise ValueError("identity is float8_e4m3fn but identity_scale is not set")
-                beta = self.identity_scale
+                identity_scale = self.identity_scale
             _reset_amax(out_amax, self.weight.device)
             y = api.conv2d_fprop_with_residual(
-                x_nhwc, self.weight, _nhwc(identity), beta=beta,
+                x_nhwc, self.weight, _nhwc(identity), source_scale=identity_scale,
                 residual_order=self.residual_order, **common,
             )  # fmt: skip
         return y.permute(0, 3, 1, 2)

@@ -3,13 +3,14 @@
     torch.ops.cute_conv.conv2d_fprop(x, filter, bias, scale, x_scale, w_scale, out_scale,
         stride, padding, dilation, alpha, activation, out_dtype, config) -> Tensor
     torch.ops.cute_conv.conv2d_fprop_with_residual(x, filter, source, bias, scale, x_scale,
-        w_scale, out_scale, stride, padding, dilation, alpha, beta, residual_order, activation,
-        out_dtype, config) -> Tensor
+        w_scale, out_scale, source_scale, stride, padding, dilation, alpha, beta,
+        residual_order, activation, out_dtype, config) -> Tensor
     torch.ops.cute_conv.conv2d_fprop_out(x, filter, source, bias, scale, x_scale, w_scale,
-        out_scale, out_amax, out, stride, padding, dilation, alpha, beta, residual_order,
-        activation, out_dtype, config) -> ()  # writes out
+        out_scale, out_amax, source_scale, out, stride, padding, dilation, alpha, beta,
+        residual_order, activation, out_dtype, config) -> ()  # writes out
 
 ``x_scale``, ``w_scale`` and ``out_scale`` are the fp8 scales (None for 16-bit calls),
+``source_scale`` the residual source's device factor of ``beta`` (or None),
 ``out_amax`` the optional amax the kernel raises: only the out= op takes it (it mutates it,
 and a functional op with autograd may mutate nothing), so a functional call with an amax runs
 as the out= op on a fresh output.
@@ -96,12 +97,13 @@ def call_op(
 ) -> Tensor:
     """A public call (``source`` None for ``conv2d_fprop``) through its op, with its
     non-tensor arguments in the op's schema form; ``fp8_scales`` is ``(x_scale, w_scale,
-    out_scale, out_amax)`` or None."""
+    out_scale, out_amax, source_scale)`` or None."""
     needs_grad = torch.is_grad_enabled() and _requires_grad((x, filter, source, bias, scale, out))
     scales = fp8_scales or dispatch.NO_SCALE_TENSORS
     if needs_grad and any(t is not None for t in scales):
         raise TypeError(
-            "an fp8 conv (x_scale/w_scale/out_scale given) or one keeping an amax (out_amax) "
+            "an fp8 conv (x_scale/w_scale/out_scale/source_scale given) or one keeping an "
+            "amax (out_amax) "
             "has no backward, and an input requires grad: call under torch.no_grad() or "
             "detach the inputs"
         )
@@ -159,8 +161,8 @@ def call_op(
         )  # fmt: skip
     else:
         run = lambda: ops.conv2d_fprop_with_residual(  # noqa: E731
-            x, filter, source, bias, scale, *scales[:3], *geometry, alpha, beta, residual_order,
-            activation, out_dtype, config_str,
+            x, filter, source, bias, scale, *scales[:3], scales[4], *geometry, alpha, beta,
+            residual_order, activation, out_dtype, config_str,
         )  # fmt: skip
     if stream is None:
         return run()
@@ -247,7 +249,9 @@ def _fake(x, filter, source, bias, scale, scales, out, stride, padding, dilation
             activation=activation, epilogue_fn=None, source=m_source, beta=beta,
             residual_order=residual_order,
         )  # fmt: skip
-        check_fp8_scales(m_x.dtype, out_dtype, m_x.device, *m_scales)
+        check_fp8_scales(
+            m_x.dtype, out_dtype, m_x.device, *m_scales, has_source=m_source is not None
+        )
     config_from_str(config)
     return x.new_empty(problem.output_shape, dtype=out_dtype)
 
@@ -270,7 +274,7 @@ def conv2d_fprop(
     config: Optional[str],
 ) -> Tensor:
     """``cute_conv.conv2d_fprop`` as an op."""
-    return _run(x, filter, None, bias, scale, (x_scale, w_scale, out_scale, None), None,
+    return _run(x, filter, None, bias, scale, (x_scale, w_scale, out_scale, None, None), None,
                 stride, padding, dilation, alpha, 0.0, _AFTER, activation, out_dtype,
                 config)  # fmt: skip
 
@@ -278,7 +282,7 @@ def conv2d_fprop(
 @conv2d_fprop.register_fake
 def _(x, filter, bias, scale, x_scale, w_scale, out_scale, stride, padding, dilation, alpha,  # noqa: A002
       activation, out_dtype, config):  # fmt: skip
-    return _fake(x, filter, None, bias, scale, (x_scale, w_scale, out_scale, None), None,
+    return _fake(x, filter, None, bias, scale, (x_scale, w_scale, out_scale, None, None), None,
                  stride, padding, dilation, alpha, 0.0, _AFTER, activation, out_dtype,
                  config)  # fmt: skip
 
@@ -293,6 +297,7 @@ def conv2d_fprop_with_residual(
     x_scale: Optional[Tensor],
     w_scale: Optional[Tensor],
     out_scale: Optional[Tensor],
+    source_scale: Optional[Tensor],
     stride: list[int],
     padding: list[int],
     dilation: list[int],
@@ -304,17 +309,17 @@ def conv2d_fprop_with_residual(
     config: Optional[str],
 ) -> Tensor:
     """``cute_conv.conv2d_fprop_with_residual`` as an op."""
-    return _run(x, filter, source, bias, scale, (x_scale, w_scale, out_scale, None), None,
-                stride, padding, dilation, alpha, beta, residual_order, activation, out_dtype,
-                config)  # fmt: skip
+    scales = (x_scale, w_scale, out_scale, None, source_scale)
+    return _run(x, filter, source, bias, scale, scales, None, stride, padding, dilation, alpha,
+                beta, residual_order, activation, out_dtype, config)  # fmt: skip
 
 
 @conv2d_fprop_with_residual.register_fake
-def _(x, filter, source, bias, scale, x_scale, w_scale, out_scale, stride, padding, dilation,  # noqa: A002
-      alpha, beta, residual_order, activation, out_dtype, config):  # fmt: skip
-    return _fake(x, filter, source, bias, scale, (x_scale, w_scale, out_scale, None), None,
-                 stride, padding, dilation, alpha, beta, residual_order, activation, out_dtype,
-                 config)  # fmt: skip
+def _(x, filter, source, bias, scale, x_scale, w_scale, out_scale, source_scale, stride,  # noqa: A002
+      padding, dilation, alpha, beta, residual_order, activation, out_dtype, config):  # fmt: skip
+    scales = (x_scale, w_scale, out_scale, None, source_scale)
+    return _fake(x, filter, source, bias, scale, scales, None, stride, padding, dilation, alpha,
+                 beta, residual_order, activation, out_dtype, config)  # fmt: skip
 
 
 @torch.library.custom_op("cute_conv::conv2d_fprop_out", mutates_args=("out_amax", "out"))
@@ -328,6 +333,7 @@ def conv2d_fprop_out(
     w_scale: Optional[Tensor],
     out_scale: Optional[Tensor],
     out_amax: Optional[Tensor],
+    source_scale: Optional[Tensor],
     out: Tensor,
     stride: list[int],
     padding: list[int],
@@ -340,17 +346,18 @@ def conv2d_fprop_out(
     config: Optional[str],
 ) -> None:
     """Either public function with ``out=`` (``source`` None: ``conv2d_fprop``) as an op."""
-    _run(x, filter, source, bias, scale, (x_scale, w_scale, out_scale, out_amax), out, stride,
-         padding, dilation, alpha, beta, residual_order, activation, out_dtype,
-         config)  # fmt: skip
+    scales = (x_scale, w_scale, out_scale, out_amax, source_scale)
+    _run(x, filter, source, bias, scale, scales, out, stride, padding, dilation, alpha, beta,
+         residual_order, activation, out_dtype, config)  # fmt: skip
 
 
 @conv2d_fprop_out.register_fake
-def _(x, filter, source, bias, scale, x_scale, w_scale, out_scale, out_amax, out, stride,  # noqa: A002
-      padding, dilation, alpha, beta, residual_order, activation, out_dtype, config):  # fmt: skip
-    _fake(x, filter, source, bias, scale, (x_scale, w_scale, out_scale, out_amax), out, stride,
-          padding, dilation, alpha, beta, residual_order, activation, out_dtype,
-          config)  # fmt: skip
+def _(x, filter, source, bias, scale, x_scale, w_scale, out_scale, out_amax, source_scale, out,  # noqa: A002
+      stride, padding, dilation, alpha, beta, residual_order, activation, out_dtype,
+      config):  # fmt: skip
+    scales = (x_scale, w_scale, out_scale, out_amax, source_scale)
+    _fake(x, filter, source, bias, scale, scales, out, stride, padding, dilation, alpha, beta,
+          residual_order, activation, out_dtype, config)  # fmt: skip
 
 
 # Autograd: the ops' inputs mapped to autograd's (x, filter, source, bias, scale) and back.
@@ -371,8 +378,8 @@ def _backward_plain(ctx, grad_out):
 
 
 def _setup_residual(ctx, inputs, output) -> None:
-    x, filter, source, bias, scale, _, _, _, stride, padding, dilation, alpha, beta, order, act = (  # noqa: A001
-        inputs[:15]
+    x, filter, source, bias, scale, _, _, _, _, stride, padding, dilation, alpha, beta, order, act = (  # noqa: A001
+        inputs[:16]
     )
     args = EpilogueArgs(stride, padding, dilation, alpha, beta, act, order)
     needs = tuple(ctx.needs_input_grad[:5])
@@ -380,7 +387,7 @@ def _setup_residual(ctx, inputs, output) -> None:
 
 
 def _backward_residual(ctx, grad_out):
-    return _backward(ctx, grad_out, tuple(ctx.needs_input_grad[:5])) + (None,) * 12
+    return _backward(ctx, grad_out, tuple(ctx.needs_input_grad[:5])) + (None,) * 13
 
 
 conv2d_fprop.register_autograd(_backward_plain, setup_context=_setup_plain)

@@ -34,16 +34,26 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
+from .delayed_scaling import DelayedScales, seed, seed_on_first_call
 from .fold import activation_name
 from .fp8 import scale_from_amax
 from .nn import Conv2d, conv_limits
 from .pooling import TiledMaxPool2d, tiles_the_map
 
-__all__ = ["FP8_MIN_CHANNELS", "FusedChain", "LeftConv", "OptimizeReport", "optimize"]
+__all__ = [
+    "FP8_MIN_CHANNELS",
+    "FP8_SCALINGS",
+    "FusedChain",
+    "LeftConv",
+    "OptimizeReport",
+    "optimize",
+]
 
 # Convs of fewer input channels stay 16-bit under dtype="fp8": their MMA work is small (the
 # stem's C=3 or 8) and their first input is the 16-bit image, which fp8 would quantize first.
 FP8_MIN_CHANNELS = 16
+# optimize(dtype="fp8")'s ways to scale activations (see its docstring).
+FP8_SCALINGS = ("static", "dynamic", "delayed")
 
 
 @dataclass(frozen=True)
@@ -74,6 +84,7 @@ class OptimizeReport:
     # and those kept 16-bit (with why).
     fp8: list[str] = field(default_factory=list)
     fp8_outputs: list[str] = field(default_factory=list)
+    fp8_scaling: str | None = None  # one of FP8_SCALINGS
     # dynamic scales: the fp8 convs whose 16-bit input another fused conv writes, with its
     # max|output| from the epilogue (``_share_amax``): quantized without a reduction.
     fp8_amax_inputs: list[str] = field(default_factory=list)
@@ -103,8 +114,9 @@ class OptimizeReport:
             lines.append(f"max pools as an amax over windows that tile the map: {len(self.pools)}")
         if self.fp8 or self.kept_16bit:
             lines.append(
-                f"fp8: {len(self.fp8)} fused convs ({len(self.fp8_outputs)} writing fp8 for the "
-                f"next conv), {len(self.kept_16bit)} kept 16-bit"
+                f"fp8 ({self.fp8_scaling} scaling): {len(self.fp8)} fused convs "
+                f"({len(self.fp8_outputs)} writing fp8 for the next conv), "
+                f"{len(self.kept_16bit)} kept 16-bit"
             )
             if self.fp8_amax_inputs:
                 lines.append(
@@ -120,7 +132,7 @@ class _Tracer(fx.Tracer):
     again)."""
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        ours = isinstance(m, (Conv2d, TiledMaxPool2d))
+        ours = isinstance(m, (Conv2d, TiledMaxPool2d, DelayedScales))
         return ours or super().is_leaf_module(m, module_qualified_name)
 
 
@@ -131,6 +143,7 @@ def optimize(
     verbose: bool = False,
     dtype: str | None = None,
     calibration: Any = None,
+    scaling: str | None = None,
 ) -> fx.GraphModule:
     """Return ``model`` as a ``torch.fx.GraphModule`` whose convs run as cute_conv kernels.
 
@@ -150,14 +163,28 @@ def optimize(
             stem) stay 16-bit.
         calibration: with ``dtype="fp8"``: an input of the model (a tensor, or a tuple of
             its positional arguments) run once to measure each conv's input and output
-            (``max|x| / 448``): the static scales. A conv whose readers are all fp8 convs,
-            and whose own identity (if any) is fp8, then writes fp8 with its output's scale
-            (its readers read with it, an identity through the residual's beta); the other
-            convs write 16 bits, and their fp8 readers quantize them in one pass. None: each
-            conv measures its input's scale on every call and writes 16 bits (dynamic); an
-            input written by another fused conv is measured by that conv's epilogue
-            (``max|y|`` into a buffer of the result), so it is quantized in one pass too,
-            elsewhere by a reduction first.
+            (``max|x| / 448``): static scales, or the first amax of delayed ones.
+        scaling: with ``dtype="fp8"``, how activations are scaled (``FP8_SCALINGS``); None
+            takes ``"static"`` with a calibration input, else ``"dynamic"``.
+
+            - ``"static"``: scales from ``calibration`` (required), fixed. A conv whose
+              readers are all fp8 convs, and whose own identity (if any) is fp8, writes fp8
+              with its output's scale (its readers read with it, an identity through the
+              residual's beta); the other convs write 16 bits, and their fp8 readers
+              quantize them in one pass.
+            - ``"dynamic"``: each conv measures its input's scale on every call, and every
+              conv writes 16 bits. An input written by another fused conv is measured by
+              that conv's epilogue (``max|y|`` into a buffer of the result), so it is
+              quantized in one pass too, elsewhere by a reduction first. Exact per call, but
+              slower than bf16 on ResNets (a 16-bit write and a quantize pass per conv).
+            - ``"delayed"`` (``cute_conv.delayed_scaling``): the convs that write fp8 under
+              ``"static"`` do, each with a scale from its epilogue's amax over the last
+              ``AMAX_HISTORY`` calls, kept on the device and updated by the model at the
+              start of each call (an fp8 identity's scale is read by the kernel too); other
+              inputs are scaled as in ``"dynamic"``. No calibration needed: the first call (or
+              ``calibration``, if given) measures and runs as ``"dynamic"``, so make it
+              before capturing a CUDA graph or compiling. Values past the history's amax
+              saturate to +-448.
 
     Returns:
         The rewritten model, usable under CUDA graphs and ``torch.compile``; its
@@ -169,7 +196,8 @@ def optimize(
     Raises:
         TypeError: ``model`` is not an ``nn.Module``.
         ValueError: ``model`` (or a submodule) is in training mode: BatchNorm folds only its
-            running statistics (a folded model normalizes as the eval-mode model does).
+            running statistics (a folded model normalizes as the eval-mode model does); or
+            ``dtype``, ``scaling`` and ``calibration`` do not go together.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -177,6 +205,7 @@ def optimize(
         raise ValueError(f"dtype must be None (the model's 16-bit dtype) or 'fp8', got {dtype!r}")
     if calibration is not None and dtype != "fp8":
         raise ValueError("calibration sets fp8 scales: pass it with dtype='fp8'")
+    scaling = _fp8_scaling(dtype, scaling, calibration)
     training = [name or type(model).__name__ for name, m in model.named_modules() if m.training]
     if training:
         raise ValueError(
@@ -191,12 +220,28 @@ def optimize(
     gm = fx.GraphModule(tracer.root, graph, type(model).__name__)
     report = _Rewriter(gm).run()
     if dtype == "fp8":
-        _to_fp8(gm, report, calibration)
+        report.fp8_scaling = scaling
+        _to_fp8(gm, report, calibration, scaling)
     gm.eval()  # the module containers fx made, and the fused modules, as the model was
     gm.cute_conv_report = report
     if verbose:
         print(report)
     return gm
+
+
+def _fp8_scaling(dtype: str | None, scaling: str | None, calibration: Any) -> str | None:
+    """``optimize``'s scaling, with None resolved; raises ValueError on a bad combination."""
+    if scaling is None:
+        return None if dtype != "fp8" else "dynamic" if calibration is None else "static"
+    if dtype != "fp8":
+        raise ValueError(f"scaling={scaling!r} scales fp8 activations: pass it with dtype='fp8'")
+    if scaling not in FP8_SCALINGS:
+        raise ValueError(f"scaling must be None or one of {FP8_SCALINGS}, got {scaling!r}")
+    if scaling == "static" and calibration is None:
+        raise ValueError("scaling='static' takes its scales from a calibration input: pass one")
+    if scaling == "dynamic" and calibration is not None:
+        raise ValueError("scaling='dynamic' measures every call: it takes no calibration input")
+    return scaling
 
 
 class _Rewriter:
@@ -371,9 +416,9 @@ def _fused_calls(gm: fx.GraphModule) -> list[tuple[fx.Node, Conv2d]]:
 
 
 @torch.no_grad()
-def _to_fp8(gm: fx.GraphModule, report: OptimizeReport, calibration: Any) -> None:
-    """``optimize``'s ``dtype="fp8"``: convert the fused modules; with a calibration input,
-    give them static scales and let each conv whose every reader is an fp8 conv write fp8."""
+def _to_fp8(gm: fx.GraphModule, report: OptimizeReport, calibration: Any, scaling: str) -> None:
+    """``optimize``'s ``dtype="fp8"``: convert the fused modules and scale their inputs as
+    ``scaling`` says (see ``optimize``)."""
     calls = _fused_calls(gm)
     called = Counter(node.target for node, _ in calls)
     chosen = {}
@@ -385,15 +430,30 @@ def _to_fp8(gm: fx.GraphModule, report: OptimizeReport, calibration: Any) -> Non
             chosen[node.target] = module
         elif module.w_scale is None:
             report.kept_16bit.append(LeftConv(node.target, "called more than once"))
-    if calibration is None:
+    if scaling == "dynamic":
         for name, module in chosen.items():
             module.to_fp8()
             report.fp8.append(name)
         report.fp8_amax_inputs = _share_amax(gm, chosen)
-        return
+    elif scaling == "delayed":
+        _delay_scales(gm, report, calls, chosen, calibration)
+    else:
+        _static_scales(gm, report, calls, chosen, calibration)
+
+
+def _static_scales(
+    gm: fx.GraphModule,
+    report: OptimizeReport,
+    calls: list[tuple[fx.Node, Conv2d]],
+    chosen: dict[str, Conv2d],
+    calibration: Any,
+) -> None:
+    """Static fp8 scales from one calibration run; each conv whose every reader is an fp8
+    conv writes fp8."""
     in_amax, out_amax = _calibrate(gm, chosen, calibration)
     # A tensor written as fp8 has one scale tensor, its producer's, for every reader.
-    written = {name: scale_from_amax(out_amax[name]) for name in _fp8_producers(gm, chosen)}
+    producers = _fp8_producers(gm, chosen)
+    written = {name: scale_from_amax(out_amax[name]) for name in producers}
     for node, module in calls:
         if node.target not in chosen:
             continue
@@ -402,12 +462,55 @@ def _to_fp8(gm: fx.GraphModule, report: OptimizeReport, calibration: Any) -> Non
         x_scale = written[x.target] if from_fp8 else scale_from_amax(in_amax[node.target])
         identity_scale = None
         if isinstance(identity, fx.Node) and identity.target in written:
-            identity_scale = written[identity.target].item()
+            identity_scale = written[identity.target]
         out_scale = written.get(node.target)
         module.to_fp8(x_scale=x_scale, out_scale=out_scale, identity_scale=identity_scale)
         report.fp8.append(node.target)
         if out_scale is not None:
             report.fp8_outputs.append(node.target)
+
+
+def _delay_scales(
+    gm: fx.GraphModule,
+    report: OptimizeReport,
+    calls: list[tuple[fx.Node, Conv2d]],
+    chosen: dict[str, Conv2d],
+    calibration: Any,
+) -> None:
+    """Delayed fp8 scales (``cute_conv.delayed_scaling``): the convs that static scales let
+    write fp8 do, with a ``DelayedScales`` scale, which the graph updates from their epilogue
+    amax at its start; the other inputs are scaled dynamically."""
+    writers = sorted(_fp8_producers(gm, chosen))
+    device = next(iter(chosen.values())).weight.device if chosen else torch.device("cpu")
+    delayed = DelayedScales(writers, device)
+    gm.add_submodule("fp8_delayed_scales", delayed)
+    scale_of = dict(zip(writers, delayed.scales, strict=True))
+    for node, module in calls:
+        if node.target not in chosen:
+            continue
+        x, identity = node.args[0], node.args[1] if len(node.args) > 1 else None
+        x_scale = scale_of.get(x.target) if isinstance(x, fx.Node) else None
+        identity_scale = scale_of.get(identity.target) if isinstance(identity, fx.Node) else None
+        module.to_fp8(
+            x_scale=x_scale, out_scale=scale_of.get(node.target), identity_scale=identity_scale
+        )
+        report.fp8.append(node.target)
+        if node.target in scale_of:
+            report.fp8_outputs.append(node.target)
+    readers = _share_amax(gm, chosen)  # their x_amax: for the measuring call
+    report.fp8_amax_inputs = [name for name in readers if chosen[name].x_scale is None]
+    nodes = {node.target: node for node, _ in calls}
+    amax_of = {name: _out_amax(gm, nodes[name]).target for name in writers}
+    # The update runs first: the amax buffers it reads, then the module.
+    first = next(node for node in gm.graph.nodes if node.op != "placeholder")
+    with gm.graph.inserting_before(first):
+        amax = tuple(gm.graph.get_attr(amax_of[name]) for name in writers)
+        gm.graph.call_module("fp8_delayed_scales", amax)
+    gm.graph.lint()
+    gm.recompile()
+    gm.register_forward_pre_hook(seed_on_first_call, with_kwargs=True)
+    if calibration is not None:
+        seed(gm, calibration if isinstance(calibration, tuple) else (calibration,), {})
 
 
 def _share_amax(gm: fx.GraphModule, chosen: dict[str, Conv2d]) -> list[str]:
@@ -417,7 +520,6 @@ def _share_amax(gm: fx.GraphModule, chosen: dict[str, Conv2d]) -> list[str]:
     quantization of its input is then one pass. Returns the readers' names."""
     modules = dict(gm.named_modules())
     called = Counter(node.target for node in gm.graph.nodes if node.op == "call_module")
-    amax_of: dict[fx.Node, fx.Node] = {}
     readers = []
     for node in list(gm.graph.nodes):
         if node.op != "call_module" or node.target not in chosen:
@@ -431,17 +533,24 @@ def _share_amax(gm: fx.GraphModule, chosen: dict[str, Conv2d]) -> list[str]:
         )
         if not writer_is_ours:
             continue
-        if x not in amax_of:
-            name = f"{x.target.replace('.', '_')}_out_amax"
-            device = modules[x.target].weight.device
-            gm.register_buffer(name, torch.zeros((), device=device), persistent=False)
-            with gm.graph.inserting_before(x):
-                amax_of[x] = gm.graph.get_attr(name)
-            x.kwargs = {**x.kwargs, "out_amax": amax_of[x]}
-        node.kwargs = {**node.kwargs, "x_amax": amax_of[x]}
+        node.kwargs = {**node.kwargs, "x_amax": _out_amax(gm, x)}
         readers.append(node.target)
     gm.recompile()
     return readers
+
+
+def _out_amax(gm: fx.GraphModule, node: fx.Node) -> fx.Node:
+    """The ``get_attr`` node of the float32 buffer of ``gm`` that the fused conv ``node``
+    raises to its output's amax (its ``out_amax``), made on the first request."""
+    if "out_amax" in node.kwargs:
+        return node.kwargs["out_amax"]
+    name = f"{node.target.replace('.', '_')}_out_amax"
+    device = gm.get_submodule(node.target).weight.device
+    gm.register_buffer(name, torch.zeros((), device=device), persistent=False)
+    with gm.graph.inserting_before(node):
+        amax = gm.graph.get_attr(name)
+    node.kwargs = {**node.kwargs, "out_amax": amax}
+    return amax
 
 
 def _fp8_producers(gm: fx.GraphModule, chosen: dict[str, Conv2d]) -> set[str]:

@@ -273,12 +273,17 @@ def check_fp8_scales(
     w_scale: object,
     out_scale: object,
     out_amax: object = None,
+    source_scale: object = None,
+    *,
+    has_source: bool = False,
 ) -> None:
     """Check the per-tensor scales of an fp8 call: ``x_scale`` and ``w_scale`` with fp8
     inputs, ``out_scale`` with fp8 output, each a one-element float32 tensor on ``device``
     (read by the kernel, so that CUDA graphs replay with new values); none of them
     otherwise. ``out_amax``, which the kernel raises to the output's amax, may come with
-    any call, and is then a one-element float32 tensor on ``device`` too."""
+    any call, and ``source_scale`` (a device factor of ``beta``) with any call that has a
+    residual source (``has_source``); each is then a one-element float32 tensor on
+    ``device`` too."""
     fp8_in, fp8_out = input_dtype in FP8_DTYPES, out_dtype in FP8_DTYPES
     for name, value, needed, what in (
         ("x_scale", x_scale, fp8_in, "fp8 inputs"),
@@ -301,6 +306,13 @@ def check_fp8_scales(
         check_scale_tensor(name, value, device, "activation")
     if out_amax is not None:
         check_scale_tensor("out_amax", out_amax, device, "activation")
+    if source_scale is not None:
+        if not has_source:
+            raise ValueError(
+                "source_scale multiplies beta * source: it needs a residual source "
+                "(conv2d_fprop_with_residual)"
+            )
+        check_scale_tensor("source_scale", source_scale, device, "activation")
 
 
 def check_scale_tensor(name: str, value: object, device: torch.device, owner: str) -> None:

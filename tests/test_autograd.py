@@ -170,13 +170,14 @@ def reference_forward_on_cpu():
         return run(x, flt, None, bias, scale, stride, padding, dilation, alpha, 0.0,
                    "after_activation", act, out_dtype)  # fmt: skip
 
-    def residual(x, flt, source, bias, scale, x_scale, w_scale, out_scale, stride, padding,
-                 dilation, alpha, beta, order, act, out_dtype, config):  # fmt: skip
+    def residual(x, flt, source, bias, scale, x_scale, w_scale, out_scale, source_scale, stride,
+                 padding, dilation, alpha, beta, order, act, out_dtype, config):  # fmt: skip
         return run(x, flt, source, bias, scale, stride, padding, dilation, alpha, beta, order,
                    act, out_dtype)  # fmt: skip
 
-    def into_out(x, flt, source, bias, scale, x_scale, w_scale, out_scale, out_amax, out, stride,
-                 padding, dilation, alpha, beta, order, act, out_dtype, config):  # fmt: skip
+    def into_out(x, flt, source, bias, scale, x_scale, w_scale, out_scale, out_amax, source_scale,
+                 out, stride, padding, dilation, alpha, beta, order, act, out_dtype,
+                 config):  # fmt: skip
         y = run(x, flt, source, bias, scale, stride, padding, dilation, alpha, beta, order, act,
                 torch.float32)  # fmt: skip
         out.copy_(y)
@@ -242,7 +243,7 @@ def test_gradcheck_of_the_residual_op(order):
 
     def op(x, flt, source, bias, scale):
         return torch.ops.cute_conv.conv2d_fprop_with_residual(
-            x, flt, source, bias, scale, None, None, None, [2, 1], [2, 0, 1, 3], [1, 2], 0.75,
+            x, flt, source, bias, scale, None, None, None, None, [2, 1], [2, 0, 1, 3], [1, 2], 0.75,
             -0.5, order, "gelu_tanh", None, None,
         )  # fmt: skip
 

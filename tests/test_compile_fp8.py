@@ -5,6 +5,7 @@ output conversion, asserted on the PTX. (Numerics: ``test_fp8_sm90.py``, on a GP
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 import torch
@@ -63,6 +64,24 @@ def test_dequantization_scales_feed_the_output(arch, fp8_config, bf16_config):
     bf16 = _stores_read_global(_ptx(arch, BF16, BF16, BF16, bf16_config), "cvt.rn.bf16x2.f32")
     assert fp8 and all(fp8), "every output value is multiplied by the loaded scales"
     assert bf16 and not any(bf16), "a 16-bit kernel reads no scale"
+
+
+@pytest.mark.parametrize("arch,_,bf16_config", ARCH_CONFIGS)
+def test_source_scale_feeds_the_output(arch, _, bf16_config):
+    """``has_source_scale``: beta is multiplied by a float32 read from global memory (the
+    source itself arrives through SMEM), so every value stored depends on such a load; the
+    same residual kernel without it reads nothing from global memory in its epilogue."""
+    spec = EpilogueSpec(has_residual=True)
+    scaled = replace(spec, has_source_scale=True)
+    with_scale = _stores_read_global(
+        _ptx(arch, BF16, BF16, BF16, bf16_config, scaled), "cvt.rn.bf16x2.f32"
+    )
+    without = _stores_read_global(
+        _ptx(arch, BF16, BF16, BF16, bf16_config, spec), "cvt.rn.bf16x2.f32"
+    )
+    assert with_scale and all(with_scale)
+    assert without and not any(without)
+    assert not EpilogueSpec(has_source_scale=True).has_source_scale  # no residual: dropped
 
 
 @pytest.mark.parametrize("arch,fp8_config,_", ARCH_CONFIGS)

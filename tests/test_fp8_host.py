@@ -235,7 +235,9 @@ def test_nn_conv2d_to_fp8_quantizes_the_weight_per_channel():
     with pytest.raises(ValueError, match="x_scale must be a one-element float32 tensor"):
         fresh.to_fp8(x_scale=torch.ones(2))
     with pytest.raises(ValueError, match="identity_scale .* needs out_scale"):
-        fresh.to_fp8(identity_scale=0.5)
+        fresh.to_fp8(identity_scale=torch.ones(()))
+    with pytest.raises(TypeError, match="identity_scale must be a one-element float32"):
+        fresh.to_fp8(out_scale=torch.ones(()), identity_scale=0.5)
     # A rejected call changes nothing: the module still runs 16-bit.
     assert fresh.weight.dtype == BF16 and fresh.w_scale is None and torch.equal(fresh.scale, bn_scale)
 
@@ -267,6 +269,60 @@ def test_optimize_fp8_arguments_and_report():
             writer = node.args[0]
             assert node.kwargs["x_amax"] is writer.kwargs["out_amax"]
             assert writer.kwargs["out_amax"].op == "get_attr"
+
+
+def test_optimize_fp8_scaling_arguments_and_delayed_graph():
+    torchvision = pytest.importorskip("torchvision")
+    model = torchvision.models.resnet18(weights=None).to(BF16).eval()
+    x = torch.zeros(1, 3, 32, 32, dtype=BF16)
+    with pytest.raises(ValueError, match="scaling must be None or one of"):
+        cute_conv.optimize(model, dtype="fp8", scaling="current")
+    with pytest.raises(ValueError, match="scaling='static' takes its scales from a calibration"):
+        cute_conv.optimize(model, dtype="fp8", scaling="static")
+    with pytest.raises(ValueError, match="scaling='dynamic' measures every call"):
+        cute_conv.optimize(model, dtype="fp8", scaling="dynamic", calibration=x)
+    with pytest.raises(ValueError, match="pass it with dtype='fp8'"):
+        cute_conv.optimize(model, scaling="delayed")
+    assert cute_conv.optimize(model, dtype="fp8").cute_conv_report.fp8_scaling == "dynamic"
+    gm = cute_conv.optimize(model, dtype="fp8", scaling="delayed")  # nothing runs here
+    report = gm.cute_conv_report
+    assert report.fp8_scaling == "delayed" and "(delayed scaling)" in str(report)
+    delayed = gm.fp8_delayed_scales
+    assert sorted(delayed.writers) == sorted(report.fp8_outputs) and not delayed.seeded
+    # The graph starts with the scales' update, reading each writer's epilogue amax.
+    first = next(n for n in gm.graph.nodes if n.op == "call_module")
+    assert first.target == "fp8_delayed_scales"
+    nodes = {n.target: n for n in gm.graph.nodes if n.op == "call_module"}
+    amax_of = {name: nodes[name].kwargs["out_amax"].target for name in delayed.writers}
+    assert [a.target for a in first.args] == [amax_of[name] for name in delayed.writers]
+    modules = dict(gm.named_modules())
+    for name, scale in zip(delayed.writers, delayed.scales, strict=True):
+        assert modules[name].out_scale is scale  # shared, updated in place
+        for reader in nodes[name].users:
+            module = modules[reader.target]
+            if reader.args[0] is nodes[name]:
+                assert module.x_scale is scale
+            else:
+                assert module.identity_scale is scale
+    # Blocks whose identity is written fp8 read its scale on the device.
+    assert any(modules[n].identity_scale is not None for n in report.fp8)
+
+
+def test_delayed_scales_update_from_the_amax_history():
+    from cute_conv.delayed_scaling import DelayedScales
+    from cute_conv.fp8 import E4M3_MAX
+
+    delayed = DelayedScales(["a", "b"], torch.device("cpu"), history=3)
+    for amax in ([4.0, 0.0], [2.0, 8.0], [1.0, 1.0], [0.5, 1.0]):
+        delayed(*map(torch.tensor, amax))
+    # The newest first, three calls kept: a's 4.0 has left the history.
+    assert delayed.history.tolist() == [[0.5, 1.0, 2.0], [1.0, 1.0, 8.0]]
+    assert [s.item() for s in delayed.scales] == pytest.approx([2.0 / E4M3_MAX, 8.0 / E4M3_MAX])
+    empty = DelayedScales(["a"], torch.device("cpu"))
+    empty(torch.tensor(0.0))
+    assert empty.scales[0].item() == 1.0  # an all-zero history: scale 1
+    with pytest.raises(ValueError, match="history must be at least 1 call"):
+        DelayedScales(["a"], torch.device("cpu"), history=0)
 
 
 def test_quantize_from_amax_rejects_a_bad_amax():

@@ -322,6 +322,17 @@ def _resnet18_and_input(batch: int) -> tuple[torch.nn.Module, torch.Tensor]:
     return model, x.contiguous(memory_format=torch.channels_last)
 
 
+# The convs of ResNet-18 that optimize(dtype="fp8") lets write fp8 (static or delayed scales):
+# those whose readers all take fp8 and whose identity is fp8: the blocks' first convs, and the
+# block outputs and downsamples of layer2 and layer3 (layer1's identity is the 16-bit pooling's
+# output; layer4's last block feeds the 16-bit pooling).
+RESNET18_FP8_WRITERS = (
+    [f"layer{i}.{j}.conv1" for i in range(1, 5) for j in range(2)]
+    + [f"layer{i}.{j}.conv2" for i in (2, 3) for j in range(2)]
+    + ["layer2.0.downsample.0", "layer3.0.downsample.0"]
+)
+
+
 def test_optimize_fp8_static_and_dynamic():
     model, x = _resnet18_and_input(8)
     calib = torch.randn_like(x)
@@ -333,38 +344,122 @@ def test_optimize_fp8_static_and_dynamic():
     report = static.cute_conv_report
     assert [c.name for c in report.kept_16bit] == ["conv1"]  # the RGB stem
     assert len(report.fp8) == 19
-    # Every conv whose readers all take fp8 and whose identity is fp8 writes fp8: the blocks'
-    # first convs, and the block outputs and downsamples of layer2 and layer3 (layer1's
-    # identity is the 16-bit pooling's output; layer4's last block feeds the 16-bit pooling).
-    assert sorted(report.fp8_outputs) == sorted(
-        [f"layer{i}.{j}.conv1" for i in range(1, 5) for j in range(2)]
-        + [f"layer{i}.{j}.conv2" for i in (2, 3) for j in range(2)]
-        + ["layer2.0.downsample.0", "layer3.0.downsample.0"]
-    )
+    assert sorted(report.fp8_outputs) == sorted(RESNET18_FP8_WRITERS)
     assert not dynamic.cute_conv_report.fp8_outputs
     for name, out in outs.items():
         err = ((out - bf16).norm() / bf16.norm()).item()
         assert err < 0.15, f"{name}: {err}"
 
 
-@pytest.mark.parametrize("scales", ["static", "dynamic"])
+def test_optimize_fp8_delayed_scaling():
+    """Delayed scales: the first call measures (writers write 16 bits), each later call
+    starts by moving the last call's epilogue amax into the history and setting the writers'
+    scales to its max / 448; the block's first convs write fp8 with them."""
+    from cute_conv.fp8 import E4M3_MAX
+
+    model, x = _resnet18_and_input(8)
+    with torch.no_grad():
+        bf16 = cute_conv.optimize(model)(x).float()
+        delayed = cute_conv.optimize(model, dtype="fp8", scaling="delayed")
+        report = delayed.cute_conv_report
+        # The convs static scales let write fp8 (see test_optimize_fp8_static_and_dynamic).
+        assert sorted(report.fp8_outputs) == sorted(RESNET18_FP8_WRITERS)
+        state = delayed.fp8_delayed_scales
+        assert not state.seeded
+        first = delayed(x).float()  # seeds, then runs with the scales of x itself
+        assert state.seeded
+        amax = {name: getattr(delayed, f"{name.replace('.', '_')}_out_amax").clone()
+                for name in state.writers}  # fmt: skip
+        second = delayed(x).float()
+        # Scales from the seeding call's amax, then from the max of it and the first call's
+        # (whose inputs were rounded to fp8 once less): two fp8 quantizations of the model,
+        # each ~0.04 from float32, so they differ by at most about their sum.
+        assert ((second - first).norm() / first.norm()).item() < 0.1
+        for index, name in enumerate(state.writers):
+            assert state.history[index, 0] == amax[name] > 0
+            assert torch.allclose(state.scales[index], state.history[index].max() / E4M3_MAX)
+        for out in (first, second):
+            assert ((out - bf16).norm() / bf16.norm()).item() < 0.15
+        # Twice the input: the writers' outputs pass their history's amax and saturate to
+        # +-448 (no NaN); the next calls' scales follow.
+        loud = delayed(2 * x).float()
+        assert torch.isfinite(loud).all()
+        before = torch.stack(state.scales).clone()
+        delayed(2 * x)
+        assert torch.stack(state.scales).sum() > before.sum()
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_source_scale_is_beta_read_from_the_device(fp8):
+    """``source_scale`` multiplies beta * source as a device scalar: the same bits as the
+    product passed as beta, for an fp8 source (fp8 output) and a 16-bit one."""
+    x, w = random_conv_inputs(2, 10, 12, 32, 64, 3, 3)
+    source = torch.randn(2, 10, 12, 64, device="cuda").to(torch.bfloat16)
+    scale = torch.tensor(0.375, device="cuda")
+    kwargs = dict(padding=1, activation="relu", residual_order="before_activation")
+    if fp8:
+        x, x_scale = cute_conv.quantize_fp8(x)
+        w, w_scale = cute_conv.quantize_fp8(w)
+        source, _ = cute_conv.quantize_fp8(source)
+        out_scale = torch.tensor(0.05, device="cuda")
+        kwargs.update(x_scale=x_scale, w_scale=w_scale, out_scale=out_scale,
+                      out_dtype=torch.float8_e4m3fn)  # fmt: skip
+    by_beta = cute_conv.conv2d_fprop_with_residual(x, w, source, beta=0.5 * 0.375, **kwargs)
+    by_device = cute_conv.conv2d_fprop_with_residual(
+        x, w, source, beta=0.5, source_scale=scale, **kwargs
+    )
+    assert torch.equal(by_device.float(), by_beta.float())
+    scale.fill_(0.0)  # read at launch: no source term now
+    no_source = cute_conv.conv2d_fprop_with_residual(
+        x, w, source, beta=0.5, source_scale=scale, **kwargs
+    )
+    without = cute_conv.conv2d_fprop_with_residual(x, w, source, beta=0.0, **kwargs)
+    assert torch.equal(no_source.float(), without.float())
+
+
+def test_delayed_scaling_refuses_a_capture_before_its_first_call():
+    model, x = _resnet18_and_input(2)
+    with torch.no_grad():
+        delayed = cute_conv.optimize(model, dtype="fp8", scaling="delayed")
+        graph = torch.cuda.CUDAGraph()
+        with pytest.raises(RuntimeError, match="measures its scales on its first call"):
+            with torch.cuda.graph(graph):
+                delayed(x)
+        assert not delayed.fp8_delayed_scales.seeded
+
+
+@pytest.mark.parametrize("scales", ["static", "dynamic", "delayed"])
 def test_fp8_model_under_torch_compile_and_cuda_graphs(scales):
     """An fp8 model traces whole under torch.compile(fullgraph=True) (the quantizations are
-    ops; dynamic: the amax buffers zeroed and raised by each writer, read by its readers)
-    and replays from a CUDA graph: both give the eager model's logits for a new input (the
-    graph: the same bits)."""
+    ops; dynamic: the amax buffers zeroed and raised by each writer, read by its readers;
+    delayed: the scales updated in place at the graph's start) and replays from a CUDA
+    graph: both give the eager model's logits for a new input (the graph: the same bits)."""
     model, x = _resnet18_and_input(4)
     calibration = torch.randn_like(x) if scales == "static" else None
     with torch.no_grad():
-        fp8 = cute_conv.optimize(model, dtype="fp8", calibration=calibration)
+        fp8 = cute_conv.optimize(
+            model, dtype="fp8", calibration=calibration,
+            scaling="delayed" if scales == "delayed" else None,
+        )  # fmt: skip
     if scales == "dynamic":
         assert len(fp8.cute_conv_report.fp8_amax_inputs) == 18
     compiled = torch.compile(fp8, fullgraph=True)
     with torch.no_grad():
+        fp8(x)  # delayed: the first call measures
+        # Delayed scales move with each call: every call below starts from the same state.
+        state = [b.clone() for b in fp8.buffers()]
+
+        def restore() -> None:
+            for buffer, saved in zip(fp8.buffers(), state, strict=True):
+                buffer.copy_(saved)
+
         eager = fp8(x)
+        restore()
         traced = compiled(x)
+        restore()
         static_x = torch.zeros_like(x)
         fp8(static_x)  # warm up outside the capture
+        restore()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             replayed = fp8(static_x)

@@ -35,12 +35,13 @@ def _plain_args(x, flt, *, bias=None, scale=None, fp8_scales=(None, None, None),
             activation, out_dtype, config)  # fmt: skip
 
 
-def _residual_args(x, flt, source, *, beta=1.0, order="after_activation", **kwargs):
+def _residual_args(x, flt, source, *, beta=1.0, order="after_activation", source_scale=None,
+                   **kwargs):  # fmt: skip
     x, flt, bias, scale, *scales, stride, padding, dilation, alpha, act, out_dtype, config = (
         _plain_args(x, flt, **kwargs)
     )
-    return (x, flt, source, bias, scale, *scales, stride, padding, dilation, alpha, beta, order,
-            act, out_dtype, config)  # fmt: skip
+    return (x, flt, source, bias, scale, *scales, source_scale, stride, padding, dilation, alpha,
+            beta, order, act, out_dtype, config)  # fmt: skip
 
 
 def _expected_shape(x_shape, f_shape, stride, padding, dilation) -> tuple:
@@ -135,14 +136,16 @@ def test_fake_of_the_out_op_checks_out():
     with FakeTensorMode():
         x, flt = torch.empty(1, 8, 8, 16, dtype=BF16), torch.empty(32, 3, 3, 16, dtype=BF16)
         out = torch.empty(1, 6, 6, 32, dtype=BF16)
-        args = (x, flt, None, None, None, None, None, None, None, out, [1, 1], [0, 0, 0, 0],
-                [1, 1], 1.0, 0.0, "after_activation", None, None, None)  # fmt: skip
+        args = (x, flt, None, None, None, None, None, None, None, None, out, [1, 1],
+                [0, 0, 0, 0], [1, 1], 1.0, 0.0, "after_activation", None, None, None)  # fmt: skip
         assert OUT(*args) is None
         wrong = torch.empty(1, 8, 8, 32, dtype=BF16)
         with pytest.raises(ValueError, match=r"out has shape \(1, 8, 8, 32\)"):
-            OUT(*args[:9], wrong, *args[10:])
+            OUT(*args[:10], wrong, *args[11:])
         with pytest.raises(ValueError, match="out_amax must be a one-element float32"):
             OUT(*args[:8], torch.empty(2), *args[9:])
+        with pytest.raises(ValueError, match="source_scale multiplies beta \\* source"):
+            OUT(*args[:9], torch.ones(()), *args[10:])
 
 
 OPCHECK_CASES = [
@@ -175,8 +178,8 @@ def test_opcheck_out_op():
     flt = torch.randn(32, 3, 3, 16).to(BF16)
     out = torch.full((1, 8, 8, 32), float("nan"), dtype=BF16)
     amax = torch.zeros(1)
-    args = (x, flt, None, None, None, None, None, None, amax, out, [1, 1], [1, 1, 1, 1], [1, 1],
-            1.0, 0.0, "after_activation", "tanh", None, None)  # fmt: skip
+    args = (x, flt, None, None, None, None, None, None, amax, None, out, [1, 1], [1, 1, 1, 1],
+            [1, 1], 1.0, 0.0, "after_activation", "tanh", None, None)  # fmt: skip
     with reference_forward_on_cpu():
         torch.library.opcheck(OUT, args)
         OUT(*args)
@@ -265,8 +268,8 @@ def test_compile_fullgraph_traces_the_public_functions():
     plain, residual = _op_calls(gm)
     assert plain.args[4:] == (None, None, None, [2, 1], [1, 0, 2, 1], [1, 2], 1.0, "silu", None,
                               repr(cute_conv.Conv2dConfig(tile_n=64)))  # fmt: skip
-    assert residual.args[5:] == (None, None, None, [1, 1], [1, 1, 1, 1], [1, 1], 1.0, 0.5, "before_activation",
-                                 "relu", torch.float32, None)  # fmt: skip
+    assert residual.args[5:] == (None, None, None, None, [1, 1], [1, 1, 1, 1], [1, 1], 1.0, 0.5,
+                                 "before_activation", "relu", torch.float32, None)  # fmt: skip
 
 
 def test_compile_traces_out_and_backward():
@@ -387,8 +390,8 @@ def test_ops_match_the_public_functions_on_gpu():
     assert report.ok, report
 
     out = torch.full_like(residual, float("nan"))
-    OUT(x, flt, source, bias, None, None, None, None, None, out, [1, 1], [1, 1, 1, 1], [1, 1],
-        1.0, 1.0, "before_activation", "relu", None, None)  # fmt: skip
+    OUT(x, flt, source, bias, None, None, None, None, None, None, out, [1, 1], [1, 1, 1, 1],
+        [1, 1], 1.0, 1.0, "before_activation", "relu", None, None)  # fmt: skip
     assert torch.equal(out, residual)
 
 

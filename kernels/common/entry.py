@@ -23,7 +23,9 @@ class ConvPointers(NamedTuple):
     """The device pointers of one launch. ``source``, ``bias`` and ``scale`` are read only by
     the epilogue terms that use them; ``act_scale`` and ``filter_scale`` (one float32 each) by
     a kernel of fp8 inputs, ``out_scale`` (one float32) by one of fp8 output, ``amax`` (one
-    float32, raised to the output's amax) by one with ``EpilogueSpec.has_amax``; ``partials``
+    float32, raised to the output's amax) by one with ``EpilogueSpec.has_amax``,
+    ``source_scale`` (one float32, a factor of ``beta``) by one with
+    ``EpilogueSpec.has_source_scale``; ``partials``
     (float32) only by a stream-K kernel and ``flags`` (int32) by a stream-K or dynamically
     scheduled one: otherwise they may be null."""
 
@@ -37,6 +39,7 @@ class ConvPointers(NamedTuple):
     filter_scale: cute.Pointer
     out_scale: cute.Pointer
     amax: cute.Pointer
+    source_scale: cute.Pointer
     partials: cute.Pointer
     flags: cute.Pointer
 
@@ -146,6 +149,7 @@ class ConvKernelEntry:
         filter_scale_ptr: cute.Pointer,
         out_scale_ptr: cute.Pointer,
         amax_ptr: cute.Pointer,
+        source_scale_ptr: cute.Pointer,
         partials_ptr: cute.Pointer,
         flags_ptr: cute.Pointer,
         n: cutlass.Int32,
@@ -173,7 +177,7 @@ class ConvKernelEntry:
         """``ConvLaunchParams`` flattened (see the module docstring)."""
         pointers = ConvPointers(
             act_ptr, filter_ptr, out_ptr, source_ptr, bias_ptr, scale_ptr, act_scale_ptr,
-            filter_scale_ptr, out_scale_ptr, amax_ptr, partials_ptr, flags_ptr,
+            filter_scale_ptr, out_scale_ptr, amax_ptr, source_scale_ptr, partials_ptr, flags_ptr,
         )  # fmt: skip
         geometry = ConvGeometry(
             n, h, w, c, k, r, s, p, q,

@@ -96,6 +96,10 @@ class EpilogueSpec:
     and the rounding to the output type; a NaN wins): the next layer's fp8 scale, without a
     pass over the output. Each consumer thread keeps its running max over the values inside
     the output, and each warp adds it with one atomic max when the kernel ends.
+
+    ``has_source_scale``: ``beta`` is multiplied by a float32 the kernel reads from global
+    memory (an fp8 source's per-tensor scale as a device tensor, which a CUDA graph replays
+    with its current value: delayed scaling).
     """
 
     has_bias: bool = False
@@ -107,6 +111,7 @@ class EpilogueSpec:
     residual_order: str = "after_activation"
     store_by_threads: bool = False
     has_amax: bool = False
+    has_source_scale: bool = False
 
     def __post_init__(self) -> None:
         if self.activation is not None and self.activation not in ACTIVATIONS:
@@ -127,8 +132,10 @@ class EpilogueSpec:
                 f"{', '.join(RESIDUAL_ORDERS)}"
             )
         if not self.has_residual:
-            # Without a residual the order changes nothing: one spelling, one cached kernel.
+            # Without a residual the order and the source's scale change nothing: one
+            # spelling, one cached kernel.
             object.__setattr__(self, "residual_order", RESIDUAL_ORDERS[0])
+            object.__setattr__(self, "has_source_scale", False)
 
     @property
     def residual_before_activation(self) -> bool:
@@ -160,6 +167,8 @@ class EpilogueSpec:
             parts.append("fn")
         if self.has_residual:
             parts.append("residual-pre-act" if self.residual_before_activation else "residual")
+        if self.has_source_scale:
+            parts.append("source-scale")
         name = "-".join(parts) or "linear"
         if self.has_amax:
             name = f"{name}-amax"
@@ -237,6 +246,8 @@ class EpilogueOperands(NamedTuple):
     m_filter_scale: Optional[cute.Tensor]
     m_out_scale: Optional[cute.Tensor]
     m_amax: Optional[cute.Tensor]  # the output's amax (one float32), None unless has_amax
+    # beta's device factor (one float32), None unless has_source_scale
+    m_source_scale: Optional[cute.Tensor]
 
 
 def make_epilogue_operands(
@@ -285,22 +296,28 @@ def make_epilogue_operands(
     m_filter_scale = cute.make_tensor(ptrs.filter_scale, scalar) if dequantize else None
     m_out_scale = cute.make_tensor(ptrs.out_scale, scalar) if quantize_output else None
     m_amax = cute.make_tensor(ptrs.amax, scalar) if spec.has_amax else None
+    m_source_scale = None
+    if cutlass.const_expr(spec.has_source_scale):
+        m_source_scale = cute.make_tensor(ptrs.source_scale, scalar)
     return EpilogueOperands(
         tma_atom_d, tma_tensor_d, tma_atom_c, tma_tensor_c, m_bias, m_scale, m_act_scale,
-        m_filter_scale, m_out_scale, m_amax,
+        m_filter_scale, m_out_scale, m_amax, m_source_scale,
     )  # fmt: skip
 
 
 def quantization_scalars(
-    alpha: cutlass.Float32, operands: EpilogueOperands
-) -> Tuple[cutlass.Float32, Optional[cutlass.Float32]]:
-    """In a kernel: ``alpha`` times the fp8 inputs' dequantization scales, and the factor
-    the output is multiplied by before its saturating fp8 conversion (``1 / out_scale``;
-    None for a wider output). The scales are device scalars, read once per thread, so a
-    CUDA graph replays with whatever they hold (delayed scaling)."""
+    alpha: cutlass.Float32, beta: cutlass.Float32, operands: EpilogueOperands
+) -> Tuple[cutlass.Float32, cutlass.Float32, Optional[cutlass.Float32]]:
+    """In a kernel: ``alpha`` times the fp8 inputs' dequantization scales, ``beta`` times the
+    source's scale (``has_source_scale``), and the factor the output is multiplied by before
+    its saturating fp8 conversion (``1 / out_scale``; None for a wider output). The scales
+    are device scalars, read once per thread, so a CUDA graph replays with whatever they
+    hold (delayed scaling)."""
     if cutlass.const_expr(operands.m_act_scale is not None):
         alpha = alpha * operands.m_act_scale[0] * operands.m_filter_scale[0]
+    if cutlass.const_expr(operands.m_source_scale is not None):
+        beta = beta * operands.m_source_scale[0]
     out_factor = None
     if cutlass.const_expr(operands.m_out_scale is not None):
         out_factor = cutlass.Float32(1.0) / operands.m_out_scale[0]
-    return alpha, out_factor
+    return alpha, beta, out_factor

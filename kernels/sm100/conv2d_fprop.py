@@ -423,7 +423,7 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
         #  EPILOGUE (warps 0-3)
         # ////////////////////////////////////////////////////////////////////////////////////
         if warp_idx <= roles.epilogue[-1]:
-            alpha, out_factor = quantization_scalars(alpha, epi_operands)
+            alpha, beta, out_factor = quantization_scalars(alpha, beta, epi_operands)
             self.epilogue_store(
                 acc_pipeline, source_pipeline, work_items, tma_atom_d, tCtAcc_fake, output, sD,
                 sC, m_bias, m_scale, alpha, beta, out_factor, epi_operands.m_amax, tmem,

@@ -466,7 +466,7 @@ class Conv2dFpropSm90(
         # ////////////////////////////////////////////////////////////////////////////////////
         if warp_idx >= 4:
             cute.arch.setmaxregister_increase(self.consumer_registers)
-            alpha, out_factor = quantization_scalars(alpha, epi_operands)
+            alpha, beta, out_factor = quantization_scalars(alpha, beta, epi_operands)
             self.mma_and_epilogue(
                 pipes,
                 Sm90SmemTiles(sA, sB, sD, sC),
