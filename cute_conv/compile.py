@@ -25,6 +25,7 @@ from .dtypes import CUTLASS_DTYPES, FP8_INPUT_DTYPES, INPUT_DTYPES, dtype_name
 from .kernels.common.entry import ConvLaunchParams, ConvPointers, check_kernel_dtypes
 from .kernels.common.epilogue import EpilogueSpec
 from .kernels.common.im2col import ConvGeometry
+from .kernels.common.max_pool import MaxPool2dNhwc, PoolWindow
 from .kernels.common.quantize import QuantizeFp8
 from .kernels.common.space_to_depth import SpaceToDepthFold
 from .kernels.common.unfold import Im2colColumns
@@ -365,6 +366,32 @@ def compile_quantize(arch: str, dtype: Any, *, from_amax: bool = False) -> Compi
         raise TypeError(f"from_amax must be a bool, got {from_amax!r}")
     key = QuantizeKey(arch, dtype_name(dtype, "dtype", ("bfloat16", "float16")), from_amax)
     return _cached(key, _compile_quantize)
+
+
+@dataclasses.dataclass(frozen=True)
+class MaxPoolKey:
+    """A compiled max-pool kernel depends on these only."""
+
+    arch: str
+    dtype: str
+    window: PoolWindow
+
+
+def _compile_max_pool(key: MaxPoolKey) -> CompiledHelperKernel:
+    kernel = MaxPool2dNhwc(CUTLASS_DTYPES[key.dtype], key.window)
+    return _compile_helper(key, kernel, [_null_pointer(key.dtype)] * 2 + [cutlass.Int32(1)] * 6)
+
+
+def compile_max_pool(arch: str, dtype: Any, window: PoolWindow) -> CompiledHelperKernel:
+    """Compile (or fetch from the caches) the NHWC max-pool kernel of ``dtype`` (bfloat16,
+    float16 or float32) for ``window``; see ``cute_conv.pooling``. Needs no GPU. Launch with
+    ``(x_ptr, y_ptr, N, H, W, P, Q, vectors, stream)``, ``vectors`` the channels over
+    ``kernels.common.max_pool.VECTOR_BYTES / element size``."""
+    _check_arch(arch)
+    if not isinstance(window, PoolWindow):
+        raise TypeError(f"window must be a PoolWindow, got {type(window).__name__}")
+    dtype = dtype_name(dtype, "dtype", ("bfloat16", "float16", "float32"))
+    return _cached(MaxPoolKey(arch, dtype, window), _compile_max_pool)
 
 
 def cached_kernel_count() -> int:

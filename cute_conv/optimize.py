@@ -12,8 +12,9 @@ nothing the rest of the model reads is skipped. Convs the kernel cannot run (gro
 non-zero padding modes, geometry out of its limits, subclasses of nn.Conv2d) stay torch, and the
 report says why.
 
-Max pools whose windows tile the map (VGG's 2x2 stride-2) become ``TiledMaxPool2d``
-(``cute_conv.pooling``): torch's channels_last pool kernel is slow on small batches.
+Max pools (``cute_conv.pooling``; torch's channels_last pool kernel is slow): those whose
+windows tile the map (VGG's 2x2 stride-2) become ``TiledMaxPool2d``, the others without ceil mode
+or indices (ResNet's 3x3 stride-2) ``MaxPool2d``, one kernel pass.
 
 What is checked when: the shapes of the activations are unknown at trace time, so a conv is
 judged by its module's attributes (``cute_conv.nn.conv_limits``: groups, padding mode, weight
@@ -38,7 +39,7 @@ from .delayed_scaling import DelayedScales, seed, seed_on_first_call
 from .fold import activation_name
 from .fp8 import scale_from_amax
 from .nn import Conv2d, conv_limits
-from .pooling import TiledMaxPool2d, tiles_the_map
+from .pooling import MaxPool2d, TiledMaxPool2d, runs_as_kernel, tiles_the_map
 
 __all__ = [
     "FP8_MIN_CHANNELS",
@@ -89,8 +90,7 @@ class OptimizeReport:
     # max|output| from the epilogue (``_share_amax``): quantized without a reduction.
     fp8_amax_inputs: list[str] = field(default_factory=list)
     kept_16bit: list[LeftConv] = field(default_factory=list)
-    # Max pools whose windows tile the map, now ``TiledMaxPool2d`` (torch's channels_last
-    # kernel is slow on small batches).
+    # Max pools now ``TiledMaxPool2d`` or ``MaxPool2d`` (torch's channels_last kernel is slow).
     pools: list[str] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
@@ -111,7 +111,7 @@ class OptimizeReport:
             lines.append("left to torch:")
         lines += [f"  {conv.name}: {conv.reason}" for conv in self.left]
         if self.pools:
-            lines.append(f"max pools as an amax over windows that tile the map: {len(self.pools)}")
+            lines.append(f"max pools run by cute_conv: {len(self.pools)}")
         if self.fp8 or self.kept_16bit:
             lines.append(
                 f"fp8 ({self.fp8_scaling} scaling): {len(self.fp8)} fused convs "
@@ -132,7 +132,7 @@ class _Tracer(fx.Tracer):
     again)."""
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        ours = isinstance(m, (Conv2d, TiledMaxPool2d, DelayedScales))
+        ours = isinstance(m, (Conv2d, TiledMaxPool2d, MaxPool2d, DelayedScales))
         return ours or super().is_leaf_module(m, module_qualified_name)
 
 
@@ -260,7 +260,7 @@ class _Rewriter:
         for node in list(self.gm.graph.nodes):
             if node.op == "call_module" and isinstance(self.modules[node.target], nn.Conv2d):
                 self._rewrite(node)
-            elif node.op == "call_module" and tiles_the_map(self.modules[node.target]):
+            elif node.op == "call_module" and runs_as_kernel(self.modules[node.target]):
                 self._replace_pool(node)
             elif node.op == "call_function" and node.target in _FUNCTIONAL_CONVS:
                 reason = "a functional conv2d call: only nn.Conv2d modules are converted"
@@ -315,7 +315,9 @@ class _Rewriter:
         )
 
     def _replace_pool(self, node: fx.Node) -> None:
-        pool = TiledMaxPool2d.from_torch(self.modules[node.target])
+        torch_pool = self.modules[node.target]
+        kind = TiledMaxPool2d if tiles_the_map(torch_pool) else MaxPool2d
+        pool = kind.from_torch(torch_pool)
         self.gm.add_submodule(node.target, pool)  # every call of the module: the same pool
         self.modules[node.target] = pool
         self.report.pools.append(node.target)

@@ -1,10 +1,15 @@
-"""Max pooling of channels_last activations whose windows tile the map, for ``optimize``.
+"""Max pooling of channels_last activations, for ``optimize``.
 
-torch's channels_last ``max_pool2d`` kernel is slow on the bf16 maps of a small-batch model:
-VGG-16's five 2x2 pools took 95 us of a 388 us batch-1 forward on an H100 (inductor's kernels:
-12 us). Where the windows do not overlap (kernel size equal to the stride, no padding, dilation
-1, no ceil mode: VGG's pools), the pool is one ``amax`` over the window dims of a reshaped NHWC
-view, a reduction torch vectorizes along the contiguous channels.
+torch's channels_last ``max_pool2d`` kernel is slow on the bf16 maps of a model: VGG-16's five
+2x2 pools took 95 us of a 388 us batch-1 forward on an H100 (inductor's kernels: 12 us), and
+ResNet-50's 3x3 stride-2 pool 436 us of a ~3 ms batch-128 forward (inductor's: 98 us).
+
+- ``TiledMaxPool2d``: where the windows do not overlap (kernel size equal to the stride, no
+  padding, dilation 1, no ceil mode: VGG's pools), the pool is one ``amax`` over the window
+  dims of a reshaped NHWC view, a reduction torch vectorizes along the contiguous channels.
+- ``MaxPool2d``: any other ``nn.MaxPool2d`` without ceil mode or indices (ResNet's), run on a
+  GPU by one pass of ``kernels.common.max_pool`` (``max_pool2d_nhwc``), as the op
+  ``cute_conv::max_pool2d`` under ``torch.compile``.
 """
 
 from __future__ import annotations
@@ -13,7 +18,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["TiledMaxPool2d", "tiles_the_map"]
+from .compile import compile_max_pool
+from .cuda_context import current_raw_stream, device_arch, on_device
+from .kernels.common.max_pool import VECTOR_BYTES, PoolWindow
+
+__all__ = ["MaxPool2d", "TiledMaxPool2d", "max_pool2d_nhwc", "runs_as_kernel", "tiles_the_map"]
 
 
 def _pair(value: int | tuple[int, ...]) -> tuple[int, int]:
@@ -60,3 +69,114 @@ class TiledMaxPool2d(nn.Module):
 
     def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}"
+
+
+def runs_as_kernel(pool: nn.Module) -> bool:
+    """Whether ``pool`` is a plain ``nn.MaxPool2d`` that ``MaxPool2d`` runs (no ceil mode, no
+    indices; its inputs are checked on each call)."""
+    return type(pool) is nn.MaxPool2d and not pool.return_indices and not pool.ceil_mode
+
+
+class MaxPool2d(nn.Module):
+    """``nn.MaxPool2d(kernel_size, stride, padding, dilation)`` whose channels_last CUDA
+    inputs of 16-bit or float32 values, channels filling 16-byte vectors, go through one
+    kernel pass (``max_pool2d_nhwc``); other inputs, and inputs that require grad, go to
+    ``F.max_pool2d``. The same values as torch's pool, NaN included."""
+
+    def __init__(
+        self,
+        kernel_size: int | tuple[int, int],
+        stride: int | tuple[int, int] | None = None,
+        padding: int | tuple[int, int] = 0,
+        dilation: int | tuple[int, int] = 1,
+    ) -> None:
+        super().__init__()
+        kernel = _pair(kernel_size)
+        self.window = PoolWindow(
+            kernel, kernel if stride is None else _pair(stride), _pair(padding), _pair(dilation)
+        )
+
+    @classmethod
+    def from_torch(cls, pool: nn.MaxPool2d) -> "MaxPool2d":
+        if not runs_as_kernel(pool):
+            raise ValueError(f"{pool} has ceil_mode or return_indices, which MaxPool2d does not")
+        return cls(pool.kernel_size, pool.stride, pool.padding, pool.dilation)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling() and x.is_cuda and not x.requires_grad:
+            # Opaque to the tracer (the launch reads data pointers): the op checks the rest.
+            return torch.ops.cute_conv.max_pool2d(x, *map(list, self.window))
+        if not _kernel_takes(x, self.window):
+            return F.max_pool2d(x, *self.window)  # torch's errors for a bad window or map
+        return max_pool2d_nhwc(x, self.window)
+
+    def extra_repr(self) -> str:
+        kernel_size, stride, padding, dilation = self.window
+        return f"kernel_size={kernel_size}, stride={stride}, padding={padding}, dilation={dilation}"
+
+
+def _output_size(size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
+    return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def _kernel_takes(x: torch.Tensor, window: PoolWindow) -> bool:
+    """Whether ``max_pool2d_nhwc`` runs ``x``: see ``MaxPool2d``. The window must be one torch
+    takes (padding at most half the kernel) with an output of at least one pixel."""
+    if not (
+        x.is_cuda
+        and x.dim() == 4
+        and x.dtype in (torch.bfloat16, torch.float16, torch.float32)
+        and not x.requires_grad
+        and x.is_contiguous(memory_format=torch.channels_last)
+        and x.shape[1] * x.element_size() % VECTOR_BYTES == 0
+        and x.data_ptr() % VECTOR_BYTES == 0
+    ):
+        return False
+    kernel_size, stride, padding, dilation = window
+    sizes = zip(x.shape[2:], kernel_size, stride, padding, dilation, strict=True)
+    for size, k, st, pad, dil in sizes:
+        if min(k, st, dil) < 1 or not 0 <= pad <= k // 2 or _output_size(size, k, st, pad, dil) < 1:
+            return False
+    return True
+
+
+def max_pool2d_nhwc(x: torch.Tensor, window: PoolWindow) -> torch.Tensor:
+    """``F.max_pool2d(x, *window)`` of an NCHW channels_last CUDA tensor that
+    ``MaxPool2d`` sends to the kernel (no check here), in one pass; the output is channels_last."""
+    n, c, h, w = x.shape
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = window
+    p, q = _output_size(h, kh, sh, ph, dh), _output_size(w, kw, sw, pw, dw)
+    out = torch.empty((n, c, p, q), dtype=x.dtype, device=x.device,
+                      memory_format=torch.channels_last)  # fmt: skip
+    if out.numel():
+        device_index = x.get_device()
+        kernel = compile_max_pool(device_arch(device_index), x.dtype, window)
+        vectors = c * x.element_size() // VECTOR_BYTES
+        with on_device(device_index):
+            kernel.launch(x.data_ptr(), out.data_ptr(), n, h, w, p, q, vectors,
+                          current_raw_stream(device_index))  # fmt: skip
+    return out
+
+
+@torch.library.custom_op("cute_conv::max_pool2d", mutates_args=())
+def _max_pool2d_op(
+    x: torch.Tensor,
+    kernel_size: list[int],
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+) -> torch.Tensor:
+    """``MaxPool2d``'s forward as an op: the kernel where it takes ``x``, else torch's pool
+    (its output made channels_last, as the fake implementation says)."""
+    window = PoolWindow(*(tuple(v) for v in (kernel_size, stride, padding, dilation)))
+    if not _kernel_takes(x, window):
+        return F.max_pool2d(x, *window).contiguous(memory_format=torch.channels_last)
+    return max_pool2d_nhwc(x, window)
+
+
+@_max_pool2d_op.register_fake
+def _(x, kernel_size, stride, padding, dilation):
+    n, c, h, w = x.shape
+    sizes = zip((h, w), kernel_size, stride, padding, dilation, strict=True)
+    p, q = (_output_size(*args) for args in sizes)
+    return x.new_empty((n, c, p, q)).contiguous(memory_format=torch.channels_last)

@@ -1,0 +1,108 @@
+"""Max pooling of a contiguous NHWC activation: ``y[n, p, q, c]`` is the max of ``x`` over the
+window under output pixel ``(p, q)``, the padding never chosen (as ``-inf``), NaN propagated.
+
+For the pools ``optimize`` meets between convs (ResNet's 3x3 stride-2 pool of the stem's
+output): torch's channels_last ``max_pool2d`` reads that map at ~0.6 TB/s on an H100. One pass,
+every thread one 16-byte vector of channels of one output pixel: it loads the window's vectors
+(each a 16-byte load, consecutive threads consecutive vectors of a pixel), takes their max in
+float32 (exact: the result is one of the values) and stores one vector.
+
+The window (size, stride, padding, dilation) is compile-time, so its loops unroll; the extents
+are runtime values.
+"""
+
+from typing import NamedTuple, Tuple
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+
+VECTOR_BYTES = 16  # per load and store: C must be a multiple of VECTOR_BYTES / element size
+_THREADS = 256
+
+
+class PoolWindow(NamedTuple):
+    """A pooling window as ``(height, width)`` pairs."""
+
+    kernel_size: Tuple[int, int]
+    stride: Tuple[int, int]
+    padding: Tuple[int, int]  # top and left; bottom and right follow from the output size
+    dilation: Tuple[int, int]
+
+
+class MaxPool2dNhwc:
+    """``__call__`` is the compiled entry: raw pointers of the contiguous ``[N, H, W, C]``
+    input and ``[N, P, Q, C]`` output, then ``n, h, w, p, q`` and ``vectors = C / vector`` as
+    Int32."""
+
+    def __init__(self, dtype: type[cutlass.Numeric], window: PoolWindow):
+        if dtype not in (cutlass.BFloat16, cutlass.Float16, cutlass.Float32):
+            raise TypeError(f"dtype must be BFloat16, Float16 or Float32, got {dtype}")
+        self.dtype = dtype
+        self.window = window
+        self.vector = VECTOR_BYTES * 8 // dtype.width
+
+    @cute.jit
+    def __call__(
+        self,
+        x_ptr: cute.Pointer,
+        y_ptr: cute.Pointer,
+        n: cutlass.Int32,
+        h: cutlass.Int32,
+        w: cutlass.Int32,
+        p: cutlass.Int32,
+        q: cutlass.Int32,
+        vectors: cutlass.Int32,
+        stream: cuda.CUstream,
+    ):
+        vector = self.vector
+        # Every vector starts at a multiple of 16 bytes: one load or store each. Pixel and
+        # image strides are 64-bit: a batch may hold more than 2**31 elements.
+        c = cute.assume(cutlass.Int64(vectors) * vector, divby=vector)
+        m_x = cute.make_tensor(
+            x_ptr,
+            cute.make_layout((vector, vectors, w, h, n), stride=(1, vector, c, c * w, c * w * h)),
+        )
+        m_y = cute.make_tensor(
+            y_ptr,
+            cute.make_layout((vector, vectors, q, p, n), stride=(1, vector, c, c * q, c * q * p)),
+        )
+        slots = n * p * q * vectors
+        self.kernel(m_x, m_y).launch(
+            grid=((slots + _THREADS - 1) // _THREADS, 1, 1),
+            block=[_THREADS, 1, 1],
+            stream=stream,
+        )
+
+    @cute.kernel
+    def kernel(self, m_x: cute.Tensor, m_y: cute.Tensor):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        _, vectors, w, h, _ = m_x.shape
+        _, _, q, p, n = m_y.shape
+        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = self.window
+        slot = bidx * _THREADS + tidx
+        pixel = slot // vectors
+        if pixel < n * p * q:
+            chunk = slot - pixel * vectors
+            image = pixel // (p * q)
+            out_h = (pixel - image * (p * q)) // q
+            out_w = pixel - image * (p * q) - out_h * q
+            top = out_h * sh - ph
+            left = out_w * sw - pw
+            best = cute.make_rmem_tensor((self.vector,), cutlass.Float32)
+            best.fill(cutlass.Float32(float("-inf")))
+            values = cute.make_rmem_tensor((self.vector,), self.dtype)
+            wide = cute.make_rmem_tensor((self.vector,), cutlass.Float32)
+            for r in cutlass.range_constexpr(kh):
+                in_h = top + r * dh
+                for s in cutlass.range_constexpr(kw):
+                    in_w = left + s * dw
+                    if in_h >= 0 and in_h < h and in_w >= 0 and in_w < w:
+                        cute.autovec_copy(m_x[(None, chunk, in_w, in_h, image)], values)
+                        wide.store(values.load().to(cutlass.Float32))
+                        for e in cutlass.range_constexpr(self.vector):
+                            best[e] = cute.arch.fmax(best[e], wide[e], nan=True)
+            out = cute.make_rmem_tensor((self.vector,), self.dtype)
+            out.store(best.load().to(self.dtype))
+            cute.autovec_copy(out, m_y[(None, chunk, out_w, out_h, image)])
