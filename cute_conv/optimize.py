@@ -454,14 +454,26 @@ def _static_scales(
     conv writes fp8."""
     in_amax, out_amax = _calibrate(gm, chosen, calibration)
     # A tensor written as fp8 has one scale tensor, its producer's, for every reader.
-    producers = _fp8_producers(gm, chosen)
-    written = {name: scale_from_amax(out_amax[name]) for name in producers}
+    written = {name: scale_from_amax(out_amax[name]) for name in _fp8_producers(gm, chosen)}
+    _convert(report, calls, chosen, written, lambda name: scale_from_amax(in_amax[name]))
+
+
+def _convert(
+    report: OptimizeReport,
+    calls: list[tuple[fx.Node, Conv2d]],
+    chosen: dict[str, Conv2d],
+    written: dict[str, torch.Tensor],
+    input_scale: Any,
+) -> None:
+    """``Conv2d.to_fp8`` on each chosen module: the convs in ``written`` write fp8 with their
+    scale there, which their readers read their input or identity with; any other input is
+    scaled by ``input_scale(name)`` (a tensor, or None: measured on each call)."""
     for node, module in calls:
         if node.target not in chosen:
             continue
         x, identity = node.args[0], node.args[1] if len(node.args) > 1 else None
         from_fp8 = isinstance(x, fx.Node) and x.target in written
-        x_scale = written[x.target] if from_fp8 else scale_from_amax(in_amax[node.target])
+        x_scale = written[x.target] if from_fp8 else input_scale(node.target)
         identity_scale = None
         if isinstance(identity, fx.Node) and identity.target in written:
             identity_scale = written[identity.target]
@@ -486,19 +498,7 @@ def _delay_scales(
     device = next(iter(chosen.values())).weight.device if chosen else torch.device("cpu")
     delayed = DelayedScales(writers, device)
     gm.add_submodule("fp8_delayed_scales", delayed)
-    scale_of = dict(zip(writers, delayed.scales, strict=True))
-    for node, module in calls:
-        if node.target not in chosen:
-            continue
-        x, identity = node.args[0], node.args[1] if len(node.args) > 1 else None
-        x_scale = scale_of.get(x.target) if isinstance(x, fx.Node) else None
-        identity_scale = scale_of.get(identity.target) if isinstance(identity, fx.Node) else None
-        module.to_fp8(
-            x_scale=x_scale, out_scale=scale_of.get(node.target), identity_scale=identity_scale
-        )
-        report.fp8.append(node.target)
-        if node.target in scale_of:
-            report.fp8_outputs.append(node.target)
+    _convert(report, calls, chosen, dict(zip(writers, delayed.scales, strict=True)), lambda _: None)
     readers = _share_amax(gm, chosen)  # their x_amax: for the measuring call
     report.fp8_amax_inputs = [name for name in readers if chosen[name].x_scale is None]
     nodes = {node.target: node for node, _ in calls}
