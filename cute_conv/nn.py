@@ -176,6 +176,7 @@ class Conv2d(nn.Module):
         *,
         out_amax: torch.Tensor | None = None,
         x_amax: torch.Tensor | None = None,
+        reset_amax: bool = True,
     ) -> torch.Tensor:
         """Return the NCHW (channels_last) output for an NCHW input.
 
@@ -188,6 +189,8 @@ class Conv2d(nn.Module):
                 or None.
             out_amax: a one-element float32 tensor on the weight's device, or None: set to
                 ``max|output|`` by the epilogue (zeroed first), for an fp8 reader's scale.
+            reset_amax: False raises ``out_amax`` without zeroing it first (a caller that
+                zeroes many such buffers in one op: ``optimize``'s fp8 graphs).
             x_amax: after ``to_fp8`` without a static ``x_scale``: ``max|x|`` (the
                 ``out_amax`` of the conv that wrote ``x``), so that a 16-bit ``x`` is
                 quantized in one pass with no reduction over it; None measures it.
@@ -199,11 +202,11 @@ class Conv2d(nn.Module):
         _check_nchw("x", x, self.in_channels)
         weight = self.weight
         if self.w_scale is not None:
-            return self._forward_fp8(x, identity, out_amax, x_amax)
+            return self._forward_fp8(x, identity, out_amax, x_amax, reset_amax)
         if x.dtype != weight.dtype:
             raise TypeError(f"x has dtype {x.dtype}; the weight is {weight.dtype}")
         if identity is None:
-            _reset_amax(out_amax, weight.device)
+            _reset_amax(out_amax, weight.device, reset_amax)
             y = api.conv2d_fprop(
                 _nhwc(x), weight, stride=self.stride, padding=self._padding,
                 dilation=self.dilation, bias=self.bias, scale=self.scale,
@@ -211,7 +214,7 @@ class Conv2d(nn.Module):
             )  # fmt: skip
         else:
             self._check_identity(x, identity)
-            _reset_amax(out_amax, weight.device)
+            _reset_amax(out_amax, weight.device, reset_amax)
             y = api.conv2d_fprop_with_residual(
                 _nhwc(x), weight, _nhwc(identity), residual_order=self.residual_order,
                 stride=self.stride, padding=self._padding, dilation=self.dilation,
@@ -274,6 +277,7 @@ class Conv2d(nn.Module):
         identity: torch.Tensor | None,
         out_amax: torch.Tensor | None,
         x_amax: torch.Tensor | None,
+        reset_amax: bool,
     ) -> torch.Tensor:
         """``forward`` of an fp8 module (see ``to_fp8``)."""
         x_nhwc = _nhwc(x)
@@ -298,7 +302,7 @@ class Conv2d(nn.Module):
             x_scale=x_scale, w_scale=self.w_scale, out_scale=self.out_scale, out_amax=out_amax,
         )  # fmt: skip
         if identity is None:
-            _reset_amax(out_amax, self.weight.device)
+            _reset_amax(out_amax, self.weight.device, reset_amax)
             y = api.conv2d_fprop(x_nhwc, self.weight, **common)
         else:
             _check_nchw("identity", identity, self.out_channels)
@@ -307,7 +311,7 @@ class Conv2d(nn.Module):
                 if self.identity_scale is None:
                     raise ValueError("identity is float8_e4m3fn but identity_scale is not set")
                 identity_scale = self.identity_scale
-            _reset_amax(out_amax, self.weight.device)
+            _reset_amax(out_amax, self.weight.device, reset_amax)
             y = api.conv2d_fprop_with_residual(
                 x_nhwc, self.weight, _nhwc(identity), source_scale=identity_scale,
                 residual_order=self.residual_order, **common,
@@ -355,12 +359,13 @@ class Conv2d(nn.Module):
         return f"{self.activation}({y}) [+ identity]"
 
 
-def _reset_amax(out_amax: torch.Tensor | None, device: torch.device) -> None:
-    """Zero ``out_amax`` (if given) for the epilogue to raise with this call's output alone;
-    checked first, so that a bad one is rejected before anything is written."""
+def _reset_amax(out_amax: torch.Tensor | None, device: torch.device, reset: bool) -> None:
+    """Zero ``out_amax`` (if given, and ``reset``) for the epilogue to raise with this call's
+    output alone; checked first, so that a bad one is rejected before anything is written."""
     if out_amax is not None:
         check_scale_tensor("out_amax", out_amax, device, "the weight")
-        out_amax.zero_()
+        if reset:
+            out_amax.zero_()
 
 
 def _check_nchw(name: str, t: Any, channels: int) -> None:

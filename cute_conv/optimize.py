@@ -441,6 +441,7 @@ def _to_fp8(gm: fx.GraphModule, report: OptimizeReport, calibration: Any, scalin
         _delay_scales(gm, report, calls, chosen, calibration)
     else:
         _static_scales(gm, report, calls, chosen, calibration)
+    _zero_amax_first(gm)
 
 
 def _static_scales(
@@ -543,7 +544,8 @@ def _share_amax(gm: fx.GraphModule, chosen: dict[str, Conv2d]) -> list[str]:
 
 def _out_amax(gm: fx.GraphModule, node: fx.Node) -> fx.Node:
     """The ``get_attr`` node of the float32 buffer of ``gm`` that the fused conv ``node``
-    raises to its output's amax (its ``out_amax``), made on the first request."""
+    raises to its output's amax (its ``out_amax``), made on the first request. The conv does
+    not zero it (``reset_amax=False``): ``_zero_amax_first`` zeroes them all in one op."""
     if "out_amax" in node.kwargs:
         return node.kwargs["out_amax"]
     name = f"{node.target.replace('.', '_')}_out_amax"
@@ -551,8 +553,30 @@ def _out_amax(gm: fx.GraphModule, node: fx.Node) -> fx.Node:
     gm.register_buffer(name, torch.zeros((), device=device), persistent=False)
     with gm.graph.inserting_before(node):
         amax = gm.graph.get_attr(name)
-    node.kwargs = {**node.kwargs, "out_amax": amax}
+    node.kwargs = {**node.kwargs, "out_amax": amax, "reset_amax": False}
     return amax
+
+
+def _zero_amax_first(gm: fx.GraphModule) -> None:
+    """Zero every fused conv's ``out_amax`` buffer at the start of the graph, in one
+    ``torch._foreach_zero_`` (one launch, where a ``zero_`` per conv was one each), after
+    the delayed scales' update (which reads them)."""
+    targets = [node.kwargs["out_amax"].target for node in gm.graph.nodes
+               if node.op == "call_module" and "out_amax" in node.kwargs]  # fmt: skip
+    if not targets:
+        return
+    # After the delayed scales' update if there is one, else after the inputs.
+    leading = [
+        n for n in gm.graph.nodes if n.op == "placeholder" or n.target == "fp8_delayed_scales"
+    ]
+    where = gm.graph.inserting_after(leading[-1]) if leading else gm.graph.inserting_before()
+    with where:
+        zero = gm.graph.call_function(torch._foreach_zero_, ([],))
+    with gm.graph.inserting_before(zero):
+        buffers = [gm.graph.get_attr(target) for target in targets]
+    zero.args = (buffers,)
+    gm.graph.lint()
+    gm.recompile()
 
 
 def _fp8_producers(gm: fx.GraphModule, chosen: dict[str, Conv2d]) -> set[str]:

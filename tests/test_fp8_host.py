@@ -306,6 +306,15 @@ def test_optimize_fp8_scaling_arguments_and_delayed_graph():
                 assert module.identity_scale is scale
     # Blocks whose identity is written fp8 read its scale on the device.
     assert any(modules[n].identity_scale is not None for n in report.fp8)
+    # The convs raise their amax without zeroing it; one op zeroes them all after the update.
+    order = [n for n in gm.graph.nodes if n.op in ("call_module", "call_function")]
+    zero = next(n for n in order if n.target is torch._foreach_zero_)
+    assert order.index(first) < order.index(zero) < order.index(nodes["layer1.0.conv1"])
+    with_amax = [n for n in nodes.values() if "out_amax" in n.kwargs]
+    assert sorted(a.target for a in zero.args[0]) == sorted(
+        n.kwargs["out_amax"].target for n in with_amax
+    )
+    assert all(n.kwargs["reset_amax"] is False for n in with_amax)
 
 
 def test_delayed_scales_update_from_the_amax_history():
