@@ -4,8 +4,9 @@ A conv whose every reader is an fp8 conv (reading it as its input, or as the ide
 that writes fp8 too) writes float8_e4m3fn with a scale taken from the amax its epilogue
 measured on the last ``AMAX_HISTORY`` calls, and its readers read it with that scale (an
 identity's through the kernel's ``source_scale``): no 16-bit output and no quantize pass in
-between, with no calibration input. Values past the history's amax saturate to +-448 (the kernel converts with
-``satfinite``), so an input far larger than those seen before loses its largest values.
+between, with no calibration input. Values past the history's amax saturate to +-448 (the
+kernel converts with ``satfinite``), so an input far larger than those seen before loses its
+largest values.
 
 The scales live on the device and are updated by the model itself at the start of each call
 (``DelayedScales.forward``, three small kernels for all convs), so the model replays from a CUDA
@@ -25,7 +26,7 @@ from torch import fx, nn
 from .fp8 import scale_from_amax
 from .nn import Conv2d
 
-__all__ = ["AMAX_HISTORY", "DelayedScales", "seed"]
+__all__ = ["AMAX_HISTORY", "DelayedScales", "seed", "seed_on_first_call"]
 
 # Calls whose amax a scale covers: long enough that batch-to-batch variation rarely saturates,
 # short enough that a drifting input is followed.

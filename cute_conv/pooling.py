@@ -99,7 +99,10 @@ class MaxPool2d(nn.Module):
     @classmethod
     def from_torch(cls, pool: nn.MaxPool2d) -> "MaxPool2d":
         if not runs_as_kernel(pool):
-            raise ValueError(f"{pool} has ceil_mode or return_indices, which MaxPool2d does not")
+            raise ValueError(
+                f"MaxPool2d.from_torch takes an nn.MaxPool2d without ceil_mode or "
+                f"return_indices, got {pool}"
+            )
         return cls(pool.kernel_size, pool.stride, pool.padding, pool.dilation)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -82,7 +82,7 @@ def test_which_pools_tile_the_map(pool, tiles):
 def test_which_pools_run_as_the_kernel(pool, runs):
     assert runs_as_kernel(pool) is runs
     if not runs:
-        with pytest.raises(ValueError, match="ceil_mode or return_indices"):
+        with pytest.raises(ValueError, match="without ceil_mode or return_indices"):
             MaxPool2d.from_torch(pool)
 
 
