@@ -11,6 +11,7 @@ import torch
 import cute_conv
 from cute_conv import Conv2dConfig, Conv2dConfigSm100, Conv2dProblemShape, tuning
 from cute_conv.staging import kernel_problem_for, uses_im2col
+from tests.test_nn import kernel_calls, random_bn  # noqa: F401 - kernel_calls is a fixture
 
 E4M3, E5M2, BF16 = torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16
 
@@ -315,6 +316,41 @@ def test_optimize_fp8_scaling_arguments_and_delayed_graph():
         n.kwargs["out_amax"].target for n in with_amax
     )
     assert all(n.kwargs["reset_amax"] is False for n in with_amax)
+
+
+def test_delayed_scaling_runs_on_the_kernels_contract(kernel_calls):  # noqa: F811
+    """A delayed-scaling model end to end on a CPU, the kernels replaced by their contract
+    (``tests.test_nn._reference_kernel``, fp8 included): the first call measures (writers
+    write 16 bits) and then runs with the measured scales; each later call starts from the
+    last call's amax; the writers' readers read fp8."""
+    from cute_conv.fp8 import E4M3_MAX
+
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(16, 32, 3, padding=1), random_bn(32), torch.nn.ReLU(),
+        torch.nn.Conv2d(32, 32, 3, padding=1), random_bn(32), torch.nn.ReLU(),
+        torch.nn.Conv2d(32, 16, 1),
+    ).eval()  # fmt: skip
+    x = torch.randn(2, 16, 10, 12).to(BF16).contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        expected = model(x.float())
+        gm = cute_conv.optimize(model.to(BF16), dtype="fp8", scaling="delayed")
+        delayed = gm.fp8_delayed_scales
+        assert delayed.writers == ("0", "3")  # the last conv's output is the model's
+        written = []
+        gm.get_submodule("0").register_forward_hook(lambda _m, _a, y: written.append(y.dtype))
+        first = gm(x).float()
+        assert delayed.seeded and len(kernel_calls) == 6  # measured, then run
+        assert written == [BF16, E4M3]  # the measuring pass writes 16 bits, the run fp8
+        amax = [getattr(gm, f"{w}_out_amax").clone() for w in delayed.writers]
+        second = gm(x).float()
+        assert len(kernel_calls) == 9 and written[2] == E4M3  # no second measuring pass
+    assert torch.equal(delayed.history[:, 0], torch.stack(amax))
+    expected_scales = delayed.history.amax(dim=1) / E4M3_MAX
+    torch.testing.assert_close(torch.stack(delayed.scales), expected_scales)
+    # e4m3 operands cost ~3.7% relative error per conv (README); these three: 0.035.
+    for out in (first, second):
+        assert ((out - expected).norm() / expected.norm()).item() < 0.1
 
 
 def test_delayed_scales_update_from_the_amax_history():

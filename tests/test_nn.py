@@ -13,7 +13,7 @@ import cute_conv
 from cute_conv.epilogue import validate_epilogue_args
 from cute_conv.fold import fold_batch_norm
 from cute_conv.testing import compare_to_reference
-from cute_conv.validation import validate_conv_inputs
+from cute_conv.validation import check_fp8_scales, validate_conv_inputs
 from tests.gpu import requires_sm90
 from tests.test_epilogue_sm90 import reference
 
@@ -22,17 +22,30 @@ BF16 = torch.bfloat16
 
 def _reference_kernel(x, flt, source, **kwargs):
     """The kernel's contract on CPU tensors: the API's validation (all but the device), then
-    the float32 torch reference of the epilogue, rounded to the input dtype."""
+    the float32 torch reference of the epilogue, rounded to the output dtype. fp8 calls as
+    the kernel takes them: inputs times ``x_scale`` / ``w_scale``, the source times ``beta *
+    source_scale``, an fp8 output stored as ``y / out_scale`` saturated to +-448."""
     residual_order = kwargs.pop("residual_order", "after_activation")
     out_amax = kwargs.pop("out_amax", None)
+    out_dtype = kwargs.pop("out_dtype", None)
+    fp8 = {k: kwargs.pop(k, None) for k in ("x_scale", "w_scale", "out_scale")}
+    beta = kwargs.pop("beta", 1.0) * _scalar(kwargs.pop("source_scale", None))
     geom = {k: kwargs.pop(k) for k in ("stride", "padding", "dilation")}
-    problem, out_dtype = validate_conv_inputs(x, flt, **geom)
+    problem, out_dtype = validate_conv_inputs(x, flt, **geom, out_dtype=out_dtype)
+    check_fp8_scales(x.dtype, out_dtype, x.device, *fp8.values(), out_amax)
     validate_epilogue_args(problem, out_dtype, x.device, alpha=1.0, epilogue_fn=None,
-                           source=source, beta=1.0, residual_order=residual_order, **kwargs)  # fmt: skip
-    y = reference(x, flt, geom, source=source, beta=1.0, order=residual_order, **kwargs)
+                           source=source, beta=beta, residual_order=residual_order, **kwargs)  # fmt: skip
+    x, flt = x.float() * _scalar(fp8["x_scale"]), flt.float() * _scalar(fp8["w_scale"])
+    y = reference(x, flt, geom, source=source, beta=beta, order=residual_order, **kwargs)
     if out_amax is not None:  # raised, as the epilogue raises it
         out_amax.copy_(torch.maximum(out_amax, y.abs().max()))
+    if fp8["out_scale"] is not None:
+        y = (y / fp8["out_scale"]).clamp(-448.0, 448.0)
     return y.to(out_dtype)
+
+
+def _scalar(scale) -> float:
+    return 1.0 if scale is None else scale.item()
 
 
 @pytest.fixture
