@@ -194,7 +194,7 @@ def optimize(
         differentiable ops, at a higher cost per call.
 
     Raises:
-        TypeError: ``model`` is not an ``nn.Module``.
+        TypeError: ``model`` is not an ``nn.Module``, or ``scaling`` not a str.
         ValueError: ``model`` (or a submodule) is in training mode: BatchNorm folds only its
             running statistics (a folded model normalizes as the eval-mode model does); or
             ``dtype``, ``scaling`` and ``calibration`` do not go together.
@@ -233,6 +233,8 @@ def _fp8_scaling(dtype: str | None, scaling: str | None, calibration: Any) -> st
     """``optimize``'s scaling, with None resolved; raises ValueError on a bad combination."""
     if scaling is None:
         return None if dtype != "fp8" else "dynamic" if calibration is None else "static"
+    if not isinstance(scaling, str):
+        raise TypeError(f"scaling must be None or a str, one of {FP8_SCALINGS}, got {scaling!r}")
     if dtype != "fp8":
         raise ValueError(f"scaling={scaling!r} scales fp8 activations: pass it with dtype='fp8'")
     if scaling not in FP8_SCALINGS:

@@ -278,6 +278,8 @@ def test_optimize_fp8_scaling_arguments_and_delayed_graph():
     x = torch.zeros(1, 3, 32, 32, dtype=BF16)
     with pytest.raises(ValueError, match="scaling must be None or one of"):
         cute_conv.optimize(model, dtype="fp8", scaling="current")
+    with pytest.raises(TypeError, match="scaling must be None or a str"):
+        cute_conv.optimize(model, dtype="fp8", scaling=1)
     with pytest.raises(ValueError, match="scaling='static' takes its scales from a calibration"):
         cute_conv.optimize(model, dtype="fp8", scaling="static")
     with pytest.raises(ValueError, match="scaling='dynamic' measures every call"):
