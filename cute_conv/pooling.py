@@ -8,7 +8,7 @@ ResNet-50's 3x3 stride-2 pool 436 us of a ~3 ms batch-128 forward (inductor's: 9
   padding, dilation 1, no ceil mode: VGG's pools), the pool is one ``amax`` over the window
   dims of a reshaped NHWC view, a reduction torch vectorizes along the contiguous channels.
 - ``MaxPool2d``: any other ``nn.MaxPool2d`` without ceil mode or indices (ResNet's), run on a
-  GPU by one pass of ``kernels.common.max_pool`` (``max_pool2d_nhwc``), as the op
+  GPU by one pass of ``kernels.common.max_pool``, as the op
   ``cute_conv::max_pool2d`` under ``torch.compile``.
 """
 
@@ -22,7 +22,7 @@ from .compile import compile_max_pool
 from .cuda_context import current_raw_stream, device_arch, on_device
 from .kernels.common.max_pool import VECTOR_BYTES, PoolWindow
 
-__all__ = ["MaxPool2d", "TiledMaxPool2d", "max_pool2d_nhwc", "runs_as_kernel", "tiles_the_map"]
+__all__ = ["MaxPool2d", "TiledMaxPool2d", "runs_as_kernel", "tiles_the_map"]
 
 
 def _pair(value: int | tuple[int, ...]) -> tuple[int, int]:
@@ -80,7 +80,7 @@ def runs_as_kernel(pool: nn.Module) -> bool:
 class MaxPool2d(nn.Module):
     """``nn.MaxPool2d(kernel_size, stride, padding, dilation)`` whose channels_last CUDA
     inputs of 16-bit or float32 values, channels filling 16-byte vectors, go through one
-    kernel pass (``max_pool2d_nhwc``); other inputs, and inputs that require grad, go to
+    kernel pass (``kernels.common.max_pool``); other inputs, and inputs that require grad, go to
     ``F.max_pool2d``. The same values as torch's pool, NaN included."""
 
     def __init__(
@@ -111,7 +111,7 @@ class MaxPool2d(nn.Module):
             return torch.ops.cute_conv.max_pool2d(x, *map(list, self.window))
         if not _kernel_takes(x, self.window):
             return F.max_pool2d(x, *self.window)  # torch's errors for a bad window or map
-        return max_pool2d_nhwc(x, self.window)
+        return _max_pool2d_nhwc(x, self.window)
 
     def extra_repr(self) -> str:
         kernel_size, stride, padding, dilation = self.window
@@ -123,7 +123,7 @@ def _output_size(size: int, kernel: int, stride: int, padding: int, dilation: in
 
 
 def _kernel_takes(x: torch.Tensor, window: PoolWindow) -> bool:
-    """Whether ``max_pool2d_nhwc`` runs ``x``: see ``MaxPool2d``. The window must be one torch
+    """Whether ``_max_pool2d_nhwc`` runs ``x``: see ``MaxPool2d``. The window must be one torch
     takes (padding at most half the kernel) with an output of at least one pixel."""
     if not (
         x.is_cuda
@@ -143,7 +143,7 @@ def _kernel_takes(x: torch.Tensor, window: PoolWindow) -> bool:
     return True
 
 
-def max_pool2d_nhwc(x: torch.Tensor, window: PoolWindow) -> torch.Tensor:
+def _max_pool2d_nhwc(x: torch.Tensor, window: PoolWindow) -> torch.Tensor:
     """``F.max_pool2d(x, *window)`` of an NCHW channels_last CUDA tensor that
     ``MaxPool2d`` sends to the kernel (no check here), in one pass; the output is channels_last."""
     n, c, h, w = x.shape
@@ -174,7 +174,7 @@ def _max_pool2d_op(
     window = PoolWindow(*(tuple(v) for v in (kernel_size, stride, padding, dilation)))
     if not _kernel_takes(x, window):
         return F.max_pool2d(x, *window).contiguous(memory_format=torch.channels_last)
-    return max_pool2d_nhwc(x, window)
+    return _max_pool2d_nhwc(x, window)
 
 
 @_max_pool2d_op.register_fake
