@@ -90,7 +90,7 @@ def seed(gm: fx.GraphModule, args: tuple[Any, ...], kwargs: dict[str, Any]) -> N
     Raises:
         RuntimeError: inside a CUDA graph capture (the measuring call would be captured).
     """
-    scales: DelayedScales = gm.fp8_delayed_scales
+    delayed: DelayedScales = gm.fp8_delayed_scales
     if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
         raise RuntimeError(
             "an fp8 model with delayed scaling measures its scales on its first call, which "
@@ -98,13 +98,13 @@ def seed(gm: fx.GraphModule, args: tuple[Any, ...], kwargs: dict[str, Any]) -> N
             "calibration= to optimize)"
         )
     modules = dict(gm.named_modules())
-    writers = [modules[name] for name in scales.writers]
+    writers = [modules[name] for name in delayed.writers]
     readers = [
         modules[node.target]
         for node in gm.graph.nodes
         if node.op == "call_module"
         and isinstance(modules[node.target], Conv2d)
-        and getattr(node.args[0], "target", None) in scales.writers
+        and getattr(node.args[0], "target", None) in delayed.writers
     ]
     saved = [(m, m.out_scale, m.x_scale) for m in writers + readers]
     try:
@@ -117,7 +117,7 @@ def seed(gm: fx.GraphModule, args: tuple[Any, ...], kwargs: dict[str, Any]) -> N
     finally:
         for module, out_scale, x_scale in saved:
             module.out_scale, module.x_scale = out_scale, x_scale
-    scales.seeded = True
+    delayed.seeded = True
 
 
 def seed_on_first_call(gm: fx.GraphModule, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

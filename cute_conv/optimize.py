@@ -434,16 +434,21 @@ def _to_fp8(gm: fx.GraphModule, report: OptimizeReport, calibration: Any, scalin
             chosen[node.target] = module
         elif module.w_scale is None:
             report.kept_16bit.append(LeftConv(node.target, "called more than once"))
+    update = None
     if scaling == "dynamic":
         for name, module in chosen.items():
             module.to_fp8()
             report.fp8.append(name)
         report.fp8_amax_inputs = _share_amax(gm, chosen)
     elif scaling == "delayed":
-        _delay_scales(gm, report, calls, chosen, calibration)
+        update = _delay_scales(gm, report, calls, chosen)
     else:
         _static_scales(gm, report, calls, chosen, calibration)
-    _zero_amax_first(gm)
+    _zero_amax_first(gm, after=update)
+    if update is not None:
+        gm.register_forward_pre_hook(seed_on_first_call, with_kwargs=True)
+        if calibration is not None:
+            seed(gm, calibration if isinstance(calibration, tuple) else (calibration,), {})
 
 
 def _static_scales(
@@ -492,11 +497,10 @@ def _delay_scales(
     report: OptimizeReport,
     calls: list[tuple[fx.Node, Conv2d]],
     chosen: dict[str, Conv2d],
-    calibration: Any,
-) -> None:
+) -> fx.Node:
     """Delayed fp8 scales (``cute_conv.delayed_scaling``): the convs that static scales let
     write fp8 do, with a ``DelayedScales`` scale, which the graph updates from their epilogue
-    amax at its start; the other inputs are scaled dynamically."""
+    amax at its start; the other inputs are scaled dynamically. Returns the update's node."""
     writers = sorted(_fp8_producers(gm, chosen))
     device = next(iter(chosen.values())).weight.device if chosen else torch.device("cpu")
     delayed = DelayedScales(writers, device)
@@ -505,17 +509,12 @@ def _delay_scales(
     readers = _share_amax(gm, chosen)  # their x_amax: for the measuring call
     report.fp8_amax_inputs = [name for name in readers if chosen[name].x_scale is None]
     nodes = {node.target: node for node, _ in calls}
-    amax_of = {name: _out_amax(gm, nodes[name]).target for name in writers}
-    # The update runs first: the amax buffers it reads, then the module.
-    first = next(node for node in gm.graph.nodes if node.op != "placeholder")
-    with gm.graph.inserting_before(first):
-        amax = tuple(gm.graph.get_attr(amax_of[name]) for name in writers)
-        gm.graph.call_module("fp8_delayed_scales", amax)
+    amax = tuple(_out_amax(gm, nodes[name]) for name in writers)
+    with gm.graph.inserting_before(_first_op(gm)):  # before every conv
+        update = gm.graph.call_module("fp8_delayed_scales", amax)
     gm.graph.lint()
     gm.recompile()
-    gm.register_forward_pre_hook(seed_on_first_call, with_kwargs=True)
-    if calibration is not None:
-        seed(gm, calibration if isinstance(calibration, tuple) else (calibration,), {})
+    return update
 
 
 def _share_amax(gm: fx.GraphModule, chosen: dict[str, Conv2d]) -> list[str]:
@@ -553,30 +552,29 @@ def _out_amax(gm: fx.GraphModule, node: fx.Node) -> fx.Node:
     name = f"{node.target.replace('.', '_')}_out_amax"
     device = gm.get_submodule(node.target).weight.device
     gm.register_buffer(name, torch.zeros((), device=device), persistent=False)
-    with gm.graph.inserting_before(node):
+    # At the graph's start: the ops that run before every conv read it too.
+    with gm.graph.inserting_before(_first_op(gm)):
         amax = gm.graph.get_attr(name)
     node.kwargs = {**node.kwargs, "out_amax": amax, "reset_amax": False}
     return amax
 
 
-def _zero_amax_first(gm: fx.GraphModule) -> None:
-    """Zero every fused conv's ``out_amax`` buffer at the start of the graph, in one
-    ``torch._foreach_zero_`` (one launch, where a ``zero_`` per conv was one each), after
-    the delayed scales' update (which reads them)."""
-    targets = [node.kwargs["out_amax"].target for node in gm.graph.nodes
+def _first_op(gm: fx.GraphModule) -> fx.Node:
+    """The graph's first node past its inputs and attribute reads."""
+    return next(n for n in gm.graph.nodes if n.op not in ("placeholder", "get_attr"))
+
+
+def _zero_amax_first(gm: fx.GraphModule, after: fx.Node | None) -> None:
+    """Zero every fused conv's ``out_amax`` buffer before any conv runs, in one
+    ``torch._foreach_zero_`` (one launch, where a ``zero_`` per conv was one each): after
+    ``after`` (the delayed scales' update, which reads them) if given."""
+    buffers = [node.kwargs["out_amax"] for node in gm.graph.nodes
                if node.op == "call_module" and "out_amax" in node.kwargs]  # fmt: skip
-    if not targets:
+    if not buffers:
         return
-    # After the delayed scales' update if there is one, else after the inputs.
-    leading = [
-        n for n in gm.graph.nodes if n.op == "placeholder" or n.target == "fp8_delayed_scales"
-    ]
-    where = gm.graph.inserting_after(leading[-1]) if leading else gm.graph.inserting_before()
-    with where:
-        zero = gm.graph.call_function(torch._foreach_zero_, ([],))
-    with gm.graph.inserting_before(zero):
-        buffers = [gm.graph.get_attr(target) for target in targets]
-    zero.args = (buffers,)
+    graph = gm.graph
+    with graph.inserting_after(after) if after else graph.inserting_before(_first_op(gm)):
+        graph.call_function(torch._foreach_zero_, (buffers,))
     gm.graph.lint()
     gm.recompile()
 
