@@ -21,6 +21,8 @@ SM90_CASES = {
     ),
     "thread-store": (Conv2dConfig(), EpilogueSpec(store_by_threads=True, has_amax=True), "bfloat16"),
     "fp8-out": (Conv2dConfig(tile_k=128), AMAX, "float8_e4m3fn"),
+    # Output rows of (q, p, n) boxes: the bounds of each row take divisions.
+    "halo": (Conv2dConfig(tile_m=256, tile_n=64, tile_w=64, halo_h=6), AMAX, "bfloat16"),
 }  # fmt: skip
 
 
@@ -34,8 +36,8 @@ def test_sm90_kernel_publishes_one_amax_per_warp(config, spec, dtype):
         "sm_90a", act_dtype=dtype, out_dtype=dtype, config=config, epilogue=spec
     )
     atomics, maxima = _atomics_and_maxima(kernel.ptx)
-    # One atomic, after the persistent loop; the running max per value plus the warp's
-    # five-step butterfly.
+    # One atomic, after the persistent loop; a max per value (trees per row, rows in bounds
+    # or not) plus the warp's five-step butterfly.
     assert atomics == 1
     assert maxima >= config.tile_n // 2 + 5
     plain = cute_conv.compile_kernel(

@@ -27,7 +27,7 @@ proxies (a write-after-read hazard; Triton's proxy-fence pass inserts a fence th
 source buffer is released after the fence, not before it.
 """
 
-from typing import NamedTuple, Optional
+from typing import List, NamedTuple, Optional, Tuple
 
 import cutlass
 import cutlass.cute as cute
@@ -52,7 +52,7 @@ class SourceSubtiles(NamedTuple):
     thread's partition of it per buffer, and the registers it is copied to.
 
     ``tiled_copy`` None: ``smem`` and ``regs_copy`` share a layout (SM90's r2s partition of
-    the buffers); otherwise it is the SMEM -> registers copy into ``regs_copy``, a retiling
+    the buffers, an 8-bit source's as 16-bit pairs: a view of ``regs``); otherwise it is the SMEM -> registers copy into ``regs_copy``, a retiling
     of ``regs``."""
 
     pipeline: pipeline.PipelineTmaAsync
@@ -82,17 +82,54 @@ class OutputSubtiles(NamedTuple):
     amax: Optional[cute.Tensor] = None
 
 
+def _rows_and_columns(coords: cute.Tensor) -> Tuple[List[int], List[int], List[int], List[int]]:
+    """Trace time: how a thread's values of a subtile share rows and columns. ``coords[v]``
+    is the thread's base coordinate plus the static offset ``coords.layout(v)``, so values
+    with one row (column) offset share a row (column). Returns a value of each row and of
+    each column, and each value's row and column (indices into those)."""
+    offsets = [coords.layout(v) for v in range(cute.size(coords))]
+    row_offsets = sorted({offset[0] for offset in offsets})
+    col_offsets = sorted({offset[1] for offset in offsets})
+    row_values = [[o[0] for o in offsets].index(r) for r in row_offsets]
+    col_values = [[o[1] for o in offsets].index(c) for c in col_offsets]
+    row_of = [row_offsets.index(o[0]) for o in offsets]
+    col_of = [col_offsets.index(o[1]) for o in offsets]
+    return row_values, col_values, row_of, col_of
+
+
+@cute.jit
+def rows_and_columns_in_bounds(
+    coords: cute.Tensor, coord_subtile: cute.Tensor, bound: cute.Shape
+) -> Tuple[cute.Tensor, cute.Tensor]:
+    """Which of this thread's rows and columns of a subtile (``_rows_and_columns``'s order)
+    lie inside the output: ``coords`` holds each value's (m, n) position inside the subtile,
+    ``coord_subtile`` the subtile's output coordinates and ``bound`` the output's shape (the
+    M and K tails, and halo tiles' columns past Q, are outside).
+
+    A value at (m, n) is inside iff its row, the subtile's (m, 0), and its column, (0, n),
+    are: an output coordinate only grows along a subtile's rows and columns, so where the
+    first row (column) is outside, all are."""
+    row_values, col_values, _, _ = _rows_and_columns(coords)
+    rows = cute.make_rmem_tensor(len(row_values), cutlass.Boolean)
+    for i in cutlass.range_constexpr(len(row_values)):
+        rows[i] = cute.elem_less(coord_subtile[(coords[row_values[i]][0], 0)], bound)
+    cols = cute.make_rmem_tensor(len(col_values), cutlass.Boolean)
+    for j in cutlass.range_constexpr(len(col_values)):
+        cols[j] = cute.elem_less(coord_subtile[(0, coords[col_values[j]][1])], bound)
+    return rows, cols
+
+
 @cute.jit
 def values_in_bounds(
     shape: cute.Shape, coords: cute.Tensor, coord_subtile: cute.Tensor, bound: cute.Shape
 ) -> cute.Tensor:
-    """Which of this thread's values of a subtile lie inside the output: ``coords`` holds
-    each value's (m, n) position inside the subtile, ``coord_subtile`` the subtile's output
-    coordinates and ``bound`` the output's shape (the M and K tails, and halo tiles' columns
-    past Q, are outside)."""
+    """Which of this thread's values of a subtile lie inside the output (arguments as for
+    ``rows_and_columns_in_bounds``)."""
+    _, _, row_of, col_of = _rows_and_columns(coords)
+    rows, cols = rows_and_columns_in_bounds(coords, coord_subtile, bound)
     in_bounds = cute.make_rmem_tensor(shape, cutlass.Boolean)
     for v in cutlass.range_constexpr(cute.size(in_bounds)):
-        in_bounds[v] = cute.elem_less(coord_subtile[coords[v]], bound)
+        in_bounds[v] = rows[row_of[v]] & cols[col_of[v]]
     return in_bounds
 
 
@@ -107,18 +144,54 @@ def running_amax(spec: cutlass.Constexpr) -> Optional[cute.Tensor]:
     return amax
 
 
+def _max_tree(values: List[cutlass.Float32]) -> cutlass.Float32:
+    """Trace time: the NaN-propagating maximum of ``values``, reduced pairwise (a tree of
+    depth log2(n), where a running maximum chains all n into dependent instructions)."""
+    while len(values) > 1:
+        evens, odds = values[0::2], values[1::2]
+        pairs = [cute.arch.fmax(a, b, nan=True) for a, b in zip(evens, odds, strict=False)]
+        values = pairs + values[len(pairs) * 2 :]  # an odd one out waits a level
+    return values[0]
+
+
+def _masked_max(
+    values: cute.Tensor,
+    rows: cute.Tensor,
+    cols: cute.Tensor,
+    row_of: List[int],
+    col_of: List[int],
+) -> cutlass.Float32:
+    """Trace time: the largest magnitude among ``values`` whose row and column are inside
+    (``rows``, ``cols``; 0 where none is), as one tree per row."""
+    zero = cutlass.Float32(0.0)
+    row_maxima = []
+    for i in range(cute.size(rows)):
+        magnitudes = [
+            cutlass.select_(cols[col_of[v]], cute.math.absf(values[v]), zero)
+            for v in range(cute.size(values))
+            if row_of[v] == i
+        ]
+        row_maxima.append(cutlass.select_(rows[i], _max_tree(magnitudes), zero))
+    return _max_tree(row_maxima)
+
+
 @cute.jit
-def raise_amax(amax: cute.Tensor, y: cute.TensorSSA, in_bounds: cute.Tensor):
-    """``amax[0]`` raised to the largest magnitude among this thread's values ``y`` that lie
-    inside the output (a NaN propagates)."""
-    values = cute.make_rmem_tensor(in_bounds.shape, cutlass.Float32)
+def raise_amax(
+    amax: cute.Tensor,
+    y: cute.TensorSSA,
+    coords: cute.Tensor,
+    coord_subtile: cute.Tensor,
+    bound: cute.Shape,
+):
+    """``amax[0]`` raised to the largest magnitude among this thread's values ``y`` of a
+    subtile that lie inside the output (a NaN propagates; ``coords``, ``coord_subtile`` and
+    ``bound`` as for ``values_in_bounds``). Reduced row by row as trees: each value is
+    selected by its column's bound, each row's maximum by the row's."""
+    _, _, row_of, col_of = _rows_and_columns(coords)
+    rows, cols = rows_and_columns_in_bounds(coords, coord_subtile, bound)
+    values = cute.make_rmem_tensor(cute.size(coords), cutlass.Float32)
     values.store(y)
-    running = amax[0]
-    for v in cutlass.range_constexpr(cute.size(values)):
-        magnitude = cute.arch.fmax(values[v], -values[v], nan=True)
-        if in_bounds[v]:
-            running = cute.arch.fmax(running, magnitude, nan=True)
-    amax[0] = running
+    amax[0] = cute.arch.fmax(amax[0], _masked_max(values, rows, cols, row_of, col_of), nan=True)
 
 
 @cute.jit
@@ -141,11 +214,13 @@ def subtile_values(
     subtile_n0: cutlass.Int32,
     residual: Optional[cute.TensorSSA],
     out: OutputSubtiles,
-    in_bounds: Optional[cute.Tensor],
+    coord_subtile: Optional[cute.Tensor],
+    bound: Optional[cute.Shape],
 ) -> cute.TensorSSA:
     """The epilogue's fp32 results of this thread's values of one subtile (``residual``:
     ``beta * C`` of them, or None), times ``out.out_factor`` for an fp8 output. With
-    ``out.amax``, the results inside the output (``in_bounds``) raise it first."""
+    ``out.amax``, the results inside the output (``coord_subtile`` and ``bound``, as for
+    ``values_in_bounds``) raise it first."""
     if cutlass.const_expr(spec.has_channel_vectors):
         load_channel_vectors(
             spec,
@@ -158,7 +233,7 @@ def subtile_values(
         )
     y = apply_epilogue(spec, acc, alpha, vectors.r_scale.load(), vectors.r_bias.load(), residual)
     if cutlass.const_expr(out.amax is not None):
-        raise_amax(out.amax, y, in_bounds)
+        raise_amax(out.amax, y, vectors.coords, coord_subtile, bound)
     if cutlass.const_expr(out.out_factor is not None):
         y = y * out.out_factor  # cvt to fp8 is satfinite: past +-448 stores +-448
     return y
@@ -194,7 +269,7 @@ def store_subtile_by_threads(
             if in_bounds[v]:
                 regs[v] = source_subtile[coords[v]]
         residual = beta * regs.load().to(cutlass.Float32)
-    y = subtile_values(spec, acc, alpha, vectors, subtile_n0, residual, out, in_bounds)
+    y = subtile_values(spec, acc, alpha, vectors, subtile_n0, residual, out, coord_subtile, bound)
     regs.store(y.to(regs.element_type))
     for v in cutlass.range_constexpr(cute.size(regs)):
         if in_bounds[v]:
@@ -224,9 +299,6 @@ def store_subtile(
     ``source_state`` and releases it (the caller advances the state). With ``out.amax``,
     ``coord_subtile`` and ``bound`` say which values lie inside the output (as for
     ``store_subtile_by_threads``): the TMA store clips the others, the amax skips them."""
-    in_bounds = None
-    if cutlass.const_expr(out.amax is not None):
-        in_bounds = values_in_bounds(out.regs.shape, vectors.coords, coord_subtile, bound)
     residual = None
     if cutlass.const_expr(spec.has_residual):
         source.pipeline.consumer_wait(source_state)
@@ -236,7 +308,7 @@ def store_subtile(
         else:
             cute.copy(source.tiled_copy, source_buffer, source.regs_copy)
         residual = beta * source.regs.load().to(cutlass.Float32)
-    y = subtile_values(spec, acc, alpha, vectors, subtile_n0, residual, out, in_bounds)
+    y = subtile_values(spec, acc, alpha, vectors, subtile_n0, residual, out, coord_subtile, bound)
     out.regs.store(y.to(out.regs.element_type))
     cute.copy(out.tiled_copy, out.regs_copy, out.smem[(None, None, None, buffer)])
     # Generic-proxy SMEM accesses before the async proxy's: the output writes before the TMA
