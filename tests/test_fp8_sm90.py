@@ -120,11 +120,15 @@ CONFIGS = [
 ]
 
 
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, E4M3])
 @pytest.mark.parametrize("residual", [None, 1.0], ids=["plain", "residual"])
 @pytest.mark.parametrize("config", CONFIGS)
-def test_fp8_across_configs(config, residual):
+def test_fp8_across_configs(config, residual, out_dtype):
+    # K=128: fp8 output rows of 128 bytes, so an fp8 residual is read by TMA and staged in
+    # SMEM as the output is (K=200 above is stored and read by the threads).
     shape = (2, 16, 28, 128, 128, 3, 3, dict(padding=1))
-    run_fp8(shape, bias=True, activation="relu", residual=residual, config=config)
+    run_fp8(shape, bias=True, activation="relu", residual=residual, config=config,
+            out_dtype=out_dtype)  # fmt: skip
 
 
 def test_fp8_output_saturates():

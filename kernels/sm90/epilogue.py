@@ -117,9 +117,11 @@ class Sm90EpilogueMixin:
         if self.epilogue.loads_source_by_tma:
             regs_c = cute.make_rmem_tensor(rD_shape, self.out_dtype)
             # This thread's values in C's buffers: the r2s partition, in tRS_rD's order.
-            source = SourceSubtiles(
-                source_pipeline, None, thr_copy_r2s.partition_S(sC), regs_c, regs_c
-            )
+            smem_c, regs_c_copy = thr_copy_r2s.partition_S(sC), regs_c
+            if cutlass.const_expr(self.out_dtype.width == 8):
+                smem_c = self.byte_pairs(smem_c, cute.make_swizzle(*self.source_swizzle))
+                regs_c_copy = cute.recast_tensor(regs_c, cutlass.Uint16)
+            source = SourceSubtiles(source_pipeline, None, smem_c, regs_c_copy, regs_c)
         vectors = ChannelVectors(
             m_bias,
             m_scale,
@@ -139,6 +141,16 @@ class Sm90EpilogueMixin:
             sD=sD,
             first_buffer=first_buffer,
         )
+
+    @staticmethod
+    def byte_pairs(smem: cute.Tensor, swizzle: cute.Swizzle) -> cute.Tensor:
+        """An 8-bit SMEM partition whose values come in adjacent pairs (an accumulator
+        fragment's), viewed as 16-bit elements: read so, each pair is one 2-byte load kept
+        whole, where 8-bit elements are split into bytes and packed again for the conversion
+        (4 byte permutes per pair, and the registers they hold). ``swizzle``: the buffer's, in
+        bytes, as the pointer applies it (``recast_tensor`` would drop it)."""
+        pairs = cute.recast_ptr(smem.iterator, swizzle_=swizzle, dtype=cutlass.Uint16)
+        return cute.make_tensor(pairs, cute.recast_layout(16, 8, smem.layout))
 
     @staticmethod
     def accumulators_by_subtile(acc: cute.Tensor, rD_shape: cute.Shape) -> cute.Tensor:
