@@ -115,6 +115,34 @@ def test_sm90_fp8_k_tile_is_one_128_byte_row():
     assert kernel.smem_bytes == bf16.smem_bytes
 
 
+@pytest.mark.parametrize(
+    "config",
+    [
+        pytest.param(Conv2dConfig(tile_m=256, tile_k=64, dynamic_schedule=True), id="256x128"),
+        pytest.param(Conv2dConfig(tile_k=128, pingpong=True), id="pingpong"),
+    ],
+)
+def test_fp8_staging_is_addressed_from_a_few_registers(config):
+    """ResNet's block-output convs in fp8 (a residual, an amax, an fp8 output; the default
+    configs of its batch-128 layers): the byte pairs of the output staging and of C are
+    read and written at offsets from a few swizzled bases, so no register spills. (With an
+    address per pair they spilled 14-58 values.)"""
+    from tests.sass import sass_of
+
+    spec = EpilogueSpec(
+        has_bias=True, has_scale=True, activation="relu", has_residual=True, has_amax=True,
+        has_source_scale=True, residual_order="before_activation",
+    )  # fmt: skip
+    kernel = cute_conv.compile_kernel(
+        "sm_90a", act_dtype=E4M3, out_dtype=E4M3, config=config, epilogue=spec
+    )
+    sass = sass_of(kernel.cubin)
+    bases = set(re.findall(r"(?:STS|LDS)\.U16 (?:R\d+, )?\[(R\d+)(?:\+0x[0-9a-f]+)?\]", sass))
+    pairs = len(re.findall(r"(?:STS|LDS)\.U16", sass))
+    assert pairs >= 2 * 64 and len(bases) <= pairs // 8
+    assert re.search(r"\b(STL|LDL)\b", sass) is None
+
+
 @pytest.mark.parametrize("dtype", [BF16, torch.float16])
 def test_quantize_kernel_is_one_vectorized_saturating_pass(dtype):
     from cute_conv.compile import compile_quantize

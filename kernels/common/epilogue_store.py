@@ -34,6 +34,7 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 
 from .epilogue import apply_epilogue, load_channel_vectors
+from .swizzled_smem import GroupedSmem, copy_grouped
 
 
 class ChannelVectors(NamedTuple):
@@ -302,15 +303,20 @@ def store_subtile(
     residual = None
     if cutlass.const_expr(spec.has_residual):
         source.pipeline.consumer_wait(source_state)
-        source_buffer = source.smem[(None, None, None, source_state.index)]
-        if cutlass.const_expr(source.tiled_copy is None):
-            cute.autovec_copy(source_buffer, source.regs_copy)
+        at = (None, None, None, source_state.index)
+        if cutlass.const_expr(isinstance(source.smem, GroupedSmem)):
+            copy_grouped(source.regs_copy, source.smem.buffers[at], to_smem=False)
+        elif cutlass.const_expr(source.tiled_copy is None):
+            cute.autovec_copy(source.smem[at], source.regs_copy)
         else:
-            cute.copy(source.tiled_copy, source_buffer, source.regs_copy)
+            cute.copy(source.tiled_copy, source.smem[at], source.regs_copy)
         residual = beta * source.regs.load().to(cutlass.Float32)
     y = subtile_values(spec, acc, alpha, vectors, subtile_n0, residual, out, coord_subtile, bound)
     out.regs.store(y.to(out.regs.element_type))
-    cute.copy(out.tiled_copy, out.regs_copy, out.smem[(None, None, None, buffer)])
+    if cutlass.const_expr(isinstance(out.smem, GroupedSmem)):
+        copy_grouped(out.regs_copy, out.smem.buffers[(None, None, None, buffer)], to_smem=True)
+    else:
+        cute.copy(out.tiled_copy, out.regs_copy, out.smem[(None, None, None, buffer)])
     # Generic-proxy SMEM accesses before the async proxy's: the output writes before the TMA
     # store reads them, the source reads before the next TMA load overwrites the buffer.
     cute.arch.fence_proxy("async.shared", space="cta")

@@ -294,9 +294,11 @@ class Conv2dFpropSm90(
         self.source_smem_layout_staged = sm90_utils.make_smem_layout_epi(
             self.out_dtype, LayoutEnum.ROW_MAJOR, self.epi_tile, max(self.source_stages, 1)
         )
-        # Its swizzle's static (bits, base, shift), for views of the buffers in other units.
-        swizzle = self.source_smem_layout_staged.inner
-        self.source_swizzle = (swizzle.num_bits, swizzle.num_base, swizzle.num_shift)
+        # The output and C buffers' swizzle as static (bits, base, shift): 8-bit outputs
+        # view the buffers as byte pairs (Sm90EpilogueMixin.byte_pairs).
+        swizzle = self.epi_smem_layout_staged.inner
+        self.epi_swizzle = (swizzle.num_bits, swizzle.num_base, swizzle.num_shift)
+        assert self.source_smem_layout_staged.inner == swizzle
         self.cta_layout_mnk = cute.make_layout((*self.cluster_mn, 1))
         self.shared_storage = sm90_smem_struct(
             act_dtype=self.act_dtype,

@@ -20,6 +20,7 @@ from ..common.epilogue_store import (
     store_subtile,
     store_subtile_by_threads,
 )
+from ..common.swizzled_smem import GroupedSmem, affine_groups
 from ..common.tile_scheduler import StaticTileScheduler
 from .mainloop import ConsumerStates
 
@@ -95,11 +96,19 @@ class Sm90EpilogueMixin:
             store_warp = self.epi_store_warp_id + warpgroup_idx * 4
             first_buffer = warpgroup_idx * self.epi_stages
         regs_out = cute.make_rmem_tensor(rD_shape, self.out_dtype)
+        out_smem, out_regs_copy, out_copy = thr_copy_r2s.partition_D(sD), regs_out, tiled_copy_r2s
+        pairs_grouped = cutlass.const_expr(
+            self.out_dtype.width == 8 and self.pairs_group(tiled_copy_r2s, sD)
+        )
+        if pairs_grouped:
+            # 8-bit values in byte pairs, each at an offset from one of a few bases.
+            out_smem = GroupedSmem(self.byte_pairs(out_smem, cute.make_swizzle(*self.epi_swizzle)))
+            out_regs_copy, out_copy = cute.recast_tensor(regs_out, cutlass.Uint16), None
         out = OutputSubtiles(
             regs=regs_out,
-            regs_copy=regs_out,
-            tiled_copy=tiled_copy_r2s,
-            smem=thr_copy_r2s.partition_D(sD),  # (R2S, R2S_M, R2S_N, PIPE_D)
+            regs_copy=out_regs_copy,
+            tiled_copy=out_copy,
+            smem=out_smem,  # (R2S, R2S_M, R2S_N, PIPE_D)
             tma_atom=tma_atom_d,
             smem_tma=None,  # per tile, with its global side (epilogue_tile)
             barrier=pipeline.NamedBarrier(
@@ -119,8 +128,10 @@ class Sm90EpilogueMixin:
             # This thread's values in C's buffers: the r2s partition, in tRS_rD's order.
             smem_c, regs_c_copy = thr_copy_r2s.partition_S(sC), regs_c
             if cutlass.const_expr(self.out_dtype.width == 8):
-                smem_c = self.byte_pairs(smem_c, cute.make_swizzle(*self.source_swizzle))
+                smem_c = self.byte_pairs(smem_c, cute.make_swizzle(*self.epi_swizzle))
                 regs_c_copy = cute.recast_tensor(regs_c, cutlass.Uint16)
+                if pairs_grouped:  # C's buffers share the output's layout
+                    smem_c = GroupedSmem(smem_c)
             source = SourceSubtiles(source_pipeline, None, smem_c, regs_c_copy, regs_c)
         vectors = ChannelVectors(
             m_bias,
@@ -141,6 +152,19 @@ class Sm90EpilogueMixin:
             sD=sD,
             first_buffer=first_buffer,
         )
+
+    def pairs_group(self, tiled_copy_r2s: cute.TiledCopy, sD: cute.Tensor) -> bool:
+        """Trace time: whether every epilogue thread's byte pairs in an 8-bit staging buffer
+        fall in ``affine_groups`` (so that ``copy_grouped`` may address them)."""
+        subtile = cute.make_identity_tensor(self.epi_tile)
+        first_values = [
+            tiled_copy_r2s.get_slice(t).partition_D(subtile)[0] for t in range(self.tile_threads)
+        ]
+        bases = [sD.layout((*coord, 0)) for coord in first_values]  # 1-byte elements
+        one_buffer = tiled_copy_r2s.get_slice(0).partition_D(sD)[(None, None, None, 0)]
+        pairs = cute.recast_layout(16, 8, one_buffer.layout)
+        offsets = [pairs(v) * 2 for v in range(cute.size(pairs))]
+        return affine_groups(offsets, self.epi_swizzle, bases) is not None
 
     @staticmethod
     def byte_pairs(smem: cute.Tensor, swizzle: cute.Swizzle) -> cute.Tensor:
