@@ -53,8 +53,9 @@ class SourceSubtiles(NamedTuple):
     thread's partition of it per buffer, and the registers it is copied to.
 
     ``tiled_copy`` None: ``smem`` and ``regs_copy`` share a layout (SM90's r2s partition of
-    the buffers, an 8-bit source's as 16-bit pairs: a view of ``regs``); otherwise it is the SMEM -> registers copy into ``regs_copy``, a retiling
-    of ``regs``."""
+    the buffers; an 8-bit source's as 16-bit pairs, ``regs_copy`` a view of ``regs``, and a
+    ``GroupedSmem`` where its pairs group); otherwise it is the SMEM -> registers copy into
+    ``regs_copy``, a retiling of ``regs``."""
 
     pipeline: pipeline.PipelineTmaAsync
     tiled_copy: Optional[cute.TiledCopy]
@@ -65,11 +66,12 @@ class SourceSubtiles(NamedTuple):
 
 class OutputSubtiles(NamedTuple):
     """Registers -> SMEM staging buffers -> TMA store, and the barrier of the threads that
-    share the staging buffers."""
+    share the staging buffers. ``smem`` a ``GroupedSmem`` (SM90's 8-bit outputs): no
+    ``tiled_copy``; ``regs_copy`` views ``regs`` as the pairs ``copy_grouped`` moves."""
 
     regs: cute.Tensor  # the output values, in the accumulator's value order
     regs_copy: cute.Tensor  # ``regs`` as the registers -> SMEM copy reads it
-    tiled_copy: cute.TiledCopy  # registers -> SMEM
+    tiled_copy: Optional[cute.TiledCopy]  # registers -> SMEM
     smem: cute.Tensor  # this thread's partition of the staging buffers: (..., buffer)
     tma_atom: cute.CopyAtom
     smem_tma: cute.Tensor  # the staging buffers as the TMA store reads them: (TMA, buffer)

@@ -155,7 +155,9 @@ class Sm90EpilogueMixin:
 
     def pairs_group(self, tiled_copy_r2s: cute.TiledCopy, sD: cute.Tensor) -> bool:
         """Trace time: whether every epilogue thread's byte pairs in an 8-bit staging buffer
-        fall in ``affine_groups`` (so that ``copy_grouped`` may address them)."""
+        fall in ``affine_groups`` (so that ``copy_grouped`` may address them). The offsets
+        are within a buffer: buffers start at multiples of 1024 bytes, the longest swizzle
+        period."""
         subtile = cute.make_identity_tensor(self.epi_tile)
         first_values = [
             tiled_copy_r2s.get_slice(t).partition_D(subtile)[0] for t in range(self.tile_threads)
