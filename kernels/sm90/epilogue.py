@@ -102,7 +102,7 @@ class Sm90EpilogueMixin:
         )
         if pairs_grouped:
             # 8-bit values in byte pairs, each at an offset from one of a few bases.
-            out_smem = GroupedSmem(self.byte_pairs(out_smem, cute.make_swizzle(*self.epi_swizzle)))
+            out_smem = GroupedSmem(self.byte_pairs(out_smem))
             out_regs_copy, out_copy = cute.recast_tensor(regs_out, cutlass.Uint16), None
         out = OutputSubtiles(
             regs=regs_out,
@@ -128,7 +128,7 @@ class Sm90EpilogueMixin:
             # This thread's values in C's buffers: the r2s partition, in tRS_rD's order.
             smem_c, regs_c_copy = thr_copy_r2s.partition_S(sC), regs_c
             if cutlass.const_expr(self.out_dtype.width == 8):
-                smem_c = self.byte_pairs(smem_c, cute.make_swizzle(*self.epi_swizzle))
+                smem_c = self.byte_pairs(smem_c)
                 regs_c_copy = cute.recast_tensor(regs_c, cutlass.Uint16)
                 if pairs_grouped:  # C's buffers share the output's layout
                     smem_c = GroupedSmem(smem_c)
@@ -168,13 +168,14 @@ class Sm90EpilogueMixin:
         offsets = [pairs(v) * 2 for v in range(cute.size(pairs))]
         return affine_groups(offsets, self.epi_swizzle, bases) is not None
 
-    @staticmethod
-    def byte_pairs(smem: cute.Tensor, swizzle: cute.Swizzle) -> cute.Tensor:
-        """An 8-bit SMEM partition whose values come in adjacent pairs (an accumulator
-        fragment's), viewed as 16-bit elements: read so, each pair is one 2-byte load kept
-        whole, where 8-bit elements are split into bytes and packed again for the conversion
-        (4 byte permutes per pair, and the registers they hold). ``swizzle``: the buffer's, in
-        bytes, as the pointer applies it (``recast_tensor`` would drop it)."""
+    def byte_pairs(self, smem: cute.Tensor) -> cute.Tensor:
+        """An 8-bit SMEM partition of the output or C buffers whose values come in adjacent
+        pairs (an accumulator fragment's), viewed as 16-bit elements: read so, each pair is
+        one 2-byte load kept whole, where 8-bit elements are split into bytes and packed again
+        for the conversion (4 byte permutes per pair, and the registers they hold). The pointer
+        keeps the buffers' swizzle (``epi_swizzle``, in bytes as pointers apply it), which
+        ``recast_tensor`` would drop."""
+        swizzle = cute.make_swizzle(*self.epi_swizzle)
         pairs = cute.recast_ptr(smem.iterator, swizzle_=swizzle, dtype=cutlass.Uint16)
         return cute.make_tensor(pairs, cute.recast_layout(16, 8, smem.layout))
 
