@@ -519,25 +519,32 @@ def _delay_scales(
 
 def _share_amax(gm: fx.GraphModule, chosen: dict[str, Conv2d]) -> list[str]:
     """Dynamic fp8: each fp8 conv whose input is the output of another fused conv (called
-    once) reads ``max|x|`` from that conv's epilogue (``Conv2d.forward``'s ``out_amax`` and
-    ``x_amax``, one float32 buffer of ``gm`` per writer) instead of reducing over ``x``: the
-    quantization of its input is then one pass. Returns the readers' names."""
+    once), directly or through our max pools, reads ``max|x|`` from that conv's epilogue
+    (``Conv2d.forward``'s ``out_amax`` and ``x_amax``, one float32 buffer of ``gm`` per
+    writer) instead of reducing over ``x``: the quantization of its input is then one pass.
+    A max pool's output holds some of its input's values, so its amax is at most the conv's:
+    the scale never saturates (and is the same when the largest magnitude is a maximum, as
+    after a ReLU). Returns the readers' names."""
     modules = dict(gm.named_modules())
     called = Counter(node.target for node in gm.graph.nodes if node.op == "call_module")
+
+    def is_ours(x: object, kinds: tuple[type, ...]) -> bool:
+        return (
+            isinstance(x, fx.Node)
+            and x.op == "call_module"
+            and isinstance(modules[x.target], kinds)
+        )
+
     readers = []
     for node in list(gm.graph.nodes):
         if node.op != "call_module" or node.target not in chosen:
             continue
-        x = node.args[0]
-        writer_is_ours = (
-            isinstance(x, fx.Node)
-            and x.op == "call_module"
-            and isinstance(modules[x.target], Conv2d)
-            and called[x.target] == 1
-        )
-        if not writer_is_ours:
+        writer = node.args[0]
+        while is_ours(writer, (MaxPool2d, TiledMaxPool2d)):
+            writer = writer.args[0]
+        if not is_ours(writer, (Conv2d,)) or called[writer.target] != 1:
             continue
-        node.kwargs = {**node.kwargs, "x_amax": _out_amax(gm, x)}
+        node.kwargs = {**node.kwargs, "x_amax": _out_amax(gm, writer)}
         readers.append(node.target)
     gm.recompile()
     return readers
