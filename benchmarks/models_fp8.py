@@ -67,7 +67,8 @@ def measure(name: str, batch: int) -> dict:
     return dict(model=name, batch=batch, ms=ms, rel_err=rel, top1_vs_bf16=top1,
                 fp8=len(report.fp8), fp8_outputs=len(report.fp8_outputs),
                 fp8_outputs_delayed=len(delayed.fp8_outputs),
-                kept_16bit=[c.name for c in report.kept_16bit])  # fmt: skip
+                kept_16bit=[c.name for c in report.kept_16bit],
+                fp8_stems=report.fp8_stems)  # fmt: skip
 
 
 def render(rows: list[dict]) -> str:
@@ -95,7 +96,8 @@ def render(rows: list[dict]) -> str:
         "",
         f"- {r['model']}: {r['fp8']} convs on fp8, {r['fp8_outputs']} of them writing fp8 for "
         f"the next conv with static scales, {r['fp8_outputs_delayed']} with delayed ones; "
-        f"kept 16-bit: {', '.join(r['kept_16bit']) or 'none'}.",
+        f"kept 16-bit: {', '.join(r['kept_16bit']) or 'none'}"
+        f"{' (writing fp8: ' + ', '.join(r['fp8_stems']) + ')' if r['fp8_stems'] else ''}.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -64,7 +64,7 @@ def conv2d_fprop(
             Compiled once per function object.
         out: optional ``[N, P, Q, K]`` contiguous output to write. Any DLPack tensor is
             accepted for ``x``, ``filter`` and ``out`` when ``out`` is given.
-        out_dtype: bfloat16, float16 or float32, or float8_e4m3fn from fp8 inputs (with
+        out_dtype: bfloat16, float16 or float32, or float8_e4m3fn from any inputs (with
             ``out_scale``); defaults to ``out.dtype`` or the input dtype (bfloat16 for fp8
             inputs).
         config: kernel configuration; defaults to ``default_config(problem)``.

@@ -25,7 +25,7 @@ from .dtypes import CUTLASS_DTYPES, FP8_INPUT_DTYPES, INPUT_DTYPES, dtype_name
 from .kernels.common.entry import ConvLaunchParams, ConvPointers, check_kernel_dtypes
 from .kernels.common.epilogue import EpilogueSpec
 from .kernels.common.im2col import ConvGeometry
-from .kernels.common.max_pool import MaxPool2dNhwc, PoolWindow
+from .kernels.common.max_pool import POOL_TYPES, MaxPool2dNhwc, PoolWindow
 from .kernels.common.quantize import QuantizeFp8
 from .kernels.common.space_to_depth import SpaceToDepthFold
 from .kernels.common.unfold import Im2colColumns
@@ -210,8 +210,8 @@ def compile_kernel(
 
     Needs no GPU. ``act_dtype``/``filter_dtype``: bfloat16 or float16, equal, or each
     float8_e4m3fn or float8_e5m2 (torch dtypes, cutlass types or names; ``filter_dtype``
-    defaults to ``act_dtype``); ``out_dtype``: bfloat16, float16 or float32, float8_e4m3fn too
-    from fp8 inputs (defaults to ``act_dtype``, bfloat16 for fp8). ``config``: a
+    defaults to ``act_dtype``); ``out_dtype``: bfloat16, float16, float32 or float8_e4m3fn
+    (defaults to ``act_dtype``, bfloat16 for fp8). ``config``: a
     ``Conv2dConfig`` for ``sm_90a`` (default ``Conv2dConfig()``), a ``Conv2dConfigSm100``
     for ``sm_100a`` (default ``Conv2dConfigSm100.default_bf16()``; that kernel is
     compile-verified only); ``epilogue`` (bias, scale, activation, epilogue_fn,
@@ -384,13 +384,13 @@ def _compile_max_pool(key: MaxPoolKey) -> CompiledHelperKernel:
 
 def compile_max_pool(arch: str, dtype: Any, window: PoolWindow) -> CompiledHelperKernel:
     """Compile (or fetch from the caches) the NHWC max-pool kernel of ``dtype`` (bfloat16,
-    float16 or float32) for ``window``; see ``cute_conv.pooling``. Needs no GPU. Launch with
+    float16, float32 or float8_e4m3fn) for ``window``; see ``cute_conv.pooling``. Needs no GPU. Launch with
     ``(x_ptr, y_ptr, N, H, W, P, Q, vectors, stream)``, ``vectors`` the channels over
     ``kernels.common.max_pool.VECTOR_BYTES / element size``."""
     _check_arch(arch)
     if not isinstance(window, PoolWindow):
         raise TypeError(f"window must be a PoolWindow, got {type(window).__name__}")
-    dtype = dtype_name(dtype, "dtype", ("bfloat16", "float16", "float32"))
+    dtype = dtype_name(dtype, "dtype", tuple(dtype_name(t) for t in POOL_TYPES))
     return _cached(MaxPoolKey(arch, dtype, window), _compile_max_pool)
 
 

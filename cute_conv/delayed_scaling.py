@@ -99,12 +99,12 @@ def seed(gm: fx.GraphModule, args: tuple[Any, ...], kwargs: dict[str, Any]) -> N
         )
     modules = dict(gm.named_modules())
     writers = [modules[name] for name in delayed.writers]
+    # Those reading a writer's output (directly or past a max pool) with the writer's scale.
+    scales = {id(scale) for scale in delayed.scales}
     readers = [
-        modules[node.target]
-        for node in gm.graph.nodes
-        if node.op == "call_module"
-        and isinstance(modules[node.target], Conv2d)
-        and getattr(node.args[0], "target", None) in delayed.writers
+        module
+        for module in modules.values()
+        if isinstance(module, Conv2d) and id(module.x_scale) in scales
     ]
     saved = [(m, m.out_scale, m.x_scale) for m in writers + readers]
     try:

@@ -55,6 +55,7 @@ class Conv2d(nn.Module):
         x_scale, out_scale, identity_scale: after ``to_fp8``: the input's per-tensor scale
             (None: measured on each call), for fp8 output the output's, and for an fp8
             identity the identity's (else None); 0-dim float32 buffers, read by the kernel.
+            ``write_fp8`` sets ``out_scale`` of a 16-bit module.
     """
 
     def __init__(
@@ -207,11 +208,15 @@ class Conv2d(nn.Module):
             raise TypeError(f"x has dtype {x.dtype}; the weight is {weight.dtype}")
         if identity is None:
             _reset_amax(out_amax, weight.device, reset_amax)
+            fp8_out = self.out_scale is not None  # write_fp8
             y = api.conv2d_fprop(
                 _nhwc(x), weight, stride=self.stride, padding=self._padding,
                 dilation=self.dilation, bias=self.bias, scale=self.scale,
-                activation=self.activation, out_amax=out_amax,
+                activation=self.activation, out_amax=out_amax, out_scale=self.out_scale,
+                out_dtype=torch.float8_e4m3fn if fp8_out else None,
             )  # fmt: skip
+        elif self.out_scale is not None:
+            raise ValueError("this Conv2d writes fp8 (write_fp8) and takes no identity")
         else:
             self._check_identity(x, identity)
             _reset_amax(out_amax, weight.device, reset_amax)
@@ -269,6 +274,26 @@ class Conv2d(nn.Module):
         self.x_scale = x_scale
         self.out_scale = out_scale
         self.identity_scale = identity_scale
+        return self
+
+    @torch.no_grad()
+    def write_fp8(self, out_scale: torch.Tensor) -> Conv2d:
+        """Keep this conv's 16-bit inputs but write float8_e4m3fn (``result / out_scale``,
+        saturated to +-448): a stem with too few channels for fp8 inputs writing the map its
+        fp8 readers take (``optimize``). ``forward`` then takes no ``identity``.
+
+        Args:
+            out_scale: a 0-dim float32 tensor on the weight's device, read by the kernel on
+                each call.
+
+        Returns ``self``. Raises, before changing anything, ``ValueError`` when the module
+        runs on fp8 (``to_fp8``) or already writes it, or ``out_scale`` is not one float32
+        element on the weight's device (``TypeError`` when it is no tensor).
+        """
+        if self.w_scale is not None or self.out_scale is not None:
+            raise ValueError("this Conv2d already runs on or writes fp8")
+        check_scale_tensor("out_scale", out_scale, self.weight.device, "the weight")
+        self.out_scale = out_scale
         return self
 
     def _forward_fp8(

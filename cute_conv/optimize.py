@@ -38,6 +38,7 @@ from torch import fx, nn
 from .delayed_scaling import DelayedScales, seed, seed_on_first_call
 from .fold import activation_name
 from .fp8 import scale_from_amax
+from .kernels.common.max_pool import VECTOR_BYTES as POOL_VECTOR_BYTES
 from .nn import Conv2d, conv_limits
 from .pooling import MaxPool2d, TiledMaxPool2d, runs_as_kernel, tiles_the_map
 
@@ -85,6 +86,8 @@ class OptimizeReport:
     # and those kept 16-bit (with why).
     fp8: list[str] = field(default_factory=list)
     fp8_outputs: list[str] = field(default_factory=list)
+    # 16-bit convs (the stem) writing fp8 for the fp8 convs after them (``_fp8_producers``).
+    fp8_stems: list[str] = field(default_factory=list)
     fp8_scaling: str | None = None  # one of FP8_SCALINGS
     # dynamic scales: the fp8 convs whose 16-bit input another fused conv writes, with its
     # max|output| from the epilogue (``_share_amax``): quantized without a reduction.
@@ -124,6 +127,9 @@ class OptimizeReport:
                     "takes in its epilogue"
                 )
             lines += [f"  kept 16-bit {conv.name}: {conv.reason}" for conv in self.kept_16bit]
+            lines += [
+                f"  16-bit {name} writes fp8 for the convs after it" for name in self.fp8_stems
+            ]
         return "\n".join(lines)
 
 
@@ -168,9 +174,10 @@ def optimize(
             takes ``"static"`` with a calibration input, else ``"dynamic"``.
 
             - ``"static"``: scales from ``calibration`` (required), fixed. A conv whose
-              readers are all fp8 convs, and whose own identity (if any) is fp8, writes fp8
-              with its output's scale (its readers read with it, an identity through the
-              residual's beta); the other convs write 16 bits, and their fp8 readers
+              readers are all fp8 convs (directly or past a max pool), and whose own
+              identity (if any) is fp8, writes fp8 with its output's scale (its readers read
+              with it, an identity through the residual's beta), the 16-bit stem included
+              (``Conv2d.write_fp8``); the other convs write 16 bits, and their fp8 readers
               quantize them in one pass.
             - ``"dynamic"``: each conv measures its input's scale on every call, and every
               conv writes 16 bits. An input written by another fused conv is measured by
@@ -459,27 +466,37 @@ def _static_scales(
     calibration: Any,
 ) -> None:
     """Static fp8 scales from one calibration run; each conv whose every reader is an fp8
-    conv writes fp8."""
-    in_amax, out_amax = _calibrate(gm, chosen, calibration)
+    conv writes fp8 (a 16-bit stem too, ``_fp8_producers``)."""
+    modules = dict(gm.named_modules())
+    writers = _fp8_producers(gm, chosen)
+    measured = {**chosen, **{name: modules[name] for name in writers}}
+    in_amax, out_amax = _calibrate(gm, measured, calibration)
     # A tensor written as fp8 has one scale tensor, its producer's, for every reader.
-    written = {name: scale_from_amax(out_amax[name]) for name in _fp8_producers(gm, chosen)}
-    _convert(report, calls, chosen, written, lambda name: scale_from_amax(in_amax[name]))
+    written = {name: scale_from_amax(out_amax[name]) for name in writers}
+    _convert(gm, report, calls, chosen, written, lambda name: scale_from_amax(in_amax[name]))
 
 
 def _convert(
+    gm: fx.GraphModule,
     report: OptimizeReport,
     calls: list[tuple[fx.Node, Conv2d]],
     chosen: dict[str, Conv2d],
     written: dict[str, torch.Tensor],
     input_scale: Any,
 ) -> None:
-    """``Conv2d.to_fp8`` on each chosen module: the convs in ``written`` write fp8 with their
-    scale there, which their readers read their input or identity with; any other input is
+    """``Conv2d.to_fp8`` on each chosen module, ``Conv2d.write_fp8`` on the 16-bit ones in
+    ``written`` (stems): the convs in ``written`` write fp8 with their scale there, which
+    their readers read their input (past max pools) or identity with; any other input is
     scaled by ``input_scale(name)`` (a tensor, or None: measured on each call)."""
+    modules = dict(gm.named_modules())
     for node, module in calls:
+        if node.target in written and node.target not in chosen:
+            module.write_fp8(written[node.target])
+            report.fp8_stems.append(node.target)
         if node.target not in chosen:
             continue
-        x, identity = node.args[0], node.args[1] if len(node.args) > 1 else None
+        x = _past_pools(node.args[0], modules)
+        identity = _past_pools(node.args[1] if len(node.args) > 1 else None, modules)
         from_fp8 = isinstance(x, fx.Node) and x.target in written
         x_scale = written[x.target] if from_fp8 else input_scale(node.target)
         identity_scale = None
@@ -505,7 +522,8 @@ def _delay_scales(
     device = next(iter(chosen.values())).weight.device if chosen else torch.device("cpu")
     delayed = DelayedScales(writers, device)
     gm.add_submodule("fp8_delayed_scales", delayed)
-    _convert(report, calls, chosen, dict(zip(writers, delayed.scales, strict=True)), lambda _: None)
+    written = dict(zip(writers, delayed.scales, strict=True))
+    _convert(gm, report, calls, chosen, written, lambda _: None)
     readers = _share_amax(gm, chosen)  # their x_amax: for the measuring call
     report.fp8_amax_inputs = [name for name in readers if chosen[name].x_scale is None]
     nodes = {node.target: node for node, _ in calls}
@@ -527,22 +545,12 @@ def _share_amax(gm: fx.GraphModule, chosen: dict[str, Conv2d]) -> list[str]:
     after a ReLU). Returns the readers' names."""
     modules = dict(gm.named_modules())
     called = Counter(node.target for node in gm.graph.nodes if node.op == "call_module")
-
-    def is_ours(x: object, kinds: tuple[type, ...]) -> bool:
-        return (
-            isinstance(x, fx.Node)
-            and x.op == "call_module"
-            and isinstance(modules[x.target], kinds)
-        )
-
     readers = []
     for node in list(gm.graph.nodes):
         if node.op != "call_module" or node.target not in chosen:
             continue
-        writer = node.args[0]
-        while is_ours(writer, (MaxPool2d, TiledMaxPool2d)):
-            writer = writer.args[0]
-        if not is_ours(writer, (Conv2d,)) or called[writer.target] != 1:
+        writer = _past_pools(node.args[0], modules, (MaxPool2d, TiledMaxPool2d))
+        if not _calls(writer, modules, Conv2d) or called[writer.target] != 1:
             continue
         node.kwargs = {**node.kwargs, "x_amax": _out_amax(gm, writer)}
         readers.append(node.target)
@@ -586,28 +594,70 @@ def _zero_amax_first(gm: fx.GraphModule, after: fx.Node | None) -> None:
     gm.recompile()
 
 
-def _fp8_producers(gm: fx.GraphModule, chosen: dict[str, Conv2d]) -> set[str]:
-    """The fp8 convs that may write fp8: every reader is an fp8 conv, reading it as its input
-    or as the identity of a conv that writes fp8 too, and their own identity (if any) is
-    written as fp8 (a residual has the output's dtype)."""
-    nodes = {node.target: node for node in gm.graph.nodes if node.target in chosen}
+def _calls(node: object, modules: dict[str, nn.Module], kinds: type | tuple[type, ...]) -> bool:
+    """Whether ``node`` is a call of a module of ``kinds``."""
+    return (
+        isinstance(node, fx.Node)
+        and node.op == "call_module"
+        and isinstance(modules[node.target], kinds)
+    )
 
-    def reads_fine(user: fx.Node, node: fx.Node, producers: set[str]) -> bool:
+
+def _past_pools(
+    node: object, modules: dict[str, nn.Module], kinds: tuple[type, ...] = (MaxPool2d,)
+) -> object:
+    """The node whose values ``node`` holds: ``node`` itself, or the input of the chain of max
+    pools of ``kinds`` whose output it is (``MaxPool2d`` alone by default: the one pool that
+    takes e4m3 maps)."""
+    while _calls(node, modules, kinds):
+        node = node.args[0]
+    return node
+
+
+def _fp8_producers(gm: fx.GraphModule, chosen: dict[str, Conv2d]) -> set[str]:
+    """The fused convs that may write fp8: the fp8 convs, and the 16-bit ones kept for their
+    few input channels (the stem: ``Conv2d.write_fp8``; called once, with no identity).
+    Every reader is an fp8 conv, reading the output as its input or as the identity of a conv
+    that writes fp8 too, directly or past ``MaxPool2d`` nodes (which pool e4m3 maps when K
+    fills their 16-channel vectors); and their own identity (if any) is written as fp8 (a
+    residual has the output's dtype)."""
+    modules = dict(gm.named_modules())
+    called = Counter(node.target for node in gm.graph.nodes if node.op == "call_module")
+
+    def may_write(node: fx.Node) -> bool:
+        if not node.users or not _calls(node, modules, Conv2d):
+            return False
+        module = modules[node.target]
+        stem = module.w_scale is None and module.out_scale is None and len(node.args) == 1
+        return node.target in chosen or (stem and called[node.target] == 1)
+
+    def reads_fine(user: fx.Node, source: fx.Node, channels: int, producers: set[str]) -> bool:
+        if _calls(user, modules, MaxPool2d):
+            fills_vectors = channels % POOL_VECTOR_BYTES == 0  # one byte per e4m3 channel
+            return (
+                fills_vectors
+                and bool(user.users)
+                and all(reads_fine(u, user, channels, producers) for u in user.users)
+            )
         if user.op != "call_module" or user.target not in chosen:
             return False
-        as_x = user.args[0] is node
-        as_identity = len(user.args) > 1 and user.args[1] is node
+        as_x = user.args[0] is source
+        as_identity = len(user.args) > 1 and user.args[1] is source
         return (as_x or as_identity) and not (as_identity and user.target not in producers)
 
-    producers = {name for name, node in nodes.items() if node.users}
+    nodes = {node.target: node for node in gm.graph.nodes if may_write(node)}
+    producers = set(nodes)
     changed = True
     while changed:  # drop producers with a reader that cannot take fp8, until none is left
         changed = False
         for name in sorted(producers):
             node = nodes[name]
             identity = node.args[1] if len(node.args) > 1 else None
+            identity = _past_pools(identity, modules)
             fp8_identity = identity is None or getattr(identity, "target", None) in producers
-            if not fp8_identity or not all(reads_fine(u, node, producers) for u in node.users):
+            channels = modules[name].out_channels
+            readers_fine = all(reads_fine(u, node, channels, producers) for u in node.users)
+            if not fp8_identity or not readers_fine:
                 producers.discard(name)
                 changed = True
     return producers

@@ -79,9 +79,10 @@ def runs_as_kernel(pool: nn.Module) -> bool:
 
 class MaxPool2d(nn.Module):
     """``nn.MaxPool2d(kernel_size, stride, padding, dilation)`` whose channels_last CUDA
-    inputs of 16-bit or float32 values, channels filling 16-byte vectors, go through one
-    kernel pass (``kernels.common.max_pool``); other inputs, and inputs that require grad, go to
-    ``F.max_pool2d``. The same values as torch's pool, NaN included."""
+    inputs of 16-bit, float32 or float8_e4m3fn values (an fp8 stem's output, see ``optimize``),
+    channels filling 16-byte vectors, go through one kernel pass (``kernels.common.max_pool``);
+    other inputs, and inputs that require grad, go to ``F.max_pool2d`` (float8_e4m3fn ones
+    through float32, which torch pools). The same values as torch's pool, NaN included."""
 
     def __init__(
         self,
@@ -110,7 +111,7 @@ class MaxPool2d(nn.Module):
             # Opaque to the tracer (the launch reads data pointers): the op checks the rest.
             return torch.ops.cute_conv.max_pool2d(x, *map(list, self.window))
         if not _kernel_takes(x, self.window):
-            return F.max_pool2d(x, *self.window)  # torch's errors for a bad window or map
+            return _torch_pool(x, self.window)  # torch's errors for a bad window or map
         return _max_pool2d_nhwc(x, self.window)
 
     def extra_repr(self) -> str:
@@ -122,13 +123,21 @@ def _output_size(size: int, kernel: int, stride: int, padding: int, dilation: in
     return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
 
 
+def _torch_pool(x: torch.Tensor, window: PoolWindow) -> torch.Tensor:
+    """``F.max_pool2d``; an fp8 ``x`` (which torch does not pool) through float32, exact: the
+    maxima are values of ``x``."""
+    if x.dtype == torch.float8_e4m3fn:
+        return F.max_pool2d(x.float(), *window).to(x.dtype)
+    return F.max_pool2d(x, *window)
+
+
 def _kernel_takes(x: torch.Tensor, window: PoolWindow) -> bool:
     """Whether ``_max_pool2d_nhwc`` runs ``x``: see ``MaxPool2d``. The window must be one torch
     takes (padding at most half the kernel) with an output of at least one pixel."""
     if not (
         x.is_cuda
         and x.dim() == 4
-        and x.dtype in (torch.bfloat16, torch.float16, torch.float32)
+        and x.dtype in (torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn)
         and not x.requires_grad
         and x.is_contiguous(memory_format=torch.channels_last)
         and x.shape[1] * x.element_size() % VECTOR_BYTES == 0
@@ -173,7 +182,7 @@ def _max_pool2d_op(
     (its output made channels_last, as the fake implementation says)."""
     window = PoolWindow(*(tuple(v) for v in (kernel_size, stride, padding, dilation)))
     if not _kernel_takes(x, window):
-        return F.max_pool2d(x, *window).contiguous(memory_format=torch.channels_last)
+        return _torch_pool(x, window).contiguous(memory_format=torch.channels_last)
     return _max_pool2d_nhwc(x, window)
 
 

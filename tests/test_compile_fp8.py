@@ -84,10 +84,15 @@ def test_source_scale_feeds_the_output(arch, _, bf16_config):
     assert not EpilogueSpec(has_source_scale=True).has_source_scale  # no residual: dropped
 
 
-@pytest.mark.parametrize("arch,fp8_config,_", ARCH_CONFIGS)
-def test_fp8_output_is_a_saturating_conversion_of_scaled_values(arch, fp8_config, _):
+@pytest.mark.parametrize("inputs", [E4M3, BF16], ids=["fp8-in", "bf16-in"])
+@pytest.mark.parametrize("arch,fp8_config,bf16_config", ARCH_CONFIGS)
+def test_fp8_output_is_a_saturating_conversion_of_scaled_values(
+    arch, fp8_config, bf16_config, inputs
+):
+    """An e4m3 output, from fp8 inputs or 16-bit ones (a 16-bit stem writing fp8)."""
     epilogue = EpilogueSpec(has_bias=False, activation="relu", has_residual=True)
-    ptx = _ptx(arch, E4M3, E4M3, E4M3, fp8_config, epilogue)
+    config = fp8_config if inputs == E4M3 else bf16_config
+    ptx = _ptx(arch, inputs, inputs, E4M3, config, epilogue)
     converts = instructions(ptx, "cvt.rn.satfinite.e4m3x2.f32")
     assert converts
     assert not re.search(r"cvt\.rn\.e4m3x2", ptx)  # every fp8 store saturates

@@ -63,9 +63,12 @@ def test_scales_are_rejected_on_16bit_calls():
     out = torch.full((1, 8, 8, 16), 3.0, dtype=BF16)
     with pytest.raises(ValueError, match="x_scale is only for fp8 inputs"):
         cute_conv.conv2d_fprop(x, w, padding=1, x_scale=_scale(), out=out)
-    with pytest.raises(TypeError, match="fp8 output is written from fp8 inputs only"):
-        cute_conv.conv2d_fprop(x, w, padding=1, out_dtype=E4M3)
-    assert bool((out == 3.0).all())
+    fp8_out = torch.full((1, 8, 8, 16), 3.0).to(E4M3)
+    with pytest.raises(ValueError, match="out_scale is required with fp8 output"):
+        cute_conv.conv2d_fprop(x, w, padding=1, out=fp8_out)
+    with pytest.raises(TypeError, match="out_dtype is torch.float8_e5m2"):
+        cute_conv.conv2d_fprop(x, w, padding=1, out_dtype=E5M2, out_scale=_scale())
+    assert bool((out == 3.0).all()) and bool((fp8_out.float() == 3.0).all())
 
 
 def test_fp8_residual_source_has_the_output_dtype():
@@ -80,7 +83,7 @@ def test_compile_kernel_checks_fp8_dtypes():
     with pytest.raises(TypeError, match="Float8E4M3FN or Float8E5M2"):
         cute_conv.compile_kernel("sm_90a", act_dtype=E4M3, filter_dtype=BF16)
     with pytest.raises(TypeError, match="out_dtype must be one of"):
-        cute_conv.compile_kernel("sm_90a", act_dtype=BF16, out_dtype=E4M3)
+        cute_conv.compile_kernel("sm_90a", act_dtype=BF16, out_dtype=E5M2)
     with pytest.raises(ValueError, match="tile_k=16 with 8-bit inputs is a 16-byte k-tile"):
         cute_conv.compile_kernel("sm_90a", act_dtype=E4M3, config=Conv2dConfig(tile_k=16))
     with pytest.raises(ValueError, match="tile_k=128 with 16-bit inputs is a 256-byte k-tile"):
@@ -293,7 +296,12 @@ def test_optimize_fp8_scaling_arguments_and_delayed_graph():
     report = gm.cute_conv_report
     assert report.fp8_scaling == "delayed" and "(delayed scaling)" in str(report)
     delayed = gm.fp8_delayed_scales
-    assert sorted(delayed.writers) == sorted(report.fp8_outputs) and not delayed.seeded
+    assert sorted(delayed.writers) == sorted(report.fp8_outputs + report.fp8_stems)
+    assert not delayed.seeded
+    # The 16-bit stem writes fp8 too: its readers (past the max pool, one as an identity)
+    # are fp8 convs; every block's conv2 then reads an fp8 identity and writes fp8.
+    assert report.fp8_stems == ["conv1"] and "16-bit conv1 writes fp8" in str(report)
+    assert len(report.fp8_outputs) == 16 and "layer1.0.conv2" in report.fp8_outputs
     # The graph starts with the scales' update, reading each writer's epilogue amax.
     first = next(n for n in gm.graph.nodes if n.op == "call_module")
     assert first.target == "fp8_delayed_scales"
@@ -303,9 +311,13 @@ def test_optimize_fp8_scaling_arguments_and_delayed_graph():
     modules = dict(gm.named_modules())
     for name, scale in zip(delayed.writers, delayed.scales, strict=True):
         assert modules[name].out_scale is scale  # shared, updated in place
-        for reader in nodes[name].users:
+        output = nodes[name]
+        if name == "conv1":  # read past the max pool
+            (output,) = output.users
+            assert isinstance(modules[output.target], cute_conv.pooling.MaxPool2d)
+        for reader in output.users:
             module = modules[reader.target]
-            if reader.args[0] is nodes[name]:
+            if reader.args[0] is output:
                 assert module.x_scale is scale
             else:
                 assert module.identity_scale is scale

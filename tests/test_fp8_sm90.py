@@ -131,6 +131,36 @@ def test_fp8_across_configs(config, residual, out_dtype):
             out_dtype=out_dtype)  # fmt: skip
 
 
+@pytest.mark.parametrize("residual", [None, 0.5], ids=["plain", "residual"])
+@pytest.mark.parametrize("shape", [SHAPES[i] for i in (0, 1, 3)])  # 3x3, tails, the C=3 stem
+def test_16bit_inputs_write_fp8(shape, residual):
+    """bf16 inputs with a float8_e4m3fn output and its amax (a 16-bit stem writing fp8 for the
+    convs after it): the stored values are the float32 result over ``out_scale``, rounded to
+    e4m3; the amax is the result's, before the scale."""
+    n, h, w, c, k, r, s, geom = shape
+    x, flt = random_conv_inputs(n, h, w, c, k, r, s)
+    problem = cute_conv.Conv2dProblemShape.from_shapes(x.shape, flt.shape, **geom)
+    bias = torch.randn(k, device="cuda")
+    source = None
+    if residual is not None:
+        source = torch.randn(problem.output_shape, device="cuda").to(E4M3)
+    ref = reference(x.float(), flt.float(), geom, bias=bias, activation="relu", source=source,
+                    beta=residual or 0.0)  # fmt: skip
+    out_scale = ref.abs().max() / 400
+    out = torch.full(problem.output_shape, float("nan"), device="cuda").to(E4M3)
+    amax = torch.zeros(1, device="cuda")  # raised, not reset, by the kernel
+    kwargs = dict(bias=bias, activation="relu", out=out, out_scale=out_scale, out_amax=amax,
+                  **geom)  # fmt: skip
+    if source is None:
+        cute_conv.conv2d_fprop(x, flt, **kwargs)
+    else:
+        cute_conv.conv2d_fprop_with_residual(x, flt, source, beta=residual, **kwargs)
+    torch.cuda.synchronize()
+    report = compare_to_reference(out, ref / out_scale)
+    assert report.ok, f"{problem}: {report}"
+    assert torch.allclose(amax, ref.abs().max().reshape(1), rtol=1e-2, atol=0)
+
+
 def test_fp8_output_saturates():
     """Values past e4m3's largest finite value (448) are stored as +-448, never NaN."""
     shape = (1, 8, 8, 64, 64, 1, 1, {})

@@ -95,7 +95,7 @@ def test_max_pool_module_on_the_cpu_is_torchs():
         MaxPool2d(2, padding=2)(x)  # torch's error
 
 
-@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "float8_e4m3fn"])
 def test_max_pool_kernel_is_one_vectorized_pass(dtype):
     """Every window tap is one 16-byte load, the result one 16-byte store; the max keeps NaN."""
     window = PoolWindow((3, 3), (2, 2), (1, 1), (1, 1))
@@ -107,6 +107,19 @@ def test_max_pool_kernel_is_one_vectorized_pass(dtype):
         compile_max_pool("sm_90a", dtype, ((3, 3), (2, 2), (1, 1), (1, 1)))
     with pytest.raises(TypeError, match="dtype=int8 is not supported"):
         compile_max_pool("sm_90a", torch.int8, window)
+    with pytest.raises(TypeError, match="dtype=float8_e5m2 is not supported"):
+        compile_max_pool("sm_90a", torch.float8_e5m2, window)  # its inf would saturate
+
+
+def test_max_pool_module_pools_fp8_through_float32_on_the_cpu():
+    """torch has no fp8 pool: the module's fallback pools the values in float32, exactly."""
+    x = _channels_last(2, 16, 9, 11, dtype=torch.float32).to(torch.float8_e4m3fn)
+    x[0, 3, 4, 5] = float("nan")
+    ours = MaxPool2d(3, 2, 1)(x)
+    ref = F.max_pool2d(x.float(), 3, 2, 1)
+    assert ours.dtype == torch.float8_e4m3fn
+    assert torch.equal(ours.float().isnan(), ref.isnan())
+    assert torch.equal(ours.float().nan_to_num(0.0), ref.nan_to_num(0.0))
 
 
 GPU_POOLS = [
@@ -120,20 +133,24 @@ GPU_POOLS = [
 
 @requires_sm90
 @pytest.mark.parametrize("window", GPU_POOLS, ids=str)
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize(
+    "dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn], ids=str
+)
 @pytest.mark.parametrize("shape", [(2, 64, 17, 23), (1, 8, 5, 4), (3, 24, 112, 112)], ids=str)
 def test_max_pool_kernel_matches_torch(window, dtype, shape):
+    """fp8 maps (16-channel vectors; the others go to the float32 fallback) against torch's
+    pool of their float32 values."""
     if dtype == torch.float32 and shape[1] % 4:
         pytest.skip("float32 vectors are 4 channels")
     x = torch.randn(*shape, device="cuda").to(dtype).contiguous(memory_format=torch.channels_last)
     x[0, 1, 2, 3] = float("nan")
-    x[-1, -1, 0, 0] = float("-inf")
-    ref = F.max_pool2d(x, *window)
+    x[-1, -1, 0, 0] = float("-inf")  # NaN in e4m3, which has no infinity
+    ref = F.max_pool2d(x.float(), *window)
     ours = MaxPool2d(*window)(x)
     assert ours.shape == ref.shape and ours.dtype == dtype
     assert ours.is_contiguous(memory_format=torch.channels_last)
-    assert torch.equal(ours.isnan(), ref.isnan())
-    assert torch.equal(ours.nan_to_num(0.0), ref.nan_to_num(0.0))
+    assert torch.equal(ours.float().isnan(), ref.isnan())
+    assert torch.equal(ours.float().nan_to_num(0.0), ref.nan_to_num(0.0))
 
 
 @requires_sm90

@@ -68,14 +68,14 @@ WIDE_OUT_TYPES = (cutlass.BFloat16, cutlass.Float16, cutlass.Float32)
 
 def check_kernel_dtypes(act_dtype, filter_dtype, out_dtype) -> None:
     """Raise ``TypeError`` unless the inputs are one 16-bit type or two fp8 types and the
-    output one the epilogue writes for them (fp8 output from fp8 inputs only)."""
+    output one the epilogue writes: a 16-bit type, float32 or Float8E4M3FN (saturating)."""
     fp8 = act_dtype in FP8_TYPES and filter_dtype in FP8_TYPES
     if not (fp8 or (act_dtype in SIXTEEN_BIT_TYPES and filter_dtype == act_dtype)):
         raise TypeError(
             f"act_dtype and filter_dtype must both be BFloat16, both Float16, or each "
             f"Float8E4M3FN or Float8E5M2, got {act_dtype} and {filter_dtype}"
         )
-    out_types = WIDE_OUT_TYPES + ((cutlass.Float8E4M3FN,) if fp8 else ())
+    out_types = WIDE_OUT_TYPES + (cutlass.Float8E4M3FN,)
     if out_dtype not in out_types:
         raise TypeError(
             f"out_dtype must be one of {', '.join(t.__name__ for t in out_types)} with "

@@ -18,6 +18,9 @@ import cutlass
 import cutlass.cute as cute
 
 VECTOR_BYTES = 16  # per load and store: C must be a multiple of VECTOR_BYTES / element size
+# e4m3 maps too (an fp8 stem's output): max commutes with a monotone per-tensor quantization.
+# Not e5m2: its infinities would come back finite from the saturating conversion.
+POOL_TYPES = (cutlass.BFloat16, cutlass.Float16, cutlass.Float32, cutlass.Float8E4M3FN)
 _THREADS = 256
 
 
@@ -36,8 +39,10 @@ class MaxPool2dNhwc:
     Int32."""
 
     def __init__(self, dtype: type[cutlass.Numeric], window: PoolWindow):
-        if dtype not in (cutlass.BFloat16, cutlass.Float16, cutlass.Float32):
-            raise TypeError(f"dtype must be BFloat16, Float16 or Float32, got {dtype}")
+        if dtype not in POOL_TYPES:
+            raise TypeError(
+                f"dtype must be one of {', '.join(t.__name__ for t in POOL_TYPES)}, got {dtype}"
+            )
         self.dtype = dtype
         self.window = window
         self.vector = VECTOR_BYTES * 8 // dtype.width

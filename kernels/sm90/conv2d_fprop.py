@@ -173,7 +173,7 @@ class Conv2dFpropSm90(
 
     :param act_dtype, filter_dtype: input types: BFloat16 or Float16 (equal), or each
         Float8E4M3FN or Float8E5M2 (see ``ConvKernelEntry``).
-    :param out_dtype: BFloat16, Float16 or Float32; Float8E4M3FN from fp8 inputs.
+    :param out_dtype: BFloat16, Float16, Float32 or Float8E4M3FN (saturating).
     :param config: tile, cluster, ring depth, rasterization and schedule options (stream-K,
         dynamic scheduling, halo tiles, ping-pong); see ``Conv2dConfig``.
     :param epilogue: the fused epilogue terms, see ``EpilogueSpec``.
