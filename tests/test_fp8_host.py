@@ -246,6 +246,32 @@ def test_nn_conv2d_to_fp8_quantizes_the_weight_per_channel():
     assert fresh.weight.dtype == BF16 and fresh.w_scale is None and torch.equal(fresh.scale, bn_scale)
 
 
+def test_nn_conv2d_write_fp8_keeps_16bit_inputs():
+    """A 16-bit conv (the stem) writing e4m3: the weight stays, ``out_scale`` is set; bad
+    scales and a second call are refused before anything changes; no identity then."""
+    conv = torch.nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False).to(BF16).eval()
+    module = cute_conv.nn.Conv2d.from_torch(conv, None, "relu")
+    weight = module.weight.detach().clone()
+    with pytest.raises(TypeError, match="out_scale must be a one-element float32"):
+        module.write_fp8(0.5)
+    with pytest.raises(ValueError, match="out_scale must be a one-element float32 tensor"):
+        module.write_fp8(torch.ones(2))
+    assert module.out_scale is None
+    scale = torch.full((), 0.25)
+    assert module.write_fp8(scale) is module
+    assert module.out_scale is scale and module.weight.dtype == BF16
+    assert torch.equal(module.weight, weight) and "fp8 output" in repr(module)
+    with pytest.raises(ValueError, match="already runs on or writes fp8"):
+        module.write_fp8(scale)
+    x = torch.zeros(1, 3, 16, 16, dtype=BF16).contiguous(memory_format=torch.channels_last)
+    identity = torch.zeros(1, 64, 8, 8, dtype=BF16).contiguous(memory_format=torch.channels_last)
+    with pytest.raises(ValueError, match="writes fp8 .* takes no identity"):
+        module(x, identity)
+    fp8 = cute_conv.nn.Conv2d(32, 32, 1).to_fp8()
+    with pytest.raises(ValueError, match="already runs on or writes fp8"):
+        fp8.write_fp8(scale)
+
+
 def test_optimize_fp8_arguments_and_report():
     torchvision = pytest.importorskip("torchvision")
     model = torchvision.models.resnet18(weights=None).to(BF16).eval()

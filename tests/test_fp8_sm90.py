@@ -356,13 +356,14 @@ def _resnet18_and_input(batch: int) -> tuple[torch.nn.Module, torch.Tensor]:
     return model, x.contiguous(memory_format=torch.channels_last)
 
 
-# The convs of ResNet-18 that optimize(dtype="fp8") lets write fp8 (static or delayed scales):
-# those whose readers all take fp8 and whose identity is fp8: the blocks' first convs, and the
-# block outputs and downsamples of layer2 and layer3 (layer1's identity is the 16-bit pooling's
-# output; layer4's last block feeds the 16-bit pooling).
+# The fp8 convs of ResNet-18 that optimize(dtype="fp8") lets write fp8 (static or delayed
+# scales): those whose readers all take fp8 and whose identity is fp8: the blocks' first convs,
+# and the block outputs and downsamples of layers 1 to 3 (layer1's identity is the max pool's
+# e4m3 output, the 16-bit stem writing fp8 too; layer4's last block feeds the 16-bit average
+# pool, and so its identity chain stays 16-bit).
 RESNET18_FP8_WRITERS = (
     [f"layer{i}.{j}.conv1" for i in range(1, 5) for j in range(2)]
-    + [f"layer{i}.{j}.conv2" for i in (2, 3) for j in range(2)]
+    + [f"layer{i}.{j}.conv2" for i in (1, 2, 3) for j in range(2)]
     + ["layer2.0.downsample.0", "layer3.0.downsample.0"]
 )
 
@@ -379,7 +380,8 @@ def test_optimize_fp8_static_and_dynamic():
     assert [c.name for c in report.kept_16bit] == ["conv1"]  # the RGB stem
     assert len(report.fp8) == 19
     assert sorted(report.fp8_outputs) == sorted(RESNET18_FP8_WRITERS)
-    assert not dynamic.cute_conv_report.fp8_outputs
+    assert report.fp8_stems == ["conv1"]
+    assert not dynamic.cute_conv_report.fp8_outputs and not dynamic.cute_conv_report.fp8_stems
     for name, out in outs.items():
         err = ((out - bf16).norm() / bf16.norm()).item()
         assert err < 0.15, f"{name}: {err}"
@@ -399,6 +401,7 @@ def test_optimize_fp8_delayed_scaling():
         # The convs static scales let write fp8 (see test_optimize_fp8_static_and_dynamic).
         assert sorted(report.fp8_outputs) == sorted(RESNET18_FP8_WRITERS)
         state = delayed.fp8_delayed_scales
+        assert sorted(state.writers) == sorted(RESNET18_FP8_WRITERS + ["conv1"])
         assert not state.seeded
         first = delayed(x).float()  # seeds, then runs with the scales of x itself
         assert state.seeded
