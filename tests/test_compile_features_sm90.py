@@ -78,3 +78,23 @@ def test_feature_combination_compiles(config, spec):
 def test_fake_launch_args_follow_the_launch_params():
     key = KernelKey("sm_90a", "bfloat16", "bfloat16", "bfloat16", Conv2dConfig())
     assert len(_fake_launch_args(key)) == len(ConvLaunchParams.flat_names())
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        pytest.param(Conv2dConfig(tile_m=256, tile_k=64, dynamic_schedule=True), id="256x128"),
+        pytest.param(Conv2dConfig(pingpong=True), id="pingpong"),
+        pytest.param(Conv2dConfig(**HALO), id="halo"),
+    ],
+)
+def test_bf16_residual_is_read_from_a_few_swizzled_bases(config):
+    """A bf16 residual C comes in as 4-byte value pairs, each at an immediate offset from one
+    of a few swizzled bases (``copy_grouped``): a quarter of the base registers that an
+    address per pair took (32 on 256x128, 64 on ping-pong)."""
+    from tests.sass import sass_of
+
+    kernel = cute_conv.compile_kernel("sm_90a", config=config, epilogue=BEFORE)
+    sass = sass_of(kernel.cubin)
+    bases = re.findall(r"LDS(?:\.\w+)* (?:R\d+, )?\[(R\d+)(?:\+0x[0-9a-f]+)?\]", sass)
+    assert len(bases) >= 32 and len(set(bases)) <= len(bases) // 4

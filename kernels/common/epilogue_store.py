@@ -53,7 +53,7 @@ class SourceSubtiles(NamedTuple):
     thread's partition of it per buffer, and the registers it is copied to.
 
     ``tiled_copy`` None: ``smem`` and ``regs_copy`` share a layout (SM90's r2s partition of
-    the buffers; an 8-bit source's as 16-bit pairs, ``regs_copy`` a view of ``regs``, and a
+    the buffers; as value pairs twice as wide, ``regs_copy`` a view of ``regs``, and a
     ``GroupedSmem`` where its pairs group); otherwise it is the SMEM -> registers copy into
     ``regs_copy``, a retiling of ``regs``."""
 

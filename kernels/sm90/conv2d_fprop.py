@@ -294,8 +294,8 @@ class Conv2dFpropSm90(
         self.source_smem_layout_staged = sm90_utils.make_smem_layout_epi(
             self.out_dtype, LayoutEnum.ROW_MAJOR, self.epi_tile, max(self.source_stages, 1)
         )
-        # The output and C buffers' swizzle as static (bits, base, shift): 8-bit outputs
-        # view the buffers as byte pairs (Sm90EpilogueMixin.byte_pairs).
+        # The output and C buffers' swizzle as static (bits, base, shift), on byte addresses as
+        # their pointers apply it: the epilogue views them as value pairs (value_pairs).
         swizzle = self.epi_smem_layout_staged.inner
         self.epi_swizzle = (swizzle.num_bits, swizzle.num_base, swizzle.num_shift)
         assert self.source_smem_layout_staged.inner == swizzle

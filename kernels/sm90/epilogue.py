@@ -101,8 +101,9 @@ class Sm90EpilogueMixin:
             self.out_dtype.width == 8 and self.pairs_group(tiled_copy_r2s, sD)
         )
         if pairs_grouped:
-            # 8-bit values in byte pairs, each at an offset from one of a few bases.
-            out_smem = GroupedSmem(self.byte_pairs(out_smem))
+            # 8-bit values in byte pairs, each at an offset from one of a few bases (16-bit
+            # outputs keep stmatrix, which addresses a row of 8 values per lane at once).
+            out_smem = GroupedSmem(self.value_pairs(out_smem))
             out_regs_copy, out_copy = cute.recast_tensor(regs_out, cutlass.Uint16), None
         out = OutputSubtiles(
             regs=regs_out,
@@ -127,10 +128,15 @@ class Sm90EpilogueMixin:
             regs_c = cute.make_rmem_tensor(rD_shape, self.out_dtype)
             # This thread's values in C's buffers: the r2s partition, in tRS_rD's order.
             smem_c, regs_c_copy = thr_copy_r2s.partition_S(sC), regs_c
-            if cutlass.const_expr(self.out_dtype.width == 8):
-                smem_c = self.byte_pairs(smem_c)
-                regs_c_copy = cute.recast_tensor(regs_c, cutlass.Uint16)
-                if pairs_grouped:  # C's buffers share the output's layout
+            # Read as value pairs (one 2- or 4-byte load each), from a few swizzled bases
+            # where they group (C's buffers share the output's layout); float32 C as it is.
+            c_pairs_group = cutlass.const_expr(
+                self.out_dtype.width <= 16 and self.pairs_group(tiled_copy_r2s, sC)
+            )
+            if cutlass.const_expr(self.out_dtype.width == 8 or c_pairs_group):
+                smem_c = self.value_pairs(smem_c)
+                regs_c_copy = cute.recast_tensor(regs_c, smem_c.element_type)
+                if c_pairs_group:
                     smem_c = GroupedSmem(smem_c)
             source = SourceSubtiles(source_pipeline, None, smem_c, regs_c_copy, regs_c)
         vectors = ChannelVectors(
@@ -153,31 +159,35 @@ class Sm90EpilogueMixin:
             first_buffer=first_buffer,
         )
 
-    def pairs_group(self, tiled_copy_r2s: cute.TiledCopy, sD: cute.Tensor) -> bool:
-        """Trace time: whether every epilogue thread's byte pairs in an 8-bit staging buffer
-        fall in ``affine_groups`` (so that ``copy_grouped`` may address them). The offsets
-        are within a buffer: buffers start at multiples of 1024 bytes, the longest swizzle
-        period."""
+    def pairs_group(self, tiled_copy_r2s: cute.TiledCopy, buffers: cute.Tensor) -> bool:
+        """Trace time: whether every epilogue thread's value pairs in an 8- or 16-bit staging
+        or C buffer (``value_pairs``) fall in ``affine_groups`` (so that ``copy_grouped`` may
+        address them). The offsets are within a buffer: buffers start at multiples of 1024
+        bytes, the longest swizzle period; ``epi_swizzle`` acts on byte addresses, as the
+        buffers' pointers apply it."""
+        width = buffers.element_type.width
         subtile = cute.make_identity_tensor(self.epi_tile)
         first_values = [
             tiled_copy_r2s.get_slice(t).partition_D(subtile)[0] for t in range(self.tile_threads)
         ]
-        bases = [sD.layout((*coord, 0)) for coord in first_values]  # 1-byte elements
-        one_buffer = tiled_copy_r2s.get_slice(0).partition_D(sD)[(None, None, None, 0)]
-        pairs = cute.recast_layout(16, 8, one_buffer.layout)
-        offsets = [pairs(v) * 2 for v in range(cute.size(pairs))]
+        bases = [buffers.layout((*coord, 0)) * width // 8 for coord in first_values]
+        one_buffer = tiled_copy_r2s.get_slice(0).partition_D(buffers)[(None, None, None, 0)]
+        pairs = cute.recast_layout(2 * width, width, one_buffer.layout)
+        offsets = [pairs(v) * width // 4 for v in range(cute.size(pairs))]
         return affine_groups(offsets, self.epi_swizzle, bases) is not None
 
-    def byte_pairs(self, smem: cute.Tensor) -> cute.Tensor:
-        """An 8-bit SMEM partition of the output or C buffers whose values come in adjacent
-        pairs (an accumulator fragment's), viewed as 16-bit elements: read so, each pair is
-        one 2-byte load kept whole, where 8-bit elements are split into bytes and packed again
-        for the conversion (4 byte permutes per pair, and the registers they hold). The pointer
-        keeps the buffers' swizzle (``epi_swizzle``, in bytes as pointers apply it), which
+    def value_pairs(self, smem: cute.Tensor) -> cute.Tensor:
+        """An 8- or 16-bit SMEM partition of the output or C buffers whose values come in
+        adjacent pairs (an accumulator fragment's), viewed as elements twice as wide: read
+        so, each pair is one 2- or 4-byte load kept whole (8-bit elements would be split into
+        bytes and packed again for the conversion: 4 byte permutes per pair, and the registers
+        they hold). The pointer keeps the buffers' swizzle (``epi_swizzle``), which
         ``recast_tensor`` would drop."""
+        width = smem.element_type.width
         swizzle = cute.make_swizzle(*self.epi_swizzle)
-        pairs = cute.recast_ptr(smem.iterator, swizzle_=swizzle, dtype=cutlass.Uint16)
-        return cute.make_tensor(pairs, cute.recast_layout(16, 8, smem.layout))
+        pair_type = cutlass.Uint16 if width == 8 else cutlass.Uint32
+        pairs = cute.recast_ptr(smem.iterator, swizzle_=swizzle, dtype=pair_type)
+        return cute.make_tensor(pairs, cute.recast_layout(2 * width, width, smem.layout))
 
     @staticmethod
     def accumulators_by_subtile(acc: cute.Tensor, rD_shape: cute.Shape) -> cute.Tensor:
