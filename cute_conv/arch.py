@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from .config import check_config_fits, default_config, gathered_config
+from .config import check_config_fits, default_config, gathered_config, small_m_config
 from .config_sm100 import default_config_sm100
 from .kernels.sm90.config import SMEM_CAPACITY_SM90, Conv2dConfig
 from .kernels.sm90.conv2d_fprop import Conv2dFpropSm90
@@ -45,6 +45,10 @@ class ArchKernels:
     # that gathers the operands, or None for the staged path (None: the arch's kernels always
     # read staged copies).
     gather_rule: Optional[Callable[..., Any]]
+    # For a call without a config on a conv that runs unstaged: ``(the heuristic's config,
+    # the problem, SM count, has_residual, bytes of an input element)`` -> the config to run
+    # (None: the heuristic's).
+    unstaged_rule: Optional[Callable[..., Any]]
     # The scratch a launch needs, ``(float32 partials, int32 flags)`` or None, for
     # ``(kernel problem, config, max clusters)`` (None: the arch's kernels never need any).
     workspace_size: Optional[Callable[[Conv2dProblemShape, Any, int], Optional[tuple]]]
@@ -75,6 +79,7 @@ ARCHS: dict[str, ArchKernels] = {
         check_fits=check_config_fits,
         autotuned=True,
         gather_rule=gathered_config,
+        unstaged_rule=small_m_config,
         workspace_size=workspace_size_sm90,
     ),
     "sm_100a": ArchKernels(
@@ -86,6 +91,7 @@ ARCHS: dict[str, ArchKernels] = {
         check_fits=None,
         autotuned=False,
         gather_rule=None,
+        unstaged_rule=None,
         workspace_size=None,
     ),
 }

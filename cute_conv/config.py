@@ -35,6 +35,7 @@ __all__ = [
     "with_gathered_operands",
     "k_tile_width",
     "schedule_shape",
+    "small_m_config",
     "tile_widths",
 ]
 
@@ -59,6 +60,11 @@ _MIN_GAIN_192 = 0.95
 _NARROW_TILE_N = 32
 _NARROW_TALL_MAX_K = 8
 _MIN_WAVES_NARROW_TALL = 0.75
+# Small-M convs (see small_m_config): at most this many 128-row tiles along M and this much
+# GEMM K take 32-wide tiles, unsplit, on single CTAs, where that fills at most one wave.
+# Fitted on the corpus's train part on an H100 (benchmarks/sweep_small_m.py --fit).
+_SMALL_M_MAX_TILES_M = 3
+_SMALL_M_MAX_GEMM_K = 3456
 # Dynamic scheduling (see default_config) from this many waves of tiles: fitted on the
 # corpus's train part (benchmarks/sweep_dynamic.py).
 MIN_WAVES_DYNAMIC = 19.8
@@ -348,6 +354,55 @@ def default_config(
         tile_m=tile_m, tile_n=tile_n, tile_k=tile_k, cluster_m=cluster_m, cluster_n=cluster_n,
         stream_k=stream_k, stream_k_split=stream_k_split, dynamic_schedule=dynamic_schedule,
         tile_w=tile_w, halo_h=halo_h, pingpong=pingpong,
+    )  # fmt: skip
+
+
+def small_m_config(
+    config: Conv2dConfig,
+    problem: Conv2dProblemShape,
+    num_sms: int = 132,
+    has_residual: bool = False,
+    element_bytes: int = 2,
+) -> Conv2dConfig:
+    """The config a call without one runs for an unstaged conv (C whole TMA rows, no stem
+    staging; ``dispatch``), from ``config``, the heuristic's: 32-wide tiles, unsplit, on
+    single CTAs, for a conv of at most ``_SMALL_M_MAX_TILES_M`` 128-row tiles along M, 16-bit,
+    without a residual, K >= 128 and GEMM K up to ``_SMALL_M_MAX_GEMM_K``, where one wave
+    holds those tiles; else ``config``. Few M tiles leave most SMs idle at 64-wide tiles;
+    narrow tiles spread the conv over more of them without a stream-K split's reduction.
+
+    Fitted on an H100 (``benchmarks/sweep_small_m.py``, ``small_m_sweep.json``): the 64
+    unstaged corpus problems of GEMM M <= 512, K >= 128 and at most 2 GFLOP, each replayed
+    from a CUDA graph at the heuristic's config, 32 and 64 wide without cluster or split, and
+    cuDNN. The bounds were picked on the 43 train problems (1.051x the heuristic's speed by
+    geomean; 32-wide everywhere 0.964x: at 4 M tiles or deep 3x3 mainloops they lose) and
+    hold on the 21 held-out ones (1.071x); e.g. ResNet-50's 1x1 at batch 1, 7x7, C=2048, K=512: 13.2 ->
+    11.1 us (cuDNN 9.7). Staged or gathered convs (odd C) were not measured: not for them.
+
+    Raises:
+        TypeError, ValueError: ``config`` is no ``Conv2dConfig``, or a bad problem, SM count
+            or element size.
+    """
+    check_heuristic_args(problem, num_sms, has_residual)
+    check_element_bytes(element_bytes)
+    if not isinstance(config, Conv2dConfig):
+        raise TypeError(f"config must be a Conv2dConfig, got {type(config).__name__}")
+    tiles_m = -(-problem.gemm_m // 128)
+    tiles = tiles_m * -(-problem.K // _NARROW_TILE_N)
+    takes = (
+        element_bytes == 2
+        and not has_residual
+        and config.tile_m == 128
+        and tiles_m <= _SMALL_M_MAX_TILES_M
+        and problem.K >= 128
+        and problem.gemm_k <= _SMALL_M_MAX_GEMM_K
+        and tiles <= num_sms
+    )
+    if not takes:
+        return config
+    return replace(
+        config, tile_n=_NARROW_TILE_N, cluster_m=1, cluster_n=1, stream_k=False,
+        stream_k_split=0, dynamic_schedule=False, pingpong=False, tile_w=0, halo_h=0,
     )  # fmt: skip
 
 

@@ -318,9 +318,12 @@ def _heuristic_or_gathered(
 ):
     """The heuristic's config for the staged ``kernel_problem``, or one that gathers
     ``problem``'s operands instead, where its staging is one a gather spares and the arch's
-    gather rule takes it (sized by the heuristic on the channel-padded problem)."""
+    gather rule takes it (sized by the heuristic on the channel-padded problem); for a conv
+    that runs unstaged, the arch's unstaged rule's."""
     config = target.heuristic(kernel_problem, num_sms, has_residual, element_bytes)
     replaces = gather_replaces(problem, element_bytes)
+    if replaces is None and kernel_problem == problem and target.unstaged_rule is not None:
+        return target.unstaged_rule(config, problem, num_sms, has_residual, element_bytes)
     if target.gather_rule is None or replaces is None:
         return config
     padded = channels_padded(problem, element_bytes)

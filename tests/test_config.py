@@ -463,3 +463,43 @@ def test_autotune_tunes_fp8_convs_and_calls_take_the_choice(tmp_path, monkeypatc
     y = cute_conv.conv2d_fprop(qx, qf, padding=1, x_scale=sx, w_scale=sf, out_dtype=out_dtype,
                                out_scale=out_scale)  # fmt: skip
     assert y.dtype == out_dtype and not y.float().isnan().any()
+
+
+def test_small_m_convs_take_narrow_unsplit_tiles():
+    """``small_m_config``: a conv of a few 128-row tiles along M (ResNet-50's 1x1 at batch 1,
+    7x7, C=2048, K=512) runs 32-wide tiles on single CTAs without a split, where the
+    heuristic alone splits 64-wide tiles; calls without a config take it for unstaged convs
+    only (``heuristic_config``)."""
+    from cute_conv.config import small_m_config
+    from cute_conv.dispatch import heuristic_config
+
+    problem = Conv2dProblemShape.from_shapes((1, 7, 7, 2048), (512, 1, 1, 2048))
+    heuristic = default_config(problem)
+    assert heuristic.tile_n == 64 and heuristic.stream_k
+    narrow = small_m_config(heuristic, problem)
+    assert (narrow.tile_m, narrow.tile_n, narrow.cluster_m, narrow.cluster_n) == (128, 32, 1, 1)
+    assert not narrow.stream_k and narrow.stream_k_split == 0 and not narrow.pingpong
+    assert heuristic_config(problem, 132) == narrow
+    # Where it was not measured, or lost: the heuristic's config stands.
+    untouched = {
+        "residual": dict(has_residual=True),
+        "fp8": dict(element_bytes=1),
+        "more than a wave": dict(num_sms=8),
+    }
+    for name, kwargs in untouched.items():
+        assert small_m_config(heuristic, problem, **kwargs) == heuristic, name
+    others = {
+        "4 M tiles": Conv2dProblemShape.from_shapes((8, 7, 7, 2048), (512, 1, 1, 2048)),
+        "deep 3x3": Conv2dProblemShape.from_shapes((1, 7, 7, 512), (512, 3, 3, 512), padding=1),
+        "K < 128": Conv2dProblemShape.from_shapes((1, 7, 7, 512), (96, 1, 1, 512)),
+    }
+    for name, other in others.items():
+        config = default_config(other)
+        assert small_m_config(config, other) == config, name
+    # Odd C (gathered or padded): not measured, so the heuristic's path as before.
+    odd = Conv2dProblemShape.from_shapes((8, 1, 1, 222), (888, 1, 1, 222))
+    assert heuristic_config(odd, 132).tile_n != 32
+    with pytest.raises(TypeError, match="config must be a Conv2dConfig"):
+        small_m_config("128x32", problem)
+    with pytest.raises(ValueError, match="num_sms"):
+        small_m_config(heuristic, problem, num_sms=0)
