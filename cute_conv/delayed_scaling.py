@@ -1,18 +1,19 @@
 """Delayed fp8 scaling for ``optimize(model, dtype="fp8", scaling="delayed")``.
 
-A conv whose every reader is an fp8 conv (reading it as its input, or as the identity of a conv
-that writes fp8 too) writes float8_e4m3fn with a scale taken from the amax its epilogue
-measured on the last ``AMAX_HISTORY`` calls, and its readers read it with that scale (an
-identity's through the kernel's ``source_scale``): no 16-bit output and no quantize pass in
-between, with no calibration input. Values past the history's amax saturate to +-448 (the
-kernel converts with ``satfinite``), so an input far larger than those seen before loses its
-largest values.
+A conv whose every reader is an fp8 conv (reading it as its input, directly or past a max
+pool, or as the identity of a conv that writes fp8 too; the 16-bit stem included) writes
+float8_e4m3fn with a scale taken from the amax its epilogue measured on the last
+``AMAX_HISTORY`` calls, and its readers read it with that scale (an identity's through the
+kernel's ``source_scale``): no 16-bit output and no quantize pass in between, with no
+calibration input. Values past the history's amax saturate to +-448 (the kernel converts with
+``satfinite``), so an input far larger than those seen before loses its largest values.
 
 The scales live on the device and are updated by the model itself at the start of each call
-(``DelayedScales.forward``, three small kernels for all convs), so the model replays from a CUDA
-graph and traces under ``torch.compile`` with the scales moving. The first call (or the
-calibration input) only measures: the writers write 16 bits and their readers quantize with the
-writers' epilogue amax, as the dynamic scaling does (``seed``).
+(``DelayedScales.forward``, a handful of small kernels for all convs: ~15 us on an H100), so
+the model replays from a CUDA graph and traces under ``torch.compile`` with the scales
+moving. The first call (or the calibration input) only measures: the writers write 16 bits
+and their readers quantize with the writers' epilogue amax, as the dynamic scaling does
+(``seed``).
 """
 
 from __future__ import annotations
