@@ -67,7 +67,10 @@ def conv2d_fprop(
         out_dtype: bfloat16, float16 or float32, or float8_e4m3fn from any inputs (with
             ``out_scale``); defaults to ``out.dtype`` or the input dtype (bfloat16 for fp8
             inputs).
-        config: kernel configuration; defaults to ``default_config(problem)``.
+        config: kernel configuration; defaults to an autotuned choice if one is stored, else
+            the heuristic's (``dispatch.heuristic_config``: ``default_config`` of the kernel
+            problem, operands gathered for small odd-C convs, 32-wide unsplit tiles for
+            unstaged convs of a few M tiles, ``config.small_m_config``).
         stream: CUDA stream to run on; defaults to the current torch stream of ``x``'s device.
         x_scale, w_scale: fp8 inputs only, and then required: one-element float32 tensors on
             ``x``'s device, the per-tensor scales of ``x`` and ``filter`` (a real value is the
