@@ -395,6 +395,55 @@ def test_delayed_scaling_runs_on_the_kernels_contract(kernel_calls):  # noqa: F8
         assert ((out - expected).norm() / expected.norm()).item() < 0.1
 
 
+class _StemAndPool(torch.nn.Module):
+    """An RGB stem (too few channels for fp8 inputs), a max pool and two convs reading it;
+    ``leak`` also returns the pooled map (a reader that is no fp8 conv)."""
+
+    def __init__(self, stem_channels: int, leak: bool = False) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, stem_channels, 3, stride=2, padding=1)
+        self.relu = torch.nn.ReLU()
+        self.pool = torch.nn.MaxPool2d(3, stride=2, padding=1)
+        self.a = torch.nn.Conv2d(stem_channels, 32, 3, padding=1)
+        self.b = torch.nn.Conv2d(stem_channels, 32, 1)
+        self.leak = leak
+
+    def forward(self, x):
+        pooled = self.pool(self.relu(self.stem(x)))
+        y = self.a(pooled) + self.b(pooled)
+        return (y, pooled) if self.leak else y
+
+
+@pytest.mark.parametrize(
+    "stem_channels, leak, writes", [(32, False, True), (24, False, False), (32, True, False)],
+    ids=["fp8-stem", "k24-no-e4m3-vectors", "pooled-map-returned"],
+)  # fmt: skip
+def test_a_16bit_stem_writes_fp8_where_every_reader_takes_it(
+    kernel_calls, stem_channels, leak, writes  # noqa: F811
+):
+    """Static scales on the kernels' contract (CPU): the stem writes e4m3 through the max
+    pool when both convs after it read it as fp8; not when its K does not fill the pool's
+    16-channel e4m3 vectors, nor when the pooled map leaves the model too."""
+    torch.manual_seed(5)
+    model = _StemAndPool(stem_channels, leak).eval()
+    x = torch.randn(2, 3, 20, 20).to(BF16).contiguous(memory_format=torch.channels_last)
+    calibration = torch.randn_like(x)
+    with torch.no_grad():
+        expected = model(x.float())
+        gm = cute_conv.optimize(model.to(BF16), dtype="fp8", calibration=calibration)
+        report = gm.cute_conv_report
+        assert [c.name for c in report.kept_16bit] == ["stem"]
+        assert report.fp8_stems == (["stem"] if writes else [])
+        dtypes = []
+        gm.get_submodule("pool").register_forward_hook(lambda _m, _a, y: dtypes.append(y.dtype))
+        out = gm(x)
+    assert dtypes == [E4M3 if writes else BF16]
+    if writes:  # the readers read the stem's scale: no quantize pass of their own
+        assert gm.get_submodule("a").x_scale is gm.get_submodule("stem").out_scale
+    y, expected_y = (out[0], expected[0]) if leak else (out, expected)
+    assert ((y.float() - expected_y).norm() / expected_y.norm()).item() < 0.1
+
+
 def test_delayed_scales_update_from_the_amax_history():
     from cute_conv.delayed_scaling import DelayedScales
     from cute_conv.fp8 import E4M3_MAX
