@@ -384,9 +384,9 @@ def _compile_max_pool(key: MaxPoolKey) -> CompiledHelperKernel:
 
 def compile_max_pool(arch: str, dtype: Any, window: PoolWindow) -> CompiledHelperKernel:
     """Compile (or fetch from the caches) the NHWC max-pool kernel of ``dtype`` (bfloat16,
-    float16, float32 or float8_e4m3fn) for ``window``; see ``cute_conv.pooling``. Needs no GPU. Launch with
-    ``(x_ptr, y_ptr, N, H, W, P, Q, vectors, stream)``, ``vectors`` the channels over
-    ``kernels.common.max_pool.VECTOR_BYTES / element size``."""
+    float16, float32 or float8_e4m3fn) for ``window``; see ``cute_conv.pooling``. Needs no
+    GPU. Launch with ``(x_ptr, y_ptr, N, H, W, P, Q, vectors, stream)``, ``vectors`` the
+    channels over ``kernels.common.max_pool.VECTOR_BYTES / element size``."""
     _check_arch(arch)
     if not isinstance(window, PoolWindow):
         raise TypeError(f"window must be a PoolWindow, got {type(window).__name__}")

@@ -20,9 +20,14 @@ from torch import nn
 
 from .compile import compile_max_pool
 from .cuda_context import current_raw_stream, device_arch, on_device
-from .kernels.common.max_pool import VECTOR_BYTES, PoolWindow
+from .dtypes import dtype_name
+from .kernels.common.max_pool import POOL_TYPES, VECTOR_BYTES, PoolWindow
 
 __all__ = ["MaxPool2d", "TiledMaxPool2d", "runs_as_kernel", "tiles_the_map"]
+
+
+# The dtypes the kernel pools (``POOL_TYPES``), as torch names them.
+_KERNEL_DTYPES = tuple(getattr(torch, dtype_name(t)) for t in POOL_TYPES)
 
 
 def _pair(value: int | tuple[int, ...]) -> tuple[int, int]:
@@ -137,7 +142,7 @@ def _kernel_takes(x: torch.Tensor, window: PoolWindow) -> bool:
     if not (
         x.is_cuda
         and x.dim() == 4
-        and x.dtype in (torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn)
+        and x.dtype in _KERNEL_DTYPES
         and not x.requires_grad
         and x.is_contiguous(memory_format=torch.channels_last)
         and x.shape[1] * x.element_size() % VECTOR_BYTES == 0
