@@ -139,6 +139,25 @@ def test_configs(config):
     run_and_check(3, 19, 21, 96, 328, 3, 3, padding=1, config=config)
 
 
+# Channel counts whose last c-block (64-channel k-tiles of four 16-channel MMA k-blocks) holds
+# channels in 1, 2 or 3 of its k-blocks, or in all 4 with the last one partly: the WGMMAs skip
+# the k-blocks past C. Through each mainloop: im2col tiles, stream-K ranges that begin and end
+# inside a tap, ping-pong consumers, and halo tiles (one c-block per halo).
+PARTIAL_C_BLOCK_CHANNELS = (72, 96, 112, 120)
+PARTIAL_C_BLOCK_CONFIGS = [
+    pytest.param(cute_conv.Conv2dConfig(tile_n=128), id="im2col"),
+    pytest.param(cute_conv.Conv2dConfig(tile_n=128, stream_k=True, stream_k_split=5), id="stream_k"),
+    pytest.param(cute_conv.Conv2dConfig(tile_n=128, pingpong=True), id="pingpong"),
+    pytest.param(cute_conv.Conv2dConfig(tile_m=128, tile_n=64, tile_w=32, halo_h=6), id="halo"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("c", PARTIAL_C_BLOCK_CHANNELS)
+@pytest.mark.parametrize("config", PARTIAL_C_BLOCK_CONFIGS)
+def test_partial_c_blocks(config, c):
+    run_and_check(3, 14, 17, c, 136, 3, 3, padding=1, config=config)
+
+
 def _bench_shapes():
     shapes = json.loads(SHAPES_JSON.read_text())["shapes"]
     return [pytest.param(s, id=s["name"]) for s in shapes]

@@ -131,6 +131,16 @@ def test_fp8_across_configs(config, residual, out_dtype):
             out_dtype=out_dtype)  # fmt: skip
 
 
+# fp8 k-tiles of four 32-channel MMA k-blocks: in 128-channel k-tiles C=96 fills 3 of every
+# k-tile's (the WGMMAs skip the fourth), C=160 a whole c-block and 1 of the next, C=208 a whole
+# one and 3 of the next, the last partly; in 64-channel k-tiles (two k-blocks) each leaves the
+# last c-block half full. Through im2col tiles, stream-K, ping-pong and halo tiles.
+@pytest.mark.parametrize("c", (96, 160, 208))
+@pytest.mark.parametrize("config", [CONFIGS[i] for i in (0, 5, 6, 8)] + [Conv2dConfig(tile_k=128)])
+def test_fp8_partial_c_blocks(config, c):
+    run_fp8((2, 16, 28, c, 128, 3, 3, dict(padding=1)), bias=True, config=config)
+
+
 @pytest.mark.parametrize("residual", [None, 0.5], ids=["plain", "residual"])
 @pytest.mark.parametrize("shape", [SHAPES[i] for i in (0, 1, 3)])  # 3x3, tails, the C=3 stem
 def test_16bit_inputs_write_fp8(shape, residual):

@@ -57,6 +57,7 @@ from .config import HALO_SLACK_ROWS, WORK_COUNTERS, WORK_QUEUE_STAGES, Conv2dCon
 from .epilogue import EpilogueArgs, Sm90EpilogueMixin
 from .gather import OperandGather
 from .mainloop import (
+    ChannelBlocks,
     ConsumerStates,
     HaloGeometry,
     HaloLoader,
@@ -107,6 +108,7 @@ class ConsumerMainloop(NamedTuple):
     k_tile_cnt: cutlass.Int32  # k-tiles of a whole output tile
     halo: Optional[HaloGeometry]  # halo tiles: where each tap's rows start
     a_tap_layout: cute.ComposedLayout  # halo tiles: one tap's A view into a halo
+    channels: ChannelBlocks  # the MMA k-blocks of each c-block that hold channels
 
 
 class Conv2dFpropSm90(
@@ -475,7 +477,13 @@ class Conv2dFpropSm90(
             self.mma_and_epilogue(
                 pipes,
                 Sm90SmemTiles(sA, sB, sD, sC),
-                ConsumerMainloop(tiled_mma, k_shape, k_tile_cnt, halo, a_tap_layout),
+                ConsumerMainloop(
+                    tiled_mma, k_shape, k_tile_cnt, halo, a_tap_layout,
+                    ChannelBlocks.of(
+                        cute.size(mB_nk, mode=[1, 0]), k_shape[0], self.tile_mnk[2],
+                        cute.size(tiled_mma.shape_mnk, mode=[2]),
+                    ),
+                ),  # fmt: skip
                 EpilogueArgs(
                     tma_atom_d, gD, cD, d_shape, gC, m_bias, m_scale, alpha, beta, out_factor,
                     epi_operands.m_amax,
@@ -821,12 +829,13 @@ class Conv2dFpropSm90(
             if cutlass.const_expr(self.tile_w):
                 states = self.mainloop_over_halos(
                     ab_pipeline, halo_pipeline, tiled_mma, thr_mma, accumulators, sA,
-                    mma.a_tap_layout, tCrB, states, mma.halo, k_shape,
+                    mma.a_tap_layout, tCrB, states, mma.halo, k_shape, mma.channels,
                 )  # fmt: skip
             else:
                 states = self.mainloop(
-                    ab_pipeline, tiled_mma, accumulators, tCrA, tCrB, states, k_end - k_first
-                )
+                    ab_pipeline, tiled_mma, accumulators, tCrA, tCrB, states, (k_first, k_end),
+                    mma.channels,
+                )  # fmt: skip
             if cutlass.const_expr(self.pingpong):
                 mainloop_turn = turns.mainloop.arrive(mainloop_turn)
             if cutlass.const_expr(self.stream_k):

@@ -45,6 +45,32 @@ class HaloGeometry(NamedTuple):
     dil_w: cutlass.Int32
 
 
+class ChannelBlocks(NamedTuple):
+    """How a tap's channels fill its k-tiles: ``c_blocks`` k-tiles per tap, the last holding
+    channels in only its first ``last_k_blocks`` MMA k-blocks when C is no multiple of tile_k.
+    The loads fill the rest with zeros, and the WGMMAs skip them (an fp8 C of 96 in 128-wide
+    k-tiles: 3 of 4)."""
+
+    c_blocks: cutlass.Int32
+    last_k_blocks: cutlass.Int32
+
+    @staticmethod
+    def of(channels: cutlass.Int32, c_blocks: cutlass.Int32, tile_k: int, mma_k: int):
+        """The blocks of ``channels`` channels in ``c_blocks`` k-tiles of ``tile_k``."""
+        last = channels - (c_blocks - 1) * tile_k
+        return ChannelBlocks(c_blocks, (last + mma_k - 1) // mma_k)
+
+    def k_blocks_of(self, c_block: cutlass.Int32, k_blocks_per_tile: int) -> cutlass.Int32:
+        """The MMA k-blocks of c-block ``c_block`` that hold channels."""
+        last = c_block == self.c_blocks - 1
+        return cutlass.select_(last, self.last_k_blocks, cutlass.Int32(k_blocks_per_tile))
+
+    def next_c_block(self, c_block: cutlass.Int32) -> cutlass.Int32:
+        """The c-block of the k-tile after one of ``c_block`` (c-blocks vary fastest)."""
+        after = c_block + 1
+        return cutlass.select_(after == self.c_blocks, cutlass.Int32(0), after)
+
+
 class ConsumerStates(NamedTuple):
     """A consumer's positions in the rings it reads. Every ring carries every tile of the CTA
     in order, so a ping-pong consumer passes over the other's tiles in all of them at once."""
@@ -346,19 +372,30 @@ class MainloopMixin:
         tCrA: cute.Tensor,
         tCrB: cute.Tensor,
         states: ConsumerStates,
-        k_tile_cnt: cutlass.Int32,
+        k_range: Tuple[cutlass.Int32, cutlass.Int32],
+        channels: ChannelBlocks,
     ) -> ConsumerStates:
-        """One tile's WGMMAs over the ring: one k-tile batch in flight, each ring stage
-        released once the batch that read it is done. Returns the advanced states."""
+        """One tile's WGMMAs over k-tiles ``k_range`` of the ring: one k-tile batch in flight,
+        each ring stage released once the batch that read it is done. Returns the advanced
+        states."""
         read_state, release_state = states.read, states.release
+        k_first, k_end = k_range
+        c_block = k_first % channels.c_blocks
         accumulators.fill(0.0)
         warpgroup.fence()
         self.wait_for_k_tile(ab_pipeline, read_state)
-        self.mma_k_tile(tiled_mma, accumulators, tCrA, tCrB, read_state.index)
+        self.mma_k_tile(
+            tiled_mma, accumulators, tCrA, tCrB, read_state.index,
+            k_blocks=channels.k_blocks_of(c_block, self.k_blocks_per_tile(tCrA)),
+        )  # fmt: skip
         read_state.advance()
-        for _ in range(1, k_tile_cnt):
+        for _ in range(k_first + 1, k_end):
+            c_block = channels.next_c_block(c_block)
             self.wait_for_k_tile(ab_pipeline, read_state)
-            self.mma_k_tile(tiled_mma, accumulators, tCrA, tCrB, read_state.index)
+            self.mma_k_tile(
+                tiled_mma, accumulators, tCrA, tCrB, read_state.index,
+                k_blocks=channels.k_blocks_of(c_block, self.k_blocks_per_tile(tCrA)),
+            )  # fmt: skip
             read_state.advance()
             warpgroup.wait_group(1)
             ab_pipeline.consumer_release(release_state)
@@ -391,6 +428,7 @@ class MainloopMixin:
         states: ConsumerStates,
         halo: HaloGeometry,
         k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32],
+        channels: ChannelBlocks,
     ) -> ConsumerStates:
         """One tile's WGMMAs with halo tiles: per c-block, one halo from the halo ring and
         a filter tile per tap from the ring; tap (r, s) reads the halo from row
@@ -401,7 +439,8 @@ class MainloopMixin:
         tap_layout = a_tap_layout.outer
         accumulators.fill(0.0)
         warpgroup.fence()
-        for _ in range(c_blocks):
+        for c_block in range(c_blocks):
+            k_blocks = channels.k_blocks_of(c_block, self.k_blocks_per_tile(tCrB))
             halo_pipeline.consumer_wait(halo_state)
             halo_rows = sA[(None, None, halo_state.index)].iterator
             batches = cutlass.Int32(0)
@@ -411,7 +450,9 @@ class MainloopMixin:
                     sA_tap = cute.make_tensor(halo_rows + shift * self.tile_mnk[2], tap_layout)
                     tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA_tap))
                     ab_pipeline.consumer_wait(read_state)
-                    self.mma_k_tile(tiled_mma, accumulators, tCrA, tCrB, read_state.index, 0)
+                    self.mma_k_tile(
+                        tiled_mma, accumulators, tCrA, tCrB, read_state.index, 0, k_blocks
+                    )
                     read_state.advance()
                     if batches > 0:
                         warpgroup.wait_group(1)
@@ -434,11 +475,49 @@ class MainloopMixin:
         tCrB: cute.Tensor,
         stage: cutlass.Int32,
         a_stage: Optional[cutlass.Int32] = None,
+        k_blocks: Optional[cutlass.Int32] = None,
     ):
         """Issue the WGMMAs of one k-tile (from ring stage ``stage``; A from ``a_stage`` when
-        given: a halo tap's one-stage view) as one commit group."""
-        a_stage = stage if cutlass.const_expr(a_stage is None) else a_stage
-        for k_block in cutlass.range_constexpr(cute.size(tCrA, mode=[2])):
+        given: a halo tap's one-stage view) as one commit group: its first ``k_blocks`` MMA
+        k-blocks (all when None). The rest hold channels past C, zeros the MMA may skip.
+
+        A whole k-tile is one straight batch, as without ``k_blocks``; a partial one issues
+        each WGMMA under its own branch (ptxas fences each one and closes the group with an
+        empty WGMMA), so only k-tiles that skip pay that."""
+        stages = (stage, stage if cutlass.const_expr(a_stage is None) else a_stage)
+        per_tile = self.k_blocks_per_tile(tCrA)
+        if cutlass.const_expr(k_blocks is None):
+            self._mma_k_blocks(tiled_mma, accumulators, tCrA, tCrB, stages, per_tile, None)
+            warpgroup.commit_group()
+        elif k_blocks == per_tile:
+            self._mma_k_blocks(tiled_mma, accumulators, tCrA, tCrB, stages, per_tile, None)
+            warpgroup.commit_group()
+        else:
+            self._mma_k_blocks(tiled_mma, accumulators, tCrA, tCrB, stages, per_tile, k_blocks)
+            warpgroup.commit_group()
+
+    @cute.jit
+    def _mma_k_blocks(
+        self,
+        tiled_mma: cute.TiledMma,
+        accumulators: cute.Tensor,
+        tCrA: cute.Tensor,
+        tCrB: cute.Tensor,
+        stages: Tuple[cutlass.Int32, cutlass.Int32],
+        per_tile: cutlass.Constexpr,
+        k_blocks: Optional[cutlass.Int32],
+    ):
+        """The WGMMAs of a k-tile's MMA k-blocks (B's ring stage, A's): all ``per_tile``, or
+        the first ``k_blocks`` of them."""
+        stage, a_stage = stages
+        for k_block in cutlass.range_constexpr(per_tile):
             a_kb, b_kb = (None, None, k_block, a_stage), (None, None, k_block, stage)
-            cute.gemm(tiled_mma, accumulators, tCrA[a_kb], tCrB[b_kb], accumulators)
-        warpgroup.commit_group()
+            if cutlass.const_expr(k_block == 0 or k_blocks is None):
+                cute.gemm(tiled_mma, accumulators, tCrA[a_kb], tCrB[b_kb], accumulators)
+            elif k_block < k_blocks:
+                cute.gemm(tiled_mma, accumulators, tCrA[a_kb], tCrB[b_kb], accumulators)
+
+    @staticmethod
+    def k_blocks_per_tile(tCrA: cute.Tensor) -> int:
+        """MMA k-blocks per k-tile (tile_k over the WGMMA's K)."""
+        return cute.size(tCrA, mode=[2])
