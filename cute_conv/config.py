@@ -46,7 +46,7 @@ _SHORT_MAINLOOP_K = 512
 # The fixed cost of a k-tile (barriers, issue), in channels of MMA work, by input element
 # bytes (see default_config). fp8: fitted on the corpus's train part (C=320 wants 64-wide
 # k-tiles, so below 32; C=432 128-wide ones, so above 21.3), not the 32 that equal bytes
-# would give (benchmarks/sweep_fp8_k_tile.py).
+# would give; 16-bit: equal bytes, which ties the fit (benchmarks/sweep_k_tile.py).
 _K_TILE_COST_CHANNELS = {2: 16, 1: 26.5}
 ELEMENT_BYTES = (1, 2)  # fp8, 16-bit inputs
 # 256-row tiles for 64-wide ones, given at least this many waves of them (see default_config).
@@ -249,14 +249,17 @@ def default_config(
 
     tile_k: a k-tile never spans two filter taps, so each tap's C channels are padded up to a
     multiple of tile_k; the choice trades that padding (C=96: 128 with 64, none with 32)
-    against the fixed cost of each k-tile. fp8 inputs (``element_bytes=1``) choose among
-    k-tiles of the same bytes (32 to 128 channels), so that a stage holds the same bytes and
-    MMA time as a 16-bit one; the rest of the heuristic is then unchanged. Their k-tile cost
-    was fitted on an H100 (``benchmarks/sweep_fp8_k_tile.py``: 54 corpus problems >= 2 GFLOP
-    where the width is a choice, each timed at 32/64/128 channels): 26.5 channels picks
-    0.995 of the per-problem best on the train part and 0.999 held-out, against 0.985 and
-    0.960 for the 32 of equal bytes; e.g. sd-64-320 (C=320: 64-wide, no padding, instead of
-    128-wide padded to 384) 1081 -> 1146 TFLOP/s.
+    against the fixed cost of each k-tile. The kernel skips the MMA k-blocks (16 channels,
+    fp8 32) wholly past C, but the padding still fills SMEM and the loads. fp8 inputs
+    (``element_bytes=1``) choose among k-tiles of the same bytes (32 to 128 channels), so
+    that a stage holds the same bytes and MMA time as a 16-bit one; the rest of the heuristic
+    is then unchanged. The k-tile costs were fitted on an H100 (``benchmarks/sweep_k_tile.py``:
+    the corpus problems >= 2 GFLOP where the width is a choice, each timed at every width),
+    last with the kernel that skips: fp8 (54 problems) 26.5 channels picks 0.996 of the
+    per-problem best on the train part and 0.994 held-out, against 0.989 and 0.967 for the
+    32 of equal bytes; e.g. sd-64-320 (C=320: 64-wide, no padding, instead of 128-wide padded
+    to 384) 1081 -> 1146 TFLOP/s before the skip. 16-bit (29 problems): the 16 of equal bytes
+    ties the fitted cost, 0.998 on train and 1.000 held-out.
 
     stream_k, stream_k_split: see ``stream_k_schedule``: each tile's k-tiles split a bounded
     number of ways where the SMs have room, else over the whole grid for long mainloops on at
