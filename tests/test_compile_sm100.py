@@ -187,6 +187,24 @@ def test_core_matrix_ptx(config, dtype, residual):
     assert kernel.smem_bytes == config.plan(act, act, residual).smem_bytes
 
 
+# The guard of an MMA k-block past C: ``k_blocks < k + 1`` branches over k-block k's MMA.
+K_BLOCK_GUARD = re.compile(r"setp\.lt\.s32\s+(%p\d+),\s*(%r\d+),\s*(\d+);\s*\n\s*@\1 bra")
+
+
+@pytest.mark.parametrize("config", [ONE_SM, TWO_SM], ids=["1sm", "2sm"])
+def test_mma_k_blocks_past_c_are_skipped(config):
+    # bf16 k-tiles of 64 channels: four 16-channel MMA k-blocks. In each unrolled copy of the
+    # k-tile's MMAs, k-blocks 1-3 are issued only where the tap's last c-block holds channels
+    # in them (one runtime count per copy); k-block 0 always is.
+    ptx = compile_sm100(config, torch.bfloat16, epilogue=EpilogueSpec()).ptx
+    mmas = len(MMA.findall(ptx))
+    guards = [(reg, int(bound)) for _, reg, bound in K_BLOCK_GUARD.findall(ptx) if bound != "1"]
+    counts = {reg for reg, _ in guards}
+    assert mmas % 4 == 0 and len(counts) == mmas // 4
+    for reg in counts:
+        assert sorted(bound for r, bound in guards if r == reg) == [2, 3, 4]
+
+
 def test_2sm_arrive_counts_in_ptx():
     """The seed's numbers, read back from the PTX of the 2-SM residual kernel."""
     counts = mbarrier_init_counts(

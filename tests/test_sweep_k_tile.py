@@ -17,7 +17,6 @@ from bench_corpus import load_corpus  # noqa: E402
 
 from cute_conv.config import _K_TILE_COST_CHANNELS, k_tile_width  # noqa: E402
 
-
 FP8, BF16 = sweep.PRECISIONS["fp8"], sweep.PRECISIONS["bf16"]
 
 

@@ -53,6 +53,7 @@ from ..common.dependent_launch import wait_for_previous_grid
 from ..common.entry import FP8_TYPES, ConvKernelEntry, ConvLaunchParams, MainloopOperands
 from ..common.epilogue import EpilogueOperands, make_epilogue_operands, quantization_scalars
 from ..common.im2col import (
+    ChannelBlocks,
     activation_im2col_view,
     filter_gemm_view,
     fprop_im2col_params,
@@ -404,9 +405,13 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
         #  MMA (warp 6)
         # ////////////////////////////////////////////////////////////////////////////////////
         if warp_idx == roles.mma:
+            channels = ChannelBlocks.of(
+                cute.size(mB_nk, mode=[1, 0]), cute.size(tCgA, mode=[4, 0]), self.mma_tiler[2],
+                cute.size(tiled_mma.shape_mnk, mode=[2]),
+            )  # fmt: skip
             self.mma(
                 ab_pipeline, acc_pipeline, work_items, tiled_mma, sA, sB, tCtAcc_fake, tCgA,
-                tmem, smem.tmem_dealloc_barrier(), is_leader_cta,
+                tmem, smem.tmem_dealloc_barrier(), is_leader_cta, channels,
             )  # fmt: skip
 
         # ////////////////////////////////////////////////////////////////////////////////////
@@ -644,8 +649,10 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
         tmem: cutlass.memory.TmemAllocator,
         tmem_dealloc_barrier: cute.Pointer,
         is_leader_cta: cutlass.Boolean,
+        channels: ChannelBlocks,
     ):
-        """MMA warp: owns TMEM; the leader CTA of a pair issues every tcgen05.mma."""
+        """MMA warp: owns TMEM; the leader CTA of a pair issues every tcgen05.mma (but those
+        of the MMA k-blocks past C in each tap's last c-block: ``channels``)."""
         tmem.allocate(self.num_tmem_cols)
         tmem.wait_for_alloc()
         # Release the right to allocate early, so that the next CTA on this SM can start.
@@ -667,14 +674,20 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
             if is_leader_cta:
                 acc_pipeline.producer_acquire(acc_state)
                 tCtAcc = tCtAcc_base[(None, None, None, acc_state.index)]
+                c_block = cutlass.Int32(0)
                 for k_tile in range(k_tile_cnt):
                     ab_pipeline.consumer_wait(ab_state)
+                    k_blocks = channels.k_blocks_of(c_block, num_k_blocks)
                     for k_block in cutlass.range_constexpr(num_k_blocks):
                         # The first MMA of a tile overwrites the accumulator.
                         accumulate = k_tile != 0 if k_block == 0 else True
                         tiled_mma.set(tcgen05.Field.ACCUMULATE, accumulate)
                         kb = (None, None, k_block, ab_state.index)
-                        cute.gemm(tiled_mma, tCtAcc, tCrA[kb], tCrB[kb], tCtAcc)
+                        if cutlass.const_expr(k_block == 0):
+                            cute.gemm(tiled_mma, tCtAcc, tCrA[kb], tCrB[kb], tCtAcc)
+                        elif k_block < k_blocks:  # past C: zeros, skipped
+                            cute.gemm(tiled_mma, tCtAcc, tCrA[kb], tCrB[kb], tCtAcc)
+                    c_block = channels.next_c_block(c_block)
                     # tcgen05.commit: the stage is free once these MMAs have read it.
                     ab_pipeline.consumer_release(ab_state)
                     ab_state.advance()

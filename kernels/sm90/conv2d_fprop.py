@@ -47,6 +47,7 @@ from ..common.entry import FP8_TYPES, ConvKernelEntry, ConvLaunchParams, Mainloo
 from ..common.epilogue import EpilogueOperands, make_epilogue_operands, quantization_scalars
 from ..common.epilogue_store import publish_amax
 from ..common.im2col import (
+    ChannelBlocks,
     ConvGeometry,
     output_gemm_view,
     output_tile_view,
@@ -57,7 +58,6 @@ from .config import HALO_SLACK_ROWS, WORK_COUNTERS, WORK_QUEUE_STAGES, Conv2dCon
 from .epilogue import EpilogueArgs, Sm90EpilogueMixin
 from .gather import OperandGather
 from .mainloop import (
-    ChannelBlocks,
     ConsumerStates,
     HaloGeometry,
     HaloLoader,

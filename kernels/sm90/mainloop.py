@@ -25,6 +25,7 @@ import cutlass.pipeline as pipeline
 from cutlass.cute.nvgpu import cpasync, warpgroup
 
 from ..common.im2col import (
+    ChannelBlocks,
     ConvGeometry,
     activation_im2col_view,
     filter_gemm_view,
@@ -43,32 +44,6 @@ class HaloGeometry(NamedTuple):
     pad_left: cutlass.Int32
     dil_h: cutlass.Int32
     dil_w: cutlass.Int32
-
-
-class ChannelBlocks(NamedTuple):
-    """How a tap's channels fill its k-tiles: ``c_blocks`` k-tiles per tap, the last holding
-    channels in only its first ``last_k_blocks`` MMA k-blocks when C is no multiple of tile_k.
-    The loads fill the rest with zeros, and the WGMMAs skip them (an fp8 C of 96 in 128-wide
-    k-tiles: 3 of 4)."""
-
-    c_blocks: cutlass.Int32
-    last_k_blocks: cutlass.Int32
-
-    @staticmethod
-    def of(channels: cutlass.Int32, c_blocks: cutlass.Int32, tile_k: int, mma_k: int):
-        """The blocks of ``channels`` channels in ``c_blocks`` k-tiles of ``tile_k``."""
-        last = channels - (c_blocks - 1) * tile_k
-        return ChannelBlocks(c_blocks, (last + mma_k - 1) // mma_k)
-
-    def k_blocks_of(self, c_block: cutlass.Int32, k_blocks_per_tile: int) -> cutlass.Int32:
-        """The MMA k-blocks of c-block ``c_block`` that hold channels."""
-        last = c_block == self.c_blocks - 1
-        return cutlass.select_(last, self.last_k_blocks, cutlass.Int32(k_blocks_per_tile))
-
-    def next_c_block(self, c_block: cutlass.Int32) -> cutlass.Int32:
-        """The c-block of the k-tile after one of ``c_block`` (c-blocks vary fastest)."""
-        after = c_block + 1
-        return cutlass.select_(after == self.c_blocks, cutlass.Int32(0), after)
 
 
 class ConsumerStates(NamedTuple):
