@@ -426,7 +426,7 @@ class MainloopMixin:
                     tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA_tap))
                     ab_pipeline.consumer_wait(read_state)
                     self.mma_k_tile(
-                        tiled_mma, accumulators, tCrA, tCrB, read_state.index, 0, k_blocks
+                        tiled_mma, accumulators, tCrA, tCrB, read_state.index, k_blocks, 0
                     )
                     read_state.advance()
                     if batches > 0:
@@ -449,22 +449,19 @@ class MainloopMixin:
         tCrA: cute.Tensor,
         tCrB: cute.Tensor,
         stage: cutlass.Int32,
+        k_blocks: cutlass.Int32,
         a_stage: Optional[cutlass.Int32] = None,
-        k_blocks: Optional[cutlass.Int32] = None,
     ):
         """Issue the WGMMAs of one k-tile (from ring stage ``stage``; A from ``a_stage`` when
         given: a halo tap's one-stage view) as one commit group: its first ``k_blocks`` MMA
-        k-blocks (all when None). The rest hold channels past C, zeros the MMA may skip.
+        k-blocks. The rest hold channels past C, zeros the MMA may skip.
 
-        A whole k-tile is one straight batch, as without ``k_blocks``; a partial one issues
-        each WGMMA under its own branch (ptxas fences each one and closes the group with an
-        empty WGMMA), so only k-tiles that skip pay that."""
+        A whole k-tile is one straight batch; a partial one issues each WGMMA under its own
+        branch (ptxas fences each one and closes the group with an empty WGMMA), so only
+        k-tiles that skip pay that."""
         stages = (stage, stage if cutlass.const_expr(a_stage is None) else a_stage)
         per_tile = self.k_blocks_per_tile(tCrA)
-        if cutlass.const_expr(k_blocks is None):
-            self._mma_k_blocks(tiled_mma, accumulators, tCrA, tCrB, stages, per_tile, None)
-            warpgroup.commit_group()
-        elif k_blocks == per_tile:
+        if k_blocks == per_tile:
             self._mma_k_blocks(tiled_mma, accumulators, tCrA, tCrB, stages, per_tile, None)
             warpgroup.commit_group()
         else:
@@ -482,8 +479,8 @@ class MainloopMixin:
         per_tile: cutlass.Constexpr,
         k_blocks: Optional[cutlass.Int32],
     ):
-        """The WGMMAs of a k-tile's MMA k-blocks (B's ring stage, A's): all ``per_tile``, or
-        the first ``k_blocks`` of them."""
+        """The WGMMAs of a k-tile's MMA k-blocks (B's ring stage, A's): all ``per_tile``
+        (``k_blocks`` None), or the first ``k_blocks`` of them."""
         stage, a_stage = stages
         for k_block in cutlass.range_constexpr(per_tile):
             a_kb, b_kb = (None, None, k_block, a_stage), (None, None, k_block, stage)
