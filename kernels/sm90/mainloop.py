@@ -461,7 +461,10 @@ class MainloopMixin:
         k-tiles that skip pay that."""
         stages = (stage, stage if cutlass.const_expr(a_stage is None) else a_stage)
         per_tile = self.k_blocks_per_tile(tCrA)
-        if k_blocks == per_tile:
+        if cutlass.const_expr(per_tile == 1):  # one k-block: nothing to skip
+            self._mma_k_blocks(tiled_mma, accumulators, tCrA, tCrB, stages, per_tile, None)
+            warpgroup.commit_group()
+        elif k_blocks == per_tile:
             self._mma_k_blocks(tiled_mma, accumulators, tCrA, tCrB, stages, per_tile, None)
             warpgroup.commit_group()
         else:
