@@ -380,3 +380,40 @@ def test_positional_launcher_unwraps_only_what_it_can_call_directly():
     assert _positional_launcher(unloaded) is unloaded
     plain = print  # not a wrapper at all
     assert _positional_launcher(plain) is plain
+
+
+def _longest_wgmma_batch(sass: str) -> int:
+    """The most WGMMAs (HGMMA/QGMMA) issued in a row with no fence (``WARPGROUP.ARRIVE``) or
+    branch between them."""
+    longest = run = 0
+    for line in sass.splitlines():
+        if re.search(r"\b[HQ]GMMA\.", line):
+            run += 1
+            longest = max(longest, run)
+        elif re.search(r"\bWARPGROUP\.ARRIVE\b|\bBRA\b", line):
+            run = 0
+    return longest
+
+
+@pytest.mark.parametrize(
+    "act_dtype,config,k_blocks",
+    [
+        (torch.bfloat16, cute_conv.Conv2dConfig(tile_n=128), 4),
+        (torch.float8_e4m3fn, cute_conv.Conv2dConfig(tile_n=192, tile_k=128, cluster_m=2), 4),
+        (torch.bfloat16, cute_conv.Conv2dConfig(tile_n=64, tile_w=32, halo_h=6), 4),
+        (torch.bfloat16, cute_conv.Conv2dConfig(tile_n=128, tile_k=32, stream_k=True), 2),
+        (torch.bfloat16, cute_conv.Conv2dConfig(tile_n=64, tile_k=16, gather=True), 1),
+    ],
+    ids=["im2col", "fp8", "halo", "stream-k", "one-k-block"],
+)
+def test_whole_k_tiles_stay_one_wgmma_batch(act_dtype, config, k_blocks):
+    """The MMA k-blocks past C are skipped by a branch per WGMMA, which ptxas fences and
+    closes with an empty WGMMA; a whole k-tile keeps its WGMMAs in one unfenced batch, and a
+    k-tile of one k-block has no skipping path at all."""
+    from tests.sass import sass_of
+
+    kernel = cute_conv.compile_kernel("sm_90a", act_dtype=act_dtype, config=config)
+    sass = sass_of(kernel.cubin)
+    assert _longest_wgmma_batch(sass) >= k_blocks
+    empty_wgmma = re.search(r"HGMMA\.64x8x16\.F16 RZ, gdesc\[URZ\]", sass)
+    assert bool(empty_wgmma) == (k_blocks > 1)
