@@ -41,7 +41,7 @@ class ConvGeometry(NamedTuple):
 class ChannelBlocks(NamedTuple):
     """How a tap's channels fill its k-tiles: ``c_blocks`` k-tiles per tap, the last holding
     channels in only its first ``last_k_blocks`` MMA k-blocks when C is no multiple of tile_k.
-    The loads fill the rest with zeros, and the WGMMAs skip them (an fp8 C of 96 in 128-wide
+    The loads fill the rest with zeros, and the MMAs skip them (an fp8 C of 96 in 128-wide
     k-tiles: 3 of 4)."""
 
     c_blocks: cutlass.Int32
