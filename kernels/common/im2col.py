@@ -48,9 +48,13 @@ class ChannelBlocks(NamedTuple):
     last_k_blocks: cutlass.Int32
 
     @staticmethod
-    def of(channels: cutlass.Int32, c_blocks: cutlass.Int32, tile_k: int, mma_k: int):
-        """The blocks of ``channels`` channels in ``c_blocks`` k-tiles of ``tile_k``."""
-        last = channels - (c_blocks - 1) * tile_k
+    def of(
+        filter_view: cute.Tensor, tiled_mma: cute.TiledMma, c_blocks: cutlass.Int32, tile_k: int
+    ) -> "ChannelBlocks":
+        """The blocks of the filter's channels (``filter_gemm_view``'s C) in ``c_blocks``
+        k-tiles of ``tile_k``, in k-blocks of ``tiled_mma``'s K."""
+        mma_k = cute.size(tiled_mma.shape_mnk, mode=[2])
+        last = cute.size(filter_view, mode=[1, 0]) - (c_blocks - 1) * tile_k
         return ChannelBlocks(c_blocks, (last + mma_k - 1) // mma_k)
 
     def k_blocks_of(self, c_block: cutlass.Int32, k_blocks_per_tile: int) -> cutlass.Int32:

@@ -405,10 +405,8 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
         #  MMA (warp 6)
         # ////////////////////////////////////////////////////////////////////////////////////
         if warp_idx == roles.mma:
-            channels = ChannelBlocks.of(
-                cute.size(mB_nk, mode=[1, 0]), cute.size(tCgA, mode=[4, 0]), self.mma_tiler[2],
-                cute.size(tiled_mma.shape_mnk, mode=[2]),
-            )  # fmt: skip
+            c_blocks = cute.size(tCgA, mode=[4, 0])
+            channels = ChannelBlocks.of(mB_nk, tiled_mma, c_blocks, self.mma_tiler[2])
             self.mma(
                 ab_pipeline, acc_pipeline, work_items, tiled_mma, sA, sB, tCtAcc_fake, tCgA,
                 tmem, smem.tmem_dealloc_barrier(), is_leader_cta, channels,

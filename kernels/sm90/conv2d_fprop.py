@@ -479,10 +479,7 @@ class Conv2dFpropSm90(
                 Sm90SmemTiles(sA, sB, sD, sC),
                 ConsumerMainloop(
                     tiled_mma, k_shape, k_tile_cnt, halo, a_tap_layout,
-                    ChannelBlocks.of(
-                        cute.size(mB_nk, mode=[1, 0]), k_shape[0], self.tile_mnk[2],
-                        cute.size(tiled_mma.shape_mnk, mode=[2]),
-                    ),
+                    ChannelBlocks.of(mB_nk, tiled_mma, k_shape[0], self.tile_mnk[2]),
                 ),  # fmt: skip
                 EpilogueArgs(
                     tma_atom_d, gD, cD, d_shape, gC, m_bias, m_scale, alpha, beta, out_factor,
