@@ -10,6 +10,7 @@ import torch
 
 import cute_conv
 from cute_conv import Conv2dConfig, Conv2dConfigSm100, Conv2dProblemShape, tuning
+from cute_conv.optimize import _fp8_scaling
 from cute_conv.staging import kernel_problem_for, uses_im2col
 from tests.test_nn import kernel_calls, random_bn  # noqa: F401 - kernel_calls is a fixture
 
@@ -279,7 +280,7 @@ def test_optimize_fp8_arguments_and_report():
         cute_conv.optimize(model, dtype="bf16")
     with pytest.raises(ValueError, match="calibration sets fp8 scales"):
         cute_conv.optimize(model, calibration=torch.zeros(1, 3, 32, 32))
-    gm = cute_conv.optimize(model, dtype="fp8")  # dynamic: nothing runs here
+    gm = cute_conv.optimize(model, dtype="fp8", scaling="dynamic")  # nothing runs here
     report = gm.cute_conv_report
     assert len(report.fp8) == 19 and not report.fp8_outputs
     assert [c.name for c in report.kept_16bit] == ["conv1"]
@@ -317,8 +318,9 @@ def test_optimize_fp8_scaling_arguments_and_delayed_graph():
         cute_conv.optimize(model, dtype="fp8", scaling="dynamic", calibration=x)
     with pytest.raises(ValueError, match="pass it with dtype='fp8'"):
         cute_conv.optimize(model, scaling="delayed")
-    assert cute_conv.optimize(model, dtype="fp8").cute_conv_report.fp8_scaling == "dynamic"
-    gm = cute_conv.optimize(model, dtype="fp8", scaling="delayed")  # nothing runs here
+    # None resolves to static scales with a calibration input (which would run here).
+    assert _fp8_scaling("fp8", None, x) == "static" and _fp8_scaling(None, None, None) is None
+    gm = cute_conv.optimize(model, dtype="fp8")  # delayed by default; nothing runs here
     report = gm.cute_conv_report
     assert report.fp8_scaling == "delayed" and "(delayed scaling)" in str(report)
     delayed = gm.fp8_delayed_scales

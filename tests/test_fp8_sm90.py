@@ -384,7 +384,7 @@ def test_optimize_fp8_static_and_dynamic():
     with torch.no_grad():
         bf16 = cute_conv.optimize(model)(x).float()
         static = cute_conv.optimize(model, dtype="fp8", calibration=calib)
-        dynamic = cute_conv.optimize(model, dtype="fp8")
+        dynamic = cute_conv.optimize(model, dtype="fp8", scaling="dynamic")
         outs = {"static": static(x).float(), "dynamic": dynamic(x).float()}
     report = static.cute_conv_report
     assert [c.name for c in report.kept_16bit] == ["conv1"]  # the RGB stem
@@ -406,7 +406,7 @@ def test_optimize_fp8_delayed_scaling():
     model, x = _resnet18_and_input(8)
     with torch.no_grad():
         bf16 = cute_conv.optimize(model)(x).float()
-        delayed = cute_conv.optimize(model, dtype="fp8", scaling="delayed")
+        delayed = cute_conv.optimize(model, dtype="fp8")  # the default without calibration
         report = delayed.cute_conv_report
         # The convs static scales let write fp8 (see test_optimize_fp8_static_and_dynamic).
         assert sorted(report.fp8_outputs) == sorted(RESNET18_FP8_WRITERS)
@@ -486,7 +486,7 @@ def test_fp8_model_under_torch_compile_and_cuda_graphs(scales):
     with torch.no_grad():
         fp8 = cute_conv.optimize(
             model, dtype="fp8", calibration=calibration,
-            scaling="delayed" if scales == "delayed" else None,
+            scaling="dynamic" if scales == "dynamic" else None,
         )  # fmt: skip
     if scales == "dynamic":
         assert len(fp8.cute_conv_report.fp8_amax_inputs) == 19
