@@ -1,21 +1,25 @@
 """Small-M convs: the heuristic's config against 32- and 64-wide tiles without a cluster or a
 stream-K split, replayed from CUDA graphs; the fit of ``cute_conv.config.small_m_config``.
 
-    python benchmarks/sweep_small_m.py [--max-seconds 500]   # H100/H200, both splits
+    python benchmarks/sweep_small_m.py [--max-seconds 500]   # H100/H200, every group
     python benchmarks/sweep_small_m.py --fit                 # no GPU
 
-The problems: every unstaged corpus problem (C whole TMA rows, no stem staging) of GEMM M up
-to ``MAX_GEMM_M``, K >= ``MIN_K`` and at most ``MAX_GFLOP``, where a few M tiles leave most
-SMs idle. Per problem, in one process: the heuristic's config (``default_config``, before
-the small-M rule), ``n32`` and ``n64`` (its tiles 32 or 64 wide, single CTAs, no split), and
-cuDNN's ``F.conv2d``, each checked against the float32 reference, captured in a CUDA graph
-and its replays timed as ``bench.py`` times. Rows go to ``small_m_sweep.json``; a rerun
-skips the problems already there.
+The problems: the corpus problems of GEMM M up to ``MAX_GEMM_M``, K >= ``MIN_K`` and at most
+``MAX_GFLOP``, where a few M tiles leave most SMs idle, in four groups (``GROUPS``): the
+unstaged ones (C whole TMA rows, no stem staging) and those the library gathers (odd C,
+``gathered_config``), each as plain convs and as fused calls (``relu(conv + b) + r``). Per problem, in one process: the heuristic's config for the call (``default_config``
+before the small-M rule; the gathering config where it gathers), ``n32`` and ``n64`` (its
+tiles 32 or 64 wide, single CTAs, no split, no ping-pong), each checked against the float32
+reference from a NaN-poisoned output, then timed eagerly and replayed from CUDA graphs
+(``sweep_rows.measure_configs``), cuDNN's ``F.conv2d`` replayed beside them. A row's ``ms``
+holds the replays, ``ms_eager`` the eager times (rows of the first sweep, plain unstaged
+only, have replays alone). Rows go to ``small_m_sweep.json``; a rerun skips the problems
+already there.
 
-``--fit`` scores each rule "``n32`` where the conv has at most T 128-row tiles along M and
-at most G of GEMM K" by the geomean over the train problems of the heuristic's time over the
-rule's choice's; prints the grid, the best bounds (the middle of ties) and the same score
-on the held-out problems.
+``--fit`` scores, per group, each rule "``n32`` where the conv has at most T 128-row tiles
+along M and at most G of GEMM K" by the geomean over the group's train problems of the
+heuristic's time over the rule's choice's; prints the grid, the best bounds (the middle of
+ties) and the same score on the held-out problems.
 """
 
 from __future__ import annotations
@@ -27,44 +31,77 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench import geomean, time_interleaved  # noqa: E402
+from bench import geomean  # noqa: E402
 from sweep_rows import (  # noqa: E402
     by_split,
-    checked_runs,
-    cudnn_run,
     load_results,
+    measure_configs,
+    measure_into,
     middle_of_best,
-    problem_inputs,
     sweep_main,
-    sweep_new_problems,
 )
 
 RESULTS_PATH = HERE / "small_m_sweep.json"
+NUM_SMS = 132  # H100 SXM: the SM count the rows' configs are chosen for
 MAX_GEMM_M, MIN_K, MAX_GFLOP = 512, 128, 2.0
 TILES_M = (1, 2, 3, 4)
 GEMM_K = (1024, 1536, 2048, 2304, 2560, 3456, 4608, 10**9)
 
 
-def small_m_problems(problems: list[dict]) -> list[dict]:
-    """The unstaged corpus problems of GEMM M <= ``MAX_GEMM_M``, K >= ``MIN_K`` and at most
-    ``MAX_GFLOP``."""
-    from bench_corpus import problem_shape
+# (form, path): plain or fused calls, on unstaged convs or on gathered (odd-C) ones.
+GROUPS = (("plain", "unstaged"), ("fused", "unstaged"), ("plain", "gathered"), ("fused", "gathered"))
 
+
+def path_of(problem) -> str | None:
+    """``"unstaged"``, ``"gathered"`` (the library gathers its operands), or None (staged)."""
+    from cute_conv.dispatch import heuristic_config
     from cute_conv.staging import gather_replaces, kernel_problem_for
+
+    if kernel_problem_for(problem) == problem and gather_replaces(problem) is None:
+        return "unstaged"
+    return "gathered" if heuristic_config(problem, NUM_SMS).gather else None
+
+
+def small_m_problems(problems: list[dict]) -> list[dict]:
+    """One entry per (problem, group) the sweep measures: the corpus problems of GEMM M <=
+    ``MAX_GEMM_M``, K >= ``MIN_K`` and at most ``MAX_GFLOP`` with the ``form`` and ``path``
+    of each group (``GROUPS``) they belong to."""
+    from bench_corpus import problem_shape
 
     chosen = []
     for p in problems:
         problem = problem_shape(p)
-        unstaged = kernel_problem_for(problem) == problem and gather_replaces(problem) is None
-        small = problem.gemm_m <= MAX_GEMM_M and problem.K >= MIN_K and p["gflop"] <= MAX_GFLOP
-        if unstaged and small:
-            chosen.append(p)
+        if problem.gemm_m > MAX_GEMM_M or problem.K < MIN_K or p["gflop"] > MAX_GFLOP:
+            continue
+        path = path_of(problem)
+        chosen += [p | {"form": f, "path": path} for f, g in GROUPS if g == path]
     return chosen
 
 
+def heuristic_of(problem, form: str, path: str):
+    """The config a call of ``form`` runs on ``problem`` without the small-M rule: the
+    heuristic's, or where the library gathers, the gathering config sized on the
+    channel-padded problem (as ``dispatch`` makes it)."""
+    from cute_conv.config import default_config, gathered_config
+    from cute_conv.staging import channels_padded, gather_replaces
+
+    has_residual = form == "fused"
+    if path == "unstaged":
+        return default_config(problem, NUM_SMS, has_residual=has_residual)
+    padded = channels_padded(problem)
+    base = default_config(padded, NUM_SMS, has_residual=has_residual)
+    return gathered_config(
+        base, padded, NUM_SMS, 2, gather_replaces(problem), channels=problem.C
+    )
+
+
 def variants(heuristic) -> dict:
-    """The heuristic's config, and its tiles 32 and 64 wide on single CTAs without a split."""
-    unsplit = dict(cluster_m=1, cluster_n=1, stream_k=False, stream_k_split=0)
+    """The heuristic's config, and its tiles 32 and 64 wide as ``small_m_config`` makes them:
+    single CTAs, no split, no ping-pong, statically scheduled."""
+    unsplit = dict(
+        cluster_m=1, cluster_n=1, stream_k=False, stream_k_split=0, dynamic_schedule=False,
+        pingpong=False, tile_w=0, halo_h=0,
+    )  # fmt: skip
     return {
         "heuristic": heuristic,
         "n32": dataclasses.replace(heuristic, tile_n=32, **unsplit),
@@ -73,26 +110,35 @@ def variants(heuristic) -> dict:
 
 
 def measure(p: dict) -> dict:
-    import torch
-    from models import replay_of
+    from bench_corpus import problem_shape
 
-    import cute_conv
-    from cute_conv.reference import conv2d_reference
-
-    problem, geom, x, flt = problem_inputs(p)
-    num_sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    heuristic = cute_conv.default_config(problem, num_sms)
-    ref = conv2d_reference(x, flt, **geom)
-    checks, fns = checked_runs(x, flt, ref, geom, variants(heuristic))
-    graphs = {name: replay_of(fn) for name, fn in fns.items()}
-    graphs["cudnn"] = replay_of(cudnn_run(x, flt, problem))
-    row = {k: p[k] for k in ("key", "split", "gflop")}
+    problem = problem_shape(p)
+    heuristic = heuristic_of(problem, p["form"], p["path"])
+    row = {k: p[k] for k in ("key", "split", "gflop", "form", "path")}
     row |= {"gemm_m": problem.gemm_m, "gemm_k": problem.gemm_k, "heuristic": repr(heuristic)}
-    return row | {"checks": checks, "ms": time_interleaved(graphs)}
+    timed = measure_configs(p, p["form"], variants(heuristic))
+    ms = timed["ms"]
+    replays = {name.removesuffix("_graph"): t for name, t in ms.items() if name.endswith("_graph")}
+    eager = {name: t for name, t in ms.items() if not name.endswith("_graph")}
+    return row | {"checks": timed["checks"], "ms": replays, "ms_eager": eager}
+
+
+def group_of(row: dict) -> tuple[str, str]:
+    """A row's group; the first sweep's rows (plain, unstaged) carry none."""
+    return row.get("form", "plain"), row.get("path", "unstaged")
 
 
 def sweep(max_seconds: float) -> None:
-    sweep_new_problems(RESULTS_PATH, small_m_problems, measure, max_seconds, ("key", "ms"))
+    import torch
+    from bench_corpus import load_corpus
+
+    torch.backends.cudnn.benchmark = True
+    results = load_results(RESULTS_PATH)
+    done = {(r["key"], group_of(r)) for r in results["rows"]}
+    todo = [p for p in small_m_problems(load_corpus())
+            if (p["key"], (p["form"], p["path"])) not in done]  # fmt: skip
+    results["device"] = torch.cuda.get_device_name()
+    measure_into(RESULTS_PATH, results, todo, measure, max_seconds, ("key", "form", "ms"))
 
 
 def score(rows: list[dict], max_tiles_m: int, max_gemm_k: int) -> float:
@@ -105,10 +151,15 @@ def score(rows: list[dict], max_tiles_m: int, max_gemm_k: int) -> float:
     return geomean(r["ms"]["heuristic"] / r["ms"][chosen(r)] for r in rows)
 
 
-def fit(results: dict) -> str:
-    rows = [r for r in results["rows"] if {"heuristic", "n32", "n64"} <= set(r["ms"])]
+def fit(results: dict, group: tuple[str, str] = GROUPS[0]) -> str:
+    """The rule's grid, best bounds and scores on ``group``'s rows of ``results``."""
+    rows = [r for r in results["rows"]
+            if group_of(r) == group and {"heuristic", "n32", "n64"} <= set(r.get("ms", {}))]  # fmt: skip
     train, held = by_split(rows)
-    lines = [f"{results.get('device', '?')}: {len(train)} train, {len(held)} held-out problems"]
+    lines = [f"{' '.join(group)} on {results.get('device', '?')}: {len(train)} train, "
+             f"{len(held)} held-out problems"]  # fmt: skip
+    if not (train and held):
+        return lines[0] + ": nothing to fit"
     lines.append("tiles_m <= T, gemm_k <= G: train score per G")
     for t in TILES_M:
         cells = " ".join(f"{g}:{score(train, t, g):.3f}" for g in GEMM_K)
@@ -124,8 +175,13 @@ def fit(results: dict) -> str:
     return "\n".join(lines)
 
 
+def fit_all() -> None:
+    results = load_results(RESULTS_PATH)
+    print("\n\n".join(fit(results, group) for group in GROUPS))
+
+
 def main() -> None:
-    sweep_main(__doc__, sweep, lambda: print(fit(load_results(RESULTS_PATH))), "--fit")
+    sweep_main(__doc__, sweep, fit_all, "--fit")
 
 
 if __name__ == "__main__":

@@ -45,10 +45,10 @@ class ArchKernels:
     # that gathers the operands, or None for the staged path (None: the arch's kernels always
     # read staged copies).
     gather_rule: Optional[Callable[..., Any]]
-    # For a call without a config on a conv that runs unstaged: ``(the heuristic's config,
-    # the problem, SM count, has_residual, bytes of an input element)`` -> the config to run
-    # (None: the heuristic's).
-    unstaged_rule: Optional[Callable[..., Any]]
+    # For a call without a config on a conv that runs unstaged or gathered: ``(the config it
+    # would run, the problem, SM count, has_residual, bytes of an input element)`` -> the
+    # config to run (None: that one).
+    small_m_rule: Optional[Callable[..., Any]]
     # The scratch a launch needs, ``(float32 partials, int32 flags)`` or None, for
     # ``(kernel problem, config, max clusters)`` (None: the arch's kernels never need any).
     workspace_size: Optional[Callable[[Conv2dProblemShape, Any, int], Optional[tuple]]]
@@ -79,7 +79,7 @@ ARCHS: dict[str, ArchKernels] = {
         check_fits=check_config_fits,
         autotuned=True,
         gather_rule=gathered_config,
-        unstaged_rule=small_m_config,
+        small_m_rule=small_m_config,
         workspace_size=workspace_size_sm90,
     ),
     "sm_100a": ArchKernels(
@@ -91,7 +91,7 @@ ARCHS: dict[str, ArchKernels] = {
         check_fits=None,
         autotuned=False,
         gather_rule=None,
-        unstaged_rule=None,
+        small_m_rule=None,
         workspace_size=None,
     ),
 }

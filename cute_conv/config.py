@@ -61,7 +61,8 @@ _NARROW_TILE_N = 32
 _NARROW_TALL_MAX_K = 8
 _MIN_WAVES_NARROW_TALL = 0.75
 # Small-M convs (see small_m_config): at most this many 128-row tiles along M and this much
-# GEMM K take 32-wide tiles, unsplit, on single CTAs, where that fills at most one wave.
+# GEMM K take 32-wide tiles, unsplit, on single CTAs, where that fills at most one wave
+# (plain or fused, unstaged or gathered).
 # Fitted on the corpus's train part on an H100 (benchmarks/sweep_small_m.py --fit).
 _SMALL_M_MAX_TILES_M = 3
 _SMALL_M_MAX_GEMM_K = 3456
@@ -368,19 +369,24 @@ def small_m_config(
     element_bytes: int = 2,
 ) -> Conv2dConfig:
     """The config a call without one runs for an unstaged conv (C whole TMA rows, no stem
-    staging; ``dispatch``), from ``config``, the heuristic's: 32-wide tiles, unsplit, on
-    single CTAs, for a conv of at most ``_SMALL_M_MAX_TILES_M`` 128-row tiles along M, 16-bit,
-    without a residual, K >= 128 and GEMM K up to ``_SMALL_M_MAX_GEMM_K``, where one wave
-    holds those tiles; else ``config``. Few M tiles leave most SMs idle at 64-wide tiles;
-    narrow tiles spread the conv over more of them without a stream-K split's reduction.
+    staging) or a gathered one (odd C, ``gathered_config``; ``dispatch``), from ``config``,
+    the one it would run (the heuristic's, or the gathering one): 32-wide tiles, unsplit, on
+    single CTAs, for a 16-bit conv of at most ``_SMALL_M_MAX_TILES_M`` 128-row tiles along M,
+    K >= 128 and GEMM K up to ``_SMALL_M_MAX_GEMM_K``, where one wave holds those tiles; else
+    ``config``. Few M tiles leave most SMs idle at 64-wide tiles; narrow tiles spread the conv
+    over more of them without a stream-K split's reduction.
 
-    Fitted on an H100 (``benchmarks/sweep_small_m.py``, ``small_m_sweep.json``): the 64
-    unstaged corpus problems of GEMM M <= 512, K >= 128 and at most 2 GFLOP, each replayed
-    from a CUDA graph at the heuristic's config, 32 and 64 wide without cluster or split, and
-    cuDNN. The bounds were picked on the 43 train problems (1.051x the heuristic's speed by
-    geomean; 32-wide everywhere 0.964x: at 4 M tiles or deep 3x3 mainloops they lose) and
-    hold on the 21 held-out ones (1.071x); e.g. ResNet-50's 1x1 at batch 1, 7x7, C=2048, K=512: 13.2 ->
-    11.1 us (cuDNN 9.7). Staged or gathered convs (odd C) were not measured: not for them.
+    Fitted on an H100 (``benchmarks/sweep_small_m.py``, ``small_m_sweep.json``): the corpus
+    problems of GEMM M <= 512, K >= 128 and at most 2 GFLOP, each replayed from a CUDA graph
+    at its config, 32 and 64 wide without cluster or split, and cuDNN, in three groups fitted
+    apart. Plain unstaged convs (64): the bounds were picked on the 43 train problems (1.051x
+    the config's speed by geomean; 32-wide everywhere 0.964x: at 4 M tiles or deep 3x3
+    mainloops they lose) and hold on the 21 held-out ones (1.071x); e.g. ResNet-50's 1x1 at
+    batch 1, 7x7, C=2048, K=512: 13.2 -> 11.1 us (cuDNN 9.7). The same convs as fused calls
+    (``relu(conv + b) + r``) fit the same bounds: train 1.072x, held-out 1.100x. Gathered
+    convs (23, all of GEMM K < 256) gain at any bounds of the grid; these give train 1.066x
+    (the best, at 4 M tiles, 1.075x), held-out 1.054x, and fused 1.052x / 1.029x. Convs
+    staged by channel padding were not measured: not for them.
 
     Raises:
         TypeError, ValueError: ``config`` is no ``Conv2dConfig``, or a bad problem, SM count
@@ -394,7 +400,6 @@ def small_m_config(
     tiles = tiles_m * -(-problem.K // _NARROW_TILE_N)
     takes = (
         element_bytes == 2
-        and not has_residual
         and config.tile_m == 128
         and tiles_m <= _SMALL_M_MAX_TILES_M
         and problem.K >= 128

@@ -319,21 +319,25 @@ def _heuristic_or_gathered(
     """The heuristic's config for the staged ``kernel_problem``, or one that gathers
     ``problem``'s operands instead, where its staging is one a gather spares and the arch's
     gather rule takes it (sized by the heuristic on the channel-padded problem); for a conv
-    that runs unstaged, the arch's unstaged rule's."""
+    that runs unstaged or gathered, as the arch's small-M rule makes it."""
     config = target.heuristic(kernel_problem, num_sms, has_residual, element_bytes)
     replaces = gather_replaces(problem, element_bytes)
-    if replaces is None and kernel_problem == problem and target.unstaged_rule is not None:
-        return target.unstaged_rule(config, problem, num_sms, has_residual, element_bytes)
-    if target.gather_rule is None or replaces is None:
+    if replaces is not None or kernel_problem != problem:  # staged, unless gathered
+        if target.gather_rule is None or replaces is None:
+            return config
+        padded = channels_padded(problem, element_bytes)
+        base = config
+        if padded != kernel_problem:  # im2col columns: the staged config does not fit the conv
+            base = target.heuristic(padded, num_sms, has_residual, element_bytes)
+        gathered = target.gather_rule(
+            base, padded, num_sms, element_bytes, replaces, channels=problem.C
+        )
+        if gathered is None:
+            return config
+        config = gathered
+    if target.small_m_rule is None:
         return config
-    padded = channels_padded(problem, element_bytes)
-    base = config
-    if padded != kernel_problem:  # im2col columns: the staged config does not fit the conv
-        base = target.heuristic(padded, num_sms, has_residual, element_bytes)
-    gathered = target.gather_rule(
-        base, padded, num_sms, element_bytes, replaces, channels=problem.C
-    )
-    return gathered or config
+    return target.small_m_rule(config, problem, num_sms, has_residual, element_bytes)
 
 
 def heuristic_config(

@@ -18,7 +18,7 @@ from cute_conv.config import (
     pingpong_pays,
 )
 from cute_conv.problem import Conv2dProblemShape
-from cute_conv.staging import kernel_problem_for
+from cute_conv.staging import channels_padded, kernel_problem_for
 
 
 @pytest.mark.parametrize(
@@ -468,8 +468,8 @@ def test_autotune_tunes_fp8_convs_and_calls_take_the_choice(tmp_path, monkeypatc
 def test_small_m_convs_take_narrow_unsplit_tiles():
     """``small_m_config``: a conv of a few 128-row tiles along M (ResNet-50's 1x1 at batch 1,
     7x7, C=2048, K=512) runs 32-wide tiles on single CTAs without a split, where the
-    heuristic alone splits 64-wide tiles; calls without a config take it for unstaged convs
-    only (``heuristic_config``)."""
+    heuristic alone splits 64-wide tiles, plain or fused; calls without a config take it for
+    unstaged and gathered convs (``heuristic_config``), not for channel-padded ones."""
     from cute_conv.config import small_m_config
     from cute_conv.dispatch import heuristic_config
 
@@ -480,12 +480,10 @@ def test_small_m_convs_take_narrow_unsplit_tiles():
     assert (narrow.tile_m, narrow.tile_n, narrow.cluster_m, narrow.cluster_n) == (128, 32, 1, 1)
     assert not narrow.stream_k and narrow.stream_k_split == 0 and not narrow.pingpong
     assert heuristic_config(problem, 132) == narrow
+    fused = heuristic_config(problem, 132, has_residual=True)
+    assert (fused.tile_n, fused.stream_k, fused.pingpong) == (32, False, False)
     # Where it was not measured, or lost: the heuristic's config stands.
-    untouched = {
-        "residual": dict(has_residual=True),
-        "fp8": dict(element_bytes=1),
-        "more than a wave": dict(num_sms=8),
-    }
+    untouched = {"fp8": dict(element_bytes=1), "more than a wave": dict(num_sms=8)}
     for name, kwargs in untouched.items():
         assert small_m_config(heuristic, problem, **kwargs) == heuristic, name
     others = {
@@ -496,9 +494,18 @@ def test_small_m_convs_take_narrow_unsplit_tiles():
     for name, other in others.items():
         config = default_config(other)
         assert small_m_config(config, other) == config, name
-    # Odd C (gathered or padded): not measured, so the heuristic's path as before.
+    # Odd C: gathered (RegNet's SE conv at batch 8), narrow with its gather kept.
     odd = Conv2dProblemShape.from_shapes((8, 1, 1, 222), (888, 1, 1, 222))
-    assert heuristic_config(odd, 132).tile_n != 32
+    gathered = heuristic_config(odd, 132)
+    assert gathered.gather and gathered.gather_vector == 2 and gathered.tile_n == 32
+    # Channel-padded (too many gather loads): not measured, so the heuristic's config, which
+    # the rule would have narrowed.
+    padded = Conv2dProblemShape.from_shapes(
+        (1, 21, 46, 114), (266, 3, 3, 114), padding=((1, 1), (0, 1)), stride=3
+    )
+    staged = heuristic_config(padded, 132)
+    assert not staged.gather and staged == default_config(channels_padded(padded))
+    assert small_m_config(staged, padded).tile_n == 32 != staged.tile_n
     with pytest.raises(TypeError, match="config must be a Conv2dConfig"):
         small_m_config("128x32", problem)
     with pytest.raises(ValueError, match="num_sms"):

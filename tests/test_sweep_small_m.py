@@ -12,32 +12,57 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
 import sweep_small_m  # noqa: E402
-from bench_corpus import load_corpus  # noqa: E402
+from bench_corpus import load_corpus, problem_shape  # noqa: E402
+from sweep_rows import by_split  # noqa: E402
 
 import cute_conv  # noqa: E402
 from cute_conv import config as config_module  # noqa: E402
 
+RULE = (config_module._SMALL_M_MAX_TILES_M, config_module._SMALL_M_MAX_GEMM_K)
 
-def test_selection_is_the_small_m_unstaged_problems_and_matches_the_committed_results():
+
+def committed_results() -> dict:
+    return json.loads(sweep_small_m.RESULTS_PATH.read_text())
+
+
+def test_selection_is_the_small_m_unstaged_and_gathered_problems_and_matches_the_results():
     chosen = sweep_small_m.small_m_problems(load_corpus())
-    assert chosen and all(p["C"] % 8 == 0 and "stem" not in p["tags"] for p in chosen)
-    assert all(p["K"] >= sweep_small_m.MIN_K for p in chosen)
-    results = json.loads(sweep_small_m.RESULTS_PATH.read_text())
-    assert {r["key"] for r in results["rows"]} == {p["key"] for p in chosen}
+    groups = {(p["form"], p["path"]) for p in chosen}
+    assert groups == set(sweep_small_m.GROUPS)
+    for p in chosen:
+        assert p["K"] >= sweep_small_m.MIN_K and "stem" not in p["tags"]
+        heuristic = sweep_small_m.heuristic_of(problem_shape(p), p["form"], p["path"])
+        assert heuristic.gather == (p["path"] == "gathered")
+        assert (p["C"] % 8 == 0) == (p["path"] == "unstaged")
+    results = committed_results()
+    measured = {(r["key"], sweep_small_m.group_of(r)) for r in results["rows"]}
+    assert measured == {(p["key"], (p["form"], p["path"])) for p in chosen}
     assert all(all(c["ok"] for c in r["checks"].values()) for r in results["rows"])
 
 
-def test_variants_are_narrow_and_unsplit():
+def test_variants_are_narrow_unsplit_and_keep_the_gather():
     heuristic = cute_conv.Conv2dConfig(tile_n=64, cluster_n=2, stream_k=True, stream_k_split=3)
     variants = sweep_small_m.variants(heuristic)
     assert variants["heuristic"] is heuristic
     assert variants["n32"] == cute_conv.Conv2dConfig(tile_n=32)
     assert variants["n64"] == cute_conv.Conv2dConfig(tile_n=64)
+    for other in (dict(pingpong=True), dict(dynamic_schedule=True)):
+        config = cute_conv.Conv2dConfig(tile_n=128, **other)
+        assert sweep_small_m.variants(config)["n32"] == cute_conv.Conv2dConfig(tile_n=32)
+    gathered = cute_conv.Conv2dConfig(tile_n=128, gather=True, gather_vector=2)
+    assert sweep_small_m.variants(gathered)["n32"] == cute_conv.Conv2dConfig(
+        tile_n=32, gather=True, gather_vector=2
+    )
 
 
 def test_the_rule_bounds_are_the_fit_on_the_committed_results():
-    text = sweep_small_m.fit(json.loads(sweep_small_m.RESULTS_PATH.read_text()))
-    t, g = map(int, re.search(r"best: T=(\d+), G=(\d+)", text).groups())
-    assert (t, g) == (config_module._SMALL_M_MAX_TILES_M, config_module._SMALL_M_MAX_GEMM_K)
-    train, held = map(float, re.search(r"train ([\d.]+), held-out ([\d.]+);", text).groups())
-    assert train > 1.0 and held > 1.0
+    """Fitted on plain unstaged convs; fused ones fit the same bounds; on every group the
+    rule is faster than the config it replaces on the train and the held-out part."""
+    results = committed_results()
+    for group in sweep_small_m.GROUPS[:2]:
+        text = sweep_small_m.fit(results, group)
+        assert tuple(map(int, re.search(r"best: T=(\d+), G=(\d+)", text).groups())) == RULE
+    for group in sweep_small_m.GROUPS:
+        rows = [r for r in results["rows"] if sweep_small_m.group_of(r) == group]
+        for part in by_split(rows):
+            assert part and sweep_small_m.score(part, *RULE) > 1.0, group
