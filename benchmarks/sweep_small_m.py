@@ -7,7 +7,8 @@ stream-K split, replayed from CUDA graphs; the fit of ``cute_conv.config.small_m
 The problems: the corpus problems of GEMM M up to ``MAX_GEMM_M``, K >= ``MIN_K`` and at most
 ``MAX_GFLOP``, where a few M tiles leave most SMs idle, in four groups (``GROUPS``): the
 unstaged ones (C whole TMA rows, no stem staging) and those the library gathers (odd C,
-``gathered_config``), each as plain convs and as fused calls (``relu(conv + b) + r``). Per problem, in one process: the heuristic's config for the call (``default_config``
+``gathered_config``), each as plain convs and as fused calls (``relu(conv + b) + r``), and
+the unstaged ones on fp8 (e4m3 inputs, bf16 output; C whole 16-channel rows). Per problem, in one process: the heuristic's config for the call (``default_config``
 before the small-M rule; the gathering config where it gathers), ``n32`` and ``n64`` (its
 tiles 32 or 64 wide, single CTAs, no split, no ping-pong), each checked against the float32
 reference from a NaN-poisoned output, then timed eagerly and replayed from CUDA graphs
@@ -49,7 +50,10 @@ GEMM_K = (1024, 1536, 2048, 2304, 2560, 3456, 4608, 10**9)
 
 
 # (form, path): plain or fused calls, on unstaged convs or on gathered (odd-C) ones.
-GROUPS = (("plain", "unstaged"), ("fused", "unstaged"), ("plain", "gathered"), ("fused", "gathered"))
+GROUPS = (
+    ("plain", "unstaged"), ("fused", "unstaged"), ("plain", "gathered"), ("fused", "gathered"),
+    ("fp8", "unstaged"),
+)  # fmt: skip
 
 
 def path_of(problem) -> str | None:
@@ -65,8 +69,10 @@ def path_of(problem) -> str | None:
 def small_m_problems(problems: list[dict]) -> list[dict]:
     """One entry per (problem, group) the sweep measures: the corpus problems of GEMM M <=
     ``MAX_GEMM_M``, K >= ``MIN_K`` and at most ``MAX_GFLOP`` with the ``form`` and ``path``
-    of each group (``GROUPS``) they belong to."""
+    of each group (``GROUPS``) they belong to (fp8: unstaged on 8-bit inputs too)."""
     from bench_corpus import problem_shape
+
+    from cute_conv.staging import kernel_problem_for
 
     chosen = []
     for p in problems:
@@ -74,7 +80,9 @@ def small_m_problems(problems: list[dict]) -> list[dict]:
         if problem.gemm_m > MAX_GEMM_M or problem.K < MIN_K or p["gflop"] > MAX_GFLOP:
             continue
         path = path_of(problem)
-        chosen += [p | {"form": f, "path": path} for f, g in GROUPS if g == path]
+        fp8_unstaged = kernel_problem_for(problem, 1) == problem  # whole 16-channel rows
+        chosen += [p | {"form": f, "path": path} for f, g in GROUPS
+                   if g == path and (f != "fp8" or fp8_unstaged)]  # fmt: skip
     return chosen
 
 
@@ -87,7 +95,10 @@ def heuristic_of(problem, form: str, path: str):
 
     has_residual = form == "fused"
     if path == "unstaged":
-        return default_config(problem, NUM_SMS, has_residual=has_residual)
+        element_bytes = 1 if form == "fp8" else 2
+        return default_config(
+            problem, NUM_SMS, has_residual=has_residual, element_bytes=element_bytes
+        )
     padded = channels_padded(problem)
     base = default_config(padded, NUM_SMS, has_residual=has_residual)
     return gathered_config(

@@ -371,7 +371,7 @@ def small_m_config(
     """The config a call without one runs for an unstaged conv (C whole TMA rows, no stem
     staging) or a gathered one (odd C, ``gathered_config``; ``dispatch``), from ``config``,
     the one it would run (the heuristic's, or the gathering one): 32-wide tiles, unsplit, on
-    single CTAs, for a 16-bit conv of at most ``_SMALL_M_MAX_TILES_M`` 128-row tiles along M,
+    single CTAs, for a conv of at most ``_SMALL_M_MAX_TILES_M`` 128-row tiles along M,
     K >= 128 and GEMM K up to ``_SMALL_M_MAX_GEMM_K``, where one wave holds those tiles; else
     ``config``. Few M tiles leave most SMs idle at 64-wide tiles; narrow tiles spread the conv
     over more of them without a stream-K split's reduction.
@@ -385,8 +385,9 @@ def small_m_config(
     batch 1, 7x7, C=2048, K=512: 13.2 -> 11.1 us (cuDNN 9.7). The same convs as fused calls
     (``relu(conv + b) + r``) fit the same bounds: train 1.072x, held-out 1.100x. Gathered
     convs (23, all of GEMM K < 256) gain at any bounds of the grid; these give train 1.066x
-    (the best, at 4 M tiles, 1.075x), held-out 1.054x, and fused 1.052x / 1.029x. Convs
-    staged by channel padding were not measured: not for them.
+    (the best, at 4 M tiles, 1.075x), held-out 1.054x, and fused 1.052x / 1.029x. fp8
+    unstaged convs (56): train 1.079x (the best, up to GEMM K 4608, 1.088x), held-out
+    1.064x. Convs staged by channel padding were not measured: not for them.
 
     Raises:
         TypeError, ValueError: ``config`` is no ``Conv2dConfig``, or a bad problem, SM count
@@ -399,8 +400,7 @@ def small_m_config(
     tiles_m = -(-problem.gemm_m // 128)
     tiles = tiles_m * -(-problem.K // _NARROW_TILE_N)
     takes = (
-        element_bytes == 2
-        and config.tile_m == 128
+        config.tile_m == 128
         and tiles_m <= _SMALL_M_MAX_TILES_M
         and problem.K >= 128
         and problem.gemm_k <= _SMALL_M_MAX_GEMM_K

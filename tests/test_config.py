@@ -468,8 +468,8 @@ def test_autotune_tunes_fp8_convs_and_calls_take_the_choice(tmp_path, monkeypatc
 def test_small_m_convs_take_narrow_unsplit_tiles():
     """``small_m_config``: a conv of a few 128-row tiles along M (ResNet-50's 1x1 at batch 1,
     7x7, C=2048, K=512) runs 32-wide tiles on single CTAs without a split, where the
-    heuristic alone splits 64-wide tiles, plain or fused; calls without a config take it for
-    unstaged and gathered convs (``heuristic_config``), not for channel-padded ones."""
+    heuristic alone splits 64-wide tiles, plain, fused or fp8; calls without a config take it
+    for unstaged and gathered convs (``heuristic_config``), not for channel-padded ones."""
     from cute_conv.config import small_m_config
     from cute_conv.dispatch import heuristic_config
 
@@ -482,10 +482,10 @@ def test_small_m_convs_take_narrow_unsplit_tiles():
     assert heuristic_config(problem, 132) == narrow
     fused = heuristic_config(problem, 132, has_residual=True)
     assert (fused.tile_n, fused.stream_k, fused.pingpong) == (32, False, False)
-    # Where it was not measured, or lost: the heuristic's config stands.
-    untouched = {"fp8": dict(element_bytes=1), "more than a wave": dict(num_sms=8)}
-    for name, kwargs in untouched.items():
-        assert small_m_config(heuristic, problem, **kwargs) == heuristic, name
+    fp8 = heuristic_config(problem, 132, element_bytes=1)
+    assert (fp8.tile_n, fp8.tile_k, fp8.cluster_n, fp8.stream_k) == (32, 128, 1, False)
+    # Where it lost: the heuristic's config stands.
+    assert small_m_config(heuristic, problem, num_sms=8) == heuristic  # more than a wave
     others = {
         "4 M tiles": Conv2dProblemShape.from_shapes((8, 7, 7, 2048), (512, 1, 1, 2048)),
         "deep 3x3": Conv2dProblemShape.from_shapes((1, 7, 7, 512), (512, 3, 3, 512), padding=1),
