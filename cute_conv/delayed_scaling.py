@@ -82,11 +82,30 @@ class DelayedScales(nn.Module):
         return f"{len(self.writers)} writers, history={self.history.shape[1]} calls"
 
 
-@torch.compiler.disable
+# What dynamo reports when torch.compile(fullgraph=True) reaches the measuring first call.
+_EAGER_FIRST_CALL = (
+    "an fp8 model with delayed scaling measures its scales on its first call, eagerly: call "
+    "it once before torch.compile(..., fullgraph=True) traces it (or pass calibration= to "
+    "optimize)"
+)
+
+
+def _runs_eagerly(fn):
+    """``torch.compiler.disable``, with the reason dynamo reports where torch takes one."""
+    try:
+        return torch.compiler.disable(fn, reason=_EAGER_FIRST_CALL)
+    except TypeError:  # torch before 2.7: no reason
+        return torch.compiler.disable(fn)
+
+
+@_runs_eagerly
 def seed(gm: fx.GraphModule, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     """Run ``gm`` once on ``args`` to measure: its fp8 writers write 16 bits and raise their
     ``out_amax``, their readers quantize with it; the next call's ``DelayedScales.forward``
     takes those amax as the first history entry. Marks the history seeded.
+
+    Runs eagerly: ``torch.compile`` breaks the graph here (with ``fullgraph=True`` dynamo
+    refuses, naming ``_EAGER_FIRST_CALL``), so a seeded model traces whole.
 
     Raises:
         RuntimeError: inside a CUDA graph capture (the measuring call would be captured).

@@ -191,8 +191,9 @@ def optimize(
               start of each call (an fp8 identity's scale is read by the kernel too); other
               inputs are scaled as in ``"dynamic"``. No calibration needed: the first call (or
               ``calibration``, if given) measures and runs as ``"dynamic"``, so make it
-              before capturing a CUDA graph or compiling. Values past the history's amax
-              saturate to +-448.
+              before capturing a CUDA graph or compiling with ``fullgraph=True`` (both
+              refuse it; ``torch.compile`` without ``fullgraph`` runs it eagerly). Values
+              past the history's amax saturate to +-448.
 
     Returns:
         The rewritten model, usable under CUDA graphs and ``torch.compile``; its

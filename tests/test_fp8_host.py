@@ -397,6 +397,23 @@ def test_delayed_scaling_runs_on_the_kernels_contract(kernel_calls):  # noqa: F8
         assert ((out - expected).norm() / expected.norm()).item() < 0.1
 
 
+def test_the_default_fp8_models_first_call_under_torch_compile(kernel_calls):  # noqa: F811
+    """The default (delayed) fp8 model's first call measures eagerly: torch.compile breaks
+    the graph there and runs it, and with fullgraph=True dynamo refuses with the reason."""
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(32, 16, 1)
+    ).eval()  # fmt: skip
+    x = torch.randn(2, 16, 6, 6).to(BF16).contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        whole = torch.compile(cute_conv.optimize(model.to(BF16), dtype="fp8"), fullgraph=True)
+        with pytest.raises(Exception, match="measures its scales on its first call, eagerly"):
+            whole(x)
+        torch._dynamo.reset()
+        gm = cute_conv.optimize(model, dtype="fp8")
+        torch.compile(gm, backend="eager")(x)
+    assert gm.fp8_delayed_scales.seeded and len(kernel_calls) == 4  # measured, then run
+
+
 class _StemAndPool(torch.nn.Module):
     """An RGB stem (too few channels for fp8 inputs), a max pool and two convs reading it;
     ``leak`` also returns the pooled map (a reader that is no fp8 conv)."""
