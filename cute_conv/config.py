@@ -378,8 +378,8 @@ def small_m_config(
 
     Fitted on an H100 (``benchmarks/sweep_small_m.py``, ``small_m_sweep.json``): the corpus
     problems of GEMM M <= 512, K >= 128 and at most 2 GFLOP, each replayed from a CUDA graph
-    at its config, 32 and 64 wide without cluster or split, and cuDNN, in three groups fitted
-    apart. Plain unstaged convs (64): the bounds were picked on the 43 train problems (1.051x
+    at its config, 32 and 64 wide without cluster or split, and cuDNN, in five groups fitted
+    apart (a residual or 8-bit inputs change nothing in the rule). Plain unstaged convs (64): the bounds were picked on the 43 train problems (1.051x
     the config's speed by geomean; 32-wide everywhere 0.964x: at 4 M tiles or deep 3x3
     mainloops they lose) and hold on the 21 held-out ones (1.071x); e.g. ResNet-50's 1x1 at
     batch 1, 7x7, C=2048, K=512: 13.2 -> 11.1 us (cuDNN 9.7). The same convs as fused calls
