@@ -249,9 +249,9 @@ def bench_problem(p: dict, cudnn_frontend, *, fp8: bool = False) -> dict:
     from models import replay_of
 
     import cute_conv
-    from cute_conv.dispatch import heuristic_config
     from cute_conv.reference import conv2d_reference
     from cute_conv.testing import random_conv_inputs
+    from cute_conv.untuned import heuristic_config
 
     problem = problem_shape(p)
     geom = dict(stride=problem.stride, padding=problem.padding, dilation=problem.dilation)

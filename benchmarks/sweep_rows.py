@@ -96,7 +96,7 @@ def bf16_problem(p: dict) -> tuple:
     device's SMs."""
     import torch
 
-    from cute_conv.dispatch import heuristic_config
+    from cute_conv.untuned import heuristic_config
 
     problem, geom, x, flt = problem_inputs(p)
     num_sms = torch.cuda.get_device_properties(x.device).multi_processor_count

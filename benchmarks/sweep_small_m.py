@@ -58,8 +58,8 @@ GROUPS = (
 
 def path_of(problem) -> str | None:
     """``"unstaged"``, ``"gathered"`` (the library gathers its operands), or None (staged)."""
-    from cute_conv.dispatch import heuristic_config
     from cute_conv.staging import gather_replaces, kernel_problem_for
+    from cute_conv.untuned import heuristic_config
 
     if kernel_problem_for(problem) == problem and gather_replaces(problem) is None:
         return "unstaged"

@@ -60,8 +60,8 @@ def sub_wave(problems: list[dict], num_sms: int = NUM_SMS) -> list[dict]:
     """The problems where the schedule choice matters (see the module docstring), each with
     its default config's cluster tiles, k-tiles, clusters per wave and the splits to time."""
     from cute_conv.config import cluster_tile_count, schedule_shape
-    from cute_conv.dispatch import heuristic_config
     from cute_conv.staging import kernel_problem_for
+    from cute_conv.untuned import heuristic_config
 
     chosen = []
     for p in problems:
@@ -139,7 +139,7 @@ def precompile(problems: list[dict]) -> None:
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
-    from cute_conv.dispatch import heuristic_config
+    from cute_conv.untuned import heuristic_config
 
     configs = set()
     for p in problems:

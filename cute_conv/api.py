@@ -68,7 +68,7 @@ def conv2d_fprop(
             ``out_scale``); defaults to ``out.dtype`` or the input dtype (bfloat16 for fp8
             inputs).
         config: kernel configuration; defaults to an autotuned choice if one is stored, else
-            the heuristic's (``dispatch.heuristic_config``: ``default_config`` of the kernel
+            the heuristic's (``untuned.heuristic_config``: ``default_config`` of the kernel
             problem, operands gathered for small odd-C convs, 32-wide unsplit tiles for
             unstaged and gathered convs of a few M tiles, ``config.small_m_config``).
         stream: CUDA stream to run on; defaults to the current torch stream of ``x``'s device.

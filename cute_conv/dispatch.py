@@ -17,20 +17,19 @@ import torch
 
 from .arch import ARCHS, check_config_type
 from .compile import CompiledConv2d, compile_kernel, kernel_scalars
-from .config import check_heuristic_args, launch_clusters
+from .config import launch_clusters
 from .cuda_context import current_device, current_raw_stream
 from .epilogue import EpilogueSpec, kernel_vector_dtype, validate_epilogue_args
 from .problem import Conv2dProblemShape
 from .staging import (
     StagingPlan,
-    channels_padded,
-    gather_replaces,
     kernel_problem_for,
     run_staged,
     spans_overlap,
     staging_plan,
 )
 from .tuning import stored_or_tuned_config
+from .untuned import untuned_config
 from .validation import (
     ALIGNMENT_BYTES,
     FP8_DTYPES,
@@ -42,7 +41,7 @@ from .validation import (
 )
 from .workspace import kernel_workspace
 
-__all__ = ["config_runner", "conv2d", "heuristic_config", "sm_count"]
+__all__ = ["config_runner", "conv2d", "sm_count"]
 
 
 def conv2d(  # noqa: A002
@@ -299,66 +298,18 @@ def _config_for_call(
     config, target, problem, kernel_problem, x, filter_shape, out_dtype, num_sms, has_residual
 ):
     """The config a call runs: ``config`` if given, else the autotuner's choice (stored, or
-    tuned now), else the heuristic's or a gathering one (``_heuristic_or_gathered``). A tuned
-    choice stands as it is: the gather rule replaces only the heuristic's guess."""
+    tuned now), else the untuned one (``untuned.untuned_config``). A tuned choice stands as it
+    is: the gather and small-M rules replace only the heuristic's guess."""
     if config is None and target.autotuned:
         config = stored_or_tuned_config(
             problem, kernel_problem, x, filter_shape, out_dtype, has_residual,
             make_runner=config_runner,
         )  # fmt: skip
     if config is None:
-        config = _heuristic_or_gathered(
+        config = untuned_config(
             target, problem, kernel_problem, num_sms, has_residual, x.element_size()
         )
     return config
-
-
-def _heuristic_or_gathered(
-    target, problem, kernel_problem, num_sms: int, has_residual: bool, element_bytes: int
-):
-    """The heuristic's config for the staged ``kernel_problem``, or one that gathers
-    ``problem``'s operands instead, where its staging is one a gather spares and the arch's
-    gather rule takes it (sized by the heuristic on the channel-padded problem); for a conv
-    that runs unstaged or gathered, as the arch's small-M rule makes it."""
-    config = target.heuristic(kernel_problem, num_sms, has_residual, element_bytes)
-    replaces = gather_replaces(problem, element_bytes)
-    if replaces is not None or kernel_problem != problem:  # staged, unless gathered
-        if target.gather_rule is None or replaces is None:
-            return config
-        padded = channels_padded(problem, element_bytes)
-        base = config
-        if padded != kernel_problem:  # im2col columns: the staged config does not fit the conv
-            base = target.heuristic(padded, num_sms, has_residual, element_bytes)
-        gathered = target.gather_rule(
-            base, padded, num_sms, element_bytes, replaces, channels=problem.C
-        )
-        if gathered is None:
-            return config
-        config = gathered
-    if target.small_m_rule is None:
-        return config
-    return target.small_m_rule(config, problem, num_sms, has_residual, element_bytes)
-
-
-def heuristic_config(
-    problem: Conv2dProblemShape,
-    num_sms: int,
-    *,
-    has_residual: bool = False,
-    element_bytes: int = 2,
-    arch: str = "sm_90a",
-):
-    """The config a call on ``problem`` without one runs on ``arch`` when nothing is
-    autotuned: the heuristic's for the staged kernel problem, or one that gathers the
-    operands where the gather rule takes it. The benchmarks pass it explicitly, so that a
-    stored autotuner choice cannot stand in for it."""
-    check_heuristic_args(problem, num_sms, has_residual)
-    if arch not in ARCHS:
-        raise ValueError(f"arch must be one of {', '.join(ARCHS)}, got {arch!r}")
-    kernel_problem = kernel_problem_for(problem, element_bytes)
-    return _heuristic_or_gathered(
-        ARCHS[arch], problem, kernel_problem, num_sms, has_residual, element_bytes
-    )
 
 
 def _tensor_key(t: torch.Tensor) -> tuple:

@@ -43,6 +43,7 @@ from .kernels.sm90.config import MAX_TILE_ELEMS, TILE_M_CHOICES
 from .kernels.sm90.schedule_checks import MAX_K_TILE_BYTES
 from .problem import Conv2dProblemShape
 from .staging import kernel_problem_for
+from .untuned import heuristic_config
 from .validation import INPUT_DTYPES, check_compute_capability, validate_conv_inputs
 
 __all__ = [
@@ -273,9 +274,10 @@ def autotune(
     has_residual: bool = False,
     make_runner: RunnerFactory,
 ) -> Conv2dConfig:
-    """Time ``configs`` (default: ``candidate_configs`` and the heuristic's config) on this
-    problem; store and return the fastest, or the heuristic's config when none beats it by
-    ``_MIN_GAIN`` (see ``pick_fastest``). Shapes are NHWC / KRSC as for ``conv2d_fprop``.
+    """Time ``configs`` (default: ``candidate_configs`` and the config a call without one
+    runs, ``untuned.heuristic_config``, called "the heuristic's" here) on this problem; store
+    and return the fastest, or the heuristic's config when none beats it by ``_MIN_GAIN``
+    (see ``pick_fastest``). Shapes are NHWC / KRSC as for ``conv2d_fprop``.
     All candidates are screened in short rounds; the ``_FINALISTS`` fastest and the
     heuristic's config are then timed in ~100 ms rounds, which decide. Takes a few seconds
     per problem once its kernels are compiled (compiling is ~1 s per candidate).
@@ -389,11 +391,12 @@ def _autotune(
     num_sms = torch.cuda.get_device_properties(device).multi_processor_count
     element_bytes = dtype.itemsize
     candidates = list(configs or candidate_configs(problem, num_sms, element_bytes))
-    # What a call with config=None would otherwise run on this device.
-    heuristic = default_config(
-        kernel_problem_for(problem, element_bytes), num_sms, has_residual=has_residual,
-        element_bytes=element_bytes,
-    )  # fmt: skip
+    # What a call with config=None would otherwise run on this device (gathered operands
+    # and the small-M rule included), timed beside the candidates: a stored choice replaces
+    # it only where it is faster.
+    heuristic = heuristic_config(
+        problem, num_sms, has_residual=has_residual, element_bytes=element_bytes
+    )
     if configs is None and heuristic not in candidates:
         candidates.append(heuristic)
     fns = [functools.partial(run, config) for config in candidates]
@@ -442,6 +445,7 @@ def _config_id(config: Conv2dConfig) -> str:
         f"{'-sk' if config.stream_k else ''}{'-dyn' if config.dynamic_schedule else ''}"
         f"{'-pp' if config.pingpong else ''}"
         f"{f'-halo{config.tile_w}x{config.halo_h}' if config.tile_w else ''}"
+        f"{f'-gather{config.gather_vector}' if config.gather else ''}"
     )
 
 

@@ -351,6 +351,46 @@ def test_finalists_are_the_fastest_screened_and_the_heuristic(monkeypatch):
     assert tuning.pick_finalists(configs, screen, Conv2dConfig(tile_n=224)) == [1, 3, 4]
 
 
+@pytest.mark.parametrize(
+    "x_shape, filter_shape",
+    [((1, 7, 7, 2048), (512, 1, 1, 2048)), ((8, 1, 1, 222), (888, 1, 1, 222))],
+    ids=["small-M", "gathered-small-M"],
+)
+def test_autotune_times_the_config_an_untuned_call_runs(tmp_path, monkeypatch, x_shape, filter_shape):
+    """The autotuner's baseline is what a call without a config runs (here the small-M
+    rule's narrow tiles, gathered for an odd C), none of its own candidates: it is timed
+    beside them, and stands unless one beats it by _MIN_GAIN."""
+    from types import SimpleNamespace
+
+    from cute_conv.untuned import heuristic_config
+
+    monkeypatch.setenv("CUTE_CONV_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(tuning, "_device_name", lambda index: "Fake H100")
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda device: SimpleNamespace(multi_processor_count=132))  # fmt: skip
+    prob = Conv2dProblemShape.from_shapes(x_shape, filter_shape)
+    untuned = heuristic_config(prob, 132)
+    assert untuned.tile_n == 32 and untuned not in tuning.candidate_configs(prob)
+    timed = []  # the configs of each timing round
+
+    def fake_times(fns, *args, **kwargs) -> list[float]:
+        """The untuned config runs in 1.0 ms, the candidates in 1.02 ms and up."""
+        configs = [fn.args[0] for fn in fns]
+        timed.append(configs)
+        return [1.0 if c == untuned else 1.02 + 0.001 * i for i, c in enumerate(configs)]
+
+    monkeypatch.setattr(tuning, "_time_candidates", fake_times)
+    device = torch.device("cuda", 0)
+    bf16 = torch.bfloat16
+    best = tuning._autotune(prob, bf16, bf16, device, None, False, lambda config: None)
+    assert best == untuned and all(untuned in configs for configs in timed)
+    key = tuning.problem_key(prob, bf16, bf16)
+    assert tuning.lookup(device, key) == untuned
+    table = json.loads((tmp_path / "autotune.json").read_text())["Fake H100"][key]["ms"]
+    assert tuning._config_id(untuned) in table["final"]
+    assert len(set(table["screen"])) == len(timed[0])  # one id per timed config
+
+
 def test_problem_key_separates_what_matters():
     a = problem(2, 8, 64, 64, 3, padding=1)
     b = problem(2, 8, 64, 64, 3, padding=1, stride=2)
@@ -471,7 +511,7 @@ def test_small_m_convs_take_narrow_unsplit_tiles():
     heuristic alone splits 64-wide tiles, plain, fused or fp8; calls without a config take it
     for unstaged and gathered convs (``heuristic_config``), not for channel-padded ones."""
     from cute_conv.config import small_m_config
-    from cute_conv.dispatch import heuristic_config
+    from cute_conv.untuned import heuristic_config
 
     problem = Conv2dProblemShape.from_shapes((1, 7, 7, 2048), (512, 1, 1, 2048))
     heuristic = default_config(problem)

@@ -18,13 +18,13 @@ from cute_conv.config import (
     schedule_shape,
     with_gathered_operands,
 )
-from cute_conv.dispatch import heuristic_config
 from cute_conv.problem import Conv2dProblemShape
 from cute_conv.staging import (
     channels_padded,
     gather_replaces,
     kernel_problem_for,
 )
+from cute_conv.untuned import heuristic_config
 from tests.sass import loads_waiting_on_loads, sass_of
 
 

@@ -1,0 +1,66 @@
+"""The config a call without one runs when nothing is autotuned: the arch's heuristic for the
+problem the kernel runs, a gathering config where it spares a staging pass, and the small-M
+rule. ``dispatch`` runs it; ``tuning`` times it beside its candidates, so that a stored choice
+never runs slower than the call it replaces."""
+
+from __future__ import annotations
+
+from .arch import ARCHS, ArchKernels
+from .config import check_heuristic_args
+from .problem import Conv2dProblemShape
+from .staging import channels_padded, gather_replaces, kernel_problem_for
+
+__all__ = ["heuristic_config", "untuned_config"]
+
+
+def untuned_config(
+    target: ArchKernels,
+    problem: Conv2dProblemShape,
+    kernel_problem: Conv2dProblemShape,
+    num_sms: int,
+    has_residual: bool,
+    element_bytes: int,
+):
+    """The heuristic's config for the staged ``kernel_problem``, or one that gathers
+    ``problem``'s operands instead, where its staging is one a gather spares and the arch's
+    gather rule takes it (sized by the heuristic on the channel-padded problem); for a conv
+    that runs unstaged or gathered, as the arch's small-M rule makes it."""
+    config = target.heuristic(kernel_problem, num_sms, has_residual, element_bytes)
+    replaces = gather_replaces(problem, element_bytes)
+    if replaces is not None or kernel_problem != problem:  # staged, unless gathered
+        if target.gather_rule is None or replaces is None:
+            return config
+        padded = channels_padded(problem, element_bytes)
+        base = config
+        if padded != kernel_problem:  # im2col columns: the staged config does not fit the conv
+            base = target.heuristic(padded, num_sms, has_residual, element_bytes)
+        gathered = target.gather_rule(
+            base, padded, num_sms, element_bytes, replaces, channels=problem.C
+        )
+        if gathered is None:
+            return config
+        config = gathered
+    if target.small_m_rule is None:
+        return config
+    return target.small_m_rule(config, problem, num_sms, has_residual, element_bytes)
+
+
+def heuristic_config(
+    problem: Conv2dProblemShape,
+    num_sms: int,
+    *,
+    has_residual: bool = False,
+    element_bytes: int = 2,
+    arch: str = "sm_90a",
+):
+    """The config a call on ``problem`` without one runs on ``arch`` when nothing is
+    autotuned: the heuristic's for the staged kernel problem, or one that gathers the
+    operands where the gather rule takes it, as the small-M rule makes it. The benchmarks pass
+    it explicitly, so that a stored autotuner choice cannot stand in for it."""
+    check_heuristic_args(problem, num_sms, has_residual)
+    if arch not in ARCHS:
+        raise ValueError(f"arch must be one of {', '.join(ARCHS)}, got {arch!r}")
+    kernel_problem = kernel_problem_for(problem, element_bytes)
+    return untuned_config(
+        ARCHS[arch], problem, kernel_problem, num_sms, has_residual, element_bytes
+    )
