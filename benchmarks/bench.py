@@ -39,8 +39,8 @@ import cute_conv
 from cute_conv import compile as compile_mod
 from cute_conv import tuning
 from cute_conv.reference import conv2d_reference
-from cute_conv.staging import kernel_problem_for
 from cute_conv.testing import compare_to_reference, random_conv_inputs
+from cute_conv.untuned import heuristic_config
 
 HERE = Path(__file__).resolve().parent
 # Rounds of timing per shape: single do_bench runs of the same kernel differ by 5-10% between
@@ -90,10 +90,9 @@ def bench_shape(shape: dict, *, autotune: bool, with_compile: bool, fp8: bool) -
     if autotune:
         config = tuned_config(x, flt, problem, geom, has_residual=False)
         fused_config = tuned_config(x, flt, problem, geom, has_residual=True)
-    else:  # the heuristic decides on the problem after any staging (the stem's)
-        kernel_problem = kernel_problem_for(problem)
-        config = cute_conv.default_config(kernel_problem, num_sms)
-        fused_config = cute_conv.default_config(kernel_problem, num_sms, has_residual=True)
+    else:  # what a call without a config runs (the heuristic on the staged problem, rules)
+        config = heuristic_config(problem, num_sms)
+        fused_config = heuristic_config(problem, num_sms, has_residual=True)
     row = dict(
         name=shape["name"], problem=problem, config=config, fused_config=fused_config,
         tuned=autotune,

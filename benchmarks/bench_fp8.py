@@ -24,8 +24,8 @@ from bench import HERE, do_bench, geomean, time_interleaved
 
 import cute_conv
 from cute_conv.reference import conv2d_reference
-from cute_conv.staging import kernel_problem_for
 from cute_conv.testing import compare_to_reference, random_conv_inputs
+from cute_conv.untuned import heuristic_config
 
 FRONTEND_PLANS = 10
 # The issue's class of large problems: GEMM M >= 32k and GEMM K >= 1152.
@@ -93,7 +93,7 @@ def fp8_comparison(row: dict, problem, geom: dict, x: torch.Tensor, flt: torch.T
     the functions to time."""
     qx, x_scale = cute_conv.quantize_fp8(x.float())
     qf, w_scale = cute_conv.quantize_fp8(flt.float())
-    config = cute_conv.default_config(kernel_problem_for(problem, 1), num_sms, element_bytes=1)
+    config = heuristic_config(problem, num_sms, element_bytes=1)
     row["fp8_config"] = repr(config)
     out = torch.full(problem.output_shape, float("nan"), device="cuda", dtype=torch.bfloat16)
 

@@ -31,8 +31,8 @@ from models import replay_of
 
 import cute_conv
 from cute_conv.reference import conv2d_reference
-from cute_conv.staging import kernel_problem_for
 from cute_conv.testing import compare_to_reference, random_conv_inputs
+from cute_conv.untuned import heuristic_config
 
 HERE = Path(__file__).resolve().parent
 METHODS = {
@@ -67,7 +67,7 @@ class ChainConv:
         geometry = dict(stride=site.stride, padding=padding, dilation=site.dilation)
         problem = cute_conv.Conv2dProblemShape.from_shapes(x.shape, flt.shape, **geometry)
         out = torch.full(problem.output_shape, float("nan"), dtype=x.dtype, device=x.device)
-        config = cute_conv.default_config(kernel_problem_for(problem), num_sms)
+        config = heuristic_config(problem, num_sms)
         return cls(x, flt, out, geometry, config)
 
     @property
