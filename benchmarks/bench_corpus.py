@@ -4,6 +4,7 @@
     python benchmarks/bench_corpus.py --section 0 [--sections S]   # one section (H100/H200)
     python benchmarks/bench_corpus.py --split heldout --tag "1x1"  # or a class of the corpus
     python benchmarks/bench_corpus.py --keys KEY,KEY --section 0   # or named problems (a rerun)
+    python benchmarks/bench_corpus.py --measured-before 20261125T05 --section 0  # stale rows
     python benchmarks/bench_corpus.py --render                     # CORPUS.md + corpus.png, no GPU
     python benchmarks/bench_corpus.py --fp8 --section 0            # the fp8 section (CORPUS_FP8.md)
 
@@ -435,6 +436,18 @@ def _frontend_version(cudnn) -> str:
     return f"{getattr(cudnn, '__version__', '?')} (backend {backend})"
 
 
+def stale_keys(results: dict, device: str, before: str) -> set[str]:
+    """The problems whose latest row on ``device`` comes from a run before ``before`` (run
+    ids are UTC stamps, ``20261125T053836.185610Z``: a prefix such as ``20261125T05``
+    compares as a time): the rows a kernel or rule change since then left stale."""
+    latest: dict[str, str] = {}
+    for run in results["runs"]:
+        if run["device"] == device:
+            for row in run["rows"]:
+                latest[row["key"]] = max(latest.get(row["key"], ""), run["run_id"])
+    return {key for key, run_id in latest.items() if run_id < before}
+
+
 def _done_keys(path: Path, device: str) -> set[str]:
     if not path.exists():
         return set()
@@ -682,9 +695,14 @@ def main(argv: list[str] | None = None) -> int:
                         "graph (results, report and chart in their own *fp8* files)")  # fmt: skip
     parser.add_argument("--skip-done", action="store_true",
                         help="skip problems this device already has results for")  # fmt: skip
+    parser.add_argument("--measured-before", metavar="RUN_ID",
+                        help="only problems whose latest results on this device (or --device) "
+                        "come from a run before RUN_ID, a UTC stamp or its prefix "
+                        "(20261125T05): re-measure the stale rows")  # fmt: skip
     parser.add_argument("--plan", action="store_true", help="print the sections, measure nothing")
     parser.add_argument("--render", action="store_true", help="write the report from the results")
-    parser.add_argument("--device", help="with --render: the device to report (default: latest)")
+    parser.add_argument("--device", help="with --render: the device to report (default: latest); "
+                        "with --measured-before: whose rows (default: this GPU)")  # fmt: skip
     parser.add_argument("--corpus", type=Path, default=CORPUS_PATH)
     parser.add_argument("--results", type=Path)
     parser.add_argument("--report", type=Path)
@@ -714,6 +732,13 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"--keys: not in the selection: {', '.join(sorted(unknown))}")
         chosen = [p for p in chosen if p["key"] in keys]
+    if args.measured_before:
+        device = args.device or (torch.cuda.get_device_name() if torch.cuda.is_available() else None)
+        if device is None:
+            parser.error("--measured-before: which device's rows? pass --device (no GPU here)")
+        results = json.loads(args.results.read_text()) if args.results.exists() else {"runs": []}
+        stale = stale_keys(results, device, args.measured_before)
+        chosen = [p for p in chosen if p["key"] in stale]
     frontend = not args.no_frontend
     parts = sections(chosen, args.sections, frontend=frontend, fp8=args.fp8)
     if args.plan:

@@ -230,6 +230,18 @@ def test_render_defaults_to_the_latest_device_and_lists_failures(tmp_path):
     assert "| c | plain | rel_err 5.0e-01 |" in text
 
 
+def test_stale_keys_are_those_last_measured_before_a_run():
+    results = _results()  # H100: run 1 (a), run 3 (a, b, c); H200: run 2 (d)
+    assert bench_corpus.stale_keys(results, "H100", "3") == set()  # a's latest is run 3
+    assert bench_corpus.stale_keys(results, "H100", "4") == {"a", "b", "c"}
+    assert bench_corpus.stale_keys(results, "H200", "3") == {"d"}
+    stamps = {"runs": [
+        {"device": "H100", "run_id": "20261124T193000.1Z", "rows": [_row("a", "train", [], 1.0)]},
+        {"device": "H100", "run_id": "20261125T053836.2Z", "rows": [_row("b", "train", [], 1.0)]},
+    ]}  # fmt: skip
+    assert bench_corpus.stale_keys(stamps, "H100", "20261125T05") == {"a"}
+
+
 def test_a_rerun_keeps_the_comparisons_it_did_not_time():
     results = _results()
     rerun = _row("c", "heldout", ["3x3 s1"], 1.0, ours_ms=0.5, cudnn_ms=1.0)  # no fused times
