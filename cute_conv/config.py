@@ -371,15 +371,15 @@ def small_m_config(
     """The config a call without one runs for an unstaged conv (C whole TMA rows, no stem
     staging) or a gathered one (odd C, ``gathered_config``; ``dispatch``), from ``config``,
     the one it would run (the heuristic's, or the gathering one): 32-wide tiles, unsplit, on
-    single CTAs, for a conv of at most ``_SMALL_M_MAX_TILES_M`` 128-row tiles along M,
-    K >= 128 and GEMM K up to ``_SMALL_M_MAX_GEMM_K``, where one wave holds those tiles; else
+    single CTAs, for a conv of at most ``_SMALL_M_MAX_TILES_M`` 128-row tiles along M (an fp8
+    one without a residual), K >= 128 and GEMM K up to ``_SMALL_M_MAX_GEMM_K``, where one wave holds those tiles; else
     ``config``. Few M tiles leave most SMs idle at 64-wide tiles; narrow tiles spread the conv
     over more of them without a stream-K split's reduction.
 
     Fitted on an H100 (``benchmarks/sweep_small_m.py``, ``small_m_sweep.json``): the corpus
     problems of GEMM M <= 512, K >= 128 and at most 2 GFLOP, each replayed from a CUDA graph
     at its config, 32 and 64 wide without cluster or split, and cuDNN, in five groups fitted
-    apart (a residual or 8-bit inputs change nothing in the rule). Plain unstaged convs (64): the bounds were picked on the 43 train problems (1.051x
+    apart (a residual or 8-bit inputs change nothing in the rule's bounds). Plain unstaged convs (64): the bounds were picked on the 43 train problems (1.051x
     the config's speed by geomean; 32-wide everywhere 0.964x: at 4 M tiles or deep 3x3
     mainloops they lose) and hold on the 21 held-out ones (1.071x); e.g. ResNet-50's 1x1 at
     batch 1, 7x7, C=2048, K=512: 13.2 -> 11.1 us (cuDNN 9.7). The same convs as fused calls
@@ -387,7 +387,8 @@ def small_m_config(
     convs (23, all of GEMM K < 256) gain at any bounds of the grid; these give train 1.066x
     (the best, at 4 M tiles, 1.075x), held-out 1.054x, and fused 1.052x / 1.029x. fp8
     unstaged convs (56): train 1.079x (the best, up to GEMM K 4608, 1.088x), held-out
-    1.064x. Convs staged by channel padding were not measured: not for them.
+    1.064x. Convs staged by channel padding and fp8 calls with a residual were not measured:
+    not for them.
 
     Raises:
         TypeError, ValueError: ``config`` is no ``Conv2dConfig``, or a bad problem, SM count
@@ -400,7 +401,8 @@ def small_m_config(
     tiles_m = -(-problem.gemm_m // 128)
     tiles = tiles_m * -(-problem.K // _NARROW_TILE_N)
     takes = (
-        config.tile_m == 128
+        not (has_residual and element_bytes == 1)  # not measured
+        and config.tile_m == 128
         and tiles_m <= _SMALL_M_MAX_TILES_M
         and problem.K >= 128
         and problem.gemm_k <= _SMALL_M_MAX_GEMM_K

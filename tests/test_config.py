@@ -524,8 +524,11 @@ def test_small_m_convs_take_narrow_unsplit_tiles():
     assert (fused.tile_n, fused.stream_k, fused.pingpong) == (32, False, False)
     fp8 = heuristic_config(problem, 132, element_bytes=1)
     assert (fp8.tile_n, fp8.tile_k, fp8.cluster_n, fp8.stream_k) == (32, 128, 1, False)
-    # Where it lost: the heuristic's config stands.
-    assert small_m_config(heuristic, problem, num_sms=8) == heuristic  # more than a wave
+    # Where it lost (more than a wave) or was not measured (fp8 with a residual): the
+    # heuristic's config stands.
+    assert small_m_config(heuristic, problem, num_sms=8) == heuristic
+    fp8_fused = default_config(problem, has_residual=True, element_bytes=1)
+    assert small_m_config(fp8_fused, problem, has_residual=True, element_bytes=1) == fp8_fused
     others = {
         "4 M tiles": Conv2dProblemShape.from_shapes((8, 7, 7, 2048), (512, 1, 1, 2048)),
         "deep 3x3": Conv2dProblemShape.from_shapes((1, 7, 7, 512), (512, 3, 3, 512), padding=1),
