@@ -29,10 +29,9 @@ from bench import geomean  # noqa: E402
 from bench_corpus import problem_shape  # noqa: E402
 from sweep_rows import (  # noqa: E402
     by_split,
-    load_results,
     measure_configs,
-    measure_into,
     sweep_main,
+    sweep_new_problems,
     timed_rows,
 )
 
@@ -87,15 +86,10 @@ def measure(p: dict) -> dict:
 
 
 def sweep(max_seconds: float) -> None:
-    import torch
-    from bench_corpus import load_corpus
-
-    torch.backends.cudnn.benchmark = True
-    results = load_results(RESULTS_PATH)
-    done = {(r["key"], r["form"]) for r in results["rows"]}
-    todo = [p for p in pingpong_problems(load_corpus()) if (p["key"], p["form"]) not in done]
-    results["device"] = torch.cuda.get_device_name()
-    measure_into(RESULTS_PATH, results, todo, measure, max_seconds, ("key", "form", "ms"))
+    sweep_new_problems(
+        RESULTS_PATH, pingpong_problems, measure, max_seconds, ("key", "form", "ms"),
+        identity=lambda entry: (entry["key"], entry["form"]),
+    )  # fmt: skip
 
 
 def measured_rows(form: str) -> list[dict]:

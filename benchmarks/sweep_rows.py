@@ -47,17 +47,19 @@ def sweep_new_problems(
     measure: Callable[[dict], dict],
     max_seconds: float,
     shown: tuple[str, ...],
+    identity: Callable[[dict], object] = lambda entry: entry["key"],
 ) -> None:
-    """Measure the corpus problems ``select`` picks that ``path`` has no row of yet (see
-    ``measure_into``), recording the GPU's name; cuDNN tunes its algorithms
-    (``cudnn.benchmark``), as the corpus benchmark runs it."""
+    """Measure the entries ``select`` picks from the corpus that ``path`` has no row of yet
+    (by ``identity``, of an entry and of a row alike: the corpus key, or the key and what a
+    sweep measures it as; see ``measure_into``), recording the GPU's name; cuDNN tunes its
+    algorithms (``cudnn.benchmark``), as the corpus benchmark runs it."""
     import torch
     from bench_corpus import load_corpus
 
     torch.backends.cudnn.benchmark = True
     results = load_results(path)
-    done = {r["key"] for r in results["rows"]}
-    todo = [p for p in select(load_corpus()) if p["key"] not in done]
+    done = {identity(r) for r in results["rows"]}
+    todo = [p for p in select(load_corpus()) if identity(p) not in done]
     results["device"] = torch.cuda.get_device_name()
     measure_into(path, results, todo, measure, max_seconds, shown)
 

@@ -37,9 +37,9 @@ from sweep_rows import (  # noqa: E402
     by_split,
     load_results,
     measure_configs,
-    measure_into,
     middle_of_best,
     sweep_main,
+    sweep_new_problems,
 )
 
 RESULTS_PATH = HERE / "small_m_sweep.json"
@@ -86,23 +86,19 @@ def small_m_problems(problems: list[dict]) -> list[dict]:
     return chosen
 
 
-def heuristic_of(problem, form: str, path: str):
+def heuristic_of(problem, form: str):
     """The config a call of ``form`` runs on ``problem`` without the small-M rule: the
-    heuristic's, or where the library gathers, the gathering config sized on the
-    channel-padded problem (as ``dispatch`` makes it)."""
-    from cute_conv.config import default_config, gathered_config
-    from cute_conv.staging import channels_padded, gather_replaces
+    untuned choice (``untuned_config``: the heuristic's, or the gathering config) with that
+    rule taken out of the arch's."""
+    from cute_conv.arch import ARCHS
+    from cute_conv.staging import kernel_problem_for
+    from cute_conv.untuned import untuned_config
 
-    has_residual = form == "fused"
-    if path == "unstaged":
-        element_bytes = 1 if form == "fp8" else 2
-        return default_config(
-            problem, NUM_SMS, has_residual=has_residual, element_bytes=element_bytes
-        )
-    padded = channels_padded(problem)
-    base = default_config(padded, NUM_SMS, has_residual=has_residual)
-    return gathered_config(
-        base, padded, NUM_SMS, 2, gather_replaces(problem), channels=problem.C
+    element_bytes = 1 if form == "fp8" else 2
+    without_rule = dataclasses.replace(ARCHS["sm_90a"], small_m_rule=None)
+    kernel_problem = kernel_problem_for(problem, element_bytes)
+    return untuned_config(
+        without_rule, problem, kernel_problem, NUM_SMS, form == "fused", element_bytes
     )
 
 
@@ -124,7 +120,7 @@ def measure(p: dict) -> dict:
     from bench_corpus import problem_shape
 
     problem = problem_shape(p)
-    heuristic = heuristic_of(problem, p["form"], p["path"])
+    heuristic = heuristic_of(problem, p["form"])
     row = {k: p[k] for k in ("key", "split", "gflop", "form", "path")}
     row |= {"gemm_m": problem.gemm_m, "gemm_k": problem.gemm_k, "heuristic": repr(heuristic)}
     timed = measure_configs(p, p["form"], variants(heuristic))
@@ -140,16 +136,10 @@ def group_of(row: dict) -> tuple[str, str]:
 
 
 def sweep(max_seconds: float) -> None:
-    import torch
-    from bench_corpus import load_corpus
-
-    torch.backends.cudnn.benchmark = True
-    results = load_results(RESULTS_PATH)
-    done = {(r["key"], group_of(r)) for r in results["rows"]}
-    todo = [p for p in small_m_problems(load_corpus())
-            if (p["key"], (p["form"], p["path"])) not in done]  # fmt: skip
-    results["device"] = torch.cuda.get_device_name()
-    measure_into(RESULTS_PATH, results, todo, measure, max_seconds, ("key", "form", "ms"))
+    sweep_new_problems(
+        RESULTS_PATH, small_m_problems, measure, max_seconds, ("key", "form", "ms"),
+        identity=lambda entry: (entry["key"], group_of(entry)),
+    )  # fmt: skip
 
 
 def score(rows: list[dict], max_tiles_m: int, max_gemm_k: int) -> float:

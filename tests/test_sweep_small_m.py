@@ -31,7 +31,7 @@ def test_selection_is_the_small_m_unstaged_and_gathered_problems_and_matches_the
     assert groups == set(sweep_small_m.GROUPS)
     for p in chosen:
         assert p["K"] >= sweep_small_m.MIN_K and "stem" not in p["tags"]
-        heuristic = sweep_small_m.heuristic_of(problem_shape(p), p["form"], p["path"])
+        heuristic = sweep_small_m.heuristic_of(problem_shape(p), p["form"])
         assert heuristic.gather == (p["path"] == "gathered")
         assert (p["C"] % 8 == 0) == (p["path"] == "unstaged")
     results = committed_results()
