@@ -166,13 +166,14 @@ def sweep_main(doc: str, sweep: Callable[[float], None], offline: Callable[[], N
         sweep(args.max_seconds)
 
 
-def measure_configs(p: dict, form: str, configs: dict) -> dict:
+def measure_configs(p: dict, form: str, configs: dict, eager: bool = True) -> dict:
     """``{"checks", "ms"}`` of corpus problem ``p`` run by each of ``configs`` (name ->
     config) in ``form``: ``plain`` (bf16), ``fused`` (``relu(conv + b) + r``, bf16) or
     ``fp8`` (plain on e4m3 inputs, bf16 out). Each is checked against a float32 reference
     (fp8: on the dequantized inputs) from a NaN-poisoned output, then those that pass are
-    timed eagerly and replayed from CUDA graphs, interleaved as ``bench.py`` times, with
-    cuDNN's replay on the same (dequantized) inputs beside them."""
+    timed eagerly (unless ``eager`` is False) and replayed from CUDA graphs (``NAME_graph``),
+    interleaved as ``bench.py`` times, with cuDNN's replay (``cudnn_graph``) on the same
+    (dequantized) inputs beside them."""
     import torch
     from bench import time_interleaved
     from models import replay_of
@@ -202,9 +203,11 @@ def measure_configs(p: dict, form: str, configs: dict) -> dict:
             return cute_conv.conv2d_fprop(*inputs, out=out, config=config, **scales, **geom)
 
     checks, fns = checked_runs(x, flt, ref, geom, configs, call)
-    fns |= {f"{name}_graph": replay_of(run) for name, run in list(fns.items())}
-    fns["cudnn_graph"] = replay_of(cudnn_run(x, flt, problem))
-    return {"checks": checks, "ms": time_interleaved(fns)}
+    # A graph holds no reference to the output its kernels write: ``fns`` (each run binds its
+    # output) stays alive while the replays are timed.
+    timed = (fns if eager else {}) | {f"{name}_graph": replay_of(run) for name, run in fns.items()}
+    timed["cudnn_graph"] = replay_of(cudnn_run(x, flt, problem))
+    return {"checks": checks, "ms": time_interleaved(timed)}
 
 
 def timed_rows(path: Path, variants: tuple[str, ...]) -> list[dict]:

@@ -34,6 +34,8 @@ __all__ = [
     "stream_k_schedule",
     "with_gathered_operands",
     "k_tile_width",
+    "split_tile_config",
+    "wide_split_shape",
     "schedule_shape",
     "small_m_config",
     "tile_widths",
@@ -90,6 +92,13 @@ GATHERED_ELEMENT_BYTES = GATHER_ELEMENT_BITS // 8
 # (benchmarks/sweep_stream_k.py, stream_k_sweep.json; see stream_k_schedule).
 STREAM_K_SPLITS = (2, 3, 4, 6, 8, 12, 16)
 K_TILES_PER_SPLIT = 9.0
+# Wide split tiles (see wide_split_shape): data-parallel 16-bit convs of at least this many
+# k-tiles per tile take 128x256 (or 256x128) tiles split by stream-K, where a split fits; the
+# wide tile's N padding at most this fraction of K. Fitted on the corpus's train part on an
+# H200 (benchmarks/sweep_wide_split.py, wide_split_sweep.json).
+WIDE_SPLIT_MIN_K_TILES = 180
+_WIDE_SPLIT_SHAPES = ((128, 256), (256, 128))
+_WIDE_SPLIT_MAX_N_PADDING = 0.25
 # Where no split fits: stream-K over the whole grid for at most this fraction of a wave of
 # tiles ...
 _MAX_WAVE_STREAM_K = 0.6
@@ -277,6 +286,18 @@ def default_config(
     k-tiles) and r50-c4 (36) at N=1..32 by 2-20%; so did odd-5x5 N=1 (75 k-tiles, 96 tiles,
     0.73 of a wave) 0.0178 -> 0.0203, while the suite's r50-c5 (98 tiles) gained 1%.
 
+    Wide split tiles (``wide_split_shape``): a plain 16-bit conv the rules above leave
+    data-parallel, with at least ``WIDE_SPLIT_MIN_K_TILES`` k-tiles per tile (3x3 convs of
+    C >= 1280, or dilated ones of C=2048), takes 128x256 tiles (256x128 where K would pad a
+    256-wide tile by more than a quarter) split by stream-K as ``stream_k_schedule`` splits
+    them, where a split fits the SMs: the wave-cost choice (e.g. 112 tiles of 128x96 for
+    SDXL's 32x32 3x3 at C=2560, K=1280) streams more operand rows per MMA than a wide tile,
+    whose split still fills the SMs. Measured on an H200 (``benchmarks/sweep_wide_split.py``,
+    88 corpus problems, replayed from CUDA graphs): that 3x3 0.109 -> 0.095 ms, the
+    DeepLab-style dilated 3x3s 1.6-1.9x; below ~180 k-tiles every wide split lost (0.53-0.89x
+    on 1x1 convs of C=2048 and 3x3 convs of C <= 960). Fused and fp8 calls were not measured
+    and keep their configs.
+
     dynamic_schedule: for 1x1 convs on single-CTA clusters. Their tiles stream from DRAM and
     SMs run them at different speeds (ncu on an H200: the average SM busy 89-90% of the
     busiest one, for r50-c2-1x1-up and r50-c3-1x1-dn); taking tiles from a counter let the
@@ -352,6 +373,10 @@ def default_config(
     pingpong = pingpong and pingpong_pays(problem, tile_k, num_sms)
     if pingpong:
         tile_n, cluster_m, cluster_n, dynamic_schedule = _PINGPONG_TILE_N, 1, 1, False
+    if not stream_k and not has_residual and element_bytes == 2:
+        wide = wide_split_shape(problem, num_sms)
+        if wide is not None:
+            return split_tile_config(problem, *wide)
     halo = tile_m == 256 and tile_n == 64 and full_k_tile and not stream_k
     tile_w, halo_h = _halo_tile(problem, tile_m) if halo else (0, 0)
     return Conv2dConfig(
@@ -414,6 +439,49 @@ def small_m_config(
         config, tile_n=_NARROW_TILE_N, cluster_m=1, cluster_n=1, stream_k=False,
         stream_k_split=0, dynamic_schedule=False, pingpong=False, tile_w=0, halo_h=0,
     )  # fmt: skip
+
+
+def split_tile_config(
+    problem: Conv2dProblemShape, tile_m: int, tile_n: int, split: int = 0
+) -> Conv2dConfig:
+    """``tile_m`` x ``tile_n`` tiles for ``problem``'s 16-bit inputs, clusters and k-tile as
+    ``default_config`` sets them for that tile (two CTAs along N where the N tiles pair up,
+    else along M for a tile wider than 128 on a long mainloop), statically scheduled;
+    data-parallel (``split`` 0) or its k-tiles split ``split`` ways by stream-K. Whether the
+    split fits the SMs is the caller's to check (``cluster_tile_count``)."""
+    check_problem(problem)
+    tiles_n = -(-problem.K // tile_n)
+    cluster_n = 2 if tiles_n % 2 == 0 else 1
+    shares_filter = tile_n > 128 and problem.gemm_k > _SHORT_MAINLOOP_K
+    cluster_m = 2 if cluster_n == 1 and shares_filter else 1
+    return Conv2dConfig(
+        tile_m=tile_m, tile_n=tile_n, tile_k=k_tile_width(problem.C, 2), cluster_m=cluster_m,
+        cluster_n=cluster_n, stream_k=split > 0, stream_k_split=split,
+    )  # fmt: skip
+
+
+def wide_split_shape(
+    problem: Conv2dProblemShape,
+    num_sms: int = 132,
+    min_k_tiles: int = WIDE_SPLIT_MIN_K_TILES,
+) -> tuple[int, int, int] | None:
+    """``(tile_m, tile_n, split)`` of the wide split tiles ``default_config`` gives a
+    data-parallel 16-bit ``problem`` (see there): the first of 128x256 and 256x128 whose N
+    padding is at most ``_WIDE_SPLIT_MAX_N_PADDING`` of K, where its tiles have at least
+    ``min_k_tiles`` k-tiles and ``stream_k_schedule`` splits them (the split fits the SMs);
+    None otherwise."""
+    check_heuristic_args(problem, num_sms)
+    for tile_m, tile_n in _WIDE_SPLIT_SHAPES:
+        if -(-problem.K // tile_n) * tile_n > (1 + _WIDE_SPLIT_MAX_N_PADDING) * problem.K:
+            continue
+        config = split_tile_config(problem, tile_m, tile_n)
+        _, k_tiles = schedule_shape(problem, tile_m, tile_n, config.tile_k)
+        if k_tiles < min_k_tiles:
+            return None
+        max_clusters = num_sms // (config.cluster_m * config.cluster_n)
+        _, split = stream_k_schedule(cluster_tile_count(problem, config), k_tiles, max_clusters)
+        return (tile_m, tile_n, split) if split else None
+    return None
 
 
 def gathered_config(

@@ -16,6 +16,8 @@ from cute_conv.config import (
     default_config,
     pingpong_halo_tile,
     pingpong_pays,
+    split_tile_config,
+    wide_split_shape,
 )
 from cute_conv.problem import Conv2dProblemShape
 from cute_conv.staging import channels_padded, kernel_problem_for
@@ -553,3 +555,62 @@ def test_small_m_convs_take_narrow_unsplit_tiles():
         small_m_config("128x32", problem)
     with pytest.raises(ValueError, match="num_sms"):
         small_m_config(heuristic, problem, num_sms=0)
+
+
+# ---- wide split tiles (default_config, wide_split_shape) ----
+
+
+@pytest.mark.parametrize(
+    "prob,shape",
+    [
+        # SDXL's batch-1 3x3 at 32x32: 112 data-parallel tiles of 128x96 before; 20 clusters of
+        # 2x1 128x256 tiles, 360 k-tiles each, split 3 ways on 66 clusters.
+        pytest.param(problem(1, 32, 2560, 1280, 3, padding=1), (128, 256, 3), id="sdxl-3x3"),
+        pytest.param(problem(8, 8, 2560, 1280, 3, padding=1), (128, 256, 6), id="batch-8"),
+        pytest.param(
+            problem(1, 65, 2048, 256, 3, padding=12, dilation=12), (128, 256, 3), id="dilated"
+        ),
+        # K=320 pads a 256-wide tile by 60%, a 128-wide one by 20%.
+        pytest.param(problem(1, 48, 1280, 320, 3, padding=1), (256, 128, 4), id="k320-tall"),
+    ],
+)
+def test_wide_split_tiles_for_long_data_parallel_mainloops(prob, shape):
+    assert wide_split_shape(prob) == shape
+    config = default_config(prob)
+    tile_m, tile_n, split = shape
+    assert (config.tile_m, config.tile_n, config.stream_k, config.stream_k_split) == (
+        tile_m, tile_n, True, split,
+    )  # fmt: skip
+    assert config == split_tile_config(prob, *shape)
+    # Only plain 16-bit convs were measured: fused and fp8 calls keep the wave-cost choice.
+    for other in (
+        default_config(prob, has_residual=True),
+        default_config(prob, element_bytes=1),
+    ):
+        assert (other.tile_m, other.tile_n) != (tile_m, tile_n) or not other.stream_k
+
+
+@pytest.mark.parametrize(
+    "prob",
+    [
+        pytest.param(problem(1, 32, 960, 640, 3, padding=1), id="135-k-tiles"),
+        pytest.param(problem(1, 32, 2560, 1280, 1), id="pointwise"),
+        # The heuristic splits already (5 clusters of 64-wide tiles): the wide tiles lost there.
+        pytest.param(problem(1, 16, 2560, 1280, 3, padding=1), id="split-already"),
+        pytest.param(problem(64, 32, 2560, 1280, 3, padding=1), id="waves-of-tiles"),
+    ],
+)
+def test_no_wide_split_below_the_fitted_mainloop_or_where_no_split_fits(prob):
+    config = default_config(prob)
+    assert not (config.tile_n == 256 and config.stream_k_split)
+    if prob.C == 2560 and prob.H == 64:  # many tiles: no split of two fits
+        assert wide_split_shape(prob) is None
+
+
+def test_wide_split_shape_checks_its_arguments():
+    with pytest.raises(TypeError, match="problem must be a Conv2dProblemShape"):
+        wide_split_shape("3x3")
+    with pytest.raises(ValueError, match="num_sms must be >= 1"):
+        wide_split_shape(problem(1, 32, 2560, 1280, 3, padding=1), 0)
+    with pytest.raises(TypeError, match="problem must be a Conv2dProblemShape"):
+        split_tile_config(None, 128, 256)

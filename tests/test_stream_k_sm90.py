@@ -25,6 +25,9 @@ STREAM_K_CONFIGS = [
     Config(tile_n=128, stream_k=True, stream_k_split=3),
     Config(tile_n=256, cluster_n=2, stream_k=True, stream_k_split=2),
     Config(tile_n=128, cluster_m=2, stream_k=True, stream_k_split=5),
+    # The wide split tiles of default_config (wide_split_shape).
+    Config(tile_n=256, cluster_m=2, stream_k=True, stream_k_split=3),
+    Config(tile_m=256, tile_n=128, cluster_n=2, stream_k=True, stream_k_split=4),
 ]
 # (N, H, W, C, K, R, S, padding): few tiles of many k-tiles (tiles split between several
 # CTAs), M and K tails, C not a multiple of the k-tile, a 1x1 conv of 4 k-tiles.
@@ -89,6 +92,15 @@ def test_default_config_takes_stream_k_for_a_small_batch():
     out = cute_conv.conv2d_fprop(act, flt, padding=pad)
     report = compare_to_reference(out, conv2d_reference(act, flt, padding=pad))
     assert report.ok, str(report)
+
+
+def test_default_config_takes_wide_split_tiles_for_a_long_mainloop():
+    act, flt, pad = _inputs((1, 32, 32, 1280, 1280, 3, 3, 1))  # 180 k-tiles per tile
+    problem = cute_conv.Conv2dProblemShape.from_shapes(act.shape, flt.shape, padding=pad)
+    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    config = cute_conv.default_config(problem, num_sms)
+    assert (config.tile_n, config.stream_k) == (256, True) and config.stream_k_split >= 2
+    assert_repeated_calls_match(act, flt, pad, None)
 
 
 def test_each_capture_takes_its_own_workspace():
