@@ -14,13 +14,13 @@ The problems: the corpus's unstaged convs (C whole TMA rows, not gathered) of at
 ``MIN_K_TILES`` 64-channel k-tiles, where a wide tile shape wastes at most ``MAX_N_PADDING``
 of its columns on K's padding and a split of two of its cluster tiles fits the SMs; every
 ``TRAIN_STRIDE``-th train problem. Per problem, in one process: the config a call without one
-ran when it was measured (``heuristic``; rows measured before the rule carry the rule-free
-choice), and for each wide shape that fits, each stream-K split of ``SPLITS`` that fits the
-SMs and leaves every CTA at least ``MIN_K_TILES_PER_CTA`` k-tiles (``SHAPE/s``), clusters as
-the heuristic sets them for that tile (``config.split_tile_config``); each checked against
-the float32 reference from a NaN-poisoned output, then replayed from CUDA graphs (eager calls
-of these 10-100 us convs time the host too), cuDNN's replay beside them. Rows go to
-``wide_split_sweep.json``; a rerun skips the problems already there.
+runs, the wide-split rule taken out (``heuristic``, ``rule_free_config``), and for each wide
+shape that fits, each stream-K split of ``SPLITS`` that fits the SMs and leaves every CTA at
+least ``MIN_K_TILES_PER_CTA`` k-tiles (``SHAPE/s``), clusters as the heuristic sets them for
+that tile (``config.split_tile_config``); each checked against the float32 reference from a
+NaN-poisoned output, then replayed from CUDA graphs (eager calls of these 10-100 us convs
+time the host too), cuDNN's replay beside them. Rows go to ``wide_split_sweep.json``; a
+rerun skips the problems already there.
 
 ``--fit`` scores the rule (``config.wide_split_shape``: a data-parallel conv of at least T
 k-tiles per tile takes the wide split that ``stream_k_schedule`` picks) over a grid of T on
@@ -107,14 +107,31 @@ def wide_split_problems(problems: list[dict]) -> list[dict]:
     return [p for p in chosen if p["split"] != "train" or p in train]
 
 
+def rule_free_config(problem):
+    """The config a call without one runs on the unstaged ``problem`` with the wide-split rule
+    taken out of the heuristic (``default_config(..., wide_split=False)``): the baseline."""
+    import dataclasses
+
+    from cute_conv.arch import ARCHS
+    from cute_conv.config import default_config
+    from cute_conv.untuned import untuned_config
+
+    def heuristic(problem, num_sms, has_residual, element_bytes):
+        return default_config(
+            problem, num_sms, has_residual=has_residual, element_bytes=element_bytes,
+            wide_split=False,
+        )  # fmt: skip
+
+    rule_free = dataclasses.replace(ARCHS["sm_90a"], heuristic=heuristic)
+    return untuned_config(rule_free, problem, problem, NUM_SMS, False, 2)
+
+
 def configs_of(p: dict) -> dict:
     """The configs timed on corpus problem ``p``, by name."""
     from bench_corpus import problem_shape
 
-    from cute_conv.untuned import heuristic_config
-
     problem = problem_shape(p)
-    return {HEURISTIC: heuristic_config(problem, NUM_SMS)} | wide_variants(problem)
+    return {HEURISTIC: rule_free_config(problem)} | wide_variants(problem)
 
 
 def measure(p: dict) -> dict:

@@ -203,6 +203,7 @@ def default_config(
     *,
     has_residual: bool = False,
     element_bytes: int = 2,
+    wide_split: bool = True,
 ) -> Conv2dConfig:
     """A fast heuristic for an H100/H200, fitted to measurements of the benchmark suite.
 
@@ -287,7 +288,8 @@ def default_config(
     0.73 of a wave) 0.0178 -> 0.0203, while the suite's r50-c5 (98 tiles) gained 1%.
 
     Wide split tiles (``wide_split_shape``): a plain 16-bit conv the rules above leave
-    data-parallel, with at least ``WIDE_SPLIT_MIN_K_TILES`` k-tiles per tile (3x3 convs of
+    data-parallel (unless ``wide_split`` is False: the baseline the rule is fitted against),
+    with at least ``WIDE_SPLIT_MIN_K_TILES`` k-tiles per tile (3x3 convs of
     C >= 1280, or dilated ones of C=2048), takes 128x256 tiles (256x128 where K would pad a
     256-wide tile by more than a quarter) split by stream-K as ``stream_k_schedule`` splits
     them, where a split fits the SMs: the wave-cost choice (e.g. 112 tiles of 128x96 for
@@ -335,6 +337,8 @@ def default_config(
     """
     check_heuristic_args(problem, num_sms, has_residual)
     check_element_bytes(element_bytes)
+    if not isinstance(wide_split, bool):
+        raise TypeError(f"wide_split must be a bool, got {wide_split!r}")
     # min() keeps the first of equal costs: ties go to the wider tile.
     widest_first = sorted(tile_widths(problem.K), reverse=True)
     tile_n = min(widest_first, key=lambda n: _wave_cost(problem, 128, n, num_sms))
@@ -373,7 +377,7 @@ def default_config(
     pingpong = pingpong and pingpong_pays(problem, tile_k, num_sms)
     if pingpong:
         tile_n, cluster_m, cluster_n, dynamic_schedule = _PINGPONG_TILE_N, 1, 1, False
-    if not stream_k and not has_residual and element_bytes == 2:
+    if wide_split and not stream_k and not has_residual and element_bytes == 2:
         wide = wide_split_shape(problem, num_sms)
         if wide is not None:
             return split_tile_config(problem, *wide)

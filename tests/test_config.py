@@ -582,6 +582,8 @@ def test_wide_split_tiles_for_long_data_parallel_mainloops(prob, shape):
         tile_m, tile_n, True, split,
     )  # fmt: skip
     assert config == split_tile_config(prob, *shape)
+    rule_free = default_config(prob, wide_split=False)
+    assert not rule_free.stream_k and rule_free.tile_n < 256
     # Only plain 16-bit convs were measured: fused and fp8 calls keep the wave-cost choice.
     for other in (
         default_config(prob, has_residual=True),
@@ -614,3 +616,5 @@ def test_wide_split_shape_checks_its_arguments():
         wide_split_shape(problem(1, 32, 2560, 1280, 3, padding=1), 0)
     with pytest.raises(TypeError, match="problem must be a Conv2dProblemShape"):
         split_tile_config(None, 128, 256)
+    with pytest.raises(TypeError, match="wide_split must be a bool"):
+        default_config(problem(1, 32, 2560, 1280, 3, padding=1), wide_split=1)
