@@ -358,14 +358,11 @@ def default_config(
     tile_m = 256 if tall or narrow_tall else 128
     if tile_m == 128 and _fills_waves_better_at_192(problem, tile_n, num_sms):
         tile_m, tile_n = _THREE_WARPGROUP_TILE
-    tiles_n = -(-problem.K // tile_n)
-    cluster_n = 2 if tiles_n % 2 == 0 and not narrowed_for_residual else 1
-    # A filter tile wider than the activation tile is the larger L2 stream, and short k-tiles
-    # load it in more pieces per MMA: share it along M.
-    shares_filter = (tile_n > 128 and problem.gemm_k > _SHORT_MAINLOOP_K) or (
-        (short_k_tiles or narrow_tall) and tile_m == 256 and not has_residual
+    # Short k-tiles load the filter tile in more pieces per MMA: share it along M.
+    short_k_shares = (short_k_tiles or narrow_tall) and tile_m == 256 and not has_residual
+    cluster_m, cluster_n = _cluster_shape(
+        problem, tile_n, pair_n=not narrowed_for_residual, share_filter=short_k_shares
     )
-    cluster_m = 2 if cluster_n == 1 and shares_filter else 1
     tiles, _ = schedule_shape(problem, tile_m, tile_n, tile_k)
     stream_k, stream_k_split = stream_k_for_tiles(
         problem, tile_m, tile_n, tile_k, cluster_m, cluster_n, num_sms
@@ -454,14 +451,23 @@ def split_tile_config(
     data-parallel (``split`` 0) or its k-tiles split ``split`` ways by stream-K. Whether the
     split fits the SMs is the caller's to check (``cluster_tile_count``)."""
     check_problem(problem)
-    tiles_n = -(-problem.K // tile_n)
-    cluster_n = 2 if tiles_n % 2 == 0 else 1
-    shares_filter = tile_n > 128 and problem.gemm_k > _SHORT_MAINLOOP_K
-    cluster_m = 2 if cluster_n == 1 and shares_filter else 1
+    cluster_m, cluster_n = _cluster_shape(problem, tile_n)
     return Conv2dConfig(
         tile_m=tile_m, tile_n=tile_n, tile_k=k_tile_width(problem.C, 2), cluster_m=cluster_m,
         cluster_n=cluster_n, stream_k=split > 0, stream_k_split=split,
     )  # fmt: skip
+
+
+def _cluster_shape(
+    problem: Conv2dProblemShape, tile_n: int, pair_n: bool = True, share_filter: bool = False
+) -> tuple[int, int]:
+    """``(cluster_m, cluster_n)`` of the heuristic (see default_config): two CTAs along N where
+    the N tiles pair up (and ``pair_n``), else two along M where the filter tile is the larger
+    L2 stream (wider than 128 on a long mainloop) or ``share_filter`` says so, else one."""
+    if pair_n and -(-problem.K // tile_n) % 2 == 0:
+        return 1, 2
+    wide_filter = tile_n > 128 and problem.gemm_k > _SHORT_MAINLOOP_K
+    return (2, 1) if wide_filter or share_filter else (1, 1)
 
 
 def wide_split_shape(
