@@ -473,7 +473,7 @@ def _cluster_shape(
 def wide_split_shape(
     problem: Conv2dProblemShape,
     num_sms: int = 132,
-    min_k_tiles: int = WIDE_SPLIT_MIN_K_TILES,
+    min_k_tiles: float = WIDE_SPLIT_MIN_K_TILES,
 ) -> tuple[int, int, int] | None:
     """``(tile_m, tile_n, split)`` of the wide split tiles ``default_config`` gives a
     data-parallel 16-bit ``problem`` (see there): the first of 128x256 and 256x128 whose N
@@ -481,6 +481,8 @@ def wide_split_shape(
     ``min_k_tiles`` k-tiles and ``stream_k_schedule`` splits them (the split fits the SMs);
     None otherwise."""
     check_heuristic_args(problem, num_sms)
+    if isinstance(min_k_tiles, bool) or not isinstance(min_k_tiles, (int, float)):
+        raise TypeError(f"min_k_tiles must be a number of k-tiles, got {min_k_tiles!r}")
     for tile_m, tile_n in _WIDE_SPLIT_SHAPES:
         if -(-problem.K // tile_n) * tile_n > (1 + _WIDE_SPLIT_MAX_N_PADDING) * problem.K:
             continue

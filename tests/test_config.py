@@ -616,5 +616,7 @@ def test_wide_split_shape_checks_its_arguments():
         wide_split_shape(problem(1, 32, 2560, 1280, 3, padding=1), 0)
     with pytest.raises(TypeError, match="problem must be a Conv2dProblemShape"):
         split_tile_config(None, 128, 256)
+    with pytest.raises(TypeError, match="min_k_tiles must be a number"):
+        wide_split_shape(problem(1, 32, 2560, 1280, 3, padding=1), min_k_tiles="180")
     with pytest.raises(TypeError, match="wide_split must be a bool"):
         default_config(problem(1, 32, 2560, 1280, 3, padding=1), wide_split=1)
