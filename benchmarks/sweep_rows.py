@@ -150,6 +150,24 @@ def cudnn_run(x, flt, problem) -> Callable[[], object]:
                             problem.stride, 0, problem.dilation)  # fmt: skip
 
 
+def _compile_sm90(config) -> None:
+    import cute_conv
+
+    cute_conv.compile_kernel("sm_90a", config=config)
+
+
+def precompile(configs: set) -> None:
+    """Compile the SM90 kernels of ``configs`` (compiled forms) into the disk cache in a
+    process per CPU, before a timed loop loads them: compiles take seconds each, on one core."""
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    with ProcessPoolExecutor(os.cpu_count(), mp_context=get_context("spawn")) as pool:
+        list(pool.map(_compile_sm90, configs))
+    print(f"{len(configs)} kernels compiled")
+
+
 def sweep_main(doc: str, sweep: Callable[[float], None], offline: Callable[[], None],
                offline_flag: str) -> None:  # fmt: skip
     """A sweep's command line: measure within ``--max-seconds`` (GPU), or with

@@ -45,6 +45,7 @@ from sweep_rows import (  # noqa: E402
     measure_into,
     middle_of_best,
 )
+from sweep_rows import precompile as precompile_configs  # noqa: E402
 
 from cute_conv.config import STREAM_K_SPLITS as SPLITS  # noqa: E402
 from cute_conv.config import stream_k_schedule  # noqa: E402
@@ -125,29 +126,16 @@ def _schedule_name(config) -> str:
     return str(config.stream_k_split) if config.stream_k_split else WHOLE_GRID
 
 
-def _compile(config) -> None:
-    import cute_conv
-
-    cute_conv.compile_kernel("sm_90a", config=config)
-
-
 def precompile(problems: list[dict]) -> None:
-    """Compile the data-parallel and stream-K kernels of every problem in a process per CPU
-    (through the disk cache), before the timed loop loads them: compiles take seconds each,
-    on one core. Splits are launch choices of the one stream-K kernel."""
-    import os
-    from concurrent.futures import ProcessPoolExecutor
-    from multiprocessing import get_context
-
+    """Compile the data-parallel and stream-K kernels of every problem
+    (``sweep_rows.precompile``); splits are launch choices of the one stream-K kernel."""
     from cute_conv.untuned import heuristic_config
 
     configs = set()
     for p in problems:
         default = heuristic_config(problem_shape(p), NUM_SMS)
         configs |= {with_stream_k(default, False), with_stream_k(default, True)}
-    with ProcessPoolExecutor(os.cpu_count(), mp_context=get_context("spawn")) as pool:
-        list(pool.map(_compile, configs))
-    print(f"{len(configs)} kernels compiled")
+    precompile_configs(configs)
 
 
 def sweep(split: str, max_seconds: float) -> None:

@@ -11,8 +11,8 @@ SMs, each streaming 224 operand rows per 128x96 MMA, where a 128x256 tile moves 
 128x256 MMA (43% fewer bytes per flop); split three ways, 40 such tiles fill 120 SMs.
 
 The problems: the corpus's unstaged convs (C whole TMA rows, not gathered) of at least
-``MIN_K_TILES`` 64-channel k-tiles, where a wide tile shape wastes at most ``MAX_N_PADDING``
-of its columns on K's padding and a split of two of its cluster tiles fits the SMs; every
+``MIN_K_TILES`` 64-channel k-tiles, where a wide tile shape pads K by at most a quarter
+(``config.wide_tile_shapes``) and a split of two of its cluster tiles fits the SMs; every
 ``TRAIN_STRIDE``-th train problem. Per problem, in one process: the config a call without one
 runs, the wide-split rule taken out (``heuristic``, ``rule_free_config``), and for each wide
 shape that fits, each stream-K split of ``SPLITS`` that fits the SMs and leaves every CTA at
@@ -42,6 +42,7 @@ from sweep_rows import (  # noqa: E402
     by_split,
     load_results,
     middle_of_best,
+    precompile,
     sweep_main,
     sweep_new_problems,
 )
@@ -50,10 +51,7 @@ RESULTS_PATH = HERE / "wide_split_sweep.json"
 NUM_SMS = 132  # H100 SXM and H200: the selection and the fit use the same count
 MIN_K_TILES = 12
 MIN_K_TILES_PER_CTA = 4
-MAX_N_PADDING = 0.25
 SPLITS = (2, 3, 4, 6, 8)
-MAX_SPLITS_TIMED = 4  # the largest that fit: the rule's choice and those below it
-WIDE_SHAPES = ((128, 256), (256, 128))
 HEURISTIC = "heuristic"
 # Every second train problem (in corpus order): the whole selection takes longer than a
 # session's device time.
@@ -65,14 +63,17 @@ def shape_name(tile_m: int, tile_n: int, split: int = 0) -> str:
 
 
 def wide_variants(problem, num_sms: int = NUM_SMS) -> dict:
-    """The wide configs timed on ``problem``, by name (``shape_name``): for each of
-    ``WIDE_SHAPES`` that fits (see the module docstring), data-parallel and its splits."""
-    from cute_conv.config import cluster_tile_count, schedule_shape, split_tile_config
+    """The wide configs timed on ``problem``, by name (``shape_name``): each split of each
+    wide tile shape (``config.wide_tile_shapes``) that fits (see the module docstring)."""
+    from cute_conv.config import (
+        cluster_tile_count,
+        schedule_shape,
+        split_tile_config,
+        wide_tile_shapes,
+    )
 
     variants = {}
-    for tile_m, tile_n in WIDE_SHAPES:
-        if -(-problem.K // tile_n) * tile_n > (1 + MAX_N_PADDING) * problem.K:
-            continue
+    for tile_m, tile_n in wide_tile_shapes(problem):
         base = split_tile_config(problem, tile_m, tile_n)
         clusters = cluster_tile_count(problem, base)
         max_clusters = num_sms // (base.cluster_m * base.cluster_n)
@@ -81,8 +82,6 @@ def wide_variants(problem, num_sms: int = NUM_SMS) -> dict:
             s for s in SPLITS
             if clusters * s <= max_clusters and k_tiles >= s * MIN_K_TILES_PER_CTA
         ]  # fmt: skip
-        if not splits:
-            continue
         for s in splits:
             variants[shape_name(tile_m, tile_n, s)] = split_tile_config(problem, tile_m, tile_n, s)
     return variants
@@ -145,30 +144,13 @@ def measure(p: dict) -> dict:
     return row | {"checks": timed["checks"], "ms": replays}
 
 
-def _compile(config) -> None:
-    import cute_conv
-
-    cute_conv.compile_kernel("sm_90a", config=config)
-
-
-def precompile(problems: list[dict]) -> None:
-    """Compile every kernel the sweep will time, in a process per CPU, into the disk cache
-    (compiles take seconds each, on one core); splits are launch choices of one kernel."""
-    import os
-    from concurrent.futures import ProcessPoolExecutor
-    from multiprocessing import get_context
-
-    configs = {c.compiled_form() for p in problems for c in configs_of(p).values()}
-    with ProcessPoolExecutor(os.cpu_count(), mp_context=get_context("spawn")) as pool:
-        list(pool.map(_compile, configs))
-    print(f"{len(configs)} kernels compiled")
-
-
 def sweep(max_seconds: float) -> None:
     from bench_corpus import load_corpus
 
+    # Splits are launch choices: one compiled kernel serves every split of a shape.
     done = {r["key"] for r in load_results(RESULTS_PATH)["rows"]}
-    precompile([p for p in wide_split_problems(load_corpus()) if p["key"] not in done])
+    todo = [p for p in wide_split_problems(load_corpus()) if p["key"] not in done]
+    precompile({c.compiled_form() for p in todo for c in configs_of(p).values()})
     sweep_new_problems(RESULTS_PATH, wide_split_problems, measure, max_seconds, ("key", "ms"))
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "k_tile_width",
     "split_tile_config",
     "wide_split_shape",
+    "wide_tile_shapes",
     "schedule_shape",
     "small_m_config",
     "tile_widths",
@@ -470,6 +471,16 @@ def _cluster_shape(
     return (2, 1) if wide_filter or share_filter else (1, 1)
 
 
+def wide_tile_shapes(problem: Conv2dProblemShape) -> tuple[tuple[int, int], ...]:
+    """``(tile_m, tile_n)`` of the wide split tiles, 128x256 first then 256x128, that pad
+    ``problem``'s K by at most ``_WIDE_SPLIT_MAX_N_PADDING`` of it."""
+    check_problem(problem)
+    return tuple(
+        (tile_m, tile_n) for tile_m, tile_n in _WIDE_SPLIT_SHAPES
+        if -(-problem.K // tile_n) * tile_n <= (1 + _WIDE_SPLIT_MAX_N_PADDING) * problem.K
+    )  # fmt: skip
+
+
 def wide_split_shape(
     problem: Conv2dProblemShape,
     num_sms: int = 132,
@@ -483,9 +494,7 @@ def wide_split_shape(
     check_heuristic_args(problem, num_sms)
     if isinstance(min_k_tiles, bool) or not isinstance(min_k_tiles, (int, float)):
         raise TypeError(f"min_k_tiles must be a number of k-tiles, got {min_k_tiles!r}")
-    for tile_m, tile_n in _WIDE_SPLIT_SHAPES:
-        if -(-problem.K // tile_n) * tile_n > (1 + _WIDE_SPLIT_MAX_N_PADDING) * problem.K:
-            continue
+    for tile_m, tile_n in wide_tile_shapes(problem):
         config = split_tile_config(problem, tile_m, tile_n)
         _, k_tiles = schedule_shape(problem, tile_m, tile_n, config.tile_k)
         if k_tiles < min_k_tiles:
