@@ -25,7 +25,7 @@ SMEM_CAPACITY_SM90 = 232448  # bytes of dynamic SMEM one CTA may use on H100/H20
 # Two consumer warpgroups of 64 or 128 rows each, or three of 64 rows.
 TILE_M_CHOICES = (128, 192, 256)
 # Multiples of the 32-wide epilogue subtile; 160 fits K=320 and 640 exactly.
-TILE_N_CHOICES = (32, 64, 96, 128, 160, 192, 224, 256)
+TILE_N_CHOICES = (32, *range(48, 257, 16))
 # The consumer warpgroups hold the fp32 accumulator in registers: 128x256 is the largest tile
 # that leaves two of them room for the epilogue (232 registers a thread), 192x160 three (152).
 MAX_TILE_ELEMS = 128 * 256
@@ -50,6 +50,10 @@ _MAX_AB_STAGES = 16  # small k-tiles would fit more; past this, latency is long 
 _EPI_STAGES = 4  # output staging buffers (2 in a residual kernel, whose C buffers take room)
 _EPI_STAGES_WITH_SOURCE = 2
 _EPI_N = 32  # epilogue subtile width: tile_m x 32 output/C subtiles
+_NARROW_EPI_N = 16  # for tiles whose width 32 does not divide (48, 80, ..., 240)
+# Such half-step tiles take k-tiles of at least this many bytes, so that each stage of the
+# filter ring stays a whole number of 1024-byte swizzle blocks (the storage's alignment).
+HALF_STEP_MIN_K_TILE_BYTES = 64
 # Residual kernels take tile_m x 64 subtiles where a whole tile of C still fits beside the A/B
 # ring: half the barrier rounds per tile (H200: fused 2-9% faster on 64- and 128-wide tiles).
 _WIDE_EPI_N = 64
@@ -80,7 +84,8 @@ class Conv2dConfig:
     Attributes:
         tile_m: CTA tile along GEMM M (output pixels): 128 or 256 (two warpgroups of 64 or
             128 rows), or 192 (three warpgroups of 64 rows); tile_m * tile_n <= 128 * 256.
-        tile_n: CTA tile along GEMM N (output channels): a multiple of 32 in 64..256.
+        tile_n: CTA tile along GEMM N (output channels): 32, or a multiple of 16 in 48..256
+            (widths 32 does not divide store their output in 16-wide subtiles).
         tile_k: CTA tile along GEMM K (channels of one filter tap): a 128-byte row, 64
             16-bit or 128 fp8 channels; down to 32 bytes (16 16-bit or 32 fp8 channels) for
             convs with few input channels, where a full row would be mostly zero-fill.
@@ -242,11 +247,30 @@ class Conv2dConfig:
         does not fit, ``tile_k`` is no k-tile of ``act_dtype`` or ``gather`` is set for
         fp8 inputs."""
         check_k_tile_bytes(self.tile_k, act_dtype.width, halo_tiles=bool(self.tile_w))
+        if self.tile_n % _EPI_N:
+            check_half_step_tile(self.tile_n, self.tile_k, act_dtype, out_dtype)
         if self.gather and act_dtype.width != GATHER_ELEMENT_BITS:
             raise ValueError(
                 f"gather needs 16-bit inputs (BFloat16 or Float16), got {act_dtype.__name__}"
             )
         return _SmemBudget(self, act_dtype, out_dtype).plan(has_residual)
+
+
+def check_half_step_tile(tile_n: int, tile_k: int, act_dtype, out_dtype) -> None:
+    """Raise ``ValueError`` where a half-step tile width (one ``_EPI_N`` does not divide)
+    cannot run: k-tiles under ``HALF_STEP_MIN_K_TILE_BYTES``, or 8-bit outputs (whose staging
+    addresses value pairs in subtiles of at least ``_EPI_N``)."""
+    if tile_k * act_dtype.width // 8 < HALF_STEP_MIN_K_TILE_BYTES:
+        raise ValueError(
+            f"tile_n={tile_n} (not a multiple of {_EPI_N}) needs k-tiles of at least "
+            f"{HALF_STEP_MIN_K_TILE_BYTES} bytes, got tile_k={tile_k} {act_dtype.__name__} "
+            "channels"
+        )
+    if out_dtype.width == 8:
+        raise ValueError(
+            f"tile_n={tile_n} (not a multiple of {_EPI_N}) cannot store 8-bit outputs "
+            f"({out_dtype.__name__}); take a multiple of {_EPI_N}"
+        )
 
 
 @dataclass(frozen=True)
@@ -307,10 +331,16 @@ class _SmemBudget:
             source_stages = max(cfg.tile_n // _WIDE_EPI_N, _MIN_SOURCE_STAGES)
             if self.ab_budget(epi_stages, source_stages, _WIDE_EPI_N) >= keep:
                 return _WIDE_EPI_N, source_stages
-        for source_stages in range(cfg.tile_n // _EPI_N, _MIN_SOURCE_STAGES, -1):
-            if self.ab_budget(epi_stages, source_stages, _EPI_N) >= keep:
-                return _EPI_N, source_stages
-        return _EPI_N, _MIN_SOURCE_STAGES
+        epi_n = self.epi_n()
+        for source_stages in range(cfg.tile_n // epi_n, _MIN_SOURCE_STAGES, -1):
+            if self.ab_budget(epi_stages, source_stages, epi_n) >= keep:
+                return epi_n, source_stages
+        return epi_n, _MIN_SOURCE_STAGES
+
+    def epi_n(self) -> int:
+        """The subtile width of a plain epilogue: ``_EPI_N``, or ``_NARROW_EPI_N`` for the
+        tiles it does not divide."""
+        return _EPI_N if self.config.tile_n % _EPI_N == 0 else _NARROW_EPI_N
 
     def plan(self, has_residual: bool) -> Sm90Plan:
         cfg = self.config
@@ -318,7 +348,7 @@ class _SmemBudget:
             epi_stages = _EPI_STAGES_WITH_SOURCE
             epi_n, source_stages = self.residual_epilogue()
         else:
-            epi_n, epi_stages, source_stages = _EPI_N, _EPI_STAGES, 0
+            epi_n, epi_stages, source_stages = self.epi_n(), _EPI_STAGES, 0
         stage_bytes = self.ab_bytes_per_stage()
         if (
             cfg.tile_w

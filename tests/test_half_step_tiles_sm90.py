@@ -1,0 +1,77 @@
+"""GPU numerics of half-step tile widths (48, 80, ..., 240: 16-wide epilogue subtiles)
+against a float32 reference, the output inside a sentinel guard band
+(``test_thread_store_sm90.run_and_check``): every width, K tails inside the last tile,
+clusters, stream-K, residuals in both orders, thread-stored outputs (K not a multiple of 8),
+gathered operands, fp8 inputs, fp32 outputs, and a default call that takes such a width."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from cute_conv.kernels.sm90.config import TILE_N_CHOICES
+
+import cute_conv
+from cute_conv import Conv2dConfig
+from tests.test_fp8_sm90 import run_fp8
+from tests.test_thread_store_sm90 import run_and_check
+
+pytestmark = pytest.mark.gpu
+
+HALF_STEPS = tuple(n for n in TILE_N_CHOICES if n % 32)
+
+
+@pytest.mark.parametrize("tile_n", HALF_STEPS)
+def test_every_half_step_width(tile_n):
+    # K = 1.5 tiles: one whole tile and one half-filled one.
+    run_and_check(2, 12, 12, 64, tile_n + tile_n // 2, 3, 3, geom=dict(padding=1),
+                  config=Conv2dConfig(tile_n=tile_n))  # fmt: skip
+
+
+CONFIGS = {
+    "128x80-1x2": Conv2dConfig(tile_n=80, cluster_n=2),
+    "128x208-2x1": Conv2dConfig(tile_n=208, cluster_m=2),
+    "128x80-stream-k": Conv2dConfig(tile_n=80, stream_k=True),
+    "128x176-split-3": Conv2dConfig(tile_n=176, stream_k=True, stream_k_split=3),
+    "192x80": Conv2dConfig(tile_m=192, tile_n=80),
+    "256x48-2x1": Conv2dConfig(tile_m=256, tile_n=48, cluster_m=2),
+    "128x112-dynamic": Conv2dConfig(tile_n=112, dynamic_schedule=True),
+}
+
+
+@pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
+def test_half_step_schedules(config):
+    run_and_check(2, 20, 20, 128, 320, 3, 3, geom=dict(padding=1), config=config)
+
+
+@pytest.mark.parametrize("order", ["after_activation", "before_activation"])
+@pytest.mark.parametrize("k", [160, 84], ids=["tma-store", "thread-store"])
+def test_half_step_tiles_with_a_residual(order, k):
+    run_and_check(2, 20, 20, 64, k, 3, 3, geom=dict(padding=1), config=Conv2dConfig(tile_n=80),
+                  beta=0.5, order=order)  # fmt: skip
+
+
+def test_half_step_tiles_gathered():
+    # C = 30: the operands gathered in 2-channel loads instead of a channel pad.
+    config = Conv2dConfig(tile_n=80, tile_k=32, gather=True, gather_vector=2)
+    run_and_check(2, 20, 20, 30, 160, 3, 3, geom=dict(padding=1), config=config)
+
+
+def test_half_step_fp8_tiles():
+    # bf16 output (8-bit outputs are rejected for these widths: test_config).
+    run_fp8((2, 20, 20, 128, 240, 3, 3, dict(padding=1)), config=Conv2dConfig(tile_n=80,
+            tile_k=128))  # fmt: skip
+
+
+def test_half_step_tiles_with_fp32_output():
+    run_and_check(2, 12, 12, 64, 200, 3, 3, geom=dict(padding=1), out_dtype=torch.float32,
+                  config=Conv2dConfig(tile_n=80))  # fmt: skip
+
+
+def test_a_default_call_takes_a_half_step_width():
+    # SDXL's 1x1 C=2560 -> 1280 conv at 32x32: the heuristic's 128x80 tiles.
+    problem = cute_conv.Conv2dProblemShape(N=1, H=32, W=32, C=2560, K=1280, R=1, S=1)
+    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    if cute_conv.default_config(problem, num_sms).tile_n % 32 == 0:
+        pytest.skip(f"on {num_sms} SMs the heuristic takes a whole-step width here")
+    run_and_check(1, 32, 32, 2560, 1280, 1, 1, bias=False, scale=False, activation=None,
+                  alpha=1.0)  # fmt: skip
