@@ -31,6 +31,7 @@ problems, which the fit never sees.
 from __future__ import annotations
 
 import functools
+import math
 import sys
 from pathlib import Path
 
@@ -108,7 +109,8 @@ def wide_split_problems(problems: list[dict]) -> list[dict]:
 
 def rule_free_config(problem):
     """The config a call without one runs on the unstaged ``problem`` with the wide-split rule
-    taken out of the heuristic (``default_config(..., wide_split=False)``): the baseline."""
+    taken out of the heuristic (``default_config(..., wide_split=False)``), and the half-step
+    widths, which the sweep predates (``half_step_min_k_tiles=math.inf``): the baseline."""
     import dataclasses
 
     from cute_conv.arch import ARCHS
@@ -118,7 +120,7 @@ def rule_free_config(problem):
     def heuristic(problem, num_sms, has_residual, element_bytes):
         return default_config(
             problem, num_sms, has_residual=has_residual, element_bytes=element_bytes,
-            wide_split=False,
+            wide_split=False, half_step_min_k_tiles=math.inf,
         )  # fmt: skip
 
     rule_free = dataclasses.replace(ARCHS["sm_90a"], heuristic=heuristic)

@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .kernels.sm90.config import HALO_SLACK_ROWS, TILE_K_CHOICES, TILE_N_CHOICES, Conv2dConfig
+from .kernels.sm90.config import (
+    HALF_STEP_MIN_K_TILE_BYTES,
+    HALO_SLACK_ROWS,
+    TILE_K_CHOICES,
+    TILE_N_CHOICES,
+    Conv2dConfig,
+)
 from .kernels.sm90.schedule_checks import (
     GATHER_ELEMENT_BITS,
     GATHER_VECTOR_CHOICES,
@@ -29,6 +35,7 @@ __all__ = [
     "check_element_bytes",
     "default_config",
     "gather_loads_per_sm",
+    "half_step_widths",
     "gathered_config",
     "launch_clusters",
     "stream_k_schedule",
@@ -100,6 +107,13 @@ K_TILES_PER_SPLIT = 9.0
 WIDE_SPLIT_MIN_K_TILES = 180
 _WIDE_SPLIT_SHAPES = ((128, 256), (256, 128))
 _WIDE_SPLIT_MAX_N_PADDING = 0.25
+# Tile widths step by 32 (the epilogue's subtile); the half steps between them (48, 80, ...,
+# 240) are considered for 16-bit convs of at least this many k-tiles, plain and with a
+# residual (see default_config). Fitted on the corpus's train part on an H200
+# (benchmarks/sweep_tile_width.py: tile_width_sweep.json, tile_width_fused_sweep.json).
+_WHOLE_STEP = 32
+HALF_STEP_MIN_K_TILES = 9
+HALF_STEP_MIN_K_TILES_FUSED = 18
 # Where no split fits: stream-K over the whole grid for at most this fraction of a wave of
 # tiles ...
 _MAX_WAVE_STREAM_K = 0.6
@@ -205,6 +219,7 @@ def default_config(
     has_residual: bool = False,
     element_bytes: int = 2,
     wide_split: bool = True,
+    half_step_min_k_tiles: float | None = None,
 ) -> Conv2dConfig:
     """A fast heuristic for an H100/H200, fitted to measurements of the benchmark suite.
 
@@ -214,6 +229,20 @@ def default_config(
     in the last N tile (K=384 fits 192 exactly, 256 would waste a third) against wave
     quantization (few M tiles want narrower tiles to fill the machine). Ties go to the wider
     tile, which re-reads the activation fewer times.
+
+    Half steps (``half_step_min_k_tiles``; None: the fitted bound of the call's form,
+    ``math.inf``: none): for 16-bit convs of at least ``HALF_STEP_MIN_K_TILES`` k-tiles
+    (``HALF_STEP_MIN_K_TILES_FUSED`` with a residual) of 64 bytes or more, the widths between
+    the multiples of 32 (48, 80, ..., 240; 16-wide epilogue subtiles) that pad K less than the
+    choice above (``half_step_widths``) join it in the same cost. SDXL's 1x1 conv of C=2560,
+    K=1280 at 32x32 then runs 128 tiles of 128x80 (no padding) for 112 of 128x96; SD's 3x3
+    convs of K=320 take 80 for 96 (four N tiles either way). Measured on an H200
+    (``benchmarks/sweep_tile_width.py``: the corpus convs whose config half steps change,
+    CUDA-graph replays), against the whole-step config: plain, 1.032x on 76 train problems
+    and 1.045x on 23 held-out ones (0.90-1.48x on the 55 that take them); fused
+    (``relu(conv + b) + r``), 1.036x train and 1.035x held-out (70 and 23). Below the bounds,
+    where the epilogue's doubled rounds weigh more, half steps lost up to 17%. fp8 inputs
+    keep whole steps (not measured).
 
     Cluster: two CTAs along N share the activation tile by multicast, halving its L2 traffic,
     when the N tiles pair up evenly (a lone CTA of a pair would compute a tile of zeros).
@@ -340,13 +369,27 @@ def default_config(
     check_element_bytes(element_bytes)
     if not isinstance(wide_split, bool):
         raise TypeError(f"wide_split must be a bool, got {wide_split!r}")
-    # min() keeps the first of equal costs: ties go to the wider tile.
-    widest_first = sorted(tile_widths(problem.K), reverse=True)
-    tile_n = min(widest_first, key=lambda n: _wave_cost(problem, 128, n, num_sms))
+    if half_step_min_k_tiles is None:
+        half_step_min_k_tiles = HALF_STEP_MIN_K_TILES_FUSED if has_residual else HALF_STEP_MIN_K_TILES
+    if isinstance(half_step_min_k_tiles, bool) or not isinstance(half_step_min_k_tiles, (int, float)):
+        raise TypeError(
+            f"half_step_min_k_tiles must be None or a number of k-tiles, "
+            f"got {half_step_min_k_tiles!r}"
+        )
+    tile_k = k_tile_width(problem.C, element_bytes)
+
+    def cheapest(widths: tuple[int, ...]) -> int:
+        # min() keeps the first of equal costs: ties go to the wider tile.
+        return min(sorted(widths, reverse=True), key=lambda n: _wave_cost(problem, 128, n, num_sms))
+
+    tile_n = cheapest(tile_widths(problem.K))
+    _, k_tiles = schedule_shape(problem, 128, tile_n, tile_k)
+    half_steps = element_bytes == 2 and tile_k * element_bytes >= HALF_STEP_MIN_K_TILE_BYTES
+    if half_steps and k_tiles >= half_step_min_k_tiles:
+        tile_n = cheapest(tile_widths(problem.K) + half_step_widths(problem.K, tile_n))
     narrowed_for_residual = has_residual and tile_n == 256 and problem.gemm_k <= _SHORT_MAINLOOP_K
     if narrowed_for_residual:
         tile_n = 128
-    tile_k = k_tile_width(problem.C, element_bytes)
     full_k_tile = tile_k * element_bytes == MAX_K_TILE_BYTES  # one 128-byte row
     many_tall_tiles = -(-problem.gemm_m // 256) >= _MIN_WAVES_TALL * num_sms
     short_k_tiles = not full_k_tile and tile_n <= 128
@@ -568,8 +611,25 @@ def gather_loads_per_sm(
 
 def tile_widths(k: int) -> tuple[int, ...]:
     """The tile widths the heuristic and the autotuner consider for ``k`` output channels:
-    32-wide tiles only where K fits one (the convs they were measured on)."""
-    return tuple(n for n in TILE_N_CHOICES if n > _NARROW_TILE_N or k <= _NARROW_TILE_N)
+    the multiples of 32, 32-wide tiles only where K fits one (the convs they were measured
+    on)."""
+    return tuple(
+        n for n in TILE_N_CHOICES
+        if n % _WHOLE_STEP == 0 and (n > _NARROW_TILE_N or k <= _NARROW_TILE_N)
+    )  # fmt: skip
+
+
+def half_step_widths(k: int, whole_width: int) -> tuple[int, ...]:
+    """The half-step tile widths (48, 80, ..., 240) that pad ``k`` output channels less than
+    ``whole_width``-wide tiles do: those ``default_config`` weighs against it."""
+    for name, value in (("k", k), ("whole_width", whole_width)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+    def padded(width: int) -> int:
+        return -(-k // width) * width
+
+    return tuple(n for n in TILE_N_CHOICES if n % _WHOLE_STEP and padded(n) < padded(whole_width))
 
 
 def k_tile_width(channels: int, element_bytes: int, k_tile_cost: float | None = None) -> int:

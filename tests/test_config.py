@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 
 import pytest
@@ -14,6 +15,7 @@ from cute_conv.config import (
     Conv2dConfig,
     check_config_fits,
     default_config,
+    half_step_widths,
     pingpong_halo_tile,
     pingpong_pays,
     split_tile_config,
@@ -29,7 +31,8 @@ from cute_conv.staging import channels_padded, kernel_problem_for
         pytest.param(dict(tile_m=64), ValueError, "tile_m must be one of", id="tile-m"),
         pytest.param(dict(tile_m=256, tile_n=160), ValueError, "tile_m\\*tile_n must be", id="tile-mn"),
         pytest.param(dict(tile_m=192, tile_n=192), ValueError, "tile_m\\*tile_n must be", id="tile-mn-192"),
-        pytest.param(dict(tile_n=80), ValueError, "tile_n must be one of", id="tile-n"),
+        pytest.param(dict(tile_n=72), ValueError, "tile_n must be one of", id="tile-n"),
+        pytest.param(dict(tile_n=16), ValueError, "tile_n must be one of", id="tile-n-16"),
         pytest.param(dict(tile_k=256), ValueError, "tile_k must be one of", id="tile-k"),
         pytest.param(dict(cluster_m=4), ValueError, "cluster_m must be one of", id="cluster-m"),
         pytest.param(dict(cluster_m=2, cluster_n=2), ValueError, "cluster_m\\*cluster_n", id="cluster-size"),
@@ -620,3 +623,70 @@ def test_wide_split_shape_checks_its_arguments():
         wide_split_shape(problem(1, 32, 2560, 1280, 3, padding=1), min_k_tiles="180")
     with pytest.raises(TypeError, match="wide_split must be a bool"):
         default_config(problem(1, 32, 2560, 1280, 3, padding=1), wide_split=1)
+
+
+# ---- half-step tile widths (default_config, half_step_widths) ----
+
+
+def test_half_step_widths_pad_k_less_than_the_whole_step():
+    assert half_step_widths(1280, 96) == (48, 80, 144)  # 1344 columns at 96 wide; 80 fits 1280
+    assert half_step_widths(320, 96) == (48, 80, 112, 176)  # 384 columns at 96 wide
+    assert half_step_widths(819, 224) == (48, 80, 144, 176, 208)  # 896 at 224 wide
+    assert half_step_widths(1024, 128) == ()  # 128 divides K: nothing pads less
+    with pytest.raises(ValueError, match="whole_width must be a positive int"):
+        half_step_widths(1280, 0)
+    with pytest.raises(ValueError, match="k must be a positive int"):
+        half_step_widths(True, 96)
+
+
+@pytest.mark.parametrize(
+    "prob,whole,half",
+    [
+        # SDXL's 1x1 C=2560 at 32x32 (40 k-tiles): 112 tiles of 128x96 -> 128 of 128x80.
+        pytest.param(problem(1, 32, 2560, 1280, 1), 96, 80, id="sdxl-1x1"),
+        # SD's 3x3 K=320 at 64x64: 4 N tiles either way, 80 wide without padding.
+        pytest.param(problem(1, 64, 320, 320, 3, padding=1), 96, 80, id="sd-3x3-k320"),
+        # K=819 (FPN-like): 208 pads 1.6%, 224 9%.
+        pytest.param(problem(8, 50, 256, 819, 3, padding=1), 224, 208, id="k819"),
+    ],
+)
+def test_16_bit_convs_take_half_steps_on_long_mainloops(prob, whole, half):
+    assert default_config(prob).tile_n == half
+    assert default_config(prob, has_residual=True).tile_n == half  # 18+ k-tiles
+    assert default_config(prob, half_step_min_k_tiles=math.inf).tile_n == whole
+    # fp8 inputs were not measured (and 8-bit outputs cannot take half steps): whole steps.
+    assert default_config(prob, element_bytes=1).tile_n % 32 == 0
+
+
+def test_no_half_steps_below_the_fitted_mainloop_or_on_short_k_tiles():
+    # C=320 1x1: 5 k-tiles, under HALF_STEP_MIN_K_TILES; a half step only past the bound.
+    short = problem(1, 64, 320, 320, 1)
+    assert default_config(short).tile_n == 96
+    assert default_config(short, half_step_min_k_tiles=0).tile_n == 80
+    # C=640 1x1 (10 k-tiles) at K=320: a half step plain, a whole step with a residual.
+    between = problem(1, 64, 640, 320, 1)
+    assert default_config(between).tile_n == 80
+    assert default_config(between, has_residual=True).tile_n == 96
+    # C=16 3x3: 9 k-tiles of 16 channels (32 bytes) leave the filter ring unaligned.
+    narrow_k = problem(8, 64, 16, 320, 3, padding=1)
+    assert default_config(narrow_k, half_step_min_k_tiles=0).tile_n % 32 == 0
+    with pytest.raises(TypeError, match="half_step_min_k_tiles must be None or a number"):
+        default_config(short, half_step_min_k_tiles="9")
+
+
+def test_half_step_tiles_reject_what_they_cannot_run():
+    import cutlass
+
+    with pytest.raises(ValueError, match="needs k-tiles of at least 64 bytes"):
+        Conv2dConfig(tile_n=80, tile_k=16).plan(cutlass.BFloat16, cutlass.BFloat16, False)
+    with pytest.raises(ValueError, match="cannot store 8-bit outputs"):
+        Conv2dConfig(tile_n=80, tile_k=128).plan(
+            cutlass.Float8E4M3FN, cutlass.Float8E4M3FN, False
+        )
+    with pytest.raises(ValueError, match="cannot store 8-bit outputs"):
+        cute_conv.compile_kernel(
+            "sm_90a", act_dtype="float8_e4m3fn", out_dtype="float8_e4m3fn",
+            config=Conv2dConfig(tile_n=80, tile_k=128),
+        )  # fmt: skip
+    plan = Conv2dConfig(tile_n=80).plan(cutlass.BFloat16, cutlass.BFloat16, False)
+    assert plan.epi_n == 16

@@ -1,0 +1,195 @@
+"""Half-step tile widths: 48, 80, ..., 240-wide tiles (between the multiples of 32) where they
+pad K less than the heuristic's width, against the heuristic's tiles, replayed from CUDA
+graphs; the fit of ``cute_conv.config.HALF_STEP_MIN_K_TILES`` (``--fused``:
+``HALF_STEP_MIN_K_TILES_FUSED``).
+
+    python benchmarks/sweep_tile_width.py [--fused] [--max-seconds 500]   # H100/H200
+    python benchmarks/sweep_tile_width.py [--fused] --fit                 # no GPU
+
+Why: the heuristic picks the tile width that minimizes rounds of tiles x (width + 64)
+(``_wave_cost``) among multiples of 32. SDXL's batch-1 1x1 conv of C=2560, K=1280 on a 32x32
+map runs 112 tiles of 128x96 on 132 SMs, 5% of them padding; cuDNN runs it as a GEMM of 128
+tiles 80 wide (ncu on an H200: 12.7 us against our 14.7). A half-step width that pads K less
+(``config.half_step_widths``) does less MMA work per useful column, but stores in 16-wide
+subtiles (twice the epilogue's rounds), which a short mainloop may not repay.
+
+The problems: every corpus conv on which the call's config without one changes when the
+heuristic weighs half-step widths at any mainloop length (``half_step_min_k_tiles=0``
+against ``math.inf``), staged and gathered ones included. Per problem, in one process: both
+configs (``untuned.untuned_config``, the call's config without one, staging and the
+gather and small-M rules included), each checked against the float32 reference from a
+NaN-poisoned output, then replayed from CUDA graphs, cuDNN's replay beside them. Plain convs
+(rows in ``tile_width_sweep.json``), or with ``--fused`` ``relu(conv + b) + r`` (the
+residual configs; ``tile_width_fused_sweep.json``); a rerun skips the problems already
+there.
+
+``--fit`` scores each threshold of ``MIN_K_TILES_GRID`` on the train problems (geomean of
+the heuristic's time over the time of the config that threshold gives), picks the best (the
+middle of ties), and reports the same on the held-out problems, which the fit never sees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import math
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from bench import geomean  # noqa: E402
+from sweep_rows import (  # noqa: E402
+    by_split,
+    load_results,
+    middle_of_best,
+    precompile,
+    sweep_new_problems,
+)
+
+RESULTS_PATHS = {False: HERE / "tile_width_sweep.json", True: HERE / "tile_width_fused_sweep.json"}
+NUM_SMS = 132  # H100 SXM and H200: the selection and the fit use the same count
+HEURISTIC, HALF_STEP = "heuristic", "half_step"
+MIN_K_TILES_GRID = (0, 2, 4, 6, 9, 12, 18, 27, 36, 54, math.inf)
+
+
+def config_for(problem, min_k_tiles: float, fused: bool = False):
+    """The config a bf16 call without one (``fused``: with a residual) runs on ``problem`` when
+    the heuristic weighs half-step widths for mainloops of at least ``min_k_tiles`` k-tiles."""
+    import dataclasses
+
+    from cute_conv.arch import ARCHS
+    from cute_conv.config import default_config
+    from cute_conv.staging import kernel_problem_for
+    from cute_conv.untuned import untuned_config
+
+    def heuristic(problem, num_sms, has_residual, element_bytes):
+        return default_config(
+            problem, num_sms, has_residual=has_residual, element_bytes=element_bytes,
+            half_step_min_k_tiles=min_k_tiles,
+        )  # fmt: skip
+
+    arch = dataclasses.replace(ARCHS["sm_90a"], heuristic=heuristic)
+    return untuned_config(arch, problem, kernel_problem_for(problem), NUM_SMS, fused, 2)
+
+
+def configs_of(problem, fused: bool = False) -> dict:
+    """``{HEURISTIC: without half steps, HALF_STEP: with them at any mainloop length}``."""
+    return {
+        HEURISTIC: config_for(problem, math.inf, fused), HALF_STEP: config_for(problem, 0, fused)
+    }
+
+
+def tile_width_problems(problems: list[dict], fused: bool = False) -> list[dict]:
+    """The corpus problems the sweep measures (see the module docstring)."""
+    from bench_corpus import problem_shape
+
+    chosen = []
+    for p in problems:
+        configs = configs_of(problem_shape(p), fused)
+        if configs[HEURISTIC] != configs[HALF_STEP]:
+            chosen.append(p)
+    return chosen
+
+
+def measure(p: dict, fused: bool = False) -> dict:
+    from bench_corpus import problem_shape
+    from sweep_rows import measure_configs
+
+    configs = configs_of(problem_shape(p), fused)
+    timed = measure_configs(p, "fused" if fused else "plain", configs, eager=False)
+    replays = {name.removesuffix("_graph"): t for name, t in timed["ms"].items()}
+    row = {k: p[k] for k in ("key", "split", "tags", "gflop")}
+    row |= {"configs": {name: repr(c) for name, c in configs.items()}}
+    return row | {"checks": timed["checks"], "ms": replays}
+
+
+def sweep(max_seconds: float, fused: bool) -> None:
+    from bench_corpus import load_corpus, problem_shape
+
+    path = RESULTS_PATHS[fused]
+    done = {r["key"] for r in load_results(path)["rows"]}
+    todo = [p for p in tile_width_problems(load_corpus(), fused) if p["key"] not in done]
+    precompile({
+        c.compiled_form() for p in todo for c in configs_of(problem_shape(p), fused).values()
+    })  # fmt: skip
+    sweep_new_problems(
+        path, functools.partial(tile_width_problems, fused=fused),
+        functools.partial(measure, fused=fused), max_seconds, ("key", "ms"),
+    )  # fmt: skip
+
+
+# ---- the fit (no GPU) ----
+
+
+def timed_rows(results: dict) -> list[dict]:
+    """Rows whose both configs passed their checks and were timed."""
+    return [
+        r for r in results["rows"]
+        if "ms" in r and all(c["ok"] for c in r["checks"].values())
+        and {HEURISTIC, HALF_STEP} <= set(r["ms"])
+    ]  # fmt: skip
+
+
+def chosen_name(row: dict, min_k_tiles: float, fused: bool = False) -> str:
+    """The variant the rule with ``min_k_tiles`` gives ``row``'s problem (its config compared
+    with the two the sweep timed)."""
+    config = repr(config_for(_corpus_problem(row["key"]), min_k_tiles, fused))
+    names = [name for name, timed in row["configs"].items() if timed == config]
+    if not names:
+        raise ValueError(f"{row['key']}: the rule's config {config} was not timed")
+    return names[0]
+
+
+@functools.cache
+def _corpus_problem(key: str):
+    from bench_corpus import load_corpus, problem_shape
+
+    return problem_shape(next(p for p in load_corpus() if p["key"] == key))
+
+
+def score(rows: list[dict], min_k_tiles: float, fused: bool = False) -> float:
+    """Geomean of the heuristic's time over the rule's choice's (> 1: the rule gains)."""
+    return geomean(
+        r["ms"][HEURISTIC] / r["ms"][chosen_name(r, min_k_tiles, fused)] for r in rows
+    )
+
+
+def fit(fused: bool) -> None:
+    from cute_conv import config
+
+    constant = "HALF_STEP_MIN_K_TILES_FUSED" if fused else "HALF_STEP_MIN_K_TILES"
+    results = load_results(RESULTS_PATHS[fused])
+    train, held = by_split(timed_rows(results))
+    print(f"{results.get('device', '?')}: {len(train)} train, {len(held)} held-out problems")
+    print("| min k-tiles | train | held-out | problems taking half steps (train, held-out) |")
+    print("|---|---|---|---|")
+    for t in MIN_K_TILES_GRID:
+        takes = [
+            sum(chosen_name(r, t, fused) == HALF_STEP for r in part) for part in (train, held)
+        ]
+        print(f"| {t} | {score(train, t, fused):.3f} | {score(held, t, fused):.3f} | "
+              f"{takes[0]}, {takes[1]} |")  # fmt: skip
+    best = middle_of_best(list(MIN_K_TILES_GRID), lambda t: score(train, t, fused))
+    print(f"fitted on train: {best} (config.{constant} = {getattr(config, constant)})")
+    for name, part in (("train", train), ("held-out", held)):
+        before = geomean(r["ms"]["cudnn"] / r["ms"][HEURISTIC] for r in part)
+        after = geomean(r["ms"]["cudnn"] / r["ms"][chosen_name(r, best, fused)] for r in part)
+        print(f"  {name}: cuDNN's plain conv / ours {before:.3f} -> {after:.3f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fused", action="store_true", help="relu(conv + b) + r, not plain")
+    parser.add_argument("--max-seconds", type=float, default=500.0)
+    parser.add_argument("--fit", action="store_true", help="no GPU: from the results file")
+    args = parser.parse_args()
+    if args.fit:
+        fit(args.fused)
+    else:
+        sweep(args.max_seconds, args.fused)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""The half-step sweep's CPU parts (benchmarks/sweep_tile_width.py): which problems and
+configs it measures, plain and fused, and the fits, tied to the heuristic's constants."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import sweep_tile_width as sweep  # noqa: E402
+from bench_corpus import load_corpus, problem_shape  # noqa: E402
+from sweep_rows import by_split, middle_of_best  # noqa: E402
+
+from cute_conv.config import HALF_STEP_MIN_K_TILES, HALF_STEP_MIN_K_TILES_FUSED  # noqa: E402
+
+FORMS = pytest.mark.parametrize("fused", [False, True], ids=["plain", "fused"])
+
+
+def _committed_rows(fused: bool) -> list[dict]:
+    return json.loads(sweep.RESULTS_PATHS[fused].read_text())["rows"]
+
+
+@FORMS
+def test_the_selection_is_where_half_steps_change_the_config(fused):
+    chosen = sweep.tile_width_problems(load_corpus(), fused)
+    assert chosen
+    for p in chosen:
+        configs = sweep.configs_of(problem_shape(p), fused)
+        whole, half = configs[sweep.HEURISTIC], configs[sweep.HALF_STEP]
+        assert whole.tile_n % 32 == 0 and half.tile_n % 32 == 16
+        k = p["K"]
+        assert -(-k // half.tile_n) * half.tile_n < -(-k // whole.tile_n) * whole.tile_n
+
+
+@FORMS
+def test_committed_rows_cover_the_selection_and_every_config_passed_its_check(fused):
+    rows = _committed_rows(fused)
+    by_key = {p["key"]: p for p in load_corpus()}
+    selected = {p["key"] for p in sweep.tile_width_problems(load_corpus(), fused)}
+    assert {r["key"] for r in rows} == selected
+    for r in rows:
+        # The configs each row timed are what the script computes now.
+        configs = sweep.configs_of(problem_shape(by_key[r["key"]]), fused)
+        assert r["configs"] == {name: repr(c) for name, c in configs.items()}
+        assert all(check["ok"] for check in r["checks"].values())
+        assert {sweep.HEURISTIC, sweep.HALF_STEP, "cudnn"} <= set(r["ms"])
+
+
+@pytest.mark.parametrize(
+    "fused,constant",
+    [(False, HALF_STEP_MIN_K_TILES), (True, HALF_STEP_MIN_K_TILES_FUSED)],
+    ids=["plain", "fused"],
+)
+def test_the_fit_on_the_committed_rows_gives_the_heuristics_constant(fused, constant):
+    train, _ = by_split(sweep.timed_rows({"rows": _committed_rows(fused)}))
+    grid = list(sweep.MIN_K_TILES_GRID)
+    fitted = middle_of_best(grid, lambda t: sweep.score(train, t, fused))
+    assert fitted == constant
+
+
+def test_the_rule_takes_the_timed_half_step_only_past_the_bound():
+    rows = _committed_rows(False)
+    row = next(r for r in rows if r["key"].startswith("n1_h32_w32_c2560_k1280_r1"))
+    assert sweep.chosen_name(row, 0) == sweep.HALF_STEP  # 40 k-tiles
+    assert sweep.chosen_name(row, 41) == sweep.HEURISTIC
