@@ -6,6 +6,9 @@ graphs; the fit of ``cute_conv.config.HALF_STEP_MIN_K_TILES`` (``--fused``:
     python benchmarks/sweep_tile_width.py [--fused] [--max-seconds 500]   # H100/H200
     python benchmarks/sweep_tile_width.py [--fused] --fit                 # no GPU
 
+``--results PATH`` measures into (or fits from) another file than the form's, e.g. a second
+GPU's rows (``tile_width_sweep_H100.json``).
+
 Why: the heuristic picks the tile width that minimizes rounds of tiles x (width + 64)
 (``_wave_cost``) among multiples of 32. SDXL's batch-1 1x1 conv of C=2560, K=1280 on a 32x32
 map runs 112 tiles of 128x96 on 132 SMs, 5% of them padding; cuDNN runs it as a GEMM of 128
@@ -64,9 +67,10 @@ def config_for(problem, min_k_tiles: float, fused: bool = False):
     from cute_conv.staging import kernel_problem_for
     from cute_conv.untuned import untuned_config
 
-    def heuristic(problem, num_sms, has_residual, element_bytes):
+    def heuristic(problem, num_sms, has_residual, element_bytes, out_bytes):
         return default_config(
             problem, num_sms, has_residual=has_residual, element_bytes=element_bytes,
+            out_bytes=out_bytes,
             half_step_min_k_tiles=min_k_tiles,
         )  # fmt: skip
 
@@ -105,10 +109,9 @@ def measure(p: dict, fused: bool = False) -> dict:
     return row | {"checks": timed["checks"], "ms": replays}
 
 
-def sweep(max_seconds: float, fused: bool) -> None:
+def sweep(max_seconds: float, fused: bool, path: Path) -> None:
     from bench_corpus import load_corpus, problem_shape
 
-    path = RESULTS_PATHS[fused]
     done = {r["key"] for r in load_results(path)["rows"]}
     todo = [p for p in tile_width_problems(load_corpus(), fused) if p["key"] not in done]
     precompile({
@@ -156,11 +159,11 @@ def score(rows: list[dict], min_k_tiles: float, fused: bool = False) -> float:
     )
 
 
-def fit(fused: bool) -> None:
+def fit(fused: bool, path: Path) -> None:
     from cute_conv import config
 
     constant = "HALF_STEP_MIN_K_TILES_FUSED" if fused else "HALF_STEP_MIN_K_TILES"
-    results = load_results(RESULTS_PATHS[fused])
+    results = load_results(path)
     train, held = by_split(timed_rows(results))
     print(f"{results.get('device', '?')}: {len(train)} train, {len(held)} held-out problems")
     print("| min k-tiles | train | held-out | problems taking half steps (train, held-out) |")
@@ -184,11 +187,13 @@ def main() -> None:
     parser.add_argument("--fused", action="store_true", help="relu(conv + b) + r, not plain")
     parser.add_argument("--max-seconds", type=float, default=500.0)
     parser.add_argument("--fit", action="store_true", help="no GPU: from the results file")
+    parser.add_argument("--results", type=Path, help="default: the form's file in benchmarks/")
     args = parser.parse_args()
+    path = args.results or RESULTS_PATHS[args.fused]
     if args.fit:
-        fit(args.fused)
+        fit(args.fused, path)
     else:
-        sweep(args.max_seconds, args.fused)
+        sweep(args.max_seconds, args.fused, path)
 
 
 if __name__ == "__main__":

@@ -117,9 +117,10 @@ def rule_free_config(problem):
     from cute_conv.config import default_config
     from cute_conv.untuned import untuned_config
 
-    def heuristic(problem, num_sms, has_residual, element_bytes):
+    def heuristic(problem, num_sms, has_residual, element_bytes, out_bytes):
         return default_config(
             problem, num_sms, has_residual=has_residual, element_bytes=element_bytes,
+            out_bytes=out_bytes,
             wide_split=False, half_step_min_k_tiles=math.inf,
         )  # fmt: skip
 

@@ -33,8 +33,8 @@ class ArchKernels:
     # The config of ``compile_kernel`` without one (no problem to fit it to).
     default_config: Callable[[], Any]
     # The config of a call without one: ``(kernel problem, SM count, has_residual, bytes of
-    # an input element)``.
-    heuristic: Callable[[Conv2dProblemShape, int, bool, int], Any]
+    # an input element, bytes of an output element)``.
+    heuristic: Callable[[Conv2dProblemShape, int, bool, int, int], Any]
     # Raises ``ValueError`` where a config cannot run a kernel problem (None: any runs).
     check_fits: Optional[Callable[[Any, Conv2dProblemShape], None]]
     # Whether a call without a config may time candidates on the GPU (``tuning``).
@@ -55,18 +55,21 @@ class ArchKernels:
 
 
 def _heuristic_sm100(
-    problem: Conv2dProblemShape, num_sms: int, has_residual: bool, element_bytes: int
-):
+    problem: Conv2dProblemShape, num_sms: int, has_residual: bool, element_bytes: int,
+    out_bytes: int,
+):  # fmt: skip
     """``default_config_sm100``: untuned, so a residual does not change its choice."""
     return default_config_sm100(problem, num_sms, element_bytes=element_bytes)
 
 
 def _heuristic_sm90(
-    problem: Conv2dProblemShape, num_sms: int, has_residual: bool, element_bytes: int
-):
+    problem: Conv2dProblemShape, num_sms: int, has_residual: bool, element_bytes: int,
+    out_bytes: int,
+):  # fmt: skip
     return default_config(
-        problem, num_sms, has_residual=has_residual, element_bytes=element_bytes
-    )
+        problem, num_sms, has_residual=has_residual, element_bytes=element_bytes,
+        out_bytes=out_bytes,
+    )  # fmt: skip
 
 
 ARCHS: dict[str, ArchKernels] = {

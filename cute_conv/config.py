@@ -59,6 +59,7 @@ _SHORT_MAINLOOP_K = 512
 # would give; 16-bit: equal bytes, which ties the fit (benchmarks/sweep_k_tile.py).
 _K_TILE_COST_CHANNELS = {2: 16, 1: 26.5}
 ELEMENT_BYTES = (1, 2)  # fp8, 16-bit inputs
+OUT_BYTES = (1, 2, 4)  # e4m3, 16-bit, float32 outputs
 # 256-row tiles for 64-wide ones, given at least this many waves of them (see default_config).
 _MIN_WAVES_TALL = 4
 # Three warpgroups of 64 rows (see default_config): the one tile of them measured faster, where
@@ -220,6 +221,7 @@ def default_config(
     element_bytes: int = 2,
     wide_split: bool = True,
     half_step_min_k_tiles: float | None = None,
+    out_bytes: int = 2,
 ) -> Conv2dConfig:
     """A fast heuristic for an H100/H200, fitted to measurements of the benchmark suite.
 
@@ -236,13 +238,15 @@ def default_config(
     the multiples of 32 (48, 80, ..., 240; 16-wide epilogue subtiles) that pad K less than the
     choice above (``half_step_widths``) join it in the same cost. SDXL's 1x1 conv of C=2560,
     K=1280 at 32x32 then runs 128 tiles of 128x80 (no padding) for 112 of 128x96; SD's 3x3
-    convs of K=320 take 80 for 96 (four N tiles either way). Measured on an H200
+    convs of K=320 take 80 for 96 (four N tiles either way). Measured
     (``benchmarks/sweep_tile_width.py``: the corpus convs whose config half steps change,
-    CUDA-graph replays), against the whole-step config: plain, 1.032x on 76 train problems
-    and 1.045x on 23 held-out ones (0.90-1.48x on the 55 that take them); fused
-    (``relu(conv + b) + r``), 1.036x train and 1.035x held-out (70 and 23). Below the bounds,
-    where the epilogue's doubled rounds weigh more, half steps lost up to 17%. fp8 inputs
-    keep whole steps (not measured).
+    CUDA-graph replays) against the whole-step config, on an H200 / an H100, each fitting
+    the same bounds on the train part: plain, 1.032x / 1.029x on 76 train problems and
+    1.045x / 1.042x on 23 held-out ones (0.90-1.48x per problem on the H200's 55 that take
+    them); fused (``relu(conv + b) + r``), 1.036x / 1.034x train (70), 1.035x / 1.038x
+    held-out (23). Below the bounds, where the epilogue's doubled rounds weigh more, half
+    steps lost up to 17%. fp8 inputs keep whole steps (not measured), as do 8-bit outputs
+    (``out_bytes`` 1), which the kernel cannot store from half-step tiles.
 
     Cluster: two CTAs along N share the activation tile by multicast, halving its L2 traffic,
     when the N tiles pair up evenly (a lone CTA of a pair would compute a tile of zeros).
@@ -369,6 +373,8 @@ def default_config(
     check_element_bytes(element_bytes)
     if not isinstance(wide_split, bool):
         raise TypeError(f"wide_split must be a bool, got {wide_split!r}")
+    if out_bytes not in OUT_BYTES:
+        raise ValueError(f"out_bytes must be one of {OUT_BYTES}, got {out_bytes!r}")
     if half_step_min_k_tiles is None:
         half_step_min_k_tiles = HALF_STEP_MIN_K_TILES_FUSED if has_residual else HALF_STEP_MIN_K_TILES
     if isinstance(half_step_min_k_tiles, bool) or not isinstance(half_step_min_k_tiles, (int, float)):
@@ -384,7 +390,8 @@ def default_config(
 
     tile_n = cheapest(tile_widths(problem.K))
     _, k_tiles = schedule_shape(problem, 128, tile_n, tile_k)
-    half_steps = element_bytes == 2 and tile_k * element_bytes >= HALF_STEP_MIN_K_TILE_BYTES
+    half_steps = element_bytes == 2 and out_bytes > 1  # the kernel stores no 8-bit half steps
+    half_steps = half_steps and tile_k * element_bytes >= HALF_STEP_MIN_K_TILE_BYTES
     if half_steps and k_tiles >= half_step_min_k_tiles:
         tile_n = cheapest(tile_widths(problem.K) + half_step_widths(problem.K, tile_n))
     narrowed_for_residual = has_residual and tile_n == 256 and problem.gemm_k <= _SHORT_MAINLOOP_K

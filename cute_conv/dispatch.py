@@ -307,8 +307,9 @@ def _config_for_call(
         )  # fmt: skip
     if config is None:
         config = untuned_config(
-            target, problem, kernel_problem, num_sms, has_residual, x.element_size()
-        )
+            target, problem, kernel_problem, num_sms, has_residual, x.element_size(),
+            torch.finfo(out_dtype).bits // 8,
+        )  # fmt: skip
     return config
 
 

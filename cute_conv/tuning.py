@@ -395,8 +395,9 @@ def _autotune(
     # and the small-M rule included), timed beside the candidates: a stored choice replaces
     # it only where it is faster.
     heuristic = heuristic_config(
-        problem, num_sms, has_residual=has_residual, element_bytes=element_bytes
-    )
+        problem, num_sms, has_residual=has_residual, element_bytes=element_bytes,
+        out_bytes=torch.finfo(out_dtype).bits // 8,
+    )  # fmt: skip
     if configs is None and heuristic not in candidates:
         candidates.append(heuristic)
     fns = [functools.partial(run, config) for config in candidates]

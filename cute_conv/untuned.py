@@ -20,12 +20,13 @@ def untuned_config(
     num_sms: int,
     has_residual: bool,
     element_bytes: int,
+    out_bytes: int = 2,
 ):
     """The heuristic's config for the staged ``kernel_problem``, or one that gathers
     ``problem``'s operands instead, where its staging is one a gather spares and the arch's
     gather rule takes it (sized by the heuristic on the channel-padded problem); for a conv
     that runs unstaged or gathered, as the arch's small-M rule makes it."""
-    config = target.heuristic(kernel_problem, num_sms, has_residual, element_bytes)
+    config = target.heuristic(kernel_problem, num_sms, has_residual, element_bytes, out_bytes)
     replaces = gather_replaces(problem, element_bytes)
     if replaces is not None or kernel_problem != problem:  # staged, unless gathered
         if target.gather_rule is None or replaces is None:
@@ -33,7 +34,7 @@ def untuned_config(
         padded = channels_padded(problem, element_bytes)
         base = config
         if padded != kernel_problem:  # im2col columns: the staged config does not fit the conv
-            base = target.heuristic(padded, num_sms, has_residual, element_bytes)
+            base = target.heuristic(padded, num_sms, has_residual, element_bytes, out_bytes)
         gathered = target.gather_rule(
             base, padded, num_sms, element_bytes, replaces, channels=problem.C
         )
@@ -52,6 +53,7 @@ def heuristic_config(
     has_residual: bool = False,
     element_bytes: int = 2,
     arch: str = "sm_90a",
+    out_bytes: int = 2,
 ):
     """The config a call on ``problem`` without one runs on ``arch`` when nothing is
     autotuned: the heuristic's for the staged kernel problem, or one that gathers the
@@ -62,5 +64,5 @@ def heuristic_config(
         raise ValueError(f"arch must be one of {', '.join(ARCHS)}, got {arch!r}")
     kernel_problem = kernel_problem_for(problem, element_bytes)
     return untuned_config(
-        ARCHS[arch], problem, kernel_problem, num_sms, has_residual, element_bytes
+        ARCHS[arch], problem, kernel_problem, num_sms, has_residual, element_bytes, out_bytes
     )

@@ -690,3 +690,15 @@ def test_half_step_tiles_reject_what_they_cannot_run():
         )  # fmt: skip
     plan = Conv2dConfig(tile_n=80).plan(cutlass.BFloat16, cutlass.BFloat16, False)
     assert plan.epi_n == 16
+
+
+def test_calls_with_8_bit_outputs_keep_whole_steps():
+    from cute_conv.untuned import heuristic_config
+
+    sdxl = problem(1, 32, 2560, 1280, 1)
+    assert heuristic_config(sdxl, 132).tile_n == 80
+    assert heuristic_config(sdxl, 132, out_bytes=4).tile_n == 80  # float32 output
+    assert heuristic_config(sdxl, 132, out_bytes=1).tile_n == 96  # e4m3 output
+    assert default_config(sdxl, out_bytes=1).tile_n == 96
+    with pytest.raises(ValueError, match="out_bytes must be one of"):
+        default_config(sdxl, out_bytes=3)

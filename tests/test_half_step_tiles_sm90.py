@@ -2,7 +2,8 @@
 against a float32 reference, the output inside a sentinel guard band
 (``test_thread_store_sm90.run_and_check``): every width, K tails inside the last tile,
 clusters, stream-K, residuals in both orders, thread-stored outputs (K not a multiple of 8),
-gathered operands, fp8 inputs, fp32 outputs, and a default call that takes such a width."""
+gathered operands, fp8 inputs, fp32 outputs, a default call that takes such a width and one with an e4m3
+output that does not."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from cute_conv.kernels.sm90.config import TILE_N_CHOICES
 
 import cute_conv
 from cute_conv import Conv2dConfig
+from cute_conv.reference import conv2d_reference
+from cute_conv.testing import compare_to_reference, random_conv_inputs
 from tests.test_fp8_sm90 import run_fp8
 from tests.test_thread_store_sm90 import run_and_check
 
@@ -75,3 +78,14 @@ def test_a_default_call_takes_a_half_step_width():
         pytest.skip(f"on {num_sms} SMs the heuristic takes a whole-step width here")
     run_and_check(1, 32, 32, 2560, 1280, 1, 1, bias=False, scale=False, activation=None,
                   alpha=1.0)  # fmt: skip
+
+
+def test_a_default_call_with_e4m3_output_keeps_whole_steps():
+    # The kernel stores no 8-bit output from half-step tiles: the call passes its output
+    # width to the heuristic, which keeps 128x96 here (128x80 for a 16-bit output).
+    x, flt = random_conv_inputs(1, 32, 32, 2560, 1280, 1, 1)
+    ref = conv2d_reference(x, flt)
+    out_scale = (ref.abs().max() / 400).reshape(1).float()
+    out = cute_conv.conv2d_fprop(x, flt, out_dtype=torch.float8_e4m3fn, out_scale=out_scale)
+    report = compare_to_reference(out, ref / out_scale)
+    assert report.ok, report

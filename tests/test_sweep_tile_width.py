@@ -63,6 +63,22 @@ def test_the_fit_on_the_committed_rows_gives_the_heuristics_constant(fused, cons
     assert fitted == constant
 
 
+@pytest.mark.parametrize(
+    "name,fused,constant",
+    [
+        ("tile_width_sweep_H100.json", False, HALF_STEP_MIN_K_TILES),
+        ("tile_width_fused_sweep_H100.json", True, HALF_STEP_MIN_K_TILES_FUSED),
+    ],
+    ids=["plain", "fused"],
+)
+def test_the_h100_rows_fit_the_same_constants(name, fused, constant):
+    rows = json.loads((BENCHMARKS / name).read_text())["rows"]
+    assert {r["key"] for r in rows} == {r["key"] for r in _committed_rows(fused)}
+    train, _ = by_split(sweep.timed_rows({"rows": rows}))
+    fitted = middle_of_best(list(sweep.MIN_K_TILES_GRID), lambda t: sweep.score(train, t, fused))
+    assert fitted == constant
+
+
 def test_the_rule_takes_the_timed_half_step_only_past_the_bound():
     rows = _committed_rows(False)
     row = next(r for r in rows if r["key"].startswith("n1_h32_w32_c2560_k1280_r1"))
