@@ -106,11 +106,14 @@ def bf16_problem(p: dict) -> tuple:
     return problem, geom, x, flt, default
 
 
-def checked_runs(x, flt, ref, geom: dict, configs: dict, call=None) -> tuple[dict, dict]:
+def checked_runs(
+    x, flt, ref, geom: dict, configs: dict, call=None, fp8_inputs: bool = False
+) -> tuple[dict, dict]:
     """Each of ``configs`` (name -> config) run on ``x`` and ``flt`` into a NaN-poisoned
     output and checked against the float32 ``ref``: ``(checks by name, the functions that
     run the configs that passed)``. ``call(config, out)`` runs one (default: the plain
-    ``conv2d_fprop`` of ``x`` and ``flt``)."""
+    ``conv2d_fprop`` of ``x`` and ``flt``); ``fp8_inputs``: it runs fp8 inputs, checked with
+    their accumulation's tolerance."""
     import torch
 
     import cute_conv
@@ -129,7 +132,7 @@ def checked_runs(x, flt, ref, geom: dict, configs: dict, call=None) -> tuple[dic
             return call(config, out)
 
         run()
-        check = compare_to_reference(out, ref)
+        check = compare_to_reference(out, ref, fp8_inputs=fp8_inputs)
         checks[name] = {"ok": check.ok, "rel_err": check.rel_err}
         if check.ok:
             fns[name] = run
@@ -150,21 +153,24 @@ def cudnn_run(x, flt, problem) -> Callable[[], object]:
                             problem.stride, 0, problem.dilation)  # fmt: skip
 
 
-def _compile_sm90(config) -> None:
+def _compile_sm90(config, act_dtype: str) -> None:
     import cute_conv
 
-    cute_conv.compile_kernel("sm_90a", config=config)
+    cute_conv.compile_kernel("sm_90a", config=config, act_dtype=act_dtype)
 
 
-def precompile(configs: set) -> None:
-    """Compile the SM90 kernels of ``configs`` (compiled forms) into the disk cache in a
-    process per CPU, before a timed loop loads them: compiles take seconds each, on one core."""
+def precompile(configs: set, act_dtype: str = "bfloat16") -> None:
+    """Compile the SM90 kernels of ``configs`` (compiled forms; plain epilogue, ``act_dtype``
+    inputs, their default output) into the disk cache in a process per CPU, before a timed
+    loop loads them: compiles take seconds each, on one core."""
+    import functools
     import os
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
+    compile_one = functools.partial(_compile_sm90, act_dtype=act_dtype)
     with ProcessPoolExecutor(os.cpu_count(), mp_context=get_context("spawn")) as pool:
-        list(pool.map(_compile_sm90, configs))
+        list(pool.map(compile_one, configs))
     print(f"{len(configs)} kernels compiled")
 
 
@@ -220,7 +226,7 @@ def measure_configs(p: dict, form: str, configs: dict, eager: bool = True) -> di
         def call(config, out):
             return cute_conv.conv2d_fprop(*inputs, out=out, config=config, **scales, **geom)
 
-    checks, fns = checked_runs(x, flt, ref, geom, configs, call)
+    checks, fns = checked_runs(x, flt, ref, geom, configs, call, fp8_inputs=form == "fp8")
     # A graph holds no reference to the output its kernels write: ``fns`` (each run binds its
     # output) stays alive while the replays are timed.
     timed = (fns if eager else {}) | {f"{name}_graph": replay_of(run) for name, run in fns.items()}

@@ -1,10 +1,10 @@
 """Half-step tile widths: 48, 80, ..., 240-wide tiles (between the multiples of 32) where they
 pad K less than the heuristic's width, against the heuristic's tiles, replayed from CUDA
-graphs; the fit of ``cute_conv.config.HALF_STEP_MIN_K_TILES`` (``--fused``:
-``HALF_STEP_MIN_K_TILES_FUSED``).
+graphs; the fit of ``cute_conv.config.HALF_STEP_MIN_K_TILES`` (``--form fused``:
+``HALF_STEP_MIN_K_TILES_FUSED``, ``--form fp8``: ``HALF_STEP_MIN_K_TILES_FP8``).
 
-    python benchmarks/sweep_tile_width.py [--fused] [--max-seconds 500]   # H100/H200
-    python benchmarks/sweep_tile_width.py [--fused] --fit                 # no GPU
+    python benchmarks/sweep_tile_width.py [--form F] [--max-seconds 500]   # H100/H200
+    python benchmarks/sweep_tile_width.py [--form F] --fit                 # no GPU
 
 ``--results PATH`` measures into (or fits from) another file than the form's, e.g. a second
 GPU's rows (``tile_width_sweep_H100.json``).
@@ -21,9 +21,11 @@ heuristic weighs half-step widths at any mainloop length (``half_step_min_k_tile
 against ``math.inf``), staged and gathered ones included. Per problem, in one process: both
 configs (``untuned.untuned_config``, the call's config without one, staging and the
 gather and small-M rules included), each checked against the float32 reference from a
-NaN-poisoned output, then replayed from CUDA graphs, cuDNN's replay beside them. Plain convs
-(rows in ``tile_width_sweep.json``), or with ``--fused`` ``relu(conv + b) + r`` (the
-residual configs; ``tile_width_fused_sweep.json``); a rerun skips the problems already
+NaN-poisoned output, then replayed from CUDA graphs, cuDNN's replay beside them. Forms
+(``--form``): ``plain`` bf16 convs (rows in ``tile_width_sweep.json``), ``fused``
+``relu(conv + b) + r`` (the residual configs; ``tile_width_fused_sweep.json``), ``fp8``
+plain convs of e4m3 inputs with bf16 output (checked on the dequantized inputs, cuDNN's bf16
+conv beside them; ``tile_width_fp8_sweep.json``); a rerun skips the problems already
 there.
 
 ``--fit`` scores each threshold of ``MIN_K_TILES_GRID`` on the train problems (geomean of
@@ -51,15 +53,25 @@ from sweep_rows import (  # noqa: E402
     sweep_new_problems,
 )
 
-RESULTS_PATHS = {False: HERE / "tile_width_sweep.json", True: HERE / "tile_width_fused_sweep.json"}
+FORMS = ("plain", "fused", "fp8")
+RESULTS_PATHS = {
+    "plain": HERE / "tile_width_sweep.json",
+    "fused": HERE / "tile_width_fused_sweep.json",
+    "fp8": HERE / "tile_width_fp8_sweep.json",
+}
+CONSTANTS = {
+    "plain": "HALF_STEP_MIN_K_TILES",
+    "fused": "HALF_STEP_MIN_K_TILES_FUSED",
+    "fp8": "HALF_STEP_MIN_K_TILES_FP8",
+}
 NUM_SMS = 132  # H100 SXM and H200: the selection and the fit use the same count
 HEURISTIC, HALF_STEP = "heuristic", "half_step"
 MIN_K_TILES_GRID = (0, 2, 4, 6, 9, 12, 18, 27, 36, 54, math.inf)
 
 
-def config_for(problem, min_k_tiles: float, fused: bool = False):
-    """The config a bf16 call without one (``fused``: with a residual) runs on ``problem`` when
-    the heuristic weighs half-step widths for mainloops of at least ``min_k_tiles`` k-tiles."""
+def config_for(problem, min_k_tiles: float, form: str = "plain"):
+    """The config a call of ``form`` without one runs on ``problem`` when the heuristic weighs
+    half-step widths for mainloops of at least ``min_k_tiles`` k-tiles."""
     import dataclasses
 
     from cute_conv.arch import ARCHS
@@ -75,51 +87,54 @@ def config_for(problem, min_k_tiles: float, fused: bool = False):
         )  # fmt: skip
 
     arch = dataclasses.replace(ARCHS["sm_90a"], heuristic=heuristic)
-    return untuned_config(arch, problem, kernel_problem_for(problem), NUM_SMS, fused, 2)
+    element_bytes = 1 if form == "fp8" else 2
+    kernel_problem = kernel_problem_for(problem, element_bytes)
+    return untuned_config(arch, problem, kernel_problem, NUM_SMS, form == "fused", element_bytes)
 
 
-def configs_of(problem, fused: bool = False) -> dict:
+def configs_of(problem, form: str = "plain") -> dict:
     """``{HEURISTIC: without half steps, HALF_STEP: with them at any mainloop length}``."""
     return {
-        HEURISTIC: config_for(problem, math.inf, fused), HALF_STEP: config_for(problem, 0, fused)
+        HEURISTIC: config_for(problem, math.inf, form), HALF_STEP: config_for(problem, 0, form)
     }
 
 
-def tile_width_problems(problems: list[dict], fused: bool = False) -> list[dict]:
+def tile_width_problems(problems: list[dict], form: str = "plain") -> list[dict]:
     """The corpus problems the sweep measures (see the module docstring)."""
     from bench_corpus import problem_shape
 
     chosen = []
     for p in problems:
-        configs = configs_of(problem_shape(p), fused)
+        configs = configs_of(problem_shape(p), form)
         if configs[HEURISTIC] != configs[HALF_STEP]:
             chosen.append(p)
     return chosen
 
 
-def measure(p: dict, fused: bool = False) -> dict:
+def measure(p: dict, form: str = "plain") -> dict:
     from bench_corpus import problem_shape
     from sweep_rows import measure_configs
 
-    configs = configs_of(problem_shape(p), fused)
-    timed = measure_configs(p, "fused" if fused else "plain", configs, eager=False)
+    configs = configs_of(problem_shape(p), form)
+    timed = measure_configs(p, form, configs, eager=False)
     replays = {name.removesuffix("_graph"): t for name, t in timed["ms"].items()}
     row = {k: p[k] for k in ("key", "split", "tags", "gflop")}
     row |= {"configs": {name: repr(c) for name, c in configs.items()}}
     return row | {"checks": timed["checks"], "ms": replays}
 
 
-def sweep(max_seconds: float, fused: bool, path: Path) -> None:
+def sweep(max_seconds: float, form: str, path: Path) -> None:
     from bench_corpus import load_corpus, problem_shape
 
     done = {r["key"] for r in load_results(path)["rows"]}
-    todo = [p for p in tile_width_problems(load_corpus(), fused) if p["key"] not in done]
-    precompile({
-        c.compiled_form() for p in todo for c in configs_of(problem_shape(p), fused).values()
-    })  # fmt: skip
+    todo = [p for p in tile_width_problems(load_corpus(), form) if p["key"] not in done]
+    precompile(
+        {c.compiled_form() for p in todo for c in configs_of(problem_shape(p), form).values()},
+        "float8_e4m3fn" if form == "fp8" else "bfloat16",
+    )
     sweep_new_problems(
-        path, functools.partial(tile_width_problems, fused=fused),
-        functools.partial(measure, fused=fused), max_seconds, ("key", "ms"),
+        path, functools.partial(tile_width_problems, form=form),
+        functools.partial(measure, form=form), max_seconds, ("key", "ms"),
     )  # fmt: skip
 
 
@@ -135,10 +150,10 @@ def timed_rows(results: dict) -> list[dict]:
     ]  # fmt: skip
 
 
-def chosen_name(row: dict, min_k_tiles: float, fused: bool = False) -> str:
+def chosen_name(row: dict, min_k_tiles: float, form: str = "plain") -> str:
     """The variant the rule with ``min_k_tiles`` gives ``row``'s problem (its config compared
     with the two the sweep timed)."""
-    config = repr(config_for(_corpus_problem(row["key"]), min_k_tiles, fused))
+    config = repr(config_for(_corpus_problem(row["key"]), min_k_tiles, form))
     names = [name for name, timed in row["configs"].items() if timed == config]
     if not names:
         raise ValueError(f"{row['key']}: the rule's config {config} was not timed")
@@ -152,17 +167,17 @@ def _corpus_problem(key: str):
     return problem_shape(next(p for p in load_corpus() if p["key"] == key))
 
 
-def score(rows: list[dict], min_k_tiles: float, fused: bool = False) -> float:
+def score(rows: list[dict], min_k_tiles: float, form: str = "plain") -> float:
     """Geomean of the heuristic's time over the rule's choice's (> 1: the rule gains)."""
     return geomean(
-        r["ms"][HEURISTIC] / r["ms"][chosen_name(r, min_k_tiles, fused)] for r in rows
+        r["ms"][HEURISTIC] / r["ms"][chosen_name(r, min_k_tiles, form)] for r in rows
     )
 
 
-def fit(fused: bool, path: Path) -> None:
+def fit(form: str, path: Path) -> None:
     from cute_conv import config
 
-    constant = "HALF_STEP_MIN_K_TILES_FUSED" if fused else "HALF_STEP_MIN_K_TILES"
+    constant = CONSTANTS[form]
     results = load_results(path)
     train, held = by_split(timed_rows(results))
     print(f"{results.get('device', '?')}: {len(train)} train, {len(held)} held-out problems")
@@ -170,30 +185,30 @@ def fit(fused: bool, path: Path) -> None:
     print("|---|---|---|---|")
     for t in MIN_K_TILES_GRID:
         takes = [
-            sum(chosen_name(r, t, fused) == HALF_STEP for r in part) for part in (train, held)
+            sum(chosen_name(r, t, form) == HALF_STEP for r in part) for part in (train, held)
         ]
-        print(f"| {t} | {score(train, t, fused):.3f} | {score(held, t, fused):.3f} | "
+        print(f"| {t} | {score(train, t, form):.3f} | {score(held, t, form):.3f} | "
               f"{takes[0]}, {takes[1]} |")  # fmt: skip
-    best = middle_of_best(list(MIN_K_TILES_GRID), lambda t: score(train, t, fused))
+    best = middle_of_best(list(MIN_K_TILES_GRID), lambda t: score(train, t, form))
     print(f"fitted on train: {best} (config.{constant} = {getattr(config, constant)})")
     for name, part in (("train", train), ("held-out", held)):
         before = geomean(r["ms"]["cudnn"] / r["ms"][HEURISTIC] for r in part)
-        after = geomean(r["ms"]["cudnn"] / r["ms"][chosen_name(r, best, fused)] for r in part)
+        after = geomean(r["ms"]["cudnn"] / r["ms"][chosen_name(r, best, form)] for r in part)
         print(f"  {name}: cuDNN's plain conv / ours {before:.3f} -> {after:.3f}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--fused", action="store_true", help="relu(conv + b) + r, not plain")
+    parser.add_argument("--form", choices=FORMS, default="plain")
     parser.add_argument("--max-seconds", type=float, default=500.0)
     parser.add_argument("--fit", action="store_true", help="no GPU: from the results file")
     parser.add_argument("--results", type=Path, help="default: the form's file in benchmarks/")
     args = parser.parse_args()
-    path = args.results or RESULTS_PATHS[args.fused]
+    path = args.results or RESULTS_PATHS[args.form]
     if args.fit:
-        fit(args.fused, path)
+        fit(args.form, path)
     else:
-        sweep(args.max_seconds, args.fused, path)
+        sweep(args.max_seconds, args.form, path)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ geometry (``Conv2dProblemShape``) never does.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from .kernels.sm90.config import (
@@ -109,12 +110,13 @@ WIDE_SPLIT_MIN_K_TILES = 180
 _WIDE_SPLIT_SHAPES = ((128, 256), (256, 128))
 _WIDE_SPLIT_MAX_N_PADDING = 0.25
 # Tile widths step by 32 (the epilogue's subtile); the half steps between them (48, 80, ...,
-# 240) are considered for 16-bit convs of at least this many k-tiles, plain and with a
-# residual (see default_config). Fitted on the corpus's train part on an H200
-# (benchmarks/sweep_tile_width.py: tile_width_sweep.json, tile_width_fused_sweep.json).
+# 240) are considered for convs of at least this many k-tiles: 16-bit plain, 16-bit with a
+# residual, fp8 plain (see default_config). Fitted on the corpus's train part on an H200
+# and an H100 alike (benchmarks/sweep_tile_width.py: tile_width_*sweep*.json).
 _WHOLE_STEP = 32
 HALF_STEP_MIN_K_TILES = 9
 HALF_STEP_MIN_K_TILES_FUSED = 18
+HALF_STEP_MIN_K_TILES_FP8 = 12  # fp8 inputs with a residual: never (not measured)
 # Where no split fits: stream-K over the whole grid for at most this fraction of a wave of
 # tiles ...
 _MAX_WAVE_STREAM_K = 0.6
@@ -234,7 +236,8 @@ def default_config(
 
     Half steps (``half_step_min_k_tiles``; None: the fitted bound of the call's form,
     ``math.inf``: none): for 16-bit convs of at least ``HALF_STEP_MIN_K_TILES`` k-tiles
-    (``HALF_STEP_MIN_K_TILES_FUSED`` with a residual) of 64 bytes or more, the widths between
+    (``HALF_STEP_MIN_K_TILES_FUSED`` with a residual; fp8 ones ``HALF_STEP_MIN_K_TILES_FP8``,
+    none with a residual) of 64 bytes or more, the widths between
     the multiples of 32 (48, 80, ..., 240; 16-wide epilogue subtiles) that pad K less than the
     choice above (``half_step_widths``) join it in the same cost. SDXL's 1x1 conv of C=2560,
     K=1280 at 32x32 then runs 128 tiles of 128x80 (no padding) for 112 of 128x96; SD's 3x3
@@ -244,9 +247,10 @@ def default_config(
     the same bounds on the train part: plain, 1.032x / 1.029x on 76 train problems and
     1.045x / 1.042x on 23 held-out ones (0.90-1.48x per problem on the H200's 55 that take
     them); fused (``relu(conv + b) + r``), 1.036x / 1.034x train (70), 1.035x / 1.038x
-    held-out (23). Below the bounds, where the epilogue's doubled rounds weigh more, half
-    steps lost up to 17%. fp8 inputs keep whole steps (not measured), as do 8-bit outputs
-    (``out_bytes`` 1), which the kernel cannot store from half-step tiles.
+    held-out (23); fp8 inputs with bf16 output, 1.022x / 1.022x train (80), 1.024x / 1.028x
+    held-out (24). Below the bounds, where the epilogue's doubled rounds weigh more, half
+    steps lost up to 17%. 8-bit outputs (``out_bytes`` 1) keep whole steps: the kernel
+    cannot store them from half-step tiles.
 
     Cluster: two CTAs along N share the activation tile by multicast, halving its L2 traffic,
     when the N tiles pair up evenly (a lone CTA of a pair would compute a tile of zeros).
@@ -376,7 +380,7 @@ def default_config(
     if out_bytes not in OUT_BYTES:
         raise ValueError(f"out_bytes must be one of {OUT_BYTES}, got {out_bytes!r}")
     if half_step_min_k_tiles is None:
-        half_step_min_k_tiles = HALF_STEP_MIN_K_TILES_FUSED if has_residual else HALF_STEP_MIN_K_TILES
+        half_step_min_k_tiles = _half_step_bound(has_residual, element_bytes)
     if isinstance(half_step_min_k_tiles, bool) or not isinstance(half_step_min_k_tiles, (int, float)):
         raise TypeError(
             f"half_step_min_k_tiles must be None or a number of k-tiles, "
@@ -390,8 +394,8 @@ def default_config(
 
     tile_n = cheapest(tile_widths(problem.K))
     _, k_tiles = schedule_shape(problem, 128, tile_n, tile_k)
-    half_steps = element_bytes == 2 and out_bytes > 1  # the kernel stores no 8-bit half steps
-    half_steps = half_steps and tile_k * element_bytes >= HALF_STEP_MIN_K_TILE_BYTES
+    # The kernel stores no 8-bit outputs from half-step tiles.
+    half_steps = out_bytes > 1 and tile_k * element_bytes >= HALF_STEP_MIN_K_TILE_BYTES
     if half_steps and k_tiles >= half_step_min_k_tiles:
         tile_n = cheapest(tile_widths(problem.K) + half_step_widths(problem.K, tile_n))
     narrowed_for_residual = has_residual and tile_n == 256 and problem.gemm_k <= _SHORT_MAINLOOP_K
@@ -744,6 +748,13 @@ def launch_clusters(problem: Conv2dProblemShape, config, num_sms: int) -> int:
 def _tile_count(problem: Conv2dProblemShape, tile_m: int, tile_n: int) -> int:
     """Output tiles of ``tile_m`` x ``tile_n`` (GEMM M x N)."""
     return -(-problem.gemm_m // tile_m) * -(-problem.K // tile_n)
+
+
+def _half_step_bound(has_residual: bool, element_bytes: int) -> float:
+    """The fitted k-tile bound of half-step widths for a call's form (see default_config)."""
+    if element_bytes == 1:
+        return math.inf if has_residual else HALF_STEP_MIN_K_TILES_FP8
+    return HALF_STEP_MIN_K_TILES_FUSED if has_residual else HALF_STEP_MIN_K_TILES
 
 
 def _wave_cost(problem: Conv2dProblemShape, tile_m: int, tile_n: int, num_sms: int) -> int:

@@ -654,8 +654,10 @@ def test_16_bit_convs_take_half_steps_on_long_mainloops(prob, whole, half):
     assert default_config(prob).tile_n == half
     assert default_config(prob, has_residual=True).tile_n == half  # 18+ k-tiles
     assert default_config(prob, half_step_min_k_tiles=math.inf).tile_n == whole
-    # fp8 inputs were not measured (and 8-bit outputs cannot take half steps): whole steps.
-    assert default_config(prob, element_bytes=1).tile_n % 32 == 0
+    assert default_config(prob, element_bytes=1).tile_n == half  # 12+ fp8 k-tiles
+    # fp8 with a residual was not measured, and 8-bit outputs cannot take half steps.
+    assert default_config(prob, element_bytes=1, has_residual=True).tile_n % 32 == 0
+    assert default_config(prob, element_bytes=1, out_bytes=1).tile_n == whole
 
 
 def test_no_half_steps_below_the_fitted_mainloop_or_on_short_k_tiles():

@@ -2,8 +2,8 @@
 against a float32 reference, the output inside a sentinel guard band
 (``test_thread_store_sm90.run_and_check``): every width, K tails inside the last tile,
 clusters, stream-K, residuals in both orders, thread-stored outputs (K not a multiple of 8),
-gathered operands, fp8 inputs, fp32 outputs, a default call that takes such a width and one with an e4m3
-output that does not."""
+gathered operands, fp8 inputs, fp32 outputs, default calls (bf16 and fp8) that take such a
+width and one with an e4m3 output that does not."""
 
 from __future__ import annotations
 
@@ -78,6 +78,14 @@ def test_a_default_call_takes_a_half_step_width():
         pytest.skip(f"on {num_sms} SMs the heuristic takes a whole-step width here")
     run_and_check(1, 32, 32, 2560, 1280, 1, 1, bias=False, scale=False, activation=None,
                   alpha=1.0)  # fmt: skip
+
+
+def test_a_default_fp8_call_takes_a_half_step_width():
+    problem = cute_conv.Conv2dProblemShape(N=1, H=32, W=32, C=2560, K=1280, R=1, S=1)
+    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    if cute_conv.default_config(problem, num_sms, element_bytes=1).tile_n % 32 == 0:
+        pytest.skip(f"on {num_sms} SMs the heuristic takes a whole-step width here")
+    run_fp8((1, 32, 32, 2560, 1280, 1, 1, {}))
 
 
 def test_a_default_call_with_e4m3_output_keeps_whole_steps():
