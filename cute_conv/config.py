@@ -237,9 +237,9 @@ def default_config(
     Half steps (``half_step_min_k_tiles``; None: the fitted bound of the call's form,
     ``math.inf``: none): for 16-bit convs of at least ``HALF_STEP_MIN_K_TILES`` k-tiles
     (``HALF_STEP_MIN_K_TILES_FUSED`` with a residual; fp8 ones ``HALF_STEP_MIN_K_TILES_FP8``,
-    none with a residual) of 64 bytes or more, the widths between
-    the multiples of 32 (48, 80, ..., 240; 16-wide epilogue subtiles) that pad K less than the
-    choice above (``half_step_widths``) join it in the same cost. SDXL's 1x1 conv of C=2560,
+    none with a residual) of 64 bytes or more, the widths between the multiples of 32 (48,
+    80, ..., 240; 16-wide epilogue subtiles) that pad K less than the choice above
+    (``half_step_widths``) join it in the same cost. SDXL's 1x1 conv of C=2560,
     K=1280 at 32x32 then runs 128 tiles of 128x80 (no padding) for 112 of 128x96; SD's 3x3
     convs of K=320 take 80 for 96 (four N tiles either way). Measured
     (``benchmarks/sweep_tile_width.py``: the corpus convs whose config half steps change,
