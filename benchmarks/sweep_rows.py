@@ -4,6 +4,7 @@ measured, and a rerun skips it), within a time bound."""
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -163,7 +164,6 @@ def precompile(configs: set, act_dtype: str = "bfloat16") -> None:
     """Compile the SM90 kernels of ``configs`` (compiled forms; plain epilogue, ``act_dtype``
     inputs, their default output) into the disk cache in a process per CPU, before a timed
     loop loads them: compiles take seconds each, on one core."""
-    import functools
     import os
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
@@ -232,6 +232,58 @@ def measure_configs(p: dict, form: str, configs: dict, eager: bool = True) -> di
     timed = (fns if eager else {}) | {f"{name}_graph": replay_of(run) for name, run in fns.items()}
     timed["cudnn_graph"] = replay_of(cudnn_run(x, flt, problem))
     return {"checks": checks, "ms": time_interleaved(timed)}
+
+
+def untuned_with(problem, num_sms: int, form: str = "plain", **heuristic_kwargs):
+    """The config a call of ``form`` (``plain``, ``fused`` or ``fp8``, as in
+    ``measure_configs``) without one runs on ``problem`` (``untuned.untuned_config``: staging,
+    the gather and small-M rules included) when ``default_config`` takes
+    ``heuristic_kwargs``, a rule's switch or bound: a sweep's variant of the heuristic."""
+    import dataclasses
+
+    from cute_conv.arch import ARCHS
+    from cute_conv.config import default_config
+    from cute_conv.staging import kernel_problem_for
+    from cute_conv.untuned import untuned_config
+
+    def heuristic(problem, num_sms, has_residual, element_bytes, out_bytes):
+        return default_config(
+            problem, num_sms, has_residual=has_residual, element_bytes=element_bytes,
+            out_bytes=out_bytes, **heuristic_kwargs,
+        )  # fmt: skip
+
+    arch = dataclasses.replace(ARCHS["sm_90a"], heuristic=heuristic)
+    element_bytes = 1 if form == "fp8" else 2
+    kernel_problem = kernel_problem_for(problem, element_bytes)
+    return untuned_config(arch, problem, kernel_problem, num_sms, form == "fused", element_bytes)
+
+
+def replayed_row(p: dict, form: str, configs: dict) -> dict:
+    """Corpus problem ``p``'s row of ``configs`` (name -> config) run in ``form``: its corpus
+    fields, the configs, their checks, and the milliseconds of their CUDA-graph replays and
+    cuDNN's (``measure_configs`` without eager calls), by name."""
+    timed = measure_configs(p, form, configs, eager=False)
+    replays = {name.removesuffix("_graph"): t for name, t in timed["ms"].items()}
+    row = {k: p[k] for k in ("key", "split", "tags", "gflop")}
+    row |= {"configs": {name: repr(c) for name, c in configs.items()}}
+    return row | {"checks": timed["checks"], "ms": replays}
+
+
+def passed_rows(results: dict) -> list[dict]:
+    """The rows of ``results`` whose every config passed its check and was timed."""
+    return [
+        r for r in results["rows"]
+        if "ms" in r and all(c["ok"] for c in r["checks"].values())
+        and set(r["checks"]) <= set(r["ms"])
+    ]  # fmt: skip
+
+
+@functools.cache
+def corpus_problem(key: str):
+    """The ``Conv2dProblemShape`` of the corpus problem ``key``."""
+    from bench_corpus import load_corpus, problem_shape
+
+    return problem_shape(next(p for p in load_corpus() if p["key"] == key))
 
 
 def timed_rows(path: Path, variants: tuple[str, ...]) -> list[dict]:

@@ -47,10 +47,14 @@ sys.path.insert(0, str(HERE))
 from bench import geomean  # noqa: E402
 from sweep_rows import (  # noqa: E402
     by_split,
+    corpus_problem,
     load_results,
     middle_of_best,
+    passed_rows,
     precompile,
+    replayed_row,
     sweep_new_problems,
+    untuned_with,
 )
 
 FORMS = ("plain", "fused", "fp8")
@@ -72,24 +76,7 @@ MIN_K_TILES_GRID = (0, 2, 4, 6, 9, 12, 18, 27, 36, 54, math.inf)
 def config_for(problem, min_k_tiles: float, form: str = "plain"):
     """The config a call of ``form`` without one runs on ``problem`` when the heuristic weighs
     half-step widths for mainloops of at least ``min_k_tiles`` k-tiles."""
-    import dataclasses
-
-    from cute_conv.arch import ARCHS
-    from cute_conv.config import default_config
-    from cute_conv.staging import kernel_problem_for
-    from cute_conv.untuned import untuned_config
-
-    def heuristic(problem, num_sms, has_residual, element_bytes, out_bytes):
-        return default_config(
-            problem, num_sms, has_residual=has_residual, element_bytes=element_bytes,
-            out_bytes=out_bytes,
-            half_step_min_k_tiles=min_k_tiles,
-        )  # fmt: skip
-
-    arch = dataclasses.replace(ARCHS["sm_90a"], heuristic=heuristic)
-    element_bytes = 1 if form == "fp8" else 2
-    kernel_problem = kernel_problem_for(problem, element_bytes)
-    return untuned_config(arch, problem, kernel_problem, NUM_SMS, form == "fused", element_bytes)
+    return untuned_with(problem, NUM_SMS, form, half_step_min_k_tiles=min_k_tiles)
 
 
 def configs_of(problem, form: str = "plain") -> dict:
@@ -113,14 +100,8 @@ def tile_width_problems(problems: list[dict], form: str = "plain") -> list[dict]
 
 def measure(p: dict, form: str = "plain") -> dict:
     from bench_corpus import problem_shape
-    from sweep_rows import measure_configs
 
-    configs = configs_of(problem_shape(p), form)
-    timed = measure_configs(p, form, configs, eager=False)
-    replays = {name.removesuffix("_graph"): t for name, t in timed["ms"].items()}
-    row = {k: p[k] for k in ("key", "split", "tags", "gflop")}
-    row |= {"configs": {name: repr(c) for name, c in configs.items()}}
-    return row | {"checks": timed["checks"], "ms": replays}
+    return replayed_row(p, form, configs_of(problem_shape(p), form))
 
 
 def sweep(max_seconds: float, form: str, path: Path) -> None:
@@ -141,30 +122,14 @@ def sweep(max_seconds: float, form: str, path: Path) -> None:
 # ---- the fit (no GPU) ----
 
 
-def timed_rows(results: dict) -> list[dict]:
-    """Rows whose both configs passed their checks and were timed."""
-    return [
-        r for r in results["rows"]
-        if "ms" in r and all(c["ok"] for c in r["checks"].values())
-        and {HEURISTIC, HALF_STEP} <= set(r["ms"])
-    ]  # fmt: skip
-
-
 def chosen_name(row: dict, min_k_tiles: float, form: str = "plain") -> str:
     """The variant the rule with ``min_k_tiles`` gives ``row``'s problem (its config compared
     with the two the sweep timed)."""
-    config = repr(config_for(_corpus_problem(row["key"]), min_k_tiles, form))
+    config = repr(config_for(corpus_problem(row["key"]), min_k_tiles, form))
     names = [name for name, timed in row["configs"].items() if timed == config]
     if not names:
         raise ValueError(f"{row['key']}: the rule's config {config} was not timed")
     return names[0]
-
-
-@functools.cache
-def _corpus_problem(key: str):
-    from bench_corpus import load_corpus, problem_shape
-
-    return problem_shape(next(p for p in load_corpus() if p["key"] == key))
 
 
 def score(rows: list[dict], min_k_tiles: float, form: str = "plain") -> float:
@@ -179,7 +144,7 @@ def fit(form: str, path: Path) -> None:
 
     constant = CONSTANTS[form]
     results = load_results(path)
-    train, held = by_split(timed_rows(results))
+    train, held = by_split(passed_rows(results))
     print(f"{results.get('device', '?')}: {len(train)} train, {len(held)} held-out problems")
     print("| min k-tiles | train | held-out | problems taking half steps (train, held-out) |")
     print("|---|---|---|---|")

@@ -30,7 +30,6 @@ problems, which the fit never sees.
 
 from __future__ import annotations
 
-import functools
 import math
 import sys
 from pathlib import Path
@@ -41,11 +40,15 @@ sys.path.insert(0, str(HERE))
 from bench import geomean  # noqa: E402
 from sweep_rows import (  # noqa: E402
     by_split,
+    corpus_problem,
     load_results,
     middle_of_best,
+    passed_rows,
     precompile,
+    replayed_row,
     sweep_main,
     sweep_new_problems,
+    untuned_with,
 )
 
 RESULTS_PATH = HERE / "wide_split_sweep.json"
@@ -111,21 +114,7 @@ def rule_free_config(problem):
     """The config a call without one runs on the unstaged ``problem`` with the wide-split rule
     taken out of the heuristic (``default_config(..., wide_split=False)``), and the half-step
     widths, which the sweep predates (``half_step_min_k_tiles=math.inf``): the baseline."""
-    import dataclasses
-
-    from cute_conv.arch import ARCHS
-    from cute_conv.config import default_config
-    from cute_conv.untuned import untuned_config
-
-    def heuristic(problem, num_sms, has_residual, element_bytes, out_bytes):
-        return default_config(
-            problem, num_sms, has_residual=has_residual, element_bytes=element_bytes,
-            out_bytes=out_bytes,
-            wide_split=False, half_step_min_k_tiles=math.inf,
-        )  # fmt: skip
-
-    rule_free = dataclasses.replace(ARCHS["sm_90a"], heuristic=heuristic)
-    return untuned_config(rule_free, problem, problem, NUM_SMS, False, 2)
+    return untuned_with(problem, NUM_SMS, wide_split=False, half_step_min_k_tiles=math.inf)
 
 
 def configs_of(p: dict) -> dict:
@@ -137,14 +126,7 @@ def configs_of(p: dict) -> dict:
 
 
 def measure(p: dict) -> dict:
-    from sweep_rows import measure_configs
-
-    configs = configs_of(p)
-    timed = measure_configs(p, "plain", configs, eager=False)
-    replays = {name.removesuffix("_graph"): t for name, t in timed["ms"].items()}
-    row = {k: p[k] for k in ("key", "split", "tags", "gflop")}
-    row |= {"configs": {name: repr(c) for name, c in configs.items()}}
-    return row | {"checks": timed["checks"], "ms": replays}
+    return replayed_row(p, "plain", configs_of(p))
 
 
 def sweep(max_seconds: float) -> None:
@@ -160,15 +142,6 @@ def sweep(max_seconds: float) -> None:
 # ---- the fit (no GPU) ----
 
 
-def timed_rows(results: dict) -> list[dict]:
-    """Rows whose every variant passed its check and was timed."""
-    return [
-        r for r in results["rows"]
-        if "ms" in r and all(c["ok"] for c in r["checks"].values())
-        and set(r["checks"]) <= set(r["ms"])
-    ]  # fmt: skip
-
-
 def chosen_name(row: dict, min_k_tiles: float) -> str | None:
     """The variant the wide-split rule with ``min_k_tiles`` picks on ``row``'s problem: the
     heuristic's where the heuristic splits already or ``wide_split_shape`` declines, else the
@@ -177,18 +150,11 @@ def chosen_name(row: dict, min_k_tiles: float) -> str | None:
 
     if "stream_k=True" in row["configs"][HEURISTIC]:
         return HEURISTIC
-    shape = wide_split_shape(_corpus_problem(row["key"]), NUM_SMS, min_k_tiles=min_k_tiles)
+    shape = wide_split_shape(corpus_problem(row["key"]), NUM_SMS, min_k_tiles=min_k_tiles)
     if shape is None:
         return HEURISTIC
     name = shape_name(*shape)
     return name if name in row["ms"] else None
-
-
-@functools.cache
-def _corpus_problem(key: str):
-    from bench_corpus import load_corpus, problem_shape
-
-    return problem_shape(next(p for p in load_corpus() if p["key"] == key))
 
 
 def score(rows: list[dict], min_k_tiles: float) -> float:
@@ -205,7 +171,7 @@ def fit() -> None:
     from cute_conv.config import WIDE_SPLIT_MIN_K_TILES
 
     results = load_results(RESULTS_PATH)
-    train, held = by_split(timed_rows(results))
+    train, held = by_split(passed_rows(results))
     print(f"{results.get('device', '?')}: {len(train)} train, {len(held)} held-out problems")
     for name, part in (("train", train), ("held-out", held)):
         best = geomean(r["ms"][HEURISTIC] / min(r["ms"][n] for n in r["checks"]) for r in part)

@@ -19,6 +19,7 @@ from .kernels.sm90.config import (
     TILE_K_CHOICES,
     TILE_N_CHOICES,
     Conv2dConfig,
+    is_half_step,
 )
 from .kernels.sm90.schedule_checks import (
     GATHER_ELEMENT_BITS,
@@ -113,7 +114,6 @@ _WIDE_SPLIT_MAX_N_PADDING = 0.25
 # 240) are considered for convs of at least this many k-tiles: 16-bit plain, 16-bit with a
 # residual, fp8 plain (see default_config). Fitted on the corpus's train part on an H200
 # and an H100 alike (benchmarks/sweep_tile_width.py: tile_width_*sweep*.json).
-_WHOLE_STEP = 32
 HALF_STEP_MIN_K_TILES = 9
 HALF_STEP_MIN_K_TILES_FUSED = 18
 HALF_STEP_MIN_K_TILES_FP8 = 12  # fp8 inputs with a residual: never (not measured)
@@ -392,12 +392,13 @@ def default_config(
         # min() keeps the first of equal costs: ties go to the wider tile.
         return min(sorted(widths, reverse=True), key=lambda n: _wave_cost(problem, 128, n, num_sms))
 
-    tile_n = cheapest(tile_widths(problem.K))
+    whole_widths = tile_widths(problem.K)
+    tile_n = cheapest(whole_widths)
     _, k_tiles = schedule_shape(problem, 128, tile_n, tile_k)
     # The kernel stores no 8-bit outputs from half-step tiles.
     half_steps = out_bytes > 1 and tile_k * element_bytes >= HALF_STEP_MIN_K_TILE_BYTES
     if half_steps and k_tiles >= half_step_min_k_tiles:
-        tile_n = cheapest(tile_widths(problem.K) + half_step_widths(problem.K, tile_n))
+        tile_n = cheapest(whole_widths + half_step_widths(problem.K, tile_n))
     narrowed_for_residual = has_residual and tile_n == 256 and problem.gemm_k <= _SHORT_MAINLOOP_K
     if narrowed_for_residual:
         tile_n = 128
@@ -626,7 +627,7 @@ def tile_widths(k: int) -> tuple[int, ...]:
     on)."""
     return tuple(
         n for n in TILE_N_CHOICES
-        if n % _WHOLE_STEP == 0 and (n > _NARROW_TILE_N or k <= _NARROW_TILE_N)
+        if not is_half_step(n) and (n > _NARROW_TILE_N or k <= _NARROW_TILE_N)
     )  # fmt: skip
 
 
@@ -640,7 +641,7 @@ def half_step_widths(k: int, whole_width: int) -> tuple[int, ...]:
     def padded(width: int) -> int:
         return -(-k // width) * width
 
-    return tuple(n for n in TILE_N_CHOICES if n % _WHOLE_STEP and padded(n) < padded(whole_width))
+    return tuple(n for n in TILE_N_CHOICES if is_half_step(n) and padded(n) < padded(whole_width))
 
 
 def k_tile_width(channels: int, element_bytes: int, k_tile_cost: float | None = None) -> int:

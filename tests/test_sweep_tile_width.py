@@ -15,7 +15,7 @@ sys.path.insert(0, str(BENCHMARKS))
 
 import sweep_tile_width as sweep  # noqa: E402
 from bench_corpus import load_corpus, problem_shape  # noqa: E402
-from sweep_rows import by_split, middle_of_best  # noqa: E402
+from sweep_rows import by_split, middle_of_best, passed_rows  # noqa: E402
 
 from cute_conv import config  # noqa: E402
 
@@ -63,7 +63,7 @@ def test_committed_rows_cover_the_selection_and_every_config_passed_its_check(fo
 def test_the_fit_on_each_gpus_rows_gives_the_heuristics_constant(form, gpu):
     path = sweep.RESULTS_PATHS[form]
     rows = _rows(path.with_name(path.stem + gpu + path.suffix))
-    train, _ = by_split(sweep.timed_rows({"rows": rows}))
+    train, _ = by_split(passed_rows({"rows": rows}))
     fitted = middle_of_best(list(sweep.MIN_K_TILES_GRID), lambda t: sweep.score(train, t, form))
     assert fitted == getattr(config, sweep.CONSTANTS[form])
 

@@ -12,7 +12,7 @@ sys.path.insert(0, str(BENCHMARKS))
 
 import sweep_wide_split as sweep  # noqa: E402
 from bench_corpus import load_corpus, problem_shape  # noqa: E402
-from sweep_rows import by_split, middle_of_best  # noqa: E402
+from sweep_rows import by_split, middle_of_best, passed_rows  # noqa: E402
 
 from cute_conv.config import WIDE_SPLIT_MIN_K_TILES, cluster_tile_count  # noqa: E402
 
@@ -48,7 +48,7 @@ def test_committed_rows_cover_the_selection_and_every_variant_passed_its_check()
 
 
 def test_the_fit_on_the_committed_rows_gives_the_heuristics_constant():
-    train, _ = by_split(sweep.timed_rows({"rows": _committed_rows()}))
+    train, _ = by_split(passed_rows({"rows": _committed_rows()}))
     fitted = middle_of_best(list(sweep.MIN_K_TILES_GRID), lambda t: sweep.score(train, t))
     assert fitted == WIDE_SPLIT_MIN_K_TILES
 

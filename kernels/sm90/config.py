@@ -24,7 +24,8 @@ SMEM_CAPACITY_SM90 = 232448  # bytes of dynamic SMEM one CTA may use on H100/H20
 
 # Two consumer warpgroups of 64 or 128 rows each, or three of 64 rows.
 TILE_M_CHOICES = (128, 192, 256)
-# Multiples of the 32-wide epilogue subtile; 160 fits K=320 and 640 exactly.
+# 32, and 48..256 in steps of 16: the multiples of the 32-wide epilogue subtile (160 fits
+# K=320 and 640 exactly) and the half steps between them (``is_half_step``; 80 fits 320).
 TILE_N_CHOICES = (32, *range(48, 257, 16))
 # The consumer warpgroups hold the fp32 accumulator in registers: 128x256 is the largest tile
 # that leaves two of them room for the epilogue (232 registers a thread), 192x160 three (152).
@@ -247,7 +248,7 @@ class Conv2dConfig:
         does not fit, ``tile_k`` is no k-tile of ``act_dtype`` or ``gather`` is set for
         fp8 inputs."""
         check_k_tile_bytes(self.tile_k, act_dtype.width, halo_tiles=bool(self.tile_w))
-        if self.tile_n % _EPI_N:
+        if is_half_step(self.tile_n):
             check_half_step_tile(self.tile_n, self.tile_k, act_dtype, out_dtype)
         if self.gather and act_dtype.width != GATHER_ELEMENT_BITS:
             raise ValueError(
@@ -256,10 +257,16 @@ class Conv2dConfig:
         return _SmemBudget(self, act_dtype, out_dtype).plan(has_residual)
 
 
+def is_half_step(tile_n: int) -> bool:
+    """Whether ``tile_n`` is a half-step width (48, 80, ..., 240), one the ``_EPI_N``-wide
+    epilogue subtile does not divide: its output is stored in ``_NARROW_EPI_N``-wide ones."""
+    return tile_n % _EPI_N != 0
+
+
 def check_half_step_tile(tile_n: int, tile_k: int, act_dtype, out_dtype) -> None:
-    """Raise ``ValueError`` where a half-step tile width (one ``_EPI_N`` does not divide)
-    cannot run: k-tiles under ``HALF_STEP_MIN_K_TILE_BYTES``, or 8-bit outputs (whose staging
-    addresses value pairs in subtiles of at least ``_EPI_N``)."""
+    """Raise ``ValueError`` where a half-step tile width cannot run: k-tiles under
+    ``HALF_STEP_MIN_K_TILE_BYTES``, or 8-bit outputs (their 16-byte-wide subtiles read back
+    wrong on an H200, with and without the byte-pair staging; the cause was not found)."""
     if tile_k * act_dtype.width // 8 < HALF_STEP_MIN_K_TILE_BYTES:
         raise ValueError(
             f"tile_n={tile_n} (not a multiple of {_EPI_N}) needs k-tiles of at least "
@@ -340,7 +347,7 @@ class _SmemBudget:
     def epi_n(self) -> int:
         """The subtile width of a plain epilogue: ``_EPI_N``, or ``_NARROW_EPI_N`` for the
         tiles it does not divide."""
-        return _EPI_N if self.config.tile_n % _EPI_N == 0 else _NARROW_EPI_N
+        return _NARROW_EPI_N if is_half_step(self.config.tile_n) else _EPI_N
 
     def plan(self, has_residual: bool) -> Sm90Plan:
         cfg = self.config
