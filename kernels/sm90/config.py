@@ -22,8 +22,8 @@ __all__ = ["Conv2dConfig", "Sm90Plan", "SMEM_CAPACITY_SM90", "HALO_SLACK_ROWS", 
 
 SMEM_CAPACITY_SM90 = 232448  # bytes of dynamic SMEM one CTA may use on H100/H200
 
-# Two consumer warpgroups of 64 or 128 rows each, or three of 64 rows.
-TILE_M_CHOICES = (128, 192, 256)
+# One consumer warpgroup of 64 rows, two of 64 or 128 rows each, or three of 64 rows.
+TILE_M_CHOICES = (64, 128, 192, 256)
 # 32, and 48..256 in steps of 16: the multiples of the 32-wide epilogue subtile (160 fits
 # K=320 and 640 exactly) and the half steps between them (``is_half_step``; 80 fits 320).
 TILE_N_CHOICES = (32, *range(48, 257, 16))
@@ -221,8 +221,9 @@ class Conv2dConfig:
 
     @property
     def num_consumer_warpgroups(self) -> int:
-        """192-row tiles: three warpgroups of 64 rows; otherwise two of tile_m / 2."""
-        return 3 if self.tile_m == 192 else 2
+        """64- and 192-row tiles: one and three warpgroups of 64 rows; otherwise two of
+        tile_m / 2."""
+        return {64: 1, 192: 3}.get(self.tile_m, 2)
 
     @property
     def num_epilogues(self) -> int:
