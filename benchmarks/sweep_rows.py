@@ -95,15 +95,13 @@ def problem_inputs(p: dict, dtype=None) -> tuple:
 
 def bf16_problem(p: dict) -> tuple:
     """A corpus problem's ``(problem, geometry kwargs, x, filter, default config)``: fresh
-    random bf16 inputs on the GPU (``problem_inputs``), the heuristic's config on this
-    device's SMs."""
+    random bf16 inputs on the GPU (``problem_inputs``), the untuned config on this device's
+    SMs as the sweeps that use it measured it (``untuned_with``: before 64-row tiles)."""
     import torch
-
-    from cute_conv.untuned import heuristic_config
 
     problem, geom, x, flt = problem_inputs(p)
     num_sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    default = heuristic_config(problem, num_sms)
+    default = untuned_with(problem, num_sms)
     return problem, geom, x, flt, default
 
 
@@ -234,15 +232,21 @@ def measure_configs(p: dict, form: str, configs: dict, eager: bool = True) -> di
     return {"checks": checks, "ms": time_interleaved(timed)}
 
 
-def untuned_with(problem, num_sms: int, form: str = "plain", **heuristic_kwargs):
+def untuned_with(
+    problem, num_sms: int, form: str = "plain", single_warpgroup_max_k_tiles: float | None = 0,
+    **heuristic_kwargs,
+):  # fmt: skip
     """The config a call of ``form`` (``plain``, ``fused`` or ``fp8``, as in
     ``measure_configs``) without one runs on ``problem`` (``untuned.untuned_config``: staging,
     the gather and small-M rules included) when ``default_config`` takes
-    ``heuristic_kwargs``, a rule's switch or bound: a sweep's variant of the heuristic."""
+    ``heuristic_kwargs``, a rule's switch or bound, and the single-warpgroup rule takes
+    ``single_warpgroup_max_k_tiles`` (0, the default: off, as the sweeps before it measured;
+    None: its fitted bound): a sweep's variant of the heuristic."""
     import dataclasses
+    import functools
 
     from cute_conv.arch import ARCHS
-    from cute_conv.config import default_config
+    from cute_conv.config import default_config, single_warpgroup_config
     from cute_conv.staging import kernel_problem_for
     from cute_conv.untuned import untuned_config
 
@@ -252,7 +256,12 @@ def untuned_with(problem, num_sms: int, form: str = "plain", **heuristic_kwargs)
             out_bytes=out_bytes, **heuristic_kwargs,
         )  # fmt: skip
 
-    arch = dataclasses.replace(ARCHS["sm_90a"], heuristic=heuristic)
+    single_warpgroup_rule = functools.partial(
+        single_warpgroup_config, max_k_tiles=single_warpgroup_max_k_tiles
+    )
+    arch = dataclasses.replace(
+        ARCHS["sm_90a"], heuristic=heuristic, single_warpgroup_rule=single_warpgroup_rule
+    )
     element_bytes = 1 if form == "fp8" else 2
     kernel_problem = kernel_problem_for(problem, element_bytes)
     return untuned_config(arch, problem, kernel_problem, num_sms, form == "fused", element_bytes)
@@ -302,3 +311,49 @@ def best_over_chosen(
     return geomean(
         min(r["ms"][v + suffix] for v in variants) / r["ms"][chosen(r) + suffix] for r in rows
     )
+
+
+def timed_name(row: dict, config) -> str:
+    """The name under which ``row`` timed ``config`` (a rule's choice among a row's configs)."""
+    names = [name for name, timed in row["configs"].items() if timed == repr(config)]
+    if not names:
+        raise ValueError(f"{row['key']}: the rule's config {config!r} was not timed")
+    return names[0]
+
+
+def fit_bound(
+    rows: list[dict],
+    grid: tuple[float, ...],
+    chosen: Callable[[dict, float], str],
+    baseline: str,
+    variant: str,
+    constant: str,
+    value: float,
+) -> float:
+    """Fit a rule's bound over ``grid`` on ``rows``' train part: per bound, the geomean of the
+    ``baseline`` time over the time of the rule's choice (``chosen(row, bound)``, the name of
+    a timed config) on train and held-out, and how many problems take ``variant``; the best
+    on train (the middle of ties) against the constant that holds it (``constant`` =
+    ``value``) and cuDNN's time over ours before and after. Prints the table; returns the
+    bound."""
+    from bench import geomean
+
+    train, held = by_split(rows)
+
+    def score(part: list[dict], bound: float) -> float:
+        return geomean(r["ms"][baseline] / r["ms"][chosen(r, bound)] for r in part)
+
+    print(f"{len(train)} train, {len(held)} held-out problems")
+    print(f"| bound | train | held-out | problems taking {variant} (train, held-out) |")
+    print("|---|---|---|---|")
+    for bound in grid:
+        takes = [sum(chosen(r, bound) == variant for r in part) for part in (train, held)]
+        print(f"| {bound} | {score(train, bound):.3f} | {score(held, bound):.3f} | "
+              f"{takes[0]}, {takes[1]} |")  # fmt: skip
+    best = middle_of_best(list(grid), lambda bound: score(train, bound))
+    print(f"fitted on train: {best} ({constant} = {value})")
+    for name, part in (("train", train), ("held-out", held)):
+        before = geomean(r["ms"]["cudnn"] / r["ms"][baseline] for r in part)
+        after = geomean(r["ms"]["cudnn"] / r["ms"][chosen(r, best)] for r in part)
+        print(f"  {name}: cuDNN's plain conv / ours {before:.3f} -> {after:.3f}")
+    return best

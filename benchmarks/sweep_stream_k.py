@@ -44,6 +44,7 @@ from sweep_rows import (  # noqa: E402
     load_results,
     measure_into,
     middle_of_best,
+    untuned_with,
 )
 from sweep_rows import precompile as precompile_configs  # noqa: E402
 
@@ -62,12 +63,10 @@ def sub_wave(problems: list[dict], num_sms: int = NUM_SMS) -> list[dict]:
     its default config's cluster tiles, k-tiles, clusters per wave and the splits to time."""
     from cute_conv.config import cluster_tile_count, schedule_shape
     from cute_conv.staging import kernel_problem_for
-    from cute_conv.untuned import heuristic_config
-
     chosen = []
     for p in problems:
         problem = problem_shape(p)
-        config = heuristic_config(problem, num_sms)
+        config = untuned_with(problem, num_sms)  # as measured: before 64-row tiles
         if config.gather:  # gathered operands exclude stream-K
             continue
         kernel_problem = kernel_problem_for(problem)
@@ -129,11 +128,9 @@ def _schedule_name(config) -> str:
 def precompile(problems: list[dict]) -> None:
     """Compile the data-parallel and stream-K kernels of every problem
     (``sweep_rows.precompile``); splits are launch choices of the one stream-K kernel."""
-    from cute_conv.untuned import heuristic_config
-
     configs = set()
     for p in problems:
-        default = heuristic_config(problem_shape(p), NUM_SMS)
+        default = untuned_with(problem_shape(p), NUM_SMS)
         configs |= {with_stream_k(default, False), with_stream_k(default, True)}
     precompile_configs(configs)
 

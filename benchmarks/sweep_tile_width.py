@@ -46,14 +46,14 @@ sys.path.insert(0, str(HERE))
 
 from bench import geomean  # noqa: E402
 from sweep_rows import (  # noqa: E402
-    by_split,
     corpus_problem,
+    fit_bound,
     load_results,
-    middle_of_best,
     passed_rows,
     precompile,
     replayed_row,
     sweep_new_problems,
+    timed_name,
     untuned_with,
 )
 
@@ -125,11 +125,7 @@ def sweep(max_seconds: float, form: str, path: Path) -> None:
 def chosen_name(row: dict, min_k_tiles: float, form: str = "plain") -> str:
     """The variant the rule with ``min_k_tiles`` gives ``row``'s problem (its config compared
     with the two the sweep timed)."""
-    config = repr(config_for(corpus_problem(row["key"]), min_k_tiles, form))
-    names = [name for name, timed in row["configs"].items() if timed == config]
-    if not names:
-        raise ValueError(f"{row['key']}: the rule's config {config} was not timed")
-    return names[0]
+    return timed_name(row, config_for(corpus_problem(row["key"]), min_k_tiles, form))
 
 
 def score(rows: list[dict], min_k_tiles: float, form: str = "plain") -> float:
@@ -144,22 +140,12 @@ def fit(form: str, path: Path) -> None:
 
     constant = CONSTANTS[form]
     results = load_results(path)
-    train, held = by_split(passed_rows(results))
-    print(f"{results.get('device', '?')}: {len(train)} train, {len(held)} held-out problems")
-    print("| min k-tiles | train | held-out | problems taking half steps (train, held-out) |")
-    print("|---|---|---|---|")
-    for t in MIN_K_TILES_GRID:
-        takes = [
-            sum(chosen_name(r, t, form) == HALF_STEP for r in part) for part in (train, held)
-        ]
-        print(f"| {t} | {score(train, t, form):.3f} | {score(held, t, form):.3f} | "
-              f"{takes[0]}, {takes[1]} |")  # fmt: skip
-    best = middle_of_best(list(MIN_K_TILES_GRID), lambda t: score(train, t, form))
-    print(f"fitted on train: {best} (config.{constant} = {getattr(config, constant)})")
-    for name, part in (("train", train), ("held-out", held)):
-        before = geomean(r["ms"]["cudnn"] / r["ms"][HEURISTIC] for r in part)
-        after = geomean(r["ms"]["cudnn"] / r["ms"][chosen_name(r, best, form)] for r in part)
-        print(f"  {name}: cuDNN's plain conv / ours {before:.3f} -> {after:.3f}")
+    print(results.get("device", "?"))
+    fit_bound(
+        passed_rows(results), MIN_K_TILES_GRID,
+        functools.partial(chosen_name, form=form), HEURISTIC, HALF_STEP,
+        f"config.{constant}", getattr(config, constant),
+    )  # fmt: skip
 
 
 def main() -> None:

@@ -10,7 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from .config import check_config_fits, default_config, gathered_config, small_m_config
+from .config import (
+    check_config_fits,
+    default_config,
+    gathered_config,
+    single_warpgroup_config,
+    small_m_config,
+)
 from .config_sm100 import default_config_sm100
 from .kernels.sm90.config import SMEM_CAPACITY_SM90, Conv2dConfig
 from .kernels.sm90.conv2d_fprop import Conv2dFpropSm90
@@ -49,6 +55,10 @@ class ArchKernels:
     # would run, the problem, SM count, has_residual, bytes of an input element)`` -> the
     # config to run (None: that one).
     small_m_rule: Optional[Callable[..., Any]]
+    # For a call without a config, after the rules above: ``(the config it would run, the
+    # problem the kernel runs, SM count, has_residual, bytes of an input element)`` -> the
+    # config to run (None: that one).
+    single_warpgroup_rule: Optional[Callable[..., Any]]
     # The scratch a launch needs, ``(float32 partials, int32 flags)`` or None, for
     # ``(kernel problem, config, max clusters)`` (None: the arch's kernels never need any).
     workspace_size: Optional[Callable[[Conv2dProblemShape, Any, int], Optional[tuple]]]
@@ -83,6 +93,7 @@ ARCHS: dict[str, ArchKernels] = {
         autotuned=True,
         gather_rule=gathered_config,
         small_m_rule=small_m_config,
+        single_warpgroup_rule=single_warpgroup_config,
         workspace_size=workspace_size_sm90,
     ),
     "sm_100a": ArchKernels(
@@ -95,6 +106,7 @@ ARCHS: dict[str, ArchKernels] = {
         autotuned=False,
         gather_rule=None,
         small_m_rule=None,
+        single_warpgroup_rule=None,
         workspace_size=None,
     ),
 }

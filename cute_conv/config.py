@@ -47,6 +47,7 @@ __all__ = [
     "wide_split_shape",
     "wide_tile_shapes",
     "schedule_shape",
+    "single_warpgroup_config",
     "small_m_config",
     "tile_widths",
 ]
@@ -79,6 +80,10 @@ _MIN_WAVES_NARROW_TALL = 0.75
 # Fitted on the corpus's train part on an H100 (benchmarks/sweep_small_m.py --fit).
 _SMALL_M_MAX_TILES_M = 3
 _SMALL_M_MAX_GEMM_K = 3456
+# 64-row tiles (see single_warpgroup_config) for mainloops of at most this many k-tiles:
+# fitted on the corpus's train part on an H200 for plain, fused and fp8 calls alike
+# (benchmarks/sweep_tile_m64.py, tile_m64_*sweep.json).
+SINGLE_WARPGROUP_MAX_K_TILES = 72
 # Dynamic scheduling (see default_config) from this many waves of tiles: fitted on the
 # corpus's train part (benchmarks/sweep_dynamic.py).
 MIN_WAVES_DYNAMIC = 19.8
@@ -496,6 +501,52 @@ def small_m_config(
         config, tile_n=_NARROW_TILE_N, cluster_m=1, cluster_n=1, stream_k=False,
         stream_k_split=0, dynamic_schedule=False, pingpong=False, tile_w=0, halo_h=0,
     )  # fmt: skip
+
+
+def single_warpgroup_config(
+    config: Conv2dConfig,
+    problem: Conv2dProblemShape,
+    num_sms: int = 132,
+    has_residual: bool = False,
+    element_bytes: int = 2,
+    max_k_tiles: float | None = None,
+) -> Conv2dConfig:
+    """``config`` (the one a call without one would run on ``problem``, the conv the kernel
+    runs) with 64-row tiles, one consumer warpgroup, where its 128-row tiles fill less than
+    a wave and 64-row ones of the same width still fit one, for mainloops of at most
+    ``max_k_tiles`` k-tiles (None: ``SINGLE_WARPGROUP_MAX_K_TILES``; 0: never); a
+    stream-K split is dropped for them (single CTAs, each tile's whole K). Else ``config``.
+
+    Few 128-row tiles leave SMs idle or split K and sum partials; twice the tiles, each
+    with its whole K, fill more SMs without the reduction (cuDNN runs such convs as 64-row
+    tiles), at twice the filter traffic per MMA, which long mainloops do not repay.
+    Measured with ``benchmarks/sweep_tile_m64.py`` (``tile_m64_sweep.json``).
+
+    Raises:
+        TypeError, ValueError: ``config`` is no ``Conv2dConfig``, or a bad problem, SM count,
+            element size or bound.
+    """
+    check_heuristic_args(problem, num_sms, has_residual)
+    check_element_bytes(element_bytes)
+    if not isinstance(config, Conv2dConfig):
+        raise TypeError(f"config must be a Conv2dConfig, got {type(config).__name__}")
+    if max_k_tiles is None:
+        max_k_tiles = SINGLE_WARPGROUP_MAX_K_TILES
+    elif isinstance(max_k_tiles, bool) or not isinstance(max_k_tiles, (int, float)) or not (
+        max_k_tiles >= 0
+    ):
+        raise ValueError(f"max_k_tiles must be a number >= 0 or None, got {max_k_tiles!r}")
+    tiles, k_tiles = schedule_shape(problem, config.tile_m, config.tile_n, config.tile_k)
+    tiles_64, _ = schedule_shape(problem, 64, config.tile_n, config.tile_k)
+    if config.tile_m != 128 or k_tiles > max_k_tiles or tiles_64 > num_sms:
+        return config
+    single = replace(config, tile_m=64, pingpong=False, tile_w=0, halo_h=0)
+    if config.stream_k:
+        single = replace(
+            single, cluster_m=1, cluster_n=1, stream_k=False, stream_k_split=0,
+            dynamic_schedule=False,
+        )  # fmt: skip
+    return single
 
 
 def split_tile_config(

@@ -18,6 +18,7 @@ from cute_conv.config import (
     half_step_widths,
     pingpong_halo_tile,
     pingpong_pays,
+    schedule_shape,
     split_tile_config,
     wide_split_shape,
 )
@@ -514,8 +515,9 @@ def test_small_m_convs_take_narrow_unsplit_tiles():
     """``small_m_config``: a conv of a few 128-row tiles along M (ResNet-50's 1x1 at batch 1,
     7x7, C=2048, K=512) runs 32-wide tiles on single CTAs without a split, where the
     heuristic alone splits 64-wide tiles, plain, fused or fp8; calls without a config take it
-    for unstaged and gathered convs (``heuristic_config``), not for channel-padded ones."""
-    from cute_conv.config import small_m_config
+    for unstaged and gathered convs (``heuristic_config``, then with 64-row tiles:
+    ``single_warpgroup_config``), not for channel-padded ones."""
+    from cute_conv.config import single_warpgroup_config, small_m_config
     from cute_conv.untuned import heuristic_config
 
     problem = Conv2dProblemShape.from_shapes((1, 7, 7, 2048), (512, 1, 1, 2048))
@@ -524,7 +526,7 @@ def test_small_m_convs_take_narrow_unsplit_tiles():
     narrow = small_m_config(heuristic, problem)
     assert (narrow.tile_m, narrow.tile_n, narrow.cluster_m, narrow.cluster_n) == (128, 32, 1, 1)
     assert not narrow.stream_k and narrow.stream_k_split == 0 and not narrow.pingpong
-    assert heuristic_config(problem, 132) == narrow
+    assert heuristic_config(problem, 132) == single_warpgroup_config(narrow, problem)
     fused = heuristic_config(problem, 132, has_residual=True)
     assert (fused.tile_n, fused.stream_k, fused.pingpong) == (32, False, False)
     fp8 = heuristic_config(problem, 132, element_bytes=1)
@@ -552,8 +554,11 @@ def test_small_m_convs_take_narrow_unsplit_tiles():
         (1, 21, 46, 114), (266, 3, 3, 114), padding=((1, 1), (0, 1)), stride=3
     )
     staged = heuristic_config(padded, 132)
-    assert not staged.gather and staged == default_config(channels_padded(padded))
-    assert small_m_config(staged, padded).tile_n == 32 != staged.tile_n
+    kernel_problem = channels_padded(padded)
+    heuristic_staged = default_config(kernel_problem)
+    assert not staged.gather
+    assert staged == single_warpgroup_config(heuristic_staged, kernel_problem)
+    assert small_m_config(heuristic_staged, padded).tile_n == 32 != heuristic_staged.tile_n
     with pytest.raises(TypeError, match="config must be a Conv2dConfig"):
         small_m_config("128x32", problem)
     with pytest.raises(ValueError, match="num_sms"):
@@ -704,3 +709,43 @@ def test_calls_with_8_bit_outputs_keep_whole_steps():
     assert default_config(sdxl, out_bytes=1).tile_n == 96
     with pytest.raises(ValueError, match="out_bytes must be one of"):
         default_config(sdxl, out_bytes=3)
+
+
+def test_sub_wave_convs_take_64_row_tiles():
+    """``single_warpgroup_config``: where 128-row tiles fill less than a wave and 64-row ones
+    of the same width still fit one, with at most ``SINGLE_WARPGROUP_MAX_K_TILES`` k-tiles,
+    a call without a config runs 64-row tiles; a stream-K split is dropped for them."""
+    from cute_conv.config import SINGLE_WARPGROUP_MAX_K_TILES, single_warpgroup_config
+    from cute_conv.untuned import heuristic_config
+
+    # Batch 8 at 14x14, 3x3 s2, C=256 -> K=512 (ResNet's stride-2 3x3): the heuristic splits
+    # 32 tiles of 128x64 four ways (36 k-tiles each).
+    problem = Conv2dProblemShape.from_shapes((8, 14, 14, 256), (512, 3, 3, 256), padding=1,
+                                             stride=2)  # fmt: skip
+    heuristic = default_config(problem)
+    assert (heuristic.tile_m, heuristic.tile_n, heuristic.stream_k_split) == (128, 64, 4)
+    single = single_warpgroup_config(heuristic, problem)
+    assert (single.tile_m, single.tile_n, single.cluster_m, single.cluster_n) == (64, 64, 1, 1)
+    assert not single.stream_k and single.stream_k_split == 0 and not single.dynamic_schedule
+    assert heuristic_config(problem, 132) == single
+    # Unsplit: only the rows change, its cluster kept.
+    unsplit = replace(heuristic, stream_k=False, stream_k_split=0, cluster_n=2)
+    assert single_warpgroup_config(unsplit, problem) == replace(unsplit, tile_m=64)
+    # Declined: past the bound, with 64-row tiles over a wave, and for other tile heights.
+    assert single_warpgroup_config(heuristic, problem, max_k_tiles=35) == heuristic
+    assert single_warpgroup_config(heuristic, problem, max_k_tiles=0) == heuristic
+    assert single_warpgroup_config(heuristic, problem, num_sms=55) == heuristic
+    tall = replace(heuristic, tile_m=256)
+    assert single_warpgroup_config(tall, problem) == tall
+    deep = Conv2dProblemShape.from_shapes((1, 8, 8, 2560), (1280, 3, 3, 2560), padding=1)
+    deep_config = default_config(deep)
+    _, k_tiles = schedule_shape(deep, deep_config.tile_m, deep_config.tile_n, deep_config.tile_k)
+    assert k_tiles > SINGLE_WARPGROUP_MAX_K_TILES
+    assert single_warpgroup_config(deep_config, deep) == deep_config
+    with pytest.raises(TypeError, match="config must be a Conv2dConfig"):
+        single_warpgroup_config("128x64", problem)
+    for bad in (-1, "72", True, float("nan")):
+        with pytest.raises(ValueError, match="max_k_tiles must be a number >= 0"):
+            single_warpgroup_config(heuristic, problem, max_k_tiles=bad)
+    with pytest.raises(ValueError, match="num_sms"):
+        single_warpgroup_config(heuristic, problem, num_sms=0)

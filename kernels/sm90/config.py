@@ -83,8 +83,9 @@ class Conv2dConfig:
     """Compile-time choices of one Conv2D forward kernel.
 
     Attributes:
-        tile_m: CTA tile along GEMM M (output pixels): 128 or 256 (two warpgroups of 64 or
-            128 rows), or 192 (three warpgroups of 64 rows); tile_m * tile_n <= 128 * 256.
+        tile_m: CTA tile along GEMM M (output pixels): 64 (one warpgroup), 128 or 256 (two
+            warpgroups of 64 or 128 rows), or 192 (three warpgroups of 64 rows); tile_m *
+            tile_n <= 128 * 256.
         tile_n: CTA tile along GEMM N (output channels): 32, or a multiple of 16 in 48..256
             (widths 32 does not divide store their output in 16-wide subtiles).
         tile_k: CTA tile along GEMM K (channels of one filter tap): a 128-byte row, 64

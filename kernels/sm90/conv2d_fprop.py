@@ -121,7 +121,7 @@ class Conv2dFpropSm90(
 ):
     """One compiled configuration of the SM90 conv fprop kernel.
 
-    Warp roles (``Sm90Roles``; 384 threads, 512 with 192-row tiles):
+    Warp roles (``Sm90Roles``; 384 threads, 256 with 64-row tiles, 512 with 192-row ones):
 
       warpgroup 0 (producer, ``setmaxnreg`` down to 40; 104 with ``gather``)
         warp 0      ``load``: im2col TMA of the activation + tiled TMA of the filter into the
@@ -133,7 +133,8 @@ class Conv2dFpropSm90(
                     plain loads and SMEM stores into the ring, in place of warp 0's TMA
                     (warps 0-3 where no warp loads C and the tiles are large enough,
                     ``gather_warps_for``); idle otherwise
-      warpgroups 1-2 (consumers, ``setmaxnreg`` up to 232), or 1-3 with 192-row tiles (152)
+      warpgroups 1-2 (consumers, ``setmaxnreg`` up to 232), 1 with 64-row tiles, or 1-3 with
+                    192-row tiles (152)
                     ``mma_and_epilogue``: WGMMA on a tile_m x tile_n register accumulator
                     (64 or 128 rows per warpgroup), then ``epilogue_tile``: registers ->
                     ``store_subtile`` (fp32 math, + beta * C from SMEM, stmatrix, TMA store
@@ -145,7 +146,7 @@ class Conv2dFpropSm90(
     Pipelines and barriers, arrive counts per phase (``pipeline_checks.sm90_barrier_specs``
     derives them from the roles; ``_make_pipelines`` builds the pipelines from them and checks
     the DSL objects against them at trace time). "tile warps": the consumer warps that own a
-    tile (8, 12 with 192-row tiles; ping-pong: 4); "mcast": the CTAs whose TMA writes one
+    tile (8; 4 with 64-row tiles, 12 with 192-row ones; ping-pong: 4); "mcast": the CTAs whose TMA writes one
     stage (cluster_m + cluster_n - 1):
 
       ab      PipelineTmaAsync, ``ab_stages``: load -> consumers.

@@ -39,8 +39,8 @@ class Sm90Roles:
     idle; with ``gather`` its warps gather A/B in warp 0's place: all four, or warps 2-3
     where warp 1 loads C or where an operand tile has too few 16-byte runs for four warps,
     ``gather_warps_for``);
-    warpgroups 1.. are the consumers (WGMMA and their epilogue), two, or three with 192-row
-    tiles. Cooperative: all consumer threads share every tile; ping-pong: each consumer
+    warpgroups 1.. are the consumers (WGMMA and their epilogue), two, one with 64-row tiles,
+    or three with 192-row ones. Cooperative: all consumer threads share every tile; ping-pong: each consumer
     warpgroup owns every other tile (its ``tile_threads`` are one warpgroup)."""
 
     num_consumer_warpgroups: int

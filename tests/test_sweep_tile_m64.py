@@ -1,0 +1,74 @@
+"""The 64-row tile sweep's CPU parts (benchmarks/sweep_tile_m64.py): which problems and configs
+it measures in each form (plain, fused, fp8), that the committed rows are those (the whole
+selection, or a prefix of its sample order where the sweep ran out of time), and the fits on
+them, tied to the rule's bound."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import sweep_tile_m64 as sweep  # noqa: E402
+from bench import geomean  # noqa: E402
+from bench_corpus import load_corpus, problem_shape  # noqa: E402
+from sweep_rows import by_split, middle_of_best, passed_rows  # noqa: E402
+
+from cute_conv import config  # noqa: E402
+
+FORMS = pytest.mark.parametrize("form", sweep.FORMS)
+
+
+def _rows(form: str) -> list[dict]:
+    return json.loads(sweep.RESULTS_PATHS[form].read_text())["rows"]
+
+
+@FORMS
+def test_the_selection_is_where_the_rule_changes_the_config(form):
+    chosen = sweep.tile_m64_problems(load_corpus(), form)
+    assert chosen
+    for p in chosen:
+        configs = sweep.configs_of(problem_shape(p), form)
+        whole, single = configs[sweep.HEURISTIC], configs[sweep.SINGLE]
+        assert (whole.tile_m, single.tile_m) == (128, 64)
+        assert single.tile_n == whole.tile_n and not single.stream_k
+
+
+@FORMS
+def test_committed_rows_are_a_prefix_of_the_selection_and_every_config_passed(form):
+    rows = _rows(form)
+    selected = sweep.tile_m64_problems(load_corpus(), form)
+    assert [r["key"] for r in rows] == [p["key"] for p in selected[: len(rows)]]
+    if form == "plain":
+        assert len(rows) == len(selected)
+    by_key = {p["key"]: p for p in selected}
+    for r in rows:
+        configs = sweep.configs_of(problem_shape(by_key[r["key"]]), form)
+        assert r["configs"] == {name: repr(c) for name, c in configs.items()}
+        assert all(check["ok"] for check in r["checks"].values())
+        assert {sweep.HEURISTIC, sweep.SINGLE, "cudnn"} <= set(r["ms"])
+
+
+@FORMS
+def test_the_fit_on_each_forms_rows_gives_the_rules_bound(form):
+    train, _ = by_split(passed_rows({"rows": _rows(form)}))
+
+    def score(bound):
+        return geomean(
+            r["ms"][sweep.HEURISTIC] / r["ms"][sweep.chosen_name(r, bound, form)] for r in train
+        )
+
+    fitted = middle_of_best(list(sweep.MAX_K_TILES_GRID), score)
+    assert fitted == config.SINGLE_WARPGROUP_MAX_K_TILES
+
+
+def test_the_rule_takes_the_timed_64_row_tiles_only_within_the_bound():
+    key = "n8_h14_w14_c256_k512_r3_s3_pad1.1.1.1_str2.2_dil1.1"
+    row = next(r for r in _rows("plain") if r["key"] == key)
+    assert sweep.chosen_name(row, 36) == sweep.SINGLE  # 36 k-tiles
+    assert sweep.chosen_name(row, 35) == sweep.HEURISTIC
