@@ -1,7 +1,7 @@
 """The 64-row tile sweep's CPU parts (benchmarks/sweep_tile_m64.py): which problems and configs
 it measures in each form (plain, fused, fp8), that the committed rows are those (the whole
 selection, or a prefix of its sample order where the sweep ran out of time), and the fits on
-them, tied to the rule's bound."""
+them, tied to the rule's bound (the H200's rows, and an H100's sample beside them)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,15 @@ from cute_conv import config  # noqa: E402
 FORMS = pytest.mark.parametrize("form", sweep.FORMS)
 
 
-def _rows(form: str) -> list[dict]:
-    return json.loads(sweep.RESULTS_PATHS[form].read_text())["rows"]
+def _rows(form: str, gpu: str = "") -> list[dict]:
+    path = sweep.RESULTS_PATHS[form]
+    return json.loads(path.with_name(path.stem + gpu + path.suffix).read_text())["rows"]
+
+
+def _score(rows: list[dict], bound: float, form: str = "plain") -> float:
+    return geomean(
+        r["ms"][sweep.HEURISTIC] / r["ms"][sweep.chosen_name(r, bound, form)] for r in rows
+    )
 
 
 @FORMS
@@ -39,12 +46,15 @@ def test_the_selection_is_where_the_rule_changes_the_config(form):
         assert single.tile_n == whole.tile_n and not single.stream_k
 
 
-@FORMS
-def test_committed_rows_are_a_prefix_of_the_selection_and_every_config_passed(form):
-    rows = _rows(form)
+@pytest.mark.parametrize(
+    "form,gpu", [("plain", ""), ("fused", ""), ("fp8", ""), ("plain", "_H100")],
+    ids=["plain-H200", "fused-H200", "fp8-H200", "plain-H100"],
+)  # fmt: skip
+def test_committed_rows_are_a_prefix_of_the_selection_and_every_config_passed(form, gpu):
+    rows = _rows(form, gpu)
     selected = sweep.tile_m64_problems(load_corpus(), form)
     assert [r["key"] for r in rows] == [p["key"] for p in selected[: len(rows)]]
-    if form == "plain":
+    if (form, gpu) == ("plain", ""):
         assert len(rows) == len(selected)
     by_key = {p["key"]: p for p in selected}
     for r in rows:
@@ -57,14 +67,16 @@ def test_committed_rows_are_a_prefix_of_the_selection_and_every_config_passed(fo
 @FORMS
 def test_the_fit_on_each_forms_rows_gives_the_rules_bound(form):
     train, _ = by_split(passed_rows({"rows": _rows(form)}))
-
-    def score(bound):
-        return geomean(
-            r["ms"][sweep.HEURISTIC] / r["ms"][sweep.chosen_name(r, bound, form)] for r in train
-        )
-
-    fitted = middle_of_best(list(sweep.MAX_K_TILES_GRID), score)
+    fitted = middle_of_best(list(sweep.MAX_K_TILES_GRID), lambda b: _score(train, b, form))
     assert fitted == config.SINGLE_WARPGROUP_MAX_K_TILES
+
+
+def test_on_the_h100_rows_the_bound_scores_as_their_own_fit():
+    # The H100's sample fits 54 k-tiles; 72 takes four more train problems at the same score.
+    train, _ = by_split(passed_rows({"rows": _rows("plain", "_H100")}))
+    fitted = middle_of_best(list(sweep.MAX_K_TILES_GRID), lambda b: _score(train, b))
+    assert fitted == 54
+    assert _score(train, config.SINGLE_WARPGROUP_MAX_K_TILES) > _score(train, fitted) - 1e-3
 
 
 def test_the_rule_takes_the_timed_64_row_tiles_only_within_the_bound():
