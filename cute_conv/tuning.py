@@ -36,6 +36,7 @@ from .config import (
     default_config,
     pingpong_halo_tile,
     pingpong_pays,
+    schedule_shape,
     stream_k_for_tiles,
     tile_widths,
 )
@@ -118,7 +119,8 @@ def candidate_configs(
     problem: Conv2dProblemShape, num_sms: int = 132, element_bytes: int = 2
 ) -> list[Conv2dConfig]:
     """``candidate_widths``, each alone and in both 2-CTA clusters, two rasterizations, 128-
-    row tiles and, up to 160 wide, 192-row ones and, up to 128 wide, 256-row ones; the k-tile
+    row tiles and, up to 160 wide, 192-row ones and, up to 128 wide, 256-row ones, and 64-row
+    ones (each with its whole K) where they fit one wave; the k-tile
     width, stream-K (split by the heuristic's rule on each candidate's tiles) and (for
     single-CTA clusters) dynamic scheduling choices of the default heuristic, ping-pong where
     ``pingpong_pays`` (on the 128-row tiles at most 128 wide it takes, with or without a
@@ -140,11 +142,13 @@ def candidate_configs(
         for tile_n in candidate_widths(kernel_problem.K)
         for tile_m in TILE_M_CHOICES
         if tile_m * tile_n <= MAX_TILE_ELEMS
+        # 64-row tiles pay only where they fit one wave (``single_warpgroup_config``)
+        and (tile_m != 64 or schedule_shape(kernel_problem, 64, tile_n, tile_k)[0] <= num_sms)
     ]
     candidates = [
         Conv2dConfig(tile_m=tile_m, tile_n=tile_n, tile_k=tile_k,
                      cluster_m=cluster_m, cluster_n=cluster_n, swizzle=swizzle,
-                     stream_k=stream_k,
+                     stream_k=stream_k and tile_m != 64,
                      dynamic_schedule=dynamic and cluster_m * cluster_n == 1,
                      pingpong=pingpong and tile_m == 128 and tile_n <= 128)
         for (tile_m, tile_n), (cluster_m, cluster_n), swizzle in itertools.product(

@@ -749,3 +749,18 @@ def test_sub_wave_convs_take_64_row_tiles():
             single_warpgroup_config(heuristic, problem, max_k_tiles=bad)
     with pytest.raises(ValueError, match="num_sms"):
         single_warpgroup_config(heuristic, problem, num_sms=0)
+
+
+def test_64_row_autotuning_candidates_only_where_they_fit_a_wave():
+    """The autotuner times 64-row tiles, unsplit, where they fit one wave (as
+    ``single_warpgroup_config`` takes them), and none on a conv of many tiles."""
+    small = Conv2dProblemShape.from_shapes((8, 14, 14, 256), (512, 3, 3, 256), padding=1,
+                                           stride=2)  # fmt: skip
+    candidates = tuning.candidate_configs(small)
+    single = [c for c in candidates if c.tile_m == 64]
+    assert single and not any(c.stream_k for c in single)
+    for c in single:
+        assert schedule_shape(small, 64, c.tile_n, c.tile_k)[0] <= 132
+    assert any(c.stream_k for c in candidates if c.tile_m == 128)  # the heuristic's split kept
+    large = Conv2dProblemShape.from_shapes((32, 56, 56, 64), (64, 3, 3, 64), padding=1)
+    assert not any(c.tile_m == 64 for c in tuning.candidate_configs(large))
