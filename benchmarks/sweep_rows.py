@@ -4,7 +4,9 @@ measured, and a rerun skips it), within a time bound."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -313,47 +315,125 @@ def best_over_chosen(
     )
 
 
-def timed_name(row: dict, config) -> str:
-    """The name under which ``row`` timed ``config`` (a rule's choice among a row's configs)."""
-    names = [name for name, timed in row["configs"].items() if timed == repr(config)]
-    if not names:
-        raise ValueError(f"{row['key']}: the rule's config {config!r} was not timed")
-    return names[0]
+@dataclasses.dataclass(frozen=True)
+class BoundSweep:
+    """A heuristic rule with a bound, swept over the corpus: per problem, the call's config
+    with the rule left out (``baseline``) against it taken at any bound (``variant``), both
+    checked against float32 and replayed from CUDA graphs beside cuDNN (``replayed_row``),
+    on every problem where they differ, in sha256-of-key order (any prefix is a sample);
+    then the bound fitted on the train rows over ``grid``. ``config_for(problem, bound,
+    form)`` is the config a call of ``form`` runs with the rule at ``bound``; ``off`` and
+    ``on`` are the bounds that leave it out and take it everywhere; ``constants`` names, per
+    form, the ``cute_conv.config`` constant the fit is for."""
 
+    config_for: Callable[[object, float, str], object]
+    off: float
+    on: float
+    baseline: str
+    variant: str
+    grid: tuple[float, ...]
+    constants: dict[str, str]
 
-def fit_bound(
-    rows: list[dict],
-    grid: tuple[float, ...],
-    chosen: Callable[[dict, float], str],
-    baseline: str,
-    variant: str,
-    constant: str,
-    value: float,
-) -> float:
-    """Fit a rule's bound over ``grid`` on ``rows``' train part: per bound, the geomean of the
-    ``baseline`` time over the time of the rule's choice (``chosen(row, bound)``, the name of
-    a timed config) on train and held-out, and how many problems take ``variant``; the best
-    on train (the middle of ties) against the constant that holds it (``constant`` =
-    ``value``) and cuDNN's time over ours before and after. Prints the table; returns the
-    bound."""
-    from bench import geomean
+    def configs_of(self, problem, form: str = "plain") -> dict:
+        """``{baseline: the rule left out, variant: the rule at any bound}``."""
+        return {
+            self.baseline: self.config_for(problem, self.off, form),
+            self.variant: self.config_for(problem, self.on, form),
+        }
 
-    train, held = by_split(rows)
+    def problems(self, problems: list[dict], form: str = "plain") -> list[dict]:
+        """The corpus problems the sweep measures, in sample order."""
+        from bench_corpus import problem_shape
 
-    def score(part: list[dict], bound: float) -> float:
-        return geomean(r["ms"][baseline] / r["ms"][chosen(r, bound)] for r in part)
+        chosen = []
+        for p in problems:
+            configs = self.configs_of(problem_shape(p), form)
+            if configs[self.baseline] != configs[self.variant]:
+                chosen.append(p)
+        return sorted(chosen, key=lambda p: hashlib.sha256(p["key"].encode()).hexdigest())
 
-    print(f"{len(train)} train, {len(held)} held-out problems")
-    print(f"| bound | train | held-out | problems taking {variant} (train, held-out) |")
-    print("|---|---|---|---|")
-    for bound in grid:
-        takes = [sum(chosen(r, bound) == variant for r in part) for part in (train, held)]
-        print(f"| {bound} | {score(train, bound):.3f} | {score(held, bound):.3f} | "
-              f"{takes[0]}, {takes[1]} |")  # fmt: skip
-    best = middle_of_best(list(grid), lambda bound: score(train, bound))
-    print(f"fitted on train: {best} ({constant} = {value})")
-    for name, part in (("train", train), ("held-out", held)):
-        before = geomean(r["ms"]["cudnn"] / r["ms"][baseline] for r in part)
-        after = geomean(r["ms"]["cudnn"] / r["ms"][chosen(r, best)] for r in part)
-        print(f"  {name}: cuDNN's plain conv / ours {before:.3f} -> {after:.3f}")
-    return best
+    def measure(self, p: dict, form: str = "plain") -> dict:
+        from bench_corpus import problem_shape
+
+        return replayed_row(p, form, self.configs_of(problem_shape(p), form))
+
+    def sweep(self, max_seconds: float, form: str, path: Path) -> None:
+        """Measure the problems ``path`` has no row of yet (kernels compiled first)."""
+        from bench_corpus import load_corpus, problem_shape
+
+        done = {r["key"] for r in load_results(path)["rows"]}
+        todo = [p for p in self.problems(load_corpus(), form) if p["key"] not in done]
+        configs = {
+            c.compiled_form() for p in todo
+            for c in self.configs_of(problem_shape(p), form).values()
+        }  # fmt: skip
+        precompile(configs, "float8_e4m3fn" if form == "fp8" else "bfloat16")
+        sweep_new_problems(
+            path, functools.partial(self.problems, form=form),
+            functools.partial(self.measure, form=form), max_seconds, ("key", "ms"),
+        )  # fmt: skip
+
+    def chosen_name(self, row: dict, bound: float, form: str = "plain") -> str:
+        """The name under which ``row`` timed the config the rule with ``bound`` gives its
+        problem."""
+        config = self.config_for(corpus_problem(row["key"]), bound, form)
+        names = [name for name, timed in row["configs"].items() if timed == repr(config)]
+        if not names:
+            raise ValueError(f"{row['key']}: the rule's config {config!r} was not timed")
+        return names[0]
+
+    def score(self, rows: list[dict], bound: float, form: str = "plain") -> float:
+        """Geomean of the baseline's time over the time of the rule's choice (> 1: it gains)."""
+        from bench import geomean
+
+        return geomean(
+            r["ms"][self.baseline] / r["ms"][self.chosen_name(r, bound, form)] for r in rows
+        )
+
+    def fit(self, form: str, path: Path) -> float:
+        """Per bound of ``grid``, the score on train and held-out and how many problems take
+        the variant; the best on train (the middle of ties) against the constant, and cuDNN's
+        time over ours before and after. Prints the table; returns the bound."""
+        from bench import geomean
+
+        from cute_conv import config
+
+        results = load_results(path)
+        train, held = by_split(passed_rows(results))
+        print(f"{results.get('device', '?')}, {form}: {len(train)} train, {len(held)} held-out")
+        print(f"| bound | train | held-out | problems taking {self.variant} (train, held-out) |")
+        print("|---|---|---|---|")
+        for bound in self.grid:
+            takes = [
+                sum(self.chosen_name(r, bound, form) == self.variant for r in part)
+                for part in (train, held)
+            ]
+            print(f"| {bound} | {self.score(train, bound, form):.3f} | "
+                  f"{self.score(held, bound, form):.3f} | {takes[0]}, {takes[1]} |")  # fmt: skip
+        best = middle_of_best(list(self.grid), lambda bound: self.score(train, bound, form))
+        constant = self.constants[form]
+        print(f"fitted on train: {best} (config.{constant} = {getattr(config, constant)})")
+        for name, part in (("train", train), ("held-out", held)):
+            before = geomean(r["ms"]["cudnn"] / r["ms"][self.baseline] for r in part)
+            after = geomean(
+                r["ms"]["cudnn"] / r["ms"][self.chosen_name(r, best, form)] for r in part
+            )
+            print(f"  {name}: cuDNN's plain conv / ours {before:.3f} -> {after:.3f}")
+        return best
+
+    def main(self, doc: str, results_paths: dict[str, Path]) -> None:
+        """The sweep's command line: ``--form``, ``--max-seconds``, ``--fit`` (no GPU) and
+        ``--results`` (another file than the form's in ``results_paths``)."""
+        import argparse
+
+        parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+        parser.add_argument("--form", choices=tuple(results_paths), default="plain")
+        parser.add_argument("--max-seconds", type=float, default=500.0)
+        parser.add_argument("--fit", action="store_true", help="no GPU: from the results file")
+        parser.add_argument("--results", type=Path, help="default: the form's file")
+        args = parser.parse_args()
+        path = args.results or results_paths[args.form]
+        if args.fit:
+            self.fit(args.form, path)
+        else:
+            self.sweep(args.max_seconds, args.form, path)

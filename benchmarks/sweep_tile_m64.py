@@ -30,9 +30,6 @@ best (the middle of ties) on the held-out problems, which the fit never sees.
 
 from __future__ import annotations
 
-import argparse
-import functools
-import hashlib
 import math
 import sys
 from pathlib import Path
@@ -40,17 +37,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from sweep_rows import (  # noqa: E402
-    corpus_problem,
-    fit_bound,
-    load_results,
-    passed_rows,
-    precompile,
-    replayed_row,
-    sweep_new_problems,
-    timed_name,
-    untuned_with,
-)
+from sweep_rows import BoundSweep, untuned_with  # noqa: E402
 
 FORMS = ("plain", "fused", "fp8")
 RESULTS_PATHS = {
@@ -69,74 +56,13 @@ def config_for(problem, max_k_tiles: float, form: str = "plain"):
     return untuned_with(problem, NUM_SMS, form, single_warpgroup_max_k_tiles=max_k_tiles)
 
 
-def configs_of(problem, form: str = "plain") -> dict:
-    """``{HEURISTIC: without the rule, SINGLE: with it at any mainloop length}``."""
-    return {HEURISTIC: config_for(problem, 0, form), SINGLE: config_for(problem, math.inf, form)}
-
-
-def tile_m64_problems(problems: list[dict], form: str = "plain") -> list[dict]:
-    """The corpus problems the sweep measures (see the module docstring), in sample order."""
-    from bench_corpus import problem_shape
-
-    chosen = []
-    for p in problems:
-        configs = configs_of(problem_shape(p), form)
-        if configs[HEURISTIC] != configs[SINGLE]:
-            chosen.append(p)
-    return sorted(chosen, key=lambda p: hashlib.sha256(p["key"].encode()).hexdigest())
-
-
-def measure(p: dict, form: str = "plain") -> dict:
-    from bench_corpus import problem_shape
-
-    return replayed_row(p, form, configs_of(problem_shape(p), form))
-
-
-def sweep(max_seconds: float, form: str, path: Path) -> None:
-    from bench_corpus import load_corpus, problem_shape
-
-    done = {r["key"] for r in load_results(path)["rows"]}
-    todo = [p for p in tile_m64_problems(load_corpus(), form) if p["key"] not in done]
-    precompile(
-        {c.compiled_form() for p in todo for c in configs_of(problem_shape(p), form).values()},
-        "float8_e4m3fn" if form == "fp8" else "bfloat16",
-    )
-    sweep_new_problems(
-        path, functools.partial(tile_m64_problems, form=form),
-        functools.partial(measure, form=form), max_seconds, ("key", "ms"),
-    )  # fmt: skip
-
-
-def chosen_name(row: dict, max_k_tiles: float, form: str = "plain") -> str:
-    """The variant the rule with ``max_k_tiles`` gives ``row``'s problem."""
-    return timed_name(row, config_for(corpus_problem(row["key"]), max_k_tiles, form))
-
-
-def fit(form: str, path: Path) -> float:
-    from cute_conv import config
-
-    results = load_results(path)
-    print(f"{results.get('device', '?')}, {form}")
-    return fit_bound(
-        passed_rows(results), MAX_K_TILES_GRID,
-        functools.partial(chosen_name, form=form), HEURISTIC, SINGLE,
-        "config.SINGLE_WARPGROUP_MAX_K_TILES", config.SINGLE_WARPGROUP_MAX_K_TILES,
-    )  # fmt: skip
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--form", choices=FORMS, default="plain")
-    parser.add_argument("--max-seconds", type=float, default=500.0)
-    parser.add_argument("--fit", action="store_true", help="no GPU: from the results file")
-    parser.add_argument("--results", type=Path, help="default: the form's file in benchmarks/")
-    args = parser.parse_args()
-    path = args.results or RESULTS_PATHS[args.form]
-    if args.fit:
-        fit(args.form, path)
-    else:
-        sweep(args.max_seconds, args.form, path)
+SWEEP = BoundSweep(
+    config_for, off=0, on=math.inf, baseline=HEURISTIC, variant=SINGLE,
+    grid=MAX_K_TILES_GRID, constants=dict.fromkeys(FORMS, "SINGLE_WARPGROUP_MAX_K_TILES"),
+)  # fmt: skip
+configs_of, tile_m64_problems = SWEEP.configs_of, SWEEP.problems
+chosen_name, score = SWEEP.chosen_name, SWEEP.score
 
 
 if __name__ == "__main__":
-    main()
+    SWEEP.main(__doc__, RESULTS_PATHS)

@@ -35,8 +35,6 @@ middle of ties), and reports the same on the held-out problems, which the fit ne
 
 from __future__ import annotations
 
-import argparse
-import functools
 import math
 import sys
 from pathlib import Path
@@ -44,18 +42,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench import geomean  # noqa: E402
-from sweep_rows import (  # noqa: E402
-    corpus_problem,
-    fit_bound,
-    load_results,
-    passed_rows,
-    precompile,
-    replayed_row,
-    sweep_new_problems,
-    timed_name,
-    untuned_with,
-)
+from sweep_rows import BoundSweep, untuned_with  # noqa: E402
 
 FORMS = ("plain", "fused", "fp8")
 RESULTS_PATHS = {
@@ -79,88 +66,13 @@ def config_for(problem, min_k_tiles: float, form: str = "plain"):
     return untuned_with(problem, NUM_SMS, form, half_step_min_k_tiles=min_k_tiles)
 
 
-def configs_of(problem, form: str = "plain") -> dict:
-    """``{HEURISTIC: without half steps, HALF_STEP: with them at any mainloop length}``."""
-    return {
-        HEURISTIC: config_for(problem, math.inf, form), HALF_STEP: config_for(problem, 0, form)
-    }
-
-
-def tile_width_problems(problems: list[dict], form: str = "plain") -> list[dict]:
-    """The corpus problems the sweep measures (see the module docstring)."""
-    from bench_corpus import problem_shape
-
-    chosen = []
-    for p in problems:
-        configs = configs_of(problem_shape(p), form)
-        if configs[HEURISTIC] != configs[HALF_STEP]:
-            chosen.append(p)
-    return chosen
-
-
-def measure(p: dict, form: str = "plain") -> dict:
-    from bench_corpus import problem_shape
-
-    return replayed_row(p, form, configs_of(problem_shape(p), form))
-
-
-def sweep(max_seconds: float, form: str, path: Path) -> None:
-    from bench_corpus import load_corpus, problem_shape
-
-    done = {r["key"] for r in load_results(path)["rows"]}
-    todo = [p for p in tile_width_problems(load_corpus(), form) if p["key"] not in done]
-    precompile(
-        {c.compiled_form() for p in todo for c in configs_of(problem_shape(p), form).values()},
-        "float8_e4m3fn" if form == "fp8" else "bfloat16",
-    )
-    sweep_new_problems(
-        path, functools.partial(tile_width_problems, form=form),
-        functools.partial(measure, form=form), max_seconds, ("key", "ms"),
-    )  # fmt: skip
-
-
-# ---- the fit (no GPU) ----
-
-
-def chosen_name(row: dict, min_k_tiles: float, form: str = "plain") -> str:
-    """The variant the rule with ``min_k_tiles`` gives ``row``'s problem (its config compared
-    with the two the sweep timed)."""
-    return timed_name(row, config_for(corpus_problem(row["key"]), min_k_tiles, form))
-
-
-def score(rows: list[dict], min_k_tiles: float, form: str = "plain") -> float:
-    """Geomean of the heuristic's time over the rule's choice's (> 1: the rule gains)."""
-    return geomean(
-        r["ms"][HEURISTIC] / r["ms"][chosen_name(r, min_k_tiles, form)] for r in rows
-    )
-
-
-def fit(form: str, path: Path) -> None:
-    from cute_conv import config
-
-    constant = CONSTANTS[form]
-    results = load_results(path)
-    print(results.get("device", "?"))
-    fit_bound(
-        passed_rows(results), MIN_K_TILES_GRID,
-        functools.partial(chosen_name, form=form), HEURISTIC, HALF_STEP,
-        f"config.{constant}", getattr(config, constant),
-    )  # fmt: skip
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--form", choices=FORMS, default="plain")
-    parser.add_argument("--max-seconds", type=float, default=500.0)
-    parser.add_argument("--fit", action="store_true", help="no GPU: from the results file")
-    parser.add_argument("--results", type=Path, help="default: the form's file in benchmarks/")
-    args = parser.parse_args()
-    path = args.results or RESULTS_PATHS[args.form]
-    if args.fit:
-        fit(args.form, path)
-    else:
-        sweep(args.max_seconds, args.form, path)
+SWEEP = BoundSweep(
+    config_for, off=math.inf, on=0, baseline=HEURISTIC, variant=HALF_STEP,
+    grid=MIN_K_TILES_GRID, constants=CONSTANTS,
+)  # fmt: skip
+configs_of, tile_width_problems = SWEEP.configs_of, SWEEP.problems
+chosen_name, score = SWEEP.chosen_name, SWEEP.score
 
 
 if __name__ == "__main__":
-    main()
+    SWEEP.main(__doc__, RESULTS_PATHS)

@@ -15,7 +15,6 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
 import sweep_tile_m64 as sweep  # noqa: E402
-from bench import geomean  # noqa: E402
 from bench_corpus import load_corpus, problem_shape  # noqa: E402
 from sweep_rows import by_split, middle_of_best, passed_rows  # noqa: E402
 
@@ -27,12 +26,6 @@ FORMS = pytest.mark.parametrize("form", sweep.FORMS)
 def _rows(form: str, gpu: str = "") -> list[dict]:
     path = sweep.RESULTS_PATHS[form]
     return json.loads(path.with_name(path.stem + gpu + path.suffix).read_text())["rows"]
-
-
-def _score(rows: list[dict], bound: float, form: str = "plain") -> float:
-    return geomean(
-        r["ms"][sweep.HEURISTIC] / r["ms"][sweep.chosen_name(r, bound, form)] for r in rows
-    )
 
 
 @FORMS
@@ -67,16 +60,16 @@ def test_committed_rows_are_a_prefix_of_the_selection_and_every_config_passed(fo
 @FORMS
 def test_the_fit_on_each_forms_rows_gives_the_rules_bound(form):
     train, _ = by_split(passed_rows({"rows": _rows(form)}))
-    fitted = middle_of_best(list(sweep.MAX_K_TILES_GRID), lambda b: _score(train, b, form))
+    fitted = middle_of_best(list(sweep.MAX_K_TILES_GRID), lambda b: sweep.score(train, b, form))
     assert fitted == config.SINGLE_WARPGROUP_MAX_K_TILES
 
 
 def test_on_the_h100_rows_the_bound_scores_as_their_own_fit():
     # The H100's sample fits 54 k-tiles; 72 takes four more train problems at the same score.
     train, _ = by_split(passed_rows({"rows": _rows("plain", "_H100")}))
-    fitted = middle_of_best(list(sweep.MAX_K_TILES_GRID), lambda b: _score(train, b))
+    fitted = middle_of_best(list(sweep.MAX_K_TILES_GRID), lambda b: sweep.score(train, b))
     assert fitted == 54
-    assert _score(train, config.SINGLE_WARPGROUP_MAX_K_TILES) > _score(train, fitted) - 1e-3
+    assert sweep.score(train, config.SINGLE_WARPGROUP_MAX_K_TILES) > sweep.score(train, fitted) - 1e-3
 
 
 def test_the_rule_takes_the_timed_64_row_tiles_only_within_the_bound():
