@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cute_conv.kernels.sm90 import config as sm90_config
 from cute_conv.kernels.sm90.config import TILE_N_CHOICES
 
 import cute_conv
@@ -19,6 +20,8 @@ from tests.test_fp8_sm90 import run_fp8
 from tests.test_thread_store_sm90 import run_and_check
 
 pytestmark = pytest.mark.gpu
+
+E4M3 = torch.float8_e4m3fn
 
 HALF_STEPS = tuple(n for n in TILE_N_CHOICES if n % 32)
 
@@ -63,6 +66,15 @@ def test_half_step_fp8_tiles():
     # bf16 output (8-bit outputs are rejected for these widths: test_config).
     run_fp8((2, 20, 20, 128, 240, 3, 3, dict(padding=1)), config=Conv2dConfig(tile_n=80,
             tile_k=128))  # fmt: skip
+
+
+@pytest.mark.parametrize("tile_n", [80, 208])
+def test_half_step_tiles_store_e4m3_once_the_plan_allows_them(tile_n, monkeypatch):
+    # The plan rejects 8-bit half-step outputs until this passes on a GPU: their copy into
+    # the staging subtiles was fixed on a CPU (tests/test_epilogue_r2s_copy.py).
+    monkeypatch.setattr(sm90_config, "check_half_step_tile", lambda *args: None)
+    run_fp8((2, 20, 20, 128, tile_n + tile_n // 2, 3, 3, dict(padding=1)), out_dtype=E4M3,
+            config=Conv2dConfig(tile_n=tile_n, tile_k=128))  # fmt: skip
 
 
 def test_half_step_tiles_with_fp32_output():

@@ -267,8 +267,11 @@ def is_half_step(tile_n: int) -> bool:
 
 def check_half_step_tile(tile_n: int, tile_k: int, act_dtype, out_dtype) -> None:
     """Raise ``ValueError`` where a half-step tile width cannot run: k-tiles under
-    ``HALF_STEP_MIN_K_TILE_BYTES``, or 8-bit outputs (their 16-byte-wide subtiles read back
-    wrong on an H200, with and without the byte-pair staging; the cause was not found)."""
+    ``HALF_STEP_MIN_K_TILE_BYTES``, or 8-bit outputs. Their 16-wide subtiles read back wrong
+    on an H200: the register -> SMEM copy tiled 32 columns and folded half of each subtile's
+    values onto the other half (``Sm90EpilogueMixin.r2s_tiled_copy`` now tiles 16, checked
+    on a CPU by ``tests/test_epilogue_r2s_copy.py``); they stay rejected until a GPU run
+    confirms it (``tests/test_half_step_tiles_sm90.py``)."""
     if tile_k * act_dtype.width // 8 < HALF_STEP_MIN_K_TILE_BYTES:
         raise ValueError(
             f"tile_n={tile_n} (not a multiple of {_EPI_N}) needs k-tiles of at least "

@@ -76,15 +76,7 @@ class Sm90EpilogueMixin:
     ) -> "Sm90Epilogue":
         """This thread's epilogue partitions: accumulator registers -> SMEM staging buffer
         (stmatrix) -> TMA store, and its view of the C buffers, bias and scale."""
-        copy_atom_r2s = sm90_utils.get_smem_store_op(
-            LayoutEnum.ROW_MAJOR, self.out_dtype, self.acc_dtype
-        )
-        copy_atom_d = cute.make_copy_atom(
-            cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), self.out_dtype
-        )
-        tiled_copy_r2s = cute.make_tiled_copy_S(
-            copy_atom_r2s, cute.make_tiled_copy_C_atom(copy_atom_d, tiled_mma)
-        )
+        tiled_copy_r2s = self.r2s_tiled_copy(tiled_mma)
         thr_copy_r2s = tiled_copy_r2s.get_slice(tile_tidx)
         rD_shape = cute.shape(thr_copy_r2s.partition_S(sD))[:3]
         barrier_id = int(NamedBarrierConv.Epilogue)
@@ -158,6 +150,31 @@ class Sm90EpilogueMixin:
             sD=sD,
             first_buffer=first_buffer,
         )
+
+    def r2s_tiled_copy(self, tiled_mma: cute.TiledMma) -> cute.TiledCopy:
+        """The copy of accumulator fragments into an ``epi_tile`` staging subtile: stmatrix's
+        8x8 matrices (16-bit rows) for 16-bit outputs, the fragment's own layout for 8- and
+        32-bit ones, tiled over the MMA's rows and as many matrices per warp as one subtile
+        row holds. A matrix row spans 16 8-bit values, so a 16-wide 8-bit subtile takes two:
+        four would tile 32 columns, and their second 16 would fold onto the first (a
+        stride-0 mode: half the values overwritten)."""
+        copy_atom_r2s = sm90_utils.get_smem_store_op(
+            LayoutEnum.ROW_MAJOR, self.out_dtype, self.acc_dtype
+        )
+        matrices = min(4, self.epi_tile[1] * self.out_dtype.width // 64)
+        copy_atom_d = cute.make_copy_atom(
+            cute.nvgpu.warp.StMatrix8x8x16bOp(False, matrices), self.out_dtype
+        )
+        tiled_copy_r2s = cute.make_tiled_copy_S(
+            copy_atom_r2s, cute.make_tiled_copy_C_atom(copy_atom_d, tiled_mma)
+        )
+        tiler_n = cute.size(tiled_copy_r2s.tiler_mn[1])
+        if self.epi_tile[1] % tiler_n:
+            raise ValueError(
+                f"the r2s copy tiles {tiler_n} columns, which do not divide the "
+                f"{self.epi_tile[1]}-wide epilogue subtile"
+            )
+        return tiled_copy_r2s
 
     def pairs_group(self, tiled_copy_r2s: cute.TiledCopy, buffers: cute.Tensor) -> bool:
         """Trace time: whether every epilogue thread's value pairs in an 8- or 16-bit staging
