@@ -536,8 +536,7 @@ def single_warpgroup_config(
         max_k_tiles >= 0
     ):
         raise ValueError(f"max_k_tiles must be a number >= 0 or None, got {max_k_tiles!r}")
-    tiles, k_tiles = schedule_shape(problem, config.tile_m, config.tile_n, config.tile_k)
-    tiles_64, _ = schedule_shape(problem, 64, config.tile_n, config.tile_k)
+    tiles_64, k_tiles = schedule_shape(problem, 64, config.tile_n, config.tile_k)
     if config.tile_m != 128 or k_tiles > max_k_tiles or tiles_64 > num_sms:
         return config
     single = replace(config, tile_m=64, pingpong=False, tile_w=0, halo_h=0)
