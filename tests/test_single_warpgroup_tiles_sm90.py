@@ -2,14 +2,16 @@
 output inside a sentinel guard band (``test_thread_store_sm90.run_and_check``): whole- and
 half-step widths with M and K tails, clusters both ways, stream-K, dynamic scheduling,
 residuals in both orders (TMA- and thread-stored), gathered operands, halo tiles, fp8 inputs
-with 16-bit and e4m3 outputs, and fp32 outputs."""
+with 16-bit and e4m3 outputs, fp32 outputs, and a default call the single-warpgroup rule
+gives them."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from cute_conv import Conv2dConfig
+from cute_conv import Conv2dConfig, Conv2dProblemShape
+from cute_conv.untuned import heuristic_config
 from tests.test_fp8_sm90 import run_fp8
 from tests.test_thread_store_sm90 import run_and_check
 
@@ -67,3 +69,14 @@ def test_single_warpgroup_fp8_tiles(out_dtype):
 def test_single_warpgroup_tiles_with_fp32_output():
     run_and_check(2, 12, 12, 64, 200, 3, 3, geom=dict(padding=1), out_dtype=torch.float32,
                   config=Conv2dConfig(tile_m=64, tile_n=128))  # fmt: skip
+
+
+def test_a_default_call_takes_64_row_tiles():
+    # ResNet's batch-8 14x14 stride-2 3x3 (C=256 -> 512): 128x64 split four ways without
+    # the rule, 64x64 unsplit with it.
+    problem = Conv2dProblemShape.from_shapes((8, 14, 14, 256), (512, 3, 3, 256), padding=1,
+                                             stride=2)  # fmt: skip
+    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    if heuristic_config(problem, num_sms).tile_m != 64:
+        pytest.skip(f"on {num_sms} SMs the rule keeps 128-row tiles here")
+    run_and_check(8, 14, 14, 256, 512, 3, 3, geom=dict(padding=1, stride=2))
