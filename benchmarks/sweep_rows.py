@@ -244,9 +244,6 @@ def untuned_with(
     ``heuristic_kwargs``, a rule's switch or bound, and the single-warpgroup rule takes
     ``single_warpgroup_max_k_tiles`` (0, the default: off, as the sweeps before it measured;
     None: its fitted bound): a sweep's variant of the heuristic."""
-    import dataclasses
-    import functools
-
     from cute_conv.arch import ARCHS
     from cute_conv.config import default_config, single_warpgroup_config
     from cute_conv.staging import kernel_problem_for

@@ -63,6 +63,7 @@ def sub_wave(problems: list[dict], num_sms: int = NUM_SMS) -> list[dict]:
     its default config's cluster tiles, k-tiles, clusters per wave and the splits to time."""
     from cute_conv.config import cluster_tile_count, schedule_shape
     from cute_conv.staging import kernel_problem_for
+
     chosen = []
     for p in problems:
         problem = problem_shape(p)

@@ -48,6 +48,7 @@ __all__ = [
     "wide_tile_shapes",
     "schedule_shape",
     "single_warpgroup_config",
+    "single_warpgroup_fits",
     "small_m_config",
     "tile_widths",
 ]
@@ -536,8 +537,12 @@ def single_warpgroup_config(
         max_k_tiles >= 0
     ):
         raise ValueError(f"max_k_tiles must be a number >= 0 or None, got {max_k_tiles!r}")
-    tiles_64, k_tiles = schedule_shape(problem, 64, config.tile_n, config.tile_k)
-    if config.tile_m != 128 or k_tiles > max_k_tiles or tiles_64 > num_sms:
+    _, k_tiles = schedule_shape(problem, config.tile_m, config.tile_n, config.tile_k)
+    if (
+        config.tile_m != 128
+        or k_tiles > max_k_tiles
+        or not single_warpgroup_fits(problem, config.tile_n, config.tile_k, num_sms)
+    ):
         return config
     single = replace(config, tile_m=64, pingpong=False, tile_w=0, halo_h=0)
     if config.stream_k:
@@ -546,6 +551,16 @@ def single_warpgroup_config(
             dynamic_schedule=False,
         )  # fmt: skip
     return single
+
+
+def single_warpgroup_fits(
+    problem: Conv2dProblemShape, tile_n: int, tile_k: int, num_sms: int = 132
+) -> bool:
+    """Whether ``problem``'s 64-row tiles of ``tile_n`` x ``tile_k`` fit one wave of
+    ``num_sms`` SMs: where they can pay (``single_warpgroup_config``; past a wave they lost,
+    ``benchmarks/tile_m64_explore.json``)."""
+    tiles, _ = schedule_shape(problem, 64, tile_n, tile_k)
+    return tiles <= num_sms
 
 
 def split_tile_config(

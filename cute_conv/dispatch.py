@@ -299,7 +299,7 @@ def _config_for_call(
 ):
     """The config a call runs: ``config`` if given, else the autotuner's choice (stored, or
     tuned now), else the untuned one (``untuned.untuned_config``). A tuned choice stands as it
-    is: the gather and small-M rules replace only the heuristic's guess."""
+    is: the gather, small-M and single-warpgroup rules replace only the heuristic's guess."""
     if config is None and target.autotuned:
         config = stored_or_tuned_config(
             problem, kernel_problem, x, filter_shape, out_dtype, has_residual,

@@ -36,7 +36,7 @@ from .config import (
     default_config,
     pingpong_halo_tile,
     pingpong_pays,
-    schedule_shape,
+    single_warpgroup_fits,
     stream_k_for_tiles,
     tile_widths,
 )
@@ -142,8 +142,7 @@ def candidate_configs(
         for tile_n in candidate_widths(kernel_problem.K)
         for tile_m in TILE_M_CHOICES
         if tile_m * tile_n <= MAX_TILE_ELEMS
-        # 64-row tiles pay only where they fit one wave (``single_warpgroup_config``)
-        and (tile_m != 64 or schedule_shape(kernel_problem, 64, tile_n, tile_k)[0] <= num_sms)
+        and (tile_m != 64 or single_warpgroup_fits(kernel_problem, tile_n, tile_k, num_sms))
     ]
     candidates = [
         Conv2dConfig(tile_m=tile_m, tile_n=tile_n, tile_k=tile_k,

@@ -27,29 +27,10 @@ def untuned_config(
     gather rule takes it (sized by the heuristic on the channel-padded problem); for a conv
     that runs unstaged or gathered, as the arch's small-M rule makes it; then as the arch's
     single-warpgroup rule makes it for the conv the kernel runs."""
-    config, runs = _staged_or_gathered(
-        target, problem, kernel_problem, num_sms, has_residual, element_bytes, out_bytes
-    )
-    if target.single_warpgroup_rule is None:
-        return config
-    return target.single_warpgroup_rule(config, runs, num_sms, has_residual, element_bytes)
-
-
-def _staged_or_gathered(
-    target: ArchKernels,
-    problem: Conv2dProblemShape,
-    kernel_problem: Conv2dProblemShape,
-    num_sms: int,
-    has_residual: bool,
-    element_bytes: int,
-    out_bytes: int,
-):
-    """``(config, the problem its kernel runs)`` before the single-warpgroup rule."""
     config = target.heuristic(kernel_problem, num_sms, has_residual, element_bytes, out_bytes)
     replaces = gather_replaces(problem, element_bytes)
-    if replaces is not None or kernel_problem != problem:  # staged, unless gathered
-        if target.gather_rule is None or replaces is None:
-            return config, kernel_problem
+    staged = replaces is not None or kernel_problem != problem  # unless gathered
+    if staged and target.gather_rule is not None and replaces is not None:
         padded = channels_padded(problem, element_bytes)
         base = config
         if padded != kernel_problem:  # im2col columns: the staged config does not fit the conv
@@ -57,12 +38,14 @@ def _staged_or_gathered(
         gathered = target.gather_rule(
             base, padded, num_sms, element_bytes, replaces, channels=problem.C
         )
-        if gathered is None:
-            return config, kernel_problem
-        config = gathered
-    if target.small_m_rule is not None:
+        if gathered is not None:
+            config, staged = gathered, False
+    if not staged and target.small_m_rule is not None:
         config = target.small_m_rule(config, problem, num_sms, has_residual, element_bytes)
-    return config, problem
+    if target.single_warpgroup_rule is None:
+        return config
+    runs = kernel_problem if staged else problem
+    return target.single_warpgroup_rule(config, runs, num_sms, has_residual, element_bytes)
 
 
 def heuristic_config(
