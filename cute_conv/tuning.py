@@ -124,7 +124,7 @@ def candidate_configs(
     width, stream-K (split by the heuristic's rule on each candidate's tiles) and (for
     single-CTA clusters) dynamic scheduling choices of the default heuristic, ping-pong where
     ``pingpong_pays`` (on the 128-row tiles at most 128 wide it takes, with or without a
-    residual), for the problem the kernel runs (after
+    residual; where the heuristic takes dynamic scheduling, each of the two alone), for the problem the kernel runs (after
     staging) on ``num_sms`` SMs with inputs of ``element_bytes`` (1: fp8); and 128x128
     ping-pong halo tiles where they fit (``pingpong_halo_tile``: faster than the default on
     some devices only; they need 128-byte k-tiles)."""
@@ -148,10 +148,13 @@ def candidate_configs(
         Conv2dConfig(tile_m=tile_m, tile_n=tile_n, tile_k=tile_k,
                      cluster_m=cluster_m, cluster_n=cluster_n, swizzle=swizzle,
                      stream_k=stream_k and tile_m != 64,
-                     dynamic_schedule=dynamic and cluster_m * cluster_n == 1,
-                     pingpong=pingpong and tile_m == 128 and tile_n <= 128)
+                     dynamic_schedule=dynamic_schedule, pingpong=with_pingpong)
         for (tile_m, tile_n), (cluster_m, cluster_n), swizzle in itertools.product(
             shapes, ((1, 1), (2, 1), (1, 2)), (1, 8)
+        )
+        for dynamic_schedule, with_pingpong in _schedule_choices(
+            dynamic and cluster_m * cluster_n == 1,
+            pingpong and tile_m == 128 and tile_n <= 128,
         )
     ]  # fmt: skip
     candidates = [_with_heuristic_split(c, kernel_problem, num_sms) for c in candidates]
@@ -162,6 +165,15 @@ def candidate_configs(
                          tile_w=tile_w, halo_h=halo_h, pingpong=True)
         )  # fmt: skip
     return candidates
+
+
+def _schedule_choices(dynamic: bool, pingpong: bool) -> list[tuple[bool, bool]]:
+    """The ``(dynamic_schedule, pingpong)`` pairs a candidate is tried with: as wanted, or,
+    where both are wanted (the heuristic takes dynamic scheduling and ping-pong pays), each
+    alone, since the kernel cannot combine them."""
+    if dynamic and pingpong:
+        return [(False, True), (True, False)]
+    return [(dynamic, pingpong)]
 
 
 def _with_heuristic_split(

@@ -332,6 +332,21 @@ def test_candidates_take_pingpong_where_it_pays():
     assert any(c.tile_m == 192 for c in candidates)
 
 
+def test_candidates_try_pingpong_and_dynamic_scheduling_each_alone():
+    """Where the heuristic takes dynamic scheduling and ping-pong pays, the kernel cannot
+    combine the two: the autotuner tries each alone (it used to raise building them)."""
+    prob = problem(128, 56, 256, 128, 1)
+    default = default_config(prob)
+    assert default.dynamic_schedule and pingpong_pays(prob, default.tile_k)
+    candidates = tuning.candidate_configs(prob)
+    assert default in candidates
+    assert not any(c.pingpong and c.dynamic_schedule for c in candidates)
+    single_cta = [c for c in candidates if c.tile_m == 128 and c.cluster_m * c.cluster_n == 1]
+    for c in single_cta:
+        twin = replace(c, pingpong=not c.pingpong, dynamic_schedule=not c.dynamic_schedule)
+        assert c.pingpong != c.dynamic_schedule and twin in candidates
+
+
 @pytest.mark.parametrize(
     "k,widths",
     [(64, [64]), (320, [96, 128, 160]), (384, [96, 128, 192]), (1024, [128, 160, 192, 224, 256])],
