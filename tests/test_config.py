@@ -675,7 +675,7 @@ def test_16_bit_convs_take_half_steps_on_long_mainloops(prob, whole, half):
     assert default_config(prob, has_residual=True).tile_n == half  # 18+ k-tiles
     assert default_config(prob, half_step_min_k_tiles=math.inf).tile_n == whole
     assert default_config(prob, element_bytes=1).tile_n == half  # 12+ fp8 k-tiles
-    # fp8 with a residual was not measured, and 8-bit outputs cannot take half steps.
+    # fp8 with a residual and 8-bit outputs were not measured with half steps.
     assert default_config(prob, element_bytes=1, has_residual=True).tile_n % 32 == 0
     assert default_config(prob, element_bytes=1, out_bytes=1).tile_n == whole
 
@@ -701,17 +701,11 @@ def test_half_step_tiles_reject_what_they_cannot_run():
 
     with pytest.raises(ValueError, match="needs k-tiles of at least 64 bytes"):
         Conv2dConfig(tile_n=80, tile_k=16).plan(cutlass.BFloat16, cutlass.BFloat16, False)
-    with pytest.raises(ValueError, match="cannot store 8-bit outputs"):
-        Conv2dConfig(tile_n=80, tile_k=128).plan(
-            cutlass.Float8E4M3FN, cutlass.Float8E4M3FN, False
-        )
-    with pytest.raises(ValueError, match="cannot store 8-bit outputs"):
-        cute_conv.compile_kernel(
-            "sm_90a", act_dtype="float8_e4m3fn", out_dtype="float8_e4m3fn",
-            config=Conv2dConfig(tile_n=80, tile_k=128),
-        )  # fmt: skip
     plan = Conv2dConfig(tile_n=80).plan(cutlass.BFloat16, cutlass.BFloat16, False)
     assert plan.epi_n == 16
+    # 8-bit outputs too (tests/test_epilogue_r2s_copy.py, test_half_step_tiles_sm90.py).
+    e4m3 = cutlass.Float8E4M3FN
+    assert Conv2dConfig(tile_n=80, tile_k=128).plan(e4m3, e4m3, False).epi_n == 16
 
 
 def test_calls_with_8_bit_outputs_keep_whole_steps():

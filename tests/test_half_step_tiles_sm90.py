@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cute_conv.kernels.sm90 import config as sm90_config
 from cute_conv.kernels.sm90.config import TILE_N_CHOICES
 
 import cute_conv
@@ -63,16 +62,15 @@ def test_half_step_tiles_gathered():
 
 
 def test_half_step_fp8_tiles():
-    # bf16 output (8-bit outputs are rejected for these widths: test_config).
+    # bf16 output (e4m3: test_half_step_tiles_store_e4m3).
     run_fp8((2, 20, 20, 128, 240, 3, 3, dict(padding=1)), config=Conv2dConfig(tile_n=80,
             tile_k=128))  # fmt: skip
 
 
 @pytest.mark.parametrize("tile_n", [80, 208])
-def test_half_step_tiles_store_e4m3_once_the_plan_allows_them(tile_n, monkeypatch):
-    # The plan rejects 8-bit half-step outputs until this passes on a GPU: their copy into
-    # the staging subtiles was fixed on a CPU (tests/test_epilogue_r2s_copy.py).
-    monkeypatch.setattr(sm90_config, "check_half_step_tile", lambda *args: None)
+def test_half_step_tiles_store_e4m3(tile_n):
+    # 8-bit values in 16-wide subtiles: the copy into SMEM tiles 16 columns, not 32
+    # (tests/test_epilogue_r2s_copy.py).
     run_fp8((2, 20, 20, 128, tile_n + tile_n // 2, 3, 3, dict(padding=1)), out_dtype=E4M3,
             config=Conv2dConfig(tile_n=tile_n, tile_k=128))  # fmt: skip
 
@@ -101,8 +99,8 @@ def test_a_default_fp8_call_takes_a_half_step_width():
 
 
 def test_a_default_call_with_e4m3_output_keeps_whole_steps():
-    # The kernel stores no 8-bit output from half-step tiles: the call passes its output
-    # width to the heuristic, which keeps 128x96 here (128x80 for a 16-bit output).
+    # Half steps were not measured with 8-bit outputs: the call passes its output width to
+    # the heuristic, which keeps 128x96 here (128x80 for a 16-bit output).
     x, flt = random_conv_inputs(1, 32, 32, 2560, 1280, 1, 1)
     ref = conv2d_reference(x, flt)
     out_scale = (ref.abs().max() / 400).reshape(1).float()

@@ -251,7 +251,7 @@ class Conv2dConfig:
         fp8 inputs."""
         check_k_tile_bytes(self.tile_k, act_dtype.width, halo_tiles=bool(self.tile_w))
         if is_half_step(self.tile_n):
-            check_half_step_tile(self.tile_n, self.tile_k, act_dtype, out_dtype)
+            check_half_step_tile(self.tile_n, self.tile_k, act_dtype)
         if self.gather and act_dtype.width != GATHER_ELEMENT_BITS:
             raise ValueError(
                 f"gather needs 16-bit inputs (BFloat16 or Float16), got {act_dtype.__name__}"
@@ -265,23 +265,15 @@ def is_half_step(tile_n: int) -> bool:
     return tile_n % _EPI_N != 0
 
 
-def check_half_step_tile(tile_n: int, tile_k: int, act_dtype, out_dtype) -> None:
+def check_half_step_tile(tile_n: int, tile_k: int, act_dtype) -> None:
     """Raise ``ValueError`` where a half-step tile width cannot run: k-tiles under
-    ``HALF_STEP_MIN_K_TILE_BYTES``, or 8-bit outputs. Their 16-wide subtiles read back wrong
-    on an H200: the register -> SMEM copy tiled 32 columns and folded half of each subtile's
-    values onto the other half (``Sm90EpilogueMixin.r2s_tiled_copy`` now tiles 16, checked
-    on a CPU by ``tests/test_epilogue_r2s_copy.py``); they stay rejected until a GPU run
-    confirms it (``tests/test_half_step_tiles_sm90.py``)."""
+    ``HALF_STEP_MIN_K_TILE_BYTES``. (8-bit outputs run: their 16-wide subtiles are copied
+    to SMEM 16 columns at a time, ``Sm90EpilogueMixin.r2s_tiled_copy``.)"""
     if tile_k * act_dtype.width // 8 < HALF_STEP_MIN_K_TILE_BYTES:
         raise ValueError(
             f"tile_n={tile_n} (not a multiple of {_EPI_N}) needs k-tiles of at least "
             f"{HALF_STEP_MIN_K_TILE_BYTES} bytes, got tile_k={tile_k} {act_dtype.__name__} "
             "channels"
-        )
-    if out_dtype.width == 8:
-        raise ValueError(
-            f"tile_n={tile_n} (not a multiple of {_EPI_N}) cannot store 8-bit outputs "
-            f"({out_dtype.__name__}); take a multiple of {_EPI_N}"
         )
 
 
