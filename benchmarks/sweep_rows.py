@@ -424,7 +424,7 @@ class BoundSweep:
         import argparse
 
         parser = argparse.ArgumentParser(description=doc.splitlines()[0])
-        parser.add_argument("--form", choices=tuple(results_paths), default="plain")
+        parser.add_argument("--form", choices=tuple(results_paths), default=next(iter(results_paths)))
         parser.add_argument("--max-seconds", type=float, default=500.0)
         parser.add_argument("--fit", action="store_true", help="no GPU: from the results file")
         parser.add_argument("--results", type=Path, help="default: the form's file")

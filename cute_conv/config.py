@@ -53,10 +53,13 @@ __all__ = [
     "tile_widths",
 ]
 
-# GEMM K up to which a residual kernel's mainloop is too short to hide a tile of C loads
-# behind (measured on an H200: K=64 and 256 1x1 convs 1.2x faster at tile_n=128 than 256,
-# K=2304 and 4608 3x3 convs 3-5% slower).
+# GEMM K up to which a mainloop is short: a 2x1 cluster sharing a wide filter tile does not
+# pay there (see default_config).
 _SHORT_MAINLOOP_K = 512
+# GEMM K up to which a residual kernel's mainloop is too short to hide a 256-wide tile of C
+# loads behind: such convs take 128-wide tiles (measured on an H200: K=64 and 256 1x1 convs
+# 1.2x faster at tile_n=128 than 256, K=2304 and 4608 3x3 convs 3-5% slower).
+RESIDUAL_NARROW_MAX_GEMM_K = 128
 # The fixed cost of a k-tile (barriers, issue), in channels of MMA work, by input element
 # bytes (see default_config). fp8: fitted on the corpus's train part (C=320 wants 64-wide
 # k-tiles, so below 32; C=432 128-wide ones, so above 21.3), not the 32 that equal bytes
@@ -230,6 +233,7 @@ def default_config(
     wide_split: bool = True,
     half_step_min_k_tiles: float | None = None,
     out_bytes: int = 2,
+    residual_narrow_max_k: float | None = None,
 ) -> Conv2dConfig:
     """A fast heuristic for an H100/H200, fitted to measurements of the benchmark suite.
 
@@ -266,10 +270,16 @@ def default_config(
 
     Residual epilogues (``has_residual``): the kernel keeps a whole tile of C in SMEM so that
     its loads hide behind the mainloop, but a 256-wide tile's C does not fit beside four
-    A/B stages. With a short mainloop (at most ``_SHORT_MAINLOOP_K`` of GEMM K, e.g. 1x1
-    convs) the C loads would be exposed, so such convs take 128-wide tiles, on single-CTA
-    clusters (for 1x1 convs: dynamically scheduled, see below): r50-c2-1x1-up fused, 128x128
-    1x2 -> 1x1 dynamic, 0.1274 -> 0.1214 ms on an H200, 0.1725 -> 0.1638 on an H100.
+    A/B stages. With a short mainloop (at most ``residual_narrow_max_k`` of GEMM K; None:
+    ``RESIDUAL_NARROW_MAX_GEMM_K``: 1x1 convs of C <= 128) the C loads would be exposed, so
+    such convs take 128-wide tiles, on single-CTA clusters (for 1x1 convs: dynamically
+    scheduled, see below): r50-c2-1x1-up fused, 128x128 1x2 -> 1x1 dynamic, 0.1274 -> 0.1214
+    ms on an H200, 0.1725 -> 0.1638 on an H100. The bound is fitted on the corpus
+    (``benchmarks/sweep_residual_width.py``: the 93 fused convs it can change, CUDA-graph
+    replays on an H200 and an H100, the geomean of both GPUs' train scores): 1.030x the
+    256-wide tiles' speed on the 59 train convs, held-out 1.002x (the former 512: 1.026x,
+    0.999x). No bound fits both GPUs well: the 3x3 convs of C=128 (GEMM K 1152) gain 3-11%
+    from 128-wide tiles on the H100, those of C=256 lose up to 15% there but not on the H200.
 
     tile_m: 256 for 64-wide tiles (K <= 64) with at least ``_MIN_WAVES_TALL`` waves of them:
     the filter traffic and the barrier rounds per MMA halve. Measured on an H200: r50-c2 3x3
@@ -387,11 +397,10 @@ def default_config(
         raise ValueError(f"out_bytes must be one of {OUT_BYTES}, got {out_bytes!r}")
     if half_step_min_k_tiles is None:
         half_step_min_k_tiles = _half_step_bound(has_residual, element_bytes)
-    if isinstance(half_step_min_k_tiles, bool) or not isinstance(half_step_min_k_tiles, (int, float)):
-        raise TypeError(
-            f"half_step_min_k_tiles must be None or a number of k-tiles, "
-            f"got {half_step_min_k_tiles!r}"
-        )
+    if residual_narrow_max_k is None:
+        residual_narrow_max_k = RESIDUAL_NARROW_MAX_GEMM_K
+    _check_bound("half_step_min_k_tiles", half_step_min_k_tiles, "k-tiles")
+    _check_bound("residual_narrow_max_k", residual_narrow_max_k, "GEMM K channels")
     tile_k = k_tile_width(problem.C, element_bytes)
 
     def cheapest(widths: tuple[int, ...]) -> int:
@@ -405,7 +414,9 @@ def default_config(
     half_steps = out_bytes > 1 and tile_k * element_bytes >= HALF_STEP_MIN_K_TILE_BYTES
     if half_steps and k_tiles >= half_step_min_k_tiles:
         tile_n = cheapest(whole_widths + half_step_widths(problem.K, tile_n))
-    narrowed_for_residual = has_residual and tile_n == 256 and problem.gemm_k <= _SHORT_MAINLOOP_K
+    narrowed_for_residual = (
+        has_residual and tile_n == 256 and problem.gemm_k <= residual_narrow_max_k
+    )
     if narrowed_for_residual:
         tile_n = 128
     full_k_tile = tile_k * element_bytes == MAX_K_TILE_BYTES  # one 128-byte row
@@ -814,6 +825,12 @@ def launch_clusters(problem: Conv2dProblemShape, config, num_sms: int) -> int:
 def _tile_count(problem: Conv2dProblemShape, tile_m: int, tile_n: int) -> int:
     """Output tiles of ``tile_m`` x ``tile_n`` (GEMM M x N)."""
     return -(-problem.gemm_m // tile_m) * -(-problem.K // tile_n)
+
+
+def _check_bound(name: str, value: object, unit: str) -> None:
+    """A rule's bound must be a number (``math.inf`` included), not a bool."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be None or a number of {unit}, got {value!r}")
 
 
 def _half_step_bound(has_residual: bool, element_bytes: int) -> float:
