@@ -35,7 +35,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from sweep_rows import BoundSweep, by_split, middle_of_best, passed_rows, untuned_with  # noqa: E402
+from sweep_rows import BoundSweep, rule_bound_config  # noqa: E402
 
 RESULTS_PATHS = {"fused": HERE / "residual_width_sweep.json"}
 GPU_RESULTS = (RESULTS_PATHS["fused"], HERE / "residual_width_sweep_H100.json")
@@ -43,44 +43,13 @@ NUM_SMS = 132  # H100 SXM and H200: the selection and the fit use the same count
 WIDE, NARROW = "wide", "narrow"
 MAX_GEMM_K_GRID = (0, 128, 256, 512, 1152, 2304, 4608, math.inf)
 
-
-def config_for(problem, max_k: float, form: str = "fused"):
-    """The config a call of ``form`` without one runs on ``problem`` when residual convs of
-    at most ``max_k`` GEMM K narrow 256-wide tiles to 128 (the 64-row rule at its bound)."""
-    return untuned_with(
-        problem, NUM_SMS, form, single_warpgroup_max_k_tiles=None, residual_narrow_max_k=max_k
-    )
-
-
 SWEEP = BoundSweep(
-    config_for, off=0, on=math.inf, baseline=WIDE, variant=NARROW, grid=MAX_GEMM_K_GRID,
-    constants={"fused": "RESIDUAL_NARROW_MAX_GEMM_K"},
+    rule_bound_config("residual_narrow_max_k", NUM_SMS), off=0, on=math.inf, baseline=WIDE,
+    variant=NARROW, grid=MAX_GEMM_K_GRID, constants={"fused": "RESIDUAL_NARROW_MAX_GEMM_K"},
 )  # fmt: skip
 configs_of, residual_width_problems = SWEEP.configs_of, SWEEP.problems
 chosen_name, score = SWEEP.chosen_name, SWEEP.score
 
 
-def joint_fit(paths=GPU_RESULTS) -> float:
-    """The bound of ``MAX_GEMM_K_GRID`` with the best geomean of the GPUs' train scores (the
-    middle of ties); prints each bound's joint train and held-out scores."""
-    from bench import geomean
-    from sweep_rows import load_results
-
-    parts = [by_split(passed_rows(load_results(path))) for path in paths]
-
-    def joint(bound: float, split: int) -> float:
-        return geomean(score(part[split], bound, "fused") for part in parts)
-
-    print("| bound | train, both GPUs | held-out, both GPUs |\n|---|---|---|")
-    for bound in MAX_GEMM_K_GRID:
-        print(f"| {bound} | {joint(bound, 0):.4f} | {joint(bound, 1):.4f} |")
-    best = middle_of_best(list(MAX_GEMM_K_GRID), lambda bound: joint(bound, 0))
-    print(f"fitted on both GPUs' train rows: {best}")
-    return best
-
-
 if __name__ == "__main__":
-    if "--joint" in sys.argv:
-        joint_fit()
-    else:
-        SWEEP.main(__doc__, RESULTS_PATHS)
+    SWEEP.main(__doc__, RESULTS_PATHS, joint_paths=GPU_RESULTS)

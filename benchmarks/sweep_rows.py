@@ -8,6 +8,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -236,14 +237,16 @@ def measure_configs(p: dict, form: str, configs: dict, eager: bool = True) -> di
 
 def untuned_with(
     problem, num_sms: int, form: str = "plain", single_warpgroup_max_k_tiles: float | None = 0,
-    **heuristic_kwargs,
+    whole_source_min_k: float | None = math.inf, **heuristic_kwargs,
 ):  # fmt: skip
     """The config a call of ``form`` (``plain``, ``fused`` or ``fp8``, as in
     ``measure_configs``) without one runs on ``problem`` (``untuned.untuned_config``: staging,
     the gather and small-M rules included) when ``default_config`` takes
     ``heuristic_kwargs``, a rule's switch or bound, and the single-warpgroup rule takes
-    ``single_warpgroup_max_k_tiles`` (0, the default: off, as the sweeps before it measured;
-    None: its fitted bound): a sweep's variant of the heuristic."""
+    ``single_warpgroup_max_k_tiles``: a sweep's variant of the heuristic. The rules fitted
+    after most sweeps ran default to off, as those sweeps measured: the single-warpgroup
+    rule (0) and ``default_config``'s ``whole_source_min_k`` (inf); None takes a rule's
+    fitted bound."""
     from cute_conv.arch import ARCHS
     from cute_conv.config import default_config, single_warpgroup_config
     from cute_conv.staging import kernel_problem_for
@@ -252,7 +255,7 @@ def untuned_with(
     def heuristic(problem, num_sms, has_residual, element_bytes, out_bytes):
         return default_config(
             problem, num_sms, has_residual=has_residual, element_bytes=element_bytes,
-            out_bytes=out_bytes, **heuristic_kwargs,
+            out_bytes=out_bytes, whole_source_min_k=whole_source_min_k, **heuristic_kwargs,
         )  # fmt: skip
 
     single_warpgroup_rule = functools.partial(
@@ -264,6 +267,20 @@ def untuned_with(
     element_bytes = 1 if form == "fp8" else 2
     kernel_problem = kernel_problem_for(problem, element_bytes)
     return untuned_config(arch, problem, kernel_problem, num_sms, form == "fused", element_bytes)
+
+
+def rule_bound_config(bound_kwarg: str, num_sms: int) -> Callable[[object, float, str], object]:
+    """``BoundSweep.config_for`` of a ``default_config`` rule whose bound is the keyword
+    ``bound_kwarg``: the config a call of ``form`` without one runs with the rule at
+    ``bound``, the 64-row rule at its fitted bound, the rules after that as
+    ``untuned_with`` defaults them (the whole-source rule: off, unless it is the one)."""
+
+    def config_for(problem, bound: float, form: str = "plain"):
+        return untuned_with(
+            problem, num_sms, form, single_warpgroup_max_k_tiles=None, **{bound_kwarg: bound}
+        )
+
+    return config_for
 
 
 def replayed_row(p: dict, form: str, configs: dict) -> dict:
@@ -418,9 +435,31 @@ class BoundSweep:
             print(f"  {name}: cuDNN's plain conv / ours {before:.3f} -> {after:.3f}")
         return best
 
-    def main(self, doc: str, results_paths: dict[str, Path]) -> None:
-        """The sweep's command line: ``--form``, ``--max-seconds``, ``--fit`` (no GPU) and
-        ``--results`` (another file than the form's in ``results_paths``)."""
+    def joint_fit(self, form: str, paths: tuple[Path, ...]) -> float:
+        """The bound of ``grid`` with the best geomean of the train scores of several GPUs'
+        results files (the middle of ties); prints each bound's joint train and held-out
+        scores."""
+        from bench import geomean
+
+        parts = [by_split(passed_rows(load_results(path))) for path in paths]
+
+        def joint(bound: float, split: int) -> float:
+            return geomean(self.score(part[split], bound, form) for part in parts)
+
+        print(f"{form}, {len(paths)} GPUs' rows")
+        print("| bound | train | held-out |\n|---|---|---|")
+        for bound in self.grid:
+            print(f"| {bound} | {joint(bound, 0):.4f} | {joint(bound, 1):.4f} |")
+        best = middle_of_best(list(self.grid), lambda bound: joint(bound, 0))
+        print(f"fitted on the GPUs' train rows together: {best}")
+        return best
+
+    def main(
+        self, doc: str, results_paths: dict[str, Path], joint_paths: tuple[Path, ...] = ()
+    ) -> None:
+        """The sweep's command line: ``--form``, ``--max-seconds``, ``--fit`` (no GPU),
+        ``--results`` (another file than the form's in ``results_paths``) and, where the
+        sweep has ``joint_paths`` (several GPUs' results), ``--joint`` (``joint_fit``)."""
         import argparse
 
         parser = argparse.ArgumentParser(description=doc.splitlines()[0])
@@ -428,9 +467,13 @@ class BoundSweep:
         parser.add_argument("--max-seconds", type=float, default=500.0)
         parser.add_argument("--fit", action="store_true", help="no GPU: from the results file")
         parser.add_argument("--results", type=Path, help="default: the form's file")
+        if joint_paths:
+            parser.add_argument("--joint", action="store_true", help="no GPU: every GPU's rows")
         args = parser.parse_args()
         path = args.results or results_paths[args.form]
-        if args.fit:
+        if joint_paths and args.joint:
+            self.joint_fit(args.form, joint_paths)
+        elif args.fit:
             self.fit(args.form, path)
         else:
             self.sweep(args.max_seconds, args.form, path)

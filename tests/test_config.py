@@ -266,6 +266,29 @@ def test_default_config_for_residual_epilogues(prob, plain_n, residual_n):
     assert default_config(prob, has_residual=True).tile_n == residual_n
 
 
+def test_wide_residual_tiles_of_long_mainloops_keep_a_whole_tile_of_c():
+    """``WHOLE_SOURCE_MIN_GEMM_K``: 16-bit residual convs on 128-row tiles wider than 192 of
+    at least that GEMM K take three A/B stages, which leave SMEM for the tile's whole C."""
+    import cutlass
+
+    from cute_conv.config import WHOLE_SOURCE_MIN_GEMM_K
+
+    sd = problem(8, 64, 512, 512, 3, padding=1)  # GEMM K 4608 at 128x256
+    fused = default_config(sd, has_residual=True)
+    assert (fused.tile_m, fused.tile_n, fused.stages) == (128, 256, 3)
+    assert default_config(sd).stages == 0  # no residual
+    assert default_config(sd, has_residual=True, element_bytes=1).stages == 0  # not measured
+    assert default_config(sd, has_residual=True, whole_source_min_k=math.inf).stages == 0
+    plan = fused.plan(cutlass.BFloat16, cutlass.BFloat16, True)
+    assert plan.source_stages * plan.epi_n == fused.tile_n  # the whole tile of C
+    # C=16 3x3 (GEMM K 144) stays at the plan's four stages.
+    short = default_config(problem(8, 64, 16, 512, 3, padding=1), has_residual=True)
+    assert short.tile_n == 256 and short.stages == 0
+    assert problem(8, 64, 16, 512, 3, padding=1).gemm_k < WHOLE_SOURCE_MIN_GEMM_K
+    with pytest.raises(TypeError, match="whole_source_min_k must be None or a number"):
+        default_config(sd, has_residual=True, whole_source_min_k="1152")
+
+
 def test_residual_narrowed_pointwise_tiles_run_alone_and_dynamic():
     # ResNet-50's 1x1 64 -> 256 conv: plain 128x256; with a residual 128 wide, and the two N
     # tiles not paired in a cluster, so that tiles are taken dynamically.

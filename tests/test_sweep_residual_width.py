@@ -46,7 +46,7 @@ def test_committed_rows_are_the_whole_selection_and_every_config_passed(path):
 
 
 def test_the_joint_fit_gives_the_rules_bound():
-    assert sweep.joint_fit() == config.RESIDUAL_NARROW_MAX_GEMM_K
+    assert sweep.SWEEP.joint_fit("fused", sweep.GPU_RESULTS) == config.RESIDUAL_NARROW_MAX_GEMM_K
 
 
 def test_the_rule_narrows_the_timed_tiles_only_within_the_bound():

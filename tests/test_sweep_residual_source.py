@@ -1,0 +1,52 @@
+"""The whole-source sweep's CPU parts (benchmarks/sweep_residual_source.py): which problems and
+configs it measures, that the committed H100 rows are all of them and every config passed its
+check, and that the fit on them gives the rule's bound."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import sweep_residual_source as sweep  # noqa: E402
+from bench_corpus import load_corpus, problem_shape  # noqa: E402
+from sweep_rows import by_split, middle_of_best, passed_rows  # noqa: E402
+
+from cute_conv import config  # noqa: E402
+
+H100_RESULTS = sweep.GPU_RESULTS[1]
+
+
+def _rows() -> list[dict]:
+    return json.loads(H100_RESULTS.read_text())["rows"]
+
+
+def test_the_selection_is_where_a_wide_residual_tile_keeps_three_stages():
+    chosen = sweep.residual_source_problems(load_corpus(), "fused")
+    assert chosen
+    for p in chosen:
+        configs = sweep.configs_of(problem_shape(p), "fused")
+        part, whole = configs[sweep.PART], configs[sweep.WHOLE]
+        assert part.stages == 0 and whole.stages == 3
+        assert part.tile_m == whole.tile_m == 128 and part.tile_n == whole.tile_n > 192
+    assert not sweep.residual_source_problems(load_corpus(), "plain")
+
+
+def test_committed_rows_are_the_whole_selection_and_every_config_passed():
+    rows = _rows()
+    selected = sweep.residual_source_problems(load_corpus(), "fused")
+    assert [r["key"] for r in rows] == [p["key"] for p in selected]
+    for r, p in zip(rows, selected, strict=True):
+        configs = sweep.configs_of(problem_shape(p), "fused")
+        assert r["configs"] == {name: repr(c) for name, c in configs.items()}
+        assert all(check["ok"] for check in r["checks"].values())
+        assert {sweep.PART, sweep.WHOLE, "cudnn"} <= set(r["ms"])
+
+
+def test_the_fit_on_the_h100_rows_gives_the_rules_bound():
+    train, _ = by_split(passed_rows({"rows": _rows()}))
+    fitted = middle_of_best(list(sweep.MIN_GEMM_K_GRID), lambda b: sweep.SWEEP.score(train, b, "fused"))
+    assert fitted == config.WHOLE_SOURCE_MIN_GEMM_K
