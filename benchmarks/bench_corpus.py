@@ -5,6 +5,7 @@
     python benchmarks/bench_corpus.py --split heldout --tag "1x1"  # or a class of the corpus
     python benchmarks/bench_corpus.py --keys KEY,KEY --section 0   # or named problems (a rerun)
     python benchmarks/bench_corpus.py --measured-before 20261125T05 --section 0  # stale rows
+    python benchmarks/bench_corpus.py --config-changed --section 0  # rows a rule change moved
     python benchmarks/bench_corpus.py --render                     # CORPUS.md + corpus.png, no GPU
     python benchmarks/bench_corpus.py --fp8 --section 0            # the fp8 section (CORPUS_FP8.md)
 
@@ -350,14 +351,16 @@ def _checked(row: dict, name: str, fn: Callable[[], object], out, ref) -> bool:
 
 
 def _tile(config) -> str:
-    """The config's tile, cluster and the choices that set it apart (gathered, stream-K)."""
+    """The config's tile, cluster and the choices that set it apart (gathered, stream-K, a
+    fixed A/B stage count)."""
     gathered = " gathered" if config.gather else ""
     stream_k = ""
     if config.stream_k:
         stream_k = f" stream-K/{config.stream_k_split}" if config.stream_k_split else " stream-K"
+    stages = f" {config.stages} stages" if config.stages else ""
     return (
         f"{config.tile_m}x{config.tile_n} {config.cluster_m}x{config.cluster_n}"
-        f"{gathered}{stream_k}"
+        f"{gathered}{stream_k}{stages}"
     )
 
 
@@ -446,6 +449,34 @@ def stale_keys(results: dict, device: str, before: str) -> set[str]:
             for row in run["rows"]:
                 latest[row["key"]] = max(latest.get(row["key"], ""), run["run_id"])
     return {key for key, run_id in latest.items() if run_id < before}
+
+
+def config_changed_keys(results: dict, device: str, problems: list[dict], num_sms: int) -> set[str]:
+    """The ``problems`` whose latest row on ``device`` was measured with another plain or
+    fused config (``_tile``) than the heuristic now gives on ``num_sms`` SMs: the rows a rule
+    change since moved. Problems without a row there are left out."""
+    from cute_conv.untuned import heuristic_config
+
+    latest: dict[str, tuple[str, dict]] = {}
+    for run in results["runs"]:
+        if run["device"] == device:
+            for row in run["rows"]:
+                if run["run_id"] >= latest.get(row["key"], ("", {}))[0]:
+                    latest[row["key"]] = (run["run_id"], row)
+    changed = set()
+    for p in problems:
+        if p["key"] not in latest:
+            continue
+        row = latest[p["key"]][1]
+        problem = problem_shape(p)
+        measured = (row.get("config"), row.get("fused_config"))
+        now = (
+            _tile(heuristic_config(problem, num_sms)),
+            _tile(heuristic_config(problem, num_sms, has_residual=True)),
+        )
+        if measured != now:
+            changed.add(p["key"])
+    return changed
 
 
 def _done_keys(path: Path, device: str) -> set[str]:
@@ -699,10 +730,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="only problems whose latest results on this device (or --device) "
                         "come from a run before RUN_ID, a UTC stamp or its prefix "
                         "(20261125T05): re-measure the stale rows")  # fmt: skip
+    parser.add_argument("--config-changed", action="store_true",
+                        help="only problems whose latest results on this device (or --device) "
+                        "were measured with another plain or fused config than the heuristic "
+                        "gives now")  # fmt: skip
     parser.add_argument("--plan", action="store_true", help="print the sections, measure nothing")
     parser.add_argument("--render", action="store_true", help="write the report from the results")
     parser.add_argument("--device", help="with --render: the device to report (default: latest); "
-                        "with --measured-before: whose rows (default: this GPU)")  # fmt: skip
+                        "with --measured-before / --config-changed: whose rows (default: this "
+                        "GPU)")  # fmt: skip
     parser.add_argument("--corpus", type=Path, default=CORPUS_PATH)
     parser.add_argument("--results", type=Path)
     parser.add_argument("--report", type=Path)
@@ -732,13 +768,23 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"--keys: not in the selection: {', '.join(sorted(unknown))}")
         chosen = [p for p in chosen if p["key"] in keys]
-    if args.measured_before:
+    if args.measured_before or args.config_changed:
+        if args.fp8 and args.config_changed:
+            parser.error("--config-changed compares the bf16 plain and fused configs: not --fp8")
         device = args.device or (torch.cuda.get_device_name() if torch.cuda.is_available() else None)
         if device is None:
-            parser.error("--measured-before: which device's rows? pass --device (no GPU here)")
+            parser.error("--measured-before / --config-changed: which device's rows? pass "
+                         "--device (no GPU here)")  # fmt: skip
         results = json.loads(args.results.read_text()) if args.results.exists() else {"runs": []}
-        stale = stale_keys(results, device, args.measured_before)
-        chosen = [p for p in chosen if p["key"] in stale]
+        if args.measured_before:
+            stale = stale_keys(results, device, args.measured_before)
+            chosen = [p for p in chosen if p["key"] in stale]
+        if args.config_changed:
+            # Without a GPU: the SM count of an H100 SXM and an H200.
+            gpu = torch.cuda.is_available()
+            sms = torch.cuda.get_device_properties(0).multi_processor_count if gpu else 132
+            changed = config_changed_keys(results, device, chosen, sms)
+            chosen = [p for p in chosen if p["key"] in changed]
     frontend = not args.no_frontend
     parts = sections(chosen, args.sections, frontend=frontend, fp8=args.fp8)
     if args.plan:

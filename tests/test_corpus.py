@@ -242,6 +242,43 @@ def test_stale_keys_are_those_last_measured_before_a_run():
     assert bench_corpus.stale_keys(stamps, "H100", "20261125T05") == {"a"}
 
 
+def test_config_changed_keys_are_rows_measured_with_another_config():
+    from cute_conv.untuned import heuristic_config
+
+    first, second = bench_corpus.load_corpus()[:2]
+    now = {
+        p["key"]: (
+            bench_corpus._tile(heuristic_config(bench_corpus.problem_shape(p), 132)),
+            bench_corpus._tile(
+                heuristic_config(bench_corpus.problem_shape(p), 132, has_residual=True)
+            ),
+        )
+        for p in (first, second)
+    }
+
+    def row(p, plain, fused):
+        return {"key": p["key"], "config": plain, "fused_config": fused}
+
+    results = {"runs": [
+        {"device": "H100", "run_id": "1", "rows": [row(first, "0x0 1x1", "0x0 1x1")]},
+        {"device": "H100", "run_id": "2", "rows": [row(first, *now[first["key"]]),
+                                                   row(second, now[second["key"]][0], "old")]},
+        {"device": "H200", "run_id": "3", "rows": [row(first, "old", now[first["key"]][1])]},
+    ]}  # fmt: skip
+    problems = [first, second]
+    # first's latest H100 row (run 2) has today's configs; second's fused config moved.
+    assert bench_corpus.config_changed_keys(results, "H100", problems, 132) == {second["key"]}
+    assert bench_corpus.config_changed_keys(results, "H200", problems, 132) == {first["key"]}
+    assert bench_corpus.config_changed_keys(results, "B200", problems, 132) == set()
+
+
+def test_tile_names_a_fixed_stage_count():
+    from cute_conv import Conv2dConfig
+
+    assert bench_corpus._tile(Conv2dConfig(tile_n=256, cluster_m=2)) == "128x256 2x1"
+    assert bench_corpus._tile(Conv2dConfig(tile_n=256, stages=3)) == "128x256 1x1 3 stages"
+
+
 def test_a_rerun_keeps_the_comparisons_it_did_not_time():
     results = _results()
     rerun = _row("c", "heldout", ["3x3 s1"], 1.0, ours_ms=0.5, cudnn_ms=1.0)  # no fused times
