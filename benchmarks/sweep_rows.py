@@ -329,6 +329,15 @@ def best_over_chosen(
     )
 
 
+def _fit_parts(path: Path, results: dict) -> tuple[list[dict], list[dict]]:
+    """The train and held-out rows of ``path``'s ``results`` that passed their checks; a
+    clear error where there are no train rows to fit on."""
+    train, held = by_split(passed_rows(results))
+    if not train:
+        raise SystemExit(f"{path}: no measured train rows to fit on (run the sweep on a GPU)")
+    return train, held
+
+
 @dataclasses.dataclass(frozen=True)
 class BoundSweep:
     """A heuristic rule with a bound, swept over the corpus: per problem, the call's config
@@ -413,7 +422,7 @@ class BoundSweep:
         from cute_conv import config
 
         results = load_results(path)
-        train, held = by_split(passed_rows(results))
+        train, held = _fit_parts(path, results)
         print(f"{results.get('device', '?')}, {form}: {len(train)} train, {len(held)} held-out")
         print(f"| bound | train | held-out | problems taking {self.variant} (train, held-out) |")
         print("|---|---|---|---|")
@@ -441,7 +450,7 @@ class BoundSweep:
         scores."""
         from bench import geomean
 
-        parts = [by_split(passed_rows(load_results(path))) for path in paths]
+        parts = [_fit_parts(path, load_results(path)) for path in paths]
 
         def joint(bound: float, split: int) -> float:
             return geomean(self.score(part[split], bound, form) for part in parts)
