@@ -275,9 +275,9 @@ def default_config(
     two CTAs along M share the filter tile (measured on an H200: a 5x5 conv, K=192, 1.17x;
     a 3x3 with K=256, 1.03x; 1x1 convs with K=64 1% slower, hence the mainloop bound).
 
-    Residual epilogues (``has_residual``): the kernel keeps a whole tile of C in SMEM so that
-    its loads hide behind the mainloop, but a 256-wide tile's C does not fit beside four
-    A/B stages. With a short mainloop (at most ``residual_narrow_max_k`` of GEMM K; None:
+    Residual epilogues (``has_residual``): the kernel keeps as much of a tile of C in SMEM as
+    fits beside the A/B stages, so that its loads hide behind the mainloop, but a 256-wide
+    tile's C does not fit whole beside four of them. With a short mainloop (at most ``residual_narrow_max_k`` of GEMM K; None:
     ``RESIDUAL_NARROW_MAX_GEMM_K``: 1x1 convs of C <= 128) the C loads would be exposed, so
     such convs take 128-wide tiles, on single-CTA clusters (for 1x1 convs: dynamically
     scheduled, see below): r50-c2-1x1-up fused, 128x128 1x2 -> 1x1 dynamic, 0.1274 -> 0.1214
