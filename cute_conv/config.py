@@ -65,7 +65,7 @@ RESIDUAL_NARROW_MAX_GEMM_K = 128
 # the corpus's train part on an H100 (benchmarks/sweep_residual_source.py).
 WHOLE_SOURCE_MIN_GEMM_K = 1152
 # The A/B stages that leave a 128x256 tile's whole C room in SMEM.
-_WHOLE_SOURCE_AB_STAGES = 3
+WHOLE_SOURCE_AB_STAGES = 3
 # The fixed cost of a k-tile (barriers, issue), in channels of MMA work, by input element
 # bytes (see default_config). fp8: fitted on the corpus's train part (C=320 wants 64-wide
 # k-tiles, so below 32; C=432 128-wide ones, so above 21.3), not the 32 that equal bytes
@@ -475,7 +475,7 @@ def default_config(
     whole_source = whole_source and problem.gemm_k >= whole_source_min_k
     return Conv2dConfig(
         tile_m=tile_m, tile_n=tile_n, tile_k=tile_k, cluster_m=cluster_m, cluster_n=cluster_n,
-        stages=_WHOLE_SOURCE_AB_STAGES if whole_source else 0,
+        stages=WHOLE_SOURCE_AB_STAGES if whole_source else 0,
         stream_k=stream_k, stream_k_split=stream_k_split, dynamic_schedule=dynamic_schedule,
         tile_w=tile_w, halo_h=halo_h, pingpong=pingpong,
     )  # fmt: skip

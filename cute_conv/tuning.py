@@ -29,6 +29,7 @@ import torch
 
 from . import disk_cache
 from .config import (
+    WHOLE_SOURCE_AB_STAGES,
     Conv2dConfig,
     check_config_fits,
     check_element_bytes,
@@ -116,7 +117,10 @@ def candidate_widths(k: int) -> list[int]:
 
 
 def candidate_configs(
-    problem: Conv2dProblemShape, num_sms: int = 132, element_bytes: int = 2
+    problem: Conv2dProblemShape,
+    num_sms: int = 132,
+    element_bytes: int = 2,
+    has_residual: bool = False,
 ) -> list[Conv2dConfig]:
     """``candidate_widths``, each alone and in both 2-CTA clusters, two rasterizations, 128-
     row tiles and, up to 160 wide, 192-row ones and, up to 128 wide, 256-row ones, and 64-row
@@ -127,8 +131,11 @@ def candidate_configs(
     residual; where the heuristic takes dynamic scheduling, each of the two alone), for the problem the kernel runs (after
     staging) on ``num_sms`` SMs with inputs of ``element_bytes`` (1: fp8); and 128x128
     ping-pong halo tiles where they fit (``pingpong_halo_tile``: faster than the default on
-    some devices only; they need 128-byte k-tiles)."""
-    check_heuristic_args(problem, num_sms)
+    some devices only; they need 128-byte k-tiles). With ``has_residual`` (16-bit inputs),
+    the 128-row candidates wider than 192 also with three A/B stages, which leave SMEM for
+    their whole tile of C (``config.WHOLE_SOURCE_MIN_GEMM_K``: 0.85-1.15x per conv on an
+    H100, so worth timing per device)."""
+    check_heuristic_args(problem, num_sms, has_residual)
     check_element_bytes(element_bytes)
     kernel_problem = kernel_problem_for(problem, element_bytes)
     heuristic = default_config(kernel_problem, num_sms, element_bytes=element_bytes)
@@ -164,6 +171,12 @@ def candidate_configs(
             Conv2dConfig(tile_m=128, tile_n=128, tile_k=tile_k,
                          tile_w=tile_w, halo_h=halo_h, pingpong=True)
         )  # fmt: skip
+    if has_residual and element_bytes == 2:
+        candidates += [
+            dataclasses.replace(c, stages=WHOLE_SOURCE_AB_STAGES)
+            for c in candidates
+            if c.tile_m == 128 and c.tile_n > 192
+        ]
     return candidates
 
 
@@ -405,7 +418,7 @@ def _autotune(
 ) -> Conv2dConfig:
     num_sms = torch.cuda.get_device_properties(device).multi_processor_count
     element_bytes = dtype.itemsize
-    candidates = list(configs or candidate_configs(problem, num_sms, element_bytes))
+    candidates = list(configs or candidate_configs(problem, num_sms, element_bytes, has_residual))
     # What a call with config=None would otherwise run on this device (gathered operands
     # and the small-M rule included), timed beside the candidates: a stored choice replaces
     # it only where it is faster.

@@ -289,6 +289,29 @@ def test_wide_residual_tiles_of_long_mainloops_keep_a_whole_tile_of_c():
         default_config(sd, has_residual=True, whole_source_min_k="1152")
 
 
+def test_residual_tuning_also_times_wide_tiles_with_a_whole_tile_of_c():
+    import cutlass
+
+    from cute_conv.config import WHOLE_SOURCE_AB_STAGES
+
+    sd = problem(8, 64, 512, 512, 3, padding=1)
+    plain = tuning.candidate_configs(sd)
+    fused = tuning.candidate_configs(sd, has_residual=True)
+    whole = [c for c in fused if c.stages]
+    assert not any(c.stages for c in plain) and whole
+    assert {replace(c, stages=0) for c in whole} == {
+        c for c in plain if c.tile_m == 128 and c.tile_n > 192
+    }
+    for c in whole:
+        assert c.stages == WHOLE_SOURCE_AB_STAGES
+        plan = c.plan(cutlass.BFloat16, cutlass.BFloat16, True)
+        assert plan.source_stages * plan.epi_n >= c.tile_n  # the whole tile of C
+    assert default_config(sd, has_residual=True) in fused
+    assert not any(c.stages for c in tuning.candidate_configs(sd, 132, 1, has_residual=True))
+    with pytest.raises(TypeError, match="has_residual must be a bool"):
+        tuning.candidate_configs(sd, has_residual=1)
+
+
 def test_residual_narrowed_pointwise_tiles_run_alone_and_dynamic():
     # ResNet-50's 1x1 64 -> 256 conv: plain 128x256; with a residual 128 wide, and the two N
     # tiles not paired in a cluster, so that tiles are taken dynamically.

@@ -16,6 +16,7 @@ from bench_corpus import load_corpus, problem_shape  # noqa: E402
 from sweep_rows import by_split, middle_of_best, passed_rows  # noqa: E402
 
 from cute_conv import config  # noqa: E402
+from tests.bound_sweep_rows import check_committed_rows  # noqa: E402
 
 H100_RESULTS = sweep.GPU_RESULTS[1]
 
@@ -36,14 +37,8 @@ def test_the_selection_is_where_a_wide_residual_tile_keeps_three_stages():
 
 
 def test_committed_rows_are_the_whole_selection_and_every_config_passed():
-    rows = _rows()
     selected = sweep.residual_source_problems(load_corpus(), "fused")
-    assert [r["key"] for r in rows] == [p["key"] for p in selected]
-    for r, p in zip(rows, selected, strict=True):
-        configs = sweep.configs_of(problem_shape(p), "fused")
-        assert r["configs"] == {name: repr(c) for name, c in configs.items()}
-        assert all(check["ok"] for check in r["checks"].values())
-        assert {sweep.PART, sweep.WHOLE, "cudnn"} <= set(r["ms"])
+    check_committed_rows(sweep.SWEEP, selected, _rows(), "fused")
 
 
 def test_the_fit_on_the_h100_rows_gives_the_rules_bound():

@@ -17,6 +17,7 @@ import sweep_residual_width as sweep  # noqa: E402
 from bench_corpus import load_corpus, problem_shape  # noqa: E402
 
 from cute_conv import config  # noqa: E402
+from tests.bound_sweep_rows import check_committed_rows  # noqa: E402
 
 
 def test_the_selection_is_where_a_residual_narrows_256_wide_tiles():
@@ -35,14 +36,8 @@ def test_the_selection_is_where_a_residual_narrows_256_wide_tiles():
 
 @pytest.mark.parametrize("path", sweep.GPU_RESULTS, ids=["H200", "H100"])
 def test_committed_rows_are_the_whole_selection_and_every_config_passed(path):
-    rows = json.loads(path.read_text())["rows"]
     selected = sweep.residual_width_problems(load_corpus(), "fused")
-    assert [r["key"] for r in rows] == [p["key"] for p in selected]
-    for r, p in zip(rows, selected, strict=True):
-        configs = sweep.configs_of(problem_shape(p), "fused")
-        assert r["configs"] == {name: repr(c) for name, c in configs.items()}
-        assert all(check["ok"] for check in r["checks"].values())
-        assert {sweep.WIDE, sweep.NARROW, "cudnn"} <= set(r["ms"])
+    check_committed_rows(sweep.SWEEP, selected, json.loads(path.read_text())["rows"], "fused")
 
 
 def test_the_joint_fit_gives_the_rules_bound():
