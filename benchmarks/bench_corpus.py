@@ -457,17 +457,12 @@ def config_changed_keys(results: dict, device: str, problems: list[dict], num_sm
     change since moved. Problems without a row there are left out."""
     from cute_conv.untuned import heuristic_config
 
-    latest: dict[str, tuple[str, dict]] = {}
-    for run in results["runs"]:
-        if run["device"] == device:
-            for row in run["rows"]:
-                if run["run_id"] >= latest.get(row["key"], ("", {}))[0]:
-                    latest[row["key"]] = (run["run_id"], row)
+    latest = {row["key"]: row for row in latest_rows(results, device)[1]} if results["runs"] else {}
     changed = set()
     for p in problems:
-        if p["key"] not in latest:
+        row = latest.get(p["key"])
+        if row is None:
             continue
-        row = latest[p["key"]][1]
         problem = problem_shape(p)
         measured = (row.get("config"), row.get("fused_config"))
         now = (

@@ -43,7 +43,7 @@ PART, WHOLE = "part", "whole"
 MIN_GEMM_K_GRID = (0, 576, 1152, 2304, 4608, 9216, math.inf)
 
 SWEEP = BoundSweep(
-    rule_bound_config("whole_source_min_k", NUM_SMS), off=math.inf, on=0, baseline=PART,
+    rule_bound_config("whole_source_min_k", NUM_SMS, single_warpgroup_max_k_tiles=None), off=math.inf, on=0, baseline=PART,
     variant=WHOLE, grid=MIN_GEMM_K_GRID, constants={"fused": "WHOLE_SOURCE_MIN_GEMM_K"},
 )  # fmt: skip
 configs_of, residual_source_problems = SWEEP.configs_of, SWEEP.problems

@@ -269,16 +269,17 @@ def untuned_with(
     return untuned_config(arch, problem, kernel_problem, num_sms, form == "fused", element_bytes)
 
 
-def rule_bound_config(bound_kwarg: str, num_sms: int) -> Callable[[object, float, str], object]:
-    """``BoundSweep.config_for`` of a ``default_config`` rule whose bound is the keyword
+def rule_bound_config(
+    bound_kwarg: str, num_sms: int, **fixed: float | None
+) -> Callable[[object, float, str], object]:
+    """``BoundSweep.config_for`` of a rule whose bound is ``untuned_with``'s keyword
     ``bound_kwarg``: the config a call of ``form`` without one runs with the rule at
-    ``bound``, the 64-row rule at its fitted bound, the rules after that as
-    ``untuned_with`` defaults them (the whole-source rule: off, unless it is the one)."""
+    ``bound``, the other rules as ``untuned_with`` defaults them or as ``fixed`` sets them
+    (e.g. ``single_warpgroup_max_k_tiles=None``: the 64-row rule at its fitted bound, for a
+    sweep run after it)."""
 
     def config_for(problem, bound: float, form: str = "plain"):
-        return untuned_with(
-            problem, num_sms, form, single_warpgroup_max_k_tiles=None, **{bound_kwarg: bound}
-        )
+        return untuned_with(problem, num_sms, form, **fixed, **{bound_kwarg: bound})
 
     return config_for
 

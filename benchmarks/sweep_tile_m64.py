@@ -37,7 +37,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from sweep_rows import BoundSweep, untuned_with  # noqa: E402
+from sweep_rows import BoundSweep, rule_bound_config  # noqa: E402
 
 FORMS = ("plain", "fused", "fp8")
 RESULTS_PATHS = {
@@ -49,15 +49,8 @@ NUM_SMS = 132  # H100 SXM and H200: the selection and the fit use the same count
 HEURISTIC, SINGLE = "heuristic", "single_warpgroup"
 MAX_K_TILES_GRID = (0, 9, 18, 27, 36, 45, 54, 72, 100, 144, math.inf)
 
-
-def config_for(problem, max_k_tiles: float, form: str = "plain"):
-    """The config a call of ``form`` without one runs on ``problem`` when the rule takes
-    mainloops of at most ``max_k_tiles`` k-tiles."""
-    return untuned_with(problem, NUM_SMS, form, single_warpgroup_max_k_tiles=max_k_tiles)
-
-
 SWEEP = BoundSweep(
-    config_for, off=0, on=math.inf, baseline=HEURISTIC, variant=SINGLE,
+    rule_bound_config("single_warpgroup_max_k_tiles", NUM_SMS), off=0, on=math.inf, baseline=HEURISTIC, variant=SINGLE,
     grid=MAX_K_TILES_GRID, constants=dict.fromkeys(FORMS, "SINGLE_WARPGROUP_MAX_K_TILES"),
 )  # fmt: skip
 configs_of, tile_m64_problems = SWEEP.configs_of, SWEEP.problems

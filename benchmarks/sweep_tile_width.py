@@ -42,7 +42,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from sweep_rows import BoundSweep, untuned_with  # noqa: E402
+from sweep_rows import BoundSweep, rule_bound_config  # noqa: E402
 
 FORMS = ("plain", "fused", "fp8")
 RESULTS_PATHS = {
@@ -59,15 +59,8 @@ NUM_SMS = 132  # H100 SXM and H200: the selection and the fit use the same count
 HEURISTIC, HALF_STEP = "heuristic", "half_step"
 MIN_K_TILES_GRID = (0, 2, 4, 6, 9, 12, 18, 27, 36, 54, math.inf)
 
-
-def config_for(problem, min_k_tiles: float, form: str = "plain"):
-    """The config a call of ``form`` without one runs on ``problem`` when the heuristic weighs
-    half-step widths for mainloops of at least ``min_k_tiles`` k-tiles."""
-    return untuned_with(problem, NUM_SMS, form, half_step_min_k_tiles=min_k_tiles)
-
-
 SWEEP = BoundSweep(
-    config_for, off=math.inf, on=0, baseline=HEURISTIC, variant=HALF_STEP,
+    rule_bound_config("half_step_min_k_tiles", NUM_SMS), off=math.inf, on=0, baseline=HEURISTIC, variant=HALF_STEP,
     grid=MIN_K_TILES_GRID, constants=CONSTANTS,
 )  # fmt: skip
 configs_of, tile_width_problems = SWEEP.configs_of, SWEEP.problems

@@ -50,6 +50,7 @@ __all__ = [
     "single_warpgroup_config",
     "single_warpgroup_fits",
     "small_m_config",
+    "takes_whole_source",
     "tile_widths",
 ]
 
@@ -471,7 +472,7 @@ def default_config(
             return split_tile_config(problem, *wide)
     halo = tile_m == 256 and tile_n == 64 and full_k_tile and not stream_k
     tile_w, halo_h = _halo_tile(problem, tile_m) if halo else (0, 0)
-    whole_source = has_residual and element_bytes == 2 and tile_m == 128 and tile_n > 192
+    whole_source = has_residual and takes_whole_source(tile_m, tile_n, element_bytes)
     whole_source = whole_source and problem.gemm_k >= whole_source_min_k
     return Conv2dConfig(
         tile_m=tile_m, tile_n=tile_n, tile_k=tile_k, cluster_m=cluster_m, cluster_n=cluster_n,
@@ -583,6 +584,13 @@ def single_warpgroup_config(
             dynamic_schedule=False,
         )  # fmt: skip
     return single
+
+
+def takes_whole_source(tile_m: int, tile_n: int, element_bytes: int) -> bool:
+    """Whether a residual conv's tiles can take ``WHOLE_SOURCE_AB_STAGES`` so that their whole
+    tile of C fits in SMEM (see default_config): 128-row tiles wider than 192, 16-bit inputs
+    (fp8 was not measured)."""
+    return element_bytes == 2 and tile_m == 128 and tile_n > 192
 
 
 def single_warpgroup_fits(

@@ -39,6 +39,7 @@ from .config import (
     pingpong_pays,
     single_warpgroup_fits,
     stream_k_for_tiles,
+    takes_whole_source,
     tile_widths,
 )
 from .kernels.sm90.config import MAX_TILE_ELEMS, TILE_M_CHOICES
@@ -171,11 +172,11 @@ def candidate_configs(
             Conv2dConfig(tile_m=128, tile_n=128, tile_k=tile_k,
                          tile_w=tile_w, halo_h=halo_h, pingpong=True)
         )  # fmt: skip
-    if has_residual and element_bytes == 2:
+    if has_residual:
         candidates += [
             dataclasses.replace(c, stages=WHOLE_SOURCE_AB_STAGES)
             for c in candidates
-            if c.tile_m == 128 and c.tile_n > 192
+            if takes_whole_source(c.tile_m, c.tile_n, element_bytes)
         ]
     return candidates
 

@@ -19,6 +19,7 @@ from bench_corpus import load_corpus, problem_shape  # noqa: E402
 from sweep_rows import by_split, middle_of_best, passed_rows  # noqa: E402
 
 from cute_conv import config  # noqa: E402
+from tests.bound_sweep_rows import check_committed_rows  # noqa: E402
 
 FORMS = pytest.mark.parametrize("form", sweep.FORMS)
 
@@ -46,15 +47,9 @@ def test_the_selection_is_where_the_rule_changes_the_config(form):
 def test_committed_rows_are_a_prefix_of_the_selection_and_every_config_passed(form, gpu):
     rows = _rows(form, gpu)
     selected = sweep.tile_m64_problems(load_corpus(), form)
-    assert [r["key"] for r in rows] == [p["key"] for p in selected[: len(rows)]]
     if (form, gpu) == ("plain", ""):
         assert len(rows) == len(selected)
-    by_key = {p["key"]: p for p in selected}
-    for r in rows:
-        configs = sweep.configs_of(problem_shape(by_key[r["key"]]), form)
-        assert r["configs"] == {name: repr(c) for name, c in configs.items()}
-        assert all(check["ok"] for check in r["checks"].values())
-        assert {sweep.HEURISTIC, sweep.SINGLE, "cudnn"} <= set(r["ms"])
+    check_committed_rows(sweep.SWEEP, selected[: len(rows)], rows, form)
 
 
 @FORMS
