@@ -786,6 +786,7 @@ def main(argv: list[str] | None = None) -> int:
         for i, part in enumerate(parts):
             est = sum(estimate_seconds(p, frontend=frontend, fp8=args.fp8) for p in part)
             print(f"section {i}: {len(part)} problems, ~{est:.0f} s estimated")
+            print("  --keys " + ",".join(p["key"] for p in part))
         return 0
     if args.section is None:
         parser.error(f"--section K is required (0..{len(parts) - 1}; --plan lists them)")

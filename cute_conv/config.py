@@ -63,7 +63,8 @@ _SHORT_MAINLOOP_K = 512
 RESIDUAL_NARROW_MAX_GEMM_K = 128
 # GEMM K from which a 16-bit residual conv's tiles wider than 192 keep three A/B stages, so
 # that a whole tile of C fits in SMEM (four leave room for 2-4 of its 8 subtiles). Fitted on
-# the corpus's train part on an H100 (benchmarks/sweep_residual_source.py).
+# the corpus's train part of an H100's and an H200's rows, each alone and together
+# (benchmarks/sweep_residual_source.py).
 WHOLE_SOURCE_MIN_GEMM_K = 1152
 # The A/B stages that leave a 128x256 tile's whole C room in SMEM.
 WHOLE_SOURCE_AB_STAGES = 3

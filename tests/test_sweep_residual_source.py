@@ -1,6 +1,6 @@
 """The whole-source sweep's CPU parts (benchmarks/sweep_residual_source.py): which problems and
-configs it measures, that the committed H100 rows are all of them and every config passed its
-check, and that the fit on them gives the rule's bound."""
+configs it measures, that each GPU's committed rows are all of them and every config passed its
+check, and that the fit on the GPUs' rows together gives the rule's bound."""
 
 from __future__ import annotations
 
@@ -8,22 +8,16 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
 import sweep_residual_source as sweep  # noqa: E402
 from bench_corpus import load_corpus, problem_shape  # noqa: E402
-from sweep_rows import by_split, middle_of_best, passed_rows  # noqa: E402
 
 from cute_conv import config  # noqa: E402
 from tests.bound_sweep_rows import check_committed_rows  # noqa: E402
-
-H100_RESULTS = sweep.GPU_RESULTS[1]
-
-
-def _rows() -> list[dict]:
-    return json.loads(H100_RESULTS.read_text())["rows"]
-
 
 def test_the_selection_is_where_a_wide_residual_tile_keeps_three_stages():
     chosen = sweep.residual_source_problems(load_corpus(), "fused")
@@ -36,12 +30,11 @@ def test_the_selection_is_where_a_wide_residual_tile_keeps_three_stages():
     assert not sweep.residual_source_problems(load_corpus(), "plain")
 
 
-def test_committed_rows_are_the_whole_selection_and_every_config_passed():
+@pytest.mark.parametrize("path", sweep.GPU_RESULTS, ids=["H200", "H100"])
+def test_committed_rows_are_the_whole_selection_and_every_config_passed(path):
     selected = sweep.residual_source_problems(load_corpus(), "fused")
-    check_committed_rows(sweep.SWEEP, selected, _rows(), "fused")
+    check_committed_rows(sweep.SWEEP, selected, json.loads(path.read_text())["rows"], "fused")
 
 
-def test_the_fit_on_the_h100_rows_gives_the_rules_bound():
-    train, _ = by_split(passed_rows({"rows": _rows()}))
-    fitted = middle_of_best(list(sweep.MIN_GEMM_K_GRID), lambda b: sweep.SWEEP.score(train, b, "fused"))
-    assert fitted == config.WHOLE_SOURCE_MIN_GEMM_K
+def test_the_joint_fit_gives_the_rules_bound():
+    assert sweep.SWEEP.joint_fit("fused", sweep.GPU_RESULTS) == config.WHOLE_SOURCE_MIN_GEMM_K
