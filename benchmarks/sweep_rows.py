@@ -348,7 +348,8 @@ class BoundSweep:
     then the bound fitted on the train rows over ``grid``. ``config_for(problem, bound,
     form)`` is the config a call of ``form`` runs with the rule at ``bound``; ``off`` and
     ``on`` are the bounds that leave it out and take it everywhere; ``constants`` names, per
-    form, the ``cute_conv.config`` constant the fit is for."""
+    form, the ``cute_conv.config`` constant the fit is for (a tuple of names where a bound
+    is a tuple of several rules' bounds, fitted together)."""
 
     config_for: Callable[[object, float, str], object]
     off: float
@@ -356,7 +357,7 @@ class BoundSweep:
     baseline: str
     variant: str
     grid: tuple[float, ...]
-    constants: dict[str, str]
+    constants: dict[str, str | tuple[str, ...]]
 
     def configs_of(self, problem, form: str = "plain") -> dict:
         """``{baseline: the rule left out, variant: the rule at any bound}``."""
@@ -435,8 +436,10 @@ class BoundSweep:
             print(f"| {bound} | {self.score(train, bound, form):.3f} | "
                   f"{self.score(held, bound, form):.3f} | {takes[0]}, {takes[1]} |")  # fmt: skip
         best = middle_of_best(list(self.grid), lambda bound: self.score(train, bound, form))
-        constant = self.constants[form]
-        print(f"fitted on train: {best} (config.{constant} = {getattr(config, constant)})")
+        names = self.constants[form]
+        names = names if isinstance(names, tuple) else (names,)
+        committed = ", ".join(f"config.{name} = {getattr(config, name)}" for name in names)
+        print(f"fitted on train: {best} ({committed})")
         for name, part in (("train", train), ("held-out", held)):
             before = geomean(r["ms"]["cudnn"] / r["ms"][self.baseline] for r in part)
             after = geomean(

@@ -61,11 +61,13 @@ _SHORT_MAINLOOP_K = 512
 # loads behind: such convs take 128-wide tiles (measured on an H200: K=64 and 256 1x1 convs
 # 1.2x faster at tile_n=128 than 256, K=2304 and 4608 3x3 convs 3-5% slower).
 RESIDUAL_NARROW_MAX_GEMM_K = 128
-# GEMM K from which a 16-bit residual conv's tiles wider than 192 keep three A/B stages, so
-# that a whole tile of C fits in SMEM (four leave room for 2-4 of its 8 subtiles). Fitted on
-# the corpus's train part of an H100's and an H200's rows, each alone and together
-# (benchmarks/sweep_residual_source.py).
-WHOLE_SOURCE_MIN_GEMM_K = 1152
+# Output tiles per SM and GEMM K from which a 16-bit residual conv's tiles wider than 192 keep
+# three A/B stages, so that a whole tile of C fits in SMEM (four leave room for 2-4 of its 8
+# subtiles): the source-load warp then fetches the next tile's C under this one's mainloop,
+# which pays where an SM has tiles after this one. Fitted together on the train part of an
+# H100's rows, checked on an H200's (benchmarks/sweep_residual_source.py).
+WHOLE_SOURCE_MIN_TILES_PER_SM = 2.5
+WHOLE_SOURCE_MIN_GEMM_K = 192
 # The A/B stages that leave a 128x256 tile's whole C room in SMEM.
 WHOLE_SOURCE_AB_STAGES = 3
 # The fixed cost of a k-tile (barriers, issue), in channels of MMA work, by input element
@@ -243,6 +245,7 @@ def default_config(
     out_bytes: int = 2,
     residual_narrow_max_k: float | None = None,
     whole_source_min_k: float | None = None,
+    whole_source_min_tiles_per_sm: float | None = None,
 ) -> Conv2dConfig:
     """A fast heuristic for an H100/H200, fitted to measurements of the benchmark suite.
 
@@ -289,14 +292,19 @@ def default_config(
     256-wide tiles' speed on the 59 train convs, held-out 1.002x (the former 512: 1.026x,
     0.999x). No bound fits both GPUs well: the 3x3 convs of C=128 (GEMM K 1152) gain 3-11%
     from 128-wide tiles on the H100, those of C=256 lose up to 15% there but not on the H200.
-    Wider tiles (208-256) of 16-bit residual convs of at least ``whole_source_min_k`` GEMM K
-    (None: ``WHOLE_SOURCE_MIN_GEMM_K``) keep three A/B stages instead of four, which leaves
-    SMEM for the tile's whole C (four leave 2-4 of its eight subtiles, so most of C loads
-    during the epilogue). Fitted on the corpus's train part on an H100 only
-    (``benchmarks/sweep_residual_source.py``: the 77 fused convs it can change, CUDA-graph
-    replays): 1.009x on 51 train convs, held-out 1.011x (26); per conv 0.88-1.15x, the long
-    ones gaining (the batch-8 256x256 C=256 -> 512 3x3: 2.12 -> 1.85 ms), strided and
-    small ones losing.
+    Wider tiles (208-256) of 16-bit residual convs keep three A/B stages instead of four,
+    which leaves SMEM for the tile's whole C (four leave 2-4 of its eight subtiles, so most of
+    C loads during the epilogue), where there are at least ``whole_source_min_tiles_per_sm``
+    output tiles per SM (None: ``WHOLE_SOURCE_MIN_TILES_PER_SM``) and at least
+    ``whole_source_min_k`` of GEMM K (None: ``WHOLE_SOURCE_MIN_GEMM_K``): prefetching the next
+    tile's C pays only where an SM has a next tile. Both bounds fitted together on the
+    corpus's train part on an H100 (``benchmarks/sweep_residual_source.py``: the 77 fused
+    convs the rule can change, CUDA-graph replays): 1.018x on 51 train convs, held-out 1.015x
+    (26); the same bounds on an H200's rows, which the fit did not see: 1.019x train, 1.019x
+    held-out (GEMM K >= 1152 alone, the rule before: 1.009x / 1.011x on the H100, 1.007x /
+    1.017x on the H200). Per conv 0.85-1.15x, the convs of many tiles per SM gaining (the
+    batch-8 256x256 C=256 -> 512 3x3: 2.12 -> 1.85 ms on the H100), those of one or two
+    waves losing.
 
     tile_m: 256 for 64-wide tiles (K <= 64) with at least ``_MIN_WAVES_TALL`` waves of them:
     the filter traffic and the barrier rounds per MMA halve. Measured on an H200: r50-c2 3x3
@@ -418,9 +426,12 @@ def default_config(
         residual_narrow_max_k = RESIDUAL_NARROW_MAX_GEMM_K
     if whole_source_min_k is None:
         whole_source_min_k = WHOLE_SOURCE_MIN_GEMM_K
+    if whole_source_min_tiles_per_sm is None:
+        whole_source_min_tiles_per_sm = WHOLE_SOURCE_MIN_TILES_PER_SM
     _check_bound("half_step_min_k_tiles", half_step_min_k_tiles, "k-tiles")
     _check_bound("residual_narrow_max_k", residual_narrow_max_k, "GEMM K channels")
     _check_bound("whole_source_min_k", whole_source_min_k, "GEMM K channels")
+    _check_bound("whole_source_min_tiles_per_sm", whole_source_min_tiles_per_sm, "tiles per SM")
     tile_k = k_tile_width(problem.C, element_bytes)
 
     def cheapest(widths: tuple[int, ...]) -> int:
@@ -475,6 +486,8 @@ def default_config(
     tile_w, halo_h = _halo_tile(problem, tile_m) if halo else (0, 0)
     whole_source = has_residual and takes_whole_source(tile_m, tile_n, element_bytes)
     whole_source = whole_source and problem.gemm_k >= whole_source_min_k
+    tiles_per_sm = _tile_count(problem, tile_m, tile_n) / num_sms
+    whole_source = whole_source and tiles_per_sm >= whole_source_min_tiles_per_sm
     return Conv2dConfig(
         tile_m=tile_m, tile_n=tile_n, tile_k=tile_k, cluster_m=cluster_m, cluster_n=cluster_n,
         stages=WHOLE_SOURCE_AB_STAGES if whole_source else 0,

@@ -134,7 +134,7 @@ def candidate_configs(
     ping-pong halo tiles where they fit (``pingpong_halo_tile``: faster than the default on
     some devices only; they need 128-byte k-tiles). With ``has_residual`` (16-bit inputs),
     the 128-row candidates wider than 192 also with three A/B stages, which leave SMEM for
-    their whole tile of C (``config.WHOLE_SOURCE_MIN_GEMM_K``: 0.85-1.15x per conv on an
+    their whole tile of C (``config.WHOLE_SOURCE_MIN_TILES_PER_SM``: 0.85-1.15x per conv on an
     H100, so worth timing per device)."""
     check_heuristic_args(problem, num_sms, has_residual)
     check_element_bytes(element_bytes)

@@ -266,14 +266,15 @@ def test_default_config_for_residual_epilogues(prob, plain_n, residual_n):
     assert default_config(prob, has_residual=True).tile_n == residual_n
 
 
-def test_wide_residual_tiles_of_long_mainloops_keep_a_whole_tile_of_c():
-    """``WHOLE_SOURCE_MIN_GEMM_K``: 16-bit residual convs on 128-row tiles wider than 192 of
-    at least that GEMM K take three A/B stages, which leave SMEM for the tile's whole C."""
+def test_wide_residual_tiles_with_tiles_to_come_keep_a_whole_tile_of_c():
+    """``WHOLE_SOURCE_MIN_TILES_PER_SM`` and ``WHOLE_SOURCE_MIN_GEMM_K``: 16-bit residual convs
+    on 128-row tiles wider than 192, with that many output tiles per SM and that GEMM K,
+    take three A/B stages, which leave SMEM for the tile's whole C."""
     import cutlass
 
-    from cute_conv.config import WHOLE_SOURCE_MIN_GEMM_K
+    from cute_conv.config import WHOLE_SOURCE_MIN_GEMM_K, WHOLE_SOURCE_MIN_TILES_PER_SM
 
-    sd = problem(8, 64, 512, 512, 3, padding=1)  # GEMM K 4608 at 128x256
+    sd = problem(8, 64, 512, 512, 3, padding=1)  # 512 tiles of 128x256: 3.9 per SM
     fused = default_config(sd, has_residual=True)
     assert (fused.tile_m, fused.tile_n, fused.stages) == (128, 256, 3)
     assert default_config(sd).stages == 0  # no residual
@@ -281,12 +282,19 @@ def test_wide_residual_tiles_of_long_mainloops_keep_a_whole_tile_of_c():
     assert default_config(sd, has_residual=True, whole_source_min_k=math.inf).stages == 0
     plan = fused.plan(cutlass.BFloat16, cutlass.BFloat16, True)
     assert plan.source_stages * plan.epi_n == fused.tile_n  # the whole tile of C
+    # Half the SMs' worth of tiles fewer: no next tile to prefetch C for on most SMs.
+    few = default_config(sd, 132 * 2, has_residual=True)
+    assert 512 / (132 * 2) < WHOLE_SOURCE_MIN_TILES_PER_SM
+    assert (few.tile_m, few.tile_n, few.stages) == (128, 256, 0)
+    assert default_config(sd, has_residual=True, whole_source_min_tiles_per_sm=4).stages == 0
     # C=16 3x3 (GEMM K 144) stays at the plan's four stages.
     short = default_config(problem(8, 64, 16, 512, 3, padding=1), has_residual=True)
     assert short.tile_n == 256 and short.stages == 0
     assert problem(8, 64, 16, 512, 3, padding=1).gemm_k < WHOLE_SOURCE_MIN_GEMM_K
     with pytest.raises(TypeError, match="whole_source_min_k must be None or a number"):
         default_config(sd, has_residual=True, whole_source_min_k="1152")
+    with pytest.raises(TypeError, match="whole_source_min_tiles_per_sm must be None or a number"):
+        default_config(sd, has_residual=True, whole_source_min_tiles_per_sm=True)
 
 
 def test_residual_tuning_also_times_wide_tiles_with_a_whole_tile_of_c():

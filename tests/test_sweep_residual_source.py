@@ -19,6 +19,7 @@ from bench_corpus import load_corpus, problem_shape  # noqa: E402
 from cute_conv import config  # noqa: E402
 from tests.bound_sweep_rows import check_committed_rows  # noqa: E402
 
+
 def test_the_selection_is_where_a_wide_residual_tile_keeps_three_stages():
     chosen = sweep.residual_source_problems(load_corpus(), "fused")
     assert chosen
@@ -36,5 +37,13 @@ def test_committed_rows_are_the_whole_selection_and_every_config_passed(path):
     check_committed_rows(sweep.SWEEP, selected, json.loads(path.read_text())["rows"], "fused")
 
 
-def test_the_joint_fit_gives_the_rules_bound():
-    assert sweep.SWEEP.joint_fit("fused", sweep.GPU_RESULTS) == config.WHOLE_SOURCE_MIN_GEMM_K
+RULE_BOUNDS = (config.WHOLE_SOURCE_MIN_TILES_PER_SM, config.WHOLE_SOURCE_MIN_GEMM_K)
+
+
+def test_the_fit_on_the_h100_train_rows_gives_the_rules_bounds():
+    """The bounds were fitted on the H100's train rows (the H200's checked them)."""
+    assert sweep.SWEEP.fit("fused", sweep.GPU_RESULTS[1]) == RULE_BOUNDS
+
+
+def test_the_joint_fit_gives_the_same_bounds():
+    assert sweep.SWEEP.joint_fit("fused", sweep.GPU_RESULTS) == RULE_BOUNDS
