@@ -61,9 +61,11 @@ def form_configs(problem, form: str):
     takes = default.tile_m == 128 and default.tile_n > 32 and not default.stream_k
     if not (takes and pays(problem, default.tile_k, NUM_SMS)):
         return None
+    # 128-wide ping-pong tiles keep the plan's stages (a whole tile of C is for wider ones).
     pingpong = dataclasses.replace(
-        default, tile_n=128, cluster_m=1, cluster_n=1, dynamic_schedule=False, pingpong=True
-    )
+        default, tile_n=128, cluster_m=1, cluster_n=1, dynamic_schedule=False, pingpong=True,
+        stages=0,
+    )  # fmt: skip
     return default, pingpong
 
 
