@@ -43,7 +43,8 @@ NUM_SMS = 132  # H100 SXM: the SM count the rows' waves are counted on
 def waves_if_dynamic(problem) -> float | None:
     """The default config's waves of tiles on ``problem`` where the rule before session 24
     scheduled it dynamically (see the module docstring), else None."""
-    from cute_conv.config import default_config, schedule_shape
+    from cute_conv.config import default_config
+    from cute_conv.schedule import schedule_shape
     from cute_conv.staging import kernel_problem_for
 
     if kernel_problem_for(problem) != problem or not problem.R == problem.S == 1:

@@ -1,5 +1,5 @@
 """Gathered operands against staged copies, for convs whose C is not a multiple of 8: measure
-both, and fit the gather rule's bounds (``config.MAX_GATHER_LOADS_PER_SM``).
+both, and fit the gather rule's bounds (``gather_rule.MAX_GATHER_LOADS_PER_SM``).
 
     python benchmarks/sweep_gather.py [--max-seconds 500]   # H100/H200, both splits
     python benchmarks/sweep_gather.py --fit                 # no GPU
@@ -9,10 +9,10 @@ C zero-padded, or unfolded into im2col columns). Per problem, in one process: th
 config on the staged kernel problem ("staged": a padded or unfolded copy of the activation per
 call, and a staged filter per CUDA-graph replay), the heuristic's config for the
 channel-padded problem with both operands gathered ("gathered",
-``config.with_gathered_operands``), and cuDNN's ``F.conv2d``, each checked against the
+``gather_rule.with_gathered_operands``), and cuDNN's ``F.conv2d``, each checked against the
 float32 reference, then timed eagerly and replayed from CUDA graphs, interleaved as
 ``bench.py`` times. Rows go to ``gather_sweep.json`` with the staging spared and each
-problem's gather loads per SM (``config.gather_loads_per_sm``); a rerun skips the
+problem's gather loads per SM (``gather_rule.gather_loads_per_sm``); a rerun skips the
 problems already there. ``--fit`` picks a bound per staging on the train part and reports
 both parts: the score of a bound is the geomean, over the problems, of the faster variant's
 time over the chosen one's, eager and replayed alike (their geomean: an eager caller and a
@@ -55,7 +55,7 @@ def measure(p: dict) -> dict:
     from models import replay_of
 
     import cute_conv
-    from cute_conv.config import gather_loads_per_sm, with_gathered_operands
+    from cute_conv.gather_rule import gather_loads_per_sm, with_gathered_operands
     from cute_conv.reference import conv2d_reference
     from cute_conv.staging import channels_padded, gather_replaces, kernel_problem_for
 

@@ -15,7 +15,7 @@ off); and cuDNN's ``F.conv2d``. Each is checked against the float32 reference fi
 timed as ``bench.py`` times (interleaved rounds of ``do_bench`` medians). Rows are appended to
 ``stream_k_sweep.json`` as they are measured; a rerun skips the problems already there.
 
-``--fit`` chooses ``config.K_TILES_PER_SPLIT`` (the rule ``stream_k_schedule``: split each
+``--fit`` chooses ``schedule.K_TILES_PER_SPLIT`` (the rule ``stream_k_schedule``: split each
 tile as many ways of ``SPLITS`` as the SMs allow while every CTA keeps that many k-tiles,
 else the whole-grid rule) to maximize the training problems' geomean of (fastest variant) /
 (chosen), over the unstaged problems (``fitted_rows``), and reports the same on the held-out
@@ -48,8 +48,8 @@ from sweep_rows import (  # noqa: E402
 )
 from sweep_rows import precompile as precompile_configs  # noqa: E402
 
-from cute_conv.config import STREAM_K_SPLITS as SPLITS  # noqa: E402
-from cute_conv.config import stream_k_schedule  # noqa: E402
+from cute_conv.schedule import STREAM_K_SPLITS as SPLITS  # noqa: E402
+from cute_conv.schedule import stream_k_schedule  # noqa: E402
 
 RESULTS_PATH = HERE / "stream_k_sweep.json"
 MIN_K_TILES = 12
@@ -61,7 +61,7 @@ DATA_PARALLEL, WHOLE_GRID = "data_parallel", "whole_grid"
 def sub_wave(problems: list[dict], num_sms: int = NUM_SMS) -> list[dict]:
     """The problems where the schedule choice matters (see the module docstring), each with
     its default config's cluster tiles, k-tiles, clusters per wave and the splits to time."""
-    from cute_conv.config import cluster_tile_count, schedule_shape
+    from cute_conv.schedule import cluster_tile_count, schedule_shape
     from cute_conv.staging import kernel_problem_for
 
     chosen = []

@@ -69,12 +69,8 @@ def shape_name(tile_m: int, tile_n: int, split: int = 0) -> str:
 def wide_variants(problem, num_sms: int = NUM_SMS) -> dict:
     """The wide configs timed on ``problem``, by name (``shape_name``): each split of each
     wide tile shape (``config.wide_tile_shapes``) that fits (see the module docstring)."""
-    from cute_conv.config import (
-        cluster_tile_count,
-        schedule_shape,
-        split_tile_config,
-        wide_tile_shapes,
-    )
+    from cute_conv.config import split_tile_config, wide_tile_shapes
+    from cute_conv.schedule import cluster_tile_count, schedule_shape
 
     variants = {}
     for tile_m, tile_n in wide_tile_shapes(problem):
@@ -95,7 +91,7 @@ def wide_split_problems(problems: list[dict]) -> list[dict]:
     """The corpus problems the sweep measures (see the module docstring)."""
     from bench_corpus import problem_shape
 
-    from cute_conv.config import schedule_shape
+    from cute_conv.schedule import schedule_shape
     from cute_conv.staging import kernel_problem_for
     from cute_conv.untuned import heuristic_config
 

@@ -13,11 +13,11 @@ from typing import Any, Callable, Optional
 from .config import (
     check_config_fits,
     default_config,
-    gathered_config,
     single_warpgroup_config,
     small_m_config,
 )
 from .config_sm100 import default_config_sm100
+from .gather_rule import gathered_config
 from .kernels.sm90.config import SMEM_CAPACITY_SM90, Conv2dConfig
 from .kernels.sm90.conv2d_fprop import Conv2dFpropSm90
 from .kernels.sm100.config import SMEM_CAPACITY_SM100, Conv2dConfigSm100

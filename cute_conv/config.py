@@ -4,8 +4,9 @@ of a config against a problem.
 ``Conv2dConfig`` itself (tile shape, cluster shape, pipeline depth, rasterization, schedule
 options) is defined next to the kernel, in ``kernels/sm90/config.py``, and re-exported here. It
 is part of the compile-cache key, so it is frozen and hashable and holds only what changes the
-compiled kernel, apart from its launch choices (``stream_k_split``, see ``launch_clusters``);
-geometry (``Conv2dProblemShape``) never does.
+compiled kernel, apart from its launch choices (``stream_k_split``, see
+``schedule.launch_clusters``); geometry (``Conv2dProblemShape``) never does. How the grid walks
+a problem (tile counts, the stream-K choice) is ``schedule``'s.
 """
 
 from __future__ import annotations
@@ -21,14 +22,16 @@ from .kernels.sm90.config import (
     Conv2dConfig,
     is_half_step,
 )
-from .kernels.sm90.schedule_checks import (
-    GATHER_ELEMENT_BITS,
-    GATHER_VECTOR_CHOICES,
-    MAX_K_TILE_BYTES,
-    MIN_K_TILE_BYTES,
-)
+from .kernels.sm90.schedule_checks import MAX_K_TILE_BYTES, MIN_K_TILE_BYTES
 from .kernels.sm100.config import Conv2dConfigSm100
 from .problem import Conv2dProblemShape
+from .schedule import (
+    cluster_tile_count,
+    schedule_shape,
+    stream_k_for_tiles,
+    stream_k_schedule,
+    tile_count,
+)
 
 __all__ = [
     "Conv2dConfig",
@@ -36,17 +39,11 @@ __all__ = [
     "check_config_fits",
     "check_element_bytes",
     "default_config",
-    "gather_loads_per_sm",
     "half_step_widths",
-    "gathered_config",
-    "launch_clusters",
-    "stream_k_schedule",
-    "with_gathered_operands",
     "k_tile_width",
     "split_tile_config",
     "wide_split_shape",
     "wide_tile_shapes",
-    "schedule_shape",
     "single_warpgroup_config",
     "single_warpgroup_fits",
     "small_m_config",
@@ -111,17 +108,6 @@ _HALO_TILE_W = 64
 _HALO_MIN_FILL = 0.75
 # Ping-pong halo tiles (see pingpong_halo_tile): 4 output rows of 32 columns.
 _PINGPONG_HALO_TILE_W = 32
-# Gathered operands (see gathered_config) for convs whose SMs each issue at most this many
-# gather loads (A and filter tile rows x k-tile channels / gather_vector, summed over the SM's
-# tiles), by the staging they spare: fitted on the corpus's train part on an H100
-# (benchmarks/sweep_gather.py, gather_sweep.json).
-MAX_GATHER_LOADS_PER_SM = {"pad": 50176, "im2col": 28672}
-GATHERED_ELEMENT_BYTES = GATHER_ELEMENT_BITS // 8
-# Bounded stream-K splits (``Conv2dConfig.stream_k_split``) the heuristic chooses among, and
-# the k-tiles each CTA of a split keeps at least: fitted on the corpus's train part on an H100
-# (benchmarks/sweep_stream_k.py, stream_k_sweep.json; see stream_k_schedule).
-STREAM_K_SPLITS = (2, 3, 4, 6, 8, 12, 16)
-K_TILES_PER_SPLIT = 9.0
 # Wide split tiles (see wide_split_shape): data-parallel 16-bit convs of at least this many
 # k-tiles per tile take 128x256 (or 256x128) tiles split by stream-K, where a split fits; the
 # wide tile's N padding at most this fraction of K. Fitted on the corpus's train part on an
@@ -136,11 +122,6 @@ _WIDE_SPLIT_MAX_N_PADDING = 0.25
 HALF_STEP_MIN_K_TILES = 9
 HALF_STEP_MIN_K_TILES_FUSED = 18
 HALF_STEP_MIN_K_TILES_FP8 = 12  # fp8 inputs with a residual: never (not measured)
-# Where no split fits: stream-K over the whole grid for at most this fraction of a wave of
-# tiles ...
-_MAX_WAVE_STREAM_K = 0.6
-# ... with mainloops of at least this many k-tiles.
-_MIN_K_TILES_STREAM_K = 64
 
 
 def check_problem(problem: object) -> None:
@@ -486,7 +467,7 @@ def default_config(
     tile_w, halo_h = _halo_tile(problem, tile_m) if halo else (0, 0)
     whole_source = has_residual and takes_whole_source(tile_m, tile_n, element_bytes)
     whole_source = whole_source and problem.gemm_k >= whole_source_min_k
-    tiles_per_sm = _tile_count(problem, tile_m, tile_n) / num_sms
+    tiles_per_sm = tile_count(problem, tile_m, tile_n) / num_sms
     whole_source = whole_source and tiles_per_sm >= whole_source_min_tiles_per_sm
     return Conv2dConfig(
         tile_m=tile_m, tile_n=tile_n, tile_k=tile_k, cluster_m=cluster_m, cluster_n=cluster_n,
@@ -679,67 +660,6 @@ def wide_split_shape(
     return None
 
 
-def gathered_config(
-    config: Conv2dConfig,
-    padded_problem: Conv2dProblemShape,
-    num_sms: int = 132,
-    element_bytes: int = 2,
-    replaces: str = "pad",
-    *,
-    channels: int,
-) -> Conv2dConfig | None:
-    """For a call of ``channels`` input channels whose operands would be staged
-    (``replaces``: ``"pad"``, C zero-padded to a multiple of 8, or ``"im2col"``, unfolded into
-    columns; ``staging.gather_replaces``): ``with_gathered_operands(config, channels)``, where
-    ``config`` is the heuristic's for the channel-padded problem
-    (``staging.channels_padded``), if each SM issues at most
-    ``MAX_GATHER_LOADS_PER_SM[replaces]`` gather loads (``gather_loads_per_sm``); else None
-    (the staged path). The gather warps load far slower than TMA, so this pays on small convs
-    only, where the staging's launches and passes cost more than the kernel's whole
-    mainloop. fp8 inputs (``element_bytes`` 1) are never gathered."""
-    check_element_bytes(element_bytes)
-    if replaces not in MAX_GATHER_LOADS_PER_SM:
-        raise ValueError(
-            f"replaces must be one of {', '.join(MAX_GATHER_LOADS_PER_SM)}, got {replaces!r}"
-        )
-    gathered = with_gathered_operands(config, channels)
-    if element_bytes != GATHERED_ELEMENT_BYTES:
-        return None
-    if gather_loads_per_sm(gathered, padded_problem, num_sms) > MAX_GATHER_LOADS_PER_SM[replaces]:
-        return None
-    return gathered
-
-
-def with_gathered_operands(config: Conv2dConfig, channels: int) -> Conv2dConfig:
-    """``config`` with ``gather`` for a conv of ``channels`` input channels (C): on
-    single-CTA clusters without ping-pong, halo tiles, stream-K or dynamic scheduling (which
-    a gathering kernel does not take), loading the largest ``gather_vector`` that divides C,
-    its tile kept."""
-    if not isinstance(config, Conv2dConfig):
-        raise TypeError(f"config must be a Conv2dConfig, got {type(config).__name__}")
-    check_channels(channels, " (the conv's C)")
-    vector = max(v for v in GATHER_VECTOR_CHOICES if channels % v == 0)
-    return replace(
-        config, cluster_m=1, cluster_n=1, stream_k=False, stream_k_split=0,
-        dynamic_schedule=False, tile_w=0, halo_h=0, pingpong=False, gather=True,
-        gather_vector=vector,
-    )  # fmt: skip
-
-
-def gather_loads_per_sm(
-    config: Conv2dConfig, kernel_problem: Conv2dProblemShape, num_sms: int = 132
-) -> int:
-    """The gather loads the busiest SM issues with ``config``'s tiles on the channel-padded
-    ``kernel_problem``: its rounds of tiles x k-tiles x (tile_m + tile_n) x tile_k elements
-    of A and filter, over ``gather_vector`` elements per load."""
-    check_heuristic_args(kernel_problem, num_sms)
-    if not isinstance(config, Conv2dConfig):
-        raise TypeError(f"config must be a Conv2dConfig, got {type(config).__name__}")
-    tiles, k_tiles = schedule_shape(kernel_problem, config.tile_m, config.tile_n, config.tile_k)
-    elements = -(-tiles // num_sms) * k_tiles * (config.tile_m + config.tile_n) * config.tile_k
-    return elements // config.gather_vector
-
-
 def tile_widths(k: int) -> tuple[int, ...]:
     """The tile widths the heuristic and the autotuner consider for ``k`` output channels:
     the multiples of 32, 32-wide tiles only where K fits one (the convs they were measured
@@ -792,84 +712,6 @@ def pingpong_pays(problem: Conv2dProblemShape, tile_k: int, num_sms: int = 132) 
     return k_tiles >= _MIN_K_TILES_PINGPONG and tiles >= 2 * num_sms
 
 
-def schedule_shape(
-    problem: Conv2dProblemShape, tile_m: int, tile_n: int, tile_k: int
-) -> tuple[int, int]:
-    """``(output tiles, k-tiles per tile)`` of im2col tiles of this shape on ``problem``: a
-    k-tile never spans two filter taps, so each tap takes ``ceil(C / tile_k)`` of them."""
-    return _tile_count(problem, tile_m, tile_n), -(-problem.C // tile_k) * problem.R * problem.S
-
-
-def cluster_tile_count(problem: Conv2dProblemShape, config) -> int:
-    """Cluster tiles (the work units of the SM90 kernel's scheduler) of ``config`` on the
-    kernel problem ``problem``, halo tiles aside."""
-    return _cluster_tiles(problem, config.tile_m, config.tile_n, config.cluster_m, config.cluster_n)
-
-
-def _cluster_tiles(
-    problem: Conv2dProblemShape, tile_m: int, tile_n: int, cluster_m: int, cluster_n: int
-) -> int:
-    tiles_m = -(-problem.gemm_m // tile_m)
-    tiles_n = -(-problem.K // tile_n)
-    return -(-tiles_m // cluster_m) * -(-tiles_n // cluster_n)
-
-
-def stream_k_schedule(
-    cluster_tiles: int,
-    k_tiles: int,
-    max_clusters: int,
-    k_tiles_per_split: float = K_TILES_PER_SPLIT,
-) -> tuple[bool, int]:
-    """``(stream_k, stream_k_split)`` for ``cluster_tiles`` tiles of ``k_tiles`` k-tiles on
-    ``max_clusters`` clusters: the most ways of ``STREAM_K_SPLITS`` that fit the grid while
-    every CTA keeps at least ``k_tiles_per_split`` k-tiles; where none does, the whole grid
-    for at most ``_MAX_WAVE_STREAM_K`` of a wave of tiles of ``_MIN_K_TILES_STREAM_K`` or
-    more k-tiles (``(True, 0)``); else data-parallel (``(False, 0)``)."""
-    fits = [
-        s for s in STREAM_K_SPLITS
-        if cluster_tiles * s <= max_clusters and k_tiles >= s * k_tiles_per_split
-    ]  # fmt: skip
-    if fits:
-        return True, max(fits)
-    whole_grid = (
-        cluster_tiles <= _MAX_WAVE_STREAM_K * max_clusters and k_tiles >= _MIN_K_TILES_STREAM_K
-    )
-    return whole_grid, 0
-
-
-def stream_k_for_tiles(
-    problem: Conv2dProblemShape,
-    tile_m: int,
-    tile_n: int,
-    tile_k: int,
-    cluster_m: int,
-    cluster_n: int,
-    num_sms: int,
-) -> tuple[bool, int]:
-    """``stream_k_schedule`` for tiles of this shape and clusters on ``problem`` and
-    ``num_sms`` SMs: the heuristic's stream-K choice, also applied to the autotuner's
-    candidates."""
-    _, k_tiles = schedule_shape(problem, tile_m, tile_n, tile_k)
-    cluster_tiles = _cluster_tiles(problem, tile_m, tile_n, cluster_m, cluster_n)
-    return stream_k_schedule(cluster_tiles, k_tiles, num_sms // (cluster_m * cluster_n))
-
-
-def launch_clusters(problem: Conv2dProblemShape, config, num_sms: int) -> int:
-    """The most clusters a launch of ``config`` (of either arch) on the kernel problem
-    ``problem`` may take on ``num_sms`` SMs: one per SM, or with a bounded stream-K split
-    (``Conv2dConfig.stream_k_split``) that many per cluster tile where that is fewer."""
-    clusters = num_sms // (config.cluster_m * config.cluster_n)
-    split = getattr(config, "stream_k_split", 0)  # SM100 configs have no such choice
-    if split:
-        clusters = min(clusters, cluster_tile_count(problem, config) * split)
-    return clusters
-
-
-def _tile_count(problem: Conv2dProblemShape, tile_m: int, tile_n: int) -> int:
-    """Output tiles of ``tile_m`` x ``tile_n`` (GEMM M x N)."""
-    return -(-problem.gemm_m // tile_m) * -(-problem.K // tile_n)
-
-
 def _check_bound(name: str, value: object, unit: str) -> None:
     """A rule's bound must be a number (``math.inf`` included), not a bool."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -886,7 +728,7 @@ def _half_step_bound(has_residual: bool, element_bytes: int) -> float:
 def _wave_cost(problem: Conv2dProblemShape, tile_m: int, tile_n: int, num_sms: int) -> int:
     """Rounds of persistent tiles times a tile's cost (its MMA rows x columns plus the fixed
     cost of a tile, 64 columns' worth)."""
-    waves = -(-_tile_count(problem, tile_m, tile_n) // num_sms)
+    waves = -(-tile_count(problem, tile_m, tile_n) // num_sms)
     return waves * tile_m * (tile_n + 64)
 
 
@@ -895,7 +737,7 @@ def _fills_waves_better_at_192(problem: Conv2dProblemShape, tile_n: int, num_sms
     128 x ``tile_n`` ones by ``_MIN_GAIN_192`` (see default_config)."""
     tile_m_192, tile_n_192 = _THREE_WARPGROUP_TILE
     cost_192 = _wave_cost(problem, tile_m_192, tile_n_192, num_sms)
-    return _tile_count(problem, tile_m_192, tile_n_192) >= num_sms and (
+    return tile_count(problem, tile_m_192, tile_n_192) >= num_sms and (
         cost_192 <= _MIN_GAIN_192 * _wave_cost(problem, 128, tile_n, num_sms)
     )
 

@@ -17,10 +17,10 @@ import torch
 
 from .arch import ARCHS, check_config_type
 from .compile import CompiledConv2d, compile_kernel, kernel_scalars
-from .config import launch_clusters
 from .cuda_context import current_device, current_raw_stream
 from .epilogue import EpilogueSpec, kernel_vector_dtype, validate_epilogue_args
 from .problem import Conv2dProblemShape
+from .schedule import launch_clusters
 from .staging import (
     StagingPlan,
     kernel_problem_for,

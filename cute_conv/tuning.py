@@ -38,13 +38,13 @@ from .config import (
     pingpong_halo_tile,
     pingpong_pays,
     single_warpgroup_fits,
-    stream_k_for_tiles,
     takes_whole_source,
     tile_widths,
 )
 from .kernels.sm90.config import MAX_TILE_ELEMS, TILE_M_CHOICES
 from .kernels.sm90.schedule_checks import MAX_K_TILE_BYTES
 from .problem import Conv2dProblemShape
+from .schedule import stream_k_for_tiles
 from .staging import kernel_problem_for
 from .untuned import heuristic_config
 from .validation import INPUT_DTYPES, check_compute_capability, validate_conv_inputs

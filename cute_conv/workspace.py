@@ -28,11 +28,11 @@ from collections.abc import Callable
 
 import torch
 
-from .config import cluster_tile_count
 from .cuda_context import current_device, current_raw_stream
 from .kernels.sm90.config import WORK_COUNTERS as DYNAMIC_SCHEDULE_COUNTERS
 from .kernels.sm90.config import Conv2dConfig
 from .problem import Conv2dProblemShape
+from .schedule import cluster_tile_count
 
 __all__ = ["DYNAMIC_SCHEDULE_COUNTERS", "capture_id", "kernel_workspace", "workspace_size_sm90"]
 

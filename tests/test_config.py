@@ -18,11 +18,11 @@ from cute_conv.config import (
     half_step_widths,
     pingpong_halo_tile,
     pingpong_pays,
-    schedule_shape,
     split_tile_config,
     wide_split_shape,
 )
 from cute_conv.problem import Conv2dProblemShape
+from cute_conv.schedule import launch_clusters, schedule_shape, stream_k_schedule
 from cute_conv.staging import channels_padded, kernel_problem_for
 
 
@@ -224,7 +224,6 @@ def test_kernel_workspace_size():
 
 
 def test_launch_clusters_bounds_a_stream_k_split():
-    from cute_conv.config import launch_clusters
 
     prob = problem(1, 7, 2048, 512, 1)  # 1 x 8 tiles of 128x64
     whole = Conv2dConfig(tile_n=64, stream_k=True)
@@ -237,7 +236,6 @@ def test_launch_clusters_bounds_a_stream_k_split():
 
 
 def test_stream_k_schedule_keeps_k_tiles_per_cta_within_the_sms():
-    from cute_conv.config import stream_k_schedule
 
     assert stream_k_schedule(8, 32, 132, 12.0) == (True, 2)  # 3 ways would leave 10.7 each
     assert stream_k_schedule(8, 72, 132, 12.0) == (True, 6)

@@ -11,14 +11,14 @@ from cute_conv.kernels.sm90.pipeline_checks import Sm90Roles, sm90_barrier_specs
 
 import cute_conv
 from cute_conv import Conv2dConfig
-from cute_conv.config import (
+from cute_conv.gather_rule import (
     MAX_GATHER_LOADS_PER_SM,
     gather_loads_per_sm,
     gathered_config,
-    schedule_shape,
     with_gathered_operands,
 )
 from cute_conv.problem import Conv2dProblemShape
+from cute_conv.schedule import schedule_shape
 from cute_conv.staging import (
     channels_padded,
     gather_replaces,

@@ -1,5 +1,5 @@
 """The gather sweep's CPU parts (benchmarks/sweep_gather.py): the problems it measures, and
-the fit behind ``config.MAX_GATHER_LOADS_PER_SM``."""
+the fit behind ``gather_rule.MAX_GATHER_LOADS_PER_SM``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ sys.path.insert(0, str(BENCHMARKS))
 import sweep_gather  # noqa: E402
 from bench_corpus import load_corpus, problem_shape  # noqa: E402
 
-from cute_conv.config import MAX_GATHER_LOADS_PER_SM  # noqa: E402
+from cute_conv.gather_rule import MAX_GATHER_LOADS_PER_SM  # noqa: E402
 from cute_conv.staging import gather_replaces  # noqa: E402
 
 

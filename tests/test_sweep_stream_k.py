@@ -17,7 +17,7 @@ import sweep_stream_k  # noqa: E402
 from bench_corpus import load_corpus  # noqa: E402
 
 import cute_conv  # noqa: E402
-from cute_conv.config import K_TILES_PER_SPLIT  # noqa: E402
+from cute_conv.schedule import K_TILES_PER_SPLIT  # noqa: E402
 
 
 def _committed_rows() -> list[dict]:

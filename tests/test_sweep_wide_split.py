@@ -14,7 +14,8 @@ import sweep_wide_split as sweep  # noqa: E402
 from bench_corpus import load_corpus, problem_shape  # noqa: E402
 from sweep_rows import by_split, middle_of_best, passed_rows  # noqa: E402
 
-from cute_conv.config import WIDE_SPLIT_MIN_K_TILES, cluster_tile_count  # noqa: E402
+from cute_conv.config import WIDE_SPLIT_MIN_K_TILES  # noqa: E402
+from cute_conv.schedule import cluster_tile_count  # noqa: E402
 
 
 def _committed_rows() -> list[dict]:

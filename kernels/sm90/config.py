@@ -137,7 +137,7 @@ class Conv2dConfig:
             tiles, ping-pong, stream_k or dynamic scheduling.
         gather_vector: with ``gather``, channels per gathered load: 1, 2 or 4 (2, 4 or 8
             bytes). C must be a multiple of it (``check_config_fits`` says so);
-            ``config.with_gathered_operands`` takes the largest that divides C.
+            ``gather_rule.with_gathered_operands`` takes the largest that divides C.
     """
 
     tile_m: int = 128
