@@ -283,9 +283,9 @@ def default_config(
     convs the rule can change, CUDA-graph replays): 1.018x on 51 train convs, held-out 1.015x
     (26); the same bounds on an H200's rows, which the fit did not see: 1.019x train, 1.019x
     held-out (GEMM K >= 1152 alone, the rule before: 1.009x / 1.011x on the H100, 1.007x /
-    1.017x on the H200). Per conv 0.85-1.15x, the convs of many tiles per SM gaining (the
-    batch-8 256x256 C=256 -> 512 3x3: 2.12 -> 1.85 ms on the H100), those of one or two
-    waves losing.
+    1.017x on the H200). Per conv the whole source ran 0.85-1.15x: the convs of many tiles per
+    SM gaining (the batch-8 256x256 C=256 -> 512 3x3: 2.12 -> 1.85 ms on the H100), those of
+    one or two waves of tiles losing, which the tiles-per-SM bound now leaves out.
 
     tile_m: 256 for 64-wide tiles (K <= 64) with at least ``_MIN_WAVES_TALL`` waves of them:
     the filter traffic and the barrier rounds per MMA halve. Measured on an H200: r50-c2 3x3
