@@ -6,6 +6,7 @@
     python benchmarks/bench_corpus.py --keys KEY,KEY --section 0   # or named problems (a rerun)
     python benchmarks/bench_corpus.py --measured-before 20261125T05 --section 0  # stale rows
     python benchmarks/bench_corpus.py --config-changed --section 0  # rows a rule change moved
+    python benchmarks/bench_corpus.py --measured-on "NVIDIA H100 80GB HBM3" --plan  # its rows
     python benchmarks/bench_corpus.py --render                     # CORPUS.md + corpus.png, no GPU
     python benchmarks/bench_corpus.py --fp8 --section 0            # the fp8 section (CORPUS_FP8.md)
 
@@ -451,6 +452,16 @@ def stale_keys(results: dict, device: str, before: str) -> set[str]:
     return {key for key, run_id in latest.items() if run_id < before}
 
 
+def keys_measured_on(results: dict, other: str, device: str) -> set[str]:
+    """The problems ``other`` (a device) has rows of and ``device`` has none of: what makes
+    the two devices' reports cover the same problems."""
+    keys: dict[str, set[str]] = {other: set(), device: set()}
+    for run in results["runs"]:
+        if run["device"] in keys:
+            keys[run["device"]] |= {row["key"] for row in run["rows"]}
+    return keys[other] - keys[device]
+
+
 def config_changed_keys(results: dict, device: str, problems: list[dict], num_sms: int) -> set[str]:
     """The ``problems`` whose latest row on ``device`` was measured with another plain or
     fused config (``_tile``) than the heuristic now gives on ``num_sms`` SMs: the rows a rule
@@ -729,6 +740,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="only problems whose latest results on this device (or --device) "
                         "were measured with another plain or fused config than the heuristic "
                         "gives now")  # fmt: skip
+    parser.add_argument("--measured-on", metavar="DEVICE",
+                        help="only problems that DEVICE has results for and this device (or "
+                        "--device) has none")  # fmt: skip
     parser.add_argument("--plan", action="store_true", help="print the sections, measure nothing")
     parser.add_argument("--render", action="store_true", help="write the report from the results")
     parser.add_argument("--device", help="with --render: the device to report (default: latest); "
@@ -763,14 +777,17 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"--keys: not in the selection: {', '.join(sorted(unknown))}")
         chosen = [p for p in chosen if p["key"] in keys]
-    if args.measured_before or args.config_changed:
+    if args.measured_before or args.config_changed or args.measured_on:
         if args.fp8 and args.config_changed:
             parser.error("--config-changed compares the bf16 plain and fused configs: not --fp8")
         device = args.device or (torch.cuda.get_device_name() if torch.cuda.is_available() else None)
         if device is None:
-            parser.error("--measured-before / --config-changed: which device's rows? pass "
-                         "--device (no GPU here)")  # fmt: skip
+            parser.error("--measured-before / --config-changed / --measured-on: which device's "
+                         "rows? pass --device (no GPU here)")  # fmt: skip
         results = json.loads(args.results.read_text()) if args.results.exists() else {"runs": []}
+        if args.measured_on:
+            missing = keys_measured_on(results, args.measured_on, device)
+            chosen = [p for p in chosen if p["key"] in missing]
         if args.measured_before:
             stale = stale_keys(results, device, args.measured_before)
             chosen = [p for p in chosen if p["key"] in stale]

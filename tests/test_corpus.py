@@ -242,6 +242,17 @@ def test_stale_keys_are_those_last_measured_before_a_run():
     assert bench_corpus.stale_keys(stamps, "H100", "20261125T05") == {"a"}
 
 
+def test_keys_measured_on_another_device_only():
+    results = {"runs": [
+        {"device": "H100", "rows": [{"key": "a"}, {"key": "b"}, {"key": "c"}]},
+        {"device": "H200", "rows": [{"key": "b"}, {"key": "d"}]},
+        {"device": "H100", "rows": [{"key": "e"}]},
+    ]}  # fmt: skip
+    assert bench_corpus.keys_measured_on(results, "H100", "H200") == {"a", "c", "e"}
+    assert bench_corpus.keys_measured_on(results, "H200", "H100") == {"d"}
+    assert bench_corpus.keys_measured_on(results, "H100", "B200") == {"a", "b", "c", "e"}
+
+
 def test_config_changed_keys_are_rows_measured_with_another_config():
     from cute_conv.untuned import heuristic_config
 
