@@ -452,14 +452,15 @@ def stale_keys(results: dict, device: str, before: str) -> set[str]:
     return {key for key, run_id in latest.items() if run_id < before}
 
 
+def measured_keys(results: dict, device: str) -> set[str]:
+    """The problems ``device`` has rows of in ``results``."""
+    return {row["key"] for run in results["runs"] if run["device"] == device for row in run["rows"]}
+
+
 def keys_measured_on(results: dict, other: str, device: str) -> set[str]:
     """The problems ``other`` (a device) has rows of and ``device`` has none of: what makes
     the two devices' reports cover the same problems."""
-    keys: dict[str, set[str]] = {other: set(), device: set()}
-    for run in results["runs"]:
-        if run["device"] in keys:
-            keys[run["device"]] |= {row["key"] for row in run["rows"]}
-    return keys[other] - keys[device]
+    return measured_keys(results, other) - measured_keys(results, device)
 
 
 def config_changed_keys(results: dict, device: str, problems: list[dict], num_sms: int) -> set[str]:
@@ -488,8 +489,7 @@ def config_changed_keys(results: dict, device: str, problems: list[dict], num_sm
 def _done_keys(path: Path, device: str) -> set[str]:
     if not path.exists():
         return set()
-    runs = json.loads(path.read_text())["runs"]
-    return {row["key"] for run in runs if run["device"] == device for row in run["rows"]}
+    return measured_keys(json.loads(path.read_text()), device)
 
 
 def _summary(row: dict) -> str:

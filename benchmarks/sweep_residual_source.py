@@ -39,7 +39,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from sweep_rows import BoundSweep, untuned_with  # noqa: E402
+from sweep_rows import BoundSweep, rule_bound_config  # noqa: E402
 
 RESULTS_PATHS = {"fused": HERE / "residual_source_sweep.json"}
 GPU_RESULTS = (RESULTS_PATHS["fused"], HERE / "residual_source_sweep_H100.json")
@@ -49,17 +49,12 @@ MIN_TILES_PER_SM_GRID = (0, 1, 2, 2.5, 3, 4, 8, 16, math.inf)
 MIN_GEMM_K_GRID = (0, 192, 576, 1152, 2304, 4608)
 
 
-def config_for(problem, bounds: tuple[float, float], form: str = "fused"):
-    """The config of a call of ``form`` with the rule at ``bounds``, (tiles per SM, GEMM K)."""
-    min_tiles_per_sm, min_gemm_k = bounds
-    return untuned_with(
-        problem, NUM_SMS, form, single_warpgroup_max_k_tiles=None, whole_source_min_k=min_gemm_k,
-        whole_source_min_tiles_per_sm=min_tiles_per_sm,
-    )  # fmt: skip
-
-
 SWEEP = BoundSweep(
-    config_for, off=(math.inf, math.inf), on=(0, 0), baseline=PART, variant=WHOLE,
+    rule_bound_config(
+        ("whole_source_min_tiles_per_sm", "whole_source_min_k"), NUM_SMS,
+        single_warpgroup_max_k_tiles=None,
+    ),
+    off=(math.inf, math.inf), on=(0, 0), baseline=PART, variant=WHOLE,
     grid=tuple(itertools.product(MIN_TILES_PER_SM_GRID, MIN_GEMM_K_GRID)),
     constants={"fused": ("WHOLE_SOURCE_MIN_TILES_PER_SM", "WHOLE_SOURCE_MIN_GEMM_K")},
 )  # fmt: skip

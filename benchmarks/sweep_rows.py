@@ -270,16 +270,21 @@ def untuned_with(
 
 
 def rule_bound_config(
-    bound_kwarg: str, num_sms: int, **fixed: float | None
+    bound_kwarg: str | tuple[str, ...], num_sms: int, **fixed: float | None
 ) -> Callable[[object, float, str], object]:
     """``BoundSweep.config_for`` of a rule whose bound is ``untuned_with``'s keyword
-    ``bound_kwarg``: the config a call of ``form`` without one runs with the rule at
-    ``bound``, the other rules as ``untuned_with`` defaults them or as ``fixed`` sets them
-    (e.g. ``single_warpgroup_max_k_tiles=None``: the 64-row rule at its fitted bound, for a
-    sweep run after it)."""
+    ``bound_kwarg`` (or whose bounds, a tuple, are the keywords of a tuple of them, fitted
+    together): the config a call of ``form`` without one runs with the rule at ``bound``, the
+    other rules as ``untuned_with`` defaults them or as ``fixed`` sets them (e.g.
+    ``single_warpgroup_max_k_tiles=None``: the 64-row rule at its fitted bound, for a sweep
+    run after it)."""
 
-    def config_for(problem, bound: float, form: str = "plain"):
-        return untuned_with(problem, num_sms, form, **fixed, **{bound_kwarg: bound})
+    def config_for(problem, bound, form: str = "plain"):
+        if isinstance(bound_kwarg, tuple):
+            bounds = dict(zip(bound_kwarg, bound, strict=True))
+        else:
+            bounds = {bound_kwarg: bound}
+        return untuned_with(problem, num_sms, form, **fixed, **bounds)
 
     return config_for
 
