@@ -106,7 +106,9 @@ def measure(p: dict, precision: Precision) -> dict:
     for width in widths_for(p["C"], precision):
         config = default
         if width != default.tile_k:
-            config = dataclasses.replace(default, tile_k=width, tile_w=0, halo_h=0)
+            config = dataclasses.replace(
+                default, tile_k=width, tile_w=0, halo_h=0, halo_w=0
+            )
         out = torch.full(problem.output_shape, float("nan"), dtype=torch.bfloat16, device="cuda")
 
         def run(config=config, out=out):

@@ -61,7 +61,7 @@ def variants(config) -> dict[str, object]:
         "no_pdl": replace(config, programmatic_launch=False),
         "tile_k32": replace(config, tile_k=32) if config.tile_k == 64 else None,
         "stream_k": with_stream_k(config, not config.stream_k),
-        "tile_n128": replace(config, tile_n=128, tile_m=128, tile_w=0, halo_h=0)
+        "tile_n128": replace(config, tile_n=128, tile_m=128, tile_w=0, halo_h=0, halo_w=0)
         if config.tile_n == 64
         else None,
     }

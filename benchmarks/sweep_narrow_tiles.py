@@ -49,7 +49,7 @@ def variants(default) -> dict:
     for name, (tile_m, cluster_m) in NARROW.items():
         out[name] = dataclasses.replace(
             wide, tile_m=tile_m, tile_n=32, cluster_m=cluster_m, cluster_n=1, pingpong=False,
-            tile_w=0, halo_h=0, dynamic_schedule=wide.dynamic_schedule and cluster_m == 1,
+            tile_w=0, halo_h=0, halo_w=0, dynamic_schedule=wide.dynamic_schedule and cluster_m == 1,
         )  # fmt: skip
     return out
 

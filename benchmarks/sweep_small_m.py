@@ -107,7 +107,7 @@ def variants(heuristic) -> dict:
     single CTAs, no split, no ping-pong, statically scheduled."""
     unsplit = dict(
         cluster_m=1, cluster_n=1, stream_k=False, stream_k_split=0, dynamic_schedule=False,
-        pingpong=False, tile_w=0, halo_h=0,
+        pingpong=False, tile_w=0, halo_h=0, halo_w=0,
     )  # fmt: skip
     return {
         "heuristic": heuristic,

@@ -93,7 +93,7 @@ def with_stream_k(config, stream_k: bool, split: int = 0):
         return dataclasses.replace(config, stream_k=False, stream_k_split=0)
     return dataclasses.replace(
         config, stream_k=True, stream_k_split=split, dynamic_schedule=False, pingpong=False,
-        tile_w=0, halo_h=0,
+        tile_w=0, halo_h=0, halo_w=0,
     )  # fmt: skip
 
 

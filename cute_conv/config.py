@@ -22,7 +22,14 @@ from .kernels.sm90.config import (
     Conv2dConfig,
     is_half_step,
 )
-from .kernels.sm90.schedule_checks import MAX_K_TILE_BYTES, MIN_K_TILE_BYTES
+from .kernels.sm90.schedule_checks import (
+    MAX_HALO_W,
+    MAX_K_TILE_BYTES,
+    MIN_K_TILE_BYTES,
+    PITCHED_HALO_ROWS_MULTIPLE,
+    PITCHED_HALO_W_MULTIPLE,
+    PITCHED_TILE_W,
+)
 from .kernels.sm100.config import Conv2dConfigSm100
 from .problem import Conv2dProblemShape
 from .schedule import (
@@ -178,7 +185,7 @@ def check_config_fits(config: Conv2dConfig, problem: Conv2dProblemShape) -> None
         raise TypeError(f"config must be a Conv2dConfig, got {type(config).__name__}{hint}")
     check_problem(problem)
     if config.tile_w:
-        misfit = _halo_misfit(problem, config.tile_m, config.tile_w, config.halo_h)
+        misfit = _halo_misfit(problem, config.tile_m, config.tile_w, config.halo_h, config.halo_w)
         if misfit:
             raise ValueError(misfit)
     if problem.C % config.gather_vector:
@@ -193,14 +200,22 @@ def _halo_rows(problem: Conv2dProblemShape, tile_m: int, tile_w: int) -> int:
     return tile_m // tile_w + (problem.R - 1) * problem.dilation[0]
 
 
-def _halo_misfit(problem: Conv2dProblemShape, tile_m: int, tile_w: int, halo_h: int) -> str:
-    """Why halo tiles of ``tile_m`` x ``tile_w`` with ``halo_h``-row halos cannot run
-    ``problem``; empty if they can."""
+def _halo_misfit(
+    problem: Conv2dProblemShape, tile_m: int, tile_w: int, halo_h: int, halo_w: int = 0
+) -> str:
+    """Why halo tiles of ``tile_m`` x ``tile_w`` with ``halo_h``-row halos (``halo_w``
+    columns wide where pitched) cannot run ``problem``; empty if they can."""
     shift_w = (problem.S - 1) * problem.dilation[1]
     rows = _halo_rows(problem, tile_m, tile_w)
     if problem.stride != (1, 1):
         return f"halo tiles (tile_w={tile_w}) need stride 1, got {problem.stride}"
-    if problem.Q + shift_w > tile_w or shift_w > HALO_SLACK_ROWS:
+    if halo_w and tile_w + shift_w > halo_w:
+        return (
+            f"pitched halo tiles need tile_w + (S-1)*dilation_w <= halo_w, got "
+            f"tile_w={tile_w}, S={problem.S}, dilation_w={problem.dilation[1]}, "
+            f"halo_w={halo_w}"
+        )
+    if not halo_w and (problem.Q + shift_w > tile_w or shift_w > HALO_SLACK_ROWS):
         return (
             f"halo tiles need Q + (S-1)*dilation_w <= tile_w and (S-1)*dilation_w <= "
             f"{HALO_SLACK_ROWS}, got Q={problem.Q}, S={problem.S}, "
@@ -529,6 +544,7 @@ def small_m_config(
     return replace(
         config, tile_n=_NARROW_TILE_N, cluster_m=1, cluster_n=1, stream_k=False,
         stream_k_split=0, dynamic_schedule=False, pingpong=False, tile_w=0, halo_h=0,
+        halo_w=0,
     )  # fmt: skip
 
 
@@ -572,7 +588,7 @@ def single_warpgroup_config(
         or not single_warpgroup_fits(problem, config.tile_n, config.tile_k, num_sms)
     ):
         return config
-    single = replace(config, tile_m=64, pingpong=False, tile_w=0, halo_h=0)
+    single = replace(config, tile_m=64, pingpong=False, tile_w=0, halo_h=0, halo_w=0)
     if config.stream_k:
         single = replace(
             single, cluster_m=1, cluster_n=1, stream_k=False, stream_k_split=0,
@@ -752,6 +768,32 @@ def _halo_tile(
     if not wanted or _halo_misfit(problem, tile_m, tile_w, halo_h):
         return 0, 0
     return tile_w, halo_h
+
+
+def pitched_halo_tile(
+    problem: Conv2dProblemShape, tile_m: int, tile_w: int = _HALO_TILE_W
+) -> tuple[int, int, int]:
+    """``(tile_w, halo_h, halo_w)`` of halo tiles of ``tile_m`` rows, ``tile_w`` columns per
+    tile row, for a stride-1 conv with several taps: whole output rows (``halo_w`` 0) where
+    a row and the filter's reach fit ``tile_w``, else side by side along Q with a halo
+    ``halo_w`` columns wide (the tile's columns and the reach, rounded up to whole 8-row
+    swizzle blocks; a row taller where that leaves an odd number of them); ``(0, 0, 0)``
+    where neither runs the problem."""
+    halo_h = _halo_rows(problem, tile_m, tile_w)
+    shift_w = (problem.S - 1) * problem.dilation[1]
+    halo_w = -(-(tile_w + shift_w) // PITCHED_HALO_W_MULTIPLE) * PITCHED_HALO_W_MULTIPLE
+    if problem.Q + shift_w <= tile_w:
+        halo_w = 0
+    elif halo_h * halo_w % PITCHED_HALO_ROWS_MULTIPLE:
+        halo_h += 1  # a row taller: an even number of swizzle blocks
+    runs = (
+        problem.R * problem.S > 1
+        and tile_m % tile_w == 0
+        and halo_w <= MAX_HALO_W
+        and not (halo_w and tile_w != PITCHED_TILE_W)
+        and not _halo_misfit(problem, tile_m, tile_w, halo_h, halo_w)
+    )
+    return (tile_w, halo_h, halo_w) if runs else (0, 0, 0)
 
 
 def pingpong_halo_tile(problem: Conv2dProblemShape, num_sms: int = 132) -> tuple[int, int]:

@@ -72,7 +72,7 @@ def with_gathered_operands(config: Conv2dConfig, channels: int) -> Conv2dConfig:
     vector = max(v for v in GATHER_VECTOR_CHOICES if channels % v == 0)
     return replace(
         config, cluster_m=1, cluster_n=1, stream_k=False, stream_k_split=0,
-        dynamic_schedule=False, tile_w=0, halo_h=0, pingpong=False, gather=True,
+        dynamic_schedule=False, tile_w=0, halo_h=0, halo_w=0, pingpong=False, gather=True,
         gather_vector=vector,
     )  # fmt: skip
 

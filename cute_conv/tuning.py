@@ -475,6 +475,7 @@ def _config_id(config: Conv2dConfig) -> str:
         f"{'-sk' if config.stream_k else ''}{'-dyn' if config.dynamic_schedule else ''}"
         f"{'-pp' if config.pingpong else ''}"
         f"{f'-halo{config.tile_w}x{config.halo_h}' if config.tile_w else ''}"
+        f"{f'p{config.halo_w}' if config.halo_w else ''}"
         f"{f'-gather{config.gather_vector}' if config.gather else ''}"
     )
 

@@ -31,6 +31,7 @@ def _stem_config() -> Conv2dConfig:
 
 
 HALO = dict(tile_m=256, tile_n=64, tile_w=64, halo_h=6)
+PITCHED = dict(tile_m=128, tile_n=256, tile_w=64, halo_h=4, halo_w=72)
 CASES = {
     "stream-k": (Conv2dConfig(tile_n=256, cluster_n=2, stream_k=True), FUSED),
     "stream-k-residual": (Conv2dConfig(stream_k=True), AFTER),
@@ -39,6 +40,9 @@ CASES = {
     "dynamic-residual": (Conv2dConfig(dynamic_schedule=True), AFTER),
     "halo": (Conv2dConfig(**HALO), FUSED),
     "halo-residual": (Conv2dConfig(**HALO), BEFORE),
+    "pitched-halo": (Conv2dConfig(**PITCHED), FUSED),
+    "pitched-halo-residual": (Conv2dConfig(**PITCHED), BEFORE),
+    "pitched-halo-pingpong": (Conv2dConfig(**PITCHED | dict(tile_n=128, pingpong=True)), AFTER),
     "pingpong": (Conv2dConfig(pingpong=True), None),
     "pingpong-residual": (Conv2dConfig(pingpong=True), AFTER),
     "pingpong-residual-before": (Conv2dConfig(pingpong=True), BEFORE),

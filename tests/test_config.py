@@ -58,6 +58,13 @@ from cute_conv.staging import channels_padded, kernel_problem_for
         pytest.param(dict(tile_w=32, halo_h=6, tile_k=32), ValueError, "need tile_k >= 64", id="halo-tile-k"),
         pytest.param(dict(tile_w=32, halo_h=6, cluster_m=2), ValueError, "need tile_k >= 64", id="halo-cluster"),
         pytest.param(dict(tile_w=32, halo_h=6, stream_k=True), ValueError, "need tile_k >= 64", id="halo-stream-k"),
+        pytest.param(dict(halo_w=72), ValueError, "tile_w must be one of", id="halo-w-alone"),
+        pytest.param(dict(tile_w=32, halo_h=6, halo_w=72), ValueError, "need tile_w=64", id="pitched-tile-w"),
+        pytest.param(dict(tile_w=128, halo_h=3, halo_w=136), ValueError, "need tile_w=64", id="pitched-tile-w-128"),
+        pytest.param(dict(tile_w=64, halo_h=4, halo_w=70), ValueError, "halo_w a multiple of 8", id="pitched-halo-w-8"),
+        pytest.param(dict(tile_w=64, halo_h=4, halo_w=56), ValueError, "in tile_w..256", id="pitched-halo-w-narrow"),
+        pytest.param(dict(tile_w=64, halo_h=4, halo_w=264), ValueError, "in tile_w..256", id="pitched-halo-w-box"),
+        pytest.param(dict(tile_w=64, halo_h=5, halo_w=72), ValueError, "halo_h\\*halo_w a multiple of 16", id="pitched-odd-blocks"),
         pytest.param(dict(stream_k_split=4), ValueError, "stream_k_split must be 0", id="split-without-stream-k"),
         pytest.param(dict(stream_k=True, stream_k_split=1), ValueError, "stream_k_split must be 0", id="split-of-one"),
         pytest.param(dict(stream_k=True, stream_k_split=33), ValueError, "in 2..32", id="split-too-wide"),
@@ -204,6 +211,17 @@ def test_check_config_fits_rejects_what_halo_tiles_cannot_run(prob, match):
     with pytest.raises(ValueError, match=match):
         check_config_fits(config, prob)
     check_config_fits(Conv2dConfig(), prob)  # im2col configs run anything
+
+
+def test_pitched_halo_tiles_fit_any_row_width_within_their_reach():
+    pitched = Conv2dConfig(tile_w=64, halo_h=4, halo_w=72)
+    for width in (31, 64, 150, 1024):  # tiles side by side along Q, the last one clipped
+        check_config_fits(pitched, problem(2, width, 64, 64, 3, padding=1))
+    far = problem(2, 150, 64, 64, 3, padding=5, dilation=(1, 5))  # reach 10 > 72 - 64
+    with pytest.raises(ValueError, match="tile_w \\+ \\(S-1\\)\\*dilation_w <= halo_w"):
+        check_config_fits(pitched, far)
+    with pytest.raises(ValueError, match="need stride 1"):
+        check_config_fits(pitched, problem(2, 150, 64, 64, 3, padding=1, stride=2))
 
 
 def test_dynamic_schedule_workspace_size():

@@ -114,12 +114,17 @@ class Conv2dConfig:
             to the memory they stream) take more tiles. Clusters of one CTA only; the counter
             lives in the same per-stream workspace as stream-K's.
         tile_w, halo_h: halo tiles, for stride-1 convs (0, 0: off). An output tile is
-            ``tile_m / tile_w`` output rows of ``tile_w`` columns (tile_w >= Q + (S-1) *
-            dilation_w; the columns past Q are computed and not stored), and the kernel loads
-            the tile's input halo, ``halo_h`` rows (>= tile_m / tile_w + (R-1) * dilation_h)
-            by ``tile_w`` columns, once per 64 channels instead of once per filter tap: every
-            tap reads the same halo shifted. Needs tile_k=64, clusters of one CTA and no
-            stream_k.
+            ``tile_m / tile_w`` output rows of ``tile_w`` columns (without ``halo_w``, whole
+            rows: tile_w >= Q + (S-1) * dilation_w; the columns past Q are computed and not
+            stored), and the kernel loads the tile's input halo, ``halo_h`` rows (>= tile_m /
+            tile_w + (R-1) * dilation_h) by ``tile_w`` (or ``halo_w``) columns, once per 128
+            bytes of channels instead of once per filter tap: every tap reads the same halo
+            shifted. Needs tile_k=64 (fp8: 128), clusters of one CTA and no stream_k.
+        halo_w: pitched halo tiles (0: off): the halo is ``halo_w`` columns wide (a multiple
+            of 8, >= tile_w + (S-1) * dilation_w, at most 256), so that a tile's rows need
+            not be whole output rows: an output row takes ``ceil(Q / tile_w)`` tiles side by
+            side, each with its own halo. ``tile_w`` must then be a multiple of 64 (each
+            64-row WGMMA atom one row of the tile, its taps' atoms ``halo_w`` SMEM rows apart).
         pingpong: the two consumer warpgroups take the CTA's output tiles in turn, each with
             its own 128 x tile_n accumulator, so that one's epilogue runs while the other's
             mainloop has the tensor cores (False: both work on every tile and the tensor
@@ -153,6 +158,7 @@ class Conv2dConfig:
     dynamic_schedule: bool = False
     tile_w: int = 0
     halo_h: int = 0
+    halo_w: int = 0
     pingpong: bool = False
     programmatic_launch: bool = True
     gather: bool = False
@@ -191,7 +197,7 @@ class Conv2dConfig:
             )
         if self.swizzle < 1:
             raise ValueError(f"swizzle must be >= 1, got {self.swizzle}")
-        if self.tile_w or self.halo_h:  # halo tiles (halo_h alone is an error here)
+        if self.tile_w or self.halo_h or self.halo_w:  # halo tiles (tile_w=0 is an error here)
             check_choice("tile_w", self.tile_w, HALO_TILE_W_CHOICES)
         check_schedule_options(
             tile_mnk=self.tile_shape_mnk,
@@ -200,6 +206,7 @@ class Conv2dConfig:
             dynamic_schedule=self.dynamic_schedule,
             tile_w=self.tile_w,
             halo_h=self.halo_h,
+            halo_w=self.halo_w,
             pingpong=self.pingpong,
             gather=self.gather,
             gather_vector=self.gather_vector,
@@ -231,6 +238,12 @@ class Conv2dConfig:
         """Epilogues that run at once, each with its own staging buffers: one per consumer
         warpgroup with ping-pong, else one for the tile."""
         return self.num_consumer_warpgroups if self.pingpong else 1
+
+    @property
+    def halo_pitch(self) -> int:
+        """Columns of a halo row in SMEM: ``halo_w`` for pitched halo tiles, else ``tile_w``
+        (0 without halo tiles)."""
+        return self.halo_w or self.tile_w
 
     @property
     def halo_stages(self) -> int:
@@ -308,7 +321,7 @@ class _SmemBudget:
         cfg = self.config
         if not cfg.tile_w:
             return 0
-        rows = cfg.halo_stages * cfg.halo_h * cfg.tile_w + HALO_SLACK_ROWS
+        rows = cfg.halo_stages * cfg.halo_h * cfg.halo_pitch + HALO_SLACK_ROWS
         return rows * cfg.tile_k * self.act_bytes
 
     def subtile_bytes(self, epi_n: int) -> int:

@@ -198,6 +198,7 @@ class Conv2dFpropSm90(
         self.programmatic_launch = config.programmatic_launch
         self.tile_w = config.tile_w
         self.halo_h = config.halo_h
+        self.halo_pitch = config.halo_pitch
         tile_m = config.tile_m
         self.tile_h = tile_m // config.tile_w if config.tile_w else 0
         self.halo_stages = config.halo_stages
@@ -247,7 +248,7 @@ class Conv2dFpropSm90(
 
     def _halo_rows(self) -> int:
         """SMEM rows of one halo stage."""
-        return self.halo_h * self.tile_w
+        return self.halo_h * self.halo_pitch
 
     def smem_bytes(self) -> int:
         """Shared memory the kernel asks for (ring + halos + epilogue staging + barriers)."""
@@ -280,9 +281,7 @@ class Conv2dFpropSm90(
         )
         # One tap's A operand: tile_m rows of a halo, from any row (the 128-byte swizzle is a
         # function of the SMEM address, so WGMMA descriptors may start at any 128-byte row).
-        self.a_tap_layout = sm90_utils.make_smem_layout_a(
-            LayoutEnum.ROW_MAJOR, self.tile_mnk, self.act_dtype, 1
-        )
+        self.a_tap_layout = self._tap_layout()
         self.b_smem_layout_staged = sm90_utils.make_smem_layout_b(
             LayoutEnum.ROW_MAJOR, self.tile_mnk, self.filter_dtype, self.ab_stages
         )
@@ -321,6 +320,23 @@ class Conv2dFpropSm90(
             turn_barriers=4 if self.pingpong else 1,
         )
 
+    def _tap_layout(self) -> cute.ComposedLayout:
+        """One filter tap's A view into a halo, from its first row: tile_m contiguous rows,
+        or with a pitched halo, tile_h runs of tile_w rows ``halo_pitch`` rows apart (each
+        run whole 64-row WGMMA atoms, whose 8-row core matrices stay evenly strided)."""
+        tile = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, self.tile_mnk, self.act_dtype, 1)
+        if cutlass.const_expr(self.halo_pitch == self.tile_w or self.tile_h == 1):
+            return tile  # contiguous rows (one tile row: the pitch never applies)
+        # The tile's layout with its M mode's 64-row atoms (8 core matrices of 8 rows, one
+        # tile row each) halo_pitch rows apart; the K mode and the one stage as the tile's.
+        row = self.tile_mnk[2]  # elements per 128-byte row
+        outer = tile.outer
+        rows = cute.make_layout(
+            ((8, 8, self.tile_h), outer.shape[1], 1),
+            stride=((row, 8 * row, self.halo_pitch * row), outer.stride[1], 0),
+        )
+        return cute.make_composed_layout(tile.inner, 0, rows)
+
     # ------------------------------------------------------------------------------------------
     # Host JIT entry: build views, TMA atoms, shared storage; launch
     # ------------------------------------------------------------------------------------------
@@ -349,10 +365,14 @@ class Conv2dFpropSm90(
 
         halo = None
         if cutlass.const_expr(self.tile_w):
-            # Output tiles of tile_h whole rows of tile_w >= Q columns, tiles_h per image.
+            # Output tiles of tile_h rows of tile_w columns, tiles_w across an output row (one
+            # unless the halo is pitched: whole rows) and tiles_h down an image.
+            tiles_w = (geom.q + self.tile_w - 1) // self.tile_w
             tiles_h = (geom.p + self.tile_h - 1) // self.tile_h
-            halo = HaloGeometry(tiles_h, geom.pad_top, geom.pad_left, geom.dil_h, geom.dil_w)
-            num_tiles_m = geom.n * tiles_h
+            halo = HaloGeometry(
+                tiles_w, tiles_h, geom.pad_top, geom.pad_left, geom.dil_h, geom.dil_w
+            )
+            num_tiles_m = geom.n * tiles_h * tiles_w
         else:
             num_tiles_m = (geom.n * geom.p * geom.q + tile_m - 1) // tile_m
         num_tiles_n = (geom.k + tile_n - 1) // tile_n
@@ -621,10 +641,10 @@ class Conv2dFpropSm90(
         )
         tma_atoms = (tma_atom_a, tma_atom_b)
         if cutlass.const_expr(self.tile_w):
-            halo_box = ((self.tile_w, self.halo_h, 1), self.tile_mnk[2])
+            halo_box = ((self.halo_pitch, self.halo_h, 1), self.tile_mnk[2])
             loader = HaloLoader(
                 ab_pipeline, halo_pipeline, tma_atoms, gA, sA, tBgB, tBsB, b_mcast_mask, halo,
-                k_shape, halo_box, self.tile_h,
+                k_shape, halo_box, (self.tile_w, self.tile_h),
             )  # fmt: skip
         else:
             loader = Im2colLoader(

@@ -1,19 +1,24 @@
 """The SM90 mainloop's operands: the load warp's two ``OperandLoader``s (``Im2colLoader``:
 per k-tile, im2col A at its filter tap and the filter tile; ``HaloLoader``: per c-block, one
 halo box and the filter tile of every tap), and the consumers' WGMMAs over the ring (im2col A
-from the ring; halo tiles: each tap's A is the halo shifted by ``r * dil_h * tile_w + s *
+from the ring; halo tiles: each tap's A is the halo shifted by ``r * dil_h * pitch + s *
 dil_w`` rows).
 
-Halo tiles (``tile_w``, stride-1 convs, single-CTA clusters): an output tile is tile_h whole
-output rows of tile_w >= Q columns. Per c-block the load warp brings the tile's input halo
-(halo_h rows x tile_w columns from (p0 - pad_top, -pad_left), zero-filled outside the image) in
-by one tiled TMA box into the ``halo`` ring (PipelineTmaAsync, ``HALO_STAGES`` deep; ping-pong
-``HALO_STAGES_PINGPONG``, each consumer skipping the other's halos), and the filter tile of
-every tap into the ab ring, which then carries B alone. Tap (r, s) reads the halo from row
-``r * dil_h * tile_w + s * dil_w`` on: WGMMA descriptors may start at any 128-byte row of a
-128B-swizzled buffer, since the swizzle is a function of the SMEM address. Columns q >= Q
-read past their row (or into ``HALO_SLACK_ROWS`` of slack) and are clipped by the (channel,
-q, p, n) output boxes.
+Halo tiles (``tile_w``, stride-1 convs, single-CTA clusters): an output tile is tile_h output
+rows of tile_w columns at (q0, p0). Per c-block the load warp brings the tile's input halo
+(halo_h rows x pitch columns from (q0 - pad_left, p0 - pad_top), zero-filled outside the
+image) in by one tiled TMA box into the ``halo`` ring (PipelineTmaAsync, ``HALO_STAGES`` deep;
+ping-pong ``HALO_STAGES_PINGPONG``, each consumer skipping the other's halos), and the filter
+tile of every tap into the ab ring, which then carries B alone. Tap (r, s) reads the halo from
+row ``r * dil_h * pitch + s * dil_w`` on: WGMMA descriptors may start at any 128-byte row of a
+128B-swizzled buffer, since the swizzle is a function of the SMEM address.
+
+Whole-row tiles (``halo_w`` 0): the pitch is tile_w >= Q + the filter's reach, q0 = 0, and a
+tap's tile_m rows are contiguous; columns q >= Q read past their row (or into
+``HALO_SLACK_ROWS`` of slack) and are clipped by the (channel, q, p, n) output boxes. Pitched
+tiles (``halo_w``, the pitch): ceil(Q / tile_w) tiles side by side per output row, each tile
+row one 64-row WGMMA atom, a tap's atoms ``halo_w`` rows apart in the halo; the last tile of
+a row is clipped at Q.
 """
 
 from dataclasses import dataclass
@@ -39,7 +44,8 @@ from .gather import copies_async
 class HaloGeometry(NamedTuple):
     """What halo tiles need of the geometry at run time."""
 
-    tiles_h: cutlass.Int32  # output tiles per image
+    tiles_w: cutlass.Int32  # output tiles across an output row (1: whole-row tiles)
+    tiles_h: cutlass.Int32  # output tiles down an image
     pad_top: cutlass.Int32
     pad_left: cutlass.Int32
     dil_h: cutlass.Int32
@@ -230,8 +236,8 @@ class HaloLoader:
     b_mcast_mask: Any  # 0: single-CTA clusters
     halo: HaloGeometry
     k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32]  # (c-blocks, S, R)
-    box: Tuple  # a halo: ((tile_w, halo_h, 1), tile_k)
-    tile_h: int  # output rows of a tile
+    box: Tuple  # a halo: ((halo pitch, halo_h, 1), tile_k)
+    tile_wh: Tuple[int, int]  # output columns and rows of a tile
 
     @cute.jit
     def load_tile(
@@ -267,11 +273,17 @@ class HaloLoader:
     def _partition_halo(self, m_tile: cutlass.Int32) -> Tuple[cute.Tensor, cute.Tensor]:
         """The TMA views of output tile ``m_tile``'s halo boxes, ``(TMA, halo stage)`` in SMEM
         and ``(TMA, c-block)`` in the activation: input rows from ``p0 - pad_top``, columns
-        from ``-pad_left`` (TMA zero-fills what lies outside)."""
+        from ``q0 - pad_left`` (TMA zero-fills what lies outside). Tiles are numbered along
+        Q first, then P, then images, as the output's tile view numbers them."""
         halo = self.halo
-        image = m_tile // halo.tiles_h
-        p0 = (m_tile - image * halo.tiles_h) * self.tile_h
-        origin = ((-halo.pad_left, p0 - halo.pad_top, image), 0)
+        tile_w, tile_h = self.tile_wh
+        tiles_per_image = halo.tiles_w * halo.tiles_h
+        image = m_tile // tiles_per_image
+        in_image = m_tile - image * tiles_per_image
+        row_tile = in_image // halo.tiles_w
+        q0 = (in_image - row_tile * halo.tiles_w) * tile_w
+        p0 = row_tile * tile_h
+        origin = ((q0 - halo.pad_left, p0 - halo.pad_top, image), 0)
         gA_halo = cute.local_tile(cute.domain_offset(origin, self.gA), self.box, (0, None))
         return cpasync.tma_partition(
             self.tma_atoms[0],
@@ -305,12 +317,12 @@ class MainloopMixin:
             act, flt = activation_im2col_view(act_ptr, geom), filter_gemm_view(filter_ptr, geom)
             return None, act, None, flt
         if cutlass.const_expr(self.tile_w):
-            # A halo: a (tile_k channels, tile_w columns, halo_h rows, 1 image) box.
+            # A halo: a (tile_k channels, halo pitch columns, halo_h rows, 1 image) box.
             tma_atom_a, tma_tensor_a = cpasync.make_tiled_tma_atom(
                 cpasync.CopyBulkTensorTileG2SOp(),
                 activation_im2col_view(act_ptr, geom),
                 a_smem_layout,
-                ((self.tile_w, self.halo_h, 1), tile_k),
+                ((self.halo_pitch, self.halo_h, 1), tile_k),
             )
         else:
             tma_atom_a, tma_tensor_a = cpasync.make_im2col_tma_atom(
@@ -407,7 +419,7 @@ class MainloopMixin:
     ) -> ConsumerStates:
         """One tile's WGMMAs with halo tiles: per c-block, one halo from the halo ring and
         a filter tile per tap from the ring; tap (r, s) reads the halo from row
-        ``r * dil_h * tile_w + s * dil_w`` on. One k-tile batch in flight, as in ``mainloop``;
+        ``r * dil_h * pitch + s * dil_w`` on. One k-tile batch in flight, as in ``mainloop``;
         a halo is released once the last batch that read it is done."""
         read_state, release_state, halo_state = states.read, states.release, states.halo
         c_blocks, taps_s, taps_r = k_shape
@@ -421,7 +433,7 @@ class MainloopMixin:
             batches = cutlass.Int32(0)
             for r in range(taps_r):
                 for s in range(taps_s):
-                    shift = r * halo.dil_h * self.tile_w + s * halo.dil_w
+                    shift = r * halo.dil_h * self.halo_pitch + s * halo.dil_w
                     sA_tap = cute.make_tensor(halo_rows + shift * self.tile_mnk[2], tap_layout)
                     tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA_tap))
                     ab_pipeline.consumer_wait(read_state)

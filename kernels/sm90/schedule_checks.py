@@ -5,8 +5,15 @@ messages."""
 
 from typing import Tuple
 
-# The most input rows of a halo: a TMA box dimension.
+# The most input rows or columns of a halo: a TMA box dimension.
 MAX_HALO_H = 256
+MAX_HALO_W = 256
+# Pitched halo tiles: each tile row is one 64-row WGMMA atom (128-column rows: their halo box
+# does not trace), the halo's rows start on 8-row swizzle blocks, and a halo is an even number
+# of them (the TMA atom of a box of an odd number does not trace either).
+PITCHED_TILE_W = 64
+PITCHED_HALO_W_MULTIPLE = 8
+PITCHED_HALO_ROWS_MULTIPLE = 16
 # Halo tiles read each tap's A at any 128-byte row of a 128B-swizzled halo: k-tiles of 128
 # bytes, which the element width decides (``check_k_tile_bytes``).
 HALO_MIN_TILE_K = 64
@@ -30,6 +37,7 @@ def check_schedule_options(
     dynamic_schedule: bool,
     tile_w: int,
     halo_h: int,
+    halo_w: int,
     pingpong: bool,
     gather: bool,
     gather_vector: int,
@@ -62,6 +70,8 @@ def check_schedule_options(
                 f"stream_k=False, got tile_k={tile_k}, cluster_m={cluster_m}, "
                 f"cluster_n={cluster_n}, stream_k={stream_k}"
             )
+    if halo_w:
+        _check_pitched_halo(tile_w, halo_h, halo_w)
     if pingpong and (tile_m != 128 or tile_n > 128 or stream_k or dynamic_schedule):
         raise ValueError(
             f"pingpong needs tile_m=128, tile_n <= 128, stream_k=False and "
@@ -79,6 +89,27 @@ def check_schedule_options(
         raise ValueError(
             f"gather_vector must be one of {GATHER_VECTOR_CHOICES} (1 without gather), got "
             f"gather_vector={gather_vector}, gather={gather}"
+        )
+
+
+def _check_pitched_halo(tile_w: int, halo_h: int, halo_w: int) -> None:
+    """Raise ``ValueError`` unless a ``halo_w``-wide halo of ``halo_h`` rows can serve tiles
+    of ``tile_w`` output columns (the filter's reach is checked against the problem, on the
+    host)."""
+    if (
+        tile_w != PITCHED_TILE_W
+        or halo_w % PITCHED_HALO_W_MULTIPLE
+        or not tile_w <= halo_w <= MAX_HALO_W
+    ):
+        raise ValueError(
+            f"pitched halo tiles need tile_w={PITCHED_TILE_W} and halo_w a multiple of "
+            f"{PITCHED_HALO_W_MULTIPLE} in tile_w..{MAX_HALO_W}, got "
+            f"tile_w={tile_w}, halo_w={halo_w}"
+        )
+    if halo_h * halo_w % PITCHED_HALO_ROWS_MULTIPLE:
+        raise ValueError(
+            f"pitched halo tiles need halo_h*halo_w a multiple of {PITCHED_HALO_ROWS_MULTIPLE} "
+            f"(whole pairs of 8-row swizzle blocks), got halo_h={halo_h}, halo_w={halo_w}"
         )
 
 
