@@ -237,18 +237,21 @@ def measure_configs(p: dict, form: str, configs: dict, eager: bool = True) -> di
 
 def untuned_with(
     problem, num_sms: int, form: str = "plain", single_warpgroup_max_k_tiles: float | None = 0,
-    whole_source_min_k: float | None = math.inf, **heuristic_kwargs,
+    whole_source_min_k: float | None = math.inf, halo_min_column_fill: float | None = math.inf,
+    halo_min_waves: float | None = None, **heuristic_kwargs,
 ):  # fmt: skip
     """The config a call of ``form`` (``plain``, ``fused`` or ``fp8``, as in
     ``measure_configs``) without one runs on ``problem`` (``untuned.untuned_config``: staging,
     the gather and small-M rules included) when ``default_config`` takes
-    ``heuristic_kwargs``, a rule's switch or bound, and the single-warpgroup rule takes
-    ``single_warpgroup_max_k_tiles``: a sweep's variant of the heuristic. The rules fitted
-    after most sweeps ran default to off, as those sweeps measured: the single-warpgroup
-    rule (0) and ``default_config``'s ``whole_source_min_k`` (inf); None takes a rule's
-    fitted bound."""
+    ``heuristic_kwargs``, a rule's switch or bound, the single-warpgroup rule takes
+    ``single_warpgroup_max_k_tiles`` and the halo rule ``halo_min_column_fill`` and
+    ``halo_min_waves``: a sweep's variant of the heuristic. The rules fitted after most
+    sweeps ran default to off, as those sweeps measured: the single-warpgroup rule (0),
+    ``default_config``'s ``whole_source_min_k`` (inf) and the halo rule (a column fill of
+    inf); None takes a rule's fitted bound."""
     from cute_conv.arch import ARCHS
     from cute_conv.config import default_config, single_warpgroup_config
+    from cute_conv.halo_rule import halo_tiled_config
     from cute_conv.staging import kernel_problem_for
     from cute_conv.untuned import untuned_config
 
@@ -261,9 +264,13 @@ def untuned_with(
     single_warpgroup_rule = functools.partial(
         single_warpgroup_config, max_k_tiles=single_warpgroup_max_k_tiles
     )
-    arch = dataclasses.replace(
-        ARCHS["sm_90a"], heuristic=heuristic, single_warpgroup_rule=single_warpgroup_rule
+    halo_rule = functools.partial(
+        halo_tiled_config, min_column_fill=halo_min_column_fill, min_waves=halo_min_waves
     )
+    arch = dataclasses.replace(
+        ARCHS["sm_90a"], heuristic=heuristic, single_warpgroup_rule=single_warpgroup_rule,
+        halo_rule=halo_rule,
+    )  # fmt: skip
     element_bytes = 1 if form == "fp8" else 2
     kernel_problem = kernel_problem_for(problem, element_bytes)
     return untuned_config(arch, problem, kernel_problem, num_sms, form == "fused", element_bytes)
@@ -354,7 +361,7 @@ class BoundSweep:
     form)`` is the config a call of ``form`` runs with the rule at ``bound``; ``off`` and
     ``on`` are the bounds that leave it out and take it everywhere; ``constants`` names, per
     form, the ``cute_conv.config`` constant the fit is for (a tuple of names where a bound
-    is a tuple of several rules' bounds, fitted together)."""
+    is a tuple of several rules' bounds, fitted together), in ``constants_module``."""
 
     config_for: Callable[[object, float, str], object]
     off: float
@@ -363,6 +370,7 @@ class BoundSweep:
     variant: str
     grid: tuple[float, ...]
     constants: dict[str, str | tuple[str, ...]]
+    constants_module: str = "cute_conv.config"
 
     def configs_of(self, problem, form: str = "plain") -> dict:
         """``{baseline: the rule left out, variant: the rule at any bound}``."""
@@ -424,10 +432,11 @@ class BoundSweep:
         """Per bound of ``grid``, the score on train and held-out and how many problems take
         the variant; the best on train (the middle of ties) against the constant, and cuDNN's
         time over ours before and after. Prints the table; returns the bound."""
+        import importlib
+
         from bench import geomean
 
-        from cute_conv import config
-
+        module = importlib.import_module(self.constants_module)
         results = load_results(path)
         train, held = _fit_parts(path, results)
         print(f"{results.get('device', '?')}, {form}: {len(train)} train, {len(held)} held-out")
@@ -443,7 +452,8 @@ class BoundSweep:
         best = middle_of_best(list(self.grid), lambda bound: self.score(train, bound, form))
         names = self.constants[form]
         names = names if isinstance(names, tuple) else (names,)
-        committed = ", ".join(f"config.{name} = {getattr(config, name)}" for name in names)
+        where = self.constants_module.removeprefix("cute_conv.")
+        committed = ", ".join(f"{where}.{name} = {getattr(module, name)}" for name in names)
         print(f"fitted on train: {best} ({committed})")
         for name, part in (("train", train), ("held-out", held)):
             before = geomean(r["ms"]["cudnn"] / r["ms"][self.baseline] for r in part)

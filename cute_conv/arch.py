@@ -18,6 +18,7 @@ from .config import (
 )
 from .config_sm100 import default_config_sm100
 from .gather_rule import gathered_config
+from .halo_rule import halo_tiled_config
 from .kernels.sm90.config import SMEM_CAPACITY_SM90, Conv2dConfig
 from .kernels.sm90.conv2d_fprop import Conv2dFpropSm90
 from .kernels.sm100.config import SMEM_CAPACITY_SM100, Conv2dConfigSm100
@@ -59,6 +60,10 @@ class ArchKernels:
     # problem the kernel runs, SM count, has_residual, bytes of an input element)`` -> the
     # config to run (None: that one).
     single_warpgroup_rule: Optional[Callable[..., Any]]
+    # For a call without a config, last: ``(the config it would run, the problem the kernel
+    # runs, SM count, has_residual, bytes of an input element, bytes of an output element)``
+    # -> the config to run (None: that one).
+    halo_rule: Optional[Callable[..., Any]]
     # The scratch a launch needs, ``(float32 partials, int32 flags)`` or None, for
     # ``(kernel problem, config, max clusters)`` (None: the arch's kernels never need any).
     workspace_size: Optional[Callable[[Conv2dProblemShape, Any, int], Optional[tuple]]]
@@ -94,6 +99,7 @@ ARCHS: dict[str, ArchKernels] = {
         gather_rule=gathered_config,
         small_m_rule=small_m_config,
         single_warpgroup_rule=single_warpgroup_config,
+        halo_rule=halo_tiled_config,
         workspace_size=workspace_size_sm90,
     ),
     "sm_100a": ArchKernels(
@@ -107,6 +113,7 @@ ARCHS: dict[str, ArchKernels] = {
         gather_rule=None,
         small_m_rule=None,
         single_warpgroup_rule=None,
+        halo_rule=None,
         workspace_size=None,
     ),
 }

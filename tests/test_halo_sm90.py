@@ -8,17 +8,19 @@ import torch
 import cute_conv
 from cute_conv.config import pingpong_halo_tile
 from cute_conv.testing import random_conv_inputs
+from cute_conv.untuned import heuristic_config
 from tests.repeated_calls import assert_repeated_calls_match
 
 pytestmark = pytest.mark.gpu
 
 
 def halo(
-    tile_m: int, tile_n: int, tile_w: int, halo_h: int, pingpong: bool = False
+    tile_m: int, tile_n: int, tile_w: int, halo_h: int, pingpong: bool = False, halo_w: int = 0
 ) -> cute_conv.Conv2dConfig:
     return cute_conv.Conv2dConfig(
-        tile_m=tile_m, tile_n=tile_n, tile_w=tile_w, halo_h=halo_h, pingpong=pingpong
-    )
+        tile_m=tile_m, tile_n=tile_n, tile_w=tile_w, halo_h=halo_h, pingpong=pingpong,
+        halo_w=halo_w,
+    )  # fmt: skip
 
 
 # (N, H, W, C, K, R, S), padding, dilation, config: the default's shape (r50 3x3, 64 channels),
@@ -40,11 +42,25 @@ CASES = [
     ((64, 17, 17, 128, 96, 3, 3), 1, 1, halo(128, 128, 32, 6, pingpong=True)),
     ((43, 20, 26, 64, 64, 5, 5), 2, 1, halo(128, 64, 32, 8, pingpong=True)),
 ]
+# Pitched halos (tiles side by side along Q): Q one tile wide, Q=150 (three tiles, the last
+# 22 columns), a 5x5 filter at dilation (1, 2) (the reach fills the pitch), 256 rows (4 rows),
+# 192 rows (3), 64 rows (one tile row), two c-blocks with a C tail, ping-pong with several
+# tiles per CTA.
+PITCHED_CASES = [
+    ((2, 64, 64, 64, 128, 3, 3), 1, 1, halo(128, 128, 64, 4, halo_w=72)),
+    ((2, 21, 150, 64, 96, 3, 3), 1, 1, halo(128, 96, 64, 4, halo_w=72)),
+    ((2, 30, 100, 64, 64, 5, 5), (2, 4), (1, 2), halo(128, 64, 64, 6, halo_w=72)),
+    ((2, 40, 130, 64, 64, 3, 3), 1, 1, halo(256, 64, 64, 6, halo_w=72)),
+    ((2, 33, 70, 64, 64, 3, 3), 1, 1, halo(192, 64, 64, 6, halo_w=72)),
+    ((1, 20, 300, 64, 128, 3, 3), 1, 1, halo(64, 128, 64, 4, halo_w=72)),
+    ((2, 18, 90, 120, 256, 3, 3), 0, 1, halo(128, 256, 64, 4, halo_w=72)),
+    ((16, 32, 128, 64, 128, 3, 3), 1, 1, halo(128, 128, 64, 4, pingpong=True, halo_w=72)),
+]
 
 
 @pytest.mark.parametrize(
     "shape, pad, dilation, config",
-    CASES,
+    CASES + PITCHED_CASES,
     ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else None,
 )
 def test_halo_tiles_match_the_reference(shape, pad, dilation, config):
@@ -57,6 +73,14 @@ def test_default_config_of_r50_c2_uses_halo_tiles_on_the_gpu():
     problem = cute_conv.Conv2dProblemShape.from_shapes(act.shape, flt.shape, padding=1)
     config = cute_conv.default_config(problem)
     assert config.tile_w == 64
+    assert_repeated_calls_match(act, flt, 1, None, calls=1)
+
+
+def test_default_config_of_a_vae_output_conv_takes_pitched_halo_tiles_on_the_gpu():
+    act, flt = random_conv_inputs(1, 96, 250, 128, 3, 3, 3)  # 4 tiles across, the last clipped
+    problem = cute_conv.Conv2dProblemShape.from_shapes(act.shape, flt.shape, padding=1)
+    config = heuristic_config(problem, 132)
+    assert (config.tile_m, config.tile_w, config.halo_w) == (256, 64, 72)
     assert_repeated_calls_match(act, flt, 1, None, calls=1)
 
 
