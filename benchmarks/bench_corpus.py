@@ -353,8 +353,11 @@ def _checked(row: dict, name: str, fn: Callable[[], object], out, ref) -> bool:
 
 def _tile(config) -> str:
     """The config's tile, cluster and the choices that set it apart (gathered, stream-K, a
-    fixed A/B stage count)."""
+    fixed A/B stage count, halo tiles: `` halo`` for whole rows, `` halo/72`` for a pitched
+    halo 72 columns wide; rows measured before session 36 lack the label)."""
     gathered = " gathered" if config.gather else ""
+    if config.tile_w:
+        gathered += f" halo/{config.halo_w}" if config.halo_w else " halo"
     stream_k = ""
     if config.stream_k:
         stream_k = f" stream-K/{config.stream_k_split}" if config.stream_k_split else " stream-K"

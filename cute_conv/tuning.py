@@ -41,8 +41,9 @@ from .config import (
     takes_whole_source,
     tile_widths,
 )
+from .halo_rule import HALO_TILE_M, halo_tile_config
 from .kernels.sm90.config import MAX_TILE_ELEMS, TILE_M_CHOICES
-from .kernels.sm90.schedule_checks import MAX_K_TILE_BYTES
+from .kernels.sm90.schedule_checks import MAX_K_TILE_BYTES, PITCHED_TILE_W
 from .problem import Conv2dProblemShape
 from .schedule import stream_k_for_tiles
 from .staging import kernel_problem_for
@@ -132,7 +133,9 @@ def candidate_configs(
     residual; where the heuristic takes dynamic scheduling, each of the two alone), for the problem the kernel runs (after
     staging) on ``num_sms`` SMs with inputs of ``element_bytes`` (1: fp8); and 128x128
     ping-pong halo tiles where they fit (``pingpong_halo_tile``: faster than the default on
-    some devices only; they need 128-byte k-tiles). With ``has_residual`` (16-bit inputs),
+    some devices only; they need 128-byte k-tiles); halo tiles of 128 and 256 rows, whole-row
+    or pitched, where they run the problem (``_halo_candidates``). With ``has_residual``
+    (16-bit inputs),
     the 128-row candidates wider than 192 also with three A/B stages, which leave SMEM for
     their whole tile of C (``config.WHOLE_SOURCE_MIN_TILES_PER_SM``: 0.85-1.15x per conv on an
     H100, so worth timing per device)."""
@@ -178,7 +181,28 @@ def candidate_configs(
             for c in candidates
             if takes_whole_source(c.tile_m, c.tile_n, element_bytes)
         ]
-    return candidates
+    # After the whole-source variants: beside a halo, a whole tile of C does not fit.
+    return candidates + _halo_candidates(kernel_problem, element_bytes, has_residual)
+
+
+def _halo_candidates(
+    problem: Conv2dProblemShape, element_bytes: int, has_residual: bool
+) -> list[Conv2dConfig]:
+    """Halo tiles of 128 and 256 rows of 64 columns (whole-row or pitched,
+    ``halo_rule.halo_tile_config``) for each candidate width, where they run ``problem`` and
+    fit the SMEM even with fp32 output. The halo rule takes the 256-row ones where they paid
+    on the corpus; elsewhere either can still win (odd-5x5 fp8: 128-row pitched tiles ran
+    1.28x the default on an H100)."""
+    halos: list[Conv2dConfig] = []
+    for tile_n, tile_m in itertools.product(candidate_widths(problem.K), (128, HALO_TILE_M)):
+        base = Conv2dConfig(tile_n=tile_n)  # halo_tile_config narrows it for 256 rows
+        halo = halo_tile_config(
+            base, problem, tile_m, PITCHED_TILE_W, element_bytes, out_bytes=4,
+            has_residual=has_residual,
+        )  # fmt: skip
+        if halo is not None and halo not in halos:
+            halos.append(halo)
+    return halos
 
 
 def _schedule_choices(dynamic: bool, pingpong: bool) -> list[tuple[bool, bool]]:

@@ -213,6 +213,16 @@ def test_check_config_fits_rejects_what_halo_tiles_cannot_run(prob, match):
     check_config_fits(Conv2dConfig(), prob)  # im2col configs run anything
 
 
+def test_tuning_times_halo_tiles_where_they_run():
+    odd = Conv2dProblemShape.from_shapes((16, 64, 64, 96), (192, 5, 5, 96), padding=2)
+    for element_bytes in (2, 1):
+        halos = [c for c in tuning.candidate_configs(odd, element_bytes=element_bytes) if c.tile_w]
+        assert {(c.tile_m, c.tile_n, c.halo_w) for c in halos} == {(128, 96, 72), (128, 192, 72)}
+        assert all(c.tile_k * element_bytes == 128 for c in halos)
+    pointwise = problem(8, 64, 512, 512, 1)
+    assert not any(c.tile_w for c in tuning.candidate_configs(pointwise))
+
+
 def test_pitched_halo_tiles_fit_any_row_width_within_their_reach():
     pitched = Conv2dConfig(tile_w=64, halo_h=4, halo_w=72)
     for width in (31, 64, 150, 1024):  # tiles side by side along Q, the last one clipped
@@ -324,8 +334,8 @@ def test_residual_tuning_also_times_wide_tiles_with_a_whole_tile_of_c():
     whole = [c for c in fused if c.stages]
     assert not any(c.stages for c in plain) and whole
     assert {replace(c, stages=0) for c in whole} == {
-        c for c in plain if c.tile_m == 128 and c.tile_n > 192
-    }
+        c for c in plain if c.tile_m == 128 and c.tile_n > 192 and not c.tile_w
+    }  # a halo leaves no room for a whole tile of C
     for c in whole:
         assert c.stages == WHOLE_SOURCE_AB_STAGES
         plan = c.plan(cutlass.BFloat16, cutlass.BFloat16, True)
@@ -383,7 +393,7 @@ def test_candidates_are_valid_and_fit_k():
 )  # fmt: skip
 def test_pingpong_halo_tiles_are_autotuning_candidates_where_they_fit(prob, tile_w, halo_h):
     assert pingpong_halo_tile(prob) == (tile_w, halo_h)
-    halo_candidates = [c for c in tuning.candidate_configs(prob) if c.tile_w]
+    halo_candidates = [c for c in tuning.candidate_configs(prob) if c.tile_w and c.pingpong]
     assert halo_candidates == (
         [Conv2dConfig(tile_w=tile_w, halo_h=halo_h, pingpong=True)] if tile_w else []
     )
