@@ -106,9 +106,10 @@ def test_autotune_takes_fp8_with_fp8_candidates():
         cute_conv.autotune((1, 8, 8, 32), (16, 3, 3, 32), dtype=torch.float32)
     problem = Conv2dProblemShape(8, 28, 28, 320, 128, 3, 3, padding=1)
     fp8 = tuning.candidate_configs(problem, element_bytes=1)
-    assert {c.tile_k for c in fp8} == {64}  # the fp8 heuristic's width for C=320
+    # the fp8 heuristic's width for C=320 (halo tiles take 128-byte rows, checked below)
+    assert {c.tile_k for c in fp8 if not c.tile_w} == {64}
     assert cute_conv.default_config(problem, element_bytes=1) in fp8
-    assert {c.tile_k for c in tuning.candidate_configs(problem)} == {64}  # 16-bit: 64 too
+    assert {c.tile_k for c in tuning.candidate_configs(problem)} == {64}  # 16-bit: 64 always
     wide = Conv2dProblemShape(128, 28, 28, 128, 128, 3, 3, padding=1)
     halo = [c for c in tuning.candidate_configs(wide, element_bytes=1) if c.tile_w]
     assert halo and all(c.tile_k == 128 for c in halo)  # 128-byte rows of fp8
