@@ -376,7 +376,8 @@ def config_runner(
     fp8_scales = None
     if dtype in FP8_DTYPES:
         one = torch.ones((), device=device)
-        fp8_scales = (one, one, one if out_dtype in FP8_DTYPES else None, None)
+        out_scale = one if out_dtype in FP8_DTYPES else None
+        fp8_scales = (one, one, out_scale, *NO_SCALE_TENSORS[3:])  # no amax, no source scale
     source = None
     beta = 0.0
     if has_residual:
