@@ -18,7 +18,7 @@ import cutlass
 
 from .config import Conv2dConfig, check_element_bytes, check_heuristic_args, pitched_halo_tile
 from .kernels.sm90.config import MAX_TILE_ELEMS
-from .kernels.sm90.schedule_checks import MAX_K_TILE_BYTES
+from .kernels.sm90.schedule_checks import MAX_K_TILE_BYTES, PITCHED_TILE_W
 from .problem import Conv2dProblemShape
 
 __all__ = [
@@ -32,12 +32,12 @@ __all__ = [
 # Halo tiles where a row's tiles hold at least this share of real columns (Q over Q rounded up
 # to 64: 0.875 for Q=56, 112, 224, which lost as often as they gained) and, for tiles wider
 # than HALO_NARROW_TILE_N, at least this many waves of them; fitted on the corpus's train part
-# on an H200 (benchmarks/sweep_pitched_halo.py, pitched_halo*_sweep.json).
+# on an H200, plain, fused and fp8 together (benchmarks/sweep_pitched_halo.py --joint,
+# pitched_halo*_sweep.json).
 HALO_MIN_COLUMN_FILL = 0.95
 HALO_MIN_WAVES = 4.0
 HALO_NARROW_TILE_N = 64
 HALO_TILE_M = 256
-_HALO_TILE_W = 64
 _DTYPES_BY_BYTES = {1: cutlass.Float8E4M3FN, 2: cutlass.BFloat16, 4: cutlass.Float32}
 
 
@@ -99,7 +99,7 @@ def halo_tiled_config(
     if config.tile_w or config.gather or config.tile_m not in (128, HALO_TILE_M):
         return config
     halo = halo_tile_config(
-        config, problem, HALO_TILE_M, _HALO_TILE_W, element_bytes, out_bytes, has_residual
+        config, problem, HALO_TILE_M, PITCHED_TILE_W, element_bytes, out_bytes, has_residual
     )
     if halo is None:
         return config
