@@ -117,6 +117,9 @@ CONFIGS = [
     pytest.param(Conv2dConfig(stream_k=True), id="stream_k"),
     pytest.param(Conv2dConfig(dynamic_schedule=True), id="dynamic"),
     pytest.param(Conv2dConfig(tile_m=256, tile_n=64, tile_k=128, tile_w=32, halo_h=10), id="halo"),
+    pytest.param(
+        Conv2dConfig(tile_k=128, tile_w=64, halo_h=4, halo_w=72), id="pitched-halo"
+    ),
 ]
 
 
