@@ -23,17 +23,18 @@ from .kernels.sm90.config import (
     is_half_step,
 )
 from .kernels.sm90.schedule_checks import (
-    MAX_HALO_W,
     MAX_K_TILE_BYTES,
     MIN_K_TILE_BYTES,
     PITCHED_HALO_ROWS_MULTIPLE,
     PITCHED_HALO_W_MULTIPLE,
-    PITCHED_TILE_W,
+    check_pitched_halo,
 )
 from .kernels.sm100.config import Conv2dConfigSm100
 from .problem import Conv2dProblemShape
 from .schedule import (
     cluster_tile_count,
+    halo_tile_count,
+    padded_k,
     schedule_shape,
     stream_k_for_tiles,
     stream_k_schedule,
@@ -162,6 +163,25 @@ def check_channels(channels: object, hint: str = "") -> None:
         raise TypeError(f"channels must be an int{hint}, got {channels!r}")
     if channels < 1:
         raise ValueError(f"channels must be >= 1{hint}, got {channels}")
+
+
+def check_rule_args(
+    config: object, problem: object, num_sms: object, has_residual: object, element_bytes: object
+) -> None:
+    """``TypeError`` / ``ValueError`` unless the arguments of a rule that refines a call's
+    config (``small_m_config``, ``single_warpgroup_config``, ``halo_rule``) are a
+    ``Conv2dConfig`` and a heuristic's arguments (``check_heuristic_args``, an input
+    element size)."""
+    check_heuristic_args(problem, num_sms, has_residual)
+    check_element_bytes(element_bytes)
+    if not isinstance(config, Conv2dConfig):
+        raise TypeError(f"config must be a Conv2dConfig, got {type(config).__name__}")
+
+
+def check_out_bytes(out_bytes: object) -> None:
+    """``ValueError`` unless ``out_bytes`` is an output width the kernels write."""
+    if out_bytes not in OUT_BYTES:
+        raise ValueError(f"out_bytes must be one of {OUT_BYTES}, got {out_bytes!r}")
 
 
 def check_element_bytes(element_bytes: object) -> None:
@@ -414,8 +434,7 @@ def default_config(
     check_element_bytes(element_bytes)
     if not isinstance(wide_split, bool):
         raise TypeError(f"wide_split must be a bool, got {wide_split!r}")
-    if out_bytes not in OUT_BYTES:
-        raise ValueError(f"out_bytes must be one of {OUT_BYTES}, got {out_bytes!r}")
+    check_out_bytes(out_bytes)
     if half_step_min_k_tiles is None:
         half_step_min_k_tiles = _half_step_bound(has_residual, element_bytes)
     if residual_narrow_max_k is None:
@@ -525,10 +544,7 @@ def small_m_config(
         TypeError, ValueError: ``config`` is no ``Conv2dConfig``, or a bad problem, SM count
             or element size.
     """
-    check_heuristic_args(problem, num_sms, has_residual)
-    check_element_bytes(element_bytes)
-    if not isinstance(config, Conv2dConfig):
-        raise TypeError(f"config must be a Conv2dConfig, got {type(config).__name__}")
+    check_rule_args(config, problem, num_sms, has_residual, element_bytes)
     tiles_m = -(-problem.gemm_m // 128)
     tiles = tiles_m * -(-problem.K // _NARROW_TILE_N)
     takes = (
@@ -571,10 +587,7 @@ def single_warpgroup_config(
         TypeError, ValueError: ``config`` is no ``Conv2dConfig``, or a bad problem, SM count,
             element size or bound.
     """
-    check_heuristic_args(problem, num_sms, has_residual)
-    check_element_bytes(element_bytes)
-    if not isinstance(config, Conv2dConfig):
-        raise TypeError(f"config must be a Conv2dConfig, got {type(config).__name__}")
+    check_rule_args(config, problem, num_sms, has_residual, element_bytes)
     if max_k_tiles is None:
         max_k_tiles = SINGLE_WARPGROUP_MAX_K_TILES
     elif isinstance(max_k_tiles, bool) or not isinstance(max_k_tiles, (int, float)) or not (
@@ -648,7 +661,7 @@ def wide_tile_shapes(problem: Conv2dProblemShape) -> tuple[tuple[int, int], ...]
     check_problem(problem)
     return tuple(
         (tile_m, tile_n) for tile_m, tile_n in _WIDE_SPLIT_SHAPES
-        if -(-problem.K // tile_n) * tile_n <= (1 + _WIDE_SPLIT_MAX_N_PADDING) * problem.K
+        if padded_k(problem.K, tile_n) <= (1 + _WIDE_SPLIT_MAX_N_PADDING) * problem.K
     )  # fmt: skip
 
 
@@ -693,10 +706,9 @@ def half_step_widths(k: int, whole_width: int) -> tuple[int, ...]:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
 
-    def padded(width: int) -> int:
-        return -(-k // width) * width
-
-    return tuple(n for n in TILE_N_CHOICES if is_half_step(n) and padded(n) < padded(whole_width))
+    return tuple(
+        n for n in TILE_N_CHOICES if is_half_step(n) and padded_k(k, n) < padded_k(k, whole_width)
+    )
 
 
 def k_tile_width(channels: int, element_bytes: int, k_tile_cost: float | None = None) -> int:
@@ -761,11 +773,11 @@ def _fills_waves_better_at_192(problem: Conv2dProblemShape, tile_n: int, num_sms
 def _halo_tile(
     problem: Conv2dProblemShape, tile_m: int, tile_w: int = _HALO_TILE_W
 ) -> tuple[int, int]:
-    """``(tile_w, halo_h)`` of halo tiles for a stride-1 conv with several taps whose output
-    rows fill most of ``tile_w`` columns; ``(0, 0)`` otherwise."""
-    halo_h = _halo_rows(problem, tile_m, tile_w)
-    wanted = problem.R * problem.S > 1 and problem.Q >= _HALO_MIN_FILL * tile_w
-    if not wanted or _halo_misfit(problem, tile_m, tile_w, halo_h):
+    """``(tile_w, halo_h)`` of whole-row halo tiles (``pitched_halo_tile`` without a pitch)
+    for a stride-1 conv with several taps whose output rows fill most of ``tile_w`` columns;
+    ``(0, 0)`` otherwise."""
+    tile_w, halo_h, halo_w = pitched_halo_tile(problem, tile_m, tile_w)
+    if halo_w or problem.Q < _HALO_MIN_FILL * tile_w:
         return 0, 0
     return tile_w, halo_h
 
@@ -786,11 +798,14 @@ def pitched_halo_tile(
         halo_w = 0
     elif halo_h * halo_w % PITCHED_HALO_ROWS_MULTIPLE:
         halo_h += 1  # a row taller: an even number of swizzle blocks
+    if halo_w:
+        try:
+            check_pitched_halo(tile_w, halo_h, halo_w)  # the kernel's limits
+        except ValueError:
+            return 0, 0, 0
     runs = (
         problem.R * problem.S > 1
         and tile_m % tile_w == 0
-        and halo_w <= MAX_HALO_W
-        and not (halo_w and tile_w != PITCHED_TILE_W)
         and not _halo_misfit(problem, tile_m, tile_w, halo_h, halo_w)
     )
     return (tile_w, halo_h, halo_w) if runs else (0, 0, 0)
@@ -806,6 +821,5 @@ def pingpong_halo_tile(problem: Conv2dProblemShape, num_sms: int = 132) -> tuple
     0.0514, 0.0541 -> 0.0575), so the autotuner tries them per device."""
     tile_m = 128
     tile_w, halo_h = _halo_tile(problem, tile_m, _PINGPONG_HALO_TILE_W)
-    tiles_m = problem.N * -(-problem.P // (tile_m // _PINGPONG_HALO_TILE_W))
-    tiles = tiles_m * -(-problem.K // _PINGPONG_TILE_N)
+    tiles = halo_tile_count(problem, tile_m, _PINGPONG_TILE_N, _PINGPONG_HALO_TILE_W)
     return (tile_w, halo_h) if tile_w and tiles >= 2 * num_sms else (0, 0)

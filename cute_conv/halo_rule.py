@@ -11,15 +11,15 @@ on wide ones with several waves of tiles."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import cutlass
 
-from .config import Conv2dConfig, check_element_bytes, check_heuristic_args, pitched_halo_tile
+from .config import Conv2dConfig, check_out_bytes, check_rule_args, pitched_halo_tile
 from .kernels.sm90.config import MAX_TILE_ELEMS
 from .kernels.sm90.schedule_checks import MAX_K_TILE_BYTES, PITCHED_TILE_W
 from .problem import Conv2dProblemShape
+from .schedule import halo_tile_count, padded_k
 
 __all__ = [
     "HALO_MIN_COLUMN_FILL",
@@ -88,12 +88,8 @@ def halo_tiled_config(
     width pads K no more than ``config``'s, and, for tiles wider than
     ``HALO_NARROW_TILE_N``, they make at least ``min_waves`` waves on ``num_sms`` SMs
     (default ``HALO_MIN_WAVES``); else ``config``."""
-    check_heuristic_args(problem, num_sms, has_residual)
-    check_element_bytes(element_bytes)
-    if not isinstance(config, Conv2dConfig):
-        raise TypeError(f"config must be a Conv2dConfig, got {type(config).__name__}")
-    if out_bytes not in _DTYPES_BY_BYTES:
-        raise ValueError(f"out_bytes must be one of {tuple(_DTYPES_BY_BYTES)}, got {out_bytes!r}")
+    check_rule_args(config, problem, num_sms, has_residual, element_bytes)
+    check_out_bytes(out_bytes)
     min_column_fill = HALO_MIN_COLUMN_FILL if min_column_fill is None else min_column_fill
     min_waves = HALO_MIN_WAVES if min_waves is None else min_waves
     if config.tile_w or config.gather or config.tile_m not in (128, HALO_TILE_M):
@@ -103,18 +99,11 @@ def halo_tiled_config(
     )
     if halo is None:
         return config
-    tiles_q = -(-problem.Q // halo.tile_w)
-    if problem.Q / (tiles_q * halo.tile_w) < min_column_fill:
+    if problem.Q / padded_k(problem.Q, halo.tile_w) < min_column_fill:
         return config
-    if _padded_k(problem, halo.tile_n) > _padded_k(problem, config.tile_n):
+    if padded_k(problem.K, halo.tile_n) > padded_k(problem.K, config.tile_n):
         return config
-    tiles_p = -(-problem.P // (HALO_TILE_M // halo.tile_w))
-    tiles = problem.N * tiles_p * tiles_q * -(-problem.K // halo.tile_n)
+    tiles = halo_tile_count(problem, HALO_TILE_M, halo.tile_n, halo.tile_w)
     if halo.tile_n > HALO_NARROW_TILE_N and tiles < min_waves * num_sms:
         return config
     return halo
-
-
-def _padded_k(problem: Conv2dProblemShape, tile_n: int) -> int:
-    """Output channels ``tile_n``-wide tiles compute, K rounded up to whole tiles."""
-    return math.ceil(problem.K / tile_n) * tile_n

@@ -11,7 +11,9 @@ __all__ = [
     "K_TILES_PER_SPLIT",
     "STREAM_K_SPLITS",
     "cluster_tile_count",
+    "halo_tile_count",
     "launch_clusters",
+    "padded_k",
     "schedule_shape",
     "stream_k_for_tiles",
     "stream_k_schedule",
@@ -106,3 +108,16 @@ def launch_clusters(problem: Conv2dProblemShape, config, num_sms: int) -> int:
 def tile_count(problem: Conv2dProblemShape, tile_m: int, tile_n: int) -> int:
     """Output tiles of ``tile_m`` x ``tile_n`` (GEMM M x N)."""
     return -(-problem.gemm_m // tile_m) * -(-problem.K // tile_n)
+
+
+def halo_tile_count(problem: Conv2dProblemShape, tile_m: int, tile_n: int, tile_w: int) -> int:
+    """Output tiles of halo tiles of ``tile_m`` rows, ``tile_w`` columns per tile row and
+    ``tile_n`` channels: ``ceil(Q / tile_w)`` per output row (one for whole-row tiles), as
+    the SM90 kernel walks them."""
+    tiles_p = -(-problem.P // (tile_m // tile_w))
+    return problem.N * tiles_p * -(-problem.Q // tile_w) * -(-problem.K // tile_n)
+
+
+def padded_k(k: int, tile_n: int) -> int:
+    """Output channels ``tile_n``-wide tiles compute: ``k`` rounded up to whole tiles."""
+    return -(-k // tile_n) * tile_n

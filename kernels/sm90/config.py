@@ -123,8 +123,9 @@ class Conv2dConfig:
         halo_w: pitched halo tiles (0: off): the halo is ``halo_w`` columns wide (a multiple
             of 8, >= tile_w + (S-1) * dilation_w, at most 256), so that a tile's rows need
             not be whole output rows: an output row takes ``ceil(Q / tile_w)`` tiles side by
-            side, each with its own halo. ``tile_w`` must then be a multiple of 64 (each
-            64-row WGMMA atom one row of the tile, its taps' atoms ``halo_w`` SMEM rows apart).
+            side, each with its own halo. ``tile_w`` must then be 64 (each 64-row WGMMA atom
+            one row of the tile, its taps' atoms ``halo_w`` SMEM rows apart), and halo_h *
+            halo_w a multiple of 16 (whole pairs of 8-row swizzle blocks).
         pingpong: the two consumer warpgroups take the CTA's output tiles in turn, each with
             its own 128 x tile_n accumulator, so that one's epilogue runs while the other's
             mainloop has the tensor cores (False: both work on every tile and the tensor

@@ -71,7 +71,7 @@ def check_schedule_options(
                 f"cluster_n={cluster_n}, stream_k={stream_k}"
             )
     if halo_w:
-        _check_pitched_halo(tile_w, halo_h, halo_w)
+        check_pitched_halo(tile_w, halo_h, halo_w)
     if pingpong and (tile_m != 128 or tile_n > 128 or stream_k or dynamic_schedule):
         raise ValueError(
             f"pingpong needs tile_m=128, tile_n <= 128, stream_k=False and "
@@ -92,7 +92,7 @@ def check_schedule_options(
         )
 
 
-def _check_pitched_halo(tile_w: int, halo_h: int, halo_w: int) -> None:
+def check_pitched_halo(tile_w: int, halo_h: int, halo_w: int) -> None:
     """Raise ``ValueError`` unless a ``halo_w``-wide halo of ``halo_h`` rows can serve tiles
     of ``tile_w`` output columns (the filter's reach is checked against the problem, on the
     host)."""
