@@ -356,15 +356,16 @@ def _tile(config) -> str:
     fixed A/B stage count, halo tiles: `` halo`` for whole rows, `` halo/72`` for a pitched
     halo 72 columns wide; rows measured before session 36 lack the label)."""
     gathered = " gathered" if config.gather else ""
+    halo = ""
     if config.tile_w:
-        gathered += f" halo/{config.halo_w}" if config.halo_w else " halo"
+        halo = f" halo/{config.halo_w}" if config.halo_w else " halo"
     stream_k = ""
     if config.stream_k:
         stream_k = f" stream-K/{config.stream_k_split}" if config.stream_k_split else " stream-K"
     stages = f" {config.stages} stages" if config.stages else ""
     return (
         f"{config.tile_m}x{config.tile_n} {config.cluster_m}x{config.cluster_n}"
-        f"{gathered}{stream_k}{stages}"
+        f"{gathered}{halo}{stream_k}{stages}"
     )
 
 

@@ -151,22 +151,8 @@ def report(form: str) -> None:
 
 def joint_fit() -> tuple[float, float]:
     """The (column fill, waves) pair of the grid with the best geomean of the three forms'
-    train scores (the middle of ties): one rule serves every form. Prints the best pairs'
-    joint train and held-out scores."""
-    from sweep_rows import _fit_parts, middle_of_best
-
-    parts = {form: _fit_parts(path, load_results(path)) for form, path in RESULTS_PATHS.items()}
-
-    def joint(bound: tuple[float, float], split: int) -> float:
-        return geomean(SWEEP.score(part[split], bound, form) for form, part in parts.items())
-
-    scores = {bound: (joint(bound, 0), joint(bound, 1)) for bound in SWEEP.grid}
-    print("| (column fill, waves) | train | held-out |\n|---|---|---|")
-    for bound, (train, held) in sorted(scores.items(), key=lambda item: -item[1][0])[:10]:
-        print(f"| {bound} | {train:.4f} | {held:.4f} |")
-    best = middle_of_best(list(SWEEP.grid), lambda bound: scores[bound][0])
-    print(f"fitted on the three forms' train rows together: {best}")
-    return best
+    train scores (the middle of ties): one rule serves every form."""
+    return SWEEP.joint_fit_over(tuple(RESULTS_PATHS.items()), "plain, fused and fp8 rows")
 
 
 def main() -> None:

@@ -467,19 +467,29 @@ class BoundSweep:
         """The bound of ``grid`` with the best geomean of the train scores of several GPUs'
         results files (the middle of ties); prints each bound's joint train and held-out
         scores."""
+        return self.joint_fit_over(
+            tuple((form, path) for path in paths), f"{form}, {len(paths)} GPUs' rows"
+        )
+
+    def joint_fit_over(self, sources: tuple[tuple[str, Path], ...], title: str) -> float:
+        """The bound of ``grid`` with the best geomean of the train scores of several
+        ``(form, results file)`` sources (the middle of ties): several GPUs' rows of one form,
+        or one GPU's rows of several forms. Prints ``title`` and each bound's joint train and
+        held-out scores."""
         from bench import geomean
 
-        parts = [_fit_parts(path, load_results(path)) for path in paths]
+        parts = [(form, _fit_parts(path, load_results(path))) for form, path in sources]
 
         def joint(bound: float, split: int) -> float:
-            return geomean(self.score(part[split], bound, form) for part in parts)
+            return geomean(self.score(part[split], bound, form) for form, part in parts)
 
-        print(f"{form}, {len(paths)} GPUs' rows")
+        print(title)
         print("| bound | train | held-out |\n|---|---|---|")
+        train = {bound: joint(bound, 0) for bound in self.grid}
         for bound in self.grid:
-            print(f"| {bound} | {joint(bound, 0):.4f} | {joint(bound, 1):.4f} |")
-        best = middle_of_best(list(self.grid), lambda bound: joint(bound, 0))
-        print(f"fitted on the GPUs' train rows together: {best}")
+            print(f"| {bound} | {train[bound]:.4f} | {joint(bound, 1):.4f} |")
+        best = middle_of_best(list(self.grid), train.__getitem__)
+        print(f"fitted on their train rows together: {best}")
         return best
 
     def main(
