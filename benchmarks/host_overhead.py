@@ -29,6 +29,9 @@ from compare_versions import import_base, materialize_base
 import cute_conv
 from cute_conv.testing import random_conv_inputs
 
+# stride, padding and dilation as nn.Conv2d's modules hold and pass them.
+TUPLES = dict(stride=(1, 1), padding=(1, 1), dilation=(1, 1))
+
 
 def calls(base_dir: Path | None, workdir: Path) -> dict[str, Callable[[], object]]:
     x, flt = random_conv_inputs(1, 8, 8, 64, 64, 3, 3)
@@ -46,6 +49,7 @@ def calls(base_dir: Path | None, workdir: Path) -> dict[str, Callable[[], object
         "cute_conv.conv2d_fprop(x, w, padding=1)": lambda: conv(x, flt, padding=1),
         "... out=out": lambda: conv(x, flt, padding=1, out=out),
         "... under torch.no_grad()": no_grad_call,
+        "... geometry as tuples (as nn.Conv2d passes it)": lambda: conv(x, flt, **TUPLES, out=out),
         "torch.ops.cute_conv.conv2d_fprop(...)": lambda: op(
             x, flt, None, None, None, None, None, [1, 1], [1, 1, 1, 1], [1, 1], 1.0, None, None,
             None,
@@ -57,6 +61,7 @@ def calls(base_dir: Path | None, workdir: Path) -> dict[str, Callable[[], object
         base_conv = import_base(materialize_base(workdir, tree=base_dir)).conv2d_fprop
         rows["base version: conv2d_fprop(x, w, padding=1)"] = lambda: base_conv(x, flt, padding=1)
         rows["base version: ... out=out"] = lambda: base_conv(x, flt, padding=1, out=out)
+        rows["base version: ... geometry as tuples"] = lambda: base_conv(x, flt, **TUPLES, out=out)
     return rows
 
 
