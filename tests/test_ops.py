@@ -198,6 +198,7 @@ def test_config_round_trips_through_its_string(config):
     text = ops.config_to_str(config)
     assert text == repr(config)
     assert ops.config_from_str(text) == config
+    assert ops.config_from_str(text) is ops.config_from_str(text)  # parsed once
 
 
 @pytest.mark.parametrize(
