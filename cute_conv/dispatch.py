@@ -323,7 +323,7 @@ def _freeze(value: Any) -> Any:
     if kind is int or value is None:  # the common case, cheapest key
         return value
     # A pair of ints, as nn.Conv2d passes its geometry: its own key, at a fifth of the cost
-    # of freezing each element (~1.4 us a pair on an H100 host, three pairs a call).
+    # of freezing each element (1.7 -> 0.4 us a pair on a CPU host; three pairs a call).
     if kind is tuple and len(value) == 2 and type(value[0]) is int and type(value[1]) is int:
         return (True, value)
     if kind is float:
