@@ -354,7 +354,7 @@ def _checked(row: dict, name: str, fn: Callable[[], object], out, ref) -> bool:
 def _tile(config) -> str:
     """The config's tile, cluster and the choices that set it apart (gathered, stream-K, a
     fixed A/B stage count, halo tiles: `` halo`` for whole rows, `` halo/72`` for a pitched
-    halo 72 columns wide; rows measured before session 36 lack the label)."""
+    halo 72 columns wide; rows measured before this label existed lack it)."""
     gathered = " gathered" if config.gather else ""
     halo = ""
     if config.tile_w:

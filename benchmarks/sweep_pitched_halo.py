@@ -10,7 +10,7 @@ several taps; the fit of ``cute_conv.halo_rule`` (``HALO_MIN_COLUMN_FILL``,
 
 Why: an im2col tile loads its A rows once per filter tap (9x for a 3x3), and on the large
 3x3 convs of 128 channels (VAE decoders at 256..1024 pixels, ResNet's 112x112 layers) that
-traffic binds: session 35's probe, with A free, ran bf16 r50-c3-3x3 25-37% faster. Halo
+traffic binds: a probe with A's loads left out ran bf16 r50-c3-3x3 25-37% faster. Halo
 tiles load each input pixel of a tile's footprint once per 64 channels, but only where an
 output row fits a tile (Q <= 64 - reach). A pitched halo lifts that: a 128x128 tile of two
 64-column output rows reads a 4 x 72 halo, 288 rows per c-block instead of 9 x 128.
