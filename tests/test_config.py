@@ -69,6 +69,11 @@ from cute_conv.staging import channels_padded, kernel_problem_for
         pytest.param(dict(stream_k=True, stream_k_split=1), ValueError, "stream_k_split must be 0", id="split-of-one"),
         pytest.param(dict(stream_k=True, stream_k_split=33), ValueError, "in 2..32", id="split-too-wide"),
         pytest.param(dict(stream_k=True, stream_k_split=2.0), TypeError, "stream_k_split must be an int", id="split-type"),
+        pytest.param(dict(epi_n=128), ValueError, "epi_n must be one of", id="epi-n"),
+        pytest.param(dict(epi_n=8), ValueError, "epi_n must be one of", id="epi-n-8"),
+        pytest.param(dict(tile_n=96, epi_n=64), ValueError, "epi_n must divide tile_n", id="epi-n-divides"),
+        pytest.param(dict(tile_n=80, epi_n=32), ValueError, "epi_n must divide tile_n", id="epi-n-half-step"),
+        pytest.param(dict(epi_n=64.0), TypeError, "epi_n must be an int", id="epi-n-type"),
     ],
 )  # fmt: skip
 def test_config_rejections(kwargs, exc, match):
@@ -321,6 +326,30 @@ def test_wide_residual_tiles_with_tiles_to_come_keep_a_whole_tile_of_c():
         default_config(sd, has_residual=True, whole_source_min_k="1152")
     with pytest.raises(TypeError, match="whole_source_min_tiles_per_sm must be None or a number"):
         default_config(sd, has_residual=True, whole_source_min_tiles_per_sm=True)
+
+
+def test_a_configs_epilogue_width_sets_the_plans():
+    """``Conv2dConfig.epi_n``: the plain epilogue's subtile width as given (0: 32, or 16 for
+    half-step tiles); a residual kernel takes it with as many C buffers as fit."""
+    import cutlass
+
+    bf16 = cutlass.BFloat16
+
+    def plan(has_residual=False, **kwargs):
+        p = Conv2dConfig(**kwargs).plan(bf16, bf16, has_residual)
+        return p.epi_n, p.epi_stages, p.source_stages, p.ab_stages
+
+    assert plan() == (32, 4, 0, 6)
+    assert plan(epi_n=64) == (64, 4, 0, 5)  # 4 buffers of 16 KB: one A/B stage fewer
+    assert plan(tile_n=80, tile_k=64) == (16, 4, 0, plan(tile_n=80, tile_k=64, epi_n=16)[3])
+    assert plan(tile_n=256, epi_n=64)[:3] == (64, 4, 0)
+    assert plan(True) == (64, 2, 2, 5)  # the residual kernel's own choice: a tile of C
+    assert plan(True, epi_n=64) == plan(True)
+    assert plan(True, epi_n=32) == (32, 2, 4, 5)  # a whole tile of 32-wide C
+    # 128x256 in 64-wide subtiles: 2 of 4 C subtiles buffered (the least), 3 stages of 48 KB.
+    assert plan(True, tile_n=256, epi_n=64) == (64, 2, 2, 3)
+    for kwargs in (dict(epi_n=64), dict(tile_n=256, epi_n=64), dict(tile_m=256, epi_n=64)):
+        assert Conv2dConfig(**kwargs).plan(bf16, bf16, False).smem_bytes <= 232448
 
 
 def test_residual_tuning_also_times_wide_tiles_with_a_whole_tile_of_c():

@@ -139,6 +139,39 @@ def test_configs(config):
     run_and_check(3, 19, 21, 96, 328, 3, 3, padding=1, config=config)
 
 
+# Epilogue subtiles of a config's own width (``epi_n``): 64 wide on 128-, 192- and 256-row
+# tiles, with stream-K partials, ping-pong epilogues, clusters and a float32 output; 16 wide
+# on a tile 32 divides. Each on a 1x1 of K=120 (the last subtile half empty, one k-tile per
+# tile, several tiles per CTA) and on a 3x3 with tails in M and N.
+EPI_N_CONFIGS = [
+    cute_conv.Conv2dConfig(epi_n=64),
+    cute_conv.Conv2dConfig(tile_m=256, epi_n=64),
+    cute_conv.Conv2dConfig(tile_m=192, tile_n=128, cluster_n=2, epi_n=64),
+    cute_conv.Conv2dConfig(tile_n=192, cluster_m=2, epi_n=64),
+    cute_conv.Conv2dConfig(tile_n=256, epi_n=64),
+    cute_conv.Conv2dConfig(pingpong=True, epi_n=64),
+    cute_conv.Conv2dConfig(stream_k=True, epi_n=64),
+    cute_conv.Conv2dConfig(dynamic_schedule=True, epi_n=64),
+    cute_conv.Conv2dConfig(tile_n=64, epi_n=16),
+]
+
+
+@pytest.mark.parametrize(
+    "config",
+    EPI_N_CONFIGS,
+    ids=lambda c: (
+        f"m{c.tile_m}-n{c.tile_n}-cl{c.cluster_m}x{c.cluster_n}-epi{c.epi_n}"
+        f"{'-pingpong' if c.pingpong else ''}{'-streamk' if c.stream_k else ''}"
+        f"{'-dynamic' if c.dynamic_schedule else ''}"
+    ),
+)
+def test_epilogue_subtile_widths(config):
+    run_and_check(32, 14, 14, 48, 120, 1, 1, config=config)
+    run_and_check(3, 19, 21, 96, 328, 3, 3, padding=1, config=config)
+    if config == EPI_N_CONFIGS[0]:
+        run_and_check(3, 19, 21, 96, 328, 3, 3, padding=1, config=config, out_dtype=torch.float32)
+
+
 # Channel counts whose last c-block (64-channel k-tiles of four 16-channel MMA k-blocks) holds
 # channels in 1, 2 or 3 of its k-blocks, or in all 4 with the last one partly: the WGMMAs skip
 # the k-blocks past C. Through each mainloop: im2col tiles, stream-K ranges that begin and end

@@ -36,6 +36,7 @@ TILE_K_CHOICES = (16, 32, 64, 128)
 CLUSTER_CHOICES = (1, 2)
 MAX_CLUSTER_SIZE = 2
 MIN_STAGES, MAX_STAGES = 2, 16
+EPI_N_CHOICES = (0, 16, 32, 64)  # 0: by the tile width and the epilogue (see _SmemBudget)
 # CTAs a stream-K split may share one output tile among (``stream_k_split``).
 MAX_STREAM_K_SPLIT = 32
 # Halo tiles: output columns per tile row (a power of two dividing tile_m).
@@ -144,6 +145,11 @@ class Conv2dConfig:
         gather_vector: with ``gather``, channels per gathered load: 1, 2 or 4 (2, 4 or 8
             bytes). C must be a multiple of it (``check_config_fits`` says so);
             ``gather_rule.with_gathered_operands`` takes the largest that divides C.
+        epi_n: width of the epilogue's output subtiles (tile_m x epi_n, each staged in SMEM
+            and stored by one TMA store): 16, 32 or 64, dividing tile_n; 0 lets the kernel
+            choose (32, or 16 for tiles 32 does not divide; a residual kernel 64 where a tile
+            of C fits beside the A/B ring). Wider subtiles take fewer barrier rounds and store
+            longer rows per request, at more SMEM per buffer (fewer A/B stages).
     """
 
     tile_m: int = 128
@@ -164,6 +170,7 @@ class Conv2dConfig:
     programmatic_launch: bool = True
     gather: bool = False
     gather_vector: int = 1
+    epi_n: int = 0
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -198,6 +205,11 @@ class Conv2dConfig:
             )
         if self.swizzle < 1:
             raise ValueError(f"swizzle must be >= 1, got {self.swizzle}")
+        check_choice("epi_n", self.epi_n, EPI_N_CHOICES)
+        if self.epi_n and self.tile_n % self.epi_n:
+            raise ValueError(
+                f"epi_n must divide tile_n, got epi_n={self.epi_n}, tile_n={self.tile_n}"
+            )
         if self.tile_w or self.halo_h or self.halo_w:  # halo tiles (tile_w=0 is an error here)
             check_choice("tile_w", self.tile_w, HALO_TILE_W_CHOICES)
         check_schedule_options(
@@ -341,11 +353,12 @@ class _SmemBudget:
         ``_WIDE_EPI_N``-wide subtiles where a whole tile of C (at least
         ``_MIN_SOURCE_STAGES`` buffers, so that the next tile's C can load during this
         epilogue) fits beside ``stages`` (or ``_MIN_AB_STAGES_KEPT``) A/B stages;
-        otherwise ``_EPI_N``-wide ones, a whole tile of them where that fits, else fewer."""
+        otherwise ``_EPI_N``-wide ones, a whole tile of them where that fits, else fewer. A
+        config's own ``epi_n`` is taken as it is, with as many C buffers as fit."""
         cfg = self.config
         keep = (cfg.stages or _MIN_AB_STAGES_KEPT) * self.ab_bytes_per_stage()
         epi_stages = _EPI_STAGES_WITH_SOURCE
-        if cfg.tile_n % _WIDE_EPI_N == 0:
+        if cfg.tile_n % _WIDE_EPI_N == 0 and cfg.epi_n in (0, _WIDE_EPI_N):
             source_stages = max(cfg.tile_n // _WIDE_EPI_N, _MIN_SOURCE_STAGES)
             if self.ab_budget(epi_stages, source_stages, _WIDE_EPI_N) >= keep:
                 return _WIDE_EPI_N, source_stages
@@ -356,8 +369,10 @@ class _SmemBudget:
         return epi_n, _MIN_SOURCE_STAGES
 
     def epi_n(self) -> int:
-        """The subtile width of a plain epilogue: ``_EPI_N``, or ``_NARROW_EPI_N`` for the
-        tiles it does not divide."""
+        """The subtile width of a plain epilogue: the config's ``epi_n``, else ``_EPI_N``,
+        or ``_NARROW_EPI_N`` for the tiles it does not divide."""
+        if self.config.epi_n:
+            return self.config.epi_n
         return _NARROW_EPI_N if is_half_step(self.config.tile_n) else _EPI_N
 
     def plan(self, has_residual: bool) -> Sm90Plan:
