@@ -238,19 +238,23 @@ def measure_configs(p: dict, form: str, configs: dict, eager: bool = True) -> di
 def untuned_with(
     problem, num_sms: int, form: str = "plain", single_warpgroup_max_k_tiles: float | None = 0,
     whole_source_min_k: float | None = math.inf, halo_min_column_fill: float | None = math.inf,
-    halo_min_waves: float | None = None, **heuristic_kwargs,
+    halo_min_waves: float | None = None, wide_epilogue_max_k_tiles: float | None = 0,
+    wide_epilogue_min_ab_stages: int | None = None, **heuristic_kwargs,
 ):  # fmt: skip
     """The config a call of ``form`` (``plain``, ``fused`` or ``fp8``, as in
     ``measure_configs``) without one runs on ``problem`` (``untuned.untuned_config``: staging,
     the gather and small-M rules included) when ``default_config`` takes
     ``heuristic_kwargs``, a rule's switch or bound, the single-warpgroup rule takes
-    ``single_warpgroup_max_k_tiles`` and the halo rule ``halo_min_column_fill`` and
-    ``halo_min_waves``: a sweep's variant of the heuristic. The rules fitted after most
-    sweeps ran default to off, as those sweeps measured: the single-warpgroup rule (0),
-    ``default_config``'s ``whole_source_min_k`` (inf) and the halo rule (a column fill of
-    inf); None takes a rule's fitted bound."""
+    ``single_warpgroup_max_k_tiles``, the halo rule ``halo_min_column_fill`` and
+    ``halo_min_waves`` and the epilogue rule ``wide_epilogue_max_k_tiles`` and
+    ``wide_epilogue_min_ab_stages``: a sweep's variant
+    of the heuristic. The rules fitted after most sweeps ran default to off, as those sweeps
+    measured: the single-warpgroup rule (0), ``default_config``'s ``whole_source_min_k``
+    (inf), the halo rule (a column fill of inf) and the epilogue rule (0); None takes a
+    rule's fitted bound."""
     from cute_conv.arch import ARCHS
     from cute_conv.config import default_config, single_warpgroup_config
+    from cute_conv.epilogue_rule import wide_epilogue_config
     from cute_conv.halo_rule import halo_tiled_config
     from cute_conv.staging import kernel_problem_for
     from cute_conv.untuned import untuned_config
@@ -267,9 +271,13 @@ def untuned_with(
     halo_rule = functools.partial(
         halo_tiled_config, min_column_fill=halo_min_column_fill, min_waves=halo_min_waves
     )
+    epilogue_rule = functools.partial(
+        wide_epilogue_config, max_k_tiles=wide_epilogue_max_k_tiles,
+        min_ab_stages=wide_epilogue_min_ab_stages,
+    )  # fmt: skip
     arch = dataclasses.replace(
         ARCHS["sm_90a"], heuristic=heuristic, single_warpgroup_rule=single_warpgroup_rule,
-        halo_rule=halo_rule,
+        halo_rule=halo_rule, epilogue_rule=epilogue_rule,
     )  # fmt: skip
     element_bytes = 1 if form == "fp8" else 2
     kernel_problem = kernel_problem_for(problem, element_bytes)

@@ -17,6 +17,7 @@ from .config import (
     small_m_config,
 )
 from .config_sm100 import default_config_sm100
+from .epilogue_rule import wide_epilogue_config
 from .gather_rule import gathered_config
 from .halo_rule import halo_tiled_config
 from .kernels.sm90.config import SMEM_CAPACITY_SM90, Conv2dConfig
@@ -60,10 +61,13 @@ class ArchKernels:
     # problem the kernel runs, SM count, has_residual, bytes of an input element)`` -> the
     # config to run (None: that one).
     single_warpgroup_rule: Optional[Callable[..., Any]]
-    # For a call without a config, last: ``(the config it would run, the problem the kernel
-    # runs, SM count, has_residual, bytes of an input element, bytes of an output element)``
-    # -> the config to run (None: that one).
+    # For a call without a config, after the rules above: ``(the config it would run, the
+    # problem the kernel runs, SM count, has_residual, bytes of an input element, bytes of an
+    # output element)`` -> the config to run (None: that one).
     halo_rule: Optional[Callable[..., Any]]
+    # For a call without a config, last, with the halo rule's arguments: its epilogue's
+    # subtile width (None: the kernel's own).
+    epilogue_rule: Optional[Callable[..., Any]]
     # The scratch a launch needs, ``(float32 partials, int32 flags)`` or None, for
     # ``(kernel problem, config, max clusters)`` (None: the arch's kernels never need any).
     workspace_size: Optional[Callable[[Conv2dProblemShape, Any, int], Optional[tuple]]]
@@ -100,6 +104,7 @@ ARCHS: dict[str, ArchKernels] = {
         small_m_rule=small_m_config,
         single_warpgroup_rule=single_warpgroup_config,
         halo_rule=halo_tiled_config,
+        epilogue_rule=wide_epilogue_config,
         workspace_size=workspace_size_sm90,
     ),
     "sm_100a": ArchKernels(
@@ -114,6 +119,7 @@ ARCHS: dict[str, ArchKernels] = {
         small_m_rule=None,
         single_warpgroup_rule=None,
         halo_rule=None,
+        epilogue_rule=None,
         workspace_size=None,
     ),
 }
