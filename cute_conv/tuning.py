@@ -41,6 +41,7 @@ from .config import (
     takes_whole_source,
     tile_widths,
 )
+from .epilogue_rule import wide_epilogue_config
 from .halo_rule import HALO_TILE_M, halo_tile_config
 from .kernels.sm90.config import MAX_TILE_ELEMS, TILE_M_CHOICES
 from .kernels.sm90.schedule_checks import MAX_K_TILE_BYTES, PITCHED_TILE_W
@@ -126,7 +127,8 @@ def candidate_configs(
 ) -> list[Conv2dConfig]:
     """``candidate_widths``, each alone and in both 2-CTA clusters, two rasterizations, 128-
     row tiles and, up to 160 wide, 192-row ones and, up to 128 wide, 256-row ones, and 64-row
-    ones (each with its whole K) where they fit one wave; the k-tile
+    ones (each with its whole K) where they fit one wave; for plain 16-bit convs each also with
+    64-wide epilogue subtiles where it keeps 4 A/B stages (``epilogue_rule``); the k-tile
     width, stream-K (split by the heuristic's rule on each candidate's tiles) and (for
     single-CTA clusters) dynamic scheduling choices of the default heuristic, ping-pong where
     ``pingpong_pays`` (on the 128-row tiles at most 128 wide it takes, with or without a
@@ -169,6 +171,14 @@ def candidate_configs(
         )
     ]  # fmt: skip
     candidates = [_with_heuristic_split(c, kernel_problem, num_sms) for c in candidates]
+    if not has_residual:
+        # 64-wide epilogue subtiles where the wider buffers leave the A/B ring its depth, at
+        # any mainloop length (the epilogue rule takes them on short ones only).
+        candidates += [
+            wide for c in candidates
+            if (wide := wide_epilogue_config(c, kernel_problem, num_sms, False, element_bytes,
+                                             max_k_tiles=math.inf)) != c
+        ]  # fmt: skip
     tile_w, halo_h = pingpong_halo_tile(kernel_problem, num_sms)
     if tile_w and tile_k * element_bytes == MAX_K_TILE_BYTES and not stream_k:
         candidates.append(
@@ -501,6 +511,7 @@ def _config_id(config: Conv2dConfig) -> str:
         f"{f'-halo{config.tile_w}x{config.halo_h}' if config.tile_w else ''}"
         f"{f'p{config.halo_w}' if config.halo_w else ''}"
         f"{f'-gather{config.gather_vector}' if config.gather else ''}"
+        f"{f'-epi{config.epi_n}' if config.epi_n else ''}"
     )
 
 
