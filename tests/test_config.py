@@ -621,6 +621,20 @@ def test_autotune_stores_its_choice_for_later_calls(tmp_path, monkeypatch):
 
 
 @pytest.mark.gpu
+def test_autotune_tells_apart_configs_that_differ_only_in_their_epilogue_width(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUTE_CONV_CACHE_DIR", str(tmp_path))
+    x_shape, filter_shape = (8, 28, 28, 48), (120, 1, 1, 48)
+    configs = [Conv2dConfig(), Conv2dConfig(epi_n=64)]
+    best = cute_conv.autotune(x_shape, filter_shape, configs=configs)
+    assert best in configs
+    problem = Conv2dProblemShape.from_shapes(x_shape, filter_shape)
+    key = tuning.problem_key(problem, torch.bfloat16, torch.bfloat16)
+    assert tuning.lookup(torch.device("cuda", 0), key) == best
+    timings = next(iter(json.loads((tmp_path / "autotune.json").read_text()).values()))[key]["ms"]
+    assert {tuning._config_id(c) for c in configs} <= set(timings["screen"])
+
+
+@pytest.mark.gpu
 def test_autotune_with_a_residual_stores_apart_from_the_plain_choice(tmp_path, monkeypatch):
     monkeypatch.setenv("CUTE_CONV_CACHE_DIR", str(tmp_path))
     x_shape, filter_shape = (2, 10, 10, 64), (128, 1, 1, 64)
