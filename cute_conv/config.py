@@ -178,6 +178,16 @@ def check_rule_args(
         raise TypeError(f"config must be a Conv2dConfig, got {type(config).__name__}")
 
 
+def k_tile_bound(name: str, value: object, fitted: float) -> float:
+    """A rule's bound on k-tiles per tile: ``value``, or ``fitted`` for None; ``ValueError``
+    unless it is a number >= 0 (``math.inf`` included; not a bool)."""
+    if value is None:
+        return fitted
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError(f"{name} must be a number >= 0 or None, got {value!r}")
+    return value
+
+
 def check_out_bytes(out_bytes: object) -> None:
     """``ValueError`` unless ``out_bytes`` is an output width the kernels write."""
     if out_bytes not in OUT_BYTES:
@@ -588,12 +598,7 @@ def single_warpgroup_config(
             element size or bound.
     """
     check_rule_args(config, problem, num_sms, has_residual, element_bytes)
-    if max_k_tiles is None:
-        max_k_tiles = SINGLE_WARPGROUP_MAX_K_TILES
-    elif isinstance(max_k_tiles, bool) or not isinstance(max_k_tiles, (int, float)) or not (
-        max_k_tiles >= 0
-    ):
-        raise ValueError(f"max_k_tiles must be a number >= 0 or None, got {max_k_tiles!r}")
+    max_k_tiles = k_tile_bound("max_k_tiles", max_k_tiles, SINGLE_WARPGROUP_MAX_K_TILES)
     _, k_tiles = schedule_shape(problem, config.tile_m, config.tile_n, config.tile_k)
     if (
         config.tile_m != 128

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import cutlass
 
-from .config import Conv2dConfig, check_out_bytes, check_rule_args
+from .config import Conv2dConfig, check_out_bytes, check_rule_args, k_tile_bound
 from .problem import Conv2dProblemShape
 from .schedule import schedule_shape
 
@@ -62,12 +62,7 @@ def wide_epilogue_config(
     """
     check_rule_args(config, problem, num_sms, has_residual, element_bytes)
     check_out_bytes(out_bytes)
-    if max_k_tiles is None:
-        max_k_tiles = WIDE_EPILOGUE_MAX_K_TILES
-    elif isinstance(max_k_tiles, bool) or not isinstance(max_k_tiles, (int, float)) or not (
-        max_k_tiles >= 0
-    ):
-        raise ValueError(f"max_k_tiles must be a number >= 0 or None, got {max_k_tiles!r}")
+    max_k_tiles = k_tile_bound("max_k_tiles", max_k_tiles, WIDE_EPILOGUE_MAX_K_TILES)
     if min_ab_stages is None:
         min_ab_stages = WIDE_EPILOGUE_MIN_AB_STAGES
     elif isinstance(min_ab_stages, bool) or not isinstance(min_ab_stages, int):
