@@ -169,9 +169,9 @@ def check_rule_args(
     config: object, problem: object, num_sms: object, has_residual: object, element_bytes: object
 ) -> None:
     """``TypeError`` / ``ValueError`` unless the arguments of a rule that refines a call's
-    config (``small_m_config``, ``single_warpgroup_config``, ``halo_rule``) are a
-    ``Conv2dConfig`` and a heuristic's arguments (``check_heuristic_args``, an input
-    element size)."""
+    config (``small_m_config``, ``single_warpgroup_config``, ``halo_rule``,
+    ``epilogue_rule``) are a ``Conv2dConfig`` and a heuristic's arguments
+    (``check_heuristic_args``, an input element size)."""
     check_heuristic_args(problem, num_sms, has_residual)
     check_element_bytes(element_bytes)
     if not isinstance(config, Conv2dConfig):
