@@ -237,6 +237,8 @@ def measure_configs(p: dict, form: str, configs: dict, eager: bool = True) -> di
 
 def untuned_with(
     problem, num_sms: int, form: str = "plain", single_warpgroup_max_k_tiles: float | None = 0,
+    single_warpgroup_widen_max_k_tiles: float | None = 0,
+    single_warpgroup_widen_max_share: float | None = None,
     whole_source_min_k: float | None = math.inf, halo_min_column_fill: float | None = math.inf,
     halo_min_waves: float | None = None, wide_epilogue_max_k_tiles: float | None = 0,
     wide_epilogue_min_ab_stages: int | None = None, **heuristic_kwargs,
@@ -245,13 +247,13 @@ def untuned_with(
     ``measure_configs``) without one runs on ``problem`` (``untuned.untuned_config``: staging,
     the gather and small-M rules included) when ``default_config`` takes
     ``heuristic_kwargs``, a rule's switch or bound, the single-warpgroup rule takes
-    ``single_warpgroup_max_k_tiles``, the halo rule ``halo_min_column_fill`` and
-    ``halo_min_waves`` and the epilogue rule ``wide_epilogue_max_k_tiles`` and
-    ``wide_epilogue_min_ab_stages``: a sweep's variant
-    of the heuristic. The rules fitted after most sweeps ran default to off, as those sweeps
-    measured: the single-warpgroup rule (0), ``default_config``'s ``whole_source_min_k``
-    (inf), the halo rule (a column fill of inf) and the epilogue rule (0); None takes a
-    rule's fitted bound."""
+    ``single_warpgroup_max_k_tiles``, ``single_warpgroup_widen_max_k_tiles`` and
+    ``single_warpgroup_widen_max_share``, the halo rule ``halo_min_column_fill`` and ``halo_min_waves`` and the epilogue rule
+    ``wide_epilogue_max_k_tiles`` and ``wide_epilogue_min_ab_stages``: a sweep's variant of
+    the heuristic. The rules fitted after most sweeps ran default to off, as those sweeps
+    measured: the single-warpgroup rule and its wider tiles (0), ``default_config``'s
+    ``whole_source_min_k`` (inf), the halo rule (a column fill of inf) and the epilogue
+    rule (0); None takes a rule's fitted bound."""
     from cute_conv.arch import ARCHS
     from cute_conv.config import default_config, single_warpgroup_config
     from cute_conv.epilogue_rule import wide_epilogue_config
@@ -266,7 +268,9 @@ def untuned_with(
         )  # fmt: skip
 
     single_warpgroup_rule = functools.partial(
-        single_warpgroup_config, max_k_tiles=single_warpgroup_max_k_tiles
+        single_warpgroup_config, max_k_tiles=single_warpgroup_max_k_tiles,
+        widen_max_k_tiles=single_warpgroup_widen_max_k_tiles,
+        widen_max_share=single_warpgroup_widen_max_share,
     )
     halo_rule = functools.partial(
         halo_tiled_config, min_column_fill=halo_min_column_fill, min_waves=halo_min_waves

@@ -54,6 +54,7 @@ __all__ = [
     "wide_tile_shapes",
     "single_warpgroup_config",
     "single_warpgroup_fits",
+    "widened_single_warpgroup_width",
     "small_m_config",
     "takes_whole_source",
     "tile_widths",
@@ -103,6 +104,12 @@ _SMALL_M_MAX_GEMM_K = 3456
 # fitted on the corpus's train part on an H200 for plain, fused and fp8 calls alike
 # (benchmarks/sweep_tile_m64.py, tile_m64_*sweep.json).
 SINGLE_WARPGROUP_MAX_K_TILES = 72
+# ... and where 64-row tiles of the config's width do not fit one wave, a wider width (less
+# than twice it) whose 64-row tiles do, for plain 16-bit convs of at most this many k-tiles
+# where such a tile holds at most this share of the 128-row tile's output: fitted together
+# on the corpus's train part on an H200 and an H100 (benchmarks/sweep_widened_m64.py --joint).
+SINGLE_WARPGROUP_WIDEN_MAX_K_TILES = 30
+SINGLE_WARPGROUP_WIDEN_MAX_SHARE = 0.85
 # Dynamic scheduling (see default_config) from this many waves of tiles: fitted on the
 # corpus's train part (benchmarks/sweep_dynamic.py).
 MIN_WAVES_DYNAMIC = 19.8
@@ -581,17 +588,33 @@ def single_warpgroup_config(
     has_residual: bool = False,
     element_bytes: int = 2,
     max_k_tiles: float | None = None,
+    widen_max_k_tiles: float | None = None,
+    widen_max_share: float | None = None,
 ) -> Conv2dConfig:
     """``config`` (the one a call without one would run on ``problem``, the conv the kernel
     runs) with 64-row tiles, one consumer warpgroup, where its 128-row tiles fill less than
     a wave and 64-row ones of the same width still fit one, for mainloops of at most
     ``max_k_tiles`` k-tiles (None: ``SINGLE_WARPGROUP_MAX_K_TILES``; 0: never); a
-    stream-K split is dropped for them (single CTAs, each tile's whole K). Else ``config``.
+    stream-K split is dropped for them (single CTAs, each tile's whole K). Where 64-row
+    tiles of that width are more than a wave, a plain 16-bit conv of at most
+    ``widen_max_k_tiles`` k-tiles (None: ``SINGLE_WARPGROUP_WIDEN_MAX_K_TILES``; 0: never)
+    takes 64-row tiles of the narrowest wider width that fits one wave
+    (``widened_single_warpgroup_width``), unsplit, clustered as ``default_config`` clusters
+    that width (a gathered one on single CTAs), where such a tile holds at most
+    ``widen_max_share`` of the 128-row tile's output (None:
+    ``SINGLE_WARPGROUP_WIDEN_MAX_SHARE``). Else ``config``.
 
     Few 128-row tiles leave SMs idle or split K and sum partials; twice the tiles, each
     with its whole K, fill more SMs without the reduction (cuDNN runs such convs as 64-row
     tiles), at twice the filter traffic per MMA, which long mainloops do not repay.
-    Measured with ``benchmarks/sweep_tile_m64.py`` (``tile_m64_sweep.json``).
+    Measured with ``benchmarks/sweep_tile_m64.py`` (``tile_m64_sweep.json``). A wider
+    64-row tile still holds less of the output than the 128-row one (SDXL's 1x1 of C=960,
+    K=640 at 32x32: 128 tiles of 64x80 for 80 of 128x64, 0.62 of the work per SM). Measured
+    with ``benchmarks/sweep_widened_m64.py`` (the 45 corpus convs it can change, CUDA-graph
+    replays, both bounds fitted on both GPUs' train rows together): on the convs the fitted
+    bounds take, 1.043x (train, 17) / 1.027x (held-out, 7) on an H200, 1.028x / 1.014x on
+    an H100 (e.g. that 1x1 10.0 -> 9.5 us on the H200, cuDNN 8.6); longer mainloops (32-72
+    k-tiles, the 3x3s of C=512) and wider tiles (64x112 for 128x64) lost up to 25%.
 
     Raises:
         TypeError, ValueError: ``config`` is no ``Conv2dConfig``, or a bad problem, SM count,
@@ -599,13 +622,28 @@ def single_warpgroup_config(
     """
     check_rule_args(config, problem, num_sms, has_residual, element_bytes)
     max_k_tiles = k_tile_bound("max_k_tiles", max_k_tiles, SINGLE_WARPGROUP_MAX_K_TILES)
+    widen_max_k_tiles = k_tile_bound(
+        "widen_max_k_tiles", widen_max_k_tiles, SINGLE_WARPGROUP_WIDEN_MAX_K_TILES
+    )
+    if widen_max_share is None:
+        widen_max_share = SINGLE_WARPGROUP_WIDEN_MAX_SHARE
+    _check_bound("widen_max_share", widen_max_share, "output shares")
     _, k_tiles = schedule_shape(problem, config.tile_m, config.tile_n, config.tile_k)
-    if (
-        config.tile_m != 128
-        or k_tiles > max_k_tiles
-        or not single_warpgroup_fits(problem, config.tile_n, config.tile_k, num_sms)
-    ):
+    if config.tile_m != 128 or k_tiles > max_k_tiles:
         return config
+    if not single_warpgroup_fits(problem, config.tile_n, config.tile_k, num_sms):
+        width = widened_single_warpgroup_width(problem, config.tile_n, config.tile_k, num_sms)
+        if has_residual or element_bytes != 2 or k_tiles > widen_max_k_tiles or width is None:
+            return config
+        if 64 * width > widen_max_share * 128 * config.tile_n:
+            return config
+        # A gathered conv's loads take no cluster.
+        cluster_m, cluster_n = (1, 1) if config.gather else _cluster_shape(problem, width)
+        return replace(
+            config, tile_m=64, tile_n=width, cluster_m=cluster_m, cluster_n=cluster_n,
+            stream_k=False, stream_k_split=0, dynamic_schedule=False, pingpong=False,
+            tile_w=0, halo_h=0, halo_w=0,
+        )  # fmt: skip
     single = replace(config, tile_m=64, pingpong=False, tile_w=0, halo_h=0, halo_w=0)
     if config.stream_k:
         single = replace(
@@ -613,6 +651,24 @@ def single_warpgroup_config(
             dynamic_schedule=False,
         )  # fmt: skip
     return single
+
+
+def widened_single_warpgroup_width(
+    problem: Conv2dProblemShape, tile_n: int, tile_k: int, num_sms: int = 132
+) -> int | None:
+    """The narrowest tile width above ``tile_n`` and below twice it (half steps included,
+    where the k-tiles take them) whose 64-row tiles fit one wave of ``num_sms`` SMs, where
+    ``problem``'s 128 x ``tile_n`` tiles fill less than a wave; else None. Such a tile holds
+    less of the output than the 128-row one, so each SM's share of the conv shrinks."""
+    if tile_count(problem, 128, tile_n) >= num_sms:
+        return None
+    half_steps = tile_k * 2 >= HALF_STEP_MIN_K_TILE_BYTES  # 16-bit k-tiles
+    for width in sorted(TILE_N_CHOICES):
+        if not tile_n < width < 2 * tile_n or (is_half_step(width) and not half_steps):
+            continue
+        if single_warpgroup_fits(problem, width, tile_k, num_sms):
+            return width
+    return None
 
 
 def takes_whole_source(tile_m: int, tile_n: int, element_bytes: int) -> bool:

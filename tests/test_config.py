@@ -893,7 +893,7 @@ def test_sub_wave_convs_take_64_row_tiles():
     # Declined: past the bound, with 64-row tiles over a wave, and for other tile heights.
     assert single_warpgroup_config(heuristic, problem, max_k_tiles=35) == heuristic
     assert single_warpgroup_config(heuristic, problem, max_k_tiles=0) == heuristic
-    assert single_warpgroup_config(heuristic, problem, num_sms=55) == heuristic
+    assert single_warpgroup_config(heuristic, problem, num_sms=55, widen_max_k_tiles=0) == heuristic
     tall = replace(heuristic, tile_m=256)
     assert single_warpgroup_config(tall, problem) == tall
     deep = Conv2dProblemShape.from_shapes((1, 8, 8, 2560), (1280, 3, 3, 2560), padding=1)
@@ -908,6 +908,44 @@ def test_sub_wave_convs_take_64_row_tiles():
             single_warpgroup_config(heuristic, problem, max_k_tiles=bad)
     with pytest.raises(ValueError, match="num_sms"):
         single_warpgroup_config(heuristic, problem, num_sms=0)
+
+
+def test_sub_wave_convs_take_wider_64_row_tiles_where_their_own_width_overfills():
+    """Where 64-row tiles of the config's width are more than a wave, a plain 16-bit conv
+    of at most ``widen_max_k_tiles`` k-tiles takes 64-row tiles of the narrowest wider width
+    (below twice it, half steps included) that fit one; not with a residual, 8-bit inputs,
+    past the bound or where no width fits."""
+    from cute_conv.config import single_warpgroup_config, widened_single_warpgroup_width
+    from cute_conv.untuned import heuristic_config
+
+    # SDXL's batch-1 1x1 of C=960 -> K=640 at 32x32: 80 tiles of 128x64 (1x2), 160 at 64 rows.
+    problem = Conv2dProblemShape.from_shapes((1, 32, 32, 960), (640, 1, 1, 960))
+    config = default_config(problem)
+    assert (config.tile_m, config.tile_n, config.cluster_n, config.stream_k) == (128, 64, 2, False)
+    assert widened_single_warpgroup_width(problem, 64, config.tile_k) == 80  # 128 tiles
+    assert widened_single_warpgroup_width(problem, 64, config.tile_k, num_sms=100) == 112  # 96
+    assert widened_single_warpgroup_width(problem, 64, config.tile_k, num_sms=80) is None  # 80 fill it
+    # 16-channel k-tiles take no half steps: 96 (112 tiles).
+    assert widened_single_warpgroup_width(problem, 64, 16) == 96
+    wide = single_warpgroup_config(config, problem, widen_max_k_tiles=math.inf)
+    assert (wide.tile_m, wide.tile_n, wide.cluster_m, wide.cluster_n) == (64, 80, 1, 2)
+    assert not wide.stream_k and not wide.pingpong and wide.tile_w == 0
+    assert single_warpgroup_config(config, problem, widen_max_k_tiles=14) == config  # 15 k-tiles
+    assert single_warpgroup_config(config, problem, widen_max_k_tiles=15) == wide
+    assert heuristic_config(problem, 132) == wide  # the fitted bounds take it
+    assert single_warpgroup_config(config, problem, widen_max_share=0.6) == config  # 80/128
+    for form in (dict(has_residual=True), dict(element_bytes=1)):
+        assert single_warpgroup_config(config, problem, widen_max_k_tiles=math.inf, **form) == config
+    # A gathered config keeps single CTAs; the 64-row rule's own bound still applies.
+    gathered = replace(config, cluster_n=1, gather=True, gather_vector=4)
+    wide_gathered = single_warpgroup_config(gathered, problem, widen_max_k_tiles=math.inf)
+    assert (wide_gathered.tile_n, wide_gathered.cluster_n) == (80, 1)
+    assert single_warpgroup_config(config, problem, max_k_tiles=14, widen_max_k_tiles=math.inf) == config
+    for bad in (-1, "8", True):
+        with pytest.raises(ValueError, match="widen_max_k_tiles must be a number >= 0"):
+            single_warpgroup_config(config, problem, widen_max_k_tiles=bad)
+    with pytest.raises(TypeError, match="widen_max_share must be None or a number"):
+        single_warpgroup_config(config, problem, widen_max_share="0.8")
 
 
 def test_64_row_autotuning_candidates_only_where_they_fit_a_wave():

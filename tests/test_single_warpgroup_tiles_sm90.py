@@ -34,6 +34,9 @@ CONFIGS = {
     "64x32-split-3": Conv2dConfig(tile_m=64, tile_n=32, stream_k=True, stream_k_split=3),
     "64x64-dynamic": Conv2dConfig(tile_m=64, tile_n=64, dynamic_schedule=True),
     "64x64-k32": Conv2dConfig(tile_m=64, tile_n=64, tile_k=32),
+    # The widened tiles of the single-warpgroup rule: half steps on clusters both ways.
+    "64x80-1x2": Conv2dConfig(tile_m=64, tile_n=80, cluster_n=2),
+    "64x208-2x1": Conv2dConfig(tile_m=64, tile_n=208, cluster_m=2),
 }
 
 
