@@ -83,8 +83,11 @@ WHOLE_SOURCE_AB_STAGES = 3
 _K_TILE_COST_CHANNELS = {2: 16, 1: 26.5}
 ELEMENT_BYTES = (1, 2)  # fp8, 16-bit inputs
 OUT_BYTES = (1, 2, 4)  # e4m3, 16-bit, float32 outputs
-# 256-row tiles for 64-wide ones, given at least this many waves of them (see default_config).
-_MIN_WAVES_TALL = 4
+# 256-row tiles for 64-wide ones, given at least this many waves of them (see default_config):
+# for plain 16-bit calls fitted on the corpus's train part on an H200
+# (benchmarks/sweep_tall_tiles.py); fused and fp8 calls keep the suite's bound.
+_MIN_WAVES_TALL = 1.5
+_MIN_WAVES_TALL_FUSED_FP8 = 4
 # Three warpgroups of 64 rows (see default_config): the one tile of them measured faster, where
 # it fills the waves better than 128-row tiles by this factor of cost.
 _THREE_WARPGROUP_TILE = (192, 128)
@@ -279,6 +282,7 @@ def default_config(
     residual_narrow_max_k: float | None = None,
     whole_source_min_k: float | None = None,
     whole_source_min_tiles_per_sm: float | None = None,
+    min_waves_tall: float | None = None,
 ) -> Conv2dConfig:
     """A fast heuristic for an H100/H200, fitted to measurements of the benchmark suite.
 
@@ -339,16 +343,23 @@ def default_config(
     SM gaining (the batch-8 256x256 C=256 -> 512 3x3: 2.12 -> 1.85 ms on the H100), those of
     one or two waves of tiles losing, which the tiles-per-SM bound now leaves out.
 
-    tile_m: 256 for 64-wide tiles (K <= 64) with at least ``_MIN_WAVES_TALL`` waves of them:
-    the filter traffic and the barrier rounds per MMA halve. Measured on an H200: r50-c2 3x3
+    tile_m: 256 for 64-wide tiles (K <= 64) with at least ``min_waves_tall`` (None:
+    ``_MIN_WAVES_TALL`` for plain 16-bit calls, else ``_MIN_WAVES_TALL_FUSED_FP8``) waves of
+    them: the filter traffic and the barrier rounds per MMA halve. Measured on an H200: r50-c2 3x3
     (C=K=64) 0.89x -> 1.06x cuDNN, the folded stem 2.24x -> 2.59x; wider tiles (128 and up)
     were slower at 256 rows on every suite shape but one (1x1, K=128, +3%). Also 256 rows,
     with the filter shared by a 2x1 cluster, for short k-tiles (tile_k < 64) up to 128 wide,
     whose MMA work per k-tile is half a 64-wide one's. Measured on an H100: the stem's
     super-pixel view (C=32, K=128, 21 k-tiles of 32) 128x128 0.360 ms, 256x128 0.271,
     256x128 2x1 0.249; 3x3 convs of C=32 (N=32, 112x112): K=128 128x128 0.0987, 256x128
-    0.0793, 256x128 2x1 0.0717; K=64 256x64 0.0583, 256x64 2x1 0.0528. Residual kernels stay
-    on single CTAs there (the fused stem: 0.3335 ms at 2x1, 0.3056 at 1x1).
+    0.0793, 256x128 2x1 0.0717; K=64 256x64 0.0583, 256x64 2x1 0.0528. The bound on waves
+    was 4 (the suite's shapes); fitted on the corpus (``benchmarks/sweep_tall_tiles.py``: the
+    30 convs of 0.5-4 waves of 256-row tiles it can change, CUDA-graph replays on an H200,
+    grid 0.5-4 waves) it is 1.5: 1.026x on the 12 train convs it takes, held-out 1.044x (3),
+    e.g. RegNet's batch-8 112x112 1x1 of C=32, K=96 14.7 -> 12.2 us (cuDNN 12.8); below ~1.5
+    waves 256-row tiles lost up to 11% (ResNet's batch-1 224x224 3x3 at C=64). Not measured
+    on an H100, nor fused or fp8 (they keep 4). Residual kernels stay on single CTAs there
+    (the fused stem: 0.3335 ms at 2x1, 0.3056 at 1x1).
 
     tile_n 32 for K <= 32 (the MMA of 64-wide tiles is at least half padding there), on
     128-row tiles, or with K <= 8 and at least ``_MIN_WAVES_NARROW_TALL`` of a wave of them,
@@ -460,10 +471,14 @@ def default_config(
         whole_source_min_k = WHOLE_SOURCE_MIN_GEMM_K
     if whole_source_min_tiles_per_sm is None:
         whole_source_min_tiles_per_sm = WHOLE_SOURCE_MIN_TILES_PER_SM
+    if min_waves_tall is None:
+        plain = not has_residual and element_bytes == 2
+        min_waves_tall = _MIN_WAVES_TALL if plain else _MIN_WAVES_TALL_FUSED_FP8
     _check_bound("half_step_min_k_tiles", half_step_min_k_tiles, "k-tiles")
     _check_bound("residual_narrow_max_k", residual_narrow_max_k, "GEMM K channels")
     _check_bound("whole_source_min_k", whole_source_min_k, "GEMM K channels")
     _check_bound("whole_source_min_tiles_per_sm", whole_source_min_tiles_per_sm, "tiles per SM")
+    _check_bound("min_waves_tall", min_waves_tall, "waves")
     tile_k = k_tile_width(problem.C, element_bytes)
 
     def cheapest(widths: tuple[int, ...]) -> int:
@@ -483,7 +498,7 @@ def default_config(
     if narrowed_for_residual:
         tile_n = 128
     full_k_tile = tile_k * element_bytes == MAX_K_TILE_BYTES  # one 128-byte row
-    many_tall_tiles = -(-problem.gemm_m // 256) >= _MIN_WAVES_TALL * num_sms
+    many_tall_tiles = -(-problem.gemm_m // 256) >= min_waves_tall * num_sms
     short_k_tiles = not full_k_tile and tile_n <= 128
     narrow_tall = (
         tile_n == _NARROW_TILE_N

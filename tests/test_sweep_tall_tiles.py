@@ -1,0 +1,45 @@
+"""The tall-tile sweep's CPU parts (benchmarks/sweep_tall_tiles.py): which problems and
+configs it measures, that the committed rows are that selection with every config passed its
+check, and that the fit gives ``default_config``'s bound for plain 16-bit calls."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import sweep_tall_tiles as sweep  # noqa: E402
+from bench_corpus import load_corpus, problem_shape  # noqa: E402
+from bound_sweep_rows import check_committed_rows  # noqa: E402
+
+from cute_conv import Conv2dProblemShape, config  # noqa: E402
+
+
+def test_the_selection_is_narrow_128_row_tiles_made_256_rows():
+    chosen = sweep.tall_problems(load_corpus())
+    assert len(chosen) >= 30
+    for p in chosen:
+        configs = sweep.configs_of(problem_shape(p))
+        base, tall = configs[sweep.SWEEP.baseline], configs[sweep.SWEEP.variant]
+        assert (base.tile_m, tall.tile_m) == (128, 256) and base.tile_n == tall.tile_n <= 128
+
+
+def test_committed_rows_are_the_selection_and_every_config_passed():
+    rows = json.loads(sweep.RESULTS_PATHS["plain"].read_text())["rows"]
+    check_committed_rows(sweep.SWEEP, sweep.tall_problems(load_corpus()), rows, "plain")
+
+
+def test_the_fit_gives_the_plain_bound_and_other_forms_keep_theirs():
+    assert sweep.SWEEP.fit("plain", sweep.RESULTS_PATHS["plain"]) == config._MIN_WAVES_TALL
+    # RegNet's batch-8 112x112 1x1, C=32 -> K=96: 2.97 waves of 256-row tiles.
+    problem = Conv2dProblemShape.from_shapes((8, 112, 112, 32), (96, 1, 1, 32))
+    assert config.default_config(problem).tile_m == 256
+    assert config.default_config(problem, has_residual=True).tile_m == 128
+    assert config.default_config(problem, min_waves_tall=4).tile_m == 128
+    with pytest.raises(TypeError, match="min_waves_tall must be None or a number of waves"):
+        config.default_config(problem, min_waves_tall="4")
