@@ -28,6 +28,7 @@ sys.path.insert(0, str(HERE))
 from bench import geomean  # noqa: E402
 from bench_corpus import problem_shape  # noqa: E402
 from sweep_rows import (  # noqa: E402
+    SUITE_MIN_WAVES_TALL,
     by_split,
     measure_configs,
     sweep_main,
@@ -54,7 +55,8 @@ def form_configs(problem, form: str):
     config_module.pingpong_pays = lambda *args: False  # the heuristic as if it never paid
     try:
         default = config_module.default_config(
-            problem, NUM_SMS, has_residual=form == "fused", element_bytes=element_bytes
+            problem, NUM_SMS, has_residual=form == "fused", element_bytes=element_bytes,
+            min_waves_tall=SUITE_MIN_WAVES_TALL,
         )
     finally:
         config_module.pingpong_pays = pays
