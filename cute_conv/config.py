@@ -647,10 +647,10 @@ def single_warpgroup_config(
     if config.tile_m != 128 or k_tiles > max_k_tiles:
         return config
     if not single_warpgroup_fits(problem, config.tile_n, config.tile_k, num_sms):
-        width = widened_single_warpgroup_width(problem, config.tile_n, config.tile_k, num_sms)
-        if has_residual or element_bytes != 2 or k_tiles > widen_max_k_tiles or width is None:
+        if has_residual or element_bytes != 2 or k_tiles > widen_max_k_tiles:
             return config
-        if 64 * width > widen_max_share * 128 * config.tile_n:
+        width = widened_single_warpgroup_width(problem, config.tile_n, config.tile_k, num_sms)
+        if width is None or 64 * width > widen_max_share * 128 * config.tile_n:
             return config
         # A gathered conv's loads take no cluster.
         cluster_m, cluster_n = (1, 1) if config.gather else _cluster_shape(problem, width)
