@@ -7,7 +7,8 @@ The variant: ``default_config`` gives 64-wide tiles (and narrower ones on short 
     python benchmarks/sweep_tall_tiles.py [--max-seconds 500]   # H100/H200
     python benchmarks/sweep_tall_tiles.py --fit                 # no GPU
 
-``--results PATH`` measures into (or fits from) another file than ``tall_tiles_sweep.json``.
+``--results PATH`` measures into (or fits from) another file than ``tall_tiles_sweep.json``
+(the H200's rows), e.g. ``tall_tiles_sweep_H100.json``, an H100's.
 
 Why: the bound of 4 waves was measured on the suite's shapes (ResNet-50's 56x56 3x3 and
 the stem). The autotuner's candidates on the corpus's worst rows (H100) ran RegNet's batch-8
@@ -36,6 +37,8 @@ sys.path.insert(0, str(HERE))
 from sweep_rows import BoundSweep, rule_bound_config  # noqa: E402
 
 RESULTS_PATHS = {"plain": HERE / "tall_tiles_sweep.json"}
+# Each GPU's rows, fitted apart: both give the same bound.
+GPU_PATHS = (RESULTS_PATHS["plain"], HERE / "tall_tiles_sweep_H100.json")
 NUM_SMS = 132  # H100 SXM and H200: the selection and the fit use the same count
 MIN_WAVES_SELECTED = 0.5  # fewer waves were not measured
 MIN_WAVES_GRID = (0.5, 0.75, 1, 1.5, 2, 3, 4)

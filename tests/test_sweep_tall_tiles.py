@@ -29,13 +29,18 @@ def test_the_selection_is_narrow_128_row_tiles_made_256_rows():
         assert (base.tile_m, tall.tile_m) == (128, 256) and base.tile_n == tall.tile_n <= 128
 
 
-def test_committed_rows_are_the_selection_and_every_config_passed():
-    rows = json.loads(sweep.RESULTS_PATHS["plain"].read_text())["rows"]
+@pytest.mark.parametrize("path", sweep.GPU_PATHS, ids=["H200", "H100"])
+def test_committed_rows_are_the_selection_and_every_config_passed(path):
+    rows = json.loads(path.read_text())["rows"]
     check_committed_rows(sweep.SWEEP, sweep.tall_problems(load_corpus()), rows, "plain")
 
 
-def test_the_fit_gives_the_plain_bound_and_other_forms_keep_theirs():
-    assert sweep.SWEEP.fit("plain", sweep.RESULTS_PATHS["plain"]) == config._MIN_WAVES_TALL
+@pytest.mark.parametrize("path", sweep.GPU_PATHS, ids=["H200", "H100"])
+def test_each_gpus_fit_gives_the_plain_bound(path):
+    assert sweep.SWEEP.fit("plain", path) == config._MIN_WAVES_TALL
+
+
+def test_fused_and_fp8_calls_keep_the_suite_bound():
     # RegNet's batch-8 112x112 1x1, C=32 -> K=96: 2.97 waves of 256-row tiles.
     problem = Conv2dProblemShape.from_shapes((8, 112, 112, 32), (96, 1, 1, 32))
     assert config.default_config(problem).tile_m == 256
