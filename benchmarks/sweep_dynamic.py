@@ -27,7 +27,7 @@ sys.path.insert(0, str(HERE))
 
 from bench_corpus import problem_shape  # noqa: E402
 from sweep_rows import (  # noqa: E402
-    SUITE_MIN_WAVES_TALL,
+    SUITE_TALL_TILES,
     best_over_chosen,
     by_split,
     measure_configs,
@@ -50,7 +50,7 @@ def waves_if_dynamic(problem) -> float | None:
 
     if kernel_problem_for(problem) != problem or not problem.R == problem.S == 1:
         return None
-    config = default_config(problem, NUM_SMS, min_waves_tall=SUITE_MIN_WAVES_TALL)
+    config = default_config(problem, NUM_SMS, **SUITE_TALL_TILES)
     if config.cluster_shape_mn != (1, 1) or config.stream_k or config.pingpong:
         return None
     tiles, _ = schedule_shape(problem, config.tile_m, config.tile_n, config.tile_k)
@@ -65,7 +65,7 @@ def measure(p: dict) -> dict:
     from cute_conv.config import default_config
 
     problem = problem_shape(p)
-    config = default_config(problem, NUM_SMS, min_waves_tall=SUITE_MIN_WAVES_TALL)
+    config = default_config(problem, NUM_SMS, **SUITE_TALL_TILES)
     configs = {
         "dynamic": dataclasses.replace(config, dynamic_schedule=True),
         "static": dataclasses.replace(config, dynamic_schedule=False),

@@ -28,7 +28,7 @@ sys.path.insert(0, str(HERE))
 from bench import geomean  # noqa: E402
 from bench_corpus import problem_shape  # noqa: E402
 from sweep_rows import (  # noqa: E402
-    SUITE_MIN_WAVES_TALL,
+    SUITE_TALL_TILES,
     by_split,
     measure_configs,
     sweep_main,
@@ -56,7 +56,7 @@ def form_configs(problem, form: str):
     try:
         default = config_module.default_config(
             problem, NUM_SMS, has_residual=form == "fused", element_bytes=element_bytes,
-            min_waves_tall=SUITE_MIN_WAVES_TALL,
+            **SUITE_TALL_TILES,
         )
     finally:
         config_module.pingpong_pays = pays

@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-# 256-row tiles' bound on waves before sweep_tall_tiles.py fitted it: what the sweeps before it
-# ran with (``default_config``'s ``min_waves_tall``).
-SUITE_MIN_WAVES_TALL = 4
+# The bounds on 256-row tiles the sweeps before sweep_tall_tiles.py ran with: the suite's 4
+# waves for narrow tiles, none for 128-wide ones (``default_config``'s keywords).
+SUITE_TALL_TILES = {"min_waves_tall": 4, "min_waves_tall_wide": math.inf}
 
 
 def load_results(path: Path) -> dict:
@@ -244,23 +244,27 @@ def untuned_with(
     single_warpgroup_widen_max_k_tiles: float | None = 0,
     single_warpgroup_widen_max_share: float | None = None,
     whole_source_min_k: float | None = math.inf, halo_min_column_fill: float | None = math.inf,
-    halo_min_waves: float | None = None, wide_epilogue_max_k_tiles: float | None = 0,
+    halo_min_waves: float | None = None, halo_narrow_min_column_fill: float | None = math.inf,
+    halo_narrow_min_waves: float | None = None, wide_epilogue_max_k_tiles: float | None = 0,
     wide_epilogue_min_ab_stages: int | None = None,
-    min_waves_tall: float | None = SUITE_MIN_WAVES_TALL,
+    min_waves_tall: float | None = SUITE_TALL_TILES["min_waves_tall"],
+    min_waves_tall_wide: float | None = SUITE_TALL_TILES["min_waves_tall_wide"],
     **heuristic_kwargs,
 ):  # fmt: skip
     """The config a call of ``form`` (``plain``, ``fused`` or ``fp8``, as in
     ``measure_configs``) without one runs on ``problem`` (``untuned.untuned_config``: staging,
-    the gather and small-M rules included) when ``default_config`` takes
-    ``min_waves_tall`` and ``heuristic_kwargs``, a rule's switch or bound, the
+    the gather and small-M rules included) when ``default_config`` takes ``min_waves_tall``,
+    ``min_waves_tall_wide`` and ``heuristic_kwargs``, a rule's switch or bound, the
     single-warpgroup rule takes ``single_warpgroup_max_k_tiles``,
     ``single_warpgroup_widen_max_k_tiles`` and ``single_warpgroup_widen_max_share``, the halo
-    rule ``halo_min_column_fill`` and ``halo_min_waves`` and the epilogue rule
+    rule ``halo_min_column_fill``, ``halo_min_waves`` and its narrow tiles'
+    ``halo_narrow_min_column_fill`` and ``halo_narrow_min_waves`` and the epilogue rule
     ``wide_epilogue_max_k_tiles`` and ``wide_epilogue_min_ab_stages``: a sweep's variant of
     the heuristic. The rules fitted after most sweeps ran default to off, as those sweeps
     measured: the single-warpgroup rule and its wider tiles (0), ``default_config``'s
-    ``whole_source_min_k`` (inf) and 256-row tiles' bound (the suite's 4 waves), the halo
-    rule (a column fill of inf) and the epilogue rule (0); None takes a rule's fitted bound."""
+    ``whole_source_min_k`` (inf) and 256-row tiles' bounds (``SUITE_TALL_TILES``), the halo
+    rule (a column fill of inf, for narrow tiles too) and the epilogue rule (0); None takes a
+    rule's fitted bound."""
     from cute_conv.arch import ARCHS
     from cute_conv.config import default_config, single_warpgroup_config
     from cute_conv.epilogue_rule import wide_epilogue_config
@@ -272,7 +276,8 @@ def untuned_with(
         return default_config(
             problem, num_sms, has_residual=has_residual, element_bytes=element_bytes,
             out_bytes=out_bytes, whole_source_min_k=whole_source_min_k,
-            min_waves_tall=min_waves_tall, **heuristic_kwargs,
+            min_waves_tall=min_waves_tall, min_waves_tall_wide=min_waves_tall_wide,
+            **heuristic_kwargs,
         )  # fmt: skip
 
     single_warpgroup_rule = functools.partial(
@@ -281,8 +286,10 @@ def untuned_with(
         widen_max_share=single_warpgroup_widen_max_share,
     )
     halo_rule = functools.partial(
-        halo_tiled_config, min_column_fill=halo_min_column_fill, min_waves=halo_min_waves
-    )
+        halo_tiled_config, min_column_fill=halo_min_column_fill, min_waves=halo_min_waves,
+        narrow_min_column_fill=halo_narrow_min_column_fill,
+        narrow_min_waves=halo_narrow_min_waves,
+    )  # fmt: skip
     epilogue_rule = functools.partial(
         wide_epilogue_config, max_k_tiles=wide_epilogue_max_k_tiles,
         min_ab_stages=wide_epilogue_min_ab_stages,

@@ -88,6 +88,10 @@ OUT_BYTES = (1, 2, 4)  # e4m3, 16-bit, float32 outputs
 # (benchmarks/sweep_tall_tiles.py; both gave 1.5); fused and fp8 calls keep the suite's bound.
 _MIN_WAVES_TALL = 1.5
 _MIN_WAVES_TALL_FUSED_FP8 = 4
+# 256-row tiles for 128-wide ones of plain 16-bit stride-1 convs of several taps, given at
+# least this many waves of them (see default_config): fitted on the corpus's train part on an
+# H200 and, apart, on an H100 (benchmarks/sweep_tall_wide_tiles.py; both gave 6).
+_MIN_WAVES_TALL_WIDE = 6
 # Three warpgroups of 64 rows (see default_config): the one tile of them measured faster, where
 # it fills the waves better than 128-row tiles by this factor of cost.
 _THREE_WARPGROUP_TILE = (192, 128)
@@ -283,6 +287,7 @@ def default_config(
     whole_source_min_k: float | None = None,
     whole_source_min_tiles_per_sm: float | None = None,
     min_waves_tall: float | None = None,
+    min_waves_tall_wide: float | None = None,
 ) -> Conv2dConfig:
     """A fast heuristic for an H100/H200, fitted to measurements of the benchmark suite.
 
@@ -357,9 +362,21 @@ def default_config(
     30 convs of 0.5-4 waves of 256-row tiles it can change, CUDA-graph replays on an H200,
     grid 0.5-4 waves) it is 1.5: 1.026x on the 12 train convs it takes, held-out 1.044x (3),
     e.g. RegNet's batch-8 112x112 1x1 of C=32, K=96 14.7 -> 12.2 us (cuDNN 12.8); below ~1.5
-    waves 256-row tiles lost up to 11% (ResNet's batch-1 224x224 3x3 at C=64). Not measured
-    on an H100, nor fused or fp8 (they keep 4). Residual kernels stay on single CTAs there
+    waves 256-row tiles lost up to 11% (ResNet's batch-1 224x224 3x3 at C=64). An H100's
+    rows, fitted apart, gave the same bound (train 1.021x, held-out 1.026x). Fused and fp8
+    calls were not measured (they keep 4). Residual kernels stay on single CTAs there
     (the fused stem: 0.3335 ms at 2x1, 0.3056 at 1x1).
+
+    tile_m 256 for 128-wide tiles of 128-byte k-tiles too, for plain 16-bit stride-1 convs
+    of several taps with at least ``min_waves_tall_wide`` (None: ``_MIN_WAVES_TALL_WIDE``)
+    waves of 256-row tiles: a 128x128 tile loads 32 KB of A and filter per 1M MACs, a
+    256x128 one 48 KB per 2M, and on the large 3x3 convs of K=128 that traffic binds.
+    Measured (``benchmarks/sweep_tall_wide_tiles.py``: the 9 corpus convs the rule can
+    change, CUDA-graph replays, each GPU fitted apart to the same bound) on an H200 / an H100:
+    1.017x / 1.012x on the 4 train convs, held-out 1.029x / 1.019x on 5; e.g. VGG's batch-128
+    112x112 3x3 of C=64, K=128 0.434 -> 0.403 ms on the H200 (cuDNN 0.396). Below ~4 waves
+    256-row tiles lost (up to 20% at one wave); strided and 1x1 convs lost at any count
+    (0.76-1.01x on an H100, 27 convs), so they keep 128 rows.
 
     tile_n 32 for K <= 32 (the MMA of 64-wide tiles is at least half padding there), on
     128-row tiles, or with K <= 8 and at least ``_MIN_WAVES_NARROW_TALL`` of a wave of them,
@@ -471,14 +488,17 @@ def default_config(
         whole_source_min_k = WHOLE_SOURCE_MIN_GEMM_K
     if whole_source_min_tiles_per_sm is None:
         whole_source_min_tiles_per_sm = WHOLE_SOURCE_MIN_TILES_PER_SM
+    plain = not has_residual and element_bytes == 2
     if min_waves_tall is None:
-        plain = not has_residual and element_bytes == 2
         min_waves_tall = _MIN_WAVES_TALL if plain else _MIN_WAVES_TALL_FUSED_FP8
+    if min_waves_tall_wide is None:
+        min_waves_tall_wide = _MIN_WAVES_TALL_WIDE if plain else math.inf
     _check_bound("half_step_min_k_tiles", half_step_min_k_tiles, "k-tiles")
     _check_bound("residual_narrow_max_k", residual_narrow_max_k, "GEMM K channels")
     _check_bound("whole_source_min_k", whole_source_min_k, "GEMM K channels")
     _check_bound("whole_source_min_tiles_per_sm", whole_source_min_tiles_per_sm, "tiles per SM")
     _check_bound("min_waves_tall", min_waves_tall, "waves")
+    _check_bound("min_waves_tall_wide", min_waves_tall_wide, "waves")
     tile_k = k_tile_width(problem.C, element_bytes)
 
     def cheapest(widths: tuple[int, ...]) -> int:
@@ -498,14 +518,20 @@ def default_config(
     if narrowed_for_residual:
         tile_n = 128
     full_k_tile = tile_k * element_bytes == MAX_K_TILE_BYTES  # one 128-byte row
-    many_tall_tiles = -(-problem.gemm_m // 256) >= min_waves_tall * num_sms
+    tall_tiles = -(-problem.gemm_m // 256)
+    many_tall_tiles = tall_tiles >= min_waves_tall * num_sms
     short_k_tiles = not full_k_tile and tile_n <= 128
     narrow_tall = (
         tile_n == _NARROW_TILE_N
         and problem.K <= _NARROW_TALL_MAX_K
-        and -(-problem.gemm_m // 256) >= _MIN_WAVES_NARROW_TALL * num_sms
+        and tall_tiles >= _MIN_WAVES_NARROW_TALL * num_sms
     )
     tall = (tile_n == 64 or short_k_tiles) and many_tall_tiles
+    # Only stride-1 convs of several taps: strided and pointwise ones lost at 256 rows.
+    several_taps = problem.stride == (1, 1) and problem.R * problem.S > 1
+    tall_wide = tile_n == 128 and full_k_tile and several_taps
+    tall_wide = tall_wide and tall_tiles >= min_waves_tall_wide * num_sms
+    tall = tall or tall_wide
     tile_m = 256 if tall or narrow_tall else 128
     if tile_m == 128 and _fills_waves_better_at_192(problem, tile_n, num_sms):
         tile_m, tile_n = _THREE_WARPGROUP_TILE

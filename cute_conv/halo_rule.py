@@ -7,7 +7,9 @@ its footprint once per 128 bytes of channels and reads every tap from SMEM
 fitted on the corpus's train part on an H200 (``benchmarks/sweep_pitched_halo.py``): halo
 tiles of 4 rows of 64 columns pay where their columns are mostly real (Q close to a multiple
 of 64), on narrow convs (their A traffic is nearly all of it: VAE output convs 1.9-2.1x) and
-on wide ones with several waves of tiles."""
+on wide ones with several waves of tiles. Narrow 16-bit tiles of 3x3-like convs pay with
+fewer real columns too (Q=56, 224: 0.875), given several waves: VGG's 224x224 C=64 3x3 at
+batch 8-128 1.14-1.28x plain, 1.06-1.20x fused (``benchmarks/sweep_halo_narrow.py``)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ from .schedule import halo_tile_count, padded_k
 __all__ = [
     "HALO_MIN_COLUMN_FILL",
     "HALO_MIN_WAVES",
+    "HALO_NARROW_MIN_COLUMN_FILL",
+    "HALO_NARROW_MIN_WAVES",
     "HALO_TILE_M",
     "halo_tile_config",
     "halo_tiled_config",
@@ -37,6 +41,12 @@ __all__ = [
 HALO_MIN_COLUMN_FILL = 0.95
 HALO_MIN_WAVES = 4.0
 HALO_NARROW_TILE_N = 64
+# 16-bit narrow halo tiles of convs with several undilated taps along W (whose halo columns
+# the pitched tile reuses) also where their columns are at least this share real, given at
+# least this many waves of them: fitted on the corpus's train part, plain and fused together,
+# on an H200 and, apart, on an H100 (benchmarks/sweep_halo_narrow.py; both gave these).
+HALO_NARROW_MIN_COLUMN_FILL = 0.85
+HALO_NARROW_MIN_WAVES = 3.0
 HALO_TILE_M = 256
 _DTYPES_BY_BYTES = {1: cutlass.Float8E4M3FN, 2: cutlass.BFloat16, 4: cutlass.Float32}
 
@@ -80,6 +90,8 @@ def halo_tiled_config(
     out_bytes: int = 2,
     min_column_fill: float | None = None,
     min_waves: float | None = None,
+    narrow_min_column_fill: float | None = None,
+    narrow_min_waves: float | None = None,
 ) -> Conv2dConfig:
     """For a call without a config, after the other rules: ``config`` as 256-row halo tiles
     (``halo_tile_config``, 4 rows of 64 columns) where they run the kernel problem
@@ -87,11 +99,17 @@ def halo_tiled_config(
     columns are at least ``min_column_fill`` real (default ``HALO_MIN_COLUMN_FILL``), their
     width pads K no more than ``config``'s, and, for tiles wider than
     ``HALO_NARROW_TILE_N``, they make at least ``min_waves`` waves on ``num_sms`` SMs
-    (default ``HALO_MIN_WAVES``); else ``config``."""
+    (default ``HALO_MIN_WAVES``); else ``config``. Narrow 16-bit halo tiles of a conv with
+    several undilated taps along W take a second pair of bounds: columns at least
+    ``narrow_min_column_fill`` real (default ``HALO_NARROW_MIN_COLUMN_FILL``) and at least
+    ``narrow_min_waves`` waves (default ``HALO_NARROW_MIN_WAVES``)."""
     check_rule_args(config, problem, num_sms, has_residual, element_bytes)
     check_out_bytes(out_bytes)
     min_column_fill = HALO_MIN_COLUMN_FILL if min_column_fill is None else min_column_fill
     min_waves = HALO_MIN_WAVES if min_waves is None else min_waves
+    if narrow_min_column_fill is None:
+        narrow_min_column_fill = HALO_NARROW_MIN_COLUMN_FILL
+    narrow_min_waves = HALO_NARROW_MIN_WAVES if narrow_min_waves is None else narrow_min_waves
     if config.tile_w or config.gather or config.tile_m not in (128, HALO_TILE_M):
         return config
     halo = halo_tile_config(
@@ -99,11 +117,18 @@ def halo_tiled_config(
     )
     if halo is None:
         return config
-    if problem.Q / padded_k(problem.Q, halo.tile_w) < min_column_fill:
-        return config
     if padded_k(problem.K, halo.tile_n) > padded_k(problem.K, config.tile_n):
         return config
+    column_fill = problem.Q / padded_k(problem.Q, halo.tile_w)
     tiles = halo_tile_count(problem, HALO_TILE_M, halo.tile_n, halo.tile_w)
-    if halo.tile_n > HALO_NARROW_TILE_N and tiles < min_waves * num_sms:
+    narrow = halo.tile_n <= HALO_NARROW_TILE_N
+    # A 3x3's halo columns are reused across its taps along W; a folded stem has one tap.
+    reuses_columns = problem.S > 1 and problem.dilation == (1, 1) and element_bytes == 2
+    if narrow and reuses_columns and column_fill >= narrow_min_column_fill:
+        if tiles >= narrow_min_waves * num_sms:
+            return halo
+    if column_fill < min_column_fill:
+        return config
+    if not narrow and tiles < min_waves * num_sms:
         return config
     return halo

@@ -1,0 +1,64 @@
+"""The 128-wide tall-tile sweep's CPU parts (benchmarks/sweep_tall_wide_tiles.py): which
+problems and configs it measures, that the committed rows are that selection with every
+config passed its check, and that each GPU's fit gives ``default_config``'s bound."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import sweep_tall_wide_tiles as sweep  # noqa: E402
+from bench_corpus import load_corpus, problem_shape  # noqa: E402
+from bound_sweep_rows import check_committed_rows  # noqa: E402
+
+from cute_conv import Conv2dProblemShape, config  # noqa: E402
+
+
+def test_the_selection_is_128x128_tiles_of_stride_1_multi_tap_convs_made_256_rows():
+    chosen = sweep.tall_wide_problems(load_corpus())
+    assert len(chosen) >= 9
+    for p in chosen:
+        problem = problem_shape(p)
+        assert problem.stride == (1, 1) and problem.R * problem.S > 1
+        configs = sweep.configs_of(problem)
+        base, tall = configs[sweep.SWEEP.baseline], configs[sweep.SWEEP.variant]
+        assert (base.tile_m, tall.tile_m, base.tile_n, tall.tile_n) == (128, 256, 128, 128)
+
+
+@pytest.mark.parametrize("path", sweep.GPU_PATHS, ids=["H200", "H100"])
+def test_committed_rows_are_the_selection_and_every_config_passed(path):
+    rows = json.loads(path.read_text())["rows"]
+    check_committed_rows(sweep.SWEEP, sweep.tall_wide_problems(load_corpus()), rows, "plain")
+
+
+@pytest.mark.parametrize("path", sweep.GPU_PATHS, ids=["H200", "H100"])
+def test_each_gpus_fit_gives_the_plain_bound(path):
+    assert sweep.SWEEP.fit("plain", path) == config._MIN_WAVES_TALL_WIDE
+
+
+def test_only_plain_stride_1_multi_tap_convs_take_256_rows_at_128_wide():
+    # VGG's batch-128 112x112 3x3, C=64 -> K=128: 47.5 waves of 256-row tiles.
+    problem = Conv2dProblemShape.from_shapes((128, 112, 112, 64), (128, 3, 3, 64), padding=1)
+    assert (config.default_config(problem).tile_m, config.default_config(problem).tile_n) == (
+        256, 128,
+    )  # fmt: skip
+    assert config.default_config(problem, has_residual=True).tile_m == 128
+    # fp8 keeps 128 rows at C=128 (full 128-byte k-tiles; at C=64 its short ones take 256).
+    wide_c = Conv2dProblemShape.from_shapes((128, 112, 112, 128), (128, 3, 3, 128), padding=1)
+    assert config.default_config(wide_c).tile_m == 256
+    assert config.default_config(wide_c, element_bytes=1).tile_m == 128
+    assert config.default_config(problem, min_waves_tall_wide=48).tile_m == 128
+    strided = Conv2dProblemShape.from_shapes(
+        (128, 224, 224, 64), (128, 3, 3, 64), padding=1, stride=2
+    )
+    assert config.default_config(strided).tile_m == 128
+    pointwise = Conv2dProblemShape.from_shapes((128, 112, 112, 64), (128, 1, 1, 64))
+    assert config.default_config(pointwise).tile_m == 128
+    with pytest.raises(TypeError, match="min_waves_tall_wide must be None or a number of waves"):
+        config.default_config(problem, min_waves_tall_wide="6")
