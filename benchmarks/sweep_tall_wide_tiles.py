@@ -18,9 +18,9 @@ tile loads 48 KB for 2M. The autotuner's candidates on large K=128 3x3 convs (H2
 VGG's batch-128 112x112 C=128 conv at 256x128 in 756 us against 822 at 128x128 (cuDNN 800),
 its batch-32 form 191 against 204; at 6 waves of 128-row tiles (batch-8) 256x128 was no faster.
 
-The problems: every stride-1 corpus conv of several taps whose plain call's config (``untuned.untuned_config``, the
-other rules at their fitted bounds) changes when the bound is ``MIN_WAVES_SELECTED``
-(against never). Per problem, in one process: both configs, each checked against the float32
+The problems: every stride-1 corpus conv of several taps whose plain call's config
+(``untuned.untuned_config``, the other rules at their fitted bounds) changes when the bound
+is ``MIN_WAVES_SELECTED`` (against never). Per problem, in one process: both configs, each checked against the float32
 reference from a NaN-poisoned output, then replayed from CUDA graphs, cuDNN's replay beside
 them; a rerun skips the problems already there.
 
