@@ -531,8 +531,7 @@ def default_config(
     several_taps = problem.stride == (1, 1) and problem.R * problem.S > 1
     tall_wide = tile_n == 128 and full_k_tile and several_taps
     tall_wide = tall_wide and tall_tiles >= min_waves_tall_wide * num_sms
-    tall = tall or tall_wide
-    tile_m = 256 if tall or narrow_tall else 128
+    tile_m = 256 if tall or tall_wide or narrow_tall else 128
     if tile_m == 128 and _fills_waves_better_at_192(problem, tile_n, num_sms):
         tile_m, tile_n = _THREE_WARPGROUP_TILE
     # Short k-tiles load the filter tile in more pieces per MMA: share it along M.

@@ -124,9 +124,11 @@ def halo_tiled_config(
     narrow = halo.tile_n <= HALO_NARROW_TILE_N
     # A 3x3's halo columns are reused across its taps along W; a folded stem has one tap.
     reuses_columns = problem.S > 1 and problem.dilation == (1, 1) and element_bytes == 2
-    if narrow and reuses_columns and column_fill >= narrow_min_column_fill:
-        if tiles >= narrow_min_waves * num_sms:
-            return halo
+    narrow_bounds_met = (
+        column_fill >= narrow_min_column_fill and tiles >= narrow_min_waves * num_sms
+    )
+    if narrow and reuses_columns and narrow_bounds_met:
+        return halo
     if column_fill < min_column_fill:
         return config
     if not narrow and tiles < min_waves * num_sms:

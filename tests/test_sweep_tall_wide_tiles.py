@@ -45,9 +45,8 @@ def test_each_gpus_fit_gives_the_plain_bound(path):
 def test_only_plain_stride_1_multi_tap_convs_take_256_rows_at_128_wide():
     # VGG's batch-128 112x112 3x3, C=64 -> K=128: 47.5 waves of 256-row tiles.
     problem = Conv2dProblemShape.from_shapes((128, 112, 112, 64), (128, 3, 3, 64), padding=1)
-    assert (config.default_config(problem).tile_m, config.default_config(problem).tile_n) == (
-        256, 128,
-    )  # fmt: skip
+    plain = config.default_config(problem)
+    assert (plain.tile_m, plain.tile_n) == (256, 128)
     assert config.default_config(problem, has_residual=True).tile_m == 128
     # fp8 keeps 128 rows at C=128 (full 128-byte k-tiles; at C=64 its short ones take 256).
     wide_c = Conv2dProblemShape.from_shapes((128, 112, 112, 128), (128, 3, 3, 128), padding=1)
