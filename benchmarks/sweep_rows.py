@@ -266,9 +266,10 @@ def untuned_with(
     rule (a column fill of inf, for narrow tiles too) and the epilogue rule (0); None takes a
     rule's fitted bound."""
     from cute_conv.arch import ARCHS
-    from cute_conv.config import default_config, single_warpgroup_config
+    from cute_conv.config import default_config
     from cute_conv.epilogue_rule import wide_epilogue_config
     from cute_conv.halo_rule import halo_tiled_config
+    from cute_conv.small_grid_rules import single_warpgroup_config
     from cute_conv.staging import kernel_problem_for
     from cute_conv.untuned import untuned_config
 

@@ -1,5 +1,5 @@
 """Small-M convs: the heuristic's config against 32- and 64-wide tiles without a cluster or a
-stream-K split, replayed from CUDA graphs; the fit of ``cute_conv.config.small_m_config``.
+stream-K split, replayed from CUDA graphs; the fit of ``cute_conv.small_grid_rules.small_m_config``.
 
     python benchmarks/sweep_small_m.py [--max-seconds 500]   # H100/H200, every group
     python benchmarks/sweep_small_m.py --fit                 # no GPU

@@ -1,6 +1,6 @@
 """64-row tiles (one consumer warpgroup) where the call's 128-row tiles fill less than a wave
 and 64-row ones still fit one, against the config without them, replayed from CUDA graphs;
-the fit of ``cute_conv.config.SINGLE_WARPGROUP_MAX_K_TILES`` (one bound for every form).
+the fit of ``cute_conv.small_grid_rules.SINGLE_WARPGROUP_MAX_K_TILES`` (one bound for every form).
 
     python benchmarks/sweep_tile_m64.py [--form F] [--max-seconds 500]   # H100/H200
     python benchmarks/sweep_tile_m64.py [--form F] --fit                 # no GPU
@@ -13,7 +13,7 @@ Why: cuDNN runs small convs as 64-row tiles (CUTLASS 2.x 64x64, cuBLAS's nvjet 6
 warpgroups), so a conv of few 128-row tiles leaves SMs idle or splits K by stream-K and sums
 the partials. An exploratory sweep (``tile_m64_explore.json``, made by this script's first
 version: 133 sub-wave corpus convs on an H200, the untuned config against 64-row variants)
-gave the rule's form (``config.single_warpgroup_config``); this sweep fits its bound.
+gave the rule's form (``small_grid_rules.single_warpgroup_config``); this sweep fits its bound.
 
 The problems: every corpus conv on which the call's config without one changes when the
 rule takes any mainloop length (``max_k_tiles`` inf against 0), staged and gathered ones
@@ -52,6 +52,7 @@ MAX_K_TILES_GRID = (0, 9, 18, 27, 36, 45, 54, 72, 100, 144, math.inf)
 SWEEP = BoundSweep(
     rule_bound_config("single_warpgroup_max_k_tiles", NUM_SMS), off=0, on=math.inf, baseline=HEURISTIC, variant=SINGLE,
     grid=MAX_K_TILES_GRID, constants=dict.fromkeys(FORMS, "SINGLE_WARPGROUP_MAX_K_TILES"),
+    constants_module="cute_conv.small_grid_rules",
 )  # fmt: skip
 configs_of, tile_m64_problems = SWEEP.configs_of, SWEEP.problems
 chosen_name, score = SWEEP.chosen_name, SWEEP.score

@@ -1,7 +1,7 @@
 """Wider 64-row tiles for sub-wave plain convs against the config without them (CUDA graphs).
 
 The variant: where 64-row tiles of the config's own width are more than a wave, those of a
-wider one; the fit of ``cute_conv.config``'s ``SINGLE_WARPGROUP_WIDEN_MAX_K_TILES`` and
+wider one; the fit of ``cute_conv.small_grid_rules``'s ``SINGLE_WARPGROUP_WIDEN_MAX_K_TILES`` and
 ``SINGLE_WARPGROUP_WIDEN_MAX_SHARE``.
 
     python benchmarks/sweep_widened_m64.py [--max-seconds 500]   # H100/H200
@@ -16,7 +16,7 @@ than SMs 64-row tiles of the same width where twice as many still fit one wave. 
 not, the conv kept its 128-row tiles and idle SMs: SDXL's batch-1 1x1 of C=960, K=640 at
 32x32 runs 80 tiles of 128x64 on 132 SMs (H100: 9.8 us, cuDNN 8.4), where 128 tiles of 64x80
 would give each SM 0.62 of the work. The variant takes the narrowest width below twice the
-config's whose 64-row tiles fit a wave (``config.widened_single_warpgroup_width``).
+config's whose 64-row tiles fit a wave (``small_grid_rules.widened_single_warpgroup_width``).
 
 The problems: every corpus conv whose plain call's config (``untuned.untuned_config``, the
 other rules at their fitted bounds) changes when the widening takes every mainloop length
@@ -61,6 +61,7 @@ SWEEP = BoundSweep(
     baseline="unwidened", variant="widened",
     grid=tuple(itertools.product(MAX_K_TILES_GRID, MAX_SHARE_GRID)),
     constants={"plain": ("SINGLE_WARPGROUP_WIDEN_MAX_K_TILES", "SINGLE_WARPGROUP_WIDEN_MAX_SHARE")},
+    constants_module="cute_conv.small_grid_rules",
 )  # fmt: skip
 configs_of, widened_problems = SWEEP.configs_of, SWEEP.problems
 

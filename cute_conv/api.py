@@ -70,7 +70,7 @@ def conv2d_fprop(
         config: kernel configuration; defaults to an autotuned choice if one is stored, else
             the heuristic's (``untuned.heuristic_config``: ``default_config`` of the kernel
             problem, operands gathered for small odd-C convs, 32-wide unsplit tiles for
-            unstaged and gathered convs of a few M tiles, ``config.small_m_config``).
+            unstaged and gathered convs of a few M tiles, ``small_grid_rules.small_m_config``).
         stream: CUDA stream to run on; defaults to the current torch stream of ``x``'s device.
         x_scale, w_scale: fp8 inputs only, and then required: one-element float32 tensors on
             ``x``'s device, the per-tensor scales of ``x`` and ``filter`` (a real value is the

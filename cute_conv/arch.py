@@ -10,12 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from .config import (
-    check_config_fits,
-    default_config,
-    single_warpgroup_config,
-    small_m_config,
-)
+from .config import check_config_fits, default_config
 from .config_sm100 import default_config_sm100
 from .epilogue_rule import wide_epilogue_config
 from .gather_rule import gathered_config
@@ -25,6 +20,7 @@ from .kernels.sm90.conv2d_fprop import Conv2dFpropSm90
 from .kernels.sm100.config import SMEM_CAPACITY_SM100, Conv2dConfigSm100
 from .kernels.sm100.conv2d_fprop import Conv2dFpropKernel
 from .problem import Conv2dProblemShape
+from .small_grid_rules import single_warpgroup_config, small_m_config
 from .workspace import workspace_size_sm90
 
 __all__ = ["ARCHS", "ArchKernels", "check_config_type", "config_types"]

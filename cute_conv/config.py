@@ -12,7 +12,6 @@ a problem (tile counts, the stream-K choice) is ``schedule``'s.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 from .kernels.sm90.config import (
     HALF_STEP_MIN_K_TILE_BYTES,
@@ -43,21 +42,20 @@ from .schedule import (
 
 __all__ = [
     "Conv2dConfig",
+    "check_bound",
     "check_channels",
     "check_config_fits",
     "check_element_bytes",
+    "check_rule_args",
+    "cluster_shape",
     "default_config",
     "half_step_widths",
     "k_tile_width",
     "split_tile_config",
-    "wide_split_shape",
-    "wide_tile_shapes",
-    "single_warpgroup_config",
-    "single_warpgroup_fits",
-    "widened_single_warpgroup_width",
-    "small_m_config",
     "takes_whole_source",
     "tile_widths",
+    "wide_split_shape",
+    "wide_tile_shapes",
 ]
 
 # GEMM K up to which a mainloop is short: a 2x1 cluster sharing a wide filter tile does not
@@ -98,25 +96,9 @@ _THREE_WARPGROUP_TILE = (192, 128)
 _MIN_GAIN_192 = 0.95
 # 32-wide tiles (see default_config): for K up to their width; 256 rows (in 2x1 clusters) for
 # K up to _NARROW_TALL_MAX_K with at least this fraction of a wave of 256-row tiles.
-_NARROW_TILE_N = 32
+NARROW_TILE_N = 32
 _NARROW_TALL_MAX_K = 8
 _MIN_WAVES_NARROW_TALL = 0.75
-# Small-M convs (see small_m_config): at most this many 128-row tiles along M and this much
-# GEMM K take 32-wide tiles, unsplit, on single CTAs, where that fills at most one wave
-# (plain or fused, unstaged or gathered).
-# Fitted on the corpus's train part on an H100 (benchmarks/sweep_small_m.py --fit).
-_SMALL_M_MAX_TILES_M = 3
-_SMALL_M_MAX_GEMM_K = 3456
-# 64-row tiles (see single_warpgroup_config) for mainloops of at most this many k-tiles:
-# fitted on the corpus's train part on an H200 for plain, fused and fp8 calls alike
-# (benchmarks/sweep_tile_m64.py, tile_m64_*sweep.json).
-SINGLE_WARPGROUP_MAX_K_TILES = 72
-# ... and where 64-row tiles of the config's width do not fit one wave, a wider width (less
-# than twice it) whose 64-row tiles do, for plain 16-bit convs of at most this many k-tiles
-# where such a tile holds at most this share of the 128-row tile's output: fitted together
-# on the corpus's train part on an H200 and an H100 (benchmarks/sweep_widened_m64.py --joint).
-SINGLE_WARPGROUP_WIDEN_MAX_K_TILES = 30
-SINGLE_WARPGROUP_WIDEN_MAX_SHARE = 0.85
 # Dynamic scheduling (see default_config) from this many waves of tiles: fitted on the
 # corpus's train part (benchmarks/sweep_dynamic.py).
 MIN_WAVES_DYNAMIC = 19.8
@@ -493,12 +475,12 @@ def default_config(
         min_waves_tall = _MIN_WAVES_TALL if plain else _MIN_WAVES_TALL_FUSED_FP8
     if min_waves_tall_wide is None:
         min_waves_tall_wide = _MIN_WAVES_TALL_WIDE if plain else math.inf
-    _check_bound("half_step_min_k_tiles", half_step_min_k_tiles, "k-tiles")
-    _check_bound("residual_narrow_max_k", residual_narrow_max_k, "GEMM K channels")
-    _check_bound("whole_source_min_k", whole_source_min_k, "GEMM K channels")
-    _check_bound("whole_source_min_tiles_per_sm", whole_source_min_tiles_per_sm, "tiles per SM")
-    _check_bound("min_waves_tall", min_waves_tall, "waves")
-    _check_bound("min_waves_tall_wide", min_waves_tall_wide, "waves")
+    check_bound("half_step_min_k_tiles", half_step_min_k_tiles, "k-tiles")
+    check_bound("residual_narrow_max_k", residual_narrow_max_k, "GEMM K channels")
+    check_bound("whole_source_min_k", whole_source_min_k, "GEMM K channels")
+    check_bound("whole_source_min_tiles_per_sm", whole_source_min_tiles_per_sm, "tiles per SM")
+    check_bound("min_waves_tall", min_waves_tall, "waves")
+    check_bound("min_waves_tall_wide", min_waves_tall_wide, "waves")
     tile_k = k_tile_width(problem.C, element_bytes)
 
     def cheapest(widths: tuple[int, ...]) -> int:
@@ -522,7 +504,7 @@ def default_config(
     many_tall_tiles = tall_tiles >= min_waves_tall * num_sms
     short_k_tiles = not full_k_tile and tile_n <= 128
     narrow_tall = (
-        tile_n == _NARROW_TILE_N
+        tile_n == NARROW_TILE_N
         and problem.K <= _NARROW_TALL_MAX_K
         and tall_tiles >= _MIN_WAVES_NARROW_TALL * num_sms
     )
@@ -536,7 +518,7 @@ def default_config(
         tile_m, tile_n = _THREE_WARPGROUP_TILE
     # Short k-tiles load the filter tile in more pieces per MMA: share it along M.
     short_k_shares = (short_k_tiles or narrow_tall) and tile_m == 256 and not has_residual
-    cluster_m, cluster_n = _cluster_shape(
+    cluster_m, cluster_n = cluster_shape(
         problem, tile_n, pair_n=not narrowed_for_residual, share_filter=short_k_shares
     )
     tiles, _ = schedule_shape(problem, tile_m, tile_n, tile_k)
@@ -546,7 +528,7 @@ def default_config(
     pointwise = problem.R == problem.S == 1
     dynamic_schedule = pointwise and cluster_m == cluster_n == 1 and not stream_k
     dynamic_schedule = dynamic_schedule and tiles >= MIN_WAVES_DYNAMIC * num_sms
-    pingpong = has_residual and tile_m == 128 and tile_n > _NARROW_TILE_N and not stream_k
+    pingpong = has_residual and tile_m == 128 and tile_n > NARROW_TILE_N and not stream_k
     pingpong = pingpong and pingpong_pays(problem, tile_k, num_sms)
     if pingpong:
         tile_n, cluster_m, cluster_n, dynamic_schedule = _PINGPONG_TILE_N, 1, 1, False
@@ -568,164 +550,11 @@ def default_config(
     )  # fmt: skip
 
 
-def small_m_config(
-    config: Conv2dConfig,
-    problem: Conv2dProblemShape,
-    num_sms: int = 132,
-    has_residual: bool = False,
-    element_bytes: int = 2,
-) -> Conv2dConfig:
-    """The config a call without one runs for an unstaged conv (C whole TMA rows, no stem
-    staging) or a gathered one (odd C, ``gathered_config``; ``dispatch``), from ``config``,
-    the one it would run (the heuristic's, or the gathering one): 32-wide tiles, unsplit, on
-    single CTAs, for a conv of at most ``_SMALL_M_MAX_TILES_M`` 128-row tiles along M (an fp8
-    one without a residual), K >= 128 and GEMM K up to ``_SMALL_M_MAX_GEMM_K``, where one wave holds those tiles; else
-    ``config``. Few M tiles leave most SMs idle at 64-wide tiles; narrow tiles spread the conv
-    over more of them without a stream-K split's reduction.
-
-    Fitted on an H100 (``benchmarks/sweep_small_m.py``, ``small_m_sweep.json``): the corpus
-    problems of GEMM M <= 512, K >= 128 and at most 2 GFLOP, each replayed from a CUDA graph
-    at its config, 32 and 64 wide without cluster or split, and cuDNN, in five groups fitted
-    apart (a residual or 8-bit inputs change nothing in the rule's bounds). Plain unstaged convs (64): the bounds were picked on the 43 train problems (1.051x
-    the config's speed by geomean; 32-wide everywhere 0.964x: at 4 M tiles or deep 3x3
-    mainloops they lose) and hold on the 21 held-out ones (1.071x); e.g. ResNet-50's 1x1 at
-    batch 1, 7x7, C=2048, K=512: 13.2 -> 11.1 us (cuDNN 9.7). The same convs as fused calls
-    (``relu(conv + b) + r``) fit the same bounds: train 1.072x, held-out 1.100x. Gathered
-    convs (23, all of GEMM K < 256) gain at any bounds of the grid; these give train 1.066x
-    (the best, at 4 M tiles, 1.075x), held-out 1.054x, and fused 1.052x / 1.029x. fp8
-    unstaged convs (56): train 1.079x (the best, up to GEMM K 4608, 1.088x), held-out
-    1.064x. Convs staged by channel padding and fp8 calls with a residual were not measured:
-    not for them.
-
-    Raises:
-        TypeError, ValueError: ``config`` is no ``Conv2dConfig``, or a bad problem, SM count
-            or element size.
-    """
-    check_rule_args(config, problem, num_sms, has_residual, element_bytes)
-    tiles_m = -(-problem.gemm_m // 128)
-    tiles = tiles_m * -(-problem.K // _NARROW_TILE_N)
-    takes = (
-        not (has_residual and element_bytes == 1)  # not measured
-        and config.tile_m == 128
-        and tiles_m <= _SMALL_M_MAX_TILES_M
-        and problem.K >= 128
-        and problem.gemm_k <= _SMALL_M_MAX_GEMM_K
-        and tiles <= num_sms
-    )
-    if not takes:
-        return config
-    return replace(
-        config, tile_n=_NARROW_TILE_N, cluster_m=1, cluster_n=1, stream_k=False,
-        stream_k_split=0, dynamic_schedule=False, pingpong=False, tile_w=0, halo_h=0,
-        halo_w=0,
-    )  # fmt: skip
-
-
-def single_warpgroup_config(
-    config: Conv2dConfig,
-    problem: Conv2dProblemShape,
-    num_sms: int = 132,
-    has_residual: bool = False,
-    element_bytes: int = 2,
-    max_k_tiles: float | None = None,
-    widen_max_k_tiles: float | None = None,
-    widen_max_share: float | None = None,
-) -> Conv2dConfig:
-    """``config`` (the one a call without one would run on ``problem``, the conv the kernel
-    runs) with 64-row tiles, one consumer warpgroup, where its 128-row tiles fill less than
-    a wave and 64-row ones of the same width still fit one, for mainloops of at most
-    ``max_k_tiles`` k-tiles (None: ``SINGLE_WARPGROUP_MAX_K_TILES``; 0: never); a
-    stream-K split is dropped for them (single CTAs, each tile's whole K). Where 64-row
-    tiles of that width are more than a wave, a plain 16-bit conv of at most
-    ``widen_max_k_tiles`` k-tiles (None: ``SINGLE_WARPGROUP_WIDEN_MAX_K_TILES``; 0: never)
-    takes 64-row tiles of the narrowest wider width that fits one wave
-    (``widened_single_warpgroup_width``), unsplit, clustered as ``default_config`` clusters
-    that width (a gathered one on single CTAs), where such a tile holds at most
-    ``widen_max_share`` of the 128-row tile's output (None:
-    ``SINGLE_WARPGROUP_WIDEN_MAX_SHARE``). Else ``config``.
-
-    Few 128-row tiles leave SMs idle or split K and sum partials; twice the tiles, each
-    with its whole K, fill more SMs without the reduction (cuDNN runs such convs as 64-row
-    tiles), at twice the filter traffic per MMA, which long mainloops do not repay.
-    Measured with ``benchmarks/sweep_tile_m64.py`` (``tile_m64_sweep.json``). A wider
-    64-row tile still holds less of the output than the 128-row one (SDXL's 1x1 of C=960,
-    K=640 at 32x32: 128 tiles of 64x80 for 80 of 128x64, 0.62 of the work per SM). Measured
-    with ``benchmarks/sweep_widened_m64.py`` (the 45 corpus convs it can change, CUDA-graph
-    replays, both bounds fitted on both GPUs' train rows together): on the convs the fitted
-    bounds take, 1.043x (train, 17) / 1.027x (held-out, 7) on an H200, 1.028x / 1.014x on
-    an H100 (e.g. that 1x1 10.0 -> 9.5 us on the H200, cuDNN 8.6); longer mainloops (32-72
-    k-tiles, the 3x3s of C=512) and wider tiles (64x112 for 128x64) lost up to 25%.
-
-    Raises:
-        TypeError, ValueError: ``config`` is no ``Conv2dConfig``, or a bad problem, SM count,
-            element size or bound.
-    """
-    check_rule_args(config, problem, num_sms, has_residual, element_bytes)
-    max_k_tiles = k_tile_bound("max_k_tiles", max_k_tiles, SINGLE_WARPGROUP_MAX_K_TILES)
-    widen_max_k_tiles = k_tile_bound(
-        "widen_max_k_tiles", widen_max_k_tiles, SINGLE_WARPGROUP_WIDEN_MAX_K_TILES
-    )
-    if widen_max_share is None:
-        widen_max_share = SINGLE_WARPGROUP_WIDEN_MAX_SHARE
-    _check_bound("widen_max_share", widen_max_share, "output shares")
-    _, k_tiles = schedule_shape(problem, config.tile_m, config.tile_n, config.tile_k)
-    if config.tile_m != 128 or k_tiles > max_k_tiles:
-        return config
-    if not single_warpgroup_fits(problem, config.tile_n, config.tile_k, num_sms):
-        if has_residual or element_bytes != 2 or k_tiles > widen_max_k_tiles:
-            return config
-        width = widened_single_warpgroup_width(problem, config.tile_n, config.tile_k, num_sms)
-        if width is None or 64 * width > widen_max_share * 128 * config.tile_n:
-            return config
-        # A gathered conv's loads take no cluster.
-        cluster_m, cluster_n = (1, 1) if config.gather else _cluster_shape(problem, width)
-        return replace(
-            config, tile_m=64, tile_n=width, cluster_m=cluster_m, cluster_n=cluster_n,
-            stream_k=False, stream_k_split=0, dynamic_schedule=False, pingpong=False,
-            tile_w=0, halo_h=0, halo_w=0,
-        )  # fmt: skip
-    single = replace(config, tile_m=64, pingpong=False, tile_w=0, halo_h=0, halo_w=0)
-    if config.stream_k:
-        single = replace(
-            single, cluster_m=1, cluster_n=1, stream_k=False, stream_k_split=0,
-            dynamic_schedule=False,
-        )  # fmt: skip
-    return single
-
-
-def widened_single_warpgroup_width(
-    problem: Conv2dProblemShape, tile_n: int, tile_k: int, num_sms: int = 132
-) -> int | None:
-    """The narrowest tile width above ``tile_n`` and below twice it (half steps included,
-    where the k-tiles take them) whose 64-row tiles fit one wave of ``num_sms`` SMs, where
-    ``problem``'s 128 x ``tile_n`` tiles fill less than a wave; else None. Such a tile holds
-    less of the output than the 128-row one, so each SM's share of the conv shrinks."""
-    if tile_count(problem, 128, tile_n) >= num_sms:
-        return None
-    half_steps = tile_k * 2 >= HALF_STEP_MIN_K_TILE_BYTES  # 16-bit k-tiles
-    for width in sorted(TILE_N_CHOICES):
-        if not tile_n < width < 2 * tile_n or (is_half_step(width) and not half_steps):
-            continue
-        if single_warpgroup_fits(problem, width, tile_k, num_sms):
-            return width
-    return None
-
-
 def takes_whole_source(tile_m: int, tile_n: int, element_bytes: int) -> bool:
     """Whether a residual conv's tiles can take ``WHOLE_SOURCE_AB_STAGES`` so that their whole
     tile of C fits in SMEM (see default_config): 128-row tiles wider than 192, 16-bit inputs
     (fp8 was not measured)."""
     return element_bytes == 2 and tile_m == 128 and tile_n > 192
-
-
-def single_warpgroup_fits(
-    problem: Conv2dProblemShape, tile_n: int, tile_k: int, num_sms: int = 132
-) -> bool:
-    """Whether ``problem``'s 64-row tiles of ``tile_n`` x ``tile_k`` fit one wave of
-    ``num_sms`` SMs: where they can pay (``single_warpgroup_config``; past a wave they lost,
-    ``benchmarks/tile_m64_explore.json``)."""
-    tiles, _ = schedule_shape(problem, 64, tile_n, tile_k)
-    return tiles <= num_sms
 
 
 def split_tile_config(
@@ -737,14 +566,14 @@ def split_tile_config(
     data-parallel (``split`` 0) or its k-tiles split ``split`` ways by stream-K. Whether the
     split fits the SMs is the caller's to check (``cluster_tile_count``)."""
     check_problem(problem)
-    cluster_m, cluster_n = _cluster_shape(problem, tile_n)
+    cluster_m, cluster_n = cluster_shape(problem, tile_n)
     return Conv2dConfig(
         tile_m=tile_m, tile_n=tile_n, tile_k=k_tile_width(problem.C, 2), cluster_m=cluster_m,
         cluster_n=cluster_n, stream_k=split > 0, stream_k_split=split,
     )  # fmt: skip
 
 
-def _cluster_shape(
+def cluster_shape(
     problem: Conv2dProblemShape, tile_n: int, pair_n: bool = True, share_filter: bool = False
 ) -> tuple[int, int]:
     """``(cluster_m, cluster_n)`` of the heuristic (see default_config): two CTAs along N where
@@ -796,7 +625,7 @@ def tile_widths(k: int) -> tuple[int, ...]:
     on)."""
     return tuple(
         n for n in TILE_N_CHOICES
-        if not is_half_step(n) and (n > _NARROW_TILE_N or k <= _NARROW_TILE_N)
+        if not is_half_step(n) and (n > NARROW_TILE_N or k <= NARROW_TILE_N)
     )  # fmt: skip
 
 
@@ -841,7 +670,7 @@ def pingpong_pays(problem: Conv2dProblemShape, tile_k: int, num_sms: int = 132) 
     return k_tiles >= _MIN_K_TILES_PINGPONG and tiles >= 2 * num_sms
 
 
-def _check_bound(name: str, value: object, unit: str) -> None:
+def check_bound(name: str, value: object, unit: str) -> None:
     """A rule's bound must be a number (``math.inf`` included), not a bool."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be None or a number of {unit}, got {value!r}")

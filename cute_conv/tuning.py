@@ -37,7 +37,6 @@ from .config import (
     default_config,
     pingpong_halo_tile,
     pingpong_pays,
-    single_warpgroup_fits,
     takes_whole_source,
     tile_widths,
 )
@@ -47,6 +46,7 @@ from .kernels.sm90.config import MAX_TILE_ELEMS, TILE_M_CHOICES
 from .kernels.sm90.schedule_checks import MAX_K_TILE_BYTES, PITCHED_TILE_W
 from .problem import Conv2dProblemShape
 from .schedule import stream_k_for_tiles
+from .small_grid_rules import single_warpgroup_fits
 from .staging import kernel_problem_for
 from .untuned import heuristic_config
 from .validation import INPUT_DTYPES, check_compute_capability, validate_conv_inputs

@@ -8,7 +8,7 @@ The timing itself needs an H100/H200: ``python benchmarks/compare_versions.py --
 from __future__ import annotations
 
 import contextlib
-import importlib.util
+import importlib
 import math
 import shutil
 import subprocess
@@ -45,18 +45,9 @@ needs_base_commit = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def compare():
-    """benchmarks/compare_versions.py as a module (it imports its neighbour ``bench``)."""
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        spec = importlib.util.spec_from_file_location(
-            "compare_versions", BENCHMARKS / "compare_versions.py"
-        )
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # its dataclasses look their module up there
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return module
+    """benchmarks/compare_versions.py as a module (``benchmarks/`` is on ``sys.path``: see
+    ``conftest``)."""
+    return importlib.import_module("compare_versions")
 
 
 @contextlib.contextmanager

@@ -682,7 +682,7 @@ def test_small_m_convs_take_narrow_unsplit_tiles():
     heuristic alone splits 64-wide tiles, plain, fused or fp8; calls without a config take it
     for unstaged and gathered convs (``heuristic_config``, then with 64-row tiles:
     ``single_warpgroup_config``), not for channel-padded ones."""
-    from cute_conv.config import single_warpgroup_config, small_m_config
+    from cute_conv.small_grid_rules import single_warpgroup_config, small_m_config
     from cute_conv.untuned import heuristic_config
 
     problem = Conv2dProblemShape.from_shapes((1, 7, 7, 2048), (512, 1, 1, 2048))
@@ -874,7 +874,7 @@ def test_sub_wave_convs_take_64_row_tiles():
     """``single_warpgroup_config``: where 128-row tiles fill less than a wave and 64-row ones
     of the same width still fit one, with at most ``SINGLE_WARPGROUP_MAX_K_TILES`` k-tiles,
     a call without a config runs 64-row tiles; a stream-K split is dropped for them."""
-    from cute_conv.config import SINGLE_WARPGROUP_MAX_K_TILES, single_warpgroup_config
+    from cute_conv.small_grid_rules import SINGLE_WARPGROUP_MAX_K_TILES, single_warpgroup_config
     from cute_conv.untuned import heuristic_config
 
     # Batch 8 at 14x14, 3x3 s2, C=256 -> K=512 (ResNet's stride-2 3x3): the heuristic splits
@@ -915,7 +915,7 @@ def test_sub_wave_convs_take_wider_64_row_tiles_where_their_own_width_overfills(
     of at most ``widen_max_k_tiles`` k-tiles takes 64-row tiles of the narrowest wider width
     (below twice it, half steps included) that fit one; not with a residual, 8-bit inputs,
     past the bound or where no width fits."""
-    from cute_conv.config import single_warpgroup_config, widened_single_warpgroup_width
+    from cute_conv.small_grid_rules import single_warpgroup_config, widened_single_warpgroup_width
     from cute_conv.untuned import heuristic_config
 
     # SDXL's batch-1 1x1 of C=960 -> K=640 at 32x32: 80 tiles of 128x64 (1x2), 160 at 64 rows.

@@ -7,13 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import conv_chain as chain
 import pytest
 import torch
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-import conv_chain as chain  # noqa: E402
 
 
 def test_model_sites_are_every_conv_in_call_order():

@@ -6,20 +6,13 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-from pathlib import Path
 
+import bench_corpus
+import corpus
 import pytest
 
+from cute_conv import Conv2dProblemShape
 from tests.gpu import requires_sm90
-
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-import bench_corpus  # noqa: E402
-import corpus  # noqa: E402
-
-from cute_conv import Conv2dProblemShape  # noqa: E402
 
 COMMITTED = json.loads(corpus.CORPUS_PATH.read_text())
 BY_KEY = {p["key"]: p for p in COMMITTED["problems"]}

@@ -5,7 +5,7 @@ H100/H200: ``python benchmarks/models.py --models resnet50``."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import subprocess
 import sys
@@ -22,15 +22,9 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 @pytest.fixture(scope="module")
 def models():
-    """benchmarks/models.py as a module (it imports its neighbour ``bench``)."""
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        spec = importlib.util.spec_from_file_location("models_bench", BENCHMARKS / "models.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return module
+    """benchmarks/models.py as a module (``benchmarks/`` is on ``sys.path``: see
+    ``conftest``)."""
+    return importlib.import_module("models")
 
 
 def row(model: str, batch: int, ms: tuple, rel_err: tuple = (4e-3, 5e-3, 5e-3)) -> dict:

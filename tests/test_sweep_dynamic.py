@@ -3,17 +3,11 @@ measures and the fit of the bound, tied to the heuristic's constant."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import sweep_dynamic
+from bench_corpus import load_corpus, problem_shape
+from sweep_rows import by_split
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-import sweep_dynamic  # noqa: E402
-from bench_corpus import load_corpus, problem_shape  # noqa: E402
-from sweep_rows import by_split  # noqa: E402
-
-from cute_conv.config import MIN_WAVES_DYNAMIC, default_config  # noqa: E402
+from cute_conv.config import MIN_WAVES_DYNAMIC, default_config
 
 
 def test_selection_matches_the_committed_results():

@@ -5,19 +5,13 @@ passed its check, and that the joint fit over both GPUs gives ``epilogue_rule``'
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
+import sweep_epi_width as sweep
+from bench_corpus import load_corpus, problem_shape
+from bound_sweep_rows import check_committed_rows
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-import sweep_epi_width as sweep  # noqa: E402
-from bench_corpus import load_corpus, problem_shape  # noqa: E402
-from bound_sweep_rows import check_committed_rows  # noqa: E402
-
-from cute_conv import epilogue_rule  # noqa: E402
+from cute_conv import epilogue_rule
 
 
 def test_the_selection_is_plain_tiles_of_a_multiple_of_64_at_least_128_wide():

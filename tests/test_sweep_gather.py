@@ -3,19 +3,12 @@ the fit behind ``gather_rule.MAX_GATHER_LOADS_PER_SM``."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+import sweep_gather
+from bench_corpus import load_corpus, problem_shape
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-import sweep_gather  # noqa: E402
-from bench_corpus import load_corpus, problem_shape  # noqa: E402
-
-from cute_conv.gather_rule import MAX_GATHER_LOADS_PER_SM  # noqa: E402
-from cute_conv.staging import gather_replaces  # noqa: E402
+from cute_conv.gather_rule import MAX_GATHER_LOADS_PER_SM
+from cute_conv.staging import gather_replaces
 
 
 def test_the_selection_is_the_staged_c_and_is_what_was_measured():

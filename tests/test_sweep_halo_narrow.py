@@ -5,20 +5,14 @@ check, and that each GPU's joint fit gives the halo rule's narrow bounds."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
+import sweep_halo_narrow as sweep
+from bench_corpus import load_corpus, problem_shape
+from bound_sweep_rows import check_committed_rows
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-import sweep_halo_narrow as sweep  # noqa: E402
-from bench_corpus import load_corpus, problem_shape  # noqa: E402
-from bound_sweep_rows import check_committed_rows  # noqa: E402
-
-from cute_conv import Conv2dProblemShape, halo_rule  # noqa: E402
-from cute_conv.untuned import heuristic_config  # noqa: E402
+from cute_conv import Conv2dProblemShape, halo_rule
+from cute_conv.untuned import heuristic_config
 
 
 @pytest.mark.parametrize("form", sweep.FORMS)

@@ -4,18 +4,12 @@ widths it times, and the one-parameter fit, against the committed results."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
+import sweep_k_tile as sweep
+from bench_corpus import load_corpus
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-import sweep_k_tile as sweep  # noqa: E402
-from bench_corpus import load_corpus  # noqa: E402
-
-from cute_conv.config import _K_TILE_COST_CHANNELS, k_tile_width  # noqa: E402
+from cute_conv.config import _K_TILE_COST_CHANNELS, k_tile_width
 
 FP8, BF16 = sweep.PRECISIONS["fp8"], sweep.PRECISIONS["bf16"]
 

@@ -4,16 +4,11 @@ the single changes of a config it times, and the report of the results."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
+import sweep_latency
+from bench_corpus import load_corpus
 
-import sweep_latency  # noqa: E402
-from bench_corpus import load_corpus  # noqa: E402
-
-import cute_conv  # noqa: E402
+import cute_conv
 
 
 def test_selection_is_the_small_unstaged_problems_and_matches_the_committed_results():

@@ -3,19 +3,12 @@ measures, and the default's choice per form tied to the committed measurements' 
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+import sweep_pingpong
+from bench_corpus import load_corpus, problem_shape
+from sweep_rows import by_split
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-import sweep_pingpong  # noqa: E402
-from bench_corpus import load_corpus, problem_shape  # noqa: E402
-from sweep_rows import by_split  # noqa: E402
-
-from cute_conv.config import default_config  # noqa: E402
+from cute_conv.config import default_config
 
 
 def test_selection_matches_the_committed_results():

@@ -5,18 +5,12 @@ its check, and that the joint fit over the forms gives ``halo_rule``'s bounds.""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
+import sweep_pitched_halo as sweep
+from bench_corpus import load_corpus, problem_shape
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-import sweep_pitched_halo as sweep  # noqa: E402
-from bench_corpus import load_corpus, problem_shape  # noqa: E402
-
-from cute_conv import halo_rule  # noqa: E402
+from cute_conv import halo_rule
 
 
 def test_the_selection_is_stride_1_convs_with_several_taps_and_halo_variants():

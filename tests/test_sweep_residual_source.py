@@ -5,19 +5,13 @@ check, and that the fit on the GPUs' rows together gives the rule's bound."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
+import sweep_residual_source as sweep
+from bench_corpus import load_corpus, problem_shape
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-import sweep_residual_source as sweep  # noqa: E402
-from bench_corpus import load_corpus, problem_shape  # noqa: E402
-
-from cute_conv import config  # noqa: E402
-from tests.bound_sweep_rows import check_committed_rows  # noqa: E402
+from cute_conv import config
+from tests.bound_sweep_rows import check_committed_rows
 
 
 def test_the_selection_is_where_a_wide_residual_tile_keeps_three_stages():

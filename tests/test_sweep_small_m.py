@@ -5,20 +5,15 @@ from __future__ import annotations
 
 import json
 import re
-import sys
-from pathlib import Path
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
+import sweep_small_m
+from bench_corpus import load_corpus, problem_shape
+from sweep_rows import by_split
 
-import sweep_small_m  # noqa: E402
-from bench_corpus import load_corpus, problem_shape  # noqa: E402
-from sweep_rows import by_split  # noqa: E402
+import cute_conv
+from cute_conv import small_grid_rules
 
-import cute_conv  # noqa: E402
-from cute_conv import config as config_module  # noqa: E402
-
-RULE = (config_module._SMALL_M_MAX_TILES_M, config_module._SMALL_M_MAX_GEMM_K)
+RULE = (small_grid_rules.SMALL_M_MAX_TILES_M, small_grid_rules.SMALL_M_MAX_GEMM_K)
 
 
 def committed_results() -> dict:

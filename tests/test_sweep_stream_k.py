@@ -5,19 +5,13 @@ constant."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
+import sweep_stream_k
+from bench_corpus import load_corpus
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-import sweep_stream_k  # noqa: E402
-from bench_corpus import load_corpus  # noqa: E402
-
-import cute_conv  # noqa: E402
-from cute_conv.schedule import K_TILES_PER_SPLIT  # noqa: E402
+import cute_conv
+from cute_conv.schedule import K_TILES_PER_SPLIT
 
 
 def _committed_rows() -> list[dict]:

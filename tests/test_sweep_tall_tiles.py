@@ -5,19 +5,13 @@ check, and that the fit gives ``default_config``'s bound for plain 16-bit calls.
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
+import sweep_tall_tiles as sweep
+from bench_corpus import load_corpus, problem_shape
+from bound_sweep_rows import check_committed_rows
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-import sweep_tall_tiles as sweep  # noqa: E402
-from bench_corpus import load_corpus, problem_shape  # noqa: E402
-from bound_sweep_rows import check_committed_rows  # noqa: E402
-
-from cute_conv import Conv2dProblemShape, config  # noqa: E402
+from cute_conv import Conv2dProblemShape, config
 
 
 def test_the_selection_is_narrow_128_row_tiles_made_256_rows():

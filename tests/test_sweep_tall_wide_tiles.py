@@ -5,19 +5,13 @@ config passed its check, and that each GPU's fit gives ``default_config``'s boun
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
+import sweep_tall_wide_tiles as sweep
+from bench_corpus import load_corpus, problem_shape
+from bound_sweep_rows import check_committed_rows
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-import sweep_tall_wide_tiles as sweep  # noqa: E402
-from bench_corpus import load_corpus, problem_shape  # noqa: E402
-from bound_sweep_rows import check_committed_rows  # noqa: E402
-
-from cute_conv import Conv2dProblemShape, config  # noqa: E402
+from cute_conv import Conv2dProblemShape, config
 
 
 def test_the_selection_is_128x128_tiles_of_stride_1_multi_tap_convs_made_256_rows():

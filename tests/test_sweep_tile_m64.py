@@ -6,20 +6,14 @@ them, tied to the rule's bound (the H200's rows, and an H100's sample beside the
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
+import sweep_tile_m64 as sweep
+from bench_corpus import load_corpus, problem_shape
+from sweep_rows import by_split, middle_of_best, passed_rows
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-import sweep_tile_m64 as sweep  # noqa: E402
-from bench_corpus import load_corpus, problem_shape  # noqa: E402
-from sweep_rows import by_split, middle_of_best, passed_rows  # noqa: E402
-
-from cute_conv import config  # noqa: E402
-from tests.bound_sweep_rows import check_committed_rows  # noqa: E402
+from cute_conv import small_grid_rules
+from tests.bound_sweep_rows import check_committed_rows
 
 FORMS = pytest.mark.parametrize("form", sweep.FORMS)
 
@@ -56,7 +50,7 @@ def test_committed_rows_are_a_prefix_of_the_selection_and_every_config_passed(fo
 def test_the_fit_on_each_forms_rows_gives_the_rules_bound(form):
     train, _ = by_split(passed_rows({"rows": _rows(form)}))
     fitted = middle_of_best(list(sweep.MAX_K_TILES_GRID), lambda b: sweep.score(train, b, form))
-    assert fitted == config.SINGLE_WARPGROUP_MAX_K_TILES
+    assert fitted == small_grid_rules.SINGLE_WARPGROUP_MAX_K_TILES
 
 
 def test_on_the_h100_rows_the_bound_scores_as_their_own_fit():
@@ -64,7 +58,7 @@ def test_on_the_h100_rows_the_bound_scores_as_their_own_fit():
     train, _ = by_split(passed_rows({"rows": _rows("plain", "_H100")}))
     fitted = middle_of_best(list(sweep.MAX_K_TILES_GRID), lambda b: sweep.score(train, b))
     assert fitted == 54
-    assert sweep.score(train, config.SINGLE_WARPGROUP_MAX_K_TILES) > sweep.score(train, fitted) - 1e-3
+    assert sweep.score(train, small_grid_rules.SINGLE_WARPGROUP_MAX_K_TILES) > sweep.score(train, fitted) - 1e-3
 
 
 def test_the_rule_takes_the_timed_64_row_tiles_only_within_the_bound():

@@ -5,19 +5,14 @@ to the heuristic's constants."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
+import sweep_tile_width as sweep
+from bench_corpus import load_corpus, problem_shape
+from sweep_rows import by_split, middle_of_best, passed_rows
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-import sweep_tile_width as sweep  # noqa: E402
-from bench_corpus import load_corpus, problem_shape  # noqa: E402
-from sweep_rows import by_split, middle_of_best, passed_rows  # noqa: E402
-
-from cute_conv import config  # noqa: E402
+from cute_conv import config
 
 FORMS = pytest.mark.parametrize("form", sweep.FORMS)
 

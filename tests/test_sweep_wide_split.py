@@ -4,18 +4,13 @@ variants it measures, and the fit, tied to the heuristic's constant."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
+import sweep_wide_split as sweep
+from bench_corpus import load_corpus, problem_shape
+from sweep_rows import by_split, middle_of_best, passed_rows
 
-import sweep_wide_split as sweep  # noqa: E402
-from bench_corpus import load_corpus, problem_shape  # noqa: E402
-from sweep_rows import by_split, middle_of_best, passed_rows  # noqa: E402
-
-from cute_conv.config import WIDE_SPLIT_MIN_K_TILES  # noqa: E402
-from cute_conv.schedule import cluster_tile_count  # noqa: E402
+from cute_conv.config import WIDE_SPLIT_MIN_K_TILES
+from cute_conv.schedule import cluster_tile_count
 
 
 def _committed_rows() -> list[dict]:

@@ -5,19 +5,13 @@ every config passed its check, and that the joint fit over both GPUs gives the r
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
+import sweep_widened_m64 as sweep
+from bench_corpus import load_corpus, problem_shape
+from bound_sweep_rows import check_committed_rows
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-import sweep_widened_m64 as sweep  # noqa: E402
-from bench_corpus import load_corpus, problem_shape  # noqa: E402
-from bound_sweep_rows import check_committed_rows  # noqa: E402
-
-from cute_conv import config as conv_config  # noqa: E402
+from cute_conv import small_grid_rules
 
 
 def test_the_selection_is_128_row_tiles_widened_at_64_rows():
@@ -40,6 +34,6 @@ def test_committed_rows_are_the_selection_and_every_config_passed(path):
 
 def test_the_joint_fit_gives_the_rules_bounds():
     bounds = (
-        conv_config.SINGLE_WARPGROUP_WIDEN_MAX_K_TILES, conv_config.SINGLE_WARPGROUP_WIDEN_MAX_SHARE,
+        small_grid_rules.SINGLE_WARPGROUP_WIDEN_MAX_K_TILES, small_grid_rules.SINGLE_WARPGROUP_WIDEN_MAX_SHARE,
     )  # fmt: skip
     assert sweep.SWEEP.joint_fit("plain", sweep.JOINT_PATHS) == bounds

@@ -1,0 +1,203 @@
+"""The rules for convs whose 128-row tiles leave SMs idle: 32-wide tiles where a conv has a
+few tiles along M (``small_m_config``), and 64-row tiles, one consumer warpgroup, where its
+tiles fill less than a wave (``single_warpgroup_config``). Each refines the config a call
+without one would run (the heuristic's, or the gathering one); ``dispatch`` applies them through
+the arch registry (``arch.ArchKernels``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .config import (
+    NARROW_TILE_N,
+    Conv2dConfig,
+    check_bound,
+    check_rule_args,
+    cluster_shape,
+    k_tile_bound,
+)
+from .kernels.sm90.config import HALF_STEP_MIN_K_TILE_BYTES, TILE_N_CHOICES, is_half_step
+from .problem import Conv2dProblemShape
+from .schedule import schedule_shape, tile_count
+
+__all__ = [
+    "SINGLE_WARPGROUP_MAX_K_TILES",
+    "SINGLE_WARPGROUP_WIDEN_MAX_K_TILES",
+    "SINGLE_WARPGROUP_WIDEN_MAX_SHARE",
+    "SMALL_M_MAX_GEMM_K",
+    "SMALL_M_MAX_TILES_M",
+    "single_warpgroup_config",
+    "single_warpgroup_fits",
+    "small_m_config",
+    "widened_single_warpgroup_width",
+]
+
+# Small-M convs (see small_m_config): at most this many 128-row tiles along M and this much
+# GEMM K take 32-wide tiles, unsplit, on single CTAs, where that fills at most one wave
+# (plain or fused, unstaged or gathered).
+# Fitted on the corpus's train part on an H100 (benchmarks/sweep_small_m.py --fit).
+SMALL_M_MAX_TILES_M = 3
+SMALL_M_MAX_GEMM_K = 3456
+# 64-row tiles (see single_warpgroup_config) for mainloops of at most this many k-tiles:
+# fitted on the corpus's train part on an H200 for plain, fused and fp8 calls alike
+# (benchmarks/sweep_tile_m64.py, tile_m64_*sweep.json).
+SINGLE_WARPGROUP_MAX_K_TILES = 72
+# ... and where 64-row tiles of the config's width do not fit one wave, a wider width (less
+# than twice it) whose 64-row tiles do, for plain 16-bit convs of at most this many k-tiles
+# where such a tile holds at most this share of the 128-row tile's output: fitted together
+# on the corpus's train part on an H200 and an H100 (benchmarks/sweep_widened_m64.py --joint).
+SINGLE_WARPGROUP_WIDEN_MAX_K_TILES = 30
+SINGLE_WARPGROUP_WIDEN_MAX_SHARE = 0.85
+
+
+def small_m_config(
+    config: Conv2dConfig,
+    problem: Conv2dProblemShape,
+    num_sms: int = 132,
+    has_residual: bool = False,
+    element_bytes: int = 2,
+) -> Conv2dConfig:
+    """The config a call without one runs for an unstaged conv (C whole TMA rows, no stem
+    staging) or a gathered one (odd C, ``gathered_config``; ``dispatch``), from ``config``,
+    the one it would run (the heuristic's, or the gathering one): 32-wide tiles, unsplit, on
+    single CTAs, for a conv of at most ``SMALL_M_MAX_TILES_M`` 128-row tiles along M (an fp8
+    one without a residual), K >= 128 and GEMM K up to ``SMALL_M_MAX_GEMM_K``, where one wave holds those tiles; else
+    ``config``. Few M tiles leave most SMs idle at 64-wide tiles; narrow tiles spread the conv
+    over more of them without a stream-K split's reduction.
+
+    Fitted on an H100 (``benchmarks/sweep_small_m.py``, ``small_m_sweep.json``): the corpus
+    problems of GEMM M <= 512, K >= 128 and at most 2 GFLOP, each replayed from a CUDA graph
+    at its config, 32 and 64 wide without cluster or split, and cuDNN, in five groups fitted
+    apart (a residual or 8-bit inputs change nothing in the rule's bounds). Plain unstaged convs (64): the bounds were picked on the 43 train problems (1.051x
+    the config's speed by geomean; 32-wide everywhere 0.964x: at 4 M tiles or deep 3x3
+    mainloops they lose) and hold on the 21 held-out ones (1.071x); e.g. ResNet-50's 1x1 at
+    batch 1, 7x7, C=2048, K=512: 13.2 -> 11.1 us (cuDNN 9.7). The same convs as fused calls
+    (``relu(conv + b) + r``) fit the same bounds: train 1.072x, held-out 1.100x. Gathered
+    convs (23, all of GEMM K < 256) gain at any bounds of the grid; these give train 1.066x
+    (the best, at 4 M tiles, 1.075x), held-out 1.054x, and fused 1.052x / 1.029x. fp8
+    unstaged convs (56): train 1.079x (the best, up to GEMM K 4608, 1.088x), held-out
+    1.064x. Convs staged by channel padding and fp8 calls with a residual were not measured:
+    not for them.
+
+    Raises:
+        TypeError, ValueError: ``config`` is no ``Conv2dConfig``, or a bad problem, SM count
+            or element size.
+    """
+    check_rule_args(config, problem, num_sms, has_residual, element_bytes)
+    tiles_m = -(-problem.gemm_m // 128)
+    tiles = tiles_m * -(-problem.K // NARROW_TILE_N)
+    takes = (
+        not (has_residual and element_bytes == 1)  # not measured
+        and config.tile_m == 128
+        and tiles_m <= SMALL_M_MAX_TILES_M
+        and problem.K >= 128
+        and problem.gemm_k <= SMALL_M_MAX_GEMM_K
+        and tiles <= num_sms
+    )
+    if not takes:
+        return config
+    return replace(
+        config, tile_n=NARROW_TILE_N, cluster_m=1, cluster_n=1, stream_k=False,
+        stream_k_split=0, dynamic_schedule=False, pingpong=False, tile_w=0, halo_h=0,
+        halo_w=0,
+    )  # fmt: skip
+
+
+def single_warpgroup_config(
+    config: Conv2dConfig,
+    problem: Conv2dProblemShape,
+    num_sms: int = 132,
+    has_residual: bool = False,
+    element_bytes: int = 2,
+    max_k_tiles: float | None = None,
+    widen_max_k_tiles: float | None = None,
+    widen_max_share: float | None = None,
+) -> Conv2dConfig:
+    """``config`` (the one a call without one would run on ``problem``, the conv the kernel
+    runs) with 64-row tiles, one consumer warpgroup, where its 128-row tiles fill less than
+    a wave and 64-row ones of the same width still fit one, for mainloops of at most
+    ``max_k_tiles`` k-tiles (None: ``SINGLE_WARPGROUP_MAX_K_TILES``; 0: never); a
+    stream-K split is dropped for them (single CTAs, each tile's whole K). Where 64-row
+    tiles of that width are more than a wave, a plain 16-bit conv of at most
+    ``widen_max_k_tiles`` k-tiles (None: ``SINGLE_WARPGROUP_WIDEN_MAX_K_TILES``; 0: never)
+    takes 64-row tiles of the narrowest wider width that fits one wave
+    (``widened_single_warpgroup_width``), unsplit, clustered as ``default_config`` clusters
+    that width (a gathered one on single CTAs), where such a tile holds at most
+    ``widen_max_share`` of the 128-row tile's output (None:
+    ``SINGLE_WARPGROUP_WIDEN_MAX_SHARE``). Else ``config``.
+
+    Few 128-row tiles leave SMs idle or split K and sum partials; twice the tiles, each
+    with its whole K, fill more SMs without the reduction (cuDNN runs such convs as 64-row
+    tiles), at twice the filter traffic per MMA, which long mainloops do not repay.
+    Measured with ``benchmarks/sweep_tile_m64.py`` (``tile_m64_sweep.json``). A wider
+    64-row tile still holds less of the output than the 128-row one (SDXL's 1x1 of C=960,
+    K=640 at 32x32: 128 tiles of 64x80 for 80 of 128x64, 0.62 of the work per SM). Measured
+    with ``benchmarks/sweep_widened_m64.py`` (the 45 corpus convs it can change, CUDA-graph
+    replays, both bounds fitted on both GPUs' train rows together): on the convs the fitted
+    bounds take, 1.043x (train, 17) / 1.027x (held-out, 7) on an H200, 1.028x / 1.014x on
+    an H100 (e.g. that 1x1 10.0 -> 9.5 us on the H200, cuDNN 8.6); longer mainloops (32-72
+    k-tiles, the 3x3s of C=512) and wider tiles (64x112 for 128x64) lost up to 25%.
+
+    Raises:
+        TypeError, ValueError: ``config`` is no ``Conv2dConfig``, or a bad problem, SM count,
+            element size or bound.
+    """
+    check_rule_args(config, problem, num_sms, has_residual, element_bytes)
+    max_k_tiles = k_tile_bound("max_k_tiles", max_k_tiles, SINGLE_WARPGROUP_MAX_K_TILES)
+    widen_max_k_tiles = k_tile_bound(
+        "widen_max_k_tiles", widen_max_k_tiles, SINGLE_WARPGROUP_WIDEN_MAX_K_TILES
+    )
+    if widen_max_share is None:
+        widen_max_share = SINGLE_WARPGROUP_WIDEN_MAX_SHARE
+    check_bound("widen_max_share", widen_max_share, "output shares")
+    _, k_tiles = schedule_shape(problem, config.tile_m, config.tile_n, config.tile_k)
+    if config.tile_m != 128 or k_tiles > max_k_tiles:
+        return config
+    if not single_warpgroup_fits(problem, config.tile_n, config.tile_k, num_sms):
+        if has_residual or element_bytes != 2 or k_tiles > widen_max_k_tiles:
+            return config
+        width = widened_single_warpgroup_width(problem, config.tile_n, config.tile_k, num_sms)
+        if width is None or 64 * width > widen_max_share * 128 * config.tile_n:
+            return config
+        # A gathered conv's loads take no cluster.
+        cluster_m, cluster_n = (1, 1) if config.gather else cluster_shape(problem, width)
+        return replace(
+            config, tile_m=64, tile_n=width, cluster_m=cluster_m, cluster_n=cluster_n,
+            stream_k=False, stream_k_split=0, dynamic_schedule=False, pingpong=False,
+            tile_w=0, halo_h=0, halo_w=0,
+        )  # fmt: skip
+    single = replace(config, tile_m=64, pingpong=False, tile_w=0, halo_h=0, halo_w=0)
+    if config.stream_k:
+        single = replace(
+            single, cluster_m=1, cluster_n=1, stream_k=False, stream_k_split=0,
+            dynamic_schedule=False,
+        )  # fmt: skip
+    return single
+
+
+def widened_single_warpgroup_width(
+    problem: Conv2dProblemShape, tile_n: int, tile_k: int, num_sms: int = 132
+) -> int | None:
+    """The narrowest tile width above ``tile_n`` and below twice it (half steps included,
+    where the k-tiles take them) whose 64-row tiles fit one wave of ``num_sms`` SMs, where
+    ``problem``'s 128 x ``tile_n`` tiles fill less than a wave; else None. Such a tile holds
+    less of the output than the 128-row one, so each SM's share of the conv shrinks."""
+    if tile_count(problem, 128, tile_n) >= num_sms:
+        return None
+    half_steps = tile_k * 2 >= HALF_STEP_MIN_K_TILE_BYTES  # 16-bit k-tiles
+    for width in sorted(TILE_N_CHOICES):
+        if not tile_n < width < 2 * tile_n or (is_half_step(width) and not half_steps):
+            continue
+        if single_warpgroup_fits(problem, width, tile_k, num_sms):
+            return width
+    return None
+
+
+def single_warpgroup_fits(
+    problem: Conv2dProblemShape, tile_n: int, tile_k: int, num_sms: int = 132
+) -> bool:
+    """Whether ``problem``'s 64-row tiles of ``tile_n`` x ``tile_k`` fit one wave of
+    ``num_sms`` SMs: where they can pay (``single_warpgroup_config``; past a wave they lost,
+    ``benchmarks/tile_m64_explore.json``)."""
+    tiles, _ = schedule_shape(problem, 64, tile_n, tile_k)
+    return tiles <= num_sms
