@@ -1,7 +1,7 @@
 """The rules for convs whose 128-row tiles leave SMs idle: 32-wide tiles where a conv has a
 few tiles along M (``small_m_config``), and 64-row tiles, one consumer warpgroup, where its
 tiles fill less than a wave (``single_warpgroup_config``). Each refines the config a call
-without one would run (the heuristic's, or the gathering one); ``dispatch`` applies them through
+without one would run (the heuristic's, or the gathering one); ``untuned`` applies them through
 the arch registry (``arch.ArchKernels``)."""
 
 from __future__ import annotations
