@@ -68,6 +68,9 @@ def test_dtype_variants_compile(act_dtype, out_dtype):
         cute_conv.Conv2dConfig(tile_m=256, tile_n=64),
         cute_conv.Conv2dConfig(tile_m=256, tile_n=128, cluster_m=2),
         cute_conv.Conv2dConfig(tile_m=192, tile_n=160, cluster_m=2),
+        cute_conv.Conv2dConfig(tile_n=64, cluster_n=4),
+        cute_conv.Conv2dConfig(cluster_m=4),
+        cute_conv.Conv2dConfig(cluster_m=2, cluster_n=2),
     ],
     ids=[
         "n64",
@@ -81,6 +84,9 @@ def test_dtype_variants_compile(act_dtype, out_dtype):
         "m256-n64",
         "m256-n128-2x1",
         "m192-n160-2x1",
+        "n64-1x4",
+        "cluster-4x1",
+        "cluster-2x2",
     ],  # fmt: skip
 )
 def test_config_variants_compile(config):

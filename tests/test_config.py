@@ -36,8 +36,11 @@ from cute_conv.untuned import heuristic_config
         pytest.param(dict(tile_n=72), ValueError, "tile_n must be one of", id="tile-n"),
         pytest.param(dict(tile_n=16), ValueError, "tile_n must be one of", id="tile-n-16"),
         pytest.param(dict(tile_k=256), ValueError, "tile_k must be one of", id="tile-k"),
-        pytest.param(dict(cluster_m=4), ValueError, "cluster_m must be one of", id="cluster-m"),
-        pytest.param(dict(cluster_m=2, cluster_n=2), ValueError, "cluster_m\\*cluster_n", id="cluster-size"),
+        pytest.param(dict(cluster_m=3), ValueError, "cluster_m must be one of", id="cluster-m"),
+        pytest.param(dict(cluster_m=4, cluster_n=2), ValueError, "cluster_m\\*cluster_n", id="cluster-size"),
+        pytest.param(dict(tile_n=48, cluster_m=4), ValueError, "a multiple of 8 rows", id="cluster-slice-n"),
+        pytest.param(dict(tile_n=80, cluster_m=4), ValueError, "8\\*cluster_m", id="cluster-slice-n-80"),
+        pytest.param(dict(tile_n=64, cluster_n=4, stream_k=True), ValueError, "stream_k needs clusters of at most 2", id="cluster-4-stream-k"),
         pytest.param(dict(stages=1), ValueError, "stages must be 0", id="stages"),
         pytest.param(dict(swizzle=0), ValueError, "swizzle must be >= 1", id="swizzle"),
         pytest.param(dict(tile_n=128.0), TypeError, "tile_n must be an int", id="tile-n-type"),
@@ -886,7 +889,10 @@ def test_sub_wave_convs_take_64_row_tiles():
     single = single_warpgroup_config(heuristic, problem)
     assert (single.tile_m, single.tile_n, single.cluster_m, single.cluster_n) == (64, 64, 1, 1)
     assert not single.stream_k and single.stream_k_split == 0 and not single.dynamic_schedule
-    assert heuristic_config(problem, 132) == single
+    # A plain call then shares each activation tile among 4 CTAs (56 tiles of 64x64: 14 1x4
+    # clusters on 42% of the SMs, wide_cluster_config); a fused one keeps single CTAs.
+    assert heuristic_config(problem, 132) == replace(single, cluster_n=4)
+    assert heuristic_config(problem, 132, has_residual=True).cluster_shape_mn == (1, 1)
     # Unsplit: only the rows change, its cluster kept.
     unsplit = replace(heuristic, stream_k=False, stream_k_split=0, cluster_n=2)
     assert single_warpgroup_config(unsplit, problem) == replace(unsplit, tile_m=64)

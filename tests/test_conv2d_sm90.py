@@ -124,6 +124,12 @@ CONFIGS = [
     cute_conv.Conv2dConfig(tile_m=192, tile_n=128),
     cute_conv.Conv2dConfig(tile_m=192, tile_n=160, cluster_n=2),
     cute_conv.Conv2dConfig(tile_m=192, tile_n=64, cluster_m=2, tile_k=32),
+    # 4-CTA clusters: the activation tile in four 32- or 16-row slices, the filter tile in
+    # four 32-row ones, and both two ways.
+    cute_conv.Conv2dConfig(tile_n=64, cluster_n=4),
+    cute_conv.Conv2dConfig(tile_m=64, tile_n=64, cluster_n=4),
+    cute_conv.Conv2dConfig(tile_n=128, cluster_m=4),
+    cute_conv.Conv2dConfig(tile_n=128, cluster_m=2, cluster_n=2),
 ]
 
 

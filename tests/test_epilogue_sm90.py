@@ -130,6 +130,7 @@ def test_residual_before_activation_staged_problems():
      cute_conv.Conv2dConfig(tile_n=160, cluster_n=2), cute_conv.Conv2dConfig(tile_n=224),
      cute_conv.Conv2dConfig(tile_m=256, tile_n=64), cute_conv.Conv2dConfig(tile_m=256, tile_n=128, cluster_n=2),
      cute_conv.Conv2dConfig(tile_m=192, tile_n=128, cluster_n=2),
+     cute_conv.Conv2dConfig(tile_n=64, cluster_n=4), cute_conv.Conv2dConfig(cluster_m=2, cluster_n=2),
      # Three A/B stages: the ring holds the whole tile of C (default_config's whole source).
      cute_conv.Conv2dConfig(tile_n=256, cluster_m=2, stages=3),
      cute_conv.Conv2dConfig(tile_n=224, stages=3),
@@ -137,7 +138,7 @@ def test_residual_before_activation_staged_problems():
      cute_conv.Conv2dConfig(epi_n=32), cute_conv.Conv2dConfig(tile_n=256, epi_n=64)],
     ids=["n256", "n128-cluster-1x2", "n64-cluster-2x1", "n256-k32-full-tile-of-c", "n160-1x2",
          "n224", "m256-n64", "m256-n128-1x2", "m192-n128-1x2", "n256-2x1-whole-c",
-         "n224-whole-c", "n128-epi32", "n256-epi64"],
+         "n224-whole-c", "n128-epi32", "n256-epi64", "n64-1x4", "n128-2x2"],
 )  # fmt: skip
 def test_residual_across_configs(config):
     case = dict(bias=True, activation="relu", residual=1.0)

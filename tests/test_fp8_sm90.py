@@ -112,6 +112,7 @@ CONFIGS = [
     pytest.param(Conv2dConfig(tile_k=32), id="tile_k32"),
     pytest.param(Conv2dConfig(tile_n=256, cluster_n=2), id="128x256-1x2"),
     pytest.param(Conv2dConfig(tile_m=256, tile_n=64, cluster_m=2), id="256x64-2x1"),
+    pytest.param(Conv2dConfig(tile_n=64, cluster_n=4), id="128x64-1x4"),
     pytest.param(Conv2dConfig(tile_m=192, tile_n=128), id="192x128"),
     pytest.param(Conv2dConfig(pingpong=True), id="pingpong"),
     pytest.param(Conv2dConfig(stream_k=True), id="stream_k"),

@@ -33,8 +33,8 @@ MAX_TILE_ELEMS = 128 * 256
 # Channels per k-tile (k-tiles never straddle a filter tap); a k-tile is 32..128 bytes, so
 # which of these an input dtype takes is checked by ``plan`` (16-bit: 16..64, fp8: 32..128).
 TILE_K_CHOICES = (16, 32, 64, 128)
-CLUSTER_CHOICES = (1, 2)
-MAX_CLUSTER_SIZE = 2
+CLUSTER_CHOICES = (1, 2, 4)
+MAX_CLUSTER_SIZE = 4
 MIN_STAGES, MAX_STAGES = 2, 16
 EPI_N_CHOICES = (0, 16, 32, 64)  # 0: by the tile width and the epilogue (see _SmemBudget)
 # CTAs a stream-K split may share one output tile among (``stream_k_split``).
@@ -92,8 +92,12 @@ class Conv2dConfig:
         tile_k: CTA tile along GEMM K (channels of one filter tap): a 128-byte row, 64
             16-bit or 128 fp8 channels; down to 32 bytes (16 16-bit or 32 fp8 channels) for
             convs with few input channels, where a full row would be mostly zero-fill.
-        cluster_m: CTAs per cluster along M (1 or 2); they share the filter tile by multicast.
-        cluster_n: CTAs per cluster along N (1 or 2); they share the activation tile.
+        cluster_m: CTAs per cluster along M (1, 2 or 4); they share the filter tile by
+            multicast, each loading ``tile_n / cluster_m`` of its rows (a multiple of 8).
+        cluster_n: CTAs per cluster along N (1, 2 or 4); they share the activation tile, each
+            loading ``tile_m / cluster_n`` of its rows (a multiple of 8). A cluster holds at
+            most 4 CTAs; one of 4 runs no stream-K (a split waits on other clusters' partial
+            tiles, and not every 4-CTA cluster of a full grid is resident at once).
         stages: depth of the shared-memory input ring; 0 means as many as fit in shared memory.
         raster_along_m: walk output tiles M-fastest (True) or N-fastest (False).
         swizzle: grouped rasterization, for L2 reuse: tiles are walked in groups of ``swizzle``

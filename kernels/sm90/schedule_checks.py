@@ -27,6 +27,12 @@ GATHER_ELEMENT_BITS = 16
 # swizzle permutes whole chunks, so a run's elements stay adjacent).
 GATHER_RUN_CHANNELS = 8
 GATHER_VECTOR_CHOICES = (1, 2, 4)
+# A cluster's CTAs each load a slice of the tiles they share by multicast: whole 8-row
+# swizzle atoms.
+MULTICAST_SLICE_ROWS = 8
+# Stream-K's splits wait on partial tiles that other clusters write: every cluster of a
+# full grid must be resident at once, which 2-CTA clusters are on 132 SMs.
+MAX_STREAM_K_CLUSTER_SIZE = 2
 
 
 def check_schedule_options(
@@ -47,6 +53,19 @@ def check_schedule_options(
     tile_m, tile_n, tile_k = tile_mnk
     cluster_m, cluster_n = cluster_mn
     single_cta = cluster_m * cluster_n == 1
+    if tile_m % (MULTICAST_SLICE_ROWS * cluster_n) or tile_n % (MULTICAST_SLICE_ROWS * cluster_m):
+        raise ValueError(
+            f"each CTA of a cluster loads a slice of the tiles it shares, a multiple of "
+            f"{MULTICAST_SLICE_ROWS} rows (whole swizzle atoms): tile_m must be a multiple of "
+            f"{MULTICAST_SLICE_ROWS}*cluster_n and tile_n of {MULTICAST_SLICE_ROWS}*cluster_m, "
+            f"got tile_m={tile_m}, tile_n={tile_n}, cluster_m={cluster_m}, cluster_n={cluster_n}"
+        )
+    if stream_k and cluster_m * cluster_n > MAX_STREAM_K_CLUSTER_SIZE:
+        raise ValueError(
+            f"stream_k needs clusters of at most {MAX_STREAM_K_CLUSTER_SIZE} CTAs (a split "
+            f"waits on other clusters' partial tiles, and not every larger cluster of a full "
+            f"grid is resident at once), got cluster_m={cluster_m}, cluster_n={cluster_n}"
+        )
     if dynamic_schedule and (stream_k or not single_cta):
         raise ValueError(
             f"dynamic_schedule needs cluster_m=cluster_n=1 and stream_k=False, got "
