@@ -249,7 +249,8 @@ def untuned_with(
     wide_epilogue_min_ab_stages: int | None = None,
     min_waves_tall: float | None = SUITE_TALL_TILES["min_waves_tall"],
     min_waves_tall_wide: float | None = SUITE_TALL_TILES["min_waves_tall_wide"],
-    **heuristic_kwargs,
+    wide_cluster_min_share: float | None = math.inf,
+    wide_cluster_max_share: float | None = None, **heuristic_kwargs,
 ):  # fmt: skip
     """The config a call of ``form`` (``plain``, ``fused`` or ``fp8``, as in
     ``measure_configs``) without one runs on ``problem`` (``untuned.untuned_config``: staging,
@@ -259,17 +260,18 @@ def untuned_with(
     ``single_warpgroup_widen_max_k_tiles`` and ``single_warpgroup_widen_max_share``, the halo
     rule ``halo_min_column_fill``, ``halo_min_waves`` and its narrow tiles'
     ``halo_narrow_min_column_fill`` and ``halo_narrow_min_waves`` and the epilogue rule
-    ``wide_epilogue_max_k_tiles`` and ``wide_epilogue_min_ab_stages``: a sweep's variant of
-    the heuristic. The rules fitted after most sweeps ran default to off, as those sweeps
+    ``wide_epilogue_max_k_tiles`` and ``wide_epilogue_min_ab_stages`` and the cluster rule
+    ``wide_cluster_min_share`` and ``wide_cluster_max_share``: a sweep's variant of the
+    heuristic. The rules fitted after most sweeps ran default to off, as those sweeps
     measured: the single-warpgroup rule and its wider tiles (0), ``default_config``'s
     ``whole_source_min_k`` (inf) and 256-row tiles' bounds (``SUITE_TALL_TILES``), the halo
-    rule (a column fill of inf, for narrow tiles too) and the epilogue rule (0); None takes a
-    rule's fitted bound."""
+    rule (a column fill of inf, for narrow tiles too), the epilogue rule (0) and the cluster
+    rule (a least SM share of inf); None takes a rule's fitted bound."""
     from cute_conv.arch import ARCHS
     from cute_conv.config import default_config
     from cute_conv.epilogue_rule import wide_epilogue_config
     from cute_conv.halo_rule import halo_tiled_config
-    from cute_conv.small_grid_rules import single_warpgroup_config
+    from cute_conv.small_grid_rules import single_warpgroup_config, wide_cluster_config
     from cute_conv.staging import kernel_problem_for
     from cute_conv.untuned import untuned_config
 
@@ -295,9 +297,12 @@ def untuned_with(
         wide_epilogue_config, max_k_tiles=wide_epilogue_max_k_tiles,
         min_ab_stages=wide_epilogue_min_ab_stages,
     )  # fmt: skip
+    cluster_rule = functools.partial(
+        wide_cluster_config, min_share=wide_cluster_min_share, max_share=wide_cluster_max_share
+    )
     arch = dataclasses.replace(
         ARCHS["sm_90a"], heuristic=heuristic, single_warpgroup_rule=single_warpgroup_rule,
-        halo_rule=halo_rule, epilogue_rule=epilogue_rule,
+        halo_rule=halo_rule, epilogue_rule=epilogue_rule, cluster_rule=cluster_rule,
     )  # fmt: skip
     element_bytes = 1 if form == "fp8" else 2
     kernel_problem = kernel_problem_for(problem, element_bytes)

@@ -20,7 +20,7 @@ from .kernels.sm90.conv2d_fprop import Conv2dFpropSm90
 from .kernels.sm100.config import SMEM_CAPACITY_SM100, Conv2dConfigSm100
 from .kernels.sm100.conv2d_fprop import Conv2dFpropKernel
 from .problem import Conv2dProblemShape
-from .small_grid_rules import single_warpgroup_config, small_m_config
+from .small_grid_rules import single_warpgroup_config, small_m_config, wide_cluster_config
 from .workspace import workspace_size_sm90
 
 __all__ = ["ARCHS", "ArchKernels", "check_config_type", "config_types"]
@@ -61,9 +61,12 @@ class ArchKernels:
     # problem the kernel runs, SM count, has_residual, bytes of an input element, bytes of an
     # output element)`` -> the config to run (None: that one).
     halo_rule: Optional[Callable[..., Any]]
-    # For a call without a config, last, with the halo rule's arguments: its epilogue's
-    # subtile width (None: the kernel's own).
+    # For a call without a config, after the rules above, with the halo rule's arguments:
+    # its epilogue's subtile width (None: the kernel's own).
     epilogue_rule: Optional[Callable[..., Any]]
+    # For a call without a config on a conv that runs unstaged, last, with the small-M
+    # rule's arguments: its cluster shape (None: the config's).
+    cluster_rule: Optional[Callable[..., Any]]
     # The scratch a launch needs, ``(float32 partials, int32 flags)`` or None, for
     # ``(kernel problem, config, max clusters)`` (None: the arch's kernels never need any).
     workspace_size: Optional[Callable[[Conv2dProblemShape, Any, int], Optional[tuple]]]
@@ -101,6 +104,7 @@ ARCHS: dict[str, ArchKernels] = {
         single_warpgroup_rule=single_warpgroup_config,
         halo_rule=halo_tiled_config,
         epilogue_rule=wide_epilogue_config,
+        cluster_rule=wide_cluster_config,
         workspace_size=workspace_size_sm90,
     ),
     "sm_100a": ArchKernels(
@@ -116,6 +120,7 @@ ARCHS: dict[str, ArchKernels] = {
         single_warpgroup_rule=None,
         halo_rule=None,
         epilogue_rule=None,
+        cluster_rule=None,
         workspace_size=None,
     ),
 }

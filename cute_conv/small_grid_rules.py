@@ -1,8 +1,9 @@
-"""The rules for convs whose 128-row tiles leave SMs idle: 32-wide tiles where a conv has a
-few tiles along M (``small_m_config``), and 64-row tiles, one consumer warpgroup, where its
-tiles fill less than a wave (``single_warpgroup_config``). Each refines the config a call
-without one would run (the heuristic's, or the gathering one); ``untuned`` applies them through
-the arch registry (``arch.ArchKernels``)."""
+"""The rules for convs whose tiles leave SMs idle: 32-wide tiles where a conv has a few tiles
+along M (``small_m_config``), 64-row tiles, one consumer warpgroup, where its 128-row tiles
+fill less than a wave (``single_warpgroup_config``), and the activation tile shared by 4 CTAs
+where 64-wide tiles of a long mainloop fill part of a wave (``wide_cluster_config``). Each
+refines the config a call without one would run (the heuristic's, or the gathering one);
+``untuned`` applies them through the arch registry (``arch.ArchKernels``)."""
 
 from __future__ import annotations
 
@@ -26,9 +27,14 @@ __all__ = [
     "SINGLE_WARPGROUP_WIDEN_MAX_SHARE",
     "SMALL_M_MAX_GEMM_K",
     "SMALL_M_MAX_TILES_M",
+    "WIDE_CLUSTER_MAX_SHARE",
+    "WIDE_CLUSTER_MIN_K_TILES",
+    "WIDE_CLUSTER_MIN_SHARE",
     "single_warpgroup_config",
     "single_warpgroup_fits",
     "small_m_config",
+    "wide_cluster_config",
+    "wide_cluster_share",
     "widened_single_warpgroup_width",
 ]
 
@@ -48,6 +54,15 @@ SINGLE_WARPGROUP_MAX_K_TILES = 72
 # on the corpus's train part on an H200 and an H100 (benchmarks/sweep_widened_m64.py --joint).
 SINGLE_WARPGROUP_WIDEN_MAX_K_TILES = 30
 SINGLE_WARPGROUP_WIDEN_MAX_SHARE = 0.85
+# 1x4 clusters (see wide_cluster_config) for plain 16-bit convs of several taps on 64-wide
+# tiles, mainloops of at least WIDE_CLUSTER_MIN_K_TILES k-tiles (shorter ones were not
+# measured), whose clusters occupy this share of the SMs: fitted on the corpus's train part on
+# an H100 (benchmarks/sweep_wide_cluster.py, wide_cluster_sweep_H100.json).
+WIDE_CLUSTER_MIN_SHARE = 0.4
+WIDE_CLUSTER_MAX_SHARE = 0.85
+WIDE_CLUSTER_MIN_K_TILES = 36
+WIDE_CLUSTER_N = 4  # CTAs sharing the activation tile
+WIDE_CLUSTER_TILE_N = 64
 
 
 def small_m_config(
@@ -201,3 +216,73 @@ def single_warpgroup_fits(
     ``benchmarks/tile_m64_explore.json``)."""
     tiles, _ = schedule_shape(problem, 64, tile_n, tile_k)
     return tiles <= num_sms
+
+
+def wide_cluster_config(
+    config: Conv2dConfig,
+    problem: Conv2dProblemShape,
+    num_sms: int = 132,
+    has_residual: bool = False,
+    element_bytes: int = 2,
+    min_share: float | None = None,
+    max_share: float | None = None,
+) -> Conv2dConfig:
+    """``config`` (the one a call without one would run on ``problem``, an unstaged conv)
+    with its activation tile shared by 4 CTAs along N (1x4 clusters; a stream-K split
+    dropped), for a plain 16-bit conv of several filter taps on 64-wide tiles (no halo tiles,
+    gather, ping-pong or dynamic schedule) with at least 4 N tiles and mainloops of at least
+    ``WIDE_CLUSTER_MIN_K_TILES`` k-tiles, where the SMs its clusters occupy
+    (``wide_cluster_share``) are a share of ``num_sms`` within ``min_share`` (None:
+    ``WIDE_CLUSTER_MIN_SHARE``) and ``max_share`` (None: ``WIDE_CLUSTER_MAX_SHARE``), and at
+    most all of them (every cluster resident at once). Else ``config``.
+
+    A 64-wide tile's loads are mostly its activation tile (tile_m rows against the filter's
+    64); shared by multicast, it is read once for four CTAs. That paid where the tiles are few
+    and the mainloop long (the 3x3s of C=256..960 on small maps; why, not profiled).
+    Measured with ``benchmarks/sweep_wide_cluster.py`` on an H100 (the 37 corpus convs of
+    shares up to 1, CUDA-graph replays, ``wide_cluster_sweep_H100.json``): the bounds were
+    picked on the 27 train convs (1.043x their configs' speed by geomean; 1x4 clusters at
+    every share 0.910x) and hold on the 10 held-out ones (1.089x). On the convs they take:
+    train 1.091x (13, none slower), held-out 1.113x (8, worst 0.964x), e.g. SDXL's VAE 3x3
+    at batch 1, 28x28, C=K=512: 22.7 -> 17.5 us (cuDNN 19.9). Below 0.4 of the SMs the tiles
+    are too few to repay the clusters (up to 1.65x slower), and near all of them (32 or more
+    1x4 clusters) not every cluster is resident at once: up to 1.5x slower. Not measured:
+    fused or fp8 calls, 1x1 convs, an H200.
+
+    Raises:
+        TypeError, ValueError: ``config`` is no ``Conv2dConfig``, or a bad problem, SM count,
+            element size or bound.
+    """
+    check_rule_args(config, problem, num_sms, has_residual, element_bytes)
+    min_share = WIDE_CLUSTER_MIN_SHARE if min_share is None else min_share
+    max_share = WIDE_CLUSTER_MAX_SHARE if max_share is None else max_share
+    check_bound("min_share", min_share, "SM shares")
+    check_bound("max_share", max_share, "SM shares")
+    _, k_tiles = schedule_shape(problem, config.tile_m, config.tile_n, config.tile_k)
+    takes = (
+        not has_residual
+        and element_bytes == 2
+        and problem.R * problem.S > 1
+        and config.tile_n == WIDE_CLUSTER_TILE_N
+        and not (config.gather or config.tile_w or config.pingpong or config.dynamic_schedule)
+        and -(-problem.K // config.tile_n) >= WIDE_CLUSTER_N
+        and k_tiles >= WIDE_CLUSTER_MIN_K_TILES
+    )
+    if not takes:
+        return config
+    share = wide_cluster_share(problem, config.tile_m, config.tile_n, num_sms)
+    if not min_share <= share <= min(max_share, 1.0):
+        return config
+    return replace(
+        config, cluster_m=1, cluster_n=WIDE_CLUSTER_N, stream_k=False, stream_k_split=0
+    )
+
+
+def wide_cluster_share(
+    problem: Conv2dProblemShape, tile_m: int, tile_n: int, num_sms: int = 132
+) -> float:
+    """The share of ``num_sms`` SMs that ``problem``'s ``tile_m`` x ``tile_n`` tiles occupy in
+    1x4 clusters: every M tile's N tiles in whole clusters of 4 (more than 1: not every
+    cluster is resident at once)."""
+    clusters = -(-problem.gemm_m // tile_m) * -(-problem.K // (tile_n * WIDE_CLUSTER_N))
+    return clusters * WIDE_CLUSTER_N / num_sms
