@@ -10,7 +10,8 @@ a share of them within two bounds; the fit of ``WIDE_CLUSTER_MIN_SHARE`` and
     python benchmarks/sweep_wide_cluster.py --fit                 # no GPU
 
 ``--results PATH`` measures into (or fits from) another file than
-``wide_cluster_sweep_H100.json``, e.g. an H200's.
+``wide_cluster_sweep_H100.json``, e.g. an H200's (``wide_cluster_sweep_H200.json``);
+``--joint`` fits both GPUs' train rows together, as the rule's bounds are.
 
 Why: the autotuner's candidates (2-CTA clusters at most) left the batch-1 3x3s of C=K=512
 below cuDNN: 64-wide tiles load mostly their activation tile, which 4 CTAs can share. A
@@ -26,7 +27,8 @@ replay beside them; a rerun skips the problems already there.
 
 ``--fit`` scores each pair of bounds of ``SHARE_GRID`` on the train problems (geomean of the
 config's own time over the time of the config the bounds give), picks the best (the middle
-of ties), and reports the same on the held-out problems, which the fit never sees.
+of ties), and reports the same on the held-out problems, which the fit never sees;
+``--joint`` does so on the geomean of both GPUs' scores.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ sys.path.insert(0, str(HERE))
 from sweep_rows import BoundSweep, rule_bound_config  # noqa: E402
 
 RESULTS_PATHS = {"plain": HERE / "wide_cluster_sweep_H100.json"}
+JOINT_PATHS = (RESULTS_PATHS["plain"], HERE / "wide_cluster_sweep_H200.json")
 NUM_SMS = 132  # H100 SXM and H200: the selection and the fit use the same count
 OFF = (math.inf, math.inf)
 SELECTED = (0.0, 1.0)  # past the whole GPU: not every cluster resident (a structural bound)
@@ -65,4 +68,4 @@ configs_of, wide_cluster_problems = SWEEP.configs_of, SWEEP.problems
 
 
 if __name__ == "__main__":
-    SWEEP.main(__doc__, RESULTS_PATHS)
+    SWEEP.main(__doc__, RESULTS_PATHS, JOINT_PATHS)

@@ -57,7 +57,7 @@ SINGLE_WARPGROUP_WIDEN_MAX_SHARE = 0.85
 # 1x4 clusters (see wide_cluster_config) for plain 16-bit convs of several taps on 64-wide
 # tiles, mainloops of at least WIDE_CLUSTER_MIN_K_TILES k-tiles (shorter ones were not
 # measured), whose clusters occupy this share of the SMs: fitted on the corpus's train part on
-# an H100 (benchmarks/sweep_wide_cluster.py, wide_cluster_sweep_H100.json).
+# an H100 and an H200 together (benchmarks/sweep_wide_cluster.py --joint).
 WIDE_CLUSTER_MIN_SHARE = 0.4
 WIDE_CLUSTER_MAX_SHARE = 0.85
 WIDE_CLUSTER_MIN_K_TILES = 36
@@ -239,15 +239,18 @@ def wide_cluster_config(
     A 64-wide tile's loads are mostly its activation tile (tile_m rows against the filter's
     64); shared by multicast, it is read once for four CTAs. That paid where the tiles are few
     and the mainloop long (the 3x3s of C=256..960 on small maps; why, not profiled).
-    Measured with ``benchmarks/sweep_wide_cluster.py`` on an H100 (the 37 corpus convs of
-    shares up to 1, CUDA-graph replays, ``wide_cluster_sweep_H100.json``): the bounds were
-    picked on the 27 train convs (1.043x their configs' speed by geomean; 1x4 clusters at
-    every share 0.910x) and hold on the 10 held-out ones (1.089x). On the convs they take:
-    train 1.091x (13, none slower), held-out 1.113x (8, worst 0.964x), e.g. SDXL's VAE 3x3
-    at batch 1, 28x28, C=K=512: 22.7 -> 17.5 us (cuDNN 19.9). Below 0.4 of the SMs the tiles
-    are too few to repay the clusters (up to 1.65x slower), and near all of them (32 or more
-    1x4 clusters) not every cluster is resident at once: up to 1.5x slower. Not measured:
-    fused or fp8 calls, 1x1 convs, an H200.
+    Measured with ``benchmarks/sweep_wide_cluster.py`` (the 37 corpus convs of shares up to
+    1, 27 train and 10 held-out, CUDA-graph replays) on an H100 and an H200; the bounds are
+    the best on both GPUs' train convs together (the H100's alone give the same). On an
+    H100, over the selection: train 1.043x their configs' speed by geomean (1x4 clusters at
+    every share 0.910x), held-out 1.089x; on the convs the bounds take, train 1.091x (13,
+    none slower), held-out 1.113x (8, worst 0.964x), e.g. SDXL's VAE 3x3 at batch 1, 28x28,
+    C=K=512: 22.7 -> 17.5 us (cuDNN 19.9). On an H200, whose own configs run these convs
+    faster (19.1 us there), the clusters gain little: train 1.004x, held-out 1.010x over the
+    selection; on the convs taken 1.009x / 1.013x, from 0.93x to 1.13x. Below 0.4 of the
+    SMs the tiles are too few to repay the clusters (up to 1.8x slower), and near all of
+    them (32 or more 1x4 clusters) not every cluster is resident at once: up to 1.8x slower.
+    Not measured: fused or fp8 calls, 1x1 convs.
 
     Raises:
         TypeError, ValueError: ``config`` is no ``Conv2dConfig``, or a bad problem, SM count,

@@ -1,7 +1,7 @@
 """The 1x4-cluster rule (``small_grid_rules.wide_cluster_config``) and its sweep's CPU parts
 (benchmarks/sweep_wide_cluster.py): which problems and configs it measures, that the
-committed rows are that selection with every config passed its check, and that the fit
-gives the rule's bounds."""
+committed rows are that selection with every config passed its check, and that the joint fit
+over both GPUs (and the H100's alone) gives the rule's bounds."""
 
 from __future__ import annotations
 
@@ -30,13 +30,15 @@ def test_the_selection_is_64_wide_tiles_made_1x4_clusters():
         assert own.cluster_shape_mn != (1, 4) and not wide.stream_k
 
 
-def test_committed_rows_are_the_selection_and_every_config_passed():
-    rows = json.loads(sweep.RESULTS_PATHS["plain"].read_text())["rows"]
+@pytest.mark.parametrize("path", sweep.JOINT_PATHS, ids=["H100", "H200"])
+def test_committed_rows_are_the_selection_and_every_config_passed(path):
+    rows = json.loads(path.read_text())["rows"]
     check_committed_rows(sweep.SWEEP, sweep.wide_cluster_problems(load_corpus()), rows, "plain")
 
 
-def test_the_fit_gives_the_rules_bounds():
+def test_the_fits_give_the_rules_bounds():
     bounds = (small_grid_rules.WIDE_CLUSTER_MIN_SHARE, small_grid_rules.WIDE_CLUSTER_MAX_SHARE)
+    assert sweep.SWEEP.joint_fit("plain", sweep.JOINT_PATHS) == bounds
     assert sweep.SWEEP.fit("plain", sweep.RESULTS_PATHS["plain"]) == bounds
 
 
