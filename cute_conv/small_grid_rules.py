@@ -234,7 +234,8 @@ def wide_cluster_config(
     ``WIDE_CLUSTER_MIN_K_TILES`` k-tiles, where the SMs its clusters occupy
     (``wide_cluster_share``) are a share of ``num_sms`` within ``min_share`` (None:
     ``WIDE_CLUSTER_MIN_SHARE``) and ``max_share`` (None: ``WIDE_CLUSTER_MAX_SHARE``), and at
-    most all of them (every cluster resident at once). Else ``config``.
+    most all of them (past that, not every cluster could be resident at once). Else
+    ``config``.
 
     A 64-wide tile's loads are mostly its activation tile (tile_m rows against the filter's
     64); shared by multicast, it is read once for four CTAs. That paid where the tiles are few
@@ -286,6 +287,6 @@ def wide_cluster_share(
 ) -> float:
     """The share of ``num_sms`` SMs that ``problem``'s ``tile_m`` x ``tile_n`` tiles occupy in
     1x4 clusters: every M tile's N tiles in whole clusters of 4 (more than 1: not every
-    cluster is resident at once)."""
+    cluster can be resident at once)."""
     clusters = -(-problem.gemm_m // tile_m) * -(-problem.K // (tile_n * WIDE_CLUSTER_N))
     return clusters * WIDE_CLUSTER_N / num_sms
