@@ -15,7 +15,7 @@ a share of them within two bounds; the fit of ``WIDE_CLUSTER_MIN_SHARE`` and
 
 Why: the autotuner's candidates (2-CTA clusters at most) left the batch-1 3x3s of C=K=512
 below cuDNN: 64-wide tiles load mostly their activation tile, which 4 CTAs can share. A
-scratch probe (NOTES, session 42) ran SDXL's VAE 3x3 at 28x28 in 17.4 us at 64x64 1x4
+scratch probe (NOTES, session 42) ran VGG-16's batch-1 28x28 3x3 in 17.4 us at 64x64 1x4
 against 22.6 at 64x64 (cuDNN 17.3), and 1x4 clusters 1.7-1.8x slower once they need the
 whole GPU (not every 4-CTA cluster is resident at once).
 

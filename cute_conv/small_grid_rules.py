@@ -245,7 +245,7 @@ def wide_cluster_config(
     the best on both GPUs' train convs together (the H100's alone give the same). On an
     H100, over the selection: train 1.043x their configs' speed by geomean (1x4 clusters at
     every share 0.910x), held-out 1.089x; on the convs the bounds take, train 1.091x (13,
-    none slower), held-out 1.113x (8, worst 0.964x), e.g. SDXL's VAE 3x3 at batch 1, 28x28,
+    none slower), held-out 1.113x (8, worst 0.964x), e.g. VGG-16's 3x3 at batch 1, 28x28,
     C=K=512: 22.7 -> 17.5 us (cuDNN 19.9). On an H200, whose own configs run these convs
     faster (19.1 us there), the clusters gain little: train 1.004x, held-out 1.010x over the
     selection; on the convs taken 1.009x / 1.013x, from 0.93x to 1.13x. Below 0.4 of the

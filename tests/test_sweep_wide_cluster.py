@@ -15,9 +15,9 @@ from bound_sweep_rows import check_committed_rows
 from cute_conv import Conv2dConfig, Conv2dProblemShape, small_grid_rules
 from cute_conv.untuned import heuristic_config
 
-# SDXL's VAE 3x3 at batch 1, 28x28, C=K=512: 13 M tiles x 8 N tiles of 64x64, 26 clusters of
+# VGG-16's 3x3 at batch 1, 28x28, C=K=512: 13 M tiles x 8 N tiles of 64x64, 26 clusters of
 # 1x4 on 104 of 132 SMs, 72 k-tiles.
-VAE_3X3 = Conv2dProblemShape.from_shapes((1, 28, 28, 512), (512, 3, 3, 512), padding=1)
+VGG_3X3 = Conv2dProblemShape.from_shapes((1, 28, 28, 512), (512, 3, 3, 512), padding=1)
 
 
 def test_the_selection_is_64_wide_tiles_made_1x4_clusters():
@@ -42,17 +42,17 @@ def test_the_fits_give_the_rules_bounds():
     assert sweep.SWEEP.fit("plain", sweep.RESULTS_PATHS["plain"]) == bounds
 
 
-def test_a_plain_call_of_the_vae_3x3_takes_1x4_clusters():
-    config = heuristic_config(VAE_3X3, 132)
+def test_a_plain_call_of_the_vgg_3x3_takes_1x4_clusters():
+    config = heuristic_config(VGG_3X3, 132)
     assert config.tile_n == 64 and config.cluster_shape_mn == (1, 4) and not config.stream_k
-    assert small_grid_rules.wide_cluster_share(VAE_3X3, config.tile_m, 64) == 104 / 132
+    assert small_grid_rules.wide_cluster_share(VGG_3X3, config.tile_m, 64) == 104 / 132
 
 
 @pytest.mark.parametrize(
     "call", [dict(has_residual=True), dict(element_bytes=1)], ids=["fused", "fp8"]
 )
 def test_calls_the_sweep_did_not_measure_keep_their_clusters(call):
-    assert heuristic_config(VAE_3X3, 132, **call).cluster_n != 4
+    assert heuristic_config(VGG_3X3, 132, **call).cluster_n != 4
 
 
 def test_a_1x1_and_a_whole_gpu_of_clusters_keep_their_clusters():
@@ -62,9 +62,9 @@ def test_a_1x1_and_a_whole_gpu_of_clusters_keep_their_clusters():
     # 25 x 8 tiles of 64x64: 50 clusters, more than 132 SMs hold.
     big = Conv2dProblemShape.from_shapes((2, 28, 28, 512), (512, 3, 3, 512), padding=1)
     assert small_grid_rules.wide_cluster_config(base, big) == base
-    assert small_grid_rules.wide_cluster_config(base, VAE_3X3).cluster_n == 4
+    assert small_grid_rules.wide_cluster_config(base, VGG_3X3).cluster_n == 4
 
 
 def test_bounds_are_checked():
     with pytest.raises(TypeError, match="min_share must be None or a number of SM shares"):
-        small_grid_rules.wide_cluster_config(Conv2dConfig(tile_n=64), VAE_3X3, min_share="0.5")
+        small_grid_rules.wide_cluster_config(Conv2dConfig(tile_n=64), VGG_3X3, min_share="0.5")
