@@ -250,7 +250,8 @@ def untuned_with(
     min_waves_tall: float | None = SUITE_TALL_TILES["min_waves_tall"],
     min_waves_tall_wide: float | None = SUITE_TALL_TILES["min_waves_tall_wide"],
     wide_cluster_min_share: float | None = math.inf,
-    wide_cluster_max_share: float | None = None, **heuristic_kwargs,
+    wide_cluster_max_share: float | None = None, wide_cluster_residual: bool = False,
+    **heuristic_kwargs,
 ):  # fmt: skip
     """The config a call of ``form`` (``plain``, ``fused`` or ``fp8``, as in
     ``measure_configs``) without one runs on ``problem`` (``untuned.untuned_config``: staging,
@@ -261,7 +262,8 @@ def untuned_with(
     rule ``halo_min_column_fill``, ``halo_min_waves`` and its narrow tiles'
     ``halo_narrow_min_column_fill`` and ``halo_narrow_min_waves`` and the epilogue rule
     ``wide_epilogue_max_k_tiles`` and ``wide_epilogue_min_ab_stages`` and the cluster rule
-    ``wide_cluster_min_share`` and ``wide_cluster_max_share``: a sweep's variant of the
+    ``wide_cluster_min_share``, ``wide_cluster_max_share`` and ``wide_cluster_residual`` (its
+    ``take_residual``): a sweep's variant of the
     heuristic. The rules fitted after most sweeps ran default to off, as those sweeps
     measured: the single-warpgroup rule and its wider tiles (0), ``default_config``'s
     ``whole_source_min_k`` (inf) and 256-row tiles' bounds (``SUITE_TALL_TILES``), the halo
@@ -298,8 +300,9 @@ def untuned_with(
         min_ab_stages=wide_epilogue_min_ab_stages,
     )  # fmt: skip
     cluster_rule = functools.partial(
-        wide_cluster_config, min_share=wide_cluster_min_share, max_share=wide_cluster_max_share
-    )
+        wide_cluster_config, min_share=wide_cluster_min_share, max_share=wide_cluster_max_share,
+        take_residual=wide_cluster_residual,
+    )  # fmt: skip
     arch = dataclasses.replace(
         ARCHS["sm_90a"], heuristic=heuristic, single_warpgroup_rule=single_warpgroup_rule,
         halo_rule=halo_rule, epilogue_rule=epilogue_rule, cluster_rule=cluster_rule,
@@ -526,11 +529,15 @@ class BoundSweep:
         return best
 
     def main(
-        self, doc: str, results_paths: dict[str, Path], joint_paths: tuple[Path, ...] = ()
+        self,
+        doc: str,
+        results_paths: dict[str, Path],
+        joint_paths: tuple[Path, ...] | dict[str, tuple[Path, ...]] = (),
     ) -> None:
         """The sweep's command line: ``--form``, ``--max-seconds``, ``--fit`` (no GPU),
         ``--results`` (another file than the form's in ``results_paths``) and, where the
-        sweep has ``joint_paths`` (several GPUs' results), ``--joint`` (``joint_fit``)."""
+        sweep has ``joint_paths`` (several GPUs' results; a dict of them by form where the
+        forms have their own), ``--joint`` (``joint_fit``)."""
         import argparse
 
         parser = argparse.ArgumentParser(description=doc.splitlines()[0])
@@ -543,7 +550,8 @@ class BoundSweep:
         args = parser.parse_args()
         path = args.results or results_paths[args.form]
         if joint_paths and args.joint:
-            self.joint_fit(args.form, joint_paths)
+            by_form = joint_paths if isinstance(joint_paths, dict) else None
+            self.joint_fit(args.form, by_form[args.form] if by_form else joint_paths)
         elif args.fit:
             self.fit(args.form, path)
         else:

@@ -6,12 +6,14 @@ on 64-wide tiles with at least 4 N tiles and 36 k-tiles, where the SMs its clust
 a share of them within two bounds; the fit of ``WIDE_CLUSTER_MIN_SHARE`` and
 ``WIDE_CLUSTER_MAX_SHARE``.
 
-    python benchmarks/sweep_wide_cluster.py [--max-seconds 500]   # H100
-    python benchmarks/sweep_wide_cluster.py --fit                 # no GPU
+    python benchmarks/sweep_wide_cluster.py [--form fused] [--max-seconds 500]   # H100
+    python benchmarks/sweep_wide_cluster.py [--form fused] --fit                 # no GPU
 
-``--results PATH`` measures into (or fits from) another file than
-``wide_cluster_sweep_H100.json``, e.g. an H200's (``wide_cluster_sweep_H200.json``);
-``--joint`` fits both GPUs' train rows together, as the rule's bounds are.
+``--results PATH`` measures into (or fits from) another file than the form's H100 file
+(``wide_cluster_sweep_H100.json``, ``wide_cluster_fused_sweep_H100.json``), e.g. an H200's
+(``*_H200.json``); ``--joint`` fits both GPUs' train rows of the form together, as the rule's
+bounds are. The fused form (``relu(conv + b) + r``) measures the rule with its
+``take_residual`` on, which it ships off: both GPUs' fused train rows fit no bounds.
 
 Why: the autotuner's candidates (2-CTA clusters at most) left the batch-1 3x3s of C=K=512
 below cuDNN: 64-wide tiles load mostly their activation tile, which 4 CTAs can share. A
@@ -19,7 +21,7 @@ scratch probe (NOTES, session 42) ran VGG-16's batch-1 28x28 3x3 in 17.4 us at 6
 against 22.6 at 64x64 (cuDNN 17.3), and 1x4 clusters 1.7-1.8x slower once they need the
 whole GPU (not every 4-CTA cluster is resident at once).
 
-The problems: every corpus conv whose plain call's config (``untuned.untuned_config``, the
+The problems: every corpus conv whose call's config in the form (``untuned.untuned_config``, the
 other rules at their fitted bounds) changes when the bounds take every share up to the
 whole GPU (``SELECTED``). Per problem, in one process: both configs, each checked against
 the float32 reference from a NaN-poisoned output, then replayed from CUDA graphs, cuDNN's
@@ -43,8 +45,15 @@ sys.path.insert(0, str(HERE))
 
 from sweep_rows import BoundSweep, rule_bound_config  # noqa: E402
 
-RESULTS_PATHS = {"plain": HERE / "wide_cluster_sweep_H100.json"}
-JOINT_PATHS = (RESULTS_PATHS["plain"], HERE / "wide_cluster_sweep_H200.json")
+FORMS = ("plain", "fused")
+RESULTS_PATHS = {
+    "plain": HERE / "wide_cluster_sweep_H100.json",
+    "fused": HERE / "wide_cluster_fused_sweep_H100.json",
+}
+JOINT_PATHS = {
+    form: (path, path.with_name(path.name.replace("_H100", "_H200")))
+    for form, path in RESULTS_PATHS.items()
+}
 NUM_SMS = 132  # H100 SXM and H200: the selection and the fit use the same count
 OFF = (math.inf, math.inf)
 SELECTED = (0.0, 1.0)  # past the whole GPU: not every cluster resident (a structural bound)
@@ -59,9 +68,12 @@ FITTED = dict(
 )  # fmt: skip
 
 SWEEP = BoundSweep(
-    rule_bound_config(("wide_cluster_min_share", "wide_cluster_max_share"), NUM_SMS, **FITTED),
+    rule_bound_config(
+        ("wide_cluster_min_share", "wide_cluster_max_share"), NUM_SMS, wide_cluster_residual=True,
+        **FITTED,
+    ),
     off=OFF, on=SELECTED, baseline="own_cluster", variant="wide_cluster", grid=SHARE_GRID,
-    constants={"plain": ("WIDE_CLUSTER_MIN_SHARE", "WIDE_CLUSTER_MAX_SHARE")},
+    constants=dict.fromkeys(FORMS, ("WIDE_CLUSTER_MIN_SHARE", "WIDE_CLUSTER_MAX_SHARE")),
     constants_module="cute_conv.small_grid_rules",
 )  # fmt: skip
 configs_of, wide_cluster_problems = SWEEP.configs_of, SWEEP.problems

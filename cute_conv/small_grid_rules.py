@@ -226,6 +226,7 @@ def wide_cluster_config(
     element_bytes: int = 2,
     min_share: float | None = None,
     max_share: float | None = None,
+    take_residual: bool = False,
 ) -> Conv2dConfig:
     """``config`` (the one a call without one would run on ``problem``, an unstaged conv)
     with its activation tile shared by 4 CTAs along N (1x4 clusters; a stream-K split
@@ -251,7 +252,12 @@ def wide_cluster_config(
     selection; on the convs taken 1.009x / 1.013x, from 0.93x to 1.13x. Below 0.4 of the
     SMs the tiles are too few to repay the clusters (up to 1.8x slower), and near all of
     them (32 or more 1x4 clusters) not every cluster is resident at once: up to 1.8x slower.
-    Not measured: fused or fp8 calls, 1x1 convs.
+    ``take_residual``: residual calls take the clusters too (the fused sweep's variant,
+    ``sweep_wide_cluster.py --form fused``). Off, as measured: on the 42 corpus convs whose
+    fused calls would take them at any share, at the bounds above their fused calls ran
+    0.976x (H200) and 1.002x (H100) their own configs' speed on train (held-out 0.977x,
+    1.028x); both GPUs' train rows together fit no bounds at all. Not measured: fp8 calls,
+    1x1 convs.
 
     Raises:
         TypeError, ValueError: ``config`` is no ``Conv2dConfig``, or a bad problem, SM count,
@@ -264,7 +270,7 @@ def wide_cluster_config(
     check_bound("max_share", max_share, "SM shares")
     _, k_tiles = schedule_shape(problem, config.tile_m, config.tile_n, config.tile_k)
     takes = (
-        not has_residual
+        (take_residual or not has_residual)
         and element_bytes == 2
         and problem.R * problem.S > 1
         and config.tile_n == WIDE_CLUSTER_TILE_N

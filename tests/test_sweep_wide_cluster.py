@@ -1,7 +1,8 @@
 """The 1x4-cluster rule (``small_grid_rules.wide_cluster_config``) and its sweep's CPU parts
 (benchmarks/sweep_wide_cluster.py): which problems and configs it measures, that the
-committed rows are that selection with every config passed its check, and that the joint fit
-over both GPUs (and the H100's alone) gives the rule's bounds."""
+committed rows are that selection with every config passed its check, that the joint fit
+over both GPUs (and the H100's alone) gives the rule's bounds, and that the fused rows fit
+none (the rule leaves fused calls alone)."""
 
 from __future__ import annotations
 
@@ -30,16 +31,23 @@ def test_the_selection_is_64_wide_tiles_made_1x4_clusters():
         assert own.cluster_shape_mn != (1, 4) and not wide.stream_k
 
 
-@pytest.mark.parametrize("path", sweep.JOINT_PATHS, ids=["H100", "H200"])
-def test_committed_rows_are_the_selection_and_every_config_passed(path):
-    rows = json.loads(path.read_text())["rows"]
-    check_committed_rows(sweep.SWEEP, sweep.wide_cluster_problems(load_corpus()), rows, "plain")
+@pytest.mark.parametrize("form", sweep.FORMS)
+@pytest.mark.parametrize("gpu", [0, 1], ids=["H100", "H200"])
+def test_committed_rows_are_the_selection_and_every_config_passed(form, gpu):
+    rows = json.loads(sweep.JOINT_PATHS[form][gpu].read_text())["rows"]
+    selected = sweep.wide_cluster_problems(load_corpus(), form)
+    check_committed_rows(sweep.SWEEP, selected, rows, form)
 
 
 def test_the_fits_give_the_rules_bounds():
     bounds = (small_grid_rules.WIDE_CLUSTER_MIN_SHARE, small_grid_rules.WIDE_CLUSTER_MAX_SHARE)
-    assert sweep.SWEEP.joint_fit("plain", sweep.JOINT_PATHS) == bounds
+    assert sweep.SWEEP.joint_fit("plain", sweep.JOINT_PATHS["plain"]) == bounds
     assert sweep.SWEEP.fit("plain", sweep.RESULTS_PATHS["plain"]) == bounds
+
+
+def test_the_fused_rows_fit_no_bounds():
+    # Why the rule ships take_residual off: no pair of bounds gains on both GPUs' fused rows.
+    assert sweep.SWEEP.joint_fit("fused", sweep.JOINT_PATHS["fused"]) == sweep.OFF
 
 
 def test_a_plain_call_of_the_vgg_3x3_takes_1x4_clusters():
@@ -51,8 +59,17 @@ def test_a_plain_call_of_the_vgg_3x3_takes_1x4_clusters():
 @pytest.mark.parametrize(
     "call", [dict(has_residual=True), dict(element_bytes=1)], ids=["fused", "fp8"]
 )
-def test_calls_the_sweep_did_not_measure_keep_their_clusters(call):
+def test_fused_and_fp8_calls_keep_their_clusters(call):
     assert heuristic_config(VGG_3X3, 132, **call).cluster_n != 4
+
+
+def test_take_residual_gives_fused_calls_the_clusters():
+    config = Conv2dConfig(tile_m=64, tile_n=64)
+    taken = small_grid_rules.wide_cluster_config(
+        config, VGG_3X3, has_residual=True, take_residual=True
+    )
+    assert taken.cluster_shape_mn == (1, 4)
+    assert small_grid_rules.wide_cluster_config(config, VGG_3X3, has_residual=True) == config
 
 
 def test_a_1x1_and_a_whole_gpu_of_clusters_keep_their_clusters():
