@@ -229,6 +229,41 @@ def load_channel_vectors(
             r_scale[v] = cutlass.Float32(m_scale[channel])
 
 
+# Bytes of the L2 lines ``prefetch_channel_vectors`` pulls in.
+L2_LINE_BYTES = 128
+
+
+@cute.jit
+def prefetch_channel_vectors(
+    spec: cutlass.Constexpr,
+    m_bias: Optional[cute.Tensor],
+    m_scale: Optional[cute.Tensor],
+    tile_n0: cutlass.Int32,
+    tile_n: cutlass.Constexpr,
+    tidx: cutlass.Int32,
+):
+    """Bring the bias/scale of an output tile's channels ``[tile_n0, tile_n0 + tile_n)`` into
+    L2, one line per thread of the first few (``tidx`` among the tile's threads).
+
+    Called before the tile's mainloop: the lines land while it runs, so that the epilogue's
+    loads of them (``load_channel_vectors``, after it) hit L2. Otherwise they wait on DRAM
+    after the last MMA, the one load of a short conv's tile that nothing else hides. The
+    probes step a line apart from the first channel, plus the last: together they touch
+    every line of the range, however it straddles them.
+    """
+    if cutlass.const_expr(spec.has_channel_vectors):
+        ref = m_bias if cutlass.const_expr(spec.has_bias) else m_scale
+        per_line = L2_LINE_BYTES * 8 // ref.element_type.width
+        probes = (tile_n + per_line - 1) // per_line + 1
+        if tidx < probes:
+            last = cutlass.min(tile_n0 + tile_n, cute.size(ref)) - 1
+            channel = cutlass.min(tile_n0 + tidx * per_line, last)
+            if cutlass.const_expr(spec.has_bias):
+                cute.arch.prefetch((m_bias.iterator + channel).llvm_ptr, cache_level="L2")
+            if cutlass.const_expr(spec.has_scale):
+                cute.arch.prefetch((m_scale.iterator + channel).llvm_ptr, cache_level="L2")
+
+
 class EpilogueOperands(NamedTuple):
     """The epilogue's global operands of one launch (C, bias and scale None where the spec
     leaves them out): what ``make_epilogue_operands`` builds and every kernel takes."""

@@ -74,7 +74,8 @@ class Conv2dFpropKernel(Sm100EpilogueMixin, ConvKernelEntry):
 
     Warp roles (256 threads, one CTA per SM; a 2-SM config runs CTA pairs in 2x1 clusters):
 
-      warps 0-3  epilogue: TMEM -> registers (tcgen05.ld) -> alpha, scale, bias, activation,
+      warps 0-3  epilogue: the tile's bias/scale prefetched into L2 while its MMAs run, then
+                 TMEM -> registers (tcgen05.ld) -> alpha, scale, bias, activation,
                  epilogue_fn -> + beta * C (from SMEM) -> SMEM (st.shared.v4) -> TMA store;
                  with ``store_by_threads`` (output rows not 16-byte units) C read and D
                  written by each thread, predicated

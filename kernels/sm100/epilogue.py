@@ -16,6 +16,7 @@ from cutlass.tensor_utils import LayoutEnum
 from cutlass.utils.gemm.sm100 import transform_partitioned_tensor_layout
 
 from ..common.barriers import NamedBarrierConv
+from ..common.epilogue import prefetch_channel_vectors
 from ..common.epilogue_store import (
     ChannelVectors,
     OutputSubtiles,
@@ -210,6 +211,8 @@ class Sm100EpilogueMixin:
         work, valid, clc_state = work_items.first(work_items.initial_state())
         while valid:
             tile_m, tile_n = work_items.tile_coord(work)
+            # The tile's bias and scale into L2 while its MMAs run: read after them otherwise.
+            prefetch_channel_vectors(epi, m_bias, m_scale, tile_n * mma_n, mma_n, tidx)
             bSG_gD_tile = None
             if cutlass.const_expr(not epi.store_by_threads):
                 bSG_gD_tile = bSG_gD[(None, 0, None, tile_m, tile_n)]  # ((ATOM_V, REST_V), EPI_N)

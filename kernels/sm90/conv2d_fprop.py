@@ -44,7 +44,12 @@ from cutlass.tensor_utils import LayoutEnum
 from ..common.barriers import NamedBarrierConv
 from ..common.dependent_launch import wait_for_previous_grid
 from ..common.entry import FP8_TYPES, ConvKernelEntry, ConvLaunchParams, MainloopOperands
-from ..common.epilogue import EpilogueOperands, make_epilogue_operands, quantization_scalars
+from ..common.epilogue import (
+    EpilogueOperands,
+    make_epilogue_operands,
+    prefetch_channel_vectors,
+    quantization_scalars,
+)
 from ..common.epilogue_store import publish_amax
 from ..common.im2col import (
     ChannelBlocks,
@@ -135,8 +140,9 @@ class Conv2dFpropSm90(
                     ``gather_warps_for``); idle otherwise
       warpgroups 1-2 (consumers, ``setmaxnreg`` up to 232), 1 with 64-row tiles, or 1-3 with
                     192-row tiles (152)
-                    ``mma_and_epilogue``: WGMMA on a tile_m x tile_n register accumulator
-                    (64 or 128 rows per warpgroup), then ``epilogue_tile``: registers ->
+                    ``mma_and_epilogue``: the tile's bias/scale prefetched into L2
+                    (``prefetch_channel_vectors``), WGMMA on a tile_m x tile_n register
+                    accumulator (64 or 128 rows per warpgroup), then ``epilogue_tile``: registers ->
                     ``store_subtile`` (fp32 math, + beta * C from SMEM, stmatrix, TMA store
                     by warp 4), or ``store_subtile_by_threads`` (C read and D written by
                     each thread, predicated; no source-load warp, C ring or staging).
@@ -842,6 +848,13 @@ class Conv2dFpropSm90(
                 work, valid, states = self.skip_tile(items, work, states, k_tile_cnt, k_shape[0])
         while valid:
             k_first, k_end = items.k_tile_range(work)
+            if cutlass.const_expr(self.epilogue.has_channel_vectors):
+                if k_first == 0:  # this warpgroup runs the tile's epilogue: its bias into L2
+                    _, n_tile = items.tile_coord(work)
+                    prefetch_channel_vectors(
+                        self.epilogue, epi_args.bias, epi_args.scale, n_tile * self.tile_mnk[1],
+                        self.tile_mnk[1], tile_tidx,
+                    )  # fmt: skip
             if cutlass.const_expr(self.pingpong):
                 turns.mainloop.wait(mainloop_turn)
             if cutlass.const_expr(self.tile_w):
