@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # entry imports this module
 
 # Element types the kernels read bias and scale vectors in (names as in ``cute_conv.compile``).
 VECTOR_DTYPES = ("float32", "bfloat16", "float16")
+L2_LINE_BYTES = 128  # what one prefetch_channel_vectors probe brings into L2
 LEAKY_RELU_SLOPE = 0.01  # torch.nn.functional.leaky_relu's default
 # Where the residual ``beta * C`` joins: after the activation (and epilogue_fn), as a skip
 # connection around a block, or before it, as ResNet's ``relu(bn(conv(x)) + identity)``.
@@ -227,10 +228,6 @@ def load_channel_vectors(
             r_bias[v] = cutlass.Float32(m_bias[channel])
         if cutlass.const_expr(spec.has_scale):
             r_scale[v] = cutlass.Float32(m_scale[channel])
-
-
-# Bytes of the L2 lines ``prefetch_channel_vectors`` pulls in.
-L2_LINE_BYTES = 128
 
 
 @cute.jit
