@@ -28,7 +28,8 @@ CONFIGS = {
 
 
 def _ptx(arch, config, spec) -> str:
-    return cute_conv.compile_kernel(arch, act_dtype=torch.bfloat16, config=config, epilogue=spec).ptx
+    kernel = cute_conv.compile_kernel(arch, act_dtype=torch.bfloat16, config=config, epilogue=spec)
+    return kernel.ptx
 
 
 @pytest.mark.parametrize("spec, prefetches", SPECS.values(), ids=SPECS.keys())
