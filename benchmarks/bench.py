@@ -58,12 +58,14 @@ def do_bench(fn) -> float:
     return triton_do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
-def time_interleaved(fns: dict[str, Callable[[], object]]) -> dict[str, float]:
-    """Milliseconds of each of ``fns``: the median over ``ROUNDS`` rounds of ``do_bench``,
+def time_interleaved(
+    fns: dict[str, Callable[[], object]], rounds: int = ROUNDS
+) -> dict[str, float]:
+    """Milliseconds of each of ``fns``: the median over ``rounds`` rounds of ``do_bench``,
     with the order of the functions reversed every other round."""
     times: dict[str, list[float]] = {name: [] for name in fns}
     names = list(fns)
-    for i in range(ROUNDS):
+    for i in range(rounds):
         for name in names if i % 2 == 0 else reversed(names):
             times[name].append(do_bench(fns[name]))
     return {name: statistics.median(values) for name, values in times.items()}
