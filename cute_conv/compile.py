@@ -400,5 +400,19 @@ def cached_kernel_count() -> int:
 
 
 def clear_cache() -> None:
-    """Forget the kernels held in memory (the on-disk tier, if enabled, keeps them)."""
+    """Forget the kernels held in memory (the on-disk tier, if enabled, keeps them), and
+    whatever holds them for later calls (``dispatch``'s launch plans): the next call
+    compiles or loads its kernel again."""
     _cache.clear()
+    for forget in _holders_of_kernels:
+        forget()
+
+
+# What clear_cache also clears: caches of other modules that hold compiled kernels. They
+# register here (``forget_on_clear``) since this module imports none of them.
+_holders_of_kernels: list[Callable[[], None]] = []
+
+
+def forget_on_clear(forget: Callable[[], None]) -> None:
+    """Have ``clear_cache`` call ``forget`` (which drops a cache that holds kernels)."""
+    _holders_of_kernels.append(forget)

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 
 from .arch import ARCHS, check_config_type
-from .compile import CompiledConv2d, compile_kernel, kernel_scalars
+from .compile import CompiledConv2d, compile_kernel, forget_on_clear, kernel_scalars
 from .cuda_context import current_device, current_raw_stream
 from .epilogue import EpilogueSpec, kernel_vector_dtype, validate_epilogue_args
 from .problem import Conv2dProblemShape
@@ -221,6 +221,13 @@ def _plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> _Laun
 
 _plans: dict[tuple, _LaunchPlan] = {}
 _MAX_PLANS = 4096
+
+
+def _forget_plans() -> None:
+    _plans.clear()
+
+
+forget_on_clear(_forget_plans)  # a plan holds its kernel: compile.clear_cache drops both
 
 
 def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> _LaunchPlan:  # noqa: A002

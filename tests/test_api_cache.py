@@ -112,3 +112,13 @@ def test_uncacheable_arguments_go_to_validation(made):
 def test_non_tensor_bias_is_named_by_validation():
     with pytest.raises(TypeError, match="bias must be a torch.Tensor"):
         _conv(bias=[0.0] * 64)
+
+
+def test_clear_cache_drops_the_plans(made):
+    # A plan holds its compiled kernel: after clear_cache the next call plans (and loads) anew.
+    _conv()
+    _conv()
+    assert len(made) == 1
+    cute_conv.compile.clear_cache()
+    _conv()
+    assert len(made) == 2
