@@ -263,12 +263,12 @@ def untuned_with(
     ``halo_narrow_min_column_fill`` and ``halo_narrow_min_waves`` and the epilogue rule
     ``wide_epilogue_max_k_tiles`` and ``wide_epilogue_min_ab_stages`` and the cluster rule
     ``wide_cluster_min_share``, ``wide_cluster_max_share`` and ``wide_cluster_residual`` (its
-    ``take_residual``): a sweep's variant of the
-    heuristic. The rules fitted after most sweeps ran default to off, as those sweeps
-    measured: the single-warpgroup rule and its wider tiles (0), ``default_config``'s
-    ``whole_source_min_k`` (inf) and 256-row tiles' bounds (``SUITE_TALL_TILES``), the halo
-    rule (a column fill of inf, for narrow tiles too), the epilogue rule (0) and the cluster
-    rule (a least SM share of inf); None takes a rule's fitted bound."""
+    ``take_residual``): a sweep's variant of the heuristic. The rules fitted after most sweeps
+    ran default to off, as those sweeps measured: the single-warpgroup rule and its wider
+    tiles (0), ``default_config``'s ``whole_source_min_k`` (inf) and 256-row tiles' bounds
+    (``SUITE_TALL_TILES``), the halo rule (a column fill of inf, for narrow tiles too), the
+    epilogue rule (0) and the cluster rule (a least SM share of inf); None takes a rule's
+    fitted bound."""
     from cute_conv.arch import ARCHS
     from cute_conv.config import default_config
     from cute_conv.epilogue_rule import wide_epilogue_config
@@ -550,8 +550,8 @@ class BoundSweep:
         args = parser.parse_args()
         path = args.results or results_paths[args.form]
         if joint_paths and args.joint:
-            by_form = joint_paths if isinstance(joint_paths, dict) else None
-            self.joint_fit(args.form, by_form[args.form] if by_form else joint_paths)
+            paths = joint_paths[args.form] if isinstance(joint_paths, dict) else joint_paths
+            self.joint_fit(args.form, paths)
         elif args.fit:
             self.fit(args.form, path)
         else:

@@ -268,7 +268,6 @@ def wide_cluster_config(
     max_share = WIDE_CLUSTER_MAX_SHARE if max_share is None else max_share
     check_bound("min_share", min_share, "SM shares")
     check_bound("max_share", max_share, "SM shares")
-    _, k_tiles = schedule_shape(problem, config.tile_m, config.tile_n, config.tile_k)
     takes = (
         (take_residual or not has_residual)
         and element_bytes == 2
@@ -276,7 +275,8 @@ def wide_cluster_config(
         and config.tile_n == WIDE_CLUSTER_TILE_N
         and not (config.gather or config.tile_w or config.pingpong or config.dynamic_schedule)
         and -(-problem.K // config.tile_n) >= WIDE_CLUSTER_N
-        and k_tiles >= WIDE_CLUSTER_MIN_K_TILES
+        and schedule_shape(problem, config.tile_m, config.tile_n, config.tile_k)[1]
+        >= WIDE_CLUSTER_MIN_K_TILES
     )
     if not takes:
         return config
