@@ -39,13 +39,24 @@ from .swizzled_smem import GroupedSmem, copy_grouped
 
 class ChannelVectors(NamedTuple):
     """Bias and scale in global memory (None where the spec leaves them out), the ``(m, n)``
-    position inside a subtile of each of this thread's values, and registers for them."""
+    position inside a subtile of each of this thread's values, and registers for them.
+
+    ``tile_bias`` and ``tile_scale``: where a kernel preloads them (``preload_channel_vectors``),
+    registers in the vectors' own dtype holding this thread's distinct channels of a whole
+    output tile, ``(column, subtile column)``; the kernel hands ``subtile_values`` the column
+    of the subtile at hand (``subtile_vectors``). None: each subtile loads its values."""
 
     m_bias: Optional[cute.Tensor]
     m_scale: Optional[cute.Tensor]
     coords: cute.Tensor
     r_bias: cute.Tensor
     r_scale: cute.Tensor
+    tile_bias: Optional[cute.Tensor] = None
+    tile_scale: Optional[cute.Tensor] = None
+
+    @property
+    def preloaded(self) -> bool:
+        return self.tile_bias is not None or self.tile_scale is not None
 
 
 class SourceSubtiles(NamedTuple):
@@ -98,6 +109,61 @@ def _rows_and_columns(coords: cute.Tensor) -> Tuple[List[int], List[int], List[i
     row_of = [row_offsets.index(o[0]) for o in offsets]
     col_of = [col_offsets.index(o[1]) for o in offsets]
     return row_values, col_values, row_of, col_of
+
+
+def preloaded_columns(coords: cute.Tensor) -> int:
+    """Trace time: how many distinct channels this thread's values of a subtile hold (the
+    registers a preloaded vector takes per subtile column)."""
+    return len(_rows_and_columns(coords)[1])
+
+
+@cute.jit
+def preload_channel_vectors(
+    spec: cutlass.Constexpr,
+    vectors: ChannelVectors,
+    tile_n0: cutlass.Int32,
+    epi_n: cutlass.Constexpr,
+):
+    """Load this thread's bias/scale of the output tile whose first channel is ``tile_n0``
+    into ``vectors.tile_bias``/``tile_scale``, unconverted (a conversion here would wait for
+    the load). Issued before the tile's mainloop, the loads land under it, where loading them
+    per subtile waits on each subtile's loads after it."""
+    _, col_values, _, _ = _rows_and_columns(vectors.coords)
+    ref = vectors.m_bias if cutlass.const_expr(spec.has_bias) else vectors.m_scale
+    last_channel = cute.size(ref) - 1
+    tile = vectors.tile_bias if cutlass.const_expr(spec.has_bias) else vectors.tile_scale
+    for s in cutlass.range_constexpr(cute.size(tile, mode=[1])):
+        for j in cutlass.range_constexpr(len(col_values)):
+            # Clamped: values past K (the N tail) are computed but clipped by the TMA store.
+            column = tile_n0 + s * epi_n + vectors.coords[col_values[j]][1]
+            channel = cutlass.min(column, last_channel)
+            if cutlass.const_expr(spec.has_bias):
+                vectors.tile_bias[j, s] = vectors.m_bias[channel]
+            if cutlass.const_expr(spec.has_scale):
+                vectors.tile_scale[j, s] = vectors.m_scale[channel]
+
+
+def subtile_vectors(vectors: ChannelVectors, subtile_n: int) -> ChannelVectors:
+    """Trace time: ``vectors`` for the subtiles of column ``subtile_n`` of a tile (their
+    preloaded registers; as they are where nothing is preloaded)."""
+    if not vectors.preloaded:
+        return vectors
+    return vectors._replace(
+        tile_bias=None if vectors.tile_bias is None else vectors.tile_bias[(None, subtile_n)],
+        tile_scale=None if vectors.tile_scale is None else vectors.tile_scale[(None, subtile_n)],
+    )
+
+
+@cute.jit
+def unpack_channel_vectors(spec: cutlass.Constexpr, vectors: ChannelVectors):
+    """``vectors.r_bias``/``r_scale`` (fp32, per value of a subtile) from one subtile column
+    of the preloaded registers (``subtile_vectors``)."""
+    _, _, _, col_of = _rows_and_columns(vectors.coords)
+    for v in cutlass.range_constexpr(cute.size(vectors.r_bias)):
+        if cutlass.const_expr(spec.has_bias):
+            vectors.r_bias[v] = cutlass.Float32(vectors.tile_bias[col_of[v]])
+        if cutlass.const_expr(spec.has_scale):
+            vectors.r_scale[v] = cutlass.Float32(vectors.tile_scale[col_of[v]])
 
 
 @cute.jit
@@ -224,7 +290,9 @@ def subtile_values(
     ``beta * C`` of them, or None), times ``out.out_factor`` for an fp8 output. With
     ``out.amax``, the results inside the output (``coord_subtile`` and ``bound``, as for
     ``values_in_bounds``) raise it first."""
-    if cutlass.const_expr(spec.has_channel_vectors):
+    if cutlass.const_expr(spec.has_channel_vectors and vectors.preloaded):
+        unpack_channel_vectors(spec, vectors)
+    elif cutlass.const_expr(spec.has_channel_vectors):
         load_channel_vectors(
             spec,
             vectors.m_bias,

@@ -50,7 +50,7 @@ from ..common.epilogue import (
     prefetch_channel_vectors,
     quantization_scalars,
 )
-from ..common.epilogue_store import publish_amax
+from ..common.epilogue_store import preload_channel_vectors, publish_amax
 from ..common.im2col import (
     ChannelBlocks,
     ConvGeometry,
@@ -140,8 +140,9 @@ class Conv2dFpropSm90(
                     ``gather_warps_for``); idle otherwise
       warpgroups 1-2 (consumers, ``setmaxnreg`` up to 232), 1 with 64-row tiles, or 1-3 with
                     192-row tiles (152)
-                    ``mma_and_epilogue``: the tile's bias/scale prefetched into L2
-                    (``prefetch_channel_vectors``), WGMMA on a tile_m x tile_n register
+                    ``mma_and_epilogue``: the tile's bias/scale loaded into registers
+                    (``preload_channel_vectors``; wide tiles: prefetched into L2,
+                    ``prefetch_channel_vectors``), WGMMA on a tile_m x tile_n register
                     accumulator (64 or 128 rows per warpgroup), then ``epilogue_tile``: registers ->
                     ``store_subtile`` (fp32 math, + beta * C from SMEM, stmatrix, TMA store
                     by warp 4), or ``store_subtile_by_threads`` (C read and D written by
@@ -849,12 +850,18 @@ class Conv2dFpropSm90(
         while valid:
             k_first, k_end = items.k_tile_range(work)
             if cutlass.const_expr(self.epilogue.has_channel_vectors):
-                if k_first == 0:  # this warpgroup runs the tile's epilogue: its bias into L2
+                if k_first == 0:  # this warpgroup runs the tile's epilogue: load its bias
                     _, n_tile = items.tile_coord(work)
-                    prefetch_channel_vectors(
-                        self.epilogue, epi_args.bias, epi_args.scale, n_tile * self.tile_mnk[1],
-                        self.tile_mnk[1], tile_tidx,
-                    )  # fmt: skip
+                    tile_n0 = n_tile * self.tile_mnk[1]
+                    if cutlass.const_expr(epilogue.vectors.preloaded):
+                        preload_channel_vectors(
+                            self.epilogue, epilogue.vectors, tile_n0, self.epi_tile[1]
+                        )
+                    else:  # into L2, for the subtiles' loads
+                        prefetch_channel_vectors(
+                            self.epilogue, epi_args.bias, epi_args.scale, tile_n0,
+                            self.tile_mnk[1], tile_tidx,
+                        )  # fmt: skip
             if cutlass.const_expr(self.pingpong):
                 turns.mainloop.wait(mainloop_turn)
             if cutlass.const_expr(self.tile_w):

@@ -16,13 +16,21 @@ from ..common.epilogue_store import (
     ChannelVectors,
     OutputSubtiles,
     SourceSubtiles,
+    preloaded_columns,
     running_amax,
     store_subtile,
     store_subtile_by_threads,
+    subtile_vectors,
 )
 from ..common.swizzled_smem import GroupedSmem, affine_groups
 from ..common.tile_scheduler import StaticTileScheduler
 from .mainloop import ConsumerStates
+
+# Registers a consumer thread may hold its accumulators and a tile's bias and scale in across
+# the mainloop (``preload_channel_vectors``); past them each subtile loads its own. A 128-wide
+# tile's bias takes 32 (fp32) or 16 (16-bit) beside 64 accumulators (128 for 128x256 and
+# 256x128 tiles, whose 16-bit bias at 160 spilled registers around the mainloop).
+PRELOAD_MAX_REGISTERS = 144
 
 
 class EpilogueArgs(NamedTuple):
@@ -131,15 +139,28 @@ class Sm90EpilogueMixin:
                 if c_pairs_group:
                     smem_c = GroupedSmem(smem_c)
             source = SourceSubtiles(source_pipeline, None, smem_c, regs_c_copy, regs_c)
+        # The (m, n) position inside a subtile of each of this thread's values: what bias and
+        # scale are indexed by. The source side of the r2s copy is the register fragment, so
+        # partition_S of a subtile-shaped tensor lines up with tRS_rD.
+        coords = thr_copy_r2s.partition_S(cute.make_identity_tensor(self.epi_tile))
+        tile_bias, tile_scale = None, None
+        preload_shape = (preloaded_columns(coords), self.tile_mnk[1] // self.epi_tile[1])
+        preloads = self.preloads_channel_vectors(
+            preload_shape, m_bias, m_scale, cute.size(accumulators)
+        )
+        if cutlass.const_expr(preloads):
+            if cutlass.const_expr(m_bias is not None):
+                tile_bias = cute.make_rmem_tensor(preload_shape, m_bias.element_type)
+            if cutlass.const_expr(m_scale is not None):
+                tile_scale = cute.make_rmem_tensor(preload_shape, m_scale.element_type)
         vectors = ChannelVectors(
             m_bias,
             m_scale,
-            # The (m, n) position inside a subtile of each of this thread's values: what bias
-            # and scale are indexed by. The source side of the r2s copy is the register
-            # fragment, so partition_S of a subtile-shaped tensor lines up with tRS_rD.
-            thr_copy_r2s.partition_S(cute.make_identity_tensor(self.epi_tile)),
+            coords,
             cute.make_rmem_tensor(rD_shape, self.acc_dtype),
             cute.make_rmem_tensor(rD_shape, self.acc_dtype),
+            tile_bias,
+            tile_scale,
         )
         return Sm90Epilogue(
             out=out,
@@ -150,6 +171,21 @@ class Sm90EpilogueMixin:
             sD=sD,
             first_buffer=first_buffer,
         )
+
+    @staticmethod
+    def preloads_channel_vectors(
+        shape: Tuple[int, int],
+        m_bias: Optional[cute.Tensor],
+        m_scale: Optional[cute.Tensor],
+        accumulators: int,
+    ) -> bool:
+        """Trace time: whether the consumers load a tile's bias and scale into registers of
+        ``shape`` (``(columns, subtile columns)`` per vector) before its mainloop: where they
+        and the thread's ``accumulators`` fit ``PRELOAD_MAX_REGISTERS``; else each subtile
+        loads its own after it."""
+        vectors = [v for v in (m_bias, m_scale) if v is not None]
+        bits = sum(v.element_type.width for v in vectors) * shape[0] * shape[1]
+        return bool(vectors) and accumulators + bits / 32 <= PRELOAD_MAX_REGISTERS
 
     def r2s_tiled_copy(self, tiled_mma: cute.TiledMma) -> cute.TiledCopy:
         """The copy of accumulator fragments into an ``epi_tile`` staging subtile: stmatrix's
@@ -268,10 +304,11 @@ class Sm90EpilogueMixin:
                 tRS_rD[v] = tRS_rAcc[epi_idx * size_tRS_rD + v]
             subtile_m, subtile_n = epi_tile_layout.get_hier_coord(epi_idx)
             subtile_n0 = n_tile * tile_n + subtile_n * self.epi_tile[1]
+            vectors = subtile_vectors(parts.vectors, epi_idx % (tile_n // self.epi_tile[1]))
             if cutlass.const_expr(self.epilogue.store_by_threads):
                 subtile = ((None, None), (subtile_m, subtile_n))  # (epi_m, epi_n)
                 store_subtile_by_threads(
-                    self.epilogue, tRS_rD.load(), alpha, beta, parts.vectors, subtile_n0, out,
+                    self.epilogue, tRS_rD.load(), alpha, beta, vectors, subtile_n0, out,
                     gD_tile[subtile], cD_tile[subtile], args.d_shape,
                     None if gC_tile is None else gC_tile[subtile],
                 )  # fmt: skip
@@ -283,7 +320,7 @@ class Sm90EpilogueMixin:
                 if cutlass.const_expr(self.epilogue.has_amax):
                     coord_subtile = cD_tile[((None, None), (subtile_m, subtile_n))]
                 store_subtile(
-                    self.epilogue, tRS_rD.load(), alpha, beta, parts.vectors, subtile_n0,
+                    self.epilogue, tRS_rD.load(), alpha, beta, vectors, subtile_n0,
                     parts.source, source_state, out, epi_buffer,
                     bSG_gD[(None, (subtile_m, subtile_n))], warp_idx, coord_subtile,
                     args.d_shape,

@@ -1,29 +1,33 @@
-"""The bias/scale L2 prefetch (``kernels/common/epilogue.prefetch_channel_vectors``) against
-the same kernels without it, in one process: the measurement behind it (NOTES, session 43).
+"""Kernel variants of how the epilogue gets its bias and scale, against each other in one
+process: the measurements behind the L2 prefetch (NOTES, session 43) and the preload into
+registers (session 44).
 
-    python benchmarks/ab_bias_prefetch.py [--form bias_relu] [--max-seconds 200]   # GPU
-    python benchmarks/ab_bias_prefetch.py [--form bias_relu] --report              # no GPU
+    python benchmarks/ab_channel_vectors.py [--ab preload] [--form bias_relu]   # GPU
+    python benchmarks/ab_channel_vectors.py [--ab preload] [--form bias_relu] --report
 
-Three kernels of each problem's untuned config, which differ only in code switched at trace
-time (``use_variant``):
+Each experiment (``EXPERIMENTS``) compares kernels of each problem's untuned config that
+differ only in code switched at trace time (``use_variant``):
 
-- ``prefetch``: the kernel as it is;
-- ``noprefetch``: ``prefetch_channel_vectors`` a no-op;
-- ``const``: no prefetch and a constant in place of the bias loads, the floor that no
-  prefetch can beat. Its check against float32 must FAIL: that proves its kernel ran.
+- ``preload``: the kernel as it is: the SM90 consumers load a tile's bias into registers
+  before its mainloop where they fit (``PRELOAD_MAX_REGISTERS``), else the ``prefetch``
+  kernel's code;
+- ``prefetch``: no preload; the bias's lines prefetched into L2 before the mainloop
+  (``prefetch_channel_vectors``) and loaded per epilogue subtile;
+- ``noprefetch``: neither: loaded per subtile;
+- ``const``: no loads, a constant in place of the bias, the floor no loading scheme can
+  beat. Its check against float32 must FAIL: that proves its kernel ran.
 
 Each variant keeps its own in-process kernels, disk cache directory and launch plans. A
 launch plan (``dispatch._plans``) holds its kernel under a key of the call's metadata, so a
 switch that kept the plans would replay the first variant's kernel under every name (session
 42's A/B did, and measured nothing).
 
-Per problem, in one process: the three calls (``fused``: ``relu(conv + b) + r``;
+Per problem, in one process: the variants' calls (``fused``: ``relu(conv + b) + r``;
 ``bias_relu``: ``conv + b -> relu``) and the plain conv, each checked against float32 from a
 NaN-poisoned output, then replayed from CUDA graphs, interleaved (``ROUNDS``). The problems:
-the device's corpus rows (``corpus_results.json``) whose fused call took under 12 us (the
-convs where a bias load is not hidden), the first 30 by sha256 of their key, then 10 of
-12-40 us and 6 longer ones. Rows: ``bias_prefetch_ab_H100.json`` (both forms); ``--results``
-for another file.
+the device's corpus rows (``corpus_results.json``) in the experiment's groups of fused call
+times, each group's first ones by sha256 of their key. Rows: the experiment's results file
+(``--results`` for another).
 """
 
 from __future__ import annotations
@@ -37,32 +41,56 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from sweep_rows import load_results  # noqa: E402
 
-RESULTS_PATH = HERE / "bias_prefetch_ab_H100.json"
 FORMS = ("fused", "bias_relu")
-VARIANTS = ("prefetch", "noprefetch", "const")
-# Fused call times (us) that bound the selection's groups, and how many of each it takes.
-SELECTION = ((0.0, 12.0, 30), (12.0, 40.0, 10), (40.0, math.inf, 6))
+VARIANTS = ("preload", "prefetch", "noprefetch", "const")
+
+
+class Experiment(NamedTuple):
+    """One A/B: its variants (the one landed first, the one it is judged against second, the
+    must-fail floor last), its problem groups (fused call times in us that bound each, and how
+    many of each) and where its rows go."""
+
+    variants: tuple[str, ...]
+    selection: tuple[tuple[float, float, int], ...]
+    results: Path
+
+
+EXPERIMENTS = {
+    "prefetch": Experiment(
+        ("prefetch", "noprefetch", "const"),
+        ((0.0, 12.0, 30), (12.0, 40.0, 10), (40.0, math.inf, 6)),  # bias loads unhidden
+        HERE / "bias_prefetch_ab_H100.json",
+    ),
+    "preload": Experiment(
+        ("preload", "prefetch", "const"),
+        ((0.0, 12.0, 16), (12.0, 40.0, 14), (40.0, math.inf, 12)),  # and per-subtile waits
+        HERE / "channel_preload_ab_H100.json",
+    ),
+}
 ROUNDS = 9  # of interleaved timing: the gaps measured are a few percent
 # The variants' disk caches go below the cache directory the process started with.
 _BASE_CACHE_DIR = Path(os.environ.get("CUTE_CONV_CACHE_DIR", Path.home() / ".cache" / "cute_conv"))
 _VARIANT_KERNELS: dict[str, dict] = {name: {} for name in VARIANTS}
+# kernels/sm90/epilogue.py's PRELOAD_MAX_REGISTERS as landed, before use_variant set it.
+_LANDED: dict[str, int] = {}
 
 
-def select_problems(results: dict, device: str) -> list[str]:
-    """The corpus keys the A/B measures: ``SELECTION``'s groups of ``device``'s rows by their
+def select_problems(results: dict, device: str, experiment: Experiment) -> list[str]:
+    """The corpus keys the A/B measures: ``experiment``'s groups of ``device``'s rows by their
     fused call's time, each group's first ones by sha256 of the key."""
     from bench_corpus import latest_rows
 
     _, rows, _ = latest_rows(results, device)
     fused_us = {r["key"]: r["after_ms"] * 1e3 for r in rows if r.get("after_ms")}
     keys = []
-    for low, high, count in SELECTION:
+    for low, high, count in experiment.selection:
         group = [key for key, us in fused_us.items() if low <= us < high]
         keys += sorted(group, key=lambda k: hashlib.sha256(k.encode()).hexdigest())[:count]
     return keys
@@ -74,6 +102,7 @@ def use_variant(name: str) -> None:
     (each holds its kernel)."""
     import cute_conv.kernels.common.epilogue_store as store
     import cute_conv.kernels.sm90.conv2d_fprop as fprop
+    import cute_conv.kernels.sm90.epilogue as sm90_epilogue
     import cutlass
     import cutlass.cute as cute
     from cute_conv.kernels.common.epilogue import load_channel_vectors, prefetch_channel_vectors
@@ -93,7 +122,10 @@ def use_variant(name: str) -> None:
         for v in cutlass.range_constexpr(cute.size(r_bias)):
             r_bias[v] = cutlass.Float32(0.25)
 
-    fprop.prefetch_channel_vectors = prefetch_channel_vectors if name == "prefetch" else no_prefetch
+    landed_budget = _LANDED.setdefault("preload", sm90_epilogue.PRELOAD_MAX_REGISTERS)
+    sm90_epilogue.PRELOAD_MAX_REGISTERS = landed_budget if name == "preload" else 0
+    prefetches = name in ("preload", "prefetch")
+    fprop.prefetch_channel_vectors = prefetch_channel_vectors if prefetches else no_prefetch
     store.load_channel_vectors = constant_vectors if name == "const" else load_channel_vectors
     os.environ["CUTE_CONV_CACHE_DIR"] = str(_BASE_CACHE_DIR / f"ab_{name}")
     compile_mod._cache = _VARIANT_KERNELS[name]
@@ -116,8 +148,8 @@ def _compile(job: tuple) -> None:
     compile_kernel("sm_90a", config=config, act_dtype="bfloat16", epilogue=_epilogue(form))
 
 
-def measure(p: dict, form: str) -> dict:
-    """One problem's row: the three variants' and the plain conv's checks and graph times."""
+def measure(p: dict, form: str, variants: tuple[str, ...]) -> dict:
+    """One problem's row: the variants' and the plain conv's checks and graph times."""
     import bench
     import torch
     from bench_corpus import problem_shape
@@ -148,14 +180,14 @@ def measure(p: dict, form: str) -> dict:
             x, flt, bias=bias, activation="relu", out=out, config=config, **geom
         )
 
-    for name in VARIANTS:
+    for name in variants:
         use_variant(name)
         out = torch.full(ref.shape, float("nan"), dtype=x.dtype, device="cuda")
         call(out)
         check = compare_to_reference(out, ref)
         checks[name] = {"ok": check.ok, "rel_err": check.rel_err}
         graphs[name] = replay_of(functools.partial(call, out))  # which keeps ``out`` alive
-    use_variant("prefetch")
+    use_variant(variants[0])
     plain_out = torch.empty(ref.shape, dtype=x.dtype, device="cuda")
     graphs["plain"] = replay_of(
         lambda: cute_conv.conv2d_fprop(x, flt, out=plain_out, config=config, **geom)
@@ -165,13 +197,13 @@ def measure(p: dict, form: str) -> dict:
     return {"key": p["key"], "config": repr(config), "checks": checks, "ms": ms}
 
 
-def valid_rows(rows: list[dict]) -> list[dict]:
-    """The rows whose prefetch and no-prefetch kernels passed their checks and whose
-    constant-bias kernel failed its (so that every variant provably ran)."""
+def valid_rows(rows: list[dict], variants: tuple[str, ...]) -> list[dict]:
+    """The rows whose real kernels (all of ``variants`` but the last) passed their checks and
+    whose constant-bias kernel (the last) failed its (so that every variant provably ran)."""
+    *real, floor = variants
     return [
         r for r in rows
-        if r["checks"]["prefetch"]["ok"] and r["checks"]["noprefetch"]["ok"]
-        and not r["checks"]["const"]["ok"]
+        if all(r["checks"][name]["ok"] for name in real) and not r["checks"][floor]["ok"]
     ]  # fmt: skip
 
 
@@ -180,29 +212,35 @@ def ratio(rows: list[dict], slower: str, faster: str) -> float:
     return math.exp(sum(math.log(r["ms"][slower] / r["ms"][faster]) for r in rows) / len(rows))
 
 
-def report(results: dict, form: str) -> str:
-    """The A/B's geomeans over ``form``'s valid rows of ``results``."""
-    rows = valid_rows([r for r in results["rows"] if r.get("form") == form])
+def report(results: dict, form: str, experiment: Experiment) -> str:
+    """The A/B's geomeans over ``form``'s valid rows of ``results``: the landed variant's
+    gain over the one it is judged against, and each variant's time over the plain conv's."""
+    landed, judged, floor = experiment.variants
+    rows = valid_rows([r for r in results["rows"] if r.get("form") == form], experiment.variants)
     if not rows:
         return f"{form}: no valid rows"
+    over_plain = ", ".join(
+        f"{name} {ratio(rows, name, 'plain'):.3f}x" for name in (judged, landed, floor)
+    )
     return (
-        f"{results.get('device', '?')}, {form}: {len(rows)} rows; without / with the prefetch "
-        f"{ratio(rows, 'noprefetch', 'prefetch'):.3f}x; over the plain conv: without "
-        f"{ratio(rows, 'noprefetch', 'plain'):.3f}x, with {ratio(rows, 'prefetch', 'plain'):.3f}x,"
-        f" constant bias {ratio(rows, 'const', 'plain'):.3f}x"
+        f"{results.get('device', '?')}, {form}: {len(rows)} rows; {judged} / {landed} "
+        f"{ratio(rows, judged, landed):.3f}x; over the plain conv: {over_plain}"
     )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ab", choices=EXPERIMENTS, default="preload")
     parser.add_argument("--form", choices=FORMS, default=FORMS[0])
     parser.add_argument("--max-seconds", type=float, default=200.0)
     parser.add_argument("--report", action="store_true", help="no GPU: from the results file")
-    parser.add_argument("--results", type=Path, default=RESULTS_PATH)
+    parser.add_argument("--results", type=Path, help="default: the experiment's")
     args = parser.parse_args()
-    results = load_results(args.results)
+    experiment = EXPERIMENTS[args.ab]
+    results_path = args.results or experiment.results
+    results = load_results(results_path)
     if args.report:
-        print(report(results, args.form))
+        print(report(results, args.form, experiment))
         return
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
@@ -214,14 +252,14 @@ def main() -> None:
     from cute_conv.untuned import heuristic_config
 
     device = torch.cuda.get_device_name()
-    keys = select_problems(json.loads(CORPUS_RESULTS.read_text()), device)
+    keys = select_problems(json.loads(CORPUS_RESULTS.read_text()), device, experiment)
     corpus = {p["key"]: p for p in load_corpus()}
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
     configs = {
         heuristic_config(problem_shape(corpus[k]), num_sms, has_residual=args.form == "fused")
         for k in keys
     }
-    jobs = {(c.compiled_form(), name, args.form) for c in configs for name in VARIANTS}
+    jobs = {(c.compiled_form(), v, args.form) for c in configs for v in experiment.variants}
     with ProcessPoolExecutor(os.cpu_count(), mp_context=get_context("spawn")) as pool:
         list(pool.map(_compile, jobs))
     results.setdefault("device", device)
@@ -230,11 +268,11 @@ def main() -> None:
         if time.perf_counter() - start > args.max_seconds:
             print("time bound reached")
             break
-        row = {"form": args.form, **measure(corpus[key], args.form)}
+        row = {"form": args.form, **measure(corpus[key], args.form, experiment.variants)}
         results["rows"].append(row)
-        args.results.write_text(json.dumps(results, indent=1))
+        results_path.write_text(json.dumps(results, indent=1))
         print(key, {name: round(t * 1e3, 2) for name, t in row["ms"].items()})
-    print(report(results, args.form))
+    print(report(results, args.form, experiment))
 
 
 if __name__ == "__main__":
