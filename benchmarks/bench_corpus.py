@@ -9,6 +9,7 @@
     python benchmarks/bench_corpus.py --measured-on "NVIDIA H100 80GB HBM3" --plan  # its rows
     python benchmarks/bench_corpus.py --render                     # CORPUS.md + corpus.png, no GPU
     python benchmarks/bench_corpus.py --fp8 --section 0            # the fp8 section (CORPUS_FP8.md)
+    python benchmarks/bench_corpus.py --fused-only --measured-before 20261128 --section 0
 
 Per problem, in one process (bf16 in/out, fp32 accumulation):
 - plain conv: ``cute_conv.conv2d_fprop`` vs cuDNN (``F.conv2d`` on channels_last views,
@@ -26,6 +27,9 @@ Per problem, in one process (bf16 in/out, fp32 accumulation):
   two scales -> bf16, best of its first plans), checked against a float32 reference on the
   dequantized inputs (``bench_fp8.fp8_comparison``); results in ``corpus_fp8_results.json``,
   report ``CORPUS_FP8.md``.
+- ``--fused-only``: the fused orders alone, for a change that moves only them (an epilogue's
+  bias loads): the report keeps each problem's plain columns from its latest row that has
+  them (``latest_rows``), so each ratio's two times still come from one run.
 Every result is checked against the float32 reference first (``compare_to_reference``); a
 failed check is recorded and that comparison is not timed. Timing is ``bench.py``'s: rounds of
 ``triton.testing.do_bench`` medians, the order reversed every other round. Each problem's row
@@ -92,12 +96,14 @@ def load_corpus(path: Path = CORPUS_PATH) -> list[dict]:
     return json.loads(path.read_text())["problems"]
 
 
-def estimate_seconds(problem: dict, *, frontend: bool = True, fp8: bool = False) -> float:
+def estimate_seconds(
+    problem: dict, *, frontend: bool = True, fp8: bool = False, fused_only: bool = False
+) -> float:
     """Estimated wall time of ``bench_problem`` on ``problem`` (see the constants above)."""
     call_s = problem["gflop"] * 1e9 / EST_RATE_FLOPS
     fused = 1 if fp8 else len(ORDERS)  # fp8: ours and the frontend's fp8 conv
     # The plain conv and cuDNN, eager and replayed from CUDA graphs, then the fused forms.
-    timed = 4 + 2 * fused if frontend else 4 + fused
+    timed = (0 if fused_only else 4) + (2 * fused if frontend else fused)
     screen = FRONTEND_SCREEN_S * fused / len(ORDERS) if frontend else 0.0
     return PROBLEM_SETUP_S + screen + ROUNDS * timed * (DO_BENCH_S + 10 * call_s)
 
@@ -112,11 +118,16 @@ def select(problems: list[dict], *, split: str, tags: Iterable[str]) -> list[dic
 
 
 def sections(
-    problems: list[dict], count: int | None, *, frontend: bool = True, fp8: bool = False
+    problems: list[dict],
+    count: int | None,
+    *,
+    frontend: bool = True,
+    fp8: bool = False,
+    fused_only: bool = False,
 ) -> list[list[dict]]:
     """Consecutive runs of ``problems`` of about equal estimated time: ``count`` of them, or
     (None) as few as keep each under ``SECTION_SECONDS``."""
-    est = [estimate_seconds(p, frontend=frontend, fp8=fp8) for p in problems]
+    est = [estimate_seconds(p, frontend=frontend, fp8=fp8, fused_only=fused_only) for p in problems]
     total = sum(est)
     if count is None:
         count = max(1, math.ceil(total / SECTION_SECONDS))
@@ -245,9 +256,10 @@ def best_frontend_plan(graph: FrontendGraph, out: torch.Tensor, ref: torch.Tenso
     return {"plans": tried, "plan": None if best is None else best[0]}
 
 
-def bench_problem(p: dict, cudnn_frontend, *, fp8: bool = False) -> dict:
+def bench_problem(p: dict, cudnn_frontend, *, fp8: bool = False, fused_only: bool = False) -> dict:
     """One corpus problem: checks, then interleaved timings of everything that checked
-    (``fp8``: the plain conv and the fp8 comparison instead of the fused orders)."""
+    (``fp8``: the plain conv and the fp8 comparison instead of the fused orders;
+    ``fused_only``: the fused orders without the plain conv)."""
     import torch.nn.functional as F
     from models import replay_of
 
@@ -284,7 +296,7 @@ def bench_problem(p: dict, cudnn_frontend, *, fp8: bool = False) -> dict:
 
     out = torch.full(problem.output_shape, float("nan"), dtype=x.dtype, device="cuda")
     plain = lambda: cute_conv.conv2d_fprop(x, flt, out=out, config=config, **geom)  # noqa: E731
-    if _checked(row, "plain", plain, out, ref):
+    if not fused_only and _checked(row, "plain", plain, out, ref):
         fns |= {"ours_ms": plain, "cudnn_ms": cudnn_conv}
         fns |= {"ours_graph_ms": replay_of(plain), "cudnn_graph_ms": replay_of(cudnn_conv)}
 
@@ -403,13 +415,15 @@ def run_benchmark(problems: list[dict], args: argparse.Namespace, label: str) ->
         if p["key"] in done:
             continue
         elapsed = time.perf_counter() - start
-        estimate = estimate_seconds(p, frontend=cudnn_frontend is not None, fp8=args.fp8)
+        estimate = estimate_seconds(
+            p, frontend=cudnn_frontend is not None, fp8=args.fp8, fused_only=args.fused_only
+        )
         if elapsed + estimate > args.max_seconds:
             run["not_run"].append(p["key"])
             continue
         t0 = time.perf_counter()
         try:
-            row = bench_problem(p, cudnn_frontend, fp8=args.fp8)
+            row = bench_problem(p, cudnn_frontend, fp8=args.fp8, fused_only=args.fused_only)
         except Exception as e:  # noqa: BLE001 - recorded; out of memory is not the end
             row = {k: p[k] for k in ("key", "split", "tags", "model", "gflop")}
             row |= {"checks": {}, "errors": {"problem": f"{type(e).__name__}: {e}"[:300]}}
@@ -734,6 +748,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fp8", action="store_true",
                         help="fp8: ours fp8 vs ours bf16, cuDNN bf16 and the frontend's fp8 "
                         "graph (results, report and chart in their own *fp8* files)")  # fmt: skip
+    parser.add_argument("--fused-only", action="store_true",
+                        help="the fused orders alone; the report keeps each problem's plain "
+                        "columns from its latest row that has them")  # fmt: skip
     parser.add_argument("--skip-done", action="store_true",
                         help="skip problems this device already has results for")  # fmt: skip
     parser.add_argument("--measured-before", metavar="RUN_ID",
@@ -757,6 +774,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", type=Path)
     parser.add_argument("--chart", type=Path)
     args = parser.parse_args(argv)
+    if args.fp8 and args.fused_only:
+        parser.error("--fused-only measures the bf16 fused orders, which --fp8 runs have none of")
     defaults = (
         (FP8_RESULTS_PATH, FP8_REPORT_PATH, FP8_CHART_PATH)
         if args.fp8
@@ -784,7 +803,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.measured_before or args.config_changed or args.measured_on:
         if args.fp8 and args.config_changed:
             parser.error("--config-changed compares the bf16 plain and fused configs: not --fp8")
-        device = args.device or (torch.cuda.get_device_name() if torch.cuda.is_available() else None)
+        device = args.device or (
+            torch.cuda.get_device_name() if torch.cuda.is_available() else None
+        )
         if device is None:
             parser.error("--measured-before / --config-changed / --measured-on: which device's "
                          "rows? pass --device (no GPU here)")  # fmt: skip
@@ -802,10 +823,11 @@ def main(argv: list[str] | None = None) -> int:
             changed = config_changed_keys(results, device, chosen, sms)
             chosen = [p for p in chosen if p["key"] in changed]
     frontend = not args.no_frontend
-    parts = sections(chosen, args.sections, frontend=frontend, fp8=args.fp8)
+    mode = dict(frontend=frontend, fp8=args.fp8, fused_only=args.fused_only)
+    parts = sections(chosen, args.sections, **mode)
     if args.plan:
         for i, part in enumerate(parts):
-            est = sum(estimate_seconds(p, frontend=frontend, fp8=args.fp8) for p in part)
+            est = sum(estimate_seconds(p, **mode) for p in part)
             print(f"section {i}: {len(part)} problems, ~{est:.0f} s estimated")
             print("  --keys " + ",".join(p["key"] for p in part))
         return 0
@@ -818,6 +840,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     label = f"split={args.split} tags={args.tag} section {args.section}/{len(parts)}"
     label += " fp8" if args.fp8 else ""
+    label += " fused-only" if args.fused_only else ""
     return run_benchmark(parts[args.section], args, label)
 
 

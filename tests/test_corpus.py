@@ -167,6 +167,15 @@ def test_sections_cover_the_selection_in_order():
     assert bench_corpus.sections([], None) == [[]]
 
 
+def test_fused_only_leaves_the_plain_timings_out_of_the_estimate():
+    p = COMMITTED["problems"][0]
+    full, fused = (bench_corpus.estimate_seconds(p, fused_only=f) for f in (False, True))
+    # Four of the eight timed calls: the plain conv and cuDNN, eager and replayed.
+    assert full - fused == pytest.approx(4 * bench_corpus.ROUNDS * bench_corpus.DO_BENCH_S, 0.2)
+    with pytest.raises(SystemExit):
+        bench_corpus.main(["--fp8", "--fused-only", "--plan"])
+
+
 # ---- the report ----
 
 
@@ -325,3 +334,6 @@ def test_bench_problem_on_small_problems():
             assert row[name] > 0
         if frontend is not None and "fe_after" not in row["errors"]:
             assert row["fe_after_ms"] > 0
+    row = bench_corpus.bench_problem(problems[0], frontend, fused_only=True)
+    assert set(row["checks"]) == {"after", "before"} and "ours_ms" not in row
+    assert row["after_ms"] > 0 and row["before_ms"] > 0
