@@ -304,7 +304,7 @@ class Sm90EpilogueMixin:
                 tRS_rD[v] = tRS_rAcc[epi_idx * size_tRS_rD + v]
             subtile_m, subtile_n = epi_tile_layout.get_hier_coord(epi_idx)
             subtile_n0 = n_tile * tile_n + subtile_n * self.epi_tile[1]
-            vectors = subtile_vectors(parts.vectors, epi_idx % (tile_n // self.epi_tile[1]))
+            vectors = subtile_vectors(parts.vectors, subtile_n)
             if cutlass.const_expr(self.epilogue.store_by_threads):
                 subtile = ((None, None), (subtile_m, subtile_n))  # (epi_m, epi_n)
                 store_subtile_by_threads(
