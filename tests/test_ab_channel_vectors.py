@@ -15,6 +15,7 @@ import torch
 
 from cute_conv import Conv2dConfig, dispatch
 from cute_conv import compile as compile_mod
+from tests.test_compile_channel_vectors import loads_around_the_mainloop
 
 
 @pytest.fixture
@@ -25,11 +26,6 @@ def restored(monkeypatch):
                          (sm90_epilogue, "PRELOAD_MAX_REGISTERS")):  # fmt: skip
         monkeypatch.setattr(module, name, getattr(module, name))
     monkeypatch.setenv("CUTE_CONV_CACHE_DIR", str(ab._BASE_CACHE_DIR))
-
-
-def _loads_before_and_after_the_mainloop(ptx: str) -> tuple[int, int]:
-    first_mma = ptx.index("wgmma.mma_async")
-    return ptx[:first_mma].count("ld.global"), ptx[first_mma:].count("ld.global")
 
 
 def test_each_variant_compiles_its_own_code_and_drops_the_plans(restored):
@@ -43,7 +39,7 @@ def test_each_variant_compiles_its_own_code_and_drops_the_plans(restored):
         ptx = compile_mod.compile_kernel(
             "sm_90a", config=config, act_dtype=torch.bfloat16, epilogue=ab._epilogue("fused")
         ).ptx
-        code[name] = (ptx.count("prefetch.global.L2"), *_loads_before_and_after_the_mainloop(ptx))
+        code[name] = (ptx.count("prefetch.global.L2"), *loads_around_the_mainloop(ptx))
     # 64-wide tiles: 16 distinct channels per thread, loaded before the mainloop or after it
     assert code["preload"] == (0, 16, 0)
     assert code["prefetch"] == (1, 0, 16)

@@ -31,7 +31,7 @@ def _ptx(arch, config, spec) -> str:
     return kernel.ptx
 
 
-def _loads_around_the_mainloop(ptx: str) -> tuple[int, int]:
+def loads_around_the_mainloop(ptx: str) -> tuple[int, int]:
     """``ld.global`` before the consumers' first WGMMA and after it."""
     first_mma = ptx.index("wgmma.mma_async")
     return ptx[:first_mma].count("ld.global"), ptx[first_mma:].count("ld.global")
@@ -50,14 +50,14 @@ PRELOADED = {
 def test_sm90_preloads_a_tiles_vectors_before_its_mainloop(config):
     ptx = _ptx("sm_90a", config, BIAS_BF16)
     assert PREFETCH not in ptx
-    before, after = _loads_around_the_mainloop(ptx)
+    before, after = loads_around_the_mainloop(ptx)
     # Stream-K partial tiles read a scalar or two of their own after the mainloop.
     assert before == 32 and (after == 0 or config.stream_k)
 
 
 def test_sm90_preloads_scale_and_bias_beside_64_accumulators():
     ptx = _ptx("sm_90a", Conv2dConfig(), SCALE_BIAS_RESIDUAL)  # 64 + 2 x 32 registers
-    assert PREFETCH not in ptx and _loads_around_the_mainloop(ptx)[0] == 64
+    assert PREFETCH not in ptx and loads_around_the_mainloop(ptx)[0] == 64
 
 
 @pytest.mark.parametrize("spec, prefetches", SPECS.values(), ids=SPECS.keys())
@@ -67,7 +67,7 @@ def test_sm90_wide_tiles_prefetch_and_load_per_subtile(spec, prefetches):
     assert ptx.count(PREFETCH) == prefetches
     if prefetches:
         assert ptx.index(PREFETCH) < ptx.index("wgmma.mma_async")
-    assert _loads_around_the_mainloop(ptx)[1] >= 64 * prefetches  # 64 channels per vector
+    assert loads_around_the_mainloop(ptx)[1] >= 64 * prefetches  # 64 channels per vector
 
 
 @pytest.mark.parametrize("spec, prefetches", SPECS.values(), ids=SPECS.keys())
