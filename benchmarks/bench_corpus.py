@@ -10,6 +10,7 @@
     python benchmarks/bench_corpus.py --render                     # CORPUS.md + corpus.png, no GPU
     python benchmarks/bench_corpus.py --fp8 --section 0            # the fp8 section (CORPUS_FP8.md)
     python benchmarks/bench_corpus.py --fused-only --measured-before 20261128 --section 0
+    python benchmarks/bench_corpus.py --merge gpu0.json gpu1.json  # one process per GPU, joined
 
 Per problem, in one process (bf16 in/out, fp32 accumulation):
 - plain conv: ``cute_conv.conv2d_fprop`` vs cuDNN (``F.conv2d`` on channels_last views,
@@ -19,7 +20,9 @@ Per problem, in one process (bf16 in/out, fp32 accumulation):
   activation="relu")``) and ``relu(conv + b + r)`` (the same with
   ``residual_order="before_activation"``), vs the cuDNN frontend's fused graph (conv_fprop ->
   bias -> relu -> add, or -> add -> relu; NHWC bf16; heuristics A + FALLBACK; the first
-  ``FRONTEND_PLANS`` execution plans built, checked and timed, the fastest correct one kept).
+  ``FRONTEND_PLANS`` execution plans built, checked and timed, the fastest correct one kept),
+  called eagerly and replayed from CUDA graphs, as the plain conv is (rows measured before
+  the fused replays existed, 2026-11-28, have the eager columns alone).
   The frontend (``import cudnn``, the nvidia-cudnn-frontend package) is optional: without it
   those columns are skipped, and the output says so.
 - ``--fp8`` instead of the fused orders: ours on e4m3 inputs (per-tensor scales, bf16 output,
@@ -79,6 +82,17 @@ COMPARISONS = {  # name -> (our time, the baseline's time, title)
     "plain_graph": ("ours_graph_ms", "cudnn_graph_ms", "plain conv vs cuDNN, CUDA graphs"),
     "after": ("after_ms", "fe_after_ms", "relu(conv + b) + r vs cuDNN frontend"),
     "before": ("before_ms", "fe_before_ms", "relu(conv + b + r) vs cuDNN frontend"),
+    # The fused calls and the frontend's graph captured in CUDA graphs: the GPU's time alone.
+    "after_graph": (
+        "after_graph_ms",
+        "fe_after_graph_ms",
+        "relu(conv + b) + r vs cuDNN frontend, CUDA graphs",
+    ),
+    "before_graph": (
+        "before_graph_ms",
+        "fe_before_graph_ms",
+        "relu(conv + b + r) vs cuDNN frontend, CUDA graphs",
+    ),
     # --fp8 runs: e4m3 inputs, bf16 output (their own results file and report)
     "fp8": ("fp8_ms", "ours_ms", "ours fp8 vs ours bf16"),
     "fp8_cudnn": ("fp8_ms", "cudnn_ms", "ours fp8 vs cuDNN bf16"),
@@ -102,8 +116,9 @@ def estimate_seconds(
     """Estimated wall time of ``bench_problem`` on ``problem`` (see the constants above)."""
     call_s = problem["gflop"] * 1e9 / EST_RATE_FLOPS
     fused = 1 if fp8 else len(ORDERS)  # fp8: ours and the frontend's fp8 conv
-    # The plain conv and cuDNN, eager and replayed from CUDA graphs, then the fused forms.
-    timed = (0 if fused_only else 4) + (2 * fused if frontend else fused)
+    # The plain conv and cuDNN, eager and replayed from CUDA graphs, then the fused forms
+    # (bf16: eager and replayed too).
+    timed = (0 if fused_only else 4) + (2 * fused if frontend else fused) * (1 if fp8 else 2)
     screen = FRONTEND_SCREEN_S * fused / len(ORDERS) if frontend else 0.0
     return PROBLEM_SETUP_S + screen + ROUNDS * timed * (DO_BENCH_S + 10 * call_s)
 
@@ -166,12 +181,27 @@ def _frontend():
     return cudnn
 
 
+class FrontendHandle:
+    """The process's cuDNN handle, moved onto torch's current stream before each use (a CUDA
+    graph captures on a side stream)."""
+
+    def __init__(self, cudnn) -> None:
+        self.cudnn = cudnn
+        self.handle = cudnn.create_handle()
+        self.stream: int | None = None
+
+    def on_current_stream(self):
+        stream = torch.cuda.current_stream().cuda_stream
+        if stream != self.stream:
+            self.cudnn.set_stream(handle=self.handle, stream=stream)
+            self.stream = stream
+        return self.handle
+
+
 @functools.cache
-def _frontend_handle(cudnn):
-    """One cuDNN handle per process, on torch's current stream."""
-    handle = cudnn.create_handle()
-    cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream().cuda_stream)
-    return handle
+def _frontend_handle(cudnn) -> FrontendHandle:
+    """One cuDNN handle per process."""
+    return FrontendHandle(cudnn)
 
 
 class FrontendGraph:
@@ -183,7 +213,7 @@ class FrontendGraph:
         self.handle = _frontend_handle(cudnn)
         g = cudnn.pygraph(
             io_data_type=bf16, intermediate_data_type=f32, compute_data_type=f32,
-            handle=self.handle,
+            handle=self.handle.on_current_stream(),
         )  # fmt: skip
         k = bias.numel()
         tensors = {"X": x, "W": w, "B": bias.view(1, k, 1, 1), "R": res}
@@ -224,7 +254,7 @@ class FrontendGraph:
 
     def __call__(self) -> None:
         self.graph.execute_plan_at_index(
-            self.pack, self.workspace, index=self.plan, handle=self.handle
+            self.pack, self.workspace, index=self.plan, handle=self.handle.on_current_stream()
         )
 
 
@@ -324,6 +354,7 @@ def bench_problem(p: dict, cudnn_frontend, *, fp8: bool = False, fused_only: boo
 
         if _checked(row, name, fused, fused_out, fused_refs[order]):
             fns[f"{name}_ms"] = fused
+            fns[f"{name}_graph_ms"] = replay_of(fused)
         if cudnn_frontend is not None:
             fe_out = torch.full_like(res, float("nan"))
             try:
@@ -344,6 +375,10 @@ def bench_problem(p: dict, cudnn_frontend, *, fp8: bool = False, fused_only: boo
             row[f"fe_{name}_screen"] = screen
             if screen["plan"] is not None:
                 fns[f"fe_{name}_ms"] = graph
+                try:
+                    fns[f"fe_{name}_graph_ms"] = replay_of(graph)
+                except Exception as e:  # noqa: BLE001 - a plan that cannot be captured
+                    row["errors"][f"fe_{name}_graph"] = f"{type(e).__name__}: {e}"[:300]
     del ref, fused_refs
     row.update(time_interleaved(fns))
     return row
@@ -386,6 +421,67 @@ def _save_run(run: dict, path: Path) -> None:
     data = json.loads(path.read_text()) if path.exists() else {"runs": []}
     data["runs"] = [r for r in data["runs"] if r["run_id"] != run["run_id"]] + [run]
     path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def read_keys(spec: str) -> list[str]:
+    """``--keys``: comma-separated keys, or ``@FILE``, a file of them one per line."""
+    if spec.startswith("@"):
+        return [k for k in Path(spec[1:]).read_text().split() if k]
+    return [k for k in spec.split(",") if k]
+
+
+def gpu_commands(problems: list[dict], args: argparse.Namespace, mode: dict, workdir: Path):
+    """``--gpus``: the per-GPU parts of ``problems`` (sections of equal estimated time) as
+    ``(results file, command)`` pairs, each command this script on its part's keys (a file
+    in ``workdir``) with the measuring flags of ``args``."""
+    flags = ["--max-seconds", str(args.max_seconds), "--corpus", str(args.corpus)]
+    flags += [name for name, on in (("--fp8", args.fp8), ("--fused-only", args.fused_only),
+                                    ("--no-frontend", args.no_frontend)) if on]  # fmt: skip
+    jobs = []
+    for i, part in enumerate(sections(problems, args.gpus, **mode)):
+        keys, results = workdir / f"keys{i}.txt", workdir / f"results{i}.json"
+        keys.write_text("\n".join(p["key"] for p in part) + "\n")
+        command = [sys.executable, str(Path(__file__).resolve()), "--keys", f"@{keys}",
+                   "--section", "0", "--sections", "1", "--results", str(results), *flags]  # fmt: skip
+        jobs.append((results, command if part else None))
+    return jobs
+
+
+def run_on_gpus(problems: list[dict], args: argparse.Namespace, mode: dict) -> int:
+    """Measure ``problems`` on ``args.gpus`` GPUs at once, a process each, and merge their
+    runs into ``args.results``; returns the worst exit status."""
+    import os
+    import subprocess
+    import tempfile
+
+    if args.gpus > torch.cuda.device_count():
+        raise ValueError(f"--gpus {args.gpus}: this machine has {torch.cuda.device_count()}")
+    with tempfile.TemporaryDirectory() as tmp:
+        jobs = gpu_commands(problems, args, mode, Path(tmp))
+        procs = [
+            (results, subprocess.Popen(command, env={**os.environ, "CUDA_VISIBLE_DEVICES": str(i)}))
+            for i, (results, command) in enumerate(jobs)
+            if command is not None
+        ]
+        codes = [proc.wait() for _, proc in procs]
+        merged = [results for results, _ in procs if results.exists()]
+        if merged:
+            merge_results(merged, args.results)
+    print(f"bench_corpus: {len(procs)} GPU processes merged into {args.results}; exit {codes}")
+    return max(codes, default=0)
+
+
+def merge_results(sources: list[Path], path: Path) -> int:
+    """Add the runs of the results files ``sources`` to ``path`` (runs already there, by
+    ``run_id``, are replaced); returns how many runs were added or replaced."""
+    added = 0
+    for source in sources:
+        if not source.exists():
+            raise FileNotFoundError(f"--merge: {source} does not exist")
+        for run in json.loads(source.read_text())["runs"]:
+            _save_run(run, path)
+            added += 1
+    return added
 
 
 def run_benchmark(problems: list[dict], args: argparse.Namespace, label: str) -> int:
@@ -742,7 +838,8 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument("--split", choices=("train", "heldout", "all"), default="all")
     parser.add_argument("--tag", action="append", default=[], help="only problems with this tag")
-    parser.add_argument("--keys", help="only these problems (comma-separated corpus keys)")
+    parser.add_argument("--keys", help="only these problems (comma-separated corpus keys, or "
+                        "@FILE: a file of them, one per line)")  # fmt: skip
     parser.add_argument("--max-seconds", type=float, default=450.0, help="stop before overrunning")
     parser.add_argument("--no-frontend", action="store_true", help="skip the cuDNN frontend")
     parser.add_argument("--fp8", action="store_true",
@@ -764,11 +861,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--measured-on", metavar="DEVICE",
                         help="only problems that DEVICE has results for and this device (or "
                         "--device) has none")  # fmt: skip
+    parser.add_argument("--gpus", type=int, default=1,
+                        help="split the section between this many GPUs, a process each "
+                        "(CUDA_VISIBLE_DEVICES), each with its own results file, merged "
+                        "into --results at the end")  # fmt: skip
     parser.add_argument("--plan", action="store_true", help="print the sections, measure nothing")
     parser.add_argument("--render", action="store_true", help="write the report from the results")
     parser.add_argument("--device", help="with --render: the device to report (default: latest); "
                         "with --measured-before / --config-changed: whose rows (default: this "
                         "GPU)")  # fmt: skip
+    parser.add_argument("--merge", type=Path, nargs="+", metavar="FILE",
+                        help="add the runs of these results files (one process per GPU, each "
+                        "with its own --results) to --results, then exit")  # fmt: skip
     parser.add_argument("--corpus", type=Path, default=CORPUS_PATH)
     parser.add_argument("--results", type=Path)
     parser.add_argument("--report", type=Path)
@@ -785,6 +889,10 @@ def main(argv: list[str] | None = None) -> int:
     args.report = args.report or defaults[1]
     args.chart = args.chart or defaults[2]
 
+    if args.merge:
+        added = merge_results(args.merge, args.results)
+        print(f"bench_corpus: {added} run(s) added to {args.results}")
+        return 0
     if args.render:
         if not args.results.exists():
             print(f"bench_corpus: no results to render: {args.results} does not exist")
@@ -795,7 +903,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     chosen = select(load_corpus(args.corpus), split=args.split, tags=args.tag)
     if args.keys:
-        keys = set(args.keys.split(","))
+        keys = set(read_keys(args.keys))
         unknown = keys - {p["key"] for p in chosen}
         if unknown:
             parser.error(f"--keys: not in the selection: {', '.join(sorted(unknown))}")
@@ -838,6 +946,8 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         print("bench_corpus: needs an H100/H200 (compute capability 9.0); nothing was measured.")
         return 1
+    if args.gpus > 1:
+        return run_on_gpus(parts[args.section], args, mode)
     label = f"split={args.split} tags={args.tag} section {args.section}/{len(parts)}"
     label += " fp8" if args.fp8 else ""
     label += " fused-only" if args.fused_only else ""

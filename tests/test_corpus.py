@@ -4,6 +4,7 @@ benchmark's measurement on two small problems."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 
@@ -307,6 +308,45 @@ def test_a_rerun_keeps_the_comparisons_it_did_not_time():
     assert rerun.get("after_ms") is None  # the results themselves are left as they are
 
 
+def test_merge_adds_each_process_runs(tmp_path):
+    results = _results()
+    target, gpu0, gpu1 = (tmp_path / n for n in ("all.json", "gpu0.json", "gpu1.json"))
+    target.write_text(json.dumps({"runs": results["runs"][:2]}))
+    gpu0.write_text(json.dumps({"runs": [results["runs"][2]]}))
+    rerun = {**results["runs"][1], "rows": []}  # run 2 again: replaced, not duplicated
+    gpu1.write_text(json.dumps({"runs": [rerun]}))
+    assert bench_corpus.main(["--merge", str(gpu0), str(gpu1), "--results", str(target)]) == 0
+    runs = json.loads(target.read_text())["runs"]
+    assert [r["run_id"] for r in runs] == ["1", "3", "2"] and runs[2]["rows"] == []
+    with pytest.raises(FileNotFoundError, match="missing.json"):
+        bench_corpus.merge_results([tmp_path / "missing.json"], target)
+
+
+def test_gpu_commands_split_the_section_by_keys(tmp_path):
+    problems = COMMITTED["problems"][:7]
+    args = argparse.Namespace(gpus=3, max_seconds=300.0, corpus=bench_corpus.CORPUS_PATH,
+                              fp8=False, fused_only=True, no_frontend=False)  # fmt: skip
+    mode = dict(frontend=True, fp8=False, fused_only=True)
+    jobs = bench_corpus.gpu_commands(problems, args, mode, tmp_path)
+    assert len(jobs) == 3 and len({results for results, _ in jobs}) == 3
+    keys = []
+    for _, command in jobs:
+        spec = command[command.index("--keys") + 1]
+        keys += bench_corpus.read_keys(spec)
+        assert "--fused-only" in command and "--fp8" not in command
+        assert command[command.index("--max-seconds") + 1] == "300.0"
+    assert keys == [p["key"] for p in problems]  # every problem once, in order
+    assert bench_corpus.read_keys("a,b,") == ["a", "b"]
+
+
+def test_fused_replays_are_comparisons_of_their_own():
+    row = _row("a", "train", [], 1.0, after_ms=2.0, fe_after_ms=1.0, after_graph_ms=1.0,
+               fe_after_graph_ms=1.5)  # fmt: skip
+    assert bench_corpus.ratio(row, "after") == 0.5
+    assert bench_corpus.ratio(row, "after_graph") == 1.5
+    assert bench_corpus.ratio(row, "before_graph") is None
+
+
 # ---- the measurement (GPU) ----
 
 
@@ -332,8 +372,11 @@ def test_bench_problem_on_small_problems():
         assert set(row["checks"]) == {"plain", "after", "before"}
         for name in ("ours_ms", "cudnn_ms", "ours_graph_ms", "cudnn_graph_ms", "after_ms", "before_ms"):
             assert row[name] > 0
+        assert row["after_graph_ms"] > 0 and row["before_graph_ms"] > 0
         if frontend is not None and "fe_after" not in row["errors"]:
             assert row["fe_after_ms"] > 0
+            # the frontend's graph replays from a CUDA graph too (captured on a side stream)
+            assert row["fe_after_graph_ms"] > 0, row["errors"]
     row = bench_corpus.bench_problem(problems[0], frontend, fused_only=True)
     assert set(row["checks"]) == {"after", "before"} and "ours_ms" not in row
     assert row["after_ms"] > 0 and row["before_ms"] > 0
