@@ -339,12 +339,31 @@ def test_gpu_commands_split_the_section_by_keys(tmp_path):
     assert bench_corpus.read_keys("a,b,") == ["a", "b"]
 
 
-def test_fused_replays_are_comparisons_of_their_own():
-    row = _row("a", "train", [], 1.0, after_ms=2.0, fe_after_ms=1.0, after_graph_ms=1.0,
+def test_fused_replays_are_judged_against_the_frontends_faster_timing():
+    row = _row("a", "train", [], 1.0, after_ms=2.0, fe_after_ms=1.2, after_graph_ms=1.0,
                fe_after_graph_ms=1.5)  # fmt: skip
-    assert bench_corpus.ratio(row, "after") == 0.5
-    assert bench_corpus.ratio(row, "after_graph") == 1.5
+    assert bench_corpus.ratio(row, "after") == 0.6
+    assert bench_corpus.ratio(row, "after_graph") == 1.2  # its eager call, the faster
+    row["fe_after_ms"] = 3.0
+    assert bench_corpus.ratio(row, "after_graph") == 1.5  # now its replay
+    del row["fe_after_graph_ms"]  # a frontend plan that could not be captured
+    assert bench_corpus.ratio(row, "after_graph") is None
     assert bench_corpus.ratio(row, "before_graph") is None
+
+
+def test_a_rerun_carries_every_time_of_a_comparison_it_did_not_time():
+    results = _results()
+    earlier = _row("c", "heldout", ["3x3 s1"], 1.0, ours_ms=0.5, cudnn_ms=1.0,
+                   after_graph_ms=1.0, fe_after_ms=2.0, fe_after_graph_ms=3.0)  # fmt: skip
+    results["runs"][2]["rows"][2] = earlier
+    rerun = _row("c", "heldout", ["3x3 s1"], 1.0, ours_ms=0.5, cudnn_ms=1.0, after_ms=1.0,
+                 fe_after_ms=4.0)  # fmt: skip
+    results["runs"].append({**results["runs"][2], "run_id": "4", "rows": [rerun]})
+    _, rows, _ = bench_corpus.latest_rows(results)
+    c = next(r for r in rows if r["key"] == "c")
+    assert bench_corpus.ratio(c, "after") == 4.0  # run 4's pair
+    assert bench_corpus.ratio(c, "after_graph") == 2.0  # run 3's three times, together
+    assert c["fe_after_ms"] == 4.0 and bench_corpus.ours_ms(c, "plain") == 0.5
 
 
 # ---- the measurement (GPU) ----
