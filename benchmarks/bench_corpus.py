@@ -668,6 +668,7 @@ def _times(row: dict, comparison: str) -> dict[str, float | None]:
 
 
 def ours_ms(row: dict, comparison: str) -> float | None:
+    """Our time of ``comparison``, None where it is missing."""
     return next(iter(_times(row, comparison).values()))
 
 
@@ -772,7 +773,8 @@ def render(
 
 
 def _latency_and_ceiling(rows: list[dict], ceilings: dict[str, float]) -> list[str]:
-    bound = [r for r in rows if (baseline_ms(r, "plain") or 1.0) < LATENCY_BOUND_MS]
+    cudnn_ms = {r["key"]: baseline_ms(r, "plain") for r in rows}
+    bound = [r for r in rows if cudnn_ms[r["key"]] and cudnn_ms[r["key"]] < LATENCY_BOUND_MS]
     n, g, fw = summarize(bound, "plain")
     lines = [
         "",
