@@ -203,6 +203,14 @@ def apply_epilogue(
     return y
 
 
+def channel_count_vector(
+    spec: cutlass.Constexpr, m_bias: Optional[cute.Tensor], m_scale: Optional[cute.Tensor]
+) -> cute.Tensor:
+    """Trace time: the vector whose length (K) clamps the channels a tile's N tail reads:
+    the bias where the epilogue has one, else the scale."""
+    return m_bias if cutlass.const_expr(spec.has_bias) else m_scale
+
+
 @cute.jit
 def load_channel_vectors(
     spec: cutlass.Constexpr,
@@ -219,8 +227,7 @@ def load_channel_vectors(
     ``subtile_n0`` the subtile's first channel. The vectors are read through L1/L2 in
     ``spec.vector_dtype`` and converted here.
     """
-    ref = m_bias if cutlass.const_expr(spec.has_bias) else m_scale
-    last_channel = cute.size(ref) - 1
+    last_channel = cute.size(channel_count_vector(spec, m_bias, m_scale)) - 1
     for v in cutlass.range_constexpr(cute.size(r_bias)):
         # Clamped: values past K (the N tail) are computed but clipped by the TMA store.
         channel = cutlass.min(subtile_n0 + coords[v][1], last_channel)
@@ -249,7 +256,7 @@ def prefetch_channel_vectors(
     every line of the range, however it straddles them.
     """
     if cutlass.const_expr(spec.has_channel_vectors):
-        ref = m_bias if cutlass.const_expr(spec.has_bias) else m_scale
+        ref = channel_count_vector(spec, m_bias, m_scale)
         per_line = L2_LINE_BYTES * 8 // ref.element_type.width
         probes = (tile_n + per_line - 1) // per_line + 1
         if tidx < probes:

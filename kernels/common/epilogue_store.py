@@ -33,7 +33,7 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 
-from .epilogue import apply_epilogue, load_channel_vectors
+from .epilogue import apply_epilogue, channel_count_vector, load_channel_vectors
 from .swizzled_smem import GroupedSmem, copy_grouped
 
 
@@ -129,8 +129,7 @@ def preload_channel_vectors(
     the load). Issued before the tile's mainloop, the loads land under it, where loading them
     per subtile waits on each subtile's loads after it."""
     _, col_values, _, _ = _rows_and_columns(vectors.coords)
-    ref = vectors.m_bias if cutlass.const_expr(spec.has_bias) else vectors.m_scale
-    last_channel = cute.size(ref) - 1
+    last_channel = cute.size(channel_count_vector(spec, vectors.m_bias, vectors.m_scale)) - 1
     tile = vectors.tile_bias if cutlass.const_expr(spec.has_bias) else vectors.tile_scale
     for s in cutlass.range_constexpr(cute.size(tile, mode=[1])):
         for j in cutlass.range_constexpr(len(col_values)):
