@@ -420,10 +420,12 @@ def _tile(config) -> str:
     )
 
 
-def _save_run(run: dict, path: Path) -> None:
-    """Write ``run`` into the results file, replacing its earlier copy (by ``run_id``)."""
+def _save_runs(runs: list[dict], path: Path) -> None:
+    """Write ``runs`` into the results file at its end, replacing their earlier copies (by
+    ``run_id``; a run given twice keeps its last copy)."""
     data = json.loads(path.read_text()) if path.exists() else {"runs": []}
-    data["runs"] = [r for r in data["runs"] if r["run_id"] != run["run_id"]] + [run]
+    latest = {run["run_id"]: run for run in runs}
+    data["runs"] = [r for r in data["runs"] if r["run_id"] not in latest] + list(latest.values())
     path.write_text(json.dumps(data, indent=1) + "\n")
 
 
@@ -478,14 +480,12 @@ def run_on_gpus(problems: list[dict], args: argparse.Namespace, mode: dict) -> i
 def merge_results(sources: list[Path], path: Path) -> int:
     """Add the runs of the results files ``sources`` to ``path`` (runs already there, by
     ``run_id``, are replaced); returns how many runs were added or replaced."""
-    added = 0
-    for source in sources:
-        if not source.exists():
-            raise FileNotFoundError(f"--merge: {source} does not exist")
-        for run in json.loads(source.read_text())["runs"]:
-            _save_run(run, path)
-            added += 1
-    return added
+    missing = [str(source) for source in sources if not source.exists()]
+    if missing:
+        raise FileNotFoundError(f"--merge: {', '.join(missing)} does not exist")
+    runs = [run for source in sources for run in json.loads(source.read_text())["runs"]]
+    _save_runs(runs, path)  # the results file read and written once
+    return len(runs)
 
 
 def run_benchmark(problems: list[dict], args: argparse.Namespace, label: str) -> int:
@@ -532,13 +532,13 @@ def run_benchmark(problems: list[dict], args: argparse.Namespace, label: str) ->
         row["seconds"] = round(time.perf_counter() - t0, 2)
         run["rows"].append(row)
         run["seconds"] = round(time.perf_counter() - start, 1)
-        _save_run(run, args.results)
+        _save_runs([run], args.results)
         print(_summary(row), flush=True)
         if "CUDA error" in row["errors"].get("problem", ""):
             run["not_run"] += [q["key"] for q in problems[problems.index(p) + 1 :]]
             print("bench_corpus: stopping after a CUDA error (the context is unusable)")
             break
-    _save_run(run, args.results)
+    _save_runs([run], args.results)
     print(
         f"bench_corpus: {len(run['rows'])} problems measured in {time.perf_counter() - start:.0f} s"
         f"; {len(run['not_run'])} not run (--max-seconds {args.max_seconds:g}); "
