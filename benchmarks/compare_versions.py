@@ -1,6 +1,7 @@
 """Time the current checkout's cute_conv against an older version's, in one process.
 
-    python benchmarks/compare_versions.py [--base 297a048 | --base-dir DIR] [--shapes NAME,...]
+    python benchmarks/compare_versions.py [--base 297a048 | --base-dir DIR]
+                                          [--shapes NAME,... | --corpus-keys KEY,...|@FILE]
                                           [--rounds 5] [--out benchmarks/COMPARE.md]
 
 The old version (``--base``: any commit-ish of this repository, read with ``git archive``;
@@ -11,7 +12,9 @@ inside, as the install maps it to ``cute_conv.kernels``) and imported beside the
 ``cute_conv_base.*``. Its compiled kernels go to their own disk-cache directory,
 ``$CUTE_CONV_CACHE_DIR/cute_conv_base``, so neither version can load the other's binaries.
 
-For every shape of ``benchmarks/shapes.json`` both versions run the plain conv
+For every shape of ``benchmarks/shapes.json`` (or, with ``--corpus-keys``, every named problem
+of the corpus, ``benchmarks/corpus.json``, its geometry padded asymmetrically where it is)
+both versions run the plain conv
 (``conv2d_fprop``) and the fused form of ``bench.py`` (``conv2d_fprop_with_residual(...,
 bias=b, activation="relu")``), each with its own default heuristic config passed explicitly (no
 autotuning, no stored autotuner choice). Every output is checked against the float32 reference
@@ -328,6 +331,24 @@ def select_shapes(names: str | None) -> list[dict]:
     return [s for s in shapes if s["name"] in wanted]
 
 
+def corpus_shapes(spec: str) -> list[dict]:
+    """The corpus problems ``spec`` names (``bench_corpus.read_keys``: comma-separated keys or
+    ``@FILE``) as shapes of ``bench_shape``, in the corpus's order, each named by its key."""
+    from bench_corpus import load_corpus, read_keys
+
+    wanted = set(read_keys(spec))
+    problems = [p for p in load_corpus() if p["key"] in wanted]
+    unknown = sorted(wanted - {p["key"] for p in problems})
+    if unknown:
+        raise ValueError(f"--corpus-keys: not in the corpus: {', '.join(unknown)}")
+    return [
+        {"name": p["key"], **{name: p[name] for name in "NHWCKRS"},
+         "stride": tuple(p["stride"]), "pad": tuple(map(tuple, p["padding"])),
+         "dilation": tuple(p["dilation"])}
+        for p in problems
+    ]  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     base = parser.add_mutually_exclusive_group()
@@ -336,15 +357,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--base-dir", type=Path, help="a directory holding the old version's cute_conv/ and "
         "kernels/ (e.g. from `git archive 297a048 cute_conv kernels | tar -x -C DIR`)",
     )  # fmt: skip
-    parser.add_argument("--shapes", help="comma-separated shape names (default: all)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--shapes", help="comma-separated shape names (default: all)")
+    which.add_argument(
+        "--corpus-keys", help="corpus problems instead: comma-separated keys, or @FILE of them"
+    )
     parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS)
     parser.add_argument("--out", type=Path, default=HERE / "COMPARE.md")
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
     try:
-        shapes = select_shapes(args.shapes)
-    except ValueError as exc:
+        shapes = corpus_shapes(args.corpus_keys) if args.corpus_keys else select_shapes(args.shapes)
+    except (ValueError, FileNotFoundError) as exc:
         parser.error(str(exc))
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         print("compare_versions: needs an H100/H200 (compute capability 9.0); nothing measured.")

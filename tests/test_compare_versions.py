@@ -189,6 +189,38 @@ def test_cli_errors_before_any_gpu_work(compare, capsys):
         assert "needs an H100/H200" in capsys.readouterr().out
 
 
+def test_corpus_keys_become_shapes(compare, tmp_path):
+    """``--corpus-keys``: corpus problems (asymmetric padding included) as ``bench_shape``'s
+    shapes, whose geometry is the corpus problem's."""
+    from bench_corpus import load_corpus, problem_shape
+
+    corpus = load_corpus()
+    asymmetric = next(p for p in corpus if "asymmetric" in p["tags"])
+    keys = [corpus[0]["key"], asymmetric["key"]]
+    listed = tmp_path / "keys.txt"
+    listed.write_text("\n".join(keys) + "\n")
+    for spec in (",".join(keys), f"@{listed}"):
+        shapes = compare.corpus_shapes(spec)
+        assert sorted(s["name"] for s in shapes) == sorted(keys)
+        for shape in shapes:
+            p = next(q for q in corpus if q["key"] == shape["name"])
+            built = cute_conv.Conv2dProblemShape.from_shapes(
+                tuple(shape[d] for d in "NHWC"), tuple(shape[d] for d in "KRSC"),
+                stride=shape["stride"], padding=shape["pad"], dilation=shape["dilation"],
+            )  # fmt: skip
+            assert built == problem_shape(p)
+    with pytest.raises(ValueError, match="not in the corpus: no-such-key"):
+        compare.corpus_shapes(f"{keys[0]},no-such-key")
+
+
+def test_corpus_keys_cli_errors(compare, capsys):
+    with pytest.raises(SystemExit):
+        compare.main(["--corpus-keys", "no-such-key"])
+    assert "not in the corpus: no-such-key" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        compare.main(["--corpus-keys", "a", "--shapes", "gluon-bench"])
+
+
 def _result(compare, name, plain, fused, checks=None):
     """A shape's result: (old, new) milliseconds of the plain and fused conv."""
     return compare.ShapeResult(
