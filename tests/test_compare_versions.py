@@ -184,6 +184,11 @@ def test_cli_errors_before_any_gpu_work(compare, capsys):
         compare.main(["--base", "297a048", "--base-dir", "x"])
     with pytest.raises(SystemExit):
         compare.main(["--rounds", "0"])
+    with pytest.raises(SystemExit):
+        compare.main(["--corpus-keys", "no-such-key"])
+    assert "not in the corpus: no-such-key" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        compare.main(["--corpus-keys", "a", "--shapes", "gluon-bench"])
     if not torch.cuda.is_available():
         assert compare.main(["--shapes", "gluon-bench"]) == 1
         assert "needs an H100/H200" in capsys.readouterr().out
@@ -211,14 +216,6 @@ def test_corpus_keys_become_shapes(compare, tmp_path):
             assert built == problem_shape(p)
     with pytest.raises(ValueError, match="not in the corpus: no-such-key"):
         compare.corpus_shapes(f"{keys[0]},no-such-key")
-
-
-def test_corpus_keys_cli_errors(compare, capsys):
-    with pytest.raises(SystemExit):
-        compare.main(["--corpus-keys", "no-such-key"])
-    assert "not in the corpus: no-such-key" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        compare.main(["--corpus-keys", "a", "--shapes", "gluon-bench"])
 
 
 def _result(compare, name, plain, fused, checks=None):
