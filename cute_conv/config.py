@@ -263,6 +263,8 @@ def default_config(
     has_residual: bool = False,
     element_bytes: int = 2,
     wide_split: bool = True,
+    wide_split_residual: bool = False,
+    wide_split_min_k_tiles: float | None = None,
     half_step_min_k_tiles: float | None = None,
     out_bytes: int = 2,
     residual_narrow_max_k: float | None = None,
@@ -419,8 +421,11 @@ def default_config(
     whose split still fills the SMs. Measured on an H200 (``benchmarks/sweep_wide_split.py``,
     88 corpus problems, replayed from CUDA graphs): that 3x3 0.109 -> 0.095 ms, the
     DeepLab-style dilated 3x3s 1.6-1.9x; below ~180 k-tiles every wide split lost (0.53-0.89x
-    on 1x1 convs of C=2048 and 3x3 convs of C <= 960). Fused and fp8 calls were not measured
-    and keep their configs.
+    on 1x1 convs of C=2048 and 3x3 convs of C <= 960). ``wide_split_min_k_tiles`` (None:
+    ``WIDE_SPLIT_MIN_K_TILES``) is that bound, a sweep's variable. Calls with a residual take
+    the wide split only with ``wide_split_residual``, off: not yet measured
+    (``benchmarks/sweep_fused_wide_split.py`` measures and fits it). fp8 calls were not
+    measured and keep their configs.
 
     dynamic_schedule: for 1x1 convs on single-CTA clusters. Their tiles stream from DRAM and
     SMs run them at different speeds (ncu on an H200: the average SM busy 89-90% of the
@@ -459,8 +464,9 @@ def default_config(
     """
     check_heuristic_args(problem, num_sms, has_residual)
     check_element_bytes(element_bytes)
-    if not isinstance(wide_split, bool):
-        raise TypeError(f"wide_split must be a bool, got {wide_split!r}")
+    for name, switch in (("wide_split", wide_split), ("wide_split_residual", wide_split_residual)):
+        if not isinstance(switch, bool):
+            raise TypeError(f"{name} must be a bool, got {switch!r}")
     check_out_bytes(out_bytes)
     if half_step_min_k_tiles is None:
         half_step_min_k_tiles = _half_step_bound(has_residual, element_bytes)
@@ -468,6 +474,8 @@ def default_config(
         residual_narrow_max_k = RESIDUAL_NARROW_MAX_GEMM_K
     if whole_source_min_k is None:
         whole_source_min_k = WHOLE_SOURCE_MIN_GEMM_K
+    if wide_split_min_k_tiles is None:
+        wide_split_min_k_tiles = WIDE_SPLIT_MIN_K_TILES
     if whole_source_min_tiles_per_sm is None:
         whole_source_min_tiles_per_sm = WHOLE_SOURCE_MIN_TILES_PER_SM
     plain = not has_residual and element_bytes == 2
@@ -478,6 +486,7 @@ def default_config(
     check_bound("half_step_min_k_tiles", half_step_min_k_tiles, "k-tiles")
     check_bound("residual_narrow_max_k", residual_narrow_max_k, "GEMM K channels")
     check_bound("whole_source_min_k", whole_source_min_k, "GEMM K channels")
+    check_bound("wide_split_min_k_tiles", wide_split_min_k_tiles, "k-tiles")
     check_bound("whole_source_min_tiles_per_sm", whole_source_min_tiles_per_sm, "tiles per SM")
     check_bound("min_waves_tall", min_waves_tall, "waves")
     check_bound("min_waves_tall_wide", min_waves_tall_wide, "waves")
@@ -532,8 +541,9 @@ def default_config(
     pingpong = pingpong and pingpong_pays(problem, tile_k, num_sms)
     if pingpong:
         tile_n, cluster_m, cluster_n, dynamic_schedule = _PINGPONG_TILE_N, 1, 1, False
-    if wide_split and not stream_k and not has_residual and element_bytes == 2:
-        wide = wide_split_shape(problem, num_sms)
+    wide_split = wide_split and (wide_split_residual or not has_residual)
+    if wide_split and not stream_k and element_bytes == 2:
+        wide = wide_split_shape(problem, num_sms, wide_split_min_k_tiles)
         if wide is not None:
             return split_tile_config(problem, *wide)
     halo = tile_m == 256 and tile_n == 64 and full_k_tile and not stream_k

@@ -1,0 +1,68 @@
+"""Wide split tiles for fused calls: ``relu(conv + b) + r`` on the 128x256 / 256x128 tiles split
+by stream-K that plain calls of long mainloops take, against the fused call's own config
+(CUDA graphs); the fit of the rule's k-tile bound for residual calls.
+
+    python benchmarks/sweep_fused_wide_split.py [--max-seconds 500]   # H100/H200
+    python benchmarks/sweep_fused_wide_split.py --fit                 # no GPU
+
+``--results PATH`` measures into (or fits from) another file than the H200's
+(``wide_split_fused_sweep_H200.json``), e.g. an H100's (``*_H100.json``); ``--joint`` fits
+both GPUs' train rows together.
+
+Why: ``default_config`` gives plain 16-bit convs of at least ``WIDE_SPLIT_MIN_K_TILES``
+k-tiles per tile wide tiles split by stream-K (``config.wide_split_shape``), fitted on plain
+calls only; a fused call of the same conv keeps its narrower data-parallel tiles. On the
+H200's corpus rows (2026-11-28) that left SD's 3x3s of C=1280..2560 on 8x8..32x32 maps
+among the fused calls furthest behind the cuDNN frontend (0.75-0.79x under CUDA graphs),
+e.g. n8_h8_w8_c2560_k1280: plain 57 us on the wide split, fused 89 us on 128x64 tiles.
+
+The problems: every corpus conv whose fused call's config (``untuned.untuned_config``, every
+other rule at its fitted bound) changes when the rule takes residual calls at any bound from
+``SELECTED`` k-tiles up. Per problem, in one process: both configs, each checked against the
+float32 reference from a NaN-poisoned output, then replayed from CUDA graphs, cuDNN's plain
+replay beside them; a rerun skips the problems already there. ``--fit`` scores each bound of
+``MIN_K_TILES_GRID`` on the train problems (geomean of the own config's time over the time
+of the config the bound gives), picks the best (the middle of ties), and reports the same on
+the held-out problems, which the fit never sees.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from sweep_rows import BoundSweep, rule_bound_config  # noqa: E402
+
+RESULTS_PATHS = {"fused": HERE / "wide_split_fused_sweep_H200.json"}
+JOINT_PATHS = (
+    RESULTS_PATHS["fused"],
+    RESULTS_PATHS["fused"].with_name("wide_split_fused_sweep_H100.json"),
+)
+NUM_SMS = 132  # H100 SXM and H200: the selection and the fit use the same count
+OFF = math.inf
+# From 90 k-tiles: on plain calls every wide split of fewer than ~180 lost (sweep_wide_split.py),
+# and below 90 the other rules make most of the rule's wide tiles 64-row data-parallel ones.
+SELECTED = 90
+MIN_K_TILES_GRID = (OFF, 90, 135, 180, 270, 360)
+# Every other rule at its fitted bound: the baseline is the config a fused call runs today.
+FITTED = dict(
+    single_warpgroup_max_k_tiles=None, single_warpgroup_widen_max_k_tiles=None,
+    whole_source_min_k=None, halo_min_column_fill=None, halo_narrow_min_column_fill=None,
+    wide_epilogue_max_k_tiles=None, min_waves_tall=None, min_waves_tall_wide=None,
+    wide_cluster_min_share=None,
+)  # fmt: skip
+
+SWEEP = BoundSweep(
+    rule_bound_config("wide_split_min_k_tiles", NUM_SMS, wide_split_residual=True, **FITTED),
+    off=OFF, on=SELECTED, baseline="own_tiles", variant="wide_split", grid=MIN_K_TILES_GRID,
+    constants={"fused": "WIDE_SPLIT_MIN_K_TILES"},
+)  # fmt: skip
+configs_of, fused_wide_split_problems = SWEEP.configs_of, SWEEP.problems
+
+
+if __name__ == "__main__":
+    SWEEP.main(__doc__, RESULTS_PATHS, JOINT_PATHS)
