@@ -1,6 +1,8 @@
-"""Wide split tiles for fused calls: ``relu(conv + b) + r`` on the 128x256 / 256x128 tiles split
-by stream-K that plain calls of long mainloops take, against the fused call's own config
-(CUDA graphs); the fit of the rule's k-tile bound for residual calls.
+"""Wide split tiles for fused calls against their own config (CUDA graphs), and the rule's fit.
+
+The variant: ``relu(conv + b) + r`` on the 128x256 / 256x128 tiles split by stream-K that plain
+calls of long mainloops take (``default_config``'s ``wide_split_residual``); the fit is of its
+k-tile bound for residual calls.
 
     python benchmarks/sweep_fused_wide_split.py [--max-seconds 500]   # H100/H200
     python benchmarks/sweep_fused_wide_split.py --fit                 # no GPU
