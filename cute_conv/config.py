@@ -105,6 +105,8 @@ MIN_WAVES_DYNAMIC = 19.8
 # Ping-pong (see default_config): for pointwise convs of at least this many k-tiles, at this
 # tile width.
 _MIN_K_TILES_PINGPONG = 4
+# ... and at most this many: no bound yet (benchmarks/sweep_pingpong_k_tiles.py measures one).
+PINGPONG_MAX_K_TILES = math.inf
 _PINGPONG_TILE_N = 128
 # Halo tiles (see default_config): the one tile width measured faster, for output rows that
 # fill at least this fraction of it.
@@ -265,6 +267,7 @@ def default_config(
     wide_split: bool = True,
     wide_split_residual: bool = False,
     wide_split_min_k_tiles: float | None = None,
+    pingpong_max_k_tiles: float | None = None,
     half_step_min_k_tiles: float | None = None,
     out_bytes: int = 2,
     residual_narrow_max_k: float | None = None,
@@ -452,7 +455,9 @@ def default_config(
     with a residual only: fused, the alternative ran 0.981x on the 73 train problems (held-out
     0.970x); plain, 1.073x (held-out 1.040x), its 128-wide tiles wasting N where the wave
     count wants 160, 224 or 256; plain fp8 on its 64 such problems, 1.093x (held-out
-    1.047x). So plain convs no longer take it.
+    1.047x). So plain convs no longer take it. ``pingpong_max_k_tiles`` (None:
+    ``PINGPONG_MAX_K_TILES``, no bound) bounds the k-tiles of the convs that take it: those
+    rows lost it on the long mainloops of C >= 640 (0.76-0.93x), a sweep's variable.
 
     tile_w, halo_h (halo tiles): for the 256x64 tiles of stride-1 convs with several taps whose
     output rows are 48..64 wide (minus the filter's reach along W): 4 output rows of 64
@@ -476,6 +481,8 @@ def default_config(
         whole_source_min_k = WHOLE_SOURCE_MIN_GEMM_K
     if wide_split_min_k_tiles is None:
         wide_split_min_k_tiles = WIDE_SPLIT_MIN_K_TILES
+    if pingpong_max_k_tiles is None:
+        pingpong_max_k_tiles = PINGPONG_MAX_K_TILES
     if whole_source_min_tiles_per_sm is None:
         whole_source_min_tiles_per_sm = WHOLE_SOURCE_MIN_TILES_PER_SM
     plain = not has_residual and element_bytes == 2
@@ -487,6 +494,7 @@ def default_config(
     check_bound("residual_narrow_max_k", residual_narrow_max_k, "GEMM K channels")
     check_bound("whole_source_min_k", whole_source_min_k, "GEMM K channels")
     check_bound("wide_split_min_k_tiles", wide_split_min_k_tiles, "k-tiles")
+    check_bound("pingpong_max_k_tiles", pingpong_max_k_tiles, "k-tiles")
     check_bound("whole_source_min_tiles_per_sm", whole_source_min_tiles_per_sm, "tiles per SM")
     check_bound("min_waves_tall", min_waves_tall, "waves")
     check_bound("min_waves_tall_wide", min_waves_tall_wide, "waves")
@@ -538,7 +546,7 @@ def default_config(
     dynamic_schedule = pointwise and cluster_m == cluster_n == 1 and not stream_k
     dynamic_schedule = dynamic_schedule and tiles >= MIN_WAVES_DYNAMIC * num_sms
     pingpong = has_residual and tile_m == 128 and tile_n > NARROW_TILE_N and not stream_k
-    pingpong = pingpong and pingpong_pays(problem, tile_k, num_sms)
+    pingpong = pingpong and pingpong_pays(problem, tile_k, num_sms, pingpong_max_k_tiles)
     if pingpong:
         tile_n, cluster_m, cluster_n, dynamic_schedule = _PINGPONG_TILE_N, 1, 1, False
     wide_split = wide_split and (wide_split_residual or not has_residual)
@@ -669,15 +677,21 @@ def k_tile_width(channels: int, element_bytes: int, k_tile_cost: float | None = 
     return min(widest_first, key=lambda k: -(-channels // k) * (k + cost))
 
 
-def pingpong_pays(problem: Conv2dProblemShape, tile_k: int, num_sms: int = 132) -> bool:
+def pingpong_pays(
+    problem: Conv2dProblemShape,
+    tile_k: int,
+    num_sms: int = 132,
+    max_k_tiles: float = PINGPONG_MAX_K_TILES,
+) -> bool:
     """Whether ``problem`` is a pointwise conv with the k-tiles (of ``tile_k`` channels) and
     the tiles that ping-pong gains on (see default_config): at least
-    ``_MIN_K_TILES_PINGPONG`` k-tiles, and two tiles per SM of 128 x ``_PINGPONG_TILE_N`` (so
-    that both consumer warpgroups have tiles)."""
+    ``_MIN_K_TILES_PINGPONG`` k-tiles and at most ``max_k_tiles``, and two tiles per SM of
+    128 x ``_PINGPONG_TILE_N`` (so that both consumer warpgroups have tiles)."""
     if not problem.R == problem.S == 1:
         return False
     tiles, k_tiles = schedule_shape(problem, 128, _PINGPONG_TILE_N, tile_k)
-    return k_tiles >= _MIN_K_TILES_PINGPONG and tiles >= 2 * num_sms
+    enough = _MIN_K_TILES_PINGPONG <= k_tiles <= max_k_tiles
+    return enough and tiles >= 2 * num_sms
 
 
 def check_bound(name: str, value: object, unit: str) -> None:
