@@ -37,29 +37,24 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from sweep_rows import BoundSweep, rule_bound_config  # noqa: E402
-
-RESULTS_PATHS = {"fused": HERE / "wide_split_fused_sweep_H200.json"}
-JOINT_PATHS = (
-    RESULTS_PATHS["fused"],
-    RESULTS_PATHS["fused"].with_name("wide_split_fused_sweep_H100.json"),
+from sweep_rows import (  # noqa: E402
+    EVERY_RULE_FITTED,
+    BoundSweep,
+    gpu_results_paths,
+    rule_bound_config,
 )
+
+JOINT_PATHS = gpu_results_paths("wide_split_fused_sweep")
+RESULTS_PATHS = {"fused": JOINT_PATHS[0]}
 NUM_SMS = 132  # H100 SXM and H200: the selection and the fit use the same count
 OFF = math.inf
 # From 90 k-tiles: on plain calls every wide split of fewer than ~180 lost (sweep_wide_split.py),
 # and below 90 the other rules make most of the rule's wide tiles 64-row data-parallel ones.
 SELECTED = 90
 MIN_K_TILES_GRID = (OFF, 90, 135, 180, 270, 360)
-# Every other rule at its fitted bound: the baseline is the config a fused call runs today.
-FITTED = dict(
-    single_warpgroup_max_k_tiles=None, single_warpgroup_widen_max_k_tiles=None,
-    whole_source_min_k=None, halo_min_column_fill=None, halo_narrow_min_column_fill=None,
-    wide_epilogue_max_k_tiles=None, min_waves_tall=None, min_waves_tall_wide=None,
-    wide_cluster_min_share=None,
-)  # fmt: skip
 
 SWEEP = BoundSweep(
-    rule_bound_config("wide_split_min_k_tiles", NUM_SMS, wide_split_residual=True, **FITTED),
+    rule_bound_config("wide_split_min_k_tiles", NUM_SMS, wide_split_residual=True, **EVERY_RULE_FITTED),
     off=OFF, on=SELECTED, baseline="own_tiles", variant="wide_split", grid=MIN_K_TILES_GRID,
     constants={"fused": "WIDE_SPLIT_MIN_K_TILES"},
 )  # fmt: skip

@@ -37,25 +37,20 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from sweep_rows import BoundSweep, rule_bound_config  # noqa: E402
-
-RESULTS_PATHS = {"fused": HERE / "pingpong_k_tiles_fused_sweep_H200.json"}
-JOINT_PATHS = (
-    RESULTS_PATHS["fused"],
-    RESULTS_PATHS["fused"].with_name("pingpong_k_tiles_fused_sweep_H100.json"),
+from sweep_rows import (  # noqa: E402
+    EVERY_RULE_FITTED,
+    BoundSweep,
+    gpu_results_paths,
+    rule_bound_config,
 )
+
+JOINT_PATHS = gpu_results_paths("pingpong_k_tiles_fused_sweep")
+RESULTS_PATHS = {"fused": JOINT_PATHS[0]}
 NUM_SMS = 132  # H100 SXM and H200: the selection and the fit use the same count
 MAX_K_TILES_GRID = (0, 4, 6, 8, 10, 12, 16, 20, 32, math.inf)
-# Every other rule at its fitted bound: the variant is the config a fused call runs today.
-FITTED = dict(
-    single_warpgroup_max_k_tiles=None, single_warpgroup_widen_max_k_tiles=None,
-    whole_source_min_k=None, halo_min_column_fill=None, halo_narrow_min_column_fill=None,
-    wide_epilogue_max_k_tiles=None, min_waves_tall=None, min_waves_tall_wide=None,
-    wide_cluster_min_share=None,
-)  # fmt: skip
 
 SWEEP = BoundSweep(
-    rule_bound_config("pingpong_max_k_tiles", NUM_SMS, **FITTED),
+    rule_bound_config("pingpong_max_k_tiles", NUM_SMS, **EVERY_RULE_FITTED),
     off=0, on=math.inf, baseline="no_pingpong", variant="pingpong", grid=MAX_K_TILES_GRID,
     constants={"fused": "PINGPONG_MAX_K_TILES"},
 )  # fmt: skip

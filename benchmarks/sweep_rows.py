@@ -16,6 +16,21 @@ from pathlib import Path
 # The bounds on 256-row tiles the sweeps before sweep_tall_tiles.py ran with: the suite's 4
 # waves for narrow tiles, none for 128-wide ones (``default_config``'s keywords).
 SUITE_TALL_TILES = {"min_waves_tall": 4, "min_waves_tall_wide": math.inf}
+# ``untuned_with``'s keywords that put every rule it defaults off (as the sweeps before those
+# rules measured) at its fitted bound: a sweep run now measures against what calls run today.
+EVERY_RULE_FITTED = dict(
+    single_warpgroup_max_k_tiles=None, single_warpgroup_widen_max_k_tiles=None,
+    whole_source_min_k=None, halo_min_column_fill=None, halo_narrow_min_column_fill=None,
+    wide_epilogue_max_k_tiles=None, min_waves_tall=None, min_waves_tall_wide=None,
+    wide_cluster_min_share=None,
+)  # fmt: skip
+
+
+def gpu_results_paths(stem: str) -> tuple[Path, Path]:
+    """A sweep's results files on an H200 and on an H100: ``benchmarks/STEM_H200.json`` and
+    ``benchmarks/STEM_H100.json``."""
+    here = Path(__file__).resolve().parent
+    return here / f"{stem}_H200.json", here / f"{stem}_H100.json"
 
 
 def load_results(path: Path) -> dict:

@@ -14,3 +14,14 @@ def check_committed_rows(sweep, selected: list[dict], rows: list[dict], form: st
         assert r["configs"] == {name: repr(c) for name, c in configs.items()}
         assert all(check["ok"] for check in r["checks"].values())
         assert {sweep.baseline, sweep.variant, "cudnn"} <= set(r["ms"])
+
+
+def selected_configs(sweep, selected: list[dict], form: str):
+    """``(problem, baseline config, variant config)`` of each of ``selected`` (a sweep's
+    problems), as the sweep measures them in ``form``."""
+    from bench_corpus import problem_shape
+
+    for p in selected:
+        problem = problem_shape(p)
+        configs = sweep.configs_of(problem, form)
+        yield problem, configs[sweep.baseline], configs[sweep.variant]

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 import sweep_fused_wide_split as sweep
-from bench_corpus import load_corpus, problem_shape
+from bench_corpus import load_corpus
+from bound_sweep_rows import selected_configs
 
 from cute_conv import Conv2dProblemShape
 from cute_conv.config import WIDE_SPLIT_MIN_K_TILES, default_config, wide_split_shape
@@ -20,10 +21,7 @@ SD_8X8 = Conv2dProblemShape.from_shapes((8, 8, 8, 2560), (1280, 3, 3, 2560), pad
 def test_the_selection_is_fused_calls_made_wide_splits():
     chosen = sweep.fused_wide_split_problems(load_corpus(), "fused")
     assert len(chosen) >= 10
-    for p in chosen:
-        problem = problem_shape(p)
-        configs = sweep.configs_of(problem, "fused")
-        own, wide = configs[sweep.SWEEP.baseline], configs[sweep.SWEEP.variant]
+    for problem, own, wide in selected_configs(sweep.SWEEP, chosen, "fused"):
         # The baseline is what a fused call without a config runs today.
         assert own == heuristic_config(problem, 132, has_residual=True) and not own.stream_k
         assert (wide.tile_m, wide.tile_n) in ((128, 256), (256, 128))

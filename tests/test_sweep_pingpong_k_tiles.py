@@ -8,7 +8,8 @@ import math
 
 import pytest
 import sweep_pingpong_k_tiles as sweep
-from bench_corpus import load_corpus, problem_shape
+from bench_corpus import load_corpus
+from bound_sweep_rows import selected_configs
 
 from cute_conv import Conv2dProblemShape
 from cute_conv.config import PINGPONG_MAX_K_TILES, default_config, pingpong_pays
@@ -21,10 +22,7 @@ LONG_1X1 = Conv2dProblemShape.from_shapes((128, 14, 14, 1024), (512, 1, 1, 1024)
 def test_the_selection_is_every_fused_call_on_pingpong_tiles():
     chosen = sweep.pingpong_problems(load_corpus(), "fused")
     assert len(chosen) >= 50
-    for p in chosen:
-        problem = problem_shape(p)
-        configs = sweep.configs_of(problem, "fused")
-        without, today = configs[sweep.SWEEP.baseline], configs[sweep.SWEEP.variant]
+    for problem, without, today in selected_configs(sweep.SWEEP, chosen, "fused"):
         # The variant is what a fused call without a config runs today.
         assert today == heuristic_config(problem, 132, has_residual=True) and today.pingpong
         assert not without.pingpong
