@@ -549,8 +549,8 @@ def default_config(
     pingpong = pingpong and pingpong_pays(problem, tile_k, num_sms, pingpong_max_k_tiles)
     if pingpong:
         tile_n, cluster_m, cluster_n, dynamic_schedule = _PINGPONG_TILE_N, 1, 1, False
-    wide_split = wide_split and (wide_split_residual or not has_residual)
-    if wide_split and not stream_k and element_bytes == 2:
+    takes_wide_split = wide_split and (wide_split_residual or not has_residual)
+    if takes_wide_split and not stream_k and element_bytes == 2:
         wide = wide_split_shape(problem, num_sms, wide_split_min_k_tiles)
         if wide is not None:
             return split_tile_config(problem, *wide)
