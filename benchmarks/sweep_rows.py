@@ -375,6 +375,36 @@ def corpus_problem(key: str):
     return problem_shape(next(p for p in load_corpus() if p["key"] == key))
 
 
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"I/N"`` as ``(I, N)``, with 0 <= I < N."""
+    import argparse
+
+    i, sep, n = text.partition("/")
+    if not (sep and i.isdigit() and n.isdigit() and int(i) < int(n)):
+        raise argparse.ArgumentTypeError(f"must be I/N with 0 <= I < N, got {text!r}")
+    return int(i), int(n)
+
+
+def merge_results(path: Path, shards: list[Path]) -> None:
+    """Add to the results file ``path`` the rows of the ``shards`` (results files that GPUs
+    of one kind measured, each a shard) whose keys it has no row of, all rows then in sample
+    order (sha256 of the key, as ``BoundSweep.problems``); a clear error where a shard was
+    measured on another GPU than ``path``'s rows."""
+    results = load_results(path)
+    keys = {r["key"] for r in results["rows"]}
+    for shard_path in shards:
+        shard = load_results(shard_path)
+        device = results.setdefault("device", shard.get("device"))
+        if shard.get("device") != device:
+            raise SystemExit(f"{shard_path}: measured on {shard.get('device')}, {path} on {device}")
+        new = [r for r in shard["rows"] if r["key"] not in keys]
+        results["rows"] += new
+        keys |= {r["key"] for r in new}
+        print(f"{shard_path}: {len(new)} rows added")
+    results["rows"].sort(key=lambda r: hashlib.sha256(r["key"].encode()).hexdigest())
+    path.write_text(json.dumps(results, indent=1))
+
+
 def timed_rows(path: Path, variants: tuple[str, ...]) -> list[dict]:
     """The rows of the results file ``path`` with every one of ``variants`` timed."""
     return [r for r in load_results(path)["rows"] if set(variants) <= set(r.get("ms", {}))]
@@ -446,20 +476,29 @@ class BoundSweep:
 
         return replayed_row(p, form, self.configs_of(problem_shape(p), form))
 
-    def sweep(self, max_seconds: float, form: str, path: Path) -> None:
-        """Measure the problems ``path`` has no row of yet (kernels compiled first)."""
+    def shard(self, problems: list[dict], form: str, shard: tuple[int, int]) -> list[dict]:
+        """Shard ``(i, n)`` of the problems the sweep measures: every n-th from the i-th, so
+        that n GPUs, each into its own results file, measure them all (``merge``)."""
+        i, n = shard
+        return self.problems(problems, form)[i::n]
+
+    def sweep(
+        self, max_seconds: float, form: str, path: Path, shard: tuple[int, int] = (0, 1)
+    ) -> None:
+        """Measure the problems of ``shard`` that ``path`` has no row of yet (kernels compiled
+        first; ``max_seconds`` 0 only compiles them)."""
         from bench_corpus import load_corpus, problem_shape
 
+        select = functools.partial(self.shard, form=form, shard=shard)
         done = {r["key"] for r in load_results(path)["rows"]}
-        todo = [p for p in self.problems(load_corpus(), form) if p["key"] not in done]
+        todo = [p for p in select(load_corpus()) if p["key"] not in done]
         configs = {
             c.compiled_form() for p in todo
             for c in self.configs_of(problem_shape(p), form).values()
         }  # fmt: skip
         precompile(configs, "float8_e4m3fn" if form == "fp8" else "bfloat16")
         sweep_new_problems(
-            path, functools.partial(self.problems, form=form),
-            functools.partial(self.measure, form=form), max_seconds, ("key", "ms"),
+            path, select, functools.partial(self.measure, form=form), max_seconds, ("key", "ms")
         )  # fmt: skip
 
     def chosen_name(self, row: dict, bound: float, form: str = "plain") -> str:
@@ -550,7 +589,8 @@ class BoundSweep:
         joint_paths: tuple[Path, ...] | dict[str, tuple[Path, ...]] = (),
     ) -> None:
         """The sweep's command line: ``--form``, ``--max-seconds``, ``--fit`` (no GPU),
-        ``--results`` (another file than the form's in ``results_paths``) and, where the
+        ``--results`` (another file than the form's in ``results_paths``), ``--shard I/N``
+        (``shard``), ``--merge FILE...`` (``merge_results``, no GPU) and, where the
         sweep has ``joint_paths`` (several GPUs' results; a dict of them by form where the
         forms have their own), ``--joint`` (``joint_fit``)."""
         import argparse
@@ -560,6 +600,14 @@ class BoundSweep:
         parser.add_argument("--max-seconds", type=float, default=500.0)
         parser.add_argument("--fit", action="store_true", help="no GPU: from the results file")
         parser.add_argument("--results", type=Path, help="default: the form's file")
+        parser.add_argument(
+            "--shard", type=parse_shard, default=(0, 1), metavar="I/N",
+            help="measure every N-th problem from the I-th (one GPU of N)",
+        )  # fmt: skip
+        parser.add_argument(
+            "--merge", type=Path, nargs="+", metavar="FILE",
+            help="no GPU: add these shards' rows to the results file",
+        )  # fmt: skip
         if joint_paths:
             parser.add_argument("--joint", action="store_true", help="no GPU: every GPU's rows")
         args = parser.parse_args()
@@ -567,7 +615,9 @@ class BoundSweep:
         if joint_paths and args.joint:
             paths = joint_paths[args.form] if isinstance(joint_paths, dict) else joint_paths
             self.joint_fit(args.form, paths)
+        elif args.merge:
+            merge_results(path, args.merge)
         elif args.fit:
             self.fit(args.form, path)
         else:
-            self.sweep(args.max_seconds, args.form, path)
+            self.sweep(args.max_seconds, args.form, path, args.shard)
