@@ -19,6 +19,7 @@ without ping-pong is the faster.
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 from pathlib import Path
 
@@ -61,7 +62,7 @@ def form_configs(problem, form: str):
     finally:
         config_module.pingpong_pays = pays
     takes = default.tile_m == 128 and default.tile_n > 32 and not default.stream_k
-    if not (takes and pays(problem, default.tile_k, NUM_SMS)):
+    if not (takes and pays(problem, default.tile_k, NUM_SMS, max_k_tiles=math.inf)):
         return None
     # 128-wide ping-pong tiles keep the plan's stages (a whole tile of C is for wider ones).
     pingpong = dataclasses.replace(

@@ -105,8 +105,9 @@ MIN_WAVES_DYNAMIC = 19.8
 # Ping-pong (see default_config): for pointwise convs of at least this many k-tiles, at this
 # tile width.
 _MIN_K_TILES_PINGPONG = 4
-# ... and at most this many: no bound yet (benchmarks/sweep_pingpong_k_tiles.py measures one).
-PINGPONG_MAX_K_TILES = math.inf
+# ... and at most this many: fitted on the corpus's train part (benchmarks/
+# sweep_pingpong_k_tiles.py, H200).
+PINGPONG_MAX_K_TILES = 8
 _PINGPONG_TILE_N = 128
 # Halo tiles (see default_config): the one tile width measured faster, for output rows that
 # fill at least this fraction of it.
@@ -456,8 +457,14 @@ def default_config(
     0.970x); plain, 1.073x (held-out 1.040x), its 128-wide tiles wasting N where the wave
     count wants 160, 224 or 256; plain fp8 on its 64 such problems, 1.093x (held-out
     1.047x). So plain convs no longer take it. ``pingpong_max_k_tiles`` (None:
-    ``PINGPONG_MAX_K_TILES``, no bound) bounds the k-tiles of the convs that take it: those
-    rows lost it on the long mainloops of C >= 640 (0.76-0.93x), a sweep's variable.
+    ``PINGPONG_MAX_K_TILES``) bounds the k-tiles of the convs that take it: on long
+    mainloops the epilogue it hides is a small share of a tile, and the 128-wide tile costs
+    more than the plain call's wider one. Fitted on the corpus (``benchmarks/
+    sweep_pingpong_k_tiles.py``, H200, the 102 fused calls that took it unbounded, against
+    their config without it, replayed from CUDA graphs): by k-tiles it ran 1.066x at 4
+    (33 convs), 1.036x at 8 (25), 0.86-0.90x at 10-15 (11), 0.95-1.02x beyond; bounded at 8
+    it runs 1.030x on the 73 train problems (unbounded 1.010x), 1.038x held-out (1.033x).
+    Fp8 calls with a residual take the same bound in their own k-tiles (unmeasured).
 
     tile_w, halo_h (halo tiles): for the 256x64 tiles of stride-1 convs with several taps whose
     output rows are 48..64 wide (minus the filter's reach along W): 4 output rows of 64
