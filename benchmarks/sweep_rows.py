@@ -22,7 +22,7 @@ EVERY_RULE_FITTED = dict(
     single_warpgroup_max_k_tiles=None, single_warpgroup_widen_max_k_tiles=None,
     whole_source_min_k=None, halo_min_column_fill=None, halo_narrow_min_column_fill=None,
     wide_epilogue_max_k_tiles=None, min_waves_tall=None, min_waves_tall_wide=None,
-    wide_cluster_min_share=None, pingpong_max_k_tiles=None,
+    wide_cluster_min_share=None, pingpong_max_k_tiles=None, wide_split_residual=True,
 )  # fmt: skip
 
 
@@ -266,7 +266,8 @@ def untuned_with(
     min_waves_tall_wide: float | None = SUITE_TALL_TILES["min_waves_tall_wide"],
     wide_cluster_min_share: float | None = math.inf,
     wide_cluster_max_share: float | None = None, wide_cluster_residual: bool = False,
-    pingpong_max_k_tiles: float | None = math.inf, **heuristic_kwargs,
+    pingpong_max_k_tiles: float | None = math.inf, wide_split_residual: bool = False,
+    **heuristic_kwargs,
 ):  # fmt: skip
     """The config a call of ``form`` (``plain``, ``fused`` or ``fp8``, as in
     ``measure_configs``) without one runs on ``problem`` (``untuned.untuned_config``: staging,
@@ -282,8 +283,9 @@ def untuned_with(
     ran default to off, as those sweeps measured: the single-warpgroup rule and its wider
     tiles (0), ``default_config``'s ``whole_source_min_k`` (inf) and 256-row tiles' bounds
     (``SUITE_TALL_TILES``), the halo rule (a column fill of inf, for narrow tiles too), the
-    epilogue rule (0), the cluster rule (a least SM share of inf) and the upper bound of
-    ping-pong tiles (``pingpong_max_k_tiles``, inf); None takes a rule's fitted bound."""
+    epilogue rule (0), the cluster rule (a least SM share of inf), the upper bound of
+    ping-pong tiles (``pingpong_max_k_tiles``, inf) and the wide split of fused calls
+    (``wide_split_residual``, False); None takes a rule's fitted bound."""
     from cute_conv.arch import ARCHS
     from cute_conv.config import default_config
     from cute_conv.epilogue_rule import wide_epilogue_config
@@ -297,7 +299,8 @@ def untuned_with(
             problem, num_sms, has_residual=has_residual, element_bytes=element_bytes,
             out_bytes=out_bytes, whole_source_min_k=whole_source_min_k,
             min_waves_tall=min_waves_tall, min_waves_tall_wide=min_waves_tall_wide,
-            pingpong_max_k_tiles=pingpong_max_k_tiles, **heuristic_kwargs,
+            pingpong_max_k_tiles=pingpong_max_k_tiles, wide_split_residual=wide_split_residual,
+            **heuristic_kwargs,
         )  # fmt: skip
 
     single_warpgroup_rule = functools.partial(

@@ -266,7 +266,7 @@ def default_config(
     has_residual: bool = False,
     element_bytes: int = 2,
     wide_split: bool = True,
-    wide_split_residual: bool = False,
+    wide_split_residual: bool = True,
     wide_split_min_k_tiles: float | None = None,
     pingpong_max_k_tiles: float | None = None,
     half_step_min_k_tiles: float | None = None,
@@ -427,9 +427,13 @@ def default_config(
     DeepLab-style dilated 3x3s 1.6-1.9x; below ~180 k-tiles every wide split lost (0.53-0.89x
     on 1x1 convs of C=2048 and 3x3 convs of C <= 960). ``wide_split_min_k_tiles`` (None:
     ``WIDE_SPLIT_MIN_K_TILES``) is that bound, a sweep's variable. Calls with a residual take
-    the wide split only with ``wide_split_residual``, off: not yet measured
-    (``benchmarks/sweep_fused_wide_split.py`` measures and fits it). fp8 calls were not
-    measured and keep their configs.
+    it at the same bound (``wide_split_residual``; False keeps their own tiles): on an H200
+    (``benchmarks/sweep_fused_wide_split.py``, the 18 corpus convs whose fused call it would
+    change from 90 k-tiles, against the fused call's own tiles, replayed from CUDA graphs)
+    the bound fitted on the 14 train ones is the plain calls' 180 (1.151x; from 90: 1.041x),
+    held-out 1.142x (4 convs); SD's n8_h8_w8 C=2560 K=1280 3x3 fused 89 -> 61 us, the
+    DeepLab-style dilated 3x3s of C=2048 1.6-1.9x. fp8 calls were not measured and keep
+    their configs.
 
     dynamic_schedule: for 1x1 convs on single-CTA clusters. Their tiles stream from DRAM and
     SMs run them at different speeds (ncu on an H200: the average SM busy 89-90% of the

@@ -131,7 +131,7 @@ def candidate_configs(
     64-wide epilogue subtiles where it keeps 4 A/B stages (``epilogue_rule``); the k-tile
     width, stream-K (split by the heuristic's rule on each candidate's tiles) and (for
     single-CTA clusters) dynamic scheduling choices of the default heuristic, ping-pong where
-    ``pingpong_pays`` (on the 128-row tiles at most 128 wide it takes, with or without a
+    ``pingpong_pays`` without its upper k-tile bound (on the 128-row tiles at most 128 wide it takes, with or without a
     residual; where the heuristic takes dynamic scheduling, each of the two alone), for the problem the kernel runs (after
     staging) on ``num_sms`` SMs with inputs of ``element_bytes`` (1: fp8); and 128x128
     ping-pong halo tiles where they fit (``pingpong_halo_tile``: faster than the default on
@@ -147,8 +147,10 @@ def candidate_configs(
     heuristic = default_config(kernel_problem, num_sms, element_bytes=element_bytes)
     tile_k, stream_k = heuristic.tile_k, heuristic.stream_k
     dynamic = heuristic.dynamic_schedule  # single-CTA clusters only
-    # 128-row tiles at most 128 wide only; tried plain too, where the default leaves it out
-    pingpong = pingpong_pays(kernel_problem, tile_k, num_sms) and heuristic.tile_m == 128
+    # 128-row tiles at most 128 wide only; tried plain too, and on mainloops of any length,
+    # where the default leaves it out
+    pingpong = pingpong_pays(kernel_problem, tile_k, num_sms, max_k_tiles=math.inf)
+    pingpong = pingpong and heuristic.tile_m == 128
     pingpong = pingpong and not stream_k
     shapes = [
         (tile_m, tile_n)

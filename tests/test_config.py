@@ -760,9 +760,11 @@ def test_wide_split_tiles_for_long_data_parallel_mainloops(prob, shape):
     assert config == split_tile_config(prob, *shape)
     rule_free = default_config(prob, wide_split=False)
     assert not rule_free.stream_k and rule_free.tile_n < 256
-    # Only plain 16-bit convs were measured: fused and fp8 calls keep the wave-cost choice.
+    # Fused 16-bit calls take it too (benchmarks/sweep_fused_wide_split.py); fp8 calls were
+    # not measured and keep the wave-cost choice, as fused calls without the switch do.
+    assert default_config(prob, has_residual=True) == config
     for other in (
-        default_config(prob, has_residual=True),
+        default_config(prob, has_residual=True, wide_split_residual=False),
         default_config(prob, element_bytes=1),
     ):
         assert (other.tile_m, other.tile_n) != (tile_m, tile_n) or not other.stream_k

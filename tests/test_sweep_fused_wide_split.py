@@ -1,13 +1,16 @@
-"""Wide split tiles for residual calls (``default_config``'s ``wide_split_residual``, off) and
-the CPU parts of their sweep (benchmarks/sweep_fused_wide_split.py): which problems and
-configs it measures, and that without measured rows the fit says so."""
+"""Wide split tiles for residual calls (``default_config``'s ``wide_split_residual``) and their
+sweep (benchmarks/sweep_fused_wide_split.py): which problems and configs it measures, that the
+committed rows are them and fit the plain calls' bound, and that without measured rows the fit
+says so."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 import sweep_fused_wide_split as sweep
 from bench_corpus import load_corpus
-from bound_sweep_rows import selected_configs
+from bound_sweep_rows import check_committed_rows, selected_configs
 
 from cute_conv import Conv2dProblemShape
 from cute_conv.config import WIDE_SPLIT_MIN_K_TILES, default_config, wide_split_shape
@@ -22,8 +25,10 @@ def test_the_selection_is_fused_calls_made_wide_splits():
     chosen = sweep.fused_wide_split_problems(load_corpus(), "fused")
     assert len(chosen) >= 10
     for problem, own, wide in selected_configs(sweep.SWEEP, chosen, "fused"):
-        # The baseline is what a fused call without a config runs today.
-        assert own == heuristic_config(problem, 132, has_residual=True) and not own.stream_k
+        # What a fused call without a config runs: the wide split from the fitted bound.
+        k_tiles = schedule_shape(problem, wide.tile_m, wide.tile_n, wide.tile_k)[1]
+        today = wide if k_tiles >= WIDE_SPLIT_MIN_K_TILES else own
+        assert today == heuristic_config(problem, 132, has_residual=True) and not own.stream_k
         assert (wide.tile_m, wide.tile_n) in ((128, 256), (256, 128))
         assert wide.stream_k and wide.stream_k_split >= 2
         assert wide_split_shape(problem, 132, sweep.SELECTED) == (
@@ -32,12 +37,22 @@ def test_the_selection_is_fused_calls_made_wide_splits():
         assert schedule_shape(problem, wide.tile_m, wide.tile_n, wide.tile_k)[1] >= sweep.SELECTED
 
 
-def test_fused_calls_keep_their_tiles_unless_the_switch_is_on():
+def test_committed_rows_are_the_selection_and_every_config_passed():
+    rows = json.loads(sweep.RESULTS_PATHS["fused"].read_text())["rows"]
+    chosen = sweep.fused_wide_split_problems(load_corpus(), "fused")
+    check_committed_rows(sweep.SWEEP, chosen, rows, "fused")
+
+
+def test_the_committed_rows_fit_the_plain_calls_bound():
+    assert sweep.SWEEP.fit("fused", sweep.RESULTS_PATHS["fused"]) == WIDE_SPLIT_MIN_K_TILES
+
+
+def test_fused_calls_take_the_wide_split_unless_the_switch_is_off():
     plain = default_config(SD_8X8, 132)
     assert (plain.tile_m, plain.tile_n, plain.stream_k) == (128, 256, True)
-    fused = default_config(SD_8X8, 132, has_residual=True)
-    assert fused.tile_n < 256 and not fused.stream_k
-    assert default_config(SD_8X8, 132, has_residual=True, wide_split_residual=True) == plain
+    assert default_config(SD_8X8, 132, has_residual=True) == plain
+    own = default_config(SD_8X8, 132, has_residual=True, wide_split_residual=False)
+    assert own.tile_n < 256 and not own.stream_k
     # The bound: past the tile's 360 k-tiles neither form takes the wide split.
     assert default_config(SD_8X8, 132, wide_split_min_k_tiles=361).tile_n < 256
     assert WIDE_SPLIT_MIN_K_TILES <= 360

@@ -61,3 +61,9 @@ def test_the_fit_without_measured_rows_says_so(tmp_path):
 def test_the_bound_is_checked():
     with pytest.raises(TypeError, match="pingpong_max_k_tiles must be None or a number"):
         default_config(LONG_1X1, 132, has_residual=True, pingpong_max_k_tiles="16")
+
+
+def test_the_tuner_still_times_pingpong_past_the_bound():
+    from cute_conv.tuning import candidate_configs
+
+    assert any(c.pingpong for c in candidate_configs(LONG_1X1, 132, has_residual=True))
