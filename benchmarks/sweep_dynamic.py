@@ -39,6 +39,8 @@ from sweep_rows import (  # noqa: E402
 
 RESULTS_PATH = HERE / "dynamic_sweep.json"
 NUM_SMS = 132  # H100 SXM: the SM count the rows' waves are counted on
+# The 2x1 clusters of 1x1s with partly empty k-tiles came after this sweep (sweep_paired_m.py).
+BEFORE_PAIRED_M = {"paired_m_max_channel_fill": 0}
 
 
 def waves_if_dynamic(problem) -> float | None:
@@ -50,7 +52,7 @@ def waves_if_dynamic(problem) -> float | None:
 
     if kernel_problem_for(problem) != problem or not problem.R == problem.S == 1:
         return None
-    config = default_config(problem, NUM_SMS, **SUITE_TALL_TILES)
+    config = default_config(problem, NUM_SMS, **SUITE_TALL_TILES, **BEFORE_PAIRED_M)
     if config.cluster_shape_mn != (1, 1) or config.stream_k or config.pingpong:
         return None
     tiles, _ = schedule_shape(problem, config.tile_m, config.tile_n, config.tile_k)
@@ -65,7 +67,7 @@ def measure(p: dict) -> dict:
     from cute_conv.config import default_config
 
     problem = problem_shape(p)
-    config = default_config(problem, NUM_SMS, **SUITE_TALL_TILES)
+    config = default_config(problem, NUM_SMS, **SUITE_TALL_TILES, **BEFORE_PAIRED_M)
     configs = {
         "dynamic": dataclasses.replace(config, dynamic_schedule=True),
         "static": dataclasses.replace(config, dynamic_schedule=False),

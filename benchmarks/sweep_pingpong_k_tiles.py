@@ -49,8 +49,11 @@ RESULTS_PATHS = {"fused": JOINT_PATHS[0]}
 NUM_SMS = 132  # H100 SXM and H200: the selection and the fit use the same count
 MAX_K_TILES_GRID = (0, 4, 6, 8, 10, 12, 16, 20, 32, math.inf)
 
+# The 2x1 clusters of 1x1s with partly empty k-tiles came after this sweep (sweep_paired_m.py).
+BEFORE_PAIRED_M = EVERY_RULE_FITTED | {"paired_m_max_channel_fill": 0}
+
 SWEEP = BoundSweep(
-    rule_bound_config("pingpong_max_k_tiles", NUM_SMS, **EVERY_RULE_FITTED),
+    rule_bound_config("pingpong_max_k_tiles", NUM_SMS, **BEFORE_PAIRED_M),
     off=0, on=math.inf, baseline="no_pingpong", variant="pingpong", grid=MAX_K_TILES_GRID,
     constants={"fused": "PINGPONG_MAX_K_TILES"},
 )  # fmt: skip

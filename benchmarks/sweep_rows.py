@@ -23,6 +23,7 @@ EVERY_RULE_FITTED = dict(
     whole_source_min_k=None, halo_min_column_fill=None, halo_narrow_min_column_fill=None,
     wide_epilogue_max_k_tiles=None, min_waves_tall=None, min_waves_tall_wide=None,
     wide_cluster_min_share=None, pingpong_max_k_tiles=None, wide_split_residual=True,
+    paired_m_max_channel_fill=None,
 )  # fmt: skip
 
 
@@ -267,7 +268,7 @@ def untuned_with(
     wide_cluster_min_share: float | None = math.inf,
     wide_cluster_max_share: float | None = None, wide_cluster_residual: bool = False,
     pingpong_max_k_tiles: float | None = math.inf, wide_split_residual: bool = False,
-    **heuristic_kwargs,
+    paired_m_max_channel_fill: float | None = 0, **heuristic_kwargs,
 ):  # fmt: skip
     """The config a call of ``form`` (``plain``, ``fused`` or ``fp8``, as in
     ``measure_configs``) without one runs on ``problem`` (``untuned.untuned_config``: staging,
@@ -284,8 +285,9 @@ def untuned_with(
     tiles (0), ``default_config``'s ``whole_source_min_k`` (inf) and 256-row tiles' bounds
     (``SUITE_TALL_TILES``), the halo rule (a column fill of inf, for narrow tiles too), the
     epilogue rule (0), the cluster rule (a least SM share of inf), the upper bound of
-    ping-pong tiles (``pingpong_max_k_tiles``, inf) and the wide split of fused calls
-    (``wide_split_residual``, False); None takes a rule's fitted bound."""
+    ping-pong tiles (``pingpong_max_k_tiles``, inf), the wide split of fused calls
+    (``wide_split_residual``, False) and the 2x1 clusters of short 1x1s
+    (``paired_m_max_channel_fill``, 0); None takes a rule's fitted bound."""
     from cute_conv.arch import ARCHS
     from cute_conv.config import default_config
     from cute_conv.epilogue_rule import wide_epilogue_config
@@ -300,7 +302,7 @@ def untuned_with(
             out_bytes=out_bytes, whole_source_min_k=whole_source_min_k,
             min_waves_tall=min_waves_tall, min_waves_tall_wide=min_waves_tall_wide,
             pingpong_max_k_tiles=pingpong_max_k_tiles, wide_split_residual=wide_split_residual,
-            **heuristic_kwargs,
+            paired_m_max_channel_fill=paired_m_max_channel_fill, **heuristic_kwargs,
         )  # fmt: skip
 
     single_warpgroup_rule = functools.partial(

