@@ -44,12 +44,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from sweep_rows import (  # noqa: E402
-    EVERY_RULE_FITTED,
-    BoundSweep,
-    gpu_results_paths,
-    rule_bound_config,
-)
+from sweep_rows import EVERY_RULE_FITTED, BoundSweep, gpu_results_paths, rule_bound_config  # noqa: E402
 
 FORMS = ("plain", "fused")
 JOINT_PATHS = {form: gpu_results_paths(f"paired_m_{form}_sweep") for form in FORMS}
