@@ -575,13 +575,13 @@ def default_config(
     cluster_m, cluster_n = cluster_shape(
         problem, tile_n, pair_n=not narrowed_for_residual, share_filter=short_k_shares
     )
-    tiles, k_tiles = schedule_shape(problem, tile_m, tile_n, tile_k)
+    tiles, _ = schedule_shape(problem, tile_m, tile_n, tile_k)
     stream_k, stream_k_split = stream_k_for_tiles(
         problem, tile_m, tile_n, tile_k, cluster_m, cluster_n, num_sms
     )
     pointwise = problem.R == problem.S == 1
     paired_m = pointwise and cluster_m == cluster_n == 1 and not stream_k and tiles >= num_sms
-    channel_fill = problem.C / (k_tiles * tile_k)
+    channel_fill = problem.C / (-(-problem.C // tile_k) * tile_k)  # of its k-tiles per tap
     if paired_m and element_bytes == 2 and channel_fill <= paired_m_max_channel_fill:
         cluster_m = 2
     dynamic_schedule = pointwise and cluster_m == cluster_n == 1 and not stream_k
