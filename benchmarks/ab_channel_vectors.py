@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import hashlib
 import json
 import math
 import os
@@ -46,7 +45,7 @@ from typing import NamedTuple
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from sweep_rows import load_results  # noqa: E402
+from sweep_rows import load_results, sample_rank  # noqa: E402
 
 FORMS = ("fused", "bias_relu")
 VARIANTS = ("preload", "prefetch", "noprefetch", "const")
@@ -92,7 +91,7 @@ def select_problems(results: dict, device: str, experiment: Experiment) -> list[
     keys = []
     for low, high, count in experiment.selection:
         group = [key for key, us in fused_us.items() if low <= us < high]
-        keys += sorted(group, key=lambda k: hashlib.sha256(k.encode()).hexdigest())[:count]
+        keys += sorted(group, key=sample_rank)[:count]
     return keys
 
 

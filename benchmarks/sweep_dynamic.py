@@ -27,6 +27,7 @@ sys.path.insert(0, str(HERE))
 
 from bench_corpus import problem_shape  # noqa: E402
 from sweep_rows import (  # noqa: E402
+    BEFORE_PAIRED_M,
     SUITE_TALL_TILES,
     best_over_chosen,
     by_split,
@@ -39,8 +40,6 @@ from sweep_rows import (  # noqa: E402
 
 RESULTS_PATH = HERE / "dynamic_sweep.json"
 NUM_SMS = 132  # H100 SXM: the SM count the rows' waves are counted on
-# The 2x1 clusters of 1x1s with partly empty k-tiles came after this sweep (sweep_paired_m.py).
-BEFORE_PAIRED_M = {"paired_m_max_channel_fill": 0}
 
 
 def waves_if_dynamic(problem) -> float | None:

@@ -38,6 +38,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from sweep_rows import (  # noqa: E402
+    BEFORE_PAIRED_M,
     EVERY_RULE_FITTED,
     BoundSweep,
     gpu_results_paths,
@@ -49,11 +50,9 @@ RESULTS_PATHS = {"fused": JOINT_PATHS[0]}
 NUM_SMS = 132  # H100 SXM and H200: the selection and the fit use the same count
 MAX_K_TILES_GRID = (0, 4, 6, 8, 10, 12, 16, 20, 32, math.inf)
 
-# The 2x1 clusters of 1x1s with partly empty k-tiles came after this sweep (sweep_paired_m.py).
-BEFORE_PAIRED_M = EVERY_RULE_FITTED | {"paired_m_max_channel_fill": 0}
-
 SWEEP = BoundSweep(
-    rule_bound_config("pingpong_max_k_tiles", NUM_SMS, **BEFORE_PAIRED_M),
+    # The 2x1 clusters of sweep_paired_m.py came after this sweep.
+    rule_bound_config("pingpong_max_k_tiles", NUM_SMS, **(EVERY_RULE_FITTED | BEFORE_PAIRED_M)),
     off=0, on=math.inf, baseline="no_pingpong", variant="pingpong", grid=MAX_K_TILES_GRID,
     constants={"fused": "PINGPONG_MAX_K_TILES"},
 )  # fmt: skip

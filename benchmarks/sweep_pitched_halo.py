@@ -35,7 +35,6 @@ forms' train problems together (what ``halo_rule`` holds).
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import math
 import sys
@@ -53,6 +52,7 @@ from sweep_rows import (  # noqa: E402
     precompile,
     replayed_row,
     rule_bound_config,
+    sample_rank,
     sweep_new_problems,
     untuned_with,
 )
@@ -107,7 +107,7 @@ def form_configs(problem, form: str) -> dict:
 def pitched_problems(problems: list[dict], form: str) -> list[dict]:
     """The corpus problems the sweep measures in ``form``, in sample order."""
     chosen = [p | {"form": form} for p in problems if form_configs(problem_shape(p), form)]
-    return sorted(chosen, key=lambda p: hashlib.sha256(p["key"].encode()).hexdigest())
+    return sorted(chosen, key=lambda p: sample_rank(p["key"]))
 
 
 def measure(p: dict) -> dict:

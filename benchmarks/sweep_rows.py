@@ -16,6 +16,9 @@ from pathlib import Path
 # The bounds on 256-row tiles the sweeps before sweep_tall_tiles.py ran with: the suite's 4
 # waves for narrow tiles, none for 128-wide ones (``default_config``'s keywords).
 SUITE_TALL_TILES = {"min_waves_tall": 4, "min_waves_tall_wide": math.inf}
+# ``default_config``'s keyword that leaves out the 2x1 clusters of 1x1s with partly empty
+# k-tiles (sweep_paired_m.py), as the sweeps before it measured.
+BEFORE_PAIRED_M = {"paired_m_max_channel_fill": 0}
 # ``untuned_with``'s keywords that put every rule it defaults off (as the sweeps before those
 # rules measured) at its fitted bound: a sweep run now measures against what calls run today.
 EVERY_RULE_FITTED = dict(
@@ -32,6 +35,12 @@ def gpu_results_paths(stem: str) -> tuple[Path, Path]:
     ``benchmarks/STEM_H100.json``."""
     here = Path(__file__).resolve().parent
     return here / f"{stem}_H200.json", here / f"{stem}_H100.json"
+
+
+def sample_rank(key: str) -> str:
+    """A corpus key's place in sample order (the sha256 of the key): any prefix of the
+    problems sorted by it is a sample of them."""
+    return hashlib.sha256(key.encode()).hexdigest()
 
 
 def load_results(path: Path) -> dict:
@@ -394,7 +403,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 def merge_results(path: Path, shards: list[Path]) -> None:
     """Add to the results file ``path`` the rows of the ``shards`` (results files that GPUs
     of one kind measured, each a shard) whose keys it has no row of, all rows then in sample
-    order (sha256 of the key, as ``BoundSweep.problems``); a clear error where a shard was
+    order (``sample_rank``, as ``BoundSweep.problems``); a clear error where a shard was
     measured on another GPU than ``path``'s rows."""
     results = load_results(path)
     keys = {r["key"] for r in results["rows"]}
@@ -407,7 +416,7 @@ def merge_results(path: Path, shards: list[Path]) -> None:
         results["rows"] += new
         keys |= {r["key"] for r in new}
         print(f"{shard_path}: {len(new)} rows added")
-    results["rows"].sort(key=lambda r: hashlib.sha256(r["key"].encode()).hexdigest())
+    results["rows"].sort(key=lambda r: sample_rank(r["key"]))
     path.write_text(json.dumps(results, indent=1))
 
 
@@ -475,7 +484,7 @@ class BoundSweep:
             configs = self.configs_of(problem_shape(p), form)
             if configs[self.baseline] != configs[self.variant]:
                 chosen.append(p)
-        return sorted(chosen, key=lambda p: hashlib.sha256(p["key"].encode()).hexdigest())
+        return sorted(chosen, key=lambda p: sample_rank(p["key"]))
 
     def measure(self, p: dict, form: str = "plain") -> dict:
         from bench_corpus import problem_shape

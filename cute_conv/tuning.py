@@ -131,9 +131,9 @@ def candidate_configs(
     64-wide epilogue subtiles where it keeps 4 A/B stages (``epilogue_rule``); the k-tile
     width, stream-K (split by the heuristic's rule on each candidate's tiles) and (for
     single-CTA clusters) dynamic scheduling choices of the default heuristic, ping-pong where
-    ``pingpong_pays`` without its upper k-tile bound (on the 128-row tiles at most 128 wide it takes, with or without a
-    residual; where the heuristic takes dynamic scheduling, each of the two alone), for the problem the kernel runs (after
-    staging) on ``num_sms`` SMs with inputs of ``element_bytes`` (1: fp8); and 128x128
+    ``pingpong_pays`` without its upper k-tile bound (on the 128-row tiles at most 128 wide
+    it takes, with or without a residual; where the heuristic takes dynamic scheduling, each
+    of the two alone), for the problem the kernel runs (after staging) on ``num_sms`` SMs with inputs of ``element_bytes`` (1: fp8); and 128x128
     ping-pong halo tiles where they fit (``pingpong_halo_tile``: faster than the default on
     some devices only; they need 128-byte k-tiles); halo tiles of 128 and 256 rows, whole-row
     or pitched, where they run the problem (``_halo_candidates``). With ``has_residual``
