@@ -41,6 +41,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from sweep_rows import (  # noqa: E402
+    BEFORE_SQUARE_SPLIT,
     EVERY_RULE_FITTED,
     BoundSweep,
     gpu_results_paths,
@@ -57,7 +58,9 @@ SELECTED = 90
 MIN_K_TILES_GRID = (OFF, 90, 135, 180, 270, 360)
 
 SWEEP = BoundSweep(
-    rule_bound_config("wide_split_min_k_tiles", NUM_SMS, **EVERY_RULE_FITTED),
+    rule_bound_config(
+        "wide_split_min_k_tiles", NUM_SMS, **(EVERY_RULE_FITTED | BEFORE_SQUARE_SPLIT)
+    ),
     off=OFF, on=SELECTED, baseline="own_tiles", variant="wide_split", grid=MIN_K_TILES_GRID,
     constants={"fused": "WIDE_SPLIT_MIN_K_TILES"},
 )  # fmt: skip

@@ -146,7 +146,9 @@ def chosen_name(row: dict, min_k_tiles: float) -> str | None:
 
     if "stream_k=True" in row["configs"][HEURISTIC]:
         return HEURISTIC
-    shape = wide_split_shape(corpus_problem(row["key"]), NUM_SMS, min_k_tiles=min_k_tiles)
+    problem = corpus_problem(row["key"])
+    # The sweep predates the 128x128 split tiles (sweep_square_split.py): it timed wide ones.
+    shape = wide_split_shape(problem, NUM_SMS, min_k_tiles=min_k_tiles, square_split=False)
     if shape is None:
         return HEURISTIC
     name = shape_name(*shape)

@@ -127,6 +127,9 @@ _PINGPONG_HALO_TILE_W = 32
 # H200 (benchmarks/sweep_wide_split.py, wide_split_sweep.json).
 WIDE_SPLIT_MIN_K_TILES = 180
 _WIDE_SPLIT_SHAPES = ((128, 256), (256, 128))
+# Where 128x128 tiles of a conv the wide split takes split too, they run instead (fewer ways,
+# half the partial tile per way: benchmarks/sweep_square_split.py).
+_SQUARE_SPLIT_SHAPE = (128, 128)
 _WIDE_SPLIT_MAX_N_PADDING = 0.25
 # Tile widths step by 32 (the epilogue's subtile); the half steps between them (48, 80, ...,
 # 240) are considered for convs of at least this many k-tiles: 16-bit plain, 16-bit with a
@@ -274,6 +277,7 @@ def default_config(
     wide_split: bool = True,
     wide_split_residual: bool = True,
     wide_split_min_k_tiles: float | None = None,
+    square_split: bool = True,
     pingpong_max_k_tiles: float | None = None,
     paired_m_max_channel_fill: float | None = None,
     half_step_min_k_tiles: float | None = None,
@@ -440,7 +444,11 @@ def default_config(
     the bound fitted on the 14 train ones is the plain calls' 180 (1.151x; from 90: 1.041x),
     held-out 1.142x (4 convs); SD's n8_h8_w8 C=2560 K=1280 3x3 fused 89 -> 61 us, the
     DeepLab-style dilated 3x3s of C=2048 1.6-1.9x. fp8 calls were not measured and keep
-    their configs.
+    their configs. Where 128x128 tiles of such a conv split too (``square_split``; False
+    keeps the wide tiles), they run instead: a wide tile split 4-6 ways writes and reads a
+    128x256 fp32 partial per way, a 128x128 one split 2-3 ways half that, fewer times. On an
+    H200 (``benchmarks/sweep_square_split.py``, CUDA-graph replays) SD's batch-1 32x32 3x3s
+    of K=640 ran 1.39-1.43x faster, its 8x8 ones of K=1280 1.09-1.20x, plain and fused.
 
     dynamic_schedule: for 1x1 convs on single-CTA clusters. Their tiles stream from DRAM and
     SMs run them at different speeds (ncu on an H200: the average SM busy 89-90% of the
@@ -501,7 +509,11 @@ def default_config(
     """
     check_heuristic_args(problem, num_sms, has_residual)
     check_element_bytes(element_bytes)
-    for name, switch in (("wide_split", wide_split), ("wide_split_residual", wide_split_residual)):
+    switches = (
+        ("wide_split", wide_split), ("wide_split_residual", wide_split_residual),
+        ("square_split", square_split),
+    )  # fmt: skip
+    for name, switch in switches:
         if not isinstance(switch, bool):
             raise TypeError(f"{name} must be a bool, got {switch!r}")
     check_out_bytes(out_bytes)
@@ -592,7 +604,7 @@ def default_config(
         tile_n, cluster_m, cluster_n, dynamic_schedule = _PINGPONG_TILE_N, 1, 1, False
     takes_wide_split = wide_split and (wide_split_residual or not has_residual)
     if takes_wide_split and not stream_k and element_bytes == 2:
-        wide = wide_split_shape(problem, num_sms, wide_split_min_k_tiles)
+        wide = wide_split_shape(problem, num_sms, wide_split_min_k_tiles, square_split)
         if wide is not None:
             return split_tile_config(problem, *wide)
     halo = tile_m == 256 and tile_n == 64 and full_k_tile and not stream_k
@@ -658,24 +670,40 @@ def wide_split_shape(
     problem: Conv2dProblemShape,
     num_sms: int = 132,
     min_k_tiles: float = WIDE_SPLIT_MIN_K_TILES,
+    square_split: bool = True,
 ) -> tuple[int, int, int] | None:
-    """``(tile_m, tile_n, split)`` of the wide split tiles ``default_config`` gives a
+    """``(tile_m, tile_n, split)`` of the split tiles ``default_config`` gives a
     data-parallel 16-bit ``problem`` (see there): the first of 128x256 and 256x128 whose N
     padding is at most ``_WIDE_SPLIT_MAX_N_PADDING`` of K, where its tiles have at least
     ``min_k_tiles`` k-tiles and ``stream_k_schedule`` splits them (the split fits the SMs);
-    None otherwise."""
+    128x128 tiles instead where ``square_split`` and they split too; None otherwise."""
     check_heuristic_args(problem, num_sms)
     if isinstance(min_k_tiles, bool) or not isinstance(min_k_tiles, (int, float)):
         raise TypeError(f"min_k_tiles must be a number of k-tiles, got {min_k_tiles!r}")
+    if not isinstance(square_split, bool):
+        raise TypeError(f"square_split must be a bool, got {square_split!r}")
     for tile_m, tile_n in wide_tile_shapes(problem):
         config = split_tile_config(problem, tile_m, tile_n)
         _, k_tiles = schedule_shape(problem, tile_m, tile_n, config.tile_k)
         if k_tiles < min_k_tiles:
             return None
-        max_clusters = num_sms // (config.cluster_m * config.cluster_n)
-        _, split = stream_k_schedule(cluster_tile_count(problem, config), k_tiles, max_clusters)
-        return (tile_m, tile_n, split) if split else None
+        split = _split_ways(problem, config, num_sms)
+        if not split:
+            return None
+        square = split_tile_config(problem, *_SQUARE_SPLIT_SHAPE)
+        square_ways = _split_ways(problem, square, num_sms) if square_split else 0
+        if square_ways:
+            return (*_SQUARE_SPLIT_SHAPE, square_ways)
+        return tile_m, tile_n, split
     return None
+
+
+def _split_ways(problem: Conv2dProblemShape, config: Conv2dConfig, num_sms: int) -> int:
+    """The ways ``stream_k_schedule`` splits ``config``'s tiles of ``problem`` over the
+    clusters of ``num_sms`` SMs, 0 where no split fits."""
+    _, k_tiles = schedule_shape(problem, config.tile_m, config.tile_n, config.tile_k)
+    max_clusters = num_sms // (config.cluster_m * config.cluster_n)
+    return stream_k_schedule(cluster_tile_count(problem, config), k_tiles, max_clusters)[1]
 
 
 def tile_widths(k: int) -> tuple[int, ...]:

@@ -737,20 +737,34 @@ def test_small_m_convs_take_narrow_unsplit_tiles():
 
 
 @pytest.mark.parametrize(
-    "prob,shape",
+    "prob,wide,shape",
     [
         # SDXL's batch-1 3x3 at 32x32: 112 data-parallel tiles of 128x96 before; 20 clusters of
-        # 2x1 128x256 tiles, 360 k-tiles each, split 3 ways on 66 clusters.
-        pytest.param(problem(1, 32, 2560, 1280, 3, padding=1), (128, 256, 3), id="sdxl-3x3"),
-        pytest.param(problem(8, 8, 2560, 1280, 3, padding=1), (128, 256, 6), id="batch-8"),
+        # 2x1 128x256 tiles, 360 k-tiles each, split 3 ways on 66 clusters. 40 128x128 tiles
+        # split 3 ways would not fit 132 SMs, 2 ways leave a CTA fewer k-tiles than a split
+        # needs: the wide tiles stay.
         pytest.param(
-            problem(1, 65, 2048, 256, 3, padding=12, dilation=12), (128, 256, 3), id="dilated"
+            problem(1, 32, 2560, 1280, 3, padding=1), (128, 256, 3), (128, 256, 3), id="sdxl-3x3"
+        ),
+        pytest.param(
+            problem(1, 65, 2048, 256, 3, padding=12, dilation=12), (128, 256, 3), (128, 256, 3),
+            id="dilated",
+        ),
+        # 128x128 tiles split too: they run, split fewer ways (benchmarks/sweep_square_split.py).
+        pytest.param(
+            problem(8, 8, 2560, 1280, 3, padding=1), (128, 256, 6), (128, 128, 3), id="batch-8"
+        ),
+        pytest.param(
+            problem(1, 32, 1280, 640, 3, padding=1), (128, 256, 4), (128, 128, 3), id="sd-k640"
         ),
         # K=320 pads a 256-wide tile by 60%, a 128-wide one by 20%.
-        pytest.param(problem(1, 48, 1280, 320, 3, padding=1), (256, 128, 4), id="k320-tall"),
+        pytest.param(
+            problem(1, 48, 1280, 320, 3, padding=1), (256, 128, 4), (128, 128, 2), id="k320"
+        ),
     ],
 )
-def test_wide_split_tiles_for_long_data_parallel_mainloops(prob, shape):
+def test_wide_split_tiles_for_long_data_parallel_mainloops(prob, wide, shape):
+    assert wide_split_shape(prob, square_split=False) == wide
     assert wide_split_shape(prob) == shape
     config = default_config(prob)
     tile_m, tile_n, split = shape
@@ -758,6 +772,7 @@ def test_wide_split_tiles_for_long_data_parallel_mainloops(prob, shape):
         tile_m, tile_n, True, split,
     )  # fmt: skip
     assert config == split_tile_config(prob, *shape)
+    assert default_config(prob, square_split=False) == split_tile_config(prob, *wide)
     rule_free = default_config(prob, wide_split=False)
     assert not rule_free.stream_k and rule_free.tile_n < 256
     # Fused 16-bit calls take it too (benchmarks/sweep_fused_wide_split.py); fp8 calls were
@@ -798,6 +813,10 @@ def test_wide_split_shape_checks_its_arguments():
         wide_split_shape(problem(1, 32, 2560, 1280, 3, padding=1), min_k_tiles="180")
     with pytest.raises(TypeError, match="wide_split must be a bool"):
         default_config(problem(1, 32, 2560, 1280, 3, padding=1), wide_split=1)
+    with pytest.raises(TypeError, match="square_split must be a bool"):
+        wide_split_shape(problem(8, 8, 2560, 1280, 3, padding=1), square_split="yes")
+    with pytest.raises(TypeError, match="square_split must be a bool"):
+        default_config(problem(8, 8, 2560, 1280, 3, padding=1), square_split=1)
 
 
 # ---- half-step tile widths (default_config, half_step_widths) ----

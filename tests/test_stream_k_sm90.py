@@ -25,9 +25,10 @@ STREAM_K_CONFIGS = [
     Config(tile_n=128, stream_k=True, stream_k_split=3),
     Config(tile_n=256, cluster_n=2, stream_k=True, stream_k_split=2),
     Config(tile_n=128, cluster_m=2, stream_k=True, stream_k_split=5),
-    # The wide split tiles of default_config (wide_split_shape).
+    # The split tiles of default_config (wide_split_shape): wide, and 128x128 ones.
     Config(tile_n=256, cluster_m=2, stream_k=True, stream_k_split=3),
     Config(tile_m=256, tile_n=128, cluster_n=2, stream_k=True, stream_k_split=4),
+    Config(tile_n=128, cluster_n=2, stream_k=True, stream_k_split=3),
 ]
 # (N, H, W, C, K, R, S, padding): few tiles of many k-tiles (tiles split between several
 # CTAs), M and K tails, C not a multiple of the k-tile, a 1x1 conv of 4 k-tiles.
@@ -101,6 +102,24 @@ def test_default_config_takes_wide_split_tiles_for_a_long_mainloop():
     config = cute_conv.default_config(problem, num_sms)
     assert (config.tile_n, config.stream_k) == (256, True) and config.stream_k_split >= 2
     assert_repeated_calls_match(act, flt, pad, None)
+
+
+def test_default_config_takes_128x128_split_tiles_where_they_split():
+    act, flt, pad = _inputs((1, 32, 32, 1280, 640, 3, 3, 1))  # SD's K=640 3x3 at 32x32
+    problem = cute_conv.Conv2dProblemShape.from_shapes(act.shape, flt.shape, padding=pad)
+    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    config = cute_conv.default_config(problem, num_sms)
+    assert (config.tile_m, config.tile_n, config.stream_k) == (128, 128, True)
+    assert config.stream_k_split >= 2
+    assert_repeated_calls_match(act, flt, pad, None)
+    residual = torch.randn(*problem.output_shape, device="cuda").to(act.dtype)
+    bias = torch.randn(problem.K, device="cuda", dtype=act.dtype)
+    out = cute_conv.conv2d_fprop_with_residual(
+        act, flt, residual, bias=bias, activation="relu", padding=pad
+    )
+    ref = torch.relu(conv2d_reference(act, flt, padding=pad) + bias.float()) + residual.float()
+    report = compare_to_reference(out, ref)
+    assert report.ok, str(report)
 
 
 def test_each_capture_takes_its_own_workspace():
