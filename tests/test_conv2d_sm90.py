@@ -181,13 +181,15 @@ def test_epilogue_subtile_widths(config):
 # Channel counts whose last c-block (64-channel k-tiles of four 16-channel MMA k-blocks) holds
 # channels in 1, 2 or 3 of its k-blocks, or in all 4 with the last one partly: the WGMMAs skip
 # the k-blocks past C. Through each mainloop: im2col tiles, stream-K ranges that begin and end
-# inside a tap, ping-pong consumers, and halo tiles (one c-block per halo).
+# inside a tap, ping-pong consumers, halo tiles (one c-block per halo), and 2x1 clusters (the
+# filter's partly empty k-tiles multicast to both CTAs, as default_config pairs 1x1s of such C).
 PARTIAL_C_BLOCK_CHANNELS = (72, 96, 112, 120)
 PARTIAL_C_BLOCK_CONFIGS = [
     pytest.param(cute_conv.Conv2dConfig(tile_n=128), id="im2col"),
     pytest.param(cute_conv.Conv2dConfig(tile_n=128, stream_k=True, stream_k_split=5), id="stream_k"),
     pytest.param(cute_conv.Conv2dConfig(tile_n=128, pingpong=True), id="pingpong"),
     pytest.param(cute_conv.Conv2dConfig(tile_m=128, tile_n=64, tile_w=32, halo_h=6), id="halo"),
+    pytest.param(cute_conv.Conv2dConfig(tile_n=128, cluster_m=2), id="paired_m"),
 ]  # fmt: skip
 
 
@@ -195,6 +197,21 @@ PARTIAL_C_BLOCK_CONFIGS = [
 @pytest.mark.parametrize("config", PARTIAL_C_BLOCK_CONFIGS)
 def test_partial_c_blocks(config, c):
     run_and_check(3, 14, 17, c, 136, 3, 3, padding=1, config=config)
+
+
+@pytest.mark.parametrize("c", [48, 120])
+def test_default_pairs_ctas_for_1x1s_with_partly_empty_k_tiles(c):
+    """RegNet-like 1x1s whose C leaves a k-tile partly empty run 2x1 clusters by default
+    (``paired_m_max_channel_fill``), plain and fused, an M tail included."""
+    from tests.repeated_calls import assert_repeated_calls_match
+
+    act, flt = random_conv_inputs(32, 28, 27, c, 120, 1, 1)
+    problem = cute_conv.Conv2dProblemShape.from_shapes(act.shape, flt.shape)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for has_residual in (False, True):
+        config = cute_conv.default_config(problem, sms, has_residual=has_residual)
+        assert config.cluster_shape_mn == (2, 1), config
+    assert_repeated_calls_match(act, flt, 0, None)
 
 
 def _bench_shapes():

