@@ -19,9 +19,9 @@ SUITE_TALL_TILES = {"min_waves_tall": 4, "min_waves_tall_wide": math.inf}
 # ``default_config``'s keyword that leaves out the 2x1 clusters of 1x1s with partly empty
 # k-tiles (sweep_paired_m.py), as the sweeps before it measured.
 BEFORE_PAIRED_M = {"paired_m_max_channel_fill": 0}
-# ``default_config``'s switch that keeps the wide split tiles where 128x128 ones split too
-# (sweep_square_split.py), as the sweeps before it measured.
-BEFORE_SQUARE_SPLIT = {"square_split": False}
+# ``default_config``'s bound that leaves out the 128x128 split tiles (sweep_square_split.py),
+# as the sweeps before it measured.
+BEFORE_SQUARE_SPLIT = {"square_split_min_k_tiles": math.inf}
 # ``untuned_with``'s keywords that put every rule it defaults off (as the sweeps before those
 # rules measured) at its fitted bound: a sweep run now measures against what calls run today.
 EVERY_RULE_FITTED = dict(
@@ -29,7 +29,7 @@ EVERY_RULE_FITTED = dict(
     whole_source_min_k=None, halo_min_column_fill=None, halo_narrow_min_column_fill=None,
     wide_epilogue_max_k_tiles=None, min_waves_tall=None, min_waves_tall_wide=None,
     wide_cluster_min_share=None, pingpong_max_k_tiles=None, wide_split_residual=True,
-    paired_m_max_channel_fill=None, square_split=True,
+    paired_m_max_channel_fill=None, square_split_min_k_tiles=None,
 )  # fmt: skip
 
 
@@ -280,8 +280,8 @@ def untuned_with(
     wide_cluster_min_share: float | None = math.inf,
     wide_cluster_max_share: float | None = None, wide_cluster_residual: bool = False,
     pingpong_max_k_tiles: float | None = math.inf, wide_split_residual: bool = False,
-    paired_m_max_channel_fill: float | None = 0, square_split: bool = False,
-    **heuristic_kwargs,
+    paired_m_max_channel_fill: float | None = 0,
+    square_split_min_k_tiles: float | None = math.inf, **heuristic_kwargs,
 ):  # fmt: skip
     """The config a call of ``form`` (``plain``, ``fused`` or ``fp8``, as in
     ``measure_configs``) without one runs on ``problem`` (``untuned.untuned_config``: staging,
@@ -300,8 +300,8 @@ def untuned_with(
     epilogue rule (0), the cluster rule (a least SM share of inf), the upper bound of
     ping-pong tiles (``pingpong_max_k_tiles``, inf), the wide split of fused calls
     (``wide_split_residual``, False), the 2x1 clusters of short 1x1s
-    (``paired_m_max_channel_fill``, 0) and the 128x128 split tiles (``square_split``,
-    False); None takes a rule's fitted bound."""
+    (``paired_m_max_channel_fill``, 0) and the 128x128 split tiles
+    (``square_split_min_k_tiles``, inf); None takes a rule's fitted bound."""
     from cute_conv.arch import ARCHS
     from cute_conv.config import default_config
     from cute_conv.epilogue_rule import wide_epilogue_config
@@ -316,8 +316,8 @@ def untuned_with(
             out_bytes=out_bytes, whole_source_min_k=whole_source_min_k,
             min_waves_tall=min_waves_tall, min_waves_tall_wide=min_waves_tall_wide,
             pingpong_max_k_tiles=pingpong_max_k_tiles, wide_split_residual=wide_split_residual,
-            paired_m_max_channel_fill=paired_m_max_channel_fill, square_split=square_split,
-            **heuristic_kwargs,
+            paired_m_max_channel_fill=paired_m_max_channel_fill,
+            square_split_min_k_tiles=square_split_min_k_tiles, **heuristic_kwargs,
         )  # fmt: skip
 
     single_warpgroup_rule = functools.partial(

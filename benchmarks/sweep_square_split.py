@@ -1,37 +1,49 @@
-"""128x128 tiles split by stream-K against the wide split tiles (CUDA graphs): the measurements
-behind ``default_config``'s ``square_split``.
+"""128x128 tiles split by stream-K against the call's config without them (CUDA graphs), and the
+fit of their k-tile bounds (``cute_conv.config.SQUARE_SPLIT_MIN_K_TILES``, ``_FUSED``).
 
     python benchmarks/sweep_square_split.py [--form plain|fused] [--max-seconds 500]  # H100/H200
     python benchmarks/sweep_square_split.py [--form plain|fused] --report              # no GPU
+    python benchmarks/sweep_square_split.py [--form plain|fused] --fit                 # no GPU
+
+On the H200's rows (2026-11-28) the fit gives plain calls 90 k-tiles (1.080x on train and
+family, held-out 1.069x; 72: 1.077x, 1.064x; 180: 1.062x, 1.060x) and fused calls 72 (1.128x,
+held-out 1.142x; 90: 1.117x, 1.108x). At 72 (C=512 3x3s) the config that runs is not the
+split: the single-warpgroup rule turns it into 64x128 data-parallel tiles.
 
 ``--results PATH`` measures into (or reports from) another file than the form's H200 file
 (``square_split*_sweep_H200.json``), e.g. an H100's.
 
-Why: the wide split (``config.wide_split_shape``, ``benchmarks/sweep_wide_split.py``) gives
+Why: the wide split (``config.wide_split_shape``, ``benchmarks/sweep_wide_split.py``) gave
 convs of at least ``WIDE_SPLIT_MIN_K_TILES`` k-tiles per tile 128x256 (or 256x128) tiles split
 by stream-K, and its sweep timed only those two shapes. ``cute_conv.autotune`` on the H200's
 slowest corpus rows (session 48, ``experiments/autotune_headroom_H200.json``) picked 128x128
 tiles split the same way for SD's batch-1 32x32 3x3s of K=640, 1.41-1.42x faster. A wide tile
 split 4-6 ways writes and reads a 128x256 fp32 partial per way; 128x128 tiles, twice as many,
-split fewer ways (2-3) and move half the partial each. Where 128x128 tiles split too
-(``stream_k_schedule`` fits their split), the switch takes them.
+split fewer ways (2-3) and move half the partial each. Below the wide split's bound the same
+tiles replace 64-wide data-parallel ones, which stream more operand rows per MMA.
 
-The problems: the corpus convs whose config (``untuned.untuned_config``, every rule at its
-fitted bound) the switch changes, in the form measured (plain bf16, or ``relu(conv + b) + r``),
-and, since the corpus holds only five of them, a family of SD-like convs drawn at random for
-this sweep (``family_problems``: batch 1-8, 8x8-48x48 maps, C=512-2560, K=320-1280, 1x1 or
-3x3; split ``family``, reported apart). Per problem, in one process: both configs, each
-checked against the float32 reference from a NaN-poisoned output, then replayed from CUDA
-graphs, cuDNN's plain replay beside them; a rerun skips the problems already there.
-``--report`` prints, per part (corpus train, corpus held-out, family), the geomean of the wide
-tiles' time over the 128x128 tiles' (> 1: the switch gains), the worst row, and cuDNN's time
-over ours before and after. The switch has no bound to fit; it was set after seeing every
-part (see ``benchmarks/NOTES.md``, session 49).
+The problems: the corpus convs whose config (``untuned.untuned_config``, every other rule at
+its fitted bound) the rule changes at any bound from ``SELECTED`` k-tiles, in the form
+measured (plain bf16, or ``relu(conv + b) + r``), and, since the corpus holds few of them, a
+family of SD-like convs drawn at random for this sweep (``family_problems``: batch 1-8,
+8x8-48x48 maps, C=512-2560, K=320-1280, 1x1 or 3x3; split ``family``), the corpus's shapes
+left out. Per problem, in one process: both configs (``OWN``: the rule left out, the wide
+split where it applies; ``SQUARE``: the 128x128 split), each checked against the float32
+reference from a NaN-poisoned output, then replayed from CUDA graphs, cuDNN's plain replay
+beside them; a rerun skips the problems already there.
+
+``--report`` prints, per part (corpus train, corpus held-out, family), the geomean of the own
+config's time over the 128x128 tiles' (> 1: they gain), the worst row, and cuDNN's time over
+ours with each. ``--fit`` scores, per form, each bound of ``MIN_K_TILES_GRID`` on the
+corpus's train rows and the family's (geomean of the own config's time over the time of the
+config the bound gives), picks the best (the middle of ties) and reports the same on the
+corpus's held-out rows, which the fit never sees.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import sys
 from pathlib import Path
@@ -44,6 +56,7 @@ from sweep_rows import (  # noqa: E402
     EVERY_RULE_FITTED,
     load_results,
     measure_into,
+    middle_of_best,
     passed_rows,
     precompile,
     replayed_row,
@@ -54,8 +67,13 @@ RESULTS_PATHS = {
     "fused": HERE / "square_split_fused_sweep_H200.json",
 }
 NUM_SMS = 132  # H100 SXM and H200: the selection and the report use the same count
-WIDE, SQUARE = "wide", "square"
+OWN, SQUARE = "own", "square"
 PARTS = ("train", "heldout", "family")
+OFF = math.inf
+# From 72 k-tiles (C=512 3x3s): fewer leave a 128x128 tile too short a mainloop to split.
+SELECTED = 72
+MIN_K_TILES_GRID = (OFF, 72, 90, 135, 180)
+CONSTANTS = {"plain": "SQUARE_SPLIT_MIN_K_TILES", "fused": "SQUARE_SPLIT_MIN_K_TILES_FUSED"}
 FAMILY_SEED = 49
 FAMILY_DRAWS = 400
 
@@ -78,18 +96,19 @@ def family_problems() -> list[dict]:
     return list(drawn.values())
 
 
-def configs_of(p: dict, form: str) -> dict:
-    """``{WIDE: the switch off, SQUARE: on}``: the configs a call of ``form`` without one runs
-    on problem ``p``, every other rule at its fitted bound."""
+def config_for(p: dict, form: str, bound: float):
+    """The config a call of ``form`` without one runs on problem ``p`` with the rule at
+    ``bound`` k-tiles, every other rule at its fitted bound."""
     from bench_corpus import problem_shape
     from sweep_rows import untuned_with
 
-    problem = problem_shape(p)
-    fitted = EVERY_RULE_FITTED | {"form": form}
-    return {
-        WIDE: untuned_with(problem, NUM_SMS, **(fitted | {"square_split": False})),
-        SQUARE: untuned_with(problem, NUM_SMS, **(fitted | {"square_split": True})),
-    }
+    kwargs = EVERY_RULE_FITTED | {"form": form, "square_split_min_k_tiles": bound}
+    return untuned_with(problem_shape(p), NUM_SMS, **kwargs)
+
+
+def configs_of(p: dict, form: str) -> dict:
+    """``{OWN: the rule left out, SQUARE: the rule from SELECTED k-tiles}``."""
+    return {OWN: config_for(p, form, OFF), SQUARE: config_for(p, form, SELECTED)}
 
 
 def square_split_problems(form: str) -> list[dict]:
@@ -106,7 +125,7 @@ def square_split_problems(form: str) -> list[dict]:
     chosen = []
     for p in corpus + family:
         configs = configs_of(p, form)
-        if configs[WIDE] != configs[SQUARE]:
+        if configs[OWN] != configs[SQUARE]:
             chosen.append(p)
     return chosen
 
@@ -129,24 +148,61 @@ def sweep(max_seconds: float, form: str, path: Path) -> None:
 
 
 def report(form: str, path: Path) -> None:
-    """Per part: rows, the wide tiles' time over the 128x128 tiles' (geomean, worst), and
-    cuDNN's time over ours with the wide and the 128x128 tiles."""
-    results = load_results(path)
-    rows = passed_rows(results)
-    if not rows:
-        raise SystemExit(f"{path}: no measured rows (run the sweep on a GPU)")
-    print(f"{results.get('device', '?')}, {form}: {len(rows)} problems")
-    print("| part | problems | wide / 128x128 | worst | cuDNN / ours, wide -> 128x128 |")
+    """Per part: rows, the own config's time over the 128x128 tiles' (geomean, worst), and
+    cuDNN's time over ours with each."""
+    rows = _measured_rows(path)
+    print(f"{load_results(path).get('device', '?')}, {form}: {len(rows)} problems")
+    print("| part | problems | own / 128x128 | worst | cuDNN / ours, own -> 128x128 |")
     print("|---|---|---|---|---|")
     for part in PARTS:
         in_part = [r for r in rows if r["split"] == part]
         if not in_part:
             continue
-        gains = [r["ms"][WIDE] / r["ms"][SQUARE] for r in in_part]
-        before = geomean(r["ms"]["cudnn"] / r["ms"][WIDE] for r in in_part)
+        gains = [r["ms"][OWN] / r["ms"][SQUARE] for r in in_part]
+        before = geomean(r["ms"]["cudnn"] / r["ms"][OWN] for r in in_part)
         after = geomean(r["ms"]["cudnn"] / r["ms"][SQUARE] for r in in_part)
         print(f"| {part} | {len(in_part)} | {geomean(gains):.3f} | {min(gains):.3f} | "
               f"{before:.3f} -> {after:.3f} |")  # fmt: skip
+
+
+def _measured_rows(path: Path) -> list[dict]:
+    rows = passed_rows(load_results(path))
+    if not rows:
+        raise SystemExit(f"{path}: no measured rows (run the sweep on a GPU)")
+    return rows
+
+
+def score(rows: list[tuple[str, dict]], bound: float) -> float:
+    """Geomean over ``(form, row)`` of the own config's time over the time of the config the
+    rule with ``bound`` gives the row's problem (> 1: it gains)."""
+    from bench_corpus import load_corpus
+
+    problems = {p["key"]: p for p in load_corpus() + family_problems()}
+
+    def chosen(form: str, row: dict) -> str:
+        config = repr(config_for(problems[row["key"]], form, bound))
+        return next(name for name, timed in row["configs"].items() if timed == config)
+
+    return geomean(row["ms"][OWN] / row["ms"][chosen(form, row)] for form, row in rows)
+
+
+def fit(form: str, path: Path) -> float:
+    """The bound of ``MIN_K_TILES_GRID`` with the best score on ``form``'s corpus train rows
+    and family rows (the middle of ties); prints every bound's score on them and on the
+    held-out rows."""
+    import cute_conv.config
+
+    rows = [(form, row) for row in _measured_rows(path)]
+    fitted_on = [(form, r) for form, r in rows if r["split"] in ("train", "family")]
+    held = [(form, r) for form, r in rows if r["split"] == "heldout"]
+    print(f"{form}: {len(fitted_on)} train and family rows, {len(held)} held-out rows")
+    print("| bound | train + family | held-out |\n|---|---|---|")
+    for bound in MIN_K_TILES_GRID:
+        print(f"| {bound} | {score(fitted_on, bound):.4f} | {score(held, bound):.4f} |")
+    best = middle_of_best(list(MIN_K_TILES_GRID), lambda bound: score(fitted_on, bound))
+    name = CONSTANTS[form]
+    print(f"fitted: {best} (config.{name} = {getattr(cute_conv.config, name)})")
+    return best
 
 
 def main() -> None:
@@ -154,10 +210,13 @@ def main() -> None:
     parser.add_argument("--form", choices=tuple(RESULTS_PATHS), default="plain")
     parser.add_argument("--max-seconds", type=float, default=500.0)
     parser.add_argument("--report", action="store_true", help="no GPU: from the results file")
+    parser.add_argument("--fit", action="store_true", help="no GPU: from the results file")
     parser.add_argument("--results", type=Path, help="default: the form's H200 file")
     args = parser.parse_args()
     path = args.results or RESULTS_PATHS[args.form]
-    if args.report:
+    if args.fit:
+        fit(args.form, path)
+    elif args.report:
         report(args.form, path)
     else:
         sweep(args.max_seconds, args.form, path)

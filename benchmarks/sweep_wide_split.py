@@ -148,7 +148,7 @@ def chosen_name(row: dict, min_k_tiles: float) -> str | None:
         return HEURISTIC
     problem = corpus_problem(row["key"])
     # The sweep predates the 128x128 split tiles (sweep_square_split.py): it timed wide ones.
-    shape = wide_split_shape(problem, NUM_SMS, min_k_tiles=min_k_tiles, square_split=False)
+    shape = wide_split_shape(problem, NUM_SMS, min_k_tiles, square_min_k_tiles=math.inf)
     if shape is None:
         return HEURISTIC
     name = shape_name(*shape)

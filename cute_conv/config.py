@@ -127,8 +127,13 @@ _PINGPONG_HALO_TILE_W = 32
 # H200 (benchmarks/sweep_wide_split.py, wide_split_sweep.json).
 WIDE_SPLIT_MIN_K_TILES = 180
 _WIDE_SPLIT_SHAPES = ((128, 256), (256, 128))
-# Where 128x128 tiles of a conv the wide split takes split too, they run instead (fewer ways,
-# half the partial tile per way: benchmarks/sweep_square_split.py).
+# Data-parallel 16-bit convs of at least this many k-tiles per tile take 128x128 tiles split by
+# stream-K where such a split fits (before the wide split: fewer ways, half the partial tile
+# per way); plain calls, calls with a residual. Fitted per form on the corpus's train part and
+# a family of SD-like convs on an H200 (benchmarks/sweep_square_split.py,
+# square_split*_sweep_H200.json).
+SQUARE_SPLIT_MIN_K_TILES = 90
+SQUARE_SPLIT_MIN_K_TILES_FUSED = 72
 _SQUARE_SPLIT_SHAPE = (128, 128)
 _WIDE_SPLIT_MAX_N_PADDING = 0.25
 # Tile widths step by 32 (the epilogue's subtile); the half steps between them (48, 80, ...,
@@ -277,7 +282,7 @@ def default_config(
     wide_split: bool = True,
     wide_split_residual: bool = True,
     wide_split_min_k_tiles: float | None = None,
-    square_split: bool = True,
+    square_split_min_k_tiles: float | None = None,
     pingpong_max_k_tiles: float | None = None,
     paired_m_max_channel_fill: float | None = None,
     half_step_min_k_tiles: float | None = None,
@@ -444,11 +449,18 @@ def default_config(
     the bound fitted on the 14 train ones is the plain calls' 180 (1.151x; from 90: 1.041x),
     held-out 1.142x (4 convs); SD's n8_h8_w8 C=2560 K=1280 3x3 fused 89 -> 61 us, the
     DeepLab-style dilated 3x3s of C=2048 1.6-1.9x. fp8 calls were not measured and keep
-    their configs. Where 128x128 tiles of such a conv split too (``square_split``; False
-    keeps the wide tiles), they run instead: a wide tile split 4-6 ways writes and reads a
-    128x256 fp32 partial per way, a 128x128 one split 2-3 ways half that, fewer times. On an
-    H200 (``benchmarks/sweep_square_split.py``, CUDA-graph replays) SD's batch-1 32x32 3x3s
-    of K=640 ran 1.39-1.43x faster, its 8x8 ones of K=1280 1.09-1.20x, plain and fused.
+    their configs. Square split tiles come first: from ``SQUARE_SPLIT_MIN_K_TILES`` k-tiles
+    per tile (``SQUARE_SPLIT_MIN_K_TILES_FUSED`` with a residual;
+    ``square_split_min_k_tiles`` overrides it, ``math.inf``: none), where 128x128 tiles split
+    (``stream_k_schedule``), they run instead of the wide split or the data-parallel tiles:
+    a wide tile split 4-6 ways writes and reads a 128x256 fp32 partial per way, 128x128 ones
+    split 2-3 ways half that, fewer times; against 64-wide data-parallel tiles they stream
+    fewer operand rows per MMA. Measured on an H200 (``benchmarks/sweep_square_split.py``,
+    CUDA-graph replays, the corpus's convs and a family of SD-like ones; the bounds fitted
+    per form on the corpus's train part and the family): SD's batch-1 32x32 3x3s of K=640
+    1.39-1.43x faster, 3x3s of C=640-960 1.0-1.3x. At 72 k-tiles (C=512 3x3s) the
+    single-warpgroup rule turns the split into 64x128 data-parallel tiles: fused calls
+    gained there (1.13-1.20x on 5 of 7), plain ones did not (0.83-1.06x).
 
     dynamic_schedule: for 1x1 convs on single-CTA clusters. Their tiles stream from DRAM and
     SMs run them at different speeds (ncu on an H200: the average SM busy 89-90% of the
@@ -509,11 +521,7 @@ def default_config(
     """
     check_heuristic_args(problem, num_sms, has_residual)
     check_element_bytes(element_bytes)
-    switches = (
-        ("wide_split", wide_split), ("wide_split_residual", wide_split_residual),
-        ("square_split", square_split),
-    )  # fmt: skip
-    for name, switch in switches:
+    for name, switch in (("wide_split", wide_split), ("wide_split_residual", wide_split_residual)):
         if not isinstance(switch, bool):
             raise TypeError(f"{name} must be a bool, got {switch!r}")
     check_out_bytes(out_bytes)
@@ -525,6 +533,10 @@ def default_config(
         whole_source_min_k = WHOLE_SOURCE_MIN_GEMM_K
     if wide_split_min_k_tiles is None:
         wide_split_min_k_tiles = WIDE_SPLIT_MIN_K_TILES
+    if square_split_min_k_tiles is None:
+        square_split_min_k_tiles = (
+            SQUARE_SPLIT_MIN_K_TILES_FUSED if has_residual else SQUARE_SPLIT_MIN_K_TILES
+        )
     if pingpong_max_k_tiles is None:
         pingpong_max_k_tiles = PINGPONG_MAX_K_TILES
     if paired_m_max_channel_fill is None:
@@ -542,6 +554,7 @@ def default_config(
     check_bound("residual_narrow_max_k", residual_narrow_max_k, "GEMM K channels")
     check_bound("whole_source_min_k", whole_source_min_k, "GEMM K channels")
     check_bound("wide_split_min_k_tiles", wide_split_min_k_tiles, "k-tiles")
+    check_bound("square_split_min_k_tiles", square_split_min_k_tiles, "k-tiles")
     check_bound("pingpong_max_k_tiles", pingpong_max_k_tiles, "k-tiles")
     check_bound("paired_m_max_channel_fill", paired_m_max_channel_fill, "k-tile fill")
     check_bound("whole_source_min_tiles_per_sm", whole_source_min_tiles_per_sm, "tiles per SM")
@@ -604,7 +617,9 @@ def default_config(
         tile_n, cluster_m, cluster_n, dynamic_schedule = _PINGPONG_TILE_N, 1, 1, False
     takes_wide_split = wide_split and (wide_split_residual or not has_residual)
     if takes_wide_split and not stream_k and element_bytes == 2:
-        wide = wide_split_shape(problem, num_sms, wide_split_min_k_tiles, square_split)
+        wide = wide_split_shape(
+            problem, num_sms, wide_split_min_k_tiles, square_split_min_k_tiles
+        )
         if wide is not None:
             return split_tile_config(problem, *wide)
     halo = tile_m == 256 and tile_n == 64 and full_k_tile and not stream_k
@@ -670,31 +685,31 @@ def wide_split_shape(
     problem: Conv2dProblemShape,
     num_sms: int = 132,
     min_k_tiles: float = WIDE_SPLIT_MIN_K_TILES,
-    square_split: bool = True,
+    square_min_k_tiles: float = SQUARE_SPLIT_MIN_K_TILES,
 ) -> tuple[int, int, int] | None:
     """``(tile_m, tile_n, split)`` of the split tiles ``default_config`` gives a
-    data-parallel 16-bit ``problem`` (see there): the first of 128x256 and 256x128 whose N
-    padding is at most ``_WIDE_SPLIT_MAX_N_PADDING`` of K, where its tiles have at least
-    ``min_k_tiles`` k-tiles and ``stream_k_schedule`` splits them (the split fits the SMs);
-    128x128 tiles instead where ``square_split`` and they split too; None otherwise."""
+    data-parallel 16-bit ``problem`` (see there): 128x128 tiles where they have at least
+    ``square_min_k_tiles`` k-tiles and ``stream_k_schedule`` splits them (the split fits
+    the SMs), else the first of 128x256 and 256x128 whose N padding is at most
+    ``_WIDE_SPLIT_MAX_N_PADDING`` of K, where its tiles have at least ``min_k_tiles``
+    k-tiles and split; None otherwise (also where the tile's N padding is more than that)."""
     check_heuristic_args(problem, num_sms)
-    if isinstance(min_k_tiles, bool) or not isinstance(min_k_tiles, (int, float)):
-        raise TypeError(f"min_k_tiles must be a number of k-tiles, got {min_k_tiles!r}")
-    if not isinstance(square_split, bool):
-        raise TypeError(f"square_split must be a bool, got {square_split!r}")
+    for name, bound in (("min_k_tiles", min_k_tiles), ("square_min_k_tiles", square_min_k_tiles)):
+        if isinstance(bound, bool) or not isinstance(bound, (int, float)):
+            raise TypeError(f"{name} must be a number of k-tiles, got {bound!r}")
+    square = split_tile_config(problem, *_SQUARE_SPLIT_SHAPE)
+    # Every shape's tiles hold the same k-tiles: the conv's taps times its k-tiles of C.
+    _, k_tiles = schedule_shape(problem, *_SQUARE_SPLIT_SHAPE, square.tile_k)
+    square_pads = padded_k(problem.K, square.tile_n) > (1 + _WIDE_SPLIT_MAX_N_PADDING) * problem.K
+    if k_tiles >= square_min_k_tiles and not square_pads:
+        ways = _split_ways(problem, square, num_sms)
+        if ways:
+            return (*_SQUARE_SPLIT_SHAPE, ways)
+    if k_tiles < min_k_tiles:
+        return None
     for tile_m, tile_n in wide_tile_shapes(problem):
-        config = split_tile_config(problem, tile_m, tile_n)
-        _, k_tiles = schedule_shape(problem, tile_m, tile_n, config.tile_k)
-        if k_tiles < min_k_tiles:
-            return None
-        split = _split_ways(problem, config, num_sms)
-        if not split:
-            return None
-        square = split_tile_config(problem, *_SQUARE_SPLIT_SHAPE)
-        square_ways = _split_ways(problem, square, num_sms) if square_split else 0
-        if square_ways:
-            return (*_SQUARE_SPLIT_SHAPE, square_ways)
-        return tile_m, tile_n, split
+        split = _split_ways(problem, split_tile_config(problem, tile_m, tile_n), num_sms)
+        return (tile_m, tile_n, split) if split else None
     return None
 
 

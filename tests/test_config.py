@@ -764,7 +764,7 @@ def test_small_m_convs_take_narrow_unsplit_tiles():
     ],
 )
 def test_wide_split_tiles_for_long_data_parallel_mainloops(prob, wide, shape):
-    assert wide_split_shape(prob, square_split=False) == wide
+    assert wide_split_shape(prob, square_min_k_tiles=math.inf) == wide
     assert wide_split_shape(prob) == shape
     config = default_config(prob)
     tile_m, tile_n, split = shape
@@ -772,7 +772,8 @@ def test_wide_split_tiles_for_long_data_parallel_mainloops(prob, wide, shape):
         tile_m, tile_n, True, split,
     )  # fmt: skip
     assert config == split_tile_config(prob, *shape)
-    assert default_config(prob, square_split=False) == split_tile_config(prob, *wide)
+    unsquared = default_config(prob, square_split_min_k_tiles=math.inf)
+    assert unsquared == split_tile_config(prob, *wide)
     rule_free = default_config(prob, wide_split=False)
     assert not rule_free.stream_k and rule_free.tile_n < 256
     # Fused 16-bit calls take it too (benchmarks/sweep_fused_wide_split.py); fp8 calls were
@@ -785,10 +786,22 @@ def test_wide_split_tiles_for_long_data_parallel_mainloops(prob, wide, shape):
         assert (other.tile_m, other.tile_n) != (tile_m, tile_n) or not other.stream_k
 
 
+def test_square_split_tiles_from_their_fitted_bound():
+    # SD's batch-1 32x32 3x3 of C=960: 135 k-tiles, below the wide split's bound; 40 tiles of
+    # 128x128 split 3 ways fit the SMs.
+    prob = problem(1, 32, 960, 640, 3, padding=1)
+    assert wide_split_shape(prob, square_min_k_tiles=math.inf) is None
+    assert wide_split_shape(prob) == (128, 128, 3)
+    assert default_config(prob) == split_tile_config(prob, 128, 128, 3)
+    assert not default_config(prob, square_split_min_k_tiles=136).stream_k
+    # C=512: 72 k-tiles, below the bound (they lost there).
+    assert wide_split_shape(problem(1, 32, 512, 640, 3, padding=1)) is None
+
+
 @pytest.mark.parametrize(
     "prob,splits_already",
     [
-        pytest.param(problem(1, 32, 960, 640, 3, padding=1), False, id="135-k-tiles"),
+        pytest.param(problem(1, 32, 512, 640, 3, padding=1), False, id="72-k-tiles"),
         pytest.param(problem(1, 32, 2560, 1280, 1), False, id="pointwise"),
         pytest.param(problem(64, 32, 2560, 1280, 3, padding=1), False, id="no-split-fits"),
         # The heuristic splits 64-wide tiles already: the wide tiles lost there.
@@ -813,10 +826,10 @@ def test_wide_split_shape_checks_its_arguments():
         wide_split_shape(problem(1, 32, 2560, 1280, 3, padding=1), min_k_tiles="180")
     with pytest.raises(TypeError, match="wide_split must be a bool"):
         default_config(problem(1, 32, 2560, 1280, 3, padding=1), wide_split=1)
-    with pytest.raises(TypeError, match="square_split must be a bool"):
-        wide_split_shape(problem(8, 8, 2560, 1280, 3, padding=1), square_split="yes")
-    with pytest.raises(TypeError, match="square_split must be a bool"):
-        default_config(problem(8, 8, 2560, 1280, 3, padding=1), square_split=1)
+    with pytest.raises(TypeError, match="square_min_k_tiles must be a number"):
+        wide_split_shape(problem(8, 8, 2560, 1280, 3, padding=1), square_min_k_tiles="90")
+    with pytest.raises(TypeError, match="square_split_min_k_tiles must be None or a number"):
+        default_config(problem(8, 8, 2560, 1280, 3, padding=1), square_split_min_k_tiles=True)
 
 
 # ---- half-step tile widths (default_config, half_step_widths) ----

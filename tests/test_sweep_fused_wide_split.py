@@ -6,6 +6,7 @@ says so."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import sweep_fused_wide_split as sweep
@@ -33,13 +34,14 @@ def test_the_selection_is_fused_calls_made_wide_splits():
         # What a fused call without a config runs: the wide split from the fitted bound.
         k_tiles = schedule_shape(problem, wide.tile_m, wide.tile_n, wide.tile_k)[1]
         today = wide if k_tiles >= WIDE_SPLIT_MIN_K_TILES else own
-        if today is wide and wide_split_shape(problem, 132)[:2] == (128, 128):
-            # Since the sweep: 128x128 tiles where they split too (sweep_square_split.py).
-            today = split_tile_config(problem, *wide_split_shape(problem, 132))
+        square = wide_split_shape(problem, 132)
+        if square is not None and square[:2] == (128, 128):
+            # Since the sweep: 128x128 tiles where they split (sweep_square_split.py).
+            today = split_tile_config(problem, *square)
         assert today == heuristic_config(problem, 132, has_residual=True) and not own.stream_k
         assert (wide.tile_m, wide.tile_n) in ((128, 256), (256, 128))
         assert wide.stream_k and wide.stream_k_split >= 2
-        assert wide_split_shape(problem, 132, sweep.SELECTED, square_split=False) == (
+        assert wide_split_shape(problem, 132, sweep.SELECTED, math.inf) == (
             wide.tile_m, wide.tile_n, wide.stream_k_split,
         )  # fmt: skip
         assert schedule_shape(problem, wide.tile_m, wide.tile_n, wide.tile_k)[1] >= sweep.SELECTED
@@ -56,13 +58,14 @@ def test_the_committed_rows_fit_the_plain_calls_bound():
 
 
 def test_fused_calls_take_the_wide_split_unless_the_switch_is_off():
-    plain = default_config(SD_8X8, 132, square_split=False)  # as the sweep measured it
+    unsquared = {"square_split_min_k_tiles": math.inf}  # as the sweep measured it
+    plain = default_config(SD_8X8, 132, **unsquared)
     assert (plain.tile_m, plain.tile_n, plain.stream_k) == (128, 256, True)
-    assert default_config(SD_8X8, 132, has_residual=True, square_split=False) == plain
+    assert default_config(SD_8X8, 132, has_residual=True, **unsquared) == plain
     own = default_config(SD_8X8, 132, has_residual=True, wide_split_residual=False)
     assert own.tile_n < 256 and not own.stream_k
     # The bound: past the tile's 360 k-tiles neither form takes the wide split.
-    assert not default_config(SD_8X8, 132, wide_split_min_k_tiles=361).stream_k
+    assert not default_config(SD_8X8, 132, wide_split_min_k_tiles=361, **unsquared).stream_k
     assert WIDE_SPLIT_MIN_K_TILES <= 360
 
 

@@ -1,16 +1,25 @@
-"""128x128 split tiles for the wide split's convs (``default_config``'s ``square_split``) and
-their sweep (benchmarks/sweep_square_split.py): which problems and configs it measures, that
-the committed rows are them, passed and show the gain the switch was set on, and the report."""
+"""128x128 split tiles (``default_config``'s ``square_split_min_k_tiles``) and their sweep
+(benchmarks/sweep_square_split.py): which problems and configs it measures, that the committed
+rows are them, passed and fit the bounds, the report, and the rule on a few convs."""
 
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import sweep_square_split as sweep
-from bench import geomean
+
+from cute_conv import Conv2dProblemShape
+from cute_conv.config import (
+    SQUARE_SPLIT_MIN_K_TILES,
+    SQUARE_SPLIT_MIN_K_TILES_FUSED,
+    default_config,
+    split_tile_config,
+)
 
 FORMS = tuple(sweep.RESULTS_PATHS)
+BOUNDS = {"plain": SQUARE_SPLIT_MIN_K_TILES, "fused": SQUARE_SPLIT_MIN_K_TILES_FUSED}
 
 
 def _rows(form: str) -> list[dict]:
@@ -18,15 +27,18 @@ def _rows(form: str) -> list[dict]:
 
 
 @pytest.mark.parametrize("form", FORMS)
-def test_the_selection_is_wide_splits_that_128x128_tiles_split_too(form):
+def test_the_selection_is_convs_the_rule_changes(form):
     chosen = sweep.square_split_problems(form)
     assert {p["split"] for p in chosen} == {"train", "heldout", "family"}
     for p in chosen:
         configs = sweep.configs_of(p, form)
-        wide, square = configs[sweep.WIDE], configs[sweep.SQUARE]
-        assert wide.tile_m * wide.tile_n == 128 * 256 and wide.stream_k
-        assert (square.tile_m, square.tile_n, square.stream_k) == (128, 128, True)
-        assert 2 <= square.stream_k_split < wide.stream_k_split
+        own, square = configs[sweep.OWN], configs[sweep.SQUARE]
+        assert own != square
+        assert square == sweep.config_for(p, form, sweep.SELECTED)
+        # The split tiles, or (C=512 3x3s) the 64-row tiles the single-warpgroup rule makes
+        # of them.
+        assert (square.tile_m, square.tile_n) in ((128, 128), (64, 128))
+        assert square.stream_k == (square.tile_m == 128)
 
 
 def test_the_family_is_seeded_and_leaves_the_corpus_shapes_out():
@@ -39,21 +51,18 @@ def test_the_family_is_seeded_and_leaves_the_corpus_shapes_out():
 @pytest.mark.parametrize("form", FORMS)
 def test_committed_rows_are_the_selection_and_every_config_passed(form):
     rows = _rows(form)
-    assert [r["key"] for r in rows] == [p["key"] for p in sweep.square_split_problems(form)]
-    for row in rows:
-        p = next(p for p in sweep.square_split_problems(form) if p["key"] == row["key"])
+    chosen = sweep.square_split_problems(form)
+    assert [r["key"] for r in rows] == [p["key"] for p in chosen]
+    for row, p in zip(rows, chosen, strict=True):
         configs = sweep.configs_of(p, form)
         assert row["configs"] == {name: repr(c) for name, c in configs.items()}
         assert all(check["ok"] for check in row["checks"].values())
-        assert {sweep.WIDE, sweep.SQUARE, "cudnn"} <= set(row["ms"])
+        assert {sweep.OWN, sweep.SQUARE, "cudnn"} <= set(row["ms"])
 
 
 @pytest.mark.parametrize("form", FORMS)
-def test_the_committed_rows_gain_on_every_part(form):
-    rows = _rows(form)
-    for part in sweep.PARTS:
-        gains = [r["ms"][sweep.WIDE] / r["ms"][sweep.SQUARE] for r in rows if r["split"] == part]
-        assert gains and geomean(gains) > 1.05
+def test_the_committed_rows_fit_the_bound(form):
+    assert sweep.fit(form, sweep.RESULTS_PATHS[form]) == BOUNDS[form]
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -67,3 +76,21 @@ def test_the_report_prints_each_part(form, capsys):
 def test_the_report_without_measured_rows_says_so(tmp_path):
     with pytest.raises(SystemExit, match="no measured rows"):
         sweep.report("plain", tmp_path / "none.json")
+
+
+# SD's batch-1 32x32 3x3 of C=640: 90 k-tiles per tile, 40 tiles of 128x128 split 3 ways.
+SD_640 = Conv2dProblemShape.from_shapes((1, 32, 32, 640), (640, 3, 3, 640), padding=1)
+# C=512: 72 k-tiles.
+SD_512 = Conv2dProblemShape.from_shapes((1, 32, 32, 512), (640, 3, 3, 512), padding=1)
+
+
+def test_the_bounds_by_form():
+    square = split_tile_config(SD_640, 128, 128, 3)
+    assert default_config(SD_640) == square
+    assert default_config(SD_640, has_residual=True) == square
+    for has_residual in (False, True):
+        off = default_config(SD_640, has_residual=has_residual, square_split_min_k_tiles=math.inf)
+        assert not off.stream_k
+    # 72 k-tiles: fused calls only.
+    assert not default_config(SD_512).stream_k
+    assert default_config(SD_512, has_residual=True) == split_tile_config(SD_512, 128, 128, 3)
