@@ -127,6 +127,7 @@ _PINGPONG_HALO_TILE_W = 32
 # H200 (benchmarks/sweep_wide_split.py, wide_split_sweep.json).
 WIDE_SPLIT_MIN_K_TILES = 180
 _WIDE_SPLIT_SHAPES = ((128, 256), (256, 128))
+_WIDE_SPLIT_MAX_N_PADDING = 0.25
 # Data-parallel 16-bit convs of at least this many k-tiles per tile take 128x128 tiles split by
 # stream-K where such a split fits (before the wide split: fewer ways, half the partial tile
 # per way); plain calls, calls with a residual. Fitted per form on the corpus's train part and
@@ -135,7 +136,6 @@ _WIDE_SPLIT_SHAPES = ((128, 256), (256, 128))
 SQUARE_SPLIT_MIN_K_TILES = 90
 SQUARE_SPLIT_MIN_K_TILES_FUSED = 72
 _SQUARE_SPLIT_SHAPE = (128, 128)
-_WIDE_SPLIT_MAX_N_PADDING = 0.25
 # Tile widths step by 32 (the epilogue's subtile); the half steps between them (48, 80, ...,
 # 240) are considered for convs of at least this many k-tiles: 16-bit plain, 16-bit with a
 # residual, fp8 plain (see default_config). Fitted on the corpus's train part on an H200
@@ -692,7 +692,8 @@ def wide_split_shape(
     ``square_min_k_tiles`` k-tiles and ``stream_k_schedule`` splits them (the split fits
     the SMs), else the first of 128x256 and 256x128 whose N padding is at most
     ``_WIDE_SPLIT_MAX_N_PADDING`` of K, where its tiles have at least ``min_k_tiles``
-    k-tiles and split; None otherwise (also where the tile's N padding is more than that)."""
+    k-tiles and split; None otherwise. 128x128 tiles too pad K by at most
+    ``_WIDE_SPLIT_MAX_N_PADDING``."""
     check_heuristic_args(problem, num_sms)
     for name, bound in (("min_k_tiles", min_k_tiles), ("square_min_k_tiles", square_min_k_tiles)):
         if isinstance(bound, bool) or not isinstance(bound, (int, float)):
