@@ -113,7 +113,7 @@ def configs_of(p: dict, form: str) -> dict:
 
 def square_split_problems(form: str) -> list[dict]:
     """The problems the sweep measures in ``form``: corpus then family ones (those of a
-    corpus conv's shape left out) whose configs the switch changes."""
+    corpus conv's shape left out) whose configs the rule changes from SELECTED k-tiles."""
     from bench_corpus import load_corpus
 
     def shape(p: dict) -> tuple:
