@@ -43,6 +43,7 @@ corpus's held-out rows, which the fit never sees.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import random
 import sys
@@ -60,6 +61,7 @@ from sweep_rows import (  # noqa: E402
     passed_rows,
     precompile,
     replayed_row,
+    rule_bound_config,
 )
 
 RESULTS_PATHS = {
@@ -96,14 +98,15 @@ def family_problems() -> list[dict]:
     return list(drawn.values())
 
 
+_RULE_AT = rule_bound_config("square_split_min_k_tiles", NUM_SMS, **EVERY_RULE_FITTED)
+
+
 def config_for(p: dict, form: str, bound: float):
     """The config a call of ``form`` without one runs on problem ``p`` with the rule at
     ``bound`` k-tiles, every other rule at its fitted bound."""
     from bench_corpus import problem_shape
-    from sweep_rows import untuned_with
 
-    kwargs = EVERY_RULE_FITTED | {"form": form, "square_split_min_k_tiles": bound}
-    return untuned_with(problem_shape(p), NUM_SMS, **kwargs)
+    return _RULE_AT(problem_shape(p), bound, form)
 
 
 def configs_of(p: dict, form: str) -> dict:
@@ -172,18 +175,23 @@ def _measured_rows(path: Path) -> list[dict]:
     return rows
 
 
-def score(rows: list[tuple[str, dict]], bound: float) -> float:
-    """Geomean over ``(form, row)`` of the own config's time over the time of the config the
-    rule with ``bound`` gives the row's problem (> 1: it gains)."""
+@functools.cache
+def _problem(key: str) -> dict:
+    """The corpus or family problem ``key``."""
     from bench_corpus import load_corpus
 
-    problems = {p["key"]: p for p in load_corpus() + family_problems()}
+    return next(p for p in load_corpus() + family_problems() if p["key"] == key)
 
-    def chosen(form: str, row: dict) -> str:
-        config = repr(config_for(problems[row["key"]], form, bound))
+
+def score(rows: list[dict], bound: float, form: str) -> float:
+    """Geomean over ``form``'s ``rows`` of the own config's time over the time of the config
+    the rule with ``bound`` gives the row's problem (> 1: it gains)."""
+
+    def chosen(row: dict) -> str:
+        config = repr(config_for(_problem(row["key"]), form, bound))
         return next(name for name, timed in row["configs"].items() if timed == config)
 
-    return geomean(row["ms"][OWN] / row["ms"][chosen(form, row)] for form, row in rows)
+    return geomean(row["ms"][OWN] / row["ms"][chosen(row)] for row in rows)
 
 
 def fit(form: str, path: Path) -> float:
@@ -192,14 +200,15 @@ def fit(form: str, path: Path) -> float:
     held-out rows."""
     import cute_conv.config
 
-    rows = [(form, row) for row in _measured_rows(path)]
-    fitted_on = [(form, r) for form, r in rows if r["split"] in ("train", "family")]
-    held = [(form, r) for form, r in rows if r["split"] == "heldout"]
+    rows = _measured_rows(path)
+    fitted_on = [r for r in rows if r["split"] in ("train", "family")]
+    held = [r for r in rows if r["split"] == "heldout"]
     print(f"{form}: {len(fitted_on)} train and family rows, {len(held)} held-out rows")
     print("| bound | train + family | held-out |\n|---|---|---|")
     for bound in MIN_K_TILES_GRID:
-        print(f"| {bound} | {score(fitted_on, bound):.4f} | {score(held, bound):.4f} |")
-    best = middle_of_best(list(MIN_K_TILES_GRID), lambda bound: score(fitted_on, bound))
+        print(f"| {bound} | {score(fitted_on, bound, form):.4f} | "
+              f"{score(held, bound, form):.4f} |")  # fmt: skip
+    best = middle_of_best(list(MIN_K_TILES_GRID), lambda bound: score(fitted_on, bound, form))
     name = CONSTANTS[form]
     print(f"fitted: {best} (config.{name} = {getattr(cute_conv.config, name)})")
     return best

@@ -133,14 +133,14 @@ def candidate_configs(
     single-CTA clusters) dynamic scheduling choices of the default heuristic, ping-pong where
     ``pingpong_pays`` without its upper k-tile bound (on the 128-row tiles at most 128 wide
     it takes, with or without a residual; where the heuristic takes dynamic scheduling, each
-    of the two alone), for the problem the kernel runs (after staging) on ``num_sms`` SMs with inputs of ``element_bytes`` (1: fp8); and 128x128
-    ping-pong halo tiles where they fit (``pingpong_halo_tile``: faster than the default on
-    some devices only; they need 128-byte k-tiles); halo tiles of 128 and 256 rows, whole-row
-    or pitched, where they run the problem (``_halo_candidates``). With ``has_residual``
-    (16-bit inputs),
-    the 128-row candidates wider than 192 also with three A/B stages, which leave SMEM for
-    their whole tile of C (``config.WHOLE_SOURCE_MIN_TILES_PER_SM``: 0.85-1.15x per conv on an
-    H100, so worth timing per device)."""
+    of the two alone), for the problem the kernel runs (after staging) on ``num_sms`` SMs
+    with inputs of ``element_bytes`` (1: fp8); and 128x128 ping-pong halo tiles where they
+    fit (``pingpong_halo_tile``: faster than the default on some devices only; they need
+    128-byte k-tiles); halo tiles of 128 and 256 rows, whole-row or pitched, where they run
+    the problem (``_halo_candidates``). With ``has_residual`` (16-bit inputs), the 128-row
+    candidates wider than 192 also with three A/B stages, which leave SMEM for their whole
+    tile of C (``config.WHOLE_SOURCE_MIN_TILES_PER_SM``: 0.85-1.15x per conv on an H100, so
+    worth timing per device)."""
     check_heuristic_args(problem, num_sms, has_residual)
     check_element_bytes(element_bytes)
     kernel_problem = kernel_problem_for(problem, element_bytes)
