@@ -182,3 +182,27 @@ def test_bounded_splits_replayed_from_a_graph(split):
     for out in (graphed, eager[0], eager[-1]):
         report = compare_to_reference(out, ref)
         assert report.ok, str(report)
+
+
+# (N, H, W, C, K, R, S, padding) past one wave on 132 SMs: 128x128 tiles of a 3x3, 2.5 waves
+# (the ranges split 198 tiles, 132 run whole); a 1x1 of 2 k-tiles per tile, 3.02 waves of
+# 128x128 tiles (ranges of about 2 k-tiles).
+PAST_ONE_WAVE = [(8, 66, 80, 64, 128, 3, 3, 1), (4, 65, 65, 128, 384, 1, 1, 0)]
+
+
+@pytest.mark.parametrize("shape", PAST_ONE_WAVE, ids=lambda s: "x".join(map(str, s[:7])))
+@pytest.mark.parametrize(
+    "config",
+    [
+        Config(tile_n=128, stream_k=True),
+        Config(tile_n=256, cluster_n=2, stream_k=True),
+        Config(tile_m=192, tile_n=128, cluster_n=2, stream_k=True),
+        Config(tile_m=256, tile_n=64, stream_k=True),
+    ],
+    ids=lambda c: f"m{c.tile_m}n{c.tile_n}-{c.cluster_m}x{c.cluster_n}",
+)
+def test_stream_k_past_one_wave_splits_the_first_tiles(shape, config):
+    """Past two waves the clusters' ranges split the first tiles and the rest run whole
+    (``stream_k_tile_count``): every k-tile summed once, plain and fused, call after call."""
+    act, flt, pad = _inputs(shape)
+    assert_repeated_calls_match(act, flt, pad, config)

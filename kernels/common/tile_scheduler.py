@@ -9,14 +9,18 @@ clip, which keeps the multicast peers of a cluster in step.
 Data-parallel: cluster ``z`` of the grid takes the whole cluster tiles ``z, z + num_clusters,
 ...``; a work item is a cluster tile index.
 
-Stream-K: the k-tiles of all cluster tiles, laid end to end (tile-major), are split into
-``num_clusters`` equal contiguous ranges, one per cluster, so that a grid of less than a wave
-of tiles still keeps every SM busy. A work item is a linear k-tile index: the start of one
-segment, the part of a cluster's range inside one tile. Only a range's first segment can start
-inside a tile (it is then a *partial*, summed into the tile by another cluster) and only its
-last can end inside one (it then holds the tile's first k-tile: the *owner*, which adds the
-partials of the clusters after it and runs the epilogue). Partials are written at the start of
-a range and read at its end, so an owner rarely waits.
+Stream-K: the k-tiles of the first ``stream_k_tile_count`` cluster tiles (all of them for
+less than two waves; else the last partial wave and one whole wave before it), laid end to end
+(tile-major), are split into ``num_clusters`` equal contiguous ranges, one per cluster, so that
+a grid of less than a wave of tiles still keeps every SM busy and a longer grid's last wave
+leaves none idle. A work item is a linear k-tile index: the start of one segment, the part of a
+cluster's range inside one tile. Only a range's first segment can start inside a tile (it is
+then a *partial*, summed into the tile by another cluster) and only its last can end inside
+one (it then holds the tile's first k-tile: the *owner*, which adds the partials of the
+clusters after it and runs the epilogue). Partials are written at the start of a range and
+read at its end, so an owner rarely waits. After its range, a cluster takes the remaining
+tiles data-parallel (the work item of a whole tile is its first linear k-tile): the split
+tiles come first, so their fixups overlap whole tiles instead of ending the kernel together.
 
 Grouped rasterization: cluster tiles are walked in bands ``swizzle`` cluster tiles wide across
 the minor direction. With ``raster_along_m`` a band is ``swizzle`` columns of N; inside a band n
@@ -117,39 +121,58 @@ class StaticTileScheduler:
         return new
 
     @cute.jit
+    def split_tiles(self) -> cutlass.Int32:
+        """Stream-K: the cluster tiles whose k-tiles the clusters' ranges split."""
+        return stream_k_tile_count(
+            self.num_work, cutlass.Int32(cute.arch.grid_dim()[2]), cutlass.max
+        )
+
+    @cute.jit
     def range_start(self, cluster: cutlass.Int32) -> cutlass.Int32:
         """Stream-K: the first linear k-tile of ``cluster``'s range (``cluster`` up to the
         number of clusters, whose start is the total)."""
-        total = cutlass.Int64(self.num_work) * cutlass.Int64(self.k_tiles)
+        total = cutlass.Int64(self.split_tiles()) * cutlass.Int64(self.k_tiles)
         num_clusters = cutlass.Int64(cute.arch.grid_dim()[2])
         return cutlass.Int32((cutlass.Int64(cluster) * total) // num_clusters)
 
     @cute.jit
     def range_owner(self, k_tile: cutlass.Int32) -> cutlass.Int32:
         """Stream-K: the cluster whose range holds linear k-tile ``k_tile``."""
-        total = cutlass.Int64(self.num_work) * cutlass.Int64(self.k_tiles)
+        total = cutlass.Int64(self.split_tiles()) * cutlass.Int64(self.k_tiles)
         num_clusters = cutlass.Int64(cute.arch.grid_dim()[2])
         return cutlass.Int32(((cutlass.Int64(k_tile) + 1) * num_clusters - 1) // total)
 
     @cute.jit
     def first_work(self) -> cutlass.Int32:
         cluster = cutlass.Int32(cute.arch.block_idx()[2])
+        first = cluster
         if cutlass.const_expr(self.stream_k):
-            return self.range_start(cluster)
-        return cluster
+            first = self.range_start(cluster)
+            if first == self.range_start(cluster + 1):  # an empty range: the whole tiles
+                first = (self.split_tiles() + cluster) * self.k_tiles
+        return first
 
     @cute.jit
     def end_work(self) -> cutlass.Int32:
-        """The bound of this cluster's work items (exclusive)."""
+        """The bound of the work items (exclusive)."""
         if cutlass.const_expr(self.stream_k):
-            return self.range_start(cutlass.Int32(cute.arch.block_idx()[2]) + 1)
+            return self.num_work * self.k_tiles
         return self.num_work
 
     @cute.jit
     def next_work(self, work: cutlass.Int32) -> cutlass.Int32:
+        num_clusters = cutlass.Int32(cute.arch.grid_dim()[2])
         if cutlass.const_expr(self.stream_k):
-            return (self.tile_index(work) + 1) * self.k_tiles
-        return work + cutlass.Int32(cute.arch.grid_dim()[2])
+            tile = self.tile_index(work)
+            split_tiles = self.split_tiles()
+            following = (tile + num_clusters) * self.k_tiles  # a whole tile's successor
+            if tile < split_tiles:
+                following = (tile + 1) * self.k_tiles
+                cluster = cutlass.Int32(cute.arch.block_idx()[2])
+                if following >= self.range_start(cluster + 1):  # the range ends: whole tiles
+                    following = (split_tiles + cluster) * self.k_tiles
+            return following
+        return work + num_clusters
 
     @cute.jit
     def tile_index(self, work: cutlass.Int32) -> cutlass.Int32:
@@ -161,10 +184,14 @@ class StaticTileScheduler:
     @cute.jit
     def k_tile_range(self, work: cutlass.Int32) -> Tuple[cutlass.Int32, cutlass.Int32]:
         """``(first, end)``: the k-tiles of its tile that work item ``work`` computes."""
+        first, end = cutlass.Int32(0), self.k_tiles
         if cutlass.const_expr(self.stream_k):
-            tile_start = self.tile_index(work) * self.k_tiles
-            return work - tile_start, cutlass.min(self.end_work() - tile_start, self.k_tiles)
-        return cutlass.Int32(0), self.k_tiles
+            tile = self.tile_index(work)
+            if tile < self.split_tiles():
+                tile_start = tile * self.k_tiles
+                range_end = self.range_start(cutlass.Int32(cute.arch.block_idx()[2]) + 1)
+                first, end = work - tile_start, cutlass.min(range_end - tile_start, self.k_tiles)
+        return first, end
 
     @cute.jit
     def tile_coord(self, work: cutlass.Int32) -> Tuple[cutlass.Int32, cutlass.Int32]:
@@ -182,6 +209,14 @@ class StaticTileScheduler:
             cluster_m * self.cluster_shape_mn[0] + cutlass.Int32(bidx),
             cluster_n * self.cluster_shape_mn[1] + cutlass.Int32(bidy),
         )
+
+
+def stream_k_tile_count(num_work, num_clusters, maximum):
+    """Stream-K: how many of ``num_work`` cluster tiles (the first ones) ``num_clusters``
+    clusters split between them: all of them below two waves, else those past the whole waves
+    but one. Plain arithmetic, so the same function runs on ``Int32`` in the kernel and on
+    Python ints in the tests (``maximum``: ``max``)."""
+    return num_work - maximum(num_work // num_clusters - 1, 0) * num_clusters
 
 
 def grouped_tile_coord(work, num_tiles_m, num_tiles_n, block_swizzle, raster_along_m, minimum):

@@ -105,8 +105,10 @@ class Conv2dConfig:
         stream_k: split the k-tiles of all output tiles evenly over the SMs instead of giving
             each SM whole tiles; a tile split between SMs is summed through a float32
             workspace (one tile_m x tile_n partial per SM, allocated per device and stream).
-            For grids of less than a wave of tiles with long mainloops. A tile's owner waits
-            for CTAs launched after it, so the whole grid (one CTA per SM of the device's SM
+            For grids of less than a wave of tiles with long mainloops; past two waves only
+            the first tiles (the last partial wave and one whole wave) are split, the rest
+            run whole after them, for grids whose last wave is mostly empty. A tile's owner
+            waits for CTAs launched after it, so the whole grid (one CTA per SM of the device's SM
             count) must be able to be resident at once: do not force it where SMs are
             withheld from the process.
         stream_k_split: with ``stream_k``, at most this many CTAs per output tile (0: one
