@@ -44,7 +44,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from sweep_rows import EVERY_RULE_FITTED, BoundSweep, gpu_results_paths, rule_bound_config  # noqa: E402
+from sweep_rows import (  # noqa: E402
+    BEFORE_LAST_WAVE,
+    EVERY_RULE_FITTED,
+    BoundSweep,
+    gpu_results_paths,
+    rule_bound_config,
+)
 
 FORMS = ("plain", "fused")
 JOINT_PATHS = {form: gpu_results_paths(f"paired_m_{form}_sweep") for form in FORMS}
@@ -54,7 +60,9 @@ NUM_SMS = 132  # H100 SXM and H200: the selection and the fit use the same count
 MAX_FILL_GRID = (0, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1)
 
 SWEEP = BoundSweep(
-    rule_bound_config("paired_m_max_channel_fill", NUM_SMS, **EVERY_RULE_FITTED),
+    rule_bound_config(
+        "paired_m_max_channel_fill", NUM_SMS, **(EVERY_RULE_FITTED | BEFORE_LAST_WAVE)
+    ),
     off=0, on=1, baseline="single_cta", variant="paired_m", grid=MAX_FILL_GRID,
     constants={"plain": "PAIRED_M_MAX_CHANNEL_FILL", "fused": "PAIRED_M_MAX_CHANNEL_FILL_FUSED"},
 )  # fmt: skip

@@ -38,6 +38,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from sweep_rows import (  # noqa: E402
+    BEFORE_LAST_WAVE,
     BEFORE_PAIRED_M,
     EVERY_RULE_FITTED,
     BoundSweep,
@@ -51,8 +52,11 @@ NUM_SMS = 132  # H100 SXM and H200: the selection and the fit use the same count
 MAX_K_TILES_GRID = (0, 4, 6, 8, 10, 12, 16, 20, 32, math.inf)
 
 SWEEP = BoundSweep(
-    # The 2x1 clusters of sweep_paired_m.py came after this sweep.
-    rule_bound_config("pingpong_max_k_tiles", NUM_SMS, **(EVERY_RULE_FITTED | BEFORE_PAIRED_M)),
+    # The 2x1 clusters of sweep_paired_m.py and the last-wave rule came after this sweep.
+    rule_bound_config(
+        "pingpong_max_k_tiles", NUM_SMS,
+        **(EVERY_RULE_FITTED | BEFORE_PAIRED_M | BEFORE_LAST_WAVE),
+    ),
     off=0, on=math.inf, baseline="no_pingpong", variant="pingpong", grid=MAX_K_TILES_GRID,
     constants={"fused": "PINGPONG_MAX_K_TILES"},
 )  # fmt: skip

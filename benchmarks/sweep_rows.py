@@ -22,6 +22,9 @@ BEFORE_PAIRED_M = {"paired_m_max_channel_fill": 0}
 # ``default_config``'s bound that leaves out the 128x128 split tiles (sweep_square_split.py),
 # as the sweeps before it measured.
 BEFORE_SQUARE_SPLIT = {"square_split_min_k_tiles": math.inf}
+# ``untuned_with``'s bound that leaves out the last-wave rule (sweep_last_wave.py), as the
+# sweeps before it measured.
+BEFORE_LAST_WAVE = {"last_wave_max_fill": 0}
 # ``untuned_with``'s keywords that put every rule it defaults off (as the sweeps before those
 # rules measured) at its fitted bound: a sweep run now measures against what calls run today.
 EVERY_RULE_FITTED = dict(
@@ -29,7 +32,8 @@ EVERY_RULE_FITTED = dict(
     whole_source_min_k=None, halo_min_column_fill=None, halo_narrow_min_column_fill=None,
     wide_epilogue_max_k_tiles=None, min_waves_tall=None, min_waves_tall_wide=None,
     wide_cluster_min_share=None, pingpong_max_k_tiles=None, wide_split_residual=True,
-    paired_m_max_channel_fill=None, square_split_min_k_tiles=None,
+    paired_m_max_channel_fill=None, square_split_min_k_tiles=None, last_wave_max_fill=None,
+    last_wave_min_k_tiles=None,
 )  # fmt: skip
 
 
@@ -84,18 +88,20 @@ def sweep_new_problems(
     max_seconds: float,
     shown: tuple[str, ...],
     identity: Callable[[dict], object] = lambda entry: entry["key"],
+    source: Callable[[], list[dict]] | None = None,
 ) -> None:
-    """Measure the entries ``select`` picks from the corpus that ``path`` has no row of yet
-    (by ``identity``, of an entry and of a row alike: the corpus key, or the key and what a
-    sweep measures it as; see ``measure_into``), recording the GPU's name; cuDNN tunes its
-    algorithms (``cudnn.benchmark``), as the corpus benchmark runs it."""
+    """Measure the entries ``select`` picks from the corpus (or from ``source()``'s problems)
+    that ``path`` has no row of yet (by ``identity``, of an entry and of a row alike: the
+    corpus key, or the key and what a sweep measures it as; see ``measure_into``), recording
+    the GPU's name; cuDNN tunes its algorithms (``cudnn.benchmark``), as the corpus benchmark
+    runs it."""
     import torch
     from bench_corpus import load_corpus
 
     torch.backends.cudnn.benchmark = True
     results = load_results(path)
     done = {identity(r) for r in results["rows"]}
-    todo = [p for p in select(load_corpus()) if identity(p) not in done]
+    todo = [p for p in select((source or load_corpus)()) if identity(p) not in done]
     results["device"] = torch.cuda.get_device_name()
     measure_into(path, results, todo, measure, max_seconds, shown)
 
@@ -281,7 +287,8 @@ def untuned_with(
     wide_cluster_max_share: float | None = None, wide_cluster_residual: bool = False,
     pingpong_max_k_tiles: float | None = math.inf, wide_split_residual: bool = False,
     paired_m_max_channel_fill: float | None = 0,
-    square_split_min_k_tiles: float | None = math.inf, **heuristic_kwargs,
+    square_split_min_k_tiles: float | None = math.inf, last_wave_max_fill: float | None = 0,
+    last_wave_min_k_tiles: float | None = None, **heuristic_kwargs,
 ):  # fmt: skip
     """The config a call of ``form`` (``plain``, ``fused`` or ``fp8``, as in
     ``measure_configs``) without one runs on ``problem`` (``untuned.untuned_config``: staging,
@@ -293,20 +300,26 @@ def untuned_with(
     ``halo_narrow_min_column_fill`` and ``halo_narrow_min_waves`` and the epilogue rule
     ``wide_epilogue_max_k_tiles`` and ``wide_epilogue_min_ab_stages`` and the cluster rule
     ``wide_cluster_min_share``, ``wide_cluster_max_share`` and ``wide_cluster_residual`` (its
-    ``take_residual``): a sweep's variant of the heuristic. The rules fitted after most sweeps
-    ran default to off, as those sweeps measured: the single-warpgroup rule and its wider
-    tiles (0), ``default_config``'s ``whole_source_min_k`` (inf) and 256-row tiles' bounds
+    ``take_residual``) and the last-wave rule ``last_wave_max_fill`` and
+    ``last_wave_min_k_tiles``: a sweep's variant of the heuristic. The rules fitted after most
+    sweeps ran default to off, as those sweeps measured: the single-warpgroup rule and its
+    wider tiles (0), ``default_config``'s ``whole_source_min_k`` (inf) and 256-row tiles' bounds
     (``SUITE_TALL_TILES``), the halo rule (a column fill of inf, for narrow tiles too), the
     epilogue rule (0), the cluster rule (a least SM share of inf), the upper bound of
     ping-pong tiles (``pingpong_max_k_tiles``, inf), the wide split of fused calls
     (``wide_split_residual``, False), the 2x1 clusters of short 1x1s
-    (``paired_m_max_channel_fill``, 0) and the 128x128 split tiles
-    (``square_split_min_k_tiles``, inf); None takes a rule's fitted bound."""
+    (``paired_m_max_channel_fill``, 0), the 128x128 split tiles
+    (``square_split_min_k_tiles``, inf) and the last-wave rule (``last_wave_max_fill``, 0);
+    None takes a rule's fitted bound."""
     from cute_conv.arch import ARCHS
     from cute_conv.config import default_config
     from cute_conv.epilogue_rule import wide_epilogue_config
     from cute_conv.halo_rule import halo_tiled_config
-    from cute_conv.small_grid_rules import single_warpgroup_config, wide_cluster_config
+    from cute_conv.small_grid_rules import (
+        last_wave_config,
+        single_warpgroup_config,
+        wide_cluster_config,
+    )
     from cute_conv.staging import kernel_problem_for
     from cute_conv.untuned import untuned_config
 
@@ -321,7 +334,8 @@ def untuned_with(
         )  # fmt: skip
 
     single_warpgroup_rule = functools.partial(
-        single_warpgroup_config, max_k_tiles=single_warpgroup_max_k_tiles,
+        single_warpgroup_config,
+        max_k_tiles=single_warpgroup_max_k_tiles,
         widen_max_k_tiles=single_warpgroup_widen_max_k_tiles,
         widen_max_share=single_warpgroup_widen_max_share,
     )
@@ -338,9 +352,13 @@ def untuned_with(
         wide_cluster_config, min_share=wide_cluster_min_share, max_share=wide_cluster_max_share,
         take_residual=wide_cluster_residual,
     )  # fmt: skip
+    last_wave_rule = functools.partial(
+        last_wave_config, max_fill=last_wave_max_fill, min_k_tiles=last_wave_min_k_tiles
+    )
     arch = dataclasses.replace(
         ARCHS["sm_90a"], heuristic=heuristic, single_warpgroup_rule=single_warpgroup_rule,
         halo_rule=halo_rule, epilogue_rule=epilogue_rule, cluster_rule=cluster_rule,
+        last_wave_rule=last_wave_rule,
     )  # fmt: skip
     element_bytes = 1 if form == "fp8" else 2
     kernel_problem = kernel_problem_for(problem, element_bytes)
@@ -386,6 +404,12 @@ def passed_rows(results: dict) -> list[dict]:
         if "ms" in r and all(c["ok"] for c in r["checks"].values())
         and set(r["checks"]) <= set(r["ms"])
     ]  # fmt: skip
+
+
+@functools.cache
+def _family_problems(family: Callable[[], list[dict]] | None) -> dict[str, dict]:
+    """A sweep's family problems (``BoundSweep.family``) by key."""
+    return {p["key"]: p for p in family()} if family else {}
 
 
 @functools.cache
@@ -463,7 +487,10 @@ class BoundSweep:
     form)`` is the config a call of ``form`` runs with the rule at ``bound``; ``off`` and
     ``on`` are the bounds that leave it out and take it everywhere; ``constants`` names, per
     form, the ``cute_conv.config`` constant the fit is for (a tuple of names where a bound
-    is a tuple of several rules' bounds, fitted together), in ``constants_module``."""
+    is a tuple of several rules' bounds, fitted together), in ``constants_module``.
+    ``family``, where given, draws problems outside the corpus in its format (split
+    ``family``, no corpus conv's shape): measured with the corpus's, never fitted on, and
+    reported beside the held-out part as a check on convs the corpus does not hold."""
 
     config_for: Callable[[object, float, str], object]
     off: float
@@ -473,6 +500,21 @@ class BoundSweep:
     grid: tuple[float, ...]
     constants: dict[str, str | tuple[str, ...]]
     constants_module: str = "cute_conv.config"
+    family: Callable[[], list[dict]] | None = None
+
+    def all_problems(self) -> list[dict]:
+        """The corpus's problems and the family's."""
+        from bench_corpus import load_corpus
+
+        return load_corpus() + (self.family() if self.family else [])
+
+    def problem_of(self, key: str):
+        """The ``Conv2dProblemShape`` of the corpus or family problem ``key``."""
+        from bench_corpus import problem_shape
+
+        if key in _family_problems(self.family):
+            return problem_shape(_family_problems(self.family)[key])
+        return corpus_problem(key)
 
     def configs_of(self, problem, form: str = "plain") -> dict:
         """``{baseline: the rule left out, variant: the rule at any bound}``."""
@@ -508,24 +550,25 @@ class BoundSweep:
     ) -> None:
         """Measure the problems of ``shard`` that ``path`` has no row of yet (kernels compiled
         first; ``max_seconds`` 0 only compiles them)."""
-        from bench_corpus import load_corpus, problem_shape
+        from bench_corpus import problem_shape
 
         select = functools.partial(self.shard, form=form, shard=shard)
         done = {r["key"] for r in load_results(path)["rows"]}
-        todo = [p for p in select(load_corpus()) if p["key"] not in done]
+        todo = [p for p in select(self.all_problems()) if p["key"] not in done]
         configs = {
             c.compiled_form() for p in todo
             for c in self.configs_of(problem_shape(p), form).values()
         }  # fmt: skip
         precompile(configs, "float8_e4m3fn" if form == "fp8" else "bfloat16")
         sweep_new_problems(
-            path, select, functools.partial(self.measure, form=form), max_seconds, ("key", "ms")
+            path, select, functools.partial(self.measure, form=form), max_seconds, ("key", "ms"),
+            source=self.all_problems,
         )  # fmt: skip
 
     def chosen_name(self, row: dict, bound: float, form: str = "plain") -> str:
         """The name under which ``row`` timed the config the rule with ``bound`` gives its
         problem."""
-        config = self.config_for(corpus_problem(row["key"]), bound, form)
+        config = self.config_for(self.problem_of(row["key"]), bound, form)
         names = [name for name, timed in row["configs"].items() if timed == repr(config)]
         if not names:
             raise ValueError(f"{row['key']}: the rule's config {config!r} was not timed")
@@ -566,7 +609,15 @@ class BoundSweep:
         where = self.constants_module.removeprefix("cute_conv.")
         committed = ", ".join(f"{where}.{name} = {getattr(module, name)}" for name in names)
         print(f"fitted on train: {best} ({committed})")
-        for name, part in (("train", train), ("held-out", held)):
+        family = [r for r in passed_rows(results) if r["split"] == "family"]
+        if family:
+            print(f"| bound | family ({len(family)}, never fitted on) | problems taking it |")
+            print("|---|---|---|")
+            for bound in self.grid:
+                takes = sum(self.chosen_name(r, bound, form) == self.variant for r in family)
+                print(f"| {bound} | {self.score(family, bound, form):.3f} | {takes} |")
+        parts = (("train", train), ("held-out", held)) + ((("family", family),) if family else ())
+        for name, part in parts:
             before = geomean(r["ms"]["cudnn"] / r["ms"][self.baseline] for r in part)
             after = geomean(
                 r["ms"]["cudnn"] / r["ms"][self.chosen_name(r, best, form)] for r in part
@@ -617,7 +668,9 @@ class BoundSweep:
         import argparse
 
         parser = argparse.ArgumentParser(description=doc.splitlines()[0])
-        parser.add_argument("--form", choices=tuple(results_paths), default=next(iter(results_paths)))
+        parser.add_argument(
+            "--form", choices=tuple(results_paths), default=next(iter(results_paths))
+        )
         parser.add_argument("--max-seconds", type=float, default=500.0)
         parser.add_argument("--fit", action="store_true", help="no GPU: from the results file")
         parser.add_argument("--results", type=Path, help="default: the form's file")

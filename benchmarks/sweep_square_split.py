@@ -54,6 +54,7 @@ sys.path.insert(0, str(HERE))
 
 from bench import geomean  # noqa: E402
 from sweep_rows import (  # noqa: E402
+    BEFORE_LAST_WAVE,
     EVERY_RULE_FITTED,
     load_results,
     measure_into,
@@ -98,7 +99,9 @@ def family_problems() -> list[dict]:
     return list(drawn.values())
 
 
-_RULE_AT = rule_bound_config("square_split_min_k_tiles", NUM_SMS, **EVERY_RULE_FITTED)
+_RULE_AT = rule_bound_config(
+    "square_split_min_k_tiles", NUM_SMS, **(EVERY_RULE_FITTED | BEFORE_LAST_WAVE)
+)
 
 
 def config_for(p: dict, form: str, bound: float):

@@ -20,7 +20,12 @@ from .kernels.sm90.conv2d_fprop import Conv2dFpropSm90
 from .kernels.sm100.config import SMEM_CAPACITY_SM100, Conv2dConfigSm100
 from .kernels.sm100.conv2d_fprop import Conv2dFpropKernel
 from .problem import Conv2dProblemShape
-from .small_grid_rules import single_warpgroup_config, small_m_config, wide_cluster_config
+from .small_grid_rules import (
+    last_wave_config,
+    single_warpgroup_config,
+    small_m_config,
+    wide_cluster_config,
+)
 from .workspace import workspace_size_sm90
 
 __all__ = ["ARCHS", "ArchKernels", "check_config_type", "config_types"]
@@ -67,6 +72,9 @@ class ArchKernels:
     # For a call without a config on a conv that runs unstaged, last, with the small-M
     # rule's arguments: its cluster shape (None: the config's).
     cluster_rule: Optional[Callable[..., Any]]
+    # For a call without a config, after every rule above, with the small-M rule's arguments
+    # (the problem the kernel runs): its schedule over the last wave (None: the config's).
+    last_wave_rule: Optional[Callable[..., Any]]
     # The scratch a launch needs, ``(float32 partials, int32 flags)`` or None, for
     # ``(kernel problem, config, max clusters)`` (None: the arch's kernels never need any).
     workspace_size: Optional[Callable[[Conv2dProblemShape, Any, int], Optional[tuple]]]
@@ -105,6 +113,7 @@ ARCHS: dict[str, ArchKernels] = {
         halo_rule=halo_tiled_config,
         epilogue_rule=wide_epilogue_config,
         cluster_rule=wide_cluster_config,
+        last_wave_rule=last_wave_config,
         workspace_size=workspace_size_sm90,
     ),
     "sm_100a": ArchKernels(
@@ -121,6 +130,7 @@ ARCHS: dict[str, ArchKernels] = {
         halo_rule=None,
         epilogue_rule=None,
         cluster_rule=None,
+        last_wave_rule=None,
         workspace_size=None,
     ),
 }

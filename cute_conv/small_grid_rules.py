@@ -1,7 +1,9 @@
 """The rules for convs whose tiles leave SMs idle: 32-wide tiles where a conv has a few tiles
 along M (``small_m_config``), 64-row tiles, one consumer warpgroup, where its 128-row tiles
-fill less than a wave (``single_warpgroup_config``), and the activation tile shared by 4 CTAs
-where 64-wide tiles of a long mainloop fill part of a wave (``wide_cluster_config``). Each
+fill less than a wave (``single_warpgroup_config``), the activation tile shared by 4 CTAs
+where 64-wide tiles of a long mainloop fill part of a wave (``wide_cluster_config``), and
+stream-K over the whole grid where tiles past one wave leave much of the last one idle
+(``last_wave_config``). Each
 refines the config a call without one would run (the heuristic's, or the gathering one);
 ``untuned`` applies them through the arch registry (``arch.ArchKernels``)."""
 
@@ -19,9 +21,13 @@ from .config import (
 )
 from .kernels.sm90.config import HALF_STEP_MIN_K_TILE_BYTES, TILE_N_CHOICES, is_half_step
 from .problem import Conv2dProblemShape
-from .schedule import schedule_shape, tile_count
+from .schedule import cluster_tile_count, schedule_shape, tile_count
 
 __all__ = [
+    "LAST_WAVE_MAX_FILL",
+    "LAST_WAVE_MAX_FILL_FUSED",
+    "LAST_WAVE_MIN_K_TILES",
+    "LAST_WAVE_MIN_K_TILES_FUSED",
     "SINGLE_WARPGROUP_MAX_K_TILES",
     "SINGLE_WARPGROUP_WIDEN_MAX_K_TILES",
     "SINGLE_WARPGROUP_WIDEN_MAX_SHARE",
@@ -30,6 +36,8 @@ __all__ = [
     "WIDE_CLUSTER_MAX_SHARE",
     "WIDE_CLUSTER_MIN_K_TILES",
     "WIDE_CLUSTER_MIN_SHARE",
+    "last_wave_config",
+    "last_wave_fill",
     "single_warpgroup_config",
     "single_warpgroup_fits",
     "small_m_config",
@@ -63,6 +71,14 @@ WIDE_CLUSTER_MAX_SHARE = 0.85
 WIDE_CLUSTER_MIN_K_TILES = 36
 WIDE_CLUSTER_N = 4  # CTAs sharing the activation tile
 WIDE_CLUSTER_TILE_N = 64
+# Stream-K (see last_wave_config) for 16-bit data-parallel tiles past one wave whose launched
+# waves are at most this full (tiles over the SM slots of whole waves), where each CTA's share
+# holds at least this many k-tiles; per form (plain, or with a residual). Fitted on the
+# corpus's train part on an H200 (benchmarks/sweep_last_wave.py --fit).
+LAST_WAVE_MAX_FILL = 0.85
+LAST_WAVE_MAX_FILL_FUSED = 0.85
+LAST_WAVE_MIN_K_TILES = 64
+LAST_WAVE_MIN_K_TILES_FUSED = 64
 
 
 def small_m_config(
@@ -283,9 +299,7 @@ def wide_cluster_config(
     share = wide_cluster_share(problem, config.tile_m, config.tile_n, num_sms)
     if not min_share <= share <= min(max_share, 1.0):
         return config
-    return replace(
-        config, cluster_m=1, cluster_n=WIDE_CLUSTER_N, stream_k=False, stream_k_split=0
-    )
+    return replace(config, cluster_m=1, cluster_n=WIDE_CLUSTER_N, stream_k=False, stream_k_split=0)
 
 
 def wide_cluster_share(
@@ -296,3 +310,73 @@ def wide_cluster_share(
     cluster can be resident at once)."""
     clusters = -(-problem.gemm_m // tile_m) * -(-problem.K // (tile_n * WIDE_CLUSTER_N))
     return clusters * WIDE_CLUSTER_N / num_sms
+
+
+def last_wave_config(
+    config: Conv2dConfig,
+    problem: Conv2dProblemShape,
+    num_sms: int = 132,
+    has_residual: bool = False,
+    element_bytes: int = 2,
+    max_fill: float | None = None,
+    min_k_tiles: float | None = None,
+) -> Conv2dConfig:
+    """``config`` (the one a call without one would run on ``problem``, the conv the kernel
+    runs) with its tiles' k-tiles spread evenly over one CTA per SM by stream-K (``stream_k``
+    over the whole grid), for a 16-bit conv whose data-parallel tiles (no halo tiles, gather,
+    ping-pong, dynamic schedule or 4-CTA cluster) run past one wave, where the waves they
+    launch are at most ``max_fill`` full (``last_wave_fill``; None: ``LAST_WAVE_MAX_FILL``,
+    or ``LAST_WAVE_MAX_FILL_FUSED`` with a residual) and each CTA's even share holds at least
+    ``min_k_tiles`` k-tiles (None: ``LAST_WAVE_MIN_K_TILES``, ``_FUSED``). Else ``config``.
+
+    A data-parallel grid of 4.02 waves (DeepLab's 65x65 maps at batch 8: 265 cluster tiles
+    on 66 clusters) runs five rounds, the last of one tile. Past two waves the kernel's
+    stream-K splits only the last partial wave and one whole wave before it, first, and runs
+    the rest as whole tiles (``kernels/common/tile_scheduler.py``); each tile split between
+    two SMs costs its fp32 partial's write and read, so a CTA's share must be long enough to
+    repay it. Swept on an H200 (``benchmarks/sweep_last_wave.py``, CUDA-graph replays): the
+    corpus's 36 plain and 32 fused convs the rule would take at any bounds (waves at most
+    0.95 full, 16 k-tiles per CTA) lost 0.91x / 0.93x by geomean taken everywhere (short
+    1x1s of 8-16 k-tiles per tile down to 0.75x); the bounds fitted on train take 4 of the 27
+    train convs per form (1.008x plain, 1.013x fused over the train part) and hold on
+    held-out (1.006x, 1.021x), all of them DeepLab's batch-8 convs at K=512 (1.03-1.15x, e.g.
+    its 1x1 C=2048 122.7 -> 115.5 us plain). On a family of 39 convs drawn after the fit
+    that the rule takes (batch 2-32, 14-96 pixel maps, C=128-2048, K=128-1024): 1.059x plain
+    (median 1.063x, 0.87-1.21x), 1.050x fused (0.87-1.20x), cuDNN's time over ours 0.999x ->
+    1.057x plain. Stream-K over the whole grid with every tile's range equal (before the
+    split tiles came first) lost more: the DeepLab 1x1 at C=2048 gained 1.03x instead of
+    1.06x. Not measured: fp8 calls (not taken).
+
+    Raises:
+        TypeError, ValueError: ``config`` is no ``Conv2dConfig``, or a bad problem, SM count,
+            element size or bound.
+    """
+    check_rule_args(config, problem, num_sms, has_residual, element_bytes)
+    if max_fill is None:
+        max_fill = LAST_WAVE_MAX_FILL_FUSED if has_residual else LAST_WAVE_MAX_FILL
+    if min_k_tiles is None:
+        min_k_tiles = LAST_WAVE_MIN_K_TILES_FUSED if has_residual else LAST_WAVE_MIN_K_TILES
+    check_bound("max_fill", max_fill, "wave fills")
+    check_bound("min_k_tiles", min_k_tiles, "k-tiles")
+    cluster_size = config.cluster_m * config.cluster_n
+    takes = (
+        element_bytes == 2
+        and cluster_size <= 2  # a split's tiles wait on other clusters: all must be resident
+        and not (
+            config.stream_k or config.gather or config.tile_w or config.pingpong
+            or config.dynamic_schedule
+        )
+    )  # fmt: skip
+    if not takes:
+        return config
+    waves = cluster_tile_count(problem, config) / (num_sms // cluster_size)
+    k_tiles = schedule_shape(problem, config.tile_m, config.tile_n, config.tile_k)[1]
+    if waves <= 1 or last_wave_fill(waves) > max_fill or waves * k_tiles < min_k_tiles:
+        return config
+    return replace(config, stream_k=True, stream_k_split=0)
+
+
+def last_wave_fill(waves: float) -> float:
+    """The share of the SM slots of the whole waves a grid of ``waves`` launches that hold
+    tiles: 1 for whole waves, 0.67 for 2.01."""
+    return waves / -(-waves // 1)
