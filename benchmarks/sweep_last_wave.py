@@ -44,7 +44,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from sweep_rows import EVERY_RULE_FITTED, BoundSweep, gpu_results_paths, rule_bound_config  # noqa: E402
+from sweep_rows import (  # noqa: E402
+    EVERY_RULE_FITTED,
+    BoundSweep,
+    family_problem,
+    gpu_results_paths,
+    rule_bound_config,
+)
 
 FORMS = ("plain", "fused")
 JOINT_PATHS = {form: gpu_results_paths(f"last_wave_{form}_sweep") for form in FORMS}
@@ -82,14 +88,9 @@ def family_problems() -> list[dict]:
         c = rng.choice((128, 256, 384, 512, 768, 1024, 1536, 2048))
         k = rng.choice((128, 192, 256, 384, 512, 768, 1024))
         r = rng.choice((1, 3))
-        if (n, h, w, c, k, r, r) in corpus:
-            continue
-        key = f"family_n{n}_h{h}_w{w}_c{c}_k{k}_r{r}_s{r}"
-        drawn[key] = dict(
-            key=key, split="family", tags=["family"], gflop=2 * n * h * w * k * c * r * r / 1e9,
-            N=n, H=h, W=w, C=c, K=k, R=r, S=r, stride=[1, 1], padding=[[r // 2] * 2] * 2,
-            dilation=[1, 1],
-        )  # fmt: skip
+        if (n, h, w, c, k, r, r) not in corpus:
+            p = family_problem(n, h, w, c, k, r)
+            drawn[p["key"]] = p
     return [p for p in drawn.values() if taken(p)]
 
 

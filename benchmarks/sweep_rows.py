@@ -406,6 +406,16 @@ def passed_rows(results: dict) -> list[dict]:
     ]  # fmt: skip
 
 
+def family_problem(n: int, h: int, w: int, c: int, k: int, r: int) -> dict:
+    """A drawn conv (stride 1, "same" padding, an r x r filter) in the corpus's problem format,
+    split ``family``: a sweep's problem outside the corpus (``BoundSweep.family``)."""
+    return dict(
+        key=f"family_n{n}_h{h}_w{w}_c{c}_k{k}_r{r}_s{r}", split="family", tags=["family"],
+        gflop=2 * n * h * w * k * c * r * r / 1e9, N=n, H=h, W=w, C=c, K=k, R=r, S=r,
+        stride=[1, 1], padding=[[r // 2] * 2] * 2, dilation=[1, 1],
+    )  # fmt: skip
+
+
 @functools.cache
 def _family_problems(family: Callable[[], list[dict]] | None) -> dict[str, dict]:
     """A sweep's family problems (``BoundSweep.family``) by key."""
@@ -512,9 +522,8 @@ class BoundSweep:
         """The ``Conv2dProblemShape`` of the corpus or family problem ``key``."""
         from bench_corpus import problem_shape
 
-        if key in _family_problems(self.family):
-            return problem_shape(_family_problems(self.family)[key])
-        return corpus_problem(key)
+        family = _family_problems(self.family)
+        return problem_shape(family[key]) if key in family else corpus_problem(key)
 
     def configs_of(self, problem, form: str = "plain") -> dict:
         """``{baseline: the rule left out, variant: the rule at any bound}``."""

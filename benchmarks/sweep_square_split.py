@@ -56,6 +56,7 @@ from bench import geomean  # noqa: E402
 from sweep_rows import (  # noqa: E402
     BEFORE_LAST_WAVE,
     EVERY_RULE_FITTED,
+    family_problem,
     load_results,
     measure_into,
     middle_of_best,
@@ -90,12 +91,8 @@ def family_problems() -> list[dict]:
         c = rng.choice((512, 640, 960, 1280, 1920, 2560))
         k = rng.choice((320, 384, 512, 640, 960, 1280))
         r = rng.choice((1, 3, 3, 3))
-        key = f"family_n{n}_h{hw}_w{hw}_c{c}_k{k}_r{r}_s{r}"
-        gflop = 2 * n * hw * hw * k * c * r * r / 1e9
-        drawn[key] = dict(
-            key=key, split="family", tags=["family"], gflop=gflop, N=n, H=hw, W=hw, C=c, K=k,
-            R=r, S=r, stride=[1, 1], padding=[[r // 2] * 2] * 2, dilation=[1, 1],
-        )  # fmt: skip
+        p = family_problem(n, hw, hw, c, k, r)
+        drawn[p["key"]] = p
     return list(drawn.values())
 
 

@@ -9,6 +9,7 @@ refines the config a call without one would run (the heuristic's, or the gatheri
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from .config import (
@@ -379,4 +380,4 @@ def last_wave_config(
 def last_wave_fill(waves: float) -> float:
     """The share of the SM slots of the whole waves a grid of ``waves`` launches that hold
     tiles: 1 for whole waves, 0.67 for 2.01."""
-    return waves / -(-waves // 1)
+    return waves / math.ceil(waves)

@@ -1,7 +1,8 @@
 """The config a call without one runs when nothing is autotuned: the arch's heuristic for the
 problem the kernel runs, a gathering config where it spares a staging pass, the small-M,
-single-warpgroup, halo, epilogue, cluster and last-wave rules. ``dispatch`` runs it; ``tuning`` times it
-beside its candidates, so that a stored choice never runs slower than the call it replaces."""
+single-warpgroup, halo, epilogue, cluster and last-wave rules. ``dispatch`` runs it;
+``tuning`` times it beside its candidates, so that a stored choice never runs slower than the
+call it replaces."""
 
 from __future__ import annotations
 
