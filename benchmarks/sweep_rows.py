@@ -499,8 +499,10 @@ class BoundSweep:
     form, the ``cute_conv.config`` constant the fit is for (a tuple of names where a bound
     is a tuple of several rules' bounds, fitted together), in ``constants_module``.
     ``family``, where given, draws problems outside the corpus in its format (split
-    ``family``, no corpus conv's shape): measured with the corpus's, never fitted on, and
-    reported beside the held-out part as a check on convs the corpus does not hold."""
+    ``family``, no corpus conv's shape): measured with the corpus's and reported beside the
+    held-out part as a check on convs the corpus does not hold; never fitted on, unless
+    ``fit_on_family`` (a rule the corpus holds too few convs of, fitted on train and family
+    rows together)."""
 
     config_for: Callable[[object, float, str], object]
     off: float
@@ -511,6 +513,7 @@ class BoundSweep:
     constants: dict[str, str | tuple[str, ...]]
     constants_module: str = "cute_conv.config"
     family: Callable[[], list[dict]] | None = None
+    fit_on_family: bool = False
 
     def all_problems(self) -> list[dict]:
         """The corpus's problems and the family's."""
@@ -592,9 +595,10 @@ class BoundSweep:
         )
 
     def fit(self, form: str, path: Path) -> float:
-        """Per bound of ``grid``, the score on train and held-out and how many problems take
-        the variant; the best on train (the middle of ties) against the constant, and cuDNN's
-        time over ours before and after. Prints the table; returns the bound."""
+        """Per bound of ``grid``, the score on the rows fitted on (train, and the family's with
+        ``fit_on_family``) and on held-out, and how many problems take the variant; the best
+        on the former (the middle of ties) against the constant, and cuDNN's time over ours
+        before and after. Prints the table; returns the bound."""
         import importlib
 
         from bench import geomean
@@ -602,8 +606,14 @@ class BoundSweep:
         module = importlib.import_module(self.constants_module)
         results = load_results(path)
         train, held = _fit_parts(path, results)
-        print(f"{results.get('device', '?')}, {form}: {len(train)} train, {len(held)} held-out")
-        print(f"| bound | train | held-out | problems taking {self.variant} (train, held-out) |")
+        family = [r for r in passed_rows(results) if r["split"] == "family"]
+        fitted_name = "train"
+        if self.fit_on_family:
+            train, family, fitted_name = train + family, [], "train + family"
+        print(f"{results.get('device', '?')}, {form}: {len(train)} {fitted_name}, "
+              f"{len(held)} held-out")  # fmt: skip
+        print(f"| bound | {fitted_name} | held-out | problems taking {self.variant} "
+              f"({fitted_name}, held-out) |")  # fmt: skip
         print("|---|---|---|---|")
         for bound in self.grid:
             takes = [
@@ -617,15 +627,16 @@ class BoundSweep:
         names = names if isinstance(names, tuple) else (names,)
         where = self.constants_module.removeprefix("cute_conv.")
         committed = ", ".join(f"{where}.{name} = {getattr(module, name)}" for name in names)
-        print(f"fitted on train: {best} ({committed})")
-        family = [r for r in passed_rows(results) if r["split"] == "family"]
+        print(f"fitted on {fitted_name}: {best} ({committed})")
         if family:
             print(f"| bound | family ({len(family)}, never fitted on) | problems taking it |")
             print("|---|---|---|")
             for bound in self.grid:
                 takes = sum(self.chosen_name(r, bound, form) == self.variant for r in family)
                 print(f"| {bound} | {self.score(family, bound, form):.3f} | {takes} |")
-        parts = (("train", train), ("held-out", held)) + ((("family", family),) if family else ())
+        parts = [(fitted_name, train), ("held-out", held)]
+        if family:
+            parts.append(("family", family))
         for name, part in parts:
             before = geomean(r["ms"]["cudnn"] / r["ms"][self.baseline] for r in part)
             after = geomean(
