@@ -33,7 +33,7 @@ EVERY_RULE_FITTED = dict(
     wide_epilogue_max_k_tiles=None, min_waves_tall=None, min_waves_tall_wide=None,
     wide_cluster_min_share=None, pingpong_max_k_tiles=None, wide_split_residual=True,
     paired_m_max_channel_fill=None, square_split_min_k_tiles=None, last_wave_max_fill=None,
-    last_wave_min_k_tiles=None,
+    last_wave_min_k_tiles=None, pointwise_pair_max_k_tiles=None,
 )  # fmt: skip
 
 
@@ -288,7 +288,8 @@ def untuned_with(
     pingpong_max_k_tiles: float | None = math.inf, wide_split_residual: bool = False,
     paired_m_max_channel_fill: float | None = 0,
     square_split_min_k_tiles: float | None = math.inf, last_wave_max_fill: float | None = 0,
-    last_wave_min_k_tiles: float | None = None, **heuristic_kwargs,
+    last_wave_min_k_tiles: float | None = None, pointwise_pair_max_k_tiles: float | None = 0,
+    **heuristic_kwargs,
 ):  # fmt: skip
     """The config a call of ``form`` (``plain``, ``fused`` or ``fp8``, as in
     ``measure_configs``) without one runs on ``problem`` (``untuned.untuned_config``: staging,
@@ -300,8 +301,9 @@ def untuned_with(
     ``halo_narrow_min_column_fill`` and ``halo_narrow_min_waves`` and the epilogue rule
     ``wide_epilogue_max_k_tiles`` and ``wide_epilogue_min_ab_stages`` and the cluster rule
     ``wide_cluster_min_share``, ``wide_cluster_max_share`` and ``wide_cluster_residual`` (its
-    ``take_residual``) and the last-wave rule ``last_wave_max_fill`` and
-    ``last_wave_min_k_tiles``: a sweep's variant of the heuristic. The rules fitted after most
+    ``take_residual``), the last-wave rule ``last_wave_max_fill`` and
+    ``last_wave_min_k_tiles`` and the pair rule ``pointwise_pair_max_k_tiles``: a sweep's
+    variant of the heuristic. The rules fitted after most
     sweeps ran default to off, as those sweeps measured: the single-warpgroup rule and its
     wider tiles (0), ``default_config``'s ``whole_source_min_k`` (inf) and 256-row tiles' bounds
     (``SUITE_TALL_TILES``), the halo rule (a column fill of inf, for narrow tiles too), the
@@ -309,14 +311,15 @@ def untuned_with(
     ping-pong tiles (``pingpong_max_k_tiles``, inf), the wide split of fused calls
     (``wide_split_residual``, False), the 2x1 clusters of short 1x1s
     (``paired_m_max_channel_fill``, 0), the 128x128 split tiles
-    (``square_split_min_k_tiles``, inf) and the last-wave rule (``last_wave_max_fill``, 0);
-    None takes a rule's fitted bound."""
+    (``square_split_min_k_tiles``, inf), the last-wave rule (``last_wave_max_fill``, 0) and
+    the pair rule (``pointwise_pair_max_k_tiles``, 0); None takes a rule's fitted bound."""
     from cute_conv.arch import ARCHS
     from cute_conv.config import default_config
     from cute_conv.epilogue_rule import wide_epilogue_config
     from cute_conv.halo_rule import halo_tiled_config
     from cute_conv.small_grid_rules import (
         last_wave_config,
+        pointwise_pair_config,
         single_warpgroup_config,
         wide_cluster_config,
     )
@@ -355,10 +358,11 @@ def untuned_with(
     last_wave_rule = functools.partial(
         last_wave_config, max_fill=last_wave_max_fill, min_k_tiles=last_wave_min_k_tiles
     )
+    pair_rule = functools.partial(pointwise_pair_config, max_k_tiles=pointwise_pair_max_k_tiles)
     arch = dataclasses.replace(
         ARCHS["sm_90a"], heuristic=heuristic, single_warpgroup_rule=single_warpgroup_rule,
         halo_rule=halo_rule, epilogue_rule=epilogue_rule, cluster_rule=cluster_rule,
-        last_wave_rule=last_wave_rule,
+        last_wave_rule=last_wave_rule, pair_rule=pair_rule,
     )  # fmt: skip
     element_bytes = 1 if form == "fp8" else 2
     kernel_problem = kernel_problem_for(problem, element_bytes)

@@ -22,6 +22,7 @@ from .kernels.sm100.conv2d_fprop import Conv2dFpropKernel
 from .problem import Conv2dProblemShape
 from .small_grid_rules import (
     last_wave_config,
+    pointwise_pair_config,
     single_warpgroup_config,
     small_m_config,
     wide_cluster_config,
@@ -75,6 +76,10 @@ class ArchKernels:
     # For a call without a config, after every rule above, with the small-M rule's arguments
     # (the problem the kernel runs): its schedule over the last wave (None: the config's).
     last_wave_rule: Optional[Callable[..., Any]]
+    # For a call without a config, last, with the small-M rule's arguments (the conv as
+    # called: a conv unfolded into a 1x1 is not one): the cluster shape of a 1x1 whose few
+    # k-tiles are partly empty (None: the config's).
+    pair_rule: Optional[Callable[..., Any]]
     # The scratch a launch needs, ``(float32 partials, int32 flags)`` or None, for
     # ``(kernel problem, config, max clusters)`` (None: the arch's kernels never need any).
     workspace_size: Optional[Callable[[Conv2dProblemShape, Any, int], Optional[tuple]]]
@@ -114,6 +119,7 @@ ARCHS: dict[str, ArchKernels] = {
         epilogue_rule=wide_epilogue_config,
         cluster_rule=wide_cluster_config,
         last_wave_rule=last_wave_config,
+        pair_rule=pointwise_pair_config,
         workspace_size=workspace_size_sm90,
     ),
     "sm_100a": ArchKernels(
@@ -131,6 +137,7 @@ ARCHS: dict[str, ArchKernels] = {
         epilogue_rule=None,
         cluster_rule=None,
         last_wave_rule=None,
+        pair_rule=None,
         workspace_size=None,
     ),
 }

@@ -1,9 +1,10 @@
 """The rules for convs whose tiles leave SMs idle: 32-wide tiles where a conv has a few tiles
 along M (``small_m_config``), 64-row tiles, one consumer warpgroup, where its 128-row tiles
 fill less than a wave (``single_warpgroup_config``), the activation tile shared by 4 CTAs
-where 64-wide tiles of a long mainloop fill part of a wave (``wide_cluster_config``), and
+where 64-wide tiles of a long mainloop fill part of a wave (``wide_cluster_config``),
 stream-K over the whole grid where tiles past one wave leave much of the last one idle
-(``last_wave_config``). Each
+(``last_wave_config``), and the filter tile shared along M instead of the activation along N
+where a 1x1's few k-tiles are partly empty (``pointwise_pair_config``). Each
 refines the config a call without one would run (the heuristic's, or the gathering one);
 ``untuned`` applies them through the arch registry (``arch.ArchKernels``)."""
 
@@ -37,8 +38,10 @@ __all__ = [
     "WIDE_CLUSTER_MAX_SHARE",
     "WIDE_CLUSTER_MIN_K_TILES",
     "WIDE_CLUSTER_MIN_SHARE",
+    "POINTWISE_PAIR_MAX_K_TILES",
     "last_wave_config",
     "last_wave_fill",
+    "pointwise_pair_config",
     "single_warpgroup_config",
     "single_warpgroup_fits",
     "small_m_config",
@@ -80,6 +83,10 @@ LAST_WAVE_MAX_FILL = 0.85
 LAST_WAVE_MAX_FILL_FUSED = 0.85
 LAST_WAVE_MIN_K_TILES = 64
 LAST_WAVE_MIN_K_TILES_FUSED = 64
+# 2x1 clusters for plain 16-bit 1x1s on 1x2 clusters whose channels leave their k-tiles partly
+# empty, for tiles of at most this many k-tiles (see pointwise_pair_config); fitted on the
+# corpus's train part on an H200 (benchmarks/sweep_pointwise_pair.py).
+POINTWISE_PAIR_MAX_K_TILES = 5
 
 
 def small_m_config(
@@ -381,3 +388,47 @@ def last_wave_fill(waves: float) -> float:
     """The share of the SM slots of the whole waves a grid of ``waves`` launches that hold
     tiles: 1 for whole waves, 0.67 for 2.01."""
     return waves / math.ceil(waves)
+
+
+def pointwise_pair_config(
+    config: Conv2dConfig,
+    problem: Conv2dProblemShape,
+    num_sms: int = 132,
+    has_residual: bool = False,
+    element_bytes: int = 2,
+    max_k_tiles: float | None = None,
+) -> Conv2dConfig:
+    """``config`` (the one a call without one would run on ``problem``, the conv as called:
+    one the staging unfolds into a 1x1 is not a 1x1 here) on 2x1 clusters instead of 1x2 for
+    a plain 16-bit 1x1 conv whose data-parallel
+    tiles (no gather, stream-K or dynamic schedule) take at most ``max_k_tiles`` k-tiles
+    (None: ``POINTWISE_PAIR_MAX_K_TILES``; 0: never) that its channels leave partly empty
+    (C=48 fills 0.75 of one 64-wide k-tile, C=120 0.94 of two). Else ``config``.
+
+    The pair then shares the filter tile along M instead of the activation tile along N, as
+    ``default_config``'s 2x1 clusters of single-CTA 1x1s do (``paired_m_max_channel_fill``).
+    Measured with ``benchmarks/sweep_pointwise_pair.py`` (H200, CUDA-graph replays, the 33
+    corpus convs the rule can change, plain calls): the C=48 and C=120 1x1s (1-2 k-tiles)
+    gained 1.01-1.16x, a C=257 one (5) 1.02x; at 6-16 k-tiles (C=336..1008) the pair lost up
+    to 25%. Fused calls were not measured and are left as they are.
+
+    Raises:
+        TypeError, ValueError: ``config`` is no ``Conv2dConfig``, or a bad problem, SM count,
+            element size or bound.
+    """
+    check_rule_args(config, problem, num_sms, has_residual, element_bytes)
+    max_k_tiles = k_tile_bound("max_k_tiles", max_k_tiles, POINTWISE_PAIR_MAX_K_TILES)
+    takes = (
+        not has_residual
+        and element_bytes == 2
+        and problem.R == problem.S == 1
+        and (config.cluster_m, config.cluster_n) == (1, 2)
+        and not (config.gather or config.stream_k or config.dynamic_schedule)
+    )
+    if not takes:
+        return config
+    k_tiles = schedule_shape(problem, config.tile_m, config.tile_n, config.tile_k)[1]
+    partly_empty = problem.C % config.tile_k != 0
+    if not partly_empty or k_tiles > max_k_tiles:
+        return config
+    return replace(config, cluster_m=2, cluster_n=1)

@@ -1,8 +1,8 @@
 """The config a call without one runs when nothing is autotuned: the arch's heuristic for the
 problem the kernel runs, a gathering config where it spares a staging pass, the small-M,
-single-warpgroup, halo, epilogue, cluster and last-wave rules. ``dispatch`` runs it;
-``tuning`` times it beside its candidates, so that a stored choice never runs slower than the
-call it replaces."""
+single-warpgroup, halo, epilogue, cluster, last-wave and pointwise-pair rules. ``dispatch``
+runs it; ``tuning`` times it beside its candidates, so that a stored choice never runs slower
+than the call it replaces."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ def untuned_config(
     gather rule takes it (sized by the heuristic on the channel-padded problem); for a conv
     that runs unstaged or gathered, as the arch's small-M rule makes it; then as the arch's
     single-warpgroup rule, its halo rule and its epilogue rule make it for the conv the kernel
-    runs; then, for an unstaged conv, as its cluster rule makes it; last, as its last-wave
-    rule schedules it."""
+    runs; then, for an unstaged conv, as its cluster rule makes it; then as its last-wave
+    rule schedules it; last, as its pair rule clusters it."""
     config = target.heuristic(kernel_problem, num_sms, has_residual, element_bytes, out_bytes)
     replaces = gather_replaces(problem, element_bytes)
     staged = replaces is not None or kernel_problem != problem  # unless gathered
@@ -58,6 +58,8 @@ def untuned_config(
         config = target.cluster_rule(config, problem, num_sms, has_residual, element_bytes)
     if target.last_wave_rule is not None:
         config = target.last_wave_rule(config, runs, num_sms, has_residual, element_bytes)
+    if target.pair_rule is not None:
+        config = target.pair_rule(config, problem, num_sms, has_residual, element_bytes)
     return config
 
 
