@@ -400,10 +400,10 @@ def pointwise_pair_config(
 ) -> Conv2dConfig:
     """``config`` (the one a call without one would run on ``problem``, the conv as called:
     one the staging unfolds into a 1x1 is not a 1x1 here) on 2x1 clusters instead of 1x2 for
-    a plain 16-bit 1x1 conv whose data-parallel
-    tiles (no gather, stream-K or dynamic schedule) take at most ``max_k_tiles`` k-tiles
-    (None: ``POINTWISE_PAIR_MAX_K_TILES``; 0: never) that its channels leave partly empty
-    (C=48 fills 0.75 of one 64-wide k-tile, C=120 0.94 of two). Else ``config``.
+    a plain 16-bit 1x1 conv whose data-parallel tiles (no gather, stream-K or dynamic
+    schedule) take at most ``max_k_tiles`` k-tiles (None: ``POINTWISE_PAIR_MAX_K_TILES``; 0:
+    never) that its channels leave partly empty (C=48 fills 0.75 of one 64-wide k-tile,
+    C=120 0.94 of two). Else ``config``.
 
     The pair then shares the filter tile along M instead of the activation tile along N, as
     ``default_config``'s 2x1 clusters of single-CTA 1x1s do (``paired_m_max_channel_fill``).
