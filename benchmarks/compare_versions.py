@@ -2,7 +2,8 @@
 
     python benchmarks/compare_versions.py [--base 297a048 | --base-dir DIR]
                                           [--shapes NAME,... | --corpus-keys KEY,...|@FILE]
-                                          [--rounds 5] [--out benchmarks/COMPARE.md]
+                                          [--rounds 5] [--graphs]
+                                          [--out benchmarks/COMPARE.md]
 
 The old version (``--base``: any commit-ish of this repository, read with ``git archive``;
 ``--base-dir``: a directory holding an old tree's ``cute_conv/`` and ``kernels/``, for a machine
@@ -20,7 +21,8 @@ bias=b, activation="relu")``), each with its own default heuristic config passed
 autotuning, no stored autotuner choice). Every output is checked against the float32 reference
 before anything is timed; then the two versions are timed as ``bench.py`` times its rivals:
 rounds of ``triton.testing.do_bench`` (medians), their order reversed every other round, a time
-being the median round. Writes a Markdown table (old ms, new ms, new/old), the geomeans, the
+being the median round; with ``--graphs`` each call is captured in a CUDA graph and its replays
+are timed (the GPU's time without the host's: what a small conv's kernel change moves). Writes a Markdown table (old ms, new ms, new/old), the geomeans, the
 worst shape and the verdict against the release criteria: geomean new/old at most 1.02 for the
 plain and for the fused conv, and no shape's new/old above 1.03 (a faster new version passes).
 
@@ -182,7 +184,9 @@ class ShapeResult:
         return any(len(set(by_version.values())) > 1 for by_version in self.configs.values())
 
 
-def bench_shape(shape: dict, packages: dict[str, ModuleType], num_sms: int) -> ShapeResult:
+def bench_shape(
+    shape: dict, packages: dict[str, ModuleType], num_sms: int, graphs: bool = False
+) -> ShapeResult:
     n, h, w, c, k, r, s = (shape[x] for x in "NHWCKRS")
     geom = dict(stride=shape["stride"], padding=shape["pad"], dilation=shape["dilation"])
     x, flt = random_conv_inputs(n, h, w, c, k, r, s)
@@ -211,7 +215,12 @@ def bench_shape(shape: dict, packages: dict[str, ModuleType], num_sms: int) -> S
             result.checks[f"{version} {kind}"] = compare_to_reference(kind_out, kind_ref)
             result.configs[kind][version] = repr(kind_config)
     for kind in KINDS:
-        result.ms[kind] = bench.time_interleaved(calls[kind])
+        timed = calls[kind]
+        if graphs:
+            from models import replay_of
+
+            timed = {version: replay_of(call) for version, call in timed.items()}
+        result.ms[kind] = bench.time_interleaved(timed)
     return result
 
 
@@ -244,8 +253,18 @@ def judge(results: Sequence[ShapeResult]) -> Verdict:
     return Verdict(geomeans, worst, checks_ok)
 
 
-def render(results: Sequence[ShapeResult], *, old: str, new: str, rounds: int, device: str) -> str:
-    """The Markdown report: the table per shape, the geomeans, the worst shape, the verdict."""
+def render(
+    results: Sequence[ShapeResult],
+    *,
+    old: str,
+    new: str,
+    rounds: int,
+    device: str,
+    graphs: bool = False,
+) -> str:
+    """The Markdown report: the table per shape, the geomeans, the worst shape, the verdict;
+    ``graphs``: the times are CUDA-graph replays."""
+    calls = "their CUDA-graph replays" if graphs else "the two versions"
     verdict = judge(results)
     mark = lambda ok: "PASS" if ok else "FAIL"  # noqa: E731
     lines = [
@@ -256,7 +275,7 @@ def render(results: Sequence[ShapeResult], *, old: str, new: str, rounds: int, d
         f"- device: {device}; date {datetime.date.today().isoformat()}",
         f"- bf16 in/out, fp32 accumulation; both versions in one process, each with its own "
         f"default heuristic config (no autotuning). Every output checked against the float32 "
-        f"reference before timing. Per shape and kind, the two versions are timed in {rounds} "
+        f"reference before timing. Per shape and kind, {calls} are timed in {rounds} "
         f"rounds of triton.testing.do_bench (medians), their order reversed every other round; "
         f"a time is the median round. Fused: relu(conv + bias) + residual, one call of "
         f"conv2d_fprop_with_residual.",
@@ -363,6 +382,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--corpus-keys", help="corpus problems instead: comma-separated keys, or @FILE of them"
     )
     parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS)
+    parser.add_argument(
+        "--graphs", action="store_true", help="time CUDA-graph replays of each call"
+    )
     parser.add_argument("--out", type=Path, default=HERE / "COMPARE.md")
     args = parser.parse_args(argv)
     if args.rounds < 1:
@@ -383,7 +405,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         num_sms = torch.cuda.get_device_properties(0).multi_processor_count
         results = []
         for shape in shapes:
-            result = bench_shape(shape, packages, num_sms)
+            result = bench_shape(shape, packages, num_sms, graphs=args.graphs)
             failed = [name for name, check in result.checks.items() if not check.ok]
             print(
                 f"{result.name:>16}: new/old plain {result.ratio('plain'):.3f}, fused "
@@ -398,6 +420,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         new=_describe(None, None),
         rounds=args.rounds,
         device=f"{props.name} ({props.multi_processor_count} SMs), torch {torch.__version__}",
+        graphs=args.graphs,
     )
     args.out.write_text(text)
     print(text)

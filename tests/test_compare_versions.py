@@ -139,12 +139,14 @@ def test_each_version_decides_its_own_default_configs(compare, base):
 
 @needs_base_commit
 @requires_sm90
-def test_bench_shape_checks_and_times_both_versions(compare, base, monkeypatch):
-    """One small shape of the suite end to end, one round (H100/H200)."""
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "graphs"])
+def test_bench_shape_checks_and_times_both_versions(compare, base, monkeypatch, graphs):
+    """One small shape of the suite end to end, one round (H100/H200), eagerly and replayed
+    from CUDA graphs."""
     monkeypatch.setattr(compare.bench, "ROUNDS", 1)
     shape = next(s for s in compare.select_shapes(None) if s["name"] == "r50-c4-3x3")
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
-    result = compare.bench_shape(shape, {"old": base, "new": cute_conv}, num_sms)
+    result = compare.bench_shape(shape, {"old": base, "new": cute_conv}, num_sms, graphs)
     assert sorted(result.checks) == ["new fused", "new plain", "old fused", "old plain"]
     assert all(check.ok for check in result.checks.values()), result.checks
     assert all(ms > 0 for by_version in result.ms.values() for ms in by_version.values())
@@ -248,6 +250,9 @@ def test_pass_report(compare):
     assert "| **geomean** | | | **1.000** | | | **1.010** | | |" in text
     assert "- worst shape: a (fused), new/old 1.020 (PASS, limit 1.03)" in text
     assert "**verdict: PASS**" in text and "differ" not in text
+    assert "the two versions are timed in 5 rounds" in text
+    graphs = compare.render(results, old="297a048", new="HEAD", rounds=5, device="t", graphs=True)
+    assert "their CUDA-graph replays are timed in 5 rounds" in graphs
 
 
 def test_fail_reports(compare):
