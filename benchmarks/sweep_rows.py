@@ -609,12 +609,12 @@ class BoundSweep:
 
         module = importlib.import_module(self.constants_module)
         results = load_results(path)
-        train, held = _fit_parts(path, results)
+        fitted, held = _fit_parts(path, results)
         family = [r for r in passed_rows(results) if r["split"] == "family"]
         fitted_name = "train"
         if self.fit_on_family:
-            train, family, fitted_name = train + family, [], "train + family"
-        print(f"{results.get('device', '?')}, {form}: {len(train)} {fitted_name}, "
+            fitted, family, fitted_name = fitted + family, [], "train + family"
+        print(f"{results.get('device', '?')}, {form}: {len(fitted)} {fitted_name}, "
               f"{len(held)} held-out")  # fmt: skip
         print(f"| bound | {fitted_name} | held-out | problems taking {self.variant} "
               f"({fitted_name}, held-out) |")  # fmt: skip
@@ -622,11 +622,11 @@ class BoundSweep:
         for bound in self.grid:
             takes = [
                 sum(self.chosen_name(r, bound, form) == self.variant for r in part)
-                for part in (train, held)
+                for part in (fitted, held)
             ]
-            print(f"| {bound} | {self.score(train, bound, form):.3f} | "
+            print(f"| {bound} | {self.score(fitted, bound, form):.3f} | "
                   f"{self.score(held, bound, form):.3f} | {takes[0]}, {takes[1]} |")  # fmt: skip
-        best = middle_of_best(list(self.grid), lambda bound: self.score(train, bound, form))
+        best = middle_of_best(list(self.grid), lambda bound: self.score(fitted, bound, form))
         names = self.constants[form]
         names = names if isinstance(names, tuple) else (names,)
         where = self.constants_module.removeprefix("cute_conv.")
@@ -638,7 +638,7 @@ class BoundSweep:
             for bound in self.grid:
                 takes = sum(self.chosen_name(r, bound, form) == self.variant for r in family)
                 print(f"| {bound} | {self.score(family, bound, form):.3f} | {takes} |")
-        parts = [(fitted_name, train), ("held-out", held)]
+        parts = [(fitted_name, fitted), ("held-out", held)]
         if family:
             parts.append(("family", family))
         for name, part in parts:
