@@ -2,12 +2,12 @@
 partly empty, against their 1x2 config (CUDA graphs), and the fit of the rule's k-tile bound
 (``cute_conv.small_grid_rules.pointwise_pair_config``, ``POINTWISE_PAIR_MAX_K_TILES``).
 
-    python benchmarks/sweep_pointwise_pair.py [--max-seconds 500]   # H100/H200
-    python benchmarks/sweep_pointwise_pair.py --fit                 # no GPU
+    python benchmarks/sweep_pointwise_pair.py [--form plain|fused] [--max-seconds 500]  # H100/H200
+    python benchmarks/sweep_pointwise_pair.py [--form plain|fused] --fit                 # no GPU
 
 ``--results PATH`` measures into (or fits from) another file than the H200's
-(``pointwise_pair_sweep_H200.json``), e.g. an H100's; ``--shard I/N`` and ``--merge`` spread it
-over N GPUs.
+(``pointwise_pair{,_fused}_sweep_H200.json``), e.g. an H100's; ``--shard I/N`` and ``--merge``
+spread it over N GPUs.
 
 Why: ncu on the H200's store-bound RegNet 1x1 n128 28x28 C=120 K=336 (0.84x cuDNN under
 CUDA graphs, session 51) and ``cute_conv.autotune`` on it (session 48: 2x1 clusters of the
@@ -20,8 +20,10 @@ The problems: every corpus conv whose plain call (``untuned.untuned_config``, ev
 rule at its fitted bound) the rule changes at any bound (``ON``: every k-tile count). Per
 problem, in one process: both configs (``own``: the 1x2 cluster; ``paired``: 2x1), each
 checked against the float32 reference from a NaN-poisoned output, then replayed from CUDA
-graphs, cuDNN's plain replay beside them (``sweep_rows.BoundSweep``). Fused calls were not
-measured (``FORMS``): the rule leaves them as they are.
+graphs, cuDNN's plain replay beside them (``sweep_rows.BoundSweep``). Fused calls
+(``relu(conv + b) + r``; the rule leaves them as they are, ``take_residual`` in the sweep) are
+prepared and were not run: ``--form fused`` measures them into their own file, for a
+separate bound (the rule would then need one).
 
 The H200's rows (2026-11-28) were measured by a scratch probe of the same selection and
 configs (plain ``heuristic_config``, 1x2 clusters, partly empty k-tiles, no gather or
@@ -43,16 +45,21 @@ sys.path.insert(0, str(HERE))
 
 from sweep_rows import EVERY_RULE_FITTED, BoundSweep, rule_bound_config  # noqa: E402
 
-FORMS = ("plain",)
-RESULTS_PATHS = {"plain": HERE / "pointwise_pair_sweep_H200.json"}
+FORMS = ("plain", "fused")
+RESULTS_PATHS = {
+    "plain": HERE / "pointwise_pair_sweep_H200.json",
+    "fused": HERE / "pointwise_pair_fused_sweep_H200.json",  # not measured yet
+}
 NUM_SMS = 132  # H100 SXM and H200: the selection and the fit use the same count
 OFF, ON = 0, math.inf
 GRID = (OFF, 1, 2, 4, 5, 6, 8, 16, ON)
 
 SWEEP = BoundSweep(
-    rule_bound_config("pointwise_pair_max_k_tiles", NUM_SMS, **EVERY_RULE_FITTED),
+    rule_bound_config(
+        "pointwise_pair_max_k_tiles", NUM_SMS, **EVERY_RULE_FITTED, pointwise_pair_residual=True
+    ),
     off=OFF, on=ON, baseline="own", variant="paired", grid=GRID,
-    constants={"plain": "POINTWISE_PAIR_MAX_K_TILES"},
+    constants={"plain": "POINTWISE_PAIR_MAX_K_TILES", "fused": "POINTWISE_PAIR_MAX_K_TILES"},
     constants_module="cute_conv.small_grid_rules",
 )  # fmt: skip
 configs_of, pointwise_pair_problems = SWEEP.configs_of, SWEEP.problems

@@ -67,10 +67,18 @@ def test_bad_input_is_rejected(kwargs, error):
         pointwise_pair_config(ON_1X2, REGNET_120, **kwargs)
 
 
-def test_the_selection_is_1x2_1x1s_that_differ_in_their_cluster_only():
-    chosen = sweep.pointwise_pair_problems(load_corpus(), "plain")
-    assert len(chosen) == 33
-    for problem, own, paired in selected_configs(sweep.SWEEP, chosen, "plain"):
+def test_residual_calls_are_taken_only_as_the_fused_sweep_asks():
+    assert pointwise_pair_config(ON_1X2, REGNET_120, has_residual=True) == ON_1X2
+    assert pointwise_pair_config(
+        ON_1X2, REGNET_120, has_residual=True, take_residual=True
+    ) == dataclasses.replace(ON_1X2, cluster_m=2, cluster_n=1)
+
+
+@pytest.mark.parametrize("form, count", [("plain", 33), ("fused", 34)])
+def test_the_selection_is_1x2_1x1s_that_differ_in_their_cluster_only(form, count):
+    chosen = sweep.pointwise_pair_problems(load_corpus(), form)
+    assert len(chosen) == count
+    for problem, own, paired in selected_configs(sweep.SWEEP, chosen, form):
         assert problem.R == problem.S == 1 and problem.C % own.tile_k
         assert own.cluster_shape_mn == (1, 2) and paired.cluster_shape_mn == (2, 1)
         assert dataclasses.replace(own, cluster_m=2, cluster_n=1) == paired
