@@ -14,17 +14,18 @@ inside, as the install maps it to ``cute_conv.kernels``) and imported beside the
 ``$CUTE_CONV_CACHE_DIR/cute_conv_base``, so neither version can load the other's binaries.
 
 For every shape of ``benchmarks/shapes.json`` (or, with ``--corpus-keys``, every named problem
-of the corpus, ``benchmarks/corpus.json``, its geometry padded asymmetrically where it is)
-both versions run the plain conv
-(``conv2d_fprop``) and the fused form of ``bench.py`` (``conv2d_fprop_with_residual(...,
-bias=b, activation="relu")``), each with its own default heuristic config passed explicitly (no
-autotuning, no stored autotuner choice). Every output is checked against the float32 reference
-before anything is timed; then the two versions are timed as ``bench.py`` times its rivals:
-rounds of ``triton.testing.do_bench`` (medians), their order reversed every other round, a time
-being the median round; with ``--graphs`` each call is captured in a CUDA graph and its replays
-are timed (the GPU's time without the host's: what a small conv's kernel change moves). Writes a Markdown table (old ms, new ms, new/old), the geomeans, the
-worst shape and the verdict against the release criteria: geomean new/old at most 1.02 for the
-plain and for the fused conv, and no shape's new/old above 1.03 (a faster new version passes).
+of the corpus, ``benchmarks/corpus.json``, its geometry padded asymmetrically where it is) both
+versions run the plain conv (``conv2d_fprop``) and the fused form of ``bench.py``
+(``conv2d_fprop_with_residual(..., bias=b, activation="relu")``), each with its own default
+heuristic config passed explicitly (no autotuning, no stored autotuner choice). Every output is
+checked against the float32 reference before anything is timed; then the two versions are timed
+as ``bench.py`` times its rivals: rounds of ``triton.testing.do_bench`` (medians), their order
+reversed every other round, a time being the median round; with ``--graphs`` each call is
+captured in a CUDA graph and its replays are timed (the GPU's time without the host's: what a
+small conv's kernel change moves). Writes a Markdown table (old ms, new ms, new/old), the
+geomeans, the worst shape and the verdict against the release criteria: geomean new/old at most
+1.02 for the plain and for the fused conv, and no shape's new/old above 1.03 (a faster new
+version passes).
 
 Exit status: 0 PASS, 1 no Hopper GPU (nothing measured), 2 bad arguments or an output failed
 its check, 3 slower than the criteria allow.

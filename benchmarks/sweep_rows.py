@@ -303,9 +303,10 @@ def untuned_with(
     ``wide_cluster_min_share``, ``wide_cluster_max_share`` and ``wide_cluster_residual`` (its
     ``take_residual``), the last-wave rule ``last_wave_max_fill`` and
     ``last_wave_min_k_tiles`` and the pair rule ``pointwise_pair_max_k_tiles`` and
-    ``pointwise_pair_residual`` (its ``take_residual``): a sweep's variant of the heuristic. The rules fitted after most
-    sweeps ran default to off, as those sweeps measured: the single-warpgroup rule and its
-    wider tiles (0), ``default_config``'s ``whole_source_min_k`` (inf) and 256-row tiles' bounds
+    ``pointwise_pair_residual`` (its ``take_residual``): a sweep's variant of the heuristic.
+    The rules fitted after most sweeps ran default to off, as those sweeps measured: the
+    single-warpgroup rule and its wider tiles (0), ``default_config``'s
+    ``whole_source_min_k`` (inf) and 256-row tiles' bounds
     (``SUITE_TALL_TILES``), the halo rule (a column fill of inf, for narrow tiles too), the
     epilogue rule (0), the cluster rule (a least SM share of inf), the upper bound of
     ping-pong tiles (``pingpong_max_k_tiles``, inf), the wide split of fused calls
