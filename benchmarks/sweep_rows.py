@@ -289,7 +289,7 @@ def untuned_with(
     paired_m_max_channel_fill: float | None = 0,
     square_split_min_k_tiles: float | None = math.inf, last_wave_max_fill: float | None = 0,
     last_wave_min_k_tiles: float | None = None, pointwise_pair_max_k_tiles: float | None = 0,
-    pointwise_pair_residual: bool = False, **heuristic_kwargs,
+    **heuristic_kwargs,
 ):  # fmt: skip
     """The config a call of ``form`` (``plain``, ``fused`` or ``fp8``, as in
     ``measure_configs``) without one runs on ``problem`` (``untuned.untuned_config``: staging,
@@ -302,8 +302,8 @@ def untuned_with(
     ``wide_epilogue_max_k_tiles`` and ``wide_epilogue_min_ab_stages`` and the cluster rule
     ``wide_cluster_min_share``, ``wide_cluster_max_share`` and ``wide_cluster_residual`` (its
     ``take_residual``), the last-wave rule ``last_wave_max_fill`` and
-    ``last_wave_min_k_tiles`` and the pair rule ``pointwise_pair_max_k_tiles`` and
-    ``pointwise_pair_residual`` (its ``take_residual``): a sweep's variant of the heuristic.
+    ``last_wave_min_k_tiles`` and the pair rule ``pointwise_pair_max_k_tiles``: a sweep's
+    variant of the heuristic.
     The rules fitted after most sweeps ran default to off, as those sweeps measured: the
     single-warpgroup rule and its wider tiles (0), ``default_config``'s
     ``whole_source_min_k`` (inf) and 256-row tiles' bounds
@@ -359,10 +359,7 @@ def untuned_with(
     last_wave_rule = functools.partial(
         last_wave_config, max_fill=last_wave_max_fill, min_k_tiles=last_wave_min_k_tiles
     )
-    pair_rule = functools.partial(
-        pointwise_pair_config, max_k_tiles=pointwise_pair_max_k_tiles,
-        take_residual=pointwise_pair_residual,
-    )  # fmt: skip
+    pair_rule = functools.partial(pointwise_pair_config, max_k_tiles=pointwise_pair_max_k_tiles)
     arch = dataclasses.replace(
         ARCHS["sm_90a"], heuristic=heuristic, single_warpgroup_rule=single_warpgroup_rule,
         halo_rule=halo_rule, epilogue_rule=epilogue_rule, cluster_rule=cluster_rule,

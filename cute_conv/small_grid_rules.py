@@ -397,11 +397,10 @@ def pointwise_pair_config(
     has_residual: bool = False,
     element_bytes: int = 2,
     max_k_tiles: float | None = None,
-    take_residual: bool = False,
 ) -> Conv2dConfig:
     """``config`` (the one a call without one would run on ``problem``, the conv as called:
     one the staging unfolds into a 1x1 is not a 1x1 here) on 2x1 clusters instead of 1x2 for
-    a plain 16-bit 1x1 conv whose data-parallel tiles (no gather, stream-K or dynamic
+    a 16-bit 1x1 conv, plain or fused, whose data-parallel tiles (no gather, stream-K or dynamic
     schedule) take at most ``max_k_tiles`` k-tiles (None: ``POINTWISE_PAIR_MAX_K_TILES``; 0:
     never) that its channels leave partly empty (C=48 fills 0.75 of one 64-wide k-tile,
     C=120 0.94 of two). Else ``config``.
@@ -411,8 +410,8 @@ def pointwise_pair_config(
     Measured with ``benchmarks/sweep_pointwise_pair.py`` (H200, CUDA-graph replays, the 33
     corpus convs the rule can change, plain calls): the C=48 and C=120 1x1s (1-2 k-tiles)
     gained 1.01-1.16x, a C=257 one (5) 1.02x; at 6-16 k-tiles (C=336..1008) the pair lost up
-    to 25%. Fused calls were not measured and are left as they are; ``take_residual``:
-    residual calls take the clusters too (the fused sweep's variant, prepared, not run).
+    to 25%. Fused calls (``relu(conv + b) + r``, the 34 corpus convs whose fused call it can
+    change) fit the same bound: 1.008x train, 1.016x held-out.
 
     Raises:
         TypeError, ValueError: ``config`` is no ``Conv2dConfig``, or a bad problem, SM count,
@@ -421,8 +420,7 @@ def pointwise_pair_config(
     check_rule_args(config, problem, num_sms, has_residual, element_bytes)
     max_k_tiles = k_tile_bound("max_k_tiles", max_k_tiles, POINTWISE_PAIR_MAX_K_TILES)
     takes = (
-        (take_residual or not has_residual)
-        and element_bytes == 2
+        element_bytes == 2
         and problem.R == problem.S == 1
         and (config.cluster_m, config.cluster_n) == (1, 2)
         and not (config.gather or config.stream_k or config.dynamic_schedule)

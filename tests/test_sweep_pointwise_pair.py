@@ -1,4 +1,4 @@
-"""2x1 clusters for plain 1x1s on 1x2 clusters whose few k-tiles are partly empty
+"""2x1 clusters for 1x1s on 1x2 clusters whose few k-tiles are partly empty
 (``small_grid_rules.pointwise_pair_config``) and their sweep (benchmarks/sweep_pointwise_pair.py):
 which convs the rule takes and leaves, that the committed rows are the sweep's selection with
 every config passed, that the fit on the train rows gives the rule's bound, and bad input."""
@@ -30,8 +30,7 @@ def test_a_short_partly_empty_1x1_takes_2x1_clusters():
     )
     call = heuristic_config(REGNET_120, 132)
     assert call.cluster_shape_mn == (2, 1)
-    # Fused calls were not measured: left on their own clusters.
-    assert heuristic_config(REGNET_120, 132, has_residual=True).cluster_shape_mn == (1, 2)
+    assert heuristic_config(REGNET_120, 132, has_residual=True).cluster_shape_mn == (2, 1)
 
 
 @pytest.mark.parametrize(
@@ -43,15 +42,14 @@ def test_a_short_partly_empty_1x1_takes_2x1_clusters():
         (ON_1X2, Conv2dProblemShape.from_shapes((32, 7, 7, 888), (888, 1, 1, 888)), {}),
         # not a 1x1
         (ON_1X2, Conv2dProblemShape.from_shapes((8, 28, 28, 120), (336, 3, 3, 120)), {}),
-        # other clusters and schedules, a residual, fp8, the rule off
+        # other clusters and schedules, fp8, the rule off
         (Conv2dConfig(tile_n=192), REGNET_120, {}),
         (Conv2dConfig(tile_n=192, cluster_m=2), REGNET_120, {}),
         (dataclasses.replace(ON_1X2, stream_k=True), REGNET_120, {}),
-        (ON_1X2, REGNET_120, {"has_residual": True}),
         (ON_1X2, REGNET_120, {"element_bytes": 1}),
         (ON_1X2, REGNET_120, {"max_k_tiles": 0}),
     ],
-    ids=["full", "long", "3x3", "single", "2x1", "stream-k", "residual", "fp8", "off"],
+    ids=["full", "long", "3x3", "single", "2x1", "stream-k", "fp8", "off"],
 )
 def test_the_rule_leaves_other_calls(config, problem, kwargs):
     assert pointwise_pair_config(config, problem, **kwargs) == config
@@ -67,10 +65,9 @@ def test_bad_input_is_rejected(kwargs, error):
         pointwise_pair_config(ON_1X2, REGNET_120, **kwargs)
 
 
-def test_residual_calls_are_taken_only_as_the_fused_sweep_asks():
-    assert pointwise_pair_config(ON_1X2, REGNET_120, has_residual=True) == ON_1X2
+def test_residual_calls_are_taken_as_plain_ones():
     assert pointwise_pair_config(
-        ON_1X2, REGNET_120, has_residual=True, take_residual=True
+        ON_1X2, REGNET_120, has_residual=True
     ) == dataclasses.replace(ON_1X2, cluster_m=2, cluster_n=1)
 
 
@@ -84,13 +81,15 @@ def test_the_selection_is_1x2_1x1s_that_differ_in_their_cluster_only(form, count
         assert dataclasses.replace(own, cluster_m=2, cluster_n=1) == paired
 
 
-def test_committed_rows_are_the_selection_and_every_config_passed():
-    rows = json.loads(sweep.RESULTS_PATHS["plain"].read_text())["rows"]
+@pytest.mark.parametrize("form", sweep.FORMS)
+def test_committed_rows_are_the_selection_and_every_config_passed(form):
+    rows = json.loads(sweep.RESULTS_PATHS[form].read_text())["rows"]
     check_committed_rows(
-        sweep.SWEEP, sweep.pointwise_pair_problems(load_corpus(), "plain"), rows, "plain"
+        sweep.SWEEP, sweep.pointwise_pair_problems(load_corpus(), form), rows, form
     )
 
 
-def test_the_committed_rows_fit_the_bound():
-    assert sweep.SWEEP.fit("plain", sweep.RESULTS_PATHS["plain"]) == POINTWISE_PAIR_MAX_K_TILES
+@pytest.mark.parametrize("form", sweep.FORMS)
+def test_the_committed_rows_fit_the_bound(form):
+    assert sweep.SWEEP.fit(form, sweep.RESULTS_PATHS[form]) == POINTWISE_PAIR_MAX_K_TILES
     assert sweep.SWEEP.on == math.inf
