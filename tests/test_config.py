@@ -356,6 +356,27 @@ def test_a_configs_epilogue_width_sets_the_plans():
         assert Conv2dConfig(**kwargs).plan(bf16, bf16, False).smem_bytes <= 232448
 
 
+def test_plain_192_row_tiles_take_two_output_buffers_where_that_deepens_the_ring():
+    import cutlass
+
+    bf16, e4m3 = cutlass.BFloat16, cutlass.Float8E4M3FN
+
+    def plan(act=bf16, has_residual=False, **kwargs):
+        p = Conv2dConfig(**kwargs).plan(act, bf16, has_residual)
+        return p.epi_stages, p.ab_stages
+
+    assert plan(tile_m=192) == (2, 5)  # 12 KB subtiles: 5 stages of 40 KB instead of 4
+    assert plan(tile_m=192, cluster_n=2) == (2, 5)
+    assert plan(tile_m=128, tile_n=192) == (4, 4)  # other tiles keep four buffers
+    assert plan(tile_m=256, tile_n=128) == (4, 3)
+    assert plan(tile_m=192, stages=4) == (4, 4)  # a set ring depth is left as it is
+    assert plan(e4m3, tile_m=192) == (4, 8)  # fp8 was not measured
+    assert plan(tile_m=192, has_residual=True)[0] == 2  # the residual kernel's own choice
+    assert plan(tile_m=192, tile_k=32) == (2, 10)  # 8 stages of 20 KB with four
+    # Where two buffers buy no stage (4.0 or 4.5 stages of 44 KB), four are kept.
+    assert plan(tile_m=192, tile_n=160) == (4, 4)
+
+
 def test_residual_tuning_also_times_wide_tiles_with_a_whole_tile_of_c():
     import cutlass
 

@@ -51,6 +51,13 @@ STORAGE_OVERHEAD_BYTES = 3 * 1024
 _MAX_AB_STAGES = 16  # small k-tiles would fit more; past this, latency is long hidden
 _EPI_STAGES = 4  # output staging buffers (2 in a residual kernel, whose C buffers take room)
 _EPI_STAGES_WITH_SOURCE = 2
+# Plain 16-bit kernels of 192-row tiles stage their output in 2 buffers (12 KB subtiles) where
+# that buys the A/B ring a stage (192x128 k64: 5 of 40 KB instead of 4). On an H200 (15
+# corpus convs, CUDA graphs, one process against 4 buffers) they ran 0.98x the time, train and
+# held-out alike, up to 0.92x on DeepLab's 65x65 1x1s; 128- and 256-row tiles ran 1.00-1.01x
+# (benchmarks/NOTES.md, session 52).
+_FEW_EPI_STAGES = 2
+_FEW_EPI_STAGES_TILE_M = 192
 _EPI_N = 32  # epilogue subtile width: tile_m x 32 output/C subtiles
 _NARROW_EPI_N = 16  # for tiles whose width 32 does not divide (48, 80, ..., 240)
 # Such half-step tiles take k-tiles of at least this many bytes, so that each stage of the
@@ -381,6 +388,19 @@ class _SmemBudget:
             return self.config.epi_n
         return _NARROW_EPI_N if is_half_step(self.config.tile_n) else _EPI_N
 
+    def buys_a_stage(self, stage_bytes: int, epi_n: int) -> bool:
+        """Whether a plain kernel of this config takes ``_FEW_EPI_STAGES`` output buffers: a
+        16-bit one of ``_FEW_EPI_STAGES_TILE_M``-row tiles, no halo tiles and no set ring
+        depth, whose A/B ring that makes a stage deeper."""
+        cfg = self.config
+        if cfg.tile_m != _FEW_EPI_STAGES_TILE_M or self.act_bytes != 2 or cfg.tile_w or cfg.stages:
+            return False
+
+        def stages(epi_stages: int) -> int:
+            return min(self.ab_budget(epi_stages, 0, epi_n) // stage_bytes, _MAX_AB_STAGES)
+
+        return stages(_FEW_EPI_STAGES) > stages(_EPI_STAGES)
+
     def plan(self, has_residual: bool) -> Sm90Plan:
         cfg = self.config
         if has_residual:
@@ -389,6 +409,8 @@ class _SmemBudget:
         else:
             epi_n, epi_stages, source_stages = self.epi_n(), _EPI_STAGES, 0
         stage_bytes = self.ab_bytes_per_stage()
+        if not has_residual and self.buys_a_stage(stage_bytes, epi_n):
+            epi_stages = _FEW_EPI_STAGES
         if (
             cfg.tile_w
             and not has_residual
