@@ -55,7 +55,7 @@ _EPI_STAGES_WITH_SOURCE = 2
 # that buys the A/B ring a stage (192x128 k64: 5 of 40 KB instead of 4). On an H200 (15
 # corpus convs, CUDA graphs, one process against 4 buffers) they ran 0.98x the time, train and
 # held-out alike, up to 0.92x on DeepLab's 65x65 1x1s; 128- and 256-row tiles ran 1.00-1.01x
-# (benchmarks/two_output_buffers_compare_H200.md, benchmarks/NOTES.md session 52).
+# (benchmarks/two_output_buffers_compare_H200.md).
 _FEW_EPI_STAGES = 2
 _FEW_EPI_STAGES_TILE_M = 192
 _EPI_N = 32  # epilogue subtile width: tile_m x 32 output/C subtiles
