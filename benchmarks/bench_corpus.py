@@ -330,6 +330,7 @@ def bench_problem(p: dict, cudnn_frontend, *, fp8: bool = False, fused_only: boo
     row: dict = {
         "key": p["key"], "split": p["split"], "tags": p["tags"], "model": p["model"],
         "gflop": p["gflop"], "config": _tile(config), "fused_config": _tile(fused_config),
+        "plan": _plan(config, False), "fused_plan": _plan(fused_config, True),
         "checks": {}, "errors": {},
     }  # fmt: skip
     ref = conv2d_reference(x, flt, **geom)
@@ -436,6 +437,16 @@ def _tile(config) -> str:
         f"{config.tile_m}x{config.tile_n} {config.cluster_m}x{config.cluster_n}"
         f"{gathered}{halo}{stream_k}{stages}"
     )
+
+
+def _plan(config, has_residual: bool) -> str:
+    """The SM90 kernel plan a bf16 call of ``config`` compiles (``Conv2dConfig.plan``): its
+    A/B ring's stages, output buffers and C buffers, e.g. ``ring 5, out 2x32``."""
+    import cutlass
+
+    plan = config.plan(cutlass.BFloat16, cutlass.BFloat16, has_residual)
+    source = f", C {plan.source_stages}" if plan.source_stages else ""
+    return f"ring {plan.ab_stages}, out {plan.epi_stages}x{plan.epi_n}{source}"
 
 
 def _save_runs(runs: list[dict], path: Path) -> None:
@@ -601,8 +612,10 @@ def keys_measured_on(results: dict, other: str, device: str) -> set[str]:
 
 def config_changed_keys(results: dict, device: str, problems: list[dict], num_sms: int) -> set[str]:
     """The ``problems`` whose latest row on ``device`` was measured with another plain or
-    fused config (``_tile``) than the heuristic now gives on ``num_sms`` SMs: the rows a rule
-    change since moved. Problems without a row there are left out."""
+    fused config (``_tile``) than the heuristic now gives on ``num_sms`` SMs, or, for rows
+    that record them, another kernel plan of it (``_plan``: the ring's stages, the output and
+    C buffers): the rows a rule or plan change since moved. Problems without a row there are
+    left out; rows measured before plans were recorded are compared by config alone."""
     from cute_conv.untuned import heuristic_config
 
     latest = {row["key"]: row for row in latest_rows(results, device)[1]} if results["runs"] else {}
@@ -612,12 +625,13 @@ def config_changed_keys(results: dict, device: str, problems: list[dict], num_sm
         if row is None:
             continue
         problem = problem_shape(p)
-        measured = (row.get("config"), row.get("fused_config"))
-        now = (
-            _tile(heuristic_config(problem, num_sms)),
-            _tile(heuristic_config(problem, num_sms, has_residual=True)),
-        )
-        if measured != now:
+        config = heuristic_config(problem, num_sms)
+        fused_config = heuristic_config(problem, num_sms, has_residual=True)
+        now = {
+            "config": _tile(config), "fused_config": _tile(fused_config),
+            "plan": _plan(config, False), "fused_plan": _plan(fused_config, True),
+        }  # fmt: skip
+        if any(row[field] != label for field, label in now.items() if field in row):
             changed.add(p["key"])
     return changed
 
@@ -903,8 +917,8 @@ def main(argv: list[str] | None = None) -> int:
                         "(20261125T05): re-measure the stale rows")  # fmt: skip
     parser.add_argument("--config-changed", action="store_true",
                         help="only problems whose latest results on this device (or --device) "
-                        "were measured with another plain or fused config than the heuristic "
-                        "gives now")  # fmt: skip
+                        "were measured with another plain or fused config (or, where rows "
+                        "record it, kernel plan) than the heuristic gives now")  # fmt: skip
     parser.add_argument("--measured-on", metavar="DEVICE",
                         help="only problems that DEVICE has results for and this device (or "
                         "--device) has none")  # fmt: skip

@@ -286,6 +286,38 @@ def test_config_changed_keys_are_rows_measured_with_another_config():
     assert bench_corpus.config_changed_keys(results, "B200", problems, 132) == set()
 
 
+def test_config_changed_keys_compare_the_plans_rows_record():
+    from cute_conv.untuned import heuristic_config
+
+    p = bench_corpus.load_corpus()[0]
+    problem = bench_corpus.problem_shape(p)
+    plain, fused = heuristic_config(problem, 132), heuristic_config(problem, 132, has_residual=True)
+    row = {
+        "key": p["key"], "config": bench_corpus._tile(plain),
+        "fused_config": bench_corpus._tile(fused),
+        "plan": bench_corpus._plan(plain, False), "fused_plan": bench_corpus._plan(fused, True),
+    }  # fmt: skip
+
+    def changed(**fields):
+        results = {"runs": [{"device": "H200", "run_id": "1", "rows": [row | fields]}]}
+        return bench_corpus.config_changed_keys(results, "H200", [p], 132)
+
+    assert changed() == set()
+    assert changed(plan="ring 3, out 4x32") == {p["key"]}  # the same tile, another plan
+    assert changed(fused_plan="ring 2, out 2x32, C 2") == {p["key"]}
+    # A row without plans (measured before they were recorded) is compared by config alone.
+    bare = {k: v for k, v in row.items() if not k.endswith("plan")}
+    results = {"runs": [{"device": "H200", "run_id": "1", "rows": [bare]}]}
+    assert bench_corpus.config_changed_keys(results, "H200", [p], 132) == set()
+
+
+def test_plan_names_the_ring_and_the_buffers():
+    from cute_conv import Conv2dConfig
+
+    assert bench_corpus._plan(Conv2dConfig(tile_m=192), False) == "ring 5, out 2x32"
+    assert bench_corpus._plan(Conv2dConfig(), True) == "ring 5, out 2x64, C 2"
+
+
 def test_tile_names_a_fixed_stage_count():
     from cute_conv import Conv2dConfig
 
