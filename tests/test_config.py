@@ -373,6 +373,7 @@ def test_plain_192_row_tiles_take_two_output_buffers_where_that_deepens_the_ring
     assert plan(e4m3, tile_m=192) == (4, 8)  # fp8 was not measured
     assert plan(tile_m=192, has_residual=True)[0] == 2  # the residual kernel's own choice
     assert plan(tile_m=192, tile_k=32) == (2, 10)  # 8 stages of 20 KB with four
+    assert plan(tile_m=192, epi_n=64)[0] == 4  # 64-wide subtiles were not measured
     # Where two buffers buy no stage (4.0 or 4.5 stages of 44 KB), four are kept.
     assert plan(tile_m=192, tile_n=160) == (4, 4)
 

@@ -51,11 +51,11 @@ STORAGE_OVERHEAD_BYTES = 3 * 1024
 _MAX_AB_STAGES = 16  # small k-tiles would fit more; past this, latency is long hidden
 _EPI_STAGES = 4  # output staging buffers (2 in a residual kernel, whose C buffers take room)
 _EPI_STAGES_WITH_SOURCE = 2
-# Plain 16-bit kernels of 192-row tiles stage their output in 2 buffers (12 KB subtiles) where
-# that buys the A/B ring a stage (192x128 k64: 5 of 40 KB instead of 4). On an H200 (15
-# corpus convs, CUDA graphs, one process against 4 buffers) they ran 0.98x the time, train and
-# held-out alike, up to 0.92x on DeepLab's 65x65 1x1s; 128- and 256-row tiles ran 1.00-1.01x
-# (benchmarks/two_output_buffers_compare_H200.md).
+# Plain 16-bit kernels of 192-row tiles stage their 32-wide output subtiles (12 KB) in 2
+# buffers where that buys the A/B ring a stage (192x128 k64: 5 of 40 KB instead of 4). On an
+# H200 (15 corpus convs, CUDA graphs, one process against 4 buffers) they ran 0.98x the time,
+# train and held-out alike, up to 0.92x on DeepLab's 65x65 1x1s; 128- and 256-row tiles ran
+# 1.00-1.01x (benchmarks/two_output_buffers_compare_H200.md).
 _FEW_EPI_STAGES = 2
 _FEW_EPI_STAGES_TILE_M = 192
 _EPI_N = 32  # epilogue subtile width: tile_m x 32 output/C subtiles
@@ -390,10 +390,13 @@ class _SmemBudget:
 
     def buys_a_stage(self, stage_bytes: int, epi_n: int) -> bool:
         """Whether a plain kernel of this config takes ``_FEW_EPI_STAGES`` output buffers: a
-        16-bit one of ``_FEW_EPI_STAGES_TILE_M``-row tiles, no halo tiles and no set ring
-        depth, whose A/B ring that makes a stage deeper."""
+        16-bit one of ``_FEW_EPI_STAGES_TILE_M``-row tiles in ``_EPI_N``-wide subtiles (the
+        measured plans: wider ones, which ``cute_conv.epilogue_rule`` weighs by their ring
+        depth, keep four), no halo tiles and no set ring depth, whose A/B ring that makes a
+        stage deeper."""
         cfg = self.config
-        if cfg.tile_m != _FEW_EPI_STAGES_TILE_M or self.act_bytes != 2 or cfg.tile_w or cfg.stages:
+        measured = cfg.tile_m == _FEW_EPI_STAGES_TILE_M and epi_n == _EPI_N and self.act_bytes == 2
+        if not measured or cfg.tile_w or cfg.stages:
             return False
 
         def stages(epi_stages: int) -> int:
