@@ -370,7 +370,9 @@ def test_plain_192_row_tiles_take_two_output_buffers_where_that_deepens_the_ring
     assert plan(tile_m=128, tile_n=192) == (4, 4)  # other tiles keep four buffers
     assert plan(tile_m=256, tile_n=128) == (4, 3)
     assert plan(tile_m=192, stages=4) == (4, 4)  # a set ring depth is left as it is
-    assert plan(e4m3, tile_m=192) == (4, 8)  # fp8 was not measured
+    assert plan(e4m3, tile_m=192) == (4, 8)  # fp8 was not measured, nor fp32 outputs
+    fp32_out = Conv2dConfig(tile_m=192).plan(bf16, cutlass.Float32, False)
+    assert (fp32_out.epi_stages, fp32_out.ab_stages) == (4, 3)
     assert plan(tile_m=192, has_residual=True)[0] == 2  # the residual kernel's own choice
     assert plan(tile_m=192, tile_k=32) == (2, 10)  # 8 stages of 20 KB with four
     assert plan(tile_m=192, epi_n=64)[0] == 4  # 64-wide subtiles were not measured

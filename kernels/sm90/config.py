@@ -389,13 +389,17 @@ class _SmemBudget:
         return _NARROW_EPI_N if is_half_step(self.config.tile_n) else _EPI_N
 
     def buys_a_stage(self, stage_bytes: int, epi_n: int) -> bool:
-        """Whether a plain kernel of this config takes ``_FEW_EPI_STAGES`` output buffers: a
-        16-bit one of ``_FEW_EPI_STAGES_TILE_M``-row tiles in ``_EPI_N``-wide subtiles (the
-        measured plans: wider ones, which ``cute_conv.epilogue_rule`` weighs by their ring
-        depth, keep four), no halo tiles and no set ring depth, whose A/B ring that makes a
-        stage deeper."""
+        """Whether a plain kernel of this config takes ``_FEW_EPI_STAGES`` output buffers: one
+        of 16-bit inputs and output, ``_FEW_EPI_STAGES_TILE_M``-row tiles and ``_EPI_N``-wide
+        subtiles (the plans measured; wider subtiles, which ``cute_conv.epilogue_rule`` weighs
+        by their ring depth, keep four), no halo tiles and no set ring depth, whose A/B ring
+        that makes a stage deeper."""
         cfg = self.config
-        measured = cfg.tile_m == _FEW_EPI_STAGES_TILE_M and epi_n == _EPI_N and self.act_bytes == 2
+        measured = (
+            cfg.tile_m == _FEW_EPI_STAGES_TILE_M
+            and epi_n == _EPI_N
+            and self.act_bytes == self.out_bytes == 2
+        )
         if not measured or cfg.tile_w or cfg.stages:
             return False
 
