@@ -157,9 +157,18 @@ def import_base(package: Path) -> ModuleType:
 
 
 def default_configs(package: ModuleType, x_shape, filter_shape, geom: dict, num_sms: int):
-    """``package``'s heuristic configs (plain, fused) for the conv, decided as ``bench.py``
-    decides them: on the problem the kernel runs, after any staging."""
+    """``package``'s configs (plain, fused) for a call of the conv without one, decided as
+    ``bench.py`` decides them: ``untuned.heuristic_config`` (the heuristic and every rule after
+    it), or, in a version older than that function, ``default_config`` on the problem the
+    kernel runs, after any staging."""
     problem = package.Conv2dProblemShape.from_shapes(x_shape, filter_shape, **geom)
+    if importlib.util.find_spec(f"{package.__name__}.untuned") is not None:
+        untuned = importlib.import_module(f"{package.__name__}.untuned")
+        if hasattr(untuned, "heuristic_config"):
+            return (
+                untuned.heuristic_config(problem, num_sms),
+                untuned.heuristic_config(problem, num_sms, has_residual=True),
+            )
     staging = importlib.import_module(f"{package.__name__}.staging")
     kernel_problem = staging.kernel_problem_for(problem)
     return (

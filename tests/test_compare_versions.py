@@ -130,6 +130,21 @@ def test_both_compile_sm90_into_separate_disk_caches(base, tmp_path, monkeypatch
     assert old_entries and all(base_root in p.parents for p in old_entries)
 
 
+def test_a_version_decides_the_configs_its_calls_run(compare):
+    """The configs a call without one runs, every rule included (as ``bench.py`` and the
+    corpus benchmark time them): RegNet's 1x1 of C=120 takes 2x1 clusters by the pair rule,
+    where ``default_config`` alone gives 1x2."""
+    from cute_conv.untuned import heuristic_config
+
+    x_shape, filter_shape = (128, 28, 28, 120), (336, 1, 1, 120)
+    problem = cute_conv.Conv2dProblemShape.from_shapes(x_shape, filter_shape)
+    plain, fused = compare.default_configs(cute_conv, x_shape, filter_shape, {}, 132)
+    assert plain == heuristic_config(problem, 132)
+    assert fused == heuristic_config(problem, 132, has_residual=True)
+    assert plain.cluster_shape_mn == (2, 1)
+    assert cute_conv.default_config(problem, 132).cluster_shape_mn == (1, 2)
+
+
 def test_each_version_decides_its_own_default_configs(compare, base):
     geom = dict(stride=1, padding=1, dilation=1)
     for package in (base, cute_conv):
