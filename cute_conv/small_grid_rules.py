@@ -83,9 +83,10 @@ LAST_WAVE_MAX_FILL = 0.85
 LAST_WAVE_MAX_FILL_FUSED = 0.85
 LAST_WAVE_MIN_K_TILES = 64
 LAST_WAVE_MIN_K_TILES_FUSED = 64
-# 2x1 clusters for plain 16-bit 1x1s on 1x2 clusters whose channels leave their k-tiles partly
-# empty, for tiles of at most this many k-tiles (see pointwise_pair_config); fitted on the
-# corpus's train part on an H200 (benchmarks/sweep_pointwise_pair.py).
+# 2x1 clusters for 16-bit 1x1s on 1x2 clusters whose channels leave their k-tiles partly
+# empty, plain and fused, for tiles of at most this many k-tiles (see pointwise_pair_config);
+# fitted on the corpus's train part on an H200, both forms alike
+# (benchmarks/sweep_pointwise_pair.py).
 POINTWISE_PAIR_MAX_K_TILES = 5
 
 
@@ -425,10 +426,10 @@ def pointwise_pair_config(
         and (config.cluster_m, config.cluster_n) == (1, 2)
         and not (config.gather or config.stream_k or config.dynamic_schedule)
     )
-    if not takes:
+    partly_empty = problem.C % config.tile_k != 0
+    if not (takes and partly_empty):
         return config
     k_tiles = schedule_shape(problem, config.tile_m, config.tile_n, config.tile_k)[1]
-    partly_empty = problem.C % config.tile_k != 0
-    if not partly_empty or k_tiles > max_k_tiles:
+    if k_tiles > max_k_tiles:
         return config
     return replace(config, cluster_m=2, cluster_n=1)
