@@ -28,6 +28,12 @@ wastes most of each k-tile, since a k-tile never spans two filter taps.
   blocks, 4x2 taps of 64 channels instead of 49 of 8; with C=3: 2x8 blocks, 4x1 taps.
 - Otherwise: the activation is unfolded into explicit im2col columns ``[N, P, Q, R*S*C]`` and
   the kernel runs the equivalent 1x1 conv, whose k-tiles are full.
+
+A conv whose filter windows tile its input (``validation.tiles_input``: stride = filter size,
+as in a ViT patch embedding or a ConvNeXt downsampling) runs on the patch view (``patch_view``,
+no copy: R taps of a patch row's S*C channels instead of R*S taps of C, at stride 1) where a
+patch row is whole 16-byte units and no staging above takes it. Such a conv may have a stride
+past the im2col TMA's 8; without the view it is then unfolded into columns.
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ from .kernels.common.space_to_depth import FOLD_ROWS
 from .kernels.common.unfold import VECTOR_BYTES
 from .kernels.sm90.schedule_checks import MAX_K_TILE_BYTES
 from .problem import Conv2dProblemShape
-from .validation import ROW_ALIGNMENT_BYTES
+from .validation import MAX_STRIDE, ROW_ALIGNMENT_BYTES, tiles_input
 
 __all__ = [
     "CHANNEL_ALIGNMENT",
@@ -59,6 +65,7 @@ __all__ = [
     "channels_padded",
     "gather_replaces",
     "kernel_problem_for",
+    "patch_view",
     "run_staged",
     "staged_weights",
     "staging_plan",
@@ -158,9 +165,47 @@ def uses_space_to_depth(problem: Conv2dProblemShape) -> bool:
     )
 
 
-def uses_im2col(problem: Conv2dProblemShape) -> bool:
-    few_channels = problem.C <= IM2COL_MAX_CHANNELS and problem.R * problem.S >= IM2COL_MIN_TAPS
-    return few_channels and super_pixel_view(problem) is None and not uses_space_to_depth(problem)
+def _few_channels(problem: Conv2dProblemShape) -> bool:
+    """A filter tap holds at most ``IM2COL_MAX_CHANNELS`` channels, over several taps."""
+    return problem.C <= IM2COL_MAX_CHANNELS and problem.R * problem.S >= IM2COL_MIN_TAPS
+
+
+def patch_view(problem: Conv2dProblemShape, element_bytes: int = 2) -> Conv2dProblemShape | None:
+    """The problem a conv whose filter windows tile its input (``validation.tiles_input``)
+    runs on views of its tensors, or None where it does not. The input ``[N, P*R, Q*S, C]``
+    is read as ``[N*P, R, Q, S*C]`` (a patch row of S pixels is one pixel of S*C channels),
+    the filter ``[K, R, S, C]`` as ``[K, R, 1, S*C]`` and the output ``[N, P, Q, K]`` as
+    ``[N*P, 1, Q, K]``: a stride-1 conv of R x 1 taps on images R rows high, whose k-tiles
+    are never more than the conv's own. Needs S*C to fill whole 16-byte TMA rows; at strides
+    the im2col TMA takes, the stem stagings (super pixels, space-to-depth, columns of a few
+    channels) keep the convs they take."""
+    if not tiles_input(problem):
+        return None
+    channels = problem.S * problem.C
+    if channels % channel_alignment(element_bytes):
+        return None
+    if max(problem.stride) <= MAX_STRIDE and (
+        _few_channels(problem)
+        or super_pixel_view(problem) is not None
+        or uses_space_to_depth(problem)
+    ):
+        return None
+    return Conv2dProblemShape(
+        problem.N * problem.P, problem.R, problem.Q, channels, problem.K, problem.R, 1
+    )
+
+
+def uses_im2col(problem: Conv2dProblemShape, element_bytes: int = 2) -> bool:
+    """Whether the activation (of ``element_bytes``-byte elements) is unfolded into im2col
+    columns: few channels over several taps, or a stride past the im2col TMA's, where no
+    view or space-to-depth takes the conv."""
+    unfolded = _few_channels(problem) or max(problem.stride) > MAX_STRIDE
+    return (
+        unfolded
+        and super_pixel_view(problem) is None
+        and not uses_space_to_depth(problem)
+        and patch_view(problem, element_bytes) is None
+    )
 
 
 def kernel_problem_for(
@@ -170,7 +215,8 @@ def kernel_problem_for(
     ``problem`` itself when it needs no staging. Only C is padded: K is the filter's outer
     extent, which TMA takes at any size, and the output's rows are stored by threads where
     they are not 16-byte units. A kernel that gathers its operands (``gathered``) takes any
-    C unpadded, and runs the convs otherwise unfolded into im2col columns as they are."""
+    C unpadded, and runs the convs otherwise unfolded into im2col columns as they are (but
+    those of a stride past the im2col TMA's, which it runs as any other kernel does)."""
     alignment = channel_alignment(element_bytes)
     view = super_pixel_view(problem)
     if view is not None:
@@ -188,9 +234,12 @@ def kernel_problem_for(
             problem.N, problem.P + taps_h - 1, problem.Q + tap_step * (taps_w - 1),
             fold.staged_channels, problem.K, taps_h, taps_w, dilation=(1, tap_step),
         )  # fmt: skip
-    if gathered:
+    patches = patch_view(problem, element_bytes)
+    if patches is not None:
+        return patches
+    if gathered and max(problem.stride) <= MAX_STRIDE:
         return problem
-    if uses_im2col(problem):
+    if uses_im2col(problem, element_bytes):
         columns = _round_up(problem.C * problem.R * problem.S, alignment)
         return Conv2dProblemShape(problem.N, problem.P, problem.Q, columns, problem.K, 1, 1)
     return channels_padded(problem, element_bytes)
@@ -215,7 +264,9 @@ def gather_replaces(problem: Conv2dProblemShape, element_bytes: int = 2) -> str 
     stagings, which cost little)."""
     if super_pixel_view(problem) is not None or uses_space_to_depth(problem):
         return None
-    if uses_im2col(problem):
+    if patch_view(problem, element_bytes) is not None or max(problem.stride) > MAX_STRIDE:
+        return None  # read through views, or unfolded whatever the kernel
+    if uses_im2col(problem, element_bytes):
         return "im2col"
     return "pad" if problem.C % channel_alignment(element_bytes) else None
 
@@ -403,6 +454,7 @@ class StagingPlan:
     problem: Conv2dProblemShape
     kernel_problem: Conv2dProblemShape
     view: SuperPixelView | None
+    patches: bool  # on the patch view (``patch_view``): every tensor a view, nothing copied
     space_to_depth: bool
     im2col: bool
     phases: int  # output channel blocks per GEMM row: 2 on the super-pixel view, else 1
@@ -410,6 +462,12 @@ class StagingPlan:
     # The staging kernel that lays out the activation on the GPU (space-to-depth or im2col
     # columns), None where torch ops do (or nothing is staged).
     activation_launch: StagingLaunch | None = None
+
+    @property
+    def on_view(self) -> bool:
+        """Whether the kernel reads ``x`` and writes ``out`` (and reads the source) as views
+        of other shapes: the super-pixel and patch views."""
+        return self.view is not None or self.patches
 
 
 def staging_plan(
@@ -419,15 +477,17 @@ def staging_plan(
     ``element_bytes``-byte inputs)."""
     view = super_pixel_view(problem)
     phases = 1 if view is None else view.phases
-    space_to_depth, im2col = uses_space_to_depth(problem), uses_im2col(problem)
+    patches = patch_view(problem, element_bytes) is not None
+    space_to_depth, im2col = uses_space_to_depth(problem), uses_im2col(problem, element_bytes)
     launch = None
     if view is None and space_to_depth:
         launch = _space_to_depth_launch(problem, kernel_problem)
     elif view is None and im2col:
         launch = _im2col_launch(problem, kernel_problem.C, element_bytes)
+    regrouped = not patches and kernel_problem.filter_shape != problem.filter_shape
     return StagingPlan(
-        problem, kernel_problem, view, space_to_depth, im2col, phases,
-        view is not None or kernel_problem.filter_shape != problem.filter_shape, launch,
+        problem, kernel_problem, view, patches, space_to_depth, im2col, phases,
+        view is not None or regrouped, launch,
     )  # fmt: skip
 
 
@@ -435,7 +495,7 @@ def _stage_activation(x: torch.Tensor, plan: StagingPlan, stream: int | None) ->
     problem, kp = plan.problem, plan.kernel_problem
     if plan.activation_launch is not None and x.is_cuda:
         return plan.activation_launch.run(x, stream)
-    if plan.view is not None:
+    if plan.on_view:
         return x.reshape(kp.activation_shape)
     if plan.space_to_depth:
         return _space_to_depth_torch(x, problem, kp)
@@ -449,6 +509,8 @@ def _stage_filter(filter: torch.Tensor, plan: StagingPlan) -> torch.Tensor:  # n
     problem, kp = plan.problem, plan.kernel_problem
     if plan.view is not None:
         return _super_pixel_filter(filter, problem, plan.view)
+    if plan.patches:
+        return filter.view(kp.filter_shape)
     if plan.space_to_depth:
         return _space_to_depth_filter(filter, problem, kp).contiguous()
     if plan.im2col:
@@ -544,10 +606,11 @@ def run_staged(
       channels add nothing). K is never padded (see ``kernel_problem_for``).
     - 8 input channels and stride 2 (``super_pixel_view``): no copy of ``x``, ``out`` or
       ``source`` (views); the filter regrouped, and ``bias``/``scale`` repeated per phase.
+    - filter windows that tile the input (``patch_view``): no copy of anything (views).
     - few input channels and stride 2 otherwise (``uses_space_to_depth``): ``x`` rearranged into
       blocks by one staging kernel (``cols / 2`` times the activation's size, more for C not
       a power of two); the filter regrouped.
-    - few input channels otherwise (``uses_im2col``): ``x`` unfolded into ``[N, P, Q, R*S*C]``
+    - few input channels otherwise, or a stride past 8 (``uses_im2col``): ``x`` unfolded into ``[N, P, Q, R*S*C]``
       columns, about ``R*S / (stride_h*stride_w)`` times the activation's size.
     - ``out`` overlapping ``x`` or ``filter`` (``x = x + conv(x)``): a scratch output, copied
       to ``out`` after the kernel, since other CTAs may still read a halo already written.
@@ -579,7 +642,7 @@ def run_staged(
         bias, scale = (
             _kernel_vector(v, dtype, plan, stream, capturing) for v in (bias, scale)
         )
-    kernel_out = out if plan.view is None else out.view(kp.output_shape)
+    kernel_out = out.view(kp.output_shape) if plan.on_view else out
     scratch = overlaps(out, x) or overlaps(out, filter)
     if scratch:
         # If ``out`` is also the source, the kernel reads it and writes only the scratch.
@@ -587,7 +650,7 @@ def run_staged(
     if source is not None:
         if source is not out and overlaps(source, out):
             source = source.clone()
-        source = source if plan.view is None else source.view(kp.output_shape)
+        source = source.view(kp.output_shape) if plan.on_view else source
     launch(x_k, flt_k, kernel_out, source, bias, scale)
     if scratch:
         out.copy_(kernel_out.view(out.shape))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from .arch import ARCHS, ArchKernels
 from .config import check_heuristic_args
 from .problem import Conv2dProblemShape
-from .staging import channels_padded, gather_replaces, kernel_problem_for
+from .staging import channels_padded, gather_replaces, kernel_problem_for, patch_view
 
 __all__ = ["heuristic_config", "untuned_config"]
 
@@ -29,7 +29,10 @@ def untuned_config(
     that runs unstaged or gathered, as the arch's small-M rule makes it; then as the arch's
     single-warpgroup rule, its halo rule and its epilogue rule make it for the conv the kernel
     runs; then, for an unstaged conv, as its cluster rule makes it; then as its last-wave
-    rule schedules it; last, as its pair rule clusters it."""
+    rule schedules it; last, as its pair rule clusters it. A conv on the patch view
+    (``staging.patch_view``: views, nothing copied) is the view's conv, unstaged."""
+    if kernel_problem == patch_view(problem, element_bytes):
+        problem = kernel_problem
     config = target.heuristic(kernel_problem, num_sms, has_residual, element_bytes, out_bytes)
     replaces = gather_replaces(problem, element_bytes)
     staged = replaces is not None or kernel_problem != problem  # unless gathered

@@ -7,7 +7,9 @@ and the limit; nothing here writes to any tensor.
 
 The limits are those of docs/ARCHITECTURE.md section 4: im2col-mode TMA on a 4-D tensor (pixel-box
 corners in [-128, 127], traversal stride <= 8, filter span <= 255) and the Int32 implicit-GEMM
-M coordinate.
+M coordinate. A conv whose filter windows tile its input (``tiles_input``: a ViT-style patch
+embedding) may have any stride: the kernel never runs it at that stride (see
+``staging.patch_view``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ __all__ = [
     "check_problem_limits",
     "check_tensor",
     "output_rows_unaligned",
+    "tiles_input",
     "validate_conv_inputs",
     "validate_device",
 ]
@@ -137,18 +140,40 @@ def check_alignment(name: str, t: torch.Tensor) -> None:
 
 def _check_stride_dilation(stride: Pair, dilation: Pair) -> None:
     for dim, s in zip("hw", stride, strict=True):
-        if not MIN_STRIDE <= s <= MAX_STRIDE:
+        if s < MIN_STRIDE:
             raise ValueError(
-                f"stride must be in {MIN_STRIDE}..{MAX_STRIDE} (im2col TMA limit), "
-                f"got {s} along {dim} (stride={stride})"
+                f"stride must be >= {MIN_STRIDE}, got {s} along {dim} (stride={stride})"
             )
     for dim, d in zip("hw", dilation, strict=True):
         if d < 1:
             raise ValueError(f"dilation must be >= 1, got {d} along {dim} (dilation={dilation})")
 
 
+def tiles_input(problem: Conv2dProblemShape) -> bool:
+    """Whether the filter's windows tile the input exactly, as a ViT patch embedding's do:
+    stride equal to the filter's size (larger than 1x1), no padding or dilation, and H and W
+    whole multiples of it."""
+    return (
+        problem.stride == (problem.R, problem.S)
+        and problem.R * problem.S > 1
+        and problem.padding == ((0, 0), (0, 0))
+        and problem.dilation == (1, 1)
+        and problem.H % problem.R == 0
+        and problem.W % problem.S == 0
+    )
+
+
 def check_problem_limits(problem: Conv2dProblemShape) -> None:
-    """Raise ``ValueError`` unless the output is non-empty and im2col TMA can express it."""
+    """Raise ``ValueError`` unless the output is non-empty and im2col TMA can express it (any
+    stride where the filter's windows tile the input: ``tiles_input``)."""
+    if max(problem.stride) > MAX_STRIDE and not tiles_input(problem):
+        raise ValueError(
+            f"stride must be in {MIN_STRIDE}..{MAX_STRIDE} (im2col TMA limit), got "
+            f"stride={problem.stride}; a larger stride is taken only where the filter's windows "
+            f"tile the input (stride = filter size, no padding or dilation, H and W multiples "
+            f"of it, as in a ViT patch embedding): filter {problem.R}x{problem.S}, padding "
+            f"{problem.padding}, dilation {problem.dilation}, input {problem.H}x{problem.W}"
+        )
     dims = (
         ("height", "P", "H", "R", ("top", "bottom"), 0),
         ("width", "Q", "W", "S", ("left", "right"), 1),

@@ -75,6 +75,11 @@ GEOMETRIES = [
     pytest.param(dict(n=2, h=9, w=9, c=64, k=64, r=4, s=2, padding=((2, 1), (1, 0))), id="even-filter"),
     pytest.param(dict(n=2, h=12, w=12, c=48, k=64, r=3, s=3, stride=3, padding=1), id="stride-3"),
     pytest.param(dict(n=1, h=40, w=40, c=16, k=32, r=3, s=3, stride=8, padding=1), id="stride-8"),
+    pytest.param(dict(n=2, h=224, w=224, c=3, k=768, r=16, s=16, stride=16), id="vit-b16-patch-view"),
+    pytest.param(dict(n=3, h=40, w=60, c=8, k=96, r=10, s=12, stride=(10, 12)), id="patch-view-10x12"),
+    pytest.param(dict(n=2, h=28, w=28, c=96, k=192, r=2, s=2, stride=2), id="convnext-downsample-view"),
+    pytest.param(dict(n=2, h=56, w=42, c=3, k=64, r=14, s=14, stride=14), id="patch14-rgb-unfolded"),
+    pytest.param(dict(n=1, h=28, w=28, c=6, k=40, r=14, s=14, stride=14), id="patch14-c6-unfolded"),
 ]  # fmt: skip
 
 

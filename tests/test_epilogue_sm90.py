@@ -120,6 +120,15 @@ def test_residual_before_activation_staged_problems():
     case = dict(bias=True, scale=True, activation="relu", residual=1.0, order="before_activation")
     run_case((2, 10, 10, 5, 20, 3, 3, dict(padding=1)), case)
     run_case((2, 32, 32, 8, 64, 7, 7, dict(stride=2, padding=3)), case)
+    run_case((2, 64, 48, 3, 96, 16, 16, dict(stride=16)), case)  # the patch view
+
+
+def test_residual_on_the_patch_view():
+    """A ViT-style patch embedding (stride 16) runs on views of x, the filter, the output and
+    the source: every epilogue term in both orders."""
+    for order in ("after_activation", "before_activation"):
+        case = dict(bias=True, scale=True, activation="gelu", residual=0.5, order=order)
+        run_case((3, 32, 64, 3, 192, 16, 16, dict(stride=16)), case)
 
 
 @pytest.mark.parametrize(

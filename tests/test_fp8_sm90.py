@@ -76,6 +76,8 @@ SHAPES = [
     pytest.param((1, 16, 16, 8, 32, 7, 7, dict(padding=3, stride=2)), id="stem-c8"),
     pytest.param((2, 17, 15, 3, 64, 3, 3, dict(padding=1)), id="rgb-im2col"),
     pytest.param((4, 7, 7, 512, 512, 3, 3, dict(padding=1)), id="deep-k4608"),
+    pytest.param((2, 64, 32, 1, 96, 16, 16, dict(stride=16)), id="patch-view-c1"),
+    pytest.param((2, 48, 48, 3, 64, 24, 24, dict(stride=24)), id="patch24-rgb-unfolded"),
 ]
 
 

@@ -14,6 +14,7 @@ from cute_conv.staging import (
     clear_staged_weights,
     kernel_problem_for,
     overlaps,
+    patch_view,
     run_staged,
     staged_weights,
     staging_plan,
@@ -22,6 +23,7 @@ from cute_conv.staging import (
     uses_space_to_depth,
 )
 from cute_conv.testing import compare_to_reference
+from cute_conv.validation import validate_conv_inputs
 
 CASES = [
     pytest.param((2, 15, 17, 3, 16, 7, 7, dict(stride=2, padding=3)), id="rgb-stem-s2d"),
@@ -41,6 +43,10 @@ CASES = [
     ),
     pytest.param((2, 8, 8, 12, 20, 3, 3, dict(padding=1)), id="c12-padded-k20"),
     pytest.param((2, 8, 8, 16, 24, 1, 1, {}), id="aligned"),
+    pytest.param((2, 32, 48, 3, 16, 16, 16, dict(stride=16)), id="vit-patch-view"),
+    pytest.param((1, 20, 36, 4, 8, 10, 12, dict(stride=(10, 12))), id="patch-view-10x12"),
+    pytest.param((1, 28, 42, 3, 8, 14, 14, dict(stride=14)), id="patch14-rgb-unfolded"),
+    pytest.param((2, 28, 28, 6, 8, 14, 14, dict(stride=14)), id="patch14-c6-unfolded"),
 ]
 
 
@@ -71,8 +77,9 @@ def test_staged_problem_matches_the_conv(case):
     flt = torch.randn(k, r, s, c)
     problem = Conv2dProblemShape.from_shapes(x.shape, flt.shape, **geom)
     kp = kernel_problem_for(problem)
-    assert kp.C % 8 == 0 and kp.output_shape[:2] == problem.output_shape[:2]
-    # The super-pixel view's output is the output's [N, P, Q/2, 2K] view.
+    assert kp.C % 8 == 0 and math.prod(kp.output_shape[:2]) == math.prod(problem.output_shape[:2])
+    # The super-pixel view's output is the output's [N, P, Q/2, 2K] view, the patch view's
+    # its [N*P, 1, Q, K] view.
     assert math.prod(kp.output_shape[2:]) >= math.prod(problem.output_shape[2:])
     bias, scale = torch.randn(k), torch.rand(k)
     source = torch.randn(problem.output_shape)
@@ -180,6 +187,75 @@ def test_im2col_is_used_for_few_channels_only():
     assert not uses_im2col(Conv2dProblemShape.from_shapes((1, 8, 8, 3), (8, 1, 1, 3)))
     aligned = Conv2dProblemShape.from_shapes((1, 8, 8, 64), (64, 3, 3, 64))
     assert kernel_problem_for(aligned) is aligned
+
+
+def test_patch_view_reads_and_writes_the_tensors_in_place():
+    """A ViT-B/16 patch embedding runs on views: no copy of x, the filter or the output."""
+    x, flt = torch.randn(2, 32, 48, 3), torch.randn(16, 16, 16, 3)
+    problem = Conv2dProblemShape.from_shapes(x.shape, flt.shape, stride=16)
+    kp = kernel_problem_for(problem)
+    assert patch_view(problem) == kp
+    assert (kp.N, kp.H, kp.W, kp.C, kp.R, kp.S, kp.stride) == (4, 16, 3, 48, 16, 1, (1, 1))
+    plan = staging_plan(problem, kp, 2)
+    assert plan.patches and plan.on_view and not plan.stages_filter and not plan.im2col
+    out = torch.full(problem.output_shape, float("nan"))
+    seen = {}
+
+    def launch(x_k, flt_k, out_k, source, bias, scale):
+        seen.update(x=x_k.data_ptr(), flt=flt_k.data_ptr(), out=out_k.data_ptr())
+        fake_launch(kp)(x_k, flt_k, out_k, source, bias, scale)
+
+    run_staged(launch, plan, x, flt, out, None, None, None)
+    assert seen == dict(x=x.data_ptr(), flt=flt.data_ptr(), out=out.data_ptr())
+    torch.testing.assert_close(out, conv2d_reference(x, flt, stride=16), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "shape,geom,on_view,unfolded",
+    [
+        # (16-bit, fp8) each: whether the patch view takes the conv, whether it is unfolded
+        (((1, 32, 32, 3), (8, 16, 16, 3)), dict(stride=16), (True, True), (False, False)),
+        (((1, 32, 32, 3), (8, 16, 16, 3)), dict(stride=8), (False, False), (True, True)),
+        (((1, 28, 28, 3), (8, 14, 14, 3)), dict(stride=14), (False, False), (True, True)),
+        (((1, 28, 28, 8), (8, 14, 14, 8)), dict(stride=14), (True, True), (False, False)),
+        (((1, 48, 48, 3), (8, 24, 24, 3)), dict(stride=24), (True, False), (False, True)),
+        # Strides the im2col TMA takes: the view where no stem staging takes the conv.
+        (((1, 16, 16, 16), (8, 2, 2, 16)), dict(stride=2), (True, True), (False, False)),
+        (((1, 32, 32, 8), (8, 8, 8, 8)), dict(stride=8), (True, True), (False, False)),
+        (((1, 16, 16, 4), (8, 2, 2, 4)), dict(stride=2), (False, False), (False, False)),
+        (((1, 32, 32, 3), (8, 4, 4, 3)), dict(stride=4), (False, False), (True, True)),
+        (((1, 32, 32, 4), (8, 4, 4, 4)), dict(stride=4), (False, False), (True, True)),
+    ],
+)
+def test_patch_view_only_where_it_applies(shape, geom, on_view, unfolded):
+    problem = Conv2dProblemShape.from_shapes(*shape, **geom)
+    for element_bytes, view, columns in zip((2, 1), on_view, unfolded, strict=True):
+        assert (patch_view(problem, element_bytes) is not None) == view
+        assert uses_im2col(problem, element_bytes) == columns
+        assert (kernel_problem_for(problem, element_bytes) == patch_view(problem, element_bytes)) == view
+
+
+@pytest.mark.parametrize(
+    "geom,tiles",
+    [
+        (dict(stride=16), True),
+        (dict(stride=(16, 8)), False),
+        (dict(stride=16, padding=((0, 1), (0, 0))), False),
+        (dict(stride=16, dilation=2), False),
+    ],
+)
+def test_strides_past_8_are_taken_where_the_windows_tile_the_input(geom, tiles):
+    x = torch.empty(1, 32, 32, 3, dtype=torch.bfloat16, device="meta")
+    flt = torch.empty(8, 16, 16, 3, dtype=torch.bfloat16, device="meta")
+    if tiles:
+        problem, _ = validate_conv_inputs(x, flt, **geom)
+        assert kernel_problem_for(problem).stride == (1, 1)
+    else:
+        with pytest.raises(ValueError, match=r"stride must be in 1\.\.8 .*tile the input"):
+            validate_conv_inputs(x, flt, **geom)
+    bad_height = torch.empty(1, 40, 32, 3, dtype=torch.bfloat16, device="meta")
+    with pytest.raises(ValueError, match="H and W multiples"):
+        validate_conv_inputs(bad_height, flt, stride=16)
 
 
 def test_super_pixel_view_of_the_c8_stem():
