@@ -293,11 +293,12 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
     workspace = None
     if target.workspace_size is not None:
         workspace = target.workspace_size(kernel_problem, config, max_clusters)
-    needs_staging = kernel_problem is not problem or not vectors_ready
+    staging = staging_plan(problem, kernel_problem, element_bytes)
+    # The patch view reads and writes the tensors in place: their pointers are the views'.
+    staged = kernel_problem is not problem and not staging.patches
     return _LaunchPlan(
-        problem, problem.output_shape, out_dtype, epilogue, kernel,
-        staging_plan(problem, kernel_problem, element_bytes), scalars, workspace, nbytes,
-        problem.gemm_m == 0, needs_staging,
+        problem, problem.output_shape, out_dtype, epilogue, kernel, staging, scalars, workspace,
+        nbytes, problem.gemm_m == 0, staged or not vectors_ready,
     )  # fmt: skip
 
 

@@ -306,6 +306,20 @@ def test_dlpack_inputs_with_out():
     assert report.ok, str(report)
 
 
+@pytest.mark.parametrize("stride", [16, 2], ids=["vit-like", "convnext-downsample"])
+def test_patch_view_launches_on_the_tensors_themselves(stride, monkeypatch):
+    """A conv whose windows tile its input runs on views that share the tensors' memory: the
+    call launches the kernel directly, without the staged path."""
+    import cute_conv.dispatch as dispatch
+
+    def staged(*args, **kwargs):
+        raise AssertionError("a patch conv went through run_staged")
+
+    monkeypatch.setattr(dispatch, "run_staged", staged)
+    c = 8 if stride == 16 else 96
+    run_and_check(2, 4 * stride, 3 * stride, c, 96, stride, stride, stride=stride)
+
+
 def test_rejected_call_writes_nothing():
     act, flt = random_conv_inputs(2, 8, 8, 64, 64, 3, 3)
     out = torch.full((2, 8, 8, 64), 7.0, dtype=torch.bfloat16, device="cuda")
