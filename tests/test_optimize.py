@@ -226,6 +226,31 @@ def test_mixed_model_computes_the_same_on_cpu(kernel_calls):  # noqa: F811
     assert rel < 1e-2, rel
 
 
+def test_patch_embedding_is_taken(kernel_calls):  # noqa: F811
+    """A ViT-style patch embedding (a 16x16 filter at stride 16) is taken, not left to torch
+    for its stride: its windows tile the input."""
+
+    class PatchEmbed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = nn.Conv2d(3, 32, 16, stride=16)
+
+        def forward(self, x):
+            return self.proj(x).flatten(2).transpose(1, 2)
+
+    torch.manual_seed(7)
+    model = PatchEmbed().to(BF16).eval()
+    gm = cute_conv.optimize(model)
+    assert not gm.cute_conv_report.left and gm.cute_conv_report.counts() == {"conv": 1}
+    x = torch.randn(2, 3, 64, 48).to(BF16).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        expected = model.float()(x.float())
+        out = gm(x)
+    assert len(kernel_calls) == 1
+    rel = ((out.float() - expected).norm() / expected.norm()).item()
+    assert rel < 1e-2, rel
+
+
 def test_conv_bn_add_without_activation(kernel_calls):  # noqa: F811
     class Block(nn.Module):
         def __init__(self) -> None:
