@@ -215,8 +215,8 @@ def kernel_problem_for(
     ``problem`` itself when it needs no staging. Only C is padded: K is the filter's outer
     extent, which TMA takes at any size, and the output's rows are stored by threads where
     they are not 16-byte units. A kernel that gathers its operands (``gathered``) takes any
-    C unpadded, and runs the convs otherwise unfolded into im2col columns as they are (but
-    those of a stride past the im2col TMA's, which it runs as any other kernel does)."""
+    C unpadded, and runs the convs otherwise unfolded into im2col columns as they are; the
+    patch view, and the columns of a stride past the im2col TMA's, are every kernel's."""
     alignment = channel_alignment(element_bytes)
     view = super_pixel_view(problem)
     if view is not None:
@@ -610,8 +610,9 @@ def run_staged(
     - few input channels and stride 2 otherwise (``uses_space_to_depth``): ``x`` rearranged into
       blocks by one staging kernel (``cols / 2`` times the activation's size, more for C not
       a power of two); the filter regrouped.
-    - few input channels otherwise, or a stride past 8 (``uses_im2col``): ``x`` unfolded into ``[N, P, Q, R*S*C]``
-      columns, about ``R*S / (stride_h*stride_w)`` times the activation's size.
+    - few input channels otherwise, or a stride past 8 (``uses_im2col``): ``x`` unfolded into
+      ``[N, P, Q, R*S*C]`` columns, about ``R*S / (stride_h*stride_w)`` times the activation's
+      size.
     - ``out`` overlapping ``x`` or ``filter`` (``x = x + conv(x)``): a scratch output, copied
       to ``out`` after the kernel, since other CTAs may still read a halo already written.
     - ``source`` overlapping ``out`` without being it: a copy of ``source``.
