@@ -764,15 +764,17 @@ def render(
     ]
     if not {"after", "before", "fp8_frontend"} & set(comps):
         lines.append("- no cuDNN frontend results: its columns are empty")
+    # The splits the rows hold (a corpus held out whole has no train part to report).
+    splits = [s for s in ("train", "heldout") if any(r["split"] == s for r in rows)]
     lines += ["", "## Overall", "", "| comparison | split | result |", "|---|---|---|"]
     for c in comps:
-        for split in ("train", "heldout", "all"):
+        for split in splits + ["all"] if len(splits) > 1 else splits:
             part = [r for r in rows if split in ("all", r["split"])]
             lines.append(f"| {COMPARISONS[c][2]} | {split} | {_cell(*summarize(part, c))} |")
-    header = " | ".join(f"{COMPARISONS[c][2]}, {s}" for c in comps for s in ("train", "heldout"))
+    header = " | ".join(f"{COMPARISONS[c][2]}, {s}" for c in comps for s in splits)
     lines += [
         "", "## Per class", "", f"| class | {header} |",
-        "|---|" + "---|" * (2 * len(comps)),
+        "|---|" + "---|" * (len(splits) * len(comps)),
     ]  # fmt: skip
     for tag in TAGS:
         tagged = [r for r in rows if tag in r["tags"]]
@@ -781,7 +783,7 @@ def render(
         cells = [
             _cell(*summarize([r for r in tagged if r["split"] == s], c))
             for c in comps
-            for s in ("train", "heldout")
+            for s in splits
         ]
         lines.append(f"| {tag} | " + " | ".join(cells) + " |")
     for c in comps:

@@ -225,6 +225,16 @@ def test_render_tables_and_geomeans(tmp_path):
     assert "All checks passed" in text
 
 
+def test_render_of_a_corpus_held_out_whole_has_no_train_columns(tmp_path):
+    results = _results()
+    for run in results["runs"]:
+        run["rows"] = [dict(r, split="heldout") for r in run["rows"]]
+    text = bench_corpus.render(results, tmp_path / "r.md", tmp_path / "c.png", device="H100")
+    assert f"| plain conv vs cuDNN | heldout | {4 ** (1 / 3):.3f}x / 1.000x (3) |" in text
+    assert "| train |" not in text and "| all |" not in text
+    assert "| 1x1 | 1.000x / 0.707x (2) | 3.000x / 3.000x (1) |" in text
+
+
 def test_render_defaults_to_the_latest_device_and_lists_failures(tmp_path):
     results = _results()
     results["runs"][2]["rows"][2]["checks"]["plain"] = {"ok": False, "rel_err": 0.5}
