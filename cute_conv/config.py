@@ -39,6 +39,7 @@ from .schedule import (
     stream_k_schedule,
     tile_count,
 )
+from .validation import check_problem_limits
 
 __all__ = [
     "Conv2dConfig",
@@ -157,8 +158,10 @@ def check_problem(problem: object) -> None:
 
 def check_heuristic_args(problem: object, num_sms: object, has_residual: object = False) -> None:
     """``TypeError`` / ``ValueError`` unless the arguments of a default-config heuristic are a
-    ``Conv2dProblemShape``, a positive int and a bool."""
+    ``Conv2dProblemShape`` a call can run (``validation.check_problem_limits``), a positive int
+    and a bool."""
     check_problem(problem)
+    check_problem_limits(problem)
     if isinstance(num_sms, bool) or not isinstance(num_sms, int):
         raise TypeError(f"num_sms must be an int, got {num_sms!r} ({type(num_sms).__name__})")
     if num_sms < 1:

@@ -26,6 +26,8 @@ from cute_conv.epilogue import validate_epilogue_args
 
 PROBLEM = Conv2dProblemShape.from_shapes((2, 8, 8, 64), (64, 3, 3, 64), padding=1)
 X_SHAPE, FILTER_SHAPE = (2, 8, 8, 64), (64, 3, 3, 64)
+# A stride past the im2col TMA's on windows that do not tile the input.
+STRIDE_16_3X3 = Conv2dProblemShape.from_shapes((2, 32, 32, 64), (64, 3, 3, 64), stride=16)
 # Halo tiles need stride 1 (see check_config_fits): a config that cannot run a stride-2 conv.
 HALO = Conv2dConfig(tile_m=256, tile_n=64, tile_w=64, halo_h=6)
 
@@ -90,6 +92,7 @@ def test_autotune_without_a_gpu_says_what_it_needs(monkeypatch):
         (lambda: default_config(PROBLEM, "132"), TypeError, "num_sms must be an int, got '132'"),
         (lambda: default_config(PROBLEM, 0), ValueError, r"num_sms must be >= 1 \(the device's SM count\), got 0"),
         (lambda: default_config(PROBLEM, has_residual=None), TypeError, "has_residual must be"),
+        (lambda: default_config(STRIDE_16_3X3), ValueError, r"stride must be in 1\.\.8 .*tile the input"),
         (lambda: default_config_sm100("x"), TypeError, "problem must be a Conv2dProblemShape"),
         (lambda: default_config_sm100(PROBLEM, -1), ValueError, "num_sms must be >= 1"),
         (lambda: check_config_fits(PROBLEM, Conv2dConfig()), TypeError, "config must be a Conv2d"),
