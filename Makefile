@@ -13,7 +13,7 @@ TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 # Written once the install succeeded; redone when pyproject.toml changes.
 STAMP := $(VENV)/.cute-conv-installed
 
-.PHONY: install test demo bench bench-fp8 bench-models bench-corpus bench-compare lint clean distclean
+.PHONY: install test demo bench bench-fp8 bench-models bench-corpus bench-validation bench-compare lint clean distclean
 
 install: $(STAMP)
 
@@ -58,6 +58,12 @@ bench-models: install
 # SECTION=3` (`benchmarks/bench_corpus.py --plan` lists them), CORPUS_ARGS for more options.
 bench-corpus: install
 	$(VPY) benchmarks/bench_corpus.py --section $(or $(SECTION),0) $(CORPUS_ARGS)
+
+# The validation corpus (convs of models the corpus does not trace; nothing is fitted on it),
+# the same way: `make bench-validation SECTION=K`, CORPUS_ARGS for more options.
+bench-validation: install
+	$(VPY) benchmarks/bench_corpus.py --corpus benchmarks/validation_corpus.json \
+		--results benchmarks/validation_results.json --section $(or $(SECTION),0) $(CORPUS_ARGS)
 
 # This checkout against an older commit's cute_conv, both in one process (H100/H200): each
 # version's default configs on the suite, plain and fused; writes benchmarks/COMPARE.md.
