@@ -105,10 +105,9 @@ def generate(main_keys: set[str]) -> dict:
     }
 
 
-def stale_problems(committed: dict, main_keys: set[str]) -> list[str]:
-    """Keys of ``committed``'s problems that a fresh ``pool`` does not hold as recorded (held
-    out), or that the main corpus holds."""
-    _, fresh, _ = pool(main_keys)
+def stale_problems(committed: dict, fresh: list[dict]) -> list[str]:
+    """Keys of ``committed``'s problems that ``fresh`` (a fresh ``pool``'s problems) does not
+    hold as recorded (held out): changed, or now in the main corpus."""
     by_key = {p["key"]: {**p, "split": "heldout"} for p in fresh}
     return [p["key"] for p in committed["problems"] if by_key.get(p["key"]) != p]
 
@@ -120,7 +119,7 @@ def main() -> int:
     args = parser.parse_args()
     main_keys = {p["key"] for p in json.loads(corpus.CORPUS_PATH.read_text())["problems"]}
     if args.check:
-        stale = stale_problems(json.loads(args.output.read_text()), main_keys)
+        stale = stale_problems(json.loads(args.output.read_text()), pool(main_keys)[1])
         print(f"{args.output}: {len(stale)} problems that a fresh trace does not give as recorded")
         for key in stale:
             print(f"  {key}")

@@ -13,12 +13,18 @@ COMMITTED = json.loads(validation_corpus.VALIDATION_PATH.read_text())
 MAIN_KEYS = {p["key"] for p in json.loads(corpus.CORPUS_PATH.read_text())["problems"]}
 
 
-def test_committed_problems_trace_afresh():
+@pytest.fixture(scope="module")
+def fresh_pool() -> list[dict]:
+    """A fresh trace's problems (``validation_corpus.pool``), traced once for the module."""
     try:
         corpus._torchvision()
     except RuntimeError as e:
         pytest.skip(str(e))
-    assert validation_corpus.stale_problems(COMMITTED, MAIN_KEYS) == []
+    return validation_corpus.pool(MAIN_KEYS)[1]
+
+
+def test_committed_problems_trace_afresh(fresh_pool):
+    assert validation_corpus.stale_problems(COMMITTED, fresh_pool) == []
 
 
 def test_no_problem_is_in_the_main_corpus_and_every_one_is_held_out():
@@ -30,11 +36,7 @@ def test_no_problem_is_in_the_main_corpus_and_every_one_is_held_out():
     assert {p["model"] for p in COMMITTED["problems"]} <= models
 
 
-def test_stale_problems_names_a_changed_record():
-    try:
-        corpus._torchvision()
-    except RuntimeError as e:
-        pytest.skip(str(e))
+def test_stale_problems_names_a_changed_record(fresh_pool):
     first = dict(COMMITTED["problems"][0], tags=["changed"])
     changed = dict(COMMITTED, problems=[first, *COMMITTED["problems"][1:]])
-    assert validation_corpus.stale_problems(changed, MAIN_KEYS) == [first["key"]]
+    assert validation_corpus.stale_problems(changed, fresh_pool) == [first["key"]]
