@@ -92,7 +92,9 @@ def build_model(name: str) -> nn.Module:
 def graphed(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor):
     """``fn(x)`` captured in a CUDA graph after ``WARMUP_CALLS`` calls on a side stream:
     ``(replay, output)``, the output being the graph's static tensor that each replay
-    rewrites."""
+    rewrites. ``replay`` holds ``fn`` and ``x``: the graph reads and writes the tensors they
+    hold, and a freed one may be unmapped (``torch.cuda.graph`` empties the allocator's cache
+    before each capture), so a replay over it faults with an illegal address."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -102,7 +104,11 @@ def graphed(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=stream):
         out = fn(x)
-    return graph.replay, out
+
+    def replay(captured=(fn, x)) -> None:
+        graph.replay()
+
+    return replay, out
 
 
 def replay_of(fn: Callable[[], object]) -> Callable[[], None]:
