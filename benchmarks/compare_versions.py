@@ -360,13 +360,14 @@ def select_shapes(names: str | None) -> list[dict]:
     return [s for s in shapes if s["name"] in wanted]
 
 
-def corpus_shapes(spec: str) -> list[dict]:
-    """The corpus problems ``spec`` names (``bench_corpus.read_keys``: comma-separated keys or
-    ``@FILE``) as shapes of ``bench_shape``, in the corpus's order, each named by its key."""
-    from bench_corpus import load_corpus, read_keys
+def corpus_shapes(spec: str, corpus: Path | None = None) -> list[dict]:
+    """The problems of ``corpus`` (by default the corpus) that ``spec`` names
+    (``bench_corpus.read_keys``: comma-separated keys or ``@FILE``) as shapes of
+    ``bench_shape``, in the corpus's order, each named by its key."""
+    from bench_corpus import CORPUS_PATH, load_corpus, read_keys
 
     wanted = set(read_keys(spec))
-    problems = [p for p in load_corpus() if p["key"] in wanted]
+    problems = [p for p in load_corpus(corpus or CORPUS_PATH) if p["key"] in wanted]
     unknown = sorted(wanted - {p["key"] for p in problems})
     if unknown:
         raise ValueError(f"--corpus-keys: not in the corpus: {', '.join(unknown)}")
@@ -391,6 +392,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     which.add_argument(
         "--corpus-keys", help="corpus problems instead: comma-separated keys, or @FILE of them"
     )
+    parser.add_argument(
+        "--corpus", type=Path, help="the corpus file --corpus-keys reads (default: the corpus; "
+        "e.g. benchmarks/validation_corpus.json)",
+    )  # fmt: skip
     parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS)
     parser.add_argument(
         "--graphs", action="store_true", help="time CUDA-graph replays of each call"
@@ -400,7 +405,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
     try:
-        shapes = corpus_shapes(args.corpus_keys) if args.corpus_keys else select_shapes(args.shapes)
+        if args.corpus and not args.corpus_keys:
+            raise ValueError("--corpus names the file --corpus-keys reads; give --corpus-keys")
+        shapes = (
+            corpus_shapes(args.corpus_keys, args.corpus)
+            if args.corpus_keys
+            else select_shapes(args.shapes)
+        )
     except (ValueError, FileNotFoundError) as exc:
         parser.error(str(exc))
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):

@@ -256,7 +256,9 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
     element_bytes = x.element_size()
     kernel_problem = kernel_problem_for(problem, element_bytes)
     if output_rows_unaligned(kernel_problem.K, torch.finfo(out_dtype).bits):
-        epilogue = replace(epilogue, store_by_threads=True)
+        epilogue = replace(
+            epilogue, store_by_threads=True, thread_store_pairs=kernel_problem.K % 2 == 0
+        )
     if fp8_scales is not None and fp8_scales[3] is not None:
         epilogue = replace(epilogue, has_amax=True)
     if fp8_scales is not None and fp8_scales[4] is not None:

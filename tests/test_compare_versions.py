@@ -235,6 +235,20 @@ def test_corpus_keys_become_shapes(compare, tmp_path):
         compare.corpus_shapes(f"{keys[0]},no-such-key")
 
 
+def test_corpus_keys_of_another_corpus(compare, capsys):
+    """``--corpus``: the validation corpus's problems, which the corpus does not hold."""
+    from bench_corpus import HERE, load_corpus
+
+    validation = HERE / "validation_corpus.json"
+    key = load_corpus(validation)[0]["key"]
+    assert [s["name"] for s in compare.corpus_shapes(key, validation)] == [key]
+    with pytest.raises(ValueError, match="not in the corpus"):
+        compare.corpus_shapes(key)
+    with pytest.raises(SystemExit):
+        compare.main(["--corpus", str(validation)])
+    assert "give --corpus-keys" in capsys.readouterr().err
+
+
 def _result(compare, name, plain, fused, checks=None):
     """A shape's result: (old, new) milliseconds of the plain and fused conv."""
     return compare.ShapeResult(

@@ -6,6 +6,7 @@ the GPU (``tests/test_thread_store_sm90.py``)."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 import torch
@@ -52,6 +53,42 @@ def test_the_tma_store_kernel_is_unchanged():
 def test_a_thread_store_spec_names_itself():
     assert STORE.name == "scale-bias-relu-thread-store"
     assert not STORE.loads_source_by_tma
+    assert replace(STORE, thread_store_pairs=True).name == "scale-bias-relu-thread-store-pairs"
+
+
+def test_pairs_need_thread_stores():
+    with pytest.raises(ValueError, match="thread_store_pairs=True needs store_by_threads=True"):
+        EpilogueSpec(thread_store_pairs=True)
+
+
+# An even K's pairs of adjacent channels: one access of two values each.
+PAIR_ACCESSES = {
+    "bfloat16": (r"st\.global\.b32", r"ld\.global[\w.]*\.b32", r"\.global[\w.]*\.b16"),
+    "float32": (r"st\.global\.(v2\.b32|b64)", r"ld\.global[\w.]*\.(v2\.b32|b64)", r"\.global(\.(?!v2)\w+)*\.[bf]32\b"),
+    "float8_e4m3fn": (r"st\.global\.v2\.b8", r"ld\.global[\w.]*\.v2\.b8", r"\.global(\.(?!v2)\w+)*\.b8\b"),
+}
+
+
+@pytest.mark.parametrize("out_dtype", PAIR_ACCESSES)
+@pytest.mark.parametrize(
+    "arch, config", [("sm_90a", Conv2dConfig()), ("sm_100a", Conv2dConfigSm100())],
+    ids=["sm90", "sm100"],
+)  # fmt: skip
+def test_even_k_is_stored_and_read_in_pairs(arch, config, out_dtype):
+    store, load, single = PAIR_ACCESSES[out_dtype]
+    act_dtype = torch.float8_e4m3fn if out_dtype == "float8_e4m3fn" else torch.bfloat16
+    spec = EpilogueSpec(has_residual=True, store_by_threads=True, thread_store_pairs=True)
+    ptx = cute_conv.compile_kernel(
+        arch, act_dtype=act_dtype, out_dtype=getattr(torch, out_dtype), config=config,
+        epilogue=spec,
+    ).ptx  # fmt: skip
+    assert not _TMA_STORE.search(ptx)
+    # Half as many accesses as values: SM90 holds tile_n / 2 values per 64-row atom, SM100 a
+    # row of epi_n per subtile.
+    values = config.tile_n // 2 if arch == "sm_90a" else config.epi_n
+    assert len(re.findall(store, ptx)) >= values // 2
+    assert len(re.findall(load, ptx)) >= values // 2
+    assert not re.search(single, ptx), "a value was stored or read alone"
 
 
 @pytest.mark.parametrize("order", ["after_activation", "before_activation"])

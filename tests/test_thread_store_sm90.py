@@ -81,7 +81,7 @@ CONFIGS = {
 
 
 @pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
-@pytest.mark.parametrize("k", [1, 12, 84, 222], ids=lambda k: f"k{k}")
+@pytest.mark.parametrize("k", [1, 12, 57, 84, 222], ids=lambda k: f"k{k}")
 def test_schedules_store_unaligned_k(config, k):
     # 3x3 over 9x11 maps: M = 2*9*11 = 198, tails in M and K; k-tiles enough for stream-K.
     run_and_check(2, 9, 11, 64, k, 3, 3, geom=dict(padding=1), config=config)
@@ -94,12 +94,31 @@ RESIDUAL_CONFIGS = {
 
 @pytest.mark.parametrize("config", RESIDUAL_CONFIGS.values(), ids=RESIDUAL_CONFIGS.keys())
 @pytest.mark.parametrize("order", ["after_activation", "before_activation"])
-def test_residuals_are_read_by_the_threads(config, order):
-    run_and_check(2, 9, 11, 64, 84, 3, 3, geom=dict(padding=1), config=config, beta=0.5,
+@pytest.mark.parametrize("k", [84, 85], ids=["k84-pairs", "k85"])
+def test_residuals_are_read_by_the_threads(config, order, k):
+    run_and_check(2, 9, 11, 64, k, 3, 3, geom=dict(padding=1), config=config, beta=0.5,
                   order=order)  # fmt: skip
 
 
-@pytest.mark.parametrize("k", [12, 222], ids=lambda k: f"k{k}")
+@pytest.mark.parametrize("k, pairs", [(58, True), (57, False)])
+def test_even_k_is_stored_in_pairs(monkeypatch, k, pairs):
+    """The host asks for paired stores where K is even (ShuffleNet's 1x1 here); the
+    numerics hold either way."""
+    specs = []
+    compile_kernel = cute_conv.dispatch.compile_kernel
+
+    def recording(*args, epilogue, **kwargs):
+        specs.append(epilogue)
+        return compile_kernel(*args, epilogue=epilogue, **kwargs)
+
+    monkeypatch.setattr(cute_conv.dispatch, "compile_kernel", recording)
+    cute_conv.compile.clear_cache()  # and the plans that hold kernels: both calls plan anew
+    run_and_check(8, 56, 56, 24, k, 1, 1)
+    run_and_check(8, 56, 56, 24, k, 1, 1, beta=1.0)
+    assert [spec.thread_store_pairs for spec in specs] == [pairs, pairs]
+
+
+@pytest.mark.parametrize("k", [12, 222, 23], ids=lambda k: f"k{k}")
 def test_in_place_residual_of_unaligned_k(k):
     run_and_check(3, 7, 9, 32, k, 3, 3, geom=dict(padding=1), beta=1.0, in_place=True)
     halo = Conv2dConfig(tile_m=256, tile_n=64, tile_w=64, halo_h=6)

@@ -91,6 +91,10 @@ class EpilogueSpec:
     read the residual source the same way (no source-load warp, no C buffers). For outputs
     whose rows are not whole 16-byte units (K not a multiple of 8 16-bit values), which TMA
     cannot address: the kernel then runs them without a padded scratch output.
+    ``thread_store_pairs`` (with ``store_by_threads``, for an even K): each thread stores,
+    and reads the residual as, pairs of adjacent channels in one access of twice the
+    element's width (both MMAs give a thread its values in column pairs from an even column,
+    and an even K keeps every pair inside one row, aligned).
 
     ``has_amax``: the kernel also raises a float32 in global memory to the largest magnitude
     of the output values it stores, as computed (before an fp8 output's ``1 / out_scale``
@@ -111,6 +115,7 @@ class EpilogueSpec:
     vector_dtype: str = "float32"
     residual_order: str = "after_activation"
     store_by_threads: bool = False
+    thread_store_pairs: bool = False
     has_amax: bool = False
     has_source_scale: bool = False
 
@@ -132,6 +137,8 @@ class EpilogueSpec:
                 f"residual_order={self.residual_order!r} is not supported; use one of "
                 f"{', '.join(RESIDUAL_ORDERS)}"
             )
+        if self.thread_store_pairs and not self.store_by_threads:
+            raise ValueError("thread_store_pairs=True needs store_by_threads=True")
         if not self.has_residual:
             # Without a residual the order and the source's scale change nothing: one
             # spelling, one cached kernel.
@@ -173,7 +180,9 @@ class EpilogueSpec:
         name = "-".join(parts) or "linear"
         if self.has_amax:
             name = f"{name}-amax"
-        return f"{name}-thread-store" if self.store_by_threads else name
+        if self.store_by_threads:
+            name = f"{name}-thread-store"
+        return f"{name}-pairs" if self.thread_store_pairs else name
 
 
 @cute.jit

@@ -332,18 +332,61 @@ def store_subtile_by_threads(
     the output itself."""
     regs, coords = out.regs, vectors.coords  # plain names: the DSL's runtime `if`s take these
     in_bounds = values_in_bounds(regs.shape, coords, coord_subtile, bound)
+    # Each access: a pair of adjacent channels (``spec.thread_store_pairs``) or one value.
+    groups = (
+        _column_pairs(coords)
+        if cutlass.const_expr(spec.thread_store_pairs)
+        else [[v] for v in range(cute.size(regs))]
+    )
+    width = len(groups[0])
+    group_regs = cute.make_rmem_tensor(width, regs.element_type)
     residual = None
     if cutlass.const_expr(spec.has_residual):
-        for v in cutlass.range_constexpr(cute.size(regs)):
-            regs[v] = regs.element_type(0.0)
-            if in_bounds[v]:
-                regs[v] = source_subtile[coords[v]]
+        for g in cutlass.range_constexpr(len(groups)):
+            members = groups[g]
+            for i in cutlass.range_constexpr(width):
+                group_regs[i] = regs.element_type(0.0)
+            if in_bounds[members[0]]:  # a pair lies inside or outside whole
+                cute.autovec_copy(_group_at(source_subtile, coords[members[0]], width), group_regs)
+            for i in cutlass.range_constexpr(width):
+                regs[members[i]] = group_regs[i]
         residual = beta * regs.load().to(cutlass.Float32)
     y = subtile_values(spec, acc, alpha, vectors, subtile_n0, residual, out, coord_subtile, bound)
     regs.store(y.to(regs.element_type))
-    for v in cutlass.range_constexpr(cute.size(regs)):
-        if in_bounds[v]:
-            gmem_subtile[coords[v]] = regs[v]
+    for g in cutlass.range_constexpr(len(groups)):
+        members = groups[g]
+        for i in cutlass.range_constexpr(width):
+            group_regs[i] = regs[members[i]]
+        if in_bounds[members[0]]:
+            cute.autovec_copy(group_regs, _group_at(gmem_subtile, coords[members[0]], width))
+
+
+def _column_pairs(coords: cute.Tensor) -> List[List[int]]:
+    """Trace time: this thread's values of a subtile as pairs ``[v, w]`` of one row whose
+    columns are n and n + 1, n even (both MMAs' layouts hold values so)."""
+    offsets = [coords.layout(v) for v in range(cute.size(coords))]
+    pairs = []
+    for v, (row, col) in enumerate(offsets):
+        if col % 2 == 0:
+            pairs.append([v, offsets.index((row, col + 1))])  # ValueError: no partner
+    if len(pairs) * 2 != len(offsets):
+        raise ValueError("a thread's subtile values do not form column pairs")
+    return pairs
+
+
+@cute.jit
+def _group_at(tensor: cute.Tensor, coord, width: cutlass.Constexpr[int]) -> cute.Tensor:
+    """The ``width`` consecutive elements of ``tensor`` (in global memory) from ``coord`` on,
+    as a tensor whose pointer is known to be aligned to all of them."""
+    if cutlass.const_expr(width == 1):
+        return cute.make_tensor(tensor.iterator + cute.crd2idx(coord, tensor.layout), cute.make_layout(1))
+    address = (tensor.iterator + cute.crd2idx(coord, tensor.layout)).toint()
+    element_bytes = tensor.element_type.width // 8
+    start = cute.make_ptr(
+        tensor.element_type, address, cute.AddressSpace.gmem,
+        assumed_align=width * element_bytes,
+    )  # fmt: skip
+    return cute.make_tensor(start, cute.make_layout(width))
 
 
 @cute.jit
