@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from .config import check_config_fits, default_config
+from .config import check_config_fits, default_config, tiles_hold_whole_rows
 from .config_sm100 import default_config_sm100
 from .epilogue_rule import wide_epilogue_config
 from .gather_rule import gathered_config
@@ -47,6 +47,10 @@ class ArchKernels:
     heuristic: Callable[[Conv2dProblemShape, int, bool, int, int], Any]
     # Raises ``ValueError`` where a config cannot run a kernel problem (None: any runs).
     check_fits: Optional[Callable[[Any, Conv2dProblemShape], None]]
+    # ``(config, kernel problem, input dtype name, output dtype name)`` -> whether its
+    # thread-stored output may go out a tile at a time in bulk (``EpilogueSpec.
+    # bulk_tile_store``); None: the arch's kernels have no such store.
+    whole_rows_rule: Optional[Callable[[Any, Conv2dProblemShape, str, str], bool]]
     # Whether a call without a config may time candidates on the GPU (``tuning``).
     autotuned: bool
     # For a call without a config whose C would be padded or unfolded (im2col): ``(the
@@ -111,6 +115,7 @@ ARCHS: dict[str, ArchKernels] = {
         default_config=Conv2dConfig,
         heuristic=_heuristic_sm90,
         check_fits=check_config_fits,
+        whole_rows_rule=tiles_hold_whole_rows,
         autotuned=True,
         gather_rule=gathered_config,
         small_m_rule=small_m_config,
@@ -129,6 +134,7 @@ ARCHS: dict[str, ArchKernels] = {
         default_config=Conv2dConfigSm100.default_bf16,
         heuristic=_heuristic_sm100,
         check_fits=None,
+        whole_rows_rule=None,
         autotuned=False,
         gather_rule=None,
         small_m_rule=None,

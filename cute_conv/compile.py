@@ -190,6 +190,21 @@ def _cached(key: Any, compile_fn: Callable[[Any], Any]) -> Any:
     return compiled
 
 
+def _check_bulk_tile_store(arch: str, config: Any, act: str, out: str) -> None:
+    """``EpilogueSpec.bulk_tile_store`` where the arch and config have such a store: checked
+    on a problem whose K fills the config's N tile (a call sets it where K fits)."""
+    rule = ARCHS[arch].whole_rows_rule
+    fits = rule is not None and rule(
+        config, Conv2dProblemShape.from_shapes((1, 1, 1, 8), (config.tile_n, 1, 1, 8)), act, out
+    )
+    if not fits:
+        raise ValueError(
+            f"epilogue.bulk_tile_store=True needs an SM90 config whose tiles run along M "
+            f"(tile_w=0), without ping-pong, whose staging buffers hold a whole tile; got "
+            f"arch={arch!r}, {config!r}"
+        )
+
+
 def _check_arch(arch: object) -> None:
     if not isinstance(arch, str):
         raise TypeError(f"arch must be a str, one of {', '.join(sorted(ARCHS))}; got {arch!r}")
@@ -246,6 +261,8 @@ def compile_kernel(
         epilogue = EpilogueSpec()
     if not isinstance(epilogue, EpilogueSpec):
         raise TypeError(f"epilogue must be an EpilogueSpec, got {type(epilogue).__name__}")
+    if epilogue.bulk_tile_store:
+        _check_bulk_tile_store(arch, config, act, out)
     try:
         return _cached(KernelKey(arch, act, flt, out, config, epilogue), _compile)
     except Exception as exc:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+from .dtypes import CUTLASS_DTYPES
 from .kernels.sm90.config import (
     HALF_STEP_MIN_K_TILE_BYTES,
     HALO_SLACK_ROWS,
@@ -45,7 +46,10 @@ __all__ = [
     "Conv2dConfig",
     "check_bound",
     "check_channels",
+    "BULK_TILE_STORE_MIN_BYTES",
+    "bulk_tile_store_pays",
     "check_config_fits",
+    "tiles_hold_whole_rows",
     "check_element_bytes",
     "check_rule_args",
     "cluster_shape",
@@ -239,6 +243,35 @@ def check_config_fits(config: Conv2dConfig, problem: Conv2dProblemShape) -> None
             f"gather_vector={config.gather_vector} loads that many channels at once: C must be "
             f"a multiple of it, got C={problem.C} (with_gathered_operands picks one that fits)"
         )
+
+
+def tiles_hold_whole_rows(
+    config: Conv2dConfig, problem: Conv2dProblemShape, act_dtype: str, out_dtype: str
+) -> bool:
+    """Whether a thread-stored output (``EpilogueSpec.store_by_threads``) of ``config`` on
+    the kernel problem ``problem`` may go out in bulk, a tile at a time
+    (``EpilogueSpec.bulk_tile_store``): its tiles run along M (no halo tiles) with one
+    epilogue each (no ping-pong), its N tile holds all of K (so a tile's rows are one
+    contiguous range of the output), and its staging buffers hold a whole tile."""
+    if config.tile_w or config.pingpong or problem.K > config.tile_n:
+        return False
+    plan = config.plan(CUTLASS_DTYPES[act_dtype], CUTLASS_DTYPES[out_dtype], False)
+    return plan.epi_stages * plan.epi_n >= config.tile_n
+
+
+# Bulk tile stores for plain outputs of at least this many bytes: below it, a tile's two
+# barriers and its bulk copy cost more than the thread stores they replace. Set on the
+# corpus's train rows measured in session 54 (benchmarks/thread_store_bulk_compare_H200.md).
+BULK_TILE_STORE_MIN_BYTES = 256 * 1024
+
+
+def bulk_tile_store_pays(problem: Conv2dProblemShape, out_bits: int, has_residual: bool) -> bool:
+    """Whether a thread-stored output whose tiles hold whole rows (``tiles_hold_whole_rows``)
+    goes out in bulk (``EpilogueSpec.bulk_tile_store``): plain outputs (with a residual the
+    threads read C, and the bulk path measured slower) of at least
+    ``BULK_TILE_STORE_MIN_BYTES``."""
+    out_bytes = problem.gemm_m * problem.K * out_bits // 8
+    return not has_residual and out_bytes >= BULK_TILE_STORE_MIN_BYTES
 
 
 def _halo_rows(problem: Conv2dProblemShape, tile_m: int, tile_w: int) -> int:

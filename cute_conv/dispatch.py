@@ -17,7 +17,9 @@ import torch
 
 from .arch import ARCHS, check_config_type
 from .compile import CompiledConv2d, compile_kernel, forget_on_clear, kernel_scalars
+from .config import bulk_tile_store_pays
 from .cuda_context import current_device, current_raw_stream
+from .dtypes import dtype_name
 from .epilogue import EpilogueSpec, kernel_vector_dtype, validate_epilogue_args
 from .problem import Conv2dProblemShape
 from .schedule import launch_clusters
@@ -275,6 +277,14 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
     )
     if target.check_fits is not None and isinstance(config, target.config_class):
         target.check_fits(config, kernel_problem)
+    if (
+        epilogue.store_by_threads
+        and bulk_tile_store_pays(kernel_problem, torch.finfo(out_dtype).bits, epilogue.has_residual)
+        and target.whole_rows_rule is not None
+        and isinstance(config, target.config_class)
+        and target.whole_rows_rule(config, kernel_problem, dtype_name(x.dtype), dtype_name(out_dtype))
+    ):
+        epilogue = replace(epilogue, bulk_tile_store=True)
     kernel = compile_kernel(
         arch,
         act_dtype=x.dtype,

@@ -13,6 +13,11 @@ import torch
 
 import cute_conv
 from cute_conv import Conv2dConfig, Conv2dConfigSm100, EpilogueSpec
+from cute_conv.config import (
+    BULK_TILE_STORE_MIN_BYTES,
+    bulk_tile_store_pays,
+    tiles_hold_whole_rows,
+)
 from cute_conv.staging import kernel_problem_for, staging_plan
 
 STORE = EpilogueSpec(has_bias=True, has_scale=True, activation="relu", store_by_threads=True)
@@ -139,3 +144,58 @@ def test_k_is_never_padded(c, k, stages_filter):
     # Only C padding copies the filter; a C-aligned call launches directly.
     assert staging_plan(problem, kernel_problem, 2).stages_filter == stages_filter
     assert (kernel_problem is problem) == (not stages_filter)
+
+
+BULK = EpilogueSpec(has_bias=True, activation="relu", store_by_threads=True,
+                    thread_store_pairs=True, bulk_tile_store=True)  # fmt: skip
+_BULK_STORE = re.compile(r"cp\.async\.bulk\.global\.shared::cta\.bulk_group")
+
+
+@pytest.mark.parametrize(
+    "config", [Conv2dConfig(), Conv2dConfig(tile_n=64, cluster_m=2), Conv2dConfig(stream_k=True)],
+    ids=["default", "128x64-2x1", "stream-k"],
+)  # fmt: skip
+def test_whole_row_tiles_go_out_in_one_bulk_copy(config):
+    """``bulk_tile_store``: the values go to SMEM (pairs: 4-byte stores), one bulk copy per
+    tile moves them out, its reads awaited before the buffer is written again; only the last
+    elements that do not fill 16 bytes are stored to global memory by threads."""
+    ptx = cute_conv.compile_kernel(
+        "sm_90a", act_dtype=torch.bfloat16, config=config, epilogue=BULK
+    ).ptx
+    assert len(_BULK_STORE.findall(ptx)) == 1
+    assert not _TMA_STORE.search(ptx)
+    assert re.search(r"cp\.async\.bulk\.wait_group\.read", ptx)
+    assert len(re.findall(r"st\.shared\.b32", ptx)) >= config.tile_n // 4  # pairs of its values
+    assert len(re.findall(r"st\.global\.b16", ptx)) == 1  # the tail
+    assert BULK.name == "bias-relu-thread-store-pairs-bulk"
+
+
+def test_whole_row_tiles_need_fitting_configs():
+    wide = cute_conv.Conv2dProblemShape.from_shapes((1, 8, 8, 64), (96, 1, 1, 64))
+    assert tiles_hold_whole_rows(Conv2dConfig(), wide, "bfloat16", "bfloat16")
+    assert not tiles_hold_whole_rows(Conv2dConfig(tile_n=64), wide, "bfloat16", "bfloat16")
+    for config in (Conv2dConfig(pingpong=True), CASES["halo"]):
+        assert not tiles_hold_whole_rows(config, wide, "bfloat16", "bfloat16")
+        with pytest.raises(ValueError, match="bulk_tile_store=True needs an SM90 config"):
+            cute_conv.compile_kernel("sm_90a", config=config, epilogue=BULK)
+    # 256-wide tiles: four 32-wide staging buffers of 128 rows hold half a tile.
+    assert not tiles_hold_whole_rows(Conv2dConfig(tile_n=256), wide, "bfloat16", "bfloat16")
+    with pytest.raises(ValueError, match="bulk_tile_store=True needs an SM90 config"):
+        cute_conv.compile_kernel("sm_100a", config=Conv2dConfigSm100(), epilogue=BULK)
+    with pytest.raises(ValueError, match="bulk_tile_store=True needs store_by_threads=True"):
+        EpilogueSpec(bulk_tile_store=True)
+    with pytest.raises(ValueError, match="bulk_tile_store=True is for outputs without a residual"):
+        EpilogueSpec(has_residual=True, store_by_threads=True, bulk_tile_store=True)
+
+
+def test_bulk_tile_stores_for_large_plain_outputs():
+    # ShuffleNet's n8 56x56 K=58 1x1: 2.8 MiB of bf16 output; its n1 7x7 form: 5.6 KiB.
+    large = cute_conv.Conv2dProblemShape.from_shapes((8, 56, 56, 24), (58, 1, 1, 24))
+    small = cute_conv.Conv2dProblemShape.from_shapes((1, 7, 7, 24), (58, 1, 1, 24))
+    assert bulk_tile_store_pays(large, 16, has_residual=False)
+    assert not bulk_tile_store_pays(large, 16, has_residual=True)
+    assert not bulk_tile_store_pays(small, 16, has_residual=False)
+    edge = cute_conv.Conv2dProblemShape.from_shapes((1, 64, 64, 24), (32, 1, 1, 24))
+    assert edge.gemm_m * 32 * 2 == BULK_TILE_STORE_MIN_BYTES
+    assert bulk_tile_store_pays(edge, 16, has_residual=False)
+    assert not bulk_tile_store_pays(edge, 8, has_residual=False)

@@ -87,6 +87,26 @@ def test_schedules_store_unaligned_k(config, k):
     run_and_check(2, 9, 11, 64, k, 3, 3, geom=dict(padding=1), config=config)
 
 
+@pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
+@pytest.mark.parametrize("k", [12, 57, 58], ids=lambda k: f"k{k}")
+def test_schedules_store_whole_row_tiles_in_bulk(config, k):
+    """Outputs of 287 KiB to 1.4 MiB, so that tiles holding whole rows go out in bulk (not
+    ping-pong's): M = 3*61*67 = 12261 leaves a 101-row last tile, whose last elements do not
+    fill 16 bytes at K=57; the 1x2 cluster's second N tile lies past K."""
+    run_and_check(3, 61, 67, 64, k, 3, 3, geom=dict(padding=1), config=config)
+
+
+@pytest.mark.parametrize(
+    "out_dtype, k", [(torch.float32, 6), (E4M3, 24)], ids=["fp32-k6", "e4m3-k24"]
+)
+def test_bulk_tile_stores_of_other_output_dtypes(out_dtype, k):
+    shape = (3, 61, 67, 64, k, 3, 3, dict(padding=1))
+    if out_dtype == E4M3:
+        run_fp8(shape, out_dtype=out_dtype, bias=True)
+    else:
+        run_and_check(*shape[:7], geom=shape[7], out_dtype=out_dtype)
+
+
 RESIDUAL_CONFIGS = {
     name: CONFIGS[name] for name in ("default", "m256-2x1", "stream-k", "dynamic", "pingpong")
 }
@@ -100,10 +120,17 @@ def test_residuals_are_read_by_the_threads(config, order, k):
                   order=order)  # fmt: skip
 
 
-@pytest.mark.parametrize("k, pairs", [(58, True), (57, False)])
-def test_even_k_is_stored_in_pairs(monkeypatch, k, pairs):
-    """The host asks for paired stores where K is even (ShuffleNet's 1x1 here); the
-    numerics hold either way."""
+@pytest.mark.parametrize(
+    "k, config, pairs, bulk",
+    [(58, None, True, True), (57, None, False, True), (58, Conv2dConfig(pingpong=True), True, False),
+     (84, Conv2dConfig(tile_n=64), True, False)],
+    ids=["k58", "k57", "k58-pingpong", "k84-over-tile-n"],
+)  # fmt: skip
+def test_the_host_picks_pairs_and_bulk_tile_stores(monkeypatch, k, config, pairs, bulk):
+    """The host asks for paired stores where K is even (ShuffleNet's 1x1 here), and for bulk
+    tile stores where a tile holds whole rows (the heuristic's 128x64 tiles hold K=58; not
+    ping-pong tiles, nor K past the N tile) of a plain output of 256 KiB or more (not with a
+    residual, nor on a small batch); the numerics hold every way."""
     specs = []
     compile_kernel = cute_conv.dispatch.compile_kernel
 
@@ -113,9 +140,11 @@ def test_even_k_is_stored_in_pairs(monkeypatch, k, pairs):
 
     monkeypatch.setattr(cute_conv.dispatch, "compile_kernel", recording)
     cute_conv.compile.clear_cache()  # and the plans that hold kernels: both calls plan anew
-    run_and_check(8, 56, 56, 24, k, 1, 1)
-    run_and_check(8, 56, 56, 24, k, 1, 1, beta=1.0)
-    assert [spec.thread_store_pairs for spec in specs] == [pairs, pairs]
+    run_and_check(8, 56, 56, 24, k, 1, 1, config=config)
+    run_and_check(8, 56, 56, 24, k, 1, 1, config=config, beta=1.0)
+    run_and_check(1, 7, 7, 24, k, 1, 1, config=config)
+    flags = [(s.thread_store_pairs, s.bulk_tile_store) for s in specs]
+    assert flags == [(pairs, bulk), (pairs, False), (pairs, False)]
 
 
 @pytest.mark.parametrize("k", [12, 222, 23], ids=lambda k: f"k{k}")

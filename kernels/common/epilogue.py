@@ -95,6 +95,11 @@ class EpilogueSpec:
     and reads the residual as, pairs of adjacent channels in one access of twice the
     element's width (both MMAs give a thread its values in column pairs from an even column,
     and an even K keeps every pair inside one row, aligned).
+    ``bulk_tile_store`` (with ``store_by_threads``, without a residual; SM90 tiles along M,
+    no ping-pong): each output tile holds whole output rows (its N tile all of K), so its
+    rows are one contiguous range of the output; the threads write their values into a dense
+    copy of the tile in SMEM and one bulk copy moves it out (``bulk_store_tile``). With a
+    residual it measured slower than the threads' own stores, so it is not offered there.
 
     ``has_amax``: the kernel also raises a float32 in global memory to the largest magnitude
     of the output values it stores, as computed (before an fp8 output's ``1 / out_scale``
@@ -116,6 +121,7 @@ class EpilogueSpec:
     residual_order: str = "after_activation"
     store_by_threads: bool = False
     thread_store_pairs: bool = False
+    bulk_tile_store: bool = False
     has_amax: bool = False
     has_source_scale: bool = False
 
@@ -137,8 +143,11 @@ class EpilogueSpec:
                 f"residual_order={self.residual_order!r} is not supported; use one of "
                 f"{', '.join(RESIDUAL_ORDERS)}"
             )
-        if self.thread_store_pairs and not self.store_by_threads:
-            raise ValueError("thread_store_pairs=True needs store_by_threads=True")
+        for flag in ("thread_store_pairs", "bulk_tile_store"):
+            if getattr(self, flag) and not self.store_by_threads:
+                raise ValueError(f"{flag}=True needs store_by_threads=True")
+        if self.bulk_tile_store and self.has_residual:
+            raise ValueError("bulk_tile_store=True is for outputs without a residual")
         if not self.has_residual:
             # Without a residual the order and the source's scale change nothing: one
             # spelling, one cached kernel.
@@ -182,7 +191,9 @@ class EpilogueSpec:
             name = f"{name}-amax"
         if self.store_by_threads:
             name = f"{name}-thread-store"
-        return f"{name}-pairs" if self.thread_store_pairs else name
+        if self.thread_store_pairs:
+            name = f"{name}-pairs"
+        return f"{name}-bulk" if self.bulk_tile_store else name
 
 
 @cute.jit

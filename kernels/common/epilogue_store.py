@@ -32,6 +32,7 @@ from typing import List, NamedTuple, Optional, Tuple
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
+from cutlass._mlir.dialects import nvvm
 
 from .epilogue import apply_epilogue, channel_count_vector, load_channel_vectors
 from .swizzled_smem import GroupedSmem, copy_grouped
@@ -376,14 +377,15 @@ def _column_pairs(coords: cute.Tensor) -> List[List[int]]:
 
 @cute.jit
 def _group_at(tensor: cute.Tensor, coord, width: cutlass.Constexpr[int]) -> cute.Tensor:
-    """The ``width`` consecutive elements of ``tensor`` (in global memory) from ``coord`` on,
-    as a tensor whose pointer is known to be aligned to all of them."""
+    """The ``width`` consecutive elements of ``tensor`` (in global memory, or a dense copy of
+    a tile in SMEM) from ``coord`` on, as a tensor whose pointer is known to be aligned to all
+    of them."""
     if cutlass.const_expr(width == 1):
         return cute.make_tensor(tensor.iterator + cute.crd2idx(coord, tensor.layout), cute.make_layout(1))
     address = (tensor.iterator + cute.crd2idx(coord, tensor.layout)).toint()
     element_bytes = tensor.element_type.width // 8
     start = cute.make_ptr(
-        tensor.element_type, address, cute.AddressSpace.gmem,
+        tensor.element_type, address, tensor.iterator.memspace,
         assumed_align=width * element_bytes,
     )  # fmt: skip
     return cute.make_tensor(start, cute.make_layout(width))
@@ -442,3 +444,34 @@ def store_subtile(
         store_pipeline.producer_commit()
         store_pipeline.producer_acquire()
     out.barrier.arrive_and_wait()
+
+
+BULK_BYTES = 16  # a bulk copy's size and addresses: whole 16-byte units
+
+
+@cute.jit
+def bulk_store_tile(
+    staging: cute.Pointer,
+    gmem: cute.Pointer,
+    count: cutlass.Int32,
+    issuer: cutlass.Boolean,
+    tidx: cutlass.Int32,
+):
+    """``count`` elements from a dense SMEM copy of an output tile, ``staging``, to the
+    output from ``gmem`` on (both 16-byte aligned), after the threads that wrote the copy
+    fenced and met at a barrier: one bulk copy of the whole 16-byte units, issued and
+    committed by the ``issuer`` thread (which waits for its reads before the buffer is
+    written again), and the last elements that do not fill one, by the threads whose
+    ``tidx`` is below their count."""
+    unit = BULK_BYTES * 8 // staging.dtype.width
+    whole = count // unit * unit
+    if issuer:
+        if whole > 0:
+            nvvm.cp_async_bulk_global_shared_cta(
+                gmem.llvm_ptr, staging.llvm_ptr,
+                cutlass.Int32(whole * (staging.dtype.width // 8)).ir_value(),
+            )  # fmt: skip
+        cute.arch.cp_async_bulk_commit_group()
+    if tidx < count - whole:
+        rest = cute.make_tensor(gmem + whole + tidx, cute.make_layout(1))
+        rest[0] = cute.make_tensor(staging + whole + tidx, cute.make_layout(1))[0]

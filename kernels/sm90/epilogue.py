@@ -16,6 +16,7 @@ from ..common.epilogue_store import (
     ChannelVectors,
     OutputSubtiles,
     SourceSubtiles,
+    bulk_store_tile,
     preloaded_columns,
     running_amax,
     store_subtile,
@@ -63,6 +64,7 @@ class Sm90Epilogue(NamedTuple):
     tRS_rD: cute.Tensor  # one subtile's fp32 values
     sD: cute.Tensor  # the staging buffers
     first_buffer: cutlass.Int32
+    tile_tidx: cutlass.Int32  # this thread among the tile's consumer threads
 
 
 class Sm90EpilogueMixin:
@@ -170,6 +172,7 @@ class Sm90EpilogueMixin:
             tRS_rD=cute.make_rmem_tensor(rD_shape, self.acc_dtype),
             sD=sD,
             first_buffer=first_buffer,
+            tile_tidx=tile_tidx,
         )
 
     @staticmethod
@@ -275,6 +278,10 @@ class Sm90EpilogueMixin:
         TMA (``store_subtile``), or by the threads (``store_subtile_by_threads``), the
         accumulator read from registers. Returns ``states`` with the source ring's position
         advanced, and the count of subtiles done."""
+        if cutlass.const_expr(self.epilogue.bulk_tile_store):
+            return states, self.bulk_epilogue_tile(
+                parts, work, scheduler, num_epi_tiles_done, args, warp_idx
+            )
         source_state, gD, alpha, beta = states.source, args.gD, args.alpha, args.beta
         tile_n = self.tile_mnk[1]
         m_tile, n_tile = scheduler.tile_coord(work)
@@ -328,6 +335,75 @@ class Sm90EpilogueMixin:
                 if cutlass.const_expr(self.epilogue.has_residual):
                     source_state.advance()
         return states._replace(source=source_state), num_epi_tiles_done + num_epi_tiles
+
+    def bulk_staging_buffers(self) -> int:
+        """Trace time: the dense tile copies (``tile_m x tile_n`` values) the staging
+        buffers hold for ``EpilogueSpec.bulk_tile_store``."""
+        # tile_m x epi_n subtile buffers, tile_n // epi_n to a tile copy
+        buffers = self.epi_stages * self.num_epilogues * self.epi_tile[1] // self.tile_mnk[1]
+        if buffers < 1 or self.pingpong or self.tile_w:
+            raise ValueError(
+                "bulk_tile_store needs tiles along M (no halo tiles), one epilogue per tile "
+                "(no ping-pong) and staging buffers that hold a whole tile"
+            )
+        return buffers
+
+    @cute.jit
+    def bulk_epilogue_tile(
+        self,
+        parts: "Sm90Epilogue",
+        work: cutlass.Int32,
+        scheduler: StaticTileScheduler,
+        num_epi_tiles_done: cutlass.Int32,
+        args: EpilogueArgs,
+        warp_idx: cutlass.Int32,
+    ) -> cutlass.Int32:
+        """The epilogue of one output tile that holds whole output rows
+        (``EpilogueSpec.bulk_tile_store``): each thread writes its values, subtile by subtile,
+        into a dense copy of the tile's rows in a staging buffer (rows of K, as in the
+        output), and ``bulk_store_tile`` moves the rows inside the output out in one bulk
+        copy. Buffers alternate by tile; a buffer is written again once its copy has read
+        it. Returns the count of subtiles done."""
+        tile_m, tile_n = self.tile_mnk[0], self.tile_mnk[1]
+        m_tile, n_tile = scheduler.tile_coord(work)
+        num_rows, k = args.d_shape
+        out = parts.out
+        buffers = self.bulk_staging_buffers()
+        num_epi_tiles = tile_n // self.epi_tile[1]
+        buffer = num_epi_tiles_done // num_epi_tiles % buffers
+        staging = cute.make_ptr(
+            self.out_dtype, parts.sD.iterator.toint(), cute.AddressSpace.smem,
+            assumed_align=16,
+        ) + buffer * (tile_m * tile_n)  # fmt: skip (buffers 1024-byte aligned, copies 16-byte units)
+        issuer = (warp_idx == out.store_warp) & (cute.arch.lane_idx() == 0)
+        if issuer:
+            cute.arch.cp_async_bulk_wait_group(buffers - 1, read=True)
+        out.barrier.arrive_and_wait()
+        staged = cute.make_tensor(staging, cute.make_layout((tile_m, tile_n), stride=(k, 1)))
+        staged_tile = cute.zipped_divide(staged, self.epi_tiler)
+        cD_tile = cute.zipped_divide(args.cD[(None, None, m_tile, n_tile)], self.epi_tiler)
+        gC_tile = None
+        if cutlass.const_expr(self.epilogue.has_residual):
+            gC_tile = cute.zipped_divide(args.gC[(None, None, m_tile, n_tile)], self.epi_tiler)
+        tRS_rD, size_tRS_rD = parts.tRS_rD, cute.size(parts.tRS_rD)
+        for epi_idx in cutlass.range_constexpr(num_epi_tiles):
+            for v in cutlass.range_constexpr(size_tRS_rD):
+                tRS_rD[v] = parts.tRS_rAcc[epi_idx * size_tRS_rD + v]
+            subtile = ((None, None), (0, epi_idx))  # (epi_m, epi_n): one row of subtiles
+            store_subtile_by_threads(
+                self.epilogue, tRS_rD.load(), args.alpha, args.beta,
+                subtile_vectors(parts.vectors, epi_idx), n_tile * tile_n + epi_idx * self.epi_tile[1],
+                out, staged_tile[subtile], cD_tile[subtile], args.d_shape,
+                None if gC_tile is None else gC_tile[subtile],
+            )  # fmt: skip
+        cute.arch.fence_proxy("async.shared", space="cta")  # the copies before the bulk read
+        out.barrier.arrive_and_wait()
+        # The tile's rows in the output; none for the tiles past K of clusters along N.
+        rows = cutlass.min(num_rows - m_tile * tile_m, tile_m)
+        count = cutlass.select_(n_tile == 0, rows * k, 0)
+        gmem = args.gD[(None, None, m_tile, n_tile)].iterator
+        bulk_store_tile(staging, gmem, count, issuer, parts.tile_tidx)
+        return num_epi_tiles_done + num_epi_tiles
 
     @staticmethod
     def epi_tile_layout(g_tile_divided: cute.Tensor) -> cute.Layout:
