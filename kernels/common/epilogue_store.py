@@ -9,6 +9,10 @@ or, for outputs TMA cannot address (``EpilogueSpec.store_by_threads``,
 
     channel vectors -> apply_epilogue -> each thread's values to global memory, predicated
 
+(two adjacent channels per access where K is even, ``thread_store_pairs``), or, where a tile
+holds whole output rows (``bulk_tile_store``), to a dense copy of the tile in SMEM that
+``bulk_store_tile`` moves out in one bulk copy.
+
 With ``EpilogueSpec.has_amax`` each thread also keeps the running max of its values'
 magnitudes (``raise_amax``), which ``publish_amax`` adds to global memory once per warp.
 
@@ -380,14 +384,12 @@ def _group_at(tensor: cute.Tensor, coord, width: cutlass.Constexpr[int]) -> cute
     """The ``width`` consecutive elements of ``tensor`` (in global memory, or a dense copy of
     a tile in SMEM) from ``coord`` on, as a tensor whose pointer is known to be aligned to all
     of them."""
-    if cutlass.const_expr(width == 1):
-        return cute.make_tensor(tensor.iterator + cute.crd2idx(coord, tensor.layout), cute.make_layout(1))
-    address = (tensor.iterator + cute.crd2idx(coord, tensor.layout)).toint()
-    element_bytes = tensor.element_type.width // 8
-    start = cute.make_ptr(
-        tensor.element_type, address, tensor.iterator.memspace,
-        assumed_align=width * element_bytes,
-    )  # fmt: skip
+    start = tensor.iterator + cute.crd2idx(coord, tensor.layout)
+    if cutlass.const_expr(width > 1):
+        start = cute.make_ptr(
+            tensor.element_type, start.toint(), start.memspace,
+            assumed_align=width * tensor.element_type.width // 8,
+        )  # fmt: skip
     return cute.make_tensor(start, cute.make_layout(width))
 
 
@@ -460,9 +462,9 @@ def bulk_store_tile(
     """``count`` elements from a dense SMEM copy of an output tile, ``staging``, to the
     output from ``gmem`` on (both 16-byte aligned), after the threads that wrote the copy
     fenced and met at a barrier: one bulk copy of the whole 16-byte units, issued and
-    committed by the ``issuer`` thread (which waits for its reads before the buffer is
-    written again), and the last elements that do not fill one, by the threads whose
-    ``tidx`` is below their count."""
+    committed as a bulk group by the ``issuer`` thread (the caller has it wait for the
+    group's reads before the buffer is written again), and the last elements that do not
+    fill one, by the threads whose ``tidx`` is below their count."""
     unit = BULK_BYTES * 8 // staging.dtype.width
     whole = count // unit * unit
     if issuer:

@@ -371,10 +371,10 @@ class Sm90EpilogueMixin:
         buffers = self.bulk_staging_buffers()
         num_epi_tiles = tile_n // self.epi_tile[1]
         buffer = num_epi_tiles_done // num_epi_tiles % buffers
+        # The staging buffers unswizzled, as tile copies (1024-byte aligned, 16-byte sized).
         staging = cute.make_ptr(
-            self.out_dtype, parts.sD.iterator.toint(), cute.AddressSpace.smem,
-            assumed_align=16,
-        ) + buffer * (tile_m * tile_n)  # fmt: skip (buffers 1024-byte aligned, copies 16-byte units)
+            self.out_dtype, parts.sD.iterator.toint(), cute.AddressSpace.smem, assumed_align=16
+        ) + buffer * (tile_m * tile_n)
         issuer = (warp_idx == out.store_warp) & (cute.arch.lane_idx() == 0)
         if issuer:
             cute.arch.cp_async_bulk_wait_group(buffers - 1, read=True)
@@ -382,19 +382,16 @@ class Sm90EpilogueMixin:
         staged = cute.make_tensor(staging, cute.make_layout((tile_m, tile_n), stride=(k, 1)))
         staged_tile = cute.zipped_divide(staged, self.epi_tiler)
         cD_tile = cute.zipped_divide(args.cD[(None, None, m_tile, n_tile)], self.epi_tiler)
-        gC_tile = None
-        if cutlass.const_expr(self.epilogue.has_residual):
-            gC_tile = cute.zipped_divide(args.gC[(None, None, m_tile, n_tile)], self.epi_tiler)
         tRS_rD, size_tRS_rD = parts.tRS_rD, cute.size(parts.tRS_rD)
         for epi_idx in cutlass.range_constexpr(num_epi_tiles):
             for v in cutlass.range_constexpr(size_tRS_rD):
                 tRS_rD[v] = parts.tRS_rAcc[epi_idx * size_tRS_rD + v]
             subtile = ((None, None), (0, epi_idx))  # (epi_m, epi_n): one row of subtiles
+            subtile_n0 = n_tile * tile_n + epi_idx * self.epi_tile[1]
             store_subtile_by_threads(
                 self.epilogue, tRS_rD.load(), args.alpha, args.beta,
-                subtile_vectors(parts.vectors, epi_idx), n_tile * tile_n + epi_idx * self.epi_tile[1],
-                out, staged_tile[subtile], cD_tile[subtile], args.d_shape,
-                None if gC_tile is None else gC_tile[subtile],
+                subtile_vectors(parts.vectors, epi_idx), subtile_n0, out, staged_tile[subtile],
+                cD_tile[subtile], args.d_shape, None,  # no residual (EpilogueSpec checks)
             )  # fmt: skip
         cute.arch.fence_proxy("async.shared", space="cta")  # the copies before the bulk read
         out.barrier.arrive_and_wait()
