@@ -43,13 +43,12 @@ from .schedule import (
 from .validation import check_problem_limits
 
 __all__ = [
+    "BULK_TILE_STORE_MIN_BYTES",
     "Conv2dConfig",
+    "bulk_tile_store_pays",
     "check_bound",
     "check_channels",
-    "BULK_TILE_STORE_MIN_BYTES",
-    "bulk_tile_store_pays",
     "check_config_fits",
-    "tiles_hold_whole_rows",
     "check_element_bytes",
     "check_rule_args",
     "cluster_shape",
@@ -59,6 +58,7 @@ __all__ = [
     "split_tile_config",
     "takes_whole_source",
     "tile_widths",
+    "tiles_hold_whole_rows",
     "wide_split_shape",
     "wide_tile_shapes",
 ]
