@@ -253,10 +253,10 @@ def tiles_hold_whole_rows(
     (``EpilogueSpec.bulk_tile_store``): its tiles run along M (no halo tiles) with one
     epilogue each (no ping-pong), its N tile holds all of K (so a tile's rows are one
     contiguous range of the output), and its staging buffers hold a whole tile."""
-    if config.tile_w or config.pingpong or problem.K > config.tile_n:
+    if problem.K > config.tile_n:
         return False
     plan = config.plan(CUTLASS_DTYPES[act_dtype], CUTLASS_DTYPES[out_dtype], False)
-    return plan.epi_stages * plan.epi_n >= config.tile_n
+    return config.tile_copies(plan) >= 1
 
 
 # Bulk tile stores for plain outputs of at least this many bytes: below it, a tile's two

@@ -255,9 +255,9 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
     )
     check_config_type(config)
     arch = validate_device(x, filter, out, source=source, bias=bias, scale=scale)
-    element_bytes = x.element_size()
+    element_bytes, out_bits = x.element_size(), torch.finfo(out_dtype).bits
     kernel_problem = kernel_problem_for(problem, element_bytes)
-    if output_rows_unaligned(kernel_problem.K, torch.finfo(out_dtype).bits):
+    if output_rows_unaligned(kernel_problem.K, out_bits):
         epilogue = replace(
             epilogue, store_by_threads=True, thread_store_pairs=kernel_problem.K % 2 == 0
         )
@@ -279,7 +279,7 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
         target.check_fits(config, kernel_problem)
     if (
         epilogue.store_by_threads
-        and bulk_tile_store_pays(kernel_problem, torch.finfo(out_dtype).bits, epilogue.has_residual)
+        and bulk_tile_store_pays(kernel_problem, out_bits, epilogue.has_residual)
         and target.whole_rows_rule is not None
         and isinstance(config, target.config_class)
         and target.whole_rows_rule(config, kernel_problem, dtype_name(x.dtype), dtype_name(out_dtype))
@@ -300,7 +300,7 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
     vectors_ready = all(
         v is None or (v.dtype == vector_dtype and v.is_contiguous()) for v in used_vectors
     )
-    out_bytes = math.prod(problem.output_shape) * torch.finfo(out_dtype).bits // 8
+    out_bytes = math.prod(problem.output_shape) * out_bits // 8
     nbytes = (x.numel() * x.element_size(), filter.numel() * filter.element_size(), out_bytes)
     workspace = None
     if target.workspace_size is not None:

@@ -297,6 +297,15 @@ class Conv2dConfig:
             )
         return _SmemBudget(self, act_dtype, out_dtype).plan(has_residual)
 
+    def tile_copies(self, plan: "Sm90Plan") -> int:
+        """How many dense copies of a whole output tile (``tile_m x tile_n`` values) the
+        staging buffers of ``plan`` (this config's plan without a residual source) hold, for
+        ``EpilogueSpec.bulk_tile_store``: 0 with halo tiles (their subtiles are boxes of the
+        output) or ping-pong (each consumer's own buffers)."""
+        if self.tile_w or self.pingpong:
+            return 0
+        return plan.epi_stages * plan.epi_n // self.tile_n
+
 
 def is_half_step(tile_n: int) -> bool:
     """Whether ``tile_n`` is a half-step width (48, 80, ..., 240), one the ``_EPI_N``-wide

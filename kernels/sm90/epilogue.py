@@ -339,9 +339,8 @@ class Sm90EpilogueMixin:
     def bulk_staging_buffers(self) -> int:
         """Trace time: the dense tile copies (``tile_m x tile_n`` values) the staging
         buffers hold for ``EpilogueSpec.bulk_tile_store``."""
-        # tile_m x epi_n subtile buffers, tile_n // epi_n to a tile copy
-        buffers = self.epi_stages * self.num_epilogues * self.epi_tile[1] // self.tile_mnk[1]
-        if buffers < 1 or self.pingpong or self.tile_w:
+        buffers = self.config.tile_copies(self.plan)
+        if buffers < 1:
             raise ValueError(
                 "bulk_tile_store needs tiles along M (no halo tiles), one epilogue per tile "
                 "(no ping-pong) and staging buffers that hold a whole tile"
