@@ -45,6 +45,7 @@ from .validation import check_problem_limits
 __all__ = [
     "BULK_TILE_STORE_MIN_BYTES",
     "Conv2dConfig",
+    "THREE_WARPGROUP_MAX_COST",
     "bulk_tile_store_pays",
     "check_bound",
     "check_channels",
@@ -102,9 +103,9 @@ _MIN_WAVES_TALL_FUSED_FP8 = 4
 # H200 and, apart, on an H100 (benchmarks/sweep_tall_wide_tiles.py; both gave 6).
 _MIN_WAVES_TALL_WIDE = 6
 # Three warpgroups of 64 rows (see default_config): the one tile of them measured faster, where
-# it fills the waves better than 128-row tiles by this factor of cost.
+# at least a wave of them costs at most this factor of the 128-row tiles' cost.
 _THREE_WARPGROUP_TILE = (192, 128)
-_MIN_GAIN_192 = 0.95
+THREE_WARPGROUP_MAX_COST = 0.95
 # 32-wide tiles (see default_config): for K up to their width; 256 rows (in 2x1 clusters) for
 # K up to _NARROW_TALL_MAX_K with at least this fraction of a wave of 256-row tiles.
 NARROW_TILE_N = 32
@@ -328,6 +329,7 @@ def default_config(
     whole_source_min_tiles_per_sm: float | None = None,
     min_waves_tall: float | None = None,
     min_waves_tall_wide: float | None = None,
+    three_warpgroup_max_cost: float | None = None,
 ) -> Conv2dConfig:
     """A fast heuristic for an H100/H200, fitted to measurements of the benchmark suite.
 
@@ -430,8 +432,9 @@ def default_config(
     1.19x at 128 rows, 1.02x at 256) or K was 21 or 32 (0.92-0.98x of the 128-row ones).
 
     tile_m 192 (three consumer warpgroups of 64 rows), at tile_n 128: where at least a wave
-    of them costs ``_MIN_GAIN_192`` or less of the 128-row tiles' cost (rounds of tiles x
-    tile_m x (tile_n + 64)), i.e. where 128-row tiles leave much of the last wave idle.
+    of them costs ``three_warpgroup_max_cost`` (None: ``THREE_WARPGROUP_MAX_COST``) or less
+    of the 128-row tiles' cost (rounds of tiles x tile_m x (tile_n + 64)), i.e. where
+    128-row tiles leave much of the last wave idle.
     Measured on an H200: r50-c5 3x3 (98 tiles of 128x256 on 132 SMs, 132 of 192x128)
     0.0511 -> 0.0421 ms plain (1x2 cluster), 0.0553 -> 0.0463 fused. Where both fill their
     waves alike, 192x128 was no faster (r50-c3/c4 3x3 1-5% slower, r50-c3-1x1-dn 2% faster,
@@ -581,6 +584,8 @@ def default_config(
         )
     if whole_source_min_tiles_per_sm is None:
         whole_source_min_tiles_per_sm = WHOLE_SOURCE_MIN_TILES_PER_SM
+    if three_warpgroup_max_cost is None:
+        three_warpgroup_max_cost = THREE_WARPGROUP_MAX_COST
     plain = not has_residual and element_bytes == 2
     if min_waves_tall is None:
         min_waves_tall = _MIN_WAVES_TALL if plain else _MIN_WAVES_TALL_FUSED_FP8
@@ -596,6 +601,7 @@ def default_config(
     check_bound("whole_source_min_tiles_per_sm", whole_source_min_tiles_per_sm, "tiles per SM")
     check_bound("min_waves_tall", min_waves_tall, "waves")
     check_bound("min_waves_tall_wide", min_waves_tall_wide, "waves")
+    check_bound("three_warpgroup_max_cost", three_warpgroup_max_cost, "cost factor")
     tile_k = k_tile_width(problem.C, element_bytes)
 
     def cheapest(widths: tuple[int, ...]) -> int:
@@ -629,7 +635,9 @@ def default_config(
     tall_wide = tile_n == 128 and full_k_tile and several_taps
     tall_wide = tall_wide and tall_tiles >= min_waves_tall_wide * num_sms
     tile_m = 256 if tall or tall_wide or narrow_tall else 128
-    if tile_m == 128 and _fills_waves_better_at_192(problem, tile_n, num_sms):
+    if tile_m == 128 and _fills_waves_better_at_192(
+        problem, tile_n, num_sms, three_warpgroup_max_cost
+    ):
         tile_m, tile_n = _THREE_WARPGROUP_TILE
     # Short k-tiles load the filter tile in more pieces per MMA: share it along M.
     short_k_shares = (short_k_tiles or narrow_tall) and tile_m == 256 and not has_residual
@@ -835,13 +843,15 @@ def _wave_cost(problem: Conv2dProblemShape, tile_m: int, tile_n: int, num_sms: i
     return waves * tile_m * (tile_n + 64)
 
 
-def _fills_waves_better_at_192(problem: Conv2dProblemShape, tile_n: int, num_sms: int) -> bool:
-    """Whether ``_THREE_WARPGROUP_TILE`` tiles, at least a wave of them, cost less than
-    128 x ``tile_n`` ones by ``_MIN_GAIN_192`` (see default_config)."""
+def _fills_waves_better_at_192(
+    problem: Conv2dProblemShape, tile_n: int, num_sms: int, max_cost: float
+) -> bool:
+    """Whether ``_THREE_WARPGROUP_TILE`` tiles, at least a wave of them, cost at most
+    ``max_cost`` times what 128 x ``tile_n`` ones cost (see default_config)."""
     tile_m_192, tile_n_192 = _THREE_WARPGROUP_TILE
     cost_192 = _wave_cost(problem, tile_m_192, tile_n_192, num_sms)
     return tile_count(problem, tile_m_192, tile_n_192) >= num_sms and (
-        cost_192 <= _MIN_GAIN_192 * _wave_cost(problem, 128, tile_n, num_sms)
+        cost_192 <= max_cost * _wave_cost(problem, 128, tile_n, num_sms)
     )
 
 
