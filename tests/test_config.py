@@ -243,6 +243,15 @@ def test_pitched_halo_tiles_fit_any_row_width_within_their_reach():
         check_config_fits(pitched, problem(2, 150, 64, 64, 3, padding=1, stride=2))
 
 
+@pytest.mark.parametrize(
+    "cluster, launched",
+    [((1, 1), None), ((2, 1), (2, 1, 1)), ((1, 2), (1, 2, 1)), ((2, 2), (2, 2, 1))],
+)
+def test_single_cta_clusters_launch_as_a_plain_grid(cluster, launched):
+    config = cute_conv.Conv2dConfig(cluster_m=cluster[0], cluster_n=cluster[1])
+    assert config.launch_cluster == launched
+
+
 def test_dynamic_schedule_workspace_size():
     from cute_conv.workspace import DYNAMIC_SCHEDULE_COUNTERS, workspace_size_sm90
 
