@@ -197,7 +197,6 @@ class Conv2dFpropSm90(
         self.plan = config.plan(act_dtype, out_dtype, self.epilogue.loads_source_by_tma)
         self.tile_mnk = config.tile_shape_mnk
         self.cluster_mn = config.cluster_shape_mn
-        self.launch_cluster = config.launch_cluster
         self.swizzle = config.swizzle
         self.raster_along_m = config.raster_along_m
         self.stream_k = config.stream_k
@@ -406,7 +405,7 @@ class Conv2dFpropSm90(
         kernel.launch(
             grid=(cm, cn, num_clusters),
             block=[self.threads_per_cta, 1, 1],
-            cluster=self.launch_cluster,
+            cluster=self.config.launch_cluster,
             min_blocks_per_mp=1,
             stream=stream,
             use_pdl=self.programmatic_launch,
