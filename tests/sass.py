@@ -44,10 +44,15 @@ def sass_of_ptx(ptx: str, arch: str) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         source, cubin = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.cubin"
         source.write_text(ptx)
-        subprocess.run(
+        ptxas = subprocess.run(
             [cuda_tool("ptxas"), f"-arch={arch}", str(source), "-o", str(cubin)],
-            capture_output=True, check=True,
+            capture_output=True, text=True,
         )  # fmt: skip
+        if ptxas.returncode != 0:
+            # An older ptxas (a GPU machine's triton) refuses a newer PTX ISA: not a kernel fault.
+            if "Unsupported .version" in ptxas.stderr:
+                pytest.skip(f"ptxas predates the PTX's ISA version: {ptxas.stderr.strip()}")
+            raise AssertionError(f"ptxas failed on the PTX: {ptxas.stderr.strip()}")
         return sass_of(cubin.read_bytes())
 
 

@@ -98,10 +98,14 @@ def test_compile_kernel_checks_fp8_dtypes():
         )
 
 
-def test_autotune_takes_fp8_with_fp8_candidates():
-    # Checked without a GPU: the arguments pass, then the missing GPU is the error.
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the failure without a GPU")
+def test_autotune_of_fp8_without_a_gpu_names_the_gpu():
+    # The arguments pass, then the missing GPU is the error.
     with pytest.raises((RuntimeError, ValueError), match="GPU|H100|device"):
         cute_conv.autotune((1, 8, 8, 32), (16, 3, 3, 32), dtype=E4M3)
+
+
+def test_autotune_takes_fp8_with_fp8_candidates():
     with pytest.raises(TypeError, match="dtype must be one of"):
         cute_conv.autotune((1, 8, 8, 32), (16, 3, 3, 32), dtype=torch.float32)
     problem = Conv2dProblemShape(8, 28, 28, 320, 128, 3, 3, padding=1)
