@@ -1,0 +1,42 @@
+"""The per-tile timeline probe's summary (benchmarks/experiments/tile_timeline.py), on marks made
+up here: which tile counts as a CTA's first, and each part's cycles."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "experiments" / "tile_timeline.py"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("tile_timeline", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def mark(tile_no: int, work: int, start: int, wait: int, mainloop: int, epilogue: int) -> list:
+    """A ``TL`` line's fields: block, tile_no, work, then the five clock64 marks."""
+    ready = start + 2
+    first = ready + wait
+    return [0, tile_no, work, start, ready, first, first + mainloop, first + mainloop + epilogue]
+
+
+def test_summary_splits_each_ctas_first_tile_from_the_rest():
+    timeline = load_script()
+    # Two CTAs of a static schedule on 2 SMs: CTA 0 runs works 0 and 2, CTA 1 works 1 and 3.
+    marks = [
+        mark(1, 2, 9000, 50, 5600, 1500),
+        mark(0, 0, 0, 2400, 6000, 1520),
+        mark(0, 1, 10, 2500, 6100, 1530),
+        mark(1, 3, 9100, 60, 5700, 1540),
+    ]
+    result = timeline.summary(marks, num_ctas=2)
+    cycles = result["cycles"]
+    assert result["tiles"] == 4
+    assert cycles["first_tile_wait_first_stage"]["median"] == 2450
+    assert cycles["first_tile_mainloop_after_it"]["median"] == 6050
+    assert cycles["later_tiles_wait_first_stage"]["median"] == 55
+    assert cycles["later_tiles_mainloop_after_it"]["median"] == 5650
+    assert cycles["epilogue"]["n"] == 4 and cycles["epilogue"]["median"] == 1525
