@@ -1,0 +1,240 @@
+"""How fast Hopper's WGMMAs run from shared memory, alone and beside TMA fills (H100/H200):
+
+    python benchmarks/experiments/wgmma_rate.py --out wgmma_rate.json
+
+The question (benchmarks/NOTES.md, session 56): does an fp8 128x128x128 k-tile take ~633
+cycles instead of 512 because shared memory cannot feed the WGMMAs' operand reads (96 B/cycle
+for N=128) and the ring's TMA fills (64 B/cycle) at once (128 B/cycle per SM), or for
+another reason? Each CTA (one per SM) holds one 128 x N x K A/B tile in SMEM and its two
+consumer warpgroups run ``k_tiles`` batches of WGMMAs over it as the conv kernel's mainloop
+does (a batch per 128-byte k-tile: fence, the k-blocks' WGMMAs, commit, wait for all but the
+newest batch); no barrier waits, no global loads. With ``fill``, one thread of a third
+warpgroup keeps ``FILL_STAGES`` TMA loads of 128 x 128-byte tiles (from an L2-resident
+buffer) in flight into other SMEM the whole time, as the load warp does. Reported per variant:
+cycles per k-tile (median over CTAs) against the MMA rate's, and the fill's bytes per cycle.
+
+Variants: fp8 (e4m3) and bf16, N = 128 and 256, with and without fills. The byte model
+predicts fp8 N=128 at 512 cycles alone and ~640 with fills, N=256 at 1,024 either way
+(80 + 48 B/cycle); a fixed per-batch cost predicts the same ratio with and without fills.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+import cutlass.memory
+import cutlass.utils.hopper_helpers as sm90_utils
+import torch
+from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
+from cutlass.cute.runtime import make_fake_stream, make_ptr
+from cutlass.tensor_utils import LayoutEnum
+
+FILL_STAGES = 4
+FILL_ROWS = 32768  # the fill's source: 32768 rows of 128 bytes (4 MiB, L2-resident)
+THREADS = 384  # two consumer warpgroups and the fill's warpgroup
+TILE_M = 128
+K_BYTES = 128  # a k-tile: one 128-byte row per operand row
+OUT_FIELDS = 4  # per CTA: consumer cycles, fill cycles, fill loads, an accumulator (kept live)
+MMA_FMA_PER_CYCLE = {8: 4096, 16: 2048}  # dense, per SM, by input bits
+
+
+class WgmmaRate:
+    """One variant: ``dtype`` inputs, N = ``tile_n``, ``k_tiles`` batches, TMA fills or not."""
+
+    def __init__(self, dtype: type[cutlass.Numeric], tile_n: int, k_tiles: int, fill: bool):
+        self.dtype = dtype
+        self.tile_mnk = (TILE_M, tile_n, K_BYTES * 8 // dtype.width)
+        self.k_tiles = k_tiles
+        self.fill = fill
+
+    @cute.jit
+    def __call__(
+        self, fill_ptr: cute.Pointer, out_ptr: cute.Pointer, ctas: cutlass.Int32,
+        stream: cuda.CUstream,
+    ):  # fmt: skip
+        tile_m, tile_n, tile_k = self.tile_mnk
+        tiled_mma = sm90_utils.make_trivial_tiled_mma(
+            self.dtype, self.dtype, OperandMajorMode.K, OperandMajorMode.K, cutlass.Float32,
+            (2, 1, 1), tiler_mn=(64, tile_n),
+        )  # fmt: skip
+        a_layout = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, self.tile_mnk, self.dtype, 1)
+        b_layout = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, self.tile_mnk, self.dtype, 1)
+        fill_layout = sm90_utils.make_smem_layout_a(
+            LayoutEnum.ROW_MAJOR, self.tile_mnk, self.dtype, FILL_STAGES
+        )
+        m_fill = cute.make_tensor(
+            fill_ptr, cute.make_layout((FILL_ROWS, tile_k), stride=(tile_k, 1))
+        )
+        tma_atom, tma_fill = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileG2SOp(), m_fill,
+            cute.slice_(fill_layout, (None, None, 0)), (tile_m, tile_k),
+        )  # fmt: skip
+        m_out = cute.make_tensor(out_ptr, cute.make_layout((ctas, OUT_FIELDS), stride=(OUT_FIELDS, 1)))
+        MemRange, Align = cute.struct.MemRange, cute.struct.Align
+
+        @cute.struct
+        class Storage:
+            fill_mbar: MemRange[cutlass.Int64, FILL_STAGES]
+            sA: Align[MemRange[self.dtype, cute.cosize(a_layout)], 1024]
+            sB: Align[MemRange[self.dtype, cute.cosize(b_layout)], 1024]
+            sF: Align[MemRange[self.dtype, cute.cosize(fill_layout)], 1024]
+
+        self.storage = Storage
+        self.kernel(tiled_mma, tma_atom, tma_fill, m_out, a_layout, b_layout, fill_layout).launch(
+            grid=(ctas, 1, 1), block=(THREADS, 1, 1), stream=stream
+        )
+
+    @cute.kernel
+    def kernel(
+        self,
+        tiled_mma: cute.TiledMma,
+        tma_atom: cute.CopyAtom,
+        tma_fill: cute.Tensor,
+        m_out: cute.Tensor,
+        a_layout: cute.ComposedLayout,
+        b_layout: cute.ComposedLayout,
+        fill_layout: cute.ComposedLayout,
+    ):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        storage = cutlass.memory.SmemAllocator().allocate(self.storage)
+        barriers = storage.fill_mbar.data_ptr()
+        if warp_idx == 8:
+            if cute.arch.lane_idx() == 0:
+                for s in cutlass.range_constexpr(FILL_STAGES):
+                    cute.arch.mbarrier_init(barriers + s, 1)
+            cute.arch.mbarrier_init_fence()
+        cute.arch.sync_threads()
+        if warp_idx < 8:
+            self.consume(tiled_mma, storage, a_layout, b_layout, m_out, bidx, tidx)
+        elif warp_idx == 8:
+            if cutlass.const_expr(self.fill):
+                self.fill_smem(tma_atom, tma_fill, storage, fill_layout, barriers, m_out, bidx)
+
+    @cute.jit
+    def consume(self, tiled_mma, storage, a_layout, b_layout, m_out, bidx, tidx):
+        """The two consumer warpgroups: ``k_tiles`` WGMMA batches over the one A/B tile."""
+        sA = storage.sA.get_tensor(a_layout.outer, swizzle=a_layout.inner)
+        sB = storage.sB.get_tensor(b_layout.outer, swizzle=b_layout.inner)
+        thr_mma = tiled_mma.get_slice(tidx)
+        tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
+        tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
+        acc_shape = thr_mma.partition_shape_C(cute.select(self.tile_mnk, mode=[0, 1]))
+        acc = cute.make_rmem_tensor(acc_shape, cutlass.Float32)
+        acc.fill(0.0)
+        tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+        k_blocks = cute.size(tCrA, mode=[2])
+        cute.arch.barrier(barrier_id=1, number_of_threads=256)
+        start = cute.arch.clock64()
+        for _ in cutlass.range(self.k_tiles, unroll=1):
+            warpgroup.fence()
+            for kb in cutlass.range_constexpr(k_blocks):
+                cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, 0)], tCrB[(None, None, kb, 0)], acc)
+            warpgroup.commit_group()
+            warpgroup.wait_group(1)
+        warpgroup.wait_group(0)
+        end = cute.arch.clock64()
+        if tidx == 0:
+            m_out[(bidx, 0)] = end - start
+            m_out[(bidx, 3)] = cutlass.Int64(acc[0])
+
+    @cute.jit
+    def fill_smem(self, tma_atom, tma_fill, storage, fill_layout, barriers, m_out, bidx):
+        """One thread: ``FILL_STAGES`` TMA loads of 128 x 128 bytes in flight, each stage
+        reloaded as soon as it lands (as fast as TMA goes: a harder test than the conv's
+        ring, whose fills follow the MMAs), for six times a ring's fill bytes per k-tile, so
+        that the fills outlast the consumers (``fill_outlasts_mma`` checks it)."""
+        sF = storage.sF.get_tensor(fill_layout.outer, swizzle=fill_layout.inner)
+        gF = cute.local_tile(tma_fill, (TILE_M, self.tile_mnk[2]), (None, None))
+        tFsF, tFgF = cpasync.tma_partition(
+            tma_atom, 0, cute.make_layout(1), cute.group_modes(sF, 0, 2), cute.group_modes(gF, 0, 2)
+        )
+        blocks = FILL_ROWS // TILE_M
+        stage_bytes = TILE_M * K_BYTES
+        loads = 6 * self.k_tiles * (self.tile_mnk[0] + self.tile_mnk[1]) * K_BYTES // stage_bytes
+        if cute.arch.lane_idx() == 0:
+            start = cute.arch.clock64()
+            for s in cutlass.range_constexpr(FILL_STAGES):
+                cute.arch.mbarrier_arrive_and_expect_tx(barriers + s, stage_bytes)
+                cute.copy(tma_atom, tFgF[(None, (bidx + s) % blocks, 0)], tFsF[(None, s)], tma_bar_ptr=barriers + s)
+            for i in cutlass.range(FILL_STAGES, loads, unroll=1):
+                stage = i % FILL_STAGES
+                cute.arch.mbarrier_wait(barriers + stage, ((i // FILL_STAGES) - 1) % 2)
+                cute.arch.mbarrier_arrive_and_expect_tx(barriers + stage, stage_bytes)
+                cute.copy(
+                    tma_atom, tFgF[(None, (bidx + i) % blocks, 0)], tFsF[(None, stage)],
+                    tma_bar_ptr=barriers + stage,
+                )  # fmt: skip
+            for i in cutlass.range(loads, loads + FILL_STAGES, unroll=1):
+                stage = i % FILL_STAGES
+                cute.arch.mbarrier_wait(barriers + stage, ((i // FILL_STAGES) - 1) % 2)
+            end = cute.arch.clock64()
+            m_out[(bidx, 1)] = end - start
+            m_out[(bidx, 2)] = cutlass.Int64(loads)
+
+
+def compile_variant(variant: WgmmaRate, arch: str = "sm_90a"):
+    """``cute.compile`` of one variant (no GPU needed), its PTX kept (``__ptx__``); call it
+    with ``(fill_ptr, out_ptr, ctas, stream)``."""
+    fake = [make_ptr(variant.dtype, 0, cute.AddressSpace.gmem, assumed_align=16),
+            make_ptr(cutlass.Int64, 0, cute.AddressSpace.gmem, assumed_align=16),
+            cutlass.Int32(1), make_fake_stream()]  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="wgmma_rate_") as dump_dir:
+        options = f"--gpu-arch {arch} --enable-tvm-ffi --keep-ptx --dump-dir {dump_dir}"
+        return cute.compile(variant, *fake, options=options)
+
+
+def measure(variant: WgmmaRate, fn, ctas: int) -> dict:
+    """One run: per-CTA cycles, reduced to medians."""
+    torch_dtype = torch.float8_e4m3fn if variant.dtype.width == 8 else torch.bfloat16
+    fill = torch.randn(FILL_ROWS, variant.tile_mnk[2], device="cuda").to(torch_dtype)
+    out = torch.zeros(ctas, OUT_FIELDS, dtype=torch.int64, device="cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+    fn(fill.data_ptr(), out.data_ptr(), ctas, stream)  # warm-up
+    fn(fill.data_ptr(), out.data_ptr(), ctas, stream)
+    torch.cuda.synchronize()
+    rows = out.cpu().tolist()
+    tile_m, tile_n, tile_k = variant.tile_mnk
+    per_k_tile = statistics.median(r[0] for r in rows) / variant.k_tiles
+    mma_cycles = tile_m * tile_n * tile_k / MMA_FMA_PER_CYCLE[variant.dtype.width]
+    result = {"cycles_per_k_tile": per_k_tile, "mma_cycles_per_k_tile": mma_cycles,
+              "mma_rate": mma_cycles / per_k_tile}  # fmt: skip
+    if variant.fill:
+        fill_cycles = statistics.median(r[1] for r in rows)
+        result["fill_bytes_per_cycle"] = rows[0][2] * TILE_M * K_BYTES / fill_cycles
+        result["fill_outlasts_mma"] = fill_cycles >= statistics.median(r[0] for r in rows)
+    return result
+
+
+VARIANTS = [(dtype, n, fill) for dtype in (cutlass.Float8E4M3FN, cutlass.BFloat16)
+            for n in (128, 256) for fill in (False, True)]  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--k-tiles", type=int, default=4096)
+    args = parser.parse_args()
+    ctas = torch.cuda.get_device_properties(0).multi_processor_count
+    results = {"device": torch.cuda.get_device_name(), "k_tiles": args.k_tiles, "rows": []}
+    for dtype, tile_n, fill in VARIANTS:
+        variant = WgmmaRate(dtype, tile_n, args.k_tiles, fill)
+        row = {"dtype": dtype.__name__, "tile_n": tile_n, "fill": fill}
+        row |= measure(variant, compile_variant(variant), ctas)
+        print(json.dumps(row), flush=True)
+        results["rows"].append(row)
+    args.out.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""The WGMMA rate microbenchmark (benchmarks/experiments/wgmma_rate.py) compiles for sm_90a
+without a GPU, each variant with the WGMMA shape and the fills it names."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import cutlass
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "experiments" / "wgmma_rate.py"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("wgmma_rate", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("dtype", "tile_n", "fill", "shape"),
+    [
+        (cutlass.Float8E4M3FN, 128, True, "m64n128k32.f32.e4m3.e4m3"),
+        (cutlass.Float8E4M3FN, 256, False, "m64n256k32.f32.e4m3.e4m3"),
+        (cutlass.BFloat16, 128, False, "m64n128k16.f32.bf16.bf16"),
+    ],
+)
+def test_each_variant_compiles_to_its_wgmma_batch_and_fills(dtype, tile_n, fill, shape):
+    rate = load_script()
+    ptx = rate.compile_variant(rate.WgmmaRate(dtype, tile_n, k_tiles=64, fill=fill)).__ptx__
+    wgmmas = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(\S+)", ptx)
+    assert wgmmas == [shape] * 4  # one batch of a 128-byte k-tile's k-blocks
+    assert re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d);", ptx) == ["1", "0"]
+    tma_loads = len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cta\.global\.tile", ptx))
+    assert tma_loads == (rate.FILL_STAGES + 1 if fill else 0)
