@@ -13,9 +13,11 @@ warpgroup keeps ``FILL_STAGES`` TMA loads of 128 x 128-byte tiles (from an L2-re
 buffer) in flight into other SMEM the whole time, as the load warp does. Reported per variant:
 cycles per k-tile (median over CTAs) against the MMA rate's, and the fill's bytes per cycle.
 
-Variants: fp8 (e4m3) and bf16, N = 128 and 256, with and without fills. The byte model
-predicts fp8 N=128 at 512 cycles alone and ~640 with fills, N=256 at 1,024 either way
-(80 + 48 B/cycle); a fixed per-batch cost predicts the same ratio with and without fills.
+Variants: fp8 (e4m3) and bf16, N = 128 and 256, with and without fills; and four with
+``sync`` (each batch behind a ring stage's full/empty barriers, which a producer thread keeps
+full, as the conv's consumers wait and release). The byte model predicts fp8 N=128 at 512
+cycles alone and ~640 with fills, N=256 at 1,024 either way (80 + 48 B/cycle); a per-batch
+cost of the ring's barriers shows as ``sync`` against the same variant without.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import cutlass.memory
+import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as sm90_utils
 import torch
 from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
@@ -38,8 +41,9 @@ from cutlass.cute.runtime import make_fake_stream, make_ptr
 from cutlass.tensor_utils import LayoutEnum
 
 FILL_STAGES = 4
+RING_STAGES = 6  # ``sync``: the conv's fp8 128x128 ring depth
 FILL_ROWS = 32768  # the fill's source: 32768 rows of 128 bytes (4 MiB, L2-resident)
-THREADS = 384  # two consumer warpgroups and the fill's warpgroup
+THREADS = 384  # two consumer warpgroups; a third: the fill (warp 8) and the ring's producer (9)
 TILE_M = 128
 K_BYTES = 128  # a k-tile: one 128-byte row per operand row
 OUT_FIELDS = 4  # per CTA: consumer cycles, fill cycles, fill loads, an accumulator (kept live)
@@ -47,13 +51,19 @@ MMA_FMA_PER_CYCLE = {8: 4096, 16: 2048}  # dense, per SM, by input bits
 
 
 class WgmmaRate:
-    """One variant: ``dtype`` inputs, N = ``tile_n``, ``k_tiles`` batches, TMA fills or not."""
+    """One variant: ``dtype`` inputs, N = ``tile_n``, ``k_tiles`` batches, TMA fills or not,
+    and with ``sync`` each batch behind a ring stage's barriers, as the conv's consumers wait
+    for and release their stages (a producer thread keeps the ring full; no data moves)."""
 
-    def __init__(self, dtype: type[cutlass.Numeric], tile_n: int, k_tiles: int, fill: bool):
+    def __init__(
+        self, dtype: type[cutlass.Numeric], tile_n: int, k_tiles: int, fill: bool,
+        sync: bool = False,
+    ):  # fmt: skip
         self.dtype = dtype
         self.tile_mnk = (TILE_M, tile_n, K_BYTES * 8 // dtype.width)
         self.k_tiles = k_tiles
         self.fill = fill
+        self.sync = sync
 
     @cute.jit
     def __call__(
@@ -83,6 +93,7 @@ class WgmmaRate:
         @cute.struct
         class Storage:
             fill_mbar: MemRange[cutlass.Int64, FILL_STAGES]
+            ring_mbar: MemRange[cutlass.Int64, RING_STAGES * 2]
             sA: Align[MemRange[self.dtype, cute.cosize(a_layout)], 1024]
             sB: Align[MemRange[self.dtype, cute.cosize(b_layout)], 1024]
             sF: Align[MemRange[self.dtype, cute.cosize(fill_layout)], 1024]
@@ -108,21 +119,39 @@ class WgmmaRate:
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         storage = cutlass.memory.SmemAllocator().allocate(self.storage)
         barriers = storage.fill_mbar.data_ptr()
+        ring = pipeline.PipelineAsync.create(
+            barrier_storage=storage.ring_mbar.data_ptr(), num_stages=RING_STAGES,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 1),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 256),
+            defer_sync=True,
+        )  # fmt: skip
         if warp_idx == 8:
             if cute.arch.lane_idx() == 0:
                 for s in cutlass.range_constexpr(FILL_STAGES):
                     cute.arch.mbarrier_init(barriers + s, 1)
-            cute.arch.mbarrier_init_fence()
+        cute.arch.mbarrier_init_fence()  # the fill's and the ring's inits, before any use
         cute.arch.sync_threads()
         if warp_idx < 8:
-            self.consume(tiled_mma, storage, a_layout, b_layout, m_out, bidx, tidx)
+            self.consume(tiled_mma, storage, a_layout, b_layout, m_out, bidx, tidx, ring)
         elif warp_idx == 8:
             if cutlass.const_expr(self.fill):
                 self.fill_smem(tma_atom, tma_fill, storage, fill_layout, barriers, m_out, bidx)
+        elif warp_idx == 9:
+            if cutlass.const_expr(self.sync):
+                if cute.arch.lane_idx() == 0:
+                    state = pipeline.make_pipeline_state(
+                        pipeline.PipelineUserType.Producer, RING_STAGES
+                    )
+                    for _ in cutlass.range(self.k_tiles, unroll=1):
+                        ring.producer_acquire(state)
+                        ring.producer_commit(state)
+                        state.advance()
 
     @cute.jit
-    def consume(self, tiled_mma, storage, a_layout, b_layout, m_out, bidx, tidx):
-        """The two consumer warpgroups: ``k_tiles`` WGMMA batches over the one A/B tile."""
+    def consume(self, tiled_mma, storage, a_layout, b_layout, m_out, bidx, tidx, ring):
+        """The two consumer warpgroups: ``k_tiles`` WGMMA batches over the one A/B tile (with
+        ``sync``: each after waiting for its ring stage, the one before released once its
+        batch is done, as ``ConsumerMainloop.mainloop`` does)."""
         sA = storage.sA.get_tensor(a_layout.outer, swizzle=a_layout.inner)
         sB = storage.sB.get_tensor(b_layout.outer, swizzle=b_layout.inner)
         thr_mma = tiled_mma.get_slice(tidx)
@@ -134,14 +163,26 @@ class WgmmaRate:
         tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
         k_blocks = cute.size(tCrA, mode=[2])
         cute.arch.barrier(barrier_id=1, number_of_threads=256)
+        Consumer = pipeline.PipelineUserType.Consumer
+        read = pipeline.make_pipeline_state(Consumer, RING_STAGES)
+        release = pipeline.make_pipeline_state(Consumer, RING_STAGES)
         start = cute.arch.clock64()
-        for _ in cutlass.range(self.k_tiles, unroll=1):
+        for k_tile in cutlass.range(self.k_tiles, unroll=1):
+            if cutlass.const_expr(self.sync):
+                ring.consumer_wait(read)
+                read.advance()
             warpgroup.fence()
             for kb in cutlass.range_constexpr(k_blocks):
                 cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, 0)], tCrB[(None, None, kb, 0)], acc)
             warpgroup.commit_group()
             warpgroup.wait_group(1)
+            if cutlass.const_expr(self.sync):
+                if k_tile > 0:
+                    ring.consumer_release(release)
+                    release.advance()
         warpgroup.wait_group(0)
+        if cutlass.const_expr(self.sync):
+            ring.consumer_release(release)
         end = cute.arch.clock64()
         if tidx == 0:
             m_out[(bidx, 0)] = end - start
@@ -215,8 +256,12 @@ def measure(variant: WgmmaRate, fn, ctas: int) -> dict:
     return result
 
 
-VARIANTS = [(dtype, n, fill) for dtype in (cutlass.Float8E4M3FN, cutlass.BFloat16)
+VARIANTS = [(dtype, n, fill, False) for dtype in (cutlass.Float8E4M3FN, cutlass.BFloat16)
             for n in (128, 256) for fill in (False, True)]  # fmt: skip
+# Behind the ring's barriers, as the conv's mainloop: fp8 N=128 alone and with fills, the rest
+# with fills.
+VARIANTS += [(cutlass.Float8E4M3FN, 128, False, True), (cutlass.Float8E4M3FN, 128, True, True),
+             (cutlass.Float8E4M3FN, 256, True, True), (cutlass.BFloat16, 128, True, True)]  # fmt: skip
 
 
 def main() -> int:
@@ -226,9 +271,9 @@ def main() -> int:
     args = parser.parse_args()
     ctas = torch.cuda.get_device_properties(0).multi_processor_count
     results = {"device": torch.cuda.get_device_name(), "k_tiles": args.k_tiles, "rows": []}
-    for dtype, tile_n, fill in VARIANTS:
-        variant = WgmmaRate(dtype, tile_n, args.k_tiles, fill)
-        row = {"dtype": dtype.__name__, "tile_n": tile_n, "fill": fill}
+    for dtype, tile_n, fill, sync in VARIANTS:
+        variant = WgmmaRate(dtype, tile_n, args.k_tiles, fill, sync)
+        row = {"dtype": dtype.__name__, "tile_n": tile_n, "fill": fill, "sync": sync}
         row |= measure(variant, compile_variant(variant), ctas)
         print(json.dumps(row), flush=True)
         results["rows"].append(row)
