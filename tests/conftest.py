@@ -6,8 +6,9 @@
   any test module is imported, covers every test. ``CUTE_CONV_TEST_CACHE_DIR`` names a
   directory to keep instead (to reuse compiled kernels across sessions on a GPU machine).
 * Tests marked ``gpu`` skip with a reason unless a CC 9.0 GPU is present.
-* ``benchmarks/`` is on ``sys.path``: the tests of the benchmark scripts' CPU parts (sweeps,
-  the corpus, the chain and model benchmarks) import their modules.
+* ``benchmarks/`` and ``benchmarks/experiments/`` are on ``sys.path``: the tests of the
+  benchmark scripts' CPU parts (sweeps, the corpus, the chain and model benchmarks, the
+  experiments' probes) import their modules.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import pytest
 
 from tests.gpu import HAS_SM90, SM90_SKIP_REASON
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+_BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path[:0] = [str(_BENCHMARKS), str(_BENCHMARKS / "experiments")]
 
 _kept_cache_dir = os.environ.get("CUTE_CONV_TEST_CACHE_DIR")
 _session_cache_dir = _kept_cache_dir or tempfile.mkdtemp(prefix="cute_conv_test_cache_")

@@ -3,17 +3,7 @@ up here: which tile counts as a CTA's first, and each part's cycles."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "experiments" / "tile_timeline.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("tile_timeline", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+import tile_timeline
 
 
 def mark(tile_no: int, work: int, start: int, wait: int, mainloop: int, epilogue: int) -> list:
@@ -24,7 +14,6 @@ def mark(tile_no: int, work: int, start: int, wait: int, mainloop: int, epilogue
 
 
 def test_summary_splits_each_ctas_first_tile_from_the_rest():
-    timeline = load_script()
     # Two CTAs of a static schedule on 2 SMs: CTA 0 runs works 0 and 2, CTA 1 works 1 and 3.
     marks = [
         mark(1, 2, 9000, 50, 5600, 1500),
@@ -32,7 +21,7 @@ def test_summary_splits_each_ctas_first_tile_from_the_rest():
         mark(0, 1, 10, 2500, 6100, 1530),
         mark(1, 3, 9100, 60, 5700, 1540),
     ]
-    result = timeline.summary(marks, num_ctas=2)
+    result = tile_timeline.summary(marks, num_ctas=2)
     cycles = result["cycles"]
     assert result["tiles"] == 4
     assert cycles["first_tile_wait_first_stage"]["median"] == 2450

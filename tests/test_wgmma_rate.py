@@ -3,21 +3,11 @@ without a GPU, each variant with the WGMMA shape and the fills it names."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-from pathlib import Path
 
 import cutlass
 import pytest
-
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "experiments" / "wgmma_rate.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("wgmma_rate", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+import wgmma_rate as rate
 
 
 @pytest.mark.parametrize(
@@ -30,7 +20,6 @@ def load_script():
     ],
 )
 def test_each_variant_compiles_to_its_wgmma_batch_and_fills(dtype, tile_n, fill, sync, shape):
-    rate = load_script()
     variant = rate.WgmmaRate(dtype, tile_n, k_tiles=64, fill=fill, sync=sync)
     ptx = rate.compile_variant(variant).__ptx__
     wgmmas = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(\S+)", ptx)

@@ -245,14 +245,15 @@ def measure(variant: WgmmaRate, fn, ctas: int) -> dict:
     torch.cuda.synchronize()
     rows = out.cpu().tolist()
     tile_m, tile_n, tile_k = variant.tile_mnk
-    per_k_tile = statistics.median(r[0] for r in rows) / variant.k_tiles
+    mma_run = statistics.median(r[0] for r in rows)
+    per_k_tile = mma_run / variant.k_tiles
     mma_cycles = tile_m * tile_n * tile_k / MMA_FMA_PER_CYCLE[variant.dtype.width]
     result = {"cycles_per_k_tile": per_k_tile, "mma_cycles_per_k_tile": mma_cycles,
               "mma_rate": mma_cycles / per_k_tile}  # fmt: skip
     if variant.fill:
         fill_cycles = statistics.median(r[1] for r in rows)
         result["fill_bytes_per_cycle"] = rows[0][2] * TILE_M * K_BYTES / fill_cycles
-        result["fill_outlasts_mma"] = fill_cycles >= statistics.median(r[0] for r in rows)
+        result["fill_outlasts_mma"] = fill_cycles >= mma_run
     return result
 
 
