@@ -21,7 +21,8 @@ def test_summary_splits_each_ctas_first_tile_from_the_rest():
         mark(0, 1, 10, 2500, 6100, 1530),
         mark(1, 3, 9100, 60, 5700, 1540),
     ]
-    result = tile_timeline.summary(marks, num_ctas=2)
+    waits = [[0, 900, 400], [0, 1100, 500], [1, 0, 0]]  # TW: block, waited, longest
+    result = tile_timeline.summary(marks, num_ctas=2, waits=waits)
     cycles = result["cycles"]
     assert result["tiles"] == 4
     assert cycles["first_tile_wait_first_stage"]["median"] == 2450
@@ -29,3 +30,18 @@ def test_summary_splits_each_ctas_first_tile_from_the_rest():
     assert cycles["later_tiles_wait_first_stage"]["median"] == 55
     assert cycles["later_tiles_mainloop_after_it"]["median"] == 5650
     assert cycles["epilogue"]["n"] == 4 and cycles["epilogue"]["median"] == 1525
+    assert cycles["k_tile_waits_per_tile"]["median"] == 900
+    assert cycles["longest_k_tile_wait"]["p90"] == 500
+    assert "k_tile_waits_per_tile" not in tile_timeline.summary(marks, num_ctas=2)["cycles"]
+
+
+def test_totals_reduce_each_warpgroups_sums_to_cycles_per_tile():
+    # TS: block, warpgroup, tiles, cycles, first-stage waits, mainloops, epilogues, k-tile waits
+    lines = [[0, 0, 6, 48000, 600, 36000, 9000, 1200], [0, 1, 6, 48600, 1200, 36000, 9000, 0],
+             [1, 0, 0, 100, 0, 0, 0, 0]]  # fmt: skip
+    result = tile_timeline.totals(lines)
+    assert result["cycles"] == 8050  # the median of 8000 and 8100 (no-tile warpgroups left out)
+    assert result["mainloop"] == 6000 and result["epilogue"] == 1500
+    assert result["first_stage_wait"] == 150  # 100 and 200
+    assert result["other"] == 8050 - 150 - 6000 - 1500
+    assert result["k_tile_waits_in_mainloop"] == 100

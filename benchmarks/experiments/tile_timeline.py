@@ -4,21 +4,42 @@
     CC_PROBE_TIMELINE=1 python benchmarks/experiments/tile_timeline.py r50-c3-3x3:fp8 r50-c3-3x3:bf16 \
         --out timeline.json
     CC_PROBE_TIMELINE=1 CC_PROBE_A_FREE=1 python ...   # the same, A's loads left out
+    CC_PROBE_TIMELINE=1 CC_PROBE_STAGE0=1 python ...   # every k-tile's WGMMAs read ring stage 0
+    CC_PROBE_TIMELINE=1 CC_PROBE_WAITS=1 python ...    # also each tile's waits for k-tiles 2..
+    CC_PROBE_TOTALS=1 python ...   # no per-tile printf: sums per warpgroup, printed at its end
+    CC_PROBE_TOTALS=1 CC_PROBE_A_FREE=1 CC_PROBE_B_FREE=1 python ...   # neither operand loaded
+    ... CC_PROBE_NO_WAIT=1 (with both free: no consumer waits), CC_PROBE_SUM_EPILOGUE=1 (the
+    epilogue only sums the accumulators), CC_PROBE_NO_EPILOGUE=1 (none: ptxas then drops
+    the WGMMAs too, so its mainloop times are meaningless)
     git checkout kernels/
 
-For each suite shape (``NAME:fp8`` or ``NAME:bf16``, the default config): three warm-up calls,
-then one call whose printf lines (consumer thread 0 of every CTA: ``TL block tile_no work
-start ready first_stage mainloop_done epilogue_done``, clock64 cycles) are captured from this
-process's stdout and summarized: per tile the wait for its first ring stage, the mainloop after
-it and the epilogue, split into each CTA's first tile and the rest (the printf stalls a CTA
-between tiles, so every later tile starts with a full ring). Nothing is checked: the
-A-free variant computes wrong outputs by design.
+For each suite shape (``NAME:fp8`` or ``NAME:bf16``, the default config; ``:field=value``
+after it overrides a config field, e.g. ``r50-c3-3x3:fp8:pingpong=True``): three warm-up
+calls, then one call whose printf lines are captured from this process's stdout and
+summarized.
+
+- ``TL`` (``CC_PROBE_TIMELINE``; consumer thread 0 of every CTA, per tile: ``block tile_no
+  work start ready first_stage mainloop_done epilogue_done``, clock64 cycles): per tile the
+  wait for its first ring stage, the mainloop after it and the epilogue, each CTA's first
+  tile apart from the rest. The printf stalls the CTA between tiles (so every later tile
+  starts with a full ring) and lets its other warpgroup run ahead.
+- ``TW`` (``CC_PROBE_WAITS``, with ``TL``): ``block waited longest``, the cycles the tile's
+  mainloop spent waiting for ring stages after the first, in all and the longest wait.
+- ``TS`` (``CC_PROBE_TOTALS``, no per-tile printf): each consumer warpgroup sums those parts
+  over its tiles and prints them once after its last (``block warpgroup tiles cycles
+  first_stage_waits mainloops epilogues k_tile_waits``); ``totals`` reduces them to cycles
+  per tile. This is the undisturbed measurement.
+
+Nothing is checked: the A-free, B-free, stage-0 and summing variants compute wrong outputs by
+design. The probes act at trace time and the disk cache's fingerprint does not see them, so
+this script compiles without the cache.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
 import os
 import statistics
@@ -35,8 +56,9 @@ from cute_conv.untuned import heuristic_config
 SHAPES = Path(__file__).resolve().parent.parent / "shapes.json"
 
 
-def one_call(name: str, dtype: str, num_sms: int):
-    """The default call on suite shape ``name`` in ``dtype`` (fp8: e4m3 in, bf16 out)."""
+def one_call(name: str, dtype: str, num_sms: int, overrides: dict[str, int]):
+    """The default call on suite shape ``name`` in ``dtype`` (fp8: e4m3 in, bf16 out), its
+    config's fields replaced by ``overrides``."""
     shape = next(s for s in json.loads(SHAPES.read_text())["shapes"] if s["name"] == name)
     n, h, w, c, k, r, s = (shape[x] for x in "NHWCKRS")
     geom = dict(stride=shape["stride"], padding=shape["pad"], dilation=shape["dilation"])
@@ -45,17 +67,20 @@ def one_call(name: str, dtype: str, num_sms: int):
     out = torch.empty(problem.output_shape, device="cuda", dtype=torch.bfloat16)
     if dtype == "fp8":
         (qx, x_scale), (qf, w_scale) = cute_conv.quantize_fp8(x32), cute_conv.quantize_fp8(f32)
-        config = heuristic_config(problem, num_sms, element_bytes=1)
+        config = dataclasses.replace(
+            heuristic_config(problem, num_sms, element_bytes=1), **overrides
+        )
         return config, lambda: cute_conv.conv2d_fprop(
             qx, qf, out=out, x_scale=x_scale, w_scale=w_scale, config=config, **geom
         )
     x, flt = x32.bfloat16(), f32.bfloat16()
-    config = heuristic_config(problem, num_sms)
+    config = dataclasses.replace(heuristic_config(problem, num_sms), **overrides)
     return config, lambda: cute_conv.conv2d_fprop(x, flt, out=out, config=config, **geom)
 
 
-def captured_marks(call) -> list[list[int]]:
-    """The ``TL`` lines one ``call`` prints from the device (fd 1 redirected to a file)."""
+def captured_marks(call) -> dict[str, list[list[int]]]:
+    """The ``TL``, ``TW`` and ``TS`` lines one ``call`` prints from the device (fd 1 redirected to a
+    file), their integer fields by tag."""
     torch.cuda.synchronize()
     sys.stdout.flush()
     saved = os.dup(1)
@@ -69,12 +94,18 @@ def captured_marks(call) -> list[list[int]]:
             os.close(saved)
         sink.seek(0)
         lines = sink.read().splitlines()
-    return [[int(v) for v in line.split()[1:]] for line in lines if line.startswith("TL ")]
+    marks: dict[str, list[list[int]]] = {"TL": [], "TW": [], "TS": []}
+    for line in lines:
+        tag, *fields = line.split()
+        if tag in marks:
+            marks[tag].append([int(v) for v in fields])
+    return marks
 
 
-def summary(marks: list[list[int]], num_ctas: int) -> dict:
-    """Medians, 10th and 90th percentiles of each part of a tile, in cycles. A static
-    schedule gives CTA ``work % num_ctas`` the tiles ``work``, in ``tile_no`` order."""
+def summary(marks: list[list[int]], num_ctas: int, waits: list[list[int]] = ()) -> dict:
+    """Medians, 10th and 90th percentiles of each part of a tile, in cycles (and of the
+    ``TW`` lines' waits, when given). A static schedule gives CTA ``work % num_ctas`` the
+    tiles ``work``, in ``tile_no`` order."""
     by_cta = collections.defaultdict(list)
     for mark in marks:
         by_cta[mark[2] % num_ctas].append(mark)
@@ -85,6 +116,9 @@ def summary(marks: list[list[int]], num_ctas: int) -> dict:
             parts[f"{which}_wait_first_stage"].append(first - ready)
             parts[f"{which}_mainloop_after_it"].append(mainloop - first)
             parts["epilogue"].append(end - mainloop)
+    for _, waited, longest in waits:
+        parts["k_tile_waits_per_tile"].append(waited)
+        parts["longest_k_tile_wait"].append(longest)
 
     def stats(values: list[int]) -> dict:
         ordered = sorted(values)
@@ -94,22 +128,59 @@ def summary(marks: list[list[int]], num_ctas: int) -> dict:
     return {"tiles": len(marks), "cycles": {name: stats(v) for name, v in parts.items()}}
 
 
+def parse_field(value: str) -> int | bool:
+    """A config override's value: ``True``/``False`` or an integer."""
+    return value == "True" if value in ("True", "False") else int(value)
+
+
+def totals(lines: list[list[int]]) -> dict:
+    """Cycles per tile of each warpgroup's ``TS`` sums (median over warpgroups), and what
+    they leave out of its whole loop ("other": the hand-off between tiles)."""
+    parts = collections.defaultdict(list)
+    for _, _, tiles, cycles, first, main, epilogue, waits in lines:
+        if tiles == 0:
+            continue
+        parts["cycles"].append(cycles / tiles)
+        parts["first_stage_wait"].append(first / tiles)
+        parts["mainloop"].append(main / tiles)
+        parts["k_tile_waits_in_mainloop"].append(waits / tiles)
+        parts["epilogue"].append(epilogue / tiles)
+        parts["other"].append((cycles - first - main - epilogue) / tiles)
+        parts["tiles"].append(tiles)
+    return {name: statistics.median(values) for name, values in parts.items()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("problems", nargs="+", help="NAME:fp8 or NAME:bf16 (suite shapes)")
+    parser.add_argument(
+        "problems", nargs="+",
+        help="NAME:fp8 or NAME:bf16 (suite shapes), then :field=value config overrides (True/False or integers)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    if os.environ.get("CC_PROBE_TIMELINE") != "1":
-        parser.error("set CC_PROBE_TIMELINE=1 (and apply tile_timeline_probe.patch)")
+    if "1" not in (os.environ.get("CC_PROBE_TIMELINE"), os.environ.get("CC_PROBE_TOTALS")):
+        parser.error("set CC_PROBE_TIMELINE=1 or CC_PROBE_TOTALS=1 (and apply the probe patch)")
+    os.environ["CUTE_CONV_DISK_CACHE"] = "0"  # its fingerprint does not see the probes' env
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
-    results = {"device": torch.cuda.get_device_name(), "a_free": os.environ.get("CC_PROBE_A_FREE") == "1"}
+    probes = ("CC_PROBE_A_FREE", "CC_PROBE_B_FREE", "CC_PROBE_STAGE0", "CC_PROBE_WAITS",
+              "CC_PROBE_TOTALS", "CC_PROBE_NO_WAIT", "CC_PROBE_NO_EPILOGUE",
+              "CC_PROBE_SUM_EPILOGUE")  # fmt: skip
+    results = {"device": torch.cuda.get_device_name()}
+    results |= {name: os.environ.get(name) == "1" for name in probes}
     for problem in args.problems:
-        name, dtype = problem.split(":")
-        config, call = one_call(name, dtype, num_sms)
+        name, dtype, *fields = problem.split(":")
+        overrides = {k: parse_field(v) for k, v in (f.split("=") for f in fields)}
+        config, call = one_call(name, dtype, num_sms, overrides)
         for _ in range(3):
             call()
-        results[problem] = {"config": repr(config)} | summary(captured_marks(call), num_sms)
-        print(problem, json.dumps(results[problem]["cycles"]), flush=True)
+        marks = captured_marks(call)
+        results[problem] = {"config": repr(config)}
+        if marks["TS"]:
+            results[problem]["totals"] = totals(marks["TS"])
+        else:
+            results[problem] |= summary(marks["TL"], num_sms, marks["TW"])
+        print(problem, json.dumps(results[problem].get("totals") or results[problem]["cycles"]),
+              flush=True)  # fmt: skip
     args.out.write_text(json.dumps(results, indent=1))
     return 0
 

@@ -1,23 +1,33 @@
 """How fast Hopper's WGMMAs run from shared memory, alone and beside TMA fills (H100/H200):
 
-    python benchmarks/experiments/wgmma_rate.py --out wgmma_rate.json
+    python benchmarks/experiments/wgmma_rate.py --out wgmma_rate.json [--k-tiles 9]
 
-The question (benchmarks/NOTES.md, session 56): does an fp8 128x128x128 k-tile take ~633
-cycles instead of 512 because shared memory cannot feed the WGMMAs' operand reads (96 B/cycle
-for N=128) and the ring's TMA fills (64 B/cycle) at once (128 B/cycle per SM), or for
-another reason? Each CTA (one per SM) holds one 128 x N x K A/B tile in SMEM and its two
-consumer warpgroups run ``k_tiles`` batches of WGMMAs over it as the conv kernel's mainloop
-does (a batch per 128-byte k-tile: fence, the k-blocks' WGMMAs, commit, wait for all but the
-newest batch); no barrier waits, no global loads. With ``fill``, one thread of a third
-warpgroup keeps ``FILL_STAGES`` TMA loads of 128 x 128-byte tiles (from an L2-resident
-buffer) in flight into other SMEM the whole time, as the load warp does. Reported per variant:
-cycles per k-tile (median over CTAs) against the MMA rate's, and the fill's bytes per cycle.
+The question (benchmarks/NOTES.md, sessions 56-57): why does the conv's fp8 128x128x128 k-tile
+take ~610-630 cycles instead of 512? Each CTA (one per SM) holds a 128 x N x K A/B tile in
+SMEM and its consumer warpgroups run ``k_tiles`` batches of WGMMAs over it as the conv kernel's
+mainloop does (a batch per 128-byte k-tile: fence, the k-blocks' WGMMAs, commit, wait for all
+but the newest batch); no global loads. Reported per variant: cycles per k-tile (median over
+CTAs) against the MMA rate's, and the fills' bytes per cycle.
 
-Variants: fp8 (e4m3) and bf16, N = 128 and 256, with and without fills; and four with
-``sync`` (each batch behind a ring stage's full/empty barriers, which a producer thread keeps
-full, as the conv's consumers wait and release). The byte model predicts fp8 N=128 at 512
-cycles alone and ~640 with fills, N=256 at 1,024 either way (80 + 48 B/cycle); a per-batch
-cost of the ring's barriers shows as ``sync`` against the same variant without.
+What a variant adds (``WgmmaRate``'s arguments):
+
+- ``fill``: one thread of a third warpgroup keeps ``FILL_STAGES`` TMA loads of 128 x 128-byte
+  tiles (from an L2-resident buffer) in flight into other SMEM, faster than the conv's ring
+  needs (session 56's shared-memory byte model predicted ~640 cycles for fp8 N=128 with them);
+- ``sync``: each batch behind a ring stage's full/empty barriers, which a producer thread
+  keeps full, as the conv's consumers wait and release;
+- ``random``: pseudo-random operand bits instead of SMEM as the kernel finds it;
+- ``rotate``: the batches cycle through ``DATA_STAGES`` stages (a runtime index);
+- ``warpgroups=1``: one warpgroup issues all 128 rows (two m64 halves, as a ping-pong
+  consumer does), ``m_outer`` each half's k-blocks in turn rather than interleaved;
+- ``regs``: ``setmaxnreg`` as the conv's roles (consumers 232, the rest 40);
+- ``uniform``: the MMA slice taken by a warp-uniform index, as the conv does: ptxas then
+  builds every WGMMA's descriptors in the same uniform registers (the conv's SASS), where
+  the thread index gives each WGMMA of a batch its own.
+
+Measured on an H200 (session 57): every variant runs at the MMA rate over 4096 k-tiles, and
+at 91-93% over 9 (a chain's fill and drain, ~430 cycles). So none of these is what the conv
+loses.
 """
 
 from __future__ import annotations
@@ -42,6 +52,7 @@ from cutlass.tensor_utils import LayoutEnum
 
 FILL_STAGES = 4
 RING_STAGES = 6  # ``sync``: the conv's fp8 128x128 ring depth
+DATA_STAGES = 4  # ``rotate``: the A/B stages the consumers cycle through (N=128 only: SMEM)
 FILL_ROWS = 32768  # the fill's source: 32768 rows of 128 bytes (4 MiB, L2-resident)
 THREADS = 384  # two consumer warpgroups; a third: the fill (warp 8) and the ring's producer (9)
 TILE_M = 128
@@ -56,14 +67,23 @@ class WgmmaRate:
     for and release their stages (a producer thread keeps the ring full; no data moves)."""
 
     def __init__(
-        self, dtype: type[cutlass.Numeric], tile_n: int, k_tiles: int, fill: bool,
-        sync: bool = False,
+        self, dtype: type[cutlass.Numeric], tile_n: int, k_tiles: int, fill: bool = False,
+        sync: bool = False, random: bool = False, rotate: bool = False,
+        warpgroups: int = 2, m_outer: bool = False, regs: bool = False,
+        uniform: bool = False,
     ):  # fmt: skip
         self.dtype = dtype
         self.tile_mnk = (TILE_M, tile_n, K_BYTES * 8 // dtype.width)
         self.k_tiles = k_tiles
         self.fill = fill
         self.sync = sync
+        self.random = random
+        self.stages = DATA_STAGES if rotate else 1
+        self.warpgroups = warpgroups  # 1: one warpgroup issues all 128 rows (two m64 halves)
+        self.m_outer = m_outer  # one warpgroup: each half's k-blocks in turn, not interleaved
+        self.consumers = 128 * warpgroups
+        self.regs = regs  # ``setmaxnreg`` as the conv's roles: consumers 232, the rest 40
+        self.uniform = uniform  # the MMA slice by a warp-uniform index, as the conv's
 
     @cute.jit
     def __call__(
@@ -73,10 +93,14 @@ class WgmmaRate:
         tile_m, tile_n, tile_k = self.tile_mnk
         tiled_mma = sm90_utils.make_trivial_tiled_mma(
             self.dtype, self.dtype, OperandMajorMode.K, OperandMajorMode.K, cutlass.Float32,
-            (2, 1, 1), tiler_mn=(64, tile_n),
+            (self.warpgroups, 1, 1), tiler_mn=(64, tile_n),
         )  # fmt: skip
-        a_layout = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, self.tile_mnk, self.dtype, 1)
-        b_layout = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, self.tile_mnk, self.dtype, 1)
+        a_layout = sm90_utils.make_smem_layout_a(
+            LayoutEnum.ROW_MAJOR, self.tile_mnk, self.dtype, self.stages
+        )
+        b_layout = sm90_utils.make_smem_layout_b(
+            LayoutEnum.ROW_MAJOR, self.tile_mnk, self.dtype, self.stages
+        )
         fill_layout = sm90_utils.make_smem_layout_a(
             LayoutEnum.ROW_MAJOR, self.tile_mnk, self.dtype, FILL_STAGES
         )
@@ -87,7 +111,9 @@ class WgmmaRate:
             cpasync.CopyBulkTensorTileG2SOp(), m_fill,
             cute.slice_(fill_layout, (None, None, 0)), (tile_m, tile_k),
         )  # fmt: skip
-        m_out = cute.make_tensor(out_ptr, cute.make_layout((ctas, OUT_FIELDS), stride=(OUT_FIELDS, 1)))
+        m_out = cute.make_tensor(
+            out_ptr, cute.make_layout((ctas, OUT_FIELDS), stride=(OUT_FIELDS, 1))
+        )
         MemRange, Align = cute.struct.MemRange, cute.struct.Align
 
         @cute.struct
@@ -122,7 +148,7 @@ class WgmmaRate:
         ring = pipeline.PipelineAsync.create(
             barrier_storage=storage.ring_mbar.data_ptr(), num_stages=RING_STAGES,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 1),
-            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 256),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.consumers),
             defer_sync=True,
         )  # fmt: skip
         if warp_idx == 8:
@@ -131,7 +157,12 @@ class WgmmaRate:
                     cute.arch.mbarrier_init(barriers + s, 1)
         cute.arch.mbarrier_init_fence()  # the fill's and the ring's inits, before any use
         cute.arch.sync_threads()
-        if warp_idx < 8:
+        if cutlass.const_expr(self.regs):
+            if warp_idx < self.consumers // 32:
+                cute.arch.setmaxregister_increase(232)
+            else:
+                cute.arch.setmaxregister_decrease(40)
+        if warp_idx < self.consumers // 32:
             self.consume(tiled_mma, storage, a_layout, b_layout, m_out, bidx, tidx, ring)
         elif warp_idx == 8:
             if cutlass.const_expr(self.fill):
@@ -155,14 +186,21 @@ class WgmmaRate:
         sA = storage.sA.get_tensor(a_layout.outer, swizzle=a_layout.inner)
         sB = storage.sB.get_tensor(b_layout.outer, swizzle=b_layout.inner)
         thr_mma = tiled_mma.get_slice(tidx)
+        if cutlass.const_expr(self.uniform):  # ptxas then reuses one UR quad per descriptor
+            warpgroup_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx()) // 4
+            thr_mma = tiled_mma.get_slice(warpgroup_idx * 128)
         tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
         tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
         acc_shape = thr_mma.partition_shape_C(cute.select(self.tile_mnk, mode=[0, 1]))
         acc = cute.make_rmem_tensor(acc_shape, cutlass.Float32)
         acc.fill(0.0)
+        if cutlass.const_expr(self.random):
+            self.scramble(storage.sA.data_ptr(), cute.cosize(a_layout), tidx)
+            self.scramble(storage.sB.data_ptr(), cute.cosize(b_layout), tidx)
+            cute.arch.fence_proxy("async.shared", space="cta")  # generic writes, then WGMMA reads
         tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
         k_blocks = cute.size(tCrA, mode=[2])
-        cute.arch.barrier(barrier_id=1, number_of_threads=256)
+        cute.arch.barrier(barrier_id=1, number_of_threads=self.consumers)
         Consumer = pipeline.PipelineUserType.Consumer
         read = pipeline.make_pipeline_state(Consumer, RING_STAGES)
         release = pipeline.make_pipeline_state(Consumer, RING_STAGES)
@@ -172,8 +210,22 @@ class WgmmaRate:
                 ring.consumer_wait(read)
                 read.advance()
             warpgroup.fence()
-            for kb in cutlass.range_constexpr(k_blocks):
-                cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, 0)], tCrB[(None, None, kb, 0)], acc)
+            stage = k_tile % self.stages  # with ``rotate``, a runtime index as the conv's
+            if cutlass.const_expr(self.m_outer):
+                for m in cutlass.range_constexpr(cute.size(acc, mode=[1])):
+                    for kb in cutlass.range_constexpr(k_blocks):
+                        acc_m = self.with_unit_mode(acc[(None, m, None)], 1)  # (V, 1, N)
+                        a_mk = self.with_unit_mode(tCrA[(None, m, None, stage)], 1)  # (V, 1, K)
+                        b_nk = tCrB[(None, None, None, stage)]
+                        cute.gemm(
+                            tiled_mma, acc_m, a_mk[(None, None, kb)], b_nk[(None, None, kb)], acc_m
+                        )  # fmt: skip
+            else:
+                for kb in cutlass.range_constexpr(k_blocks):
+                    cute.gemm(
+                        tiled_mma, acc, tCrA[(None, None, kb, stage)],
+                        tCrB[(None, None, kb, stage)], acc,
+                    )  # fmt: skip
             warpgroup.commit_group()
             warpgroup.wait_group(1)
             if cutlass.const_expr(self.sync):
@@ -186,7 +238,31 @@ class WgmmaRate:
         end = cute.arch.clock64()
         if tidx == 0:
             m_out[(bidx, 0)] = end - start
-            m_out[(bidx, 3)] = cutlass.Int64(acc[0])
+            # each m-half's first value: ptxas drops WGMMAs whose accumulators nothing reads
+            m_out[(bidx, 3)] = cutlass.Int64(acc[0] + acc[cute.size(acc) - 1])
+
+    @staticmethod
+    def with_unit_mode(tensor: cute.Tensor, at: int) -> cute.Tensor:
+        """``tensor`` with a mode of size 1 inserted at ``at`` (a sliced-away M mode back)."""
+        shape, stride = list(tensor.layout.shape), list(tensor.layout.stride)
+        shape.insert(at, 1)
+        stride.insert(at, 0)
+        return cute.make_tensor(
+            tensor.iterator, cute.make_layout(tuple(shape), stride=tuple(stride))
+        )
+
+    @cute.jit
+    def scramble(self, operand: cute.Pointer, elements: int, tidx):
+        """Pseudo-random operand bits (a multiplicative hash of the word's index), the top
+        exponent bit of each byte cleared so that no value is NaN or infinite: the tensor
+        cores' rate may depend on the data, and SMEM left as it is may be zeros."""
+        count = elements * self.dtype.width // 32
+        words = cute.make_tensor(
+            cute.recast_ptr(operand, dtype=cutlass.Uint32), cute.make_layout(count)
+        )
+        for i in cutlass.range(tidx, count, self.consumers, unroll=1):
+            hashed = cutlass.Uint32(i) * cutlass.Uint32(2654435761) + cutlass.Uint32(0x9E3779B9)
+            words[i] = hashed & cutlass.Uint32(0xBFBFBFBF)
 
     @cute.jit
     def fill_smem(self, tma_atom, tma_fill, storage, fill_layout, barriers, m_out, bidx):
@@ -206,7 +282,12 @@ class WgmmaRate:
             start = cute.arch.clock64()
             for s in cutlass.range_constexpr(FILL_STAGES):
                 cute.arch.mbarrier_arrive_and_expect_tx(barriers + s, stage_bytes)
-                cute.copy(tma_atom, tFgF[(None, (bidx + s) % blocks, 0)], tFsF[(None, s)], tma_bar_ptr=barriers + s)
+                cute.copy(
+                    tma_atom,
+                    tFgF[(None, (bidx + s) % blocks, 0)],
+                    tFsF[(None, s)],
+                    tma_bar_ptr=barriers + s,
+                )
             for i in cutlass.range(FILL_STAGES, loads, unroll=1):
                 stage = i % FILL_STAGES
                 cute.arch.mbarrier_wait(barriers + stage, ((i // FILL_STAGES) - 1) % 2)
@@ -257,12 +338,27 @@ def measure(variant: WgmmaRate, fn, ctas: int) -> dict:
     return result
 
 
-VARIANTS = [(dtype, n, fill, False) for dtype in (cutlass.Float8E4M3FN, cutlass.BFloat16)
-            for n in (128, 256) for fill in (False, True)]  # fmt: skip
+FP8, BF16 = cutlass.Float8E4M3FN, cutlass.BFloat16
+VARIANTS = [
+    dict(dtype=dtype, tile_n=n, fill=fill) for dtype in (FP8, BF16) for n in (128, 256)
+    for fill in (False, True)
+]  # fmt: skip
 # Behind the ring's barriers, as the conv's mainloop: fp8 N=128 alone and with fills, the rest
 # with fills.
-VARIANTS += [(cutlass.Float8E4M3FN, 128, False, True), (cutlass.Float8E4M3FN, 128, True, True),
-             (cutlass.Float8E4M3FN, 256, True, True), (cutlass.BFloat16, 128, True, True)]  # fmt: skip
+VARIANTS += [dict(dtype=FP8, tile_n=128, fill=False, sync=True)]
+VARIANTS += [
+    dict(dtype=t, tile_n=n, fill=True, sync=True) for t, n in ((FP8, 128), (FP8, 256), (BF16, 128))
+]
+# The same, on pseudo-random operands.
+VARIANTS += [dict(dtype=FP8, tile_n=128, fill=False, random=True)]
+VARIANTS += [dict(v, random=True) for v in VARIANTS[-4:-1]]
+# Cycling through DATA_STAGES stages, as the conv's consumers read its ring; then one warpgroup
+# issuing both m-halves, interleaved or not, and the conv's register split.
+RING = dict(tile_n=128, fill=True, sync=True, random=True, rotate=True)
+VARIANTS += [dict(RING, dtype=t) for t in (FP8, BF16)]
+VARIANTS += [dict(RING, dtype=FP8, warpgroups=1, m_outer=m) for m in (False, True)]
+VARIANTS += [dict(RING, dtype=FP8, warpgroups=w, regs=True) for w in (2, 1)]
+VARIANTS += [dict(RING, dtype=t, uniform=True) for t in (FP8, BF16)]
 
 
 def main() -> int:
@@ -272,9 +368,9 @@ def main() -> int:
     args = parser.parse_args()
     ctas = torch.cuda.get_device_properties(0).multi_processor_count
     results = {"device": torch.cuda.get_device_name(), "k_tiles": args.k_tiles, "rows": []}
-    for dtype, tile_n, fill, sync in VARIANTS:
-        variant = WgmmaRate(dtype, tile_n, args.k_tiles, fill, sync)
-        row = {"dtype": dtype.__name__, "tile_n": tile_n, "fill": fill, "sync": sync}
+    for kwargs in VARIANTS:
+        variant = WgmmaRate(k_tiles=args.k_tiles, **kwargs)
+        row = {name: getattr(value, "__name__", value) for name, value in kwargs.items()}
         row |= measure(variant, compile_variant(variant), ctas)
         print(json.dumps(row), flush=True)
         results["rows"].append(row)
