@@ -41,6 +41,18 @@ def sass_of(cubin: bytes) -> str:
 def sass_of_ptx(ptx: str, arch: str) -> str:
     """The SASS of ``ptx`` assembled by ptxas for ``arch`` (kernels kept as PTX only, such as
     the staging kernels)."""
+    return sass_of(_assembled(ptx, arch)[0])
+
+
+def ptxas_messages(ptx: str, arch: str) -> str:
+    """What ptxas prints assembling ``ptx`` for ``arch`` (its infos and performance
+    warnings, e.g. C7520: WGMMAs serialized)."""
+    return _assembled(ptx, arch)[1]
+
+
+def _assembled(ptx: str, arch: str) -> tuple[bytes, str]:
+    """ptxas's cubin of ``ptx`` and its messages; skips where the ptxas is too old for the
+    PTX's ISA version, fails where ptxas fails otherwise."""
     with tempfile.TemporaryDirectory() as tmp:
         source, cubin = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.cubin"
         source.write_text(ptx)
@@ -53,7 +65,7 @@ def sass_of_ptx(ptx: str, arch: str) -> str:
             if "Unsupported .version" in ptxas.stderr:
                 pytest.skip(f"ptxas predates the PTX's ISA version: {ptxas.stderr.strip()}")
             raise AssertionError(f"ptxas failed on the PTX: {ptxas.stderr.strip()}")
-        return sass_of(cubin.read_bytes())
+        return cubin.read_bytes(), ptxas.stderr
 
 
 def loads_waiting_on_loads(sass: str) -> int:

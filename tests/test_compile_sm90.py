@@ -423,3 +423,27 @@ def test_whole_k_tiles_stay_one_wgmma_batch(act_dtype, config, k_blocks):
     assert _longest_wgmma_batch(sass) >= k_blocks
     empty_wgmma = re.search(r"HGMMA\.64x8x16\.F16 RZ, gdesc\[URZ\]", sass)
     assert bool(empty_wgmma) == (k_blocks > 1)
+
+
+@pytest.mark.parametrize(
+    "act_dtype,config,spec",
+    [
+        (torch.float8_e4m3fn, cute_conv.Conv2dConfig(tile_n=128, tile_k=128), None),
+        (torch.float8_e4m3fn, cute_conv.Conv2dConfig(tile_n=128, tile_k=128, pingpong=True), None),
+        (torch.bfloat16, cute_conv.Conv2dConfig(tile_m=256, tile_n=64), None),
+        (torch.bfloat16, cute_conv.Conv2dConfig(tile_n=128, tile_k=32, stream_k=True), None),
+        (
+            torch.bfloat16, cute_conv.Conv2dConfig(tile_n=128, pingpong=True),
+            cute_conv.EpilogueSpec(has_bias=True, activation="relu", has_residual=True),
+        ),
+    ],
+    ids=["fp8", "pingpong", "256-row", "stream-k", "pingpong-residual"],
+)  # fmt: skip
+def test_ptxas_keeps_the_wgmmas_pipelined(act_dtype, config, spec):
+    """ptxas serializes every WGMMA of a kernel (a wait after each) where it cannot prove the
+    accumulators safe, and says so only as an info line (C7520); no config may trigger it."""
+    from tests.sass import ptxas_messages
+
+    kernel = cute_conv.compile_kernel("sm_90a", act_dtype=act_dtype, config=config, epilogue=spec)
+    messages = ptxas_messages(kernel.ptx, "sm_90a")
+    assert "C7520" not in messages, messages
