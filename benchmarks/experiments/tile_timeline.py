@@ -11,7 +11,8 @@
     ... CC_PROBE_NO_WAIT=1 (with both free: no consumer waits), CC_PROBE_SUM_EPILOGUE=1 (the
     epilogue only sums the accumulators), CC_PROBE_NO_EPILOGUE=1 (none: ptxas then drops
     the WGMMAs too, so its mainloop times are meaningless), CC_PROBE_NO_MMA=1 (no WGMMAs, the
-    loads, waits and releases kept: the tile's time at the loads' own pace)
+    loads, waits and releases kept: the tile's time at the loads' own pace),
+    CC_PROBE_PINGPONG_SOLO=1 (ping-pong configs: consumer 0 runs every tile alone, no turns)
     git checkout kernels/
 
 For each suite shape (``NAME:fp8`` or ``NAME:bf16``, the default config; ``:field=value``
@@ -165,7 +166,7 @@ def main() -> int:
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
     probes = ("CC_PROBE_A_FREE", "CC_PROBE_B_FREE", "CC_PROBE_STAGE0", "CC_PROBE_WAITS",
               "CC_PROBE_TOTALS", "CC_PROBE_NO_WAIT", "CC_PROBE_NO_EPILOGUE",
-              "CC_PROBE_SUM_EPILOGUE", "CC_PROBE_NO_MMA")  # fmt: skip
+              "CC_PROBE_SUM_EPILOGUE", "CC_PROBE_NO_MMA", "CC_PROBE_PINGPONG_SOLO")  # fmt: skip
     results = {"device": torch.cuda.get_device_name()}
     results |= {name: os.environ.get(name) == "1" for name in probes}
     for problem in args.problems:
