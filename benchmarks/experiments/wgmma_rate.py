@@ -54,7 +54,8 @@ FILL_STAGES = 4
 RING_STAGES = 6  # ``sync``: the conv's fp8 128x128 ring depth
 DATA_STAGES = 4  # ``rotate``: the A/B stages the consumers cycle through (N=128 only: SMEM)
 FILL_ROWS = 32768  # the fill's source: 32768 rows of 128 bytes (4 MiB, L2-resident)
-THREADS = 384  # two consumer warpgroups; a third: the fill (warp 8) and the ring's producer (9)
+THREADS = 384  # two consumer warpgroups (the second idle with ``warpgroups=1``); a third: the
+# fill (warp 8) and the ring's producer (warp 9)
 TILE_M = 128
 K_BYTES = 128  # a k-tile: one 128-byte row per operand row
 OUT_FIELDS = 4  # per CTA: consumer cycles, fill cycles, fill loads, an accumulator (kept live)
@@ -62,9 +63,9 @@ MMA_FMA_PER_CYCLE = {8: 4096, 16: 2048}  # dense, per SM, by input bits
 
 
 class WgmmaRate:
-    """One variant: ``dtype`` inputs, N = ``tile_n``, ``k_tiles`` batches, TMA fills or not,
-    and with ``sync`` each batch behind a ring stage's barriers, as the conv's consumers wait
-    for and release their stages (a producer thread keeps the ring full; no data moves)."""
+    """One variant: ``dtype`` inputs, N = ``tile_n``, ``k_tiles`` batches; the module
+    docstring says what each of the other arguments adds. With ``sync`` a producer thread
+    keeps the ring full and no data moves."""
 
     def __init__(
         self, dtype: type[cutlass.Numeric], tile_n: int, k_tiles: int, fill: bool = False,
