@@ -213,11 +213,11 @@ class WgmmaRate:
             warpgroup.fence()
             stage = k_tile % self.stages  # with ``rotate``, a runtime index as the conv's
             if cutlass.const_expr(self.m_outer):
+                b_nk = tCrB[(None, None, None, stage)]
                 for m in cutlass.range_constexpr(cute.size(acc, mode=[1])):
+                    acc_m = self.with_unit_mode(acc[(None, m, None)], 1)  # (V, 1, N)
+                    a_mk = self.with_unit_mode(tCrA[(None, m, None, stage)], 1)  # (V, 1, K)
                     for kb in cutlass.range_constexpr(k_blocks):
-                        acc_m = self.with_unit_mode(acc[(None, m, None)], 1)  # (V, 1, N)
-                        a_mk = self.with_unit_mode(tCrA[(None, m, None, stage)], 1)  # (V, 1, K)
-                        b_nk = tCrB[(None, None, None, stage)]
                         cute.gemm(
                             tiled_mma, acc_m, a_mk[(None, None, kb)], b_nk[(None, None, kb)], acc_m
                         )  # fmt: skip
