@@ -263,6 +263,8 @@ def test_default_output_on_the_current_stream():
 def test_kernel_runs_on_the_callers_stream(how):
     act, flt = random_conv_inputs(2, 10, 10, 64, 64, 3, 3)
     out = torch.full((2, 10, 10, 64), float("nan"), dtype=torch.bfloat16, device="cuda")
+    # Compiled and loaded first: a cold compile would outlast the sleep below.
+    cute_conv.conv2d_fprop(act, flt, padding=1)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
