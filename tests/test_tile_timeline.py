@@ -45,3 +45,13 @@ def test_totals_reduce_each_warpgroups_sums_to_cycles_per_tile():
     assert result["first_stage_wait"] == 150  # 100 and 200
     assert result["other"] == 8050 - 150 - 6000 - 1500
     assert result["k_tile_waits_in_mainloop"] == 100
+
+
+def test_producer_totals_split_the_load_warps_time_into_waits_and_issue():
+    # TP: block, tiles, cycles, time in load_tile, of it waits for free ring stages
+    lines = [[0, 6, 48000, 30000, 21000], [1, 6, 49200, 31200, 22200], [2, 0, 50, 0, 0]]
+    result = tile_timeline.producer_totals(lines)
+    assert result["cycles"] == 8100  # the median of 8000 and 8200 (no-tile CTAs left out)
+    assert result["load_tile"] == 5100 and result["waits_for_free_stages"] == 3600
+    assert result["issue"] == 1500
+    assert result["tiles"] == 6

@@ -13,6 +13,7 @@
     the WGMMAs too, so its mainloop times are meaningless), CC_PROBE_NO_MMA=1 (no WGMMAs, the
     loads, waits and releases kept: the tile's time at the loads' own pace),
     CC_PROBE_PINGPONG_SOLO=1 (ping-pong configs: consumer 0 runs every tile alone, no turns)
+    CC_PROBE_TOTALS=1 CC_PROBE_PRODUCER=1 python ...   # the load warp's side too (TP)
     git checkout kernels/
 
 For each suite shape (``NAME:fp8`` or ``NAME:bf16``, the default config; ``:field=value``
@@ -31,6 +32,10 @@ summarized.
   over its tiles and prints them once after its last (``block warpgroup tiles cycles
   first_stage_waits mainloops epilogues k_tile_waits``); ``totals`` reduces them to cycles
   per tile. This is the undisturbed measurement.
+- ``TP`` (``CC_PROBE_PRODUCER``; im2col tiles, data-parallel): the load warp's sums, printed
+  once (``block tiles cycles load_tile acquire_waits``): its time in ``load_tile`` and, of
+  it, the waits for free ring stages; ``producer`` reduces them to cycles per tile, the
+  rest of ``load_tile`` being the TMA issue and its bookkeeping.
 
 Nothing is checked: the A-free, B-free, stage-0 and summing variants compute wrong outputs by
 design. The probes act at trace time and the disk cache's fingerprint does not see them, so
@@ -96,7 +101,7 @@ def captured_marks(call) -> dict[str, list[list[int]]]:
             os.close(saved)
         sink.seek(0)
         lines = sink.read().splitlines()
-    marks: dict[str, list[list[int]]] = {"TL": [], "TW": [], "TS": []}
+    marks: dict[str, list[list[int]]] = {"TL": [], "TW": [], "TS": [], "TP": []}
     for line in lines:
         tag, *fields = line.split()
         if tag in marks:
@@ -128,6 +133,20 @@ def summary(marks: list[list[int]], num_ctas: int, waits: list[list[int]] = ()) 
                 "p90": ordered[9 * len(ordered) // 10], "n": len(ordered)}  # fmt: skip
 
     return {"tiles": len(marks), "cycles": {name: stats(v) for name, v in parts.items()}}
+
+
+def producer_totals(lines: list[list[int]]) -> dict:
+    """Cycles per tile of the load warps' ``TP`` sums (median over CTAs)."""
+    parts = collections.defaultdict(list)
+    for _, tiles, cycles, load, waits in lines:
+        if tiles == 0:
+            continue
+        parts["cycles"].append(cycles / tiles)
+        parts["load_tile"].append(load / tiles)
+        parts["waits_for_free_stages"].append(waits / tiles)
+        parts["issue"].append((load - waits) / tiles)
+        parts["tiles"].append(tiles)
+    return {name: statistics.median(values) for name, values in parts.items()}
 
 
 def parse_field(value: str) -> int | bool:
@@ -166,7 +185,8 @@ def main() -> int:
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
     probes = ("CC_PROBE_A_FREE", "CC_PROBE_B_FREE", "CC_PROBE_STAGE0", "CC_PROBE_WAITS",
               "CC_PROBE_TOTALS", "CC_PROBE_NO_WAIT", "CC_PROBE_NO_EPILOGUE",
-              "CC_PROBE_SUM_EPILOGUE", "CC_PROBE_NO_MMA", "CC_PROBE_PINGPONG_SOLO")  # fmt: skip
+              "CC_PROBE_SUM_EPILOGUE", "CC_PROBE_NO_MMA", "CC_PROBE_PINGPONG_SOLO",
+              "CC_PROBE_PRODUCER")  # fmt: skip
     results = {"device": torch.cuda.get_device_name()}
     results |= {name: os.environ.get(name) == "1" for name in probes}
     for problem in args.problems:
@@ -177,11 +197,14 @@ def main() -> int:
             call()
         marks = captured_marks(call)
         results[problem] = {"config": repr(config)}
+        if marks["TP"]:
+            results[problem]["producer"] = producer_totals(marks["TP"])
         if marks["TS"]:
             results[problem]["totals"] = totals(marks["TS"])
         else:
             results[problem] |= summary(marks["TL"], num_sms, marks["TW"])
-        print(problem, json.dumps(results[problem].get("totals") or results[problem]["cycles"]),
+        shown = results[problem].get("totals") or results[problem]["cycles"]
+        print(problem, json.dumps(shown), json.dumps(results[problem].get("producer", {})),
               flush=True)  # fmt: skip
     args.out.write_text(json.dumps(results, indent=1))
     return 0
