@@ -77,3 +77,14 @@ def test_a_warp_uniform_mma_slice_reuses_one_descriptor_register_quad(uniform):
     sass = sass_of_ptx(rate.compile_variant(variant).__ptx__, "sm_90a")
     quads = set(re.findall(r"QGMMA\.64x128x32\S* R\d+, gdesc\[(UR\d+)\]", sass))
     assert len(quads) == (1 if uniform else 4)
+
+
+@pytest.mark.parametrize("fill_stages", [2, 8])
+def test_the_fill_keeps_the_loads_in_flight_it_is_given(fill_stages):
+    variant = rate.WgmmaRate(
+        cutlass.Float8E4M3FN, 128, k_tiles=64, fill=True, fill_stages=fill_stages
+    )
+    ptx = rate.compile_variant(variant).__ptx__
+    # the first stages' loads unrolled, then one in the steady loop
+    tma_loads = len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cta\.global\.tile", ptx))
+    assert tma_loads == fill_stages + 1

@@ -1,6 +1,6 @@
 """How fast Hopper's WGMMAs run from shared memory, alone and beside TMA fills (H100/H200):
 
-    python benchmarks/experiments/wgmma_rate.py --out wgmma_rate.json [--k-tiles 9]
+    python benchmarks/experiments/wgmma_rate.py --out wgmma_rate.json [--k-tiles 9] [--with ARG]
 
 The question (benchmarks/NOTES.md, sessions 56-57): why does the conv's fp8 128x128x128 k-tile
 take ~610-630 cycles instead of 512? Each CTA (one per SM) holds a 128 x N x K A/B tile in
@@ -11,9 +11,13 @@ CTAs) against the MMA rate's, and the fills' bytes per cycle.
 
 What a variant adds (``WgmmaRate``'s arguments):
 
-- ``fill``: one thread of a third warpgroup keeps ``FILL_STAGES`` TMA loads of 128 x 128-byte
-  tiles (from an L2-resident buffer) in flight into other SMEM, faster than the conv's ring
-  needs (session 56's shared-memory byte model predicted ~640 cycles for fp8 N=128 with them);
+- ``fill``: one thread of a third warpgroup keeps ``fill_stages`` (default ``FILL_STAGES``)
+  TMA loads of 128 x 128-byte tiles (from an L2-resident buffer) in flight into other SMEM,
+  faster than the conv's ring needs (session 56's shared-memory byte model predicted ~640
+  cycles for fp8 N=128 with them). Four in flight fill ~70 B/cycle per SM, which with 64 KB
+  in flight is ~940 cycles of latency per load: more stages tell whether that rate is the
+  latency's or a ceiling of the SM's loads or of the L2 (the conv's loads alone move ~8.7
+  TB/s, session 58);
 - ``sync``: each batch behind a ring stage's full/empty barriers, which a producer thread
   keeps full, as the conv's consumers wait and release;
 - ``random``: pseudo-random operand bits instead of SMEM as the kernel finds it;
@@ -71,7 +75,7 @@ class WgmmaRate:
         self, dtype: type[cutlass.Numeric], tile_n: int, k_tiles: int, fill: bool = False,
         sync: bool = False, random: bool = False, rotate: bool = False,
         warpgroups: int = 2, m_outer: bool = False, regs: bool = False,
-        uniform: bool = False,
+        uniform: bool = False, fill_stages: int = FILL_STAGES,
     ):  # fmt: skip
         self.dtype = dtype
         self.tile_mnk = (TILE_M, tile_n, K_BYTES * 8 // dtype.width)
@@ -85,6 +89,7 @@ class WgmmaRate:
         self.consumers = 128 * warpgroups
         self.regs = regs  # ``setmaxnreg`` as the conv's roles: consumers 232, the rest 40
         self.uniform = uniform  # the MMA slice by a warp-uniform index, as the conv's
+        self.fill_stages = fill_stages  # ``fill``: its TMA loads in flight
 
     @cute.jit
     def __call__(
@@ -103,7 +108,7 @@ class WgmmaRate:
             LayoutEnum.ROW_MAJOR, self.tile_mnk, self.dtype, self.stages
         )
         fill_layout = sm90_utils.make_smem_layout_a(
-            LayoutEnum.ROW_MAJOR, self.tile_mnk, self.dtype, FILL_STAGES
+            LayoutEnum.ROW_MAJOR, self.tile_mnk, self.dtype, self.fill_stages
         )
         m_fill = cute.make_tensor(
             fill_ptr, cute.make_layout((FILL_ROWS, tile_k), stride=(tile_k, 1))
@@ -119,7 +124,7 @@ class WgmmaRate:
 
         @cute.struct
         class Storage:
-            fill_mbar: MemRange[cutlass.Int64, FILL_STAGES]
+            fill_mbar: MemRange[cutlass.Int64, self.fill_stages]
             ring_mbar: MemRange[cutlass.Int64, RING_STAGES * 2]
             sA: Align[MemRange[self.dtype, cute.cosize(a_layout)], 1024]
             sB: Align[MemRange[self.dtype, cute.cosize(b_layout)], 1024]
@@ -154,7 +159,7 @@ class WgmmaRate:
         )  # fmt: skip
         if warp_idx == 8:
             if cute.arch.lane_idx() == 0:
-                for s in cutlass.range_constexpr(FILL_STAGES):
+                for s in cutlass.range_constexpr(self.fill_stages):
                     cute.arch.mbarrier_init(barriers + s, 1)
         cute.arch.mbarrier_init_fence()  # the fill's and the ring's inits, before any use
         cute.arch.sync_threads()
@@ -267,7 +272,7 @@ class WgmmaRate:
 
     @cute.jit
     def fill_smem(self, tma_atom, tma_fill, storage, fill_layout, barriers, m_out, bidx):
-        """One thread: ``FILL_STAGES`` TMA loads of 128 x 128 bytes in flight, each stage
+        """One thread: ``fill_stages`` TMA loads of 128 x 128 bytes in flight, each stage
         reloaded as soon as it lands (as fast as TMA goes: a harder test than the conv's
         ring, whose fills follow the MMAs), for six times a ring's fill bytes per k-tile, so
         that the fills outlast the consumers (``fill_outlasts_mma`` checks it)."""
@@ -281,7 +286,7 @@ class WgmmaRate:
         loads = 6 * self.k_tiles * (self.tile_mnk[0] + self.tile_mnk[1]) * K_BYTES // stage_bytes
         if cute.arch.lane_idx() == 0:
             start = cute.arch.clock64()
-            for s in cutlass.range_constexpr(FILL_STAGES):
+            for s in cutlass.range_constexpr(self.fill_stages):
                 cute.arch.mbarrier_arrive_and_expect_tx(barriers + s, stage_bytes)
                 cute.copy(
                     tma_atom,
@@ -289,17 +294,17 @@ class WgmmaRate:
                     tFsF[(None, s)],
                     tma_bar_ptr=barriers + s,
                 )
-            for i in cutlass.range(FILL_STAGES, loads, unroll=1):
-                stage = i % FILL_STAGES
-                cute.arch.mbarrier_wait(barriers + stage, ((i // FILL_STAGES) - 1) % 2)
+            for i in cutlass.range(self.fill_stages, loads, unroll=1):
+                stage = i % self.fill_stages
+                cute.arch.mbarrier_wait(barriers + stage, ((i // self.fill_stages) - 1) % 2)
                 cute.arch.mbarrier_arrive_and_expect_tx(barriers + stage, stage_bytes)
                 cute.copy(
                     tma_atom, tFgF[(None, (bidx + i) % blocks, 0)], tFsF[(None, stage)],
                     tma_bar_ptr=barriers + stage,
                 )  # fmt: skip
-            for i in cutlass.range(loads, loads + FILL_STAGES, unroll=1):
-                stage = i % FILL_STAGES
-                cute.arch.mbarrier_wait(barriers + stage, ((i // FILL_STAGES) - 1) % 2)
+            for i in cutlass.range(loads, loads + self.fill_stages, unroll=1):
+                stage = i % self.fill_stages
+                cute.arch.mbarrier_wait(barriers + stage, ((i // self.fill_stages) - 1) % 2)
             end = cute.arch.clock64()
             m_out[(bidx, 1)] = end - start
             m_out[(bidx, 2)] = cutlass.Int64(loads)
@@ -360,16 +365,24 @@ VARIANTS += [dict(RING, dtype=t) for t in (FP8, BF16)]
 VARIANTS += [dict(RING, dtype=FP8, warpgroups=1, m_outer=m) for m in (False, True)]
 VARIANTS += [dict(RING, dtype=FP8, warpgroups=w, regs=True) for w in (2, 1)]
 VARIANTS += [dict(RING, dtype=t, uniform=True) for t in (FP8, BF16)]
+# The fill's loads in flight (session 58, prepared): 2, 4 (the default) and 8.
+VARIANTS += [dict(dtype=FP8, tile_n=128, fill=True, fill_stages=s) for s in (2, 8)]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--k-tiles", type=int, default=4096)
+    parser.add_argument(
+        "--with", dest="argument", metavar="ARG",
+        help="only the variants that set this argument (e.g. fill_stages)",
+    )  # fmt: skip
     args = parser.parse_args()
     ctas = torch.cuda.get_device_properties(0).multi_processor_count
     results = {"device": torch.cuda.get_device_name(), "k_tiles": args.k_tiles, "rows": []}
     for kwargs in VARIANTS:
+        if args.argument and args.argument not in kwargs:
+            continue
         variant = WgmmaRate(k_tiles=args.k_tiles, **kwargs)
         row = {name: getattr(value, "__name__", value) for name, value in kwargs.items()}
         row |= measure(variant, compile_variant(variant), ctas)
