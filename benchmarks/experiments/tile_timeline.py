@@ -52,6 +52,7 @@ import os
 import statistics
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -86,8 +87,8 @@ def one_call(name: str, dtype: str, num_sms: int, overrides: dict[str, int]):
 
 
 def captured_marks(call) -> dict[str, list[list[int]]]:
-    """The ``TL``, ``TW`` and ``TS`` lines one ``call`` prints from the device (fd 1 redirected to a
-    file), their integer fields by tag."""
+    """The ``TL``, ``TW``, ``TS`` and ``TP`` lines one ``call`` prints from the device (fd 1
+    redirected to a file), their integer fields by tag."""
     torch.cuda.synchronize()
     sys.stdout.flush()
     saved = os.dup(1)
@@ -135,20 +136,6 @@ def summary(marks: list[list[int]], num_ctas: int, waits: list[list[int]] = ()) 
     return {"tiles": len(marks), "cycles": {name: stats(v) for name, v in parts.items()}}
 
 
-def producer_totals(lines: list[list[int]]) -> dict:
-    """Cycles per tile of the load warps' ``TP`` sums (median over CTAs)."""
-    parts = collections.defaultdict(list)
-    for _, tiles, cycles, load, waits in lines:
-        if tiles == 0:
-            continue
-        parts["cycles"].append(cycles / tiles)
-        parts["load_tile"].append(load / tiles)
-        parts["waits_for_free_stages"].append(waits / tiles)
-        parts["issue"].append((load - waits) / tiles)
-        parts["tiles"].append(tiles)
-    return {name: statistics.median(values) for name, values in parts.items()}
-
-
 def parse_field(value: str) -> int | bool:
     """A config override's value: ``True``/``False`` or an integer."""
     return value == "True" if value in ("True", "False") else int(value)
@@ -157,16 +144,32 @@ def parse_field(value: str) -> int | bool:
 def totals(lines: list[list[int]]) -> dict:
     """Cycles per tile of each warpgroup's ``TS`` sums (median over warpgroups), and what
     they leave out of its whole loop ("other": the hand-off between tiles)."""
+    return _medians_per_tile(
+        (tiles, {"cycles": cycles, "first_stage_wait": first, "mainloop": main,
+                 "k_tile_waits_in_mainloop": waits, "epilogue": epilogue,
+                 "other": cycles - first - main - epilogue})
+        for _, _, tiles, cycles, first, main, epilogue, waits in lines
+    )  # fmt: skip
+
+
+def producer_totals(lines: list[list[int]]) -> dict:
+    """Cycles per tile of the load warps' ``TP`` sums (median over CTAs)."""
+    return _medians_per_tile(
+        (tiles, {"cycles": cycles, "load_tile": load, "waits_for_free_stages": waits,
+                 "issue": load - waits})
+        for _, tiles, cycles, load, waits in lines
+    )  # fmt: skip
+
+
+def _medians_per_tile(sums: Iterable[tuple[int, dict[str, int]]]) -> dict:
+    """Per named sum, the median over its printers (those with tiles) of the sum per tile;
+    ``tiles`` the median tile count."""
     parts = collections.defaultdict(list)
-    for _, _, tiles, cycles, first, main, epilogue, waits in lines:
+    for tiles, named in sums:
         if tiles == 0:
             continue
-        parts["cycles"].append(cycles / tiles)
-        parts["first_stage_wait"].append(first / tiles)
-        parts["mainloop"].append(main / tiles)
-        parts["k_tile_waits_in_mainloop"].append(waits / tiles)
-        parts["epilogue"].append(epilogue / tiles)
-        parts["other"].append((cycles - first - main - epilogue) / tiles)
+        for name, value in named.items():
+            parts[name].append(value / tiles)
         parts["tiles"].append(tiles)
     return {name: statistics.median(values) for name, values in parts.items()}
 
