@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 import torch
-from cute_conv.kernels.common.tile_scheduler import grouped_tile_coord
+from cute_conv.kernels.common.tile_scheduler import GroupedRaster, select_python
 from cute_conv.kernels.sm100.config import SMEM_CAPACITY_SM100, TMEM_COLUMNS_SM100
 from cute_conv.kernels.sm100.pipeline_checks import (
     BarrierSpec,
@@ -470,10 +470,8 @@ def test_arrive_count_mismatch_spells_out_the_arithmetic():
 @pytest.mark.parametrize("raster_along_m", [True, False])
 def test_tile_mapping_is_a_bijection(tiles, swizzle, raster_along_m):
     tiles_m, tiles_n = tiles
-    coords = [
-        grouped_tile_coord(w, tiles_m, tiles_n, swizzle, raster_along_m, min)
-        for w in range(tiles_m * tiles_n)
-    ]
+    raster = GroupedRaster(tiles_m, tiles_n, swizzle, raster_along_m)
+    coords = [raster.coord(w, select_python) for w in range(tiles_m * tiles_n)]
     assert sorted(coords) == [(m, n) for m in range(tiles_m) for n in range(tiles_n)]
     if swizzle == 1 and raster_along_m:
         # Plain M-fastest... within a band of one N column.

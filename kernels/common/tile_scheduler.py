@@ -25,10 +25,14 @@ tiles come first, so their fixups overlap whole tiles instead of ending the kern
 Grouped rasterization: cluster tiles are walked in bands ``swizzle`` cluster tiles wide across
 the minor direction. With ``raster_along_m`` a band is ``swizzle`` columns of N; inside a band n
 moves fastest, then m, so the CTAs that run together share a few filter tiles and revisit each
-activation tile ``swizzle`` times while it is still in L2.
+activation tile ``swizzle`` times while it is still in L2. ``GroupedRaster`` holds the walk; the
+SM90 kernel divides by its run-time extents through divisors the host makes once per launch
+(``cute.fast_divmod_create_divisor_v2``: a multiply-high and a shift in the kernel), since an
+integer division by a run-time value is ~30 dependent instructions, four of them on the load
+warp's path to a kernel's first TMA load.
 """
 
-from typing import Any, List, Protocol, Tuple
+from typing import Any, Callable, List, Protocol, Tuple
 
 import cutlass
 import cutlass.cute as cute
@@ -77,34 +81,29 @@ class WorkItems(Protocol):
 class StaticTileScheduler:
     """Maps work items to output tiles and k-tile ranges (see the module docstring).
 
-    Only Python ints (compile-time) and ``Int32`` values computed inside the kernel live here,
-    so the scheduler is rebuilt in each role from the same arguments and carries no state
-    across the persistent loop but the work item itself.
+    Only Python ints (compile-time) and run-time values the launch passes in live here (the
+    rasterization, its extents and divisors, the work count and the k-tiles per tile), so the
+    scheduler is rebuilt in each role from the same arguments and carries no state across the
+    persistent loop but the work item itself.
     """
 
     def __init__(
         self,
-        num_tiles_m: cutlass.Int32,
-        num_tiles_n: cutlass.Int32,
+        raster: "GroupedRaster",
         k_tiles: cutlass.Int32,
         cluster_shape_mn: Tuple[int, int],
-        swizzle: int,
-        raster_along_m: bool,
         stream_k: bool = False,
     ):
+        self.raster = raster
         self.cluster_shape_mn = cluster_shape_mn
-        self.swizzle = swizzle
-        self.raster_along_m = raster_along_m
         self.stream_k = stream_k
-        self.clusters_m = (num_tiles_m + cluster_shape_mn[0] - 1) // cluster_shape_mn[0]
-        self.clusters_n = (num_tiles_n + cluster_shape_mn[1] - 1) // cluster_shape_mn[1]
-        self.num_work = self.clusters_m * self.clusters_n
+        self.num_work = raster.num_tiles()
         self.k_tiles = k_tiles
 
     # The DSL carries the scheduler through the persistent ``while`` loops of the roles:
-    # its runtime extents are the loop-carried values, the rest is compile-time.
+    # its runtime values are the loop-carried ones, the rest is compile-time.
     def _runtime_values(self) -> List:
-        return [self.clusters_m, self.clusters_n, self.num_work, self.k_tiles]
+        return [self.raster, self.num_work, self.k_tiles]
 
     def __extract_mlir_values__(self) -> List:
         return extract_mlir_values(self._runtime_values())
@@ -112,12 +111,8 @@ class StaticTileScheduler:
     def __new_from_mlir_values__(self, values: List) -> "StaticTileScheduler":
         new = object.__new__(StaticTileScheduler)
         new.cluster_shape_mn = self.cluster_shape_mn
-        new.swizzle = self.swizzle
-        new.raster_along_m = self.raster_along_m
         new.stream_k = self.stream_k
-        new.clusters_m, new.clusters_n, new.num_work, new.k_tiles = new_from_mlir_values(
-            self._runtime_values(), values
-        )
+        new.raster, new.num_work, new.k_tiles = new_from_mlir_values(self._runtime_values(), values)
         return new
 
     @cute.jit
@@ -196,14 +191,7 @@ class StaticTileScheduler:
     @cute.jit
     def tile_coord(self, work: cutlass.Int32) -> Tuple[cutlass.Int32, cutlass.Int32]:
         """This CTA's ``(m_tile, n_tile)`` for work item ``work``."""
-        cluster_m, cluster_n = grouped_tile_coord(
-            self.tile_index(work),
-            self.clusters_m,
-            self.clusters_n,
-            self.swizzle,
-            self.raster_along_m,
-            cutlass.min,
-        )
+        cluster_m, cluster_n = self.raster.coord(self.tile_index(work), select_int32)
         bidx, bidy, _ = cute.arch.block_idx()
         return (
             cluster_m * self.cluster_shape_mn[0] + cutlass.Int32(bidx),
@@ -219,21 +207,90 @@ def stream_k_tile_count(num_work, num_clusters, maximum):
     return num_work - maximum(num_work // num_clusters - 1, 0) * num_clusters
 
 
-def grouped_tile_coord(work, num_tiles_m, num_tiles_n, block_swizzle, raster_along_m, minimum):
-    """Work item -> ``(tile_m, tile_n)``: bands of ``block_swizzle`` tiles across the minor
-    direction, the minor index fastest inside a band. Plain arithmetic, so the same function
-    runs on ``Int32`` in the kernel and on Python ints in the tests (``minimum``: ``min``)."""
-    if raster_along_m:
-        major, minor = num_tiles_m, num_tiles_n
-    else:
-        major, minor = num_tiles_n, num_tiles_m
-    band_items = block_swizzle * major
-    band = work // band_items
-    rest = work - band * band_items
-    first_minor = band * block_swizzle
-    band_width = minimum(minor - first_minor, block_swizzle)
-    minor_idx = first_minor + rest % band_width
-    major_idx = rest // band_width
-    if raster_along_m:
-        return major_idx, minor_idx
-    return minor_idx, major_idx
+def plain_extent(extent):
+    """``GroupedRaster``'s default ``divisor``: the extent itself (plain integer divisions)."""
+    return extent
+
+
+def select_int32(condition: cutlass.Boolean, if_true, if_false) -> cutlass.Int32:
+    """``if_true`` where ``condition`` holds, else ``if_false``: ``GroupedRaster.coord``'s
+    ``select`` inside a kernel."""
+    return cutlass.Int32(cutlass.select_(condition, if_true, if_false))
+
+
+def select_python(condition: bool, if_true, if_false):
+    """``GroupedRaster.coord``'s ``select`` on Python ints (host code and tests)."""
+    return if_true if condition else if_false
+
+
+class GroupedRaster:
+    """Grouped rasterization (see the module docstring) of ``tiles_m`` x ``tiles_n`` tiles in
+    bands of ``swizzle`` across the minor direction: work item -> ``(tile_m, tile_n)``
+    (``coord``).
+
+    Every band but the last is ``swizzle`` tiles wide (compile-time); ``divisor`` makes the
+    divisors of the two run-time divisions, by a band's item count and by the last band's
+    width: ``cute.fast_divmod_create_divisor_v2`` on the host (the SM90 launch, which passes
+    the raster to its kernel). With the default, ``plain_extent``, the raster keeps the
+    extents alone and divides by them (SM100's kernel, the SM90 gather kernels, Python ints
+    in the tests)."""
+
+    def __init__(
+        self,
+        tiles_m,
+        tiles_n,
+        swizzle: int,
+        raster_along_m: bool,
+        divisor: Callable[[Any], Any] = plain_extent,
+    ):
+        major, minor = (tiles_m, tiles_n) if raster_along_m else (tiles_n, tiles_m)
+        self.swizzle = swizzle
+        self.raster_along_m = raster_along_m
+        self.divides_fast = divisor is not plain_extent
+        self.major, self.minor = major, minor
+        self.band_items, self.last_band_width = None, None
+        if self.divides_fast:  # else computed where used: fewer values for a kernel to carry
+            self.band_items = divisor(swizzle * major)
+            self.last_band_width = divisor(minor - (minor - 1) // swizzle * swizzle)
+
+    def _runtime_values(self) -> List:
+        divisors = [self.band_items, self.last_band_width] if self.divides_fast else []
+        return [self.major, self.minor, *divisors]
+
+    def __extract_mlir_values__(self) -> List:
+        return extract_mlir_values(self._runtime_values())
+
+    def __new_from_mlir_values__(self, values: List) -> "GroupedRaster":
+        new = object.__new__(GroupedRaster)
+        new.swizzle, new.raster_along_m = self.swizzle, self.raster_along_m
+        new.divides_fast = self.divides_fast
+        new.major, new.minor, *divisors = new_from_mlir_values(self._runtime_values(), values)
+        new.band_items, new.last_band_width = divisors if self.divides_fast else (None, None)
+        return new
+
+    def num_tiles(self):
+        """The tiles (work items) the raster walks."""
+        return self.major * self.minor
+
+    def coord(self, work, select: Callable[[Any, Any, Any], Any]):
+        """``(tile_m, tile_n)`` of work item ``work``, the minor index fastest inside a band.
+        ``select(condition, a, b)``: ``a`` where ``condition`` holds, else ``b``
+        (``select_int32`` in a kernel, ``select_python`` on Python ints)."""
+        if self.divides_fast:  # a divisor per band width: divide by both, then select
+            band, rest = work // self.band_items, work % self.band_items
+            first_minor = band * self.swizzle
+            in_last_band = first_minor + self.swizzle > self.minor
+            lbw = self.last_band_width
+            minor_idx = first_minor + select(in_last_band, rest % lbw, rest % self.swizzle)
+            major_idx = select(in_last_band, rest // lbw, rest // self.swizzle)
+        else:  # one division by the band's width
+            band_items = self.swizzle * self.major
+            band = work // band_items
+            rest = work - band * band_items
+            first_minor = band * self.swizzle
+            in_last_band = first_minor + self.swizzle > self.minor
+            width = select(in_last_band, self.minor - first_minor, self.swizzle)
+            minor_idx, major_idx = first_minor + rest % width, rest // width
+        if self.raster_along_m:
+            return major_idx, minor_idx
+        return minor_idx, major_idx

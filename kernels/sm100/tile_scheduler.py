@@ -11,7 +11,7 @@ hardware lets it: idle SMs take work, busy ones steal the rest.
 
 Work items are linear cluster indices along grid x (2**31 - 1 clusters, where grid y/z would
 stop at 65535). ``tile_coord`` maps one to an MMA tile with the same grouped rasterization as
-the SM90 ``StaticTileScheduler`` (``grouped_tile_coord``): bands ``block_swizzle`` clusters wide across the raster's minor
+the SM90 ``StaticTileScheduler`` (``GroupedRaster``): bands ``block_swizzle`` clusters wide across the raster's minor
 direction, so clusters that run together share filter and activation tiles in L2.
 """
 
@@ -23,7 +23,7 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 from cutlass.cutlass_dsl import extract_mlir_values, new_from_mlir_values
 
-from ..common.tile_scheduler import TileScheduler, grouped_tile_coord
+from ..common.tile_scheduler import GroupedRaster, TileScheduler, select_int32
 
 __all__ = ["ClcScheduler", "ClcTileScheduler", "ClcWorkItems"]
 
@@ -116,14 +116,10 @@ class ClcTileScheduler:
 
     @cute.jit
     def tile_coord(self, work: cutlass.Int32) -> Tuple[cutlass.Int32, cutlass.Int32]:
-        return grouped_tile_coord(
-            work,
-            self.num_tiles_m,
-            self.num_tiles_n,
-            self.block_swizzle,
-            self.raster_along_m,
-            cutlass.min,
+        raster = GroupedRaster(
+            self.num_tiles_m, self.num_tiles_n, self.block_swizzle, self.raster_along_m
         )
+        return raster.coord(work, select_int32)
 
 
 @dataclass(frozen=True)

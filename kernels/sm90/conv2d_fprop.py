@@ -54,11 +54,12 @@ from ..common.epilogue_store import preload_channel_vectors, publish_amax
 from ..common.im2col import (
     ChannelBlocks,
     ConvGeometry,
+    PixelDivisors,
     output_gemm_view,
     output_tile_view,
 )
 from ..common.pipelines import make_checked_pipeline
-from ..common.tile_scheduler import StaticTileScheduler
+from ..common.tile_scheduler import GroupedRaster, StaticTileScheduler
 from .config import HALO_SLACK_ROWS, WORK_COUNTERS, WORK_QUEUE_STAGES, Conv2dConfig
 from .epilogue import EpilogueArgs, Sm90EpilogueMixin
 from .gather import OperandGather
@@ -384,7 +385,18 @@ class Conv2dFpropSm90(
             num_tiles_m = (geom.n * geom.p * geom.q + tile_m - 1) // tile_m
         num_tiles_n = (geom.k + tile_n - 1) // tile_n
         cm, cn = self.cluster_mn
-        num_work = ((num_tiles_m + cm - 1) // cm) * ((num_tiles_n + cn - 1) // cn)
+        # The divisors are made here, on the host: the kernel's roles only multiply and shift.
+        # Not for the gather warps, whose loads of a group then share registers (ptxas, 104
+        # registers a thread) and no longer fly together.
+        divisor = cute.fast_divmod_create_divisor_v2
+        raster = GroupedRaster(
+            (num_tiles_m + cm - 1) // cm, (num_tiles_n + cn - 1) // cn, self.swizzle,
+            self.raster_along_m, *(() if self.gather else (divisor,)),
+        )  # fmt: skip
+        num_work = raster.num_tiles()
+        pixel_divisors = None
+        if cutlass.const_expr(not self.tile_w and not self.gather):
+            pixel_divisors = PixelDivisors(divisor(geom.q), divisor(geom.p))
         m_partials, m_flags = None, None
         if cutlass.const_expr(self.stream_k):
             k_tiles = (geom.c + tile_k - 1) // tile_k * geom.s * geom.r
@@ -398,8 +410,8 @@ class Conv2dFpropSm90(
         kernel = self.kernel(
             ab_operands, epi_operands, params.alpha, params.beta, self.tiled_mma,
             self.cta_layout_mnk, self.a_smem_layout_staged, self.b_smem_layout_staged,
-            self.epi_smem_layout_staged, self.source_smem_layout_staged, num_tiles_m,
-            num_tiles_n, m_partials, m_flags, halo, self.a_tap_layout,
+            self.epi_smem_layout_staged, self.source_smem_layout_staged, raster,
+            pixel_divisors, m_partials, m_flags, halo, self.a_tap_layout,
             geom if self.gather else None,
         )  # fmt: skip
         kernel.launch(
@@ -428,8 +440,8 @@ class Conv2dFpropSm90(
         b_smem_layout_staged: cute.ComposedLayout,
         epi_smem_layout_staged: cute.ComposedLayout,
         source_smem_layout_staged: cute.ComposedLayout,
-        num_tiles_m: cutlass.Int32,
-        num_tiles_n: cutlass.Int32,
+        raster: GroupedRaster,
+        pixel_divisors: Optional[PixelDivisors],
         m_partials: Optional[cute.Tensor],
         m_flags: Optional[cute.Tensor],
         halo: Optional[HaloGeometry],
@@ -467,10 +479,7 @@ class Conv2dFpropSm90(
             cute.size(gB, mode=[3, 1]),
             cute.size(gB, mode=[3, 2]),
         )
-        scheduler = StaticTileScheduler(
-            num_tiles_m, num_tiles_n, k_tile_cnt, self.cluster_mn, self.swizzle,
-            self.raster_along_m, self.stream_k,
-        )  # fmt: skip
+        scheduler = StaticTileScheduler(raster, k_tile_cnt, self.cluster_mn, self.stream_k)
 
         pipeline_init_wait(cluster_shape_mn=self.cluster_mn)
         if cutlass.const_expr(self.programmatic_launch):
@@ -485,7 +494,7 @@ class Conv2dFpropSm90(
                 if warp_idx == self.load_warp_id:
                     self.load(
                         pipes, halo, tma_atom_a, tma_atom_b, gA, gB, sA, sB, cta_layout_mnk,
-                        cluster_coord_mnk, scheduler,
+                        cluster_coord_mnk, scheduler, pixel_divisors,
                     )  # fmt: skip
             if cutlass.const_expr(self.epilogue.loads_source_by_tma):
                 if warp_idx == self.source_load_warp_id:
@@ -612,6 +621,7 @@ class Conv2dFpropSm90(
         cta_layout_mnk: cute.Layout,
         cluster_coord_mnk: cute.Coord,
         scheduler: StaticTileScheduler,
+        pixel_divisors: Optional[PixelDivisors],
     ):
         """Load warp: fills the A/B ring for every k-tile of every output tile of this CTA
         (with halo tiles: the halo ring once per c-block, the ring with B per k-tile), through
@@ -656,7 +666,7 @@ class Conv2dFpropSm90(
         else:
             loader = Im2colLoader(
                 ab_pipeline, tma_atoms, (tAgA, tBgB), (tAsA, tBsB),
-                (a_mcast_mask, b_mcast_mask), k_shape,
+                (a_mcast_mask, b_mcast_mask), k_shape, pixel_divisors,
             )  # fmt: skip
         Producer = pipeline.PipelineUserType.Producer
         ab_state = pipeline.make_pipeline_state(Producer, self.ab_stages)

@@ -32,6 +32,7 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 from ..common.im2col import (
     ChannelBlocks,
     ConvGeometry,
+    PixelDivisors,
     activation_im2col_view,
     filter_gemm_view,
     fprop_im2col_params,
@@ -144,6 +145,7 @@ class Im2colLoader:
     smem: Tuple[cute.Tensor, cute.Tensor]  # (tAsA, tBsB): (TMA, ring stage)
     mcast_masks: Tuple  # (A, B); 0 where a tile is not multicast
     k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32]  # (c-blocks, S, R)
+    pixel_divisors: Optional[PixelDivisors]  # see ``im2col_tile_at_origin``
 
     @cute.jit
     def load_tile(
@@ -154,7 +156,7 @@ class Im2colLoader:
         C/TK and S per load."""
         m_tile, n_tile = scheduler.tile_coord(work)
         ab_gmem = (
-            im2col_tile_at_origin(self.gmem[0][(None, m_tile, None)]),
+            im2col_tile_at_origin(self.gmem[0][(None, m_tile, None)], self.pixel_divisors),
             self.gmem[1][(None, n_tile, None)],
         )
         load_args = (self.ab_pipeline, states.ab, self.tma_atoms, ab_gmem, self.smem)
