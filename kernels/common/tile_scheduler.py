@@ -26,10 +26,10 @@ Grouped rasterization: cluster tiles are walked in bands ``swizzle`` cluster til
 the minor direction. With ``raster_along_m`` a band is ``swizzle`` columns of N; inside a band n
 moves fastest, then m, so the CTAs that run together share a few filter tiles and revisit each
 activation tile ``swizzle`` times while it is still in L2. ``GroupedRaster`` holds the walk; the
-SM90 kernel divides by its run-time extents through divisors the host makes once per launch
-(``cute.fast_divmod_create_divisor_v2``: a multiply-high and a shift in the kernel), since an
-integer division by a run-time value is ~30 dependent instructions, four of them on the load
-warp's path to a kernel's first TMA load.
+SM90 kernel (but for its gather kernels) divides by its run-time extents through divisors the
+host makes once per launch (``cute.fast_divmod_create_divisor_v2``: a multiply-high and a
+shift in the kernel), since an integer division by a run-time value is ~20 dependent
+instructions, four of them on the load warp's path to a kernel's first TMA load.
 """
 
 from typing import Any, Callable, List, Protocol, Tuple
