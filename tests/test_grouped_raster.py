@@ -40,10 +40,9 @@ def test_the_data_parallel_kernels_divide_by_no_run_time_value():
     """The raster's and the im2col pixel's divisors come from the host: the kernel's SASS has
     no integer-division sequence (``MUFU.RCP`` of the divisor) left. (The gather kernels keep
     plain divisions: ``test_gather_loads_are_in_flight_together``.)"""
-    from sass import sass_of
-
     from cute_conv.compile import compile_kernel
     from cute_conv.config import Conv2dConfig
+    from tests.sass import sass_of
 
     for config in (Conv2dConfig(tile_m=64, tile_n=32, tile_k=64), Conv2dConfig(cluster_m=2)):
         sass = sass_of(compile_kernel("sm_90a", config=config).cubin)

@@ -28,7 +28,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import compare_versions  # noqa: E402
-from tile_timeline import SHAPES, parse_field  # noqa: E402
+from tile_timeline import parse_field  # noqa: E402
 
 import cute_conv  # noqa: E402
 from cute_conv.testing import random_conv_inputs  # noqa: E402
@@ -61,10 +61,8 @@ def kernel_durations(call, calls: int = CALLS) -> dict:
 
 def shape_of(name: str) -> dict:
     """A suite shape by name, else a corpus problem by key, as ``bench_shape`` takes it."""
-    for shape in json.loads(SHAPES.read_text())["shapes"]:
-        if shape["name"] == name:
-            return shape
-    return compare_versions.corpus_shapes(name)[0]
+    suite = {shape["name"]: shape for shape in compare_versions.select_shapes(None)}
+    return suite[name] if name in suite else compare_versions.corpus_shapes(name)[0]
 
 
 def conv_durations(spec: str, num_sms: int) -> dict:

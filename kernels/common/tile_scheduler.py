@@ -276,19 +276,15 @@ class GroupedRaster:
         """``(tile_m, tile_n)`` of work item ``work``, the minor index fastest inside a band.
         ``select(condition, a, b)``: ``a`` where ``condition`` holds, else ``b``
         (``select_int32`` in a kernel, ``select_python`` on Python ints)."""
+        band_items = self.band_items if self.divides_fast else self.swizzle * self.major
+        band, rest = work // band_items, work % band_items
+        first_minor = band * self.swizzle
+        in_last_band = first_minor + self.swizzle > self.minor
         if self.divides_fast:  # a divisor per band width: divide by both, then select
-            band, rest = work // self.band_items, work % self.band_items
-            first_minor = band * self.swizzle
-            in_last_band = first_minor + self.swizzle > self.minor
             lbw = self.last_band_width
             minor_idx = first_minor + select(in_last_band, rest % lbw, rest % self.swizzle)
             major_idx = select(in_last_band, rest // lbw, rest // self.swizzle)
         else:  # one division by the band's width
-            band_items = self.swizzle * self.major
-            band = work // band_items
-            rest = work - band * band_items
-            first_minor = band * self.swizzle
-            in_last_band = first_minor + self.swizzle > self.minor
             width = select(in_last_band, self.minor - first_minor, self.swizzle)
             minor_idx, major_idx = first_minor + rest % width, rest // width
         if self.raster_along_m:

@@ -59,7 +59,7 @@ from ..common.im2col import (
     output_tile_view,
 )
 from ..common.pipelines import make_checked_pipeline
-from ..common.tile_scheduler import GroupedRaster, StaticTileScheduler
+from ..common.tile_scheduler import GroupedRaster, StaticTileScheduler, plain_extent
 from .config import HALO_SLACK_ROWS, WORK_COUNTERS, WORK_QUEUE_STAGES, Conv2dConfig
 from .epilogue import EpilogueArgs, Sm90EpilogueMixin
 from .gather import OperandGather
@@ -391,7 +391,7 @@ class Conv2dFpropSm90(
         divisor = cute.fast_divmod_create_divisor_v2
         raster = GroupedRaster(
             (num_tiles_m + cm - 1) // cm, (num_tiles_n + cn - 1) // cn, self.swizzle,
-            self.raster_along_m, *(() if self.gather else (divisor,)),
+            self.raster_along_m, plain_extent if self.gather else divisor,
         )  # fmt: skip
         num_work = raster.num_tiles()
         pixel_divisors = None
