@@ -47,3 +47,29 @@ def test_the_data_parallel_kernels_divide_by_no_run_time_value():
     for config in (Conv2dConfig(tile_m=64, tile_n=32, tile_k=64), Conv2dConfig(cluster_m=2)):
         sass = sass_of(compile_kernel("sm_90a", config=config).cubin)
         assert "UTMALDG.4D.IM2COL" in sass and "MUFU.RCP" not in sass
+
+
+def test_halo_tiles_take_their_q_p_image_coordinate_without_division():
+    """Halo kernels: the scheduler's tile coordinate is (q, p, image) by divisors of the
+    tiles across a row and down an image made on the host; the same walk as the linear
+    tile index decomposed along Q, then P, then images."""
+    from sass import sass_of
+
+    from cute_conv.compile import compile_kernel
+    from cute_conv.config import Conv2dConfig
+
+    for config in (
+        Conv2dConfig(tile_w=64, halo_h=4),
+        Conv2dConfig(tile_m=128, tile_n=192, tile_w=64, halo_h=6, halo_w=72),
+    ):
+        sass = sass_of(compile_kernel("sm_90a", config=config).cubin)
+        assert "UTMALDG" in sass and "MUFU.RCP" not in sass
+    tiles_w, tiles_h, images = 3, 4, 2
+    for m in range(tiles_w * tiles_h * images):
+        row = m // tiles_w
+        image, in_image = divmod(m, tiles_w * tiles_h)
+        assert (m % tiles_w, row % tiles_h, row // tiles_h) == (
+            in_image % tiles_w,
+            in_image // tiles_w,
+            image,
+        )

@@ -32,7 +32,7 @@ shift in the kernel), since an integer division by a run-time value is ~20 depen
 instructions, four of them on the load warp's path to a kernel's first TMA load.
 """
 
-from typing import Any, Callable, List, Protocol, Tuple
+from typing import Any, Callable, List, Optional, Protocol, Tuple
 
 import cutlass
 import cutlass.cute as cute
@@ -93,8 +93,13 @@ class StaticTileScheduler:
         k_tiles: cutlass.Int32,
         cluster_shape_mn: Tuple[int, int],
         stream_k: bool = False,
+        halo_tiles: Optional[Tuple] = None,
     ):
         self.raster = raster
+        # Halo tiles: the divisors of the output tiles across a row and down an image, so
+        # that tile_coord gives a tile's (q, p, image) coordinate, as the output's tile view
+        # and the halo boxes take it.
+        self.halo_tiles = halo_tiles
         self.cluster_shape_mn = cluster_shape_mn
         self.stream_k = stream_k
         self.num_work = raster.num_tiles()
@@ -103,7 +108,8 @@ class StaticTileScheduler:
     # The DSL carries the scheduler through the persistent ``while`` loops of the roles:
     # its runtime values are the loop-carried ones, the rest is compile-time.
     def _runtime_values(self) -> List:
-        return [self.raster, self.num_work, self.k_tiles]
+        halo_tiles = [] if self.halo_tiles is None else list(self.halo_tiles)
+        return [self.raster, self.num_work, self.k_tiles, *halo_tiles]
 
     def __extract_mlir_values__(self) -> List:
         return extract_mlir_values(self._runtime_values())
@@ -112,7 +118,10 @@ class StaticTileScheduler:
         new = object.__new__(StaticTileScheduler)
         new.cluster_shape_mn = self.cluster_shape_mn
         new.stream_k = self.stream_k
-        new.raster, new.num_work, new.k_tiles = new_from_mlir_values(self._runtime_values(), values)
+        new.raster, new.num_work, new.k_tiles, *halo_tiles = new_from_mlir_values(
+            self._runtime_values(), values
+        )
+        new.halo_tiles = None if self.halo_tiles is None else tuple(halo_tiles)
         return new
 
     @cute.jit
@@ -189,14 +198,18 @@ class StaticTileScheduler:
         return first, end
 
     @cute.jit
-    def tile_coord(self, work: cutlass.Int32) -> Tuple[cutlass.Int32, cutlass.Int32]:
-        """This CTA's ``(m_tile, n_tile)`` for work item ``work``."""
+    def tile_coord(self, work: cutlass.Int32) -> Tuple[Any, cutlass.Int32]:
+        """This CTA's ``(m_tile, n_tile)`` for work item ``work``; with halo tiles (single-CTA
+        clusters) ``m_tile`` is the tile's ``(q, p, image)`` coordinate."""
         cluster_m, cluster_n = self.raster.coord(self.tile_index(work), select_int32)
         bidx, bidy, _ = cute.arch.block_idx()
-        return (
-            cluster_m * self.cluster_shape_mn[0] + cutlass.Int32(bidx),
-            cluster_n * self.cluster_shape_mn[1] + cutlass.Int32(bidy),
-        )
+        m_tile = cluster_m * self.cluster_shape_mn[0] + cutlass.Int32(bidx)
+        n_tile = cluster_n * self.cluster_shape_mn[1] + cutlass.Int32(bidy)
+        if cutlass.const_expr(self.halo_tiles is not None):
+            tiles_w, tiles_h = self.halo_tiles
+            row = m_tile // tiles_w  # the tile row of the images stacked: p + tiles_h * image
+            m_tile = (m_tile % tiles_w, row % tiles_h, row // tiles_h)
+        return m_tile, n_tile
 
 
 def stream_k_tile_count(num_work, num_clusters, maximum):

@@ -378,8 +378,10 @@ class Conv2dFpropSm90(
             tiles_w = (geom.q + self.tile_w - 1) // self.tile_w
             tiles_h = (geom.p + self.tile_h - 1) // self.tile_h
             halo = HaloGeometry(
-                tiles_w, tiles_h, geom.pad_top, geom.pad_left, geom.dil_h, geom.dil_w
-            )
+                cute.fast_divmod_create_divisor_v2(tiles_w),
+                cute.fast_divmod_create_divisor_v2(tiles_h),
+                geom.pad_top, geom.pad_left, geom.dil_h, geom.dil_w,
+            )  # fmt: skip
             num_tiles_m = geom.n * tiles_h * tiles_w
         else:
             num_tiles_m = (geom.n * geom.p * geom.q + tile_m - 1) // tile_m
@@ -479,7 +481,10 @@ class Conv2dFpropSm90(
             cute.size(gB, mode=[3, 1]),
             cute.size(gB, mode=[3, 2]),
         )
-        scheduler = StaticTileScheduler(raster, k_tile_cnt, self.cluster_mn, self.stream_k)
+        halo_tiles = (halo.tiles_w, halo.tiles_h) if cutlass.const_expr(self.tile_w) else None
+        scheduler = StaticTileScheduler(
+            raster, k_tile_cnt, self.cluster_mn, self.stream_k, halo_tiles
+        )
 
         pipeline_init_wait(cluster_shape_mn=self.cluster_mn)
         if cutlass.const_expr(self.programmatic_launch):

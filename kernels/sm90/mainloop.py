@@ -45,8 +45,9 @@ from .gather import copies_async
 class HaloGeometry(NamedTuple):
     """What halo tiles need of the geometry at run time."""
 
-    tiles_w: cutlass.Int32  # output tiles across an output row (1: whole-row tiles)
-    tiles_h: cutlass.Int32  # output tiles down an image
+    # Divisors made on the host (the scheduler's (q, p, image) tile coordinate):
+    tiles_w: cute.FastDivmodDivisorV2  # output tiles across an output row (1: whole rows)
+    tiles_h: cute.FastDivmodDivisorV2  # output tiles down an image
     pad_top: cutlass.Int32
     pad_left: cutlass.Int32
     dil_h: cutlass.Int32
@@ -272,19 +273,15 @@ class HaloLoader:
         return ProducerStates(producer_state, halo_state)
 
     @cute.jit
-    def _partition_halo(self, m_tile: cutlass.Int32) -> Tuple[cute.Tensor, cute.Tensor]:
-        """The TMA views of output tile ``m_tile``'s halo boxes, ``(TMA, halo stage)`` in SMEM
-        and ``(TMA, c-block)`` in the activation: input rows from ``p0 - pad_top``, columns
-        from ``q0 - pad_left`` (TMA zero-fills what lies outside). Tiles are numbered along
-        Q first, then P, then images, as the output's tile view numbers them."""
+    def _partition_halo(self, m_tile: Tuple) -> Tuple[cute.Tensor, cute.Tensor]:
+        """The TMA views of output tile ``m_tile``'s halo boxes (its ``(q, p, image)`` tile
+        coordinate, ``StaticTileScheduler.tile_coord``), ``(TMA, halo stage)`` in SMEM and
+        ``(TMA, c-block)`` in the activation: input rows from ``p0 - pad_top``, columns from
+        ``q0 - pad_left`` (TMA zero-fills what lies outside)."""
         halo = self.halo
         tile_w, tile_h = self.tile_wh
-        tiles_per_image = halo.tiles_w * halo.tiles_h
-        image = m_tile // tiles_per_image
-        in_image = m_tile - image * tiles_per_image
-        row_tile = in_image // halo.tiles_w
-        q0 = (in_image - row_tile * halo.tiles_w) * tile_w
-        p0 = row_tile * tile_h
+        q_tile, p_tile, image = m_tile
+        q0, p0 = q_tile * tile_w, p_tile * tile_h
         origin = ((q0 - halo.pad_left, p0 - halo.pad_top, image), 0)
         gA_halo = cute.local_tile(cute.domain_offset(origin, self.gA), self.box, (0, None))
         return cpasync.tma_partition(
