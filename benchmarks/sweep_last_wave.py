@@ -45,6 +45,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from sweep_rows import (  # noqa: E402
+    BEFORE_LONE_CTA,
     EVERY_RULE_FITTED,
     BoundSweep,
     family_problem,
@@ -96,7 +97,7 @@ def family_problems() -> list[dict]:
 
 SWEEP = BoundSweep(
     rule_bound_config(
-        ("last_wave_max_fill", "last_wave_min_k_tiles"), NUM_SMS, **EVERY_RULE_FITTED
+        ("last_wave_max_fill", "last_wave_min_k_tiles"), NUM_SMS, **(EVERY_RULE_FITTED | BEFORE_LONE_CTA)
     ),
     off=OFF, on=ON, baseline="data_parallel", variant="stream_k", grid=GRID,
     constants={

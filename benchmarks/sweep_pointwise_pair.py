@@ -43,7 +43,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from sweep_rows import EVERY_RULE_FITTED, BoundSweep, rule_bound_config  # noqa: E402
+from sweep_rows import (  # noqa: E402
+    BEFORE_LONE_CTA,
+    EVERY_RULE_FITTED,
+    BoundSweep,
+    rule_bound_config,
+)
 
 FORMS = ("plain", "fused")
 RESULTS_PATHS = {
@@ -55,7 +60,7 @@ OFF, ON = 0, math.inf
 GRID = (OFF, 1, 2, 4, 5, 6, 8, 16, ON)
 
 SWEEP = BoundSweep(
-    rule_bound_config("pointwise_pair_max_k_tiles", NUM_SMS, **EVERY_RULE_FITTED),
+    rule_bound_config("pointwise_pair_max_k_tiles", NUM_SMS, **(EVERY_RULE_FITTED | BEFORE_LONE_CTA)),
     off=OFF, on=ON, baseline="own", variant="paired", grid=GRID,
     constants={"plain": "POINTWISE_PAIR_MAX_K_TILES", "fused": "POINTWISE_PAIR_MAX_K_TILES"},
     constants_module="cute_conv.small_grid_rules",

@@ -25,6 +25,9 @@ BEFORE_SQUARE_SPLIT = {"square_split_min_k_tiles": math.inf}
 # ``untuned_with``'s bound that leaves out the last-wave rule (sweep_last_wave.py), as the
 # sweeps before it measured.
 BEFORE_LAST_WAVE = {"last_wave_max_fill": 0}
+# ``untuned_with``'s bound that leaves out the lone-CTA rule (sweep_lone_cta.py), as the
+# sweeps before it measured.
+BEFORE_LONE_CTA = {"lone_cta_max_k_tiles": 0}
 # ``untuned_with``'s keywords that put every rule it defaults off (as the sweeps before those
 # rules measured) at its fitted bound: a sweep run now measures against what calls run today.
 EVERY_RULE_FITTED = dict(
@@ -33,7 +36,7 @@ EVERY_RULE_FITTED = dict(
     wide_epilogue_max_k_tiles=None, min_waves_tall=None, min_waves_tall_wide=None,
     wide_cluster_min_share=None, pingpong_max_k_tiles=None, wide_split_residual=True,
     paired_m_max_channel_fill=None, square_split_min_k_tiles=None, last_wave_max_fill=None,
-    last_wave_min_k_tiles=None, pointwise_pair_max_k_tiles=None,
+    last_wave_min_k_tiles=None, pointwise_pair_max_k_tiles=None, lone_cta_max_k_tiles=None,
 )  # fmt: skip
 
 
@@ -289,7 +292,7 @@ def untuned_with(
     paired_m_max_channel_fill: float | None = 0,
     square_split_min_k_tiles: float | None = math.inf, last_wave_max_fill: float | None = 0,
     last_wave_min_k_tiles: float | None = None, pointwise_pair_max_k_tiles: float | None = 0,
-    **heuristic_kwargs,
+    lone_cta_max_k_tiles: float | None = 0, **heuristic_kwargs,
 ):  # fmt: skip
     """The config a call of ``form`` (``plain``, ``fused`` or ``fp8``, as in
     ``measure_configs``) without one runs on ``problem`` (``untuned.untuned_config``: staging,
@@ -302,8 +305,8 @@ def untuned_with(
     ``wide_epilogue_max_k_tiles`` and ``wide_epilogue_min_ab_stages`` and the cluster rule
     ``wide_cluster_min_share``, ``wide_cluster_max_share`` and ``wide_cluster_residual`` (its
     ``take_residual``), the last-wave rule ``last_wave_max_fill`` and
-    ``last_wave_min_k_tiles`` and the pair rule ``pointwise_pair_max_k_tiles``: a sweep's
-    variant of the heuristic.
+    ``last_wave_min_k_tiles``, the pair rule ``pointwise_pair_max_k_tiles`` and the lone-CTA
+    rule ``lone_cta_max_k_tiles``: a sweep's variant of the heuristic.
     The rules fitted after most sweeps ran default to off, as those sweeps measured: the
     single-warpgroup rule and its wider tiles (0), ``default_config``'s
     ``whole_source_min_k`` (inf) and 256-row tiles' bounds
@@ -312,14 +315,16 @@ def untuned_with(
     ping-pong tiles (``pingpong_max_k_tiles``, inf), the wide split of fused calls
     (``wide_split_residual``, False), the 2x1 clusters of short 1x1s
     (``paired_m_max_channel_fill``, 0), the 128x128 split tiles
-    (``square_split_min_k_tiles``, inf), the last-wave rule (``last_wave_max_fill``, 0) and
-    the pair rule (``pointwise_pair_max_k_tiles``, 0); None takes a rule's fitted bound."""
+    (``square_split_min_k_tiles``, inf), the last-wave rule (``last_wave_max_fill``, 0),
+    the pair rule (``pointwise_pair_max_k_tiles``, 0) and the lone-CTA rule
+    (``lone_cta_max_k_tiles``, 0); None takes a rule's fitted bound."""
     from cute_conv.arch import ARCHS
     from cute_conv.config import default_config
     from cute_conv.epilogue_rule import wide_epilogue_config
     from cute_conv.halo_rule import halo_tiled_config
     from cute_conv.small_grid_rules import (
         last_wave_config,
+        lone_cta_config,
         pointwise_pair_config,
         single_warpgroup_config,
         wide_cluster_config,
@@ -360,10 +365,11 @@ def untuned_with(
         last_wave_config, max_fill=last_wave_max_fill, min_k_tiles=last_wave_min_k_tiles
     )
     pair_rule = functools.partial(pointwise_pair_config, max_k_tiles=pointwise_pair_max_k_tiles)
+    lone_cta_rule = functools.partial(lone_cta_config, max_k_tiles=lone_cta_max_k_tiles)
     arch = dataclasses.replace(
         ARCHS["sm_90a"], heuristic=heuristic, single_warpgroup_rule=single_warpgroup_rule,
         halo_rule=halo_rule, epilogue_rule=epilogue_rule, cluster_rule=cluster_rule,
-        last_wave_rule=last_wave_rule, pair_rule=pair_rule,
+        last_wave_rule=last_wave_rule, pair_rule=pair_rule, lone_cta_rule=lone_cta_rule,
     )  # fmt: skip
     element_bytes = 1 if form == "fp8" else 2
     kernel_problem = kernel_problem_for(problem, element_bytes)

@@ -22,6 +22,7 @@ from .kernels.sm100.conv2d_fprop import Conv2dFpropKernel
 from .problem import Conv2dProblemShape
 from .small_grid_rules import (
     last_wave_config,
+    lone_cta_config,
     pointwise_pair_config,
     single_warpgroup_config,
     small_m_config,
@@ -84,6 +85,10 @@ class ArchKernels:
     # called: a conv unfolded into a 1x1 is not one): the cluster shape of a 1x1 whose few
     # k-tiles are partly empty (None: the config's).
     pair_rule: Optional[Callable[..., Any]]
+    # For a call without a config, after the pair rule, with the last-wave rule's arguments:
+    # single CTAs instead of a 2-CTA cluster where the tiles fill at most a wave of short
+    # mainloops (None: the config's).
+    lone_cta_rule: Optional[Callable[..., Any]]
     # The scratch a launch needs, ``(float32 partials, int32 flags)`` or None, for
     # ``(kernel problem, config, max clusters)`` (None: the arch's kernels never need any).
     workspace_size: Optional[Callable[[Conv2dProblemShape, Any, int], Optional[tuple]]]
@@ -125,6 +130,7 @@ ARCHS: dict[str, ArchKernels] = {
         cluster_rule=wide_cluster_config,
         last_wave_rule=last_wave_config,
         pair_rule=pointwise_pair_config,
+        lone_cta_rule=lone_cta_config,
         workspace_size=workspace_size_sm90,
     ),
     "sm_100a": ArchKernels(
@@ -144,6 +150,7 @@ ARCHS: dict[str, ArchKernels] = {
         cluster_rule=None,
         last_wave_rule=None,
         pair_rule=None,
+        lone_cta_rule=None,
         workspace_size=None,
     ),
 }

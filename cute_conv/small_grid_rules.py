@@ -3,8 +3,10 @@ along M (``small_m_config``), 64-row tiles, one consumer warpgroup, where its 12
 fill less than a wave (``single_warpgroup_config``), the activation tile shared by 4 CTAs
 where 64-wide tiles of a long mainloop fill part of a wave (``wide_cluster_config``),
 stream-K over the whole grid where tiles past one wave leave much of the last one idle
-(``last_wave_config``), and the filter tile shared along M instead of the activation along N
-where a 1x1's few k-tiles are partly empty (``pointwise_pair_config``). Each
+(``last_wave_config``), the filter tile shared along M instead of the activation along N
+where a 1x1's few k-tiles are partly empty (``pointwise_pair_config``), and single CTAs
+instead of 2-CTA clusters where the tiles fill at most a wave of short mainloops
+(``lone_cta_config``). Each
 refines the config a call without one would run (the heuristic's, or the gathering one);
 ``untuned`` applies them through the arch registry (``arch.ArchKernels``)."""
 
@@ -30,6 +32,7 @@ __all__ = [
     "LAST_WAVE_MAX_FILL_FUSED",
     "LAST_WAVE_MIN_K_TILES",
     "LAST_WAVE_MIN_K_TILES_FUSED",
+    "LONE_CTA_MAX_K_TILES",
     "SINGLE_WARPGROUP_MAX_K_TILES",
     "SINGLE_WARPGROUP_WIDEN_MAX_K_TILES",
     "SINGLE_WARPGROUP_WIDEN_MAX_SHARE",
@@ -41,6 +44,7 @@ __all__ = [
     "POINTWISE_PAIR_MAX_K_TILES",
     "last_wave_config",
     "last_wave_fill",
+    "lone_cta_config",
     "pointwise_pair_config",
     "single_warpgroup_config",
     "single_warpgroup_fits",
@@ -88,6 +92,10 @@ LAST_WAVE_MIN_K_TILES_FUSED = 64
 # fitted on the corpus's train part on an H200, both forms alike
 # (benchmarks/sweep_pointwise_pair.py).
 POINTWISE_PAIR_MAX_K_TILES = 5
+# Single CTAs instead of 2-CTA clusters for 16-bit convs whose tiles fill at most one wave, for
+# tiles of at most this many k-tiles (see lone_cta_config): fitted on the corpus's train part
+# on an H200, plain and fused calls alike: any (benchmarks/sweep_lone_cta.py).
+LONE_CTA_MAX_K_TILES = math.inf
 
 
 def small_m_config(
@@ -433,3 +441,44 @@ def pointwise_pair_config(
     if k_tiles > max_k_tiles:
         return config
     return replace(config, cluster_m=2, cluster_n=1)
+
+
+def lone_cta_config(
+    config: Conv2dConfig,
+    problem: Conv2dProblemShape,
+    num_sms: int = 132,
+    has_residual: bool = False,
+    element_bytes: int = 2,
+    max_k_tiles: float | None = None,
+) -> Conv2dConfig:
+    """``config`` (the one a call without one would run on ``problem``, the conv the kernel
+    runs) on single CTAs instead of its 2-CTA cluster, for a 16-bit conv, plain or fused,
+    whose data-parallel tiles (no stream-K; gathered and halo tiles run on single CTAs
+    anyway) fill at most one wave of ``num_sms`` SMs and take at most ``max_k_tiles``
+    k-tiles (None: ``LONE_CTA_MAX_K_TILES``; 0: never). Else ``config``.
+
+    A cluster's CTAs share one operand tile by multicast, each loading half of it, and they
+    launch together and wait for each other at the kernel's start and end. On a 2-4 us
+    kernel single CTAs took 0.1-0.25 us off (CUPTI, H200; n1 28x28 C=512 K=256 3.58 -> 3.33
+    us). Measured with ``benchmarks/sweep_lone_cta.py`` (H200, CUDA-graph replays, every
+    corpus conv the rule can change: 155 plain calls, 163 fused): single CTAs 1.010x
+    faster by geomean (fused 1.019x), at every k-tile bound of the grid and most at none
+    (train 1.010x plain, 1.017x fused; held-out 1.011x, 1.023x); per conv from 0.86x (deep
+    1x1s of K=2048 on 7x7 and 14x14 maps, where the shared filter tile pays) to 1.21x. Past
+    a wave the clusters pay: on the corpus convs of 1-4 waves single CTAs ran 0.993x plain,
+    1.003x fused on train, 0.987x and 0.992x held-out
+    (``benchmarks/experiments/lone_cta_past_one_wave_H200.json``).
+
+    Raises:
+        TypeError, ValueError: ``config`` is no ``Conv2dConfig``, or a bad problem, SM count,
+            element size or bound.
+    """
+    check_rule_args(config, problem, num_sms, has_residual, element_bytes)
+    max_k_tiles = k_tile_bound("max_k_tiles", max_k_tiles, LONE_CTA_MAX_K_TILES)
+    takes = element_bytes == 2 and config.cluster_m * config.cluster_n == 2
+    if not takes or config.stream_k:
+        return config
+    tiles, k_tiles = schedule_shape(problem, config.tile_m, config.tile_n, config.tile_k)
+    if tiles > num_sms or k_tiles > max_k_tiles:
+        return config
+    return replace(config, cluster_m=1, cluster_n=1)

@@ -1,6 +1,6 @@
 """The config a call without one runs when nothing is autotuned: the arch's heuristic for the
 problem the kernel runs, a gathering config where it spares a staging pass, the small-M,
-single-warpgroup, halo, epilogue, cluster, last-wave and pointwise-pair rules. ``dispatch``
+single-warpgroup, halo, epilogue, cluster, last-wave, pointwise-pair and lone-CTA rules. ``dispatch``
 runs it; ``tuning`` times it beside its candidates, so that a stored choice never runs slower
 than the call it replaces."""
 
@@ -29,7 +29,8 @@ def untuned_config(
     that runs unstaged or gathered, as the arch's small-M rule makes it; then as the arch's
     single-warpgroup rule, its halo rule and its epilogue rule make it for the conv the kernel
     runs; then, for an unstaged conv, as its cluster rule makes it; then as its last-wave
-    rule schedules it; last, as its pair rule clusters it. A conv on the patch view
+    rule schedules it; then as its pair rule clusters it; last, as its lone-CTA rule unclusters
+    it. A conv on the patch view
     (``staging.patch_view``: views, nothing copied) is the view's conv, unstaged."""
     if kernel_problem == patch_view(problem, element_bytes):
         problem = kernel_problem
@@ -63,6 +64,8 @@ def untuned_config(
         config = target.last_wave_rule(config, runs, num_sms, has_residual, element_bytes)
     if target.pair_rule is not None:
         config = target.pair_rule(config, problem, num_sms, has_residual, element_bytes)
+    if target.lone_cta_rule is not None:
+        config = target.lone_cta_rule(config, runs, num_sms, has_residual, element_bytes)
     return config
 
 

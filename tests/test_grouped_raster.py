@@ -53,10 +53,9 @@ def test_halo_tiles_take_their_q_p_image_coordinate_without_division():
     """Halo kernels: the scheduler's tile coordinate is (q, p, image) by divisors of the
     tiles across a row and down an image made on the host; the same walk as the linear
     tile index decomposed along Q, then P, then images."""
-    from sass import sass_of
-
     from cute_conv.compile import compile_kernel
     from cute_conv.config import Conv2dConfig
+    from tests.sass import sass_of
 
     for config in (
         Conv2dConfig(tile_w=64, halo_h=4),

@@ -21,6 +21,7 @@ from cute_conv.config import (
     wide_split_shape,
 )
 from cute_conv.schedule import schedule_shape
+from cute_conv.small_grid_rules import lone_cta_config
 from cute_conv.untuned import heuristic_config
 
 # SD 1.5's UNet 3x3 at batch 8 on 8x8 maps, C=2560, K=1280: 360 k-tiles per tile.
@@ -38,6 +39,8 @@ def test_the_selection_is_fused_calls_made_wide_splits():
         if square is not None and square[:2] == (128, 128):
             # Since the sweep: 128x128 tiles where they split (sweep_square_split.py).
             today = split_tile_config(problem, *square)
+        # Since the sweep too: single CTAs for a wave or less (sweep_lone_cta.py).
+        today = lone_cta_config(today, problem, has_residual=True)
         assert today == heuristic_config(problem, 132, has_residual=True) and not own.stream_k
         assert (wide.tile_m, wide.tile_n) in ((128, 256), (256, 128))
         assert wide.stream_k and wide.stream_k_split >= 2
