@@ -86,8 +86,8 @@ class ArchKernels:
     # k-tiles are partly empty (None: the config's).
     pair_rule: Optional[Callable[..., Any]]
     # For a call without a config, after the pair rule, with the last-wave rule's arguments:
-    # single CTAs instead of a 2-CTA cluster where the tiles fill at most a wave of short
-    # mainloops (None: the config's).
+    # single CTAs instead of a 2-CTA cluster where the tiles fill at most one wave (None: the
+    # config's).
     lone_cta_rule: Optional[Callable[..., Any]]
     # The scratch a launch needs, ``(float32 partials, int32 flags)`` or None, for
     # ``(kernel problem, config, max clusters)`` (None: the arch's kernels never need any).
