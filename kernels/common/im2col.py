@@ -110,6 +110,14 @@ def output_tile_view(out_ptr: cute.Pointer, g: ConvGeometry) -> cute.Tensor:
     return cute.make_tensor(out_ptr, layout)
 
 
+def qpn_coord(index, q, p):
+    """The ``(q, p, n)`` of ``index``, counted along Q first, then P, then images, as the
+    output's pixels and its halo tiles are numbered; ``q`` and ``p`` are the extents across a
+    row and down an image, or their divisors (``cute.FastDivmodDivisorV2``)."""
+    row = index // q  # the row of the images stacked: p + P * n
+    return index % q, row % p, row // p
+
+
 @cute.jit
 def im2col_tile_at_origin(
     tile: cute.Tensor, pixel_divisors: Optional[PixelDivisors] = None
@@ -131,14 +139,11 @@ def im2col_tile_at_origin(
     tile's first load).
     """
     layout = tile.layout
-    pixel, k_offset = layout.offset
     if cutlass.const_expr(pixel_divisors is None):
         offset = layout.inner(layout.offset)
     else:
-        row = pixel // pixel_divisors.q  # the output row of the images stacked: p + P * n
-        q, p, n = pixel % pixel_divisors.q, row % pixel_divisors.p, row // pixel_divisors.p
-        coord = ((q, p, n), k_offset)
-        offset = layout.inner(coord)
+        pixel, k_offset = layout.offset
+        offset = layout.inner((qpn_coord(pixel, *pixel_divisors), k_offset))
     origin = _add_coords(tile.iterator, offset)
     no_offset = (0, (0, 0, 0))
     return cute.make_tensor(

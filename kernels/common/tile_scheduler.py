@@ -38,6 +38,8 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.cutlass_dsl import extract_mlir_values, new_from_mlir_values
 
+from .im2col import qpn_coord
+
 
 class TileScheduler(Protocol):
     """What every role of both kernels asks of its tile scheduler (SM90: data-parallel or
@@ -206,9 +208,7 @@ class StaticTileScheduler:
         m_tile = cluster_m * self.cluster_shape_mn[0] + cutlass.Int32(bidx)
         n_tile = cluster_n * self.cluster_shape_mn[1] + cutlass.Int32(bidy)
         if cutlass.const_expr(self.halo_tiles is not None):
-            tiles_w, tiles_h = self.halo_tiles
-            row = m_tile // tiles_w  # the tile row of the images stacked: p + tiles_h * image
-            m_tile = (m_tile % tiles_w, row % tiles_h, row // tiles_h)
+            m_tile = qpn_coord(m_tile, *self.halo_tiles)
         return m_tile, n_tile
 
 
