@@ -97,7 +97,8 @@ def family_problems() -> list[dict]:
 
 SWEEP = BoundSweep(
     rule_bound_config(
-        ("last_wave_max_fill", "last_wave_min_k_tiles"), NUM_SMS, **(EVERY_RULE_FITTED | BEFORE_LONE_CTA)
+        ("last_wave_max_fill", "last_wave_min_k_tiles"), NUM_SMS,
+        **(EVERY_RULE_FITTED | BEFORE_LONE_CTA),
     ),
     off=OFF, on=ON, baseline="data_parallel", variant="stream_k", grid=GRID,
     constants={

@@ -62,7 +62,8 @@ MAX_FILL_GRID = (0, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1)
 
 SWEEP = BoundSweep(
     rule_bound_config(
-        "paired_m_max_channel_fill", NUM_SMS, **(EVERY_RULE_FITTED | BEFORE_LAST_WAVE | BEFORE_LONE_CTA)
+        "paired_m_max_channel_fill", NUM_SMS,
+        **(EVERY_RULE_FITTED | BEFORE_LAST_WAVE | BEFORE_LONE_CTA),
     ),
     off=0, on=1, baseline="single_cta", variant="paired_m", grid=MAX_FILL_GRID,
     constants={"plain": "PAIRED_M_MAX_CHANNEL_FILL", "fused": "PAIRED_M_MAX_CHANNEL_FILL_FUSED"},

@@ -60,7 +60,9 @@ OFF, ON = 0, math.inf
 GRID = (OFF, 1, 2, 4, 5, 6, 8, 16, ON)
 
 SWEEP = BoundSweep(
-    rule_bound_config("pointwise_pair_max_k_tiles", NUM_SMS, **(EVERY_RULE_FITTED | BEFORE_LONE_CTA)),
+    rule_bound_config(
+        "pointwise_pair_max_k_tiles", NUM_SMS, **(EVERY_RULE_FITTED | BEFORE_LONE_CTA)
+    ),
     off=OFF, on=ON, baseline="own", variant="paired", grid=GRID,
     constants={"plain": "POINTWISE_PAIR_MAX_K_TILES", "fused": "POINTWISE_PAIR_MAX_K_TILES"},
     constants_module="cute_conv.small_grid_rules",

@@ -95,7 +95,8 @@ def family_problems() -> list[dict]:
 
 SWEEP = BoundSweep(
     rule_bound_config(
-        "square_split_min_k_tiles", NUM_SMS, **(EVERY_RULE_FITTED | BEFORE_LAST_WAVE | BEFORE_LONE_CTA)
+        "square_split_min_k_tiles", NUM_SMS,
+        **(EVERY_RULE_FITTED | BEFORE_LAST_WAVE | BEFORE_LONE_CTA),
     ),
     off=OFF, on=ON, baseline="own", variant="square", grid=GRID,
     constants={"plain": "SQUARE_SPLIT_MIN_K_TILES", "fused": "SQUARE_SPLIT_MIN_K_TILES_FUSED"},

@@ -5,8 +5,7 @@ where 64-wide tiles of a long mainloop fill part of a wave (``wide_cluster_confi
 stream-K over the whole grid where tiles past one wave leave much of the last one idle
 (``last_wave_config``), the filter tile shared along M instead of the activation along N
 where a 1x1's few k-tiles are partly empty (``pointwise_pair_config``), and single CTAs
-instead of 2-CTA clusters where the tiles fill at most a wave of short mainloops
-(``lone_cta_config``). Each
+instead of 2-CTA clusters where the tiles fill at most one wave (``lone_cta_config``). Each
 refines the config a call without one would run (the heuristic's, or the gathering one);
 ``untuned`` applies them through the arch registry (``arch.ArchKernels``)."""
 
