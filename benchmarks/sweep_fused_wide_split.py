@@ -43,6 +43,7 @@ sys.path.insert(0, str(HERE))
 from sweep_rows import (  # noqa: E402
     BEFORE_LAST_WAVE,
     BEFORE_LONE_CTA,
+    BEFORE_SINGLE_TILE_RING,
     BEFORE_SQUARE_SPLIT,
     EVERY_RULE_FITTED,
     BoundSweep,
@@ -62,7 +63,7 @@ MIN_K_TILES_GRID = (OFF, 90, 135, 180, 270, 360)
 SWEEP = BoundSweep(
     rule_bound_config(
         "wide_split_min_k_tiles", NUM_SMS,
-        **(EVERY_RULE_FITTED | BEFORE_SQUARE_SPLIT | BEFORE_LAST_WAVE | BEFORE_LONE_CTA),
+        **(EVERY_RULE_FITTED | BEFORE_SQUARE_SPLIT | BEFORE_LAST_WAVE | BEFORE_LONE_CTA | BEFORE_SINGLE_TILE_RING),
     ),
     off=OFF, on=SELECTED, baseline="own_tiles", variant="wide_split", grid=MIN_K_TILES_GRID,
     constants={"fused": "WIDE_SPLIT_MIN_K_TILES"},

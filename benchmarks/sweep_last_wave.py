@@ -46,6 +46,7 @@ sys.path.insert(0, str(HERE))
 
 from sweep_rows import (  # noqa: E402
     BEFORE_LONE_CTA,
+    BEFORE_SINGLE_TILE_RING,
     EVERY_RULE_FITTED,
     BoundSweep,
     family_problem,
@@ -98,7 +99,7 @@ def family_problems() -> list[dict]:
 SWEEP = BoundSweep(
     rule_bound_config(
         ("last_wave_max_fill", "last_wave_min_k_tiles"), NUM_SMS,
-        **(EVERY_RULE_FITTED | BEFORE_LONE_CTA),
+        **(EVERY_RULE_FITTED | BEFORE_LONE_CTA | BEFORE_SINGLE_TILE_RING),
     ),
     off=OFF, on=ON, baseline="data_parallel", variant="stream_k", grid=GRID,
     constants={

@@ -28,6 +28,9 @@ BEFORE_LAST_WAVE = {"last_wave_max_fill": 0}
 # ``untuned_with``'s bound that leaves out the lone-CTA rule (sweep_lone_cta.py), as the
 # sweeps before it measured.
 BEFORE_LONE_CTA = {"lone_cta_max_k_tiles": 0}
+# ``untuned_with``'s bound that leaves out the ring rule (sweep_single_tile_ring.py), as the
+# sweeps before it measured.
+BEFORE_SINGLE_TILE_RING = {"single_tile_ring_max_k_tiles": 0}
 # ``untuned_with``'s keywords that put every rule it defaults off (as the sweeps before those
 # rules measured) at its fitted bound: a sweep run now measures against what calls run today.
 EVERY_RULE_FITTED = dict(
@@ -37,6 +40,7 @@ EVERY_RULE_FITTED = dict(
     wide_cluster_min_share=None, pingpong_max_k_tiles=None, wide_split_residual=True,
     paired_m_max_channel_fill=None, square_split_min_k_tiles=None, last_wave_max_fill=None,
     last_wave_min_k_tiles=None, pointwise_pair_max_k_tiles=None, lone_cta_max_k_tiles=None,
+    single_tile_ring_max_k_tiles=None,
 )  # fmt: skip
 
 
@@ -292,7 +296,8 @@ def untuned_with(
     paired_m_max_channel_fill: float | None = 0,
     square_split_min_k_tiles: float | None = math.inf, last_wave_max_fill: float | None = 0,
     last_wave_min_k_tiles: float | None = None, pointwise_pair_max_k_tiles: float | None = 0,
-    lone_cta_max_k_tiles: float | None = 0, **heuristic_kwargs,
+    lone_cta_max_k_tiles: float | None = 0, single_tile_ring_max_k_tiles: float | None = 0,
+    **heuristic_kwargs,
 ):  # fmt: skip
     """The config a call of ``form`` (``plain``, ``fused`` or ``fp8``, as in
     ``measure_configs``) without one runs on ``problem`` (``untuned.untuned_config``: staging,
@@ -305,8 +310,9 @@ def untuned_with(
     ``wide_epilogue_max_k_tiles`` and ``wide_epilogue_min_ab_stages`` and the cluster rule
     ``wide_cluster_min_share``, ``wide_cluster_max_share`` and ``wide_cluster_residual`` (its
     ``take_residual``), the last-wave rule ``last_wave_max_fill`` and
-    ``last_wave_min_k_tiles``, the pair rule ``pointwise_pair_max_k_tiles`` and the lone-CTA
-    rule ``lone_cta_max_k_tiles``: a sweep's variant of the heuristic.
+    ``last_wave_min_k_tiles``, the pair rule ``pointwise_pair_max_k_tiles``, the lone-CTA
+    rule ``lone_cta_max_k_tiles`` and the ring rule ``single_tile_ring_max_k_tiles``: a
+    sweep's variant of the heuristic.
     The rules fitted after most sweeps ran default to off, as those sweeps measured: the
     single-warpgroup rule and its wider tiles (0), ``default_config``'s
     ``whole_source_min_k`` (inf) and 256-row tiles' bounds
@@ -316,12 +322,14 @@ def untuned_with(
     (``wide_split_residual``, False), the 2x1 clusters of short 1x1s
     (``paired_m_max_channel_fill``, 0), the 128x128 split tiles
     (``square_split_min_k_tiles``, inf), the last-wave rule (``last_wave_max_fill``, 0),
-    the pair rule (``pointwise_pair_max_k_tiles``, 0) and the lone-CTA rule
-    (``lone_cta_max_k_tiles``, 0); None takes a rule's fitted bound."""
+    the pair rule (``pointwise_pair_max_k_tiles``, 0), the lone-CTA rule
+    (``lone_cta_max_k_tiles``, 0) and the ring rule (``single_tile_ring_max_k_tiles``, 0);
+    None takes a rule's fitted bound."""
     from cute_conv.arch import ARCHS
     from cute_conv.config import default_config
     from cute_conv.epilogue_rule import wide_epilogue_config
     from cute_conv.halo_rule import halo_tiled_config
+    from cute_conv.ring_rule import single_tile_ring_config
     from cute_conv.small_grid_rules import (
         last_wave_config,
         lone_cta_config,
@@ -366,10 +374,12 @@ def untuned_with(
     )
     pair_rule = functools.partial(pointwise_pair_config, max_k_tiles=pointwise_pair_max_k_tiles)
     lone_cta_rule = functools.partial(lone_cta_config, max_k_tiles=lone_cta_max_k_tiles)
+    ring_rule = functools.partial(single_tile_ring_config, max_k_tiles=single_tile_ring_max_k_tiles)
     arch = dataclasses.replace(
         ARCHS["sm_90a"], heuristic=heuristic, single_warpgroup_rule=single_warpgroup_rule,
         halo_rule=halo_rule, epilogue_rule=epilogue_rule, cluster_rule=cluster_rule,
         last_wave_rule=last_wave_rule, pair_rule=pair_rule, lone_cta_rule=lone_cta_rule,
+        ring_rule=ring_rule,
     )  # fmt: skip
     element_bytes = 1 if form == "fp8" else 2
     kernel_problem = kernel_problem_for(problem, element_bytes)

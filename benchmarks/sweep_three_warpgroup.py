@@ -36,6 +36,7 @@ sys.path.insert(0, str(HERE))
 
 from sweep_rows import (  # noqa: E402
     BEFORE_LONE_CTA,
+    BEFORE_SINGLE_TILE_RING,
     EVERY_RULE_FITTED,
     BoundSweep,
     gpu_results_paths,
@@ -49,7 +50,7 @@ NUM_SMS = 132  # H100 SXM and H200: the selection and the fit use the same count
 MAX_COST_GRID = (0.95, 1.0, 1.05, 1.1)
 
 SWEEP = BoundSweep(
-    rule_bound_config("three_warpgroup_max_cost", NUM_SMS, **(EVERY_RULE_FITTED | BEFORE_LONE_CTA)),
+    rule_bound_config("three_warpgroup_max_cost", NUM_SMS, **(EVERY_RULE_FITTED | BEFORE_LONE_CTA | BEFORE_SINGLE_TILE_RING)),
     off=MAX_COST_GRID[0], on=MAX_COST_GRID[-1], baseline="today", variant="three_warpgroups",
     grid=MAX_COST_GRID,
     constants={"plain": "THREE_WARPGROUP_MAX_COST", "fused": "THREE_WARPGROUP_MAX_COST"},

@@ -20,6 +20,7 @@ from .kernels.sm90.conv2d_fprop import Conv2dFpropSm90
 from .kernels.sm100.config import SMEM_CAPACITY_SM100, Conv2dConfigSm100
 from .kernels.sm100.conv2d_fprop import Conv2dFpropKernel
 from .problem import Conv2dProblemShape
+from .ring_rule import single_tile_ring_config
 from .small_grid_rules import (
     last_wave_config,
     lone_cta_config,
@@ -89,6 +90,9 @@ class ArchKernels:
     # single CTAs instead of a 2-CTA cluster where the tiles fill at most one wave (None: the
     # config's).
     lone_cta_rule: Optional[Callable[..., Any]]
+    # For a call without a config, last, with the epilogue rule's arguments: the A/B ring's
+    # depth where each CTA runs one tile (None: the config's).
+    ring_rule: Optional[Callable[..., Any]]
     # The scratch a launch needs, ``(float32 partials, int32 flags)`` or None, for
     # ``(kernel problem, config, max clusters)`` (None: the arch's kernels never need any).
     workspace_size: Optional[Callable[[Conv2dProblemShape, Any, int], Optional[tuple]]]
@@ -131,6 +135,7 @@ ARCHS: dict[str, ArchKernels] = {
         last_wave_rule=last_wave_config,
         pair_rule=pointwise_pair_config,
         lone_cta_rule=lone_cta_config,
+        ring_rule=single_tile_ring_config,
         workspace_size=workspace_size_sm90,
     ),
     "sm_100a": ArchKernels(
@@ -151,6 +156,7 @@ ARCHS: dict[str, ArchKernels] = {
         last_wave_rule=None,
         pair_rule=None,
         lone_cta_rule=None,
+        ring_rule=None,
         workspace_size=None,
     ),
 }

@@ -1,8 +1,8 @@
 """The config a call without one runs when nothing is autotuned: the arch's heuristic for the
 problem the kernel runs, a gathering config where it spares a staging pass, the small-M,
-single-warpgroup, halo, epilogue, cluster, last-wave, pointwise-pair and lone-CTA rules.
-``dispatch`` runs it; ``tuning`` times it beside its candidates, so that a stored choice never
-runs slower than the call it replaces."""
+single-warpgroup, halo, epilogue, cluster, last-wave, pointwise-pair, lone-CTA and ring
+rules. ``dispatch`` runs it; ``tuning`` times it beside its candidates, so that a stored
+choice never runs slower than the call it replaces."""
 
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ def untuned_config(
     that runs unstaged or gathered, as the arch's small-M rule makes it; then as the arch's
     single-warpgroup rule, its halo rule and its epilogue rule make it for the conv the kernel
     runs; then, for an unstaged conv, as its cluster rule makes it; then as its last-wave
-    rule schedules it; then as its pair rule clusters it; last, as its lone-CTA rule takes its
-    2-CTA clusters apart. A conv on the patch view (``staging.patch_view``: views, nothing
-    copied) is the view's conv, unstaged."""
+    rule schedules it; then as its pair rule clusters it and its lone-CTA rule takes its 2-CTA
+    clusters apart; last, as its ring rule sizes its A/B ring. A conv on the patch view
+    (``staging.patch_view``: views, nothing copied) is the view's conv, unstaged."""
     if kernel_problem == patch_view(problem, element_bytes):
         problem = kernel_problem
     config = target.heuristic(kernel_problem, num_sms, has_residual, element_bytes, out_bytes)
@@ -66,6 +66,8 @@ def untuned_config(
         config = target.pair_rule(config, problem, num_sms, has_residual, element_bytes)
     if target.lone_cta_rule is not None:
         config = target.lone_cta_rule(config, runs, num_sms, has_residual, element_bytes)
+    if target.ring_rule is not None:
+        config = target.ring_rule(config, runs, num_sms, has_residual, element_bytes, out_bytes)
     return config
 
 
