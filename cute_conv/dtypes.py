@@ -8,7 +8,7 @@ import cutlass
 
 from . import validation
 
-__all__ = ["CUTLASS_DTYPES", "FP8_INPUT_DTYPES", "INPUT_DTYPES", "dtype_name"]
+__all__ = ["CUTLASS_DTYPES", "DTYPES_BY_BYTES", "FP8_INPUT_DTYPES", "INPUT_DTYPES", "dtype_name"]
 
 CUTLASS_DTYPES: dict[str, type[cutlass.Numeric]] = {
     "bfloat16": cutlass.BFloat16,
@@ -16,6 +16,13 @@ CUTLASS_DTYPES: dict[str, type[cutlass.Numeric]] = {
     "float32": cutlass.Float32,
     "float8_e4m3fn": cutlass.Float8E4M3FN,
     "float8_e5m2": cutlass.Float8E5M2,
+}
+# The element type the rules size SMEM plans with, by element size (an input's 1 or 2 bytes,
+# an output's 1, 2 or 4): every type of one size takes the same buffers.
+DTYPES_BY_BYTES: dict[int, type[cutlass.Numeric]] = {
+    1: cutlass.Float8E4M3FN,
+    2: cutlass.BFloat16,
+    4: cutlass.Float32,
 }
 
 

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import cutlass
-
 from .config import Conv2dConfig, check_out_bytes, check_rule_args, pitched_halo_tile
+from .dtypes import DTYPES_BY_BYTES
 from .kernels.sm90.config import MAX_TILE_ELEMS
 from .kernels.sm90.schedule_checks import MAX_K_TILE_BYTES, PITCHED_TILE_W
 from .problem import Conv2dProblemShape
@@ -48,7 +47,6 @@ HALO_NARROW_TILE_N = 64
 HALO_NARROW_MIN_COLUMN_FILL = 0.85
 HALO_NARROW_MIN_WAVES = 3.0
 HALO_TILE_M = 256
-_DTYPES_BY_BYTES = {1: cutlass.Float8E4M3FN, 2: cutlass.BFloat16, 4: cutlass.Float32}
 
 
 def halo_tile_config(
@@ -75,7 +73,7 @@ def halo_tile_config(
         gather=False, gather_vector=1, tile_w=tile_w, halo_h=halo_h, halo_w=halo_w,
     )  # fmt: skip
     try:
-        halo.plan(_DTYPES_BY_BYTES[element_bytes], _DTYPES_BY_BYTES[out_bytes], has_residual)
+        halo.plan(DTYPES_BY_BYTES[element_bytes], DTYPES_BY_BYTES[out_bytes], has_residual)
     except ValueError:
         return None
     return halo

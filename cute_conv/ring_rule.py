@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import cutlass
-
 from .config import Conv2dConfig, check_out_bytes, check_rule_args, k_tile_bound
+from .dtypes import DTYPES_BY_BYTES
 from .problem import Conv2dProblemShape
 from .schedule import schedule_shape
 
@@ -26,8 +25,6 @@ __all__ = ["SINGLE_TILE_RING_MAX_K_TILES", "single_tile_ring_config"]
 SINGLE_TILE_RING_MAX_K_TILES = 12
 # The shallowest ring the kernel takes.
 _MIN_STAGES = 2
-_ACT_DTYPES = {2: cutlass.BFloat16, 1: cutlass.Float8E4M3FN}
-_OUT_DTYPES = {4: cutlass.Float32, 2: cutlass.BFloat16, 1: cutlass.Float8E4M3FN}
 
 
 def single_tile_ring_config(
@@ -61,7 +58,7 @@ def single_tile_ring_config(
     tiles, k_tiles = schedule_shape(problem, config.tile_m, config.tile_n, config.tile_k)
     if tiles > num_sms or k_tiles > max_k_tiles:
         return config
-    dtypes = (_ACT_DTYPES[element_bytes], _OUT_DTYPES[out_bytes])
+    dtypes = (DTYPES_BY_BYTES[element_bytes], DTYPES_BY_BYTES[out_bytes])
     stages = max(k_tiles, _MIN_STAGES)
     if stages >= config.plan(*dtypes, has_residual).ab_stages:
         return config
