@@ -213,6 +213,13 @@ def test_render_tables_and_geomeans(tmp_path):
     assert "| plain conv vs cuDNN | heldout | 4.000x / 4.000x (1) |" in text
     assert f"| plain conv vs cuDNN | all | {4 ** (1 / 3):.3f}x / 1.000x (3) |" in text
     assert "| relu(conv + b) + r vs cuDNN frontend | train | 3.000x / 3.000x (1) |" in text
+    # the floors: b's 0.50x is the one plain ratio under 0.95x; the fused a is over 1.0x
+    assert (
+        f"| plain conv vs cuDNN | train | 1.000x / {fw_train:.3f}x (2) | 1 below 0.95x (least "
+        "0.50x) |"
+    ) in text
+    assert "| heldout | 4.000x / 4.000x (1) | 0 below 0.95x (least 4.00x) |" in text
+    assert "| train | 3.000x / 3.000x (1) | 0 below 1.00x (least 3.00x) |" in text
     assert "relu(conv + b + r)" not in text  # no row has that comparison
     # per class: 1x1 train = a and b; 3x3 s1 only held out
     assert f"| 1x1 | 1.000x / {fw_train:.3f}x (2) | - | 3.000x / 3.000x (1) | - |" in text
