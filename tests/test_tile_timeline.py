@@ -1,8 +1,9 @@
 """The per-tile timeline probe's summary (benchmarks/experiments/tile_timeline.py), on marks made
-up here: which tile counts as a CTA's first, and each part's cycles."""
+up here: which tile counts as a CTA's first, and each part's cycles; the problems it takes."""
 
 from __future__ import annotations
 
+import pytest
 import tile_timeline
 
 
@@ -55,3 +56,17 @@ def test_producer_totals_split_the_load_warps_time_into_waits_and_issue():
     assert result["load_tile"] == 5100 and result["waits_for_free_stages"] == 3600
     assert result["issue"] == 1500
     assert result["tiles"] == 6
+
+
+def test_problems_are_suite_shapes_or_corpus_keys():
+    assert tile_timeline.shape_of("r50-c3-3x3")["C"] == 128
+    key = "n128_h14_w14_c1024_k512_r1_s1_pad0.0.0.0_str1.1_dil1.1"
+    shape = tile_timeline.shape_of(key)
+    assert (shape["N"], shape["H"], shape["C"], shape["K"], shape["R"]) == (128, 14, 1024, 512, 1)
+    with pytest.raises(ValueError, match="not in the corpus"):
+        tile_timeline.shape_of("no-such-shape")
+
+
+def test_an_unknown_form_is_rejected_before_anything_runs():
+    with pytest.raises(ValueError, match="bf16, fp8, fused"):
+        tile_timeline.one_call("r50-c3-3x3", "fp16", 132, {})

@@ -19,20 +19,16 @@ import argparse
 import dataclasses
 import json
 import statistics
-import sys
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from tile_timeline import parse_field, shape_of  # beside this script
 from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import compare_versions  # noqa: E402
-from tile_timeline import parse_field  # noqa: E402
-
-import cute_conv  # noqa: E402
-from cute_conv.testing import random_conv_inputs  # noqa: E402
-from cute_conv.untuned import heuristic_config  # noqa: E402
+import cute_conv
+from cute_conv.testing import random_conv_inputs
+from cute_conv.untuned import heuristic_config
 
 CALLS = 30
 
@@ -57,12 +53,6 @@ def kernel_durations(call, calls: int = CALLS) -> dict:
             for i in range(per_call)
         ],
     }
-
-
-def shape_of(name: str) -> dict:
-    """A suite shape by name, else a corpus problem by key, as ``bench_shape`` takes it."""
-    suite = {shape["name"]: shape for shape in compare_versions.select_shapes(None)}
-    return suite[name] if name in suite else compare_versions.corpus_shapes(name)[0]
 
 
 def conv_durations(spec: str, num_sms: int) -> dict:

@@ -16,10 +16,11 @@
     CC_PROBE_TOTALS=1 CC_PROBE_PRODUCER=1 python ...   # the load warp's side too (TP)
     git checkout kernels/
 
-For each suite shape (``NAME:fp8`` or ``NAME:bf16``, the default config; ``:field=value``
-after it overrides a config field, e.g. ``r50-c3-3x3:fp8:pingpong=True``): three warm-up
-calls, then one call whose printf lines are captured from this process's stdout and
-summarized.
+For each suite shape or corpus key (``NAME:fp8``, ``NAME:bf16`` or ``NAME:fused``, the
+default config; ``fused`` is bf16 ``relu(conv + b) + r``, the config a call with a residual
+runs; ``:field=value`` after it overrides a config field, e.g.
+``r50-c3-3x3:fp8:pingpong=True``): three warm-up calls, then one call whose printf lines are
+captured from this process's stdout and summarized.
 
 - ``TL`` (``CC_PROBE_TIMELINE``; consumer thread 0 of every CTA, per tile: ``block tile_no
   work start ready first_stage mainloop_done epilogue_done``, clock64 cycles): per tile the
@@ -57,17 +58,29 @@ from pathlib import Path
 
 import torch
 
-import cute_conv
-from cute_conv.testing import random_conv_inputs
-from cute_conv.untuned import heuristic_config
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import compare_versions  # noqa: E402
 
-SHAPES = Path(__file__).resolve().parent.parent / "shapes.json"
+import cute_conv  # noqa: E402
+from cute_conv.testing import random_conv_inputs  # noqa: E402
+from cute_conv.untuned import heuristic_config  # noqa: E402
+
+DTYPES = ("bf16", "fp8", "fused")
+
+
+def shape_of(name: str) -> dict:
+    """A suite shape by name, else a corpus problem by key, as ``bench_shape`` takes it."""
+    suite = {shape["name"]: shape for shape in compare_versions.select_shapes(None)}
+    return suite[name] if name in suite else compare_versions.corpus_shapes(name)[0]
 
 
 def one_call(name: str, dtype: str, num_sms: int, overrides: dict[str, int]):
-    """The default call on suite shape ``name`` in ``dtype`` (fp8: e4m3 in, bf16 out), its
-    config's fields replaced by ``overrides``."""
-    shape = next(s for s in json.loads(SHAPES.read_text())["shapes"] if s["name"] == name)
+    """The default call on ``name`` (a suite shape or a corpus key) in ``dtype`` (fp8: e4m3
+    in, bf16 out; fused: bf16 ``relu(conv + b) + r``), its config's fields replaced by
+    ``overrides``."""
+    if dtype not in DTYPES:
+        raise ValueError(f"{name}: the dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    shape = shape_of(name)
     n, h, w, c, k, r, s = (shape[x] for x in "NHWCKRS")
     geom = dict(stride=shape["stride"], padding=shape["pad"], dilation=shape["dilation"])
     x32, f32 = random_conv_inputs(n, h, w, c, k, r, s, dtype=torch.float32)
@@ -82,7 +95,16 @@ def one_call(name: str, dtype: str, num_sms: int, overrides: dict[str, int]):
             qx, qf, out=out, x_scale=x_scale, w_scale=w_scale, config=config, **geom
         )
     x, flt = x32.bfloat16(), f32.bfloat16()
-    config = dataclasses.replace(heuristic_config(problem, num_sms), **overrides)
+    fused = dtype == "fused"
+    config = dataclasses.replace(
+        heuristic_config(problem, num_sms, has_residual=fused), **overrides
+    )
+    if fused:
+        bias = torch.randn(k, device="cuda", dtype=torch.bfloat16)
+        source = torch.randn(problem.output_shape, device="cuda").bfloat16()
+        return config, lambda: cute_conv.conv2d_fprop_with_residual(
+            x, flt, source, bias=bias, activation="relu", out=out, config=config, **geom
+        )
     return config, lambda: cute_conv.conv2d_fprop(x, flt, out=out, config=config, **geom)
 
 
@@ -178,7 +200,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "problems", nargs="+",
-        help="NAME:fp8 or NAME:bf16 (suite shapes), then :field=value config overrides (True/False or integers)",
+        help="NAME:bf16, NAME:fp8 or NAME:fused (a suite shape or corpus key), then "
+        ":field=value config overrides (True/False or integers)",
     )  # fmt: skip
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
