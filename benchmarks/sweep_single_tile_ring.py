@@ -21,7 +21,8 @@ ring SMEM fits; ``short``: one tile's k-tiles), each checked against the float32
 from a NaN-poisoned output, then replayed from CUDA graphs, cuDNN's plain replay beside them
 (``sweep_rows.BoundSweep``). ``--fit`` scores each bound of ``GRID`` on the train problems
 (geomean of the full ring's time over the time of the config the bound gives), picks the best
-(the middle of ties), and reports the same on the held-out problems, which the fit never sees.
+(the middle of ties), and reports the same on the held-out problems, which the fit never sees;
+``--joint`` fits the one bound both forms share on their train problems together.
 """
 
 from __future__ import annotations

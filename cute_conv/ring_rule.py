@@ -5,8 +5,8 @@ initializes each stage's two barriers, one after the other, before any load can 
 cycles a barrier on an H200, 0.13 us for a 16-stage ring against a 2-stage one. Where a conv's
 tiles fill at most one wave, each CTA runs a single tile, whose loads never use more stages
 than the tile has k-tiles; a ring of exactly that many keeps every load in flight at once and
-initializes no barrier it does not use. The bound was fitted on the corpus's train part
-(``benchmarks/sweep_single_tile_ring.py``)."""
+initializes no barrier it does not use. The bound was fitted on the corpus's train part,
+plain and fused calls together (``benchmarks/sweep_single_tile_ring.py --joint``)."""
 
 from __future__ import annotations
 
