@@ -42,11 +42,9 @@ sys.path.insert(0, str(HERE))
 
 from sweep_rows import (  # noqa: E402
     BEFORE_LAST_WAVE,
-    BEFORE_LONE_CTA,
-    BEFORE_SINGLE_TILE_RING,
     BEFORE_SQUARE_SPLIT,
-    EVERY_RULE_FITTED,
     BoundSweep,
+    fitted_before,
     gpu_results_paths,
     rule_bound_config,
 )
@@ -63,7 +61,7 @@ MIN_K_TILES_GRID = (OFF, 90, 135, 180, 270, 360)
 SWEEP = BoundSweep(
     rule_bound_config(
         "wide_split_min_k_tiles", NUM_SMS,
-        **(EVERY_RULE_FITTED | BEFORE_SQUARE_SPLIT | BEFORE_LAST_WAVE | BEFORE_LONE_CTA | BEFORE_SINGLE_TILE_RING),
+        **(fitted_before("lone_cta_max_k_tiles") | BEFORE_SQUARE_SPLIT | BEFORE_LAST_WAVE),
     ),
     off=OFF, on=SELECTED, baseline="own_tiles", variant="wide_split", grid=MIN_K_TILES_GRID,
     constants={"fused": "WIDE_SPLIT_MIN_K_TILES"},

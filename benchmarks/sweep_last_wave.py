@@ -45,11 +45,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from sweep_rows import (  # noqa: E402
-    BEFORE_LONE_CTA,
-    BEFORE_SINGLE_TILE_RING,
-    EVERY_RULE_FITTED,
     BoundSweep,
     family_problem,
+    fitted_before,
     gpu_results_paths,
     rule_bound_config,
 )
@@ -99,7 +97,7 @@ def family_problems() -> list[dict]:
 SWEEP = BoundSweep(
     rule_bound_config(
         ("last_wave_max_fill", "last_wave_min_k_tiles"), NUM_SMS,
-        **(EVERY_RULE_FITTED | BEFORE_LONE_CTA | BEFORE_SINGLE_TILE_RING),
+        **fitted_before("lone_cta_max_k_tiles"),
     ),
     off=OFF, on=ON, baseline="data_parallel", variant="stream_k", grid=GRID,
     constants={

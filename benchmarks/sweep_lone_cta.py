@@ -39,12 +39,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from sweep_rows import (  # noqa: E402
-    BEFORE_SINGLE_TILE_RING,
-    EVERY_RULE_FITTED,
-    BoundSweep,
-    rule_bound_config,
-)
+from sweep_rows import BoundSweep, fitted_before, rule_bound_config  # noqa: E402
 
 FORMS = ("plain", "fused")
 RESULTS_PATHS = {
@@ -56,7 +51,9 @@ OFF, ON = 0, math.inf
 GRID = (OFF, 1, 2, 4, 8, 16, 32, 64, ON)
 
 SWEEP = BoundSweep(
-    rule_bound_config("lone_cta_max_k_tiles", NUM_SMS, **(EVERY_RULE_FITTED | BEFORE_SINGLE_TILE_RING)),
+    rule_bound_config(
+        "lone_cta_max_k_tiles", NUM_SMS, **fitted_before("single_tile_ring_max_k_tiles")
+    ),
     off=OFF, on=ON, baseline="own", variant="lone", grid=GRID,
     constants={"plain": "LONE_CTA_MAX_K_TILES", "fused": "LONE_CTA_MAX_K_TILES"},
     constants_module="cute_conv.small_grid_rules",

@@ -46,10 +46,8 @@ sys.path.insert(0, str(HERE))
 
 from sweep_rows import (  # noqa: E402
     BEFORE_LAST_WAVE,
-    BEFORE_LONE_CTA,
-    BEFORE_SINGLE_TILE_RING,
-    EVERY_RULE_FITTED,
     BoundSweep,
+    fitted_before,
     gpu_results_paths,
     rule_bound_config,
 )
@@ -64,7 +62,7 @@ MAX_FILL_GRID = (0, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1)
 SWEEP = BoundSweep(
     rule_bound_config(
         "paired_m_max_channel_fill", NUM_SMS,
-        **(EVERY_RULE_FITTED | BEFORE_LAST_WAVE | BEFORE_LONE_CTA | BEFORE_SINGLE_TILE_RING),
+        **(fitted_before("lone_cta_max_k_tiles") | BEFORE_LAST_WAVE),
     ),
     off=0, on=1, baseline="single_cta", variant="paired_m", grid=MAX_FILL_GRID,
     constants={"plain": "PAIRED_M_MAX_CHANNEL_FILL", "fused": "PAIRED_M_MAX_CHANNEL_FILL_FUSED"},

@@ -39,11 +39,9 @@ sys.path.insert(0, str(HERE))
 
 from sweep_rows import (  # noqa: E402
     BEFORE_LAST_WAVE,
-    BEFORE_LONE_CTA,
     BEFORE_PAIRED_M,
-    BEFORE_SINGLE_TILE_RING,
-    EVERY_RULE_FITTED,
     BoundSweep,
+    fitted_before,
     gpu_results_paths,
     rule_bound_config,
 )
@@ -57,7 +55,7 @@ SWEEP = BoundSweep(
     # The 2x1 clusters of sweep_paired_m.py and the last-wave rule came after this sweep.
     rule_bound_config(
         "pingpong_max_k_tiles", NUM_SMS,
-        **(EVERY_RULE_FITTED | BEFORE_PAIRED_M | BEFORE_LAST_WAVE | BEFORE_LONE_CTA | BEFORE_SINGLE_TILE_RING),
+        **(fitted_before("lone_cta_max_k_tiles") | BEFORE_PAIRED_M | BEFORE_LAST_WAVE),
     ),
     off=0, on=math.inf, baseline="no_pingpong", variant="pingpong", grid=MAX_K_TILES_GRID,
     constants={"fused": "PINGPONG_MAX_K_TILES"},

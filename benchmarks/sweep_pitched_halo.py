@@ -152,7 +152,7 @@ def report(form: str) -> None:
 def joint_fit() -> tuple[float, float]:
     """The (column fill, waves) pair of the grid with the best geomean of the three forms'
     train scores (the middle of ties): one rule serves every form."""
-    return SWEEP.joint_fit_over(tuple(RESULTS_PATHS.items()), "plain, fused and fp8 rows")
+    return SWEEP.joint_forms_fit(RESULTS_PATHS)
 
 
 def main() -> None:

@@ -43,13 +43,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from sweep_rows import (  # noqa: E402
-    BEFORE_LONE_CTA,
-    BEFORE_SINGLE_TILE_RING,
-    EVERY_RULE_FITTED,
-    BoundSweep,
-    rule_bound_config,
-)
+from sweep_rows import BoundSweep, fitted_before, rule_bound_config  # noqa: E402
 
 FORMS = ("plain", "fused")
 RESULTS_PATHS = {
@@ -62,7 +56,7 @@ GRID = (OFF, 1, 2, 4, 5, 6, 8, 16, ON)
 
 SWEEP = BoundSweep(
     rule_bound_config(
-        "pointwise_pair_max_k_tiles", NUM_SMS, **(EVERY_RULE_FITTED | BEFORE_LONE_CTA | BEFORE_SINGLE_TILE_RING)
+        "pointwise_pair_max_k_tiles", NUM_SMS, **fitted_before("lone_cta_max_k_tiles")
     ),
     off=OFF, on=ON, baseline="own", variant="paired", grid=GRID,
     constants={"plain": "POINTWISE_PAIR_MAX_K_TILES", "fused": "POINTWISE_PAIR_MAX_K_TILES"},

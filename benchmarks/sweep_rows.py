@@ -25,12 +25,11 @@ BEFORE_SQUARE_SPLIT = {"square_split_min_k_tiles": math.inf}
 # ``untuned_with``'s bound that leaves out the last-wave rule (sweep_last_wave.py), as the
 # sweeps before it measured.
 BEFORE_LAST_WAVE = {"last_wave_max_fill": 0}
-# ``untuned_with``'s bound that leaves out the lone-CTA rule (sweep_lone_cta.py), as the
-# sweeps before it measured.
-BEFORE_LONE_CTA = {"lone_cta_max_k_tiles": 0}
-# ``untuned_with``'s bound that leaves out the ring rule (sweep_single_tile_ring.py), as the
-# sweeps before it measured.
-BEFORE_SINGLE_TILE_RING = {"single_tile_ring_max_k_tiles": 0}
+# ``untuned_with``'s k-tile bounds of the rules fitted since sweep_pointwise_pair.py, in the
+# order they were fitted (each off at 0): the lone-CTA rule (sweep_lone_cta.py), the ring rule
+# (sweep_single_tile_ring.py). A sweep run before one of them measured without it and every
+# one after it (``fitted_before``); a rule fitted next goes at the end.
+RULES_IN_FIT_ORDER = ("lone_cta_max_k_tiles", "single_tile_ring_max_k_tiles")
 # ``untuned_with``'s keywords that put every rule it defaults off (as the sweeps before those
 # rules measured) at its fitted bound: a sweep run now measures against what calls run today.
 EVERY_RULE_FITTED = dict(
@@ -42,6 +41,13 @@ EVERY_RULE_FITTED = dict(
     last_wave_min_k_tiles=None, pointwise_pair_max_k_tiles=None, lone_cta_max_k_tiles=None,
     single_tile_ring_max_k_tiles=None,
 )  # fmt: skip
+
+
+def fitted_before(rule: str) -> dict:
+    """``EVERY_RULE_FITTED`` with ``rule`` (one of ``RULES_IN_FIT_ORDER``) and every rule
+    fitted after it off: the calls a sweep run before ``rule`` was fitted measured."""
+    later = RULES_IN_FIT_ORDER[RULES_IN_FIT_ORDER.index(rule) :]
+    return EVERY_RULE_FITTED | dict.fromkeys(later, 0)
 
 
 def gpu_results_paths(stem: str) -> tuple[Path, Path]:
@@ -695,17 +701,26 @@ class BoundSweep:
         print(f"fitted on their train rows together: {best}")
         return best
 
+    def joint_forms_fit(self, results_paths: dict[str, Path]) -> float:
+        """The bound of one constant every form shares: ``joint_fit_over`` the forms'
+        results files (``results_paths``, by form) together."""
+        *others, last = results_paths
+        forms = f"{', '.join(others)} and {last}" if others else last
+        return self.joint_fit_over(tuple(results_paths.items()), f"{forms} rows")
+
     def main(
         self,
         doc: str,
         results_paths: dict[str, Path],
         joint_paths: tuple[Path, ...] | dict[str, tuple[Path, ...]] = (),
+        joint_forms: bool = False,
     ) -> None:
         """The sweep's command line: ``--form``, ``--max-seconds``, ``--fit`` (no GPU),
         ``--results`` (another file than the form's in ``results_paths``), ``--shard I/N``
-        (``shard``), ``--merge FILE...`` (``merge_results``, no GPU) and, where the
-        sweep has ``joint_paths`` (several GPUs' results; a dict of them by form where the
-        forms have their own), ``--joint`` (``joint_fit``)."""
+        (``shard``), ``--merge FILE...`` (``merge_results``, no GPU) and ``--joint``: where
+        the sweep has ``joint_paths`` (several GPUs' results; a dict of them by form where the
+        forms have their own), ``joint_fit``; with ``joint_forms`` (one constant for every
+        form), ``joint_forms_fit``."""
         import argparse
 
         parser = argparse.ArgumentParser(description=doc.splitlines()[0])
@@ -723,11 +738,14 @@ class BoundSweep:
             "--merge", type=Path, nargs="+", metavar="FILE",
             help="no GPU: add these shards' rows to the results file",
         )  # fmt: skip
-        if joint_paths:
-            parser.add_argument("--joint", action="store_true", help="no GPU: every GPU's rows")
+        if joint_paths or joint_forms:
+            rows = "every form's" if joint_forms else "every GPU's"
+            parser.add_argument("--joint", action="store_true", help=f"no GPU: {rows} rows")
         args = parser.parse_args()
         path = args.results or results_paths[args.form]
-        if joint_paths and args.joint:
+        if joint_forms and args.joint:
+            self.joint_forms_fit(results_paths)
+        elif joint_paths and args.joint:
             paths = joint_paths[args.form] if isinstance(joint_paths, dict) else joint_paths
             self.joint_fit(args.form, paths)
         elif args.merge:

@@ -55,15 +55,5 @@ SWEEP = BoundSweep(
 )  # fmt: skip
 configs_of, single_tile_ring_problems = SWEEP.configs_of, SWEEP.problems
 
-
-def joint_fit() -> float:
-    """The bound of ``GRID`` with the best geomean of both forms' train scores (the middle of
-    ties): one constant serves plain and fused calls."""
-    return SWEEP.joint_fit_over(tuple(RESULTS_PATHS.items()), "plain and fused rows")
-
-
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--joint"]:
-        joint_fit()
-    else:
-        SWEEP.main(__doc__, RESULTS_PATHS)
+    SWEEP.main(__doc__, RESULTS_PATHS, joint_forms=True)

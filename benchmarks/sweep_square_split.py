@@ -52,11 +52,9 @@ sys.path.insert(0, str(HERE))
 
 from sweep_rows import (  # noqa: E402
     BEFORE_LAST_WAVE,
-    BEFORE_LONE_CTA,
-    BEFORE_SINGLE_TILE_RING,
-    EVERY_RULE_FITTED,
     BoundSweep,
     family_problem,
+    fitted_before,
     rule_bound_config,
 )
 
@@ -97,7 +95,7 @@ def family_problems() -> list[dict]:
 SWEEP = BoundSweep(
     rule_bound_config(
         "square_split_min_k_tiles", NUM_SMS,
-        **(EVERY_RULE_FITTED | BEFORE_LAST_WAVE | BEFORE_LONE_CTA | BEFORE_SINGLE_TILE_RING),
+        **(fitted_before("lone_cta_max_k_tiles") | BEFORE_LAST_WAVE),
     ),
     off=OFF, on=ON, baseline="own", variant="square", grid=GRID,
     constants={"plain": "SQUARE_SPLIT_MIN_K_TILES", "fused": "SQUARE_SPLIT_MIN_K_TILES_FUSED"},

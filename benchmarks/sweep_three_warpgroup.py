@@ -35,10 +35,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from sweep_rows import (  # noqa: E402
-    BEFORE_LONE_CTA,
-    BEFORE_SINGLE_TILE_RING,
-    EVERY_RULE_FITTED,
     BoundSweep,
+    fitted_before,
     gpu_results_paths,
     rule_bound_config,
 )
@@ -50,7 +48,7 @@ NUM_SMS = 132  # H100 SXM and H200: the selection and the fit use the same count
 MAX_COST_GRID = (0.95, 1.0, 1.05, 1.1)
 
 SWEEP = BoundSweep(
-    rule_bound_config("three_warpgroup_max_cost", NUM_SMS, **(EVERY_RULE_FITTED | BEFORE_LONE_CTA | BEFORE_SINGLE_TILE_RING)),
+    rule_bound_config("three_warpgroup_max_cost", NUM_SMS, **fitted_before("lone_cta_max_k_tiles")),
     off=MAX_COST_GRID[0], on=MAX_COST_GRID[-1], baseline="today", variant="three_warpgroups",
     grid=MAX_COST_GRID,
     constants={"plain": "THREE_WARPGROUP_MAX_COST", "fused": "THREE_WARPGROUP_MAX_COST"},

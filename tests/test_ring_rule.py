@@ -117,4 +117,4 @@ def test_committed_rows_are_the_selection_and_every_config_passed(form):
 
 
 def test_the_committed_rows_fit_the_bound():
-    assert sweep.joint_fit() == SINGLE_TILE_RING_MAX_K_TILES
+    assert sweep.SWEEP.joint_forms_fit(sweep.RESULTS_PATHS) == SINGLE_TILE_RING_MAX_K_TILES

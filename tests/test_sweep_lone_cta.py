@@ -12,6 +12,7 @@ import pytest
 import sweep_lone_cta as sweep
 from bench_corpus import load_corpus
 from bound_sweep_rows import check_committed_rows, selected_configs
+from sweep_rows import EVERY_RULE_FITTED, fitted_before
 
 from cute_conv import Conv2dConfig, Conv2dProblemShape
 from cute_conv.schedule import schedule_shape
@@ -86,3 +87,11 @@ def test_committed_rows_are_the_selection_and_every_config_passed(form):
 @pytest.mark.parametrize("form", sweep.FORMS)
 def test_the_committed_rows_fit_the_bound(form):
     assert sweep.SWEEP.fit(form, sweep.RESULTS_PATHS[form]) == LONE_CTA_MAX_K_TILES
+
+
+def test_sweeps_run_before_a_rule_take_it_and_the_rules_after_it_off():
+    lone, ring = {"lone_cta_max_k_tiles": 0}, {"single_tile_ring_max_k_tiles": 0}
+    assert fitted_before("lone_cta_max_k_tiles") == EVERY_RULE_FITTED | lone | ring
+    assert fitted_before("single_tile_ring_max_k_tiles") == EVERY_RULE_FITTED | ring
+    with pytest.raises(ValueError):
+        fitted_before("no_such_rule")
