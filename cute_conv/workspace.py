@@ -15,10 +15,14 @@ the doubling keeps the replaced ones smaller, together, than the live one.
 A launch captured into a CUDA graph does not take its stream's buffers: the graph may be
 replayed on any stream, beside eager calls or other graphs on the stream it was captured on,
 which would then share counters with it. Each capture (CUDA's capture sequence id) gets
-buffers of its own instead, allocated while capturing (from the graph's memory pool, the
-counters zeroed by a memset the graph replays first), shared by the capture's launches on that
-stream, which run in order, and kept for the life of the process: a graph holds their address
-for every replay, and torch may hand freed graph-pool memory to another graph of the pool.
+buffers of its own instead, shared by the capture's launches on that stream, which run in
+order, and kept for the life of the process: a graph holds their address for every replay, and
+torch may hand freed graph-pool memory to another graph of the pool. The partials are
+allocated while capturing (from the graph's memory pool). The counters are a spare made by an
+eager call (zeroed, and waited for, outside any capture) where one is large enough: a capture
+usually follows warm-up calls, and counters zeroed inside it would be a kernel that every
+replay runs before the conv's (1-2 us on an H200, a twentieth of a small conv's time). Without
+a spare they are allocated and zeroed in the capture, that kernel and all.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ __all__ = ["DYNAMIC_SCHEDULE_COUNTERS", "capture_id", "kernel_workspace", "works
 # (device, stream) or, while capturing, (device, stream, capture id) -> (partials, flags)
 _buffers: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
 _replaced: list[torch.Tensor] = []
+# device -> zeroed int32 counters for the next capture on the device that needs no more
+_spare_flags: dict[int, torch.Tensor] = {}
 _lock = threading.Lock()
 
 
@@ -77,6 +83,11 @@ def kernel_workspace(
     if buffers is None or buffers[0].numel() < partial_floats or buffers[1].numel() < num_flags:
         with _lock:
             buffers = _grow(key, partial_floats, num_flags)
+    if capture is None and num_flags > 0:
+        spare = _spare_flags.get(device_index)
+        if spare is None or spare.numel() < buffers[1].numel():
+            with _lock:
+                _make_spare_flags(device_index, buffers[1].numel())
     return buffers[0].data_ptr(), buffers[1].data_ptr()
 
 
@@ -96,6 +107,10 @@ def _grow(key: tuple[int, ...], partial_floats: int, num_flags: int):
     device_index, stream = key[:2]
     old_partials, old_flags = _buffers.get(key, (None, None))
     device = torch.device("cuda", device_index)
+    if old_flags is None and len(key) > 2:  # a capture's first counters: a spare if one fits
+        spare = _spare_flags.get(device_index)
+        if spare is not None and spare.numel() >= num_flags:
+            old_flags = _spare_flags.pop(device_index)
     # On the call's stream: the counters are zeroed before the kernels that use them.
     with torch.cuda.device(device), torch.cuda.stream(torch.cuda.ExternalStream(stream)):
         partials = _at_least(
@@ -109,6 +124,29 @@ def _grow(key: tuple[int, ...], partial_floats: int, num_flags: int):
     new = partials, flags
     _buffers[key] = new
     return new
+
+
+def _make_spare_flags(device_index: int, num_flags: int) -> None:
+    """Zeroed counters of at least ``num_flags`` for the device's next capture, zeroed on a
+    stream of their own and waited for: a graph may be replayed on any stream. The wait is
+    made in relaxed capture mode, so that a capture another thread has under way does not
+    forbid it. Call under ``_lock``, outside any capture on the calling thread."""
+    from cuda.bindings import runtime
+
+    spare = _spare_flags.get(device_index)
+    if spare is not None and spare.numel() >= num_flags:
+        return  # another thread made one first
+    device = torch.device("cuda", device_index)
+    zeroing = torch.cuda.Stream(device)
+    with torch.cuda.device(device), torch.cuda.stream(zeroing):
+        flags = torch.zeros(num_flags, dtype=torch.int32, device=device)
+    relaxed = runtime.cudaStreamCaptureMode.cudaStreamCaptureModeRelaxed
+    _, mode = runtime.cudaThreadExchangeStreamCaptureMode(relaxed)
+    try:
+        zeroing.synchronize()
+    finally:
+        runtime.cudaThreadExchangeStreamCaptureMode(mode)
+    _spare_flags[device_index] = flags  # one it replaces was never handed out: freed
 
 
 def _at_least(

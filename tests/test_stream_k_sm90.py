@@ -134,6 +134,49 @@ def test_each_capture_takes_its_own_workspace():
     assert len({eager, *captured}) == 3
 
 
+def _graph_nodes(graph: torch.cuda.CUDAGraph) -> list[str]:
+    """The node types of a graph captured with ``keep_graph=True``."""
+    from cuda.bindings import runtime
+
+    raw = graph.raw_cuda_graph()
+    handle = raw if isinstance(raw, runtime.cudaGraph_t) else runtime.cudaGraph_t(int(raw))
+    err, nodes, _ = runtime.cudaGraphGetNodes(handle, 64)
+    assert err == runtime.cudaError_t.cudaSuccess
+    return [runtime.cudaGraphNodeGetType(node)[1].name for node in nodes]
+
+
+def test_a_capture_after_an_eager_call_zeroes_no_counters():
+    """A capture that follows an eager call (the usual warm-up) takes the zeroed counters
+    that call left spare: its graph is the conv's kernel alone, with no zeroing before it
+    for every replay to run. Two such captures get counters of their own and replay right,
+    interleaved; a capture with no eager call before it zeroes its counters itself."""
+    config = Config(tile_n=128, stream_k=True)
+    act, flt, pad = _inputs(SHAPES[0])
+    ref = conv2d_reference(act, flt, padding=pad)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graphs, outs = [], []
+    for warm_up in (True, True, False):
+        out = torch.full(ref.shape, float("nan"), device="cuda", dtype=act.dtype)
+        if warm_up:
+            with torch.cuda.stream(stream):
+                cute_conv.conv2d_fprop(act, flt, padding=pad, config=config, out=out)
+        graph = torch.cuda.CUDAGraph(keep_graph=True)
+        with torch.cuda.graph(graph, stream=stream):
+            cute_conv.conv2d_fprop(act, flt, padding=pad, config=config, out=out)
+        graphs.append(graph)
+        outs.append(out.fill_(float("nan")))
+    kernel = "cudaGraphNodeTypeKernel"
+    assert [_graph_nodes(graph) for graph in graphs] == [[kernel], [kernel], [kernel] * 2]
+    for _ in range(20):
+        for graph in graphs:
+            graph.replay()
+    torch.cuda.synchronize()
+    for out in outs:
+        report = compare_to_reference(out, ref)
+        assert report.ok, str(report)
+
+
 def test_graphs_of_one_capture_stream_replayed_on_two_streams_at_once():
     """Two graphs captured on the same stream (torch.cuda.graph's default), replayed
     concurrently: each has its own stream-K counters and partials, so neither sees the
