@@ -140,7 +140,8 @@ def _graph_nodes(graph: torch.cuda.CUDAGraph) -> list[str]:
 
     raw = graph.raw_cuda_graph()
     handle = raw if isinstance(raw, runtime.cudaGraph_t) else runtime.cudaGraph_t(int(raw))
-    err, nodes, _ = runtime.cudaGraphGetNodes(handle, 64)
+    _, _, count = runtime.cudaGraphGetNodes(handle, 0)
+    err, nodes, _ = runtime.cudaGraphGetNodes(handle, count)
     assert err == runtime.cudaError_t.cudaSuccess
     return [runtime.cudaGraphNodeGetType(node)[1].name for node in nodes]
 
