@@ -58,6 +58,17 @@ def test_producer_totals_split_the_load_warps_time_into_waits_and_issue():
     assert result["tiles"] == 6
 
 
+def test_epilogue_parts_reduce_each_warpgroups_sums_to_cycles_per_tile():
+    # TE: block, warpgroup, tiles, C waits, subtile 0's compute, the others', stores
+    lines = [[0, 0, 3, 300, 3000, 4200, 9000], [0, 1, 3, 600, 3600, 4800, 9600],
+             [1, 0, 0, 0, 0, 0, 0]]  # fmt: skip
+    result = tile_timeline.epilogue_parts(lines)
+    assert result["c_waits"] == 150  # the median of 100 and 200 (no-tile warpgroups left out)
+    assert result["compute_subtile0"] == 1100 and result["compute_rest"] == 1500
+    assert result["stores"] == 3100
+    assert result["tiles"] == 3
+
+
 def test_problems_are_suite_shapes_or_corpus_keys():
     assert tile_timeline.shape_of("r50-c3-3x3")["C"] == 128
     key = "n128_h14_w14_c1024_k512_r1_s1_pad0.0.0.0_str1.1_dil1.1"

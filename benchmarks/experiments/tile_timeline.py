@@ -14,6 +14,7 @@
     loads, waits and releases kept: the tile's time at the loads' own pace),
     CC_PROBE_PINGPONG_SOLO=1 (ping-pong configs: consumer 0 runs every tile alone, no turns)
     CC_PROBE_TOTALS=1 CC_PROBE_PRODUCER=1 python ...   # the load warp's side too (TP)
+    CC_PROBE_TOTALS=1 CC_PROBE_EPILOGUE=1 python ...   # the epilogue's parts too (TE)
     git checkout kernels/
 
 For each suite shape or corpus key (``NAME:fp8``, ``NAME:bf16`` or ``NAME:fused``, the
@@ -37,6 +38,13 @@ captured from this process's stdout and summarized.
   once (``block tiles cycles load_tile acquire_waits``): its time in ``load_tile`` and, of
   it, the waits for free ring stages; ``producer`` reduces them to cycles per tile, the
   rest of ``load_tile`` being the TMA issue and its bookkeeping.
+- ``TE`` (``CC_PROBE_EPILOGUE``, with ``TS``; TMA-stored epilogues): each consumer warpgroup's
+  sums over its tiles of ``store_subtile``'s parts, printed after its ``TS`` line (``block
+  warpgroup tiles c_waits compute_subtile0 compute_rest stores``): the waits for C's
+  subtiles, the math, SMEM reads and writes of the first subtile (with the waits for the
+  tile's bias and scale loads, which the compiler hoists to the epilogue's start) and of
+  the others, and the barriers around each TMA store (with the store warp's wait for a free
+  staging buffer); ``epilogue_parts`` reduces them to cycles per tile.
 
 Nothing is checked: the A-free, B-free, stage-0 and summing variants compute wrong outputs by
 design. The probes act at trace time and the disk cache's fingerprint does not see them, so
@@ -109,7 +117,7 @@ def one_call(name: str, dtype: str, num_sms: int, overrides: dict[str, int]):
 
 
 def captured_marks(call) -> dict[str, list[list[int]]]:
-    """The ``TL``, ``TW``, ``TS`` and ``TP`` lines one ``call`` prints from the device (fd 1
+    """The ``TL``, ``TW``, ``TS``, ``TP`` and ``TE`` lines one ``call`` prints from the device (fd 1
     redirected to a file), their integer fields by tag."""
     torch.cuda.synchronize()
     sys.stdout.flush()
@@ -124,7 +132,7 @@ def captured_marks(call) -> dict[str, list[list[int]]]:
             os.close(saved)
         sink.seek(0)
         lines = sink.read().splitlines()
-    marks: dict[str, list[list[int]]] = {"TL": [], "TW": [], "TS": [], "TP": []}
+    marks: dict[str, list[list[int]]] = {"TL": [], "TW": [], "TS": [], "TP": [], "TE": []}
     for line in lines:
         tag, *fields = line.split()
         if tag in marks:
@@ -183,6 +191,15 @@ def producer_totals(lines: list[list[int]]) -> dict:
     )  # fmt: skip
 
 
+def epilogue_parts(lines: list[list[int]]) -> dict:
+    """Cycles per tile of the consumer warpgroups' ``TE`` sums (median over warpgroups)."""
+    return _medians_per_tile(
+        (tiles, {"c_waits": c_waits, "compute_subtile0": first, "compute_rest": rest,
+                 "stores": stores})
+        for _, _, tiles, c_waits, first, rest, stores in lines
+    )  # fmt: skip
+
+
 def _medians_per_tile(sums: Iterable[tuple[int, dict[str, int]]]) -> dict:
     """Per named sum, the median over its printers (those with tiles) of the sum per tile;
     ``tiles`` the median tile count."""
@@ -212,7 +229,7 @@ def main() -> int:
     probes = ("CC_PROBE_A_FREE", "CC_PROBE_B_FREE", "CC_PROBE_STAGE0", "CC_PROBE_WAITS",
               "CC_PROBE_TOTALS", "CC_PROBE_NO_WAIT", "CC_PROBE_NO_EPILOGUE",
               "CC_PROBE_SUM_EPILOGUE", "CC_PROBE_NO_MMA", "CC_PROBE_PINGPONG_SOLO",
-              "CC_PROBE_PRODUCER")  # fmt: skip
+              "CC_PROBE_PRODUCER", "CC_PROBE_EPILOGUE")  # fmt: skip
     results = {"device": torch.cuda.get_device_name()}
     results |= {name: os.environ.get(name) == "1" for name in probes}
     for problem in args.problems:
@@ -225,13 +242,15 @@ def main() -> int:
         results[problem] = {"config": repr(config)}
         if marks["TP"]:
             results[problem]["producer"] = producer_totals(marks["TP"])
+        if marks["TE"]:
+            results[problem]["epilogue"] = epilogue_parts(marks["TE"])
         if marks["TS"]:
             results[problem]["totals"] = totals(marks["TS"])
         else:
             results[problem] |= summary(marks["TL"], num_sms, marks["TW"])
         shown = results[problem].get("totals") or results[problem]["cycles"]
         print(problem, json.dumps(shown), json.dumps(results[problem].get("producer", {})),
-              flush=True)  # fmt: skip
+              json.dumps(results[problem].get("epilogue", {})), flush=True)  # fmt: skip
     args.out.write_text(json.dumps(results, indent=1))
     return 0
 
