@@ -46,6 +46,13 @@ def test_totals_reduce_each_warpgroups_sums_to_cycles_per_tile():
     assert result["first_stage_wait"] == 150  # 100 and 200
     assert result["other"] == 8050 - 150 - 6000 - 1500
     assert result["k_tile_waits_in_mainloop"] == 100
+    assert "sm_mhz" not in result  # lines without the loop's nanoseconds
+
+
+def test_totals_give_the_sm_clock_of_lines_with_nanoseconds():
+    lines = [[0, 0, 6, 48000, 600, 36000, 9000, 1200, 30000],
+             [0, 1, 6, 48600, 1200, 36000, 9000, 0, 32400]]  # fmt: skip
+    assert tile_timeline.totals(lines)["sm_mhz"] == 1550  # the median of 1600 and 1500
 
 
 def test_producer_totals_split_the_load_warps_time_into_waits_and_issue():

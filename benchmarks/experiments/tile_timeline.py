@@ -32,8 +32,8 @@ captured from this process's stdout and summarized.
   mainloop spent waiting for ring stages after the first, in all and the longest wait.
 - ``TS`` (``CC_PROBE_TOTALS``, no per-tile printf): each consumer warpgroup sums those parts
   over its tiles and prints them once after its last (``block warpgroup tiles cycles
-  first_stage_waits mainloops epilogues k_tile_waits``); ``totals`` reduces them to cycles
-  per tile. This is the undisturbed measurement.
+  first_stage_waits mainloops epilogues k_tile_waits nanoseconds``); ``totals`` reduces them
+  to cycles per tile and the SM clock of the loop. This is the undisturbed measurement.
 - ``TP`` (``CC_PROBE_PRODUCER``; im2col tiles, data-parallel): the load warp's sums, printed
   once (``block tiles cycles load_tile acquire_waits``): its time in ``load_tile`` and, of
   it, the waits for free ring stages; ``producer`` reduces them to cycles per tile, the
@@ -172,14 +172,20 @@ def parse_field(value: str) -> int | bool:
 
 
 def totals(lines: list[list[int]]) -> dict:
-    """Cycles per tile of each warpgroup's ``TS`` sums (median over warpgroups), and what
-    they leave out of its whole loop ("other": the hand-off between tiles)."""
-    return _medians_per_tile(
+    """Cycles per tile of each warpgroup's ``TS`` sums (median over warpgroups), what they
+    leave out of its whole loop ("other": the hand-off between tiles) and, where the line
+    has the loop's nanoseconds (``%globaltimer``) too, the SM clock it ran at (MHz, median
+    over warpgroups: a power-capped GPU runs below its listed clock)."""
+    result = _medians_per_tile(
         (tiles, {"cycles": cycles, "first_stage_wait": first, "mainloop": main,
                  "k_tile_waits_in_mainloop": waits, "epilogue": epilogue,
                  "other": cycles - first - main - epilogue})
-        for _, _, tiles, cycles, first, main, epilogue, waits in lines
+        for _, _, tiles, cycles, first, main, epilogue, waits, *_ in lines
     )  # fmt: skip
+    clocks = [line[3] * 1e3 / line[8] for line in lines if len(line) > 8 and line[2] and line[8]]
+    if clocks:
+        result["sm_mhz"] = statistics.median(clocks)
+    return result
 
 
 def producer_totals(lines: list[list[int]]) -> dict:
