@@ -128,21 +128,22 @@ def _grow(key: tuple[int, ...], partial_floats: int, num_flags: int):
 
 def _make_spare_flags(device_index: int, num_flags: int) -> None:
     """Zeroed counters of at least ``num_flags`` for the device's next capture, zeroed on a
-    stream of their own and waited for: a graph may be replayed on any stream. The wait is
-    made in relaxed capture mode, so that a capture another thread has under way does not
-    forbid it. Call under ``_lock``, outside any capture on the calling thread."""
+    stream of their own and waited for: a graph may be replayed on any stream. Made in
+    relaxed capture mode, so that a capture another thread has under way (in global mode)
+    does not forbid this thread's allocation and wait. Call under ``_lock``, outside any
+    capture on the calling thread."""
     from cuda.bindings import runtime
 
     spare = _spare_flags.get(device_index)
     if spare is not None and spare.numel() >= num_flags:
         return  # another thread made one first
     device = torch.device("cuda", device_index)
-    zeroing = torch.cuda.Stream(device)
-    with torch.cuda.device(device), torch.cuda.stream(zeroing):
-        flags = torch.zeros(num_flags, dtype=torch.int32, device=device)
     relaxed = runtime.cudaStreamCaptureMode.cudaStreamCaptureModeRelaxed
     _, mode = runtime.cudaThreadExchangeStreamCaptureMode(relaxed)
     try:
+        zeroing = torch.cuda.Stream(device)
+        with torch.cuda.device(device), torch.cuda.stream(zeroing):
+            flags = torch.zeros(num_flags, dtype=torch.int32, device=device)
         zeroing.synchronize()
     finally:
         runtime.cudaThreadExchangeStreamCaptureMode(mode)
