@@ -2,15 +2,17 @@
 process: the measurements behind the L2 prefetch (NOTES, session 43) and the preload into
 registers (session 44).
 
-    python benchmarks/ab_channel_vectors.py [--ab preload] [--form bias_relu]   # GPU
+    python benchmarks/ab_channel_vectors.py [--ab preload|lookahead] [--form bias_relu]   # GPU
     python benchmarks/ab_channel_vectors.py [--ab preload] [--form bias_relu] --report
 
 Each experiment (``EXPERIMENTS``) compares kernels of each problem's untuned config that
 differ only in code switched at trace time (``use_variant``):
 
 - ``preload``: the kernel as it is: the SM90 consumers load a tile's bias into registers
-  before its mainloop where they fit (``PRELOAD_MAX_REGISTERS``), else the ``prefetch``
-  kernel's code;
+  before its mainloop where they fit (``PRELOAD_MAX_REGISTERS``), else prefetch it into L2
+  before the mainloop and load each subtile's ``VECTOR_LOOKAHEAD_SUBTILES`` subtiles ahead;
+- ``per_subtile``: the same but for the lookahead: past the budget, each subtile loads its
+  own (the kernel before the lookahead);
 - ``prefetch``: no preload; the bias's lines prefetched into L2 before the mainloop
   (``prefetch_channel_vectors``) and loaded per epilogue subtile;
 - ``noprefetch``: neither: loaded per subtile;
@@ -48,7 +50,7 @@ sys.path.insert(0, str(HERE))
 from sweep_rows import load_results, sample_rank  # noqa: E402
 
 FORMS = ("fused", "bias_relu")
-VARIANTS = ("preload", "prefetch", "noprefetch", "const")
+VARIANTS = ("preload", "prefetch", "noprefetch", "const", "per_subtile")
 
 
 class Experiment(NamedTuple):
@@ -59,6 +61,8 @@ class Experiment(NamedTuple):
     variants: tuple[str, ...]
     selection: tuple[tuple[float, float, int], ...]
     results: Path
+    # Only rows whose fused call ran one of these tile shapes (e.g. "128x256"); () for all.
+    tiles: tuple[str, ...] = ()
 
 
 EXPERIMENTS = {
@@ -72,12 +76,20 @@ EXPERIMENTS = {
         ((0.0, 12.0, 16), (12.0, 40.0, 14), (40.0, math.inf, 12)),  # and per-subtile waits
         HERE / "channel_preload_ab_H100.json",
     ),
+    # Tiles past the preload budget: their vectors loaded subtiles ahead against per subtile.
+    "lookahead": Experiment(
+        ("preload", "per_subtile", "const"),
+        ((0.0, 20.0, 12), (20.0, 80.0, 12), (80.0, math.inf, 8)),
+        HERE / "vector_lookahead_ab_H200.json",
+        tiles=("128x256", "256x128"),
+    ),
 }
 ROUNDS = 9  # of interleaved timing: the gaps measured are a few percent
 # The variants' disk caches go below the cache directory the process started with.
 _BASE_CACHE_DIR = Path(os.environ.get("CUTE_CONV_CACHE_DIR", Path.home() / ".cache" / "cute_conv"))
 _VARIANT_KERNELS: dict[str, dict] = {name: {} for name in VARIANTS}
-# kernels/sm90/epilogue.py's PRELOAD_MAX_REGISTERS as landed, before use_variant set it.
+# kernels/sm90/epilogue.py's PRELOAD_MAX_REGISTERS and VECTOR_LOOKAHEAD_SUBTILES as landed,
+# before use_variant set them.
 _LANDED: dict[str, int] = {}
 
 
@@ -87,7 +99,12 @@ def select_problems(results: dict, device: str, experiment: Experiment) -> list[
     from bench_corpus import latest_rows
 
     _, rows, _ = latest_rows(results, device)
-    fused_us = {r["key"]: r["after_ms"] * 1e3 for r in rows if r.get("after_ms")}
+    fused_us = {
+        r["key"]: r["after_ms"] * 1e3
+        for r in rows
+        if r.get("after_ms")
+        and (not experiment.tiles or r.get("fused_config", "").split(" ")[0] in experiment.tiles)
+    }
     keys = []
     for low, high, count in experiment.selection:
         group = [key for key, us in fused_us.items() if low <= us < high]
@@ -122,8 +139,12 @@ def use_variant(name: str) -> None:
             r_bias[v] = cutlass.Float32(0.25)
 
     landed_budget = _LANDED.setdefault("preload", sm90_epilogue.PRELOAD_MAX_REGISTERS)
-    sm90_epilogue.PRELOAD_MAX_REGISTERS = landed_budget if name == "preload" else 0
-    prefetches = name in ("preload", "prefetch")
+    keeps_budget = name in ("preload", "per_subtile")
+    sm90_epilogue.PRELOAD_MAX_REGISTERS = landed_budget if keeps_budget else 0
+    # The other variants load each subtile's vectors in that subtile, none ahead of it.
+    landed_ahead = _LANDED.setdefault("ahead", sm90_epilogue.VECTOR_LOOKAHEAD_SUBTILES)
+    sm90_epilogue.VECTOR_LOOKAHEAD_SUBTILES = landed_ahead if name == "preload" else 0
+    prefetches = name in ("preload", "prefetch", "per_subtile")
     fprop.prefetch_channel_vectors = prefetch_channel_vectors if prefetches else no_prefetch
     store.load_channel_vectors = constant_vectors if name == "const" else load_channel_vectors
     os.environ["CUTE_CONV_CACHE_DIR"] = str(_BASE_CACHE_DIR / f"ab_{name}")

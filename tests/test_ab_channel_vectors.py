@@ -23,7 +23,8 @@ def restored(monkeypatch):
     """What ``use_variant`` switches, put back after the test."""
     for module, name in ((fprop, "prefetch_channel_vectors"), (store, "load_channel_vectors"),
                          (compile_mod, "_cache"),
-                         (sm90_epilogue, "PRELOAD_MAX_REGISTERS")):  # fmt: skip
+                         (sm90_epilogue, "PRELOAD_MAX_REGISTERS"),
+                         (sm90_epilogue, "VECTOR_LOOKAHEAD_SUBTILES")):  # fmt: skip
         monkeypatch.setattr(module, name, getattr(module, name))
     monkeypatch.setenv("CUTE_CONV_CACHE_DIR", str(ab._BASE_CACHE_DIR))
 
@@ -74,3 +75,23 @@ def test_the_committed_rows_show_the_preload_paying(gpu, form, gain):
     assert ab.ratio(rows, "prefetch", "preload") > gain
     # Within 1% of the kernel that loads no bias at all.
     assert ab.ratio(rows, "preload", "plain") < ab.ratio(rows, "const", "plain") * 1.01
+
+
+def test_the_lookahead_ab_keeps_to_the_tiles_past_the_preload_budget():
+    rows = [
+        {"key": "wide", "after_ms": 0.010, "fused_config": "128x256 1x2 3 stages"},
+        {"key": "tall", "after_ms": 0.030, "fused_config": "256x128 2x1"},
+        {"key": "narrow", "after_ms": 0.010, "fused_config": "128x128 1x1"},
+    ]
+    results = {"runs": [{"run_id": "1", "device": "H", "rows": rows}]}
+    keys = ab.select_problems(results, "H", ab.EXPERIMENTS["lookahead"])
+    assert sorted(keys) == ["tall", "wide"]
+    assert len(ab.select_problems(results, "H", ab.EXPERIMENTS["preload"])) == 3
+
+
+def test_the_per_subtile_variant_keeps_the_preload_but_looks_no_subtile_ahead(restored):
+    ab.use_variant("per_subtile")
+    assert sm90_epilogue.PRELOAD_MAX_REGISTERS == ab._LANDED["preload"]
+    assert sm90_epilogue.VECTOR_LOOKAHEAD_SUBTILES == 0
+    ab.use_variant("preload")
+    assert sm90_epilogue.VECTOR_LOOKAHEAD_SUBTILES == ab._LANDED["ahead"] >= 1

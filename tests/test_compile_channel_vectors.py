@@ -73,3 +73,20 @@ def test_sm90_wide_tiles_prefetch_and_load_per_subtile(spec, prefetches):
 @pytest.mark.parametrize("spec, prefetches", SPECS.values(), ids=SPECS.keys())
 def test_sm100_prefetches_each_channel_vector(spec, prefetches):
     assert _ptx("sm_100a", Conv2dConfigSm100(), spec).count(PREFETCH) == prefetches
+
+
+@pytest.mark.parametrize("ahead", [0, 1, 2])
+def test_sm90_wide_tiles_load_each_subtiles_vectors_ahead(monkeypatch, ahead):
+    # Past the preload budget, subtile i's bias is loaded at subtile i - ahead (the first
+    # `ahead` subtiles' before the first): 8 channels a subtile before the first store.
+    import cute_conv.kernels.sm90.epilogue as sm90_epilogue
+
+    from cute_conv import compile as compile_mod
+
+    monkeypatch.setattr(sm90_epilogue, "VECTOR_LOOKAHEAD_SUBTILES", ahead)
+    monkeypatch.setattr(compile_mod, "_cache", {})  # the depth is not in the kernels' key
+    monkeypatch.setenv("CUTE_CONV_DISK_CACHE", "0")
+    ptx = _ptx("sm_90a", Conv2dConfig(tile_n=256), BIAS_BF16)
+    epilogue = ptx[ptx.rindex("wgmma.wait_group") :]
+    assert epilogue[: epilogue.index("stmatrix")].count("ld.global") == 8 * (ahead + 1)
+    assert epilogue.count("ld.global") == 64

@@ -128,15 +128,19 @@ def preload_channel_vectors(
     vectors: ChannelVectors,
     tile_n0: cutlass.Int32,
     epi_n: cutlass.Constexpr,
+    subtile_columns: cutlass.Constexpr = None,
 ):
     """Load this thread's bias/scale of the output tile whose first channel is ``tile_n0``
     into ``vectors.tile_bias``/``tile_scale``, unconverted (a conversion here would wait for
-    the load). Issued before the tile's mainloop, the loads land under it, where loading them
-    per subtile waits on each subtile's loads after it."""
+    the load): of every subtile column, or of those in ``subtile_columns``. Issued before the
+    tile's mainloop, the loads land under it, where loading them per subtile waits on each
+    subtile's loads after it."""
     _, col_values, _, _ = _rows_and_columns(vectors.coords)
     last_channel = cute.size(channel_count_vector(spec, vectors.m_bias, vectors.m_scale)) - 1
     tile = vectors.tile_bias if cutlass.const_expr(spec.has_bias) else vectors.tile_scale
-    for s in cutlass.range_constexpr(cute.size(tile, mode=[1])):
+    if cutlass.const_expr(subtile_columns is None):
+        subtile_columns = range(cute.size(tile, mode=[1]))
+    for s in subtile_columns:
         for j in cutlass.range_constexpr(len(col_values)):
             # Clamped: values past K (the N tail) are computed but clipped by the TMA store.
             column = tile_n0 + s * epi_n + vectors.coords[col_values[j]][1]

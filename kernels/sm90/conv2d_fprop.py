@@ -868,11 +868,13 @@ class Conv2dFpropSm90(
                 if k_first == 0:  # this warpgroup runs the tile's epilogue: load its bias
                     _, n_tile = items.tile_coord(work)
                     tile_n0 = n_tile * self.tile_mnk[1]
-                    if cutlass.const_expr(epilogue.vectors.preloaded):
+                    if cutlass.const_expr(
+                        epilogue.vectors.preloaded and not epilogue.vectors_ahead
+                    ):
                         preload_channel_vectors(
                             self.epilogue, epilogue.vectors, tile_n0, self.epi_tile[1]
                         )
-                    else:  # into L2, for the subtiles' loads
+                    else:  # into L2, for the epilogue's loads
                         prefetch_channel_vectors(
                             self.epilogue, epi_args.bias, epi_args.scale, tile_n0,
                             self.tile_mnk[1], tile_tidx,

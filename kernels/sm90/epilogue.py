@@ -2,7 +2,7 @@
 through ``kernels/common/epilogue_store.store_subtile`` (stmatrix into SMEM staging buffers,
 TMA stores)."""
 
-from typing import NamedTuple, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 import cutlass
 import cutlass.cute as cute
@@ -17,6 +17,7 @@ from ..common.epilogue_store import (
     OutputSubtiles,
     SourceSubtiles,
     bulk_store_tile,
+    preload_channel_vectors,
     preloaded_columns,
     running_amax,
     store_subtile,
@@ -28,10 +29,14 @@ from ..common.tile_scheduler import StaticTileScheduler
 from .mainloop import ConsumerStates
 
 # Registers a consumer thread may hold its accumulators and a tile's bias and scale in across
-# the mainloop (``preload_channel_vectors``); past them each subtile loads its own. A 128-wide
-# tile's bias takes 32 (fp32) or 16 (16-bit) beside 64 accumulators (128 for 128x256 and
-# 256x128 tiles, whose 16-bit bias at 160 spilled registers around the mainloop).
+# the mainloop (``preload_channel_vectors``). A 128-wide tile's bias takes 32 (fp32) or 16
+# (16-bit) beside 64 accumulators (128 for 128x256 and 256x128 tiles, whose 16-bit bias at 160
+# spilled registers around the mainloop). Past them, each subtile's vectors are loaded
+# VECTOR_LOOKAHEAD_SUBTILES subtiles ahead (``Sm90Epilogue.vectors_ahead``): their L2 round
+# trip overlaps the subtiles before, where loading them in the subtile that uses them (0)
+# waits on it once a subtile.
 PRELOAD_MAX_REGISTERS = 144
+VECTOR_LOOKAHEAD_SUBTILES = 1
 
 
 class EpilogueArgs(NamedTuple):
@@ -65,6 +70,9 @@ class Sm90Epilogue(NamedTuple):
     sD: cute.Tensor  # the staging buffers
     first_buffer: cutlass.Int32
     tile_tidx: cutlass.Int32  # this thread among the tile's consumer threads
+    # Trace time: > 0: ``vectors.tile_bias``/``tile_scale`` are loaded in the epilogue, each
+    # subtile's this many subtiles ahead, not before the mainloop (PRELOAD_MAX_REGISTERS).
+    vectors_ahead: int = 0
 
 
 class Sm90EpilogueMixin:
@@ -150,7 +158,9 @@ class Sm90EpilogueMixin:
         preloads = self.preloads_channel_vectors(
             preload_shape, m_bias, m_scale, cute.size(accumulators)
         )
-        if cutlass.const_expr(preloads):
+        has_vectors = m_bias is not None or m_scale is not None
+        vectors_ahead = VECTOR_LOOKAHEAD_SUBTILES if has_vectors and not preloads else 0
+        if cutlass.const_expr(preloads or vectors_ahead):
             if cutlass.const_expr(m_bias is not None):
                 tile_bias = cute.make_rmem_tensor(preload_shape, m_bias.element_type)
             if cutlass.const_expr(m_scale is not None):
@@ -173,6 +183,7 @@ class Sm90EpilogueMixin:
             sD=sD,
             first_buffer=first_buffer,
             tile_tidx=tile_tidx,
+            vectors_ahead=vectors_ahead,
         )
 
     @staticmethod
@@ -306,7 +317,10 @@ class Sm90EpilogueMixin:
             out = parts.out._replace(smem_tma=bSG_sD)
         epi_tile_layout = self.epi_tile_layout(gD_tile)
         num_epi_tiles = cute.size(epi_tile_layout)
+        subtile_columns = [epi_tile_layout.get_hier_coord(i)[1] for i in range(num_epi_tiles)]
+        self.load_vectors_ahead(parts, n_tile, subtile_columns, None)
         for epi_idx in cutlass.range_constexpr(num_epi_tiles):
+            self.load_vectors_ahead(parts, n_tile, subtile_columns, epi_idx)
             for v in cutlass.range_constexpr(size_tRS_rD):
                 tRS_rD[v] = tRS_rAcc[epi_idx * size_tRS_rD + v]
             subtile_m, subtile_n = epi_tile_layout.get_hier_coord(epi_idx)
@@ -335,6 +349,27 @@ class Sm90EpilogueMixin:
                 if cutlass.const_expr(self.epilogue.has_residual):
                     source_state.advance()
         return states._replace(source=source_state), num_epi_tiles_done + num_epi_tiles
+
+    def load_vectors_ahead(
+        self,
+        parts: "Sm90Epilogue",
+        n_tile: cutlass.Int32,
+        subtile_columns: List[int],
+        epi_idx: Optional[int],
+    ):
+        """With ``parts.vectors_ahead`` (d), load into their registers the bias/scale of the
+        subtile d ahead of subtile ``epi_idx`` of output tile column ``n_tile``, or, before
+        the first subtile (``epi_idx`` None), of the first d subtiles; ``subtile_columns``:
+        each subtile's column, in the epilogue's order."""
+        ahead = parts.vectors_ahead
+        if ahead:
+            first = 0 if epi_idx is None else epi_idx + ahead
+            last = ahead if epi_idx is None else epi_idx + ahead + 1
+            for subtile_n in subtile_columns[first:last]:
+                preload_channel_vectors(
+                    self.epilogue, parts.vectors, n_tile * self.tile_mnk[1], self.epi_tile[1],
+                    (subtile_n,),
+                )  # fmt: skip
 
     def bulk_staging_buffers(self) -> int:
         """Trace time: the dense tile copies (``tile_m x tile_n`` values) the staging
@@ -382,7 +417,9 @@ class Sm90EpilogueMixin:
         staged_tile = cute.zipped_divide(staged, self.epi_tiler)
         cD_tile = cute.zipped_divide(args.cD[(None, None, m_tile, n_tile)], self.epi_tiler)
         tRS_rD, size_tRS_rD = parts.tRS_rD, cute.size(parts.tRS_rD)
+        self.load_vectors_ahead(parts, n_tile, list(range(num_epi_tiles)), None)
         for epi_idx in cutlass.range_constexpr(num_epi_tiles):
+            self.load_vectors_ahead(parts, n_tile, list(range(num_epi_tiles)), epi_idx)
             for v in cutlass.range_constexpr(size_tRS_rD):
                 tRS_rD[v] = parts.tRS_rAcc[epi_idx * size_tRS_rD + v]
             subtile = ((None, None), (0, epi_idx))  # (epi_m, epi_n): one row of subtiles
