@@ -15,7 +15,7 @@
     CC_PROBE_PINGPONG_SOLO=1 (ping-pong configs: consumer 0 runs every tile alone, no turns)
     CC_PROBE_TOTALS=1 CC_PROBE_PRODUCER=1 python ...   # the load warp's side too (TP)
     CC_PROBE_TOTALS=1 CC_PROBE_EPILOGUE=1 python ...   # the epilogue's parts too (TE)
-    git checkout kernels/
+    git apply -R benchmarks/experiments/tile_timeline_probe.patch
 
 For each suite shape or corpus key (``NAME:fp8``, ``NAME:bf16`` or ``NAME:fused``, the
 default config; ``fused`` is bf16 ``relu(conv + b) + r``, the config a call with a residual
