@@ -55,6 +55,23 @@ def test_totals_give_the_sm_clock_of_lines_with_nanoseconds():
     assert tile_timeline.totals(lines)["sm_mhz"] == 1550  # the median of 1600 and 1500
 
 
+def test_spans_count_microseconds_from_the_first_ctas_entry():
+    # TS fields 9-12: entry, loop begin, loop end, exit (absolute %globaltimer ns)
+    head = [0, 0, 6, 48000, 600, 36000, 9000, 1200, 30000]
+    lines = [head + [1_000, 3_000, 33_000, 34_000], head + [2_000, 5_000, 41_000, 43_000],
+             head + [1_500, 4_000, 37_000, 37_500]]  # fmt: skip
+    result = tile_timeline.spans(lines)
+    assert result["warpgroups"] == 3
+    assert result["entry_spread_us"] == 1.0
+    assert result["setup_us"] == 2.5  # the median of 2, 3 and 2.5 us
+    assert result["loop_us"] == 33.0  # of 30, 36 and 33
+    assert result["drain_us"] == 1.0  # of 1, 2 and 0.5
+    assert result["loop_end_median_us"] == 36.0 and result["loop_end_last_us"] == 40.0
+    assert result["loop_end_p10_us"] == 32.0
+    assert result["last_exit_us"] == 42.0
+    assert tile_timeline.spans([head]) == {}  # lines from before the timestamps
+
+
 def test_producer_totals_split_the_load_warps_time_into_waits_and_issue():
     # TP: block, tiles, cycles, time in load_tile, of it waits for free ring stages
     lines = [[0, 6, 48000, 30000, 21000], [1, 6, 49200, 31200, 22200], [2, 0, 50, 0, 0]]

@@ -34,6 +34,11 @@ captured from this process's stdout and summarized.
   over its tiles and prints them once after its last (``block warpgroup tiles cycles
   first_stage_waits mainloops epilogues k_tile_waits nanoseconds``); ``totals`` reduces them
   to cycles per tile and the SM clock of the loop. This is the undisturbed measurement.
+  Each ``TS`` line also carries four absolute ``%globaltimer`` nanoseconds: the CTA's entry,
+  the loop's begin and end, and its exit after the output stores drained; ``spans``
+  reduces them to microseconds from the first CTA's entry (the launch ramp across CTAs,
+  each CTA's setup, loop and drain, when the loops end, the last exit), to lay against
+  the kernel's duration (``kernel_durations.py``, unpatched).
 - ``TP`` (``CC_PROBE_PRODUCER``; im2col tiles, data-parallel): the load warp's sums, printed
   once (``block tiles cycles load_tile acquire_waits``): its time in ``load_tile`` and, of
   it, the waits for free ring stages; ``producer`` reduces them to cycles per tile, the
@@ -188,6 +193,33 @@ def totals(lines: list[list[int]]) -> dict:
     return result
 
 
+def spans(lines: list[list[int]]) -> dict:
+    """Microseconds of each warpgroup's ``TS`` timestamps (fields 9-12: entry, loop begin,
+    loop end, exit), counted from the first entry: how far the entries spread (the launch
+    ramp), the medians of the setup before the loop, the loop and the drain after it, the
+    loop ends' 10th percentile, median and last, and the last exit. Empty without them."""
+    stamped = [line[9:13] for line in lines if len(line) >= 13]
+    if not stamped:
+        return {}
+    first = min(entry for entry, *_ in stamped)
+
+    def us(ns: float) -> float:
+        return ns / 1e3
+
+    ends = sorted(end - first for _, _, end, _ in stamped)
+    return {
+        "warpgroups": len(stamped),
+        "entry_spread_us": us(max(entry for entry, *_ in stamped) - first),
+        "setup_us": us(statistics.median(begin - entry for entry, begin, _, _ in stamped)),
+        "loop_us": us(statistics.median(end - begin for _, begin, end, _ in stamped)),
+        "drain_us": us(statistics.median(out - end for _, _, end, out in stamped)),
+        "loop_end_p10_us": us(ends[len(ends) // 10]),
+        "loop_end_median_us": us(statistics.median(ends)),
+        "loop_end_last_us": us(ends[-1]),
+        "last_exit_us": us(max(out for *_, out in stamped) - first),
+    }
+
+
 def producer_totals(lines: list[list[int]]) -> dict:
     """Cycles per tile of the load warps' ``TP`` sums (median over CTAs)."""
     return _medians_per_tile(
@@ -252,11 +284,13 @@ def main() -> int:
             results[problem]["epilogue"] = epilogue_parts(marks["TE"])
         if marks["TS"]:
             results[problem]["totals"] = totals(marks["TS"])
+            results[problem]["spans"] = spans(marks["TS"])
         else:
             results[problem] |= summary(marks["TL"], num_sms, marks["TW"])
         shown = results[problem].get("totals") or results[problem]["cycles"]
         print(problem, json.dumps(shown), json.dumps(results[problem].get("producer", {})),
-              json.dumps(results[problem].get("epilogue", {})), flush=True)  # fmt: skip
+              json.dumps(results[problem].get("epilogue", {})),
+              json.dumps(results[problem].get("spans", {})), flush=True)  # fmt: skip
     args.out.write_text(json.dumps(results, indent=1))
     return 0
 
