@@ -11,6 +11,12 @@ microseconds, with the kernels' names; beside them one trivial torch kernel's. S
 (session 59) spend a CUDA-graph replay of ~4.4 us plus their kernels, so tenths of a
 microsecond of kernel time decide their ratios; this shows which kernel time differs,
 without the replay's noise. Launch overheads outside the kernels do not show here.
+
+With ``--fused`` each conv also gets its fused ``relu(conv + b) + r`` call
+(``conv2d_fprop_with_residual``, the heuristic's config for a call with a residual, the
+overrides applied) and, where the cuDNN frontend is installed, the frontend's fused graph
+(the corpus benchmark's: its fastest correct plan of the first ten): what the fused kernels
+add to the plain ones, apart from the graph replays' launch costs.
 """
 
 from __future__ import annotations
@@ -23,10 +29,11 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from tile_timeline import parse_field, shape_of  # beside this script
+from tile_timeline import parse_field, shape_of  # beside this script; puts benchmarks/ on the path
 from torch.profiler import ProfilerActivity, profile
 
 import cute_conv
+from cute_conv.reference import conv2d_reference
 from cute_conv.testing import random_conv_inputs
 from cute_conv.untuned import heuristic_config
 
@@ -55,8 +62,10 @@ def kernel_durations(call, calls: int = CALLS) -> dict:
     }
 
 
-def conv_durations(spec: str, num_sms: int) -> dict:
-    """Our call's and cuDNN's kernel durations for ``spec`` (``NAME[:field=value...]``)."""
+def conv_durations(spec: str, num_sms: int, fused: bool = False, cudnn=None) -> dict:
+    """Our call's and cuDNN's kernel durations for ``spec`` (``NAME[:field=value...]``);
+    ``fused``: also our fused call's and, with ``cudnn`` (the frontend module), the
+    frontend's fused graph's (``fused_durations``)."""
     name, *fields = spec.split(":")
     shape = shape_of(name)
     n, h, w, c, k, r, s = (shape[x] for x in "NHWCKRS")
@@ -71,7 +80,7 @@ def conv_durations(spec: str, num_sms: int) -> dict:
     config = dataclasses.replace(heuristic_config(problem, num_sms), **overrides)
     out = torch.empty(problem.output_shape, device="cuda", dtype=torch.bfloat16)
     x_cl, w_cl = x.permute(0, 3, 1, 2), flt.permute(0, 3, 1, 2)
-    return {
+    row = {
         "config": repr(config),
         "ours": kernel_durations(
             lambda: cute_conv.conv2d_fprop(x, flt, out=out, config=config, **geom)
@@ -80,14 +89,67 @@ def conv_durations(spec: str, num_sms: int) -> dict:
             lambda: F.conv2d(x_cl, w_cl, None, shape["stride"], (top, left), shape["dilation"])
         ),
     }
+    if fused:
+        fused_config = dataclasses.replace(
+            heuristic_config(problem, num_sms, has_residual=True), **overrides
+        )
+        row |= fused_durations(x, flt, problem, fused_config, cudnn)
+    return row
+
+
+def fused_durations(x, flt, problem, config, cudnn) -> dict:
+    """Kernel durations of our ``relu(conv + b) + r`` call with ``config`` and, with
+    ``cudnn``, of the frontend's fused graph (its fastest correct plan, as the corpus
+    benchmark screens them; ``frontend_fused`` None where no plan checks)."""
+    from bench_corpus import FrontendGraph, best_frontend_plan
+
+    geom = dict(stride=problem.stride, padding=problem.padding, dilation=problem.dilation)
+    bias = torch.randn(flt.shape[0], device="cuda", dtype=torch.bfloat16)
+    res = torch.randn(problem.output_shape, device="cuda").bfloat16()
+    out = torch.empty_like(res)
+    row = {
+        "fused_config": repr(config),
+        "ours_fused": kernel_durations(
+            lambda: cute_conv.conv2d_fprop_with_residual(
+                x, flt, res, bias=bias, activation="relu", out=out, config=config, **geom
+            )
+        ),
+    }
+    if cudnn is not None:
+        ref = torch.relu(conv2d_reference(x, flt, **geom) + bias.float()) + res.float()
+        fe_out = torch.empty_like(res)
+        graph = FrontendGraph(
+            cudnn, problem, "after_activation", x.permute(0, 3, 1, 2), flt.permute(0, 3, 1, 2),
+            bias, res.permute(0, 3, 1, 2), fe_out.permute(0, 3, 1, 2),
+        )  # fmt: skip
+        screen = best_frontend_plan(graph, fe_out, ref)
+        row["frontend_fused"] = None if screen["plan"] is None else kernel_durations(graph)
+    return row
+
+
+def summary_line(row: dict) -> str:
+    """Each measured call's total kernel microseconds, by name."""
+    names = ("ours", "cudnn", "ours_fused", "frontend_fused")
+    return "  ".join(
+        f"{name} {sum(row[name]['us']):7.2f} us" for name in names if row.get(name) is not None
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("specs", nargs="+", help="NAME[:field=value...]: suite name or corpus key")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--fused", action="store_true",
+        help="also the fused relu(conv + b) + r call and the cuDNN frontend's fused graph",
+    )  # fmt: skip
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
+    cudnn = None
+    if args.fused:
+        from bench_corpus import _frontend
+
+        cudnn = _frontend()
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
     trivial = torch.zeros(8, device="cuda")
     results = {
@@ -96,9 +158,8 @@ def main() -> None:
         "convs": {},
     }
     for spec in args.specs:
-        row = results["convs"][spec] = conv_durations(spec, num_sms)
-        ours, cudnn = sum(row["ours"]["us"]), sum(row["cudnn"]["us"])
-        print(f"{spec[:60]:60s} ours {ours:7.2f} us  cudnn {cudnn:7.2f} us", flush=True)
+        row = results["convs"][spec] = conv_durations(spec, num_sms, args.fused, cudnn)
+        print(f"{spec[:60]:60s} {summary_line(row)}", flush=True)
     args.out.write_text(json.dumps(results, indent=1))
 
 
