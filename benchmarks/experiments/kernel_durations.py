@@ -6,7 +6,7 @@
 For each suite shape or corpus key (``:field=value`` after it overrides a field of the
 heuristic's bf16 config), the plain call (``conv2d_fprop``) and ``F.conv2d`` on its
 channels_last views (``cudnn.benchmark``): CUPTI's duration of each kernel a call launches
-(``torch.profiler``, the median over back-to-back calls on L2-resident inputs), in
+(``torch.profiler``, the median over calls on L2-resident inputs, each waited for), in
 microseconds, with the kernels' names; beside them one trivial torch kernel's. Small convs
 (session 59) spend a CUDA-graph replay of ~4.4 us plus their kernels, so tenths of a
 microsecond of kernel time decide their ratios; this shows which kernel time differs,
@@ -42,13 +42,15 @@ CALLS = 30
 
 def kernel_durations(call, calls: int = CALLS) -> dict:
     """``{"kernels": names, "us": median duration of each}`` of the kernels one ``call``
-    launches (the same kernels on every call)."""
+    launches (the same kernels on every call). Each call is waited for before the next: our
+    kernels launch with programmatic dependent launch, so back to back a kernel starts as the
+    previous one's first CTAs exit and its duration would include waiting for the rest."""
     call()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
             call()
-        torch.cuda.synchronize()
+            torch.cuda.synchronize()
     events = sorted(
         (e for e in prof.events() if e.device_type.name == "CUDA"), key=lambda e: e.time_range.start
     )
