@@ -417,9 +417,10 @@ class Sm90EpilogueMixin:
         staged_tile = cute.zipped_divide(staged, self.epi_tiler)
         cD_tile = cute.zipped_divide(args.cD[(None, None, m_tile, n_tile)], self.epi_tiler)
         tRS_rD, size_tRS_rD = parts.tRS_rD, cute.size(parts.tRS_rD)
-        self.load_vectors_ahead(parts, n_tile, list(range(num_epi_tiles)), None)
+        subtile_columns = list(range(num_epi_tiles))  # one row of subtiles
+        self.load_vectors_ahead(parts, n_tile, subtile_columns, None)
         for epi_idx in cutlass.range_constexpr(num_epi_tiles):
-            self.load_vectors_ahead(parts, n_tile, list(range(num_epi_tiles)), epi_idx)
+            self.load_vectors_ahead(parts, n_tile, subtile_columns, epi_idx)
             for v in cutlass.range_constexpr(size_tRS_rD):
                 tRS_rD[v] = parts.tRS_rAcc[epi_idx * size_tRS_rD + v]
             subtile = ((None, None), (0, epi_idx))  # (epi_m, epi_n): one row of subtiles
