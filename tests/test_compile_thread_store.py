@@ -112,6 +112,36 @@ def test_the_residual_is_read_by_the_threads_too(config, order):
 
 
 @pytest.mark.parametrize(
+    "config, preloads",
+    [
+        (Conv2dConfig(tile_m=64, tile_n=32, stages=2), True),  # 16 values a thread
+        (Conv2dConfig(tile_m=64, tile_n=64, stages=2), True),  # 32
+        (Conv2dConfig(tile_m=64, tile_n=32, gather=True, gather_vector=2), True),
+        (Conv2dConfig(tile_m=128, tile_n=128, stages=2), False),  # 64
+    ],
+    ids=["64x32", "64x64", "gathered", "128x128"],
+)
+def test_small_tiles_read_their_residual_before_the_mainloop(config, preloads):
+    """In the SASS, every global load of a small tile's C (and of its bias) precedes the first
+    WGMMA: they land under the mainloop. Past ``SOURCE_PRELOAD_MAX_VALUES`` C is read in the
+    epilogue, after it."""
+    from tests.sass import sass_of
+
+    spec = EpilogueSpec(
+        has_bias=True, activation="relu", has_residual=True, store_by_threads=True,
+        thread_store_pairs=True,
+    )  # fmt: skip
+    kernel = cute_conv.compile_kernel(
+        "sm_90a", act_dtype=torch.bfloat16, config=config, epilogue=spec
+    )
+    sass = sass_of(kernel.cubin)
+    first_mma = sass.index("HGMMA")
+    loads_after = len(re.findall(r"\bLDG\b", sass[first_mma:]))
+    assert (loads_after == 0) == preloads, loads_after
+    assert not re.search(r"\b(STL|LDL)\b", sass), "spilled registers"
+
+
+@pytest.mark.parametrize(
     "config", [Conv2dConfigSm100(), Conv2dConfigSm100(cta_group=1, mma_m=128, mma_n=64)],
     ids=["2sm", "1sm"],
 )  # fmt: skip

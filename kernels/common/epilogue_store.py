@@ -331,6 +331,7 @@ def store_subtile_by_threads(
     coord_subtile: cute.Tensor,
     bound: cute.Shape,
     source_subtile: Optional[cute.Tensor],
+    preloaded_source: Optional[cute.Tensor] = None,
 ):
     """The epilogue of one subtile, each of this thread's values stored to global memory by
     the thread (no SMEM, no barrier): ``gmem_subtile`` is the subtile in the output,
@@ -338,27 +339,20 @@ def store_subtile_by_threads(
     ``bound`` (the output's shape: the M and K tails are skipped). With a residual, its
     values are read from ``source_subtile`` (the source, divided as the output) the same
     way: each thread reads an element before it writes that element, so the source may be
-    the output itself."""
+    the output itself; or they were read before (``preloaded_source``, this thread's values
+    in ``out.regs``' order, by ``read_source_by_threads``)."""
     regs, coords = out.regs, vectors.coords  # plain names: the DSL's runtime `if`s take these
     in_bounds = values_in_bounds(regs.shape, coords, coord_subtile, bound)
-    # Each access: a pair of adjacent channels (``spec.thread_store_pairs``) or one value.
-    groups = (
-        _column_pairs(coords)
-        if cutlass.const_expr(spec.thread_store_pairs)
-        else [[v] for v in range(cute.size(regs))]
-    )
+    groups = _thread_groups(spec, coords, cute.size(regs))
     width = len(groups[0])
     group_regs = cute.make_rmem_tensor(width, regs.element_type)
     residual = None
     if cutlass.const_expr(spec.has_residual):
-        for g in cutlass.range_constexpr(len(groups)):
-            members = groups[g]
-            for i in cutlass.range_constexpr(width):
-                group_regs[i] = regs.element_type(0.0)
-            if in_bounds[members[0]]:  # a pair lies inside or outside whole
-                cute.autovec_copy(_group_at(source_subtile, coords[members[0]], width), group_regs)
-            for i in cutlass.range_constexpr(width):
-                regs[members[i]] = group_regs[i]
+        if cutlass.const_expr(preloaded_source is None):
+            read_source_by_threads(spec, regs, coords, source_subtile, coord_subtile, bound)
+        else:
+            for v in cutlass.range_constexpr(cute.size(regs)):
+                regs[v] = preloaded_source[v]
         residual = beta * regs.load().to(cutlass.Float32)
     y = subtile_values(spec, acc, alpha, vectors, subtile_n0, residual, out, coord_subtile, bound)
     regs.store(y.to(regs.element_type))
@@ -368,6 +362,41 @@ def store_subtile_by_threads(
             group_regs[i] = regs[members[i]]
         if in_bounds[members[0]]:
             cute.autovec_copy(group_regs, _group_at(gmem_subtile, coords[members[0]], width))
+
+
+@cute.jit
+def read_source_by_threads(
+    spec: cutlass.Constexpr,
+    into: cute.Tensor,
+    coords: cute.Tensor,
+    source_subtile: cute.Tensor,
+    coord_subtile: cute.Tensor,
+    bound: cute.Shape,
+):
+    """This thread's values of one subtile of the residual ``source_subtile`` into ``into``
+    (in the order of ``coords``, this thread's value positions), zero outside ``bound``
+    (arguments as for ``store_subtile_by_threads``): a pair of adjacent channels
+    (``spec.thread_store_pairs``) or one value per load."""
+    in_bounds = values_in_bounds(coords.shape, coords, coord_subtile, bound)
+    groups = _thread_groups(spec, coords, cute.size(coords))
+    width = len(groups[0])
+    group_regs = cute.make_rmem_tensor(width, into.element_type)
+    for g in cutlass.range_constexpr(len(groups)):
+        members = groups[g]
+        for i in cutlass.range_constexpr(width):
+            group_regs[i] = into.element_type(0.0)
+        if in_bounds[members[0]]:  # a pair lies inside or outside whole
+            cute.autovec_copy(_group_at(source_subtile, coords[members[0]], width), group_regs)
+        for i in cutlass.range_constexpr(width):
+            into[members[i]] = group_regs[i]
+
+
+def _thread_groups(spec, coords: cute.Tensor, values: int) -> List[List[int]]:
+    """Trace time: this thread's values of a subtile as its global accesses: pairs of
+    adjacent channels (``spec.thread_store_pairs``) or single values."""
+    if spec.thread_store_pairs:
+        return _column_pairs(coords)
+    return [[v] for v in range(values)]
 
 
 def _column_pairs(coords: cute.Tensor) -> List[List[int]]:

@@ -879,6 +879,10 @@ class Conv2dFpropSm90(
                             self.epilogue, epi_args.bias, epi_args.scale, tile_n0,
                             self.tile_mnk[1], tile_tidx,
                         )  # fmt: skip
+            if cutlass.const_expr(epilogue.source_regs is not None):
+                if k_first == 0:  # this warpgroup runs the tile's epilogue: read its C now
+                    m_tile, n_tile = items.tile_coord(work)
+                    self.preload_tile_source(epilogue, m_tile, n_tile, epi_args)
             if cutlass.const_expr(self.pingpong):
                 turns.mainloop.wait(mainloop_turn)
             if cutlass.const_expr(self.tile_w):

@@ -19,6 +19,7 @@ from ..common.epilogue_store import (
     bulk_store_tile,
     preload_channel_vectors,
     preloaded_columns,
+    read_source_by_threads,
     running_amax,
     store_subtile,
     store_subtile_by_threads,
@@ -37,6 +38,11 @@ from .mainloop import ConsumerStates
 # waits on it once a subtile.
 PRELOAD_MAX_REGISTERS = 144
 VECTOR_LOOKAHEAD_SUBTILES = 1
+# Thread-stored residual epilogues (``EpilogueSpec.store_by_threads``) whose tile holds at most
+# this many of a thread's values read the tile's C into registers before its mainloop
+# (``preload_tile_source``): in the epilogue each subtile's loads of it wait an L2 round trip
+# that nothing hides, the whole epilogue of a small conv's single tile.
+SOURCE_PRELOAD_MAX_VALUES = 32
 
 
 class EpilogueArgs(NamedTuple):
@@ -73,6 +79,8 @@ class Sm90Epilogue(NamedTuple):
     # Trace time: > 0: ``vectors.tile_bias``/``tile_scale`` are loaded in the epilogue, each
     # subtile's this many subtiles ahead, not before the mainloop (PRELOAD_MAX_REGISTERS).
     vectors_ahead: int = 0
+    # Thread-read C preloaded per tile (SOURCE_PRELOAD_MAX_VALUES): (values, subtile), or None.
+    source_regs: Optional[cute.Tensor] = None
 
 
 class Sm90EpilogueMixin:
@@ -174,6 +182,10 @@ class Sm90EpilogueMixin:
             tile_bias,
             tile_scale,
         )
+        source_regs = None
+        subtiles = self.tile_mnk[1] // self.epi_tile[1]
+        if cutlass.const_expr(self.preloads_source(cute.size(rD_shape) * subtiles)):
+            source_regs = cute.make_rmem_tensor((cute.size(rD_shape), subtiles), self.out_dtype)
         return Sm90Epilogue(
             out=out,
             source=source,
@@ -184,7 +196,42 @@ class Sm90EpilogueMixin:
             first_buffer=first_buffer,
             tile_tidx=tile_tidx,
             vectors_ahead=vectors_ahead,
+            source_regs=source_regs,
         )
+
+    def preloads_source(self, values: int) -> bool:
+        """Trace time: whether a thread reads its ``values`` of a tile's C (thread-stored
+        residual epilogues) before the tile's mainloop (``preload_tile_source``): where they
+        fit ``SOURCE_PRELOAD_MAX_VALUES``, on im2col or gathered tiles of one epilogue each,
+        not split by stream-K."""
+        spec = self.epilogue
+        return (
+            spec.store_by_threads
+            and spec.has_residual
+            and not spec.bulk_tile_store
+            and not self.tile_w
+            and not self.pingpong
+            and not self.stream_k
+            and values <= SOURCE_PRELOAD_MAX_VALUES
+        )
+
+    @cute.jit
+    def preload_tile_source(
+        self, parts: "Sm90Epilogue", m_tile: cutlass.Int32, n_tile: cutlass.Int32,
+        args: EpilogueArgs,
+    ):  # fmt: skip
+        """Read this thread's values of output tile ``(m_tile, n_tile)``'s C into
+        ``parts.source_regs``, subtile by subtile in the epilogue's order: issued before the
+        tile's mainloop, the loads land under it."""
+        gC_tile = cute.zipped_divide(args.gC[(None, None, m_tile, n_tile)], self.epi_tiler)
+        cD_tile = cute.zipped_divide(args.cD[(None, None, m_tile, n_tile)], self.epi_tiler)
+        epi_tile_layout = self.epi_tile_layout(gC_tile)
+        for epi_idx in cutlass.range_constexpr(cute.size(epi_tile_layout)):
+            subtile = ((None, None), epi_tile_layout.get_hier_coord(epi_idx))
+            read_source_by_threads(
+                self.epilogue, parts.source_regs[(None, epi_idx)], parts.vectors.coords,
+                gC_tile[subtile], cD_tile[subtile], args.d_shape,
+            )  # fmt: skip
 
     @staticmethod
     def preloads_channel_vectors(
@@ -328,10 +375,13 @@ class Sm90EpilogueMixin:
             vectors = subtile_vectors(parts.vectors, subtile_n)
             if cutlass.const_expr(self.epilogue.store_by_threads):
                 subtile = ((None, None), (subtile_m, subtile_n))  # (epi_m, epi_n)
+                preloaded = None
+                if cutlass.const_expr(parts.source_regs is not None):
+                    preloaded = parts.source_regs[(None, epi_idx)]
                 store_subtile_by_threads(
                     self.epilogue, tRS_rD.load(), alpha, beta, vectors, subtile_n0, out,
                     gD_tile[subtile], cD_tile[subtile], args.d_shape,
-                    None if gC_tile is None else gC_tile[subtile],
+                    None if gC_tile is None else gC_tile[subtile], preloaded,
                 )  # fmt: skip
             else:
                 epi_buffer = (num_epi_tiles_done + epi_idx) % self.epi_stages
