@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from cute_conv.kernels.common.barriers import NamedBarrierConv
 from cute_conv.kernels.sm90.pipeline_checks import Sm90Roles, sm90_barrier_specs
 
 import cute_conv
@@ -212,6 +213,21 @@ def test_a_gathering_kernel_loads_its_operands_by_threads(config, epilogue):
     plain = cute_conv.compile_kernel("sm_90a", config=Conv2dConfig(), epilogue=epilogue)
     assert "im2col" in plain.ptx
     assert re.search(r"cp\.async\.bulk\.tensor\.4d\.shared", plain.ptx)
+
+
+@pytest.mark.parametrize("vector", [2, 4])
+def test_the_residual_loads_open_before_the_first_gather(vector):
+    """The first gather warp lets the source-load warp start (its arrive on the EpilogueLoad
+    barrier) before it gathers the first tile, whose k-tiles each wait a round trip: in the
+    PTX the arrive precedes the operands' first loads (or copies)."""
+    config = Conv2dConfig(tile_m=64, tile_n=32, stages=3, gather=True, gather_vector=vector)
+    spec = cute_conv.EpilogueSpec(has_residual=True, has_bias=True, activation="relu")
+    ptx = cute_conv.compile_kernel("sm_90a", config=config, epilogue=spec).ptx
+    barrier = int(NamedBarrierConv.EpilogueLoad)
+    arrive = re.search(rf"bar(rier)?(\.cta)?\.arrive(\.aligned)?\s+{barrier},", ptx)
+    first_gather = re.search(r"ld\.global(\.\w+)*\.b(16|32)\s|cp\.async\.ca\.shared", ptx)
+    assert arrive is not None and first_gather is not None
+    assert arrive.start() < first_gather.start()
 
 
 @pytest.mark.parametrize(

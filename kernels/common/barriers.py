@@ -12,7 +12,8 @@ class NamedBarrierConv(enum.IntEnum):
     # and nobody overwrites a buffer the store may still read.
     Epilogue = enum.auto()
     # The load warp arrives once the first tile's A/B loads are issued; the source-load warp
-    # waits here before its first C load, so C does not compete with the mainloop's fill.
+    # waits here before its first C load, so C does not compete with the mainloop's fill
+    # (the first gather warp arrives before its first tile's gathers).
     EpilogueLoad = enum.auto()
     # Ping-pong: the second consumer warpgroup's own epilogue barrier (the first uses
     # ``Epilogue``), as each runs the epilogues of its own tiles.

@@ -180,7 +180,7 @@ class Conv2dFpropSm90(
       named   Epilogue: the tile's consumer threads around each subtile (ping-pong: each
               warpgroup's own, ``Epilogue`` / ``EpilogueConsumer1``); EpilogueLoad (64:
               load, or with ``gather`` the first gather warp, + source-load warps): C loads
-              start once the first tile's A/B loads are issued.
+              start once the first tile's A/B loads are issued (gathered: before them).
 
     :param act_dtype, filter_dtype: input types: BFloat16 or Float16 (equal), or each
         Float8E4M3FN or Float8E5M2 (see ``ConvKernelEntry``).
@@ -718,7 +718,9 @@ class Conv2dFpropSm90(
         """Gather warps (``gather``): the A and filter tiles of every k-tile of every output
         tile of this CTA, into the ring (``OperandGather``); ``gmem``: the activation's and
         the filter's views, ``smem_tiles``: the A and B rings. The first gather warp opens the
-        source loads (``open_source_loads``) in the load warp's place."""
+        source loads (``open_source_loads``) in the load warp's place, before its first tile:
+        a gathered k-tile is in the ring only after its loads' round trip, so opening them
+        after the tile, as the load warp does, would leave C's loads to the epilogue."""
         tidx, _, _ = cute.arch.thread_idx()
         tidx = tidx - self.first_gather_warp_id * cute.arch.WARP_SIZE
         gather = OperandGather(
@@ -729,9 +731,9 @@ class Conv2dFpropSm90(
         end_work = scheduler.end_work()
         work = scheduler.first_work()
         while work < end_work:
-            state = gather.gather_tile(state, scheduler, work, tidx)
             if tidx < cute.arch.WARP_SIZE:  # the first gather warp stands for the load warp
                 self.open_source_loads(scheduler, work)
+            state = gather.gather_tile(state, scheduler, work, tidx)
             work = scheduler.next_work(work)
         ab_pipeline.producer_tail(state)
 
