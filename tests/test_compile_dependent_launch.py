@@ -4,8 +4,10 @@ With PDL a kernel may start while the previous kernel on the stream still runs, 
 global memory access must come after ``griddepcontrol.wait``: the kernel's inputs may still be
 being written, its output still read, and the stream-K / work-queue workspace is shared by
 every kernel on the stream. The wait sits in the setup shared by all roles, so in the PTX's
-text it precedes every role's code; these tests hold it there. The GPU tests run chains of
-convs under CUDA graphs, where the overlap happens (``test_conv2d_sm90.py``).
+text it precedes every role's code; these tests hold it there. The SM90 load warp (TMA
+operands, static schedules) waits later, in its first tile, after that tile's coordinates and
+before its first load: a second wait, checked in the SASS. The GPU tests run chains of convs
+under CUDA graphs, where the overlap happens (``test_conv2d_sm90.py``).
 """
 
 from __future__ import annotations
@@ -35,8 +37,12 @@ CASES = {
     "sm90-stream-k-residual": ("sm_90a", Conv2dConfig(stream_k=True), FUSED_RESIDUAL),
     "sm90-dynamic": ("sm_90a", Conv2dConfig(dynamic_schedule=True), FUSED_RESIDUAL),
     "sm90-pingpong": ("sm_90a", Conv2dConfig(pingpong=True), FUSED_RESIDUAL),
+    "sm90-halo": ("sm_90a", Conv2dConfig(tile_w=32, halo_h=6), None),
+    "sm90-gather": ("sm_90a", Conv2dConfig(tile_n=64, tile_k=16, gather=True), None),
     "sm100-2sm-residual": ("sm_100a", Conv2dConfigSm100(), FUSED_RESIDUAL),
 }
+# The configs whose load warp waits in its first tile (a second wait in the PTX).
+LATE_LOAD_WAIT = ("sm90-default", "sm90-stream-k-residual", "sm90-pingpong", "sm90-halo")
 
 
 def _first_global_access(ptx: str) -> int | None:
@@ -56,15 +62,33 @@ def _compile(arch, config, epilogue):
     return cute_conv.compile_kernel(arch, act_dtype=torch.bfloat16, config=config, epilogue=epilogue)
 
 
-@pytest.mark.parametrize("arch, config, epilogue", CASES.values(), ids=CASES.keys())
-def test_the_wait_precedes_every_global_access(arch, config, epilogue):
+@pytest.mark.parametrize("name", CASES)
+def test_the_wait_precedes_every_global_access(name):
+    arch, config, epilogue = CASES[name]
     ptx = _compile(arch, config, epilogue).ptx
-    assert ptx.count(WAIT) == 1 and ptx.count(SIGNAL) == 1
+    waits = 2 if name in LATE_LOAD_WAIT else 1
+    assert ptx.count(WAIT) == waits and ptx.count(SIGNAL) == waits
     wait, signal = ptx.index(WAIT), ptx.index(SIGNAL)
     assert wait < signal, "the next kernel is released only once this one has waited"
     first_access = _first_global_access(ptx)
     assert first_access is not None, "the pattern finds the kernel's loads and stores"
     assert wait < first_access, ptx[first_access : first_access + 200]
+
+
+@pytest.mark.parametrize("name", LATE_LOAD_WAIT)
+def test_the_load_warp_waits_after_its_tile_coordinates(name):
+    """In the SASS the load warp's wait (``ACQBULK``) follows its reads of the CTA index (the
+    first tile's coordinates) and precedes its first TMA load of the operands."""
+    from tests.sass import sass_of
+
+    arch, config, epilogue = CASES[name]
+    sass = sass_of(_compile(arch, config, epilogue).cubin)
+    waits = [m.start() for m in re.finditer(r"\bACQBULK\b", sass)]
+    assert len(waits) == 2, sass[:2000]
+    first_load = re.search(r"\bUTMALDG\b", sass).start()
+    cta_reads = [m.start() for m in re.finditer(r"S2UR \w+, SR_CTAID", sass)]
+    assert waits[1] < first_load
+    assert any(waits[0] < read < waits[1] for read in cta_reads), "coordinates before the wait"
 
 
 @pytest.mark.parametrize("arch, config, epilogue", CASES.values(), ids=CASES.keys())

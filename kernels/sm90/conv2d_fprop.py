@@ -204,6 +204,14 @@ class Conv2dFpropSm90(
         self.dynamic_schedule = config.dynamic_schedule
         self.pingpong = config.pingpong
         self.programmatic_launch = config.programmatic_launch
+        # PDL: the load warp waits for the previous grid right before its first TMA load
+        # (``OperandLoader.load_tile``), so that its first tile's raster and im2col arithmetic
+        # runs under the previous kernel's tail instead of after it. Not with gather warps
+        # (no load warp) nor the work queue, whose global counters the load warp touches
+        # before its first tile.
+        self.load_warp_waits_late = (
+            config.programmatic_launch and not config.gather and not config.dynamic_schedule
+        )
         self.tile_w = config.tile_w
         self.halo_h = config.halo_h
         self.halo_pitch = config.halo_pitch
@@ -487,8 +495,11 @@ class Conv2dFpropSm90(
         )
 
         pipeline_init_wait(cluster_shape_mn=self.cluster_mn)
-        if cutlass.const_expr(self.programmatic_launch):
-            wait_for_previous_grid()  # the setup above touched SMEM and parameters only
+        if cutlass.const_expr(self.load_warp_waits_late):
+            if warp_idx != self.load_warp_id:
+                wait_for_previous_grid()  # the setup above touched SMEM and parameters only
+        elif cutlass.const_expr(self.programmatic_launch):
+            wait_for_previous_grid()
 
         # ////////////////////////////////////////////////////////////////////////////////////
         #  PRODUCER WARPGROUP
@@ -666,12 +677,13 @@ class Conv2dFpropSm90(
             halo_box = ((self.halo_pitch, self.halo_h, 1), self.tile_mnk[2])
             loader = HaloLoader(
                 ab_pipeline, halo_pipeline, tma_atoms, gA, sA, tBgB, tBsB, b_mcast_mask, halo,
-                k_shape, halo_box, (self.tile_w, self.tile_h),
+                k_shape, halo_box, (self.tile_w, self.tile_h), self.load_warp_waits_late,
             )  # fmt: skip
         else:
             loader = Im2colLoader(
                 ab_pipeline, tma_atoms, (tAgA, tBgB), (tAsA, tBsB),
                 (a_mcast_mask, b_mcast_mask), k_shape, pixel_divisors,
+                self.load_warp_waits_late,
             )  # fmt: skip
         Producer = pipeline.PipelineUserType.Producer
         ab_state = pipeline.make_pipeline_state(Producer, self.ab_stages)

@@ -29,6 +29,7 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 from cutlass.cute.nvgpu import cpasync, warpgroup
 
+from ..common.dependent_launch import wait_for_previous_grid
 from ..common.im2col import (
     ChannelBlocks,
     ConvGeometry,
@@ -103,7 +104,18 @@ class OperandLoader(Protocol):
         self, states: ProducerStates, scheduler: StaticTileScheduler, work: cutlass.Int32
     ) -> ProducerStates:
         """Load the k-tiles of work item ``work`` (its output tile's, stream-K: those of its
-        segment) into the rings; returns the advanced states."""
+        segment) into the rings; returns the advanced states. With ``waits_late`` the CTA's
+        first work item waits for the previous grid (PDL) after its tile coordinates, before
+        its first load."""
+
+
+@cute.jit
+def wait_before_first_load(waits_late: bool, scheduler: StaticTileScheduler, work: cutlass.Int32):
+    """``waits_late`` (trace time): on the CTA's first work item, wait for the previous grid
+    here, its tile coordinates computed and no global memory touched yet."""
+    if cutlass.const_expr(waits_late):
+        if work == scheduler.first_work():
+            wait_for_previous_grid()
 
 
 @cute.jit
@@ -147,6 +159,7 @@ class Im2colLoader:
     mcast_masks: Tuple  # (A, B); 0 where a tile is not multicast
     k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32]  # (c-blocks, S, R)
     pixel_divisors: Optional[PixelDivisors]  # see ``im2col_tile_at_origin``
+    waits_late: bool  # see ``OperandLoader.load_tile``
 
     @cute.jit
     def load_tile(
@@ -160,6 +173,7 @@ class Im2colLoader:
             im2col_tile_at_origin(self.gmem[0][(None, m_tile, None)], self.pixel_divisors),
             self.gmem[1][(None, n_tile, None)],
         )
+        wait_before_first_load(self.waits_late, scheduler, work)
         load_args = (self.ab_pipeline, states.ab, self.tma_atoms, ab_gmem, self.smem)
         if cutlass.const_expr(scheduler.stream_k):
             producer_state = self._load_k_range(*load_args, scheduler.k_tile_range(work))
@@ -241,6 +255,7 @@ class HaloLoader:
     k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32]  # (c-blocks, S, R)
     box: Tuple  # a halo: ((halo pitch, halo_h, 1), tile_k)
     tile_wh: Tuple[int, int]  # output columns and rows of a tile
+    waits_late: bool  # see ``OperandLoader.load_tile``
 
     @cute.jit
     def load_tile(
@@ -253,6 +268,7 @@ class HaloLoader:
         producer_state, halo_state = states.ab, states.halo
         c_blocks, taps_s, taps_r = self.k_shape
         tHsA, tHgA = self._partition_halo(m_tile)
+        wait_before_first_load(self.waits_late, scheduler, work)
         for c_block in range(c_blocks):
             self.halo_pipeline.producer_acquire(halo_state)
             cute.copy(
