@@ -26,7 +26,9 @@ ahead, handing each to the consumers and the source-load warp through the work q
 
 With ``programmatic_launch`` the kernel is launched with programmatic dependent launch
 (``kernels/common/dependent_launch.py``): its setup overlaps the previous kernel's tail, and
-every thread waits for that kernel before the roles start.
+every thread waits for that kernel before the roles start, except the load warp, which waits
+in its first tile, after the tile's coordinates and before its first load
+(``load_warp_waits_late``).
 """
 
 from typing import NamedTuple, Optional, Tuple
