@@ -49,10 +49,9 @@ from ..common.entry import FP8_TYPES, ConvKernelEntry, ConvLaunchParams, Mainloo
 from ..common.epilogue import (
     EpilogueOperands,
     make_epilogue_operands,
-    prefetch_channel_vectors,
     quantization_scalars,
 )
-from ..common.epilogue_store import preload_channel_vectors, publish_amax
+from ..common.epilogue_store import publish_amax
 from ..common.im2col import (
     ChannelBlocks,
     ConvGeometry,
@@ -878,27 +877,17 @@ class Conv2dFpropSm90(
             # Consumer 1 takes the second tile, and each takes every other one after that.
             if warpgroup_idx == 1:
                 work, valid, states = self.skip_tile(items, work, states, k_tile_cnt, k_shape[0])
+        preloads_source = epilogue.source_regs is not None  # trace time
         while valid:
             k_first, k_end = items.k_tile_range(work)
-            if cutlass.const_expr(self.epilogue.has_channel_vectors):
-                if k_first == 0:  # this warpgroup runs the tile's epilogue: load its bias
-                    _, n_tile = items.tile_coord(work)
-                    tile_n0 = n_tile * self.tile_mnk[1]
-                    if cutlass.const_expr(
-                        epilogue.vectors.preloaded and not epilogue.vectors_ahead
-                    ):
-                        preload_channel_vectors(
-                            self.epilogue, epilogue.vectors, tile_n0, self.epi_tile[1]
-                        )
-                    else:  # into L2, for the epilogue's loads
-                        prefetch_channel_vectors(
-                            self.epilogue, epi_args.bias, epi_args.scale, tile_n0,
-                            self.tile_mnk[1], tile_tidx,
-                        )  # fmt: skip
-            if cutlass.const_expr(epilogue.source_regs is not None):
-                if k_first == 0:  # this warpgroup runs the tile's epilogue: read its C now
+            if cutlass.const_expr(self.epilogue.has_channel_vectors or preloads_source):
+                # This warpgroup runs the tile's epilogue: load its bias (and thread-read C).
+                if k_first == 0:
                     m_tile, n_tile = items.tile_coord(work)
-                    self.preload_tile_source(epilogue, m_tile, n_tile, epi_args)
+                    if cutlass.const_expr(self.epilogue.has_channel_vectors):
+                        self.load_tile_vectors(epilogue, epi_args, n_tile, tile_tidx)
+                    if cutlass.const_expr(preloads_source):
+                        self.preload_tile_source(epilogue, m_tile, n_tile, epi_args)
             if cutlass.const_expr(self.pingpong):
                 turns.mainloop.wait(mainloop_turn)
             if cutlass.const_expr(self.tile_w):

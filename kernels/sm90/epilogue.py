@@ -12,6 +12,7 @@ from cutlass.cute.nvgpu import cpasync
 from cutlass.tensor_utils import LayoutEnum
 
 from ..common.barriers import NamedBarrierConv
+from ..common.epilogue import prefetch_channel_vectors
 from ..common.epilogue_store import (
     ChannelVectors,
     OutputSubtiles,
@@ -198,6 +199,21 @@ class Sm90EpilogueMixin:
             vectors_ahead=vectors_ahead,
             source_regs=source_regs,
         )
+
+    @cute.jit
+    def load_tile_vectors(
+        self, parts: "Sm90Epilogue", args: EpilogueArgs, n_tile: cutlass.Int32,
+        tile_tidx: cutlass.Int32,
+    ):  # fmt: skip
+        """Before output tile column ``n_tile``'s mainloop: its bias/scale into registers where
+        they fit for the whole tile, else into L2 for the epilogue's loads."""
+        tile_n0 = n_tile * self.tile_mnk[1]
+        if cutlass.const_expr(parts.vectors.preloaded and not parts.vectors_ahead):
+            preload_channel_vectors(self.epilogue, parts.vectors, tile_n0, self.epi_tile[1])
+        else:
+            prefetch_channel_vectors(
+                self.epilogue, args.bias, args.scale, tile_n0, self.tile_mnk[1], tile_tidx
+            )
 
     def preloads_source(self, values: int) -> bool:
         """Trace time: whether a thread reads its ``values`` of a tile's C (thread-stored
