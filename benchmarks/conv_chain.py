@@ -131,7 +131,9 @@ def render(rows: list[dict], command: str, device: str) -> str:
     for row in rows:
         us = row["us"]
         saved = us["ours_plain"] - us["ours"]
-        convs = f"{row['convs']}" + (f" ({row['grouped']} grouped left out)" if row.get("grouped") else "")
+        convs = str(row["convs"])
+        if row.get("grouped"):
+            convs += f" ({row['grouped']} grouped left out)"
         lines.append(
             f"| {row['model']} | {row['batch']} | {convs} | "
             + " | ".join(f"{us[m]:.1f}" for m in METHODS)
