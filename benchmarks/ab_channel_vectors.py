@@ -117,7 +117,6 @@ def use_variant(name: str) -> None:
     its kernel code, in-process kernels, disk cache directory, and no launch plan from before
     (each holds its kernel)."""
     import cute_conv.kernels.common.epilogue_store as store
-    import cute_conv.kernels.sm90.conv2d_fprop as fprop
     import cute_conv.kernels.sm90.epilogue as sm90_epilogue
     import cutlass
     import cutlass.cute as cute
@@ -145,7 +144,9 @@ def use_variant(name: str) -> None:
     landed_ahead = _LANDED.setdefault("ahead", sm90_epilogue.VECTOR_LOOKAHEAD_SUBTILES)
     sm90_epilogue.VECTOR_LOOKAHEAD_SUBTILES = landed_ahead if name == "preload" else 0
     prefetches = name in ("preload", "prefetch", "per_subtile")
-    fprop.prefetch_channel_vectors = prefetch_channel_vectors if prefetches else no_prefetch
+    sm90_epilogue.prefetch_channel_vectors = (
+        prefetch_channel_vectors if prefetches else no_prefetch
+    )
     store.load_channel_vectors = constant_vectors if name == "const" else load_channel_vectors
     os.environ["CUTE_CONV_CACHE_DIR"] = str(_BASE_CACHE_DIR / f"ab_{name}")
     compile_mod._cache = _VARIANT_KERNELS[name]

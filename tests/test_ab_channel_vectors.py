@@ -8,7 +8,6 @@ import json
 
 import ab_channel_vectors as ab
 import cute_conv.kernels.common.epilogue_store as store
-import cute_conv.kernels.sm90.conv2d_fprop as fprop
 import cute_conv.kernels.sm90.epilogue as sm90_epilogue
 import pytest
 import torch
@@ -21,7 +20,7 @@ from tests.test_compile_channel_vectors import loads_around_the_mainloop
 @pytest.fixture
 def restored(monkeypatch):
     """What ``use_variant`` switches, put back after the test."""
-    for module, name in ((fprop, "prefetch_channel_vectors"), (store, "load_channel_vectors"),
+    for module, name in ((sm90_epilogue, "prefetch_channel_vectors"), (store, "load_channel_vectors"),
                          (compile_mod, "_cache"),
                          (sm90_epilogue, "PRELOAD_MAX_REGISTERS"),
                          (sm90_epilogue, "VECTOR_LOOKAHEAD_SUBTILES")):  # fmt: skip
