@@ -5,8 +5,8 @@ global memory access must come after ``griddepcontrol.wait``: the kernel's input
 being written, its output still read, and the stream-K / work-queue workspace is shared by
 every kernel on the stream. The wait sits in the setup shared by all roles, so in the PTX's
 text it precedes every role's code; these tests hold it there. The SM90 load warp (TMA
-operands, static schedules) waits later, in its first tile, after that tile's coordinates and
-before its first load: a second wait, checked in the SASS. The GPU tests run chains of convs
+operands, static schedules) and the gather warps wait later, in their first tile, after that
+tile's coordinates and before its first load: a second wait, checked in the SASS. The GPU tests run chains of convs
 under CUDA graphs, where the overlap happens (``test_conv2d_sm90.py``).
 """
 
@@ -38,11 +38,20 @@ CASES = {
     "sm90-dynamic": ("sm_90a", Conv2dConfig(dynamic_schedule=True), FUSED_RESIDUAL),
     "sm90-pingpong": ("sm_90a", Conv2dConfig(pingpong=True), FUSED_RESIDUAL),
     "sm90-halo": ("sm_90a", Conv2dConfig(tile_w=32, halo_h=6), None),
-    "sm90-gather": ("sm_90a", Conv2dConfig(tile_n=64, tile_k=16, gather=True), None),
+    "sm90-gather": ("sm_90a", Conv2dConfig(tile_n=64, tile_k=16, gather=True, gather_vector=2), None),
+    "sm90-gather-16bit": ("sm_90a", Conv2dConfig(tile_n=64, tile_k=16, gather=True), None),
+    "sm90-gather-residual": (
+        "sm_90a", Conv2dConfig(tile_m=64, tile_n=32, gather=True, gather_vector=2), FUSED_RESIDUAL,
+    ),  # fmt: skip
     "sm100-2sm-residual": ("sm_100a", Conv2dConfigSm100(), FUSED_RESIDUAL),
 }
 # The configs whose load warp waits in its first tile (a second wait in the PTX).
 LATE_LOAD_WAIT = ("sm90-default", "sm90-stream-k-residual", "sm90-pingpong", "sm90-halo")
+# The configs whose gather warps wait in their first tile (likewise; not 16-bit gathers).
+LATE_GATHER_WAIT = ("sm90-gather", "sm90-gather-residual")
+# The configs whose four gather warps' warp 1 loads C too: it waits before its first C load
+# (a third wait in the PTX).
+SOURCE_LOADER_GATHERS = ("sm90-gather-residual",)
 
 
 def _first_global_access(ptx: str) -> int | None:
@@ -66,7 +75,7 @@ def _compile(arch, config, epilogue):
 def test_the_wait_precedes_every_global_access(name):
     arch, config, epilogue = CASES[name]
     ptx = _compile(arch, config, epilogue).ptx
-    waits = 2 if name in LATE_LOAD_WAIT else 1
+    waits = 1 + (name in LATE_LOAD_WAIT + LATE_GATHER_WAIT) + (name in SOURCE_LOADER_GATHERS)
     assert ptx.count(WAIT) == waits and ptx.count(SIGNAL) == waits
     wait, signal = ptx.index(WAIT), ptx.index(SIGNAL)
     assert wait < signal, "the next kernel is released only once this one has waited"
@@ -89,6 +98,25 @@ def test_the_load_warp_waits_after_its_tile_coordinates(name):
     cta_reads = [m.start() for m in re.finditer(r"S2UR \w+, SR_CTAID", sass)]
     assert waits[1] < first_load
     assert any(waits[0] < read < waits[1] for read in cta_reads), "coordinates before the wait"
+
+
+@pytest.mark.parametrize("name", LATE_GATHER_WAIT)
+def test_the_gather_warps_wait_after_their_tile_coordinates(name):
+    """In the SASS the gather warps' wait follows their reads of the CTA index (the first
+    tile's coordinates) and precedes their first gathered load (``LDG``, or ``LDGSTS`` for
+    8-byte copies); the residual's TMA loads (``UTMALDG``) come after the other wait (where
+    warp 1 loads C among the gather warps, after a wait of its own, before its first C load)."""
+    from tests.sass import sass_of
+
+    arch, config, epilogue = CASES[name]
+    sass = sass_of(_compile(arch, config, epilogue).cubin)
+    waits = [m.start() for m in re.finditer(r"\bACQBULK\b", sass)]
+    assert len(waits) == 2 + (name in SOURCE_LOADER_GATHERS), sass[:2000]
+    first_gather = re.search(r"\bLDG(STS)?\.E", sass).start()
+    cta_reads = [m.start() for m in re.finditer(r"S2U?R \w+, SR_CTAID", sass)]
+    assert waits[1] < first_gather
+    assert any(waits[0] < read < waits[1] for read in cta_reads), "coordinates before the wait"
+    assert all(waits[0] < m.start() for m in re.finditer(r"\bUTMALDG\b", sass))
 
 
 @pytest.mark.parametrize("arch, config, epilogue", CASES.values(), ids=CASES.keys())

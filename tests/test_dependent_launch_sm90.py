@@ -32,35 +32,72 @@ STAGES = (
     Conv2dConfig(pingpong=True),
     Conv2dConfig(),
 )
+# Gathered operands (C not a multiple of 8): the gather warps wait in their first tile.
+GATHER_CHANNELS = 12
+GATHER_STAGES = (
+    Conv2dConfig(tile_m=64, tile_n=32, tile_k=16, gather=True, gather_vector=2),
+    Conv2dConfig(tile_m=64, tile_n=32, tile_k=16, gather=True, gather_vector=4),
+    Conv2dConfig(tile_n=64, tile_k=16, gather=True, gather_vector=4),
+    Conv2dConfig(tile_m=64, tile_n=32, tile_k=16, gather=True, gather_vector=2),
+)
+# Residual stages whose four gather warps' warp 1 loads C: each stage's C is its input, the
+# previous stage's output, so warp 1's first C load must wait for the previous grid too.
+SOURCE_GATHER_STAGES = (
+    Conv2dConfig(tile_m=64, tile_n=64, tile_k=16, gather=True, gather_vector=4),
+    Conv2dConfig(tile_m=128, tile_n=64, tile_k=16, gather=True, gather_vector=2),
+) * 2
 
 
-def _chain(first, filters, buffers, *, configs=STAGES, synchronize=False) -> torch.Tensor:
-    """Run the stages from ``first``, ping-ponging between the two buffers."""
+def _conv(src, flt, out, config) -> torch.Tensor:
+    return cute_conv.conv2d_fprop(src, flt, padding=1, out=out, config=config)
+
+
+def _conv_reference(src, flt) -> torch.Tensor:
+    return conv2d_reference(src, flt, padding=1)
+
+
+def _residual_conv(src, flt, out, config) -> torch.Tensor:
+    """``relu(conv(x)) + x``: C is the stage's input."""
+    return cute_conv.conv2d_fprop_with_residual(
+        src, flt, src, padding=1, activation="relu", out=out, config=config
+    )
+
+
+def _residual_reference(src, flt) -> torch.Tensor:
+    return conv2d_reference(src, flt, padding=1).relu() + src.float()
+
+
+def _chain(
+    first, filters, buffers, *, configs=STAGES, stage=_conv, synchronize=False
+) -> torch.Tensor:
+    """Run the stages (``stage(src, filter, out, config)``) from ``first``, ping-ponging
+    between the two buffers."""
     buffers[0].copy_(first)
     for i, (flt, config) in enumerate(zip(filters, configs, strict=True)):
-        cute_conv.conv2d_fprop(buffers[i % 2], flt, padding=1, out=buffers[(i + 1) % 2],
-                               config=config)  # fmt: skip
+        stage(buffers[i % 2], flt, buffers[(i + 1) % 2], config)
         if synchronize:
             torch.cuda.synchronize()
     return buffers[len(configs) % 2]
 
 
-def _inputs():
-    first, _ = random_conv_inputs(N, H, W, CHANNELS, CHANNELS, 3, 3)
-    filters = [random_conv_inputs(1, 1, 1, CHANNELS, CHANNELS, 3, 3)[1] for _ in STAGES]
+def _inputs(channels=CHANNELS, stages=STAGES):
+    first, _ = random_conv_inputs(N, H, W, channels, channels, 3, 3)
+    filters = [random_conv_inputs(1, 1, 1, channels, channels, 3, 3)[1] for _ in stages]
     buffers = [torch.empty_like(first) for _ in range(2)]
     return first, filters, buffers
 
 
-def _last_stage_reference(first, filters, buffers) -> torch.Tensor:
+def _last_stage_reference(
+    first, filters, buffers, stages=STAGES, stage=_conv, reference=_conv_reference
+) -> torch.Tensor:
     """The float32 reference of the last stage, on its input from a run synchronized between
     stages; every stage is checked on the way."""
     buffers[0].copy_(first)
-    for i, (flt, config) in enumerate(zip(filters, STAGES, strict=True)):
+    for i, (flt, config) in enumerate(zip(filters, stages, strict=True)):
         src = buffers[i % 2]
-        out = cute_conv.conv2d_fprop(src, flt, padding=1, config=config)
+        out = stage(src, flt, None, config)
         torch.cuda.synchronize()
-        ref = conv2d_reference(src, flt, padding=1)
+        ref = reference(src, flt)
         report = compare_to_reference(out, ref)
         assert report.ok, f"stage {i} ({config}): {report}"
         buffers[(i + 1) % 2].copy_(out)
@@ -70,6 +107,24 @@ def _last_stage_reference(first, filters, buffers) -> torch.Tensor:
 def _poison(buffers) -> None:
     for b in buffers:
         b.fill_(float("nan"))
+
+
+def _check_graph_replays(channels, stages, stage=_conv, reference=_conv_reference) -> None:
+    """The chain of ``stages`` captured in a CUDA graph, replayed three times into poisoned
+    buffers: the last stage's output matches the reference each time."""
+    first, filters, buffers = _inputs(channels, stages)
+    ref = _last_stage_reference(first, filters, buffers, stages, stage, reference)
+    # Compiled and warm before capture.
+    _chain(first, filters, buffers, configs=stages, stage=stage, synchronize=True)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _chain(first, filters, buffers, configs=stages, stage=stage)
+    for _ in range(3):
+        _poison(buffers)
+        graph.replay()
+        torch.cuda.synchronize()
+        report = compare_to_reference(buffers[len(stages) % 2], ref)
+        assert report.ok, str(report)
 
 
 def test_eager_chain_back_to_back():
@@ -83,18 +138,7 @@ def test_eager_chain_back_to_back():
 
 
 def test_chain_replayed_as_a_cuda_graph():
-    first, filters, buffers = _inputs()
-    ref = _last_stage_reference(first, filters, buffers)
-    _chain(first, filters, buffers, synchronize=True)  # compiled and warm before capture
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        _chain(first, filters, buffers)
-    for _ in range(3):
-        _poison(buffers)
-        graph.replay()
-        torch.cuda.synchronize()
-        report = compare_to_reference(buffers[len(STAGES) % 2], ref)
-        assert report.ok, str(report)
+    _check_graph_replays(CHANNELS, STAGES)
 
 
 def test_plain_launch_gives_the_same_result():
@@ -102,3 +146,15 @@ def test_plain_launch_gives_the_same_result():
     programmatic = _chain(first, filters, buffers).clone()
     plain = [dataclasses.replace(c, programmatic_launch=False) for c in STAGES]
     assert torch.equal(_chain(first, filters, buffers, configs=plain), programmatic)
+
+
+def test_gathered_chain_replayed_as_a_cuda_graph():
+    _check_graph_replays(GATHER_CHANNELS, GATHER_STAGES)
+
+
+def test_gathered_residual_chain_replayed_as_a_cuda_graph():
+    from kernels.sm90.pipeline_checks import Sm90Roles
+
+    for config in SOURCE_GATHER_STAGES:
+        assert Sm90Roles.of(config, loads_source_by_tma=True).source_loader_gathers
+    _check_graph_replays(GATHER_CHANNELS, SOURCE_GATHER_STAGES, _residual_conv, _residual_reference)

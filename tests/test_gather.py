@@ -178,8 +178,9 @@ def test_the_gathered_ring_in_the_role_table():
     "config,loads_source_by_tma,warps",
     [
         (Conv2dConfig(tile_n=64, tile_k=16, gather=True, gather_vector=2), False, 4),
-        (Conv2dConfig(tile_n=64, tile_k=16, gather=True, gather_vector=2), True, 2),  # C by TMA
+        (Conv2dConfig(tile_n=64, tile_k=16, gather=True, gather_vector=2), True, 4),  # C by TMA
         (Conv2dConfig(tile_n=32, tile_k=16, gather=True, gather_vector=4), False, 2),  # 64 runs
+        (Conv2dConfig(tile_n=32, tile_k=16, gather=True, gather_vector=4), True, 2),
         (Conv2dConfig(tile_n=96, tile_k=32, gather=True, gather_vector=4), False, 4),
         (Conv2dConfig(tile_n=64, tile_k=16, gather=True), False, 2),  # scalar loads
     ],
@@ -187,8 +188,13 @@ def test_the_gathered_ring_in_the_role_table():
 def test_the_whole_producer_warpgroup_gathers_where_it_can(config, loads_source_by_tma, warps):
     roles = Sm90Roles.of(config, loads_source_by_tma)
     assert (roles.gather_warps, roles.first_gather_warp) == (warps, 4 - warps)
-    full = sm90_barrier_specs(config, has_residual=loads_source_by_tma)["ab.full"]
-    assert full.count == 32 * warps
+    # Warp 1 loads C between its gathers where it gathers; else it is the source-load warp.
+    assert roles.source_loader_gathers == (loads_source_by_tma and warps == 4)
+    specs = sm90_barrier_specs(config, has_residual=loads_source_by_tma)
+    assert specs["ab.full"].count == 32 * warps
+    if loads_source_by_tma:
+        assert ("named.epilogue_load" in specs) == (warps == 2)
+        assert specs["source.full"].count == 1
 
 
 @pytest.mark.parametrize(
@@ -215,12 +221,33 @@ def test_a_gathering_kernel_loads_its_operands_by_threads(config, epilogue):
     assert re.search(r"cp\.async\.bulk\.tensor\.4d\.shared", plain.ptx)
 
 
+def test_a_gathering_warp_loads_the_residual_before_its_first_gathers():
+    """Where all four producer warps gather (64 filter runs a warp, vector loads), warp 1
+    issues C's TMA loads itself: its first tile's before any of its gathers. In the PTX the
+    first 2D TMA load (C; the operands are gathered) precedes the first gathered load, and
+    no EpilogueLoad barrier is left."""
+    config = Conv2dConfig(tile_m=64, tile_n=64, stages=3, gather=True, gather_vector=4)
+    assert Sm90Roles.of(config, loads_source_by_tma=True).source_loader_gathers
+    spec = cute_conv.EpilogueSpec(has_residual=True, has_bias=True, activation="relu")
+    ptx = cute_conv.compile_kernel("sm_90a", config=config, epilogue=spec).ptx
+    c_load = re.search(r"cp\.async\.bulk\.tensor\.2d\.shared", ptx)
+    first_gather = re.search(r"ld\.global(\.\w+)*\.b(16|32|64)\s|cp\.async\.ca\.shared", ptx)
+    assert c_load is not None and first_gather is not None
+    assert c_load.start() < first_gather.start()
+    barrier = int(NamedBarrierConv.EpilogueLoad)
+    assert not re.search(rf"bar(rier)?(\.cta)?\.(arrive|sync)(\.aligned)?\s+{barrier},", ptx)
+
+
 @pytest.mark.parametrize("vector", [2, 4])
 def test_the_residual_loads_open_before_the_first_gather(vector):
-    """The first gather warp lets the source-load warp start (its arrive on the EpilogueLoad
-    barrier) before it gathers the first tile, whose k-tiles each wait a round trip: in the
-    PTX the arrive precedes the operands' first loads (or copies)."""
-    config = Conv2dConfig(tile_m=64, tile_n=32, stages=3, gather=True, gather_vector=vector)
+    """Where two warps gather (64 filter runs) and warp 1 loads C, the first gather warp lets
+    it start (its arrive on the EpilogueLoad barrier) before it gathers the first tile, whose
+    k-tiles each wait a round trip: in the PTX the arrive precedes the operands' first loads
+    (or copies)."""
+    config = Conv2dConfig(
+        tile_m=64, tile_n=32, tile_k=16, stages=3, gather=True, gather_vector=vector
+    )
+    assert Sm90Roles.of(config, loads_source_by_tma=True).gather_warps == 2
     spec = cute_conv.EpilogueSpec(has_residual=True, has_bias=True, activation="relu")
     ptx = cute_conv.compile_kernel("sm_90a", config=config, epilogue=spec).ptx
     barrier = int(NamedBarrierConv.EpilogueLoad)
@@ -249,6 +276,22 @@ def test_gather_loads_are_in_flight_together(tile_mnk, vector):
     widths = set(re.findall(r"\bLDG\.E(\.\S+)?\s", sass))  # 16 or 32 bits
     copies = set(re.findall(r"\bLDGSTS\.E(\.\S+)?\s", sass))  # cp.async, 64 bits
     assert (widths, copies) == {1: ({".U16"}, set()), 2: ({""}, set()), 4: (set(), {".64"})}[vector]
+
+
+@pytest.mark.parametrize("tile_mnk", [(128, 64, 64), (64, 32, 64)], ids=str)
+@pytest.mark.parametrize("vector", [2, 4])
+def test_gather_loads_stay_in_flight_where_warp_1_loads_the_residual(tile_mnk, vector):
+    """With a residual loaded by TMA, warp 1 gathers and loads C: the gathers keep their
+    loads in flight together, with no spilled registers."""
+    tile_m, tile_n, tile_k = tile_mnk
+    config = Conv2dConfig(
+        tile_m=tile_m, tile_n=tile_n, tile_k=tile_k, gather=True, gather_vector=vector
+    )
+    spec = cute_conv.EpilogueSpec(has_residual=True, has_bias=True, activation="relu")
+    assert Sm90Roles.of(config, loads_source_by_tma=spec.loads_source_by_tma).source_loader_gathers
+    sass = sass_of(cute_conv.compile_kernel("sm_90a", config=config, epilogue=spec).cubin)
+    assert loads_waiting_on_loads(sass) == 0
+    assert not re.search(r"\b(STL|LDL)\b", sass)
 
 
 def test_8_byte_gathers_are_async_copies_counted_by_the_full_barrier():

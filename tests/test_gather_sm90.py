@@ -93,6 +93,15 @@ def test_gathered_operands_with_a_residual(order, k, vector):
                   order=order)  # fmt: skip
 
 
+@pytest.mark.parametrize("vector", [2, 4])
+def test_a_gathering_warp_loads_the_residual_of_every_tile(vector):
+    """392 tiles over at most 132 CTAs: warp 1, one of the four gather warps, loads each
+    later tile's C after that tile's gathers (the first tile's before them)."""
+    config = Conv2dConfig(tile_m=64, tile_n=64, tile_k=16, gather=True, gather_vector=vector)
+    run_and_check(8, 56, 56, 12, 64, 3, 3, geom=dict(padding=1), config=config, beta=0.5,
+                  order="after_activation")  # fmt: skip
+
+
 def test_gathered_operands_are_not_written_and_replay_from_a_graph():
     x = torch.randn(1, 16, 16, 12, device="cuda").to(torch.bfloat16)
     flt = torch.randn(24, 3, 3, 12, device="cuda").to(torch.bfloat16)

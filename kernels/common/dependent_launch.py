@@ -8,7 +8,10 @@ in a chain of small convs (a model at batch 1, under a CUDA graph) that is a lau
 prologue per layer. ``griddepcontrol.wait`` is a no-op for a kernel launched without PDL.
 """
 
+import cutlass
 import cutlass.cute as cute
+
+from .tile_scheduler import StaticTileScheduler
 
 
 def wait_for_previous_grid() -> None:
@@ -21,3 +24,13 @@ def wait_for_previous_grid() -> None:
     waiting behind this one."""
     cute.arch.griddepcontrol_wait()
     cute.arch.griddepcontrol_launch_dependents()
+
+
+@cute.jit
+def wait_before_first_load(waits_late: bool, scheduler: StaticTileScheduler, work: cutlass.Int32):
+    """``waits_late`` (trace time): on the CTA's first work item, wait for the previous grid
+    here, its tile coordinates computed and no global memory touched yet (the producer warps
+    that skip the wait at the end of the setup)."""
+    if cutlass.const_expr(waits_late):
+        if work == scheduler.first_work():
+            wait_for_previous_grid()

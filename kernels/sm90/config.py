@@ -149,7 +149,7 @@ class Conv2dConfig:
             setup overlaps the previous kernel's tail on the stream (it waits for that
             kernel's writes before touching global memory); False launches it the plain way.
         gather: the A and filter tiles are gathered by the producer warps (two, or all four
-            where none loads a residual by TMA: ``pipeline_checks.gather_warps_for``; plain
+            where the loads are vectors: ``pipeline_checks.gather_warps_for``; plain
             loads and SMEM stores, zero outside the image and past C) instead of loaded by
             TMA, which needs 16-byte channel rows: a conv whose C is not a multiple of 8 then
             reads its activation and filter as they are, with no padded copies. For small

@@ -44,7 +44,7 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from cutlass.tensor_utils import LayoutEnum
 
 from ..common.barriers import NamedBarrierConv
-from ..common.dependent_launch import wait_for_previous_grid
+from ..common.dependent_launch import wait_before_first_load, wait_for_previous_grid
 from ..common.entry import FP8_TYPES, ConvKernelEntry, ConvLaunchParams, MainloopOperands
 from ..common.epilogue import (
     EpilogueOperands,
@@ -135,10 +135,11 @@ class Conv2dFpropSm90(
                     ring (halo tiles: a halo per c-block + the filter per tap); with the work
                     queue it also takes the work items and hands them out
         warp 1      ``load_source`` (residual kernels): TMA of the residual C, subtile by
-                    subtile, into the source ring ahead of the epilogue
+                    subtile, into the source ring ahead of the epilogue (with four gather
+                    warps, between its gathers: ``load_tile_source``)
         warps 2-3   ``gather_operands`` (``gather``): the im2col A and the filter tiles by
                     plain loads and SMEM stores into the ring, in place of warp 0's TMA
-                    (warps 0-3 where no warp loads C and the tiles are large enough,
+                    (warps 0-3 where the tiles are large enough and the loads vectors,
                     ``gather_warps_for``); idle otherwise
       warpgroups 1-2 (consumers, ``setmaxnreg`` up to 232), 1 with 64-row tiles, or 1-3 with
                     192-row tiles (152)
@@ -207,11 +208,16 @@ class Conv2dFpropSm90(
         self.programmatic_launch = config.programmatic_launch
         # PDL: the load warp waits for the previous grid right before its first TMA load
         # (``OperandLoader.load_tile``), so that its first tile's raster and im2col arithmetic
-        # runs under the previous kernel's tail instead of after it. Not with gather warps
-        # (no load warp) nor the work queue, whose global counters the load warp touches
-        # before its first tile.
+        # runs under the previous kernel's tail instead of after it; the gather warps
+        # likewise before their first gathered loads (``OperandGather.gather_tile``). Not with
+        # the work queue, whose global counters the load warp touches before its first tile,
+        # nor with 16-bit gathers: ptxas then serializes two of a k-tile's loads behind
+        # others (tests/test_gather.py, 128x64x16 tiles).
         self.load_warp_waits_late = (
             config.programmatic_launch and not config.gather and not config.dynamic_schedule
+        )
+        self.gather_warps_wait_late = (
+            config.programmatic_launch and config.gather and config.gather_vector > 1
         )
         self.tile_w = config.tile_w
         self.halo_h = config.halo_h
@@ -499,6 +505,9 @@ class Conv2dFpropSm90(
         if cutlass.const_expr(self.load_warp_waits_late):
             if warp_idx != self.load_warp_id:
                 wait_for_previous_grid()  # the setup above touched SMEM and parameters only
+        elif cutlass.const_expr(self.gather_warps_wait_late):
+            if warp_idx < self.first_gather_warp_id or warp_idx >= 4:
+                wait_for_previous_grid()
         elif cutlass.const_expr(self.programmatic_launch):
             wait_for_previous_grid()
 
@@ -513,14 +522,20 @@ class Conv2dFpropSm90(
                         pipes, halo, tma_atom_a, tma_atom_b, gA, gB, sA, sB, cta_layout_mnk,
                         cluster_coord_mnk, scheduler, pixel_divisors,
                     )  # fmt: skip
-            if cutlass.const_expr(self.epilogue.loads_source_by_tma):
+            if cutlass.const_expr(
+                self.epilogue.loads_source_by_tma and not self.roles.source_loader_gathers
+            ):
                 if warp_idx == self.source_load_warp_id:
                     self.load_source(pipes.source, tma_atom_c, gC, sC, scheduler, pipes.work_queue)
             if cutlass.const_expr(self.gather):
                 if warp_idx >= self.first_gather_warp_id:
+                    source = None
+                    if cutlass.const_expr(self.roles.source_loader_gathers):
+                        source = (pipes.source, tma_atom_c, gC, sC)
                     self.gather_operands(
-                        pipes.ab, (gA, mB_nk), (sA, sB), gather_geometry, k_shape, scheduler
-                    )
+                        pipes.ab, (gA, mB_nk), (sA, sB), gather_geometry, k_shape, scheduler,
+                        source,
+                    )  # fmt: skip
 
         # ////////////////////////////////////////////////////////////////////////////////////
         #  CONSUMER WARPGROUPS: MMA + EPILOGUE
@@ -727,28 +742,75 @@ class Conv2dFpropSm90(
         geometry: ConvGeometry,
         k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32],
         scheduler: StaticTileScheduler,
+        source: Optional[Tuple] = None,
     ):
         """Gather warps (``gather``): the A and filter tiles of every k-tile of every output
         tile of this CTA, into the ring (``OperandGather``); ``gmem``: the activation's and
         the filter's views, ``smem_tiles``: the A and B rings. The first gather warp opens the
         source loads (``open_source_loads``) in the load warp's place, before its first tile:
         a gathered k-tile is in the ring only after its loads' round trip, so opening them
-        after the tile, as the load warp does, would leave C's loads to the epilogue."""
+        after the tile, as the load warp does, would leave C's loads to the epilogue. Where
+        warp 1 gathers too (``source``: the source pipeline, C's TMA atom, gC, sC;
+        ``Sm90Roles.source_loader_gathers``) it loads C itself: the first tile's before its
+        gathers (the ring is empty), the others' after them, so that waiting for a C buffer
+        to come free does not hold up the next tile's operands."""
         tidx, _, _ = cute.arch.thread_idx()
         tidx = tidx - self.first_gather_warp_id * cute.arch.WARP_SIZE
         gather = OperandGather(
             ab_pipeline, *gmem, *smem_tiles, geometry, k_shape, self.tile_mnk,
-            self.gather_threads, self.gather_vector,
+            self.gather_threads, self.gather_vector, self.gather_warps_wait_late,
         )  # fmt: skip
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stages)
+        source_state = None
+        if cutlass.const_expr(source is not None):
+            source_state = pipeline.make_pipeline_state(
+                pipeline.PipelineUserType.Producer, self.source_stages
+            )
+        # Warp 1's lanes load C where it gathers too (warp-uniform).
+        loads_source = (
+            tidx // cute.arch.WARP_SIZE == self.source_load_warp_id - self.first_gather_warp_id
+        )
         end_work = scheduler.end_work()
         work = scheduler.first_work()
         while work < end_work:
-            if tidx < cute.arch.WARP_SIZE:  # the first gather warp stands for the load warp
-                self.open_source_loads(scheduler, work)
+            first = work == scheduler.first_work()
+            if cutlass.const_expr(source is None):
+                if tidx < cute.arch.WARP_SIZE:  # the first gather warp stands for the load warp
+                    self.open_source_loads(scheduler, work)
+            else:
+                if loads_source:
+                    if first:
+                        # C may be the previous grid's output: under PDL wait before it
+                        # (gather_tile's own wait is then a no-op).
+                        wait_before_first_load(self.gather_warps_wait_late, scheduler, work)
+                        source_state = self.load_gathered_tile_source(
+                            source, source_state, scheduler, work
+                        )
             state = gather.gather_tile(state, scheduler, work, tidx)
+            if cutlass.const_expr(source is not None):
+                if loads_source:
+                    if not first:
+                        source_state = self.load_gathered_tile_source(
+                            source, source_state, scheduler, work
+                        )
             work = scheduler.next_work(work)
         ab_pipeline.producer_tail(state)
+        if cutlass.const_expr(source is not None):
+            if loads_source:
+                source[0].producer_tail(source_state)
+
+    @cute.jit
+    def load_gathered_tile_source(
+        self,
+        source: Tuple,
+        state: pipeline.PipelineState,
+        scheduler: StaticTileScheduler,
+        work: cutlass.Int32,
+    ) -> pipeline.PipelineState:
+        """``load_tile_source`` for warp 1 among the gather warps: ``source`` is the source
+        pipeline, C's TMA atom, gC and sC."""
+        items = Sm90WorkItems.make(scheduler, None, False)
+        return self.load_tile_source(*source[:1], state, *source[1:], items, work)
 
     @cute.jit
     def open_source_loads(self, scheduler: StaticTileScheduler, work: cutlass.Int32):
@@ -783,31 +845,49 @@ class Conv2dFpropSm90(
         items = Sm90WorkItems.make(scheduler, work_queue, self.dynamic_schedule)
         work, valid, queue_state = items.first(items.initial_state())
         while valid:
-            k_first, _ = items.k_tile_range(work)
-            if k_first == 0:  # a stream-K partial has no epilogue, so no C
-                m_tile, n_tile = items.tile_coord(work)
-                gC_tile = cute.zipped_divide(gC[(None, None, m_tile, n_tile)], self.epi_tiler)
-                bGS_sC, bGS_gC = cpasync.tma_partition(
-                    tma_atom_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), gC_tile
-                )
-                epi_tile_layout = self.epi_tile_layout(gC_tile)
-                if cutlass.const_expr(self.source_stages < cute.size(epi_tile_layout)):
-                    # The ring holds part of a tile of C: bring all of it into L2 now, so that
-                    # the loads issued as the epilogue frees buffers hit L2 rather than DRAM.
-                    with cute.arch.elect_one():
-                        cute.prefetch(tma_atom_c, bGS_gC)
-                for epi_idx in cutlass.range_constexpr(cute.size(epi_tile_layout)):
-                    source_pipeline.producer_acquire(producer_state)
-                    cute.copy(
-                        tma_atom_c,
-                        bGS_gC[(None, epi_tile_layout.get_hier_coord(epi_idx))],
-                        bGS_sC[(None, producer_state.index)],
-                        tma_bar_ptr=source_pipeline.producer_get_barrier(producer_state),
-                    )
-                    source_pipeline.producer_commit(producer_state)
-                    producer_state.advance()
+            producer_state = self.load_tile_source(
+                source_pipeline, producer_state, tma_atom_c, gC, sC, items, work
+            )
             work, valid, queue_state = items.next(work, queue_state)
         source_pipeline.producer_tail(producer_state)
+
+    @cute.jit
+    def load_tile_source(
+        self,
+        source_pipeline: pipeline.PipelineTmaAsync,
+        producer_state: pipeline.PipelineState,
+        tma_atom_c: cute.CopyAtom,
+        gC: cute.Tensor,
+        sC: cute.Tensor,
+        items: Sm90WorkItems,
+        work: cutlass.Int32,
+    ) -> pipeline.PipelineState:
+        """One warp: work item ``work``'s C subtiles into the source ring, in epilogue order
+        (none for a stream-K partial, which has no epilogue); returns the advanced state."""
+        k_first, _ = items.k_tile_range(work)
+        if k_first == 0:
+            m_tile, n_tile = items.tile_coord(work)
+            gC_tile = cute.zipped_divide(gC[(None, None, m_tile, n_tile)], self.epi_tiler)
+            bGS_sC, bGS_gC = cpasync.tma_partition(
+                tma_atom_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), gC_tile
+            )
+            epi_tile_layout = self.epi_tile_layout(gC_tile)
+            if cutlass.const_expr(self.source_stages < cute.size(epi_tile_layout)):
+                # The ring holds part of a tile of C: bring all of it into L2 now, so that
+                # the loads issued as the epilogue frees buffers hit L2 rather than DRAM.
+                with cute.arch.elect_one():
+                    cute.prefetch(tma_atom_c, bGS_gC)
+            for epi_idx in cutlass.range_constexpr(cute.size(epi_tile_layout)):
+                source_pipeline.producer_acquire(producer_state)
+                cute.copy(
+                    tma_atom_c,
+                    bGS_gC[(None, epi_tile_layout.get_hier_coord(epi_idx))],
+                    bGS_sC[(None, producer_state.index)],
+                    tma_bar_ptr=source_pipeline.producer_get_barrier(producer_state),
+                )
+                source_pipeline.producer_commit(producer_state)
+                producer_state.advance()
+        return producer_state
 
     def _consumer_thread(self, tiled_mma: cute.TiledMma) -> Tuple:
         """A consumer thread's ``(index among the consumer threads, warpgroup, index among

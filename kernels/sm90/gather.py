@@ -34,6 +34,7 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 from cutlass.cute.nvgpu import cpasync
 
+from ..common.dependent_launch import wait_before_first_load
 from ..common.im2col import ConvGeometry
 from ..common.tile_scheduler import StaticTileScheduler
 from .schedule_checks import GATHER_RUN_CHANNELS as RUN_CHANNELS
@@ -82,6 +83,7 @@ class OperandGather:
     tile_mnk: Tuple[int, int, int]
     threads: int
     vector: int
+    waits_late: bool = False  # see ``gather_tile``
 
     @property
     def copies_async(self) -> bool:
@@ -97,10 +99,12 @@ class OperandGather:
     ) -> pipeline.PipelineState:
         """Gather every k-tile of work item ``work``'s output tile into the ring, in the
         consumers' order; ``tidx``: this thread's index among the gather threads. Returns the
-        advanced state."""
+        advanced state. With ``waits_late`` (PDL) the CTA's first work item waits for the
+        previous grid after its tile coordinates and views, before its first load."""
         m_tile, n_tile = scheduler.tile_coord(work)
         c_blocks, taps_s, taps_r = self.k_shape
         activation, filters = self._vector_views()
+        wait_before_first_load(self.waits_late, scheduler, work)
         for r in range(taps_r):
             for s in range(taps_s):
                 for c_block in range(c_blocks):

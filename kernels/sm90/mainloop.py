@@ -29,7 +29,7 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 from cutlass.cute.nvgpu import cpasync, warpgroup
 
-from ..common.dependent_launch import wait_for_previous_grid
+from ..common.dependent_launch import wait_before_first_load
 from ..common.im2col import (
     ChannelBlocks,
     ConvGeometry,
@@ -107,15 +107,6 @@ class OperandLoader(Protocol):
         segment) into the rings; returns the advanced states. With ``waits_late`` the CTA's
         first work item waits for the previous grid (PDL) after its tile coordinates, before
         its first load."""
-
-
-@cute.jit
-def wait_before_first_load(waits_late: bool, scheduler: StaticTileScheduler, work: cutlass.Int32):
-    """``waits_late`` (trace time): on the CTA's first work item, wait for the previous grid
-    here, its tile coordinates computed and no global memory touched yet."""
-    if cutlass.const_expr(waits_late):
-        if work == scheduler.first_work():
-            wait_for_previous_grid()
 
 
 @cute.jit

@@ -18,15 +18,16 @@ WARPGROUP_THREADS = 128
 WARPGROUP_WARPS = WARPGROUP_THREADS // WARP_SIZE
 
 
-def gather_warps_for(config: Conv2dConfig, loads_source_by_tma: bool) -> int:
+def gather_warps_for(config: Conv2dConfig) -> int:
     """Warps that gather the operands (``gather``; 2 otherwise, unused): the whole producer
-    warpgroup, since the gather is latency-bound and more warps keep more loads in flight,
-    unless warp 1 loads the residual C by TMA, the filter tile (the smaller one: tile_m is
+    warpgroup, since the gather is latency-bound and more warps keep more loads in flight
+    (with a residual loaded by TMA, warp 1 loads C between its gathers:
+    ``Sm90Roles.source_loader_gathers``), unless the filter tile (the smaller one: tile_m is
     at least 128) has fewer 16-byte runs than 128 threads, or the loads are scalar
     (``gather_vector=1``: with half the units per thread ptxas reused registers between
     some of a group's loads and serialized them, which ``tests/sass.py`` catches)."""
     filter_runs = config.tile_n * config.tile_k // GATHER_RUN_CHANNELS
-    if loads_source_by_tma or filter_runs % WARPGROUP_THREADS or config.gather_vector == 1:
+    if filter_runs % WARPGROUP_THREADS or config.gather_vector == 1:
         return 2
     return WARPGROUP_WARPS
 
@@ -36,9 +37,9 @@ class Sm90Roles:
     """Warp ids and thread counts of the SM90 kernel for one config.
 
     Warpgroup 0 is the producer (warp 0 loads A/B, warp 1 loads the residual C, warps 2-3
-    idle; with ``gather`` its warps gather A/B in warp 0's place: all four, or warps 2-3
-    where warp 1 loads C or where an operand tile has too few 16-byte runs for four warps,
-    ``gather_warps_for``);
+    idle; with ``gather`` its warps gather A/B in warp 0's place: all four (warp 1 loading
+    C between its gathers), or warps 2-3 where an operand tile has too few 16-byte runs for
+    four warps or the loads are scalar, ``gather_warps_for``);
     warpgroups 1.. are the consumers (WGMMA and their epilogue), two, one with 64-row tiles,
     or three with 192-row ones. Cooperative: all consumer threads share every tile; ping-pong: each consumer
     warpgroup owns every other tile (its ``tile_threads`` are one warpgroup)."""
@@ -50,13 +51,20 @@ class Sm90Roles:
     first_gather_warp: int = 2
     gather_warps: int = 2
     first_consumer_warp: int = 4
+    # A residual loaded by TMA where warp 1 gathers too: it issues C's loads between its
+    # gathers (``gather_operands``), with no source-load role of its own.
+    source_loader_gathers: bool = False
 
     @classmethod
     def of(cls, config: Conv2dConfig, loads_source_by_tma: bool = False) -> "Sm90Roles":
-        gather_warps = gather_warps_for(config, loads_source_by_tma)
+        gather_warps = gather_warps_for(config)
+        first_gather_warp = WARPGROUP_WARPS - gather_warps
         return cls(
             config.num_consumer_warpgroups, config.pingpong,
-            first_gather_warp=WARPGROUP_WARPS - gather_warps, gather_warps=gather_warps,
+            first_gather_warp=first_gather_warp, gather_warps=gather_warps,
+            source_loader_gathers=(
+                config.gather and loads_source_by_tma and first_gather_warp <= cls.source_load
+            ),
         )  # fmt: skip
 
     @property
@@ -109,6 +117,7 @@ def sm90_barrier_specs(config: Conv2dConfig, has_residual: bool) -> dict[str, Ba
             ),
         ]
     first_loader = "first gather warp" if config.gather else "load warp"
+    source_loader = "warp 1 (a gather warp)" if roles.source_loader_gathers else "source-load warp"
     if config.tile_w:
         specs += [
             BarrierSpec("halo.full", (Arrival("load warp", 1, "arrive.expect_tx of a halo"),)),
@@ -118,17 +127,22 @@ def sm90_barrier_specs(config: Conv2dConfig, has_residual: bool) -> dict[str, Ba
         specs += [
             BarrierSpec(
                 "source.full",
-                (Arrival("source-load warp", 1, "arrive.expect_tx of one C subtile"),),
+                (Arrival(source_loader, 1, "arrive.expect_tx of one C subtile"),),
             ),
             BarrierSpec("source.empty", (Arrival("consumer warps", tile_warps, per_warp),)),
-            BarrierSpec(
-                "named.epilogue_load",
-                (
-                    Arrival(first_loader, WARP_SIZE, "every thread, after the first tile's loads"),
-                    Arrival("source-load warp", WARP_SIZE, "every thread, before its loads"),
-                ),
-            ),
         ]
+        if not roles.source_loader_gathers:  # else one warp orders its own loads
+            specs.append(
+                BarrierSpec(
+                    "named.epilogue_load",
+                    (
+                        Arrival(
+                            first_loader, WARP_SIZE, "every thread, after the first tile's loads"
+                        ),
+                        Arrival("source-load warp", WARP_SIZE, "every thread, before its loads"),
+                    ),
+                )
+            )
     if config.dynamic_schedule:
         readers = [Arrival("consumer warpgroups", roles.consumer_threads, "every thread")]
         if has_residual:
