@@ -29,7 +29,9 @@ BEFORE_LAST_WAVE = {"last_wave_max_fill": 0}
 # order they were fitted (each off at 0): the lone-CTA rule (sweep_lone_cta.py), the ring rule
 # (sweep_single_tile_ring.py). A sweep run before one of them measured without it and every
 # one after it (``fitted_before``); a rule fitted next goes at the end.
-RULES_IN_FIT_ORDER = ("lone_cta_max_k_tiles", "single_tile_ring_max_k_tiles")
+RULES_IN_FIT_ORDER = (
+    "lone_cta_max_k_tiles", "single_tile_ring_max_k_tiles", "residual_narrow_pointwise_max_k"
+)
 # ``untuned_with``'s keywords that put every rule it defaults off (as the sweeps before those
 # rules measured) at its fitted bound: a sweep run now measures against what calls run today.
 EVERY_RULE_FITTED = dict(
@@ -39,7 +41,7 @@ EVERY_RULE_FITTED = dict(
     wide_cluster_min_share=None, pingpong_max_k_tiles=None, wide_split_residual=True,
     paired_m_max_channel_fill=None, square_split_min_k_tiles=None, last_wave_max_fill=None,
     last_wave_min_k_tiles=None, pointwise_pair_max_k_tiles=None, lone_cta_max_k_tiles=None,
-    single_tile_ring_max_k_tiles=None,
+    single_tile_ring_max_k_tiles=None, residual_narrow_pointwise_max_k=None,
 )  # fmt: skip
 
 
@@ -303,7 +305,7 @@ def untuned_with(
     square_split_min_k_tiles: float | None = math.inf, last_wave_max_fill: float | None = 0,
     last_wave_min_k_tiles: float | None = None, pointwise_pair_max_k_tiles: float | None = 0,
     lone_cta_max_k_tiles: float | None = 0, single_tile_ring_max_k_tiles: float | None = 0,
-    **heuristic_kwargs,
+    residual_narrow_pointwise_max_k: float | None = 0, **heuristic_kwargs,
 ):  # fmt: skip
     """The config a call of ``form`` (``plain``, ``fused`` or ``fp8``, as in
     ``measure_configs``) without one runs on ``problem`` (``untuned.untuned_config``: staging,
@@ -329,8 +331,9 @@ def untuned_with(
     (``paired_m_max_channel_fill``, 0), the 128x128 split tiles
     (``square_split_min_k_tiles``, inf), the last-wave rule (``last_wave_max_fill``, 0),
     the pair rule (``pointwise_pair_max_k_tiles``, 0), the lone-CTA rule
-    (``lone_cta_max_k_tiles``, 0) and the ring rule (``single_tile_ring_max_k_tiles``, 0);
-    None takes a rule's fitted bound."""
+    (``lone_cta_max_k_tiles``, 0), the ring rule (``single_tile_ring_max_k_tiles``, 0) and
+    the narrowing of residual 1x1 convs (``residual_narrow_pointwise_max_k``, 0); None takes
+    a rule's fitted bound."""
     from cute_conv.arch import ARCHS
     from cute_conv.config import default_config
     from cute_conv.epilogue_rule import wide_epilogue_config
@@ -353,7 +356,8 @@ def untuned_with(
             min_waves_tall=min_waves_tall, min_waves_tall_wide=min_waves_tall_wide,
             pingpong_max_k_tiles=pingpong_max_k_tiles, wide_split_residual=wide_split_residual,
             paired_m_max_channel_fill=paired_m_max_channel_fill,
-            square_split_min_k_tiles=square_split_min_k_tiles, **heuristic_kwargs,
+            square_split_min_k_tiles=square_split_min_k_tiles,
+            residual_narrow_pointwise_max_k=residual_narrow_pointwise_max_k, **heuristic_kwargs,
         )  # fmt: skip
 
     single_warpgroup_rule = functools.partial(

@@ -34,7 +34,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from sweep_rows import EVERY_RULE_FITTED, BoundSweep, rule_bound_config  # noqa: E402
+from sweep_rows import BoundSweep, fitted_before, rule_bound_config  # noqa: E402
 
 FORMS = ("plain", "fused")
 RESULTS_PATHS = {
@@ -46,7 +46,10 @@ OFF, ON = 0, math.inf
 GRID = (OFF, 1, 2, 4, 6, 8, 12, ON)
 
 SWEEP = BoundSweep(
-    rule_bound_config("single_tile_ring_max_k_tiles", NUM_SMS, **EVERY_RULE_FITTED),
+    rule_bound_config(
+        "single_tile_ring_max_k_tiles", NUM_SMS,
+        **fitted_before("residual_narrow_pointwise_max_k"),
+    ),
     off=OFF, on=ON, baseline="own", variant="short", grid=GRID,
     constants={
         "plain": "SINGLE_TILE_RING_MAX_K_TILES", "fused": "SINGLE_TILE_RING_MAX_K_TILES"

@@ -77,6 +77,10 @@ PAIRED_M_MAX_CHANNEL_FILL_FUSED = 0.99
 # loads behind: such convs take 128-wide tiles (measured on an H200: K=64 and 256 1x1 convs
 # 1.2x faster at tile_n=128 than 256, K=2304 and 4608 3x3 convs 3-5% slower).
 RESIDUAL_NARROW_MAX_GEMM_K = 128
+# GEMM K up to which a residual 1x1 conv takes 128-wide tiles all the same (see
+# default_config): fitted on the corpus's train part on an H200
+# (benchmarks/sweep_residual_pointwise_width.py), every GEMM K.
+RESIDUAL_NARROW_POINTWISE_MAX_GEMM_K = math.inf
 # Output tiles per SM and GEMM K from which a 16-bit residual conv's tiles wider than 192 keep
 # three A/B stages, so that a whole tile of C fits in SMEM (four leave room for 2-4 of its 8
 # subtiles): the source-load warp then fetches the next tile's C under this one's mainloop,
@@ -325,6 +329,7 @@ def default_config(
     half_step_min_k_tiles: float | None = None,
     out_bytes: int = 2,
     residual_narrow_max_k: float | None = None,
+    residual_narrow_pointwise_max_k: float | None = None,
     whole_source_min_k: float | None = None,
     whole_source_min_tiles_per_sm: float | None = None,
     min_waves_tall: float | None = None,
@@ -376,6 +381,12 @@ def default_config(
     256-wide tiles' speed on the 59 train convs, held-out 1.002x (the former 512: 1.026x,
     0.999x). No bound fits both GPUs well: the 3x3 convs of C=128 (GEMM K 1152) gain 3-11%
     from 128-wide tiles on the H100, those of C=256 lose up to 15% there but not on the H200.
+    1x1 convs narrow at any GEMM K (``residual_narrow_pointwise_max_k``; None:
+    ``RESIDUAL_NARROW_POINTWISE_MAX_GEMM_K``, inf): fitted on the 15 corpus 1x1s of C >= 512
+    it changes (``benchmarks/sweep_residual_pointwise_width.py``, CUDA-graph replays on an
+    H200; bounds 0-2048 and inf), 1.040x the 256-wide tiles' speed on the 12 train convs and
+    1.078x on the 3 held-out ones (0.98-1.14x per conv; e.g. the batch-128 14x14 1x1 of
+    C=1024, K=512: 128x256 1x2 of three stages and a whole tile of C -> 128x128 of five).
     Wider tiles (208-256) of 16-bit residual convs keep three A/B stages instead of four,
     which leaves SMEM for the tile's whole C (four leave 2-4 of its eight subtiles, so most of
     C loads during the epilogue), where there are at least ``whole_source_min_tiles_per_sm``
@@ -571,6 +582,8 @@ def default_config(
         half_step_min_k_tiles = _half_step_bound(has_residual, element_bytes)
     if residual_narrow_max_k is None:
         residual_narrow_max_k = RESIDUAL_NARROW_MAX_GEMM_K
+    if residual_narrow_pointwise_max_k is None:
+        residual_narrow_pointwise_max_k = RESIDUAL_NARROW_POINTWISE_MAX_GEMM_K
     if whole_source_min_k is None:
         whole_source_min_k = WHOLE_SOURCE_MIN_GEMM_K
     if wide_split_min_k_tiles is None:
@@ -596,6 +609,9 @@ def default_config(
         min_waves_tall_wide = _MIN_WAVES_TALL_WIDE if plain else math.inf
     check_bound("half_step_min_k_tiles", half_step_min_k_tiles, "k-tiles")
     check_bound("residual_narrow_max_k", residual_narrow_max_k, "GEMM K channels")
+    check_bound(
+        "residual_narrow_pointwise_max_k", residual_narrow_pointwise_max_k, "GEMM K channels"
+    )
     check_bound("whole_source_min_k", whole_source_min_k, "GEMM K channels")
     check_bound("wide_split_min_k_tiles", wide_split_min_k_tiles, "k-tiles")
     check_bound("square_split_min_k_tiles", square_split_min_k_tiles, "k-tiles")
@@ -618,9 +634,11 @@ def default_config(
     half_steps = out_bytes > 1 and tile_k * element_bytes >= HALF_STEP_MIN_K_TILE_BYTES
     if half_steps and k_tiles >= half_step_min_k_tiles:
         tile_n = cheapest(whole_widths + half_step_widths(problem.K, tile_n))
-    narrowed_for_residual = (
-        has_residual and tile_n == 256 and problem.gemm_k <= residual_narrow_max_k
-    )
+    pointwise = problem.R == problem.S == 1
+    narrow_max_k = residual_narrow_max_k
+    if pointwise:
+        narrow_max_k = max(narrow_max_k, residual_narrow_pointwise_max_k)
+    narrowed_for_residual = has_residual and tile_n == 256 and problem.gemm_k <= narrow_max_k
     if narrowed_for_residual:
         tile_n = 128
     full_k_tile = tile_k * element_bytes == MAX_K_TILE_BYTES  # one 128-byte row
@@ -651,7 +669,6 @@ def default_config(
     stream_k, stream_k_split = stream_k_for_tiles(
         problem, tile_m, tile_n, tile_k, cluster_m, cluster_n, num_sms
     )
-    pointwise = problem.R == problem.S == 1
     paired_m = pointwise and cluster_m == cluster_n == 1 and not stream_k and tiles >= num_sms
     channel_fill = problem.C / (-(-problem.C // tile_k) * tile_k)  # of its k-tiles per tap
     if paired_m and element_bytes == 2 and channel_fill <= paired_m_max_channel_fill:

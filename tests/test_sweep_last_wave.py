@@ -15,6 +15,7 @@ from bench_corpus import problem_shape
 from bound_sweep_rows import check_committed_rows
 
 from cute_conv import Conv2dConfig, Conv2dProblemShape, small_grid_rules
+from cute_conv.config import default_config
 from cute_conv.untuned import heuristic_config
 
 # DeepLab's 1x1 at batch 8, 65x65, C=2048, K=512: 265 cluster tiles of 128x256 in 1x2
@@ -56,11 +57,22 @@ def test_fp8_calls_are_not_taken():
     assert small_grid_rules.last_wave_config(base, DEEPLAB_1X1, element_bytes=1) == base
 
 
-@pytest.mark.parametrize("has_residual", [False, True], ids=["plain", "fused"])
-def test_a_call_of_the_deeplab_1x1_takes_stream_k(has_residual):
-    config = heuristic_config(DEEPLAB_1X1, 132, has_residual=has_residual)
+def test_a_call_of_the_deeplab_1x1_takes_stream_k():
+    config = heuristic_config(DEEPLAB_1X1, 132)
     assert config.stream_k and config.stream_k_split == 0
     assert heuristic_config(DEEPLAB_1X1, 132, element_bytes=1).stream_k is False
+
+
+def test_the_fused_deeplab_1x1_takes_stream_k_at_256_wide_tiles_only():
+    """Fused, the rule took it at 128x256 tiles; the residual 1x1 narrowing fitted since
+    (``RESIDUAL_NARROW_POINTWISE_MAX_GEMM_K``) gives it 128x128 tiles, ~8 waves of them,
+    which the rule leaves data-parallel (measured faster than the stream-K 128x256 config:
+    ``benchmarks/residual_pointwise_width_sweep_H200.json``)."""
+    wide = default_config(DEEPLAB_1X1, has_residual=True, residual_narrow_pointwise_max_k=0)
+    taken = small_grid_rules.last_wave_config(wide, DEEPLAB_1X1, has_residual=True)
+    assert taken.stream_k and taken.stream_k_split == 0
+    config = heuristic_config(DEEPLAB_1X1, 132, has_residual=True)
+    assert config.tile_n == 128 and not config.stream_k
 
 
 @pytest.mark.parametrize("form", sweep.FORMS)
