@@ -381,8 +381,9 @@ def default_config(
     256-wide tiles' speed on the 59 train convs, held-out 1.002x (the former 512: 1.026x,
     0.999x). No bound fits both GPUs well: the 3x3 convs of C=128 (GEMM K 1152) gain 3-11%
     from 128-wide tiles on the H100, those of C=256 lose up to 15% there but not on the H200.
-    1x1 convs narrow at any GEMM K (``residual_narrow_pointwise_max_k``; None:
-    ``RESIDUAL_NARROW_POINTWISE_MAX_GEMM_K``, inf): fitted on the 15 corpus 1x1s of C >= 512
+    16-bit 1x1 convs narrow at any GEMM K (``residual_narrow_pointwise_max_k``; None:
+    ``RESIDUAL_NARROW_POINTWISE_MAX_GEMM_K``, inf; fp8 ones were not measured and keep
+    ``residual_narrow_max_k``): fitted on the 15 corpus 1x1s of C >= 512
     it changes (``benchmarks/sweep_residual_pointwise_width.py``, CUDA-graph replays on an
     H200; bounds 0-2048 and inf), 1.040x the 256-wide tiles' speed on the 12 train convs and
     1.078x on the 3 held-out ones (0.98-1.14x per conv; e.g. the batch-128 14x14 1x1 of
@@ -636,7 +637,7 @@ def default_config(
         tile_n = cheapest(whole_widths + half_step_widths(problem.K, tile_n))
     pointwise = problem.R == problem.S == 1
     narrow_max_k = residual_narrow_max_k
-    if pointwise:
+    if pointwise and element_bytes == 2:  # fp8 was not measured
         narrow_max_k = max(narrow_max_k, residual_narrow_pointwise_max_k)
     narrowed_for_residual = has_residual and tile_n == 256 and problem.gemm_k <= narrow_max_k
     if narrowed_for_residual:

@@ -39,7 +39,7 @@ def test_the_committed_rows_fit_the_bound():
     assert fitted == config.RESIDUAL_NARROW_POINTWISE_MAX_GEMM_K
 
 
-def test_a_deep_residual_1x1_takes_128_wide_tiles_and_a_3x3_keeps_256():
+def test_a_deep_residual_1x1_takes_128_wide_tiles_and_a_3x3_or_fp8_one_keeps_them_wide():
     pointwise = Conv2dProblemShape(N=8, H=65, W=65, C=1024, K=512, R=1, S=1)
     plain = config.default_config(pointwise)
     fused = config.default_config(pointwise, has_residual=True)
@@ -47,3 +47,10 @@ def test_a_deep_residual_1x1_takes_128_wide_tiles_and_a_3x3_keeps_256():
     assert (plain.tile_n, off.tile_n, fused.tile_n) == (256, 256, 128)
     three = dataclasses.replace(pointwise, R=3, S=3, padding=((1, 1), (1, 1)))
     assert config.default_config(three, has_residual=True).tile_n == 256
+    # fp8 was not measured: its residual 1x1s keep the general bound.
+    fp8 = config.default_config(pointwise, has_residual=True, element_bytes=1)
+    assert fp8 == config.default_config(
+        pointwise, has_residual=True, element_bytes=1, residual_narrow_pointwise_max_k=0
+    )
+    wide_fp8 = Conv2dProblemShape(N=8, H=65, W=65, C=2048, K=512, R=1, S=1)
+    assert config.default_config(wide_fp8, has_residual=True, element_bytes=1).tile_n == 256
