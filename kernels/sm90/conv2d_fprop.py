@@ -761,11 +761,13 @@ class Conv2dFpropSm90(
             self.gather_threads, self.gather_vector, self.gather_warps_wait_late,
         )  # fmt: skip
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stages)
-        source_state = None
+        source_state, source_items = None, None
         if cutlass.const_expr(source is not None):
+            source_pipeline, tma_atom_c, gC, sC = source
             source_state = pipeline.make_pipeline_state(
                 pipeline.PipelineUserType.Producer, self.source_stages
             )
+            source_items = Sm90WorkItems.make(scheduler, None, False)
         # Warp 1's lanes load C where it gathers too (warp-uniform).
         loads_source = (
             tidx // cute.arch.WARP_SIZE == self.source_load_warp_id - self.first_gather_warp_id
@@ -783,34 +785,21 @@ class Conv2dFpropSm90(
                         # C may be the previous grid's output: under PDL wait before it
                         # (gather_tile's own wait is then a no-op).
                         wait_before_first_load(self.gather_warps_wait_late, scheduler, work)
-                        source_state = self.load_gathered_tile_source(
-                            source, source_state, scheduler, work
+                        source_state = self.load_tile_source(
+                            source_pipeline, source_state, tma_atom_c, gC, sC, source_items, work
                         )
             state = gather.gather_tile(state, scheduler, work, tidx)
             if cutlass.const_expr(source is not None):
                 if loads_source:
                     if not first:
-                        source_state = self.load_gathered_tile_source(
-                            source, source_state, scheduler, work
+                        source_state = self.load_tile_source(
+                            source_pipeline, source_state, tma_atom_c, gC, sC, source_items, work
                         )
             work = scheduler.next_work(work)
         ab_pipeline.producer_tail(state)
         if cutlass.const_expr(source is not None):
             if loads_source:
-                source[0].producer_tail(source_state)
-
-    @cute.jit
-    def load_gathered_tile_source(
-        self,
-        source: Tuple,
-        state: pipeline.PipelineState,
-        scheduler: StaticTileScheduler,
-        work: cutlass.Int32,
-    ) -> pipeline.PipelineState:
-        """``load_tile_source`` for warp 1 among the gather warps: ``source`` is the source
-        pipeline, C's TMA atom, gC and sC."""
-        items = Sm90WorkItems.make(scheduler, None, False)
-        return self.load_tile_source(*source[:1], state, *source[1:], items, work)
+                source_pipeline.producer_tail(source_state)
 
     @cute.jit
     def open_source_loads(self, scheduler: StaticTileScheduler, work: cutlass.Int32):
