@@ -8,6 +8,7 @@ import re
 
 import pytest
 from cute_conv.kernels.common.barriers import NamedBarrierConv
+from cute_conv.kernels.sm90.gather import k_tiles_per_batch
 from cute_conv.kernels.sm90.pipeline_checks import Sm90Roles, sm90_barrier_specs
 
 import cute_conv
@@ -330,3 +331,45 @@ def test_a_stored_autotuner_choice_is_not_replaced_by_the_gather(tmp_path, monke
     assert dispatch._config_for_call(None, *args) == stored
     given = Conv2dConfig(tile_n=64)
     assert dispatch._config_for_call(given, *args) == given
+
+
+def _longest_load_batch(sass: str) -> int:
+    """The most global loads issued in a row before a shared-memory store."""
+    longest = run = 0
+    for line in sass.splitlines():
+        if re.search(r"\bLDG\b|\bLDG\.", line):
+            run += 1
+        elif re.search(r"\bSTS\b", line) and run:
+            longest, run = max(longest, run), 0
+    return longest
+
+
+@pytest.mark.parametrize(
+    "tile_mnk, vector, warps, batch",
+    [
+        ((64, 32, 16), 2, 2, 5),  # 2 A units + 1 B unit a k-tile, 16 a batch
+        ((128, 64, 16), 2, 4, 5),
+        ((64, 64, 16), 2, 4, 8),  # 1 + 1 units a k-tile
+        ((64, 32, 64), 2, 4, 2),  # 4 + 2: RegNet's 1-pixel C=222 convs
+        ((64, 32, 16), 1, 2, 0),  # 16-bit loads: not batched
+        ((64, 32, 16), 4, 2, 0),  # cp.async copies: no registers
+        ((128, 64, 64), 2, 4, 0),  # 8 + 4 units a k-tile: one k-tile a batch, as before
+    ],
+)  # fmt: skip
+def test_small_register_gathers_load_several_k_tiles_before_storing(tile_mnk, vector, warps, batch):
+    """``k_tiles_per_batch``: where a k-tile's units of both operands fit the units a thread
+    keeps in flight, a thread issues the loads of that many k-tiles before its first store
+    (4 loads of 2 channels a unit), so it waits on global memory once per batch."""
+    assert k_tiles_per_batch(vector, tile_mnk, warps * 32) == batch
+    if batch == 0:
+        return
+    tile_m, tile_n, tile_k = tile_mnk
+    config = Conv2dConfig(
+        tile_m=tile_m, tile_n=tile_n, tile_k=tile_k, gather=True, gather_vector=vector
+    )
+    assert Sm90Roles.of(config).gather_warps == warps
+    sass = sass_of(cute_conv.compile_kernel("sm_90a", config=config).cubin)
+    units = sum(rows * tile_k // 8 // (warps * 32) for rows in (tile_m, tile_n))
+    assert _longest_load_batch(sass) == batch * units * 8 // vector
+    assert loads_waiting_on_loads(sass) == 0
+    assert not re.search(r"\b(STL|LDL)\b", sass), "no spills"

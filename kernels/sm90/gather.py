@@ -9,7 +9,9 @@ filter row) is one unit of work, loaded ``vector`` channels at a time under its 
 predicate (zero for padding, channels past C, rows past M or K) and stored to the
 128B-swizzled stage by one 16-byte store (a run is one swizzle chunk). The units are taken
 a group at a time (``units_in_flight``), all their loads issued before any store, so that a
-thread waits on global memory once per group rather than once per unit. Before the
+thread waits on global memory once per group rather than once per unit; where a k-tile of
+2-channel vectors holds few units, the loads of several k-tiles, both operands', issue
+before any store (``k_tiles_per_batch``). Before the
 thread arrives on the stage's full barrier, a proxy fence makes its stores visible to WGMMA
 (the async proxy).
 
@@ -46,6 +48,10 @@ from .schedule_checks import GATHER_RUN_CHANNELS as RUN_CHANNELS
 # units, and 8 in flight spilled 80-250 bytes there.
 UNITS_IN_FLIGHT = {1: 2, 2: 8, 4: 8}
 FULL_FLIGHT_MAX_TILE = 128
+# Units a thread may hold across a batch of k-tiles (``k_tiles_per_batch``), 2-channel
+# vectors only: twice ``UNITS_IN_FLIGHT``'s compiled without spills on 64-row tiles of four
+# gather warps (four times spilled 110-150 instructions' worth).
+BATCH_UNITS_IN_FLIGHT = {2: 16}
 
 
 def copies_async(vector: int) -> bool:
@@ -64,6 +70,24 @@ def units_in_flight(vector: int, tile_mnk: Tuple[int, int, int], units: int) -> 
     if max(tile_mnk[:2]) > FULL_FLIGHT_MAX_TILE:
         in_flight = max(UNITS_IN_FLIGHT[1], in_flight // 2)
     return math.gcd(units, in_flight)
+
+
+def k_tiles_per_batch(vector: int, tile_mnk: Tuple[int, int, int], threads: int) -> int:
+    """Register gathers of 2-channel vectors whose A and B units of a k-tile fit
+    ``BATCH_UNITS_IN_FLIGHT`` (halved past 128x128 tiles) twice or more: the k-tiles whose
+    loads, both operands', a thread issues before it stores any, so that it waits on global
+    memory once per batch of k-tiles instead of once per k-tile. 0 otherwise: one operand
+    tile at a time, in groups (``units_in_flight``; ptxas issued a k-tile's filter loads
+    with its activation loads where both groups fit ``UNITS_IN_FLIGHT``)."""
+    if vector not in BATCH_UNITS_IN_FLIGHT:
+        return 0
+    budget = BATCH_UNITS_IN_FLIGHT[vector]
+    if max(tile_mnk[:2]) > FULL_FLIGHT_MAX_TILE:
+        budget //= 2
+    runs = tile_mnk[2] // RUN_CHANNELS
+    per_k_tile = sum(rows * runs // threads for rows in tile_mnk[:2])
+    batch = budget // per_k_tile
+    return batch if batch > 1 else 0
 
 
 @dataclass(frozen=True)
@@ -89,6 +113,10 @@ class OperandGather:
     def copies_async(self) -> bool:
         return copies_async(self.vector)
 
+    @property
+    def k_tiles_per_batch(self) -> int:
+        return k_tiles_per_batch(self.vector, self.tile_mnk, self.threads)
+
     @cute.jit
     def gather_tile(
         self,
@@ -105,6 +133,16 @@ class OperandGather:
         c_blocks, taps_s, taps_r = self.k_shape
         activation, filters = self._vector_views()
         wait_before_first_load(self.waits_late, scheduler, work)
+        if cutlass.const_expr(self.k_tiles_per_batch > 0):
+            batch = self.k_tiles_per_batch
+            k_tiles = c_blocks * taps_s * taps_r
+            whole_batches = k_tiles // batch
+            operands = ((activation, m_tile), (filters, n_tile))
+            for b in range(whole_batches):
+                state = self._gather_k_tiles(state, b * batch, batch, operands, tidx)
+            for k in range(whole_batches * batch, k_tiles):
+                state = self._gather_k_tiles(state, k, 1, operands, tidx)
+            return state
         for r in range(taps_r):
             for s in range(taps_s):
                 for c_block in range(c_blocks):
@@ -124,6 +162,71 @@ class OperandGather:
                         self.ab_pipeline.producer_commit(state)
                     state.advance()
         return state
+
+    @cute.jit
+    def _gather_k_tiles(
+        self,
+        state: pipeline.PipelineState,
+        first_k_tile: cutlass.Int32,
+        count: cutlass.Constexpr[int],
+        operands: Tuple,
+        tidx: cutlass.Int32,
+    ) -> pipeline.PipelineState:
+        """``k_tiles_per_batch``: ``count`` k-tiles from ``first_k_tile`` (in the consumers'
+        order, c-blocks innermost) into as many ring stages, every load of both operands'
+        units issued before any store; ``operands``: the activation and filter views with
+        their tile coordinates. Returns the advanced state."""
+        tile_k = self.tile_mnk[2]
+        runs = tile_k // RUN_CHANNELS
+        rows = self.tile_mnk[:2]
+        units = tuple(n * runs // self.threads for n in rows)
+        loaders = (self._activation_run, self._filter_run)
+        rings = (self.sA, self.sB)
+        values = cute.make_rmem_tensor((RUN_CHANNELS, count * sum(units)), self.sA.element_type)
+        stages = []
+        for _ in cutlass.range_constexpr(count):
+            self.ab_pipeline.producer_acquire(state)
+            stages.append(state.clone())
+            state.advance()
+        for j in cutlass.range_constexpr(count):
+            k_coord = self._k_coord(first_k_tile + j)
+            slot = j * sum(units)
+            for op in cutlass.range_constexpr(2):
+                gmem, row_tile = operands[op]
+                for u in cutlass.range_constexpr(units[op]):
+                    unit = u * self.threads + tidx
+                    row = row_tile * rows[op] + unit // runs
+                    c0 = k_coord[0] + (unit % runs) * RUN_CHANNELS
+                    loaders[op](gmem, row, c0, k_coord, values[(None, slot)])
+                    slot += 1
+        for j in cutlass.range_constexpr(count):
+            slot = j * sum(units)
+            for op in cutlass.range_constexpr(2):
+                smem = rings[op][(None, None, stages[j].index)]
+                smem_runs = cute.zipped_divide(smem, (1, RUN_CHANNELS))
+                for u in cutlass.range_constexpr(units[op]):
+                    unit = u * self.threads + tidx
+                    cute.autovec_copy(
+                        values[(None, slot)], smem_runs[(None, (unit // runs, unit % runs))]
+                    )
+                    slot += 1
+        # Generic-proxy stores; WGMMA reads through the async proxy.
+        cute.arch.fence_proxy("async.shared", space="cta")
+        for j in cutlass.range_constexpr(count):
+            self.ab_pipeline.producer_commit(stages[j])
+        return state
+
+    @cute.jit
+    def _k_coord(self, k_tile: cutlass.Int32) -> Tuple:
+        """Flat k-tile ``k_tile``'s (first channel, s, r): c-blocks innermost, then s, r."""
+        c_blocks, taps_s, _ = self.k_shape
+        k_u, blocks_u = cutlass.Uint32(k_tile), cutlass.Uint32(c_blocks)
+        tap = k_u // blocks_u
+        c_block = cutlass.Int32(k_u - tap * blocks_u)
+        taps_u = cutlass.Uint32(taps_s)
+        r = tap // taps_u
+        s = cutlass.Int32(tap - r * taps_u)
+        return c_block * self.tile_mnk[2], s, cutlass.Int32(r)
 
     @cute.jit
     def _vector_views(self) -> Tuple[cute.Tensor, cute.Tensor]:
