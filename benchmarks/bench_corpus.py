@@ -53,14 +53,19 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
+import torch.nn.functional as F
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # bench.py and corpus.py sit beside this script
 
 from bench import ROUNDS, gemm_ceiling_tflops, geomean, time_interleaved  # noqa: E402
 from corpus import CORPUS_PATH, TAGS  # noqa: E402
+
+if TYPE_CHECKING:
+    import cute_conv
 
 RESULTS_PATH = HERE / "corpus_results.json"
 REPORT_PATH = HERE / "CORPUS.md"
@@ -314,11 +319,30 @@ def best_frontend_plan(graph: FrontendGraph, out: torch.Tensor, ref: torch.Tenso
     return {"plans": tried, "plan": None if best is None else best[0]}
 
 
+def pads_symmetrically(problem: cute_conv.Conv2dProblemShape) -> bool:
+    """Whether ``F.conv2d`` can take the problem's padding as it is (top = bottom and left =
+    right)."""
+    (top, bottom), (left, right) = problem.padding
+    return top == bottom and left == right
+
+
+def cudnn_conv2d(
+    x_cl: torch.Tensor, w_cl: torch.Tensor, problem: cute_conv.Conv2dProblemShape
+) -> Callable[[], torch.Tensor]:
+    """The cuDNN anchor's call on channels_last NCHW views: ``F.conv2d``, after an explicit
+    ``F.pad`` where the padding is asymmetric (``F.conv2d`` pads symmetrically)."""
+    (top, bottom), (left, right) = problem.padding
+    if pads_symmetrically(problem):
+        return lambda: F.conv2d(x_cl, w_cl, None, problem.stride, (top, left), problem.dilation)
+    return lambda: F.conv2d(
+        F.pad(x_cl, (left, right, top, bottom)), w_cl, None, problem.stride, 0, problem.dilation
+    )
+
+
 def bench_problem(p: dict, cudnn_frontend, *, fp8: bool = False, fused_only: bool = False) -> dict:
     """One corpus problem: checks, then interleaved timings of everything that checked
     (``fp8``: the plain conv and the fp8 comparison instead of the fused orders;
     ``fused_only``: the fused orders without the plain conv)."""
-    import torch.nn.functional as F
     from models import replay_of
 
     import cute_conv
@@ -340,17 +364,10 @@ def bench_problem(p: dict, cudnn_frontend, *, fp8: bool = False, fused_only: boo
         "checks": {}, "errors": {},
     }  # fmt: skip
     ref = conv2d_reference(x, flt, **geom)
-    # cuDNN's F.conv2d pads symmetrically: asymmetric padding goes through an explicit F.pad
-    (top, bottom), (left, right) = problem.padding
     x_cl, w_cl = x.permute(0, 3, 1, 2), flt.permute(0, 3, 1, 2)  # channels_last NCHW views
-    if top == bottom and left == right:
-        pads = (top, left)
-        cudnn_conv = lambda: F.conv2d(x_cl, w_cl, None, problem.stride, pads, problem.dilation)  # noqa: E731
-    else:
+    cudnn_conv = cudnn_conv2d(x_cl, w_cl, problem)
+    if not pads_symmetrically(problem):
         row["cudnn_note"] = "asymmetric padding: F.pad + F.conv2d"
-        cudnn_conv = lambda: F.conv2d(  # noqa: E731
-            F.pad(x_cl, (left, right, top, bottom)), w_cl, None, problem.stride, 0, problem.dilation
-        )
     fns: dict[str, Callable[[], object]] = {}
 
     out = torch.full(problem.output_shape, float("nan"), dtype=x.dtype, device="cuda")

@@ -438,7 +438,14 @@ def test_bench_problem_on_small_problems():
         row = bench_corpus.bench_problem(p, frontend)
         assert all(c["ok"] for c in row["checks"].values()), row
         assert set(row["checks"]) == {"plain", "after", "before"}
-        for name in ("ours_ms", "cudnn_ms", "ours_graph_ms", "cudnn_graph_ms", "after_ms", "before_ms"):
+        for name in (
+            "ours_ms",
+            "cudnn_ms",
+            "ours_graph_ms",
+            "cudnn_graph_ms",
+            "after_ms",
+            "before_ms",
+        ):
             assert row[name] > 0
         assert row["after_graph_ms"] > 0 and row["before_graph_ms"] > 0
         if frontend is not None and "fe_after" not in row["errors"]:
@@ -448,3 +455,25 @@ def test_bench_problem_on_small_problems():
     row = bench_corpus.bench_problem(problems[0], frontend, fused_only=True)
     assert set(row["checks"]) == {"after", "before"} and "ours_ms" not in row
     assert row["after_ms"] > 0 and row["before_ms"] > 0
+
+
+@pytest.mark.parametrize("padding", [((1, 1), (2, 2)), ((0, 1), (0, 1)), ((2, 0), (1, 3))], ids=str)
+def test_the_cudnn_anchor_pads_asymmetric_problems_explicitly(padding):
+    """``cudnn_conv2d`` (the corpus benchmark's and the duration probe's cuDNN call): the
+    problem's own padding either way, on channels_last views, against the reference."""
+    import torch
+
+    from cute_conv.reference import conv2d_reference
+
+    x = torch.randn(2, 9, 11, 5)
+    flt = torch.randn(7, 3, 3, 5)
+    problem = Conv2dProblemShape.from_shapes(
+        x.shape, flt.shape, stride=(2, 1), padding=padding, dilation=(1, 2)
+    )
+    symmetric = padding[0][0] == padding[0][1] and padding[1][0] == padding[1][1]
+    assert bench_corpus.pads_symmetrically(problem) == symmetric
+    call = bench_corpus.cudnn_conv2d(x.permute(0, 3, 1, 2), flt.permute(0, 3, 1, 2), problem)
+    got = call().permute(0, 2, 3, 1)
+    want = conv2d_reference(x, flt, stride=(2, 1), padding=padding, dilation=(1, 2))
+    assert got.shape == tuple(problem.output_shape)
+    assert torch.allclose(got, want.float(), rtol=1e-4, atol=1e-4)

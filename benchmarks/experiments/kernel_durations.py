@@ -28,7 +28,6 @@ import statistics
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from tile_timeline import parse_field, shape_of  # beside this script; puts benchmarks/ on the path
 from torch.profiler import ProfilerActivity, profile
 
@@ -68,12 +67,11 @@ def conv_durations(spec: str, num_sms: int, fused: bool = False, cudnn=None) -> 
     """Our call's and cuDNN's kernel durations for ``spec`` (``NAME[:field=value...]``);
     ``fused``: also our fused call's and, with ``cudnn`` (the frontend module), the
     frontend's fused graph's (``fused_durations``)."""
+    from bench_corpus import cudnn_conv2d
+
     name, *fields = spec.split(":")
     shape = shape_of(name)
     n, h, w, c, k, r, s = (shape[x] for x in "NHWCKRS")
-    (top, bottom), (left, right) = shape["pad"]
-    if top != bottom or left != right:
-        raise ValueError(f"{name}: asymmetric padding (F.conv2d pads symmetrically)")
     geom = dict(stride=shape["stride"], padding=shape["pad"], dilation=shape["dilation"])
     x32, f32 = random_conv_inputs(n, h, w, c, k, r, s, dtype=torch.float32)
     x, flt = x32.bfloat16(), f32.bfloat16()
@@ -87,9 +85,8 @@ def conv_durations(spec: str, num_sms: int, fused: bool = False, cudnn=None) -> 
         "ours": kernel_durations(
             lambda: cute_conv.conv2d_fprop(x, flt, out=out, config=config, **geom)
         ),
-        "cudnn": kernel_durations(
-            lambda: F.conv2d(x_cl, w_cl, None, shape["stride"], (top, left), shape["dilation"])
-        ),
+        # Asymmetric padding: the pad kernel is among cuDNN's, as in the corpus benchmark.
+        "cudnn": kernel_durations(cudnn_conv2d(x_cl, w_cl, problem)),
     }
     if fused:
         fused_config = dataclasses.replace(
