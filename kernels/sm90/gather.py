@@ -72,6 +72,13 @@ def units_in_flight(vector: int, tile_mnk: Tuple[int, int, int], units: int) -> 
     return math.gcd(units, in_flight)
 
 
+def thread_units(tile_mnk: Tuple[int, int, int], threads: int) -> Tuple[int, int]:
+    """Each of ``threads`` gather threads' units of a k-tile: of the A tile, of the filter
+    tile (a unit is a row's run of ``RUN_CHANNELS`` channels)."""
+    runs = tile_mnk[2] // RUN_CHANNELS
+    return tuple(rows * runs // threads for rows in tile_mnk[:2])
+
+
 def k_tiles_per_batch(vector: int, tile_mnk: Tuple[int, int, int], threads: int) -> int:
     """Register gathers of 2-channel vectors whose A and B units of a k-tile fit
     ``BATCH_UNITS_IN_FLIGHT`` (halved past 128x128 tiles) twice or more: the k-tiles whose
@@ -84,9 +91,7 @@ def k_tiles_per_batch(vector: int, tile_mnk: Tuple[int, int, int], threads: int)
     budget = BATCH_UNITS_IN_FLIGHT[vector]
     if max(tile_mnk[:2]) > FULL_FLIGHT_MAX_TILE:
         budget //= 2
-    runs = tile_mnk[2] // RUN_CHANNELS
-    per_k_tile = sum(rows * runs // threads for rows in tile_mnk[:2])
-    batch = budget // per_k_tile
+    batch = budget // sum(thread_units(tile_mnk, threads))
     return batch if batch > 1 else 0
 
 
@@ -176,10 +181,9 @@ class OperandGather:
         order, c-blocks innermost) into as many ring stages, every load of both operands'
         units issued before any store; ``operands``: the activation and filter views with
         their tile coordinates. Returns the advanced state."""
-        tile_k = self.tile_mnk[2]
-        runs = tile_k // RUN_CHANNELS
+        runs = self.tile_mnk[2] // RUN_CHANNELS
         rows = self.tile_mnk[:2]
-        units = tuple(n * runs // self.threads for n in rows)
+        units = thread_units(self.tile_mnk, self.threads)
         loaders = (self._activation_run, self._filter_run)
         rings = (self.sA, self.sB)
         values = cute.make_rmem_tensor((RUN_CHANNELS, count * sum(units)), self.sA.element_type)
@@ -194,10 +198,9 @@ class OperandGather:
             for op in cutlass.range_constexpr(2):
                 gmem, row_tile = operands[op]
                 for u in cutlass.range_constexpr(units[op]):
-                    unit = u * self.threads + tidx
-                    row = row_tile * rows[op] + unit // runs
-                    c0 = k_coord[0] + (unit % runs) * RUN_CHANNELS
-                    loaders[op](gmem, row, c0, k_coord, values[(None, slot)])
+                    row, run = self._unit(u, tidx, runs)
+                    c0 = k_coord[0] + run * RUN_CHANNELS
+                    loaders[op](gmem, row_tile * rows[op] + row, c0, k_coord, values[(None, slot)])
                     slot += 1
         for j in cutlass.range_constexpr(count):
             slot = j * sum(units)
@@ -205,10 +208,8 @@ class OperandGather:
                 smem = rings[op][(None, None, stages[j].index)]
                 smem_runs = cute.zipped_divide(smem, (1, RUN_CHANNELS))
                 for u in cutlass.range_constexpr(units[op]):
-                    unit = u * self.threads + tidx
-                    cute.autovec_copy(
-                        values[(None, slot)], smem_runs[(None, (unit // runs, unit % runs))]
-                    )
+                    unit = self._unit(u, tidx, runs)
+                    cute.autovec_copy(values[(None, slot)], smem_runs[(None, unit)])
                     slot += 1
         # Generic-proxy stores; WGMMA reads through the async proxy.
         cute.arch.fence_proxy("async.shared", space="cta")
@@ -276,23 +277,26 @@ class OperandGather:
         smem_runs = cute.zipped_divide(smem[(None, None, stage)], (1, RUN_CHANNELS))
         if cutlass.const_expr(self.copies_async):
             for u in cutlass.range_constexpr(units):
-                unit = u * self.threads + tidx
-                row = row_tile * rows + unit // runs
-                c0 = c_tile + (unit % runs) * RUN_CHANNELS
-                load_run(gmem, row, c0, k_coord, smem_runs[(None, (unit // runs, unit % runs))])
+                row, run = self._unit(u, tidx, runs)
+                c0 = c_tile + run * RUN_CHANNELS
+                load_run(gmem, row_tile * rows + row, c0, k_coord, smem_runs[(None, (row, run))])
             return
         in_flight = units_in_flight(self.vector, self.tile_mnk, units)
         values = cute.make_rmem_tensor((RUN_CHANNELS, in_flight), smem.element_type)
         for group in cutlass.range_constexpr(units // in_flight):
             for u in cutlass.range_constexpr(in_flight):
-                unit = (group * in_flight + u) * self.threads + tidx
-                row = row_tile * rows + unit // runs
-                c0 = c_tile + (unit % runs) * RUN_CHANNELS
-                load_run(gmem, row, c0, k_coord, values[(None, u)])
+                row, run = self._unit(group * in_flight + u, tidx, runs)
+                c0 = c_tile + run * RUN_CHANNELS
+                load_run(gmem, row_tile * rows + row, c0, k_coord, values[(None, u)])
             for u in cutlass.range_constexpr(in_flight):
-                unit = (group * in_flight + u) * self.threads + tidx
-                run = smem_runs[(None, (unit // runs, unit % runs))]
-                cute.autovec_copy(values[(None, u)], run)
+                unit = self._unit(group * in_flight + u, tidx, runs)
+                cute.autovec_copy(values[(None, u)], smem_runs[(None, unit)])
+
+    def _unit(self, u: int, tidx: cutlass.Int32, runs: int) -> Tuple:
+        """This thread's ``u``-th unit of an operand tile of ``runs`` runs a row: (row in the
+        tile, run in the row); neighbouring threads take neighbouring runs (and rows)."""
+        unit = u * self.threads + tidx
+        return unit // runs, unit % runs
 
     @cute.jit
     def _load_vectors(self, source, inside, c0: cutlass.Int32, run: cute.Tensor):
