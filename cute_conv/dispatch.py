@@ -21,6 +21,7 @@ from .config import bulk_tile_store_pays
 from .cuda_context import current_device, current_raw_stream
 from .dtypes import dtype_name
 from .epilogue import EpilogueSpec, kernel_vector_dtype, validate_epilogue_args
+from .occupancy import resident_clusters
 from .problem import Conv2dProblemShape
 from .schedule import launch_clusters
 from .staging import (
@@ -293,7 +294,10 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
         config=config,
         epilogue=epilogue,
     )
-    max_clusters = launch_clusters(kernel_problem, config, num_sms)
+    cluster_size = config.cluster_m * config.cluster_n
+    max_clusters = launch_clusters(
+        kernel_problem, config, num_sms, resident_clusters(x.device.index, cluster_size)
+    )
     scalars = kernel_scalars(kernel_problem, alpha, beta, max_clusters)
     used_vectors = (bias if epilogue.has_bias else None, scale if epilogue.has_scale else None)
     vector_dtype = kernel_vector_dtype(*used_vectors)

@@ -94,11 +94,17 @@ def stream_k_for_tiles(
     return stream_k_schedule(cluster_tiles, k_tiles, num_sms // (cluster_m * cluster_n))
 
 
-def launch_clusters(problem: Conv2dProblemShape, config, num_sms: int) -> int:
+def launch_clusters(
+    problem: Conv2dProblemShape, config, num_sms: int, resident: int | None = None
+) -> int:
     """The most clusters a launch of ``config`` (of either arch) on the kernel problem
-    ``problem`` may take on ``num_sms`` SMs: one per SM, or with a bounded stream-K split
+    ``problem`` may take on ``num_sms`` SMs: a CTA per SM, as many clusters as the device
+    holds at once where ``resident`` says that is fewer (``occupancy.resident_clusters``;
+    the persistent grid must be resident), or with a bounded stream-K split
     (``Conv2dConfig.stream_k_split``) that many per cluster tile where that is fewer."""
     clusters = num_sms // (config.cluster_m * config.cluster_n)
+    if resident is not None:
+        clusters = min(clusters, resident)
     split = getattr(config, "stream_k_split", 0)  # SM100 configs have no such choice
     if split:
         clusters = min(clusters, cluster_tile_count(problem, config) * split)

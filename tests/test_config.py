@@ -281,6 +281,16 @@ def test_launch_clusters_bounds_a_stream_k_split():
     assert launch_clusters(prob, Conv2dConfig(cluster_n=2), 132) == 66
 
 
+def test_launch_clusters_keeps_to_the_clusters_resident_at_once():
+    prob = problem(8, 56, 64, 256, 1)
+    quads = Conv2dConfig(tile_n=64, cluster_m=2, cluster_n=2)
+    assert launch_clusters(prob, quads, 132) == 33
+    assert launch_clusters(prob, quads, 132, resident=30) == 30
+    assert launch_clusters(prob, quads, 132, resident=40) == 33  # one CTA per SM at most
+    split = Conv2dConfig(tile_n=64, cluster_n=2, stream_k=True, stream_k_split=3)
+    assert launch_clusters(problem(1, 7, 2048, 512, 1), split, 132, resident=10) == 10
+
+
 def test_stream_k_schedule_keeps_k_tiles_per_cta_within_the_sms():
 
     assert stream_k_schedule(8, 32, 132, 12.0) == (True, 2)  # 3 ways would leave 10.7 each

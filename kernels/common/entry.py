@@ -51,7 +51,8 @@ class ConvLaunchParams(NamedTuple):
     geometry: ConvGeometry
     alpha: cutlass.Float32  # scales the accumulator
     beta: cutlass.Float32  # scales the residual source
-    # The persistent grid's bound: clusters that can be resident at once (SMs / cluster size).
+    # The persistent grid's bound: clusters that can be resident at once (SMs / cluster size, or
+    # fewer where the GPCs hold fewer: ``cute_conv.occupancy``).
     max_clusters: cutlass.Int32
 
     @staticmethod

@@ -104,7 +104,8 @@ class Conv2dConfig:
         cluster_n: CTAs per cluster along N (1, 2 or 4); they share the activation tile, each
             loading ``tile_m / cluster_n`` of its rows (a multiple of 8). A cluster holds at
             most 4 CTAs; a cluster of 4 takes no stream-K (a split waits on other clusters'
-            partial tiles, and not every 4-CTA cluster of a full grid is resident at once).
+            partial tiles; only 2-CTA clusters were run with it). A launch takes at most
+            as many clusters as the device holds at once (``cute_conv.occupancy``).
         stages: depth of the shared-memory input ring; 0 means as many as fit in shared memory.
         raster_along_m: walk output tiles M-fastest (True) or N-fastest (False).
         swizzle: grouped rasterization, for L2 reuse: tiles are walked in groups of ``swizzle``
