@@ -987,6 +987,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.fp8
         else (RESULTS_PATH, REPORT_PATH, CHART_PATH)
     )
+    if args.render and args.results not in (None, defaults[0]) and not (args.report and args.chart):
+        # The default report and chart belong to the default results: another file's render
+        # would overwrite them.
+        parser.error("--render of another --results needs its own --report and --chart")
     args.results = args.results or defaults[0]
     args.report = args.report or defaults[1]
     args.chart = args.chart or defaults[2]

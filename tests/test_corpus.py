@@ -477,3 +477,13 @@ def test_the_cudnn_anchor_pads_asymmetric_problems_explicitly(padding):
     want = conv2d_reference(x, flt, stride=(2, 1), padding=padding, dilation=(1, 2))
     assert got.shape == tuple(problem.output_shape)
     assert torch.allclose(got, want.float(), rtol=1e-4, atol=1e-4)
+
+
+def test_render_of_other_results_needs_its_own_report_and_chart(tmp_path):
+    # The default report and chart are the corpus's: a validation render must not overwrite them.
+    results = tmp_path / "validation_results.json"
+    with pytest.raises(SystemExit):
+        bench_corpus.main(["--render", "--results", str(results)])
+    with pytest.raises(SystemExit):
+        bench_corpus.main(["--render", "--results", str(results), "--report", str(tmp_path / "r.md")])
+    assert not (tmp_path / "r.md").exists()
