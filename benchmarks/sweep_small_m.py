@@ -63,7 +63,7 @@ def path_of(problem) -> str | None:
 
     if kernel_problem_for(problem) == problem and gather_replaces(problem) is None:
         return "unstaged"
-    return "gathered" if heuristic_config(problem, NUM_SMS).gather else None
+    return "gathered" if heuristic_config(problem, NUM_SMS, pointwise_gemv=False).gather else None
 
 
 def small_m_problems(problems: list[dict]) -> list[dict]:
@@ -95,7 +95,7 @@ def heuristic_of(problem, form: str):
     from cute_conv.untuned import untuned_config
 
     element_bytes = 1 if form == "fp8" else 2
-    without_rule = dataclasses.replace(ARCHS["sm_90a"], small_m_rule=None)
+    without_rule = dataclasses.replace(ARCHS["sm_90a"], small_m_rule=None, pointwise_gemv_rule=None)
     kernel_problem = kernel_problem_for(problem, element_bytes)
     return untuned_config(
         without_rule, problem, kernel_problem, NUM_SMS, form == "fused", element_bytes

@@ -1,6 +1,7 @@
 """cute_conv: Conv2D forward kernels written in CuTe DSL, callable on torch tensors.
 
-NHWC activation, KRSC filter, NPQK output; one persistent warp-specialized kernel per call.
+NHWC activation, KRSC filter, NPQK output; one persistent warp-specialized kernel per call
+(a CUDA-core kernel for 1x1 convs of a few output pixels).
 """
 
 from . import nn
@@ -10,6 +11,7 @@ from .config import Conv2dConfig, check_config_fits, default_config
 from .config_sm100 import Conv2dConfigSm100, can_implement_sm100, default_config_sm100
 from .epilogue import ACTIVATIONS, EpilogueSpec
 from .fp8 import quantize_fp8
+from .kernels.common.pointwise_gemv import PointwiseGemvConfig
 from .optimize import OptimizeReport, optimize
 from .problem import Conv2dProblemShape
 from .staging import clear_staged_weights
@@ -22,6 +24,7 @@ __all__ = [
     "Conv2dProblemShape",
     "EpilogueSpec",
     "OptimizeReport",
+    "PointwiseGemvConfig",
     "autotune",
     "can_implement_sm100",
     "check_config_fits",

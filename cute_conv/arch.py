@@ -14,7 +14,9 @@ from .config import check_config_fits, default_config, tiles_hold_whole_rows
 from .config_sm100 import default_config_sm100
 from .epilogue_rule import wide_epilogue_config
 from .gather_rule import gathered_config
+from .gemv_rule import pointwise_gemv_config
 from .halo_rule import halo_tiled_config
+from .kernels.common.pointwise_gemv import PointwiseGemvConfig
 from .kernels.sm90.config import SMEM_CAPACITY_SM90, Conv2dConfig
 from .kernels.sm90.conv2d_fprop import Conv2dFpropSm90
 from .kernels.sm100.config import SMEM_CAPACITY_SM100, Conv2dConfigSm100
@@ -55,6 +57,11 @@ class ArchKernels:
     whole_rows_rule: Optional[Callable[[Any, Conv2dProblemShape, str, str], bool]]
     # Whether a call without a config may time candidates on the GPU (``tuning``).
     autotuned: bool
+    # For a call without a config, before the autotuner and every rule below: ``(the
+    # problem as called, bytes of an input element, bytes of an output element)`` -> a
+    # ``PointwiseGemvConfig`` for the CUDA-core kernel of few-row 1x1s, or None (None: the
+    # arch's tensor-core kernels run every conv).
+    pointwise_gemv_rule: Optional[Callable[[Conv2dProblemShape, int, int], Any]]
     # For a call without a config whose C would be padded or unfolded (im2col): ``(the
     # heuristic's config for the channel-padded problem, that problem, SM count, bytes of an
     # input element, the staging spared; keyword ``channels``: the conv's C)`` -> a config
@@ -126,6 +133,7 @@ ARCHS: dict[str, ArchKernels] = {
         check_fits=check_config_fits,
         whole_rows_rule=tiles_hold_whole_rows,
         autotuned=True,
+        pointwise_gemv_rule=pointwise_gemv_config,
         gather_rule=gathered_config,
         small_m_rule=small_m_config,
         single_warpgroup_rule=single_warpgroup_config,
@@ -147,6 +155,7 @@ ARCHS: dict[str, ArchKernels] = {
         check_fits=None,
         whole_rows_rule=None,
         autotuned=False,
+        pointwise_gemv_rule=None,
         gather_rule=None,
         small_m_rule=None,
         single_warpgroup_rule=None,
@@ -163,12 +172,17 @@ ARCHS: dict[str, ArchKernels] = {
 
 
 def config_types() -> tuple[type, ...]:
-    """The config classes of every registered arch."""
-    return tuple(arch.config_class for arch in ARCHS.values())
+    """The config classes of every registered arch, and the CUDA-core kernel's
+    (``PointwiseGemvConfig``, any arch)."""
+    return (*(arch.config_class for arch in ARCHS.values()), PointwiseGemvConfig)
 
 
 def check_config_type(config: Any) -> None:
-    """Raise ``TypeError`` unless ``config`` is None or a registered arch's config."""
+    """Raise ``TypeError`` unless ``config`` is None or a registered arch's config, or a
+    ``PointwiseGemvConfig``."""
     if config is not None and not isinstance(config, config_types()):
         accepted = ", ".join(f"a {a.config_class.__name__} ({name})" for name, a in ARCHS.items())
-        raise TypeError(f"config must be {accepted} or None, got {type(config).__name__}")
+        raise TypeError(
+            f"config must be {accepted}, a PointwiseGemvConfig (1x1 convs of few output "
+            f"pixels) or None, got {type(config).__name__}"
+        )

@@ -26,6 +26,7 @@ from .kernels.common.entry import ConvLaunchParams, ConvPointers, check_kernel_d
 from .kernels.common.epilogue import EpilogueSpec
 from .kernels.common.im2col import ConvGeometry
 from .kernels.common.max_pool import POOL_TYPES, MaxPool2dNhwc, PoolWindow
+from .kernels.common.pointwise_gemv import PointwiseGemv, PointwiseGemvConfig
 from .kernels.common.quantize import QuantizeFp8
 from .kernels.common.space_to_depth import SpaceToDepthFold
 from .kernels.common.unfold import Im2colColumns
@@ -45,7 +46,7 @@ class KernelKey:
     act_dtype: str
     filter_dtype: str
     out_dtype: str
-    config: Conv2dConfig | Conv2dConfigSm100
+    config: Conv2dConfig | Conv2dConfigSm100 | PointwiseGemvConfig
     epilogue: EpilogueSpec = EpilogueSpec()
 
 
@@ -88,7 +89,13 @@ def kernel_scalars(
 
 
 def _build(key: KernelKey):
-    return ARCHS[key.arch].kernel_class(
+    # The CUDA-core kernel of few-row 1x1 convs is the same code on every arch.
+    kernel_class = (
+        PointwiseGemv
+        if isinstance(key.config, PointwiseGemvConfig)
+        else ARCHS[key.arch].kernel_class
+    )
+    return kernel_class(
         CUTLASS_DTYPES[key.act_dtype],
         CUTLASS_DTYPES[key.filter_dtype],
         CUTLASS_DTYPES[key.out_dtype],
@@ -194,7 +201,8 @@ def _check_bulk_tile_store(arch: str, config: Any, act: str, out: str) -> None:
     """``EpilogueSpec.bulk_tile_store`` where the arch and config have such a store: checked
     on a problem whose K fills the config's N tile (a call sets it where K fits)."""
     rule = ARCHS[arch].whole_rows_rule
-    fits = rule is not None and rule(
+    tiled = not isinstance(config, PointwiseGemvConfig)  # the CUDA-core kernel has no tiles
+    fits = tiled and rule is not None and rule(
         config, Conv2dProblemShape.from_shapes((1, 1, 1, 8), (config.tile_n, 1, 1, 8)), act, out
     )
     if not fits:
@@ -229,7 +237,8 @@ def compile_kernel(
     (defaults to ``act_dtype``, bfloat16 for fp8). ``config``: a
     ``Conv2dConfig`` for ``sm_90a`` (default ``Conv2dConfig()``), a ``Conv2dConfigSm100``
     for ``sm_100a`` (default ``Conv2dConfigSm100.default_bf16()``; that kernel is
-    compile-verified only); ``epilogue`` (bias, scale, activation, epilogue_fn,
+    compile-verified only), or a ``PointwiseGemvConfig`` for either (the CUDA-core kernel of
+    few-row 1x1 convs, 16-bit inputs, a 16-bit or float32 output); ``epilogue`` (bias, scale, activation, epilogue_fn,
     has_residual) to a plain store. A config's launch choices (``stream_k_split``) do not
     change the kernel: the result's ``key.config`` holds them at their defaults.
     The result has ``.ptx``, ``.cubin`` and ``.smem_bytes``. Thread-safe: concurrent calls
@@ -250,10 +259,10 @@ def compile_kernel(
     if config is None:
         config = ARCHS[arch].default_config()
     config_type = ARCHS[arch].config_class
-    if not isinstance(config, config_type):
+    if not isinstance(config, (config_type, PointwiseGemvConfig)):
         raise TypeError(
-            f"config must be a {config_type.__name__} for arch={arch!r}, "
-            f"got {type(config).__name__}"
+            f"config must be a {config_type.__name__} or a PointwiseGemvConfig for "
+            f"arch={arch!r}, got {type(config).__name__}"
         )
     if isinstance(config, Conv2dConfig):  # configs that differ in launch choices share it
         config = config.compiled_form()

@@ -21,6 +21,8 @@ from .config import bulk_tile_store_pays
 from .cuda_context import current_device, current_raw_stream
 from .dtypes import dtype_name
 from .epilogue import EpilogueSpec, kernel_vector_dtype, validate_epilogue_args
+from .gemv_rule import check_pointwise_gemv_fits
+from .kernels.common.pointwise_gemv import PointwiseGemvConfig
 from .occupancy import resident_clusters
 from .problem import Conv2dProblemShape
 from .schedule import launch_clusters
@@ -272,10 +274,16 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
         config, target, problem, kernel_problem, x, tuple(filter.shape), out_dtype, num_sms,
         epilogue.has_residual,
     )  # fmt: skip
-    # A kernel that gathers its operands reads them unstaged.
-    kernel_problem = kernel_problem_for(
-        problem, element_bytes, gathered=getattr(config, "gather", False)
-    )
+    on_cuda_cores = isinstance(config, PointwiseGemvConfig)
+    if on_cuda_cores:  # it reads the operands as they are
+        check_pointwise_gemv_fits(config, problem, element_bytes, out_bits // 8)
+        kernel_problem = problem
+        # Its threads store every value: one spelling of the epilogue, one cached kernel.
+        epilogue = replace(epilogue, store_by_threads=False, thread_store_pairs=False)
+    else:  # a kernel that gathers its operands reads them unstaged
+        kernel_problem = kernel_problem_for(
+            problem, element_bytes, gathered=getattr(config, "gather", False)
+        )
     if target.check_fits is not None and isinstance(config, target.config_class):
         target.check_fits(config, kernel_problem)
     if (
@@ -294,10 +302,12 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
         config=config,
         epilogue=epilogue,
     )
-    cluster_size = config.cluster_m * config.cluster_n
-    max_clusters = launch_clusters(
-        kernel_problem, config, num_sms, resident_clusters(x.device.index, cluster_size)
-    )
+    max_clusters = 1  # the CUDA-core kernel's grid is its own (no persistent clusters)
+    if not on_cuda_cores:
+        cluster_size = config.cluster_m * config.cluster_n
+        max_clusters = launch_clusters(
+            kernel_problem, config, num_sms, resident_clusters(x.device.index, cluster_size)
+        )
     scalars = kernel_scalars(kernel_problem, alpha, beta, max_clusters)
     used_vectors = (bias if epilogue.has_bias else None, scale if epilogue.has_scale else None)
     vector_dtype = kernel_vector_dtype(*used_vectors)
@@ -307,7 +317,7 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
     out_bytes = math.prod(problem.output_shape) * out_bits // 8
     nbytes = (x.numel() * x.element_size(), filter.numel() * filter.element_size(), out_bytes)
     workspace = None
-    if target.workspace_size is not None:
+    if target.workspace_size is not None and not on_cuda_cores:
         workspace = target.workspace_size(kernel_problem, config, max_clusters)
     staging = staging_plan(problem, kernel_problem, element_bytes)
     # The patch view reads and writes the tensors in place: their pointers are the views'.
@@ -321,9 +331,14 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
 def _config_for_call(
     config, target, problem, kernel_problem, x, filter_shape, out_dtype, num_sms, has_residual
 ):
-    """The config a call runs: ``config`` if given, else the autotuner's choice (stored, or
-    tuned now), else the untuned one (``untuned.untuned_config``). A tuned choice stands as it
-    is: the gather, small-M and single-warpgroup rules replace only the heuristic's guess."""
+    """The config a call runs: ``config`` if given, else the CUDA-core kernel's where the
+    arch's pointwise-GEMV rule takes the conv (before the autotuner, which tunes tensor-core
+    configs), else the autotuner's choice (stored, or tuned now), else the untuned one
+    (``untuned.untuned_config``). A tuned choice stands as it is: the gather, small-M and
+    single-warpgroup rules replace only the heuristic's guess."""
+    out_bytes = torch.finfo(out_dtype).bits // 8
+    if config is None and target.pointwise_gemv_rule is not None:
+        config = target.pointwise_gemv_rule(problem, x.element_size(), out_bytes)
     if config is None and target.autotuned:
         config = stored_or_tuned_config(
             problem, kernel_problem, x, filter_shape, out_dtype, has_residual,
@@ -331,8 +346,8 @@ def _config_for_call(
         )  # fmt: skip
     if config is None:
         config = untuned_config(
-            target, problem, kernel_problem, num_sms, has_residual, x.element_size(),
-            torch.finfo(out_dtype).bits // 8,
+            target, problem, kernel_problem, num_sms, has_residual, x.element_size(), out_bytes,
+            pointwise_gemv=False,  # its rule declined above
         )  # fmt: skip
     return config
 

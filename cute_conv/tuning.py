@@ -459,9 +459,11 @@ def _autotune(
     # What a call with config=None would otherwise run on this device (gathered operands
     # and the small-M rule included), timed beside the candidates: a stored choice replaces
     # it only where it is faster.
+    # Tensor-core configs only: the calls that run the CUDA-core kernel never consult the
+    # autotuner (``dispatch``), and its choices are stored as ``Conv2dConfig``.
     heuristic = heuristic_config(
         problem, num_sms, has_residual=has_residual, element_bytes=element_bytes,
-        out_bytes=torch.finfo(out_dtype).bits // 8,
+        out_bytes=torch.finfo(out_dtype).bits // 8, pointwise_gemv=False,
     )  # fmt: skip
     if configs is None and heuristic not in candidates:
         candidates.append(heuristic)

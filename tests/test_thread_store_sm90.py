@@ -16,6 +16,7 @@ import torch
 import cute_conv
 from cute_conv import Conv2dConfig
 from cute_conv.testing import compare_to_reference, random_conv_inputs
+from cute_conv.untuned import heuristic_config
 from tests.test_compile_thread_store import CASES as COMPILED_CASES
 from tests.test_epilogue_sm90 import reference
 from tests.test_fp8_sm90 import E4M3, run_fp8
@@ -165,9 +166,17 @@ def test_halo_tiles_store_unaligned_k():
     [(1, 1, 1, 48, 12), (8, 1, 1, 888, 84), (128, 1, 1, 120, 30), (1, 1, 1, 30, 336)],
     ids=["n1-c48-k12", "n8-c888-k84", "n128-c120-k30", "n1-c30-k336-c-padded"],
 )
-def test_squeeze_excitation_convs(shape):
+@pytest.mark.parametrize("tensor_cores", [False, True], ids=["default", "tensor-cores"])
+def test_squeeze_excitation_convs(shape, tensor_cores):
+    # A call takes the CUDA-core kernel for most of these (gemv_rule): the tensor-core
+    # config of the same call too, as the heuristic gives it.
     n, h, w, c, k = shape
-    run_and_check(n, h, w, c, k, 1, 1, activation="sigmoid", scale=False)
+    config = None
+    if tensor_cores:
+        problem = cute_conv.Conv2dProblemShape.from_shapes((n, h, w, c), (k, 1, 1, c))
+        num_sms = torch.cuda.get_device_properties(0).multi_processor_count
+        config = heuristic_config(problem, num_sms, pointwise_gemv=False)
+    run_and_check(n, h, w, c, k, 1, 1, activation="sigmoid", scale=False, config=config)
 
 
 @pytest.mark.parametrize(

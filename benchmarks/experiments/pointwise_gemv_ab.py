@@ -1,0 +1,149 @@
+"""Few-row 1x1 convs on the CUDA-core kernel (``PointwiseGemv``) against the call's
+tensor-core kernel and cuDNN (H100/H200):
+
+    python benchmarks/experiments/pointwise_gemv_ab.py \
+        n1_h1_w1_c222_k888_r1_s1_pad0.0.0.0_str1.1_dil1.1 --out gemv.json
+
+For each corpus key (a 1x1 conv without padding) and each of a few ``PointwiseGemvConfig``
+shapes: the kernel launched directly (``CompiledConv2d.launch``) on the call's tensors, plain
+and fused (``relu(conv + b) + r``), each output checked against float32 from a NaN-poisoned
+output; then CUPTI kernel durations (``kernel_durations``) and CUDA-graph replays (rounds
+interleaved, medians) of the plain and fused calls of the default path, of the gemv
+variants and of ``F.conv2d`` (channels_last, ``cudnn.benchmark``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from cute_conv.kernels.common.epilogue import EpilogueSpec
+from cute_conv.kernels.common.pointwise_gemv import PointwiseGemvConfig
+from kernel_durations import kernel_durations
+from tile_timeline import shape_of  # beside this script; puts benchmarks/ on the path
+
+import cute_conv
+from cute_conv.compile import compile_kernel, kernel_scalars
+from cute_conv.gemv_rule import widest_vector
+from cute_conv.reference import conv2d_reference
+from cute_conv.testing import random_conv_inputs
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import bench  # noqa: E402
+from models import replay_of  # noqa: E402
+
+VARIANTS = {  # (rows, channels_per_warp, unroll)
+    "r1c2u2": (1, 2, 2),
+    "r2c2u2": (2, 2, 2),
+    "r4c2u2": (4, 2, 2),
+    "r8c2u1": (8, 2, 1),
+}
+TOLERANCE = 1e-2  # bf16 relative error against float32, of the output's largest magnitude
+
+
+def gemv_call(problem, x, flt, out, source, bias, config, fused: bool):
+    spec = EpilogueSpec(
+        has_bias=fused, activation="relu" if fused else None, has_residual=fused,
+        vector_dtype="bfloat16",
+    )  # fmt: skip
+    kernel = compile_kernel("sm_90a", act_dtype="bfloat16", config=config, epilogue=spec)
+    scalars = kernel_scalars(problem, 1.0, 1.0 if fused else 0.0, 1)
+    pointers = (
+        x.data_ptr(), flt.data_ptr(), out.data_ptr(),
+        source.data_ptr() if fused else 0, bias.data_ptr() if fused else 0, 0,
+        0, 0, 0, 0, 0, 0, 0,
+    )  # fmt: skip
+    # The stream at call time: a CUDA-graph capture runs on a side stream.
+    return lambda: kernel.launch(pointers, scalars, torch.cuda.current_stream().cuda_stream)
+
+
+def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((out.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-6)).item()
+
+
+def measure(key: str, rounds: int) -> dict:
+    shape = shape_of(key)
+    n, h, w, c, k, r, s = (shape[x] for x in "NHWCKRS")
+    geom = dict(stride=shape["stride"], padding=shape["pad"], dilation=shape["dilation"])
+    x32, f32 = random_conv_inputs(n, h, w, c, k, r, s, dtype=torch.float32)
+    problem = cute_conv.Conv2dProblemShape.from_shapes(x32.shape, f32.shape, **geom)
+    if (r, s) != (1, 1) or any(p for pair in problem.padding for p in pair):
+        raise ValueError(f"{key}: not a 1x1 conv without padding")
+    x, flt = x32.bfloat16(), f32.bfloat16()
+    bias = torch.randn(k, device="cuda", dtype=torch.bfloat16)
+    source = torch.randn(problem.output_shape, device="cuda", dtype=torch.bfloat16)
+    ref = conv2d_reference(x.float(), flt.float(), **geom)
+    ref_fused = torch.relu(ref + bias.float()) + source.float()
+    row = {"key": key, "gemm_m": problem.gemm_m, "errors": {}, "kernel_us": {}, "graph_us": {}}
+
+    def poisoned():
+        return torch.full(problem.output_shape, float("nan"), device="cuda", dtype=torch.bfloat16)
+
+    plain, fused = {}, {}
+    out = poisoned()
+    plain["ours"] = lambda out=out: cute_conv.conv2d_fprop(x, flt, out=out, **geom)
+    out_f = poisoned()
+    fused["ours"] = lambda out=out_f: cute_conv.conv2d_fprop_with_residual(
+        x, flt, source, bias=bias, activation="relu", out=out, **geom
+    )
+    xc = x.permute(0, 3, 1, 2)
+    fc = flt.permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last)
+    plain["cudnn"] = lambda: F.conv2d(xc, fc, stride=geom["stride"], padding=0)
+    checks = [("ours", plain["ours"], out, ref), ("ours_fused", fused["ours"], out_f, ref_fused)]
+    vector = widest_vector(c)
+    for name, (rows, per_warp, unroll) in VARIANTS.items():
+        config = PointwiseGemvConfig(vector, rows, per_warp, unroll)
+        out_g, out_gf = poisoned(), poisoned()
+        plain[name] = gemv_call(problem, x, flt, out_g, source, bias, config, False)
+        fused[name] = gemv_call(problem, x, flt, out_gf, source, bias, config, True)
+        checks += [
+            (name, plain[name], out_g, ref),
+            (f"{name}_fused", fused[name], out_gf, ref_fused),
+        ]
+    for name, call, result, expected in checks:
+        call()
+        torch.cuda.synchronize()
+        row["errors"][name] = rel_error(result, expected)
+    for label, calls in (("plain", plain), ("fused", fused)):
+        for name, call in calls.items():
+            row["kernel_us"][f"{label}:{name}"] = sum(kernel_durations(call)["us"])
+        replays = {name: replay_of(call) for name, call in calls.items()}
+        ms = bench.time_interleaved(replays, rounds=rounds)
+        row["graph_us"].update({f"{label}:{name}": t * 1e3 for name, t in ms.items()})
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("keys", nargs="+")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    torch.backends.cudnn.benchmark = True
+    rows = []
+    for key in args.keys:
+        row = measure(key, args.rounds)
+        rows.append(row)
+        bad = [name for name, e in row["errors"].items() if not e < TOLERANCE]
+        g, kd = row["graph_us"], row["kernel_us"]
+        best = min(VARIANTS, key=lambda v: g[f"plain:{v}"])
+        best_f = min(VARIANTS, key=lambda v: g[f"fused:{v}"])
+        print(
+            f"{key[:-26]:34s} M={row['gemm_m']:4d} graph plain ours {g['plain:ours']:5.1f} "
+            f"cudnn {g['plain:cudnn']:5.1f} gemv {best} {g[f'plain:{best}']:5.1f} | fused ours "
+            f"{g['fused:ours']:5.1f} gemv {best_f} {g[f'fused:{best_f}']:5.1f} | kernel ours "
+            f"{kd['plain:ours']:4.1f} cudnn {kd['plain:cudnn']:4.1f} gemv {kd[f'plain:{best}']:4.1f}"
+            f" bad {bad}",
+            flush=True,
+        )
+        args.out.write_text(
+            json.dumps({"device": torch.cuda.get_device_name(), "rows": rows}, indent=1)
+        )
+
+
+if __name__ == "__main__":
+    main()
