@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -36,12 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import bench  # noqa: E402
 from models import replay_of  # noqa: E402
 
-VARIANTS = {  # (rows, channels_per_warp, unroll)
-    "r1c2u2": (1, 2, 2),
-    "r2c2u2": (2, 2, 2),
-    "r4c2u2": (4, 2, 2),
-    "r8c2u1": (8, 2, 1),
-}
+# Config shapes timed, named r{rows}c{channels_per_warp}u{unroll} (``--variants`` replaces them).
+VARIANTS = ("r1c2u2", "r2c2u2", "r4c2u2", "r8c2u1")
 TOLERANCE = 1e-2  # bf16 relative error against float32, of the output's largest magnitude
 
 
@@ -65,7 +62,15 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-6)).item()
 
 
-def measure(key: str, rounds: int) -> dict:
+def variant_shape(name: str) -> tuple[int, int, int]:
+    """``(rows, channels_per_warp, unroll)`` of a variant name such as ``r8c4u2``."""
+    match = re.fullmatch(r"r(\d+)c(\d+)u(\d+)", name)
+    if match is None:
+        raise ValueError(f"variant {name!r} is not r<rows>c<channels per warp>u<unroll>")
+    return tuple(int(g) for g in match.groups())
+
+
+def measure(key: str, rounds: int, variants: tuple[str, ...]) -> dict:
     shape = shape_of(key)
     n, h, w, c, k, r, s = (shape[x] for x in "NHWCKRS")
     geom = dict(stride=shape["stride"], padding=shape["pad"], dilation=shape["dilation"])
@@ -95,7 +100,8 @@ def measure(key: str, rounds: int) -> dict:
     plain["cudnn"] = lambda: F.conv2d(xc, fc, stride=geom["stride"], padding=0)
     checks = [("ours", plain["ours"], out, ref), ("ours_fused", fused["ours"], out_f, ref_fused)]
     vector = widest_vector(c)
-    for name, (rows, per_warp, unroll) in VARIANTS.items():
+    for name in variants:
+        rows, per_warp, unroll = variant_shape(name)
         config = PointwiseGemvConfig(vector, rows, per_warp, unroll)
         out_g, out_gf = poisoned(), poisoned()
         plain[name] = gemv_call(problem, x, flt, out_g, source, bias, config, False)
@@ -121,17 +127,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("keys", nargs="+")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated names")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
+    variants = tuple(args.variants.split(","))
+    for name in variants:
+        variant_shape(name)  # a bad name fails before any GPU work
     rows = []
     for key in args.keys:
-        row = measure(key, args.rounds)
+        row = measure(key, args.rounds, variants)
         rows.append(row)
         bad = [name for name, e in row["errors"].items() if not e < TOLERANCE]
         g, kd = row["graph_us"], row["kernel_us"]
-        best = min(VARIANTS, key=lambda v: g[f"plain:{v}"])
-        best_f = min(VARIANTS, key=lambda v: g[f"fused:{v}"])
+        best = min(variants, key=lambda v: g[f"plain:{v}"])
+        best_f = min(variants, key=lambda v: g[f"fused:{v}"])
         print(
             f"{key[:-26]:34s} M={row['gemm_m']:4d} graph plain ours {g['plain:ours']:5.1f} "
             f"cudnn {g['plain:cudnn']:5.1f} gemv {best} {g[f'plain:{best}']:5.1f} | fused ours "
