@@ -196,3 +196,23 @@ def test_a_few_row_call_plans_the_gemv_unstaged_without_a_grid_bound(plan_on_a_s
     assert plan.epilogue == EpilogueSpec(has_residual=True)
     tensor_cores = plan_on_a_stand_in_h200(64, 1, 1, 64, 64)
     assert isinstance(tensor_cores.kernel.key.config, Conv2dConfig)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [PointwiseGemvConfig(vector=8, rows=1, channels_per_warp=2, unroll=2),
+     PointwiseGemvConfig(vector=2, rows=4, channels_per_warp=2, unroll=2)],
+    ids=["v8-r1", "v2-r4"],
+)  # fmt: skip
+def test_a_lanes_loads_are_in_flight_before_it_multiplies(config):
+    # The kernel's time is load latency: one round trip per step of the C loop, not one per
+    # vector; and nothing spills.
+    from tests.sass import sass_of
+
+    sass = sass_of(compile_kernel("sm_90a", config=config).cubin)
+    ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\d+\s+)?([A-Z0-9]+)", sass)
+    loads = [i for i, op in enumerate(ops) if op == "LDG"]
+    first_fma = ops.index("FFMA")
+    assert len(loads) == config.unroll * (config.rows + config.channels_per_warp)
+    assert max(loads) < first_fma
+    assert "LDL" not in ops and "STL" not in ops
