@@ -34,6 +34,7 @@ GEMV_MAX_MACS = 2**21  # M * K * C
 # Rows per CTA: one, so that the grid is wide, except for 2-channel vectors, whose short
 # loads gained from sharing each filter vector among 4 rows (0.1-0.6 us at M >= 8).
 _ROWS_SHORT_VECTORS = 4
+MAX_GRID_Y = 65535  # CUDA's bound on a grid's y extent: the kernel's CTA rows
 
 
 def pointwise_gemv_config(
@@ -59,7 +60,8 @@ def check_pointwise_gemv_fits(
 ) -> None:
     """Raise ``ValueError`` unless ``config`` runs ``problem`` (a call's, with inputs of
     ``element_bytes`` and an output of ``out_bytes``): 16-bit inputs, a 16- or 32-bit output,
-    a 1x1 filter without padding, C a multiple of ``config.vector``."""
+    a 1x1 filter without padding, C a multiple of ``config.vector``, at most ``MAX_GRID_Y``
+    CTA rows of ``config.rows`` output pixels."""
     if element_bytes != 2 or out_bytes < 2:
         raise ValueError(
             "a PointwiseGemvConfig runs 16-bit inputs (bfloat16, float16) into a 16- or "
@@ -70,6 +72,13 @@ def check_pointwise_gemv_fits(
         raise ValueError(
             "a PointwiseGemvConfig runs 1x1 convs without padding; this call has a "
             f"{problem.R}x{problem.S} filter and padding {problem.padding}"
+        )
+    row_blocks = -(-problem.gemm_m // config.rows)
+    if row_blocks > MAX_GRID_Y:
+        raise ValueError(
+            f"PointwiseGemvConfig(rows={config.rows}) takes a CTA row per {config.rows} output "
+            f"pixels: GEMM M={problem.gemm_m} needs {row_blocks}, past the grid's "
+            f"{MAX_GRID_Y} (the tensor-core kernels take any M)"
         )
     if problem.C % config.vector:
         raise ValueError(

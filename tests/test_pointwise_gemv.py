@@ -94,8 +94,9 @@ def test_the_rule_bounds_the_multiply_adds():
     [(conv(1, 1, 1, 64, 64), 1, 2, "16-bit inputs"), (conv(1, 1, 1, 64, 64), 2, 1, "16-bit inputs"),
      (conv(1, 3, 3, 64, 64, 3, 3), 2, 2, "1x1 convs"),
      (conv(1, 3, 3, 64, 64, padding=1), 2, 2, "padding"),
-     (conv(1, 1, 1, 36, 64), 2, 2, r"C=36 must be a multiple of it \(vector=4 fits\)")],
-    ids=["fp8-in", "fp8-out", "3x3", "padded", "vector"],
+     (conv(1, 1, 1, 36, 64), 2, 2, r"C=36 must be a multiple of it \(vector=4 fits\)"),
+     (conv(1, 256, 256, 64, 64), 2, 2, "GEMM M=65536 needs 65536, past the grid's 65535")],
+    ids=["fp8-in", "fp8-out", "3x3", "padded", "vector", "grid"],
 )  # fmt: skip
 def test_a_config_that_cannot_run_the_call_is_refused(problem, element_bytes, out_bytes, match):
     with pytest.raises(ValueError, match=match):

@@ -23,7 +23,7 @@ from tests.test_thread_store_sm90 import run_and_check
 
 pytestmark = pytest.mark.gpu
 
-# (n, h, w, c, k, geometry): M = N*P*Q of 1 to 40 (tails of every rows per CTA), K not a
+# (n, h, w, c, k, geometry): M = N*P*Q of 1 to 4096 (tails of every rows per CTA), K not a
 # multiple of a CTA's channels, C past several rounds of 32 lanes x unroll vectors, strides.
 PROBLEMS = {
     "m1-c888": (1, 1, 1, 888, 84, {}),
@@ -32,6 +32,7 @@ PROBLEMS = {
     "m13-c24": (1, 13, 1, 24, 130, {}),
     "m24-s2": (1, 16, 6, 304, 100, dict(stride=2)),
     "m40-s3x1": (2, 10, 7, 16, 9, dict(stride=(3, 1))),
+    "m4096": (4, 32, 32, 64, 40, {}),  # past the rule, as a user's config may take it
 }
 CONFIGS = {
     "r1c2u2": PointwiseGemvConfig(rows=1, channels_per_warp=2, unroll=2),
