@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 from .dtypes import CUTLASS_DTYPES
+from .kernels.common.pointwise_gemv import PointwiseGemvConfig
 from .kernels.sm90.config import (
     HALF_STEP_MIN_K_TILE_BYTES,
     HALO_SLACK_ROWS,
@@ -234,9 +235,11 @@ def check_config_fits(config: Conv2dConfig, problem: Conv2dProblemShape) -> None
     ``TypeError`` for arguments of other types (``can_implement_sm100`` checks an SM100
     config)."""
     if not isinstance(config, Conv2dConfig):
-        hint = (
-            " (can_implement_sm100 checks those)" if isinstance(config, Conv2dConfigSm100) else ""
-        )
+        hint = ""
+        if isinstance(config, Conv2dConfigSm100):
+            hint = " (can_implement_sm100 checks those)"
+        elif isinstance(config, PointwiseGemvConfig):
+            hint = " (cute_conv.gemv_rule.check_pointwise_gemv_fits checks those)"
         raise TypeError(f"config must be a Conv2dConfig, got {type(config).__name__}{hint}")
     check_problem(problem)
     if config.tile_w:

@@ -103,6 +103,13 @@ def test_a_config_that_cannot_run_the_call_is_refused(problem, element_bytes, ou
         check_pointwise_gemv_fits(PointwiseGemvConfig(vector=8), problem, element_bytes, out_bytes)
 
 
+def test_check_config_fits_points_a_gemv_config_to_its_own_check():
+    from cute_conv import check_config_fits
+
+    with pytest.raises(TypeError, match="check_pointwise_gemv_fits checks those"):
+        check_config_fits(PointwiseGemvConfig(), conv(1, 1, 1, 64, 64))
+
+
 # ---- the kernel ----
 
 
