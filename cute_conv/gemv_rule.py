@@ -15,13 +15,15 @@ against 8.4, 103 M (M=49, C=2048, K=1024) 35 against 10.
 
 from __future__ import annotations
 
-from .kernels.common.pointwise_gemv import VECTOR_WIDTHS, PointwiseGemvConfig
+from .kernels.common.pointwise_gemv import VECTOR_WIDTHS, WARPS, PointwiseGemvConfig
 from .problem import Conv2dProblemShape
 
 __all__ = [
+    "GEMV_MAX_CTAS",
     "GEMV_MAX_MACS",
     "GEMV_MAX_ROWS",
     "check_pointwise_gemv_fits",
+    "cta_count",
     "pointwise_gemv_config",
     "widest_vector",
 ]
@@ -31,6 +33,10 @@ __all__ = [
 # speed, the two of 2.4 M split (1.13x, 0.95x), 6.3 M and beyond lost (0.25-0.79x).
 GEMV_MAX_ROWS = 32  # GEMM M: output pixels
 GEMV_MAX_MACS = 2**21  # M * K * C
+# Of all the shapes timed on those rows, every one of at most 1.6 M multiply-adds and 888
+# CTAs gained 1.05x or more, one of 1,344 CTAs (M=32, C=30, K=336, one row each) tied
+# (1.02x): past this many CTAs their launch outweighs the tensor cores' prologue.
+GEMV_MAX_CTAS = 1024
 # Rows per CTA: one, so that the grid is wide, except for 2-channel vectors, whose short
 # loads gained from sharing each filter vector among 4 rows (0.1-0.6 us at M >= 8).
 _ROWS_SHORT_VECTORS = 4
@@ -43,7 +49,8 @@ def pointwise_gemv_config(
     """The ``PointwiseGemvConfig`` a call without a config runs ``problem`` with, or None for
     the tensor-core kernels: 16-bit inputs and a 16- or 32-bit output, a 1x1 filter without
     padding (any stride), an even C (odd ones were not measured), GEMM M at most
-    ``GEMV_MAX_ROWS`` and at most ``GEMV_MAX_MACS`` multiply-adds."""
+    ``GEMV_MAX_ROWS``, at most ``GEMV_MAX_MACS`` multiply-adds and a grid of at most
+    ``GEMV_MAX_CTAS`` CTAs."""
     if element_bytes != 2 or out_bytes < 2 or not _pointwise_unpadded(problem):
         return None
     if problem.C % 2 or problem.gemm_m > GEMV_MAX_ROWS:
@@ -52,7 +59,15 @@ def pointwise_gemv_config(
         return None
     vector = widest_vector(problem.C)
     rows = _ROWS_SHORT_VECTORS if vector == 2 and problem.gemm_m >= _ROWS_SHORT_VECTORS else 1
-    return PointwiseGemvConfig(vector=vector, rows=rows)
+    config = PointwiseGemvConfig(vector=vector, rows=rows)
+    return config if cta_count(config, problem) <= GEMV_MAX_CTAS else None
+
+
+def cta_count(config: PointwiseGemvConfig, problem: Conv2dProblemShape) -> int:
+    """The CTAs of ``PointwiseGemv``'s grid for ``problem``: a CTA per ``config.rows`` output
+    pixels and ``4 * config.channels_per_warp`` output channels."""
+    channels_per_cta = WARPS * config.channels_per_warp
+    return -(-problem.gemm_m // config.rows) * -(-problem.K // channels_per_cta)
 
 
 def check_pointwise_gemv_fits(

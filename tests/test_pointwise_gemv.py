@@ -13,9 +13,11 @@ from cute_conv.kernels.common.pointwise_gemv import PointwiseGemv
 from cute_conv import Conv2dConfig, Conv2dProblemShape, PointwiseGemvConfig, compile_kernel
 from cute_conv.arch import check_config_type
 from cute_conv.gemv_rule import (
+    GEMV_MAX_CTAS,
     GEMV_MAX_MACS,
     GEMV_MAX_ROWS,
     check_pointwise_gemv_fits,
+    cta_count,
     pointwise_gemv_config,
 )
 from cute_conv.ops import config_from_str, config_to_str
@@ -76,17 +78,23 @@ def test_the_rule_takes_few_row_1x1s(problem, vector, rows):
     [(conv(1, 1, 1, 64, 64), 1, 2), (conv(1, 1, 1, 64, 64), 2, 1),
      (conv(1, 3, 3, 64, 64, padding=1), 2, 2), (conv(1, 3, 3, 64, 64, 3, 3), 2, 2),
      (conv(1, 1, 1, 13, 64), 2, 2), (conv(1, 1, GEMV_MAX_ROWS + 1, 8, 8), 2, 2),
-     (conv(32, 1, 1, 222, 888), 2, 2), (conv(1, 7, 7, 2048, 1024), 2, 2)],
-    ids=["fp8-in", "fp8-out", "padded", "3x3", "odd-c", "rows", "macs", "m49"],
+     (conv(32, 1, 1, 222, 888), 2, 2), (conv(1, 7, 7, 2048, 1024), 2, 2),
+     (conv(32, 1, 1, 64, 1024), 2, 2)],
+    ids=["fp8-in", "fp8-out", "padded", "3x3", "odd-c", "rows", "macs", "m49", "ctas"],
 )  # fmt: skip
 def test_the_rule_leaves_the_rest_to_the_tensor_cores(problem, element_bytes, out_bytes):
     assert pointwise_gemv_config(problem, element_bytes, out_bytes) is None
 
 
-def test_the_rule_bounds_the_multiply_adds():
-    k = GEMV_MAX_MACS // (32 * 64)
-    assert pointwise_gemv_config(conv(32, 1, 1, 64, k), 2, 2) is not None
-    assert pointwise_gemv_config(conv(32, 1, 1, 64, k + 1), 2, 2) is None
+def test_the_rule_bounds_the_multiply_adds_and_the_ctas():
+    k = GEMV_MAX_MACS // (8 * 1024)
+    assert pointwise_gemv_config(conv(8, 1, 1, 1024, k), 2, 2) is not None
+    assert pointwise_gemv_config(conv(8, 1, 1, 1024, k + 1), 2, 2) is None
+    # 32 rows of 32 CTAs (8 channels each): the bound; one more channel is a CTA more per row.
+    at_bound = conv(32, 1, 1, 16, 256)
+    assert cta_count(PointwiseGemvConfig(vector=8), at_bound) == GEMV_MAX_CTAS
+    assert pointwise_gemv_config(at_bound, 2, 2) is not None
+    assert pointwise_gemv_config(conv(32, 1, 1, 16, 257), 2, 2) is None
 
 
 @pytest.mark.parametrize(
