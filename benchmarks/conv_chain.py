@@ -75,7 +75,10 @@ class ChainConv:
 
     @property
     def plain_config(self) -> cute_conv.Conv2dConfig:
-        """The heuristic's config, launched without programmatic dependent launch."""
+        """The heuristic's config, launched without programmatic dependent launch (the
+        CUDA-core kernel of few-row 1x1s has no such switch: its config as it is)."""
+        if isinstance(self.config, cute_conv.PointwiseGemvConfig):
+            return self.config
         return dataclasses.replace(self.config, programmatic_launch=False)
 
     def ours(self, config: cute_conv.Conv2dConfig) -> None:
