@@ -184,7 +184,9 @@ def measure(p: dict, form: str, variants: tuple[str, ...]) -> dict:
 
     problem, geom, x, flt = problem_inputs(p)
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
-    config = heuristic_config(problem_shape(p), num_sms, has_residual=form == "fused")
+    config = heuristic_config(  # the tensor-core epilogue's A/B: not the CUDA-core kernel
+        problem_shape(p), num_sms, has_residual=form == "fused", pointwise_gemv=False
+    )
     bias = torch.randn(problem.K, device="cuda", dtype=x.dtype)
     residual = torch.randn(problem.output_shape, device="cuda").to(x.dtype)
     ref = torch.relu(conv2d_reference(x, flt, **geom) + bias.float())
@@ -277,7 +279,10 @@ def main() -> None:
     corpus = {p["key"]: p for p in load_corpus()}
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
     configs = {
-        heuristic_config(problem_shape(corpus[k]), num_sms, has_residual=args.form == "fused")
+        heuristic_config(
+            problem_shape(corpus[k]), num_sms, has_residual=args.form == "fused",
+            pointwise_gemv=False,
+        )  # fmt: skip
         for k in keys
     }
     jobs = {(c.compiled_form(), v, args.form) for c in configs for v in experiment.variants}
