@@ -33,9 +33,10 @@ __all__ = [
 # speed, the two of 2.4 M split (1.13x, 0.95x), 6.3 M and beyond lost (0.25-0.79x).
 GEMV_MAX_ROWS = 32  # GEMM M: output pixels
 GEMV_MAX_MACS = 2**21  # M * K * C
-# Of all the shapes timed on those rows, every one of at most 1.6 M multiply-adds and 888
-# CTAs gained 1.05x or more, one of 1,344 CTAs (M=32, C=30, K=336, one row each) tied
-# (1.02x): past this many CTAs their launch outweighs the tensor cores' prologue.
+# A guard on the grid more than a fit: the timed shapes of at most 1.6 M multiply-adds ran
+# on up to 888 CTAs, but for one of 1,344 (M=32, C=30, K=336 at one row per CTA), which
+# tied the tensor cores (1.02x) where the same conv on 336 CTAs of four rows ran 1.09x.
+# Larger grids were not timed.
 GEMV_MAX_CTAS = 1024
 # Rows per CTA: one, so that the grid is wide, except for 2-channel vectors, whose short
 # loads gained from sharing each filter vector among 4 rows (0.1-0.6 us at M >= 8).
