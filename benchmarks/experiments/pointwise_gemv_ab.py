@@ -7,9 +7,10 @@ tensor-core kernel and cuDNN (H100/H200):
 For each corpus key (a 1x1 conv without padding) and each of a few ``PointwiseGemvConfig``
 shapes: the kernel launched directly (``CompiledConv2d.launch``) on the call's tensors, plain
 and fused (``relu(conv + b) + r``), each output checked against float32 from a NaN-poisoned
-output; then CUPTI kernel durations (``kernel_durations``) and CUDA-graph replays (rounds
+output (``compare_to_reference``; the committed ``pointwise_gemv*_H200.json`` were written
+before, with the largest error over the output's largest magnitude); then CUPTI kernel durations (``kernel_durations``) and CUDA-graph replays (rounds
 interleaved, medians) of the plain and fused calls of the default path, of the gemv
-variants and of ``F.conv2d`` (channels_last, ``cudnn.benchmark``).
+variants and of cuDNN (``bench_corpus.cudnn_conv2d``, ``cudnn.benchmark``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from cute_conv.kernels.common.epilogue import EpilogueSpec
 from cute_conv.kernels.common.pointwise_gemv import PointwiseGemvConfig
 from kernel_durations import kernel_durations
@@ -29,17 +29,17 @@ from tile_timeline import shape_of  # beside this script; puts benchmarks/ on th
 
 import cute_conv
 from cute_conv.compile import compile_kernel, kernel_scalars
-from cute_conv.gemv_rule import widest_vector
+from cute_conv.gemv_rule import check_pointwise_gemv_fits, widest_vector
 from cute_conv.reference import conv2d_reference
-from cute_conv.testing import random_conv_inputs
+from cute_conv.testing import compare_to_reference, random_conv_inputs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import bench  # noqa: E402
+from bench_corpus import cudnn_conv2d  # noqa: E402
 from models import replay_of  # noqa: E402
 
 # Config shapes timed, named r{rows}c{channels_per_warp}u{unroll} (``--variants`` replaces them).
 VARIANTS = ("r1c2u2", "r2c2u2", "r4c2u2", "r8c2u1")
-TOLERANCE = 1e-2  # bf16 relative error against float32, of the output's largest magnitude
 
 
 def gemv_call(problem, x, flt, out, source, bias, config, fused: bool):
@@ -58,10 +58,6 @@ def gemv_call(problem, x, flt, out, source, bias, config, fused: bool):
     return lambda: kernel.launch(pointers, scalars, torch.cuda.current_stream().cuda_stream)
 
 
-def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    return ((out.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-6)).item()
-
-
 def variant_shape(name: str) -> tuple[int, int, int]:
     """``(rows, channels_per_warp, unroll)`` of a variant name such as ``r8c4u2``."""
     match = re.fullmatch(r"r(\d+)c(\d+)u(\d+)", name)
@@ -76,14 +72,14 @@ def measure(key: str, rounds: int, variants: tuple[str, ...]) -> dict:
     geom = dict(stride=shape["stride"], padding=shape["pad"], dilation=shape["dilation"])
     x32, f32 = random_conv_inputs(n, h, w, c, k, r, s, dtype=torch.float32)
     problem = cute_conv.Conv2dProblemShape.from_shapes(x32.shape, f32.shape, **geom)
-    if (r, s) != (1, 1) or any(p for pair in problem.padding for p in pair):
-        raise ValueError(f"{key}: not a 1x1 conv without padding")
+    vector = widest_vector(c)
+    check_pointwise_gemv_fits(PointwiseGemvConfig(vector), problem, 2, 2)  # a 1x1, unpadded
     x, flt = x32.bfloat16(), f32.bfloat16()
     bias = torch.randn(k, device="cuda", dtype=torch.bfloat16)
     source = torch.randn(problem.output_shape, device="cuda", dtype=torch.bfloat16)
     ref = conv2d_reference(x.float(), flt.float(), **geom)
     ref_fused = torch.relu(ref + bias.float()) + source.float()
-    row = {"key": key, "gemm_m": problem.gemm_m, "errors": {}, "kernel_us": {}, "graph_us": {}}
+    row = {"key": key, "gemm_m": problem.gemm_m, "checks": {}, "kernel_us": {}, "graph_us": {}}
 
     def poisoned():
         return torch.full(problem.output_shape, float("nan"), device="cuda", dtype=torch.bfloat16)
@@ -95,11 +91,8 @@ def measure(key: str, rounds: int, variants: tuple[str, ...]) -> dict:
     fused["ours"] = lambda out=out_f: cute_conv.conv2d_fprop_with_residual(
         x, flt, source, bias=bias, activation="relu", out=out, **geom
     )
-    xc = x.permute(0, 3, 1, 2)
-    fc = flt.permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last)
-    plain["cudnn"] = lambda: F.conv2d(xc, fc, stride=geom["stride"], padding=0)
+    plain["cudnn"] = cudnn_conv2d(x.permute(0, 3, 1, 2), flt.permute(0, 3, 1, 2), problem)
     checks = [("ours", plain["ours"], out, ref), ("ours_fused", fused["ours"], out_f, ref_fused)]
-    vector = widest_vector(c)
     for name in variants:
         rows, per_warp, unroll = variant_shape(name)
         config = PointwiseGemvConfig(vector, rows, per_warp, unroll)
@@ -113,7 +106,8 @@ def measure(key: str, rounds: int, variants: tuple[str, ...]) -> dict:
     for name, call, result, expected in checks:
         call()
         torch.cuda.synchronize()
-        row["errors"][name] = rel_error(result, expected)
+        check = compare_to_reference(result, expected)
+        row["checks"][name] = {"ok": check.ok, "rel_err": check.rel_err}
     for label, calls in (("plain", plain), ("fused", fused)):
         for name, call in calls.items():
             row["kernel_us"][f"{label}:{name}"] = sum(kernel_durations(call)["us"])
@@ -138,7 +132,7 @@ def main() -> None:
     for key in args.keys:
         row = measure(key, args.rounds, variants)
         rows.append(row)
-        bad = [name for name, e in row["errors"].items() if not e < TOLERANCE]
+        bad = [name for name, check in row["checks"].items() if not check["ok"]]
         g, kd = row["graph_us"], row["kernel_us"]
         best = min(variants, key=lambda v: g[f"plain:{v}"])
         best_f = min(variants, key=lambda v: g[f"fused:{v}"])
