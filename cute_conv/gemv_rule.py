@@ -68,7 +68,7 @@ def cta_count(config: PointwiseGemvConfig, problem: Conv2dProblemShape) -> int:
     """The CTAs of ``PointwiseGemv``'s grid for ``problem``: a CTA per ``config.rows`` output
     pixels and ``4 * config.channels_per_warp`` output channels."""
     channels_per_cta = WARPS * config.channels_per_warp
-    return -(-problem.gemm_m // config.rows) * -(-problem.K // channels_per_cta)
+    return _cta_rows(config, problem) * -(-problem.K // channels_per_cta)
 
 
 def check_pointwise_gemv_fits(
@@ -89,11 +89,11 @@ def check_pointwise_gemv_fits(
             "a PointwiseGemvConfig runs 1x1 convs without padding; this call has a "
             f"{problem.R}x{problem.S} filter and padding {problem.padding}"
         )
-    row_blocks = -(-problem.gemm_m // config.rows)
-    if row_blocks > MAX_GRID_Y:
+    cta_rows = _cta_rows(config, problem)
+    if cta_rows > MAX_GRID_Y:
         raise ValueError(
             f"PointwiseGemvConfig(rows={config.rows}) takes a CTA row per {config.rows} output "
-            f"pixels: GEMM M={problem.gemm_m} needs {row_blocks}, past the grid's "
+            f"pixels: GEMM M={problem.gemm_m} needs {cta_rows}, past the grid's "
             f"{MAX_GRID_Y} (the tensor-core kernels take any M)"
         )
     if problem.C % config.vector:
@@ -104,8 +104,13 @@ def check_pointwise_gemv_fits(
         )
 
 
+def _cta_rows(config: PointwiseGemvConfig, problem: Conv2dProblemShape) -> int:
+    """The grid's y extent: a CTA row per ``config.rows`` output pixels."""
+    return -(-problem.gemm_m // config.rows)
+
+
 def _pointwise_unpadded(problem: Conv2dProblemShape) -> bool:
-    return problem.R == problem.S == 1 and not any(p for pair in problem.padding for p in pair)
+    return problem.R == problem.S == 1 and problem.padding == ((0, 0), (0, 0))
 
 
 def widest_vector(channels: int) -> int:

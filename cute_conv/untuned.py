@@ -99,9 +99,9 @@ def heuristic_config(
     check_heuristic_args(problem, num_sms, has_residual)
     if arch not in ARCHS:
         raise ValueError(f"arch must be one of {', '.join(ARCHS)}, got {arch!r}")
-    kernel_problem = kernel_problem_for(problem, element_bytes)
     if not isinstance(pointwise_gemv, bool):
         raise TypeError(f"pointwise_gemv must be a bool, got {pointwise_gemv!r}")
+    kernel_problem = kernel_problem_for(problem, element_bytes)
     return untuned_config(
         ARCHS[arch], problem, kernel_problem, num_sms, has_residual, element_bytes, out_bytes,
         pointwise_gemv=pointwise_gemv,
