@@ -66,14 +66,24 @@ def variant_shape(name: str) -> tuple[int, int, int]:
     return tuple(int(g) for g in match.groups())
 
 
-def measure(key: str, rounds: int, variants: tuple[str, ...]) -> dict:
+def gemv_problem(key: str) -> tuple[dict, cute_conv.Conv2dProblemShape]:
+    """The corpus shape of ``key`` and its problem; ``ValueError`` unless the kernel runs it
+    (a 1x1 without padding)."""
     shape = shape_of(key)
+    problem = cute_conv.Conv2dProblemShape.from_shapes(
+        [shape[x] for x in "NHWC"], [shape[x] for x in "KRSC"],
+        stride=shape["stride"], padding=shape["pad"], dilation=shape["dilation"],
+    )  # fmt: skip
+    check_pointwise_gemv_fits(PointwiseGemvConfig(widest_vector(problem.C)), problem, 2, 2)
+    return shape, problem
+
+
+def measure(key: str, rounds: int, variants: tuple[str, ...]) -> dict:
+    shape, problem = gemv_problem(key)
     n, h, w, c, k, r, s = (shape[x] for x in "NHWCKRS")
     geom = dict(stride=shape["stride"], padding=shape["pad"], dilation=shape["dilation"])
     x32, f32 = random_conv_inputs(n, h, w, c, k, r, s, dtype=torch.float32)
-    problem = cute_conv.Conv2dProblemShape.from_shapes(x32.shape, f32.shape, **geom)
     vector = widest_vector(c)
-    check_pointwise_gemv_fits(PointwiseGemvConfig(vector), problem, 2, 2)  # a 1x1, unpadded
     x, flt = x32.bfloat16(), f32.bfloat16()
     bias = torch.randn(k, device="cuda", dtype=torch.bfloat16)
     source = torch.randn(problem.output_shape, device="cuda", dtype=torch.bfloat16)
@@ -127,7 +137,9 @@ def main() -> None:
     torch.backends.cudnn.benchmark = True
     variants = tuple(args.variants.split(","))
     for name in variants:
-        variant_shape(name)  # a bad name fails before any GPU work
+        variant_shape(name)  # a bad name or key fails before any GPU work
+    for key in args.keys:
+        gemv_problem(key)
     rows = []
     for key in args.keys:
         row = measure(key, args.rounds, variants)
