@@ -10,7 +10,9 @@ epilogue's scale and bias, the activation, and the add as the kernel's residual,
 the activation as in the model. A chain ends where an intermediate value has another user, so
 nothing the rest of the model reads is skipped. Convs the kernel cannot run (grouped, float32,
 non-zero padding modes, geometry out of its limits, subclasses of nn.Conv2d) stay torch, and the
-report says why.
+report says why; a BatchNorm right after such a conv (an ``nn.Conv2d`` itself) is folded into a
+copy of its weights and bias, as ``torch.compile``'s freezing folds it, so that it costs no
+kernel of its own.
 
 Max pools (``cute_conv.pooling``; torch's channels_last pool kernel is slow): those whose
 windows tile the map (VGG's 2x2 stride-2) become ``TiledMaxPool2d``, the others without ceil mode
@@ -34,6 +36,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import fx, nn
+from torch.nn.utils.fusion import fuse_conv_bn_eval
 
 from .delayed_scaling import DelayedScales, seed, seed_on_first_call
 from .fold import activation_name
@@ -72,8 +75,9 @@ class FusedChain:
 class LeftConv:
     """A conv left to torch."""
 
-    name: str  # its module's name in the model (the fx node's target)
+    name: str  # its module's name in the returned model (the fx node's target)
     reason: str
+    folded_bn: str | None = None  # the BatchNorm after it, folded into its weights and bias
 
 
 @dataclass
@@ -112,7 +116,9 @@ class OptimizeReport:
             lines.append(line + (f"; stopped before: {chain.stopped}" if chain.stopped else ""))
         if self.left:
             lines.append("left to torch:")
-        lines += [f"  {conv.name}: {conv.reason}" for conv in self.left]
+        for conv in self.left:
+            folded = f"; {conv.folded_bn} folded into its weights" if conv.folded_bn else ""
+            lines.append(f"  {conv.name}: {conv.reason}{folded}")
         if self.pools:
             lines.append(f"max pools run by cute_conv: {len(self.pools)}")
         if self.fp8 or self.kept_16bit:
@@ -160,7 +166,8 @@ def optimize(
             modules read and write channels_last, and copy other inputs first.
         inplace: False copies the model first. True works on ``model`` itself: the result
             shares its weights (channels_last conv weights become the KRSC weights without a
-            copy); do not use ``model`` afterwards.
+            copy; a conv left to torch with a BatchNorm folded into it gets new ones); do not
+            use ``model`` afterwards.
         verbose: print the report.
         dtype: None runs the convs in the model's 16-bit dtype; ``"fp8"`` runs the fused
             convs of at least ``FP8_MIN_CHANNELS`` input channels on float8_e4m3fn
@@ -285,7 +292,7 @@ class _Rewriter:
         conv = self.modules[conv_node.target]
         reason = _unsupported(conv, conv_node)
         if reason is not None:
-            self.report.left.append(LeftConv(conv_node.target, reason))
+            self._leave(conv_node, reason)
             return
         chain, pattern = [conv_node], ["conv"]
         bn = activation = identity = stopped = None
@@ -324,6 +331,26 @@ class _Rewriter:
         self.report.fused.append(
             FusedChain(name, "+".join(pattern), tuple(map(_describe, chain)), stopped)
         )
+
+    def _leave(self, conv_node: fx.Node, reason: str) -> None:
+        """Leave the conv to torch; fold the eval BatchNorm that alone reads it into a copy of
+        its weights and bias (in float32, then the conv's dtype)."""
+        conv = self.modules[conv_node.target]
+        bn_node = self._sole_user(conv_node)
+        plain_call = type(conv) is nn.Conv2d and len(conv_node.args) == 1 and not conv_node.kwargs
+        if not plain_call or bn_node is None or not self._is_eval_bn(bn_node):
+            self.report.left.append(LeftConv(conv_node.target, reason))
+            return
+        bn = self.modules[bn_node.target]
+        folded = fuse_conv_bn_eval(copy.deepcopy(conv).float(), copy.deepcopy(bn).float())
+        name = self._module_name(conv_node.target)
+        self.gm.add_submodule(name, folded.to(conv.weight.dtype))
+        with self.gm.graph.inserting_before(bn_node):
+            replacement = self.gm.graph.call_module(name, conv_node.args)
+        bn_node.replace_all_uses_with(replacement)
+        self.gm.graph.erase_node(bn_node)
+        self.gm.graph.erase_node(conv_node)
+        self.report.left.append(LeftConv(name, reason, folded_bn=bn_node.target))
 
     def _replace_pool(self, node: fx.Node) -> None:
         torch_pool = self.modules[node.target]

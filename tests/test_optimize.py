@@ -93,8 +93,14 @@ def test_resnext_leaves_its_grouped_convs_to_torch():
         name for name, m in gm.named_modules() if isinstance(m, nn.Conv2d)
     }
     types = module_types(gm)
-    assert types[nn.Conv2d] == types[nn.BatchNorm2d] == 16  # each grouped conv keeps its BN
-    assert "layer1.0.conv2: groups=32: cute_conv runs groups=1 convs only" in str(report)
+    assert types[nn.Conv2d] == 16 and nn.BatchNorm2d not in types  # each BN folded into its conv
+    assert [left.folded_bn for left in report.left] == [
+        left.name.replace("conv2", "bn2") for left in report.left
+    ]
+    assert (
+        "layer1.0.conv2: groups=32: cute_conv runs groups=1 convs only (grouped and depthwise "
+        "convs stay torch); layer1.0.bn2 folded into its weights" in str(report)
+    )
 
 
 def test_vgg16_fuses_conv_relu():
@@ -293,6 +299,72 @@ def test_functional_conv_and_unfusable_adds():
     assert [(c.module, c.pattern) for c in report.fused] == [("conv", "conv")]
     assert [left.name for left in report.left] == ["conv2d"]
     assert "functional conv2d" in report.left[0].reason
+
+
+class LeftConvs(nn.Module):
+    """Convs left to torch with a BatchNorm after them: folded where it alone reads the conv
+    and the conv is an nn.Conv2d module called with one input."""
+
+    class Shifted(nn.Conv2d):
+        def forward(self, x):
+            return super().forward(x) + 1
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.grouped = nn.Conv2d(16, 16, 3, padding=1, groups=4, bias=False)
+        self.bn1 = random_bn(16)
+        self.shifted = self.Shifted(16, 16, 3, padding=1, groups=2)
+        self.bn2 = random_bn(16)
+        self.shared = nn.Conv2d(16, 16, 1, groups=8)  # called twice, a BN after each call
+        self.bn3, self.bn4 = random_bn(16), random_bn(16)
+        self.read_twice = nn.Conv2d(16, 16, 1, groups=16)
+        self.bn5 = random_bn(16)
+        self.pointwise = nn.Conv2d(16, 16, 1)
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.grouped(x)))  # folded
+        y = self.bn2(self.shifted(y))  # traced into: a functional conv, +1, then the BN
+        y = self.bn4(self.shared(self.bn3(self.shared(y))))  # each call folded on its own
+        z = self.read_twice(y)
+        y = self.bn5(z) + z  # the BN does not alone read the conv: left with it
+        return self.pointwise(y)  # fused
+
+
+def test_left_convs_fold_the_batchnorm_after_them(kernel_calls):  # noqa: F811
+    torch.manual_seed(9)
+    model = LeftConvs().to(BF16).eval()
+    gm = cute_conv.optimize(model)
+    report = gm.cute_conv_report
+    assert [(c.module, c.pattern) for c in report.fused] == [("pointwise", "conv")]
+    assert [(left.name, left.folded_bn) for left in report.left] == [
+        ("grouped", "bn1"), ("conv2d", None), ("shared_fused0", "bn3"),
+        ("shared_fused1", "bn4"), ("read_twice", None),
+    ]  # fmt: skip
+    assert {name for name, m in gm.named_modules() if isinstance(m, nn.BatchNorm2d)} == {
+        "bn2", "bn5",
+    }  # fmt: skip
+    assert gm.grouped.weight.dtype == gm.grouped.bias.dtype == BF16
+    assert gm.grouped.weight.data_ptr() != model.grouped.weight.data_ptr()
+    assert "grouped: groups=4: " in str(report) and "; bn1 folded into its weights" in str(report)
+    x = torch.randn(2, 16, 9, 7).to(BF16).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        out = gm(x)
+        expected = model.float()(x.float())
+    assert len(kernel_calls) == 1
+    check = compare_to_reference(out, expected)
+    assert check.ok, str(check)
+
+
+def test_left_conv_folds_in_float32():
+    """A float32 model's convs are all left, their BatchNorms folded: the same function."""
+    torch.manual_seed(10)
+    model = build("resnet18", torch.float32)
+    gm = cute_conv.optimize(model)
+    assert all(left.folded_bn for left in gm.cute_conv_report.left)
+    assert nn.BatchNorm2d not in module_types(gm)
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(gm(x), model(x), rtol=1e-4, atol=1e-4)
 
 
 # ------------------------------------------------------------------------------ ResNet function
