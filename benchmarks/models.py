@@ -1,13 +1,15 @@
 """Whole-model benchmark: cute_conv.optimize against torch eager (cuDNN) and torch.compile.
 
-    python benchmarks/models.py [--models resnet18 resnet50 vgg16 regnet_y_1_6gf]
+    python benchmarks/models.py [--models resnet18 resnet50 vgg16 regnet_y_1_6gf
+                                 mobilenet_v3_large]
                                 [--batches 1 8 32 128]
                                 [--json benchmarks/models.json] [--out benchmarks/MODELS.md]
                                 [--chart benchmarks/models.png] [--render]
 
-torchvision's ResNet-18, ResNet-50, VGG-16 and RegNetY-1.6GF with random weights (no download) and randomized
-batch-norm statistics (``cute_conv.testing.randomize_batchnorm_``), eval, bfloat16,
-channels_last, 224x224 images, at each batch size:
+torchvision's ResNet-18, ResNet-50, VGG-16, RegNetY-1.6GF and MobileNetV3-Large with random
+weights (no download) and randomized batch-norm statistics
+(``cute_conv.testing.randomize_batchnorm_``), eval, bfloat16, channels_last, 224x224 images, at
+each batch size:
 - images/s of (a) ``cute_conv.optimize(model)``, (b) the model in torch eager (cuDNN,
   ``cudnn.benchmark=True``) and (c) ``torch.compile(model)`` with
   ``torch._inductor.config.freezing = True`` (default mode), each captured in a CUDA graph
@@ -54,7 +56,7 @@ from cute_conv.testing import compare_to_reference, float32_logits, randomize_ba
 HERE = Path(__file__).resolve().parent
 # RegNetY-1.6GF: 54 squeeze-excitation 1x1s on 1-pixel maps per call (the CUDA-core kernel
 # at batch <= 32), its grouped 3x3s left to torch.
-MODELS = ("resnet18", "resnet50", "vgg16", "regnet_y_1_6gf")
+MODELS = ("resnet18", "resnet50", "vgg16", "regnet_y_1_6gf", "mobilenet_v3_large")
 BATCHES = (1, 8, 32, 128)
 IMAGE_SIZE = 224
 SEED = 0

@@ -61,6 +61,8 @@ _GRAD_FROM_INPUT: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     "silu": lambda g, z: aten.silu_backward(g, z),
     "sigmoid": lambda g, z: aten.sigmoid_backward(g, torch.sigmoid(z)),
     "tanh": lambda g, z: aten.tanh_backward(g, torch.tanh(z)),
+    "hardswish": lambda g, z: aten.hardswish_backward(g, z),
+    "hardsigmoid": lambda g, z: aten.hardsigmoid_backward(g, z),
 }
 # The same from y = act(z), for the activations whose derivative torch takes from the output.
 _GRAD_FROM_OUTPUT: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {

@@ -93,6 +93,8 @@ _FUNCTIONS: dict[Callable, Callable[..., str]] = {
     **dict.fromkeys((torch.sigmoid, F.sigmoid, torch.sigmoid_), _named("sigmoid")),
     **dict.fromkeys((torch.tanh, F.tanh, torch.tanh_), _named("tanh")),
     **dict.fromkeys((F.leaky_relu, F.leaky_relu_), _leaky_relu),
+    F.hardswish: _named("hardswish"),
+    F.hardsigmoid: _named("hardsigmoid"),
 }
 _METHODS: dict[str, Callable] = {
     "relu": torch.relu, "relu_": torch.relu_, "sigmoid": torch.sigmoid,
@@ -106,6 +108,8 @@ _MODULES: dict[type, Callable[[nn.Module], str]] = {
     nn.Sigmoid: lambda m: "sigmoid",
     nn.Tanh: lambda m: "tanh",
     nn.LeakyReLU: lambda m: _leaky_relu(m.negative_slope),
+    nn.Hardswish: lambda m: "hardswish",
+    nn.Hardsigmoid: lambda m: "hardsigmoid",
 }
 
 

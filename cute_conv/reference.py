@@ -28,6 +28,8 @@ TORCH_ACTIVATIONS = {
     "sigmoid": torch.sigmoid,
     "tanh": torch.tanh,
     "leaky_relu": lambda y: F.leaky_relu(y, 0.01),
+    "hardswish": F.hardswish,
+    "hardsigmoid": F.hardsigmoid,
 }
 
 

@@ -103,6 +103,18 @@ def test_resnext_leaves_its_grouped_convs_to_torch():
     )
 
 
+def test_mobilenet_v3_fuses_hardswish_and_hardsigmoid():
+    gm = cute_conv.optimize(build("mobilenet_v3_large"))
+    report = gm.cute_conv_report
+    assert report.counts() == {
+        "conv+bn+hardswish": 11, "conv+bn+add": 10, "conv+relu": 8, "conv+hardsigmoid": 8,
+        "conv+bn+relu": 5, "conv+bn": 5,
+    }  # fmt: skip
+    # the 15 depthwise convs stay torch's, their BatchNorms folded
+    assert len(report.left) == 15 and all(left.folded_bn for left in report.left)
+    assert all(left.reason.startswith("groups=") for left in report.left)
+
+
 def test_vgg16_fuses_conv_relu():
     gm = cute_conv.optimize(build("vgg16"))
     assert gm.cute_conv_report.counts() == {"conv+relu": 13}
@@ -370,17 +382,22 @@ def test_left_conv_folds_in_float32():
 # ------------------------------------------------------------------------------ ResNet function
 
 
-def test_optimized_resnet18_computes_the_model_on_cpu(kernel_calls):  # noqa: F811
-    """The rewritten graph feeds each fused module its input and identity: its logits are as
-    close to the float32 model's as torch's own bf16 model's are."""
-    model = build("resnet18")
+@pytest.mark.parametrize(
+    "name, convs, residuals", [("resnet18", 20, 8), ("mobilenet_v3_small", 41, 6)]
+)
+def test_optimized_model_computes_the_model_on_cpu(kernel_calls, name, convs, residuals):  # noqa: F811
+    """The rewritten graph feeds each fused module its input and identity (ResNet), the
+    epilogue's hardswish and hardsigmoid and the depthwise convs with their BatchNorm folded
+    run as the model's (MobileNetV3): the logits are as close to the float32 model's as
+    torch's own bf16 model's are."""
+    model = build(name)
     x = torch.randn(2, 3, 64, 64).to(memory_format=torch.channels_last)
     gm = cute_conv.optimize(model)
     with torch.no_grad():
-        reference = build("resnet18", torch.float32)(x)
+        reference = build(name, torch.float32)(x)
         torch_bf16 = model(x.to(BF16)).float()
         ours = gm(x.to(BF16)).float()
-    assert len(kernel_calls) == 20 and sum(s is not None for *_, s in kernel_calls) == 8
+    assert len(kernel_calls) == convs and sum(s is not None for *_, s in kernel_calls) == residuals
 
     def rel(y):
         return ((y - reference).norm() / reference.norm()).item()

@@ -63,6 +63,22 @@ def _tanh(x):
     return cute.math.tanh(x)
 
 
+def _relu6_shifted(x):
+    """``relu6(x + 3) / 6``, NaN kept (as torch's ``hardsigmoid``)."""
+    t = x + 3.0
+    t = cute.where(t < 0.0, cute.full_like(t, 0.0), t)
+    t = cute.where(t > 6.0, cute.full_like(t, 6.0), t)
+    return t * (1.0 / 6.0)
+
+
+def _hardsigmoid(x):
+    return _relu6_shifted(x)
+
+
+def _hardswish(x):
+    return x * _relu6_shifted(x)
+
+
 # Name -> elementwise function on an fp32 TensorSSA. Names follow torch.nn.functional.
 ACTIVATIONS: dict[str, Callable] = {
     "relu": _relu,
@@ -72,6 +88,8 @@ ACTIVATIONS: dict[str, Callable] = {
     "sigmoid": _sigmoid,
     "tanh": _tanh,
     "leaky_relu": _leaky_relu,
+    "hardswish": _hardswish,
+    "hardsigmoid": _hardsigmoid,
 }
 
 
