@@ -1,6 +1,7 @@
 """What of a torch model folds into the conv epilogue, and as what.
 
-An eval-mode BatchNorm becomes the per-channel ``scale`` and ``bias``:
+An eval-mode BatchNorm (``nn.BatchNorm2d``, or torchvision's ``FrozenBatchNorm2d``, which
+pretrained detection backbones hold) becomes the per-channel ``scale`` and ``bias``:
 
     bn(conv(x) + b) = conv(x) * scale + bias,
     scale = gamma / sqrt(running_var + eps),  bias = beta + (b - running_mean) * scale
@@ -12,6 +13,7 @@ kernel's epilogue, so folding rounds nothing to the filter's 16-bit dtype. A tor
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable
 
 import torch
@@ -20,24 +22,56 @@ from torch import nn
 
 from .kernels.common.epilogue import ACTIVATIONS, LEAKY_RELU_SLOPE
 
-__all__ = ["activation_name", "fold_batch_norm"]
+__all__ = ["activation_name", "batch_norm_channels", "fold_batch_norm", "folds_as_batch_norm"]
+
+
+def _frozen_batch_norm_type() -> type | None:
+    """torchvision's ``FrozenBatchNorm2d`` (statistics and affine terms as buffers, always
+    normalizing by them), where torchvision is imported: a model holding one has imported it."""
+    return getattr(sys.modules.get("torchvision.ops.misc"), "FrozenBatchNorm2d", None)
+
+
+def folds_as_batch_norm(module: nn.Module) -> bool:
+    """Whether ``module`` is a BatchNorm ``fold_batch_norm`` takes: an ``nn.BatchNorm2d`` with
+    running statistics, or torchvision's ``FrozenBatchNorm2d`` (exact types: a subclass may
+    compute something else in its forward). Training mode is the caller's to check."""
+    if type(module) is nn.BatchNorm2d:
+        return module.running_mean is not None and module.running_var is not None
+    return type(module) is _frozen_batch_norm_type()
+
+
+def batch_norm_channels(bn: nn.Module) -> int:
+    """The channels ``bn`` normalizes.
+
+    Raises:
+        TypeError: ``bn`` is neither a ``torch.nn.BatchNorm2d`` nor a ``FrozenBatchNorm2d``.
+    """
+    if isinstance(bn, nn.BatchNorm2d):
+        return bn.num_features
+    if type(bn) is _frozen_batch_norm_type():
+        return bn.running_mean.shape[0]
+    raise TypeError(
+        "bn must be a torch.nn.BatchNorm2d or torchvision's FrozenBatchNorm2d, got "
+        f"{type(bn).__name__}"
+    )
 
 
 def fold_batch_norm(
-    bn: nn.BatchNorm2d, conv_bias: torch.Tensor | None = None
+    bn: nn.Module, conv_bias: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Return float32 ``(scale, bias)`` vectors with ``bn(conv(x) + conv_bias) == conv(x) *
-    scale + bias`` for a BatchNorm2d in eval mode (computed in float32 from its statistics,
-    whatever their dtype). ``conv_bias`` is the conv's own bias, or None.
+    scale + bias`` for a BatchNorm2d in eval mode or a torchvision ``FrozenBatchNorm2d``
+    (computed in float32 from its statistics, whatever their dtype). ``conv_bias`` is the
+    conv's own bias, or None.
 
     Raises:
-        TypeError: ``bn`` is not a ``torch.nn.BatchNorm2d``.
-        ValueError: ``bn`` is in training mode (it would normalize by the batch's statistics)
-            or keeps no running statistics, or ``conv_bias`` has the wrong length.
+        TypeError: ``bn`` is neither a ``torch.nn.BatchNorm2d`` nor a ``FrozenBatchNorm2d``.
+        ValueError: ``bn`` is a BatchNorm2d in training mode (it would normalize by the
+            batch's statistics) or keeping no running statistics, or ``conv_bias`` has the
+            wrong length.
     """
-    if not isinstance(bn, nn.BatchNorm2d):
-        raise TypeError(f"bn must be a torch.nn.BatchNorm2d, got {type(bn).__name__}")
-    if bn.training:
+    channels = batch_norm_channels(bn)
+    if isinstance(bn, nn.BatchNorm2d) and bn.training:
         raise ValueError(
             f"bn {bn} is in training mode, where it normalizes by each batch's statistics; "
             "only an eval-mode BatchNorm folds into the conv: call model.eval() first"
@@ -47,7 +81,6 @@ def fold_batch_norm(
             f"bn {bn} keeps no running statistics (track_running_stats=False), so it "
             "normalizes by each batch's statistics even in eval mode; it cannot be folded"
         )
-    channels = bn.num_features
     if conv_bias is not None and tuple(conv_bias.shape) != (channels,):
         raise ValueError(
             f"conv_bias has shape {tuple(conv_bias.shape)}; bn {bn} normalizes {channels} "

@@ -24,7 +24,7 @@ from torch import nn
 
 from . import api
 from .epilogue import ACTIVATIONS, EpilogueSpec
-from .fold import activation_name, fold_batch_norm
+from .fold import activation_name, batch_norm_channels, fold_batch_norm
 from .fp8 import quantize_dynamic, quantize_fp8, quantize_from_amax, quantize_with_scale
 from .problem import Padding, Pair, normalize_padding, normalize_pair, output_size
 from .validation import INPUT_DTYPES, check_scale_tensor, validate_conv_inputs
@@ -117,7 +117,7 @@ class Conv2d(nn.Module):
     def from_torch(
         cls,
         conv: nn.Conv2d,
-        bn: nn.BatchNorm2d | None = None,
+        bn: nn.Module | None = None,
         activation: Any = None,
         residual_order: str = "after_activation",
     ) -> Conv2d:
@@ -126,8 +126,9 @@ class Conv2d(nn.Module):
         Args:
             conv: a ``torch.nn.Conv2d`` of bfloat16 or float16 weights, groups=1, zero
                 padding. Its weight becomes KRSC (a view, no copy, when it is channels_last).
-            bn: an eval-mode ``torch.nn.BatchNorm2d`` after it, folded in float32 into
-                ``scale`` and ``bias``; or None.
+            bn: an eval-mode ``torch.nn.BatchNorm2d`` (or torchvision's
+                ``FrozenBatchNorm2d``) after it, folded in float32 into ``scale`` and
+                ``bias``; or None.
             activation: None, an activation module (``nn.ReLU()``, ``nn.GELU()``, ...), a
                 function (``F.relu``, ``torch.relu``, ...) or an epilogue name (``"relu"``).
             residual_order: see the class.
@@ -142,14 +143,15 @@ class Conv2d(nn.Module):
         if activation is not None and name is None:
             raise ValueError(
                 f"activation {activation!r} is not one the kernel runs: nn.ReLU, nn.GELU, nn.SiLU, "
-                f"nn.Sigmoid, nn.Tanh, nn.LeakyReLU(0.01), their functions, or one of "
-                f"{', '.join(ACTIVATIONS)}"
+                f"nn.Sigmoid, nn.Tanh, nn.LeakyReLU(0.01), nn.Hardswish, nn.Hardsigmoid, their "
+                f"functions, or one of {', '.join(ACTIVATIONS)}"
             )
         conv_bias = None if conv.bias is None else conv.bias.detach()
         if bn is not None:
-            if bn.num_features != conv.out_channels:
+            channels = batch_norm_channels(bn)
+            if channels != conv.out_channels:
                 raise ValueError(
-                    f"bn normalizes {bn.num_features} channels but conv has "
+                    f"bn normalizes {channels} channels but conv has "
                     f"out_channels={conv.out_channels}"
                 )
             scale, bias = fold_batch_norm(bn, conv_bias)

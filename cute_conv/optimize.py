@@ -4,6 +4,9 @@ It traces the model and replaces each chain
 
     conv [-> BatchNorm] [-> add(identity)] [-> activation] [-> add(identity)]
 
+(BatchNorm: ``nn.BatchNorm2d`` or torchvision's ``FrozenBatchNorm2d``, which pretrained
+detection backbones hold)
+
 (ResNet's ``relu(bn(conv(x)) + identity)`` included; at most one add) by one
 ``cute_conv.nn.Conv2d`` whose kernel computes it all: the BatchNorm folded in float32 into the
 epilogue's scale and bias, the activation, and the add as the kernel's residual, before or after
@@ -39,7 +42,7 @@ from torch import fx, nn
 from torch.nn.utils.fusion import fuse_conv_bn_eval
 
 from .delayed_scaling import DelayedScales, seed, seed_on_first_call
-from .fold import activation_name
+from .fold import activation_name, folds_as_batch_norm
 from .fp8 import scale_from_amax
 from .kernels.common.max_pool import VECTOR_BYTES as POOL_VECTOR_BYTES
 from .nn import Conv2d, conv_limits
@@ -141,11 +144,12 @@ class OptimizeReport:
 
 class _Tracer(fx.Tracer):
     """``symbolic_trace``'s tracer, with cute_conv modules kept whole (an optimized model traces
-    again)."""
+    again), and torchvision's ``FrozenBatchNorm2d`` too (so that it folds as a BatchNorm)."""
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         ours = isinstance(m, (Conv2d, TiledMaxPool2d, MaxPool2d, DelayedScales))
-        return ours or super().is_leaf_module(m, module_qualified_name)
+        leaf = ours or folds_as_batch_norm(m)
+        return leaf or super().is_leaf_module(m, module_qualified_name)
 
 
 def optimize(
@@ -387,8 +391,7 @@ class _Rewriter:
     def _is_eval_bn(self, node: fx.Node) -> bool:
         return (
             node.op == "call_module"
-            and type(self.modules[node.target]) is nn.BatchNorm2d
-            and self.modules[node.target].running_mean is not None
+            and folds_as_batch_norm(self.modules[node.target])
             and len(node.args) == 1
             and not node.kwargs
         )

@@ -87,8 +87,23 @@ def random_bn(channels: int, dtype=torch.float32, affine: bool = True) -> nn.Bat
 def test_folded_batch_norm_matches_torch(dtype, conv_bias, affine):
     torch.manual_seed(0)
     conv = nn.Conv2d(16, 24, 3, padding=1, bias=conv_bias).to(dtype)
-    bn = random_bn(24, dtype, affine)
-    x = torch.randn(2, 16, 9, 9, dtype=dtype)
+    check_fold(conv, random_bn(24, dtype, affine), torch.randn(2, 16, 9, 9, dtype=dtype))
+
+
+@pytest.mark.parametrize("conv_bias", [True, False])
+def test_folded_frozen_batch_norm_matches_torchvision(conv_bias):
+    """torchvision's FrozenBatchNorm2d (pretrained detection backbones') folds the same."""
+    frozen_type = pytest.importorskip("torchvision.ops").FrozenBatchNorm2d
+    torch.manual_seed(0)
+    conv = nn.Conv2d(16, 24, 3, padding=1, bias=conv_bias)
+    bn = frozen_type(24, eps=1e-3)
+    bn.load_state_dict(random_bn(24).state_dict())
+    check_fold(conv, bn, torch.randn(2, 16, 9, 9))
+    module = cute_conv.nn.Conv2d.from_torch(conv.to(BF16), bn)
+    torch.testing.assert_close(module.scale, fold_batch_norm(bn, conv.bias)[0])
+
+
+def check_fold(conv: nn.Conv2d, bn: nn.Module, x: torch.Tensor) -> None:
     scale, bias = fold_batch_norm(bn, conv.bias)
     assert scale.dtype == bias.dtype == torch.float32 and scale.shape == bias.shape == (24,)
     with torch.no_grad():

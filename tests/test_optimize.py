@@ -30,15 +30,24 @@ def torchvision_models():
     return torchvision.models
 
 
-def build(name: str, dtype=BF16) -> nn.Module:
+def build(name: str, dtype=BF16, frozen_bn: bool = False) -> nn.Module:
     """A torchvision model in eval mode, with random BatchNorm statistics (so that folding
-    them matters)."""
+    them matters); ``frozen_bn``: torchvision's FrozenBatchNorm2d for its BatchNorms, as
+    pretrained detection backbones hold."""
     torch.manual_seed(0)
-    model = getattr(torchvision_models(), name)(weights=None)
+    models = torchvision_models()
+    kwargs = {"norm_layer": frozen_batch_norm_type()} if frozen_bn else {}
+    model = getattr(models, name)(weights=None, **kwargs)
     for module in model.modules():
-        if isinstance(module, nn.BatchNorm2d):
-            module.load_state_dict(random_bn(module.num_features).state_dict())
+        if isinstance(module, (nn.BatchNorm2d, frozen_batch_norm_type())):
+            module.load_state_dict(random_bn(module.running_mean.shape[0]).state_dict())
     return model.to(dtype).eval()
+
+
+def frozen_batch_norm_type() -> type:
+    import torchvision.ops
+
+    return torchvision.ops.FrozenBatchNorm2d
 
 
 def module_types(model: nn.Module) -> dict[type, int]:
@@ -81,6 +90,17 @@ def test_resnets_fuse_every_conv(name):
             assert module.residual_order == "before_activation"
             (node,) = [n for n in gm.graph.nodes if n.target == chain.module]
             assert len(node.args) == 2  # (x, identity)
+
+
+def test_frozen_batch_norms_fold_as_batch_norms():
+    """Pretrained torchvision detection backbones hold FrozenBatchNorm2d: ResNet-50 with them
+    fuses as with BatchNorm2d, and ResNeXt-50's grouped convs take theirs."""
+    gm = cute_conv.optimize(build("resnet50", frozen_bn=True))
+    assert gm.cute_conv_report.counts() == RESNET_COUNTS["resnet50"]
+    gm = cute_conv.optimize(build("resnext50_32x4d", frozen_bn=True))
+    assert len(gm.cute_conv_report.left) == 16
+    assert all(left.folded_bn for left in gm.cute_conv_report.left)
+    assert frozen_batch_norm_type() not in module_types(gm)
 
 
 def test_resnext_leaves_its_grouped_convs_to_torch():
@@ -383,18 +403,21 @@ def test_left_conv_folds_in_float32():
 
 
 @pytest.mark.parametrize(
-    "name, convs, residuals", [("resnet18", 20, 8), ("mobilenet_v3_small", 41, 6)]
+    "name, frozen_bn, convs, residuals",
+    [("resnet18", False, 20, 8), ("resnet18", True, 20, 8), ("mobilenet_v3_small", False, 41, 6)],
 )
-def test_optimized_model_computes_the_model_on_cpu(kernel_calls, name, convs, residuals):  # noqa: F811
+def test_optimized_model_computes_the_model_on_cpu(
+    kernel_calls, name, frozen_bn, convs, residuals  # noqa: F811
+):
     """The rewritten graph feeds each fused module its input and identity (ResNet), the
     epilogue's hardswish and hardsigmoid and the depthwise convs with their BatchNorm folded
     run as the model's (MobileNetV3): the logits are as close to the float32 model's as
     torch's own bf16 model's are."""
-    model = build(name)
+    model = build(name, frozen_bn=frozen_bn)
     x = torch.randn(2, 3, 64, 64).to(memory_format=torch.channels_last)
     gm = cute_conv.optimize(model)
     with torch.no_grad():
-        reference = build(name, torch.float32)(x)
+        reference = build(name, torch.float32, frozen_bn)(x)
         torch_bf16 = model(x.to(BF16)).float()
         ours = gm(x.to(BF16)).float()
     assert len(kernel_calls) == convs and sum(s is not None for *_, s in kernel_calls) == residuals
