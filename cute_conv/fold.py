@@ -126,6 +126,7 @@ _FUNCTIONS: dict[Callable, Callable[..., str]] = {
     **dict.fromkeys((torch.sigmoid, F.sigmoid, torch.sigmoid_), _named("sigmoid")),
     **dict.fromkeys((torch.tanh, F.tanh, torch.tanh_), _named("tanh")),
     **dict.fromkeys((F.leaky_relu, F.leaky_relu_), _leaky_relu),
+    F.relu6: _named("relu6"),
     F.hardswish: _named("hardswish"),
     F.hardsigmoid: _named("hardsigmoid"),
 }
@@ -141,6 +142,7 @@ _MODULES: dict[type, Callable[[nn.Module], str]] = {
     nn.Sigmoid: lambda m: "sigmoid",
     nn.Tanh: lambda m: "tanh",
     nn.LeakyReLU: lambda m: _leaky_relu(m.negative_slope),
+    nn.ReLU6: lambda m: "relu6",
     nn.Hardswish: lambda m: "hardswish",
     nn.Hardsigmoid: lambda m: "hardsigmoid",
 }

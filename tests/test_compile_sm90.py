@@ -186,7 +186,8 @@ C_LOAD = re.compile(r"cp\.async\.bulk\.tensor\.2d\.shared::\w+\.global\.tile\.mb
         cute_conv.EpilogueSpec(activation="gelu", epilogue_fn=lambda y: y * 0.5),
         *[
             cute_conv.EpilogueSpec(activation=a)
-            for a in ("gelu_tanh", "sigmoid", "tanh", "leaky_relu", "hardswish", "hardsigmoid")
+            for a in cute_conv.ACTIVATIONS
+            if a not in ("relu", "silu", "gelu")  # compiled in the specs above
         ],
         cute_conv.EpilogueSpec(has_residual=True),
         cute_conv.EpilogueSpec(has_bias=True, activation="relu", has_residual=True),

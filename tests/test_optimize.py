@@ -123,15 +123,20 @@ def test_resnext_leaves_its_grouped_convs_to_torch():
     )
 
 
-def test_mobilenet_v3_fuses_hardswish_and_hardsigmoid():
-    gm = cute_conv.optimize(build("mobilenet_v3_large"))
-    report = gm.cute_conv_report
-    assert report.counts() == {
-        "conv+bn+hardswish": 11, "conv+bn+add": 10, "conv+relu": 8, "conv+hardsigmoid": 8,
-        "conv+bn+relu": 5, "conv+bn": 5,
-    }  # fmt: skip
-    # the 15 depthwise convs stay torch's, their BatchNorms folded
-    assert len(report.left) == 15 and all(left.folded_bn for left in report.left)
+@pytest.mark.parametrize(
+    "name, counts, depthwise",
+    [
+        ("mobilenet_v3_large", {"conv+bn+hardswish": 11, "conv+bn+add": 10, "conv+relu": 8,
+                                "conv+hardsigmoid": 8, "conv+bn+relu": 5, "conv+bn": 5}, 15),
+        ("mobilenet_v2", {"conv+bn+relu6": 18, "conv+bn+add": 10, "conv+bn": 7}, 17),
+    ],
+)  # fmt: skip
+def test_mobilenets_fuse_their_activations(name, counts, depthwise):
+    """ReLU6, Hardswish and the squeeze-excitation's Hardsigmoid run in the epilogue; the
+    depthwise convs stay torch's, their BatchNorms folded."""
+    report = cute_conv.optimize(build(name)).cute_conv_report
+    assert report.counts() == counts
+    assert len(report.left) == depthwise and all(left.folded_bn for left in report.left)
     assert all(left.reason.startswith("groups=") for left in report.left)
 
 

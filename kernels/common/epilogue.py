@@ -63,20 +63,18 @@ def _tanh(x):
     return cute.math.tanh(x)
 
 
-def _relu6_shifted(x):
-    """``relu6(x + 3) / 6``, NaN kept (as torch's ``hardsigmoid``)."""
-    t = x + 3.0
-    t = cute.where(t < 0.0, cute.full_like(t, 0.0), t)
-    t = cute.where(t > 6.0, cute.full_like(t, 6.0), t)
-    return t * (1.0 / 6.0)
+def _relu6(x):
+    """``x`` clamped to [0, 6], NaN kept (as torch's ``relu6``, ``hardsigmoid``)."""
+    t = cute.where(x < 0.0, cute.full_like(x, 0.0), x)
+    return cute.where(t > 6.0, cute.full_like(t, 6.0), t)
 
 
 def _hardsigmoid(x):
-    return _relu6_shifted(x)
+    return _relu6(x + 3.0) * (1.0 / 6.0)
 
 
 def _hardswish(x):
-    return x * _relu6_shifted(x)
+    return x * _hardsigmoid(x)
 
 
 # Name -> elementwise function on an fp32 TensorSSA. Names follow torch.nn.functional.
@@ -88,6 +86,7 @@ ACTIVATIONS: dict[str, Callable] = {
     "sigmoid": _sigmoid,
     "tanh": _tanh,
     "leaky_relu": _leaky_relu,
+    "relu6": _relu6,
     "hardswish": _hardswish,
     "hardsigmoid": _hardsigmoid,
 }
