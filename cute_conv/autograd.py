@@ -13,7 +13,7 @@ backward serves eager calls, ``torch.compile`` and ``torch.export``.
 What is saved and what is recomputed: the inputs are saved (they are alive anyway, and the
 conv backward needs ``x`` and ``filter``). The pre-activation ``z`` is not saved (it would cost
 a float32 output-sized tensor per call): where torch's own autograd derives the activation's
-derivative from its output (relu, leaky_relu, sigmoid, tanh, relu6) and the output is ``act(z)`` (no
+derivative from its output (relu, leaky_relu, sigmoid, tanh) and the output is ``act(z)`` (no
 residual after the activation), the output is saved and used; otherwise (gelu, gelu_tanh,
 silu, a residual added after the activation, or a ``scale`` that needs its gradient, which
 needs ``conv`` itself) the backward recomputes ``conv`` with one torch convolution.
@@ -71,7 +71,6 @@ _GRAD_FROM_OUTPUT: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor
     "leaky_relu": lambda g, y: aten.leaky_relu_backward(g, y, LEAKY_RELU_SLOPE, True),
     "sigmoid": lambda g, y: aten.sigmoid_backward(g, y),
     "tanh": lambda g, y: aten.tanh_backward(g, y),
-    "relu6": lambda g, y: aten.hardtanh_backward(g, y, 0.0, 6.0),  # y in (0, 6) where z is
 }
 
 
