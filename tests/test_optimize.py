@@ -433,14 +433,16 @@ def test_optimized_model_computes_the_model_on_cpu(
     assert rel(ours) <= 1.1 * rel(torch_bf16), (rel(ours), rel(torch_bf16))
 
 
-def test_optimized_resnet18_compiles_into_one_graph_on_cpu():
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small"])
+def test_optimized_model_compiles_into_one_graph_on_cpu(name):
     """torch.compile(fullgraph=True) traces the optimized model whole: the fused modules'
-    kernel calls are cute_conv's ops (run here by their CPU reference forward)."""
-    model = build("resnet18")
+    kernel calls are cute_conv's ops (run here by their CPU reference forward), the folded
+    depthwise convs torch's."""
+    model = build(name)
     x = torch.randn(2, 3, 64, 64).to(memory_format=torch.channels_last)
     compiled = torch.compile(cute_conv.optimize(model), backend="eager", fullgraph=True)
     with torch.no_grad(), reference_forward_on_cpu():
-        reference = build("resnet18", torch.float32)(x)
+        reference = build(name, torch.float32)(x)
         ours = compiled(x.to(BF16)).float()
     assert ((ours - reference).norm() / reference.norm()).item() < 1e-2
 
