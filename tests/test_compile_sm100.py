@@ -234,6 +234,7 @@ EPILOGUES = [
     (TWO_SM, EpilogueSpec(activation="sigmoid")),
     (ONE_SM, EpilogueSpec(activation="tanh")),
     (TWO_SM, EpilogueSpec(activation="leaky_relu")),
+    (ONE_SM, EpilogueSpec(has_bias=True, activation="hardswish")),
     (ONE_SM, EpilogueSpec(has_bias=True, activation="relu", has_residual=True)),
     (TWO_SM, EpilogueSpec(has_scale=True, has_bias=True, activation="gelu", has_residual=True)),
     (ONE_SM, EpilogueSpec(has_bias=True, has_residual=True, vector_dtype="bfloat16")),
