@@ -94,6 +94,29 @@ def build_model(name: str) -> nn.Module:
     return model.eval()
 
 
+def distinct_calls(
+    model: nn.Module,
+    batch: int,
+    takes: Callable[[nn.Module], bool],
+    label: Callable[[nn.Module], object] = lambda _module: None,
+) -> list[tuple[nn.Module, tuple[int, ...], int]]:
+    """``(module, input shape, calls per forward)`` of each distinct call of the modules of
+    ``model`` that ``takes`` picks, on a batch of 224x224 images (forward hooks, on the CPU):
+    calls are the same where the input shape, the module's repr and its ``label`` are."""
+    seen: dict[tuple, list] = {}
+
+    def record(module: nn.Module, args, _output) -> None:
+        shape = tuple(args[0].shape)
+        seen.setdefault((shape, repr(module), label(module)), [module, shape, 0])[2] += 1
+
+    hooks = [m.register_forward_hook(record) for m in model.modules() if takes(m)]
+    with torch.no_grad():
+        model(torch.randn(batch, 3, IMAGE_SIZE, IMAGE_SIZE))
+    for hook in hooks:
+        hook.remove()
+    return [tuple(entry) for entry in seen.values()]
+
+
 def graphed(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor):
     """``fn(x)`` captured in a CUDA graph after ``WARMUP_CALLS`` calls on a side stream:
     ``(replay, output)``, the output being the graph's static tensor that each replay

@@ -57,7 +57,7 @@ from cute_conv.testing import compare_to_reference
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import bench  # noqa: E402
-from models import IMAGE_SIZE, build_model, replay_of  # noqa: E402
+from models import build_model, distinct_calls, replay_of  # noqa: E402
 
 _THREADS = 128
 
@@ -195,7 +195,7 @@ def depthwise_convs(model: nn.Module, batch: int) -> list[tuple[nn.Conv2d, tuple
     """``(conv, input shape, activation after it, calls per forward)`` of each distinct
     depthwise conv call of ``model`` on a batch (the activation: the module run right after
     the conv's BatchNorm in torchvision's ``Conv2dNormActivation``, else None)."""
-    activations = {}
+    activations: dict[int, str | None] = {}
     for block in model.modules():
         children = list(block.children())
         for i, child in enumerate(children):
@@ -204,19 +204,12 @@ def depthwise_convs(model: nn.Module, batch: int) -> list[tuple[nn.Conv2d, tuple
                 rest = children[i + 1 : i + 3]
                 names = [activation_name(m) for m in rest if not isinstance(m, nn.BatchNorm2d)]
                 activations[id(child)] = names[0] if names else None
-    seen: dict[tuple, list] = {}
 
-    def record(conv: nn.Conv2d, args, _output) -> None:
-        shape = tuple(args[0].shape)
-        act = activations[id(conv)]
-        seen.setdefault((shape, repr(conv), act), [conv, shape, act, 0])[3] += 1
+    def activation(conv: nn.Module) -> str | None:
+        return activations[id(conv)]
 
-    hooks = [m.register_forward_hook(record) for m in model.modules() if id(m) in activations]
-    with torch.no_grad():
-        model(torch.randn(batch, 3, IMAGE_SIZE, IMAGE_SIZE))
-    for hook in hooks:
-        hook.remove()
-    return [tuple(entry) for entry in seen.values()]
+    calls = distinct_calls(model, batch, lambda m: id(m) in activations, activation)
+    return [(conv, shape, activation(conv), count) for conv, shape, count in calls]
 
 
 def measure(conv: nn.Conv2d, shape: tuple, activation: str | None, calls: int, rounds: int):

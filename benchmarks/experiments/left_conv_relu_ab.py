@@ -29,28 +29,7 @@ from cute_conv.testing import compare_to_reference
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import bench  # noqa: E402
-from models import IMAGE_SIZE, MODELS, build_model, replay_of  # noqa: E402
-
-
-def grouped_convs(model: nn.Module, batch: int) -> list[tuple[nn.Conv2d, tuple[int, ...], int]]:
-    """``(conv, input shape, calls per forward)`` of each distinct grouped conv call of
-    ``model`` on a batch."""
-    seen: dict[tuple, list] = {}
-
-    def record(conv: nn.Conv2d, args, _output) -> None:
-        shape = tuple(args[0].shape)
-        seen.setdefault((shape, repr(conv)), [conv, shape, 0])[2] += 1
-
-    hooks = [
-        m.register_forward_hook(record)
-        for m in model.modules()
-        if isinstance(m, nn.Conv2d) and m.groups > 1
-    ]
-    with torch.no_grad():
-        model(torch.randn(batch, 3, IMAGE_SIZE, IMAGE_SIZE))
-    for hook in hooks:
-        hook.remove()
-    return [tuple(entry) for entry in seen.values()]
+from models import MODELS, build_model, distinct_calls, replay_of  # noqa: E402
 
 
 def measure(conv: nn.Conv2d, shape: tuple[int, ...], calls: int, rounds: int) -> dict:
@@ -93,7 +72,8 @@ def main() -> None:
     model = build_model(args.model)
     result = {"device": torch.cuda.get_device_name(), "model": args.model, "rows": []}
     for batch in args.batches:
-        rows = [measure(*found, args.rounds) for found in grouped_convs(model, batch)]
+        grouped = distinct_calls(model, batch, lambda m: isinstance(m, nn.Conv2d) and m.groups > 1)
+        rows = [measure(*found, args.rounds) for found in grouped]
         result["rows"] += [{"batch": batch, **row} for row in rows]
         names = set.intersection(*(set(r["graph_us"]) for r in rows))
         totals = {name: sum(r["graph_us"][name] * r["calls"] for r in rows) for name in names}
