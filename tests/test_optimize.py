@@ -101,6 +101,15 @@ def test_frozen_batch_norms_fold_as_batch_norms():
     assert len(gm.cute_conv_report.left) == 16
     assert all(left.folded_bn for left in gm.cute_conv_report.left)
     assert frozen_batch_norm_type() not in module_types(gm)
+    # A detection model does not trace whole; its ResNet-50-FPN backbone does (the FPN's
+    # lateral and output convs have no BatchNorm).
+    from torchvision.models.detection.backbone_utils import resnet_fpn_backbone
+
+    backbone = resnet_fpn_backbone(
+        backbone_name="resnet50", weights=None, norm_layer=frozen_batch_norm_type()
+    )
+    gm = cute_conv.optimize(backbone.to(BF16).eval())
+    assert gm.cute_conv_report.counts() == {**RESNET_COUNTS["resnet50"], "conv": 8}
 
 
 def test_resnext_leaves_its_grouped_convs_to_torch():
