@@ -52,6 +52,7 @@ bench-models: install
 	for model in resnet18 resnet50 vgg16 regnet_y_1_6gf mobilenet_v3_large; do for batches in "1 8" "32 128"; do \
 		$(VPY) benchmarks/models.py --models $$model --batches $$batches || exit 1; \
 	done; done
+	$(VPY) benchmarks/models.py --models resnet50_fpn --batches 1 8
 	$(VPY) benchmarks/conv_chain.py
 
 # The conv corpus (H100/H200), one section of ~7 minutes per call: `make bench-corpus

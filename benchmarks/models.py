@@ -1,15 +1,16 @@
 """Whole-model benchmark: cute_conv.optimize against torch eager (cuDNN) and torch.compile.
 
     python benchmarks/models.py [--models resnet18 resnet50 vgg16 regnet_y_1_6gf
-                                 mobilenet_v3_large]
+                                 mobilenet_v3_large resnet50_fpn]
                                 [--batches 1 8 32 128]
                                 [--json benchmarks/models.json] [--out benchmarks/MODELS.md]
                                 [--chart benchmarks/models.png] [--render]
 
-torchvision's ResNet-18, ResNet-50, VGG-16, RegNetY-1.6GF and MobileNetV3-Large with random
-weights (no download) and randomized batch-norm statistics
-(``cute_conv.testing.randomize_batchnorm_``), eval, bfloat16, channels_last, 224x224 images, at
-each batch size:
+torchvision's ResNet-18, ResNet-50, VGG-16, RegNetY-1.6GF and MobileNetV3-Large, and Faster
+R-CNN's ResNet-50-FPN backbone with FrozenBatchNorm2d (``resnet50_fpn``: a detector's
+convs at 800x800, its feature maps flattened into one output), with random weights (no
+download) and randomized batch-norm statistics (``cute_conv.testing.randomize_batchnorm_``),
+eval, bfloat16, channels_last, 224x224 images, at each batch size:
 - images/s of (a) ``cute_conv.optimize(model)``, (b) the model in torch eager (cuDNN,
   ``cudnn.benchmark=True``) and (c) ``torch.compile(model)`` with
   ``torch._inductor.config.freezing = True`` (default mode), each captured in a CUDA graph
@@ -56,9 +57,13 @@ from cute_conv.testing import compare_to_reference, float32_logits, randomize_ba
 HERE = Path(__file__).resolve().parent
 # RegNetY-1.6GF: 54 squeeze-excitation 1x1s on 1-pixel maps per call (the CUDA-core kernel
 # at batch <= 32), its grouped 3x3s left to torch.
-MODELS = ("resnet18", "resnet50", "vgg16", "regnet_y_1_6gf", "mobilenet_v3_large")
+# resnet50_fpn: Faster R-CNN's ResNet-50-FPN backbone (``DETECTION_BACKBONE``), as a pretrained
+# detector holds it (FrozenBatchNorm2d), at a detector's image size.
+MODELS = ("resnet18", "resnet50", "vgg16", "regnet_y_1_6gf", "mobilenet_v3_large", "resnet50_fpn")
+DETECTION_BACKBONE = "resnet50_fpn"
 BATCHES = (1, 8, 32, 128)
 IMAGE_SIZE = 224
+DETECTION_IMAGE_SIZE = 800
 SEED = 0
 # What is compared, in timing order: cute_conv.optimize, torch eager, torch.compile.
 METHODS = ("cute_conv", "eager", "compile")
@@ -83,13 +88,37 @@ def no_gpu_reason() -> str | None:
     return None
 
 
+def image_size(name: str) -> int:
+    """The square images ``name`` is measured on."""
+    return DETECTION_IMAGE_SIZE if name == DETECTION_BACKBONE else IMAGE_SIZE
+
+
+class FlatFeatures(nn.Module):
+    """A detection backbone whose feature maps come out as one ``[N, features]`` tensor (the
+    "logits" the error and the CUDA graphs take)."""
+
+    def __init__(self, backbone: nn.Module) -> None:
+        super().__init__()
+        self.backbone = backbone
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([f.flatten(1) for f in self.backbone(x).values()], dim=1)
+
+
 def build_model(name: str) -> nn.Module:
-    """torchvision's ``name`` with seeded random weights and batch-norm statistics, float32,
-    eval, on the CPU."""
+    """torchvision's ``name`` (or ``DETECTION_BACKBONE``) with seeded random weights and
+    batch-norm statistics, float32, eval, on the CPU."""
     import torchvision
+    from torchvision.models.detection.backbone_utils import resnet_fpn_backbone
 
     torch.manual_seed(SEED)
-    model = torchvision.models.get_model(name, weights=None)
+    if name == DETECTION_BACKBONE:
+        backbone = resnet_fpn_backbone(
+            backbone_name="resnet50", weights=None, norm_layer=torchvision.ops.FrozenBatchNorm2d
+        )
+        model = FlatFeatures(backbone)
+    else:
+        model = torchvision.models.get_model(name, weights=None)
     randomize_batchnorm_(model, generator=torch.Generator().manual_seed(SEED))
     return model.eval()
 
@@ -111,7 +140,7 @@ def distinct_calls(
 
     hooks = [m.register_forward_hook(record) for m in model.modules() if takes(m)]
     with torch.no_grad():
-        model(torch.randn(batch, 3, IMAGE_SIZE, IMAGE_SIZE))
+        model(torch.randn(batch, 3, IMAGE_SIZE, IMAGE_SIZE))  # the classifiers' size
     for hook in hooks:
         hook.remove()
     return [tuple(entry) for entry in seen.values()]
@@ -182,7 +211,8 @@ def measure_batch(
 ) -> tuple[dict, str]:
     """One row of results for ``name`` at ``batch``, and the optimize report's text."""
     generator = torch.Generator().manual_seed(SEED + batch)
-    x32 = torch.randn(batch, 3, IMAGE_SIZE, IMAGE_SIZE, generator=generator).cuda()
+    size = image_size(name)
+    x32 = torch.randn(batch, 3, size, size, generator=generator).cuda()
     x = x32.to(torch.bfloat16).contiguous(memory_format=torch.channels_last)
     ref = float32_logits(model32, x32)
     optimized, cold_s, warm_s = optimize_timed(model16, x, scratch / f"cute-{name}-{batch}")
@@ -312,7 +342,10 @@ def render_markdown(data: dict, chart_name: str) -> str:
         f"nvidia-cutlass-dsl {_distinct(rows, 'cutlass_dsl')}",
         "- commands: " + "; ".join(f"`{c}`" for c in dict.fromkeys(r["command"] for r in rows)),
         f"- torchvision models, random weights and randomized batch-norm statistics, eval, "
-        f"bfloat16, channels_last, {IMAGE_SIZE}x{IMAGE_SIZE}. Each of cute_conv.optimize(model), "
+        f"bfloat16, channels_last, {IMAGE_SIZE}x{IMAGE_SIZE} ({DETECTION_BACKBONE}: Faster "
+        f"R-CNN's ResNet-50-FPN backbone with FrozenBatchNorm2d, as a pretrained detector holds "
+        f"it, its five feature maps flattened into one output, {DETECTION_IMAGE_SIZE}x"
+        f"{DETECTION_IMAGE_SIZE}). Each of cute_conv.optimize(model), "
         f"torch eager (cuDNN, cudnn.benchmark=True) and torch.compile (freezing, default mode) "
         f"runs as a CUDA graph captured after {WARMUP_CALLS} warmup calls on a side stream; "
         f"graph replays are timed in one process, {ROUNDS} rounds of triton.testing.do_bench "

@@ -16,7 +16,7 @@ import argparse
 from collections import defaultdict
 
 import torch
-from models import IMAGE_SIZE, MODELS, build_model, compile_timed, graphed, no_gpu_reason
+from models import MODELS, build_model, compile_timed, graphed, image_size, no_gpu_reason
 from torch.profiler import ProfilerActivity, profile
 
 import cute_conv
@@ -62,7 +62,8 @@ def main() -> int:
         print(f"profile_model: {reason}; nothing measured")
         return 1
     model16 = build_model(args.model).to("cuda", torch.bfloat16, memory_format=torch.channels_last)
-    x = torch.randn(args.batch, 3, IMAGE_SIZE, IMAGE_SIZE, device="cuda").to(torch.bfloat16)
+    size = image_size(args.model)
+    x = torch.randn(args.batch, 3, size, size, device="cuda").to(torch.bfloat16)
     x = x.contiguous(memory_format=torch.channels_last)
     compiled, _ = compile_timed(model16, x)
     methods = {"cute_conv.optimize": cute_conv.optimize(model16), "torch.compile": compiled}

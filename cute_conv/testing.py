@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from .fold import folds_as_batch_norm
+
 __all__ = [
     "ErrorReport",
     "compare_to_reference",
@@ -102,7 +104,8 @@ def random_conv_inputs(
 def randomize_batchnorm_(
     model: nn.Module, *, generator: torch.Generator | None = None
 ) -> nn.Module:
-    """Draw fresh statistics and affine parameters for every batch norm of ``model``, in place.
+    """Draw fresh statistics and affine parameters for every batch norm of ``model`` (torch's
+    and torchvision's ``FrozenBatchNorm2d``), in place.
 
     A randomly initialized torchvision model has identity batch norms (mean 0, variance 1, weight
     1, bias 0), which a BN fold would pass unchanged. The values drawn here make every fold
@@ -114,9 +117,12 @@ def randomize_batchnorm_(
     """
     with torch.no_grad():
         for module in model.modules():
-            if not isinstance(module, (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)):
+            if isinstance(module, (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)):
+                shape = (module.num_features,)
+            elif folds_as_batch_norm(module):  # torchvision's FrozenBatchNorm2d
+                shape = module.running_mean.shape
+            else:
                 continue
-            shape = (module.num_features,)
             stats = {
                 "running_mean": torch.randn(shape, generator=generator) * 0.1,
                 "running_var": torch.rand(shape, generator=generator) + 0.5,

@@ -185,6 +185,20 @@ def test_randomize_batchnorm_draws_sane_statistics():
     assert after.isfinite().all() and 0.01 < after.std() < 10
 
 
+def test_detection_backbone_holds_randomized_frozen_batch_norms(models):
+    """resnet50_fpn: Faster R-CNN's backbone as a pretrained detector holds it, its
+    FrozenBatchNorm2d statistics drawn as BatchNorm2d's are, at a detector's image size."""
+    frozen_type = pytest.importorskip("torchvision.ops").FrozenBatchNorm2d
+    model = models.build_model("resnet50_fpn")
+    frozen = [m for m in model.modules() if type(m) is frozen_type]
+    assert len(frozen) == 53 and not any(isinstance(m, nn.BatchNorm2d) for m in model.modules())
+    assert all(0.5 <= m.running_var.min() and m.running_var.max() <= 1.5 for m in frozen)
+    assert models.image_size("resnet50_fpn") == 800 and models.image_size("resnet50") == 224
+    with torch.no_grad():
+        out = model(torch.randn(1, 3, 64, 64))
+    assert out.dim() == 2 and out.shape[0] == 1 and out.isfinite().all()
+
+
 def test_randomize_batchnorm_is_seeded():
     first, second = tiny_model(), tiny_model()
     randomize_batchnorm_(first, generator=torch.Generator().manual_seed(3))
