@@ -13,7 +13,8 @@ nothing the rest of the model reads is skipped. Convs the kernel cannot run (gro
 non-zero padding modes, geometry out of its limits, subclasses of nn.Conv2d) stay torch, and the
 report says why; a BatchNorm right after such a conv (an ``nn.Conv2d`` itself) is folded into a
 copy of its weights and bias, as ``torch.compile``'s freezing folds it, so that it costs no
-kernel of its own.
+kernel of its own. Ops that are the identity in eval mode (dropout, torchvision's stochastic
+depth before EfficientNet's residual adds) join a chain wherever they fall in it.
 
 Max pools (``cute_conv.pooling``; torch's channels_last pool kernel is slow): those whose
 windows tile the map (VGG's 2x2 stride-2) become ``TiledMaxPool2d``, the others without ceil mode
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import operator
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -298,7 +300,7 @@ class _Rewriter:
             return
         chain, pattern = [conv_node], ["conv"]
         bn = activation = identity = stopped = None
-        node = self._sole_user(conv_node)
+        node = self._next(chain)
         if node is not None and self._is_eval_bn(node):
             bn = self.modules[node.target]
             node = self._extend(chain, pattern, node, "bn")
@@ -369,7 +371,17 @@ class _Rewriter:
         the only one to read its value."""
         chain.append(node)
         pattern.append(op)
-        return self._sole_user(node)
+        return self._next(chain)
+
+    def _next(self, chain: list[fx.Node]) -> fx.Node | None:
+        """The node after the chain's last, past ops that are the identity in eval mode
+        (dropout, torchvision's stochastic depth: EfficientNet's residual adds follow one),
+        which join the chain and go with it; None where that value has several readers."""
+        node = self._sole_user(chain[-1])
+        while node is not None and _is_eval_identity(node, chain[-1], self.modules):
+            chain.append(node)
+            node = self._sole_user(node)
+        return node
 
     def _sole_user(self, node: fx.Node) -> fx.Node | None:
         """The one node that reads ``node``'s value, or None (no user, or several)."""
@@ -414,6 +426,33 @@ def _unsupported(conv: nn.Conv2d, node: fx.Node) -> str | None:
     except (TypeError, ValueError) as exc:
         return str(exc)
     return None
+
+
+_DROPOUTS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)
+
+
+def _is_eval_identity(node: fx.Node, value: fx.Node, modules: dict[str, nn.Module]) -> bool:
+    """Whether ``node`` returns ``value`` itself: a dropout module in eval mode, ``F.dropout``
+    or torchvision's ``stochastic_depth`` traced with ``training=False``."""
+    if not node.args or node.args[0] is not value:
+        return False
+    if node.op == "call_module":
+        module = modules[node.target]
+        return type(module) in _DROPOUTS and not module.training
+    if node.op != "call_function":
+        return False
+    stochastic_depth = getattr(
+        sys.modules.get("torchvision.ops.stochastic_depth"), "stochastic_depth", None
+    )
+    if node.target is F.dropout:
+        position = 2  # (input, p, training, inplace)
+    elif stochastic_depth is not None and node.target is stochastic_depth:
+        position = 3  # (input, p, mode, training)
+    else:
+        return False
+    args = node.args
+    training = args[position] if len(args) > position else node.kwargs.get("training", True)
+    return training is False
 
 
 def _describe(node: fx.Node) -> str:

@@ -327,6 +327,42 @@ def test_conv_bn_add_without_activation(kernel_calls):  # noqa: F811
     assert report.ok, str(report)
 
 
+def test_eval_identities_join_the_chain(kernel_calls):  # noqa: F811
+    """Dropout in eval mode and torchvision's stochastic depth (EfficientNet's residual
+    blocks) return their input: the chain goes on past them; a dropout called with
+    training=True does not."""
+    stochastic_depth = pytest.importorskip("torchvision.ops").StochasticDepth
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.c1, self.bn1 = nn.Conv2d(16, 16, 3, padding=1), random_bn(16)
+            self.c2, self.c3 = nn.Conv2d(16, 16, 1), nn.Conv2d(16, 16, 1)
+            self.drop, self.depth = nn.Dropout(0.3), stochastic_depth(0.2, "row")
+
+        def forward(self, x):
+            y = self.depth(self.drop(self.bn1(self.c1(x)))) + x  # conv+bn+add
+            y = torch.relu(F.dropout(self.c2(y), 0.1, self.training))  # conv+relu
+            return F.dropout(self.c3(y), 0.1, training=True)  # conv: a real dropout
+
+    torch.manual_seed(11)
+    model = Block().to(BF16).eval()
+    gm = cute_conv.optimize(model)
+    report = gm.cute_conv_report
+    assert [(c.module, c.pattern) for c in report.fused] == [
+        ("c1", "conv+bn+add"), ("c2", "conv+relu"), ("c3", "conv"),
+    ]  # fmt: skip
+    assert report.fused[0].nodes[:4] == ("c1", "bn1", "drop", "stochastic_depth")
+    x = torch.randn(2, 16, 9, 7).to(BF16).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        out = gm.c2(gm.c1(x, x))  # the graph's last dropout is random: check the convs' part
+        y = model.float()
+        expected = y.c2(y.bn1(y.c1(x.float())) + x.float()).relu()
+    assert len(kernel_calls) == 2
+    check = compare_to_reference(out, expected)
+    assert check.ok, str(check)
+
+
 def test_functional_conv_and_unfusable_adds():
     class Functional(nn.Module):
         def __init__(self) -> None:
@@ -418,7 +454,10 @@ def test_left_conv_folds_in_float32():
 
 @pytest.mark.parametrize(
     "name, frozen_bn, convs, residuals",
-    [("resnet18", False, 20, 8), ("resnet18", True, 20, 8), ("mobilenet_v3_small", False, 41, 6)],
+    [
+        ("resnet18", False, 20, 8), ("resnet18", True, 20, 8),
+        ("mobilenet_v3_small", False, 41, 6), ("efficientnet_b0", False, 65, 9),
+    ],
 )
 def test_optimized_model_computes_the_model_on_cpu(
     kernel_calls, name, frozen_bn, convs, residuals  # noqa: F811
