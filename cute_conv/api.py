@@ -58,7 +58,7 @@ def conv2d_fprop(
         bias, scale: optional per-output-channel vectors of length K (float32, bfloat16 or
             float16; applied in float32). ``scale`` and ``bias`` together fold a batch norm.
         activation: None or one of "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh",
-            "leaky_relu" (negative slope 0.01), "relu6", "hardswish", "hardsigmoid".
+            "leaky_relu" (negative slope 0.01), "mish", "relu6", "hardswish", "hardsigmoid".
         epilogue_fn: a function of one float32 ``cute.TensorSSA`` (the value after
             ``activation``) returning one of the same shape, compiled into the kernel: use
             arithmetic and ``cutlass.cute.math`` (``lambda y: y * cute.math.tanh(y)``).

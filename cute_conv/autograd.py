@@ -61,6 +61,7 @@ _GRAD_FROM_INPUT: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     "silu": lambda g, z: aten.silu_backward(g, z),
     "sigmoid": lambda g, z: aten.sigmoid_backward(g, torch.sigmoid(z)),
     "tanh": lambda g, z: aten.tanh_backward(g, torch.tanh(z)),
+    "mish": lambda g, z: aten.mish_backward(g, z),
     "relu6": lambda g, z: aten.hardtanh_backward(g, z, 0.0, 6.0),
     "hardswish": lambda g, z: aten.hardswish_backward(g, z),
     "hardsigmoid": lambda g, z: aten.hardsigmoid_backward(g, z),

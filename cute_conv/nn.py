@@ -143,7 +143,7 @@ class Conv2d(nn.Module):
         if activation is not None and name is None:
             raise ValueError(
                 f"activation {activation!r} is not one the kernel runs: nn.ReLU, nn.GELU, "
-                "nn.SiLU, nn.Sigmoid, nn.Tanh, nn.LeakyReLU(0.01), nn.ReLU6, nn.Hardswish, "
+                "nn.SiLU, nn.Sigmoid, nn.Tanh, nn.LeakyReLU(0.01), nn.Mish, nn.ReLU6, nn.Hardswish, "
                 f"nn.Hardsigmoid, their functions, or one of {', '.join(ACTIVATIONS)}"
             )
         conv_bias = None if conv.bias is None else conv.bias.detach()

@@ -28,6 +28,7 @@ TORCH_ACTIVATIONS = {
     "sigmoid": torch.sigmoid,
     "tanh": torch.tanh,
     "leaky_relu": lambda y: F.leaky_relu(y, 0.01),
+    "mish": F.mish,
     "relu6": F.relu6,
     "hardswish": F.hardswish,
     "hardsigmoid": F.hardsigmoid,

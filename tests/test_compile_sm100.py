@@ -235,6 +235,7 @@ EPILOGUES = [
     (ONE_SM, EpilogueSpec(activation="tanh")),
     (TWO_SM, EpilogueSpec(activation="leaky_relu")),
     (ONE_SM, EpilogueSpec(has_bias=True, activation="hardswish")),
+    (TWO_SM, EpilogueSpec(activation="mish")),
     (ONE_SM, EpilogueSpec(has_bias=True, activation="relu", has_residual=True)),
     (TWO_SM, EpilogueSpec(has_scale=True, has_bias=True, activation="gelu", has_residual=True)),
     (ONE_SM, EpilogueSpec(has_bias=True, has_residual=True, vector_dtype="bfloat16")),

@@ -334,7 +334,8 @@ def test_forward_rejects_a_cpu_input_on_the_gpu_machine():
 # ------------------------------------------------------------------------------ GPU numerics
 
 ACTIVATIONS = [nn.ReLU(), nn.GELU(), nn.GELU("tanh"), nn.SiLU(), nn.Sigmoid(), nn.Tanh(),
-               nn.LeakyReLU(0.01), nn.ReLU6(), nn.Hardswish(), nn.Hardsigmoid()]  # fmt: skip
+               nn.LeakyReLU(0.01), nn.Mish(), nn.ReLU6(), nn.Hardswish(),
+               nn.Hardsigmoid()]  # fmt: skip
 
 
 @requires_sm90

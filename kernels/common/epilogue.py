@@ -63,6 +63,11 @@ def _tanh(x):
     return cute.math.tanh(x)
 
 
+def _mish(x):
+    # as torch computes it: a large x's exp overflows to inf, tanh(inf) = 1, so mish(x) = x
+    return x * cute.math.tanh(cute.math.log1p(cute.math.exp(x)))
+
+
 def _relu6(x):
     """``x`` clamped to [0, 6], NaN kept (as torch's ``relu6``, ``hardsigmoid``)."""
     t = cute.where(x < 0.0, cute.full_like(x, 0.0), x)
@@ -86,6 +91,7 @@ ACTIVATIONS: dict[str, Callable] = {
     "sigmoid": _sigmoid,
     "tanh": _tanh,
     "leaky_relu": _leaky_relu,
+    "mish": _mish,
     "relu6": _relu6,
     "hardswish": _hardswish,
     "hardsigmoid": _hardsigmoid,
