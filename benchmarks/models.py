@@ -5,6 +5,7 @@
                                 [--batches 1 8 32 128]
                                 [--json benchmarks/models.json] [--out benchmarks/MODELS.md]
                                 [--chart benchmarks/models.png] [--render]
+                                [--merge FILE [FILE ...]]
 
 torchvision's ResNet-18, ResNet-50, VGG-16, RegNetY-1.6GF and MobileNetV3-Large, and Faster
 R-CNN's ResNet-50-FPN backbone with FrozenBatchNorm2d (``resnet50_fpn``: a detector's
@@ -469,6 +470,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--render", action="store_true", help="only render --out and --chart from --json (no GPU)"
     )
+    parser.add_argument(
+        "--merge", nargs="+", type=Path, metavar="FILE",
+        help="add the rows of these results files (runs with their own --json) to --json, "
+        "each replacing the row of its model and batch size, then render (no GPU)",
+    )  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -476,7 +482,15 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     data = load_results(args.json)
-    if not args.render:
+    if args.merge:
+        for path in args.merge:
+            other = load_results(path)
+            if not other["rows"]:
+                print(f"models: --merge {path} holds no results.", file=sys.stderr)
+                return 1
+            data = merge_results(data, other["rows"], other["reports"])
+        args.json.write_text(json.dumps(data, indent=1) + "\n")
+    elif not args.render:
         reason = no_gpu_reason()
         if reason is not None:
             print(

@@ -119,6 +119,27 @@ def test_progress_line(models):
     assert line.endswith("compile 22 s cold, 0.4 s warm, torch.compile 55 s")
 
 
+def test_merge_adds_other_runs_rows(models, tmp_path, capsys):
+    """--merge: each file's rows replace those of their model and batch size; no GPU."""
+    results, other = tmp_path / "models.json", tmp_path / "other.json"
+    results.write_text(json.dumps(SYNTHETIC))
+    newer = row("resnet50", 1, (0.9, 2.0, 1.2))
+    other.write_text(json.dumps({"rows": [newer, row("vgg16", 8, (3.0, 4.0, 3.5))],
+                                 "reports": {"vgg16": "vgg16 report"}}))  # fmt: skip
+    out, chart = tmp_path / "MODELS.md", tmp_path / "models.png"
+    args = ["--json", str(results), "--out", str(out), "--chart", str(chart)]
+    assert models.main([*args, "--merge", str(other)]) == 0
+    merged = json.loads(results.read_text())
+    keys = [(r["model"], r["batch"]) for r in merged["rows"]]
+    assert keys == [("resnet18", 8), ("resnet50", 1), ("resnet50", 32), ("resnet50", 128),
+                    ("vgg16", 8)]  # fmt: skip
+    assert merged["rows"][1]["ms"]["cute_conv"] == 0.9
+    assert set(merged["reports"]) == {"resnet50", "vgg16"} and out.is_file()
+    (tmp_path / "empty.json").write_text(json.dumps({"rows": [], "reports": {}}))
+    assert models.main([*args, "--merge", str(tmp_path / "empty.json")]) == 1
+    assert "holds no results" in capsys.readouterr().err
+
+
 def test_render_without_results_fails(models, tmp_path, capsys):
     args = ["--render", "--json", str(tmp_path / "none.json"), "--out", str(tmp_path / "o.md")]
     assert models.main(args) == 1
