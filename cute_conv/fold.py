@@ -1,7 +1,8 @@
 """What of a torch model folds into the conv epilogue, and as what.
 
-An eval-mode BatchNorm (``nn.BatchNorm2d``, or torchvision's ``FrozenBatchNorm2d``, which
-pretrained detection backbones hold) becomes the per-channel ``scale`` and ``bias``:
+An eval-mode BatchNorm (``nn.BatchNorm2d``; ``nn.SyncBatchNorm``, which models trained across
+GPUs hold; torchvision's ``FrozenBatchNorm2d``, which pretrained detection backbones hold)
+becomes the per-channel ``scale`` and ``bias``:
 
     bn(conv(x) + b) = conv(x) * scale + bias,
     scale = gamma / sqrt(running_var + eps),  bias = beta + (b - running_mean) * scale
@@ -31,11 +32,17 @@ def _frozen_batch_norm_type() -> type | None:
     return getattr(sys.modules.get("torchvision.ops.misc"), "FrozenBatchNorm2d", None)
 
 
+# Batch norms that normalize by running statistics in eval mode (SyncBatchNorm as BatchNorm2d
+# does in one process).
+_TORCH_BATCH_NORMS = (nn.BatchNorm2d, nn.SyncBatchNorm)
+
+
 def folds_as_batch_norm(module: nn.Module) -> bool:
-    """Whether ``module`` is a BatchNorm ``fold_batch_norm`` takes: an ``nn.BatchNorm2d`` with
-    running statistics, or torchvision's ``FrozenBatchNorm2d`` (exact types: a subclass may
-    compute something else in its forward). Training mode is the caller's to check."""
-    if type(module) is nn.BatchNorm2d:
+    """Whether ``module`` is a BatchNorm ``fold_batch_norm`` takes: an ``nn.BatchNorm2d`` or
+    ``nn.SyncBatchNorm`` with running statistics, or torchvision's ``FrozenBatchNorm2d`` (exact
+    types: a subclass may compute something else in its forward). Training mode is the
+    caller's to check."""
+    if type(module) in _TORCH_BATCH_NORMS:
         return module.running_mean is not None and module.running_var is not None
     return type(module) is _frozen_batch_norm_type()
 
@@ -44,15 +51,16 @@ def batch_norm_channels(bn: nn.Module) -> int:
     """The channels ``bn`` normalizes.
 
     Raises:
-        TypeError: ``bn`` is neither a ``torch.nn.BatchNorm2d`` nor a ``FrozenBatchNorm2d``.
+        TypeError: ``bn`` is none of ``torch.nn.BatchNorm2d``, ``torch.nn.SyncBatchNorm`` and
+            torchvision's ``FrozenBatchNorm2d``.
     """
-    if isinstance(bn, nn.BatchNorm2d):
+    if isinstance(bn, _TORCH_BATCH_NORMS):
         return bn.num_features
     if type(bn) is _frozen_batch_norm_type():
         return bn.running_mean.shape[0]
     raise TypeError(
-        "bn must be a torch.nn.BatchNorm2d or torchvision's FrozenBatchNorm2d, got "
-        f"{type(bn).__name__}"
+        "bn must be a torch.nn.BatchNorm2d, a torch.nn.SyncBatchNorm or torchvision's "
+        f"FrozenBatchNorm2d, got {type(bn).__name__}"
     )
 
 
@@ -60,18 +68,18 @@ def fold_batch_norm(
     bn: nn.Module, conv_bias: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Return float32 ``(scale, bias)`` vectors with ``bn(conv(x) + conv_bias) == conv(x) *
-    scale + bias`` for a BatchNorm2d in eval mode or a torchvision ``FrozenBatchNorm2d``
-    (computed in float32 from its statistics, whatever their dtype). ``conv_bias`` is the
-    conv's own bias, or None.
+    scale + bias`` for a BatchNorm2d or SyncBatchNorm in eval mode or a torchvision
+    ``FrozenBatchNorm2d`` (computed in float32 from its statistics, whatever their dtype).
+    ``conv_bias`` is the conv's own bias, or None.
 
     Raises:
-        TypeError: ``bn`` is neither a ``torch.nn.BatchNorm2d`` nor a ``FrozenBatchNorm2d``.
-        ValueError: ``bn`` is a BatchNorm2d in training mode (it would normalize by the
+        TypeError: ``bn`` is none of those (``batch_norm_channels``).
+        ValueError: ``bn`` is a torch BatchNorm in training mode (it would normalize by the
             batch's statistics) or keeping no running statistics, or ``conv_bias`` has the
             wrong length.
     """
     channels = batch_norm_channels(bn)
-    if isinstance(bn, nn.BatchNorm2d) and bn.training:
+    if isinstance(bn, _TORCH_BATCH_NORMS) and bn.training:
         raise ValueError(
             f"bn {bn} is in training mode, where it normalizes by each batch's statistics; "
             "only an eval-mode BatchNorm folds into the conv: call model.eval() first"

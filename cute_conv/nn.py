@@ -126,9 +126,9 @@ class Conv2d(nn.Module):
         Args:
             conv: a ``torch.nn.Conv2d`` of bfloat16 or float16 weights, groups=1, zero
                 padding. Its weight becomes KRSC (a view, no copy, when it is channels_last).
-            bn: an eval-mode ``torch.nn.BatchNorm2d`` (or torchvision's
-                ``FrozenBatchNorm2d``) after it, folded in float32 into ``scale`` and
-                ``bias``; or None.
+            bn: an eval-mode ``torch.nn.BatchNorm2d`` or ``SyncBatchNorm`` (or
+                torchvision's ``FrozenBatchNorm2d``) after it, folded in float32 into
+                ``scale`` and ``bias``; or None.
             activation: None, an activation module (``nn.ReLU()``, ``nn.GELU()``, ...), a
                 function (``F.relu``, ``torch.relu``, ...) or an epilogue name (``"relu"``).
             residual_order: see the class.

@@ -5,8 +5,8 @@ It traces the model and replaces each chain
     conv [-> BatchNorm] [-> add(identity)] [-> activation] [-> add(identity)]
 
 (ResNet's ``relu(bn(conv(x)) + identity)`` included; at most one add; the BatchNorm an
-``nn.BatchNorm2d`` or torchvision's ``FrozenBatchNorm2d``, which pretrained detection backbones
-hold) by one ``cute_conv.nn.Conv2d`` whose kernel computes it all: the BatchNorm folded in
+``nn.BatchNorm2d``, an ``nn.SyncBatchNorm`` or torchvision's ``FrozenBatchNorm2d``, which
+pretrained detection backbones hold) by one ``cute_conv.nn.Conv2d`` whose kernel computes it all: the BatchNorm folded in
 float32 into the epilogue's scale and bias, the activation, and the add as the kernel's
 residual, before or after the activation as in the model. A chain ends where an intermediate value has another user, so
 nothing the rest of the model reads is skipped. Convs the kernel cannot run (grouped, float32,

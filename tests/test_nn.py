@@ -103,6 +103,17 @@ def test_folded_frozen_batch_norm_matches_torchvision(conv_bias):
     torch.testing.assert_close(module.scale, fold_batch_norm(bn, conv.bias)[0])
 
 
+def test_folded_sync_batch_norm_matches_torch():
+    """A SyncBatchNorm in eval mode normalizes by its running statistics: it folds the same."""
+    torch.manual_seed(0)
+    conv = nn.Conv2d(16, 24, 3, padding=1)
+    bn = nn.SyncBatchNorm(24, eps=1e-3).eval()
+    bn.load_state_dict(random_bn(24).state_dict())
+    check_fold(conv, bn, torch.randn(2, 16, 9, 9))
+    with pytest.raises(ValueError, match="training mode"):
+        fold_batch_norm(bn.train())
+
+
 def check_fold(conv: nn.Conv2d, bn: nn.Module, x: torch.Tensor) -> None:
     scale, bias = fold_batch_norm(bn, conv.bias)
     assert scale.dtype == bias.dtype == torch.float32 and scale.shape == bias.shape == (24,)

@@ -30,17 +30,20 @@ def torchvision_models():
     return torchvision.models
 
 
-def build(name: str, dtype=BF16, frozen_bn: bool = False) -> nn.Module:
+def build(name: str, dtype=BF16, norm: str = "batch") -> nn.Module:
     """A torchvision model in eval mode, with random BatchNorm statistics (so that folding
-    them matters); ``frozen_bn``: torchvision's FrozenBatchNorm2d for its BatchNorms, as
-    pretrained detection backbones hold."""
+    them matters); ``norm``: "batch" (BatchNorm2d), "frozen" (torchvision's
+    FrozenBatchNorm2d, as pretrained detection backbones hold) or "sync" (SyncBatchNorm, as
+    models trained across GPUs hold)."""
     torch.manual_seed(0)
     models = torchvision_models()
-    kwargs = {"norm_layer": frozen_batch_norm_type()} if frozen_bn else {}
+    kwargs = {"norm_layer": frozen_batch_norm_type()} if norm == "frozen" else {}
     model = getattr(models, name)(weights=None, **kwargs)
     for module in model.modules():
         if isinstance(module, (nn.BatchNorm2d, frozen_batch_norm_type())):
             module.load_state_dict(random_bn(module.running_mean.shape[0]).state_dict())
+    if norm == "sync":
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     return model.to(dtype).eval()
 
 
@@ -95,9 +98,9 @@ def test_resnets_fuse_every_conv(name):
 def test_frozen_batch_norms_fold_as_batch_norms():
     """Pretrained torchvision detection backbones hold FrozenBatchNorm2d: ResNet-50 with them
     fuses as with BatchNorm2d, and ResNeXt-50's grouped convs take theirs."""
-    gm = cute_conv.optimize(build("resnet50", frozen_bn=True))
+    gm = cute_conv.optimize(build("resnet50", norm="frozen"))
     assert gm.cute_conv_report.counts() == RESNET_COUNTS["resnet50"]
-    gm = cute_conv.optimize(build("resnext50_32x4d", frozen_bn=True))
+    gm = cute_conv.optimize(build("resnext50_32x4d", norm="frozen"))
     assert len(gm.cute_conv_report.left) == 16
     assert all(left.folded_bn for left in gm.cute_conv_report.left)
     assert frozen_batch_norm_type() not in module_types(gm)
@@ -453,24 +456,24 @@ def test_left_conv_folds_in_float32():
 
 
 @pytest.mark.parametrize(
-    "name, frozen_bn, convs, residuals",
+    "name, norm, convs, residuals",
     [
-        ("resnet18", False, 20, 8), ("resnet18", True, 20, 8),
-        ("mobilenet_v3_small", False, 41, 6), ("efficientnet_b0", False, 65, 9),
+        ("resnet18", "batch", 20, 8), ("resnet18", "frozen", 20, 8), ("resnet18", "sync", 20, 8),
+        ("mobilenet_v3_small", "batch", 41, 6), ("efficientnet_b0", "batch", 65, 9),
     ],
 )
 def test_optimized_model_computes_the_model_on_cpu(
-    kernel_calls, name, frozen_bn, convs, residuals  # noqa: F811
+    kernel_calls, name, norm, convs, residuals  # noqa: F811
 ):
     """The rewritten graph feeds each fused module its input and identity (ResNet), the
     epilogue's hardswish and hardsigmoid and the depthwise convs with their BatchNorm folded
     run as the model's (MobileNetV3): the logits are as close to the float32 model's as
     torch's own bf16 model's are."""
-    model = build(name, frozen_bn=frozen_bn)
+    model = build(name, norm=norm)
     x = torch.randn(2, 3, 64, 64).to(memory_format=torch.channels_last)
     gm = cute_conv.optimize(model)
     with torch.no_grad():
-        reference = build(name, torch.float32, frozen_bn)(x)
+        reference = build(name, torch.float32, norm)(x)
         torch_bf16 = model(x.to(BF16)).float()
         ours = gm(x.to(BF16)).float()
     assert len(kernel_calls) == convs and sum(s is not None for *_, s in kernel_calls) == residuals
