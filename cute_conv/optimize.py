@@ -6,15 +6,17 @@ It traces the model and replaces each chain
 
 (ResNet's ``relu(bn(conv(x)) + identity)`` included; at most one add; the BatchNorm an
 ``nn.BatchNorm2d``, an ``nn.SyncBatchNorm`` or torchvision's ``FrozenBatchNorm2d``, which
-pretrained detection backbones hold) by one ``cute_conv.nn.Conv2d`` whose kernel computes it all: the BatchNorm folded in
-float32 into the epilogue's scale and bias, the activation, and the add as the kernel's
-residual, before or after the activation as in the model. A chain ends where an intermediate value has another user, so
-nothing the rest of the model reads is skipped. Convs the kernel cannot run (grouped, float32,
-non-zero padding modes, geometry out of its limits, subclasses of nn.Conv2d) stay torch, and the
-report says why; a BatchNorm right after such a conv (an ``nn.Conv2d`` itself) is folded into a
-copy of its weights and bias, as ``torch.compile``'s freezing folds it, so that it costs no
-kernel of its own. Ops that are the identity in eval mode (dropout, torchvision's stochastic
-depth before EfficientNet's residual adds) join a chain wherever they fall in it.
+pretrained detection backbones hold) by one ``cute_conv.nn.Conv2d`` whose kernel computes it
+all: the BatchNorm folded in float32 into the epilogue's scale and bias, the activation, and
+the add as the kernel's residual, before or after the activation as in the model. A chain ends
+where an intermediate value has another user, so nothing the rest of the model reads is
+skipped. Ops that are the identity in eval mode (dropout, torchvision's stochastic depth before
+EfficientNet's residual adds) join a chain wherever they fall in it.
+
+Convs the kernel cannot run (grouped, float32, non-zero padding modes, geometry out of its
+limits, subclasses of nn.Conv2d) stay torch, and the report says why; a BatchNorm right after
+such a conv (an ``nn.Conv2d`` itself) is folded into a copy of its weights and bias, as
+``torch.compile``'s freezing folds it, so that it costs no kernel of its own.
 
 Max pools (``cute_conv.pooling``; torch's channels_last pool kernel is slow): those whose
 windows tile the map (VGG's 2x2 stride-2) become ``TiledMaxPool2d``, the others without ceil mode
