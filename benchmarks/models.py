@@ -175,6 +175,13 @@ def replay_of(fn: Callable[[], object]) -> Callable[[], None]:
     return replay
 
 
+def replayed_us(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
+    """Microseconds of each of ``fns`` (of no arguments) replayed from a CUDA graph
+    (``replay_of``), timed in ``rounds`` interleaved rounds (``time_interleaved``, medians)."""
+    ms = time_interleaved({name: replay_of(fn) for name, fn in fns.items()}, rounds)
+    return {name: t * 1e3 for name, t in ms.items()}
+
+
 def _first_call_seconds(make: Callable[[], Callable], x: torch.Tensor):
     """``(module, seconds)``: the time to make the module and run its first call."""
     torch.cuda.synchronize()

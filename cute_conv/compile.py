@@ -234,11 +234,11 @@ def compile_kernel(
     Needs no GPU. ``act_dtype``/``filter_dtype``: bfloat16 or float16, equal, or each
     float8_e4m3fn or float8_e5m2 (torch dtypes, cutlass types or names; ``filter_dtype``
     defaults to ``act_dtype``); ``out_dtype``: bfloat16, float16, float32 or float8_e4m3fn
-    (defaults to ``act_dtype``, bfloat16 for fp8). ``config``: a
-    ``Conv2dConfig`` for ``sm_90a`` (default ``Conv2dConfig()``), a ``Conv2dConfigSm100``
-    for ``sm_100a`` (default ``Conv2dConfigSm100.default_bf16()``; that kernel is
-    compile-verified only), or a ``PointwiseGemvConfig`` for either (the CUDA-core kernel of
-    few-row 1x1 convs, 16-bit inputs, a 16-bit or float32 output); ``epilogue`` (bias, scale, activation, epilogue_fn,
+    (defaults to ``act_dtype``, bfloat16 for fp8). ``config``: a ``Conv2dConfig`` for
+    ``sm_90a`` (default ``Conv2dConfig()``), a ``Conv2dConfigSm100`` for ``sm_100a``
+    (default ``Conv2dConfigSm100.default_bf16()``; that kernel is compile-verified only), or
+    a ``PointwiseGemvConfig`` for either (the CUDA-core kernel of few-row 1x1 convs, 16-bit
+    inputs, a 16-bit or float32 output); ``epilogue`` (bias, scale, activation, epilogue_fn,
     has_residual) to a plain store. A config's launch choices (``stream_k_split``) do not
     change the kernel: the result's ``key.config`` holds them at their defaults.
     The result has ``.ptx``, ``.cubin`` and ``.smem_bytes``. Thread-safe: concurrent calls

@@ -56,8 +56,7 @@ from cute_conv.reference import TORCH_ACTIVATIONS
 from cute_conv.testing import compare_to_reference
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import bench  # noqa: E402
-from models import build_model, distinct_calls, replay_of  # noqa: E402
+from models import build_model, distinct_calls, replayed_us  # noqa: E402
 
 _THREADS = 128
 
@@ -247,8 +246,7 @@ def measure(conv: nn.Conv2d, shape: tuple, activation: str | None, calls: int, r
     for name, result in results.items():
         check = compare_to_reference(result, ref)
         row["checks"][name] = {"ok": check.ok, "rel_err": check.rel_err}
-    ms = bench.time_interleaved({name: replay_of(fn) for name, fn in fns.items()}, rounds)
-    row["graph_us"] = {name: t * 1e3 for name, t in ms.items()}
+    row["graph_us"] = replayed_us(fns, rounds)
     return row
 
 

@@ -28,8 +28,7 @@ from torch import nn
 from cute_conv.testing import compare_to_reference
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import bench  # noqa: E402
-from models import MODELS, build_model, distinct_calls, replay_of  # noqa: E402
+from models import MODELS, build_model, distinct_calls, replayed_us  # noqa: E402
 
 
 def measure(conv: nn.Conv2d, shape: tuple[int, ...], calls: int, rounds: int) -> dict:
@@ -56,8 +55,7 @@ def measure(conv: nn.Conv2d, shape: tuple[int, ...], calls: int, rounds: int) ->
             del fns[name]
             continue
         row["checks"][name] = {"ok": check.ok, "rel_err": check.rel_err}
-    ms = bench.time_interleaved({name: replay_of(fn) for name, fn in fns.items()}, rounds)
-    row["graph_us"] = {name: t * 1e3 for name, t in ms.items()}
+    row["graph_us"] = replayed_us(fns, rounds)
     return row
 
 

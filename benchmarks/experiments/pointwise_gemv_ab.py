@@ -34,9 +34,8 @@ from cute_conv.reference import conv2d_reference
 from cute_conv.testing import compare_to_reference, random_conv_inputs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import bench  # noqa: E402
 from bench_corpus import cudnn_conv2d  # noqa: E402
-from models import replay_of  # noqa: E402
+from models import replayed_us  # noqa: E402
 
 # Config shapes timed, named r{rows}c{channels_per_warp}u{unroll} (``--variants`` replaces them).
 VARIANTS = ("r1c2u2", "r2c2u2", "r4c2u2", "r8c2u1")
@@ -121,9 +120,8 @@ def measure(key: str, rounds: int, variants: tuple[str, ...]) -> dict:
     for label, calls in (("plain", plain), ("fused", fused)):
         for name, call in calls.items():
             row["kernel_us"][f"{label}:{name}"] = sum(kernel_durations(call)["us"])
-        replays = {name: replay_of(call) for name, call in calls.items()}
-        ms = bench.time_interleaved(replays, rounds=rounds)
-        row["graph_us"].update({f"{label}:{name}": t * 1e3 for name, t in ms.items()})
+        us = replayed_us(calls, rounds)
+        row["graph_us"].update({f"{label}:{name}": t for name, t in us.items()})
     return row
 
 
