@@ -1,7 +1,8 @@
 """cute_conv: Conv2D forward kernels written in CuTe DSL, callable on torch tensors.
 
 NHWC activation, KRSC filter, NPQK output; one persistent warp-specialized kernel per call
-(a CUDA-core kernel for 1x1 convs of a few output pixels).
+(a CUDA-core kernel for 1x1 convs of a few output pixels); grouped and depthwise convs on a
+CUDA-core direct kernel (``grouped_conv2d``).
 """
 
 from . import nn
@@ -11,6 +12,8 @@ from .config import Conv2dConfig, check_config_fits, default_config
 from .config_sm100 import Conv2dConfigSm100, can_implement_sm100, default_config_sm100
 from .epilogue import ACTIVATIONS, EpilogueSpec
 from .fp8 import quantize_fp8
+from .grouped import grouped_conv2d, grouped_limits
+from .kernels.common.grouped_direct import GroupedDirectConfig
 from .kernels.common.pointwise_gemv import PointwiseGemvConfig
 from .optimize import OptimizeReport, optimize
 from .problem import Conv2dProblemShape
@@ -23,6 +26,7 @@ __all__ = [
     "Conv2dConfigSm100",
     "Conv2dProblemShape",
     "EpilogueSpec",
+    "GroupedDirectConfig",
     "OptimizeReport",
     "PointwiseGemvConfig",
     "autotune",
@@ -34,6 +38,8 @@ __all__ = [
     "conv2d_fprop_with_residual",
     "default_config",
     "default_config_sm100",
+    "grouped_conv2d",
+    "grouped_limits",
     "nn",
     "optimize",
     "quantize_fp8",

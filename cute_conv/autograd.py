@@ -43,6 +43,7 @@ class EpilogueArgs(NamedTuple):
     beta: float
     activation: str | None
     residual_order: str
+    groups: int = 1  # a grouped conv's (``cute_conv.grouped``)
 
     def residual_before_activation(self, has_source: bool) -> bool:
         return has_source and self.beta != 0 and self.residual_order == "before_activation"
@@ -113,7 +114,8 @@ def conv2d_fprop_backward(
     if need_scale or (args.activation is not None and out is None):
         # In the input dtype: the tensor-core conv the forward also runs; z is float32 from it.
         conv = aten.convolution(
-            x_nchw, w_kcrs, None, args.stride, conv_padding, args.dilation, False, [0, 0], 1
+            x_nchw, w_kcrs, None, args.stride, conv_padding, args.dilation, False, [0, 0],
+            args.groups,
         )
         conv = _wide(conv.permute(0, 2, 3, 1))
     if args.activation is None:
@@ -141,7 +143,7 @@ def conv2d_fprop_backward(
         grad_conv = grad_conv.to(x.dtype).permute(0, 3, 1, 2)
         grad_x, grad_filter, _ = aten.convolution_backward(
             grad_conv, x_nchw, w_kcrs, None, args.stride, conv_padding, args.dilation,
-            False, [0, 0], 1, [need_x, need_filter, False],
+            False, [0, 0], args.groups, [need_x, need_filter, False],
         )  # fmt: skip
         if grad_x is not None:
             if padded:

@@ -24,6 +24,7 @@ from .config import check_channels
 from .dtypes import CUTLASS_DTYPES, FP8_INPUT_DTYPES, INPUT_DTYPES, dtype_name
 from .kernels.common.entry import ConvLaunchParams, ConvPointers, check_kernel_dtypes
 from .kernels.common.epilogue import EpilogueSpec
+from .kernels.common.grouped_direct import GroupedDirectConfig, GroupedDirectConv
 from .kernels.common.im2col import ConvGeometry
 from .kernels.common.max_pool import POOL_TYPES, MaxPool2dNhwc, PoolWindow
 from .kernels.common.pointwise_gemv import PointwiseGemv, PointwiseGemvConfig
@@ -46,7 +47,7 @@ class KernelKey:
     act_dtype: str
     filter_dtype: str
     out_dtype: str
-    config: Conv2dConfig | Conv2dConfigSm100 | PointwiseGemvConfig
+    config: Conv2dConfig | Conv2dConfigSm100 | PointwiseGemvConfig | GroupedDirectConfig
     epilogue: EpilogueSpec = EpilogueSpec()
 
 
@@ -89,12 +90,13 @@ def kernel_scalars(
 
 
 def _build(key: KernelKey):
-    # The CUDA-core kernel of few-row 1x1 convs is the same code on every arch.
-    kernel_class = (
-        PointwiseGemv
-        if isinstance(key.config, PointwiseGemvConfig)
-        else ARCHS[key.arch].kernel_class
-    )
+    # The CUDA-core kernels (few-row 1x1 convs, grouped convs) are the same code on every arch.
+    if isinstance(key.config, PointwiseGemvConfig):
+        kernel_class = PointwiseGemv
+    elif isinstance(key.config, GroupedDirectConfig):
+        kernel_class = GroupedDirectConv
+    else:
+        kernel_class = ARCHS[key.arch].kernel_class
     return kernel_class(
         CUTLASS_DTYPES[key.act_dtype],
         CUTLASS_DTYPES[key.filter_dtype],
@@ -238,7 +240,8 @@ def compile_kernel(
     ``sm_90a`` (default ``Conv2dConfig()``), a ``Conv2dConfigSm100`` for ``sm_100a``
     (default ``Conv2dConfigSm100.default_bf16()``; that kernel is compile-verified only), or
     a ``PointwiseGemvConfig`` for either (the CUDA-core kernel of few-row 1x1 convs, 16-bit
-    inputs, a 16-bit or float32 output); ``epilogue`` (bias, scale, activation, epilogue_fn,
+    inputs, a 16-bit or float32 output), or a ``GroupedDirectConfig`` (the CUDA-core kernel of
+    grouped and depthwise convs, likewise; ``cute_conv.grouped``); ``epilogue`` (bias, scale, activation, epilogue_fn,
     has_residual) to a plain store. A config's launch choices (``stream_k_split``) do not
     change the kernel: the result's ``key.config`` holds them at their defaults.
     The result has ``.ptx``, ``.cubin`` and ``.smem_bytes``. Thread-safe: concurrent calls
@@ -259,10 +262,10 @@ def compile_kernel(
     if config is None:
         config = ARCHS[arch].default_config()
     config_type = ARCHS[arch].config_class
-    if not isinstance(config, (config_type, PointwiseGemvConfig)):
+    if not isinstance(config, (config_type, PointwiseGemvConfig, GroupedDirectConfig)):
         raise TypeError(
-            f"config must be a {config_type.__name__} or a PointwiseGemvConfig for "
-            f"arch={arch!r}, got {type(config).__name__}"
+            f"config must be a {config_type.__name__}, a PointwiseGemvConfig or a "
+            f"GroupedDirectConfig for arch={arch!r}, got {type(config).__name__}"
         )
     if isinstance(config, Conv2dConfig):  # configs that differ in launch choices share it
         config = config.compiled_form()

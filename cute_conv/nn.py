@@ -3,14 +3,15 @@
 It takes and returns NCHW tensors in channels_last memory: ``x.permute(0, 2, 3, 1)`` of such a
 tensor is the contiguous NHWC tensor the kernel reads, and the kernel's NHWC output
 ``.permute(0, 3, 1, 2)`` is the NCHW channels_last result, with no copy either way. The filter is
-stored KRSC; the epilogue (a float32 per-channel ``scale`` and ``bias``, an activation and a
-residual ``identity``) runs in the kernel:
+stored KRSC (``[K, R, S, C / groups]``); the epilogue (a float32 per-channel ``scale`` and
+``bias``, an activation and a residual ``identity``) runs in the kernel:
 
     y = act(conv(x) * scale + bias) + identity        residual_order="after_activation"
     y = act(conv(x) * scale + bias + identity)        residual_order="before_activation"
 
-``forward`` calls ``cute_conv.conv2d_fprop`` / ``conv2d_fprop_with_residual``, so the module
-behaves as they do under ``torch.compile`` and autograd; its kernel needs a Hopper GPU.
+``forward`` calls ``cute_conv.conv2d_fprop`` / ``conv2d_fprop_with_residual`` (a grouped or
+depthwise conv: ``cute_conv.grouped``'s CUDA-core kernel, with the weight staged once), so the
+module behaves as they do under ``torch.compile`` and autograd; its kernel needs a Hopper GPU.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from . import api
 from .epilogue import ACTIVATIONS, EpilogueSpec
 from .fold import activation_name, batch_norm_channels, fold_batch_norm
 from .fp8 import quantize_dynamic, quantize_fp8, quantize_from_amax, quantize_with_scale
+from .grouped import grouped_conv2d_staged, grouped_limits, stage_filter
 from .problem import Padding, Pair, normalize_padding, normalize_pair, output_size
 from .validation import INPUT_DTYPES, check_scale_tensor, validate_conv_inputs
 
@@ -33,20 +35,22 @@ __all__ = ["Conv2d", "conv_limits"]
 
 
 class Conv2d(nn.Module):
-    """A drop-in for ``torch.nn.Conv2d`` (groups=1, zero padding) with a fused epilogue.
+    """A drop-in for ``torch.nn.Conv2d`` (zero padding) with a fused epilogue.
 
     Args:
         in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
             padding_mode, device: as ``torch.nn.Conv2d`` takes them (``padding`` also
-            ``"same"``/``"valid"`` and ``((top, bottom), (left, right))``); ``groups`` must be
-            1 and ``padding_mode`` ``"zeros"``.
+            ``"same"``/``"valid"`` and ``((top, bottom), (left, right))``); ``padding_mode``
+            must be ``"zeros"``. ``groups`` > 1 runs the grouped kernel
+            (``cute_conv.grouped_limits``: depthwise, or output channels per group a multiple
+            of 8), 16-bit only (no ``to_fp8`` / ``write_fp8``, no ``out_amax``).
         dtype: the weight's dtype, bfloat16 (the default) or float16.
         activation: None or an epilogue activation name (``cute_conv.ACTIVATIONS``).
         residual_order: where ``forward``'s ``identity`` joins: ``"after_activation"`` or
             ``"before_activation"`` (ResNet's ``relu(bn(conv(x)) + identity)``).
 
     Attributes:
-        weight: ``[K, R, S, C]`` Parameter (KRSC), of ``dtype`` (float8_e4m3fn after
+        weight: ``[K, R, S, C / groups]`` Parameter (KRSC), of ``dtype`` (float8_e4m3fn after
             ``to_fp8``).
         bias: float32 ``[K]`` Parameter, or None.
         scale: float32 ``[K]`` buffer (a folded BatchNorm's; after ``to_fp8`` times the
@@ -95,12 +99,13 @@ class Conv2d(nn.Module):
         self.activation = activation
         self.residual_order = residual_order
         r, s = self.kernel_size
-        weight = torch.empty(out_channels, r, s, in_channels, device=device, dtype=dtype)
-        # torch.nn.Conv2d's initialization: its fan-in, C*R*S, is the same in KRSC.
+        group_in = in_channels // groups
+        weight = torch.empty(out_channels, r, s, group_in, device=device, dtype=dtype)
+        # torch.nn.Conv2d's initialization: its fan-in, C/groups*R*S, is the same in KRSC.
         nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
         self.weight = nn.Parameter(weight)
         if bias:
-            bound = 1 / math.sqrt(in_channels * r * s)
+            bound = 1 / math.sqrt(group_in * r * s)
             vector = torch.empty(out_channels, device=device, dtype=torch.float32)
             self.bias = nn.Parameter(nn.init.uniform_(vector, -bound, bound))
         else:
@@ -112,6 +117,9 @@ class Conv2d(nn.Module):
         self.register_buffer("identity_scale", None)
         # The dtype of the output (and of an identity) unless it is fp8.
         self.output_dtype = dtype
+        # A grouped conv's weight staged for its kernel, and the weight version it is of.
+        self._staged: torch.Tensor | None = None
+        self._staged_of: tuple | None = None
 
     @classmethod
     def from_torch(
@@ -124,8 +132,9 @@ class Conv2d(nn.Module):
         """The module computing ``activation(bn(conv(x)))`` (with ``forward``'s residual).
 
         Args:
-            conv: a ``torch.nn.Conv2d`` of bfloat16 or float16 weights, groups=1, zero
-                padding. Its weight becomes KRSC (a view, no copy, when it is channels_last).
+            conv: a ``torch.nn.Conv2d`` of bfloat16 or float16 weights, zero padding, groups
+                within ``conv_limits``. Its weight becomes KRSC (a view, no copy, when it is
+                channels_last).
             bn: an eval-mode ``torch.nn.BatchNorm2d`` or ``SyncBatchNorm`` (or
                 torchvision's ``FrozenBatchNorm2d``) after it, folded in float32 into
                 ``scale`` and ``bias``; or None.
@@ -159,7 +168,7 @@ class Conv2d(nn.Module):
             scale, bias = None, None if conv_bias is None else conv_bias.float()
         module = cls(
             conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
-            conv.dilation, bias=False, device="meta", dtype=conv.weight.dtype,
+            conv.dilation, conv.groups, bias=False, device="meta", dtype=conv.weight.dtype,
             activation=name, residual_order=residual_order,
         )  # fmt: skip
         device = conv.weight.device
@@ -204,6 +213,10 @@ class Conv2d(nn.Module):
         # Lean on purpose: this runs on every call, beside a kernel call of a few microseconds.
         _check_nchw("x", x, self.in_channels)
         weight = self.weight
+        if self.groups != 1:
+            if out_amax is not None or x_amax is not None:
+                raise ValueError("a grouped Conv2d keeps no amax (out_amax, x_amax)")
+            return self._forward_grouped(x, identity)
         if self.w_scale is not None:
             return self._forward_fp8(x, identity, out_amax, x_amax, reset_amax)
         if x.dtype != weight.dtype:
@@ -229,6 +242,36 @@ class Conv2d(nn.Module):
                 out_amax=out_amax,
             )  # fmt: skip
         return y.permute(0, 3, 1, 2)
+
+    def _forward_grouped(self, x: torch.Tensor, identity: torch.Tensor | None) -> torch.Tensor:
+        """``forward`` of a grouped conv: the grouped kernel on the staged weight."""
+        if x.dtype != self.weight.dtype:
+            raise TypeError(f"x has dtype {x.dtype}; the weight is {self.weight.dtype}")
+        if identity is not None:
+            self._check_identity(x, identity)
+        y = grouped_conv2d_staged(
+            _nhwc(x), self._staged_weight(), groups=self.groups, stride=self.stride,
+            padding=self._padding, dilation=self.dilation, bias=self.bias, scale=self.scale,
+            activation=self.activation, source=None if identity is None else _nhwc(identity),
+            residual_order=self.residual_order,
+        )  # fmt: skip
+        return y.permute(0, 3, 1, 2)
+
+    def _staged_weight(self) -> torch.Tensor:
+        """The weight staged for the grouped kernel: traced (torch.compile) or differentiable
+        (a weight that requires grad) on each call, else kept until the weight changes."""
+        weight = self.weight
+        if torch.compiler.is_compiling() or (torch.is_grad_enabled() and weight.requires_grad):
+            return stage_filter(weight)
+        version = (weight.data_ptr(), weight._version, weight.dtype)
+        if self._staged_of != version:
+            self._staged = stage_filter(weight.detach())
+            self._staged_of = version
+        return self._staged
+
+    def _check_ungrouped(self, what: str) -> None:
+        if self.groups != 1:
+            raise ValueError(f"{what}: a grouped Conv2d (groups={self.groups}) runs 16-bit only")
 
     @torch.no_grad()
     def to_fp8(
@@ -256,6 +299,7 @@ class Conv2d(nn.Module):
         a scale is not one float32 element on the weight's device (``TypeError`` when it is
         no tensor), or ``identity_scale`` comes without ``out_scale``.
         """
+        self._check_ungrouped("to_fp8")
         if self.w_scale is not None:
             raise ValueError("this Conv2d already runs on fp8 (to_fp8 was called)")
         device = self.weight.device
@@ -292,6 +336,7 @@ class Conv2d(nn.Module):
         runs on fp8 (``to_fp8``) or already writes it, or ``out_scale`` is not one float32
         element on the weight's device (``TypeError`` when it is no tensor).
         """
+        self._check_ungrouped("write_fp8")
         if self.w_scale is not None or self.out_scale is not None:
             raise ValueError("this Conv2d already runs on or writes fp8")
         check_scale_tensor("out_scale", out_scale, self.weight.device, "the weight")
@@ -367,7 +412,8 @@ class Conv2d(nn.Module):
         return (
             f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
             f"stride={self.stride}, padding={padding!r}, dilation={self.dilation}, "
-            f"dtype={self.weight.dtype}, epilogue='{self.epilogue_formula()}'"
+            + (f"groups={self.groups}, " if self.groups != 1 else "")
+            + f"dtype={self.weight.dtype}, epilogue='{self.epilogue_formula()}'"
             + (", fp8 output" if self.out_scale is not None else "")
         )
 
@@ -434,21 +480,20 @@ def _kernel_padding(
 def conv_limits(conv: nn.Conv2d | Conv2d, dtype: torch.dtype) -> None:
     """Raise unless the kernel can run a conv of these attributes and weight ``dtype``.
 
-    Checked here, from the attributes alone: groups, padding mode, dtype, and the geometry
-    limits that do not depend on the input's size (stride 1..8, dilation, padding and filter
-    span within the im2col TMA limits), by the package's own validation on a probe input just
-    large enough for the filter. The limits that do (an output of at least one pixel,
-    N*P*Q < 2**31) are checked on every call.
+    Checked here, from the attributes alone: groups (``grouped_limits``), padding mode,
+    dtype, and the geometry limits that do not depend on the input's size (groups=1: stride
+    1..8, dilation, padding and filter span within the im2col TMA limits, by the package's own
+    validation on a probe input just large enough for the filter; grouped: padding >= 0).
+    The limits that do (an output of at least one pixel, N*P*Q < 2**31) are checked on every
+    call.
 
     Raises:
         TypeError: ``dtype`` is not bfloat16/float16.
-        ValueError: groups != 1, padding_mode != "zeros", or geometry out of the limits.
+        ValueError: groups out of ``grouped_limits``, padding_mode != "zeros", or geometry out
+            of the limits.
     """
     if conv.groups != 1:
-        raise ValueError(
-            f"groups={conv.groups}: cute_conv runs groups=1 convs only (grouped and depthwise "
-            "convs stay torch)"
-        )
+        grouped_limits(conv.in_channels, conv.out_channels, conv.groups)
     if conv.padding_mode != "zeros":
         raise ValueError(
             f"padding_mode={conv.padding_mode!r}: the kernel pads with zeros only "
@@ -463,6 +508,10 @@ def conv_limits(conv: nn.Conv2d | Conv2d, dtype: torch.dtype) -> None:
     stride = normalize_pair("stride", conv.stride)
     dilation = normalize_pair("dilation", conv.dilation)
     padding = _kernel_padding(conv.padding, kernel_size, stride, dilation)
+    if conv.groups != 1:  # the direct kernel has no TMA limits
+        if min(min(pair) for pair in padding) < 0:
+            raise ValueError(f"padding must be >= 0, got {padding}")
+        return
     # Meta tensors: validation reads shapes, dtypes and strides only.
     h, w = ((k - 1) * d + 1 for k, d in zip(kernel_size, dilation, strict=True))
     probe_x = torch.empty(1, h, w, conv.in_channels, dtype=dtype, device="meta")

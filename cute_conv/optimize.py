@@ -13,8 +13,9 @@ where an intermediate value has another user, so nothing the rest of the model r
 skipped. Ops that are the identity in eval mode (dropout, torchvision's stochastic depth before
 EfficientNet's residual adds) join a chain wherever they fall in it.
 
-Convs the kernel cannot run (grouped, float32, non-zero padding modes, geometry out of its
-limits, subclasses of nn.Conv2d) stay torch, and the report says why; a BatchNorm right after
+Grouped and depthwise convs within ``cute_conv.grouped_limits`` fuse the same way, on the
+grouped kernel. Convs the kernels cannot run (other grouped ones, float32, non-zero padding
+modes, geometry out of the limits, subclasses of nn.Conv2d) stay torch, and the report says why; a BatchNorm right after
 such a conv (an ``nn.Conv2d`` itself) is folded into a copy of its weights and bias, as
 ``torch.compile``'s freezing folds it, so that it costs no kernel of its own.
 
@@ -505,7 +506,10 @@ def _to_fp8(gm: fx.GraphModule, report: OptimizeReport, calibration: Any, scalin
     called = Counter(node.target for node, _ in calls)
     chosen = {}
     for node, module in calls:
-        if module.in_channels < FP8_MIN_CHANNELS:
+        if module.groups != 1:
+            reason = f"a grouped conv (groups={module.groups}): fp8 runs groups=1 convs"
+            report.kept_16bit.append(LeftConv(node.target, reason))
+        elif module.in_channels < FP8_MIN_CHANNELS:
             reason = f"{module.in_channels} input channels (fp8 from {FP8_MIN_CHANNELS})"
             report.kept_16bit.append(LeftConv(node.target, reason))
         elif module.w_scale is None and called[node.target] == 1:
@@ -699,7 +703,12 @@ def _fp8_producers(gm: fx.GraphModule, chosen: dict[str, Conv2d]) -> set[str]:
         if not node.users or not _calls(node, modules, Conv2d):
             return False
         module = modules[node.target]
-        stem = module.w_scale is None and module.out_scale is None and len(node.args) == 1
+        stem = (
+            module.w_scale is None
+            and module.out_scale is None
+            and module.groups == 1
+            and len(node.args) == 1
+        )
         return node.target in chosen or (stem and called[node.target] == 1)
 
     def reads_fine(user: fx.Node, source: fx.Node, channels: int, producers: set[str]) -> bool:

@@ -55,15 +55,17 @@ def conv2d_reference(
     stride: int | Sequence[int] = 1,
     padding: int | Sequence[int] | Sequence[Sequence[int]] = 0,
     dilation: int | Sequence[int] = 1,
+    groups: int = 1,
 ) -> torch.Tensor:
     """Return ``conv(activation, filter)`` as a contiguous float32 ``[N, P, Q, K]`` tensor.
 
     Args:
         activation: ``[N, H, W, C]`` tensor of any floating dtype.
-        filter: ``[K, R, S, C]`` tensor of any floating dtype.
+        filter: ``[K, R, S, C / groups]`` tensor of any floating dtype.
         stride: int or ``(h, w)``.
         padding: int, ``(h, w)``, or ``((top, bottom), (left, right))``; zero padding.
         dilation: int or ``(h, w)``.
+        groups: as ``torch.nn.functional.conv2d`` takes it.
     """
     for name, t in (("activation", activation), ("filter", filter)):
         if not isinstance(t, torch.Tensor):
@@ -78,5 +80,5 @@ def conv2d_reference(
     w = filter.float().permute(0, 3, 1, 2)  # KCRS
     x = F.pad(x, (left, right, top, bottom))  # F.pad lists the last dimension first
     with _ieee_fp32():
-        y = F.conv2d(x, w, stride=stride_hw, dilation=dilation_hw)
+        y = F.conv2d(x, w, stride=stride_hw, dilation=dilation_hw, groups=groups)
     return y.permute(0, 2, 3, 1).contiguous()

@@ -30,7 +30,7 @@ GEOMETRIES = {
 
 def fused_reference(
     x, filter, source=None, *, bias=None, scale=None, stride=1, padding=0, dilation=1,  # noqa: A002
-    alpha=1.0, beta=1.0, activation=None, residual_order="after_activation",
+    alpha=1.0, beta=1.0, activation=None, residual_order="after_activation", groups=1,
 ):  # fmt: skip
     """The fused conv in torch ops (NHWC / KRSC / NPQK), in the tensors' dtype."""
     (top, bottom), (left, right) = normalize_padding(padding)
@@ -38,6 +38,7 @@ def fused_reference(
     conv = F.conv2d(
         x_nchw, filter.permute(0, 3, 1, 2),
         stride=normalize_pair("stride", stride), dilation=normalize_pair("dilation", dilation),
+        groups=groups,
     ).permute(0, 2, 3, 1)  # fmt: skip
     z = conv * alpha
     if scale is not None:
@@ -156,13 +157,14 @@ def reference_forward_on_cpu():
     a CPU; cute_conv's kernels need a GPU."""
 
     def run(x, flt, source, bias, scale, stride, padding, dilation, alpha, beta, order, act,
-            out_dtype):  # fmt: skip
+            out_dtype, groups=1):  # fmt: skip
         wide = torch.float64 if x.dtype == torch.float64 else torch.float32
         as_wide = lambda t: None if t is None else t.to(wide)  # noqa: E731
         y = fused_reference(
             as_wide(x), as_wide(flt), as_wide(source), bias=as_wide(bias), scale=as_wide(scale),
             stride=stride, padding=((padding[0], padding[1]), (padding[2], padding[3])),
             dilation=dilation, alpha=alpha, beta=beta, activation=act, residual_order=order,
+            groups=groups,
         )  # fmt: skip
         return y.to(out_dtype or x.dtype).contiguous()
 
@@ -185,8 +187,14 @@ def reference_forward_on_cpu():
         if out_amax is not None:
             out_amax.copy_(torch.maximum(out_amax, y.abs().max()))
 
+    def grouped(x, staged, source, bias, scale, groups, stride, padding, dilation, alpha, beta,
+                order, act):  # fmt: skip
+        return run(x, staged.permute(3, 0, 1, 2), source, bias, scale, stride, padding,
+                   dilation, alpha, beta, order, act, None, groups)  # fmt: skip
+
     # A scoped registration (torch's own tests use it): it is undone on exit.
     with torch.library._scoped_library("cute_conv", "IMPL") as lib:
+        lib.impl("grouped_conv2d", grouped, "CPU")
         lib.impl("conv2d_fprop", plain, "CPU")
         lib.impl("conv2d_fprop_with_residual", residual, "CPU")
         lib.impl("conv2d_fprop_out", into_out, "CPU")

@@ -10,8 +10,10 @@ import torch.nn.functional as F
 from torch import nn
 
 import cute_conv
+from cute_conv import grouped
 from cute_conv.epilogue import validate_epilogue_args
 from cute_conv.fold import fold_batch_norm
+from cute_conv.problem import normalize_padding, normalize_pair
 from cute_conv.testing import compare_to_reference
 from cute_conv.validation import check_fp8_scales, validate_conv_inputs
 from tests.gpu import requires_sm90
@@ -44,6 +46,27 @@ def _reference_kernel(x, flt, source, **kwargs):
     return y.to(out_dtype)
 
 
+def _reference_grouped(x, staged, source=None, *, groups, **kwargs):
+    """The grouped kernel's contract on CPU tensors: ``cute_conv.grouped``'s validation, then
+    the float32 torch reference, rounded to the output dtype."""
+    kwargs.setdefault("beta", 1.0)
+    kwargs.setdefault("residual_order", "after_activation")
+    kwargs.setdefault("alpha", 1.0)
+    args = [kwargs.pop(k, None) for k in ("bias", "scale")]
+    geom = {k: kwargs.pop(k) for k in ("stride", "padding", "dilation")}
+    grouped._validate(
+        x, staged, source, *args, groups, normalize_pair("stride", geom["stride"]),
+        normalize_padding(geom["padding"]), normalize_pair("dilation", geom["dilation"]),
+        kwargs["alpha"], kwargs["beta"], kwargs["residual_order"], kwargs.get("activation"),
+        None,
+    )  # fmt: skip
+    flt = staged.permute(3, 0, 1, 2).float()
+    y = reference(x.float(), flt, {**geom, "groups": groups}, source=source, bias=args[0],
+                  scale=args[1], beta=kwargs["beta"], order=kwargs["residual_order"],
+                  activation=kwargs.get("activation"), alpha=kwargs["alpha"])  # fmt: skip
+    return y.to(x.dtype)
+
+
 def _scalar(scale) -> float:
     return 1.0 if scale is None else scale.item()
 
@@ -61,6 +84,11 @@ def kernel_calls(monkeypatch):
         calls.append((x, flt, source))
         return _reference_kernel(x, flt, source, **kwargs)
 
+    def grouped_staged(x, staged, /, **kwargs):
+        calls.append((x, staged, kwargs.get("source")))
+        return _reference_grouped(x, staged, **kwargs)
+
+    monkeypatch.setattr(cute_conv.nn, "grouped_conv2d_staged", grouped_staged)
     monkeypatch.setattr(cute_conv.api, "conv2d_fprop", fprop)
     monkeypatch.setattr(cute_conv.api, "conv2d_fprop_with_residual", fprop_with_residual)
     return calls
@@ -178,7 +206,8 @@ def test_from_torch_views_a_channels_last_weight():
     "conv, error, match",
     [
         (nn.Conv2d(8, 8, 3), TypeError, "dtype torch.float32: .*bfloat16 and float16"),
-        (nn.Conv2d(8, 8, 3, groups=2).to(BF16), ValueError, "groups=2: .*groups=1"),
+        (nn.Conv2d(8, 8, 3, groups=2).to(BF16), ValueError,
+             "groups=2: 4 output channels per group; .*multiple of 8"),
         (nn.Conv2d(8, 8, 3, padding=1, padding_mode="reflect").to(BF16), ValueError,
          "padding_mode='reflect'"),
         (nn.Conv2d(8, 8, 3, stride=9).to(BF16), ValueError, "stride must be in 1..8"),

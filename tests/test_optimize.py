@@ -97,11 +97,13 @@ def test_resnets_fuse_every_conv(name):
 
 def test_frozen_batch_norms_fold_as_batch_norms():
     """Pretrained torchvision detection backbones hold FrozenBatchNorm2d: ResNet-50 with them
-    fuses as with BatchNorm2d, and ResNeXt-50's grouped convs take theirs."""
+    fuses as with BatchNorm2d, and ResNeXt-50's grouped convs take theirs (fused, or folded
+    into the three left to torch)."""
     gm = cute_conv.optimize(build("resnet50", norm="frozen"))
     assert gm.cute_conv_report.counts() == RESNET_COUNTS["resnet50"]
     gm = cute_conv.optimize(build("resnext50_32x4d", norm="frozen"))
-    assert len(gm.cute_conv_report.left) == 16
+    assert gm.cute_conv_report.counts()["conv+bn+relu"] == 30
+    assert len(gm.cute_conv_report.left) == 3
     assert all(left.folded_bn for left in gm.cute_conv_report.left)
     assert frozen_batch_norm_type() not in module_types(gm)
     # A detection model does not trace whole; its ResNet-50-FPN backbone does (the FPN's
@@ -115,41 +117,48 @@ def test_frozen_batch_norms_fold_as_batch_norms():
     assert gm.cute_conv_report.counts() == {**RESNET_COUNTS["resnet50"], "conv": 8}
 
 
-def test_resnext_leaves_its_grouped_convs_to_torch():
+def test_resnext_fuses_the_grouped_convs_the_grouped_kernel_runs():
+    """ResNeXt-50 32x4d's grouped 3x3s of 8, 16 and 32 output channels per group fuse with
+    their BatchNorm and ReLU; layer1's, of 4 per group, stay torch's, their BatchNorms folded."""
     gm = cute_conv.optimize(build("resnext50_32x4d"))
     report = gm.cute_conv_report
-    assert report.counts() == {"conv+bn+relu": 17, "conv+bn+add+relu": 16, "conv+bn": 4}
-    assert len(report.left) == 16
-    assert all(left.reason.startswith("groups=32: ") for left in report.left)
+    assert report.counts() == {"conv+bn+relu": 30, "conv+bn+add+relu": 16, "conv+bn": 4}
+    assert len(report.left) == 3
+    assert all(left.name.startswith("layer1.") for left in report.left)
+    assert all(left.reason.startswith("groups=32: 4 output channels") for left in report.left)
+    grouped = [m for m in gm.modules() if isinstance(m, cute_conv.nn.Conv2d) and m.groups > 1]
+    assert len(grouped) == 13 and {m.groups for m in grouped} == {32}
     assert {left.name for left in report.left} == {
         name for name, m in gm.named_modules() if isinstance(m, nn.Conv2d)
     }
     types = module_types(gm)
-    assert types[nn.Conv2d] == 16 and nn.BatchNorm2d not in types  # each BN folded into its conv
+    assert types[nn.Conv2d] == 3 and nn.BatchNorm2d not in types  # each BN folded into its conv
     assert [left.folded_bn for left in report.left] == [
         left.name.replace("conv2", "bn2") for left in report.left
     ]
     assert (
-        "layer1.0.conv2: groups=32: cute_conv runs groups=1 convs only (grouped and depthwise "
-        "convs stay torch); layer1.0.bn2 folded into its weights" in str(report)
+        "layer1.0.conv2: groups=32: 4 output channels per group; the grouped kernel needs a "
+        "multiple of 8 (or one input and one output channel per group: depthwise); layer1.0.bn2 "
+        "folded into its weights" in str(report)
     )
 
 
 @pytest.mark.parametrize(
     "name, counts, depthwise",
     [
-        ("mobilenet_v3_large", {"conv+bn+hardswish": 11, "conv+bn+add": 10, "conv+relu": 8,
-                                "conv+hardsigmoid": 8, "conv+bn+relu": 5, "conv+bn": 5}, 15),
-        ("mobilenet_v2", {"conv+bn+relu6": 18, "conv+bn+add": 10, "conv+bn": 7}, 17),
+        ("mobilenet_v3_large", {"conv+bn+hardswish": 20, "conv+bn+add": 10, "conv+relu": 8,
+                                "conv+hardsigmoid": 8, "conv+bn+relu": 11, "conv+bn": 5}, 15),
+        ("mobilenet_v2", {"conv+bn+relu6": 35, "conv+bn+add": 10, "conv+bn": 7}, 17),
     ],
 )  # fmt: skip
 def test_mobilenets_fuse_their_activations(name, counts, depthwise):
     """ReLU6, Hardswish and the squeeze-excitation's Hardsigmoid run in the epilogue; the
-    depthwise convs stay torch's, their BatchNorms folded."""
-    report = cute_conv.optimize(build(name)).cute_conv_report
-    assert report.counts() == counts
-    assert len(report.left) == depthwise and all(left.folded_bn for left in report.left)
-    assert all(left.reason.startswith("groups=") for left in report.left)
+    depthwise convs run the grouped kernel with their BatchNorm and activation."""
+    gm = cute_conv.optimize(build(name))
+    assert gm.cute_conv_report.counts() == counts and not gm.cute_conv_report.left
+    grouped = [m for m in gm.modules() if isinstance(m, cute_conv.nn.Conv2d) and m.groups > 1]
+    assert len(grouped) == depthwise
+    assert all(m.groups == m.in_channels == m.out_channels for m in grouped)
 
 
 def test_vgg16_fuses_conv_relu():
@@ -420,10 +429,12 @@ def test_left_convs_fold_the_batchnorm_after_them(kernel_calls):  # noqa: F811
     model = LeftConvs().to(BF16).eval()
     gm = cute_conv.optimize(model)
     report = gm.cute_conv_report
-    assert [(c.module, c.pattern) for c in report.fused] == [("pointwise", "conv")]
+    # read_twice is depthwise: fused alone (its output has two readers)
+    assert [(c.module, c.pattern) for c in report.fused] == [
+        ("read_twice", "conv"), ("pointwise", "conv"),
+    ]  # fmt: skip
     assert [(left.name, left.folded_bn) for left in report.left] == [
-        ("grouped", "bn1"), ("conv2d", None), ("shared_fused0", "bn3"),
-        ("shared_fused1", "bn4"), ("read_twice", None),
+        ("grouped", "bn1"), ("conv2d", None), ("shared_fused0", "bn3"), ("shared_fused1", "bn4"),
     ]  # fmt: skip
     assert {name for name, m in gm.named_modules() if isinstance(m, nn.BatchNorm2d)} == {
         "bn2", "bn5",
@@ -435,7 +446,7 @@ def test_left_convs_fold_the_batchnorm_after_them(kernel_calls):  # noqa: F811
     with torch.no_grad():
         out = gm(x)
         expected = model.float()(x.float())
-    assert len(kernel_calls) == 1
+    assert len(kernel_calls) == 2
     check = compare_to_reference(out, expected)
     assert check.ok, str(check)
 
@@ -459,15 +470,15 @@ def test_left_conv_folds_in_float32():
     "name, norm, convs, residuals",
     [
         ("resnet18", "batch", 20, 8), ("resnet18", "frozen", 20, 8), ("resnet18", "sync", 20, 8),
-        ("mobilenet_v3_small", "batch", 41, 6), ("efficientnet_b0", "batch", 65, 9),
+        ("mobilenet_v3_small", "batch", 52, 6), ("efficientnet_b0", "batch", 81, 9),
     ],
 )
 def test_optimized_model_computes_the_model_on_cpu(
     kernel_calls, name, norm, convs, residuals  # noqa: F811
 ):
     """The rewritten graph feeds each fused module its input and identity (ResNet), the
-    epilogue's hardswish and hardsigmoid and the depthwise convs with their BatchNorm folded
-    run as the model's (MobileNetV3): the logits are as close to the float32 model's as
+    epilogue's hardswish and hardsigmoid and the depthwise convs (the grouped kernel's
+    contract) run as the model's (MobileNetV3, EfficientNet): the logits are as close to the float32 model's as
     torch's own bf16 model's are."""
     model = build(name, norm=norm)
     x = torch.randn(2, 3, 64, 64).to(memory_format=torch.channels_last)

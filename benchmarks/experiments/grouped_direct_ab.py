@@ -1,0 +1,129 @@
+"""The grouped / depthwise CUDA-core kernel (``cute_conv.grouped_conv2d``) against cuDNN on
+the grouped convs of torchvision models (H100/H200).
+
+    python benchmarks/experiments/grouped_direct_ab.py --models regnet_y_1_6gf \
+        mobilenet_v3_large --batches 1 8 32 --out grouped_direct_ab.json
+
+For each distinct grouped conv call of a model (groups > 1, input shapes recorded by forward
+hooks on a 224x224 batch) that ``cute_conv.grouped_limits`` takes: bf16 channels_last, random
+weights and bias, the activation after it in the model (its ``Conv2dNormActivation``'s, else
+none). ``cudnn``: ``F.conv2d(groups=...)`` with the bias, then the activation (what an
+unoptimized model runs; torch.compile fuses the activation into a Triton kernel but calls the
+same cuDNN conv); ``grouped``: the kernel with the bias and activation fused, on the filter
+staged once. Both checked against float32 from NaN-poisoned outputs
+(``compare_to_reference``), CUDA-graph replays in interleaved rounds (medians); sums per
+forward weigh each call by its count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from cute_conv.fold import activation_name
+from cute_conv.grouped import grouped_conv2d_staged, grouped_limits, stage_filter
+from cute_conv.reference import TORCH_ACTIVATIONS
+from cute_conv.testing import compare_to_reference
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from models import build_model, distinct_calls, replayed_us  # noqa: E402
+
+METHODS = ("cudnn", "grouped")
+
+
+def runs_grouped(module: nn.Module) -> bool:
+    """A grouped conv the kernel takes."""
+    if not isinstance(module, nn.Conv2d) or module.groups == 1:
+        return False
+    try:
+        grouped_limits(module.in_channels, module.out_channels, module.groups)
+    except ValueError:
+        return False
+    return True
+
+
+def grouped_convs(model: nn.Module, batch: int) -> list[tuple[nn.Conv2d, tuple, str | None, int]]:
+    """``(conv, input shape, activation after it, calls per forward)`` of each distinct
+    grouped conv call of ``model`` that the kernel takes (the activation: the first module
+    after the conv in its parent that is not a BatchNorm, where it is one, else None)."""
+    activations: dict[int, str | None] = {}
+    for block in model.modules():
+        children = list(block.children())
+        for i, child in enumerate(children):
+            if runs_grouped(child):
+                rest = [m for m in children[i + 1 : i + 3] if not isinstance(m, nn.BatchNorm2d)]
+                activations[id(child)] = activation_name(rest[0]) if rest else None
+    calls = distinct_calls(model, batch, lambda m: id(m) in activations, lambda m: activations[id(m)])
+    return [(conv, shape, activations[id(conv)], count) for conv, shape, count in calls]
+
+
+def measure(conv: nn.Conv2d, shape: tuple, activation: str | None, rounds: int) -> dict:
+    n, c, h, w = shape
+    k, groups = conv.out_channels, conv.groups
+    r, s = conv.kernel_size
+    geom = dict(stride=conv.stride, padding=conv.padding, dilation=conv.dilation)
+    gen = torch.Generator("cuda").manual_seed(0)
+    x = torch.randn(shape, device="cuda", generator=gen).bfloat16()
+    x = x.to(memory_format=torch.channels_last)
+    fan_in = r * s * c // groups
+    weight = (torch.randn(k, c // groups, r, s, device="cuda", generator=gen) / fan_in**0.5).bfloat16()
+    bias = torch.randn(k, device="cuda", generator=gen).bfloat16()
+    act = TORCH_ACTIVATIONS[activation]
+    ref = act(F.conv2d(x.float(), weight.float(), bias.float(), groups=groups, **geom))
+    staged = stage_filter(weight.permute(0, 2, 3, 1))
+    x_nhwc = x.permute(0, 2, 3, 1)  # a view of the channels_last tensor
+
+    def ours():
+        return grouped_conv2d_staged(
+            x_nhwc, staged, groups=groups, bias=bias, activation=activation,
+            stride=conv.stride, padding=conv.padding, dilation=conv.dilation,
+        )  # fmt: skip
+
+    fns = {"cudnn": lambda: act(F.conv2d(x, weight, bias, groups=groups, **geom)), "grouped": ours}
+    results = {"cudnn": fns["cudnn"](), "grouped": ours().permute(0, 3, 1, 2)}
+    torch.cuda.synchronize()
+    checks = {}
+    for name, result in results.items():
+        check = compare_to_reference(result, ref)
+        checks[name] = {"ok": check.ok, "rel_err": check.rel_err}
+    macs = n * k * ref.shape[2] * ref.shape[3] * r * s * c // groups
+    return {"module": repr(conv), "input": list(shape), "activation": activation,
+            "macs": macs, "checks": checks, "graph_us": replayed_us(fns, rounds)}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["regnet_y_1_6gf", "mobilenet_v3_large"])
+    parser.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    torch.backends.cudnn.benchmark = True
+    result = {"device": torch.cuda.get_device_name(), "rows": []}
+    for name in args.models:
+        model = build_model(name)
+        for batch in args.batches:
+            rows = []
+            for conv, shape, activation, calls in grouped_convs(model, batch):
+                row = measure(conv, shape, activation, args.rounds)
+                rows.append({"model": name, "batch": batch, "calls": calls, **row})
+            result["rows"] += rows
+            totals = {m: sum(r["graph_us"][m] * r["calls"] for r in rows) for m in METHODS}
+            bad = [r["input"] for r in rows if not all(c["ok"] for c in r["checks"].values())]
+            print(
+                f"{name} batch {batch}: {len(rows)} distinct grouped convs, per forward "
+                + ", ".join(f"{m} {us:.1f} us" for m, us in totals.items())
+                + f"; out of tolerance: {bad}",
+                flush=True,
+            )
+            args.out.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,351 @@
+"""Grouped and depthwise convs with the fused epilogue, on the CUDA-core direct kernel.
+
+    out = act(alpha * conv(x, filter, groups) * scale + bias) [+ beta * source]
+
+``grouped_conv2d`` takes the package's layouts: ``x`` NHWC, ``filter`` ``[K, R, S, C / groups]``
+(KRSC of one group's channels, as ``torch.nn.Conv2d(groups=...)``'s weight permuted), the
+output NPQK. The kernel (``kernels/common/grouped_direct.py``) reads the filter staged
+``[R, S, C / groups, K]``: ``stage_filter`` makes it, once per call here, or once per weight
+in ``cute_conv.nn.Conv2d`` (which calls ``grouped_conv2d_staged``).
+
+Under torch.compile / torch.export, or when an input requires grad, a call runs as the op
+``torch.ops.cute_conv.grouped_conv2d`` (its gradients are torch's, as ``cute_conv.autograd``
+derives them for the plain conv).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Optional
+
+import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+from .autograd import EpilogueArgs
+from .autograd import backward as _backward
+from .autograd import setup_context as _setup_context
+from .compile import compile_kernel, kernel_scalars
+from .cuda_context import current_raw_stream, device_arch, on_device
+from .dtypes import dtype_name
+from .epilogue import RESIDUAL_ORDERS, kernel_vector_dtype, validate_epilogue_args
+from .kernels.common.grouped_direct import MAX_GROUP_IN, VECTOR, GroupedDirectConfig
+from .problem import Conv2dProblemShape, normalize_padding, normalize_pair
+from .staging import spans_overlap
+from .validation import MAX_GEMM_M, check_tensor
+
+__all__ = ["grouped_conv2d", "grouped_conv2d_staged", "grouped_limits", "stage_filter"]
+
+SIXTEEN_BIT_DTYPES = (torch.bfloat16, torch.float16)
+OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_AFTER = RESIDUAL_ORDERS[0]
+Tensor = torch.Tensor
+
+
+def grouped_limits(in_channels: int, out_channels: int, groups: int) -> GroupedDirectConfig:
+    """The kernel config of a conv of these channels and groups, or a ``ValueError`` naming
+    the limit: ``groups`` divides both channel counts; a group has at most ``MAX_GROUP_IN``
+    input channels; one input and one output channel per group (depthwise, C a multiple of
+    8), or output channels per group a multiple of 8."""
+    for name, value in (("in_channels", in_channels), ("out_channels", out_channels),
+                        ("groups", groups)):  # fmt: skip
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if in_channels % groups or out_channels % groups:
+        raise ValueError(
+            f"groups={groups} must divide in_channels={in_channels} and "
+            f"out_channels={out_channels}"
+        )
+    group_in, group_out = in_channels // groups, out_channels // groups
+    if group_in > MAX_GROUP_IN:
+        raise ValueError(
+            f"groups={groups}: {group_in} input channels per group; the grouped kernel takes "
+            f"at most {MAX_GROUP_IN}"
+        )
+    depthwise = group_in == group_out == 1
+    if depthwise and out_channels % VECTOR:
+        raise ValueError(
+            f"a depthwise conv of {out_channels} channels: the kernel needs a multiple of "
+            f"{VECTOR}"
+        )
+    if not depthwise and group_out % VECTOR:
+        raise ValueError(
+            f"groups={groups}: {group_out} output channels per group; the grouped kernel needs "
+            f"a multiple of {VECTOR} (or one input and one output channel per group: depthwise)"
+        )
+    return GroupedDirectConfig(group_in, group_out)
+
+
+def stage_filter(filter: Tensor) -> Tensor:  # noqa: A002
+    """The ``[R, S, C / groups, K]`` filter the kernel reads, from a KRSC one (a copy)."""
+    return filter.permute(1, 2, 3, 0).contiguous()
+
+
+def grouped_conv2d(
+    x: Tensor,
+    filter: Tensor,  # noqa: A002
+    /,
+    *,
+    groups: int,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] | Sequence[Sequence[int]] = 0,
+    dilation: int | Sequence[int] = 1,
+    alpha: float = 1.0,
+    bias: Tensor | None = None,
+    scale: Tensor | None = None,
+    activation: str | None = None,
+    source: Tensor | None = None,
+    beta: float = 1.0,
+    residual_order: str = _AFTER,
+    out: Tensor | None = None,
+) -> Tensor:
+    """A grouped (or depthwise) conv with the fused epilogue, in one kernel on CUDA cores:
+
+        out = act(alpha * conv(x, filter, groups) * scale + bias) + beta * source
+
+    (``residual_order="before_activation"``: the source joins before ``act``.)
+
+    Args:
+        x: ``[N, H, W, C]`` contiguous (NHWC), bfloat16 or float16, on a Hopper (or later)
+            GPU.
+        filter: ``[K, R, S, C / groups]`` contiguous, of ``x``'s dtype.
+        groups: divides C and K; at most 256 input channels per group; K / groups a
+            multiple of 8, or C / groups == K / groups == 1 (depthwise) with C a multiple of 8.
+        stride, dilation: int or ``(h, w)``, at least 1.
+        padding: int, ``(h, w)`` or ``((top, bottom), (left, right))``, zeros.
+        alpha, bias, scale, activation: as ``cute_conv.conv2d_fprop`` takes them.
+        source: optional residual ``[N, P, Q, K]`` contiguous, of the output's dtype;
+            ``beta`` scales it and ``residual_order`` places it.
+        out: optional ``[N, P, Q, K]`` contiguous output (bfloat16, float16 or float32; may
+            be ``source`` itself, must not overlap ``x`` or ``filter``); else a new one of
+            ``x``'s dtype.
+
+    Returns:
+        ``out`` or the new output. Sums are float32.
+
+    Raises:
+        TypeError, ValueError: bad input, before anything is launched or written.
+
+    The filter is staged for the kernel on each call (a copy of it); ``cute_conv.nn.Conv2d``
+    stages a module's weight once.
+    """
+    _check_groups_arg(groups)
+    check_tensor("filter", filter, SIXTEEN_BIT_DTYPES)
+    return grouped_conv2d_staged(
+        x, stage_filter(filter), groups=groups, stride=stride, padding=padding,
+        dilation=dilation, alpha=alpha, bias=bias, scale=scale, activation=activation,
+        source=source, beta=beta, residual_order=residual_order, out=out,
+    )  # fmt: skip
+
+
+def grouped_conv2d_staged(
+    x: Tensor,
+    staged_filter: Tensor,
+    /,
+    *,
+    groups: int,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] | Sequence[Sequence[int]] = 0,
+    dilation: int | Sequence[int] = 1,
+    alpha: float = 1.0,
+    bias: Tensor | None = None,
+    scale: Tensor | None = None,
+    activation: str | None = None,
+    source: Tensor | None = None,
+    beta: float = 1.0,
+    residual_order: str = _AFTER,
+    out: Tensor | None = None,
+) -> Tensor:
+    """``grouped_conv2d`` with the filter already staged (``stage_filter``): ``[R, S,
+    C / groups, K]`` contiguous."""
+    stride, dilation = normalize_pair("stride", stride), normalize_pair("dilation", dilation)
+    pairs = normalize_padding(padding)
+    flat_padding = [*pairs[0], *pairs[1]]
+    if source is None:
+        beta, residual_order = 0.0, _AFTER
+    needs_grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (x, staged_filter, source, bias, scale)
+    )
+    if torch.compiler.is_compiling() or needs_grad:
+        if out is not None:
+            raise TypeError(
+                "out= is not taken under torch.compile or with inputs that require grad: "
+                "use the returned tensor"
+            )
+        return torch.ops.cute_conv.grouped_conv2d(
+            x, staged_filter, source, bias, scale, groups, list(stride), flat_padding,
+            list(dilation), float(alpha), float(beta), residual_order, activation,
+        )  # fmt: skip
+    return _run(x, staged_filter, source, bias, scale, groups, stride, pairs, dilation,
+                alpha, beta, residual_order, activation, out)  # fmt: skip
+
+
+def _check_groups_arg(groups: Any) -> None:
+    if isinstance(groups, bool) or not isinstance(groups, int):
+        raise TypeError(f"groups must be an int, got {type(groups).__name__}")
+
+
+def _validate(x, staged_filter, source, bias, scale, groups, stride, padding, dilation,
+              alpha, beta, residual_order, activation, out):  # fmt: skip
+    """Check a call; return its problem (C, K the whole conv's), config, epilogue spec and
+    output dtype. Reads shapes, dtypes and strides only (meta tensors pass)."""
+    _check_groups_arg(groups)
+    check_tensor("activation", x, SIXTEEN_BIT_DTYPES)
+    if not isinstance(staged_filter, torch.Tensor):
+        raise TypeError(f"filter must be a torch.Tensor, got {type(staged_filter).__name__}")
+    if staged_filter.dim() != 4 or not staged_filter.is_contiguous():
+        raise ValueError(
+            "the staged filter must be a contiguous [R, S, C / groups, K] tensor "
+            f"(stage_filter), got shape {tuple(staged_filter.shape)}"
+        )
+    if staged_filter.dtype != x.dtype:
+        raise TypeError(f"filter has dtype {staged_filter.dtype}; activation has {x.dtype}")
+    n, h, w, c = x.shape
+    r, s, group_in, k = staged_filter.shape
+    config = grouped_limits(c, k, groups)
+    if group_in != config.group_in:
+        raise ValueError(
+            f"filter has {group_in} input channels per group; activation's C={c} in "
+            f"groups={groups} makes {config.group_in}"
+        )
+    problem = Conv2dProblemShape(
+        N=n, H=h, W=w, C=c, K=k, R=r, S=s, padding=padding, stride=stride, dilation=dilation
+    )
+    if min(min(pair) for pair in problem.padding) < 0:
+        raise ValueError(f"padding must be >= 0, got {problem.padding}")
+    if problem.P < 1 or problem.Q < 1:
+        raise ValueError(
+            f"the filter ({r}x{s}, dilation {dilation}) does not fit the padded {h}x{w} input: "
+            f"output {problem.P}x{problem.Q}"
+        )
+    if problem.gemm_m >= MAX_GEMM_M or n * h * w >= MAX_GEMM_M:
+        raise ValueError(
+            f"N*P*Q = {problem.gemm_m} and N*H*W = {n * h * w} must stay below 2**31"
+        )
+    out_dtype = x.dtype
+    if out is not None:
+        check_tensor("out", out, OUT_DTYPES)
+        out_dtype = out.dtype
+        if tuple(out.shape) != problem.output_shape:
+            raise ValueError(
+                f"out has shape {tuple(out.shape)}; this conv writes [N, P, Q, K] = "
+                f"{problem.output_shape}"
+            )
+    spec = validate_epilogue_args(
+        problem, out_dtype, x.device, alpha=alpha, bias=bias, scale=scale,
+        activation=activation, epilogue_fn=None, source=source, beta=beta,
+        residual_order=residual_order,
+    )  # fmt: skip
+    return problem, config, spec, out_dtype
+
+
+def _run(x, staged_filter, source, bias, scale, groups, stride, padding, dilation, alpha,
+         beta, residual_order, activation, out) -> Tensor:  # fmt: skip
+    """The direct path: validate, compile (cached), launch."""
+    problem, config, spec, out_dtype = _validate(
+        x, staged_filter, source, bias, scale, groups, stride, padding, dilation, alpha, beta,
+        residual_order, activation, out,
+    )  # fmt: skip
+    for name, t in (("filter", staged_filter), ("source", source), ("bias", bias),
+                    ("scale", scale), ("out", out)):  # fmt: skip
+        if t is not None and t.device != x.device:
+            raise ValueError(f"{name} is on {t.device} but activation is on {x.device}")
+    if x.device.type != "cuda":
+        raise ValueError(f"activation is on {x.device}; cute_conv runs on CUDA tensors")
+    arch = device_arch(x.device.index)
+    if out is not None and _overlaps(out, x, staged_filter):
+        raise ValueError("out overlaps activation or filter: pass a separate output tensor")
+    kernel = compile_kernel(
+        arch, act_dtype=dtype_name(x.dtype), out_dtype=dtype_name(out_dtype), config=config,
+        epilogue=spec,
+    )  # fmt: skip
+    if out is None:
+        out = torch.empty(problem.output_shape, dtype=out_dtype, device=x.device)
+    if problem.gemm_m == 0:
+        return out
+    # Bias and scale in one dtype, contiguous (copies only where they are not already).
+    vector_dtype = kernel_vector_dtype(bias, scale)
+    bias, scale = (None if t is None else t.to(vector_dtype).contiguous() for t in (bias, scale))
+    bias_ptr, scale_ptr = (0 if t is None else t.data_ptr() for t in (bias, scale))
+    source_ptr = source.data_ptr() if spec.has_residual else 0
+    pointers = (
+        x.data_ptr(), staged_filter.data_ptr(), out.data_ptr(), source_ptr, bias_ptr, scale_ptr,
+        *([0] * 7),
+    )  # fmt: skip
+    scalars = kernel_scalars(problem, alpha, beta, 1)
+    with on_device(x.device.index):
+        kernel.launch(pointers, scalars, current_raw_stream(x.device.index))
+    return out
+
+
+def _overlaps(out: Tensor, x: Tensor, staged_filter: Tensor) -> bool:
+    out_bytes = out.numel() * out.element_size()
+    return any(
+        spans_overlap(out.data_ptr(), out_bytes, t.data_ptr(), t.numel() * t.element_size())
+        for t in (x, staged_filter)
+    )
+
+
+@torch.library.custom_op("cute_conv::grouped_conv2d", mutates_args=())
+def _grouped_op(
+    x: Tensor,
+    staged_filter: Tensor,
+    source: Optional[Tensor],
+    bias: Optional[Tensor],
+    scale: Optional[Tensor],
+    groups: int,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    alpha: float,
+    beta: float,
+    residual_order: str,
+    activation: Optional[str],
+) -> Tensor:
+    """``grouped_conv2d_staged`` as an op (its direct path: autograd runs the forward with
+    grad mode off)."""
+    top, bottom, left, right = padding
+    return _run(x, staged_filter, source, bias, scale, groups, tuple(stride),
+                ((top, bottom), (left, right)), tuple(dilation), alpha, beta, residual_order,
+                activation, None)  # fmt: skip
+
+
+@_grouped_op.register_fake
+def _(x, staged_filter, source, bias, scale, groups, stride, padding, dilation, alpha, beta,
+      residual_order, activation):  # fmt: skip
+    tensors = (x, staged_filter, source, bias, scale)
+    # Validation reads strides and dtypes only; it runs on meta stand-ins (as ``ops._fake``).
+    with unset_fake_temporarily():
+        metas = [
+            None if t is None else torch.empty_strided(
+                [int(d) for d in t.shape], [int(d) for d in t.stride()], dtype=t.dtype,
+                device="meta",
+            )
+            for t in tensors
+        ]  # fmt: skip
+        top, bottom, left, right = padding
+        problem, _, _, out_dtype = _validate(
+            *metas, groups, tuple(stride), ((top, bottom), (left, right)), tuple(dilation),
+            alpha, beta, residual_order, activation, None,
+        )  # fmt: skip
+    return x.new_empty(problem.output_shape, dtype=out_dtype)
+
+
+def _setup(ctx, inputs, output) -> None:
+    x, staged, source, bias, scale, groups, stride, padding, dilation, alpha, beta, order, act = (
+        inputs
+    )
+    args = EpilogueArgs(stride, padding, dilation, alpha, beta, act, order, groups)
+    needs = tuple(ctx.needs_input_grad[:5])
+    # The backward takes the KRSC filter: the staged one permuted back (a view).
+    _setup_context(ctx, (x, staged.permute(3, 0, 1, 2), source, bias, scale), args, output,
+                   needs)  # fmt: skip
+
+
+def _backward_op(ctx, grad_out):
+    gx, gw, gs, gb, gsc = _backward(ctx, grad_out, tuple(ctx.needs_input_grad[:5]))
+    if gw is not None:
+        gw = gw.permute(1, 2, 3, 0)  # KRSC -> the staged layout
+    return (gx, gw, gs, gb, gsc) + (None,) * 8
+
+
+_grouped_op.register_autograd(_backward_op, setup_context=_setup)

@@ -1,0 +1,232 @@
+"""Grouped and depthwise convs on CUDA cores, with the fused epilogue: a direct conv.
+
+A grouped conv (``groups`` > 1: RegNet's and ResNeXt's 3x3s, MobileNet's, EfficientNet's and
+ConvNeXt's depthwise convs) is ``groups`` small convs side by side: each output channel reads
+only the ``C / groups`` input channels of its group. As an implicit GEMM its N (output
+channels per group) and K (``R * S * C / groups``) are a few dozen, far below a tensor-core
+tile; cuDNN runs them in NHWC through layout transforms of the activation and the output
+(RegNetY-1.6GF at batch 1 on an H200: three transforms per grouped conv, 40% of the forward).
+
+Each thread owns ``vector`` output channels of one output pixel (adjacent threads adjacent
+channel vectors, so a warp's stores are coalesced). It walks the filter taps and sums in
+float32, then runs the tensor-core kernels' epilogue (``apply_epilogue``) on its vector and
+stores it with one vector store. Two forms, chosen at compile time by the config:
+
+- depthwise (one input and one output channel per group): the thread's output channels read
+  their own input channels: per tap one activation vector and one filter vector.
+- grouped (``group_out`` a multiple of ``vector``): the thread's output channels share one
+  group's inputs: per tap it loads the group's activations ``in_vector`` channels at a time,
+  and for each input channel one filter vector (its ``vector`` output channels), and
+  multiplies the input into all of them.
+
+The filter is staged ``[R, S, C / groups, K]`` (``stage_filter`` on the host: the KRSC filter
+permuted) so that a tap's and input channel's weights of adjacent output channels are
+contiguous. No shared memory: neighbouring pixels' re-reads of an input pixel and every
+thread's re-reads of the filter hit L1/L2. Launched with programmatic dependent launch; it
+waits for the previous grid before its first load.
+"""
+
+from dataclasses import dataclass
+from math import gcd
+
+import cutlass
+import cutlass.cute as cute
+
+from .dependent_launch import wait_for_previous_grid
+from .entry import SIXTEEN_BIT_TYPES, WIDE_OUT_TYPES, ConvKernelEntry, ConvLaunchParams
+from .epilogue import apply_epilogue
+
+THREADS = 128
+VECTOR = 8  # 16-bit output channels per thread: one 16-byte filter load and store
+MAX_GROUP_IN = 256  # input channels per group: the grouped form unrolls its loop over them
+
+
+@dataclass(frozen=True)
+class GroupedDirectConfig:
+    """The group shape ``GroupedDirectConv`` is compiled for (part of the kernel's cache key).
+
+    Attributes:
+        group_in: input channels per group, ``C / groups`` (1 .. ``MAX_GROUP_IN``).
+        group_out: output channels per group, ``K / groups``: 1 with ``group_in == 1``
+            (depthwise), else a multiple of ``VECTOR``.
+    """
+
+    group_in: int
+    group_out: int
+
+    def __post_init__(self) -> None:
+        for name in ("group_in", "group_out"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"GroupedDirectConfig.{name} must be a positive int, got {value!r}")
+        if self.group_in > MAX_GROUP_IN:
+            raise ValueError(
+                f"GroupedDirectConfig.group_in={self.group_in}: at most {MAX_GROUP_IN} input "
+                "channels per group"
+            )
+        if not self.depthwise and self.group_out % VECTOR:
+            raise ValueError(
+                f"GroupedDirectConfig.group_out={self.group_out}: a multiple of {VECTOR} output "
+                "channels per group, or 1 with group_in=1 (depthwise)"
+            )
+
+    @property
+    def depthwise(self) -> bool:
+        return self.group_in == 1 and self.group_out == 1
+
+    @property
+    def in_vector(self) -> int:
+        """Input channels per activation load of the grouped form (a divisor of group_in)."""
+        return gcd(self.group_in, VECTOR)
+
+
+class GroupedDirectConv(ConvKernelEntry):
+    """A grouped conv of 16-bit inputs, a thread per ``VECTOR`` output channels of an output
+    pixel (see the module docstring). Takes ``ConvLaunchParams`` with the filter pointer at
+    the staged ``[R, S, C / groups, K]`` filter; ``geometry.c`` and ``geometry.k`` are the
+    whole conv's channels (K a multiple of ``VECTOR``)."""
+
+    config_class = GroupedDirectConfig
+
+    def _configure(self) -> None:
+        if self.act_dtype not in SIXTEEN_BIT_TYPES:
+            raise TypeError(f"GroupedDirectConv takes 16-bit inputs, got {self.act_dtype}")
+        if self.out_dtype not in WIDE_OUT_TYPES:
+            raise TypeError(f"GroupedDirectConv writes 16- or 32-bit outputs, got {self.out_dtype}")
+        spec = self.epilogue
+        if spec.has_amax or spec.has_source_scale or spec.epilogue_fn is not None:
+            raise ValueError(
+                "GroupedDirectConv's epilogue takes scale, bias, an activation and a residual "
+                "only (no amax, source scale or epilogue_fn)"
+            )
+        self.group_in = self.config.group_in
+        self.group_out = self.config.group_out
+        self.depthwise = self.config.depthwise
+        self.in_vector = VECTOR if self.depthwise else self.config.in_vector
+
+    def smem_bytes(self) -> int:
+        return 0
+
+    @cute.jit
+    def launch(self, params: ConvLaunchParams, stream):
+        ptrs, geo = params.pointers, params.geometry
+        in_vector = self.in_vector
+        # 64-bit strides: a large activation's offsets pass 2**31 elements.
+        c = cute.assume(cutlass.Int64(geo.c // in_vector) * in_vector, divby=in_vector)
+        k = cute.assume(cutlass.Int64(geo.k // VECTOR) * VECTOR, divby=VECTOR)
+        vectors = geo.k // VECTOR
+        m_x = cute.make_tensor(
+            ptrs.act,
+            cute.make_layout(
+                (in_vector, geo.c // in_vector, geo.w, geo.h, geo.n),
+                stride=(1, in_vector, c, c * geo.w, c * geo.w * geo.h),
+            ),
+        )
+        group_k = k * self.group_in
+        m_f = cute.make_tensor(
+            ptrs.filter,
+            cute.make_layout(
+                (VECTOR, vectors, self.group_in, geo.s, geo.r),
+                stride=(1, VECTOR, k, group_k, group_k * geo.s),
+            ),
+        )
+        rows = geo.n * geo.p * geo.q
+        out_layout = cute.make_layout((VECTOR, vectors, rows), stride=(1, VECTOR, k))
+        m_d = cute.make_tensor(ptrs.out, out_layout)
+        m_c = cute.make_tensor(ptrs.source, out_layout)
+        vec_layout = cute.make_layout((VECTOR, vectors), stride=(1, VECTOR))
+        m_bias = cute.make_tensor(ptrs.bias, vec_layout)
+        m_scale = cute.make_tensor(ptrs.scale, vec_layout)
+        threads = cutlass.Int64(vectors) * rows
+        self.kernel(m_x, m_f, m_d, m_c, m_bias, m_scale, geo, params.alpha, params.beta).launch(
+            grid=(cutlass.Int32((threads + THREADS - 1) // THREADS), 1, 1),
+            block=[THREADS, 1, 1],
+            stream=stream,
+            use_pdl=True,
+        )
+
+    @cute.kernel
+    def kernel(
+        self,
+        m_x: cute.Tensor,
+        m_f: cute.Tensor,
+        m_d: cute.Tensor,
+        m_c: cute.Tensor,
+        m_bias: cute.Tensor,
+        m_scale: cute.Tensor,
+        geo,
+        alpha: cutlass.Float32,
+        beta: cutlass.Float32,
+    ):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        vectors = cute.size(m_d, mode=[1])
+        rows = cute.size(m_d, mode=[2])
+        thread = cutlass.Int64(bidx) * THREADS + tidx
+        v = cutlass.Int32(thread % vectors)
+        row = thread // vectors
+        wait_for_previous_grid()
+        if row < rows:
+            q = cutlass.Int32(row % geo.q)
+            p = cutlass.Int32((row // geo.q) % geo.p)
+            n = cutlass.Int32(row // (geo.q * geo.p))
+            acc = cute.make_rmem_tensor((VECTOR,), cutlass.Float32)
+            acc.fill(0.0)
+            for r in cutlass.range(geo.r):
+                ih = p * geo.stride_h - geo.pad_top + r * geo.dil_h
+                for s in cutlass.range(geo.s):
+                    iw = q * geo.stride_w - geo.pad_left + s * geo.dil_w
+                    if ih >= 0 and ih < geo.h and iw >= 0 and iw < geo.w:
+                        if cutlass.const_expr(self.depthwise):
+                            self.depthwise_tap(acc, m_x, m_f, v, iw, ih, n, s, r)
+                        else:
+                            self.grouped_tap(acc, m_x, m_f, v, iw, ih, n, s, r)
+            self.store(acc, v, row, m_d, m_c, m_bias, m_scale, alpha, beta)
+
+    @cute.jit
+    def depthwise_tap(self, acc, m_x, m_f, v, iw, ih, n, s, r):
+        """One tap of the depthwise form: each output channel times its own input channel."""
+        x_vec = cute.make_rmem_tensor((VECTOR,), self.act_dtype)
+        f_vec = cute.make_rmem_tensor((VECTOR,), self.filter_dtype)
+        cute.autovec_copy(m_x[(None, v, iw, ih, n)], x_vec)
+        cute.autovec_copy(m_f[(None, v, 0, s, r)], f_vec)
+        acc.store(acc.load() + x_vec.load().to(cutlass.Float32) * f_vec.load().to(cutlass.Float32))
+
+    @cute.jit
+    def grouped_tap(self, acc, m_x, m_f, v, iw, ih, n, s, r):
+        """One tap of the grouped form: every input channel of the thread's group times the
+        thread's output channels' weights for it."""
+        in_vector = self.in_vector
+        # The group's first input vector: output channel v * VECTOR is in group
+        # v * VECTOR // group_out, whose inputs start at channel group * group_in.
+        first = (v * VECTOR // self.group_out) * (self.group_in // in_vector)
+        x_vec = cute.make_rmem_tensor((in_vector,), self.act_dtype)
+        f_vec = cute.make_rmem_tensor((VECTOR,), self.filter_dtype)
+        for j in cutlass.range_constexpr(self.group_in // in_vector):
+            cute.autovec_copy(m_x[(None, first + j, iw, ih, n)], x_vec)
+            for i in cutlass.range_constexpr(in_vector):
+                cute.autovec_copy(m_f[(None, v, j * in_vector + i, s, r)], f_vec)
+                x = x_vec[i].to(cutlass.Float32)
+                acc.store(acc.load() + f_vec.load().to(cutlass.Float32) * x)
+
+    @cute.jit
+    def store(self, acc, v, row, m_d, m_c, m_bias, m_scale, alpha, beta):
+        """The epilogue on one thread's vector of sums, and its store."""
+        spec = self.epilogue
+        bias = scale = residual = None
+        if cutlass.const_expr(spec.has_bias):
+            bias = self._load_vector(m_bias[(None, v)])
+        if cutlass.const_expr(spec.has_scale):
+            scale = self._load_vector(m_scale[(None, v)])
+        if cutlass.const_expr(spec.has_residual):
+            residual = self._load_vector(m_c[(None, v, row)]) * beta
+        y = apply_epilogue(spec, acc.load(), alpha, scale, bias, residual)
+        out = cute.make_rmem_tensor((VECTOR,), self.out_dtype)
+        out.store(y.to(self.out_dtype))
+        cute.autovec_copy(out, m_d[(None, v, row)])
+
+    @cute.jit
+    def _load_vector(self, src: cute.Tensor) -> cute.TensorSSA:
+        staged = cute.make_rmem_tensor((VECTOR,), src.element_type)
+        cute.autovec_copy(src, staged)
+        return staged.load().to(cutlass.Float32)

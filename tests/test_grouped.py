@@ -1,0 +1,239 @@
+"""The grouped / depthwise conv path without a GPU: its limits and errors (before any launch),
+the kernel compiled for sm_90a and sm_100a (16-byte loads and store, no shared memory, the
+wait for the previous grid), the op's fake output under torch.compile's tracing, its gradients
+against torch's grouped conv, and ``cute_conv.nn.Conv2d``'s grouped forward (the kernel call
+replaced by its float32 reference, see tests/test_nn.py)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+from cute_conv.kernels.common.epilogue import EpilogueSpec
+from cute_conv.kernels.common.grouped_direct import GroupedDirectConfig
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import cute_conv
+from cute_conv.grouped import grouped_conv2d, grouped_conv2d_staged, grouped_limits, stage_filter
+from cute_conv.testing import compare_to_reference
+from tests.test_autograd import reference_forward_on_cpu
+from tests.test_nn import kernel_calls, random_bn  # noqa: F401 - the fixture
+
+BF16 = torch.bfloat16
+
+
+@pytest.mark.parametrize(
+    "c, k, groups, config",
+    [
+        (96, 96, 96, GroupedDirectConfig(1, 1)),  # depthwise
+        (48, 48, 2, GroupedDirectConfig(24, 24)),  # RegNet's group width 24
+        (128, 256, 32, GroupedDirectConfig(4, 8)),  # ResNeXt-50 layer2's
+        (16, 128, 16, GroupedDirectConfig(1, 8)),  # a channel multiplier of 8
+        (512, 512, 2, GroupedDirectConfig(256, 256)),  # the widest group
+    ],
+)
+def test_grouped_limits_return_the_config(c, k, groups, config):
+    assert grouped_limits(c, k, groups) == config
+
+
+@pytest.mark.parametrize(
+    "c, k, groups, match",
+    [
+        (96, 96, 5, "groups=5 must divide in_channels=96 and out_channels=96"),
+        (128, 128, 32, "groups=32: 4 output channels per group; .*multiple of 8"),
+        (58, 58, 58, "a depthwise conv of 58 channels: the kernel needs a multiple of 8"),
+        (1024, 1024, 2, "512 input channels per group; the grouped kernel takes at most 256"),
+        (16, 16, 0, "groups must be a positive int, got 0"),
+    ],
+)
+def test_grouped_limits_name_the_limit(c, k, groups, match):
+    with pytest.raises(ValueError, match=match):
+        grouped_limits(c, k, groups)
+
+
+def _call_inputs(n=2, h=9, w=8, c=48, k=48, groups=2, r=3):
+    x = torch.randn(n, h, w, c, dtype=BF16)
+    flt = torch.randn(k, r, r, c // groups, dtype=BF16)
+    return x, flt
+
+
+@pytest.mark.parametrize(
+    "change, error, match",
+    [
+        (dict(groups=2.0), TypeError, "groups must be an int, got float"),
+        (dict(groups=5), ValueError, "groups=5 must divide"),
+        (dict(x_dtype=torch.float32), TypeError, "activation has dtype torch.float32"),
+        (dict(filter_c=12), ValueError, "filter has 12 input channels per group; activation's C=48"),
+        (dict(padding=-1), ValueError, "padding must be >= 0"),
+        (dict(stride=0), ValueError, "stride must be >= 1"),
+        (dict(h=1, padding=0), ValueError, "does not fit the padded 1x8 input"),
+        (dict(activation="swish"), ValueError, "activation"),
+        (dict(bias_len=7), ValueError, r"bias has shape \(7,\)"),
+        (dict(source_shape=(2, 9, 8, 40)), ValueError, "source has shape"),
+        (dict(out_shape=(2, 9, 8, 40)), ValueError, "out has shape"),
+        (dict(cpu=True), ValueError, "activation is on cpu; cute_conv runs on CUDA tensors"),
+    ],
+)
+def test_bad_calls_are_refused_before_anything_is_written(change, error, match):
+    groups = change.get("groups", 2)
+    x, flt = _call_inputs(h=change.get("h", 9))
+    if "x_dtype" in change:
+        x = x.to(change["x_dtype"])
+    if "filter_c" in change:
+        flt = torch.randn(48, 3, 3, change["filter_c"], dtype=BF16)
+    kwargs = dict(groups=groups, padding=change.get("padding", 1), stride=change.get("stride", 1))
+    if "activation" in change:
+        kwargs["activation"] = change["activation"]
+    if "bias_len" in change:
+        kwargs["bias"] = torch.zeros(change["bias_len"])
+    if "source_shape" in change:
+        kwargs["source"] = torch.zeros(change["source_shape"], dtype=BF16)
+    out = torch.full(change.get("out_shape", (2, 9, 8, 48)), float("nan"), dtype=BF16)
+    if "out_shape" in change or "cpu" in change:
+        kwargs["out"] = out
+    with pytest.raises(error, match=match):
+        grouped_conv2d(x, flt, **kwargs)
+    assert out.isnan().all()  # nothing written
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+@pytest.mark.parametrize(
+    "config, activation",
+    [
+        (GroupedDirectConfig(1, 1), "hardswish"),
+        (GroupedDirectConfig(24, 24), "relu"),
+        (GroupedDirectConfig(4, 8), None),
+        (GroupedDirectConfig(1, 16), "silu"),
+    ],
+    ids=["depthwise", "g24", "g4", "multiplier"],
+)
+def test_the_kernel_compiles_to_vector_loads_and_one_store(arch, config, activation):
+    spec = EpilogueSpec(has_bias=True, activation=activation, vector_dtype="bfloat16")
+    kernel = cute_conv.compile_kernel(arch, config=config, epilogue=spec)
+    ptx = kernel.ptx
+    assert kernel.smem_bytes == 0 and ".shared" not in ptx
+    loads = re.findall(r"ld\.global(?:\.\w+)*\.(v\d)\.\w+", ptx)
+    # the filter vectors (16 bytes) and the activation vectors (16, or 8 of 4 channels)
+    assert len(loads) >= 3 and set(loads) == {"v4"}
+    assert len(re.findall(r"st\.global(?:\.\w+)*\.v4\.\w+", ptx)) == 1
+    assert "griddepcontrol.wait" in ptx
+    # each input channel multiplied into the thread's 8 output channels: fused multiply-adds
+    # (sm_90a), or multiplies of float pairs (sm_100a's f32x2)
+    products = len(re.findall(r"fma\.rn\.f32 ", ptx)) + 2 * len(re.findall(r"mul\.f32x2", ptx))
+    assert products >= 8 * config.group_in
+
+
+def test_the_kernel_refuses_what_its_epilogue_does_not_run():
+    spec = EpilogueSpec(has_amax=True)
+    with pytest.raises(ValueError, match="no amax, source scale or epilogue_fn"):
+        cute_conv.compile_kernel("sm_90a", config=GroupedDirectConfig(1, 1), epilogue=spec)
+    with pytest.raises(TypeError, match="16-bit inputs"):
+        cute_conv.compile_kernel(
+            "sm_90a", act_dtype="float8_e4m3fn", config=GroupedDirectConfig(1, 1)
+        )
+
+
+def test_the_op_traces_to_the_output_shape_and_dtype():
+    with FakeTensorMode():
+        x = torch.empty(2, 14, 14, 48, dtype=BF16, device="cuda")
+        staged = torch.empty(3, 3, 24, 48, dtype=BF16, device="cuda")
+        y = torch.ops.cute_conv.grouped_conv2d(
+            x, staged, None, None, None, 2, [2, 2], [1, 1, 1, 1], [1, 1], 1.0, 0.0,
+            "after_activation", "relu",
+        )  # fmt: skip
+        assert y.shape == (2, 7, 7, 48) and y.dtype == BF16
+        with pytest.raises(ValueError, match="groups=5 must divide"):
+            torch.ops.cute_conv.grouped_conv2d(
+                x, staged, None, None, None, 5, [1, 1], [1, 1, 1, 1], [1, 1], 1.0, 0.0,
+                "after_activation", None,
+            )  # fmt: skip
+
+
+@pytest.mark.parametrize("order", ["after_activation", "before_activation"])
+@pytest.mark.parametrize("shape", [(48, 48, 2), (16, 16, 16)], ids=["g24", "depthwise"])
+def test_gradients_are_torch_grouped_conv_s(shape, order):
+    """Through the op and its registered autograd (forward: the float64 reference on a CPU),
+    every input's gradient matches torch's own autograd of the grouped conv."""
+    c, k, groups = shape
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 7, 6, c, dtype=torch.float64, generator=gen)
+    flt = torch.randn(k, 3, 3, c // groups, dtype=torch.float64, generator=gen) / 4
+    bias = torch.randn(k, dtype=torch.float64, generator=gen)
+    scale = torch.rand(k, dtype=torch.float64, generator=gen) + 0.5
+    source = torch.randn(2, 4, 3, k, dtype=torch.float64, generator=gen)
+    grad_out = torch.randn(2, 4, 3, k, dtype=torch.float64, generator=gen)
+    geom = dict(stride=2, padding=((1, 2), (1, 0)), dilation=1)
+
+    def ours(x, flt, bias, scale, source):
+        return grouped_conv2d_staged(
+            x, stage_filter(flt), groups=groups, bias=bias, scale=scale, activation="silu",
+            source=source, beta=0.5, residual_order=order, alpha=0.75, **geom,
+        )  # fmt: skip
+
+    def torchs(x, flt, bias, scale, source):
+        x_nchw = F.pad(x.permute(0, 3, 1, 2), (1, 0, 1, 2))
+        z = F.conv2d(x_nchw, flt.permute(0, 3, 1, 2), stride=2, groups=groups)
+        z = z.permute(0, 2, 3, 1) * 0.75 * scale + bias
+        if order == "before_activation":
+            return F.silu(z + 0.5 * source)
+        return F.silu(z) + 0.5 * source
+
+    grads = []
+    for fn in (ours, torchs):
+        leaves = [t.clone().requires_grad_() for t in (x, flt, bias, scale, source)]
+        with reference_forward_on_cpu():
+            out = fn(*leaves)
+        out.backward(grad_out)
+        grads.append([leaf.grad for leaf in leaves])
+    for name, got, want in zip(("x", "filter", "bias", "scale", "source"), *grads, strict=True):
+        torch.testing.assert_close(got, want, msg=name)
+
+
+def test_module_from_torch_runs_the_grouped_path(kernel_calls):  # noqa: F811
+    torch.manual_seed(5)
+    conv = nn.Conv2d(48, 48, 3, stride=2, padding=1, groups=2, bias=False).to(BF16)
+    bn = random_bn(48, BF16)
+    module = cute_conv.nn.Conv2d.from_torch(conv, bn, nn.ReLU()).eval()
+    assert module.groups == 2 and module.weight.shape == (48, 3, 3, 24)
+    assert "groups=2" in repr(module)
+    x = torch.randn(2, 48, 9, 8).to(BF16).to(memory_format=torch.channels_last)
+    identity = torch.randn(2, 48, 5, 4).to(BF16).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        y = module(x, identity)
+        module(x)
+    (x_nhwc, staged, source), (_, staged_again, _) = kernel_calls
+    assert x_nhwc.data_ptr() == x.data_ptr() and source.data_ptr() == identity.data_ptr()
+    assert staged is staged_again and staged.shape == (3, 3, 24, 48)  # staged once
+    expected = F.relu(bn.float()(conv.float()(x.float()))) + identity.float()
+    check = compare_to_reference(y, expected)
+    assert check.ok, str(check)
+    with torch.no_grad():
+        module.weight.mul_(2)  # a changed weight is staged again
+        module(x)
+    assert kernel_calls[-1][1] is not staged
+
+
+def test_grouped_module_refuses_fp8():
+    conv = nn.Conv2d(16, 16, 3, groups=16).to(BF16)
+    module = cute_conv.nn.Conv2d.from_torch(conv)
+    with pytest.raises(ValueError, match="to_fp8: a grouped Conv2d"):
+        module.to_fp8()
+    with pytest.raises(ValueError, match="write_fp8: a grouped Conv2d"):
+        module.write_fp8(torch.ones(()))
+    x = torch.randn(1, 16, 5, 5).to(BF16)
+    with pytest.raises(ValueError, match="keeps no amax"):
+        module(x, out_amax=torch.zeros(1))
+
+
+def test_optimize_keeps_grouped_convs_16bit_under_fp8():
+    model = nn.Sequential(
+        nn.Conv2d(32, 64, 1), nn.Conv2d(64, 64, 3, padding=1, groups=64), nn.Conv2d(64, 32, 1)
+    )
+    gm = cute_conv.optimize(model.to(BF16).eval(), dtype="fp8")
+    report = gm.cute_conv_report
+    assert [left.name for left in report.kept_16bit] == ["1"]
+    assert report.kept_16bit[0].reason.startswith("a grouped conv (groups=64)")
+    assert gm.get_submodule("1").w_scale is None

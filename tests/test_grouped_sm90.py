@@ -1,0 +1,176 @@
+"""GPU numerics of the grouped / depthwise CUDA-core kernel (``cute_conv.grouped_conv2d``)
+against float32, into NaN-poisoned outputs: depthwise, grouped (group widths 4 to 256, a
+channel multiplier), strides, dilation, asymmetric padding, every epilogue term (scale, bias,
+each activation, both residual orders, in place), float16 and float32 outputs, CUDA-graph
+replays, ``cute_conv.nn.Conv2d`` of grouped convs under torch.compile, and optimized models'
+logits against torch's bf16 model's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import cute_conv
+from cute_conv.reference import TORCH_ACTIVATIONS, conv2d_reference
+from cute_conv.testing import compare_to_reference
+
+pytestmark = pytest.mark.gpu
+
+BF16 = torch.bfloat16
+
+# (n, h, w, c, k, groups, r, geometry)
+PROBLEMS = {
+    "dw3x3": (2, 28, 28, 96, 96, 96, 3, dict(padding=1)),
+    "dw5x5-s2": (3, 15, 17, 72, 72, 72, 5, dict(stride=2, padding=2)),
+    "dw7x7": (1, 14, 14, 384, 384, 384, 7, dict(padding=3)),
+    "dw3x3-dil2-asym": (2, 11, 9, 16, 16, 16, 3, dict(padding=((2, 1), (0, 3)), dilation=2)),
+    "g24": (2, 14, 14, 120, 120, 5, 3, dict(padding=1)),
+    "g24-s2": (1, 28, 28, 48, 48, 2, 3, dict(stride=2, padding=1)),
+    "g4": (2, 10, 10, 128, 256, 32, 3, dict(padding=1)),
+    "g8-k16": (1, 9, 7, 64, 128, 8, 3, dict(stride=(2, 1), padding=1)),
+    "g256": (1, 6, 6, 512, 512, 2, 3, dict(padding=1)),
+    "multiplier8": (2, 12, 12, 16, 128, 16, 3, dict(padding=1)),
+    "g12-1x1": (2, 7, 7, 96, 64, 8, 1, {}),
+}
+
+
+def run_grouped(n, h, w, c, k, groups, r, geom, *, dtype=BF16, out_dtype=None, seed=0, **epi):
+    """One call on fresh random inputs into a NaN-filled output, and its float32 check."""
+    gen = torch.Generator("cuda").manual_seed(seed)
+    x = torch.randn(n, h, w, c, device="cuda", generator=gen).to(dtype)
+    flt = (torch.randn(k, r, r, c // groups, device="cuda", generator=gen) / (r * (c // groups) ** 0.5)).to(dtype)
+    expected = conv2d_reference(x, flt, groups=groups, **geom) * epi.get("alpha", 1.0)
+    kwargs = dict(groups=groups, **geom)
+    if epi.get("scale"):
+        kwargs["scale"] = torch.rand(k, device="cuda", generator=gen) + 0.5
+        expected = expected * kwargs["scale"]
+    if epi.get("bias"):
+        kwargs["bias"] = torch.randn(k, device="cuda", generator=gen).to(dtype)
+        expected = expected + kwargs["bias"].float()
+    if "alpha" in epi:
+        kwargs["alpha"] = epi["alpha"]
+    out_dtype = out_dtype or dtype
+    out = torch.full(expected.shape, float("nan"), device="cuda", dtype=out_dtype)
+    activation = epi.get("activation")
+    order = epi.get("order", "after_activation")
+    source = None
+    if "beta" in epi:
+        source = torch.randn(expected.shape, device="cuda", generator=gen).to(out_dtype)
+        if epi.get("in_place"):
+            out = source
+        residual = epi["beta"] * source.float()
+        kwargs.update(source=source, beta=epi["beta"], residual_order=order)
+    if source is not None and order == "before_activation":
+        expected = TORCH_ACTIVATIONS[activation](expected + residual)
+    else:
+        expected = TORCH_ACTIVATIONS[activation](expected)
+        if source is not None:
+            expected = expected + residual
+    y = cute_conv.grouped_conv2d(x, flt, activation=activation, out=out, **kwargs)
+    torch.cuda.synchronize()
+    assert y is out
+    report = compare_to_reference(y, expected)
+    assert report.ok, str(report)
+
+
+@pytest.mark.parametrize("problem", PROBLEMS.values(), ids=PROBLEMS.keys())
+def test_grouped_shapes(problem):
+    run_grouped(*problem, bias=True, activation="relu")
+
+
+@pytest.mark.parametrize("activation", [a for a in TORCH_ACTIVATIONS if a])
+@pytest.mark.parametrize("problem", ["dw3x3", "g24"])
+def test_grouped_activations(problem, activation):
+    run_grouped(*PROBLEMS[problem], scale=True, bias=True, activation=activation)
+
+
+@pytest.mark.parametrize(
+    "epi",
+    [
+        dict(alpha=0.5),
+        dict(beta=1.0),
+        dict(beta=-0.5, bias=True, activation="silu"),
+        dict(beta=1.0, bias=True, activation="relu", order="before_activation"),
+        dict(beta=1.0, bias=True, activation="hardswish", in_place=True),
+    ],
+    ids=["alpha", "residual", "beta-silu", "before-activation", "in-place"],
+)
+@pytest.mark.parametrize("problem", ["dw5x5-s2", "g4"])
+def test_grouped_epilogues(problem, epi):
+    run_grouped(*PROBLEMS[problem], **epi)
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float16, torch.float32])
+def test_grouped_dtypes(out_dtype):
+    dtype = torch.float16 if out_dtype == torch.float16 else BF16
+    run_grouped(*PROBLEMS["g24"], dtype=dtype, out_dtype=out_dtype, bias=True)
+
+
+def test_grouped_replays_in_a_cuda_graph():
+    conv = nn.Conv2d(96, 96, 3, padding=1, groups=96).to(BF16).cuda()
+    module = cute_conv.nn.Conv2d.from_torch(conv, activation="relu6").eval()
+    x = torch.randn(4, 96, 20, 20, device="cuda").to(BF16).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            module(x)  # warm-up: compile, stage the weight
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            y = module(x)
+        x.copy_(torch.randn_like(x))
+        y.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        expected = F.relu6(conv.float()(x.float()))
+    report = compare_to_reference(y, expected)
+    assert report.ok, str(report)
+
+
+def test_grouped_module_under_torch_compile_and_autograd():
+    torch.manual_seed(1)
+    conv = nn.Conv2d(48, 48, 3, padding=1, groups=2).to(BF16).cuda()
+    module = cute_conv.nn.Conv2d.from_torch(conv, activation="silu")
+    x = torch.randn(2, 48, 12, 12, device="cuda").to(BF16).to(memory_format=torch.channels_last)
+    compiled = torch.compile(module, fullgraph=True)
+    with torch.no_grad():
+        y = compiled(x)
+        expected = F.silu(conv.float()(x.float()))
+    report = compare_to_reference(y, expected)
+    assert report.ok, str(report)
+    # gradients: torch's grouped conv backward, checked against torch's module in float32
+    x32 = x.float().requires_grad_()
+    leaf = x.detach().requires_grad_()
+    module(leaf).float().sum().backward()
+    F.silu(conv.float()(x32)).sum().backward()
+    assert compare_to_reference(leaf.grad, x32.grad).ok
+    assert module.weight.grad is not None
+
+
+@pytest.mark.parametrize("name", ["regnet_y_400mf", "mobilenet_v3_small", "efficientnet_b0"])
+def test_optimized_models_logits_no_worse_than_torch_bf16(name):
+    import torchvision
+
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, name)().eval()
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.normal_(0, 0.2)
+            m.running_var.uniform_(0.5, 1.5)
+    reference_model = model.cuda().to(memory_format=torch.channels_last)
+    x = torch.randn(4, 3, 128, 128, device="cuda").to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        reference = reference_model(x)
+        bf16 = reference_model.to(BF16)
+        torch_bf16 = bf16(x.to(BF16)).float()
+        gm = cute_conv.optimize(bf16)
+        assert any(isinstance(m, cute_conv.nn.Conv2d) and m.groups > 1 for m in gm.modules())
+        ours = gm(x.to(BF16)).float()
+
+    def rel(y):
+        return ((y - reference).norm() / reference.norm()).item()
+
+    assert rel(ours) <= 1.1 * rel(torch_bf16), (rel(ours), rel(torch_bf16))
