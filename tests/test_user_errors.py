@@ -133,13 +133,14 @@ def test_config_helpers_still_answer_on_good_arguments():
         (dict(out_dtype=torch.int32), TypeError,
          "out_dtype=int32 is not supported; use one of bfloat16, float16, float32"),
         (dict(config="128x128"), TypeError,
-         "config must be a Conv2dConfig or a PointwiseGemvConfig for arch='sm_90a'"),
+         "config must be a Conv2dConfig, a PointwiseGemvConfig or a GroupedDirectConfig for "
+         "arch='sm_90a'"),
         (dict(config=Conv2dConfigSm100.default_bf16()), TypeError,
-         "config must be a Conv2dConfig or a PointwiseGemvConfig for arch='sm_90a', got "
-         "Conv2dConfigSm100"),
+         "config must be a Conv2dConfig, a PointwiseGemvConfig or a GroupedDirectConfig for "
+         "arch='sm_90a', got Conv2dConfigSm100"),
         (dict(arch="sm_100a", config=Conv2dConfig()), TypeError,
-         "config must be a Conv2dConfigSm100 or a PointwiseGemvConfig for arch='sm_100a', got "
-         "Conv2dConfig"),
+         "config must be a Conv2dConfigSm100, a PointwiseGemvConfig or a GroupedDirectConfig "
+         "for arch='sm_100a', got Conv2dConfig"),
         (dict(epilogue="relu"), TypeError, "epilogue must be an EpilogueSpec, got str"),
     ],
 )  # fmt: skip
