@@ -10,8 +10,10 @@ stored KRSC (``[K, R, S, C / groups]``); the epilogue (a float32 per-channel ``s
     y = act(conv(x) * scale + bias + identity)        residual_order="before_activation"
 
 ``forward`` calls ``cute_conv.conv2d_fprop`` / ``conv2d_fprop_with_residual`` (a grouped or
-depthwise conv: ``cute_conv.grouped``'s CUDA-core kernel, with the weight staged once), so the
-module behaves as they do under ``torch.compile`` and autograd; its kernel needs a Hopper GPU.
+depthwise conv: ``cute_conv.grouped``'s CUDA-core kernel, with the weight staged once, or,
+where ``cute_conv.grouped_rule`` finds the call too large for it, cuDNN's grouped conv and
+torch ops for the epilogue), so the module behaves as they do under ``torch.compile`` and
+autograd; its kernel needs a Hopper GPU.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from . import api
@@ -28,7 +31,9 @@ from .epilogue import ACTIVATIONS, EpilogueSpec
 from .fold import activation_name, batch_norm_channels, fold_batch_norm
 from .fp8 import quantize_dynamic, quantize_fp8, quantize_from_amax, quantize_with_scale
 from .grouped import grouped_conv2d_staged, grouped_limits, stage_filter
+from .grouped_rule import runs_grouped_kernel
 from .problem import Padding, Pair, normalize_padding, normalize_pair, output_size
+from .reference import TORCH_ACTIVATIONS
 from .validation import INPUT_DTYPES, check_scale_tensor, validate_conv_inputs
 
 __all__ = ["Conv2d", "conv_limits"]
@@ -117,9 +122,9 @@ class Conv2d(nn.Module):
         self.register_buffer("identity_scale", None)
         # The dtype of the output (and of an identity) unless it is fp8.
         self.output_dtype = dtype
-        # A grouped conv's weight staged for its kernel, and the weight version it is of.
-        self._staged: torch.Tensor | None = None
-        self._staged_of: tuple | None = None
+        # A grouped conv's weights as its kernel and cuDNN take them, with the versions of the
+        # tensors they were made from: {kind: (versions, weights)}.
+        self._grouped_cache: dict[str, tuple] = {}
 
     @classmethod
     def from_torch(
@@ -244,30 +249,66 @@ class Conv2d(nn.Module):
         return y.permute(0, 3, 1, 2)
 
     def _forward_grouped(self, x: torch.Tensor, identity: torch.Tensor | None) -> torch.Tensor:
-        """``forward`` of a grouped conv: the grouped kernel on the staged weight."""
+        """``forward`` of a grouped conv: the grouped kernel on the staged weight, or cuDNN
+        where ``grouped_rule`` says it is faster (the call's multiply-adds)."""
         if x.dtype != self.weight.dtype:
             raise TypeError(f"x has dtype {x.dtype}; the weight is {self.weight.dtype}")
         if identity is not None:
             self._check_identity(x, identity)
+        n, _, h, w = x.shape
+        p, q = self._output_size(h, w)
+        k, r, s, group_in = self.weight.shape
+        if not runs_grouped_kernel(n * p * q * k * r * s * group_in, group_in, k // self.groups):
+            return self._forward_grouped_cudnn(x, identity)
+        staged = self._grouped_weights("staged", lambda: (stage_filter(self.weight),))[0]
         y = grouped_conv2d_staged(
-            _nhwc(x), self._staged_weight(), groups=self.groups, stride=self.stride,
-            padding=self._padding, dilation=self.dilation, bias=self.bias, scale=self.scale,
-            activation=self.activation, source=None if identity is None else _nhwc(identity),
+            _nhwc(x), staged, groups=self.groups, stride=self.stride, padding=self._padding,
+            dilation=self.dilation, bias=self.bias, scale=self.scale, activation=self.activation,
+            source=None if identity is None else _nhwc(identity),
             residual_order=self.residual_order,
         )  # fmt: skip
         return y.permute(0, 3, 1, 2)
 
-    def _staged_weight(self) -> torch.Tensor:
-        """The weight staged for the grouped kernel: traced (torch.compile) or differentiable
-        (a weight that requires grad) on each call, else kept until the weight changes."""
-        weight = self.weight
-        if torch.compiler.is_compiling() or (torch.is_grad_enabled() and weight.requires_grad):
-            return stage_filter(weight)
-        version = (weight.data_ptr(), weight._version, weight.dtype)
-        if self._staged_of != version:
-            self._staged = stage_filter(weight.detach())
-            self._staged_of = version
-        return self._staged
+    def _forward_grouped_cudnn(
+        self, x: torch.Tensor, identity: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The same function in torch ops: cuDNN's grouped conv with the scale folded into the
+        weight (in float32) and the bias, then the activation and the residual."""
+        weight, bias = self._grouped_weights("cudnn", self._cudnn_weights)
+        (top, bottom), (left, right) = self._padding
+        padding: tuple[int, int] = (top, left)
+        if (top, left) != (bottom, right):  # torch's conv pads both sides alike
+            x, padding = F.pad(x, (left, right, top, bottom)), (0, 0)
+        y = F.conv2d(x, weight, bias, self.stride, padding, self.dilation, self.groups)
+        act = TORCH_ACTIVATIONS[self.activation]
+        if identity is None:
+            return act(y)
+        if self.residual_order == "before_activation":
+            return act(y + identity)
+        return act(y) + identity
+
+    def _cudnn_weights(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The KCRS weight with ``scale`` folded in and the bias, in the weight's dtype."""
+        weight = self.weight.permute(0, 3, 1, 2)
+        if self.scale is not None:
+            weight = (weight.float() * self.scale.view(-1, 1, 1, 1)).to(self.weight.dtype)
+        bias = None if self.bias is None else self.bias.to(self.weight.dtype)
+        return weight, bias
+
+    def _grouped_weights(self, kind: str, make: Any) -> tuple:
+        """``make()``: traced (torch.compile) or differentiable (a tensor that requires grad)
+        on each call, else kept until the weight, scale or bias changes."""
+        tensors = [t for t in (self.weight, self.scale, self.bias) if t is not None]
+        if torch.compiler.is_compiling() or (
+            torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+        ):
+            return make()
+        versions = tuple((t.data_ptr(), t._version, t.dtype) for t in tensors)
+        cached = self._grouped_cache.get(kind)
+        if cached is None or cached[0] != versions:
+            with torch.no_grad():
+                cached = self._grouped_cache[kind] = (versions, make())
+        return cached[1]
 
     def _check_ungrouped(self, what: str) -> None:
         if self.groups != 1:
@@ -390,12 +431,17 @@ class Conv2d(nn.Module):
             )  # fmt: skip
         return y.permute(0, 3, 1, 2)
 
+    def _output_size(self, h: int, w: int) -> tuple[int, int]:
+        (r, s), (pad_h, pad_w) = self.kernel_size, self._padding
+        return (
+            output_size(h, r, pad_h, self.stride[0], self.dilation[0]),
+            output_size(w, s, pad_w, self.stride[1], self.dilation[1]),
+        )
+
     def _check_identity(self, x: torch.Tensor, identity: Any) -> None:
         _check_nchw("identity", identity, self.out_channels)
         n, _, h, w = x.shape
-        (r, s), (pad_h, pad_w) = self.kernel_size, self._padding
-        p = output_size(h, r, pad_h, self.stride[0], self.dilation[0])
-        q = output_size(w, s, pad_w, self.stride[1], self.dilation[1])
+        p, q = self._output_size(h, w)
         if identity.shape != (n, self.out_channels, p, q):
             raise ValueError(
                 f"identity has shape {tuple(identity.shape)}; the residual must have the "

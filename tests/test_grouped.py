@@ -1,8 +1,9 @@
 """The grouped / depthwise conv path without a GPU: its limits and errors (before any launch),
 the kernel compiled for sm_90a and sm_100a (16-byte loads and store, no shared memory, the
 wait for the previous grid), the op's fake output under torch.compile's tracing, its gradients
-against torch's grouped conv, and ``cute_conv.nn.Conv2d``'s grouped forward (the kernel call
-replaced by its float32 reference, see tests/test_nn.py)."""
+against torch's grouped conv, ``cute_conv.nn.Conv2d``'s grouped forward (the kernel call
+replaced by its float32 reference, see tests/test_nn.py), and the rule that sends large calls
+to cuDNN instead (``cute_conv.grouped_rule``), whose torch path runs here as it is."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import cute_conv
 from cute_conv.grouped import grouped_conv2d, grouped_conv2d_staged, grouped_limits, stage_filter
+from cute_conv.grouped_rule import runs_grouped_kernel
 from cute_conv.testing import compare_to_reference
 from tests.test_autograd import reference_forward_on_cpu
 from tests.test_nn import kernel_calls, random_bn  # noqa: F401 - the fixture
@@ -237,3 +239,68 @@ def test_optimize_keeps_grouped_convs_16bit_under_fp8():
     assert [left.name for left in report.kept_16bit] == ["1"]
     assert report.kept_16bit[0].reason.startswith("a grouped conv (groups=64)")
     assert gm.get_submodule("1").w_scale is None
+
+
+@pytest.mark.parametrize(
+    "macs, group_in, group_out, runs",
+    [
+        (2**27, 1, 1, True), (2**27 + 1, 1, 1, False),  # depthwise
+        (2**24, 16, 16, True), (2**24 + 1, 16, 16, False),  # a power-of-two group width
+        (2**29, 24, 24, True), (2**29 + 1, 24, 24, False),  # RegNet's 24
+        (2**25, 1, 8, False),  # a channel multiplier: one input channel, a power of two
+    ],
+)  # fmt: skip
+def test_the_rule_bounds_the_multiply_adds(macs, group_in, group_out, runs):
+    assert runs_grouped_kernel(macs, group_in, group_out) is runs
+
+
+@pytest.mark.parametrize("order", ["after_activation", "before_activation"])
+@pytest.mark.parametrize(
+    "conv_args, batch, size, kernel",
+    [
+        ((96, 96, 3, 1, 1, 1, 96), 2, 16, True),  # 0.4M multiply-adds: the kernel
+        ((96, 96, 3, 1, 1, 1, 96), 8, 160, False),  # 177M: cuDNN
+        ((48, 48, 3, 2, 1, 1, 2), 2, 9, True),
+        ((64, 64, 3, 1, 1, 1, 4), 8, 128, False),  # 16 per group: 2**24 at batch 1 already
+    ],
+    ids=["dw-small", "dw-large", "g24-small", "g16-large"],
+)
+def test_module_runs_cudnn_past_the_rule(kernel_calls, conv_args, batch, size, kernel, order):  # noqa: F811
+    """Past the rule's bound the module runs cuDNN's grouped conv (scale folded into the
+    weight) and torch's epilogue: the same function, on CPU tensors here."""
+    torch.manual_seed(6)
+    conv = nn.Conv2d(*conv_args, bias=False).to(BF16)
+    bn = random_bn(conv.out_channels, BF16)
+    module = cute_conv.nn.Conv2d.from_torch(conv, bn, nn.Hardswish(), order).eval()
+    x = torch.randn(batch, conv.in_channels, size, size).to(BF16)
+    x = x.to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        out_shape = conv(x).shape
+        identity = torch.randn(out_shape).to(BF16).to(memory_format=torch.channels_last)
+        y = module(x, identity)
+    assert len(kernel_calls) == int(kernel)
+    z = bn.float()(conv.float()(x.float()))
+    if order == "before_activation":
+        expected = F.hardswish(z + identity.float())
+    else:
+        expected = F.hardswish(z) + identity.float()
+    check = compare_to_reference(y, expected)
+    assert check.ok, str(check)
+
+
+def test_cudnn_path_pads_asymmetrically_and_differentiates():
+    torch.manual_seed(7)
+    module = cute_conv.nn.Conv2d(
+        64, 64, 3, padding=((2, 0), (1, 1)), groups=64, activation="silu", dtype=torch.float16
+    )
+    x = torch.randn(128, 64, 44, 44, dtype=torch.float16).to(memory_format=torch.channels_last)
+    x.requires_grad_()
+    y = module(x)  # 128 * 44 * 44 * 64 * 9 multiply-adds: past the depthwise bound
+    weight = module.weight.detach().permute(0, 3, 1, 2).float().requires_grad_()
+    x32 = x.detach().float().requires_grad_()
+    z = F.conv2d(F.pad(x32, (1, 1, 2, 0)), weight, module.bias.detach(), groups=64)
+    torch.testing.assert_close(y.float(), F.silu(z), rtol=2e-2, atol=2e-2)
+    y.float().sum().backward()
+    F.silu(z).sum().backward()
+    assert module.weight.grad is not None and module.bias.grad is not None
+    torch.testing.assert_close(x.grad.float(), x32.grad, rtol=2e-2, atol=2e-2)
