@@ -5,8 +5,8 @@
 ``grouped_conv2d`` takes the package's layouts: ``x`` NHWC, ``filter`` ``[K, R, S, C / groups]``
 (KRSC of one group's channels, as ``torch.nn.Conv2d(groups=...)``'s weight permuted), the
 output NPQK. The kernel (``kernels/common/grouped_direct.py``) reads the filter staged
-``[R, S, C / groups, K]``: ``stage_filter`` makes it, once per call here, or once per weight
-in ``cute_conv.nn.Conv2d`` (which calls ``grouped_conv2d_staged``).
+``[R, S, C / groups, K]``: ``stage_filter`` makes it, once per call, or once per weight in
+``cute_conv.nn.Conv2d`` (which passes it with ``filter_layout="rsck"``).
 
 Under torch.compile / torch.export, or when an input requires grad, a call runs as the op
 ``torch.ops.cute_conv.grouped_conv2d`` (its gradients are torch's, as ``cute_conv.autograd``
@@ -33,7 +33,7 @@ from .problem import Conv2dProblemShape, normalize_padding, normalize_pair
 from .staging import spans_overlap
 from .validation import MAX_GEMM_M, check_tensor
 
-__all__ = ["grouped_conv2d", "grouped_conv2d_staged", "grouped_limits", "stage_filter"]
+__all__ = ["grouped_conv2d", "grouped_limits", "stage_filter"]
 
 SIXTEEN_BIT_DTYPES = (torch.bfloat16, torch.float16)
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -97,6 +97,7 @@ def grouped_conv2d(
     beta: float = 1.0,
     residual_order: str = _AFTER,
     out: Tensor | None = None,
+    filter_layout: str = "krsc",
 ) -> Tensor:
     """A grouped (or depthwise) conv with the fused epilogue, in one kernel on CUDA cores:
 
@@ -107,7 +108,9 @@ def grouped_conv2d(
     Args:
         x: ``[N, H, W, C]`` contiguous (NHWC), bfloat16 or float16, on a Hopper (or later)
             GPU.
-        filter: ``[K, R, S, C / groups]`` contiguous, of ``x``'s dtype.
+        filter: ``[K, R, S, C / groups]`` contiguous, of ``x``'s dtype; or, with
+            ``filter_layout="rsck"``, the ``[R, S, C / groups, K]`` filter the kernel reads
+            (``stage_filter`` of the former: a caller with a fixed weight stages it once).
         groups: divides C and K; at most 256 input channels per group; K / groups a
             multiple of 8, or C / groups == K / groups == 1 (depthwise) with C a multiple of 8.
         stride, dilation: int or ``(h, w)``, at least 1.
@@ -118,6 +121,7 @@ def grouped_conv2d(
         out: optional ``[N, P, Q, K]`` contiguous output (bfloat16, float16 or float32; may
             be ``source`` itself, must not overlap ``x`` or ``filter``); else a new one of
             ``x``'s dtype.
+        filter_layout: ``"krsc"`` (staged on each call: a copy of the filter) or ``"rsck"``.
 
     Returns:
         ``out`` or the new output. Sums are float32.
@@ -125,45 +129,21 @@ def grouped_conv2d(
     Raises:
         TypeError, ValueError: bad input, before anything is launched or written.
 
-    The filter is staged for the kernel on each call (a copy of it); ``cute_conv.nn.Conv2d``
-    stages a module's weight once.
+    The kernel runs whatever the size; ``cute_conv.nn.Conv2d`` sends calls past
+    ``cute_conv.grouped_rule``'s bound to cuDNN instead.
     """
     _check_groups_arg(groups)
-    check_tensor("filter", filter, SIXTEEN_BIT_DTYPES)
-    return grouped_conv2d_staged(
-        x, stage_filter(filter), groups=groups, stride=stride, padding=padding,
-        dilation=dilation, alpha=alpha, bias=bias, scale=scale, activation=activation,
-        source=source, beta=beta, residual_order=residual_order, out=out,
-    )  # fmt: skip
-
-
-def grouped_conv2d_staged(
-    x: Tensor,
-    staged_filter: Tensor,
-    /,
-    *,
-    groups: int,
-    stride: int | Sequence[int] = 1,
-    padding: int | Sequence[int] | Sequence[Sequence[int]] = 0,
-    dilation: int | Sequence[int] = 1,
-    alpha: float = 1.0,
-    bias: Tensor | None = None,
-    scale: Tensor | None = None,
-    activation: str | None = None,
-    source: Tensor | None = None,
-    beta: float = 1.0,
-    residual_order: str = _AFTER,
-    out: Tensor | None = None,
-) -> Tensor:
-    """``grouped_conv2d`` with the filter already staged (``stage_filter``): ``[R, S,
-    C / groups, K]`` contiguous."""
+    if filter_layout == "krsc":
+        check_tensor("filter", filter, SIXTEEN_BIT_DTYPES)
+        filter = stage_filter(filter)  # noqa: A001
+    elif filter_layout != "rsck":
+        raise ValueError(f"filter_layout must be 'krsc' or 'rsck', got {filter_layout!r}")
     stride, dilation = normalize_pair("stride", stride), normalize_pair("dilation", dilation)
     pairs = normalize_padding(padding)
-    flat_padding = [*pairs[0], *pairs[1]]
     if source is None:
         beta, residual_order = 0.0, _AFTER
     needs_grad = torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (x, staged_filter, source, bias, scale)
+        t is not None and t.requires_grad for t in (x, filter, source, bias, scale)
     )
     if torch.compiler.is_compiling() or needs_grad:
         if out is not None:
@@ -172,11 +152,11 @@ def grouped_conv2d_staged(
                 "use the returned tensor"
             )
         return torch.ops.cute_conv.grouped_conv2d(
-            x, staged_filter, source, bias, scale, groups, list(stride), flat_padding,
+            x, filter, source, bias, scale, groups, list(stride), [*pairs[0], *pairs[1]],
             list(dilation), float(alpha), float(beta), residual_order, activation,
         )  # fmt: skip
-    return _run(x, staged_filter, source, bias, scale, groups, stride, pairs, dilation,
-                alpha, beta, residual_order, activation, out)  # fmt: skip
+    return _run(x, filter, source, bias, scale, groups, stride, pairs, dilation, alpha, beta,
+                residual_order, activation, out)  # fmt: skip
 
 
 def _check_groups_arg(groups: Any) -> None:
@@ -301,8 +281,8 @@ def _grouped_op(
     residual_order: str,
     activation: Optional[str],
 ) -> Tensor:
-    """``grouped_conv2d_staged`` as an op (its direct path: autograd runs the forward with
-    grad mode off)."""
+    """``grouped_conv2d`` on a staged filter as an op (its direct path: autograd runs the
+    forward with grad mode off)."""
     top, bottom, left, right = padding
     return _run(x, staged_filter, source, bias, scale, groups, tuple(stride),
                 ((top, bottom), (left, right)), tuple(dilation), alpha, beta, residual_order,

@@ -30,7 +30,7 @@ from . import api
 from .epilogue import ACTIVATIONS, EpilogueSpec
 from .fold import activation_name, batch_norm_channels, fold_batch_norm
 from .fp8 import quantize_dynamic, quantize_fp8, quantize_from_amax, quantize_with_scale
-from .grouped import grouped_conv2d_staged, grouped_limits, stage_filter
+from .grouped import grouped_conv2d, grouped_limits, stage_filter
 from .grouped_rule import runs_grouped_kernel
 from .problem import Padding, Pair, normalize_padding, normalize_pair, output_size
 from .reference import TORCH_ACTIVATIONS
@@ -261,8 +261,8 @@ class Conv2d(nn.Module):
         if not runs_grouped_kernel(n * p * q * k * r * s * group_in, group_in, k // self.groups):
             return self._forward_grouped_cudnn(x, identity)
         staged = self._grouped_weights("staged", lambda: (stage_filter(self.weight),))[0]
-        y = grouped_conv2d_staged(
-            _nhwc(x), staged, groups=self.groups, stride=self.stride, padding=self._padding,
+        y = grouped_conv2d(
+            _nhwc(x), staged, filter_layout="rsck", groups=self.groups, stride=self.stride, padding=self._padding,
             dilation=self.dilation, bias=self.bias, scale=self.scale, activation=self.activation,
             source=None if identity is None else _nhwc(identity),
             residual_order=self.residual_order,
@@ -296,11 +296,14 @@ class Conv2d(nn.Module):
         return weight, bias
 
     def _grouped_weights(self, kind: str, make: Any) -> tuple:
-        """``make()``: traced (torch.compile) or differentiable (a tensor that requires grad)
-        on each call, else kept until the weight, scale or bias changes."""
+        """``make()``: traced (torch.compile), differentiable (a tensor that requires grad) or
+        captured (a CUDA graph restages on each replay, as ``cute_conv.staging`` does) on each
+        call, else kept until the weight, scale or bias changes."""
         tensors = [t for t in (self.weight, self.scale, self.bias) if t is not None]
-        if torch.compiler.is_compiling() or (
-            torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+        if (
+            torch.compiler.is_compiling()
+            or (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+            or (self.weight.is_cuda and torch.cuda.is_current_stream_capturing())
         ):
             return make()
         versions = tuple((t.data_ptr(), t._version, t.dtype) for t in tensors)

@@ -18,7 +18,7 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import cute_conv
-from cute_conv.grouped import grouped_conv2d, grouped_conv2d_staged, grouped_limits, stage_filter
+from cute_conv.grouped import grouped_conv2d, grouped_limits, stage_filter
 from cute_conv.grouped_rule import runs_grouped_kernel
 from cute_conv.testing import compare_to_reference
 from tests.test_autograd import reference_forward_on_cpu
@@ -170,9 +170,10 @@ def test_gradients_are_torch_grouped_conv_s(shape, order):
     geom = dict(stride=2, padding=((1, 2), (1, 0)), dilation=1)
 
     def ours(x, flt, bias, scale, source):
-        return grouped_conv2d_staged(
-            x, stage_filter(flt), groups=groups, bias=bias, scale=scale, activation="silu",
-            source=source, beta=0.5, residual_order=order, alpha=0.75, **geom,
+        return grouped_conv2d(
+            x, stage_filter(flt), filter_layout="rsck", groups=groups, bias=bias, scale=scale,
+            activation="silu", source=source, beta=0.5, residual_order=order, alpha=0.75,
+            **geom,
         )  # fmt: skip
 
     def torchs(x, flt, bias, scale, source):
@@ -304,3 +305,11 @@ def test_cudnn_path_pads_asymmetrically_and_differentiates():
     F.silu(z).sum().backward()
     assert module.weight.grad is not None and module.bias.grad is not None
     torch.testing.assert_close(x.grad.float(), x32.grad, rtol=2e-2, atol=2e-2)
+
+
+def test_filter_layout_is_checked():
+    x, flt = _call_inputs()
+    with pytest.raises(ValueError, match="filter_layout must be 'krsc' or 'rsck', got 'kcrs'"):
+        grouped_conv2d(x, flt, groups=2, filter_layout="kcrs")
+    with pytest.raises(ValueError, match="groups=2: 12 output channels per group"):
+        grouped_conv2d(x, flt, groups=2, filter_layout="rsck")  # a KRSC filter given as RSCK

@@ -84,11 +84,12 @@ def kernel_calls(monkeypatch):
         calls.append((x, flt, source))
         return _reference_kernel(x, flt, source, **kwargs)
 
-    def grouped_staged(x, staged, /, **kwargs):
+    def grouped_staged(x, staged, /, filter_layout, **kwargs):
+        assert filter_layout == "rsck"
         calls.append((x, staged, kwargs.get("source")))
         return _reference_grouped(x, staged, **kwargs)
 
-    monkeypatch.setattr(cute_conv.nn, "grouped_conv2d_staged", grouped_staged)
+    monkeypatch.setattr(cute_conv.nn, "grouped_conv2d", grouped_staged)
     monkeypatch.setattr(cute_conv.api, "conv2d_fprop", fprop)
     monkeypatch.setattr(cute_conv.api, "conv2d_fprop_with_residual", fprop_with_residual)
     return calls

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cute_conv.fold import activation_name
-from cute_conv.grouped import grouped_conv2d_staged, grouped_limits, stage_filter
+from cute_conv.grouped import grouped_conv2d, grouped_limits, stage_filter
 from cute_conv.reference import TORCH_ACTIVATIONS
 from cute_conv.testing import compare_to_reference
 
@@ -80,8 +80,8 @@ def measure(conv: nn.Conv2d, shape: tuple, activation: str | None, rounds: int) 
     x_nhwc = x.permute(0, 2, 3, 1)  # a view of the channels_last tensor
 
     def ours():
-        return grouped_conv2d_staged(
-            x_nhwc, staged, groups=groups, bias=bias, activation=activation,
+        return grouped_conv2d(
+            x_nhwc, staged, filter_layout="rsck", groups=groups, bias=bias, activation=activation,
             stride=conv.stride, padding=conv.padding, dilation=conv.dilation,
         )  # fmt: skip
 
