@@ -49,7 +49,8 @@ bench-fp8: install
 # minutes; each merges its rows into benchmarks/models.json and renders MODELS.md and the chart.
 # Then the models' convs alone, back to back, with and without programmatic launch (CHAIN.md).
 bench-models: install
-	for model in resnet18 resnet50 vgg16 regnet_y_1_6gf mobilenet_v3_large; do for batches in "1 8" "32 128"; do \
+	for model in resnet18 resnet50 vgg16 regnet_y_1_6gf mobilenet_v3_large resnext50_32x4d \
+		efficientnet_b0 convnext_tiny; do for batches in "1 8" "32 128"; do \
 		$(VPY) benchmarks/models.py --models $$model --batches $$batches || exit 1; \
 	done; done
 	$(VPY) benchmarks/models.py --models resnet50_fpn --batches 1 8

@@ -1,14 +1,16 @@
 """Whole-model benchmark: cute_conv.optimize against torch eager (cuDNN) and torch.compile.
 
     python benchmarks/models.py [--models resnet18 resnet50 vgg16 regnet_y_1_6gf
-                                 mobilenet_v3_large resnet50_fpn]
+                                 mobilenet_v3_large resnet50_fpn resnext50_32x4d
+                                 efficientnet_b0 convnext_tiny]
                                 [--batches 1 8 32 128]
                                 [--json benchmarks/models.json] [--out benchmarks/MODELS.md]
                                 [--chart benchmarks/models.png] [--render]
                                 [--merge FILE [FILE ...]]
 
-torchvision's ResNet-18, ResNet-50, VGG-16, RegNetY-1.6GF and MobileNetV3-Large, and Faster
-R-CNN's ResNet-50-FPN backbone with FrozenBatchNorm2d (``resnet50_fpn``: a detector's
+torchvision's ResNet-18, ResNet-50, VGG-16, RegNetY-1.6GF, MobileNetV3-Large, ResNeXt-50
+32x4d, EfficientNet-B0 and ConvNeXt-T (the last four with grouped or depthwise convs), and
+Faster R-CNN's ResNet-50-FPN backbone with FrozenBatchNorm2d (``resnet50_fpn``: a detector's
 convs at 800x800, its feature maps flattened into one output), with random weights (no
 download) and randomized batch-norm statistics (``cute_conv.testing.randomize_batchnorm_``),
 eval, bfloat16, channels_last, 224x224 images, at each batch size:
@@ -60,7 +62,10 @@ HERE = Path(__file__).resolve().parent
 # at batch <= 32), its grouped 3x3s left to torch.
 # resnet50_fpn: Faster R-CNN's ResNet-50-FPN backbone (``DETECTION_BACKBONE``), as a pretrained
 # detector holds it (FrozenBatchNorm2d), at a detector's image size.
-MODELS = ("resnet18", "resnet50", "vgg16", "regnet_y_1_6gf", "mobilenet_v3_large", "resnet50_fpn")
+MODELS = (
+    "resnet18", "resnet50", "vgg16", "regnet_y_1_6gf", "mobilenet_v3_large", "resnet50_fpn",
+    "resnext50_32x4d", "efficientnet_b0", "convnext_tiny",
+)  # fmt: skip
 DETECTION_BACKBONE = "resnet50_fpn"
 BATCHES = (1, 8, 32, 128)
 IMAGE_SIZE = 224
