@@ -31,7 +31,7 @@ from .epilogue import RESIDUAL_ORDERS, kernel_vector_dtype, validate_epilogue_ar
 from .kernels.common.grouped_direct import MAX_GROUP_IN, VECTOR, GroupedDirectConfig
 from .problem import Conv2dProblemShape, normalize_padding, normalize_pair
 from .staging import spans_overlap
-from .validation import MAX_GEMM_M, check_tensor
+from .validation import ALIGNMENT_BYTES, MAX_GEMM_M, check_alignment, check_tensor
 
 __all__ = ["grouped_conv2d", "grouped_limits", "stage_filter"]
 
@@ -179,6 +179,7 @@ def _validate(x, staged_filter, source, bias, scale, groups, stride, padding, di
         )
     if staged_filter.dtype != x.dtype:
         raise TypeError(f"filter has dtype {staged_filter.dtype}; activation has {x.dtype}")
+    check_alignment("filter", staged_filter)
     n, h, w, c = x.shape
     r, s, group_in, k = staged_filter.shape
     config = grouped_limits(c, k, groups)
@@ -244,7 +245,7 @@ def _run(x, staged_filter, source, bias, scale, groups, stride, padding, dilatio
         return out
     # Bias and scale in one dtype, contiguous (copies only where they are not already).
     vector_dtype = kernel_vector_dtype(bias, scale)
-    bias, scale = (None if t is None else t.to(vector_dtype).contiguous() for t in (bias, scale))
+    bias, scale = (None if t is None else _vector_operand(t, vector_dtype) for t in (bias, scale))
     bias_ptr, scale_ptr = (0 if t is None else t.data_ptr() for t in (bias, scale))
     source_ptr = source.data_ptr() if spec.has_residual else 0
     pointers = (
@@ -255,6 +256,13 @@ def _run(x, staged_filter, source, bias, scale, groups, stride, padding, dilatio
     with on_device(x.device.index):
         kernel.launch(pointers, scalars, current_raw_stream(x.device.index))
     return out
+
+
+def _vector_operand(t: Tensor, dtype: torch.dtype) -> Tensor:
+    """``t`` as the kernel reads it: of ``dtype``, contiguous, 16-byte aligned (its vector
+    loads); a copy only where it is not."""
+    t = t.to(dtype).contiguous()
+    return t.clone() if t.data_ptr() % ALIGNMENT_BYTES else t
 
 
 def _overlaps(out: Tensor, x: Tensor, staged_filter: Tensor) -> bool:

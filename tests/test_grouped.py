@@ -313,3 +313,18 @@ def test_filter_layout_is_checked():
         grouped_conv2d(x, flt, groups=2, filter_layout="kcrs")
     with pytest.raises(ValueError, match="groups=2: 12 output channels per group"):
         grouped_conv2d(x, flt, groups=2, filter_layout="rsck")  # a KRSC filter given as RSCK
+
+
+def test_unaligned_vectors_are_copied_and_an_unaligned_filter_refused():
+    from cute_conv.grouped import _vector_operand
+
+    bias = torch.randn(17)[1:]  # 4 bytes past a 16-byte boundary
+    assert bias.data_ptr() % 16
+    aligned = _vector_operand(bias, torch.float32)
+    assert aligned.data_ptr() % 16 == 0 and torch.equal(aligned, bias)
+    already = torch.randn(16)
+    assert _vector_operand(already, torch.float32) is already
+    x, flt = _call_inputs()
+    staged = torch.empty(stage_filter(flt).numel() + 1, dtype=BF16)[1:].view(3, 3, 24, 48)
+    with pytest.raises(ValueError, match="filter.data_ptr.*is not 16-byte aligned"):
+        grouped_conv2d(x, staged, groups=2, filter_layout="rsck")
