@@ -24,6 +24,7 @@ from .epilogue import EpilogueSpec, kernel_vector_dtype, validate_epilogue_args
 from .gemv_rule import check_pointwise_gemv_fits
 from .kernels.common.pointwise_gemv import PointwiseGemvConfig
 from .occupancy import resident_clusters
+from .plan_cache import PlanCache
 from .problem import Conv2dProblemShape
 from .schedule import launch_clusters
 from .staging import (
@@ -46,7 +47,7 @@ from .validation import (
 )
 from .workspace import kernel_workspace
 
-__all__ = ["config_runner", "conv2d", "sm_count"]
+__all__ = ["config_runner", "conv2d", "freeze_arg", "sm_count", "tensor_key"]
 
 
 def conv2d(  # noqa: A002
@@ -182,57 +183,44 @@ class _LaunchPlan:
 
 
 def _plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> _LaunchPlan:  # noqa: A002
-    """Validate a call and pick its kernel; memoized on the call's metadata.
+    """Validate a call and pick its kernel; memoized on the call's metadata (``_plan_key``)."""
+    return _plans.memo(_plan_key, _make_plan, (x, filter, source, out, bias, scale, args,
+                                               fp8_scales))  # fmt: skip
 
-    The key holds every property of the tensors and arguments that validation looks at
-    except the data pointers (their alignment is checked on every call), so a cached plan is
-    exactly what a fresh validation would produce.
-    """
+
+def _plan_key(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> tuple:  # noqa: A002
+    """Every property of the tensors and arguments that validation looks at except the data
+    pointers (their alignment is checked on every call), so that a cached plan is exactly
+    what a fresh validation would produce."""
     stride, padding, dilation, alpha, beta, order, activation, epilogue_fn, out_dtype, config = args
-    try:
-        key = (
-            _tensor_key(x),
-            _tensor_key(filter),
-            None if source is None else _tensor_key(source),
-            None if out is None else _tensor_key(out),
-            None if bias is None else _tensor_key(bias),
-            None if scale is None else _tensor_key(scale),
-            # _freeze of the other arguments, with the common cases inline (every call runs this)
-            stride if type(stride) is int else _freeze(stride),
-            padding if type(padding) is int else _freeze(padding),
-            dilation if type(dilation) is int else _freeze(dilation),
-            # With the sign, which 0.0 == -0.0 leaves out and the kernel's products keep.
-            (type(alpha), alpha, math.copysign(1.0, alpha)),
-            (type(beta), beta, math.copysign(1.0, beta)),
-            order if type(order) is str else _freeze(order),
-            # activation, epilogue_fn, out_dtype and config: mostly all None, tested at once
-            None
-            if activation is epilogue_fn is out_dtype is config is None
-            else (_freeze(activation), _freeze(epilogue_fn), _freeze(out_dtype), _freeze(config)),
-            None
-            if fp8_scales is None
-            else tuple(None if t is None else _tensor_key(t) for t in fp8_scales),
-        )
-        plan = _plans.get(key)  # hashes the key, once
-    except Exception:  # no key (unhashable, not a tensor, not a number): validation says why
-        return _make_plan(x, filter, source, out, bias, scale, args, fp8_scales)
-    if plan is None:
-        plan = _make_plan(x, filter, source, out, bias, scale, args, fp8_scales)
-        if len(_plans) >= _MAX_PLANS:
-            _plans.clear()
-        _plans[key] = plan
-    return plan
+    return (
+        tensor_key(x),
+        tensor_key(filter),
+        None if source is None else tensor_key(source),
+        None if out is None else tensor_key(out),
+        None if bias is None else tensor_key(bias),
+        None if scale is None else tensor_key(scale),
+        # freeze_arg of the other arguments, with the common cases inline (every call runs this)
+        stride if type(stride) is int else freeze_arg(stride),
+        padding if type(padding) is int else freeze_arg(padding),
+        dilation if type(dilation) is int else freeze_arg(dilation),
+        # With the sign, which 0.0 == -0.0 leaves out and the kernel's products keep.
+        (type(alpha), alpha, math.copysign(1.0, alpha)),
+        (type(beta), beta, math.copysign(1.0, beta)),
+        order if type(order) is str else freeze_arg(order),
+        # activation, epilogue_fn, out_dtype and config: mostly all None, tested at once
+        None
+        if activation is epilogue_fn is out_dtype is config is None
+        else (freeze_arg(activation), freeze_arg(epilogue_fn), freeze_arg(out_dtype),
+              freeze_arg(config)),
+        None
+        if fp8_scales is None
+        else tuple(None if t is None else tensor_key(t) for t in fp8_scales),
+    )  # fmt: skip
 
 
-_plans: dict[tuple, _LaunchPlan] = {}
-_MAX_PLANS = 4096
-
-
-def _forget_plans() -> None:
-    _plans.clear()
-
-
-forget_on_clear(_forget_plans)  # a plan holds its kernel: compile.clear_cache drops both
+_plans: PlanCache[_LaunchPlan] = PlanCache()
+forget_on_clear(_plans.clear)  # a plan holds its kernel: compile.clear_cache drops both
 
 
 def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> _LaunchPlan:  # noqa: A002
@@ -352,11 +340,12 @@ def _config_for_call(
     return config
 
 
-def _tensor_key(t: torch.Tensor) -> tuple:
+def tensor_key(t: torch.Tensor) -> tuple:
+    """The metadata of ``t`` that validation reads (no data pointer): a plan cache's key."""
     return (type(t), t.dtype, t.device, t.layout, t.shape, t.stride())
 
 
-def _freeze(value: Any) -> Any:
+def freeze_arg(value: Any) -> Any:
     """A hashable key that tells apart what validation tells apart (1 vs True vs 1.0)."""
     kind = type(value)
     if kind is int or value is None:  # the common case, cheapest key
@@ -368,7 +357,7 @@ def _freeze(value: Any) -> Any:
     if kind is float:
         return (kind, value)
     if isinstance(value, (list, tuple)):
-        return (kind is tuple, tuple([_freeze(v) for v in value]))
+        return (kind is tuple, tuple([freeze_arg(v) for v in value]))
     return (kind, value)
 
 

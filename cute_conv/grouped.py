@@ -15,7 +15,9 @@ derives them for the plain conv).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -24,11 +26,13 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from .autograd import EpilogueArgs
 from .autograd import backward as _backward
 from .autograd import setup_context as _setup_context
-from .compile import compile_kernel, kernel_scalars
+from .compile import CompiledConv2d, compile_kernel, forget_on_clear, kernel_scalars
 from .cuda_context import current_raw_stream, device_arch, on_device
+from .dispatch import freeze_arg, tensor_key
 from .dtypes import dtype_name
 from .epilogue import RESIDUAL_ORDERS, kernel_vector_dtype, validate_epilogue_args
 from .kernels.common.grouped_direct import MAX_GROUP_IN, VECTOR, GroupedDirectConfig
+from .plan_cache import PlanCache
 from .problem import Conv2dProblemShape, normalize_padding, normalize_pair
 from .staging import spans_overlap
 from .validation import ALIGNMENT_BYTES, MAX_GEMM_M, check_alignment, check_tensor
@@ -219,9 +223,74 @@ def _validate(x, staged_filter, source, bias, scale, groups, stride, padding, di
     return problem, config, spec, out_dtype
 
 
+@dataclass(frozen=True)
+class _GroupedPlan:
+    """What a call needs that depends only on tensor metadata and arguments."""
+
+    out_shape: tuple[int, int, int, int]
+    out_dtype: torch.dtype
+    has_residual: bool
+    vector_dtype: torch.dtype
+    kernel: CompiledConv2d
+    scalars: tuple
+    empty: bool  # N*P*Q == 0: nothing to launch
+
+
 def _run(x, staged_filter, source, bias, scale, groups, stride, padding, dilation, alpha,
          beta, residual_order, activation, out) -> Tensor:  # fmt: skip
-    """The direct path: validate, compile (cached), launch."""
+    """The direct path: the call's plan (validated and compiled once per metadata), the
+    checks that read data pointers, the launch."""
+    plan = _plan(x, staged_filter, source, bias, scale, groups, stride, padding, dilation,
+                 alpha, beta, residual_order, activation, out)  # fmt: skip
+    for name, t in (("activation", x), ("filter", staged_filter), ("source", source),
+                    ("out", out)):  # fmt: skip
+        if t is not None:
+            check_alignment(name, t)
+    if out is not None and _overlaps(out, x, staged_filter):
+        raise ValueError("out overlaps activation or filter: pass a separate output tensor")
+    if out is None:
+        out = torch.empty(plan.out_shape, dtype=plan.out_dtype, device=x.device)
+    if plan.empty:
+        return out
+    # Bias and scale in one dtype, contiguous (copies only where they are not already).
+    bias, scale = (None if t is None else _vector_operand(t, plan.vector_dtype)
+                   for t in (bias, scale))  # fmt: skip
+    pointers = (
+        x.data_ptr(), staged_filter.data_ptr(), out.data_ptr(),
+        source.data_ptr() if plan.has_residual else 0,
+        0 if bias is None else bias.data_ptr(), 0 if scale is None else scale.data_ptr(),
+        *([0] * 7),
+    )  # fmt: skip
+    with on_device(x.device.index):
+        plan.kernel.launch(pointers, plan.scalars, current_raw_stream(x.device.index))
+    return out
+
+
+def _plan(x, staged_filter, source, bias, scale, groups, stride, padding, dilation, alpha,
+          beta, residual_order, activation, out) -> _GroupedPlan:  # fmt: skip
+    """``_make_plan``, memoized on the call's metadata (as ``dispatch._plan``: the key holds
+    everything validation reads but the data pointers)."""
+    args = (groups, stride, padding, dilation, alpha, beta, residual_order, activation)
+    return _plans.memo(_plan_key, _make_plan, (x, staged_filter, source, bias, scale, out, args))
+
+
+def _plan_key(x, staged_filter, source, bias, scale, out, args: tuple) -> tuple:
+    groups, stride, padding, dilation, alpha, beta, residual_order, activation = args
+    return (
+        *(None if t is None else tensor_key(t)
+          for t in (x, staged_filter, source, bias, scale, out)),
+        *(freeze_arg(a) for a in (groups, stride, padding, dilation, residual_order, activation)),
+        # With the sign, which 0.0 == -0.0 leaves out and the kernel's products keep.
+        *((type(v), v, math.copysign(1.0, v)) for v in (alpha, beta)),
+    )  # fmt: skip
+
+
+_plans: PlanCache[_GroupedPlan] = PlanCache()
+forget_on_clear(_plans.clear)  # a plan holds its kernel: compile.clear_cache drops both
+
+
+def _make_plan(x, staged_filter, source, bias, scale, out, args: tuple) -> _GroupedPlan:
+    groups, stride, padding, dilation, alpha, beta, residual_order, activation = args
     problem, config, spec, out_dtype = _validate(
         x, staged_filter, source, bias, scale, groups, stride, padding, dilation, alpha, beta,
         residual_order, activation, out,
@@ -232,30 +301,14 @@ def _run(x, staged_filter, source, bias, scale, groups, stride, padding, dilatio
             raise ValueError(f"{name} is on {t.device} but activation is on {x.device}")
     if x.device.type != "cuda":
         raise ValueError(f"activation is on {x.device}; cute_conv runs on CUDA tensors")
-    arch = device_arch(x.device.index)
-    if out is not None and _overlaps(out, x, staged_filter):
-        raise ValueError("out overlaps activation or filter: pass a separate output tensor")
     kernel = compile_kernel(
-        arch, act_dtype=dtype_name(x.dtype), out_dtype=dtype_name(out_dtype), config=config,
-        epilogue=spec,
+        device_arch(x.device.index), act_dtype=dtype_name(x.dtype),
+        out_dtype=dtype_name(out_dtype), config=config, epilogue=spec,
     )  # fmt: skip
-    if out is None:
-        out = torch.empty(problem.output_shape, dtype=out_dtype, device=x.device)
-    if problem.gemm_m == 0:
-        return out
-    # Bias and scale in one dtype, contiguous (copies only where they are not already).
-    vector_dtype = kernel_vector_dtype(bias, scale)
-    bias, scale = (None if t is None else _vector_operand(t, vector_dtype) for t in (bias, scale))
-    bias_ptr, scale_ptr = (0 if t is None else t.data_ptr() for t in (bias, scale))
-    source_ptr = source.data_ptr() if spec.has_residual else 0
-    pointers = (
-        x.data_ptr(), staged_filter.data_ptr(), out.data_ptr(), source_ptr, bias_ptr, scale_ptr,
-        *([0] * 7),
-    )  # fmt: skip
-    scalars = kernel_scalars(problem, alpha, beta, 1)
-    with on_device(x.device.index):
-        kernel.launch(pointers, scalars, current_raw_stream(x.device.index))
-    return out
+    return _GroupedPlan(
+        problem.output_shape, out_dtype, spec.has_residual, kernel_vector_dtype(bias, scale),
+        kernel, kernel_scalars(problem, alpha, beta, 1), problem.gemm_m == 0,
+    )
 
 
 def _vector_operand(t: Tensor, dtype: torch.dtype) -> Tensor:

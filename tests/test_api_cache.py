@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import types
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -19,7 +20,7 @@ class _Sub(torch.Tensor):
 
 
 @pytest.fixture
-def made(monkeypatch) -> list:
+def made(monkeypatch) -> Iterator[list]:
     """The calls that built a plan (missed the cache); the plans are empty (nothing launched)."""
     calls = []
 
@@ -28,8 +29,9 @@ def made(monkeypatch) -> list:
         return types.SimpleNamespace(epilogue=EpilogueSpec(), empty=True)
 
     monkeypatch.setattr(dispatch, "_make_plan", make_plan)
-    monkeypatch.setattr(dispatch, "_plans", {})
-    return calls
+    dispatch._plans.clear()  # the module's own cache, which compile.clear_cache clears
+    yield calls
+    dispatch._plans.clear()  # drop the stand-in plans
 
 
 def _t(shape=SHAPE, dtype=torch.bfloat16, device="cpu") -> torch.Tensor:
@@ -92,12 +94,12 @@ def test_layout_is_in_the_key():
     dense = torch.zeros(1, dtype=torch.bfloat16).expand(SHAPE)  # strides (0, 0, 0, 0)
     sparse = _t().to_sparse()
     assert dense.stride() == sparse.stride()
-    assert dispatch._tensor_key(dense) != dispatch._tensor_key(sparse)
+    assert dispatch.tensor_key(dense) != dispatch.tensor_key(sparse)
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
 def test_device_index_is_in_the_key():
-    assert dispatch._tensor_key(_t(device="cuda:0")) != dispatch._tensor_key(_t(device="cuda:1"))
+    assert dispatch.tensor_key(_t(device="cuda:0")) != dispatch.tensor_key(_t(device="cuda:1"))
 
 
 def test_uncacheable_arguments_go_to_validation(made):

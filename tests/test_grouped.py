@@ -20,6 +20,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import cute_conv
 from cute_conv.grouped import grouped_conv2d, grouped_limits, stage_filter
 from cute_conv.grouped_rule import runs_grouped_kernel
+from cute_conv.plan_cache import PlanCache
 from cute_conv.testing import compare_to_reference
 from tests.test_autograd import reference_forward_on_cpu
 from tests.test_nn import kernel_calls, random_bn  # noqa: F401 - the fixture
@@ -328,3 +329,29 @@ def test_unaligned_vectors_are_copied_and_an_unaligned_filter_refused():
     staged = torch.empty(stage_filter(flt).numel() + 1, dtype=BF16)[1:].view(3, 3, 24, 48)
     with pytest.raises(ValueError, match="filter.data_ptr.*is not 16-byte aligned"):
         grouped_conv2d(x, staged, groups=2, filter_layout="rsck")
+
+
+def test_a_call_is_planned_once_per_metadata(monkeypatch):
+    """The direct path validates and compiles once per call signature (``_plan``): a second
+    call of the same shapes, dtypes and arguments reuses the plan, another signature makes
+    its own, and an unhashable argument still reaches validation."""
+    from cute_conv import grouped
+
+    made = []
+    monkeypatch.setattr(grouped, "_plans", PlanCache())
+    monkeypatch.setattr(grouped, "_make_plan", lambda *args: made.append(args) or len(made))
+    x, flt = _call_inputs()
+    staged = stage_filter(flt)
+    geometry = (2, (1, 1), ((1, 1), (1, 1)), (1, 1), 1.0, 0.0, "after_activation", "relu")
+
+    def plan(x=x, alpha=1.0, activation="relu"):
+        groups, stride, padding, dilation, _, beta, order, _ = geometry
+        return grouped._plan(x, staged, None, None, None, groups, stride, padding, dilation,
+                             alpha, beta, order, activation, None)  # fmt: skip
+
+    assert plan() == plan() == 1
+    assert plan(x=x.clone()) == 1  # other data, same metadata
+    assert plan(x=torch.randn(3, 9, 8, 48, dtype=BF16)) == 2
+    assert plan(alpha=-1.0) == 3 and plan(activation="silu") == 4
+    assert plan(activation={"relu"}) == 5 and plan(activation={"relu"}) == 6  # not memoized
+    assert len(made) == 6
