@@ -355,3 +355,16 @@ def test_a_call_is_planned_once_per_metadata(monkeypatch):
     assert plan(alpha=-1.0) == 3 and plan(activation="silu") == 4
     assert plan(activation={"relu"}) == 5 and plan(activation={"relu"}) == 6  # not memoized
     assert len(made) == 6
+
+
+def test_the_depthwise_example_compiles_without_a_gpu(capsys):
+    import runpy
+    from pathlib import Path
+
+    if torch.cuda.is_available():
+        pytest.skip("with a GPU the example runs the conv (see its GPU path)")
+    example = Path(__file__).resolve().parents[1] / "examples" / "depthwise_conv.py"
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_path(str(example), run_name="__main__")
+    assert exit_info.value.code == 0
+    assert "compiled the sm_90a depthwise kernel" in capsys.readouterr().out
