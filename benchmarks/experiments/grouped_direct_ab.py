@@ -12,7 +12,8 @@ unoptimized model runs; torch.compile fuses the activation into a Triton kernel 
 same cuDNN conv); ``grouped``: the kernel with the bias and activation fused, on the filter
 staged once. Both checked against float32 from NaN-poisoned outputs
 (``compare_to_reference``), CUDA-graph replays in interleaved rounds (medians); sums per
-forward weigh each call by its count.
+forward weigh each call by its count. Each row says whether ``cute_conv.grouped_rule`` sends
+the call to the kernel (``rule_takes_kernel``); ``rule`` sums what ``nn.Conv2d`` would run.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from torch import nn
 
 from cute_conv.fold import activation_name
 from cute_conv.grouped import grouped_conv2d, grouped_limits, stage_filter
+from cute_conv.grouped_rule import runs_grouped_kernel
 from cute_conv.reference import TORCH_ACTIVATIONS
 from cute_conv.testing import compare_to_reference
 
@@ -94,7 +96,8 @@ def measure(conv: nn.Conv2d, shape: tuple, activation: str | None, rounds: int) 
         checks[name] = {"ok": check.ok, "rel_err": check.rel_err}
     macs = n * k * ref.shape[2] * ref.shape[3] * r * s * c // groups
     return {"module": repr(conv), "input": list(shape), "activation": activation,
-            "macs": macs, "checks": checks, "graph_us": replayed_us(fns, rounds)}  # fmt: skip
+            "macs": macs, "rule_takes_kernel": runs_grouped_kernel(macs, c // groups, k // groups),
+            "checks": checks, "graph_us": replayed_us(fns, rounds)}  # fmt: skip
 
 
 def main() -> None:
@@ -115,6 +118,10 @@ def main() -> None:
                 rows.append({"model": name, "batch": batch, "calls": calls, **row})
             result["rows"] += rows
             totals = {m: sum(r["graph_us"][m] * r["calls"] for r in rows) for m in METHODS}
+            totals["rule"] = sum(
+                r["graph_us"]["grouped" if r["rule_takes_kernel"] else "cudnn"] * r["calls"]
+                for r in rows
+            )
             bad = [r["input"] for r in rows if not all(c["ok"] for c in r["checks"].values())]
             print(
                 f"{name} batch {batch}: {len(rows)} distinct grouped convs, per forward "
