@@ -13,7 +13,7 @@ TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 # Written once the install succeeded; redone when pyproject.toml changes.
 STAMP := $(VENV)/.cute-conv-installed
 
-.PHONY: install test demo bench bench-fp8 bench-models bench-corpus bench-validation bench-compare lint clean distclean
+.PHONY: install test demo bench bench-fp8 bench-models bench-grouped bench-corpus bench-validation bench-compare lint clean distclean
 
 install: $(STAMP)
 
@@ -66,6 +66,17 @@ bench-corpus: install
 bench-validation: install
 	$(VPY) benchmarks/bench_corpus.py --corpus benchmarks/validation_corpus.json \
 		--results benchmarks/validation_results.json --section $(or $(SECTION),0) $(CORPUS_ARGS)
+
+# The grouped/depthwise kernel against cuDNN on models' grouped convs (H100/H200): the rule's
+# train models (RegNetY-1.6GF, ResNeXt-50, MobileNetV3-Large), then held-out ones, a process
+# each; rows say whether cute_conv.grouped_rule takes the kernel.
+GROUPED_MODELS ?= regnet_y_1_6gf resnext50_32x4d mobilenet_v3_large efficientnet_b0 \
+	convnext_tiny regnet_y_400mf regnet_y_800mf regnet_x_3_2gf
+bench-grouped: install
+	for model in $(GROUPED_MODELS); do \
+		$(VPY) benchmarks/experiments/grouped_direct_ab.py --models $$model --batches 1 8 32 \
+			--out benchmarks/experiments/grouped_direct_ab_$$model.json || exit 1; \
+	done
 
 # This checkout against an older commit's cute_conv, both in one process (H100/H200): each
 # version's default configs on the suite, plain and fused; writes benchmarks/COMPARE.md.
