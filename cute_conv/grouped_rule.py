@@ -3,14 +3,14 @@
 The grouped kernel (``kernels/common/grouped_direct.py``) runs on CUDA cores: it wins where
 cuDNN's time is launches and layout transforms, and loses where the work is large enough for
 cuDNN's tensor-core grouped kernels to pay. The bound is on the call's multiply-adds
-(``N * P * Q * K * R * S * C / groups``), fitted on an H200 (session 69,
-``benchmarks/experiments/grouped_direct_ab_H200.json``: the kernel with its fused bias and
+(``N * P * Q * K * R * S * C / groups``), fitted on an H200
+(``benchmarks/experiments/grouped_direct_ab_H200.json``: the kernel with its fused bias and
 activation against cuDNN's conv with the bias, then the activation, CUDA-graph replays) on the
 train models RegNetY-1.6GF, ResNeXt-50 32x4d and MobileNetV3-Large at batch 1, 8 and 32: each
 bound the smallest power of two of least summed time per forward over its rows:
 
-- depthwise: up to ``DEPTHWISE_MAX_MACS``. Held out (EfficientNet-B0, ConvNeXt-T's 7x7s): the
-  rows taken 1.31x cuDNN summed per forward, the worst 0.95x.
+- depthwise: up to ``DEPTHWISE_MAX_MACS``. Held out (EfficientNet-B0, ConvNeXt-T's 7x7s):
+  1.31x cuDNN summed over their rows as the rule runs them, the worst conv it takes 0.95x.
 - grouped, ``C / groups`` a power of two (ResNeXt's 8, 16, 32 per group, which cuDNN runs
   without layout transforms): up to ``NATIVE_GROUPED_MAX_MACS`` (ResNeXt-50's at batch 1,
   0.88-1.37x per conv, 1.04x summed; at batch 8 and 32 cuDNN is faster, 0.28-0.97x);
