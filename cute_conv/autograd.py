@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from .kernels.common.epilogue import LEAKY_RELU_SLOPE
 
-__all__ = ["EpilogueArgs", "conv2d_fprop_backward", "derives_from_output"]
+__all__ = ["EpilogueArgs", "conv2d_fprop_backward", "conv_operands", "derives_from_output"]
 
 aten = torch.ops.aten
 
@@ -109,7 +109,7 @@ def conv2d_fprop_backward(
     need_x, need_filter, need_source, need_bias, need_scale = needs_grad
     has_source = source_dtype is not None
     grad = _wide(grad_out)
-    x_nchw, w_kcrs, conv_padding, padded = _conv_operands(x, filter, args.padding)
+    x_nchw, w_kcrs, conv_padding, padded = conv_operands(x, filter, args.padding)
     conv = None
     if need_scale or (args.activation is not None and out is None):
         # In the input dtype: the tensor-core conv the forward also runs; z is float32 from it.
@@ -160,7 +160,7 @@ def _wide(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.promote_types(t.dtype, torch.float32))
 
 
-def _conv_operands(
+def conv_operands(
     x: torch.Tensor,
     filter: torch.Tensor,  # noqa: A002
     padding: list[int],

@@ -47,7 +47,14 @@ from .validation import (
 )
 from .workspace import kernel_workspace
 
-__all__ = ["config_runner", "conv2d", "freeze_arg", "sm_count", "tensor_key"]
+__all__ = [
+    "config_runner",
+    "conv2d",
+    "freeze_arg",
+    "out_overlaps_inputs",
+    "sm_count",
+    "tensor_key",
+]
 
 
 def conv2d(  # noqa: A002
@@ -89,7 +96,7 @@ def conv2d(  # noqa: A002
         return out
     # The kernel cannot write an input, nor read a source it is overwriting.
     needs_staging = plan.needs_staging or (
-        not fresh_out and _out_overlaps_inputs(out_ptr, x_ptr, f_ptr, src_ptr, plan.nbytes)
+        not fresh_out and out_overlaps_inputs(out_ptr, x_ptr, f_ptr, src_ptr, plan.nbytes)
     )
     scale_pointers = _NO_SCALES if fp8_scales is None else _scale_pointers(fp8_scales)
     # x is a CUDA tensor (validated), so get_device() is its index, without a device object.
@@ -134,7 +141,7 @@ def _scale_pointers(fp8_scales: tuple) -> tuple[int, ...]:
     return tuple(0 if t is None else t.data_ptr() for t in fp8_scales)
 
 
-def _out_overlaps_inputs(out_ptr: int, x_ptr: int, f_ptr: int, src_ptr: int, nbytes: tuple) -> bool:
+def out_overlaps_inputs(out_ptr: int, x_ptr: int, f_ptr: int, src_ptr: int, nbytes: tuple) -> bool:
     """Whether a given ``out`` overlaps ``x`` or the filter, or (partly) a distinct source."""
     x_bytes, f_bytes, out_bytes = nbytes
     return (

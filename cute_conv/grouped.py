@@ -28,13 +28,13 @@ from .autograd import backward as _backward
 from .autograd import setup_context as _setup_context
 from .compile import CompiledConv2d, compile_kernel, forget_on_clear, kernel_scalars
 from .cuda_context import current_raw_stream, device_arch, on_device
-from .dispatch import freeze_arg, tensor_key
+from .dispatch import freeze_arg, out_overlaps_inputs, tensor_key
 from .dtypes import dtype_name
 from .epilogue import RESIDUAL_ORDERS, kernel_vector_dtype, validate_epilogue_args
 from .kernels.common.grouped_direct import MAX_GROUP_IN, VECTOR, GroupedDirectConfig
+from .ops import meta_stand_ins, padding_pairs
 from .plan_cache import PlanCache
 from .problem import Conv2dProblemShape, normalize_padding, normalize_pair
-from .staging import spans_overlap
 from .validation import ALIGNMENT_BYTES, MAX_GEMM_M, check_alignment, check_tensor
 
 __all__ = ["grouped_conv2d", "grouped_limits", "stage_filter"]
@@ -246,8 +246,15 @@ def _run(x, staged_filter, source, bias, scale, groups, stride, padding, dilatio
                     ("out", out)):  # fmt: skip
         if t is not None:
             check_alignment(name, t)
-    if out is not None and _overlaps(out, x, staged_filter):
-        raise ValueError("out overlaps activation or filter: pass a separate output tensor")
+    if out is not None and out_overlaps_inputs(
+        out.data_ptr(), x.data_ptr(), staged_filter.data_ptr(),
+        source.data_ptr() if plan.has_residual else 0,
+        tuple(t.numel() * t.element_size() for t in (x, staged_filter, out)),
+    ):  # fmt: skip
+        raise ValueError(
+            "out overlaps activation or filter, or partly the source: pass a separate output "
+            "tensor (out may be the source itself)"
+        )
     if out is None:
         out = torch.empty(plan.out_shape, dtype=plan.out_dtype, device=x.device)
     if plan.empty:
@@ -318,14 +325,6 @@ def _vector_operand(t: Tensor, dtype: torch.dtype) -> Tensor:
     return t.clone() if t.data_ptr() % ALIGNMENT_BYTES else t
 
 
-def _overlaps(out: Tensor, x: Tensor, staged_filter: Tensor) -> bool:
-    out_bytes = out.numel() * out.element_size()
-    return any(
-        spans_overlap(out.data_ptr(), out_bytes, t.data_ptr(), t.numel() * t.element_size())
-        for t in (x, staged_filter)
-    )
-
-
 @torch.library.custom_op("cute_conv::grouped_conv2d", mutates_args=())
 def _grouped_op(
     x: Tensor,
@@ -344,29 +343,19 @@ def _grouped_op(
 ) -> Tensor:
     """``grouped_conv2d`` on a staged filter as an op (its direct path: autograd runs the
     forward with grad mode off)."""
-    top, bottom, left, right = padding
     return _run(x, staged_filter, source, bias, scale, groups, tuple(stride),
-                ((top, bottom), (left, right)), tuple(dilation), alpha, beta, residual_order,
+                padding_pairs(padding), tuple(dilation), alpha, beta, residual_order,
                 activation, None)  # fmt: skip
 
 
 @_grouped_op.register_fake
 def _(x, staged_filter, source, bias, scale, groups, stride, padding, dilation, alpha, beta,
       residual_order, activation):  # fmt: skip
-    tensors = (x, staged_filter, source, bias, scale)
-    # Validation reads strides and dtypes only; it runs on meta stand-ins (as ``ops._fake``).
     with unset_fake_temporarily():
-        metas = [
-            None if t is None else torch.empty_strided(
-                [int(d) for d in t.shape], [int(d) for d in t.stride()], dtype=t.dtype,
-                device="meta",
-            )
-            for t in tensors
-        ]  # fmt: skip
-        top, bottom, left, right = padding
+        metas = meta_stand_ins((x, staged_filter, source, bias, scale))
         problem, _, _, out_dtype = _validate(
-            *metas, groups, tuple(stride), ((top, bottom), (left, right)), tuple(dilation),
-            alpha, beta, residual_order, activation, None,
+            *metas, groups, tuple(stride), padding_pairs(padding), tuple(dilation), alpha, beta,
+            residual_order, activation, None,
         )  # fmt: skip
     return x.new_empty(problem.output_shape, dtype=out_dtype)
 

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import api
+from .autograd import conv_operands
 from .epilogue import ACTIVATIONS, EpilogueSpec
 from .fold import activation_name, batch_norm_channels, fold_batch_norm
 from .fp8 import quantize_dynamic, quantize_fp8, quantize_from_amax, quantize_with_scale
@@ -218,14 +219,14 @@ class Conv2d(nn.Module):
         # Lean on purpose: this runs on every call, beside a kernel call of a few microseconds.
         _check_nchw("x", x, self.in_channels)
         weight = self.weight
-        if self.groups != 1:
-            if out_amax is not None or x_amax is not None:
-                raise ValueError("a grouped Conv2d keeps no amax (out_amax, x_amax)")
-            return self._forward_grouped(x, identity)
         if self.w_scale is not None:
             return self._forward_fp8(x, identity, out_amax, x_amax, reset_amax)
         if x.dtype != weight.dtype:
             raise TypeError(f"x has dtype {x.dtype}; the weight is {weight.dtype}")
+        if self.groups != 1:  # never fp8 (to_fp8 refuses it)
+            if out_amax is not None or x_amax is not None:
+                raise ValueError("a grouped Conv2d keeps no amax (out_amax, x_amax)")
+            return self._forward_grouped(x, identity)
         if identity is None:
             _reset_amax(out_amax, weight.device, reset_amax)
             fp8_out = self.out_scale is not None  # write_fp8
@@ -251,8 +252,6 @@ class Conv2d(nn.Module):
     def _forward_grouped(self, x: torch.Tensor, identity: torch.Tensor | None) -> torch.Tensor:
         """``forward`` of a grouped conv: the grouped kernel on the staged weight, or cuDNN
         where ``grouped_rule`` says it is faster (the call's multiply-adds)."""
-        if x.dtype != self.weight.dtype:
-            raise TypeError(f"x has dtype {x.dtype}; the weight is {self.weight.dtype}")
         if identity is not None:
             self._check_identity(x, identity)
         n, _, h, w = x.shape
@@ -262,9 +261,9 @@ class Conv2d(nn.Module):
             return self._forward_grouped_cudnn(x, identity)
         staged = self._grouped_weights("staged", lambda: (stage_filter(self.weight),))[0]
         y = grouped_conv2d(
-            _nhwc(x), staged, filter_layout="rsck", groups=self.groups, stride=self.stride, padding=self._padding,
-            dilation=self.dilation, bias=self.bias, scale=self.scale, activation=self.activation,
-            source=None if identity is None else _nhwc(identity),
+            _nhwc(x), staged, filter_layout="rsck", groups=self.groups, stride=self.stride,
+            padding=self._padding, dilation=self.dilation, bias=self.bias, scale=self.scale,
+            activation=self.activation, source=None if identity is None else _nhwc(identity),
             residual_order=self.residual_order,
         )  # fmt: skip
         return y.permute(0, 3, 1, 2)
@@ -276,9 +275,9 @@ class Conv2d(nn.Module):
         weight (in float32) and the bias, then the activation and the residual."""
         weight, bias = self._grouped_weights("cudnn", self._cudnn_weights)
         (top, bottom), (left, right) = self._padding
-        padding: tuple[int, int] = (top, left)
-        if (top, left) != (bottom, right):  # torch's conv pads both sides alike
-            x, padding = F.pad(x, (left, right, top, bottom)), (0, 0)
+        x, weight, padding, _ = conv_operands(
+            x.permute(0, 2, 3, 1), weight, [top, bottom, left, right]
+        )  # NCHW and KCRS views again; asymmetric padding applied to x
         y = F.conv2d(x, weight, bias, self.stride, padding, self.dilation, self.groups)
         act = TORCH_ACTIVATIONS[self.activation]
         if identity is None:
@@ -288,8 +287,8 @@ class Conv2d(nn.Module):
         return act(y) + identity
 
     def _cudnn_weights(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The KCRS weight with ``scale`` folded in and the bias, in the weight's dtype."""
-        weight = self.weight.permute(0, 3, 1, 2)
+        """The KRSC weight with ``scale`` folded in and the bias, in the weight's dtype."""
+        weight = self.weight
         if self.scale is not None:
             weight = (weight.float() * self.scale.view(-1, 1, 1, 1)).to(self.weight.dtype)
         bias = None if self.bias is None else self.bias.to(self.weight.dtype)

@@ -44,7 +44,14 @@ from .epilogue import validate_epilogue_args
 from .problem import Conv2dProblemShape, normalize_padding, normalize_pair
 from .validation import check_fp8_scales, default_out_dtype, validate_conv_inputs
 
-__all__ = ["call_op", "config_from_str", "config_to_str", "takes_torch_path"]
+__all__ = [
+    "call_op",
+    "config_from_str",
+    "config_to_str",
+    "meta_stand_ins",
+    "padding_pairs",
+    "takes_torch_path",
+]
 
 _AFTER = "after_activation"
 _CONFIG_CLASSES = {cls.__name__: cls for cls in config_types()}
@@ -205,9 +212,24 @@ def _parsed_config(text: str) -> Any:
     return cls(**fields)
 
 
-def _padding_pairs(padding: list[int]) -> tuple[tuple[int, int], tuple[int, int]]:
+def padding_pairs(padding: list[int]) -> tuple[tuple[int, int], tuple[int, int]]:
+    """An op's ``[top, bottom, left, right]`` as ``((top, bottom), (left, right))``."""
     top, bottom, left, right = padding
     return ((top, bottom), (left, right))
+
+
+def meta_stand_ins(tensors: tuple) -> list:
+    """Meta tensors of the shapes, strides and dtypes of ``tensors`` (None kept): what a fake
+    implementation validates, since validation reads ``data_ptr()`` (alignment), which fake
+    tensors refuse. Symbolic sizes are specialized. Call under ``unset_fake_temporarily``."""
+    return [
+        None
+        if t is None
+        else torch.empty_strided(
+            [int(s) for s in t.shape], [int(s) for s in t.stride()], dtype=t.dtype, device="meta"
+        )
+        for t in tensors
+    ]
 
 
 def _run(x, filter, source, bias, scale, scales, out, stride, padding, dilation, alpha,  # noqa: A002
@@ -217,7 +239,7 @@ def _run(x, filter, source, bias, scale, scales, out, stride, padding, dilation,
     autograd) gets ``call_op``'s error."""
     if source is None:  # conv2d_fprop's: no residual term
         beta, residual_order = 0.0, _AFTER
-    padding, config = _padding_pairs(padding), config_from_str(config)
+    padding, config = padding_pairs(padding), config_from_str(config)
     fp8_scales = None if all(t is None for t in scales) else scales
     if takes_torch_path(x, filter, source, bias, scale, out):
         return call_op(
@@ -234,22 +256,10 @@ def _fake(x, filter, source, bias, scale, scales, out, stride, padding, dilation
     """The output the call would return, checked as the public function checks it (no
     alignment, device or config-fit check: those need data or a GPU and run with the op)."""
     tensors = (x, filter, source, bias, scale, out, *scales)
-    # Validation reads data_ptr() (alignment), which fake tensors refuse: it runs on meta
-    # tensors of the same shapes, strides and dtypes. Symbolic sizes are specialized.
     with unset_fake_temporarily():
-        m_x, m_filter, m_source, m_bias, m_scale, m_out, *m_scales = (
-            None
-            if t is None
-            else torch.empty_strided(
-                [int(s) for s in t.shape],
-                [int(s) for s in t.stride()],
-                dtype=t.dtype,
-                device="meta",
-            )
-            for t in tensors
-        )
+        m_x, m_filter, m_source, m_bias, m_scale, m_out, *m_scales = meta_stand_ins(tensors)
         problem, out_dtype = validate_conv_inputs(
-            m_x, m_filter, stride=stride, padding=_padding_pairs(padding), dilation=dilation,
+            m_x, m_filter, stride=stride, padding=padding_pairs(padding), dilation=dilation,
             out=m_out, out_dtype=out_dtype,
         )  # fmt: skip
         validate_epilogue_args(

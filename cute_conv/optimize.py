@@ -15,9 +15,10 @@ EfficientNet's residual adds) join a chain wherever they fall in it.
 
 Grouped and depthwise convs within ``cute_conv.grouped_limits`` fuse the same way, on the
 grouped kernel. Convs the kernels cannot run (other grouped ones, float32, non-zero padding
-modes, geometry out of the limits, subclasses of nn.Conv2d) stay torch, and the report says why; a BatchNorm right after
-such a conv (an ``nn.Conv2d`` itself) is folded into a copy of its weights and bias, as
-``torch.compile``'s freezing folds it, so that it costs no kernel of its own.
+modes, geometry out of the limits, subclasses of nn.Conv2d) stay torch, and the report says
+why; a BatchNorm right after such a conv (an ``nn.Conv2d`` itself) is folded into a copy of
+its weights and bias, as ``torch.compile``'s freezing folds it, so that it costs no kernel of
+its own.
 
 Max pools (``cute_conv.pooling``; torch's channels_last pool kernel is slow): those whose
 windows tile the map (VGG's 2x2 stride-2) become ``TiledMaxPool2d``, the others without ceil mode

@@ -368,3 +368,26 @@ def test_the_depthwise_example_compiles_without_a_gpu(capsys):
         runpy.run_path(str(example), run_name="__main__")
     assert exit_info.value.code == 0
     assert "compiled the sm_90a depthwise kernel" in capsys.readouterr().out
+
+
+def test_out_partly_over_the_source_or_over_x_is_refused(monkeypatch):
+    """The direct path's aliasing check (``dispatch.out_overlaps_inputs``, run on every call
+    since it reads data pointers): out may be the source itself, not a shifted view of it."""
+    import types
+
+    from cute_conv import grouped
+
+    plan = types.SimpleNamespace(has_residual=True)
+    monkeypatch.setattr(grouped, "_plan", lambda *args: plan)
+    x, flt = _call_inputs()
+    staged = stage_filter(flt)
+    buffer = torch.zeros(2 * 9 * 8 * 48 + 64, dtype=BF16)
+    source = buffer[:-64].view(2, 9, 8, 48)
+    shifted = buffer[64:].view(2, 9, 8, 48)  # 128 bytes on: aligned, overlapping
+    with pytest.raises(ValueError, match="partly the source"):
+        grouped._run(x, staged, source, None, None, 2, (1, 1), ((1, 1), (1, 1)), (1, 1), 1.0,
+                     1.0, "after_activation", None, shifted)  # fmt: skip
+    plan.has_residual = False
+    with pytest.raises(ValueError, match="out overlaps activation"):
+        grouped._run(x, staged, None, None, None, 2, (1, 1), ((1, 1), (1, 1)), (1, 1), 1.0,
+                     0.0, "after_activation", None, x[:, :, :, :48])  # fmt: skip
