@@ -3,14 +3,16 @@
 It takes and returns NCHW tensors in channels_last memory: ``x.permute(0, 2, 3, 1)`` of such a
 tensor is the contiguous NHWC tensor the kernel reads, and the kernel's NHWC output
 ``.permute(0, 3, 1, 2)`` is the NCHW channels_last result, with no copy either way. The filter is
-stored KRSC (``[K, R, S, C / groups]``); the epilogue (a float32 per-channel ``scale`` and
+a KRSC (``[K, R, S, C / groups]``) tensor: contiguous, or for a grouped conv a view of an
+``[R, S, C / groups, K]`` one, the layout its kernel reads, so that no call stages it (not even
+a CUDA graph's replay); the epilogue (a float32 per-channel ``scale`` and
 ``bias``, an activation and a residual ``identity``) runs in the kernel:
 
     y = act(conv(x) * scale + bias) + identity        residual_order="after_activation"
     y = act(conv(x) * scale + bias + identity)        residual_order="before_activation"
 
 ``forward`` calls ``cute_conv.conv2d_fprop`` / ``conv2d_fprop_with_residual`` (a grouped or
-depthwise conv: ``cute_conv.grouped``'s CUDA-core kernel, with the weight staged once, or,
+depthwise conv: ``cute_conv.grouped``'s CUDA-core kernel, or,
 where ``cute_conv.grouped_rule`` finds the call too large for it, cuDNN's grouped conv and
 torch ops for the epilogue), so the module behaves as they do under ``torch.compile`` and
 autograd; its kernel needs a Hopper GPU.
@@ -107,6 +109,7 @@ class Conv2d(nn.Module):
         r, s = self.kernel_size
         group_in = in_channels // groups
         weight = torch.empty(out_channels, r, s, group_in, device=device, dtype=dtype)
+        weight = stored_filter(weight, groups)
         # torch.nn.Conv2d's initialization: its fan-in, C/groups*R*S, is the same in KRSC.
         nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
         self.weight = nn.Parameter(weight)
@@ -178,7 +181,7 @@ class Conv2d(nn.Module):
             activation=name, residual_order=residual_order,
         )  # fmt: skip
         device = conv.weight.device
-        krsc = conv.weight.detach().permute(0, 2, 3, 1).contiguous()
+        krsc = stored_filter(conv.weight.detach().permute(0, 2, 3, 1), conv.groups)
         trainable = conv.weight.requires_grad  # as the torch modules' parameters were
         module.weight = nn.Parameter(krsc, requires_grad=trainable)
         if bias is not None:
@@ -250,7 +253,7 @@ class Conv2d(nn.Module):
         return y.permute(0, 3, 1, 2)
 
     def _forward_grouped(self, x: torch.Tensor, identity: torch.Tensor | None) -> torch.Tensor:
-        """``forward`` of a grouped conv: the grouped kernel on the staged weight, or cuDNN
+        """``forward`` of a grouped conv: the grouped kernel on the stored weight, or cuDNN
         where ``grouped_rule`` says it is faster (the call's multiply-adds)."""
         if identity is not None:
             self._check_identity(x, identity)
@@ -272,27 +275,33 @@ class Conv2d(nn.Module):
         self, x: torch.Tensor, identity: torch.Tensor | None
     ) -> torch.Tensor:
         """The same function in torch ops: cuDNN's grouped conv with the scale folded into the
-        weight (in float32) and the bias, then the activation and the residual."""
-        weight, bias = self._grouped_weights("cudnn", self._cudnn_weights)
+        weight, the bias added in float32, then the activation and the residual."""
+        (weight,) = self._grouped_weights("cudnn", self._cudnn_weight)
         (top, bottom), (left, right) = self._padding
         x, weight, padding, _ = conv_operands(
             x.permute(0, 2, 3, 1), weight, [top, bottom, left, right]
         )  # NCHW and KCRS views again; asymmetric padding applied to x
-        y = F.conv2d(x, weight, bias, self.stride, padding, self.dilation, self.groups)
+        y = F.conv2d(x, weight, None, self.stride, padding, self.dilation, self.groups)
+        if self.bias is not None:
+            y = y.add_(self.bias.view(-1, 1, 1))  # float32 arithmetic, no bf16 copy of the bias
         act = TORCH_ACTIVATIONS[self.activation]
         if identity is None:
             return act(y)
         if self.residual_order == "before_activation":
-            return act(y + identity)
+            return act(y.add_(identity))
         return act(y) + identity
 
-    def _cudnn_weights(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The KRSC weight with ``scale`` folded in and the bias, in the weight's dtype."""
-        weight = self.weight
-        if self.scale is not None:
-            weight = (weight.float() * self.scale.view(-1, 1, 1, 1)).to(self.weight.dtype)
-        bias = None if self.bias is None else self.bias.to(self.weight.dtype)
-        return weight, bias
+    def _cudnn_weight(self) -> tuple[torch.Tensor]:
+        """The weight as cuDNN takes it without a copy, KRSC contiguous (a channels_last KCRS
+        view), with ``scale`` folded in float32: one pass, or a differentiable three."""
+        weight, scale = self.weight, self.scale
+        if scale is None:
+            return (weight.contiguous(),)
+        scale = scale.view(-1, 1, 1, 1)
+        if torch.is_grad_enabled() and (weight.requires_grad or scale.requires_grad):
+            return ((weight.float() * scale).to(weight.dtype).contiguous(),)
+        out = torch.empty(weight.shape, dtype=weight.dtype, device=weight.device)
+        return (torch.mul(weight, scale, out=out),)
 
     def _grouped_weights(self, kind: str, make: Any) -> tuple:
         """``make()``: traced (torch.compile), differentiable (a tensor that requires grad) or
@@ -496,6 +505,15 @@ def _check_nchw(name: str, t: Any, channels: int) -> None:
         raise ValueError(
             f"{name} must be an [N, C, H, W] tensor with C={channels}, got shape {tuple(t.shape)}"
         )
+
+
+def stored_filter(krsc: torch.Tensor, groups: int) -> torch.Tensor:
+    """``krsc`` as ``Conv2d`` stores its filter: contiguous (no copy if it is), or with
+    ``groups`` > 1 a KRSC view of its ``[R, S, C / groups, K]`` copy, which the grouped kernel
+    reads as it is (in-place writes, as ``load_state_dict`` makes, keep the layout)."""
+    if groups == 1:
+        return krsc.contiguous()
+    return stage_filter(krsc).permute(3, 0, 1, 2)
 
 
 def _nhwc(t: torch.Tensor) -> torch.Tensor:

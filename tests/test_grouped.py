@@ -210,14 +210,26 @@ def test_module_from_torch_runs_the_grouped_path(kernel_calls):  # noqa: F811
         module(x)
     (x_nhwc, staged, source), (_, staged_again, _) = kernel_calls
     assert x_nhwc.data_ptr() == x.data_ptr() and source.data_ptr() == identity.data_ptr()
-    assert staged is staged_again and staged.shape == (3, 3, 24, 48)  # staged once
+    # The weight is stored as the kernel reads it: no call stages it.
+    assert staged.shape == (3, 3, 24, 48) and staged.is_contiguous()
+    assert staged.data_ptr() == staged_again.data_ptr() == module.weight.data_ptr()
     expected = F.relu(bn.float()(conv.float()(x.float()))) + identity.float()
     check = compare_to_reference(y, expected)
     assert check.ok, str(check)
+    state = {name: t.clone().contiguous() for name, t in module.state_dict().items()}
+    module.load_state_dict(state)  # copies in place: the layout stays
+    assert module.weight.permute(1, 2, 3, 0).is_contiguous()
+    # A KRSC-contiguous weight given by the user is staged once, and again when it changes.
+    module.weight = nn.Parameter(module.weight.detach().contiguous(), requires_grad=False)
     with torch.no_grad():
-        module.weight.mul_(2)  # a changed weight is staged again
         module(x)
-    assert kernel_calls[-1][1] is not staged
+        module(x)
+        first, second = kernel_calls[-2][1], kernel_calls[-1][1]
+        assert first is second and first.data_ptr() != module.weight.data_ptr()
+        module.weight.mul_(2)
+        module(x)
+    assert kernel_calls[-1][1] is not first
+    torch.testing.assert_close(kernel_calls[-1][1], first * 2)
 
 
 def test_grouped_module_refuses_fp8():
