@@ -68,10 +68,13 @@ bench-validation: install
 		--results benchmarks/validation_results.json --section $(or $(SECTION),0) $(CORPUS_ARGS)
 
 # The grouped/depthwise kernel against cuDNN on models' grouped convs (H100/H200): the rule's
-# train models (RegNetY-1.6GF, ResNeXt-50, MobileNetV3-Large), then held-out ones, a process
-# each; rows say whether cute_conv.grouped_rule takes the kernel.
+# train models (RegNetY-1.6GF, ResNeXt-50, MobileNetV3-Large), its held-out ones, then the
+# models named to judge the candidate rule of benchmarks/experiments/grouped_rule_fit.py
+# (its HELD_OUT, and depthwise MobileNetV2 and MnasNet), a process each; rows say whether
+# cute_conv.grouped_rule takes the kernel.
 GROUPED_MODELS ?= regnet_y_1_6gf resnext50_32x4d mobilenet_v3_large efficientnet_b0 \
-	convnext_tiny regnet_y_400mf regnet_y_800mf regnet_x_3_2gf
+	convnext_tiny regnet_y_400mf regnet_y_800mf regnet_x_3_2gf regnet_x_400mf \
+	regnet_x_1_6gf regnet_y_8gf regnet_x_8gf resnext101_32x8d mobilenet_v2 mnasnet1_0
 bench-grouped: install
 	for model in $(GROUPED_MODELS); do \
 		$(VPY) benchmarks/experiments/grouped_direct_ab.py --models $$model --batches 1 8 32 \
