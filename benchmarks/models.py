@@ -6,7 +6,7 @@
                                 [--batches 1 8 32 128]
                                 [--json benchmarks/models.json] [--out benchmarks/MODELS.md]
                                 [--chart benchmarks/models.png] [--render]
-                                [--merge FILE [FILE ...]]
+                                [--merge FILE [FILE ...]] [--compile-cute-conv]
 
 torchvision's ResNet-18, ResNet-50, VGG-16, RegNetY-1.6GF, MobileNetV3-Large, ResNeXt-50
 32x4d, EfficientNet-B0 and ConvNeXt-T (the last four with grouped or depthwise convs), and
@@ -25,6 +25,9 @@ eval, bfloat16, channels_last, 224x224 images, at each batch size:
 - compile times: cute_conv's optimize + first call with an empty kernel cache (cold: every
   kernel compiled) and again with the in-memory cache cleared and the disk cache full (warm);
   torch.compile's first call with fresh inductor and triton caches.
+- with ``--compile-cute-conv``, also (d) ``torch.compile(cute_conv.optimize(model))`` (same
+  settings), where inductor fuses what is not a conv (ConvNeXt's LayerNorms and GELUs,
+  EfficientNet's squeeze-excitation pools) around cute_conv's ops; its own report section.
 
 Measuring needs an H100/H200. One invocation measures the models and batches it is given and
 merges them into the JSON file (a row per model and batch; a row measured again replaces the
@@ -73,7 +76,12 @@ DETECTION_IMAGE_SIZE = 800
 SEED = 0
 # What is compared, in timing order: cute_conv.optimize, torch eager, torch.compile.
 METHODS = ("cute_conv", "eager", "compile")
-METHOD_NAMES = {"cute_conv": "cute_conv", "eager": "torch eager", "compile": "torch.compile"}
+# Measured with --compile-cute-conv: torch.compile of the optimized model.
+COMPILED_CUTE_CONV = "cute_conv_compile"
+METHOD_NAMES = {
+    "cute_conv": "cute_conv", "eager": "torch eager", "compile": "torch.compile",
+    COMPILED_CUTE_CONV: "cute_conv + torch.compile",
+}  # fmt: skip
 # The targets: ResNet-50's speedup over torch.compile, per batch size.
 SPEED_TARGETS = {("resnet50", 1): 1.1, ("resnet50", 32): 1.3, ("resnet50", 128): 1.3}
 # Calls before a CUDA graph is captured: cuDNN's algorithm search, compiles and lazy setup run
@@ -220,9 +228,15 @@ def compile_timed(model: nn.Module, x: torch.Tensor):
 
 
 def measure_batch(
-    name: str, model32: nn.Module, model16: nn.Module, batch: int, scratch: Path
+    name: str,
+    model32: nn.Module,
+    model16: nn.Module,
+    batch: int,
+    scratch: Path,
+    compile_cute_conv: bool = False,
 ) -> tuple[dict, str]:
-    """One row of results for ``name`` at ``batch``, and the optimize report's text."""
+    """One row of results for ``name`` at ``batch``, and the optimize report's text;
+    ``compile_cute_conv``: also time ``torch.compile`` of the optimized model."""
     generator = torch.Generator().manual_seed(SEED + batch)
     size = image_size(name)
     x32 = torch.randn(batch, 3, size, size, generator=generator).cuda()
@@ -232,20 +246,21 @@ def measure_batch(
     compiled, compile_s = compile_timed(model16, x)
     graphs = {"cute_conv": graphed(optimized, x), "eager": graphed(model16, x)}
     graphs["compile"] = graphed(compiled, x)
+    compile_s = {"cute_conv_cold": cold_s, "cute_conv_warm": warm_s, "torch_compile": compile_s}
+    if compile_cute_conv:
+        compiled_optimized, compile_s[COMPILED_CUTE_CONV] = compile_timed(optimized, x)
+        graphs[COMPILED_CUTE_CONV] = graphed(compiled_optimized, x)
     rel_err = {}
     for method, (replay, out) in graphs.items():
         replay()
         rel_err[method] = compare_to_reference(out, ref).rel_err
     ms = time_interleaved({method: replay for method, (replay, _) in graphs.items()})
-    row = dict(
-        model=name, batch=batch, ms=ms, rel_err=rel_err,
-        compile_s={"cute_conv_cold": cold_s, "cute_conv_warm": warm_s, "torch_compile": compile_s},
-    )  # fmt: skip
+    row = dict(model=name, batch=batch, ms=ms, rel_err=rel_err, compile_s=compile_s)
     return row, str(optimized.cute_conv_report)
 
 
 def measure(
-    models: Iterable[str], batches: Iterable[int], command: str
+    models: Iterable[str], batches: Iterable[int], command: str, compile_cute_conv: bool = False
 ) -> tuple[list[dict], dict[str, str]]:
     """Rows of every model at every batch size, and each model's optimize report."""
     torch.backends.cudnn.benchmark = True
@@ -262,7 +277,9 @@ def measure(
             model32 = build_model(name).cuda()
             model16 = copy.deepcopy(model32).to(torch.bfloat16, memory_format=torch.channels_last)
             for batch in batches:
-                row, reports[name] = measure_batch(name, model32, model16, batch, Path(scratch))
+                row, reports[name] = measure_batch(
+                    name, model32, model16, batch, Path(scratch), compile_cute_conv
+                )
                 rows.append({**row, **env})
                 print(_progress_line(rows[-1]), flush=True)
                 gc.collect()  # the graphs and their memory pools
@@ -272,13 +289,20 @@ def measure(
 
 def _progress_line(row: dict) -> str:
     err, comp = row["rel_err"], row["compile_s"]
-    return (
+    line = (
         f"{row['model']:>9} batch {row['batch']:>3}: "
         + ", ".join(f"{METHOD_NAMES[m]} {images_per_s(row, m):.0f} img/s" for m in METHODS)
         + f" | {speedup(row, 'eager'):.2f}x eager, {speedup(row, 'compile'):.2f}x torch.compile | rel err {', '.join(f'{err[m]:.1e}' for m in METHODS)} | compile "
         f"{comp['cute_conv_cold']:.0f} s cold, {comp['cute_conv_warm']:.1f} s warm, torch.compile "
         f"{comp['torch_compile']:.0f} s"
     )
+    if COMPILED_CUTE_CONV in row["ms"]:
+        line += (
+            f" | {METHOD_NAMES[COMPILED_CUTE_CONV]} {images_per_s(row, COMPILED_CUTE_CONV):.0f} "
+            f"img/s ({compiled_speedup(row):.2f}x torch.compile), rel err "
+            f"{err[COMPILED_CUTE_CONV]:.1e}, compile {comp[COMPILED_CUTE_CONV]:.0f} s"
+        )
+    return line
 
 
 # ---------------------------------------------------------------------------------------------
@@ -308,6 +332,12 @@ def images_per_s(row: dict, method: str) -> float:
 def speedup(row: dict, method: str) -> float:
     """How many times faster cute_conv ran than ``method`` on ``row``."""
     return row["ms"][method] / row["ms"]["cute_conv"]
+
+
+def compiled_speedup(row: dict) -> float:
+    """How many times faster ``torch.compile(cute_conv.optimize(model))`` ran than
+    ``torch.compile(model)`` on ``row``."""
+    return row["ms"]["compile"] / row["ms"][COMPILED_CUTE_CONV]
 
 
 def error_ok(row: dict) -> bool:
@@ -414,6 +444,27 @@ def render_markdown(data: dict, chart_name: str) -> str:
             f"| {r['model']} | {r['batch']} | {c['cute_conv_cold']:.1f} "
             f"| {c['cute_conv_warm']:.2f} | {c['torch_compile']:.1f} |"
         )
+    compiled_rows = [r for r in rows if COMPILED_CUTE_CONV in r["ms"]]
+    if compiled_rows:
+        lines += [
+            "",
+            "## cute_conv.optimize under torch.compile (`--compile-cute-conv`)",
+            "",
+            "`torch.compile(cute_conv.optimize(model))`, same settings and graphs: inductor "
+            "fuses the ops around cute_conv's.",
+            "",
+            "| model | batch | images/s | vs torch.compile | vs cute_conv alone | error | "
+            "compile (s) |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in compiled_rows:
+            alone = r["ms"]["cute_conv"] / r["ms"][COMPILED_CUTE_CONV]
+            lines.append(
+                f"| {r['model']} | {r['batch']} | {images_per_s(r, COMPILED_CUTE_CONV):.0f} "
+                f"| {compiled_speedup(r):.2f}x | {alone:.2f}x "
+                f"| {r['rel_err'][COMPILED_CUTE_CONV]:.2e} "
+                f"| {r['compile_s'][COMPILED_CUTE_CONV]:.1f} |"
+            )
     lines += ["", f"![speedups]({chart_name})", "", "## What cute_conv.optimize did", ""]
     for model, report in data["reports"].items():
         summary = report.splitlines()[0] if report else "(no report)"
@@ -487,6 +538,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="add the rows of these results files (runs with their own --json) to --json, "
         "each replacing the row of its model and batch size, then render (no GPU)",
     )  # fmt: skip
+    parser.add_argument(
+        "--compile-cute-conv", action="store_true",
+        help="also time torch.compile(cute_conv.optimize(model)) (freezing, default mode)",
+    )  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -512,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 1
         command = shlex.join(["python", "benchmarks/models.py", *argv])
-        rows, reports = measure(args.models, args.batches, command)
+        rows, reports = measure(args.models, args.batches, command, args.compile_cute_conv)
         data = merge_results(data, rows, reports)
         args.json.write_text(json.dumps(data, indent=1) + "\n")
     if not data["rows"]:

@@ -119,6 +119,26 @@ def test_progress_line(models):
     assert line.endswith("compile 22 s cold, 0.4 s warm, torch.compile 55 s")
 
 
+def test_compiled_cute_conv_rows_get_their_own_section(models, tmp_path):
+    """--compile-cute-conv rows: torch.compile(cute_conv.optimize(model)) beside the rest;
+    rows without it (older runs) render as before, and no section without any."""
+    compiled = row("convnext_tiny", 1, (1.0, 1.2, 0.8))
+    compiled["ms"]["cute_conv_compile"] = 0.64
+    compiled["rel_err"]["cute_conv_compile"] = 6.5e-3
+    compiled["compile_s"]["cute_conv_compile"] = 31.0
+    data = {"rows": [compiled, row("resnet50", 1, (1.0, 2.0, 1.2))], "reports": {}}
+    text = render(models, tmp_path, data)
+    assert "## cute_conv.optimize under torch.compile (`--compile-cute-conv`)" in text
+    # 1000 / 0.64 images/s; 0.8 / 0.64 over torch.compile, 1.0 / 0.64 over cute_conv alone
+    assert "| convnext_tiny | 1 | 1562 | 1.25x | 1.56x | 6.50e-03 | 31.0 |" in text.splitlines()
+    line = models._progress_line(compiled)
+    assert line.endswith(
+        "| cute_conv + torch.compile 1562 img/s (1.25x torch.compile), rel err 6.5e-03, "
+        "compile 31 s"
+    )
+    assert "under torch.compile" not in render(models, tmp_path, SYNTHETIC)
+
+
 def test_merge_adds_other_runs_rows(models, tmp_path, capsys):
     """--merge: each file's rows replace those of their model and batch size; no GPU."""
     results, other = tmp_path / "models.json", tmp_path / "other.json"
