@@ -243,10 +243,14 @@ def measure_batch(
     x = x32.to(torch.bfloat16).contiguous(memory_format=torch.channels_last)
     ref = float32_logits(model32, x32)
     optimized, cold_s, warm_s = optimize_timed(model16, x, scratch / f"cute-{name}-{batch}")
-    compiled, compile_s = compile_timed(model16, x)
+    compiled, torch_compile_s = compile_timed(model16, x)
     graphs = {"cute_conv": graphed(optimized, x), "eager": graphed(model16, x)}
     graphs["compile"] = graphed(compiled, x)
-    compile_s = {"cute_conv_cold": cold_s, "cute_conv_warm": warm_s, "torch_compile": compile_s}
+    compile_s = {
+        "cute_conv_cold": cold_s,
+        "cute_conv_warm": warm_s,
+        "torch_compile": torch_compile_s,
+    }
     if compile_cute_conv:
         compiled_optimized, compile_s[COMPILED_CUTE_CONV] = compile_timed(optimized, x)
         graphs[COMPILED_CUTE_CONV] = graphed(compiled_optimized, x)

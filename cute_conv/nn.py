@@ -12,10 +12,9 @@ a CUDA graph's replay); the epilogue (a float32 per-channel ``scale`` and
     y = act(conv(x) * scale + bias + identity)        residual_order="before_activation"
 
 ``forward`` calls ``cute_conv.conv2d_fprop`` / ``conv2d_fprop_with_residual`` (a grouped or
-depthwise conv: ``cute_conv.grouped``'s CUDA-core kernel, or,
-where ``cute_conv.grouped_rule`` finds the call too large for it, cuDNN's grouped conv and
-torch ops for the epilogue), so the module behaves as they do under ``torch.compile`` and
-autograd; its kernel needs a Hopper GPU.
+depthwise conv: ``cute_conv.grouped``'s CUDA-core kernel, or, where ``cute_conv.grouped_rule``
+finds the call too large for it, cuDNN's grouped conv and torch ops for the epilogue), so the
+module behaves as they do under ``torch.compile`` and autograd; its kernel needs a Hopper GPU.
 """
 
 from __future__ import annotations
@@ -262,7 +261,9 @@ class Conv2d(nn.Module):
         k, r, s, group_in = self.weight.shape
         if not runs_grouped_kernel(n * p * q * k * r * s * group_in, group_in, k // self.groups):
             return self._forward_grouped_cudnn(x, identity)
-        staged = self._grouped_weights("staged", lambda: (stage_filter(self.weight),))[0]
+        staged = self.weight.permute(1, 2, 3, 0)  # the stored layout: no staging, no cache
+        if not staged.is_contiguous():  # a KRSC weight assigned since: staged once per version
+            staged = self._grouped_weights("staged", lambda: (stage_filter(self.weight),))[0]
         y = grouped_conv2d(
             _nhwc(x), staged, filter_layout="rsck", groups=self.groups, stride=self.stride,
             padding=self._padding, dilation=self.dilation, bias=self.bias, scale=self.scale,
