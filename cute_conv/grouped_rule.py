@@ -3,38 +3,74 @@
 The grouped kernel (``kernels/common/grouped_direct.py``) runs on CUDA cores: it wins where
 cuDNN's time is launches and layout transforms, and loses where the work is large enough for
 cuDNN's tensor-core grouped kernels to pay. The bound is on the call's multiply-adds
-(``N * P * Q * K * R * S * C / groups``), fitted on an H200
-(``benchmarks/experiments/grouped_direct_ab_H200.json``: the kernel with its fused bias and
-activation against cuDNN's conv with the bias, then the activation, CUDA-graph replays) on the
-train models RegNetY-1.6GF, ResNeXt-50 32x4d and MobileNetV3-Large at batch 1, 8 and 32: each
-bound the smallest power of two of least summed time per forward over its rows:
+(``N * P * Q * K * R * S * C / groups``), measured on an H200 by
+``benchmarks/experiments/grouped_direct_ab.py`` (the kernel with its fused bias and activation
+against cuDNN's conv with the bias, then the activation, CUDA-graph replays):
 
-- depthwise: up to ``DEPTHWISE_MAX_MACS``. Held out (EfficientNet-B0, ConvNeXt-T's 7x7s):
+- depthwise: up to ``DEPTHWISE_MAX_MACS``, fitted on RegNetY-1.6GF, ResNeXt-50 32x4d and
+  MobileNetV3-Large at batch 1, 8 and 32. Held out (EfficientNet-B0, ConvNeXt-T's 7x7s):
   1.31x cuDNN summed over their rows as the rule runs them, the worst conv it takes 0.95x.
-- grouped, ``C / groups`` a power of two (ResNeXt's 8, 16, 32 per group, which cuDNN runs
-  without layout transforms): up to ``NATIVE_GROUPED_MAX_MACS`` (ResNeXt-50's at batch 1,
-  0.88-1.37x per conv, 1.04x summed; at batch 8 and 32 cuDNN is faster, 0.28-0.97x);
-- other grouped (RegNet's 24 per group, which cuDNN transforms to NCHW and back: 40% of
-  RegNetY-1.6GF's batch-1 forward): up to ``GROUPED_MAX_MACS`` (RegNetY-1.6GF's summed
-  5,410 -> 3,425 us over its rows of the three batches).
+- grouped, where cuDNN runs the conv natively in NHWC (the group width ``w = C / groups`` a
+  power of two, as ResNeXt's, or fewer than ``few_groups`` groups): up to
+  ``native_max_macs_at_8 * (8 / w) ** native_width_power``. cuDNN's tensor-core tiles fill as
+  the groups widen, so the bound falls with the width.
+- other grouped convs (RegNet's 24, 48, 56 or 120 per group), which cuDNN transforms to NCHW
+  and back (tens of microseconds a conv): up to ``transformed_max_macs_at_24 * (24 / w) **
+  transformed_width_power``. The kernel's rate falls on wide groups while cuDNN's rises.
 
-The grouped bounds have no held-out check yet (the train set holds both grouped families).
+Widths below 8 (no model measured) take the bound of 8. The grouped constants (``FITTED``)
+were fitted (``benchmarks/experiments/grouped_rule_fit.py --search``) on the rows of ten
+models at batch 1, 8 and 32: RegNetY-400MF/800MF/1.6GF/8GF, RegNetX-400MF/1.6GF/3.2GF/8GF,
+ResNeXt-50 32x4d and ResNeXt-101 32x8d (1.126x cuDNN summed per forward over their grouped
+convs, worst forward 0.92x). Held out, named before they were measured (RegNetX-800MF,
+RegNetY-3.2GF, ResNeXt-101 64x4d, RegNetY-16GF, RegNetX-16GF): 1.048x summed, worst forward
+0.95x (RegNetY-3.2GF at batch 32), where the rule it replaced gave 0.957x and 0.34x.
 """
 
 from __future__ import annotations
 
-__all__ = ["DEPTHWISE_MAX_MACS", "GROUPED_MAX_MACS", "NATIVE_GROUPED_MAX_MACS", "runs_grouped_kernel"]
+from dataclasses import dataclass
+
+__all__ = ["DEPTHWISE_MAX_MACS", "FITTED", "GroupedBounds", "runs_grouped_kernel"]
 
 DEPTHWISE_MAX_MACS = 2**27
-NATIVE_GROUPED_MAX_MACS = 2**24
-GROUPED_MAX_MACS = 2**29
 
 
-def runs_grouped_kernel(macs: int, group_in: int, group_out: int) -> bool:
-    """Whether a grouped conv call of ``macs`` multiply-adds, ``group_in`` input and
-    ``group_out`` output channels per group runs faster on the grouped kernel than on cuDNN."""
+@dataclass(frozen=True)
+class GroupedBounds:
+    """The grouped (not depthwise) rule's constants: the bounds on the multiply-adds at the
+    reference widths, and the group count below which cuDNN runs a non-power-of-two width
+    natively."""
+
+    native_max_macs_at_8: float
+    native_width_power: float
+    transformed_max_macs_at_24: float
+    transformed_width_power: float
+    few_groups: int
+
+    def takes(self, macs: int, group_in: int, groups: int) -> bool:
+        """Whether a grouped conv call of ``macs`` multiply-adds over ``groups`` groups of
+        ``group_in`` input channels runs faster on the grouped kernel than on cuDNN."""
+        width = max(group_in, 8)
+        if width & (width - 1) == 0 or groups < self.few_groups:
+            return macs <= self.native_max_macs_at_8 * (8 / width) ** self.native_width_power
+        bound = self.transformed_max_macs_at_24 * (24 / width) ** self.transformed_width_power
+        return macs <= bound
+
+
+FITTED = GroupedBounds(
+    native_max_macs_at_8=2**26,
+    native_width_power=3,
+    transformed_max_macs_at_24=2**30.5,
+    transformed_width_power=2,
+    few_groups=4,
+)
+
+
+def runs_grouped_kernel(macs: int, group_in: int, group_out: int, groups: int) -> bool:
+    """Whether a grouped conv call of ``macs`` multiply-adds, ``groups`` groups of
+    ``group_in`` input and ``group_out`` output channels runs faster on the grouped kernel
+    than on cuDNN."""
     if group_in == group_out == 1:
         return macs <= DEPTHWISE_MAX_MACS
-    if group_in & (group_in - 1) == 0:  # a power of two
-        return macs <= NATIVE_GROUPED_MAX_MACS
-    return macs <= GROUPED_MAX_MACS
+    return FITTED.takes(macs, group_in, groups)

@@ -259,7 +259,8 @@ class Conv2d(nn.Module):
         n, _, h, w = x.shape
         p, q = self._output_size(h, w)
         k, r, s, group_in = self.weight.shape
-        if not runs_grouped_kernel(n * p * q * k * r * s * group_in, group_in, k // self.groups):
+        macs = n * p * q * k * r * s * group_in
+        if not runs_grouped_kernel(macs, group_in, k // self.groups, self.groups):
             return self._forward_grouped_cudnn(x, identity)
         staged = self.weight.permute(1, 2, 3, 0)  # the stored layout: no staging, no cache
         if not staged.is_contiguous():  # a KRSC weight assigned since: staged once per version

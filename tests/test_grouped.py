@@ -256,16 +256,19 @@ def test_optimize_keeps_grouped_convs_16bit_under_fp8():
 
 
 @pytest.mark.parametrize(
-    "macs, group_in, group_out, runs",
+    "macs, group_in, group_out, groups, runs",
     [
-        (2**27, 1, 1, True), (2**27 + 1, 1, 1, False),  # depthwise
-        (2**24, 16, 16, True), (2**24 + 1, 16, 16, False),  # a power-of-two group width
-        (2**29, 24, 24, True), (2**29 + 1, 24, 24, False),  # RegNet's 24
-        (2**25, 1, 8, False),  # a channel multiplier: one input channel, a power of two
+        (2**27, 1, 1, 64, True), (2**27 + 1, 1, 1, 64, False),  # depthwise
+        (2**26, 8, 8, 32, True), (2**26 + 1, 8, 8, 32, False),  # a power-of-two width
+        (2**23, 16, 16, 32, True), (2**23 + 1, 16, 16, 32, False),  # twice as wide: 1/8
+        (2**26, 1, 8, 64, True), (2**26 + 1, 1, 8, 64, False),  # below 8 wide: as 8
+        (2**30.5, 24, 24, 7, True), (2**30.5 + 1, 24, 24, 7, False),  # RegNet's 24, transformed
+        (2**28.5, 48, 48, 9, True), (2**28.5 + 1, 48, 48, 9, False),  # twice as wide: 1/4
+        (2**26 // 27, 24, 24, 3, True), (2**26 // 27 + 2, 24, 24, 3, False),  # 3 groups: native
     ],
 )  # fmt: skip
-def test_the_rule_bounds_the_multiply_adds(macs, group_in, group_out, runs):
-    assert runs_grouped_kernel(macs, group_in, group_out) is runs
+def test_the_rule_bounds_the_multiply_adds(macs, group_in, group_out, groups, runs):
+    assert runs_grouped_kernel(macs, group_in, group_out, groups) is runs
 
 
 @pytest.mark.parametrize("order", ["after_activation", "before_activation"])

@@ -21,15 +21,17 @@ def test_rows_leave_out_depthwise_convs_and_read_the_groups(tmp_path):
     assert (only["c"], only["k"], only["groups"]) == (96, 96, 4)
 
 
-def test_candidate_bound_falls_with_the_width_where_cudnn_is_native():
-    rule = fit.candidate_rule(native_at_8=2**26, width_power=3, transformed=2**29, few_groups=5)
-    row = lambda c, groups, macs: {"c": c, "groups": groups, "macs": macs}  # noqa: E731
-    assert rule(row(104, 13, 2**26)) and not rule(row(104, 13, 2**26 + 1))  # 8 per group
-    assert rule(row(320, 20, 2**23)) and not rule(row(320, 20, 2**23 + 1))  # 16: 2**26 / 8
-    assert rule(row(96, 2, 2**26 / 217)) and not rule(
-        row(96, 2, 2**26 / 215)
-    )  # 48, 2 groups: native
-    assert rule(row(432, 9, 2**29)) and not rule(row(432, 9, 2**29 + 1))  # 48, 9 groups
+def test_choose_takes_the_best_worst_forward_near_the_least_summed_time():
+    a, b, c = (fit.GroupedBounds(2**k, 3, 2**29, 2, 4) for k in (24, 25, 26))
+    scored = [(1000.0, 0.90, a), (1001.0, 0.95, b), (1010.0, 0.99, c)]  # c: 1% slower
+    assert [bounds for _, _, bounds in fit.choose(scored)] == [b, a]
+
+
+def test_bounds_rule_reads_the_width_and_groups_of_a_row():
+    bounds = fit.GroupedBounds(2**26, 3, 2**30, 2, 4)
+    rule = fit.bounds_rule(bounds)
+    assert rule({"c": 96, "groups": 4, "macs": 2**30 / 16})  # 24 wide at 4 groups: transformed
+    assert not rule({"c": 96, "groups": 2, "macs": 2**30 / 16})  # 48 wide at 2 groups: native
 
 
 def test_per_forward_sums_the_calls_as_the_rule_runs_them():

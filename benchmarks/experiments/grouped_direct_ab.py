@@ -96,7 +96,7 @@ def measure(conv: nn.Conv2d, shape: tuple, activation: str | None, rounds: int) 
         checks[name] = {"ok": check.ok, "rel_err": check.rel_err}
     macs = n * k * ref.shape[2] * ref.shape[3] * r * s * c // groups
     return {"module": repr(conv), "input": list(shape), "activation": activation,
-            "macs": macs, "rule_takes_kernel": runs_grouped_kernel(macs, c // groups, k // groups),
+            "macs": macs, "rule_takes_kernel": runs_grouped_kernel(macs, c // groups, k // groups, groups),
             "checks": checks, "graph_us": replayed_us(fns, rounds)}  # fmt: skip
 
 
