@@ -8,6 +8,7 @@ to cuDNN instead (``cute_conv.grouped_rule``), whose torch path runs here as it 
 from __future__ import annotations
 
 import re
+import types
 
 import pytest
 import torch
@@ -303,6 +304,24 @@ def test_module_runs_cudnn_past_the_rule(kernel_calls, conv_args, batch, size, k
         expected = F.hardswish(z) + identity.float()
     check = compare_to_reference(y, expected)
     assert check.ok, str(check)
+
+
+@pytest.mark.parametrize(
+    "groups, activation, grad, fused",
+    [
+        (32, "relu", False, True),  # 8 per group: cuDNN's native grouped conv
+        (32, "silu", False, False),  # the fused op takes ReLU only
+        (32, "relu", True, False),  # no derivative
+        (10, "relu", False, False),  # 24 per group: cuDNN transforms, the fused op is slower
+    ],
+)  # fmt: skip
+def test_cudnn_path_fuses_relu_on_power_of_two_widths(groups, activation, grad, fused):
+    channels = 240 if groups == 10 else 256
+    module = cute_conv.nn.Conv2d(channels, channels, 3, groups=groups, activation=activation)
+    cuda_input = types.SimpleNamespace(is_cuda=True, requires_grad=False)
+    with torch.set_grad_enabled(grad):
+        assert module._fuses_cudnn_relu(cuda_input) is fused
+        assert not module._fuses_cudnn_relu(torch.empty(1))  # a CPU tensor
 
 
 def test_cudnn_path_pads_asymmetrically_and_differentiates():

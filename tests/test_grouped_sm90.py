@@ -130,6 +130,38 @@ def test_grouped_replays_in_a_cuda_graph():
     assert report.ok, str(report)
 
 
+def test_cudnn_path_fused_relu_computes_the_module_and_replays(monkeypatch):
+    """Past the rule's bound, a ReLU module on a power-of-two group width runs cuDNN's fused
+    conv + bias + ReLU (scale folded into the weight, bias in bf16), eager and in a graph."""
+    torch.manual_seed(2)
+    conv = nn.Conv2d(512, 512, 3, padding=1, groups=32, bias=False).to(BF16).cuda()
+    bn = nn.BatchNorm2d(512).cuda().eval()
+    with torch.no_grad():
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(0.5, 2.0)
+        bn.weight.uniform_(0.5, 1.5)
+        bn.bias.uniform_(-0.5, 0.5)
+    module = cute_conv.nn.Conv2d.from_torch(conv, bn.to(BF16), nn.ReLU()).eval()
+    fused_calls = []
+    fused = torch.cudnn_convolution_relu
+    monkeypatch.setattr(torch, "cudnn_convolution_relu", lambda *a: fused_calls.append(1) or fused(*a))
+    x = torch.randn(32, 512, 28, 28, device="cuda").to(BF16).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        expected = F.relu(bn.float()(conv.float()(x.float())))
+        y = module(x)
+        assert fused_calls, "the fused cuDNN op did not run"
+        report = compare_to_reference(y, expected)
+        assert report.ok, str(report)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            replayed = module(x)
+        replayed.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+    report = compare_to_reference(replayed, expected)
+    assert report.ok, str(report)
+
+
 def test_grouped_module_under_torch_compile_and_autograd():
     torch.manual_seed(1)
     conv = nn.Conv2d(48, 48, 3, padding=1, groups=2).to(BF16).cuda()

@@ -1,0 +1,93 @@
+"""cuDNN's fused conv + bias + ReLU (``torch.cudnn_convolution_relu``) against what
+``cute_conv.nn.Conv2d`` runs on grouped convs past ``grouped_rule``'s bound (cuDNN's conv,
+then the bias added in float32, then the ReLU), on the grouped convs of torchvision models,
+each with a ReLU after it as ResNeXt's and RegNet's have (H100/H200):
+
+    python benchmarks/experiments/grouped_cudnn_relu_ab.py --models resnext50_32x4d \
+        --batches 1 8 32 --out grouped_cudnn_relu_ab.json
+
+Same rows, inputs, checks and timing as ``grouped_direct_ab.py`` (bf16 channels_last, the
+filter KRSC as ``nn.Conv2d`` hands it to cuDNN, NaN-poisoned float32 checks, CUDA-graph
+replays in interleaved rounds); ``fused`` takes the bias in bf16, as the op requires.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from cute_conv.testing import compare_to_reference
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from grouped_direct_ab import grouped_convs  # noqa: E402
+from models import build_model, replayed_us  # noqa: E402
+
+
+def measure(conv: torch.nn.Conv2d, shape: tuple, rounds: int) -> dict:
+    k, groups = conv.out_channels, conv.groups
+    r, s = conv.kernel_size
+    geom = (conv.stride, conv.padding, conv.dilation)
+    gen = torch.Generator("cuda").manual_seed(0)
+    x = torch.randn(shape, device="cuda", generator=gen).bfloat16()
+    x = x.to(memory_format=torch.channels_last)
+    fan_in = r * s * shape[1] // groups
+    weight = torch.randn(k, shape[1] // groups, r, s, device="cuda", generator=gen) / fan_in**0.5
+    weight = weight.bfloat16().to(memory_format=torch.channels_last)
+    bias = torch.randn(k, device="cuda", generator=gen)
+    ref = torch.relu(F.conv2d(x.float(), weight.float(), bias, *geom, groups))
+
+    def unfused():
+        y = F.conv2d(x, weight, None, *geom, groups)
+        return torch.relu(y.add_(bias.view(-1, 1, 1)))
+
+    bias16 = bias.bfloat16()
+    fns = {
+        "unfused": unfused,
+        "fused": lambda: torch.cudnn_convolution_relu(x, weight, bias16, *geom, groups),
+    }
+    checks = {}
+    for name, fn in fns.items():
+        check = compare_to_reference(fn(), ref)
+        checks[name] = {"ok": check.ok, "rel_err": check.rel_err}
+    return {"module": repr(conv), "input": list(shape), "checks": checks,
+            "graph_us": replayed_us(fns, rounds)}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["resnext50_32x4d"])
+    parser.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    torch.backends.cudnn.benchmark = True
+    result = {"device": torch.cuda.get_device_name(), "rows": []}
+    for name in args.models:
+        model = build_model(name)
+        for batch in args.batches:
+            rows = [
+                {"model": name, "batch": batch, "calls": calls, **measure(conv, shape, args.rounds)}
+                for conv, shape, _, calls in grouped_convs(model, batch)
+            ]
+            result["rows"] += rows
+            totals = {
+                m: sum(r["graph_us"][m] * r["calls"] for r in rows) for m in ("unfused", "fused")
+            }
+            bad = [r["input"] for r in rows if not all(c["ok"] for c in r["checks"].values())]
+            print(
+                f"{name} batch {batch}: {len(rows)} grouped convs then ReLU, per forward "
+                + ", ".join(f"{m} {us:.1f} us" for m, us in totals.items())
+                + f"; out of tolerance: {bad}",
+                flush=True,
+            )
+            args.out.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
