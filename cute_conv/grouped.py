@@ -37,7 +37,7 @@ from .plan_cache import PlanCache
 from .problem import Conv2dProblemShape, normalize_padding, normalize_pair
 from .validation import ALIGNMENT_BYTES, MAX_GEMM_M, check_alignment, check_tensor
 
-__all__ = ["grouped_conv2d", "grouped_limits", "stage_filter"]
+__all__ = ["check_groups", "grouped_conv2d", "grouped_limits", "stage_filter"]
 
 SIXTEEN_BIT_DTYPES = (torch.bfloat16, torch.float16)
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -45,11 +45,9 @@ _AFTER = RESIDUAL_ORDERS[0]
 Tensor = torch.Tensor
 
 
-def grouped_limits(in_channels: int, out_channels: int, groups: int) -> GroupedDirectConfig:
-    """The kernel config of a conv of these channels and groups, or a ``ValueError`` naming
-    the limit: ``groups`` divides both channel counts; a group has at most ``MAX_GROUP_IN``
-    input channels; one input and one output channel per group (depthwise, C a multiple of
-    8), or output channels per group a multiple of 8."""
+def check_groups(in_channels: int, out_channels: int, groups: int) -> None:
+    """Raise a ``ValueError`` unless the channel counts and ``groups`` are positive ints and
+    ``groups`` divides both (what any grouped conv needs)."""
     for name, value in (("in_channels", in_channels), ("out_channels", out_channels),
                         ("groups", groups)):  # fmt: skip
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -59,6 +57,14 @@ def grouped_limits(in_channels: int, out_channels: int, groups: int) -> GroupedD
             f"groups={groups} must divide in_channels={in_channels} and "
             f"out_channels={out_channels}"
         )
+
+
+def grouped_limits(in_channels: int, out_channels: int, groups: int) -> GroupedDirectConfig:
+    """The kernel config of a conv of these channels and groups, or a ``ValueError`` naming
+    the limit: ``check_groups``; a group has at most ``MAX_GROUP_IN`` input channels; one
+    input and one output channel per group (depthwise, C a multiple of 8), or output channels
+    per group a multiple of 8."""
+    check_groups(in_channels, out_channels, groups)
     group_in, group_out = in_channels // groups, out_channels // groups
     if group_in > MAX_GROUP_IN:
         raise ValueError(

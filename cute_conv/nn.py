@@ -13,8 +13,9 @@ a CUDA graph's replay); the epilogue (a float32 per-channel ``scale`` and
 
 ``forward`` calls ``cute_conv.conv2d_fprop`` / ``conv2d_fprop_with_residual`` (a grouped or
 depthwise conv: ``cute_conv.grouped``'s CUDA-core kernel, or, where ``cute_conv.grouped_rule``
-finds the call too large for it, cuDNN's grouped conv and torch ops for the epilogue), so the
-module behaves as they do under ``torch.compile`` and autograd; its kernel needs a Hopper GPU.
+finds the call too large for it or the groups are out of ``grouped_limits``, cuDNN's grouped
+conv and torch ops for the epilogue), so the module behaves as they do under
+``torch.compile`` and autograd; its kernel needs a Hopper GPU.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from .autograd import conv_operands
 from .epilogue import ACTIVATIONS, EpilogueSpec
 from .fold import activation_name, batch_norm_channels, fold_batch_norm
 from .fp8 import quantize_dynamic, quantize_fp8, quantize_from_amax, quantize_with_scale
-from .grouped import grouped_conv2d, grouped_limits, stage_filter
+from .grouped import check_groups, grouped_conv2d, grouped_limits, stage_filter
 from .grouped_rule import runs_grouped_kernel
 from .problem import Padding, Pair, normalize_padding, normalize_pair, output_size
 from .reference import TORCH_ACTIVATIONS
@@ -48,9 +49,10 @@ class Conv2d(nn.Module):
         in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
             padding_mode, device: as ``torch.nn.Conv2d`` takes them (``padding`` also
             ``"same"``/``"valid"`` and ``((top, bottom), (left, right))``); ``padding_mode``
-            must be ``"zeros"``. ``groups`` > 1 runs the grouped kernel
+            must be ``"zeros"``. ``groups`` > 1 runs the grouped kernel where it can
             (``cute_conv.grouped_limits``: depthwise, or output channels per group a multiple
-            of 8), 16-bit only (no ``to_fp8`` / ``write_fp8``, no ``out_amax``).
+            of 8), cuDNN's grouped conv elsewhere; 16-bit only (no ``to_fp8`` /
+            ``write_fp8``, no ``out_amax``).
         dtype: the weight's dtype, bfloat16 (the default) or float16.
         activation: None or an epilogue activation name (``cute_conv.ACTIVATIONS``).
         residual_order: where ``forward``'s ``identity`` joins: ``"after_activation"`` or
@@ -128,6 +130,10 @@ class Conv2d(nn.Module):
         # A grouped conv's weights as its kernel and cuDNN take them, with the versions of the
         # tensors they were made from: {kind: (versions, weights)}.
         self._grouped_cache: dict[str, tuple] = {}
+        # Groups out of grouped_limits (ResNeXt's 4 output channels per group) run on cuDNN.
+        self._grouped_kernel_takes = groups != 1 and _kernel_takes_groups(
+            in_channels, out_channels, groups
+        )
 
     @classmethod
     def from_torch(
@@ -260,7 +266,9 @@ class Conv2d(nn.Module):
         p, q = self._output_size(h, w)
         k, r, s, group_in = self.weight.shape
         macs = n * p * q * k * r * s * group_in
-        if not runs_grouped_kernel(macs, group_in, k // self.groups, self.groups):
+        if not self._grouped_kernel_takes or not runs_grouped_kernel(
+            macs, group_in, k // self.groups, self.groups
+        ):
             return self._forward_grouped_cudnn(x, identity)
         staged = self.weight.permute(1, 2, 3, 0)  # the stored layout: no staging, no cache
         if not staged.is_contiguous():  # a KRSC weight assigned since: staged once per version
@@ -571,10 +579,19 @@ def _kernel_padding(
     return ((total[0] // 2, total[0] - total[0] // 2), (total[1] // 2, total[1] - total[1] // 2))
 
 
+def _kernel_takes_groups(in_channels: int, out_channels: int, groups: int) -> bool:
+    """Whether the grouped kernel runs these channels and groups (``grouped_limits``)."""
+    try:
+        grouped_limits(in_channels, out_channels, groups)
+    except ValueError:
+        return False
+    return True
+
+
 def conv_limits(conv: nn.Conv2d | Conv2d, dtype: torch.dtype) -> None:
     """Raise unless the kernel can run a conv of these attributes and weight ``dtype``.
 
-    Checked here, from the attributes alone: groups (``grouped_limits``), padding mode,
+    Checked here, from the attributes alone: groups (``check_groups``), padding mode,
     dtype, and the geometry limits that do not depend on the input's size (groups=1: stride
     1..8, dilation, padding and filter span within the im2col TMA limits, by the package's own
     validation on a probe input just large enough for the filter; grouped: padding >= 0).
@@ -583,11 +600,11 @@ def conv_limits(conv: nn.Conv2d | Conv2d, dtype: torch.dtype) -> None:
 
     Raises:
         TypeError: ``dtype`` is not bfloat16/float16.
-        ValueError: groups out of ``grouped_limits``, padding_mode != "zeros", or geometry out
-            of the limits.
+        ValueError: groups that do not divide the channels, padding_mode != "zeros", or
+            geometry out of the limits.
     """
     if conv.groups != 1:
-        grouped_limits(conv.in_channels, conv.out_channels, conv.groups)
+        check_groups(conv.in_channels, conv.out_channels, conv.groups)
     if conv.padding_mode != "zeros":
         raise ValueError(
             f"padding_mode={conv.padding_mode!r}: the kernel pads with zeros only "

@@ -13,8 +13,9 @@ where an intermediate value has another user, so nothing the rest of the model r
 skipped. Ops that are the identity in eval mode (dropout, torchvision's stochastic depth before
 EfficientNet's residual adds) join a chain wherever they fall in it.
 
-Grouped and depthwise convs within ``cute_conv.grouped_limits`` fuse the same way, on the
-grouped kernel. Convs the kernels cannot run (other grouped ones, float32, non-zero padding
+Grouped and depthwise convs fuse the same way, on the grouped kernel (within
+``cute_conv.grouped_limits``) or on cuDNN's grouped conv (``cute_conv.nn.Conv2d`` chooses per
+call). Convs the kernels cannot run (float32, non-zero padding
 modes, geometry out of the limits, subclasses of nn.Conv2d) stay torch, and the report says
 why; a BatchNorm right after such a conv (an ``nn.Conv2d`` itself) is folded into a copy of
 its weights and bias, as ``torch.compile``'s freezing folds it, so that it costs no kernel of

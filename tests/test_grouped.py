@@ -279,9 +279,10 @@ def test_the_rule_bounds_the_multiply_adds(macs, group_in, group_out, groups, ru
         ((96, 96, 3, 1, 1, 1, 96), 2, 16, True),  # 0.4M multiply-adds: the kernel
         ((96, 96, 3, 1, 1, 1, 96), 8, 160, False),  # 177M: cuDNN
         ((48, 48, 3, 2, 1, 1, 2), 2, 9, True),
-        ((64, 64, 3, 1, 1, 1, 4), 8, 128, False),  # 16 per group: 2**24 at batch 1 already
+        ((64, 64, 3, 1, 1, 1, 4), 8, 128, False),  # 16 per group: 2**23 at batch 1 already
+        ((128, 128, 3, 1, 1, 1, 32), 1, 8, False),  # 4 out per group: out of grouped_limits
     ],
-    ids=["dw-small", "dw-large", "g24-small", "g16-large"],
+    ids=["dw-small", "dw-large", "g24-small", "g16-large", "g4-out-of-limits"],
 )
 def test_module_runs_cudnn_past_the_rule(kernel_calls, conv_args, batch, size, kernel, order):  # noqa: F811
     """Past the rule's bound the module runs cuDNN's grouped conv (scale folded into the
@@ -322,6 +323,14 @@ def test_cudnn_path_fuses_relu_on_power_of_two_widths(groups, activation, grad, 
     with torch.set_grad_enabled(grad):
         assert module._fuses_cudnn_relu(cuda_input) is fused
         assert not module._fuses_cudnn_relu(torch.empty(1))  # a CPU tensor
+
+
+def test_module_takes_groups_out_of_the_kernels_limits_but_not_bad_groups():
+    module = cute_conv.nn.Conv2d(128, 128, 3, groups=32)  # 4 output channels per group
+    assert module.weight.shape == (128, 3, 3, 4) and not module._grouped_kernel_takes
+    assert cute_conv.nn.Conv2d(128, 256, 3, groups=32)._grouped_kernel_takes
+    with pytest.raises(ValueError, match="groups=3 must divide in_channels=8 and out_channels=8"):
+        cute_conv.nn.Conv2d(8, 8, 3, groups=3)
 
 
 def test_cudnn_path_pads_asymmetrically_and_differentiates():

@@ -130,12 +130,16 @@ def test_grouped_replays_in_a_cuda_graph():
     assert report.ok, str(report)
 
 
-def test_cudnn_path_fused_relu_computes_the_module_and_replays(monkeypatch):
-    """Past the rule's bound, a ReLU module on a power-of-two group width runs cuDNN's fused
+@pytest.mark.parametrize(
+    "channels, batch", [(512, 32), (128, 2)], ids=["16-per-group", "4-per-group"]
+)
+def test_cudnn_path_fused_relu_computes_the_module_and_replays(monkeypatch, channels, batch):
+    """Past the rule's bound, or out of the grouped kernel's limits (ResNeXt's 4 output
+    channels per group), a ReLU module on a power-of-two group width runs cuDNN's fused
     conv + bias + ReLU (scale folded into the weight, bias in bf16), eager and in a graph."""
     torch.manual_seed(2)
-    conv = nn.Conv2d(512, 512, 3, padding=1, groups=32, bias=False).to(BF16).cuda()
-    bn = nn.BatchNorm2d(512).cuda().eval()
+    conv = nn.Conv2d(channels, channels, 3, padding=1, groups=32, bias=False).to(BF16).cuda()
+    bn = nn.BatchNorm2d(channels).cuda().eval()
     with torch.no_grad():
         bn.running_mean.uniform_(-0.5, 0.5)
         bn.running_var.uniform_(0.5, 2.0)
@@ -145,7 +149,8 @@ def test_cudnn_path_fused_relu_computes_the_module_and_replays(monkeypatch):
     fused_calls = []
     fused = torch.cudnn_convolution_relu
     monkeypatch.setattr(torch, "cudnn_convolution_relu", lambda *a: fused_calls.append(1) or fused(*a))
-    x = torch.randn(32, 512, 28, 28, device="cuda").to(BF16).to(memory_format=torch.channels_last)
+    x = torch.randn(batch, channels, 28, 28, device="cuda").to(BF16)
+    x = x.to(memory_format=torch.channels_last)
     with torch.no_grad():
         expected = F.relu(bn.float()(conv.float()(x.float())))
         y = module(x)

@@ -97,14 +97,12 @@ def test_resnets_fuse_every_conv(name):
 
 def test_frozen_batch_norms_fold_as_batch_norms():
     """Pretrained torchvision detection backbones hold FrozenBatchNorm2d: ResNet-50 with them
-    fuses as with BatchNorm2d, and ResNeXt-50's grouped convs take theirs (fused, or folded
-    into the three left to torch)."""
+    fuses as with BatchNorm2d, and ResNeXt-50's grouped convs fuse theirs."""
     gm = cute_conv.optimize(build("resnet50", norm="frozen"))
     assert gm.cute_conv_report.counts() == RESNET_COUNTS["resnet50"]
     gm = cute_conv.optimize(build("resnext50_32x4d", norm="frozen"))
-    assert gm.cute_conv_report.counts()["conv+bn+relu"] == 30
-    assert len(gm.cute_conv_report.left) == 3
-    assert all(left.folded_bn for left in gm.cute_conv_report.left)
+    assert gm.cute_conv_report.counts()["conv+bn+relu"] == 33
+    assert not gm.cute_conv_report.left
     assert frozen_batch_norm_type() not in module_types(gm)
     # A detection model does not trace whole; its ResNet-50-FPN backbone does (the FPN's
     # lateral and output convs have no BatchNorm).
@@ -117,30 +115,23 @@ def test_frozen_batch_norms_fold_as_batch_norms():
     assert gm.cute_conv_report.counts() == {**RESNET_COUNTS["resnet50"], "conv": 8}
 
 
-def test_resnext_fuses_the_grouped_convs_the_grouped_kernel_runs():
-    """ResNeXt-50 32x4d's grouped 3x3s of 8, 16 and 32 output channels per group fuse with
-    their BatchNorm and ReLU; layer1's, of 4 per group, stay torch's, their BatchNorms folded."""
+def test_resnext_fuses_every_grouped_conv():
+    """ResNeXt-50 32x4d's grouped 3x3s fuse with their BatchNorm and ReLU: those of 8, 16 and
+    32 output channels per group for the grouped kernel, layer1's of 4 for cuDNN's."""
     gm = cute_conv.optimize(build("resnext50_32x4d"))
     report = gm.cute_conv_report
-    assert report.counts() == {"conv+bn+relu": 30, "conv+bn+add+relu": 16, "conv+bn": 4}
-    assert len(report.left) == 3
-    assert all(left.name.startswith("layer1.") for left in report.left)
-    assert all(left.reason.startswith("groups=32: 4 output channels") for left in report.left)
-    grouped = [m for m in gm.modules() if isinstance(m, cute_conv.nn.Conv2d) and m.groups > 1]
-    assert len(grouped) == 13 and {m.groups for m in grouped} == {32}
-    assert {left.name for left in report.left} == {
-        name for name, m in gm.named_modules() if isinstance(m, nn.Conv2d)
+    assert report.counts() == {"conv+bn+relu": 33, "conv+bn+add+relu": 16, "conv+bn": 4}
+    assert not report.left
+    grouped = {
+        name: m
+        for name, m in gm.named_modules()
+        if isinstance(m, cute_conv.nn.Conv2d) and m.groups > 1
     }
+    assert len(grouped) == 16 and {m.groups for m in grouped.values()} == {32}
+    cudnn_only = {name for name, m in grouped.items() if not m._grouped_kernel_takes}
+    assert cudnn_only == {f"layer1.{i}.conv2" for i in range(3)}
     types = module_types(gm)
-    assert types[nn.Conv2d] == 3 and nn.BatchNorm2d not in types  # each BN folded into its conv
-    assert [left.folded_bn for left in report.left] == [
-        left.name.replace("conv2", "bn2") for left in report.left
-    ]
-    assert (
-        "layer1.0.conv2: groups=32: 4 output channels per group; the grouped kernel needs a "
-        "multiple of 8 (or one input and one output channel per group: depthwise); layer1.0.bn2 "
-        "folded into its weights" in str(report)
-    )
+    assert nn.Conv2d not in types and nn.BatchNorm2d not in types
 
 
 @pytest.mark.parametrize(
@@ -242,7 +233,7 @@ class Mixed(nn.Module):
         self.c1, self.act1 = nn.Conv2d(8, 16, 3, padding=1), nn.GELU("tanh")
         self.c2, self.c3, self.c4, self.c5, self.c7, self.shared = (conv() for _ in range(6))
         self.c6 = conv(padding_mode="reflect")
-        self.grouped = conv(groups=4)
+        self.grouped = conv(groups=4)  # 4 output channels per group: cuDNN's
         self.c8 = nn.Conv2d(16, 16, 3, padding=1, stride=9)
 
     def forward(self, x):
@@ -255,7 +246,7 @@ class Mixed(nn.Module):
         a = self.c7(y)
         y = torch.tanh(a) + a  # conv alone: its output has two users
         y = self.shared(F.silu(self.shared(y)))  # two fused modules, one per call
-        return self.grouped(y) + self.c8(y).mean()  # both left
+        return self.grouped(y).mul(2.0) + self.c8(y).mean()  # conv alone; c8 left
 
 
 def test_mixed_model_graph():
@@ -265,13 +256,13 @@ def test_mixed_model_graph():
     assert patterns == {
         "c1": "conv+gelu_tanh", "c2": "conv+leaky_relu", "c3": "conv+sigmoid", "c4": "conv",
         "c5": "conv+relu+add", "c7": "conv", "shared_fused0": "conv+silu",
-        "shared_fused1": "conv",
+        "shared_fused1": "conv", "grouped": "conv",
     }  # fmt: skip
     stopped = {chain.module: chain.stopped for chain in report.fused if chain.stopped}
     assert list(stopped) == ["c4"] and "slope 0.01 only" in stopped["c4"]
     reasons = {left.name: left.reason for left in report.left}
-    assert list(reasons) == ["c6", "grouped", "c8"]
-    assert "padding_mode='reflect'" in reasons["c6"] and "groups=4" in reasons["grouped"]
+    assert list(reasons) == ["c6", "c8"]
+    assert "padding_mode='reflect'" in reasons["c6"]
     assert "stride must be in 1..8" in reasons["c8"]
     assert gm.c5.residual_order == "after_activation" and gm.c5.activation == "relu"
     assert not hasattr(gm, "shared")  # replaced by its two fused modules
@@ -405,11 +396,11 @@ class LeftConvs(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.grouped = nn.Conv2d(16, 16, 3, padding=1, groups=4, bias=False)
+        self.grouped = nn.Conv2d(16, 16, 3, padding=1, groups=4, bias=False, padding_mode="reflect")
         self.bn1 = random_bn(16)
         self.shifted = self.Shifted(16, 16, 3, padding=1, groups=2)
         self.bn2 = random_bn(16)
-        self.shared = nn.Conv2d(16, 16, 1, groups=8)  # called twice, a BN after each call
+        self.shared = nn.Conv2d(16, 16, 1, groups=8, padding_mode="reflect")  # two calls, two BNs
         self.bn3, self.bn4 = random_bn(16), random_bn(16)
         self.read_twice = nn.Conv2d(16, 16, 1, groups=16)
         self.bn5 = random_bn(16)
@@ -441,7 +432,8 @@ def test_left_convs_fold_the_batchnorm_after_them(kernel_calls):  # noqa: F811
     }  # fmt: skip
     assert gm.grouped.weight.dtype == gm.grouped.bias.dtype == BF16
     assert gm.grouped.weight.data_ptr() != model.grouped.weight.data_ptr()
-    assert "grouped: groups=4: " in str(report) and "; bn1 folded into its weights" in str(report)
+    assert "grouped: padding_mode='reflect'" in str(report)
+    assert "; bn1 folded into its weights" in str(report)
     x = torch.randn(2, 16, 9, 7).to(BF16).to(memory_format=torch.channels_last)
     with torch.no_grad():
         out = gm(x)
