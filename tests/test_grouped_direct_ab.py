@@ -20,3 +20,11 @@ def test_finds_mobilenet_depthwise_convs_and_skips_what_the_kernel_does_not_take
     assert all(conv.groups == conv.in_channels == conv.out_channels for conv, *_ in found)
     assert sum(calls for *_, calls in found) == 15
     assert not ab.grouped_convs(build_model("resnet18"), 1)
+
+
+def test_rule_total_sums_what_the_module_would_run():
+    rows = [
+        {"graph_us": {"cudnn": 10.0, "grouped": 4.0}, "calls": 3, "rule_takes_kernel": True},
+        {"graph_us": {"cudnn": 6.0, "grouped": 9.0}, "calls": 1, "rule_takes_kernel": False},
+    ]
+    assert ab.rule_total(rows) == {"rule": 18.0}

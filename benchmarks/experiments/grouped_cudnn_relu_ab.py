@@ -13,8 +13,6 @@ replays in interleaved rounds); ``fused`` takes the bias in bf16, as the op requ
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -25,8 +23,8 @@ from cute_conv.testing import compare_to_reference
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grouped_direct_ab import grouped_convs  # noqa: E402
-from models import build_model, replayed_us  # noqa: E402
+from grouped_direct_ab import run_ab  # noqa: E402
+from models import replayed_us  # noqa: E402
 
 
 def measure(conv: torch.nn.Conv2d, shape: tuple, rounds: int) -> dict:
@@ -59,35 +57,8 @@ def measure(conv: torch.nn.Conv2d, shape: tuple, rounds: int) -> dict:
             "graph_us": replayed_us(fns, rounds)}  # fmt: skip
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=["resnext50_32x4d"])
-    parser.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
-    torch.backends.cudnn.benchmark = True
-    result = {"device": torch.cuda.get_device_name(), "rows": []}
-    for name in args.models:
-        model = build_model(name)
-        for batch in args.batches:
-            rows = [
-                {"model": name, "batch": batch, "calls": calls, **measure(conv, shape, args.rounds)}
-                for conv, shape, _, calls in grouped_convs(model, batch)
-            ]
-            result["rows"] += rows
-            totals = {
-                m: sum(r["graph_us"][m] * r["calls"] for r in rows) for m in ("unfused", "fused")
-            }
-            bad = [r["input"] for r in rows if not all(c["ok"] for c in r["checks"].values())]
-            print(
-                f"{name} batch {batch}: {len(rows)} grouped convs then ReLU, per forward "
-                + ", ".join(f"{m} {us:.1f} us" for m, us in totals.items())
-                + f"; out of tolerance: {bad}",
-                flush=True,
-            )
-            args.out.write_text(json.dumps(result, indent=1))
-
-
 if __name__ == "__main__":
-    main()
+    run_ab(
+        __doc__.splitlines()[0], lambda conv, shape, _, rounds: measure(conv, shape, rounds),
+        ("unfused", "fused"), ["resnext50_32x4d"],
+    )  # fmt: skip

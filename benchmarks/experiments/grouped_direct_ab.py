@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -100,9 +101,18 @@ def measure(conv: nn.Conv2d, shape: tuple, activation: str | None, rounds: int) 
             "checks": checks, "graph_us": replayed_us(fns, rounds)}  # fmt: skip
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=["regnet_y_1_6gf", "mobilenet_v3_large"])
+def run_ab(
+    description: str,
+    measure_row: Callable[[nn.Conv2d, tuple, str | None, int], dict],
+    methods: tuple[str, ...],
+    default_models: list[str],
+    extra_totals: Callable[[list[dict]], dict[str, float]] = lambda rows: {},
+) -> None:
+    """The command line of an A/B over models' grouped convs: ``measure_row(conv, input
+    shape, activation, rounds)`` per distinct call, the rows written to ``--out`` after each
+    (model, batch), its per-forward sums of ``methods`` (and ``extra_totals``) printed."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--models", nargs="+", default=default_models)
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, required=True)
@@ -112,16 +122,14 @@ def main() -> None:
     for name in args.models:
         model = build_model(name)
         for batch in args.batches:
-            rows = []
-            for conv, shape, activation, calls in grouped_convs(model, batch):
-                row = measure(conv, shape, activation, args.rounds)
-                rows.append({"model": name, "batch": batch, "calls": calls, **row})
+            rows = [
+                {"model": name, "batch": batch, "calls": calls,
+                 **measure_row(conv, shape, activation, args.rounds)}
+                for conv, shape, activation, calls in grouped_convs(model, batch)
+            ]  # fmt: skip
             result["rows"] += rows
-            totals = {m: sum(r["graph_us"][m] * r["calls"] for r in rows) for m in METHODS}
-            totals["rule"] = sum(
-                r["graph_us"]["grouped" if r["rule_takes_kernel"] else "cudnn"] * r["calls"]
-                for r in rows
-            )
+            totals = {m: sum(r["graph_us"][m] * r["calls"] for r in rows) for m in methods}
+            totals.update(extra_totals(rows))
             bad = [r["input"] for r in rows if not all(c["ok"] for c in r["checks"].values())]
             print(
                 f"{name} batch {batch}: {len(rows)} distinct grouped convs, per forward "
@@ -132,5 +140,18 @@ def main() -> None:
             args.out.write_text(json.dumps(result, indent=1))
 
 
+def rule_total(rows: list[dict]) -> dict[str, float]:
+    """What ``nn.Conv2d`` would run per forward: the kernel where the rule takes the call."""
+    return {
+        "rule": sum(
+            r["graph_us"]["grouped" if r["rule_takes_kernel"] else "cudnn"] * r["calls"]
+            for r in rows
+        )
+    }
+
+
 if __name__ == "__main__":
-    main()
+    run_ab(
+        __doc__.splitlines()[0], measure, METHODS, ["regnet_y_1_6gf", "mobilenet_v3_large"],
+        rule_total,
+    )  # fmt: skip
