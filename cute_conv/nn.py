@@ -309,7 +309,7 @@ class Conv2d(nn.Module):
 
     def _fuses_cudnn_relu(self, x: torch.Tensor) -> bool:
         """Whether the cuDNN path runs as cuDNN's one fused conv + bias + ReLU: eager CUDA
-        calls with nothing to differentiate (the op has no derivative, and torch.compile fuses
+        calls, cuDNN enabled, with nothing to differentiate (the op has no derivative, and torch.compile fuses
         the bias and ReLU itself) on a power-of-two group width, where cuDNN runs the conv
         natively (ResNeXt: 1.8-2.2x the conv, bias and ReLU apart; on RegNet's 56-wide groups,
         which cuDNN transforms, it is 1.2-1.6x slower: ``experiments/grouped_cudnn_relu_ab.py``)."""
@@ -318,6 +318,7 @@ class Conv2d(nn.Module):
         return (
             self.activation == "relu"
             and x.is_cuda
+            and torch.backends.cudnn.enabled
             and group_in & (group_in - 1) == 0
             and not torch.compiler.is_compiling()
             and not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))

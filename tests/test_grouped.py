@@ -323,6 +323,8 @@ def test_cudnn_path_fuses_relu_on_power_of_two_widths(groups, activation, grad, 
     with torch.set_grad_enabled(grad):
         assert module._fuses_cudnn_relu(cuda_input) is fused
         assert not module._fuses_cudnn_relu(torch.empty(1))  # a CPU tensor
+        with torch.backends.cudnn.flags(enabled=False):
+            assert not module._fuses_cudnn_relu(cuda_input)
 
 
 def test_module_takes_groups_out_of_the_kernels_limits_but_not_bad_groups():
