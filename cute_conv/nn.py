@@ -127,7 +127,7 @@ class Conv2d(nn.Module):
         self.register_buffer("identity_scale", None)
         # The dtype of the output (and of an identity) unless it is fp8.
         self.output_dtype = dtype
-        # A grouped conv's weights as its kernel and cuDNN take them, with the versions of the
+        # The weights as the grouped kernel and cuDNN take them, with the versions of the
         # tensors they were made from: {kind: (versions, weights)}.
         self._grouped_cache: dict[str, tuple] = {}
         # Groups out of grouped_limits (ResNeXt's 4 output channels per group) run on cuDNN.
@@ -212,6 +212,8 @@ class Conv2d(nn.Module):
                 (``x.contiguous(memory_format=torch.channels_last)``).
             identity: the residual, ``[N, K, P, Q]`` of the output's shape and dtype (copied
                 to channels_last likewise if it is not), added where ``residual_order`` says;
+                or a tensor that broadcasts to that shape (a traced model's ``conv(x) + t``:
+                the call then runs in torch ops, cuDNN's conv, as torch would; 16-bit only);
                 or None.
             out_amax: a one-element float32 tensor on the weight's device, or None: set to
                 ``max|output|`` by the epilogue (zeroed first), for an fp8 reader's scale.
@@ -246,8 +248,11 @@ class Conv2d(nn.Module):
             )  # fmt: skip
         elif self.out_scale is not None:
             raise ValueError("this Conv2d writes fp8 (write_fp8) and takes no identity")
+        elif not self._check_identity(x, identity):
+            if out_amax is not None:
+                raise ValueError("an identity that broadcasts takes no out_amax")
+            return self._forward_torch(x, identity)
         else:
-            self._check_identity(x, identity)
             _reset_amax(out_amax, weight.device, reset_amax)
             y = api.conv2d_fprop_with_residual(
                 _nhwc(x), weight, _nhwc(identity), residual_order=self.residual_order,
@@ -260,8 +265,8 @@ class Conv2d(nn.Module):
     def _forward_grouped(self, x: torch.Tensor, identity: torch.Tensor | None) -> torch.Tensor:
         """``forward`` of a grouped conv: the grouped kernel on the stored weight, or cuDNN
         where ``grouped_rule`` says it is faster (the call's multiply-adds)."""
-        if identity is not None:
-            self._check_identity(x, identity)
+        if identity is not None and not self._check_identity(x, identity):
+            return self._forward_torch(x, identity)
         n, _, h, w = x.shape
         p, q = self._output_size(h, w)
         k, r, s, group_in = self.weight.shape
@@ -269,7 +274,7 @@ class Conv2d(nn.Module):
         if not self._grouped_kernel_takes or not runs_grouped_kernel(
             macs, group_in, k // self.groups, self.groups
         ):
-            return self._forward_grouped_cudnn(x, identity)
+            return self._forward_torch(x, identity)
         staged = self.weight.permute(1, 2, 3, 0)  # the stored layout: no staging, no cache
         if not staged.is_contiguous():  # a KRSC weight assigned since: staged once per version
             staged = self._grouped_weights("staged", lambda: (stage_filter(self.weight),))[0]
@@ -281,12 +286,11 @@ class Conv2d(nn.Module):
         )  # fmt: skip
         return y.permute(0, 3, 1, 2)
 
-    def _forward_grouped_cudnn(
-        self, x: torch.Tensor, identity: torch.Tensor | None
-    ) -> torch.Tensor:
-        """The same function in torch ops: cuDNN's grouped conv with the scale folded into the
-        weight, the bias added in float32, then the activation and the residual; or cuDNN's
-        fused conv + bias + ReLU (``_fuses_cudnn_relu``)."""
+    def _forward_torch(self, x: torch.Tensor, identity: torch.Tensor | None) -> torch.Tensor:
+        """The same function in torch ops: cuDNN's (grouped) conv with the scale folded into
+        the weight, the bias added in float32, then the activation and the residual (which may
+        broadcast); or cuDNN's fused conv + bias + ReLU (``_fuses_cudnn_relu``). Grouped calls
+        past ``grouped_rule``'s bound and identities that broadcast run here."""
         (weight,) = self._grouped_weights("cudnn", self._cudnn_weight)
         (top, bottom), (left, right) = self._padding
         x, weight, padding, _ = conv_operands(
@@ -486,20 +490,31 @@ class Conv2d(nn.Module):
             output_size(w, s, pad_w, self.stride[1], self.dilation[1]),
         )
 
-    def _check_identity(self, x: torch.Tensor, identity: Any) -> None:
-        _check_nchw("identity", identity, self.out_channels)
+    def _check_identity(self, x: torch.Tensor, identity: Any) -> bool:
+        """Whether ``identity`` has the output's shape (the kernel adds it); False where it
+        broadcasts to it (``_forward_torch`` adds it); else raise."""
+        if not isinstance(identity, torch.Tensor):
+            raise TypeError(f"identity must be a torch.Tensor, got {type(identity).__name__}")
         n, _, h, w = x.shape
         p, q = self._output_size(h, w)
-        if identity.shape != (n, self.out_channels, p, q):
+        shape = (n, self.out_channels, p, q)
+        if identity.shape != shape:
+            try:
+                broadcasts = torch.broadcast_shapes(identity.shape, shape) == shape
+            except RuntimeError:
+                broadcasts = False
+            if broadcasts:
+                return False
             raise ValueError(
                 f"identity has shape {tuple(identity.shape)}; the residual must have the "
-                f"output's shape [N, K, P, Q] = {(n, self.out_channels, p, q)}"
+                f"output's shape [N, K, P, Q] = {shape}, or broadcast to it"
             )
         if identity.dtype != x.dtype:
             raise TypeError(
                 f"identity has dtype {identity.dtype}; the residual must have the output's "
                 f"dtype {x.dtype}"
             )
+        return True
 
     def extra_repr(self) -> str:
         padding = self.padding if isinstance(self.padding, str) else self._padding

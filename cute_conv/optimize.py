@@ -29,7 +29,8 @@ What is checked when: the shapes of the activations are unknown at trace time, s
 judged by its module's attributes (``cute_conv.nn.conv_limits``: groups, padding mode, weight
 dtype, and the geometry limits that do not depend on the input's size). The rest (an output of at
 least one pixel, N*P*Q < 2**31, a residual of the output's shape) is checked on each call, with
-an error naming the limit.
+an error naming the limit; an add whose other operand broadcasts to the conv's output (a
+scalar, a per-channel tensor) runs that call in torch ops, as torch would.
 """
 
 from __future__ import annotations

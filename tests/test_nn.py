@@ -344,6 +344,28 @@ def test_forward_zeroes_out_amax_before_the_epilogue_raises_it(kernel_calls):
         module(torch.randn(2, 8, 5, 5).to(BF16), out_amax=torch.zeros(2))
 
 
+@pytest.mark.parametrize("order", ["after_activation", "before_activation"])
+@pytest.mark.parametrize("shape", [(), (16, 1, 1), (1, 16, 1, 5), (2, 1, 5, 5)])
+def test_an_identity_that_broadcasts_runs_in_torch_ops(kernel_calls, order, shape):
+    """A traced model's ``relu(conv(x) + t)`` with ``t`` smaller than the output: torch's
+    broadcast, through cuDNN's conv and torch ops (the kernel takes the output's shape only)."""
+    torch.manual_seed(11)
+    conv = nn.Conv2d(8, 16, 3, padding=1).to(BF16)
+    bn = random_bn(16, BF16)
+    module = cute_conv.nn.Conv2d.from_torch(conv, bn, nn.ReLU(), residual_order=order).eval()
+    x = torch.randn(2, 8, 5, 5).to(BF16).to(memory_format=torch.channels_last)
+    t = torch.randn(shape).to(BF16)
+    with torch.no_grad():
+        y = module(x, t)
+        with pytest.raises(ValueError, match="an identity that broadcasts takes no out_amax"):
+            module(x, t, out_amax=torch.zeros(1))
+    assert not kernel_calls
+    z = bn.float()(conv.float()(x.float()))
+    expected = F.relu(z + t.float()) if order == "before_activation" else F.relu(z) + t.float()
+    check = compare_to_reference(y, expected)
+    assert check.ok, str(check)
+
+
 def test_forward_rejects_bad_input(kernel_calls):
     module = cute_conv.nn.Conv2d(8, 16, 3, padding=1)
     x = torch.randn(2, 8, 5, 5).to(BF16)

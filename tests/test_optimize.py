@@ -246,7 +246,7 @@ class Mixed(nn.Module):
         a = self.c7(y)
         y = torch.tanh(a) + a  # conv alone: its output has two users
         y = self.shared(F.silu(self.shared(y)))  # two fused modules, one per call
-        return self.grouped(y).mul(2.0) + self.c8(y).mean()  # conv alone; c8 left
+        return self.grouped(y) + self.c8(y).mean()  # a residual that broadcasts; c8 left
 
 
 def test_mixed_model_graph():
@@ -256,7 +256,7 @@ def test_mixed_model_graph():
     assert patterns == {
         "c1": "conv+gelu_tanh", "c2": "conv+leaky_relu", "c3": "conv+sigmoid", "c4": "conv",
         "c5": "conv+relu+add", "c7": "conv", "shared_fused0": "conv+silu",
-        "shared_fused1": "conv", "grouped": "conv",
+        "shared_fused1": "conv", "grouped": "conv+add",
     }  # fmt: skip
     stopped = {chain.module: chain.stopped for chain in report.fused if chain.stopped}
     assert list(stopped) == ["c4"] and "slope 0.01 only" in stopped["c4"]
