@@ -420,6 +420,24 @@ def test_module_matches_torch_float32_on_the_gpu(act, order):
 
 
 @requires_sm90
+@pytest.mark.parametrize("order", ["after_activation", "before_activation"])
+@pytest.mark.parametrize("groups", [1, 8])
+def test_an_identity_that_broadcasts_on_the_gpu(order, groups):
+    torch.manual_seed(5)
+    conv = nn.Conv2d(64, 64, 3, padding=1, groups=groups).to("cuda", BF16)
+    bn = random_bn(64, BF16).cuda()
+    module = cute_conv.nn.Conv2d.from_torch(conv, bn, nn.SiLU(), order)
+    x = torch.randn(4, 64, 20, 18, device="cuda").to(BF16).to(memory_format=torch.channels_last)
+    t = torch.randn(64, 1, 1, device="cuda").to(BF16)
+    with torch.no_grad():
+        y = module(x, t)
+    z = bn.float()(conv.float()(x.float()))
+    expected = F.silu(z + t.float()) if order == "before_activation" else F.silu(z) + t.float()
+    report = compare_to_reference(y, expected)
+    assert report.ok, str(report)
+
+
+@requires_sm90
 @pytest.mark.parametrize(
     "conv",
     [nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False), nn.Conv2d(40, 72, 4, padding="same"),
