@@ -67,19 +67,23 @@ bench-validation: install
 	$(VPY) benchmarks/bench_corpus.py --corpus benchmarks/validation_corpus.json \
 		--results benchmarks/validation_results.json --section $(or $(SECTION),0) $(CORPUS_ARGS)
 
-# The grouped/depthwise kernel against cuDNN on models' grouped convs (H100/H200): the rule's
-# train models (RegNetY-1.6GF, ResNeXt-50, MobileNetV3-Large), its held-out ones, then the
-# models named to judge the candidate rule of benchmarks/experiments/grouped_rule_fit.py
-# (its HELD_OUT, and depthwise MobileNetV2 and MnasNet), a process each; rows say whether
-# cute_conv.grouped_rule takes the kernel.
+# The grouped/depthwise kernel against cuDNN on models' grouped convs (H100/H200): the models
+# cute_conv.grouped_rule was fitted on and those it was judged on
+# (benchmarks/experiments/grouped_rule_fit.py: FIRST_FIT, HELD_OUT, HELD_OUT_NEXT), the
+# depthwise ones, a process each; rows say whether the rule takes the kernel. Then cuDNN's
+# fused conv + bias + ReLU against the three ops on the ResNeXt and RegNet grouped convs.
 GROUPED_MODELS ?= regnet_y_1_6gf resnext50_32x4d mobilenet_v3_large efficientnet_b0 \
 	convnext_tiny regnet_y_400mf regnet_y_800mf regnet_x_3_2gf regnet_x_400mf \
-	regnet_x_1_6gf regnet_y_8gf regnet_x_8gf resnext101_32x8d mobilenet_v2 mnasnet1_0
+	regnet_x_1_6gf regnet_y_8gf regnet_x_8gf resnext101_32x8d mobilenet_v2 mnasnet1_0 \
+	regnet_x_800mf regnet_y_3_2gf resnext101_64x4d regnet_y_16gf regnet_x_16gf
 bench-grouped: install
 	for model in $(GROUPED_MODELS); do \
 		$(VPY) benchmarks/experiments/grouped_direct_ab.py --models $$model --batches 1 8 32 \
 			--out benchmarks/experiments/grouped_direct_ab_$$model.json || exit 1; \
 	done
+	$(VPY) benchmarks/experiments/grouped_cudnn_relu_ab.py --models resnext50_32x4d \
+		regnet_y_8gf resnext101_32x8d --batches 1 8 32 \
+		--out benchmarks/experiments/grouped_cudnn_relu_ab.json
 
 # This checkout against an older commit's cute_conv, both in one process (H100/H200): each
 # version's default configs on the suite, plain and fused; writes benchmarks/COMPARE.md.
