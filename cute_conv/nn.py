@@ -313,10 +313,11 @@ class Conv2d(nn.Module):
 
     def _fuses_cudnn_relu(self, x: torch.Tensor) -> bool:
         """Whether the cuDNN path runs as cuDNN's one fused conv + bias + ReLU: eager CUDA
-        calls, cuDNN enabled, with nothing to differentiate (the op has no derivative, and torch.compile fuses
-        the bias and ReLU itself) on a power-of-two group width, where cuDNN runs the conv
-        natively (ResNeXt: 1.8-2.2x the conv, bias and ReLU apart; on RegNet's 56-wide groups,
-        which cuDNN transforms, it is 1.2-1.6x slower: ``experiments/grouped_cudnn_relu_ab.py``)."""
+        calls with cuDNN enabled and nothing to differentiate (the op has no derivative;
+        torch.compile fuses the bias and ReLU itself), on a power-of-two group width, where
+        cuDNN runs the conv natively (ResNeXt: 1.8-2.2x the conv, bias and ReLU apart; on
+        RegNet's 56-wide groups, which cuDNN transforms, 1.2-1.6x slower:
+        ``benchmarks/experiments/grouped_cudnn_relu_ab.py``)."""
         group_in = self.weight.shape[3]
         tensors = [t for t in (x, self.weight, self.scale, self.bias) if t is not None]
         return (
