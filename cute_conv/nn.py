@@ -314,9 +314,9 @@ class Conv2d(nn.Module):
     def _fuses_cudnn_relu(self, x: torch.Tensor) -> bool:
         """Whether the cuDNN path runs as cuDNN's one fused conv + bias + ReLU: eager CUDA
         calls with cuDNN enabled and nothing to differentiate (the op has no derivative;
-        torch.compile fuses the bias and ReLU itself), on a power-of-two group width, where
-        cuDNN runs the conv natively (ResNeXt: 1.8-2.2x the conv, bias and ReLU apart; on
-        RegNet's 56-wide groups, which cuDNN transforms, 1.2-1.6x slower:
+        torch.compile fuses the bias and ReLU itself), on a power-of-two group width above 1,
+        where cuDNN runs the conv natively (ResNeXt: 1.8-2.2x the conv, bias and ReLU apart;
+        on RegNet's 56-wide groups, which cuDNN transforms, 1.2-1.6x slower:
         ``benchmarks/experiments/grouped_cudnn_relu_ab.py``)."""
         group_in = self.weight.shape[3]
         tensors = [t for t in (x, self.weight, self.scale, self.bias) if t is not None]
@@ -324,6 +324,7 @@ class Conv2d(nn.Module):
             self.activation == "relu"
             and x.is_cuda
             and torch.backends.cudnn.enabled
+            and group_in > 1  # depthwise convs were not measured with it
             and group_in & (group_in - 1) == 0
             and not torch.compiler.is_compiling()
             and not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))

@@ -314,6 +314,7 @@ def test_module_runs_cudnn_past_the_rule(kernel_calls, conv_args, batch, size, k
         (32, "silu", False, False),  # the fused op takes ReLU only
         (32, "relu", True, False),  # no derivative
         (10, "relu", False, False),  # 24 per group: cuDNN transforms, the fused op is slower
+        (256, "relu", False, False),  # depthwise: not measured with the fused op
     ],
 )  # fmt: skip
 def test_cudnn_path_fuses_relu_on_power_of_two_widths(groups, activation, grad, fused):
