@@ -35,6 +35,7 @@ from .fold import activation_name, batch_norm_channels, fold_batch_norm
 from .fp8 import quantize_dynamic, quantize_fp8, quantize_from_amax, quantize_with_scale
 from .grouped import check_groups, grouped_conv2d, grouped_limits, stage_filter
 from .grouped_rule import runs_grouped_kernel
+from .ops import takes_torch_path
 from .problem import Padding, Pair, normalize_padding, normalize_pair, output_size
 from .reference import TORCH_ACTIVATIONS
 from .validation import INPUT_DTYPES, check_scale_tensor, validate_conv_inputs
@@ -129,7 +130,7 @@ class Conv2d(nn.Module):
         self.output_dtype = dtype
         # The weights as the grouped kernel and cuDNN take them, with the versions of the
         # tensors they were made from: {kind: (versions, weights)}.
-        self._grouped_cache: dict[str, tuple] = {}
+        self._derived_cache: dict[str, tuple] = {}
         # Groups out of grouped_limits (ResNeXt's 4 output channels per group) run on cuDNN.
         self._grouped_kernel_takes = groups != 1 and _kernel_takes_groups(
             in_channels, out_channels, groups
@@ -277,7 +278,7 @@ class Conv2d(nn.Module):
             return self._forward_torch(x, identity)
         staged = self.weight.permute(1, 2, 3, 0)  # the stored layout: no staging, no cache
         if not staged.is_contiguous():  # a KRSC weight assigned since: staged once per version
-            staged = self._grouped_weights("staged", lambda: (stage_filter(self.weight),))[0]
+            staged = self._derived_weights("staged", lambda: (stage_filter(self.weight),))[0]
         y = grouped_conv2d(
             _nhwc(x), staged, filter_layout="rsck", groups=self.groups, stride=self.stride,
             padding=self._padding, dilation=self.dilation, bias=self.bias, scale=self.scale,
@@ -291,13 +292,13 @@ class Conv2d(nn.Module):
         the weight, the bias added in float32, then the activation and the residual (which may
         broadcast); or cuDNN's fused conv + bias + ReLU (``_fuses_cudnn_relu``). Grouped calls
         past ``grouped_rule``'s bound and identities that broadcast run here."""
-        (weight,) = self._grouped_weights("cudnn", self._cudnn_weight)
+        (weight,) = self._derived_weights("cudnn", self._cudnn_weight)
         (top, bottom), (left, right) = self._padding
         x, weight, padding, _ = conv_operands(
             x.permute(0, 2, 3, 1), weight, [top, bottom, left, right]
         )  # NCHW and KCRS views again; asymmetric padding applied to x
         if identity is None and self._fuses_cudnn_relu(x):
-            (bias,) = self._grouped_weights("cudnn_bias", self._cudnn_bias)
+            (bias,) = self._derived_weights("cudnn_bias", self._cudnn_bias)
             return torch.cudnn_convolution_relu(
                 x, weight, bias, self.stride, padding, self.dilation, self.groups
             )
@@ -319,15 +320,13 @@ class Conv2d(nn.Module):
         on RegNet's 56-wide groups, which cuDNN transforms, 1.2-1.6x slower:
         ``benchmarks/experiments/grouped_cudnn_relu_ab.py``)."""
         group_in = self.weight.shape[3]
-        tensors = [t for t in (x, self.weight, self.scale, self.bias) if t is not None]
         return (
             self.activation == "relu"
             and x.is_cuda
             and torch.backends.cudnn.enabled
             and group_in > 1  # depthwise convs were not measured with it
             and group_in & (group_in - 1) == 0
-            and not torch.compiler.is_compiling()
-            and not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+            and not takes_torch_path(x, self.weight, None, self.bias, self.scale, None)
         )
 
     def _cudnn_bias(self) -> tuple[torch.Tensor | None]:
@@ -346,7 +345,7 @@ class Conv2d(nn.Module):
         out = torch.empty(weight.shape, dtype=weight.dtype, device=weight.device)
         return (torch.mul(weight, scale, out=out),)
 
-    def _grouped_weights(self, kind: str, make: Any) -> tuple:
+    def _derived_weights(self, kind: str, make: Any) -> tuple:
         """``make()``: traced (torch.compile), differentiable (a tensor that requires grad) or
         captured (a CUDA graph restages on each replay, as ``cute_conv.staging`` does) on each
         call, else kept until the weight, scale or bias changes."""
@@ -358,10 +357,10 @@ class Conv2d(nn.Module):
         ):
             return make()
         versions = tuple((t.data_ptr(), t._version, t.dtype) for t in tensors)
-        cached = self._grouped_cache.get(kind)
+        cached = self._derived_cache.get(kind)
         if cached is None or cached[0] != versions:
             with torch.no_grad():
-                cached = self._grouped_cache[kind] = (versions, make())
+                cached = self._derived_cache[kind] = (versions, make())
         return cached[1]
 
     def _check_ungrouped(self, what: str) -> None:
