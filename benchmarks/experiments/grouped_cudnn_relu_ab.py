@@ -23,21 +23,15 @@ from cute_conv.testing import compare_to_reference
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grouped_direct_ab import run_ab  # noqa: E402
+from grouped_direct_ab import random_operands, run_ab  # noqa: E402
 from models import replayed_us  # noqa: E402
 
 
 def measure(conv: torch.nn.Conv2d, shape: tuple, rounds: int) -> dict:
-    k, groups = conv.out_channels, conv.groups
-    r, s = conv.kernel_size
+    groups = conv.groups
     geom = (conv.stride, conv.padding, conv.dilation)
-    gen = torch.Generator("cuda").manual_seed(0)
-    x = torch.randn(shape, device="cuda", generator=gen).bfloat16()
-    x = x.to(memory_format=torch.channels_last)
-    fan_in = r * s * shape[1] // groups
-    weight = torch.randn(k, shape[1] // groups, r, s, device="cuda", generator=gen) / fan_in**0.5
+    x, weight, bias = random_operands(conv, shape)
     weight = weight.bfloat16().to(memory_format=torch.channels_last)
-    bias = torch.randn(k, device="cuda", generator=gen)
     ref = torch.relu(F.conv2d(x.float(), weight.float(), bias, *geom, groups))
 
     def unfused():

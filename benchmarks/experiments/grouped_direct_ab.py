@@ -66,17 +66,26 @@ def grouped_convs(model: nn.Module, batch: int) -> list[tuple[nn.Conv2d, tuple, 
     return [(conv, shape, activations[id(conv)], count) for conv, shape, count in calls]
 
 
+def random_operands(conv: nn.Conv2d, shape: tuple) -> tuple[torch.Tensor, ...]:
+    """Seeded inputs of a call of ``conv`` on ``shape``: bf16 channels_last ``x``, float32
+    KCRS weights scaled by the fan-in, a float32 bias."""
+    c, groups, k = shape[1], conv.groups, conv.out_channels
+    r, s = conv.kernel_size
+    gen = torch.Generator("cuda").manual_seed(0)
+    x = torch.randn(shape, device="cuda", generator=gen).bfloat16()
+    x = x.to(memory_format=torch.channels_last)
+    fan_in = r * s * c // groups
+    weight = torch.randn(k, c // groups, r, s, device="cuda", generator=gen) / fan_in**0.5
+    return x, weight, torch.randn(k, device="cuda", generator=gen)
+
+
 def measure(conv: nn.Conv2d, shape: tuple, activation: str | None, rounds: int) -> dict:
     n, c, h, w = shape
     k, groups = conv.out_channels, conv.groups
     r, s = conv.kernel_size
     geom = dict(stride=conv.stride, padding=conv.padding, dilation=conv.dilation)
-    gen = torch.Generator("cuda").manual_seed(0)
-    x = torch.randn(shape, device="cuda", generator=gen).bfloat16()
-    x = x.to(memory_format=torch.channels_last)
-    fan_in = r * s * c // groups
-    weight = (torch.randn(k, c // groups, r, s, device="cuda", generator=gen) / fan_in**0.5).bfloat16()
-    bias = torch.randn(k, device="cuda", generator=gen).bfloat16()
+    x, weight, bias = random_operands(conv, shape)
+    weight, bias = weight.bfloat16(), bias.bfloat16()
     act = TORCH_ACTIVATIONS[activation]
     ref = act(F.conv2d(x.float(), weight.float(), bias.float(), groups=groups, **geom))
     staged = stage_filter(weight.permute(0, 2, 3, 1))
