@@ -62,7 +62,7 @@ from cute_conv.testing import compare_to_reference, float32_logits, randomize_ba
 
 HERE = Path(__file__).resolve().parent
 # RegNetY-1.6GF: 54 squeeze-excitation 1x1s on 1-pixel maps per call (the CUDA-core kernel
-# at batch <= 32), its grouped 3x3s left to torch.
+# at batch <= 32), its grouped 3x3s on the grouped kernel or cuDNN (cute_conv.grouped_rule).
 # resnet50_fpn: Faster R-CNN's ResNet-50-FPN backbone (``DETECTION_BACKBONE``), as a pretrained
 # detector holds it (FrozenBatchNorm2d), at a detector's image size.
 MODELS = (
