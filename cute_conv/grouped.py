@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 import torch
@@ -31,7 +31,8 @@ from .cuda_context import current_raw_stream, device_arch, on_device
 from .dispatch import freeze_arg, out_overlaps_inputs, tensor_key
 from .dtypes import dtype_name
 from .epilogue import RESIDUAL_ORDERS, kernel_vector_dtype, validate_epilogue_args
-from .kernels.common.grouped_direct import MAX_GROUP_IN, VECTOR, GroupedDirectConfig
+from .grouped_rule import pixels_per_thread
+from .kernels.common.grouped_direct import MAX_GROUP_IN, MAX_PIXELS, VECTOR, GroupedDirectConfig
 from .ops import meta_stand_ins, padding_pairs
 from .plan_cache import PlanCache
 from .problem import Conv2dProblemShape, normalize_padding, normalize_pair
@@ -108,6 +109,7 @@ def grouped_conv2d(
     residual_order: str = _AFTER,
     out: Tensor | None = None,
     filter_layout: str = "krsc",
+    pixels: int | None = None,
 ) -> Tensor:
     """A grouped (or depthwise) conv with the fused epilogue, in one kernel on CUDA cores:
 
@@ -132,6 +134,8 @@ def grouped_conv2d(
             be ``source`` itself, must not overlap ``x`` or ``filter``); else a new one of
             ``x``'s dtype.
         filter_layout: ``"krsc"`` (staged on each call: a copy of the filter) or ``"rsck"``.
+        pixels: output pixels of a row per thread (1 .. 8); None: ``grouped_rule``'s
+            ``pixels_per_thread``. Sets speed only, never the result.
 
     Returns:
         ``out`` or the new output. Sums are float32.
@@ -163,10 +167,10 @@ def grouped_conv2d(
             )
         return torch.ops.cute_conv.grouped_conv2d(
             x, filter, source, bias, scale, groups, list(stride), [*pairs[0], *pairs[1]],
-            list(dilation), float(alpha), float(beta), residual_order, activation,
+            list(dilation), float(alpha), float(beta), residual_order, activation, pixels,
         )  # fmt: skip
     return _run(x, filter, source, bias, scale, groups, stride, pairs, dilation, alpha, beta,
-                residual_order, activation, out)  # fmt: skip
+                residual_order, activation, pixels, out)  # fmt: skip
 
 
 def _check_groups_arg(groups: Any) -> None:
@@ -174,11 +178,21 @@ def _check_groups_arg(groups: Any) -> None:
         raise TypeError(f"groups must be an int, got {type(groups).__name__}")
 
 
+def _check_pixels_arg(pixels: Any) -> None:
+    if pixels is None:
+        return
+    if isinstance(pixels, bool) or not isinstance(pixels, int):
+        raise TypeError(f"pixels must be an int or None, got {type(pixels).__name__}")
+    if not 1 <= pixels <= MAX_PIXELS:
+        raise ValueError(f"pixels must be in 1 .. {MAX_PIXELS}, got {pixels}")
+
+
 def _validate(x, staged_filter, source, bias, scale, groups, stride, padding, dilation,
-              alpha, beta, residual_order, activation, out):  # fmt: skip
+              alpha, beta, residual_order, activation, pixels, out):  # fmt: skip
     """Check a call; return its problem (C, K the whole conv's), config, epilogue spec and
     output dtype. Reads shapes, dtypes and strides only (meta tensors pass)."""
     _check_groups_arg(groups)
+    _check_pixels_arg(pixels)
     check_tensor("activation", x, SIXTEEN_BIT_DTYPES)
     if not isinstance(staged_filter, torch.Tensor):
         raise TypeError(f"filter must be a torch.Tensor, got {type(staged_filter).__name__}")
@@ -212,6 +226,9 @@ def _validate(x, staged_filter, source, bias, scale, groups, stride, padding, di
         raise ValueError(
             f"N*P*Q = {problem.gemm_m} and N*H*W = {n * h * w} must stay below 2**31"
         )
+    if pixels is None:
+        pixels = pixels_per_thread(problem, config)
+    config = replace(config, pixels=pixels)
     out_dtype = x.dtype
     if out is not None:
         check_tensor("out", out, OUT_DTYPES)
@@ -243,11 +260,11 @@ class _GroupedPlan:
 
 
 def _run(x, staged_filter, source, bias, scale, groups, stride, padding, dilation, alpha,
-         beta, residual_order, activation, out) -> Tensor:  # fmt: skip
+         beta, residual_order, activation, pixels, out) -> Tensor:  # fmt: skip
     """The direct path: the call's plan (validated and compiled once per metadata), the
     checks that read data pointers, the launch."""
     plan = _plan(x, staged_filter, source, bias, scale, groups, stride, padding, dilation,
-                 alpha, beta, residual_order, activation, out)  # fmt: skip
+                 alpha, beta, residual_order, activation, pixels, out)  # fmt: skip
     for name, t in (("activation", x), ("filter", staged_filter), ("source", source),
                     ("out", out)):  # fmt: skip
         if t is not None:
@@ -280,19 +297,20 @@ def _run(x, staged_filter, source, bias, scale, groups, stride, padding, dilatio
 
 
 def _plan(x, staged_filter, source, bias, scale, groups, stride, padding, dilation, alpha,
-          beta, residual_order, activation, out) -> _GroupedPlan:  # fmt: skip
+          beta, residual_order, activation, pixels, out) -> _GroupedPlan:  # fmt: skip
     """``_make_plan``, memoized on the call's metadata (as ``dispatch._plan``: the key holds
     everything validation reads but the data pointers)."""
-    args = (groups, stride, padding, dilation, alpha, beta, residual_order, activation)
+    args = (groups, stride, padding, dilation, alpha, beta, residual_order, activation, pixels)
     return _plans.memo(_plan_key, _make_plan, (x, staged_filter, source, bias, scale, out, args))
 
 
 def _plan_key(x, staged_filter, source, bias, scale, out, args: tuple) -> tuple:
-    groups, stride, padding, dilation, alpha, beta, residual_order, activation = args
+    groups, stride, padding, dilation, alpha, beta, residual_order, activation, pixels = args
     return (
         *(None if t is None else tensor_key(t)
           for t in (x, staged_filter, source, bias, scale, out)),
-        *(freeze_arg(a) for a in (groups, stride, padding, dilation, residual_order, activation)),
+        *(freeze_arg(a) for a in (groups, stride, padding, dilation, residual_order, activation,
+                                  pixels)),  # fmt: skip
         # With the sign, which 0.0 == -0.0 leaves out and the kernel's products keep.
         *((type(v), v, math.copysign(1.0, v)) for v in (alpha, beta)),
     )  # fmt: skip
@@ -303,10 +321,10 @@ forget_on_clear(_plans.clear)  # a plan holds its kernel: compile.clear_cache dr
 
 
 def _make_plan(x, staged_filter, source, bias, scale, out, args: tuple) -> _GroupedPlan:
-    groups, stride, padding, dilation, alpha, beta, residual_order, activation = args
+    groups, stride, padding, dilation, alpha, beta, residual_order, activation, pixels = args
     problem, config, spec, out_dtype = _validate(
         x, staged_filter, source, bias, scale, groups, stride, padding, dilation, alpha, beta,
-        residual_order, activation, out,
+        residual_order, activation, pixels, out,
     )  # fmt: skip
     for name, t in (("filter", staged_filter), ("source", source), ("bias", bias),
                     ("scale", scale), ("out", out)):  # fmt: skip
@@ -346,28 +364,29 @@ def _grouped_op(
     beta: float,
     residual_order: str,
     activation: Optional[str],
+    pixels: Optional[int] = None,
 ) -> Tensor:
     """``grouped_conv2d`` on a staged filter as an op (its direct path: autograd runs the
     forward with grad mode off)."""
     return _run(x, staged_filter, source, bias, scale, groups, tuple(stride),
                 padding_pairs(padding), tuple(dilation), alpha, beta, residual_order,
-                activation, None)  # fmt: skip
+                activation, pixels, None)  # fmt: skip
 
 
 @_grouped_op.register_fake
 def _(x, staged_filter, source, bias, scale, groups, stride, padding, dilation, alpha, beta,
-      residual_order, activation):  # fmt: skip
+      residual_order, activation, pixels=None):  # fmt: skip
     with unset_fake_temporarily():
         metas = meta_stand_ins((x, staged_filter, source, bias, scale))
         problem, _, _, out_dtype = _validate(
             *metas, groups, tuple(stride), padding_pairs(padding), tuple(dilation), alpha, beta,
-            residual_order, activation, None,
+            residual_order, activation, pixels, None,
         )  # fmt: skip
     return x.new_empty(problem.output_shape, dtype=out_dtype)
 
 
 def _setup(ctx, inputs, output) -> None:
-    x, staged, source, bias, scale, groups, stride, padding, dilation, alpha, beta, order, act = (
+    x, staged, source, bias, scale, groups, stride, padding, dilation, alpha, beta, order, act, _ = (
         inputs
     )
     args = EpilogueArgs(stride, padding, dilation, alpha, beta, act, order, groups)
@@ -381,7 +400,7 @@ def _backward_op(ctx, grad_out):
     gx, gw, gs, gb, gsc = _backward(ctx, grad_out, tuple(ctx.needs_input_grad[:5]))
     if gw is not None:
         gw = gw.permute(1, 2, 3, 0)  # KRSC -> the staged layout
-    return (gx, gw, gs, gb, gsc) + (None,) * 8
+    return (gx, gw, gs, gb, gsc) + (None,) * 9
 
 
 _grouped_op.register_autograd(_backward_op, setup_context=_setup)

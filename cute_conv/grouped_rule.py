@@ -31,7 +31,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DEPTHWISE_MAX_MACS", "FITTED", "GroupedBounds", "runs_grouped_kernel"]
+from .kernels.common.grouped_direct import GroupedDirectConfig
+from .problem import Conv2dProblemShape
+
+__all__ = [
+    "DEPTHWISE_MAX_MACS",
+    "FITTED",
+    "GroupedBounds",
+    "pixels_per_thread",
+    "runs_grouped_kernel",
+]
 
 DEPTHWISE_MAX_MACS = 2**27
 
@@ -74,3 +83,9 @@ def runs_grouped_kernel(macs: int, group_in: int, group_out: int, groups: int) -
     if group_in == group_out == 1:
         return macs <= DEPTHWISE_MAX_MACS
     return FITTED.takes(macs, group_in, groups)
+
+
+def pixels_per_thread(problem: Conv2dProblemShape, config: GroupedDirectConfig) -> int:
+    """The grouped kernel's output pixels per thread for ``problem`` (``config``'s group
+    shape): one, as the kernel ran before it took more."""
+    return 1

@@ -79,6 +79,8 @@ def _call_inputs(n=2, h=9, w=8, c=48, k=48, groups=2, r=3):
         (dict(source_shape=(2, 9, 8, 40)), ValueError, "source has shape"),
         (dict(out_shape=(2, 9, 8, 40)), ValueError, "out has shape"),
         (dict(cpu=True), ValueError, "activation is on cpu; cute_conv runs on CUDA tensors"),
+        (dict(pixels=2.0), TypeError, "pixels must be an int or None, got float"),
+        (dict(pixels=9), ValueError, r"pixels must be in 1 \.\. 8, got 9"),
     ],
 )
 def test_bad_calls_are_refused_before_anything_is_written(change, error, match):
@@ -89,8 +91,9 @@ def test_bad_calls_are_refused_before_anything_is_written(change, error, match):
     if "filter_c" in change:
         flt = torch.randn(48, 3, 3, change["filter_c"], dtype=BF16)
     kwargs = dict(groups=groups, padding=change.get("padding", 1), stride=change.get("stride", 1))
-    if "activation" in change:
-        kwargs["activation"] = change["activation"]
+    for name in ("activation", "pixels"):
+        if name in change:
+            kwargs[name] = change[name]
     if "bias_len" in change:
         kwargs["bias"] = torch.zeros(change["bias_len"])
     if "source_shape" in change:
@@ -111,23 +114,27 @@ def test_bad_calls_are_refused_before_anything_is_written(change, error, match):
         (GroupedDirectConfig(24, 24), "relu"),
         (GroupedDirectConfig(4, 8), None),
         (GroupedDirectConfig(1, 16), "silu"),
+        (GroupedDirectConfig(1, 1, pixels=4), "relu"),
+        (GroupedDirectConfig(24, 24, pixels=2), None),
     ],
-    ids=["depthwise", "g24", "g4", "multiplier"],
+    ids=["depthwise", "g24", "g4", "multiplier", "depthwise-4-pixels", "g24-2-pixels"],
 )
-def test_the_kernel_compiles_to_vector_loads_and_one_store(arch, config, activation):
+def test_the_kernel_compiles_to_vector_loads_and_a_store_per_pixel(arch, config, activation):
     spec = EpilogueSpec(has_bias=True, activation=activation, vector_dtype="bfloat16")
     kernel = cute_conv.compile_kernel(arch, config=config, epilogue=spec)
     ptx = kernel.ptx
     assert kernel.smem_bytes == 0 and ".shared" not in ptx
-    loads = re.findall(r"ld\.global(?:\.\w+)*\.(v\d)\.\w+", ptx)
+    loads = re.findall(r"ld\.global(?:\.\w+)*?\.v(\d)\.[a-z]+(\d+)", ptx)
+    load_bytes = {int(lanes) * int(bits) // 8 for lanes, bits in loads}
     # the filter vectors (16 bytes) and the activation vectors (16, or 8 of 4 channels)
-    assert len(loads) >= 3 and set(loads) == {"v4"}
-    assert len(re.findall(r"st\.global(?:\.\w+)*\.v4\.\w+", ptx)) == 1
+    assert len(loads) >= 3 and 16 in load_bytes and load_bytes <= {8, 16}
+    stores = re.findall(r"st\.global(?:\.\w+)*?\.v(\d)\.[a-z]+(\d+)", ptx)
+    assert [int(lanes) * int(bits) // 8 for lanes, bits in stores] == [16] * config.pixels
     assert "griddepcontrol.wait" in ptx
-    # each input channel multiplied into the thread's 8 output channels: fused multiply-adds
-    # (sm_90a), or multiplies of float pairs (sm_100a's f32x2)
+    # each input channel multiplied into the thread's 8 output channels at each of its pixels:
+    # fused multiply-adds (sm_90a), or multiplies of float pairs (sm_100a's f32x2)
     products = len(re.findall(r"fma\.rn\.f32 ", ptx)) + 2 * len(re.findall(r"mul\.f32x2", ptx))
-    assert products >= 8 * config.group_in
+    assert products >= 8 * config.group_in * config.pixels
 
 
 def test_the_kernel_refuses_what_its_epilogue_does_not_run():
@@ -390,17 +397,18 @@ def test_a_call_is_planned_once_per_metadata(monkeypatch):
     staged = stage_filter(flt)
     geometry = (2, (1, 1), ((1, 1), (1, 1)), (1, 1), 1.0, 0.0, "after_activation", "relu")
 
-    def plan(x=x, alpha=1.0, activation="relu"):
+    def plan(x=x, alpha=1.0, activation="relu", pixels=None):
         groups, stride, padding, dilation, _, beta, order, _ = geometry
         return grouped._plan(x, staged, None, None, None, groups, stride, padding, dilation,
-                             alpha, beta, order, activation, None)  # fmt: skip
+                             alpha, beta, order, activation, pixels, None)  # fmt: skip
 
     assert plan() == plan() == 1
     assert plan(x=x.clone()) == 1  # other data, same metadata
     assert plan(x=torch.randn(3, 9, 8, 48, dtype=BF16)) == 2
     assert plan(alpha=-1.0) == 3 and plan(activation="silu") == 4
-    assert plan(activation={"relu"}) == 5 and plan(activation={"relu"}) == 6  # not memoized
-    assert len(made) == 6
+    assert plan(pixels=2) == 5 and plan(pixels=2) == 5
+    assert plan(activation={"relu"}) == 6 and plan(activation={"relu"}) == 7  # not memoized
+    assert len(made) == 7
 
 
 def test_the_depthwise_example_compiles_without_a_gpu(capsys):
@@ -432,8 +440,8 @@ def test_out_partly_over_the_source_or_over_x_is_refused(monkeypatch):
     shifted = buffer[64:].view(2, 9, 8, 48)  # 128 bytes on: aligned, overlapping
     with pytest.raises(ValueError, match="partly the source"):
         grouped._run(x, staged, source, None, None, 2, (1, 1), ((1, 1), (1, 1)), (1, 1), 1.0,
-                     1.0, "after_activation", None, shifted)  # fmt: skip
+                     1.0, "after_activation", None, None, shifted)  # fmt: skip
     plan.has_residual = False
     with pytest.raises(ValueError, match="out overlaps activation"):
         grouped._run(x, staged, None, None, None, 2, (1, 1), ((1, 1), (1, 1)), (1, 1), 1.0,
-                     0.0, "after_activation", None, x[:, :, :, :48])  # fmt: skip
+                     0.0, "after_activation", None, None, x[:, :, :, :48])  # fmt: skip

@@ -1,6 +1,7 @@
 """GPU numerics of the grouped / depthwise CUDA-core kernel (``cute_conv.grouped_conv2d``)
 against float32, into NaN-poisoned outputs: depthwise, grouped (group widths 4 to 256, a
-channel multiplier), strides, dilation, asymmetric padding, every epilogue term (scale, bias,
+channel multiplier), strides, dilation, asymmetric padding, one to eight output pixels per
+thread, every epilogue term (scale, bias,
 each activation, both residual orders, in place), float16 and float32 outputs, CUDA-graph
 replays, ``cute_conv.nn.Conv2d`` of grouped convs under torch.compile, and optimized models'
 logits against torch's bf16 model's."""
@@ -49,8 +50,9 @@ def run_grouped(n, h, w, c, k, groups, r, geom, *, dtype=BF16, out_dtype=None, s
     if epi.get("bias"):
         kwargs["bias"] = torch.randn(k, device="cuda", generator=gen).to(dtype)
         expected = expected + kwargs["bias"].float()
-    if "alpha" in epi:
-        kwargs["alpha"] = epi["alpha"]
+    for name in ("alpha", "pixels"):
+        if name in epi:
+            kwargs[name] = epi[name]
     out_dtype = out_dtype or dtype
     out = torch.full(expected.shape, float("nan"), device="cuda", dtype=out_dtype)
     activation = epi.get("activation")
@@ -78,6 +80,18 @@ def run_grouped(n, h, w, c, k, groups, r, geom, *, dtype=BF16, out_dtype=None, s
 @pytest.mark.parametrize("problem", PROBLEMS.values(), ids=PROBLEMS.keys())
 def test_grouped_shapes(problem):
     run_grouped(*problem, bias=True, activation="relu")
+
+
+@pytest.mark.parametrize("pixels", [2, 3, 8])
+@pytest.mark.parametrize("problem", PROBLEMS.values(), ids=PROBLEMS.keys())
+def test_grouped_shapes_with_several_pixels_per_thread(problem, pixels):
+    """Rows whose width the pixels do not divide, strides and padding at both edges."""
+    run_grouped(*problem, bias=True, activation="relu", pixels=pixels)
+
+
+@pytest.mark.parametrize("problem", ["dw5x5-s2", "g4"])
+def test_grouped_residual_with_several_pixels_per_thread(problem):
+    run_grouped(*PROBLEMS[problem], beta=0.5, bias=True, activation="silu", pixels=4)
 
 
 @pytest.mark.parametrize("activation", [a for a in TORCH_ACTIVATIONS if a])

@@ -7,17 +7,20 @@ channels per group) and K (``R * S * C / groups``) are a few dozen, far below a 
 tile; cuDNN runs them in NHWC through layout transforms of the activation and the output
 (RegNetY-1.6GF at batch 1 on an H200: three transforms per grouped conv, 40% of the forward).
 
-Each thread owns ``vector`` output channels of one output pixel (adjacent threads adjacent
-channel vectors, so a warp's stores are coalesced). It walks the filter taps and sums in
-float32, then runs the tensor-core kernels' epilogue (``apply_epilogue``) on its vector and
-stores it with one vector store. Two forms, chosen at compile time by the config:
+Each thread owns ``VECTOR`` output channels of ``pixels`` adjacent output pixels of a row
+(adjacent threads adjacent channel vectors, so a warp's stores are coalesced). It walks the
+filter taps and sums in float32, then runs the tensor-core kernels' epilogue
+(``apply_epilogue``) on each pixel's vector and stores it with one vector store. A filter
+vector loaded for a tap serves all the thread's pixels: with ``pixels`` > 1 the loads per
+multiply-add fall (their count, not their bytes, bounds the kernel: the re-reads hit L1), at
+the price of fewer threads. Two forms, chosen at compile time by the config:
 
 - depthwise (one input and one output channel per group): the thread's output channels read
-  their own input channels: per tap one activation vector and one filter vector.
-- grouped (``group_out`` a multiple of ``vector``): the thread's output channels share one
-  group's inputs: per tap it loads the group's activations ``in_vector`` channels at a time,
-  and for each input channel one filter vector (its ``vector`` output channels), and
-  multiplies the input into all of them.
+  their own input channels: per tap one filter vector, and per pixel one activation vector.
+- grouped (``group_out`` a multiple of ``VECTOR``): the thread's output channels share one
+  group's inputs: per tap it loads each pixel's activations of the group ``in_vector``
+  channels at a time, and for each input channel one filter vector (its ``VECTOR`` output
+  channels), and multiplies each pixel's input into all of them.
 
 The filter is staged ``[R, S, C / groups, K]`` (``stage_filter`` on the host: the KRSC filter
 permuted) so that a tap's and input channel's weights of adjacent output channels are
@@ -39,6 +42,7 @@ from .epilogue import apply_epilogue
 THREADS = 128
 VECTOR = 8  # 16-bit output channels per thread: one 16-byte filter load and store
 MAX_GROUP_IN = 256  # input channels per group: the grouped form unrolls its loop over them
+MAX_PIXELS = 8  # output pixels per thread: each holds VECTOR float32 sums in registers
 
 
 @dataclass(frozen=True)
@@ -49,13 +53,15 @@ class GroupedDirectConfig:
         group_in: input channels per group, ``C / groups`` (1 .. ``MAX_GROUP_IN``).
         group_out: output channels per group, ``K / groups``: 1 with ``group_in == 1``
             (depthwise), else a multiple of ``VECTOR``.
+        pixels: adjacent output pixels of a row per thread (1 .. ``MAX_PIXELS``).
     """
 
     group_in: int
     group_out: int
+    pixels: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("group_in", "group_out"):
+        for name in ("group_in", "group_out", "pixels"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"GroupedDirectConfig.{name} must be a positive int, got {value!r}")
@@ -63,6 +69,11 @@ class GroupedDirectConfig:
             raise ValueError(
                 f"GroupedDirectConfig.group_in={self.group_in}: at most {MAX_GROUP_IN} input "
                 "channels per group"
+            )
+        if self.pixels > MAX_PIXELS:
+            raise ValueError(
+                f"GroupedDirectConfig.pixels={self.pixels}: at most {MAX_PIXELS} output pixels "
+                "per thread"
             )
         if not self.depthwise and self.group_out % VECTOR:
             raise ValueError(
@@ -103,6 +114,7 @@ class GroupedDirectConv(ConvKernelEntry):
         self.group_out = self.config.group_out
         self.depthwise = self.config.depthwise
         self.in_vector = VECTOR if self.depthwise else self.config.in_vector
+        self.pixels = self.config.pixels
 
     def smem_bytes(self) -> int:
         return 0
@@ -131,13 +143,14 @@ class GroupedDirectConv(ConvKernelEntry):
             ),
         )
         rows = geo.n * geo.p * geo.q
+        row_blocks = geo.n * geo.p * ((geo.q + self.pixels - 1) // self.pixels)
         out_layout = cute.make_layout((VECTOR, vectors, rows), stride=(1, VECTOR, k))
         m_d = cute.make_tensor(ptrs.out, out_layout)
         m_c = cute.make_tensor(ptrs.source, out_layout)
         vec_layout = cute.make_layout((VECTOR, vectors), stride=(1, VECTOR))
         m_bias = cute.make_tensor(ptrs.bias, vec_layout)
         m_scale = cute.make_tensor(ptrs.scale, vec_layout)
-        threads = cutlass.Int64(vectors) * rows
+        threads = cutlass.Int64(vectors) * row_blocks
         self.kernel(m_x, m_f, m_d, m_c, m_bias, m_scale, geo, params.alpha, params.beta).launch(
             grid=(cutlass.Int32((threads + THREADS - 1) // THREADS), 1, 1),
             block=[THREADS, 1, 1],
@@ -160,54 +173,71 @@ class GroupedDirectConv(ConvKernelEntry):
     ):
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
+        pixels = self.pixels
         vectors = cute.size(m_d, mode=[1])
-        rows = cute.size(m_d, mode=[2])
+        q_blocks = (geo.q + pixels - 1) // pixels
         thread = cutlass.Int64(bidx) * THREADS + tidx
         v = cutlass.Int32(thread % vectors)
-        row = thread // vectors
+        block = thread // vectors  # (q block, p, n), q block fastest
         wait_for_previous_grid()
-        if row < rows:
-            q = cutlass.Int32(row % geo.q)
-            p = cutlass.Int32((row // geo.q) % geo.p)
-            n = cutlass.Int32(row // (geo.q * geo.p))
-            acc = cute.make_rmem_tensor((VECTOR,), cutlass.Float32)
+        if block < cutlass.Int64(geo.n) * geo.p * q_blocks:
+            q0 = cutlass.Int32(block % q_blocks) * pixels
+            p = cutlass.Int32((block // q_blocks) % geo.p)
+            n = cutlass.Int32(block // (q_blocks * geo.p))
+            acc = cute.make_rmem_tensor((VECTOR, pixels), cutlass.Float32)
             acc.fill(0.0)
             for r in cutlass.range(geo.r):
                 ih = p * geo.stride_h - geo.pad_top + r * geo.dil_h
-                for s in cutlass.range(geo.s):
-                    iw = q * geo.stride_w - geo.pad_left + s * geo.dil_w
-                    if ih >= 0 and ih < geo.h and iw >= 0 and iw < geo.w:
+                if ih >= 0 and ih < geo.h:
+                    for s in cutlass.range(geo.s):
+                        iw0 = q0 * geo.stride_w - geo.pad_left + s * geo.dil_w
                         if cutlass.const_expr(self.depthwise):
-                            self.depthwise_tap(acc, m_x, m_f, v, iw, ih, n, s, r)
+                            self.depthwise_tap(acc, m_x, m_f, geo, v, iw0, ih, n, s, r)
                         else:
-                            self.grouped_tap(acc, m_x, m_f, v, iw, ih, n, s, r)
-            self.store(acc, v, row, m_d, m_c, m_bias, m_scale, alpha, beta)
+                            self.grouped_tap(acc, m_x, m_f, geo, v, iw0, ih, n, s, r)
+            row0 = (cutlass.Int64(n) * geo.p + p) * geo.q + q0
+            for j in cutlass.range_constexpr(pixels):
+                if q0 + j < geo.q:
+                    self.store(acc[(None, j)], v, row0 + j, m_d, m_c, m_bias, m_scale, alpha, beta)
 
     @cute.jit
-    def depthwise_tap(self, acc, m_x, m_f, v, iw, ih, n, s, r):
-        """One tap of the depthwise form: each output channel times its own input channel."""
-        x_vec = cute.make_rmem_tensor((VECTOR,), self.act_dtype)
+    def depthwise_tap(self, acc, m_x, m_f, geo, v, iw0, ih, n, s, r):
+        """One tap of the depthwise form: each output channel times its own input channel,
+        one filter vector for all the thread's pixels."""
         f_vec = cute.make_rmem_tensor((VECTOR,), self.filter_dtype)
-        cute.autovec_copy(m_x[(None, v, iw, ih, n)], x_vec)
         cute.autovec_copy(m_f[(None, v, 0, s, r)], f_vec)
-        acc.store(acc.load() + x_vec.load().to(cutlass.Float32) * f_vec.load().to(cutlass.Float32))
+        weights = f_vec.load().to(cutlass.Float32)
+        x_vec = cute.make_rmem_tensor((VECTOR,), self.act_dtype)
+        for j in cutlass.range_constexpr(self.pixels):
+            iw = iw0 + j * geo.stride_w
+            if iw >= 0 and iw < geo.w:
+                cute.autovec_copy(m_x[(None, v, iw, ih, n)], x_vec)
+                sums = acc[(None, j)]
+                sums.store(sums.load() + x_vec.load().to(cutlass.Float32) * weights)
 
     @cute.jit
-    def grouped_tap(self, acc, m_x, m_f, v, iw, ih, n, s, r):
-        """One tap of the grouped form: every input channel of the thread's group times the
-        thread's output channels' weights for it."""
+    def grouped_tap(self, acc, m_x, m_f, geo, v, iw0, ih, n, s, r):
+        """One tap of the grouped form: every input channel of the thread's group, at each of
+        its pixels, times the thread's output channels' weights for it."""
         in_vector = self.in_vector
         # The group's first input vector: output channel v * VECTOR is in group
         # v * VECTOR // group_out, whose inputs start at channel group * group_in.
         first = (v * VECTOR // self.group_out) * (self.group_in // in_vector)
-        x_vec = cute.make_rmem_tensor((in_vector,), self.act_dtype)
+        x_vecs = cute.make_rmem_tensor((in_vector, self.pixels), self.act_dtype)
         f_vec = cute.make_rmem_tensor((VECTOR,), self.filter_dtype)
-        for j in cutlass.range_constexpr(self.group_in // in_vector):
-            cute.autovec_copy(m_x[(None, first + j, iw, ih, n)], x_vec)
+        for c in cutlass.range_constexpr(self.group_in // in_vector):
+            # A pixel left of or past the input reads zeros.
+            x_vecs.fill(0.0)
+            for j in cutlass.range_constexpr(self.pixels):
+                iw = iw0 + j * geo.stride_w
+                if iw >= 0 and iw < geo.w:
+                    cute.autovec_copy(m_x[(None, first + c, iw, ih, n)], x_vecs[(None, j)])
             for i in cutlass.range_constexpr(in_vector):
-                cute.autovec_copy(m_f[(None, v, j * in_vector + i, s, r)], f_vec)
-                x = x_vec[i].to(cutlass.Float32)
-                acc.store(acc.load() + f_vec.load().to(cutlass.Float32) * x)
+                cute.autovec_copy(m_f[(None, v, c * in_vector + i, s, r)], f_vec)
+                weights = f_vec.load().to(cutlass.Float32)
+                for j in cutlass.range_constexpr(self.pixels):
+                    sums = acc[(None, j)]
+                    sums.store(sums.load() + weights * x_vecs[(i, j)].to(cutlass.Float32))
 
     @cute.jit
     def store(self, acc, v, row, m_d, m_c, m_bias, m_scale, alpha, beta):
