@@ -31,13 +31,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .kernels.common.grouped_direct import GroupedDirectConfig
+from .kernels.common.grouped_direct import VECTOR, GroupedDirectConfig
 from .problem import Conv2dProblemShape
 
 __all__ = [
     "DEPTHWISE_MAX_MACS",
     "FITTED",
+    "FITTED_PIXELS",
     "GroupedBounds",
+    "PixelsRule",
     "pixels_per_thread",
     "runs_grouped_kernel",
 ]
@@ -85,7 +87,35 @@ def runs_grouped_kernel(macs: int, group_in: int, group_out: int, groups: int) -
     return FITTED.takes(macs, group_in, groups)
 
 
+
+@dataclass(frozen=True)
+class PixelsRule:
+    """How many adjacent output pixels of a row a grouped-kernel thread computes.
+
+    A depthwise thread's work is short (``R * S`` taps): a second pixel pays only where the
+    call has threads to spare, ``depthwise_two_pixels_threads`` or more at one pixel each. A
+    grouped thread's is long (``R * S * C / groups`` multiply-adds per output vector, one
+    dependent chain): ``grouped_pixels`` chains side by side hide the latency that fewer
+    threads cost.
+    """
+
+    depthwise_two_pixels_threads: int
+    grouped_pixels: int
+
+    def pixels(self, problem: Conv2dProblemShape, config: GroupedDirectConfig) -> int:
+        if not config.depthwise:
+            return self.grouped_pixels
+        threads = problem.K // VECTOR * problem.N * problem.P * problem.Q
+        return 2 if threads >= self.depthwise_two_pixels_threads else 1
+
+
+# Fitted (benchmarks/experiments/grouped_pixels_fit.py --search) on the sweep's FIT_MODELS at
+# batch 1, 8 and 32 on an H200, over the calls nn.Conv2d runs on the kernel: 6,328 us summed
+# against 7,951 at one pixel, the best pixels per call 6,310.
+FITTED_PIXELS = PixelsRule(depthwise_two_pixels_threads=2**17, grouped_pixels=4)
+
+
 def pixels_per_thread(problem: Conv2dProblemShape, config: GroupedDirectConfig) -> int:
     """The grouped kernel's output pixels per thread for ``problem`` (``config``'s group
-    shape): one, as the kernel ran before it took more."""
-    return 1
+    shape): ``FITTED_PIXELS``."""
+    return FITTED_PIXELS.pixels(problem, config)

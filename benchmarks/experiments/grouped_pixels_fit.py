@@ -1,0 +1,98 @@
+"""``cute_conv.grouped_rule.FITTED_PIXELS`` judged and fitted on rows of
+``grouped_pixels_sweep.py`` (no GPU):
+
+    python benchmarks/experiments/grouped_pixels_fit.py FILES...           # judge the rule
+    python benchmarks/experiments/grouped_pixels_fit.py FILES... --search  # fit its constants
+
+Only the calls ``cute_conv.nn.Conv2d`` runs on the grouped kernel (``runs_grouped_kernel``)
+count. Per (model, batch) forward their times are summed (each call weighed by its count) as
+a rule picks the pixels, beside one pixel per thread (the kernel before it took more) and the
+best swept pixels of each call. ``--search`` walks a grid of ``PixelsRule`` (powers of two for
+the depthwise threshold, every swept count for the grouped pixels) and takes the least summed
+time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from cute_conv.grouped import grouped_limits  # noqa: E402
+from cute_conv.grouped_rule import FITTED_PIXELS, PixelsRule, runs_grouped_kernel  # noqa: E402
+from cute_conv.problem import Conv2dProblemShape  # noqa: E402
+
+_PAIRS = {
+    name: re.compile(rf"{name}=\((\d+), (\d+)\)")
+    for name in ("kernel_size", "stride", "padding", "dilation")
+}
+_GROUPS = re.compile(r"groups=(\d+)")
+SWEPT = (1, 2, 4, 8)
+
+
+def kernel_rows(paths: list[Path]) -> list[dict]:
+    """The sweep's rows of calls the kernel runs, each with its ``problem`` and ``config``."""
+    rows = []
+    for path in paths:
+        for row in json.loads(path.read_text())["rows"]:
+            n, c, h, w = row["input"]
+            k = row["output"][1]
+            pairs = {name: tuple(map(int, pattern.search(row["module"]).groups()))
+                     if pattern.search(row["module"]) else (1, 1) if name != "padding" else (0, 0)
+                     for name, pattern in _PAIRS.items()}  # fmt: skip
+            groups = int(_GROUPS.search(row["module"]).group(1))
+            r, s = pairs.pop("kernel_size")
+            problem = Conv2dProblemShape(N=n, H=h, W=w, C=c, K=k, R=r, S=s, **pairs)
+            macs = problem.gemm_m * k * r * s * c // groups
+            if runs_grouped_kernel(macs, c // groups, k // groups, groups):
+                rows.append({**row, "problem": problem, "config": grouped_limits(c, k, groups)})
+    return rows
+
+
+def forward_sums(rows: list[dict], rule: PixelsRule) -> dict[tuple[str, int], dict[str, float]]:
+    """Per (model, batch): microseconds of the kernel's calls at one pixel, as ``rule``
+    picks, and at the best swept pixels."""
+    sums: dict = collections.defaultdict(lambda: collections.Counter())
+    for row in rows:
+        us, calls = row["graph_us"], row["calls"]
+        picked = rule.pixels(row["problem"], row["config"])
+        sums[row["model"], row["batch"]].update(
+            {"one": us["p1"] * calls, "rule": us[f"p{picked}"] * calls,
+             "best": min(us[f"p{p}"] for p in SWEPT) * calls}
+        )  # fmt: skip
+    return sums
+
+
+def report(rows: list[dict], rule: PixelsRule) -> None:
+    sums = forward_sums(rows, rule)
+    for (model, batch), s in sorted(sums.items()):
+        print(f"{model:20} batch {batch:3}: one pixel {s['one']:8.1f} us, rule {s['rule']:8.1f} "
+              f"us ({s['one'] / s['rule']:.3f}x), best {s['best']:8.1f} us")  # fmt: skip
+    total = sum(sums.values(), collections.Counter())
+    worst = min(s["one"] / s["rule"] for s in sums.values())
+    print(f"{rule}: summed one pixel {total['one']:.0f} us, rule {total['rule']:.0f} us "
+          f"({total['one'] / total['rule']:.3f}x), best {total['best']:.0f} us; worst forward "
+          f"{worst:.3f}x")  # fmt: skip
+
+
+def search(rows: list[dict]) -> PixelsRule:
+    """The grid's rule of the least summed time."""
+    grid = [PixelsRule(2**e, grouped) for e in range(10, 25) for grouped in SWEPT]
+    return min(grid, key=lambda rule: sum(s["rule"] for s in forward_sums(rows, rule).values()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="+", type=Path, help="grouped_pixels_sweep.py results")
+    parser.add_argument("--search", action="store_true", help="fit the rule's constants")
+    args = parser.parse_args()
+    rows = kernel_rows(args.files)
+    report(rows, search(rows) if args.search else FITTED_PIXELS)
+
+
+if __name__ == "__main__":
+    main()
