@@ -386,8 +386,9 @@ def _(x, staged_filter, source, bias, scale, groups, stride, padding, dilation, 
 
 
 def _setup(ctx, inputs, output) -> None:
-    x, staged, source, bias, scale, groups, stride, padding, dilation, alpha, beta, order, act, _ = (
-        inputs
+    # The last input, the pixels per thread, sets speed only.
+    x, staged, source, bias, scale, groups, stride, padding, dilation, alpha, beta, order, act = (
+        inputs[:13]
     )
     args = EpilogueArgs(stride, padding, dilation, alpha, beta, act, order, groups)
     needs = tuple(ctx.needs_input_grad[:5])

@@ -20,8 +20,9 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import cute_conv
 from cute_conv.grouped import grouped_conv2d, grouped_limits, stage_filter
-from cute_conv.grouped_rule import runs_grouped_kernel
+from cute_conv.grouped_rule import FITTED_PIXELS, pixels_per_thread, runs_grouped_kernel
 from cute_conv.plan_cache import PlanCache
+from cute_conv.problem import Conv2dProblemShape
 from cute_conv.testing import compare_to_reference
 from tests.test_autograd import reference_forward_on_cpu
 from tests.test_nn import kernel_calls, random_bn  # noqa: F401 - the fixture
@@ -277,6 +278,35 @@ def test_optimize_keeps_grouped_convs_16bit_under_fp8():
 )  # fmt: skip
 def test_the_rule_bounds_the_multiply_adds(macs, group_in, group_out, groups, runs):
     assert runs_grouped_kernel(macs, group_in, group_out, groups) is runs
+
+
+@pytest.mark.parametrize(
+    "n, size, c, groups, pixels",
+    [
+        (1, 14, 96, 96, 1),  # depthwise, 2,352 threads at one pixel each
+        (4, 64, 64, 64, 2),  # depthwise, 2**17 threads: two pixels
+        (4, 64, 64 - 8, 64 - 8, 1),  # 8 channels fewer: under 2**17
+        (1, 7, 48, 2, 4),  # grouped: four, however few the threads
+    ],
+)
+def test_pixels_per_thread(n, size, c, groups, pixels):
+    problem = Conv2dProblemShape(N=n, H=size, W=size, C=c, K=c, R=3, S=3, padding=(1, 1))
+    assert pixels_per_thread(problem, grouped_limits(c, c, groups)) == pixels
+    assert FITTED_PIXELS.depthwise_two_pixels_threads == 2**17
+
+
+def test_a_call_runs_the_rules_pixels_unless_it_names_them():
+    from cute_conv import grouped
+
+    x, flt = _call_inputs(n=1, h=7, w=7)
+    staged = stage_filter(flt)
+
+    def config(pixels):
+        return grouped._validate(x, staged, None, None, None, 2, (1, 1), ((1, 1), (1, 1)),
+                                 (1, 1), 1.0, 0.0, "after_activation", None, pixels, None)[1]  # fmt: skip
+
+    assert config(None).pixels == FITTED_PIXELS.grouped_pixels
+    assert config(3) == GroupedDirectConfig(24, 24, pixels=3)
 
 
 @pytest.mark.parametrize("order", ["after_activation", "before_activation"])

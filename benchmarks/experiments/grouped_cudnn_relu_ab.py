@@ -19,11 +19,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from cute_conv.testing import compare_to_reference
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grouped_direct_ab import random_operands, run_ab  # noqa: E402
+from grouped_direct_ab import checks, random_operands, run_ab  # noqa: E402
 from models import replayed_us  # noqa: E402
 
 
@@ -43,11 +41,7 @@ def measure(conv: torch.nn.Conv2d, shape: tuple, rounds: int) -> dict:
         "unfused": unfused,
         "fused": lambda: torch.cudnn_convolution_relu(x, weight, bias16, *geom, groups),
     }
-    checks = {}
-    for name, fn in fns.items():
-        check = compare_to_reference(fn(), ref)
-        checks[name] = {"ok": check.ok, "rel_err": check.rel_err}
-    return {"module": repr(conv), "input": list(shape), "checks": checks,
+    return {"module": repr(conv), "input": list(shape), "checks": checks(fns, ref),
             "graph_us": replayed_us(fns, rounds)}  # fmt: skip
 
 

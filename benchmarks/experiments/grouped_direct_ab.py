@@ -79,10 +79,12 @@ def random_operands(conv: nn.Conv2d, shape: tuple) -> tuple[torch.Tensor, ...]:
     return x, weight, torch.randn(k, device="cuda", generator=gen)
 
 
-def measure(conv: nn.Conv2d, shape: tuple, activation: str | None, rounds: int) -> dict:
-    n, c, h, w = shape
-    k, groups = conv.out_channels, conv.groups
-    r, s = conv.kernel_size
+def ab_calls(conv: nn.Conv2d, shape: tuple, activation: str | None):
+    """``(cudnn, kernel, ref)`` for a call of ``conv`` on ``shape`` (``random_operands``, in
+    bf16): cuDNN's conv with the bias, then the activation; ``kernel(pixels)``, the kernel with
+    both fused on the filter staged once (``pixels`` None: the rule's), its NPQK output viewed
+    NCHW; the float32 reference."""
+    groups = conv.groups
     geom = dict(stride=conv.stride, padding=conv.padding, dilation=conv.dilation)
     x, weight, bias = random_operands(conv, shape)
     weight, bias = weight.bfloat16(), bias.bfloat16()
@@ -91,23 +93,31 @@ def measure(conv: nn.Conv2d, shape: tuple, activation: str | None, rounds: int) 
     staged = stage_filter(weight.permute(0, 2, 3, 1))
     x_nhwc = x.permute(0, 2, 3, 1)  # a view of the channels_last tensor
 
-    def ours():
-        return grouped_conv2d(
-            x_nhwc, staged, filter_layout="rsck", groups=groups, bias=bias, activation=activation,
-            stride=conv.stride, padding=conv.padding, dilation=conv.dilation,
-        )  # fmt: skip
+    def kernel(pixels: int | None):
+        return lambda: grouped_conv2d(
+            x_nhwc, staged, filter_layout="rsck", groups=groups, bias=bias,
+            activation=activation, pixels=pixels, **geom,
+        ).permute(0, 3, 1, 2)  # fmt: skip
 
-    fns = {"cudnn": lambda: act(F.conv2d(x, weight, bias, groups=groups, **geom)), "grouped": ours}
-    results = {"cudnn": fns["cudnn"](), "grouped": ours().permute(0, 3, 1, 2)}
-    torch.cuda.synchronize()
-    checks = {}
-    for name, result in results.items():
-        check = compare_to_reference(result, ref)
-        checks[name] = {"ok": check.ok, "rel_err": check.rel_err}
+    return lambda: act(F.conv2d(x, weight, bias, groups=groups, **geom)), kernel, ref
+
+
+def checks(fns: dict[str, Callable[[], torch.Tensor]], ref: torch.Tensor) -> dict[str, dict]:
+    """Each of ``fns``' output against ``ref`` (``compare_to_reference``)."""
+    reports = {name: compare_to_reference(fn(), ref) for name, fn in fns.items()}
+    return {name: {"ok": r.ok, "rel_err": r.rel_err} for name, r in reports.items()}
+
+
+def measure(conv: nn.Conv2d, shape: tuple, activation: str | None, rounds: int) -> dict:
+    n, c, _, _ = shape
+    k, groups = conv.out_channels, conv.groups
+    r, s = conv.kernel_size
+    cudnn, kernel, ref = ab_calls(conv, shape, activation)
+    fns = {"cudnn": cudnn, "grouped": kernel(None)}
     macs = n * k * ref.shape[2] * ref.shape[3] * r * s * c // groups
     return {"module": repr(conv), "input": list(shape), "activation": activation,
             "macs": macs, "rule_takes_kernel": runs_grouped_kernel(macs, c // groups, k // groups, groups),
-            "checks": checks, "graph_us": replayed_us(fns, rounds)}  # fmt: skip
+            "checks": checks(fns, ref), "graph_us": replayed_us(fns, rounds)}  # fmt: skip
 
 
 def run_ab(

@@ -17,18 +17,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import torch.nn.functional as F
 from torch import nn
 
-from cute_conv.grouped import grouped_conv2d, grouped_limits, stage_filter
+from cute_conv.grouped import grouped_limits
 from cute_conv.grouped_rule import pixels_per_thread
 from cute_conv.problem import Conv2dProblemShape
-from cute_conv.reference import TORCH_ACTIVATIONS
-from cute_conv.testing import compare_to_reference
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grouped_direct_ab import random_operands, run_ab  # noqa: E402
+from grouped_direct_ab import ab_calls, checks, run_ab  # noqa: E402
 from models import replayed_us  # noqa: E402
 
 FIT_MODELS = (
@@ -42,35 +39,16 @@ METHODS = ("cudnn", *(f"p{p}" for p in PIXELS))
 
 
 def measure(conv: nn.Conv2d, shape: tuple, activation: str | None, rounds: int) -> dict:
-    groups = conv.groups
-    geom = dict(stride=conv.stride, padding=conv.padding, dilation=conv.dilation)
-    x, weight, bias = random_operands(conv, shape)
-    weight, bias = weight.bfloat16(), bias.bfloat16()
-    act = TORCH_ACTIVATIONS[activation]
-    ref = act(F.conv2d(x.float(), weight.float(), bias.float(), groups=groups, **geom))
-    staged = stage_filter(weight.permute(0, 2, 3, 1))
-    x_nhwc = x.permute(0, 2, 3, 1)  # a view of the channels_last tensor
-
-    def kernel(pixels: int):
-        return lambda: grouped_conv2d(
-            x_nhwc, staged, filter_layout="rsck", groups=groups, bias=bias,
-            activation=activation, pixels=pixels, **geom,
-        ).permute(0, 3, 1, 2)  # fmt: skip
-
-    fns = {"cudnn": lambda: act(F.conv2d(x, weight, bias, groups=groups, **geom))}
-    fns.update({f"p{p}": kernel(p) for p in PIXELS})
-    checks = {}
-    for name, fn in fns.items():
-        check = compare_to_reference(fn(), ref)
-        checks[name] = {"ok": check.ok, "rel_err": check.rel_err}
+    cudnn, kernel, ref = ab_calls(conv, shape, activation)
+    fns = {"cudnn": cudnn, **{f"p{p}": kernel(p) for p in PIXELS}}
     n, c, h, w = shape
     problem = Conv2dProblemShape(N=n, H=h, W=w, C=c, K=conv.out_channels, R=conv.kernel_size[0],
                                  S=conv.kernel_size[1], padding=conv.padding, stride=conv.stride,
                                  dilation=conv.dilation)  # fmt: skip
-    config = grouped_limits(c, conv.out_channels, groups)
+    config = grouped_limits(c, conv.out_channels, conv.groups)
     return {"module": repr(conv), "input": list(shape), "output": list(ref.shape),
             "activation": activation, "rule_pixels": pixels_per_thread(problem, config),
-            "checks": checks, "graph_us": replayed_us(fns, rounds)}  # fmt: skip
+            "checks": checks(fns, ref), "graph_us": replayed_us(fns, rounds)}  # fmt: skip
 
 
 if __name__ == "__main__":
