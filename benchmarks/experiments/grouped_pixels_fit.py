@@ -41,8 +41,9 @@ _GROUPS = re.compile(r"groups=(\d+)")
 SWEPT = (1, 2, 4, 8)
 
 
-def kernel_rows(paths: list[Path]) -> list[dict]:
-    """The sweep's rows of calls the kernel runs, each with its ``problem`` and ``config``."""
+def sweep_rows(paths: list[Path]) -> list[dict]:
+    """The sweep's rows, each with its ``problem``, ``config`` (one pixel), ``macs`` and
+    whether ``cute_conv.nn.Conv2d`` runs it on the kernel (``kernel_takes``)."""
     rows = []
     for path in paths:
         for row in json.loads(path.read_text())["rows"]:
@@ -55,9 +56,15 @@ def kernel_rows(paths: list[Path]) -> list[dict]:
             r, s = pairs.pop("kernel_size")
             problem = Conv2dProblemShape(N=n, H=h, W=w, C=c, K=k, R=r, S=s, **pairs)
             macs = problem.gemm_m * k * r * s * c // groups
-            if runs_grouped_kernel(macs, c // groups, k // groups, groups):
-                rows.append({**row, "problem": problem, "config": grouped_limits(c, k, groups)})
+            rows.append({**row, "problem": problem, "config": grouped_limits(c, k, groups),
+                         "macs": macs,
+                         "kernel_takes": runs_grouped_kernel(macs, c // groups, k // groups, groups)})  # fmt: skip
     return rows
+
+
+def kernel_rows(paths: list[Path]) -> list[dict]:
+    """The sweep's rows of calls the kernel runs (``sweep_rows``)."""
+    return [row for row in sweep_rows(paths) if row["kernel_takes"]]
 
 
 def forward_sums(rows: list[dict], rule: PixelsRule) -> dict[tuple[str, int], dict[str, float]]:

@@ -1,0 +1,108 @@
+"""A depthwise bound that grows with the filter's taps, judged and fitted on the depthwise rows
+of ``grouped_pixels_sweep.py`` (no GPU):
+
+    python benchmarks/experiments/depthwise_rule_fit.py FILES...           # judge both bounds
+    python benchmarks/experiments/depthwise_rule_fit.py FILES... --search  # fit the form
+
+``cute_conv.grouped_rule`` runs a depthwise call on the kernel up to ``DEPTHWISE_MAX_MACS``
+multiply-adds whatever its filter; the sweeps show ConvNeXt's 7x7s losing to cuDNN below it
+(0.84-0.90x at batch 8 and 32) and EfficientNet-B3's 3x3s winning above it (1.43-1.50x at
+batch 32). The form here: ``macs <= max_macs_at_9 * (9 / taps) ** taps_power``
+(``DepthwiseBound``; the package's bound is ``taps_power=0``). Each (model, batch) forward sums
+its depthwise calls (each weighed by its count): the kernel (at the package's pixels) where
+the bound takes the call, cuDNN's conv + activation elsewhere, against cuDNN everywhere.
+
+``CANDIDATE`` was searched on every row measured in session 72 (``FIT_MODELS`` and
+``HELD_OUT_MODELS`` of the sweep): those rows were read before the search, so it is judged
+only on ``HELD_OUT_NEXT`` (named before they were measured). Not adopted until then.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from grouped_pixels_fit import sweep_rows  # noqa: E402
+
+from cute_conv.grouped_rule import DEPTHWISE_MAX_MACS, pixels_per_thread  # noqa: E402
+
+HELD_OUT_NEXT = ("convnext_base", "efficientnet_b5", "mobilenet_v3_small", "efficientnet_v2_s")
+
+
+@dataclass(frozen=True)
+class DepthwiseBound:
+    """A depthwise call of ``macs`` multiply-adds and ``taps`` filter taps runs on the kernel
+    when ``macs <= max_macs_at_9 * (9 / taps) ** taps_power``."""
+
+    max_macs_at_9: float
+    taps_power: float
+
+    def takes(self, macs: int, taps: int) -> bool:
+        return macs <= self.max_macs_at_9 * (9 / taps) ** self.taps_power
+
+
+PACKAGE = DepthwiseBound(DEPTHWISE_MAX_MACS, 0)
+CANDIDATE = DepthwiseBound(2**29, 1)
+
+
+def depthwise_rows(paths: list[Path]) -> list[dict]:
+    """The sweeps' depthwise rows with ``taps`` and ``kernel_us`` (at the package's pixels)."""
+    rows = []
+    for row in sweep_rows(paths):
+        if row["config"].depthwise:
+            problem = row["problem"]
+            pixels = pixels_per_thread(problem, row["config"])
+            rows.append({**row, "taps": problem.R * problem.S,
+                         "kernel_us": row["graph_us"][f"p{pixels}"]})  # fmt: skip
+    return rows
+
+
+def forward_sums(rows: list[dict], bound: DepthwiseBound) -> dict[tuple[str, int], tuple]:
+    """Per (model, batch): ``(cuDNN everywhere, as the bound runs them)`` in microseconds."""
+    sums: dict = collections.defaultdict(lambda: [0.0, 0.0])
+    for row in rows:
+        cudnn = row["graph_us"]["cudnn"] * row["calls"]
+        ours = row["kernel_us"] * row["calls"] if bound.takes(row["macs"], row["taps"]) else cudnn
+        sums[row["model"], row["batch"]][0] += cudnn
+        sums[row["model"], row["batch"]][1] += ours
+    return {key: tuple(value) for key, value in sums.items()}
+
+
+def summary(rows: list[dict], bound: DepthwiseBound) -> tuple[float, float]:
+    """``(cuDNN everywhere over the bound summed, the worst forward's ratio)``."""
+    sums = forward_sums(rows, bound).values()
+    return sum(c for c, _ in sums) / sum(o for _, o in sums), min(c / o for c, o in sums)
+
+
+def search(rows: list[dict]) -> DepthwiseBound:
+    """The grid's bound of the least summed time (the flattest and smallest of ties: the
+    grid runs from power 0 and the least bound up)."""
+    grid = [DepthwiseBound(2 ** (e / 2), p / 2) for p in range(7) for e in range(48, 63)]
+    return max(grid, key=lambda bound: (summary(rows, bound)[0], -grid.index(bound)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="+", type=Path, help="grouped_pixels_sweep.py results")
+    parser.add_argument("--search", action="store_true", help="fit the form's constants")
+    args = parser.parse_args()
+    rows = depthwise_rows(args.files)
+    bounds = {"package": PACKAGE, "candidate": CANDIDATE}
+    if args.search:
+        bounds["searched"] = search(rows)
+    for (model, batch), (cudnn, _) in sorted(forward_sums(rows, PACKAGE).items()):
+        ratios = ", ".join(f"{name} {cudnn / forward_sums(rows, b)[model, batch][1]:.3f}x"
+                           for name, b in bounds.items())  # fmt: skip
+        print(f"{model:20} batch {batch:3}: cuDNN {cudnn:8.1f} us; {ratios}")
+    for name, bound in bounds.items():
+        total, worst = summary(rows, bound)
+        print(f"{name} {bound}: {total:.3f}x cuDNN summed, worst forward {worst:.3f}x")
+
+
+if __name__ == "__main__":
+    main()
