@@ -96,15 +96,18 @@ class PixelsRule:
     call has threads to spare, ``depthwise_two_pixels_threads`` or more at one pixel each. A
     grouped thread's is long (``R * S * C / groups`` multiply-adds per output vector, one
     dependent chain): ``grouped_pixels`` chains side by side hide the latency that fewer
-    threads cost.
+    threads cost, on groups of up to ``grouped_max_width`` input channels (the kernel unrolls
+    its loop over them, ``grouped_pixels`` times over: on wider groups, where no call was
+    measured, it keeps one pixel).
     """
 
     depthwise_two_pixels_threads: int
     grouped_pixels: int
+    grouped_max_width: int
 
     def pixels(self, problem: Conv2dProblemShape, config: GroupedDirectConfig) -> int:
         if not config.depthwise:
-            return self.grouped_pixels
+            return self.grouped_pixels if config.group_in <= self.grouped_max_width else 1
         threads = problem.K // VECTOR * problem.N * problem.P * problem.Q
         return 2 if threads >= self.depthwise_two_pixels_threads else 1
 
@@ -113,8 +116,13 @@ class PixelsRule:
 # FIT_MODELS at batch 1, 8 and 32 on an H200, over the calls nn.Conv2d runs on the kernel:
 # 6,328 us summed against 7,951 at one pixel (1.256x), the best pixels per call 6,310. Judged
 # on HELD_OUT_MODELS (named before they were measured): 1.249x, no forward slower, within 1.1%
-# of the best pixels per call. The bounds above were fitted on the kernel at one pixel.
-FITTED_PIXELS = PixelsRule(depthwise_two_pixels_threads=2**17, grouped_pixels=4)
+# of the best pixels per call. The grouped calls the kernel took there had 8 or 24 input
+# channels per group (ResNeXt-50's layer2, RegNet's); at 32 (ResNeXt-50's layer4, which the
+# bounds leave to cuDNN) four pixels ran 40-43 us against 28 at one at batch 1 and 8, so
+# groups wider than 24 keep one pixel. The bounds above were fitted on the kernel at one pixel.
+FITTED_PIXELS = PixelsRule(
+    depthwise_two_pixels_threads=2**17, grouped_pixels=4, grouped_max_width=24
+)
 
 
 def pixels_per_thread(problem: Conv2dProblemShape, config: GroupedDirectConfig) -> int:

@@ -286,7 +286,8 @@ def test_the_rule_bounds_the_multiply_adds(macs, group_in, group_out, groups, ru
         (1, 14, 96, 96, 1),  # depthwise, 2,352 threads at one pixel each
         (4, 64, 64, 64, 2),  # depthwise, 2**17 threads: two pixels
         (4, 64, 64 - 8, 64 - 8, 1),  # 8 channels fewer: under 2**17
-        (1, 7, 48, 2, 4),  # grouped: four, however few the threads
+        (1, 7, 48, 2, 4),  # grouped, 24 per group: four, however few the threads
+        (1, 7, 64, 2, 1),  # 32 per group: one
     ],
 )
 def test_pixels_per_thread(n, size, c, groups, pixels):

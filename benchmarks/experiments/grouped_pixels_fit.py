@@ -8,8 +8,8 @@ Only the calls ``cute_conv.nn.Conv2d`` runs on the grouped kernel (``runs_groupe
 count. Per (model, batch) forward their times are summed (each call weighed by its count) as
 a rule picks the pixels, beside one pixel per thread (the kernel before it took more) and the
 best swept pixels of each call. ``--search`` walks a grid of ``PixelsRule`` (powers of two for
-the depthwise threshold, every swept count for the grouped pixels) and takes the least summed
-time.
+the depthwise threshold, every swept count for the grouped pixels, the package's widest group)
+and takes the least summed time.
 
 How the package's ``FITTED_PIXELS`` came about (H200, ``grouped_pixels_sweep_*_H200.json``):
 fitted on the sweep's ``FIT_MODELS`` (6,328 us summed against 7,951 at one pixel, 1.256x; the
@@ -95,7 +95,8 @@ def report(rows: list[dict], rule: PixelsRule) -> None:
 
 def search(rows: list[dict]) -> PixelsRule:
     """The grid's rule of the least summed time."""
-    grid = [PixelsRule(2**e, grouped) for e in range(10, 25) for grouped in SWEPT]
+    width = FITTED_PIXELS.grouped_max_width  # the rows' grouped calls are 8 or 24 wide
+    grid = [PixelsRule(2**e, grouped, width) for e in range(10, 25) for grouped in SWEPT]
     return min(grid, key=lambda rule: sum(s["rule"] for s in forward_sums(rows, rule).values()))
 
 
