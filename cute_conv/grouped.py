@@ -147,6 +147,7 @@ def grouped_conv2d(
     ``cute_conv.grouped_rule``'s bound to cuDNN instead.
     """
     _check_groups_arg(groups)
+    _check_pixels_arg(pixels)
     if filter_layout == "krsc":
         check_tensor("filter", filter, SIXTEEN_BIT_DTYPES)
         filter = stage_filter(filter)  # noqa: A001

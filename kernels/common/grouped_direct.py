@@ -93,9 +93,10 @@ class GroupedDirectConfig:
 
 class GroupedDirectConv(ConvKernelEntry):
     """A grouped conv of 16-bit inputs, a thread per ``VECTOR`` output channels of
-    ``config.pixels`` adjacent output pixels of a row (see the module docstring). Takes ``ConvLaunchParams`` with the filter pointer at
-    the staged ``[R, S, C / groups, K]`` filter; ``geometry.c`` and ``geometry.k`` are the
-    whole conv's channels (K a multiple of ``VECTOR``)."""
+    ``config.pixels`` adjacent output pixels of a row (see the module docstring). Takes
+    ``ConvLaunchParams`` with the filter pointer at the staged ``[R, S, C / groups, K]``
+    filter; ``geometry.c`` and ``geometry.k`` are the whole conv's channels (K a multiple of
+    ``VECTOR``)."""
 
     config_class = GroupedDirectConfig
 
