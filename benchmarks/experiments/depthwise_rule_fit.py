@@ -19,7 +19,6 @@ only on ``HELD_OUT_NEXT`` (named before they were measured). Not adopted until t
 
 from __future__ import annotations
 
-import argparse
 import collections
 import sys
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grouped_pixels_fit import sweep_rows  # noqa: E402
+from grouped_pixels_fit import fit_args, sweep_rows  # noqa: E402
 
 from cute_conv.grouped_rule import DEPTHWISE_MAX_MACS, pixels_per_thread  # noqa: E402
 
@@ -87,10 +86,7 @@ def search(rows: list[dict]) -> DepthwiseBound:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("files", nargs="+", type=Path, help="grouped_pixels_sweep.py results")
-    parser.add_argument("--search", action="store_true", help="fit the form's constants")
-    args = parser.parse_args()
+    args = fit_args(__doc__.splitlines()[0])
     rows = depthwise_rows(args.files)
     bounds = {"package": PACKAGE, "candidate": CANDIDATE}
     if args.search:

@@ -100,11 +100,16 @@ def search(rows: list[dict]) -> PixelsRule:
     return min(grid, key=lambda rule: sum(s["rule"] for s in forward_sums(rows, rule).values()))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def fit_args(description: str) -> argparse.Namespace:
+    """The command line of a fit over sweep files: ``files`` and ``--search``."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("files", nargs="+", type=Path, help="grouped_pixels_sweep.py results")
     parser.add_argument("--search", action="store_true", help="fit the rule's constants")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = fit_args(__doc__.splitlines()[0])
     rows = kernel_rows(args.files)
     report(rows, search(rows) if args.search else FITTED_PIXELS)
 
