@@ -561,10 +561,13 @@ def _check_nchw(name: str, t: Any, channels: int) -> None:
 
 
 def stored_filter(krsc: torch.Tensor, groups: int) -> torch.Tensor:
-    """``krsc`` as ``Conv2d`` stores its filter: contiguous (no copy if it is), or with
-    ``groups`` > 1 a KRSC view of its ``[R, S, C / groups, K]`` copy, which the grouped kernel
-    reads as it is (in-place writes, as ``load_state_dict`` makes, keep the layout)."""
-    if groups == 1:
+    """``krsc`` as ``Conv2d`` stores its filter: for groups the grouped kernel takes
+    (``grouped_limits``), a KRSC view of its ``[R, S, C / groups, K]`` copy, which the kernel
+    reads as it is; else contiguous (no copy if it is), as the tensor-core kernels and cuDNN
+    read it (groups outside the limits only ever run on cuDNN). In-place writes, as
+    ``load_state_dict`` makes, keep the layout."""
+    k, _, _, group_in = krsc.shape
+    if groups == 1 or not _kernel_takes_groups(group_in * groups, k, groups):
         return krsc.contiguous()
     return stage_filter(krsc).permute(3, 0, 1, 2)
 

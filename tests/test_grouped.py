@@ -241,6 +241,18 @@ def test_module_from_torch_runs_the_grouped_path(kernel_calls):  # noqa: F811
     torch.testing.assert_close(kernel_calls[-1][1], first * 2)
 
 
+def test_groups_outside_the_kernels_limits_store_the_filter_as_cudnn_reads_it():
+    """ResNeXt's 4 output channels per group run only on cuDNN: KRSC contiguous, which its
+    path hands to cuDNN without a copy."""
+    conv = nn.Conv2d(128, 128, 3, padding=1, groups=32, bias=False).to(BF16)
+    module = cute_conv.nn.Conv2d.from_torch(conv)
+    assert module.weight.is_contiguous() and module.weight.shape == (128, 3, 3, 4)
+    assert module._cudnn_weight()[0].data_ptr() == module.weight.data_ptr()
+    torch.testing.assert_close(module.weight, conv.weight.permute(0, 2, 3, 1))
+    fresh = cute_conv.nn.Conv2d(128, 128, 3, groups=32, bias=False, dtype=BF16)
+    assert fresh.weight.is_contiguous()
+
+
 def test_grouped_module_refuses_fp8():
     conv = nn.Conv2d(16, 16, 3, groups=16).to(BF16)
     module = cute_conv.nn.Conv2d.from_torch(conv)
