@@ -108,10 +108,14 @@ class Conv2d(nn.Module):
         EpilogueSpec(activation=activation, has_residual=True, residual_order=residual_order)
         self.activation = activation
         self.residual_order = residual_order
+        # Groups out of grouped_limits (ResNeXt's 4 output channels per group) run on cuDNN.
+        self._grouped_kernel_takes = groups != 1 and _kernel_takes_groups(
+            in_channels, out_channels, groups
+        )
         r, s = self.kernel_size
         group_in = in_channels // groups
         weight = torch.empty(out_channels, r, s, group_in, device=device, dtype=dtype)
-        weight = stored_filter(weight, groups)
+        weight = stored_filter(weight, self._grouped_kernel_takes)
         # torch.nn.Conv2d's initialization: its fan-in, C/groups*R*S, is the same in KRSC.
         nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
         self.weight = nn.Parameter(weight)
@@ -131,10 +135,6 @@ class Conv2d(nn.Module):
         # The weights as the grouped kernel and cuDNN take them, with the versions of the
         # tensors they were made from: {kind: (versions, weights)}.
         self._derived_cache: dict[str, tuple] = {}
-        # Groups out of grouped_limits (ResNeXt's 4 output channels per group) run on cuDNN.
-        self._grouped_kernel_takes = groups != 1 and _kernel_takes_groups(
-            in_channels, out_channels, groups
-        )
 
     @classmethod
     def from_torch(
@@ -187,7 +187,7 @@ class Conv2d(nn.Module):
             activation=name, residual_order=residual_order,
         )  # fmt: skip
         device = conv.weight.device
-        krsc = stored_filter(conv.weight.detach().permute(0, 2, 3, 1), conv.groups)
+        krsc = stored_filter(conv.weight.detach().permute(0, 2, 3, 1), module._grouped_kernel_takes)
         trainable = conv.weight.requires_grad  # as the torch modules' parameters were
         module.weight = nn.Parameter(krsc, requires_grad=trainable)
         if bias is not None:
@@ -560,14 +560,13 @@ def _check_nchw(name: str, t: Any, channels: int) -> None:
         )
 
 
-def stored_filter(krsc: torch.Tensor, groups: int) -> torch.Tensor:
+def stored_filter(krsc: torch.Tensor, grouped_kernel_takes: bool) -> torch.Tensor:
     """``krsc`` as ``Conv2d`` stores its filter: for groups the grouped kernel takes
-    (``grouped_limits``), a KRSC view of its ``[R, S, C / groups, K]`` copy, which the kernel
-    reads as it is; else contiguous (no copy if it is), as the tensor-core kernels and cuDNN
-    read it (groups outside the limits only ever run on cuDNN). In-place writes, as
-    ``load_state_dict`` makes, keep the layout."""
-    k, _, _, group_in = krsc.shape
-    if groups == 1 or not _kernel_takes_groups(group_in * groups, k, groups):
+    (``Conv2d._grouped_kernel_takes``), a KRSC view of its ``[R, S, C / groups, K]`` copy,
+    which the kernel reads as it is; else contiguous (no copy if it is), as the tensor-core
+    kernels and cuDNN read it (groups outside the limits only ever run on cuDNN). In-place
+    writes, as ``load_state_dict`` makes, keep the layout."""
+    if not grouped_kernel_takes:
         return krsc.contiguous()
     return stage_filter(krsc).permute(3, 0, 1, 2)
 

@@ -33,12 +33,16 @@ from cute_conv.grouped import grouped_limits  # noqa: E402
 from cute_conv.grouped_rule import FITTED_PIXELS, PixelsRule, runs_grouped_kernel  # noqa: E402
 from cute_conv.problem import Conv2dProblemShape  # noqa: E402
 
-_PAIRS = {
-    name: re.compile(rf"{name}=\((\d+), (\d+)\)")
-    for name in ("kernel_size", "stride", "padding", "dilation")
-}
+# What torch's Conv2d repr leaves out where it is the default.
+_DEFAULT_PAIRS = {"stride": (1, 1), "padding": (0, 0), "dilation": (1, 1)}
 _GROUPS = re.compile(r"groups=(\d+)")
 SWEPT = (1, 2, 4, 8)
+
+
+def _pair(module: str, name: str) -> tuple[int, int]:
+    """The ``name=(a, b)`` attribute of a Conv2d repr."""
+    match = re.search(rf"{name}=\((\d+), (\d+)\)", module)
+    return (int(match[1]), int(match[2])) if match else _DEFAULT_PAIRS[name]
 
 
 def sweep_rows(paths: list[Path]) -> list[dict]:
@@ -48,13 +52,11 @@ def sweep_rows(paths: list[Path]) -> list[dict]:
     for path in paths:
         for row in json.loads(path.read_text())["rows"]:
             n, c, h, w = row["input"]
-            k = row["output"][1]
-            pairs = {name: tuple(map(int, pattern.search(row["module"]).groups()))
-                     if pattern.search(row["module"]) else (1, 1) if name != "padding" else (0, 0)
-                     for name, pattern in _PAIRS.items()}  # fmt: skip
-            groups = int(_GROUPS.search(row["module"]).group(1))
-            r, s = pairs.pop("kernel_size")
-            problem = Conv2dProblemShape(N=n, H=h, W=w, C=c, K=k, R=r, S=s, **pairs)
+            k, module = row["output"][1], row["module"]
+            groups = int(_GROUPS.search(module).group(1))
+            r, s = _pair(module, "kernel_size")
+            geometry = {name: _pair(module, name) for name in _DEFAULT_PAIRS}
+            problem = Conv2dProblemShape(N=n, H=h, W=w, C=c, K=k, R=r, S=s, **geometry)
             macs = problem.gemm_m * k * r * s * c // groups
             rows.append({**row, "problem": problem, "config": grouped_limits(c, k, groups),
                          "macs": macs,

@@ -19,10 +19,6 @@ from pathlib import Path
 
 from torch import nn
 
-from cute_conv.grouped import grouped_limits
-from cute_conv.grouped_rule import pixels_per_thread
-from cute_conv.problem import Conv2dProblemShape
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grouped_direct_ab import ab_calls, checks, run_ab  # noqa: E402
@@ -41,14 +37,9 @@ METHODS = ("cudnn", *(f"p{p}" for p in PIXELS))
 def measure(conv: nn.Conv2d, shape: tuple, activation: str | None, rounds: int) -> dict:
     cudnn, kernel, ref = ab_calls(conv, shape, activation)
     fns = {"cudnn": cudnn, **{f"p{p}": kernel(p) for p in PIXELS}}
-    n, c, h, w = shape
-    problem = Conv2dProblemShape(N=n, H=h, W=w, C=c, K=conv.out_channels, R=conv.kernel_size[0],
-                                 S=conv.kernel_size[1], padding=conv.padding, stride=conv.stride,
-                                 dilation=conv.dilation)  # fmt: skip
-    config = grouped_limits(c, conv.out_channels, conv.groups)
     return {"module": repr(conv), "input": list(shape), "output": list(ref.shape),
-            "activation": activation, "rule_pixels": pixels_per_thread(problem, config),
-            "checks": checks(fns, ref), "graph_us": replayed_us(fns, rounds)}  # fmt: skip
+            "activation": activation, "checks": checks(fns, ref),
+            "graph_us": replayed_us(fns, rounds)}  # fmt: skip
 
 
 if __name__ == "__main__":
