@@ -8,9 +8,9 @@ cuDNN's tensor-core grouped kernels to pay. The bound is on the call's multiply-
 ``benchmarks/experiments/grouped_direct_ab.py`` (the kernel with its fused bias and activation
 against cuDNN's conv with the bias, then the activation, CUDA-graph replays):
 
-- depthwise: up to ``DEPTHWISE_MAX_MACS``, fitted on RegNetY-1.6GF, ResNeXt-50 32x4d and
-  MobileNetV3-Large at batch 1, 8 and 32. Held out (EfficientNet-B0, ConvNeXt-T's 7x7s):
-  1.31x cuDNN summed over their rows as the rule runs them, the worst conv it takes 0.95x.
+- depthwise: up to ``FITTED_DEPTHWISE.max_macs_at_9 * 9 / taps`` (``R * S`` filter taps):
+  cuDNN's depthwise kernels pay sooner on large filters (ConvNeXt's 7x7s lose on the kernel
+  from ~2**25.8 multiply-adds) than on 3x3s (EfficientNet-B3's win past 2**27).
 - grouped, where cuDNN runs the conv natively in NHWC (the group width ``w = C / groups`` a
   power of two, as ResNeXt's, or fewer than ``few_groups`` groups): up to
   ``native_max_macs_at_8 * (8 / w) ** native_width_power``. cuDNN's tensor-core tiles fill as
@@ -36,8 +36,9 @@ from .kernels.common.grouped_direct import VECTOR, GroupedDirectConfig
 from .problem import Conv2dProblemShape
 
 __all__ = [
-    "DEPTHWISE_MAX_MACS",
     "FITTED",
+    "FITTED_DEPTHWISE",
+    "DepthwiseBound",
     "FITTED_PIXELS",
     "GroupedBounds",
     "PixelsRule",
@@ -45,7 +46,24 @@ __all__ = [
     "runs_grouped_kernel",
 ]
 
-DEPTHWISE_MAX_MACS = 2**27
+@dataclass(frozen=True)
+class DepthwiseBound:
+    """A depthwise call of ``macs`` multiply-adds over ``taps`` filter taps runs on the kernel
+    when ``macs <= max_macs_at_9 * (9 / taps) ** taps_power``."""
+
+    max_macs_at_9: float
+    taps_power: float
+
+    def takes(self, macs: int, taps: int) -> bool:
+        return macs <= self.max_macs_at_9 * (9 / taps) ** self.taps_power
+
+
+# Fitted (benchmarks/experiments/depthwise_rule_fit.py --search) on the depthwise rows of
+# grouped_pixels_sweep.py's ten session-72 models at batch 1, 8 and 32 on an H200 (1.275x ->
+# 1.315x cuDNN summed per forward against the 2**27 bound it replaced, worst forward 0.978x ->
+# 1.023x). Judged on four models named before they were measured (ConvNeXt-B, EfficientNet-B5,
+# MobileNetV3-Small, EfficientNetV2-S): 1.215x -> 1.259x, no forward slower, worst 1.008x.
+FITTED_DEPTHWISE = DepthwiseBound(max_macs_at_9=2**29, taps_power=1)
 
 
 @dataclass(frozen=True)
@@ -79,12 +97,12 @@ FITTED = GroupedBounds(
 )
 
 
-def runs_grouped_kernel(macs: int, group_in: int, group_out: int, groups: int) -> bool:
+def runs_grouped_kernel(macs: int, group_in: int, group_out: int, groups: int, taps: int) -> bool:
     """Whether a grouped conv call of ``macs`` multiply-adds, ``groups`` groups of
-    ``group_in`` input and ``group_out`` output channels runs faster on the grouped kernel
-    than on cuDNN."""
+    ``group_in`` input and ``group_out`` output channels and ``taps`` (``R * S``) filter taps
+    runs faster on the grouped kernel than on cuDNN."""
     if group_in == group_out == 1:
-        return macs <= DEPTHWISE_MAX_MACS
+        return FITTED_DEPTHWISE.takes(macs, taps)
     return FITTED.takes(macs, group_in, groups)
 
 

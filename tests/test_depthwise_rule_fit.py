@@ -21,7 +21,7 @@ def test_the_bound_falls_with_the_taps():
     bound = fit.DepthwiseBound(2**29, 1)
     assert bound.takes(2**29, 9) and not bound.takes(2**29 + 1, 9)
     assert bound.takes(2**29 * 9 // 49, 49) and not bound.takes(2**29 * 9 // 49 + 1, 49)
-    assert fit.PACKAGE.takes(2**27, 49) and not fit.PACKAGE.takes(2**27 + 1, 9)
+    assert fit.PREVIOUS.takes(2**27, 49) and not fit.PREVIOUS.takes(2**27 + 1, 9)
 
 
 def test_rows_sums_and_search(tmp_path):
@@ -34,8 +34,8 @@ def test_rows_sums_and_search(tmp_path):
     path.write_text(json.dumps({"device": "x", "rows": rows}))
     found = fit.depthwise_rows([path])
     assert [row["taps"] for row in found] == [9, 49]
-    # the package's 2**27 sends both to cuDNN: 2 * (90 + 100) either way
-    assert fit.forward_sums(found, fit.PACKAGE) == {("m", 32): (380.0, 380.0)}
+    # the previous 2**27 sends both to cuDNN: 2 * (90 + 100) either way
+    assert fit.forward_sums(found, fit.PREVIOUS) == {("m", 32): (380.0, 380.0)}
     best = fit.search(found)
     assert [best.takes(row["macs"], row["taps"]) for row in found] == [True, False]
     assert fit.summary(found, best) == (380.0 / 320.0, 380.0 / 320.0)

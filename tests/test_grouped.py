@@ -277,19 +277,22 @@ def test_optimize_keeps_grouped_convs_16bit_under_fp8():
 
 
 @pytest.mark.parametrize(
-    "macs, group_in, group_out, groups, runs",
+    "macs, group_in, group_out, groups, taps, runs",
     [
-        (2**27, 1, 1, 64, True), (2**27 + 1, 1, 1, 64, False),  # depthwise
-        (2**26, 8, 8, 32, True), (2**26 + 1, 8, 8, 32, False),  # a power-of-two width
-        (2**23, 16, 16, 32, True), (2**23 + 1, 16, 16, 32, False),  # twice as wide: 1/8
-        (2**26, 1, 8, 64, True), (2**26 + 1, 1, 8, 64, False),  # below 8 wide: as 8
-        (2**30.5, 24, 24, 7, True), (2**30.5 + 1, 24, 24, 7, False),  # RegNet's 24, transformed
-        (2**28.5, 48, 48, 9, True), (2**28.5 + 1, 48, 48, 9, False),  # twice as wide: 1/4
-        (2**26 // 27, 24, 24, 3, True), (2**26 // 27 + 2, 24, 24, 3, False),  # 3 groups: native
+        (2**29, 1, 1, 64, 9, True), (2**29 + 1, 1, 1, 64, 9, False),  # depthwise 3x3
+        (2**29 * 9 // 49, 1, 1, 64, 49, True), (2**29 * 9 // 49 + 1, 1, 1, 64, 49, False),  # 7x7
+        (2**29 * 9, 1, 1, 64, 1, True), (2**29 * 9 + 1, 1, 1, 64, 1, False),  # 1x1
+        (2**26, 8, 8, 32, 9, True), (2**26 + 1, 8, 8, 32, 9, False),  # a power-of-two width
+        (2**26, 8, 8, 32, 49, True),  # grouped: the filter size does not move the bound
+        (2**23, 16, 16, 32, 9, True), (2**23 + 1, 16, 16, 32, 9, False),  # twice as wide: 1/8
+        (2**26, 1, 8, 64, 9, True), (2**26 + 1, 1, 8, 64, 9, False),  # below 8 wide: as 8
+        (2**30.5, 24, 24, 7, 9, True), (2**30.5 + 1, 24, 24, 7, 9, False),  # RegNet's 24
+        (2**28.5, 48, 48, 9, 9, True), (2**28.5 + 1, 48, 48, 9, 9, False),  # twice as wide: 1/4
+        (2**26 // 27, 24, 24, 3, 9, True), (2**26 // 27 + 2, 24, 24, 3, 9, False),  # 3 groups
     ],
 )  # fmt: skip
-def test_the_rule_bounds_the_multiply_adds(macs, group_in, group_out, groups, runs):
-    assert runs_grouped_kernel(macs, group_in, group_out, groups) is runs
+def test_the_rule_bounds_the_multiply_adds(macs, group_in, group_out, groups, taps, runs):
+    assert runs_grouped_kernel(macs, group_in, group_out, groups, taps) is runs
 
 
 @pytest.mark.parametrize(
@@ -327,12 +330,13 @@ def test_a_call_runs_the_rules_pixels_unless_it_names_them():
     "conv_args, batch, size, kernel",
     [
         ((96, 96, 3, 1, 1, 1, 96), 2, 16, True),  # 0.4M multiply-adds: the kernel
-        ((96, 96, 3, 1, 1, 1, 96), 8, 160, False),  # 177M: cuDNN
+        ((96, 96, 3, 1, 1, 1, 96), 8, 160, True),  # 177M on a 3x3: the kernel
+        ((96, 96, 7, 1, 3, 1, 96), 8, 64, False),  # 154M on a 7x7: cuDNN
         ((48, 48, 3, 2, 1, 1, 2), 2, 9, True),
         ((64, 64, 3, 1, 1, 1, 4), 8, 128, False),  # 16 per group: 2**23 at batch 1 already
         ((128, 128, 3, 1, 1, 1, 32), 1, 8, False),  # 4 out per group: out of grouped_limits
     ],
-    ids=["dw-small", "dw-large", "g24-small", "g16-large", "g4-out-of-limits"],
+    ids=["dw-small", "dw-3x3-large", "dw-7x7-large", "g24-small", "g16-large", "g4-out-of-limits"],
 )
 def test_module_runs_cudnn_past_the_rule(kernel_calls, conv_args, batch, size, kernel, order):  # noqa: F811
     """Past the rule's bound the module runs cuDNN's grouped conv (scale folded into the
@@ -389,14 +393,14 @@ def test_module_takes_groups_out_of_the_kernels_limits_but_not_bad_groups():
 def test_cudnn_path_pads_asymmetrically_and_differentiates():
     torch.manual_seed(7)
     module = cute_conv.nn.Conv2d(
-        64, 64, 3, padding=((2, 0), (1, 1)), groups=64, activation="silu", dtype=torch.float16
+        64, 64, 7, padding=((4, 2), (3, 3)), groups=64, activation="silu", dtype=torch.float16
     )
-    x = torch.randn(128, 64, 44, 44, dtype=torch.float16).to(memory_format=torch.channels_last)
+    x = torch.randn(32, 64, 44, 44, dtype=torch.float16).to(memory_format=torch.channels_last)
     x.requires_grad_()
-    y = module(x)  # 128 * 44 * 44 * 64 * 9 multiply-adds: past the depthwise bound
+    y = module(x)  # 32 * 44 * 44 * 64 * 49 multiply-adds: past the 7x7 depthwise bound
     weight = module.weight.detach().permute(0, 3, 1, 2).float().requires_grad_()
     x32 = x.detach().float().requires_grad_()
-    z = F.conv2d(F.pad(x32, (1, 1, 2, 0)), weight, module.bias.detach(), groups=64)
+    z = F.conv2d(F.pad(x32, (3, 3, 4, 2)), weight, module.bias.detach(), groups=64)
     torch.testing.assert_close(y.float(), F.silu(z), rtol=2e-2, atol=2e-2)
     y.float().sum().backward()
     F.silu(z).sum().backward()

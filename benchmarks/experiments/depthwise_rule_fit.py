@@ -4,49 +4,35 @@ of ``grouped_pixels_sweep.py`` (no GPU):
     python benchmarks/experiments/depthwise_rule_fit.py FILES...           # judge both bounds
     python benchmarks/experiments/depthwise_rule_fit.py FILES... --search  # fit the form
 
-``cute_conv.grouped_rule`` runs a depthwise call on the kernel up to ``DEPTHWISE_MAX_MACS``
-multiply-adds whatever its filter; the sweeps show ConvNeXt's 7x7s losing to cuDNN below it
+``cute_conv.grouped_rule`` once ran a depthwise call on the kernel up to 2**27 multiply-adds
+whatever its filter (``PREVIOUS``); the sweeps showed ConvNeXt's 7x7s losing to cuDNN below it
 (0.84-0.90x at batch 8 and 32) and EfficientNet-B3's 3x3s winning above it (1.43-1.50x at
 batch 32). The form here: ``macs <= max_macs_at_9 * (9 / taps) ** taps_power``
-(``DepthwiseBound``; the package's bound is ``taps_power=0``). Each (model, batch) forward sums
-its depthwise calls (each weighed by its count): the kernel (at the package's pixels) where
-the bound takes the call, cuDNN's conv + activation elsewhere, against cuDNN everywhere.
+(``cute_conv.grouped_rule.DepthwiseBound``). Each (model, batch) forward sums its depthwise
+calls (each weighed by its count): the kernel (at the package's pixels) where the bound takes
+the call, cuDNN's conv + activation elsewhere, against cuDNN everywhere.
 
-``CANDIDATE`` was searched on every row measured in session 72 (``FIT_MODELS`` and
-``HELD_OUT_MODELS`` of the sweep): those rows were read before the search, so it is judged
-only on ``HELD_OUT_NEXT`` (named before they were measured). Not adopted until then.
+The package's bound (``FITTED_DEPTHWISE``) was searched on every row measured in session 72
+(``FIT_MODELS`` and ``HELD_OUT_MODELS`` of the sweep) and judged on ``HELD_OUT_NEXT``, named
+before they were measured (``grouped_pixels_sweep_depthwise_heldout_H200.json``).
 """
 
 from __future__ import annotations
 
 import collections
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grouped_pixels_fit import fit_args, sweep_rows  # noqa: E402
 
-from cute_conv.grouped_rule import DEPTHWISE_MAX_MACS, pixels_per_thread  # noqa: E402
+from cute_conv.grouped_rule import FITTED_DEPTHWISE, DepthwiseBound, pixels_per_thread  # noqa: E402
 
 HELD_OUT_NEXT = ("convnext_base", "efficientnet_b5", "mobilenet_v3_small", "efficientnet_v2_s")
 
 
-@dataclass(frozen=True)
-class DepthwiseBound:
-    """A depthwise call of ``macs`` multiply-adds and ``taps`` filter taps runs on the kernel
-    when ``macs <= max_macs_at_9 * (9 / taps) ** taps_power``."""
-
-    max_macs_at_9: float
-    taps_power: float
-
-    def takes(self, macs: int, taps: int) -> bool:
-        return macs <= self.max_macs_at_9 * (9 / taps) ** self.taps_power
-
-
-PACKAGE = DepthwiseBound(DEPTHWISE_MAX_MACS, 0)
-CANDIDATE = DepthwiseBound(2**29, 1)
+PREVIOUS = DepthwiseBound(2**27, 0)
 
 
 def depthwise_rows(paths: list[Path]) -> list[dict]:
@@ -88,10 +74,10 @@ def search(rows: list[dict]) -> DepthwiseBound:
 def main() -> None:
     args = fit_args(__doc__.splitlines()[0])
     rows = depthwise_rows(args.files)
-    bounds = {"package": PACKAGE, "candidate": CANDIDATE}
+    bounds = {"previous": PREVIOUS, "package": FITTED_DEPTHWISE}
     if args.search:
         bounds["searched"] = search(rows)
-    for (model, batch), (cudnn, _) in sorted(forward_sums(rows, PACKAGE).items()):
+    for (model, batch), (cudnn, _) in sorted(forward_sums(rows, PREVIOUS).items()):
         ratios = ", ".join(f"{name} {cudnn / forward_sums(rows, b)[model, batch][1]:.3f}x"
                            for name, b in bounds.items())  # fmt: skip
         print(f"{model:20} batch {batch:3}: cuDNN {cudnn:8.1f} us; {ratios}")

@@ -116,7 +116,7 @@ def measure(conv: nn.Conv2d, shape: tuple, activation: str | None, rounds: int) 
     fns = {"cudnn": cudnn, "grouped": kernel(None)}
     macs = n * k * ref.shape[2] * ref.shape[3] * r * s * c // groups
     return {"module": repr(conv), "input": list(shape), "activation": activation,
-            "macs": macs, "rule_takes_kernel": runs_grouped_kernel(macs, c // groups, k // groups, groups),
+            "macs": macs, "rule_takes_kernel": runs_grouped_kernel(macs, c // groups, k // groups, groups, r * s),
             "checks": checks(fns, ref), "graph_us": replayed_us(fns, rounds)}  # fmt: skip
 
 

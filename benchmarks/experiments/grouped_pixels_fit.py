@@ -60,7 +60,7 @@ def sweep_rows(paths: list[Path]) -> list[dict]:
             macs = problem.gemm_m * k * r * s * c // groups
             rows.append({**row, "problem": problem, "config": grouped_limits(c, k, groups),
                          "macs": macs,
-                         "kernel_takes": runs_grouped_kernel(macs, c // groups, k // groups, groups)})  # fmt: skip
+                         "kernel_takes": runs_grouped_kernel(macs, c // groups, k // groups, groups, r * s)})  # fmt: skip
     return rows
 
 

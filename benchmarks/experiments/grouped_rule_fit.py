@@ -52,26 +52,27 @@ HELD_OUT_NEXT = (
 )
 NEAR_BEST = 0.002
 
-_MODULE = re.compile(r"Conv2d\((\d+), (\d+),.*groups=(\d+)")
+_MODULE = re.compile(r"Conv2d\((\d+), (\d+), kernel_size=\((\d+), (\d+)\).*groups=(\d+)")
 
 Rule = Callable[[dict], bool]
 Sums = dict[tuple[str, int], tuple[float, float]]
 
 
 def grouped_rows(paths: list[Path]) -> list[dict]:
-    """The A/B rows of grouped convs (depthwise ones left out), with ``c``, ``k``, ``groups``."""
+    """The A/B rows of grouped convs (depthwise ones left out), with ``c``, ``k``, ``taps``
+    (``R * S``) and ``groups``."""
     rows = []
     for path in paths:
         for row in json.loads(path.read_text())["rows"]:
-            c, k, groups = map(int, _MODULE.search(row["module"]).groups())
+            c, k, r, s, groups = map(int, _MODULE.search(row["module"]).groups())
             if c != groups:
-                rows.append({**row, "c": c, "k": k, "groups": groups})
+                rows.append({**row, "c": c, "k": k, "taps": r * s, "groups": groups})
     return rows
 
 
 def package_rule(row: dict) -> bool:
     g = row["groups"]
-    return runs_grouped_kernel(row["macs"], row["c"] // g, row["k"] // g, g)
+    return runs_grouped_kernel(row["macs"], row["c"] // g, row["k"] // g, g, row["taps"])
 
 
 def bounds_rule(bounds: GroupedBounds) -> Rule:
