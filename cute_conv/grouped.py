@@ -32,7 +32,13 @@ from .dispatch import freeze_arg, out_overlaps_inputs, tensor_key
 from .dtypes import dtype_name
 from .epilogue import RESIDUAL_ORDERS, kernel_vector_dtype, validate_epilogue_args
 from .grouped_rule import pixels_per_thread
-from .kernels.common.grouped_direct import MAX_GROUP_IN, MAX_PIXELS, VECTOR, GroupedDirectConfig
+from .kernels.common.grouped_direct import (
+    MAX_GROUP_IN,
+    MAX_PIXELS,
+    MAX_WINDOW,
+    VECTOR,
+    GroupedDirectConfig,
+)
 from .ops import meta_stand_ins, padding_pairs
 from .plan_cache import PlanCache
 from .problem import Conv2dProblemShape, normalize_padding, normalize_pair
@@ -84,6 +90,14 @@ def grouped_limits(in_channels: int, out_channels: int, groups: int) -> GroupedD
             f"a multiple of {VECTOR} (or one input and one output channel per group: depthwise)"
         )
     return GroupedDirectConfig(group_in, group_out)
+
+
+def row_window(problem: Conv2dProblemShape, config: GroupedDirectConfig) -> int:
+    """The depthwise row window the kernel compiles in for ``problem`` (its filter width) where
+    a filter row's taps read adjacent input columns (stride and dilation 1 along the row) and
+    the width is at most ``MAX_WINDOW``; else 0 (the taps walked at run time)."""
+    adjacent = problem.stride[1] == 1 and problem.dilation[1] == 1
+    return problem.S if config.depthwise and adjacent and problem.S <= MAX_WINDOW else 0
 
 
 def stage_filter(filter: Tensor) -> Tensor:  # noqa: A002
@@ -229,7 +243,7 @@ def _validate(x, staged_filter, source, bias, scale, groups, stride, padding, di
         )
     if pixels is None:
         pixels = pixels_per_thread(problem, config)
-    config = replace(config, pixels=pixels)
+    config = replace(config, pixels=pixels, window=row_window(problem, config))
     out_dtype = x.dtype
     if out is not None:
         check_tensor("out", out, OUT_DTYPES)

@@ -117,8 +117,10 @@ def test_bad_calls_are_refused_before_anything_is_written(change, error, match):
         (GroupedDirectConfig(1, 16), "silu"),
         (GroupedDirectConfig(1, 1, pixels=4), "relu"),
         (GroupedDirectConfig(24, 24, pixels=2), None),
+        (GroupedDirectConfig(1, 1, pixels=2, window=7), "relu"),
     ],
-    ids=["depthwise", "g24", "g4", "multiplier", "depthwise-4-pixels", "g24-2-pixels"],
+    ids=["depthwise", "g24", "g4", "multiplier", "depthwise-4-pixels", "g24-2-pixels",
+         "depthwise-window"],  # fmt: skip
 )
 def test_the_kernel_compiles_to_vector_loads_and_a_store_per_pixel(arch, config, activation):
     spec = EpilogueSpec(has_bias=True, activation=activation, vector_dtype="bfloat16")
@@ -132,6 +134,11 @@ def test_the_kernel_compiles_to_vector_loads_and_a_store_per_pixel(arch, config,
     stores = re.findall(r"st\.global(?:\.\w+)*?\.v(\d)\.[a-z]+(\d+)", ptx)
     assert [int(lanes) * int(bits) // 8 for lanes, bits in stores] == [16] * config.pixels
     assert "griddepcontrol.wait" in ptx
+    if config.window:
+        # a filter row's input columns loaded once each, a filter vector per tap, and the
+        # bias per stored pixel
+        columns = config.pixels + config.window - 1
+        assert len(loads) == columns + config.window + config.pixels
     # each input channel multiplied into the thread's 8 output channels at each of its pixels:
     # fused multiply-adds (sm_90a), or multiplies of float pairs (sm_100a's f32x2)
     products = len(re.findall(r"fma\.rn\.f32 ", ptx)) + 2 * len(re.findall(r"mul\.f32x2", ptx))
@@ -280,8 +287,7 @@ def test_optimize_keeps_grouped_convs_16bit_under_fp8():
     "macs, group_in, group_out, groups, taps, runs",
     [
         (2**29, 1, 1, 64, 9, True), (2**29 + 1, 1, 1, 64, 9, False),  # depthwise 3x3
-        (2**29 * 9 // 49, 1, 1, 64, 49, True), (2**29 * 9 // 49 + 1, 1, 1, 64, 49, False),  # 7x7
-        (2**29 * 9, 1, 1, 64, 1, True), (2**29 * 9 + 1, 1, 1, 64, 1, False),  # 1x1
+        (2**29, 1, 1, 64, 49, True), (2**29 + 1, 1, 1, 64, 49, False),  # 7x7: the same
         (2**26, 8, 8, 32, 9, True), (2**26 + 1, 8, 8, 32, 9, False),  # a power-of-two width
         (2**26, 8, 8, 32, 49, True),  # grouped: the filter size does not move the bound
         (2**23, 16, 16, 32, 9, True), (2**23 + 1, 16, 16, 32, 9, False),  # twice as wide: 1/8
@@ -325,13 +331,45 @@ def test_a_call_runs_the_rules_pixels_unless_it_names_them():
     assert config(3) == GroupedDirectConfig(24, 24, pixels=3)
 
 
+@pytest.mark.parametrize(
+    "s, geometry, window",
+    [
+        (7, dict(padding=3), 7),  # ConvNeXt's 7x7
+        (3, dict(stride=(2, 1), padding=1, dilation=(2, 1)), 3),  # along the column: any
+        (3, dict(stride=2, padding=1), 0),  # strided along the row: taps at run time
+        (3, dict(padding=2, dilation=(1, 2)), 0),  # dilated along the row
+        (9, dict(padding=4), 0),  # wider than MAX_WINDOW
+    ],
+)
+def test_depthwise_calls_take_the_row_window_where_a_rows_taps_are_adjacent(s, geometry, window):
+    from cute_conv.grouped import row_window
+
+    problem = Conv2dProblemShape(N=1, H=16, W=16, C=32, K=32, R=3, S=s, **geometry)
+    assert row_window(problem, grouped_limits(32, 32, 32)) == window
+    assert row_window(problem, grouped_limits(32, 32, 2)) == 0  # grouped: never
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(group_in=1, group_out=1, window=8), "window=8: at most 7 filter columns"),
+        (dict(group_in=2, group_out=8, window=3), "window=3: the row window is depthwise only"),
+        (dict(group_in=1, group_out=1, window=-1), "window must be a non-negative int"),
+        (dict(group_in=1, group_out=1, window=True), "window must be a non-negative int"),
+    ],
+)
+def test_config_refuses_a_window_it_cannot_compile(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        GroupedDirectConfig(**kwargs)
+
+
 @pytest.mark.parametrize("order", ["after_activation", "before_activation"])
 @pytest.mark.parametrize(
     "conv_args, batch, size, kernel",
     [
         ((96, 96, 3, 1, 1, 1, 96), 2, 16, True),  # 0.4M multiply-adds: the kernel
         ((96, 96, 3, 1, 1, 1, 96), 8, 160, True),  # 177M on a 3x3: the kernel
-        ((96, 96, 7, 1, 3, 1, 96), 8, 64, False),  # 154M on a 7x7: cuDNN
+        ((96, 96, 7, 1, 3, 1, 96), 32, 64, False),  # 617M on a 7x7: cuDNN
         ((48, 48, 3, 2, 1, 1, 2), 2, 9, True),
         ((64, 64, 3, 1, 1, 1, 4), 8, 128, False),  # 16 per group: 2**23 at batch 1 already
         ((128, 128, 3, 1, 1, 1, 32), 1, 8, False),  # 4 out per group: out of grouped_limits
@@ -393,14 +431,14 @@ def test_module_takes_groups_out_of_the_kernels_limits_but_not_bad_groups():
 def test_cudnn_path_pads_asymmetrically_and_differentiates():
     torch.manual_seed(7)
     module = cute_conv.nn.Conv2d(
-        64, 64, 7, padding=((4, 2), (3, 3)), groups=64, activation="silu", dtype=torch.float16
+        256, 256, 7, padding=((4, 2), (3, 3)), groups=256, activation="silu", dtype=torch.float16
     )
-    x = torch.randn(32, 64, 44, 44, dtype=torch.float16).to(memory_format=torch.channels_last)
+    x = torch.randn(32, 256, 44, 44, dtype=torch.float16).to(memory_format=torch.channels_last)
     x.requires_grad_()
-    y = module(x)  # 32 * 44 * 44 * 64 * 49 multiply-adds: past the 7x7 depthwise bound
+    y = module(x)  # 32 * 44 * 44 * 256 * 49 multiply-adds: past the depthwise bound
     weight = module.weight.detach().permute(0, 3, 1, 2).float().requires_grad_()
     x32 = x.detach().float().requires_grad_()
-    z = F.conv2d(F.pad(x32, (3, 3, 4, 2)), weight, module.bias.detach(), groups=64)
+    z = F.conv2d(F.pad(x32, (3, 3, 4, 2)), weight, module.bias.detach(), groups=256)
     torch.testing.assert_close(y.float(), F.silu(z), rtol=2e-2, atol=2e-2)
     y.float().sum().backward()
     F.silu(z).sum().backward()

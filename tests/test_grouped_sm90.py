@@ -1,6 +1,6 @@
 """GPU numerics of the grouped / depthwise CUDA-core kernel (``cute_conv.grouped_conv2d``)
-against float32, into NaN-poisoned outputs: depthwise, grouped (group widths 4 to 256, a
-channel multiplier), strides, dilation, asymmetric padding, one to eight output pixels per
+against float32, into NaN-poisoned outputs: depthwise (the row window and the taps at run
+time), grouped (group widths 4 to 256, a channel multiplier), strides, dilation, asymmetric padding, one to eight output pixels per
 thread, every epilogue term (scale, bias,
 each activation, both residual orders, in place), float16 and float32 outputs, CUDA-graph
 replays, ``cute_conv.nn.Conv2d`` of grouped convs under torch.compile, and optimized models'
@@ -27,6 +27,9 @@ PROBLEMS = {
     "dw5x5-s2": (3, 15, 17, 72, 72, 72, 5, dict(stride=2, padding=2)),
     "dw7x7": (1, 14, 14, 384, 384, 384, 7, dict(padding=3)),
     "dw3x3-dil2-asym": (2, 11, 9, 16, 16, 16, 3, dict(padding=((2, 1), (0, 3)), dilation=2)),
+    # the row window (stride and dilation 1 along the row) past both edges of an odd width
+    "dw5x5-window-asym": (2, 13, 11, 24, 24, 24, 5,
+                          dict(stride=(2, 1), padding=((2, 1), (3, 1)), dilation=(2, 1))),
     "g24": (2, 14, 14, 120, 120, 5, 3, dict(padding=1)),
     "g24-s2": (1, 28, 28, 48, 48, 2, 3, dict(stride=2, padding=1)),
     "g4": (2, 10, 10, 128, 256, 32, 3, dict(padding=1)),

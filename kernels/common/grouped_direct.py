@@ -17,6 +17,10 @@ the price of fewer threads. Two forms, chosen at compile time by the config:
 
 - depthwise (one input and one output channel per group): the thread's output channels read
   their own input channels: per tap one filter vector, and per pixel one activation vector.
+  With a ``window`` (the filter width, compiled in where stride and dilation along the row
+  are 1), a filter row's taps are unrolled and the ``pixels + window - 1`` input columns they
+  read are loaded and converted once each, all before the row's multiply-adds: the loads of
+  a row overlap instead of each tap waiting on its own.
 - grouped (``group_out`` a multiple of ``VECTOR``): the thread's output channels share one
   group's inputs: per tap it loads each pixel's activations of the group ``in_vector``
   channels at a time, and for each input channel one filter vector (its ``VECTOR`` output
@@ -43,6 +47,7 @@ THREADS = 128
 VECTOR = 8  # 16-bit output channels per thread: one 16-byte filter load and store
 MAX_GROUP_IN = 256  # input channels per group: the grouped form unrolls its loop over them
 MAX_PIXELS = 8  # output pixels per thread: each holds VECTOR float32 sums in registers
+MAX_WINDOW = 7  # filter width of the depthwise row window: its columns sit in registers
 
 
 @dataclass(frozen=True)
@@ -54,17 +59,23 @@ class GroupedDirectConfig:
         group_out: output channels per group, ``K / groups``: 1 with ``group_in == 1``
             (depthwise), else a multiple of ``VECTOR``.
         pixels: adjacent output pixels of a row per thread (1 .. ``MAX_PIXELS``).
+        window: depthwise only: the filter width ``S`` compiled into the row window form
+            (1 .. ``MAX_WINDOW``; the conv's stride and dilation along the row must be 1),
+            or 0: the taps walked at run time.
     """
 
     group_in: int
     group_out: int
     pixels: int = 1
+    window: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("group_in", "group_out", "pixels"):
+        for name in ("group_in", "group_out", "pixels", "window"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"GroupedDirectConfig.{name} must be a positive int, got {value!r}")
+            least = 0 if name == "window" else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                kind = "a non-negative" if least == 0 else "a positive"
+                raise ValueError(f"GroupedDirectConfig.{name} must be {kind} int, got {value!r}")
         if self.group_in > MAX_GROUP_IN:
             raise ValueError(
                 f"GroupedDirectConfig.group_in={self.group_in}: at most {MAX_GROUP_IN} input "
@@ -79,6 +90,15 @@ class GroupedDirectConfig:
             raise ValueError(
                 f"GroupedDirectConfig.group_out={self.group_out}: a multiple of {VECTOR} output "
                 "channels per group, or 1 with group_in=1 (depthwise)"
+            )
+        if self.window > MAX_WINDOW:
+            raise ValueError(
+                f"GroupedDirectConfig.window={self.window}: at most {MAX_WINDOW} filter columns"
+            )
+        if self.window and not self.depthwise:
+            raise ValueError(
+                f"GroupedDirectConfig.window={self.window}: the row window is depthwise only "
+                f"(group_in={self.group_in}, group_out={self.group_out})"
             )
 
     @property
@@ -116,6 +136,7 @@ class GroupedDirectConv(ConvKernelEntry):
         self.depthwise = self.config.depthwise
         self.in_vector = VECTOR if self.depthwise else self.config.in_vector
         self.pixels = self.config.pixels
+        self.window = self.config.window
 
     def smem_bytes(self) -> int:
         return 0
@@ -190,12 +211,15 @@ class GroupedDirectConv(ConvKernelEntry):
             for r in cutlass.range(geo.r):
                 ih = p * geo.stride_h - geo.pad_top + r * geo.dil_h
                 if ih >= 0 and ih < geo.h:
-                    for s in cutlass.range(geo.s):
-                        iw0 = q0 * geo.stride_w - geo.pad_left + s * geo.dil_w
-                        if cutlass.const_expr(self.depthwise):
-                            self.depthwise_tap(acc, m_x, m_f, geo, v, iw0, ih, n, s, r)
-                        else:
-                            self.grouped_tap(acc, m_x, m_f, geo, v, iw0, ih, n, s, r)
+                    if cutlass.const_expr(self.window > 0):
+                        self.depthwise_row(acc, m_x, m_f, geo, v, q0 - geo.pad_left, ih, n, r)
+                    else:
+                        for s in cutlass.range(geo.s):
+                            iw0 = q0 * geo.stride_w - geo.pad_left + s * geo.dil_w
+                            if cutlass.const_expr(self.depthwise):
+                                self.depthwise_tap(acc, m_x, m_f, geo, v, iw0, ih, n, s, r)
+                            else:
+                                self.grouped_tap(acc, m_x, m_f, geo, v, iw0, ih, n, s, r)
             row0 = (cutlass.Int64(n) * geo.p + p) * geo.q + q0
             for j in cutlass.range_constexpr(pixels):
                 if q0 + j < geo.q:
@@ -215,6 +239,27 @@ class GroupedDirectConv(ConvKernelEntry):
                 cute.autovec_copy(m_x[(None, v, iw, ih, n)], x_vec)
                 sums = acc[(None, j)]
                 sums.store(sums.load() + x_vec.load().to(cutlass.Float32) * weights)
+
+    @cute.jit
+    def depthwise_row(self, acc, m_x, m_f, geo, v, iw0, ih, n, r):
+        """One filter row of the depthwise window form (stride and dilation 1 along the row):
+        the ``pixels + window - 1`` input columns from ``iw0`` loaded (zeros outside the input)
+        and converted once, then each tap's filter vector times the columns it meets."""
+        columns = self.pixels + self.window - 1
+        x_raw = cute.make_rmem_tensor((VECTOR, columns), self.act_dtype)
+        x_raw.fill(0.0)
+        for t in cutlass.range_constexpr(columns):
+            iw = iw0 + t
+            if iw >= 0 and iw < geo.w:
+                cute.autovec_copy(m_x[(None, v, iw, ih, n)], x_raw[(None, t)])
+        inputs = [x_raw[(None, t)].load().to(cutlass.Float32) for t in range(columns)]
+        f_vec = cute.make_rmem_tensor((VECTOR,), self.filter_dtype)
+        for s in cutlass.range_constexpr(self.window):
+            cute.autovec_copy(m_f[(None, v, 0, s, r)], f_vec)
+            weights = f_vec.load().to(cutlass.Float32)
+            for j in cutlass.range_constexpr(self.pixels):
+                sums = acc[(None, j)]
+                sums.store(sums.load() + inputs[j + s] * weights)
 
     @cute.jit
     def grouped_tap(self, acc, m_x, m_f, geo, v, iw0, ih, n, s, r):
