@@ -111,7 +111,9 @@ class PixelsRule:
     """How many adjacent output pixels of a row a grouped-kernel thread computes.
 
     A depthwise thread's work is short (``R * S`` taps): a second pixel pays only where the
-    call has threads to spare, ``depthwise_two_pixels_threads`` or more at one pixel each. A
+    call has threads to spare, ``depthwise_two_pixels_threads`` or more at one pixel each,
+    and a fourth from ``depthwise_four_pixels_threads`` (the row window loads a filter row's
+    ``pixels + S - 1`` columns once, so more pixels share more of them). A
     grouped thread's is long (``R * S * C / groups`` multiply-adds per output vector, one
     dependent chain): ``grouped_pixels`` chains side by side hide the latency that fewer
     threads cost, on groups of up to ``grouped_max_width`` input channels (the kernel unrolls
@@ -120,6 +122,7 @@ class PixelsRule:
     """
 
     depthwise_two_pixels_threads: int
+    depthwise_four_pixels_threads: int
     grouped_pixels: int
     grouped_max_width: int
 
@@ -127,6 +130,8 @@ class PixelsRule:
         if not config.depthwise:
             return self.grouped_pixels if config.group_in <= self.grouped_max_width else 1
         threads = problem.K // VECTOR * problem.N * problem.P * problem.Q
+        if threads >= self.depthwise_four_pixels_threads:
+            return 4
         return 2 if threads >= self.depthwise_two_pixels_threads else 1
 
 
@@ -138,8 +143,15 @@ class PixelsRule:
 # channels per group (ResNeXt-50's layer2, RegNet's); at 32 (ResNeXt-50's layer4, which the
 # bounds leave to cuDNN) four pixels ran 40-43 us against 28 at one at batch 1 and 8, so
 # groups wider than 24 keep one pixel. The bounds above were fitted on the kernel at one pixel.
+# The depthwise thresholds were refitted on the row window's sweep (grouped_pixels_sweep_window
+# _H200.json: 4,382 us summed against 4,408 with two pixels from 2**17 threads and never four;
+# the best per call 4,298) and judged on its held-out sweep (..._window_heldout_H200.json,
+# measured before the refit): 4,387 us against 4,520 (1.030x), the best per call 4,280.
 FITTED_PIXELS = PixelsRule(
-    depthwise_two_pixels_threads=2**17, grouped_pixels=4, grouped_max_width=24
+    depthwise_two_pixels_threads=2**16,
+    depthwise_four_pixels_threads=2**21,
+    grouped_pixels=4,
+    grouped_max_width=24,
 )
 
 

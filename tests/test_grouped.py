@@ -305,8 +305,10 @@ def test_the_rule_bounds_the_multiply_adds(macs, group_in, group_out, groups, ta
     "n, size, c, groups, pixels",
     [
         (1, 14, 96, 96, 1),  # depthwise, 2,352 threads at one pixel each
-        (4, 64, 64, 64, 2),  # depthwise, 2**17 threads: two pixels
-        (4, 64, 64 - 8, 64 - 8, 1),  # 8 channels fewer: under 2**17
+        (2, 64, 64, 64, 2),  # depthwise, 2**16 threads: two pixels
+        (2, 64, 64 - 8, 64 - 8, 1),  # 8 channels fewer: under 2**16
+        (64, 64, 64, 64, 4),  # depthwise, 2**21 threads: four
+        (64, 64, 64 - 8, 64 - 8, 2),  # under 2**21
         (1, 7, 48, 2, 4),  # grouped, 24 per group: four, however few the threads
         (1, 7, 64, 2, 1),  # 32 per group: one
     ],
@@ -314,7 +316,8 @@ def test_the_rule_bounds_the_multiply_adds(macs, group_in, group_out, groups, ta
 def test_pixels_per_thread(n, size, c, groups, pixels):
     problem = Conv2dProblemShape(N=n, H=size, W=size, C=c, K=c, R=3, S=3, padding=(1, 1))
     assert pixels_per_thread(problem, grouped_limits(c, c, groups)) == pixels
-    assert FITTED_PIXELS.depthwise_two_pixels_threads == 2**17
+    assert FITTED_PIXELS.depthwise_two_pixels_threads == 2**16
+    assert FITTED_PIXELS.depthwise_four_pixels_threads == 2**21
 
 
 def test_a_call_runs_the_rules_pixels_unless_it_names_them():

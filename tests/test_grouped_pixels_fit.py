@@ -38,8 +38,10 @@ def test_sums_weigh_calls_and_search_takes_the_least_time(tmp_path):
         _row("m", 1, 48, 2, 14, (9.0, 8.0, 6.0, 7.0)),  # 24 per group
     ]))  # fmt: skip
     one_each = PixelsRule(
-        depthwise_two_pixels_threads=2**30, grouped_pixels=1, grouped_max_width=24
-    )
+        depthwise_two_pixels_threads=2**30, depthwise_four_pixels_threads=2**30,
+        grouped_pixels=1, grouped_max_width=24,
+    )  # fmt: skip
     assert fit.forward_sums(rows, one_each) == {("m", 1): {"one": 17.0, "rule": 17.0, "best": 10.0}}
     best = fit.search(rows)
-    assert best.grouped_pixels == 4 and best.depthwise_two_pixels_threads <= 2352
+    # four pixels on the depthwise call (2.0 us) from at most its 2,352 threads
+    assert best.grouped_pixels == 4 and best.depthwise_four_pixels_threads <= 2352

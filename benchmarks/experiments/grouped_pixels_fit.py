@@ -8,7 +8,7 @@ Only the calls ``cute_conv.nn.Conv2d`` runs on the grouped kernel (``runs_groupe
 count. Per (model, batch) forward their times are summed (each call weighed by its count) as
 a rule picks the pixels, beside one pixel per thread (the kernel before it took more) and the
 best swept pixels of each call. ``--search`` walks a grid of ``PixelsRule`` (powers of two for
-the depthwise threshold, every swept count for the grouped pixels, the package's widest group)
+the depthwise thresholds, every swept count for the grouped pixels, the package's widest group)
 and takes the least summed time.
 
 How the package's ``FITTED_PIXELS`` came about (H200, ``grouped_pixels_sweep_*_H200.json``):
@@ -16,7 +16,8 @@ fitted on the sweep's ``FIT_MODELS`` (6,328 us summed against 7,951 at one pixel
 best pixels per call 6,310), judged on ``HELD_OUT_MODELS`` (named in the commit before their
 rows; RegNetX-3.2GF's did not fit in the call's time): 5,541 us against 6,922 (1.249x), no
 forward slower, the best pixels per call 5,479; the search on the held-out rows alone picks
-the same rule.
+the same rule. Its depthwise thresholds were refitted on the row window's sweep
+(``grouped_pixels_sweep_window_H200.json``) and judged on ``..._window_heldout_H200.json``.
 """
 
 from __future__ import annotations
@@ -96,9 +97,14 @@ def report(rows: list[dict], rule: PixelsRule) -> None:
 
 
 def search(rows: list[dict]) -> PixelsRule:
-    """The grid's rule of the least summed time."""
+    """The grid's rule of the least summed time (ties keep the package's grouped pixels: rows
+    of depthwise calls alone do not move them)."""
     width = FITTED_PIXELS.grouped_max_width  # the rows' grouped calls are 8 or 24 wide
-    grid = [PixelsRule(2**e, grouped, width) for e in range(10, 25) for grouped in SWEPT]
+    grouped_counts = sorted(SWEPT, key=lambda p: p != FITTED_PIXELS.grouped_pixels)
+    never = 2**40
+    grid = [PixelsRule(2**two, four, grouped, width)
+            for grouped in grouped_counts for two in range(10, 25)
+            for four in (never, *(2**e for e in range(two, 25)))]  # fmt: skip
     return min(grid, key=lambda rule: sum(s["rule"] for s in forward_sums(rows, rule).values()))
 
 
