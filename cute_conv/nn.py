@@ -196,6 +196,51 @@ class Conv2d(nn.Module):
             module.scale = scale.to(device)
         return module.train(conv.training)
 
+    @classmethod
+    def from_linear(
+        cls,
+        linear: nn.Linear,
+        activation: Any = None,
+        channel_scale: torch.Tensor | None = None,
+    ) -> Conv2d:
+        """The 1x1 conv computing ``activation(channel_scale * linear(x))`` over the channels
+        of an NCHW input: ``linear`` applied to the last dim of the NHWC tensor (ConvNeXt's
+        pointwise layers), its output NCHW (``forward``'s residual joins after the
+        activation).
+
+        Args:
+            linear: a ``torch.nn.Linear`` of bfloat16 or float16 weights.
+            activation: as ``from_torch`` takes it.
+            channel_scale: None, or one factor per output feature (any shape of
+                ``out_features`` elements: ConvNeXt's ``[K, 1, 1]`` layer scale), folded in
+                float32 into ``scale`` and ``bias``.
+
+        Raises:
+            TypeError, ValueError: what the kernel cannot run, naming the limit.
+        """
+        if type(linear) is not nn.Linear:
+            raise TypeError(f"linear must be a torch.nn.Linear, got {type(linear).__name__}")
+        conv = nn.Conv2d(
+            linear.in_features, linear.out_features, 1, bias=linear.bias is not None,
+            device="meta", dtype=linear.weight.dtype,
+        )  # fmt: skip
+        conv.weight = nn.Parameter(
+            linear.weight.detach()[:, :, None, None], requires_grad=linear.weight.requires_grad
+        )
+        conv.bias = linear.bias
+        module = cls.from_torch(conv.train(linear.training), None, activation)
+        if channel_scale is not None:
+            scale = channel_scale.detach().float().flatten()
+            if scale.numel() != linear.out_features:
+                raise ValueError(
+                    f"channel_scale has {scale.numel()} elements; linear has "
+                    f"out_features={linear.out_features}"
+                )
+            module.scale = scale.to(module.weight.device)
+            if module.bias is not None:
+                module.bias.data = module.bias.data * module.scale
+        return module
+
     def forward(
         self,
         x: torch.Tensor,

@@ -13,6 +13,12 @@ where an intermediate value has another user, so nothing the rest of the model r
 skipped. Ops that are the identity in eval mode (dropout, torchvision's stochastic depth before
 EfficientNet's residual adds) join a chain wherever they fall in it.
 
+An ``nn.Linear`` applied to the channels of an NHWC tensor (ConvNeXt's pointwise layers: its
+input a permute of NCHW to NHWC, past LayerNorms over the channels and activations) is a 1x1
+conv and fuses as one (``Conv2d.from_linear``): with the activation after it, or, where its
+value is permuted back to NCHW, with a multiply by a per-channel parameter (ConvNeXt's layer
+scale, folded into the epilogue's scale and bias) and a residual add. Other Linears stay torch.
+
 Grouped and depthwise convs fuse the same way, on the grouped kernel (within
 ``cute_conv.grouped_limits``) or on cuDNN's grouped conv (``cute_conv.nn.Conv2d`` chooses per
 call). Convs the kernels cannot run (float32, non-zero padding
@@ -288,6 +294,8 @@ class _Rewriter:
         for node in list(self.gm.graph.nodes):
             if node.op == "call_module" and isinstance(self.modules[node.target], nn.Conv2d):
                 self._rewrite(node)
+            elif node.op == "call_module" and type(self.modules[node.target]) is nn.Linear:
+                self._rewrite_pointwise_linear(node)
             elif node.op == "call_module" and runs_as_kernel(self.modules[node.target]):
                 self._replace_pool(node)
             elif node.op == "call_function" and node.target in _FUNCTIONAL_CONVS:
@@ -341,6 +349,91 @@ class _Rewriter:
         self.report.fused.append(
             FusedChain(name, "+".join(pattern), tuple(map(_describe, chain)), stopped)
         )
+
+    def _rewrite_pointwise_linear(self, linear_node: fx.Node) -> None:
+        """An ``nn.Linear`` on the channels of an NHWC tensor (ConvNeXt's pointwise layers) as
+        a fused 1x1 conv: with the activation after it, or, where the value goes back to NCHW,
+        a per-channel multiply by a parameter (the layer scale) and a residual add."""
+        linear = self.modules[linear_node.target]
+        x = linear_node.args[0] if len(linear_node.args) == 1 else None
+        if linear_node.kwargs or x is None or not self._is_nhwc(x):
+            return  # not known to read the channels of an NHWC tensor: torch's Linear
+        chain, pattern = [linear_node], ["linear"]
+        activation = scale = identity = stopped = None
+        node = self._next(chain)
+        if node is not None:
+            try:
+                activation = self._activation(node, chain[-1])
+            except ValueError as exc:
+                stopped = f"{node.name}: {exc}"
+            if activation is not None:
+                node = self._extend(chain, pattern, node, activation)
+        to_nchw = node is not None and _permute_dims(node, chain[-1]) == _TO_NCHW
+        if to_nchw:
+            node = self._extend(chain, pattern, node, "permute")
+            if node is not None and activation is None:
+                scale = self._channel_scale(node, chain[-1], linear.out_features)
+                if scale is not None:
+                    node = self._extend(chain, pattern, node, "mul")
+            if node is not None:
+                identity = _residual_operand(node, chain[-1])
+                if identity is not None:
+                    self._extend(chain, pattern, node, "add")
+        try:
+            fused = Conv2d.from_linear(linear, activation, None if scale is None else scale[1])
+        except (TypeError, ValueError):
+            return  # a dtype or size the kernel does not run: torch's Linear
+        name = self._module_name(linear_node.target)
+        self.gm.add_submodule(name, fused)
+        graph, last = self.gm.graph, chain[-1]
+        with graph.inserting_before(last):
+            nchw = x.args[0] if _permute_dims(x, None) == _TO_NHWC else (
+                graph.call_function(torch.permute, (x, _TO_NCHW))
+            )  # fmt: skip
+            replacement = graph.call_module(name, (nchw,) if identity is None else (nchw, identity))
+            if not to_nchw:
+                replacement = graph.call_function(torch.permute, (replacement, _TO_NHWC))
+        last.replace_all_uses_with(replacement)
+        for old in reversed(chain):
+            graph.erase_node(old)
+        for unused in (x, None if scale is None else scale[0]):
+            if unused is not None and not unused.users:
+                graph.erase_node(unused)
+        self.report.fused.append(
+            FusedChain(name, "+".join(pattern), tuple(map(_describe, chain)), stopped)
+        )
+
+    def _is_nhwc(self, node: fx.Node) -> bool:
+        """Whether ``node`` is an NHWC tensor by the graph: a permute of NCHW to NHWC, past
+        ops that keep the shape (LayerNorm over the channels, activations, eval identities)."""
+        while node.op == "call_module" and len(node.args) == 1 and not node.kwargs:
+            if not (
+                _keeps_shape(self.modules[node.target])
+                or _is_eval_identity(node, node.args[0], self.modules)
+            ):
+                return False
+            node = node.args[0]
+            if not isinstance(node, fx.Node):
+                return False
+        return _permute_dims(node, None) == _TO_NHWC
+
+    def _channel_scale(
+        self, node: fx.Node, value: fx.Node, channels: int
+    ) -> tuple[fx.Node, torch.Tensor] | None:
+        """``(the parameter's node, its tensor)`` when ``node`` is ``value`` times a parameter
+        of one factor per channel (``[channels, 1, 1]``, as ConvNeXt's layer scale), else
+        None."""
+        if node.op != "call_function" or node.target not in _MULS or node.kwargs:
+            return None
+        if len(node.args) != 2 or value not in node.args:
+            return None
+        other = node.args[1] if node.args[0] is value else node.args[0]
+        if not isinstance(other, fx.Node) or other.op != "get_attr":
+            return None
+        tensor = self.gm.get_parameter(other.target) if isinstance(other.target, str) else None
+        if tensor is None or tuple(tensor.shape) not in ((channels, 1, 1), (1, channels, 1, 1)):
+            return None
+        return other, tensor
 
     def _leave(self, conv_node: fx.Node, reason: str) -> None:
         """Leave the conv to torch; fold the eval BatchNorm that alone reads it into a copy of
@@ -466,6 +559,34 @@ def _describe(node: fx.Node) -> str:
 
 
 _ADDS = (operator.add, torch.add)
+_MULS = (operator.mul, torch.mul)
+_TO_NHWC = (0, 2, 3, 1)
+_TO_NCHW = (0, 3, 1, 2)
+
+
+def _keeps_shape(module: nn.Module) -> bool:
+    """Whether ``module`` returns its input's shape: a LayerNorm over the last dim, or an
+    activation (one the kernel runs or not)."""
+    if isinstance(module, nn.LayerNorm):
+        return len(module.normalized_shape) == 1
+    try:
+        return activation_name(module) is not None
+    except ValueError:  # a known activation with a parameter the kernel does not run
+        return True
+
+
+def _permute_dims(node: fx.Node, value: fx.Node | None) -> tuple | None:
+    """The dims of a ``permute`` node (of ``value``, unless None), else None."""
+    if not (node.op == "call_function" and node.target is torch.permute) and not (
+        node.op == "call_method" and node.target == "permute"
+    ):
+        return None
+    if not node.args or (value is not None and node.args[0] is not value):
+        return None
+    dims = node.args[1:] or (node.kwargs.get("dims"),)
+    if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
+        dims = dims[0]
+    return tuple(dims) if all(isinstance(d, int) for d in dims) else None
 _FUNCTIONAL_CONVS = (F.conv2d, torch.conv2d)
 
 

@@ -487,6 +487,96 @@ def test_optimized_model_computes_the_model_on_cpu(
     assert rel(ours) <= 1.1 * rel(torch_bf16), (rel(ours), rel(torch_bf16))
 
 
+def convnext_tiny() -> nn.Module:
+    """ConvNeXt-T with layer scales of order one (torchvision initializes them to 1e-6, which
+    would leave each block's pointwise branch out of the logits)."""
+    model = build("convnext_tiny")
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("layer_scale"):
+                p.uniform_(0.5, 1.5)
+    return model
+
+
+def test_convnext_fuses_its_pointwise_linears():
+    """ConvNeXt's blocks apply nn.Linear to the channels of an NHWC tensor: the first runs as
+    a 1x1 conv with its GELU, the second with the layer scale and the block's residual add
+    (NCHW again); the classifier's Linear, on a flattened tensor, stays torch's."""
+    gm = cute_conv.optimize(convnext_tiny())
+    report = gm.cute_conv_report
+    assert report.counts() == {"conv": 22, "linear+gelu": 18, "linear+permute+mul+add": 18}
+    assert not report.left and module_types(gm)[nn.Linear] == 1  # the classifier
+    second = gm.get_submodule("features.1.0.block.5")
+    assert second.activation is None and second.residual_order == "after_activation"
+    assert second.scale.dtype == torch.float32 and second.scale.shape == (96,)
+    first = gm.get_submodule("features.1.0.block.3")
+    assert first.activation == "gelu" and first.scale is None and first.weight.shape == (384, 1, 1, 96)
+    assert "layer_scale" not in gm.code  # folded, its multiply gone
+
+
+def test_convnext_computes_the_model_on_cpu(kernel_calls):  # noqa: F811
+    model = convnext_tiny()
+    x = torch.randn(2, 3, 64, 64).to(memory_format=torch.channels_last)
+    gm = cute_conv.optimize(model)
+    with torch.no_grad():
+        reference = copy_to(model, torch.float32)(x)
+        torch_bf16 = model(x.to(BF16)).float()
+        ours = gm(x.to(BF16)).float()
+    assert len(kernel_calls) == 22 + 36 and sum(s is not None for *_, s in kernel_calls) == 18
+
+    def rel(y):
+        return ((y - reference).norm() / reference.norm()).item()
+
+    assert rel(ours) <= 1.1 * rel(torch_bf16), (rel(ours), rel(torch_bf16))
+
+
+def copy_to(model: nn.Module, dtype: torch.dtype) -> nn.Module:
+    import copy
+
+    return copy.deepcopy(model).to(dtype)
+
+
+class PointwiseLinears(nn.Module):
+    """Linears on NHWC channels that do not all fuse, and one on a flattened tensor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(16)
+        self.act = nn.LeakyReLU(0.2)  # keeps the shape, though the epilogue does not run it
+        self.fc1 = nn.Linear(16, 32)
+        self.fc2 = nn.Linear(32, 16)
+        self.gamma = nn.Parameter(torch.rand(16, 1, 1) + 0.5)
+        self.head = nn.Linear(16, 8)
+
+    def forward(self, x):
+        y = self.fc1(self.act(self.norm(x.permute(0, 2, 3, 1))))  # no activation after it
+        y = F.gelu(self.fc2(y)).permute(0, 3, 1, 2) * self.gamma  # the mul after the GELU
+        return self.head(y.mean((2, 3))), y
+
+
+def test_pointwise_linears_fuse_what_the_epilogue_computes(kernel_calls):  # noqa: F811
+    torch.manual_seed(8)
+    model = PointwiseLinears().to(BF16).eval()
+    gm = cute_conv.optimize(model)
+    assert gm.cute_conv_report.counts() == {"linear": 1, "linear+gelu+permute": 1}
+    assert isinstance(gm.head, nn.Linear)
+    x = torch.randn(2, 16, 5, 7).to(BF16).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        expected = copy_to(model, torch.float32)(x.float())
+        out = gm(x)
+    assert len(kernel_calls) == 2
+    for y, ref in zip(out, expected, strict=True):
+        assert y.shape == ref.shape
+        rel = ((y.float() - ref).norm() / ref.norm()).item()
+        assert rel < 1e-2, rel
+
+
+def test_float32_linears_stay_torch():
+    model = PointwiseLinears().eval()
+    gm = cute_conv.optimize(model)
+    assert gm.cute_conv_report.counts() == {} and module_types(gm)[nn.Linear] == 3
+
+
 @pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small"])
 def test_optimized_model_compiles_into_one_graph_on_cpu(name):
     """torch.compile(fullgraph=True) traces the optimized model whole: the fused modules'
