@@ -6,6 +6,8 @@ ResNet logits against torch's own bf16 model, CUDA graphs and torch.compile."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -530,9 +532,23 @@ def test_convnext_computes_the_model_on_cpu(kernel_calls):  # noqa: F811
     assert rel(ours) <= 1.1 * rel(torch_bf16), (rel(ours), rel(torch_bf16))
 
 
-def copy_to(model: nn.Module, dtype: torch.dtype) -> nn.Module:
-    import copy
+def test_convnext_compiles_into_one_graph_on_cpu():
+    """The fused Linears' permutes and 1x1 convs trace whole under torch.compile."""
+    model = convnext_tiny()
+    x = torch.randn(2, 3, 64, 64).to(memory_format=torch.channels_last)
+    compiled = torch.compile(cute_conv.optimize(model), backend="eager", fullgraph=True)
+    with torch.no_grad(), reference_forward_on_cpu():
+        reference = copy_to(model, torch.float32)(x)
+        torch_bf16 = model(x.to(BF16)).float()
+        ours = compiled(x.to(BF16)).float()
 
+    def rel(y):
+        return ((y - reference).norm() / reference.norm()).item()
+
+    assert rel(ours) <= 1.1 * rel(torch_bf16), (rel(ours), rel(torch_bf16))
+
+
+def copy_to(model: nn.Module, dtype: torch.dtype) -> nn.Module:
     return copy.deepcopy(model).to(dtype)
 
 
