@@ -489,15 +489,16 @@ def test_optimized_model_computes_the_model_on_cpu(
     assert rel(ours) <= 1.1 * rel(torch_bf16), (rel(ours), rel(torch_bf16))
 
 
-def convnext_tiny() -> nn.Module:
+def convnext_tiny(dtype=BF16) -> nn.Module:
     """ConvNeXt-T with layer scales of order one (torchvision initializes them to 1e-6, which
-    would leave each block's pointwise branch out of the logits)."""
-    model = build("convnext_tiny")
+    would leave each block's pointwise branch out of the logits): drawn in float32, then
+    ``dtype`` (the same model rounded, as ``build``'s)."""
+    model = build("convnext_tiny", torch.float32)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("layer_scale"):
                 p.uniform_(0.5, 1.5)
-    return model
+    return model.to(dtype)
 
 
 def test_convnext_fuses_its_pointwise_linears():
@@ -630,17 +631,24 @@ def test_tiled_pools_compute_and_compile_on_cpu():
 # ------------------------------------------------------------------------------ on the GPU
 
 
+def _gpu_model(name, dtype=BF16):
+    """``build``'s model (``convnext_tiny``'s for ConvNeXt-T) on the GPU, channels_last."""
+    model = convnext_tiny(dtype) if name == "convnext_tiny" else build(name, dtype)
+    return model.cuda().to(memory_format=torch.channels_last)
+
+
 def _gpu_models(name):
-    model = build(name).cuda().to(memory_format=torch.channels_last)
+    model = _gpu_model(name)
     return model, cute_conv.optimize(model)
 
 
 @requires_sm90
-@pytest.mark.parametrize("name", ["resnet18", "resnet50", "vgg16"])
+@pytest.mark.parametrize("name", ["resnet18", "resnet50", "vgg16", "convnext_tiny"])
 def test_logits_no_worse_than_torch_bf16(name):
+    """ConvNeXt-T: its pointwise Linears as fused 1x1 convs, its 7x7s on the row window."""
     model, gm = _gpu_models(name)
     x = torch.randn(8, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
-    reference_model = build(name, torch.float32).cuda().to(memory_format=torch.channels_last)
+    reference_model = _gpu_model(name, torch.float32)
     with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         reference = reference_model(x)
         torch_bf16 = model(x.to(BF16)).float()
