@@ -42,6 +42,7 @@ scalar, a per-channel tensor) runs that call in torch ops, as torch would.
 from __future__ import annotations
 
 import copy
+import functools
 import operator
 import sys
 from collections import Counter
@@ -406,23 +407,44 @@ class _Rewriter:
     def _is_nhwc(self, node: fx.Node) -> bool:
         """Whether ``node`` is an NHWC tensor by the graph: a permute of NCHW to NHWC, past
         ops that keep the shape (LayerNorm over the channels, activations, eval identities)."""
-        while node.op == "call_module" and len(node.args) == 1 and not node.kwargs:
-            if not (
-                _keeps_shape(self.modules[node.target])
-                or _is_eval_identity(node, node.args[0], self.modules)
-            ):
+        while (dims := _permute_dims(node, None)) is None:
+            if not node.args or not isinstance(node.args[0], fx.Node) or not self._keeps_shape(node):
                 return False
             node = node.args[0]
-            if not isinstance(node, fx.Node):
+        return dims == _TO_NHWC
+
+    def _keeps_shape(self, node: fx.Node) -> bool:
+        """Whether ``node`` returns its first input's shape: a LayerNorm over the last dim
+        (module or function), an activation (module, function or method; one the kernel runs
+        or not), or an eval identity."""
+        if _is_eval_identity(node, node.args[0], self.modules):
+            return True
+        if node.op == "call_module":
+            if len(node.args) != 1 or node.kwargs:
                 return False
-        return _permute_dims(node, None) == _TO_NHWC
+            target, args, kwargs = self.modules[node.target], (), {}
+            if isinstance(target, nn.LayerNorm):
+                return len(target.normalized_shape) == 1
+        elif node.op in ("call_function", "call_method"):
+            target, args, kwargs = node.target, node.args[1:], node.kwargs
+            if target is F.layer_norm:
+                shape = args[0] if args else kwargs.get("normalized_shape")
+                return isinstance(shape, (list, tuple)) and len(shape) == 1
+        else:
+            return False
+        try:
+            return activation_name(target, *args, **kwargs) is not None
+        except ValueError:  # a known activation with a parameter the kernel does not run
+            return True
+        except TypeError:  # arguments no torch activation takes: not known to keep the shape
+            return False
 
     def _channel_scale(
         self, node: fx.Node, value: fx.Node, channels: int
     ) -> tuple[fx.Node, torch.Tensor] | None:
-        """``(the parameter's node, its tensor)`` when ``node`` is ``value`` times a parameter
-        of one factor per channel (``[channels, 1, 1]``, as ConvNeXt's layer scale), else
-        None."""
+        """``(the attribute's node, its tensor)`` when ``node`` is ``value`` times a parameter or
+        buffer of one factor per channel (``[channels, 1, 1]``, as ConvNeXt's layer scale),
+        else None."""
         if node.op != "call_function" or node.target not in _MULS or node.kwargs:
             return None
         if len(node.args) != 2 or value not in node.args:
@@ -430,8 +452,10 @@ class _Rewriter:
         other = node.args[1] if node.args[0] is value else node.args[0]
         if not isinstance(other, fx.Node) or other.op != "get_attr":
             return None
-        tensor = self.gm.get_parameter(other.target) if isinstance(other.target, str) else None
-        if tensor is None or tuple(tensor.shape) not in ((channels, 1, 1), (1, channels, 1, 1)):
+        tensor = functools.reduce(getattr, other.target.split("."), self.gm)
+        if not isinstance(tensor, torch.Tensor):
+            return None
+        if tuple(tensor.shape) not in ((channels, 1, 1), (1, channels, 1, 1)):
             return None
         return other, tensor
 
@@ -559,20 +583,10 @@ def _describe(node: fx.Node) -> str:
 
 
 _ADDS = (operator.add, torch.add)
+_FUNCTIONAL_CONVS = (F.conv2d, torch.conv2d)
 _MULS = (operator.mul, torch.mul)
 _TO_NHWC = (0, 2, 3, 1)
 _TO_NCHW = (0, 3, 1, 2)
-
-
-def _keeps_shape(module: nn.Module) -> bool:
-    """Whether ``module`` returns its input's shape: a LayerNorm over the last dim, or an
-    activation (one the kernel runs or not)."""
-    if isinstance(module, nn.LayerNorm):
-        return len(module.normalized_shape) == 1
-    try:
-        return activation_name(module) is not None
-    except ValueError:  # a known activation with a parameter the kernel does not run
-        return True
 
 
 def _permute_dims(node: fx.Node, value: fx.Node | None) -> tuple | None:
@@ -587,7 +601,6 @@ def _permute_dims(node: fx.Node, value: fx.Node | None) -> tuple | None:
     if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
         dims = dims[0]
     return tuple(dims) if all(isinstance(d, int) for d in dims) else None
-_FUNCTIONAL_CONVS = (F.conv2d, torch.conv2d)
 
 
 def _residual_operand(node: fx.Node, value: fx.Node) -> fx.Node | None:

@@ -588,6 +588,31 @@ def test_pointwise_linears_fuse_what_the_epilogue_computes(kernel_calls):  # noq
         assert rel < 1e-2, rel
 
 
+class ScaledPointwise(nn.Module):
+    """A Linear back to NCHW, times a per-channel buffer, plus the input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+        self.register_buffer("gamma", torch.rand(1, 16, 1, 1) + 0.5)
+
+    def forward(self, x):
+        return self.fc(F.relu(x.permute(0, 2, 3, 1))).permute(0, 3, 1, 2) * self.gamma + x
+
+
+def test_a_buffer_layer_scale_and_the_residual_fuse(kernel_calls):  # noqa: F811
+    torch.manual_seed(9)
+    model = ScaledPointwise().to(BF16).eval()
+    gm = cute_conv.optimize(model)
+    assert gm.cute_conv_report.counts() == {"linear+permute+mul+add": 1}
+    x = torch.randn(2, 16, 5, 7).to(BF16).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        expected = copy_to(model, torch.float32)(x.float())
+        out = gm(x)
+    assert len(kernel_calls) == 1 and kernel_calls[0][2] is not None  # the residual
+    assert ((out.float() - expected).norm() / expected.norm()).item() < 1e-2
+
+
 def test_float32_linears_stay_torch():
     model = PointwiseLinears().eval()
     gm = cute_conv.optimize(model)
