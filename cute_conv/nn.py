@@ -220,6 +220,10 @@ class Conv2d(nn.Module):
         """
         if type(linear) is not nn.Linear:
             raise TypeError(f"linear must be a torch.nn.Linear, got {type(linear).__name__}")
+        if channel_scale is not None and not isinstance(channel_scale, torch.Tensor):
+            raise TypeError(
+                f"channel_scale must be a torch.Tensor or None, got {type(channel_scale).__name__}"
+            )
         conv = nn.Conv2d(
             linear.in_features, linear.out_features, 1, bias=linear.bias is not None,
             device="meta", dtype=linear.weight.dtype,

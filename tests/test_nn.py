@@ -240,6 +240,33 @@ def test_from_torch_rejects_bad_companions():
         cute_conv.nn.Conv2d.from_torch(nn.Conv1d(8, 16, 3))
 
 
+def test_from_linear_folds_the_channel_scale_into_scale_and_bias():
+    torch.manual_seed(2)
+    linear = nn.Linear(32, 48).to(BF16)
+    gamma = torch.rand(48, 1, 1) + 0.5
+    module = cute_conv.nn.Conv2d.from_linear(linear, nn.GELU(), gamma)
+    assert module.weight.shape == (48, 1, 1, 32) and torch.equal(module.weight[:, 0, 0], linear.weight)
+    assert torch.equal(module.scale, gamma.flatten())
+    assert torch.equal(module.bias, linear.bias.float() * gamma.flatten())
+    assert module.activation == "gelu" and module.kernel_size == (1, 1)
+    plain = cute_conv.nn.Conv2d.from_linear(nn.Linear(8, 16, bias=False).to(BF16))
+    assert plain.bias is None and plain.scale is None
+
+
+def test_from_linear_names_what_it_cannot_take():
+    linear = nn.Linear(8, 16).to(BF16)
+    with pytest.raises(TypeError, match="torch.nn.Linear, got Conv2d"):
+        cute_conv.nn.Conv2d.from_linear(nn.Conv2d(8, 16, 1).to(BF16))
+    with pytest.raises(TypeError, match="channel_scale must be a torch.Tensor or None, got list"):
+        cute_conv.nn.Conv2d.from_linear(linear, channel_scale=[1.0] * 16)
+    with pytest.raises(ValueError, match="channel_scale has 8 elements; linear has out_features=16"):
+        cute_conv.nn.Conv2d.from_linear(linear, channel_scale=torch.ones(8))
+    with pytest.raises(TypeError, match="dtype torch.float32"):
+        cute_conv.nn.Conv2d.from_linear(nn.Linear(8, 16))
+    with pytest.raises(ValueError, match="not one the kernel runs"):
+        cute_conv.nn.Conv2d.from_linear(linear, nn.ELU())
+
+
 # ------------------------------------------------------------------------------ the constructor
 
 
