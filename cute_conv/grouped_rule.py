@@ -37,13 +37,14 @@ from .problem import Conv2dProblemShape
 __all__ = [
     "FITTED",
     "FITTED_DEPTHWISE",
-    "DepthwiseBound",
     "FITTED_PIXELS",
+    "DepthwiseBound",
     "GroupedBounds",
     "PixelsRule",
     "pixels_per_thread",
     "runs_grouped_kernel",
 ]
+
 
 @dataclass(frozen=True)
 class DepthwiseBound:

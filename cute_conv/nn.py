@@ -242,7 +242,8 @@ class Conv2d(nn.Module):
                 )
             module.scale = scale.to(module.weight.device)
             if module.bias is not None:
-                module.bias.data = module.bias.data * module.scale
+                with torch.no_grad():
+                    module.bias.mul_(module.scale)
         return module
 
     def forward(

@@ -337,16 +337,31 @@ class _Rewriter:
                 self._extend(chain, pattern, node, "add")
         order = "before_activation" if before else "after_activation"
         fused = Conv2d.from_torch(conv, bn, activation, residual_order=order)
-        name = self._module_name(conv_node.target)
+        self._replace(chain, pattern, fused, conv_node.args[0], identity, stopped)
+
+    def _replace(
+        self,
+        chain: list[fx.Node],
+        pattern: list[str],
+        fused: Conv2d,
+        x: fx.Node,
+        identity: fx.Node | None,
+        stopped: str | None,
+        nhwc_output: bool = False,
+    ) -> None:
+        """Run ``fused`` on ``x`` (and ``identity``) in place of the chain's ops, named after
+        the module of its first node (its output permuted to NHWC with ``nhwc_output``), and
+        report the chain."""
+        name = self._module_name(chain[0].target)
         self.gm.add_submodule(name, fused)
-        last = chain[-1]
-        x = conv_node.args[0]
-        with self.gm.graph.inserting_before(last):
-            args = (x,) if identity is None else (x, identity)
-            replacement = self.gm.graph.call_module(name, args)
+        graph, last = self.gm.graph, chain[-1]
+        with graph.inserting_before(last):
+            replacement = graph.call_module(name, (x,) if identity is None else (x, identity))
+            if nhwc_output:
+                replacement = graph.call_function(torch.permute, (replacement, _TO_NHWC))
         last.replace_all_uses_with(replacement)
         for old in reversed(chain):
-            self.gm.graph.erase_node(old)
+            graph.erase_node(old)
         self.report.fused.append(
             FusedChain(name, "+".join(pattern), tuple(map(_describe, chain)), stopped)
         )
@@ -384,25 +399,16 @@ class _Rewriter:
             fused = Conv2d.from_linear(linear, activation, None if scale is None else scale[1])
         except (TypeError, ValueError):
             return  # a dtype or size the kernel does not run: torch's Linear
-        name = self._module_name(linear_node.target)
-        self.gm.add_submodule(name, fused)
-        graph, last = self.gm.graph, chain[-1]
-        with graph.inserting_before(last):
-            nchw = x.args[0] if _permute_dims(x, None) == _TO_NHWC else (
-                graph.call_function(torch.permute, (x, _TO_NCHW))
-            )  # fmt: skip
-            replacement = graph.call_module(name, (nchw,) if identity is None else (nchw, identity))
-            if not to_nchw:
-                replacement = graph.call_function(torch.permute, (replacement, _TO_NHWC))
-        last.replace_all_uses_with(replacement)
-        for old in reversed(chain):
-            graph.erase_node(old)
+        graph = self.gm.graph
+        if _permute_dims(x, None) == _TO_NHWC:
+            nchw = x.args[0]  # the permute undone: its input
+        else:
+            with graph.inserting_before(chain[-1]):
+                nchw = graph.call_function(torch.permute, (x, _TO_NCHW))
+        self._replace(chain, pattern, fused, nchw, identity, stopped, nhwc_output=not to_nchw)
         for unused in (x, None if scale is None else scale[0]):
             if unused is not None and not unused.users:
                 graph.erase_node(unused)
-        self.report.fused.append(
-            FusedChain(name, "+".join(pattern), tuple(map(_describe, chain)), stopped)
-        )
 
     def _is_nhwc(self, node: fx.Node) -> bool:
         """Whether ``node`` is an NHWC tensor by the graph: a permute of NCHW to NHWC, past
