@@ -73,7 +73,9 @@ bench-validation: install
 # depthwise ones, a process each; rows say whether the rule takes the kernel. Then cuDNN's
 # fused conv + bias + ReLU against the three ops on the ResNeXt and RegNet grouped convs. Then
 # the kernel's pixels per thread swept on the models grouped_rule.FITTED_PIXELS was fitted on
-# and those it was judged on (grouped_pixels_sweep.py: FIT_MODELS, HELD_OUT_MODELS).
+# and those it was judged on (grouped_pixels_sweep.py: FIT_MODELS, HELD_OUT_MODELS), and the
+# depthwise row window's fit and held-out models (depthwise_rule_fit.py: WINDOW_FIT,
+# WINDOW_HELD_OUT), which the depthwise bound and pixels were refitted and judged on.
 GROUPED_MODELS ?= regnet_y_1_6gf resnext50_32x4d mobilenet_v3_large efficientnet_b0 \
 	convnext_tiny regnet_y_400mf regnet_y_800mf regnet_x_3_2gf regnet_x_400mf \
 	regnet_x_1_6gf regnet_y_8gf regnet_x_8gf resnext101_32x8d mobilenet_v2 mnasnet1_0 \
@@ -91,6 +93,12 @@ bench-grouped: install
 	$(VPY) benchmarks/experiments/grouped_pixels_sweep.py --models efficientnet_b3 \
 		mobilenet_v2 mnasnet1_0 regnet_y_3_2gf regnet_x_3_2gf --batches 1 8 32 --rounds 3 \
 		--out benchmarks/experiments/grouped_pixels_sweep_heldout.json
+	$(VPY) benchmarks/experiments/grouped_pixels_sweep.py --models convnext_tiny \
+		mobilenet_v3_large efficientnet_b3 mobilenet_v2 mnasnet1_0 --batches 1 8 32 --rounds 3 \
+		--out benchmarks/experiments/grouped_pixels_sweep_window.json
+	$(VPY) benchmarks/experiments/grouped_pixels_sweep.py --models convnext_base \
+		efficientnet_b2 mnasnet0_75 mobilenet_v3_small --batches 1 8 32 --rounds 3 \
+		--out benchmarks/experiments/grouped_pixels_sweep_window_heldout.json
 
 # This checkout against an older commit's cute_conv, both in one process (H100/H200): each
 # version's default configs on the suite, plain and fused; writes benchmarks/COMPARE.md.
