@@ -63,6 +63,9 @@ def measure(channels: int, size: int, batch: int, rounds: int) -> dict:
     model = copy.deepcopy(tail).to(torch.bfloat16)
     xb = x.to(torch.bfloat16)
     optimized = cute_conv.optimize(model)
+    # Every stage and batch shares BlockTail.forward: without a reset, dynamo's recompile
+    # limit (8) is reached and later problems silently run eager.
+    torch._dynamo.reset()
     compiled = torch.compile(model, dynamic=False)
     fns = {name: (lambda m=m: m(xb)) for name, m in
            (("torch", model), ("compiled", compiled), ("optimize", optimized))}  # fmt: skip
