@@ -290,6 +290,17 @@ def _im2col_launch(
     return StagingLaunch(compile_im2col_columns, (problem.C,), shape, geometry)
 
 
+def _channel_pad_launch(
+    problem: Conv2dProblemShape, width: int, element_bytes: int
+) -> StagingLaunch | None:
+    """The launch that zero-pads the activation's C to ``width`` channels: the unfolding
+    kernel on the conv's 1x1 stride-1 counterpart, whose columns are the pixels' channels.
+    One pass and one launch where torch's pad takes a fill, a copy and ~20 us of host time
+    per eager call."""
+    pixels = Conv2dProblemShape(problem.N, problem.H, problem.W, problem.C, problem.K, 1, 1)
+    return _im2col_launch(pixels, width, element_bytes)
+
+
 def _im2col_columns_torch(
     x: torch.Tensor, problem: Conv2dProblemShape, width: int
 ) -> torch.Tensor:
@@ -459,8 +470,8 @@ class StagingPlan:
     im2col: bool
     phases: int  # output channel blocks per GEMM row: 2 on the super-pixel view, else 1
     stages_filter: bool  # the kernel reads a padded or regrouped copy of the filter
-    # The staging kernel that lays out the activation on the GPU (space-to-depth or im2col
-    # columns), None where torch ops do (or nothing is staged).
+    # The staging kernel that lays out the activation on the GPU (space-to-depth, im2col
+    # columns or padded channels), None where torch ops do (or nothing is staged).
     activation_launch: StagingLaunch | None = None
 
     @property
@@ -484,6 +495,8 @@ def staging_plan(
         launch = _space_to_depth_launch(problem, kernel_problem)
     elif view is None and im2col:
         launch = _im2col_launch(problem, kernel_problem.C, element_bytes)
+    elif view is None and not patches and kernel_problem.C != problem.C:
+        launch = _channel_pad_launch(problem, kernel_problem.C, element_bytes)
     regrouped = not patches and kernel_problem.filter_shape != problem.filter_shape
     return StagingPlan(
         problem, kernel_problem, view, patches, space_to_depth, im2col, phases,
@@ -603,7 +616,7 @@ def run_staged(
     Must run with the call's stream current; ``stream`` is its raw handle (None: looked up
     when a staging kernel needs it). The copies, by case:
     - C not a multiple of 8: ``x`` and ``filter`` zero-padded to the next multiple (zero
-      channels add nothing). K is never padded (see ``kernel_problem_for``).
+      channels add nothing); ``x`` by one staging kernel on the GPU. K is never padded (see ``kernel_problem_for``).
     - 8 input channels and stride 2 (``super_pixel_view``): no copy of ``x``, ``out`` or
       ``source`` (views); the filter regrouped, and ``bias``/``scale`` repeated per phase.
     - filter windows that tile the input (``patch_view``): no copy of anything (views).

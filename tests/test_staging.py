@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from cute_conv.problem import Conv2dProblemShape
 from cute_conv.reference import conv2d_reference
@@ -167,6 +168,60 @@ def test_im2col_kernel_matches_the_torch_staging(n, h, w, c, r, s, conv, dtype):
     staged = _im2col_launch(problem, kp.C, x.element_size()).run(x, None)
     torch.cuda.synchronize()
     assert staged.shape == expected.shape and torch.equal(staged.cpu(), expected)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.uint8])
+@pytest.mark.parametrize(
+    "n,h,w,c,r,s,conv",
+    [
+        (2, 32, 48, 257, 1, 1, dict(stride=(2, 3))),  # 257 channels of 264 (fp8: 272)
+        (1, 10, 39, 129, 1, 3, dict(stride=3, padding=((0, 0), (1, 0)))),
+        (3, 9, 7, 13, 3, 3, dict(padding=1)),  # 13 of 16 (fp8: 16)
+        (1, 5, 3, 47, 3, 3, dict(dilation=2, padding=2)),
+    ],
+)
+def test_channel_pad_kernel_matches_torch_pad(n, h, w, c, r, s, conv, dtype):
+    """The padding kernel writes x's channels then zeros, every element, where torch's pad
+    did before (fp8 activations arrive as their bytes, rows of 16 of them); and a staged
+    conv reads its output."""
+    if dtype == torch.uint8:
+        x = torch.randint(1, 256, (n, h, w, c), dtype=dtype, device="cuda")
+    else:
+        x = torch.randn(n, h, w, c, device="cuda").to(dtype)
+    problem = Conv2dProblemShape.from_shapes(x.shape, (8, r, s, c), **conv)
+    kp = kernel_problem_for(problem, x.element_size())
+    plan = staging_plan(problem, kp, x.element_size())
+    assert kp.C > c and not plan.im2col and plan.activation_launch is not None
+    torch.cuda.synchronize()
+    # Whatever the allocator hands the kernel next holds NaN bytes: an element it skips shows.
+    poison = torch.full(kp.activation_shape, 255, dtype=torch.uint8, device="cuda")
+    del poison
+    staged = plan.activation_launch.run(x, None)
+    torch.cuda.synchronize()
+    expected = F.pad(x.cpu(), (0, kp.C - c))
+    assert staged.shape == expected.shape and torch.equal(staged.cpu(), expected)
+
+
+def test_channel_pad_is_one_staging_launch_of_the_pixels():
+    """C off whole TMA rows is padded by the unfolding kernel on the 1x1 window of each pixel
+    (width: C rounded up, no spatial padding or stride), as the plan's one activation launch;
+    aligned C, gathered kernels and the views stage nothing."""
+    problem = Conv2dProblemShape.from_shapes(
+        (2, 32, 48, 257), (100, 3, 3, 257), stride=(2, 3), padding=((1, 0), (2, 1))
+    )
+    for element_bytes, width in ((2, 264), (1, 272)):
+        kp = kernel_problem_for(problem, element_bytes)
+        launch = staging_plan(problem, kp, element_bytes).activation_launch
+        assert kp.C == width and launch.shape == kp.activation_shape == (2, 32, 48, width)
+        assert launch.compile_args == (257,)
+        # n, h, w, p, q, r, s, pad top, pad left, stride h, w, dilation h, w, row vectors
+        vectors = width * element_bytes // 16
+        assert launch.geometry == (2, 32, 48, 32, 48, 1, 1, 0, 0, 1, 1, 1, 1, vectors)
+    gathered = kernel_problem_for(problem, 2, gathered=True)
+    assert staging_plan(problem, gathered, 2).activation_launch is None
+    aligned = Conv2dProblemShape.from_shapes((2, 32, 48, 256), (100, 3, 3, 256))
+    assert staging_plan(aligned, kernel_problem_for(aligned), 2).activation_launch is None
 
 
 def test_im2col_is_used_for_few_channels_only():

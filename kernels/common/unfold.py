@@ -1,5 +1,6 @@
 """Unfolding of an NHWC activation into explicit im2col columns: the staging of convs with very
-few channels (the RGB stems no other staging takes), which then run as 1x1 convs.
+few channels (the RGB stems no other staging takes), which then run as 1x1 convs, and, on a
+1x1 window, the zero-padding of C to whole TMA rows.
 
 Row ``(n, p, q)`` of the ``[N*P*Q, width]`` columns holds the ``(r, s, c)`` patch under output
 pixel ``(p, q)`` (c fastest), zero where the patch leaves the image and in the ``width - R*S*C``
