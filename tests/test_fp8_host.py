@@ -10,7 +10,7 @@ import torch
 
 import cute_conv
 from cute_conv import Conv2dConfig, Conv2dConfigSm100, Conv2dProblemShape, tuning
-from cute_conv.optimize import _fp8_scaling
+from cute_conv.optimize_fp8 import resolve_scaling
 from cute_conv.staging import kernel_problem_for, uses_im2col
 from tests.test_nn import kernel_calls, random_bn  # noqa: F401 - kernel_calls is a fixture
 
@@ -324,7 +324,7 @@ def test_optimize_fp8_scaling_arguments_and_delayed_graph():
     with pytest.raises(ValueError, match="pass it with dtype='fp8'"):
         cute_conv.optimize(model, scaling="delayed")
     # None resolves to static scales with a calibration input (which would run here).
-    assert _fp8_scaling("fp8", None, x) == "static" and _fp8_scaling(None, None, None) is None
+    assert resolve_scaling("fp8", None, x) == "static" and resolve_scaling(None, None, None) is None
     gm = cute_conv.optimize(model, dtype="fp8")  # delayed by default; nothing runs here
     report = gm.cute_conv_report
     assert report.fp8_scaling == "delayed" and "(delayed scaling)" in str(report)
