@@ -139,6 +139,22 @@ def test_space_to_depth_kernel_matches_the_torch_staging(n, h, w, c, r, s, paddi
     assert torch.equal(staged.cpu(), expected)
 
 
+def _random_activation(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A random CUDA activation: 16-bit values, or fp8's bytes (uint8) with no zero byte."""
+    if dtype == torch.uint8:
+        return torch.randint(1, 256, shape, dtype=dtype, device="cuda")
+    return torch.randn(shape, device="cuda").to(dtype)
+
+
+def _poison_next_allocation(shape: tuple[int, ...], element_size: int) -> None:
+    """Fill a freed block of the size of a ``shape`` tensor with 0xFF bytes (NaN in 16 bits),
+    which the caching allocator hands to the next tensor of that size: an element a staging
+    kernel skips then shows."""
+    torch.cuda.synchronize()
+    poison = torch.full((math.prod(shape) * element_size,), 255, dtype=torch.uint8, device="cuda")
+    del poison
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.uint8])
 @pytest.mark.parametrize(
@@ -157,14 +173,12 @@ def test_im2col_kernel_matches_the_torch_staging(n, h, w, c, r, s, conv, dtype):
     as their bytes (uint8), rows of 16-byte units of them."""
     from cute_conv.staging import _im2col_columns_torch, _im2col_launch
 
-    if dtype == torch.uint8:
-        x = torch.randint(1, 256, (n, h, w, c), dtype=dtype, device="cuda")
-    else:
-        x = torch.randn(n, h, w, c, device="cuda").to(dtype)
+    x = _random_activation((n, h, w, c), dtype)
     problem = Conv2dProblemShape.from_shapes(x.shape, (8, r, s, c), **conv)
     kp = kernel_problem_for(problem, x.element_size())
     assert uses_im2col(problem) and kp.C % (16 // x.element_size()) == 0
     expected = _im2col_columns_torch(x.cpu(), problem, kp.C)
+    _poison_next_allocation(expected.shape, x.element_size())
     staged = _im2col_launch(problem, kp.C, x.element_size()).run(x, None)
     torch.cuda.synchronize()
     assert staged.shape == expected.shape and torch.equal(staged.cpu(), expected)
@@ -183,20 +197,13 @@ def test_im2col_kernel_matches_the_torch_staging(n, h, w, c, r, s, conv, dtype):
 )
 def test_channel_pad_kernel_matches_torch_pad(n, h, w, c, r, s, conv, dtype):
     """The padding kernel writes x's channels then zeros, every element, where torch's pad
-    did before (fp8 activations arrive as their bytes, rows of 16 of them); and a staged
-    conv reads its output."""
-    if dtype == torch.uint8:
-        x = torch.randint(1, 256, (n, h, w, c), dtype=dtype, device="cuda")
-    else:
-        x = torch.randn(n, h, w, c, device="cuda").to(dtype)
+    did before (fp8 activations arrive as their bytes, rows of 16 of them)."""
+    x = _random_activation((n, h, w, c), dtype)
     problem = Conv2dProblemShape.from_shapes(x.shape, (8, r, s, c), **conv)
     kp = kernel_problem_for(problem, x.element_size())
     plan = staging_plan(problem, kp, x.element_size())
     assert kp.C > c and not plan.im2col and plan.activation_launch is not None
-    torch.cuda.synchronize()
-    # Whatever the allocator hands the kernel next holds NaN bytes: an element it skips shows.
-    poison = torch.full(kp.activation_shape, 255, dtype=torch.uint8, device="cuda")
-    del poison
+    _poison_next_allocation(kp.activation_shape, x.element_size())
     staged = plan.activation_launch.run(x, None)
     torch.cuda.synchronize()
     expected = F.pad(x.cpu(), (0, kp.C - c))
