@@ -22,12 +22,12 @@ made the 7x7s faster than cuDNN: the package's bound (``FITTED_DEPTHWISE``) was 
 
 from __future__ import annotations
 
-import collections
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from forward_sums import Sums, cudnn_and_ruled  # noqa: E402
 from grouped_pixels_fit import fit_args, sweep_rows  # noqa: E402
 
 from cute_conv.grouped_rule import FITTED_DEPTHWISE, DepthwiseBound, pixels_per_thread  # noqa: E402
@@ -55,15 +55,11 @@ def depthwise_rows(paths: list[Path]) -> list[dict]:
     return rows
 
 
-def forward_sums(rows: list[dict], bound: DepthwiseBound) -> dict[tuple[str, int], tuple]:
+def forward_sums(rows: list[dict], bound: DepthwiseBound) -> Sums:
     """Per (model, batch): ``(cuDNN everywhere, as the bound runs them)`` in microseconds."""
-    sums: dict = collections.defaultdict(lambda: [0.0, 0.0])
-    for row in rows:
-        cudnn = row["graph_us"]["cudnn"] * row["calls"]
-        ours = row["kernel_us"] * row["calls"] if bound.takes(row["macs"], row["taps"]) else cudnn
-        sums[row["model"], row["batch"]][0] += cudnn
-        sums[row["model"], row["batch"]][1] += ours
-    return {key: tuple(value) for key, value in sums.items()}
+    return cudnn_and_ruled(
+        rows, lambda row: row["kernel_us"] if bound.takes(row["macs"], row["taps"]) else None
+    )
 
 
 def summary(rows: list[dict], bound: DepthwiseBound) -> tuple[float, float]:

@@ -24,7 +24,6 @@ the best worst forward. How the package's ``FITTED`` came about (H200):
 from __future__ import annotations
 
 import argparse
-import collections
 import itertools
 import json
 import re
@@ -33,6 +32,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from forward_sums import Sums, cudnn_and_ruled  # noqa: E402
+
 from cute_conv.grouped_rule import GroupedBounds, runs_grouped_kernel  # noqa: E402
 
 FIRST_FIT = (
@@ -55,7 +57,6 @@ NEAR_BEST = 0.002
 _MODULE = re.compile(r"Conv2d\((\d+), (\d+), kernel_size=\((\d+), (\d+)\).*groups=(\d+)")
 
 Rule = Callable[[dict], bool]
-Sums = dict[tuple[str, int], tuple[float, float]]
 
 
 def grouped_rows(paths: list[Path]) -> list[dict]:
@@ -81,14 +82,7 @@ def bounds_rule(bounds: GroupedBounds) -> Rule:
 
 def per_forward(rows: list[dict], rule: Rule) -> Sums:
     """``{(model, batch): (cuDNN us, the rule's us)}`` per forward."""
-    sums: dict = collections.defaultdict(lambda: [0.0, 0.0])
-    for row in rows:
-        us = row["graph_us"]
-        sums[row["model"], row["batch"]][0] += us["cudnn"] * row["calls"]
-        sums[row["model"], row["batch"]][1] += (
-            us["grouped" if rule(row) else "cudnn"] * row["calls"]
-        )
-    return {key: (cudnn, ruled) for key, (cudnn, ruled) in sums.items()}
+    return cudnn_and_ruled(rows, lambda row: row["graph_us"]["grouped"] if rule(row) else None)
 
 
 def summed_and_worst(sums: Sums) -> tuple[float, float]:
