@@ -241,9 +241,9 @@ class Conv2d(nn.Module):
                     f"out_features={linear.out_features}"
                 )
             module.scale = scale.to(module.weight.device)
-            if module.bias is not None:
-                with torch.no_grad():
-                    module.bias.mul_(module.scale)
+            if module.bias is not None:  # a new tensor: a float32 bias is the Linear's own
+                folded = module.bias.detach() * module.scale
+                module.bias = nn.Parameter(folded, requires_grad=module.bias.requires_grad)
         return module
 
     def forward(

@@ -616,7 +616,8 @@ def run_staged(
     Must run with the call's stream current; ``stream`` is its raw handle (None: looked up
     when a staging kernel needs it). The copies, by case:
     - C not a multiple of 8: ``x`` and ``filter`` zero-padded to the next multiple (zero
-      channels add nothing); ``x`` by one staging kernel on the GPU. K is never padded (see ``kernel_problem_for``).
+      channels add nothing); ``x`` by one staging kernel on the GPU. K is never padded
+      (see ``kernel_problem_for``).
     - 8 input channels and stride 2 (``super_pixel_view``): no copy of ``x``, ``out`` or
       ``source`` (views); the filter regrouped, and ``bias``/``scale`` repeated per phase.
     - filter windows that tile the input (``patch_view``): no copy of anything (views).

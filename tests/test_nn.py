@@ -251,6 +251,13 @@ def test_from_linear_folds_the_channel_scale_into_scale_and_bias():
     assert module.activation == "gelu" and module.kernel_size == (1, 1)
     plain = cute_conv.nn.Conv2d.from_linear(nn.Linear(8, 16, bias=False).to(BF16))
     assert plain.bias is None and plain.scale is None
+    # A float32 bias beside 16-bit weights: the module's bias is the Linear's tensor no more.
+    mixed = nn.Linear(32, 48).to(BF16)
+    mixed.bias.data = mixed.bias.data.float()
+    original = mixed.bias.detach().clone()
+    folded = cute_conv.nn.Conv2d.from_linear(mixed, None, gamma)
+    assert torch.equal(mixed.bias, original)
+    assert torch.equal(folded.bias, original * gamma.flatten())
 
 
 def test_from_linear_names_what_it_cannot_take():
