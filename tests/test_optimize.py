@@ -460,6 +460,18 @@ def test_left_conv_folds_in_float32():
 # ------------------------------------------------------------------------------ ResNet function
 
 
+def assert_no_worse_than_torch(
+    ours: torch.Tensor, torch_bf16: torch.Tensor, reference: torch.Tensor
+) -> None:
+    """Our logits as close to the float32 ``reference`` as torch's own bf16 model's ("no
+    worse": within 10%, the noise of two estimates of one rounding error)."""
+
+    def rel(y):
+        return ((y - reference).norm() / reference.norm()).item()
+
+    assert rel(ours) <= 1.1 * rel(torch_bf16), (rel(ours), rel(torch_bf16))
+
+
 @pytest.mark.parametrize(
     "name, norm, convs, residuals",
     [
@@ -482,11 +494,7 @@ def test_optimized_model_computes_the_model_on_cpu(
         torch_bf16 = model(x.to(BF16)).float()
         ours = gm(x.to(BF16)).float()
     assert len(kernel_calls) == convs and sum(s is not None for *_, s in kernel_calls) == residuals
-
-    def rel(y):
-        return ((y - reference).norm() / reference.norm()).item()
-
-    assert rel(ours) <= 1.1 * rel(torch_bf16), (rel(ours), rel(torch_bf16))
+    assert_no_worse_than_torch(ours, torch_bf16, reference)
 
 
 def convnext_tiny(dtype=BF16) -> nn.Module:
@@ -526,11 +534,7 @@ def test_convnext_computes_the_model_on_cpu(kernel_calls):  # noqa: F811
         torch_bf16 = model(x.to(BF16)).float()
         ours = gm(x.to(BF16)).float()
     assert len(kernel_calls) == 22 + 36 and sum(s is not None for *_, s in kernel_calls) == 18
-
-    def rel(y):
-        return ((y - reference).norm() / reference.norm()).item()
-
-    assert rel(ours) <= 1.1 * rel(torch_bf16), (rel(ours), rel(torch_bf16))
+    assert_no_worse_than_torch(ours, torch_bf16, reference)
 
 
 def test_convnext_compiles_into_one_graph_on_cpu():
@@ -542,11 +546,7 @@ def test_convnext_compiles_into_one_graph_on_cpu():
         reference = copy_to(model, torch.float32)(x)
         torch_bf16 = model(x.to(BF16)).float()
         ours = compiled(x.to(BF16)).float()
-
-    def rel(y):
-        return ((y - reference).norm() / reference.norm()).item()
-
-    assert rel(ours) <= 1.1 * rel(torch_bf16), (rel(ours), rel(torch_bf16))
+    assert_no_worse_than_torch(ours, torch_bf16, reference)
 
 
 def copy_to(model: nn.Module, dtype: torch.dtype) -> nn.Module:
@@ -679,13 +679,8 @@ def test_logits_no_worse_than_torch_bf16(name):
         torch_bf16 = model(x.to(BF16)).float()
         ours = gm(x.to(BF16)).float()
     torch.cuda.synchronize()
-
-    def rel(y):
-        return ((y - reference).norm() / reference.norm()).item()
-
     assert not ours.isnan().any()
-    # "No worse": 10% for the noise of two estimates of one rounding error.
-    assert rel(ours) <= 1.1 * rel(torch_bf16), (rel(ours), rel(torch_bf16))
+    assert_no_worse_than_torch(ours, torch_bf16, reference)
 
 
 @requires_sm90
