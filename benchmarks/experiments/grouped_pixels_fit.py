@@ -30,6 +30,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from grouped_pixels_sweep import PIXELS as SWEPT  # noqa: E402 - the sweep's columns
+
 from cute_conv.grouped import grouped_limits  # noqa: E402
 from cute_conv.grouped_rule import FITTED_PIXELS, PixelsRule, runs_grouped_kernel  # noqa: E402
 from cute_conv.problem import Conv2dProblemShape  # noqa: E402
@@ -37,7 +40,6 @@ from cute_conv.problem import Conv2dProblemShape  # noqa: E402
 # What torch's Conv2d repr leaves out where it is the default.
 _DEFAULT_PAIRS = {"stride": (1, 1), "padding": (0, 0), "dilation": (1, 1)}
 _GROUPS = re.compile(r"groups=(\d+)")
-SWEPT = (1, 2, 4, 8)
 
 
 def _pair(module: str, name: str) -> tuple[int, int]:

@@ -27,9 +27,10 @@ import torch.nn.functional as F
 from torch import nn
 
 import cute_conv
-from cute_conv.testing import compare_to_reference
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from grouped_direct_ab import checks  # noqa: E402
 from models import replayed_us  # noqa: E402
 
 # ConvNeXt-T's stages at 224x224: (channels, map size, blocks).
@@ -70,11 +71,10 @@ def measure(channels: int, size: int, batch: int, rounds: int) -> dict:
     fns = {name: (lambda m=m: m(xb)) for name, m in
            (("torch", model), ("compiled", compiled), ("optimize", optimized))}  # fmt: skip
     with torch.no_grad():
-        checks = {name: compare_to_reference(fn(), expected) for name, fn in fns.items()}
+        checked = checks(fns, expected)
         graph_us = replayed_us(fns, rounds)
     return {"channels": channels, "size": size, "batch": batch,
-            "fused": optimized.cute_conv_report.counts(),
-            "checks": {n: {"ok": r.ok, "rel_err": r.rel_err} for n, r in checks.items()},
+            "fused": optimized.cute_conv_report.counts(), "checks": checked,
             "graph_us": graph_us}  # fmt: skip
 
 
