@@ -44,6 +44,9 @@ class EpilogueArgs(NamedTuple):
     activation: str | None
     residual_order: str
     groups: int = 1  # a grouped conv's (``cute_conv.grouped``)
+    # A grouped conv's output normalized over its channels with this epsilon (no activation
+    # or residual then), else None.
+    channel_norm_eps: float | None = None
 
     def residual_before_activation(self, has_source: bool) -> bool:
         return has_source and self.beta != 0 and self.residual_order == "before_activation"
@@ -111,14 +114,18 @@ def conv2d_fprop_backward(
     grad = _wide(grad_out)
     x_nchw, w_kcrs, conv_padding, padded = conv_operands(x, filter, args.padding)
     conv = None
-    if need_scale or (args.activation is not None and out is None):
+    normalized = args.channel_norm_eps is not None
+    if need_scale or normalized or (args.activation is not None and out is None):
         # In the input dtype: the tensor-core conv the forward also runs; z is float32 from it.
         conv = aten.convolution(
             x_nchw, w_kcrs, None, args.stride, conv_padding, args.dilation, False, [0, 0],
             args.groups,
         )
         conv = _wide(conv.permute(0, 2, 3, 1))
-    if args.activation is None:
+    if normalized:
+        grad_z = _channel_norm_grad(grad, _pre_activation(conv, None, bias, scale, args),
+                                    args.channel_norm_eps)  # fmt: skip
+    elif args.activation is None:
         grad_z = grad
     elif out is not None:
         grad_z = _GRAD_FROM_OUTPUT[args.activation](grad, _wide(out))
@@ -153,6 +160,15 @@ def conv2d_fprop_backward(
         if grad_filter is not None:
             grad_filter = grad_filter.permute(0, 2, 3, 1)
     return grad_x, grad_filter, grad_source, grad_bias, grad_scale
+
+
+def _channel_norm_grad(grad: torch.Tensor, z: torch.Tensor, eps: float) -> torch.Tensor:
+    """The gradient into ``z`` of ``(z - mean) * rsqrt(var + eps)`` over the last dim
+    (torch's layer-norm derivative, without an affine)."""
+    z = z.detach().requires_grad_()
+    with torch.enable_grad():
+        y = F.layer_norm(z, z.shape[-1:], eps=eps)
+    return torch.autograd.grad(y, z, grad)[0]
 
 
 def _wide(t: torch.Tensor) -> torch.Tensor:

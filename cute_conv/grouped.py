@@ -34,6 +34,7 @@ from .epilogue import RESIDUAL_ORDERS, kernel_vector_dtype, validate_epilogue_ar
 from .grouped_rule import pixels_per_thread
 from .kernels.common.grouped_direct import (
     MAX_GROUP_IN,
+    MAX_NORM_CHANNELS,
     MAX_PIXELS,
     MAX_WINDOW,
     VECTOR,
@@ -124,12 +125,21 @@ def grouped_conv2d(
     out: Tensor | None = None,
     filter_layout: str = "krsc",
     pixels: int | None = None,
+    channel_norm_eps: float | None = None,
 ) -> Tensor:
     """A grouped (or depthwise) conv with the fused epilogue, in one kernel on CUDA cores:
 
         out = act(alpha * conv(x, filter, groups) * scale + bias) + beta * source
 
-    (``residual_order="before_activation"``: the source joins before ``act``.)
+    (``residual_order="before_activation"``: the source joins before ``act``.) With
+    ``channel_norm_eps``, each output pixel is normalized over its K channels instead of the
+    activation and the residual:
+
+        z = alpha * conv(x, filter, groups) * scale + bias
+        out = (z - mean(z)) / sqrt(var(z) + channel_norm_eps)
+
+    (a ``LayerNorm`` over the channels without its affine: fold that into the next layer, as
+    ``cute_conv.optimize`` does for ConvNeXt's depthwise conv -> LayerNorm -> Linear).
 
     Args:
         x: ``[N, H, W, C]`` contiguous (NHWC), bfloat16 or float16, on a Hopper (or later)
@@ -150,6 +160,9 @@ def grouped_conv2d(
         filter_layout: ``"krsc"`` (staged on each call: a copy of the filter) or ``"rsck"``.
         pixels: output pixels of a row per thread (1 .. 8); None: ``grouped_rule``'s
             ``pixels_per_thread``. Sets speed only, never the result.
+        channel_norm_eps: None, or a float >= 0: normalize each output pixel over its K
+            channels (K at most 2048; no ``activation`` and no ``source`` then). Variance
+            biased, as ``LayerNorm``'s.
 
     Returns:
         ``out`` or the new output. Sums are float32.
@@ -183,9 +196,10 @@ def grouped_conv2d(
         return torch.ops.cute_conv.grouped_conv2d(
             x, filter, source, bias, scale, groups, list(stride), [*pairs[0], *pairs[1]],
             list(dilation), float(alpha), float(beta), residual_order, activation, pixels,
+            channel_norm_eps,
         )  # fmt: skip
     return _run(x, filter, source, bias, scale, groups, stride, pairs, dilation, alpha, beta,
-                residual_order, activation, pixels, out)  # fmt: skip
+                residual_order, activation, pixels, channel_norm_eps, out)  # fmt: skip
 
 
 def _check_groups_arg(groups: Any) -> None:
@@ -202,12 +216,27 @@ def _check_pixels_arg(pixels: Any) -> None:
         raise ValueError(f"pixels must be in 1 .. {MAX_PIXELS}, got {pixels}")
 
 
+def _check_channel_norm_arg(eps: Any, k: int | None = None) -> None:
+    if eps is None:
+        return
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+        raise TypeError(f"channel_norm_eps must be a float or None, got {type(eps).__name__}")
+    if not 0.0 <= eps < math.inf:
+        raise ValueError(f"channel_norm_eps must be a finite float >= 0, got {eps!r}")
+    if k is not None and k > MAX_NORM_CHANNELS:
+        raise ValueError(
+            f"channel_norm_eps: K={k} output channels; the kernel normalizes at most "
+            f"{MAX_NORM_CHANNELS}"
+        )
+
+
 def _validate(x, staged_filter, source, bias, scale, groups, stride, padding, dilation,
-              alpha, beta, residual_order, activation, pixels, out):  # fmt: skip
+              alpha, beta, residual_order, activation, pixels, channel_norm_eps, out):  # fmt: skip
     """Check a call; return its problem (C, K the whole conv's), config, epilogue spec and
     output dtype. Reads shapes, dtypes and strides only (meta tensors pass)."""
     _check_groups_arg(groups)
     _check_pixels_arg(pixels)
+    _check_channel_norm_arg(channel_norm_eps)
     check_tensor("activation", x, SIXTEEN_BIT_DTYPES)
     if not isinstance(staged_filter, torch.Tensor):
         raise TypeError(f"filter must be a torch.Tensor, got {type(staged_filter).__name__}")
@@ -243,7 +272,16 @@ def _validate(x, staged_filter, source, bias, scale, groups, stride, padding, di
         )
     if pixels is None:
         pixels = pixels_per_thread(problem, config)
-    config = replace(config, pixels=pixels, window=row_window(problem, config))
+    if channel_norm_eps is not None:
+        _check_channel_norm_arg(channel_norm_eps, k)
+        if activation is not None or source is not None:
+            raise ValueError(
+                "channel_norm_eps normalizes alpha * conv * scale + bias: pass no activation "
+                "and no source with it"
+            )
+        channel_norm_eps = float(channel_norm_eps)
+    config = replace(config, pixels=pixels, window=row_window(problem, config),
+                     channel_norm_eps=channel_norm_eps)  # fmt: skip
     out_dtype = x.dtype
     if out is not None:
         check_tensor("out", out, OUT_DTYPES)
@@ -275,11 +313,11 @@ class _GroupedPlan:
 
 
 def _run(x, staged_filter, source, bias, scale, groups, stride, padding, dilation, alpha,
-         beta, residual_order, activation, pixels, out) -> Tensor:  # fmt: skip
+         beta, residual_order, activation, pixels, channel_norm_eps, out) -> Tensor:  # fmt: skip
     """The direct path: the call's plan (validated and compiled once per metadata), the
     checks that read data pointers, the launch."""
     plan = _plan(x, staged_filter, source, bias, scale, groups, stride, padding, dilation,
-                 alpha, beta, residual_order, activation, pixels, out)  # fmt: skip
+                 alpha, beta, residual_order, activation, pixels, channel_norm_eps, out)  # fmt: skip
     for name, t in (("activation", x), ("filter", staged_filter), ("source", source),
                     ("out", out)):  # fmt: skip
         if t is not None:
@@ -312,20 +350,23 @@ def _run(x, staged_filter, source, bias, scale, groups, stride, padding, dilatio
 
 
 def _plan(x, staged_filter, source, bias, scale, groups, stride, padding, dilation, alpha,
-          beta, residual_order, activation, pixels, out) -> _GroupedPlan:  # fmt: skip
+          beta, residual_order, activation, pixels, channel_norm_eps, out) -> _GroupedPlan:  # fmt: skip
     """``_make_plan``, memoized on the call's metadata (as ``dispatch._plan``: the key holds
     everything validation reads but the data pointers)."""
-    args = (groups, stride, padding, dilation, alpha, beta, residual_order, activation, pixels)
+    args = (groups, stride, padding, dilation, alpha, beta, residual_order, activation, pixels,
+            channel_norm_eps)  # fmt: skip
     return _plans.memo(_plan_key, _make_plan, (x, staged_filter, source, bias, scale, out, args))
 
 
 def _plan_key(x, staged_filter, source, bias, scale, out, args: tuple) -> tuple:
-    groups, stride, padding, dilation, alpha, beta, residual_order, activation, pixels = args
+    groups, stride, padding, dilation, alpha, beta, residual_order, activation, pixels, eps = (
+        args
+    )
     return (
         *(None if t is None else tensor_key(t)
           for t in (x, staged_filter, source, bias, scale, out)),
         *(freeze_arg(a) for a in (groups, stride, padding, dilation, residual_order, activation,
-                                  pixels)),  # fmt: skip
+                                  pixels, eps)),  # fmt: skip
         # With the sign, which 0.0 == -0.0 leaves out and the kernel's products keep.
         *((type(v), v, math.copysign(1.0, v)) for v in (alpha, beta)),
     )  # fmt: skip
@@ -336,11 +377,8 @@ forget_on_clear(_plans.clear)  # a plan holds its kernel: compile.clear_cache dr
 
 
 def _make_plan(x, staged_filter, source, bias, scale, out, args: tuple) -> _GroupedPlan:
-    groups, stride, padding, dilation, alpha, beta, residual_order, activation, pixels = args
-    problem, config, spec, out_dtype = _validate(
-        x, staged_filter, source, bias, scale, groups, stride, padding, dilation, alpha, beta,
-        residual_order, activation, pixels, out,
-    )  # fmt: skip
+    problem, config, spec, out_dtype = _validate(x, staged_filter, source, bias, scale, *args, out)
+    alpha, beta = args[4], args[5]
     for name, t in (("filter", staged_filter), ("source", source), ("bias", bias),
                     ("scale", scale), ("out", out)):  # fmt: skip
         if t is not None and t.device != x.device:
@@ -380,32 +418,34 @@ def _grouped_op(
     residual_order: str,
     activation: Optional[str],
     pixels: Optional[int] = None,
+    channel_norm_eps: Optional[float] = None,
 ) -> Tensor:
     """``grouped_conv2d`` on a staged filter as an op (its direct path: autograd runs the
     forward with grad mode off)."""
     return _run(x, staged_filter, source, bias, scale, groups, tuple(stride),
                 padding_pairs(padding), tuple(dilation), alpha, beta, residual_order,
-                activation, pixels, None)  # fmt: skip
+                activation, pixels, channel_norm_eps, None)  # fmt: skip
 
 
 @_grouped_op.register_fake
 def _(x, staged_filter, source, bias, scale, groups, stride, padding, dilation, alpha, beta,
-      residual_order, activation, pixels=None):  # fmt: skip
+      residual_order, activation, pixels=None, channel_norm_eps=None):  # fmt: skip
     with unset_fake_temporarily():
         metas = meta_stand_ins((x, staged_filter, source, bias, scale))
         problem, _, _, out_dtype = _validate(
             *metas, groups, tuple(stride), padding_pairs(padding), tuple(dilation), alpha, beta,
-            residual_order, activation, pixels, None,
+            residual_order, activation, pixels, channel_norm_eps, None,
         )  # fmt: skip
     return x.new_empty(problem.output_shape, dtype=out_dtype)
 
 
 def _setup(ctx, inputs, output) -> None:
-    # The last input, the pixels per thread, sets speed only.
+    # The pixels per thread (input 13) set speed only.
     x, staged, source, bias, scale, groups, stride, padding, dilation, alpha, beta, order, act = (
         inputs[:13]
     )
-    args = EpilogueArgs(stride, padding, dilation, alpha, beta, act, order, groups)
+    eps = inputs[14] if len(inputs) > 14 else None
+    args = EpilogueArgs(stride, padding, dilation, alpha, beta, act, order, groups, eps)
     needs = tuple(ctx.needs_input_grad[:5])
     # The backward takes the KRSC filter: the staged one permuted back (a view).
     _setup_context(ctx, (x, staged.permute(3, 0, 1, 2), source, bias, scale), args, output,
@@ -416,7 +456,7 @@ def _backward_op(ctx, grad_out):
     gx, gw, gs, gb, gsc = _backward(ctx, grad_out, tuple(ctx.needs_input_grad[:5]))
     if gw is not None:
         gw = gw.permute(1, 2, 3, 0)  # KRSC -> the staged layout
-    return (gx, gw, gs, gb, gsc) + (None,) * 9
+    return (gx, gw, gs, gb, gsc) + (None,) * 10
 
 
 _grouped_op.register_autograd(_backward_op, setup_context=_setup)

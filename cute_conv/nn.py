@@ -35,6 +35,7 @@ from .fold import activation_name, batch_norm_channels, fold_batch_norm
 from .fp8 import quantize_dynamic, quantize_fp8, quantize_from_amax, quantize_with_scale
 from .grouped import check_groups, grouped_conv2d, grouped_limits, stage_filter
 from .grouped_rule import runs_grouped_kernel
+from .kernels.common.grouped_direct import MAX_NORM_CHANNELS
 from .ops import takes_torch_path
 from .problem import Padding, Pair, normalize_padding, normalize_pair, output_size
 from .reference import TORCH_ACTIVATIONS
@@ -58,6 +59,10 @@ class Conv2d(nn.Module):
         activation: None or an epilogue activation name (``cute_conv.ACTIVATIONS``).
         residual_order: where ``forward``'s ``identity`` joins: ``"after_activation"`` or
             ``"before_activation"`` (ResNet's ``relu(bn(conv(x)) + identity)``).
+        channel_norm_eps: None, or (grouped convs without an activation, at most 2048 output
+            channels) each output pixel normalized over its channels, a ``LayerNorm``
+            without its affine (``cute_conv.grouped_conv2d``'s ``channel_norm_eps``);
+            ``forward`` then takes no identity.
 
     Attributes:
         weight: ``[K, R, S, C / groups]`` Parameter (KRSC), of ``dtype`` (float8_e4m3fn after
@@ -88,6 +93,7 @@ class Conv2d(nn.Module):
         *,
         activation: str | None = None,
         residual_order: str = "after_activation",
+        channel_norm_eps: float | None = None,
     ) -> None:
         super().__init__()
         dtype = torch.bfloat16 if dtype is None else dtype
@@ -108,6 +114,8 @@ class Conv2d(nn.Module):
         EpilogueSpec(activation=activation, has_residual=True, residual_order=residual_order)
         self.activation = activation
         self.residual_order = residual_order
+        _check_channel_norm(channel_norm_eps, groups, out_channels, activation)
+        self.channel_norm_eps = channel_norm_eps
         # Groups out of grouped_limits (ResNeXt's 4 output channels per group) run on cuDNN.
         self._grouped_kernel_takes = groups != 1 and _kernel_takes_groups(
             in_channels, out_channels, groups
@@ -246,6 +254,12 @@ class Conv2d(nn.Module):
                 module.bias = nn.Parameter(folded, requires_grad=module.bias.requires_grad)
         return module
 
+    def normalize_channels(self, eps: float | None) -> None:
+        """Set ``channel_norm_eps`` (see the class): ``eps``, or None for no norm. Raises
+        ValueError as the constructor does."""
+        _check_channel_norm(eps, self.groups, self.out_channels, self.activation)
+        self.channel_norm_eps = eps
+
     def forward(
         self,
         x: torch.Tensor,
@@ -316,6 +330,8 @@ class Conv2d(nn.Module):
     def _forward_grouped(self, x: torch.Tensor, identity: torch.Tensor | None) -> torch.Tensor:
         """``forward`` of a grouped conv: the grouped kernel on the stored weight, or cuDNN
         where ``grouped_rule`` says it is faster (the call's multiply-adds)."""
+        if identity is not None and self.channel_norm_eps is not None:
+            raise ValueError("a Conv2d with channel_norm_eps takes no identity")
         if identity is not None and not self._check_identity(x, identity):
             return self._forward_torch(x, identity)
         n, _, h, w = x.shape
@@ -333,7 +349,7 @@ class Conv2d(nn.Module):
             _nhwc(x), staged, filter_layout="rsck", groups=self.groups, stride=self.stride,
             padding=self._padding, dilation=self.dilation, bias=self.bias, scale=self.scale,
             activation=self.activation, source=None if identity is None else _nhwc(identity),
-            residual_order=self.residual_order,
+            residual_order=self.residual_order, channel_norm_eps=self.channel_norm_eps,
         )  # fmt: skip
         return y.permute(0, 3, 1, 2)
 
@@ -355,6 +371,11 @@ class Conv2d(nn.Module):
         y = F.conv2d(x, weight, None, self.stride, padding, self.dilation, self.groups)
         if self.bias is not None:
             y = y.add_(self.bias.view(-1, 1, 1))  # float32 arithmetic, no bf16 copy of the bias
+        if self.channel_norm_eps is not None:  # over the channels: the NHWC view's last dim
+            nhwc = y.permute(0, 2, 3, 1)
+            return F.layer_norm(nhwc, nhwc.shape[-1:], eps=self.channel_norm_eps).permute(
+                0, 3, 1, 2
+            )
         act = TORCH_ACTIVATIONS[self.activation]
         if identity is None:
             return act(y)
@@ -585,11 +606,31 @@ class Conv2d(nn.Module):
             y += " * scale"
         if self.bias is not None:
             y += " + bias"
+        if self.channel_norm_eps is not None:
+            return f"channel_norm({y}, eps={self.channel_norm_eps:g})"
         if self.activation is None:
             return f"{y} [+ identity]"
         if self.residual_order == "before_activation":
             return f"{self.activation}({y} [+ identity])"
         return f"{self.activation}({y}) [+ identity]"
+
+
+def _check_channel_norm(
+    eps: float | None, groups: int, out_channels: int, activation: str | None
+) -> None:
+    """``Conv2d``'s check of ``channel_norm_eps``: a ValueError naming the limit."""
+    if eps is None:
+        return
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps < math.inf:
+        raise ValueError(f"channel_norm_eps must be None or a finite float >= 0, got {eps!r}")
+    if groups == 1:
+        raise ValueError("channel_norm_eps: only a grouped Conv2d (groups > 1) normalizes")
+    if activation is not None:
+        raise ValueError(f"channel_norm_eps takes no activation, got {activation!r}")
+    if out_channels > MAX_NORM_CHANNELS:
+        raise ValueError(
+            f"channel_norm_eps: out_channels={out_channels}; at most {MAX_NORM_CHANNELS}"
+        )
 
 
 def _reset_amax(out_amax: torch.Tensor | None, device: torch.device, reset: bool) -> None:

@@ -19,6 +19,11 @@ conv and fuses as one (``Conv2d.from_linear``): with the activation after it, or
 value is permuted back to NCHW, with a multiply by a per-channel parameter (ConvNeXt's layer
 scale, folded into the epilogue's scale and bias) and a residual add. Other Linears stay torch.
 
+A grouped conv without activation or add whose value goes to NHWC, through a ``LayerNorm``
+over its channels, into Linears alone (ConvNeXt's depthwise conv -> LayerNorm -> Linear)
+normalizes its output in its kernel (``Conv2d.normalize_channels``); the LayerNorm's weight and
+bias fold (in float32) into those Linears' weights and biases, and the LayerNorm goes.
+
 Grouped and depthwise convs fuse the same way, on the grouped kernel (within
 ``cute_conv.grouped_limits``) or on cuDNN's grouped conv (``cute_conv.nn.Conv2d`` chooses per
 call). Convs the kernels cannot run (float32, non-zero padding
@@ -236,6 +241,9 @@ class _Rewriter:
                 self._extend(chain, pattern, node, "add")
         order = "before_activation" if before else "after_activation"
         fused = Conv2d.from_torch(conv, bn, activation, residual_order=order)
+        if conv.groups != 1 and activation is None and identity is None and node is not None:
+            if self._fold_channel_norm(node, chain[-1], fused):
+                pattern.append("layer_norm")
         self._replace(chain, pattern, fused, conv_node.args[0], identity, stopped)
 
     def _replace(
@@ -308,6 +316,37 @@ class _Rewriter:
         for unused in (x, None if scale is None else scale[0]):
             if unused is not None and not unused.users:
                 graph.erase_node(unused)
+
+    def _fold_channel_norm(self, node: fx.Node, value: fx.Node, fused: Conv2d) -> bool:
+        """Where ``node`` permutes ``value`` to NHWC and a ``LayerNorm`` over its channels alone
+        reads that, and the LayerNorm's readers are all Linears called there alone: fold the
+        LayerNorm's affine into the Linears, drop it, let ``fused`` normalize, return True
+        (False where the pattern does not hold: nothing changed)."""
+        norm_node = self._sole_user(node) if _permute_dims(node, value) == _TO_NHWC else None
+        if norm_node is None or norm_node.op != "call_module" or len(norm_node.args) != 1:
+            return False
+        norm = self.modules[norm_node.target]
+        if type(norm) is not nn.LayerNorm or tuple(norm.normalized_shape) != (fused.out_channels,):
+            return False
+        readers = list(norm_node.users)
+        linears = [self.modules[r.target] if r.op == "call_module" else None for r in readers]
+        if not readers or not all(
+            type(linear) is nn.Linear and self.calls[reader.target] == 1
+            and reader.args == (norm_node,) and not reader.kwargs
+            for reader, linear in zip(readers, linears, strict=True)
+        ):  # fmt: skip
+            return False
+        try:
+            fused.normalize_channels(float(norm.eps))
+        except ValueError:
+            return False
+        for reader, linear in zip(readers, linears, strict=True):
+            folded = _linear_after_norm(linear, norm)
+            self.gm.add_submodule(reader.target, folded)
+            self.modules[reader.target] = folded
+        norm_node.replace_all_uses_with(node)
+        self.gm.graph.erase_node(norm_node)
+        return True
 
     def _is_nhwc(self, node: fx.Node) -> bool:
         """Whether ``node`` is an NHWC tensor by the graph: a permute of NCHW to NHWC, past
@@ -481,6 +520,26 @@ def _is_eval_identity(node: fx.Node, value: fx.Node, modules: dict[str, nn.Modul
     args = node.args
     training = args[position] if len(args) > position else node.kwargs.get("training", True)
     return training is False
+
+
+def _linear_after_norm(linear: nn.Linear, norm: nn.LayerNorm) -> nn.Linear:
+    """A copy of ``linear`` that computes ``linear(norm.weight * y + norm.bias)`` from ``y``
+    (folded in float32, stored in the Linear's dtype)."""
+    weight = linear.weight.detach().float()
+    bias = torch.zeros(linear.out_features, device=weight.device)
+    if linear.bias is not None:
+        bias = linear.bias.detach().float()
+    if norm.bias is not None:
+        bias = bias + weight @ norm.bias.detach().float()
+    if norm.weight is not None:
+        weight = weight * norm.weight.detach().float()
+    folded = copy.deepcopy(linear)
+    with torch.no_grad():
+        folded.weight.copy_(weight)
+        if folded.bias is None:
+            folded.bias = nn.Parameter(bias.to(linear.weight.dtype))
+        folded.bias.copy_(bias)
+    return folded
 
 
 def _describe(node: fx.Node) -> str:

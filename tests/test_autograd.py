@@ -188,9 +188,12 @@ def reference_forward_on_cpu():
             out_amax.copy_(torch.maximum(out_amax, y.abs().max()))
 
     def grouped(x, staged, source, bias, scale, groups, stride, padding, dilation, alpha, beta,
-                order, act):  # fmt: skip
-        return run(x, staged.permute(3, 0, 1, 2), source, bias, scale, stride, padding,
-                   dilation, alpha, beta, order, act, None, groups)  # fmt: skip
+                order, act, pixels=None, channel_norm_eps=None):  # fmt: skip
+        y = run(x, staged.permute(3, 0, 1, 2), source, bias, scale, stride, padding, dilation,
+                alpha, beta, order, act, torch.promote_types(x.dtype, torch.float32), groups)  # fmt: skip
+        if channel_norm_eps is not None:
+            y = F.layer_norm(y, y.shape[-1:], eps=channel_norm_eps)
+        return y.to(x.dtype)
 
     # A scoped registration (torch's own tests use it): it is undone on exit.
     with torch.library._scoped_library("cute_conv", "IMPL") as lib:

@@ -82,17 +82,29 @@ def _call_inputs(n=2, h=9, w=8, c=48, k=48, groups=2, r=3):
         (dict(cpu=True), ValueError, "activation is on cpu; cute_conv runs on CUDA tensors"),
         (dict(pixels=2.0), TypeError, "pixels must be an int or None, got float"),
         (dict(pixels=9), ValueError, r"pixels must be in 1 \.\. 8, got 9"),
+        (dict(channel_norm_eps="1e-6"), TypeError, "channel_norm_eps must be a float or None"),
+        (dict(channel_norm_eps=True), TypeError, "channel_norm_eps must be a float or None"),
+        (dict(channel_norm_eps=-1e-6), ValueError, "channel_norm_eps must be a finite float >= 0"),
+        (dict(channel_norm_eps=float("nan")), ValueError, "finite float >= 0, got nan"),
+        (dict(channel_norm_eps=1e-6, activation="relu"), ValueError,
+         "pass no activation and no source"),
+        (dict(channel_norm_eps=1e-6, source_shape=(2, 9, 8, 48)), ValueError,
+         "pass no activation and no source"),
+        (dict(channel_norm_eps=1e-6, k=2056, groups=257), ValueError,
+         "K=2056 output channels; the kernel normalizes at most 2048"),
     ],
 )
 def test_bad_calls_are_refused_before_anything_is_written(change, error, match):
     groups = change.get("groups", 2)
     x, flt = _call_inputs(h=change.get("h", 9))
+    if "k" in change:  # a wide depthwise-like conv: 2 input channels per group
+        x, flt = _call_inputs(c=change["k"], k=change["k"], groups=groups)
     if "x_dtype" in change:
         x = x.to(change["x_dtype"])
     if "filter_c" in change:
         flt = torch.randn(48, 3, 3, change["filter_c"], dtype=BF16)
     kwargs = dict(groups=groups, padding=change.get("padding", 1), stride=change.get("stride", 1))
-    for name in ("activation", "pixels"):
+    for name in ("activation", "pixels", "channel_norm_eps"):
         if name in change:
             kwargs[name] = change[name]
     if "bias_len" in change:
@@ -145,6 +157,27 @@ def test_the_kernel_compiles_to_vector_loads_and_a_store_per_pixel(arch, config,
     assert products >= 8 * config.group_in * config.pixels
 
 
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+@pytest.mark.parametrize(
+    "config",
+    [GroupedDirectConfig(1, 1, pixels=4, window=7, channel_norm_eps=1e-6),
+     GroupedDirectConfig(24, 24, pixels=2, channel_norm_eps=1e-5)],
+    ids=["depthwise-window", "g24"],
+)  # fmt: skip
+def test_the_channel_norm_reduces_in_shared_memory(arch, config):
+    """Per pixel two float32 atomic adds into shared memory (the sum, then the squared
+    deviations), each pass behind a CTA barrier, an rsqrt, and the pixel's one 16-byte store."""
+    spec = EpilogueSpec(has_bias=True, vector_dtype="bfloat16")
+    kernel = cute_conv.compile_kernel(arch, config=config, epilogue=spec)
+    ptx = kernel.ptx
+    assert kernel.smem_bytes == 2 * config.pixels * 128 * 4
+    assert len(re.findall(r"atom\.shared\.cta\.add\.f32", ptx)) == 2 * config.pixels
+    assert len(re.findall(r"\bbar(?:rier)?\.sync", ptx)) == 3  # the zeroing, then one per pass
+    assert len(re.findall(r"rsqrt\.approx", ptx)) == config.pixels
+    stores = re.findall(r"st\.global(?:\.\w+)*?\.v(\d)\.[a-z]+(\d+)", ptx)
+    assert [int(lanes) * int(bits) // 8 for lanes, bits in stores] == [16] * config.pixels
+
+
 def test_the_kernel_refuses_what_its_epilogue_does_not_run():
     spec = EpilogueSpec(has_amax=True)
     with pytest.raises(ValueError, match="no amax, source scale or epilogue_fn"):
@@ -153,6 +186,12 @@ def test_the_kernel_refuses_what_its_epilogue_does_not_run():
         cute_conv.compile_kernel(
             "sm_90a", act_dtype="float8_e4m3fn", config=GroupedDirectConfig(1, 1)
         )
+    normalizing = GroupedDirectConfig(1, 1, channel_norm_eps=1e-6)
+    with pytest.raises(ValueError, match="no activation or residual with channel_norm_eps"):
+        cute_conv.compile_kernel("sm_90a", config=normalizing,
+                                 epilogue=EpilogueSpec(activation="relu"))  # fmt: skip
+    with pytest.raises(ValueError, match="channel_norm_eps must be None or a finite float"):
+        GroupedDirectConfig(1, 1, channel_norm_eps=-1.0)
 
 
 def test_the_op_traces_to_the_output_shape_and_dtype():
@@ -210,6 +249,77 @@ def test_gradients_are_torch_grouped_conv_s(shape, order):
         grads.append([leaf.grad for leaf in leaves])
     for name, got, want in zip(("x", "filter", "bias", "scale", "source"), *grads, strict=True):
         torch.testing.assert_close(got, want, msg=name)
+
+
+@pytest.mark.parametrize("shape", [(48, 48, 2), (16, 16, 16)], ids=["g24", "depthwise"])
+def test_channel_norm_gradients_are_torch_layer_norm_s(shape):
+    """With ``channel_norm_eps``, through the op's autograd, against torch's autograd of the
+    grouped conv followed by ``F.layer_norm`` over the channels."""
+    c, k, groups = shape
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 7, 6, c, dtype=torch.float64, generator=gen)
+    flt = torch.randn(k, 3, 3, c // groups, dtype=torch.float64, generator=gen) / 4
+    bias = torch.randn(k, dtype=torch.float64, generator=gen)
+    scale = torch.rand(k, dtype=torch.float64, generator=gen) + 0.5
+    grad_out = torch.randn(2, 7, 6, k, dtype=torch.float64, generator=gen)
+
+    def ours(x, flt, bias, scale):
+        return grouped_conv2d(x, stage_filter(flt), filter_layout="rsck", groups=groups,
+                              padding=1, bias=bias, scale=scale, alpha=0.75,
+                              channel_norm_eps=1e-5)  # fmt: skip
+
+    def torchs(x, flt, bias, scale):
+        z = F.conv2d(x.permute(0, 3, 1, 2), flt.permute(0, 3, 1, 2), padding=1, groups=groups)
+        z = z.permute(0, 2, 3, 1) * 0.75 * scale + bias
+        return F.layer_norm(z, (k,), eps=1e-5)
+
+    grads = []
+    for fn in (ours, torchs):
+        leaves = [t.clone().requires_grad_() for t in (x, flt, bias, scale)]
+        with reference_forward_on_cpu():
+            out = fn(*leaves)
+        out.backward(grad_out)
+        grads.append([leaf.grad for leaf in leaves])
+    for name, got, want in zip(("x", "filter", "bias", "scale"), *grads, strict=True):
+        torch.testing.assert_close(got, want, msg=name)
+
+
+@pytest.mark.parametrize("batch, size, kernel", [(2, 16, True), (32, 64, False)],
+                         ids=["kernel", "cudnn"])  # fmt: skip
+def test_module_normalizes_channels_on_either_path(kernel_calls, batch, size, kernel):  # noqa: F811
+    """``Conv2d(channel_norm_eps=...)``: the kernel's call (its float32 reference here), or
+    past the rule cuDNN's conv and torch's layer norm: the same function."""
+    torch.manual_seed(7)
+    conv = nn.Conv2d(96, 96, 7, padding=3, groups=96).to(BF16)
+    module = cute_conv.nn.Conv2d.from_torch(conv).eval()
+    module.normalize_channels(1e-6)
+    assert "channel_norm(conv + bias, eps=1e-06)" in repr(module)
+    x = torch.randn(batch, 96, size, size).to(BF16).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        y = module(x)
+        with pytest.raises(ValueError, match="takes no identity"):
+            module(x, torch.zeros_like(y))
+    assert len(kernel_calls) == int(kernel)
+    z = conv.float()(x.float()).permute(0, 2, 3, 1)
+    expected = F.layer_norm(z, (96,), eps=1e-6).permute(0, 3, 1, 2)
+    check = compare_to_reference(y, expected)
+    assert check.ok, str(check)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(groups=1), "only a grouped Conv2d"),
+        (dict(activation="relu"), "takes no activation, got 'relu'"),
+        (dict(channel_norm_eps=-1.0), "finite float >= 0, got -1.0"),
+        (dict(channel_norm_eps="x"), "finite float >= 0, got 'x'"),
+        (dict(in_channels=4096, out_channels=4096, groups=4096), "out_channels=4096; at most 2048"),
+    ],
+)
+def test_module_channel_norm_names_the_limit(kwargs, match):
+    args = dict(in_channels=64, out_channels=64, kernel_size=3, groups=64, channel_norm_eps=1e-6)
+    with pytest.raises(ValueError, match=match):
+        cute_conv.nn.Conv2d(**(args | kwargs), device="meta")
 
 
 def test_module_from_torch_runs_the_grouped_path(kernel_calls):  # noqa: F811
@@ -328,7 +438,8 @@ def test_a_call_runs_the_rules_pixels_unless_it_names_them():
 
     def config(pixels):
         return grouped._validate(x, staged, None, None, None, 2, (1, 1), ((1, 1), (1, 1)),
-                                 (1, 1), 1.0, 0.0, "after_activation", None, pixels, None)[1]  # fmt: skip
+                                 (1, 1), 1.0, 0.0, "after_activation", None, pixels, None,
+                                 None)[1]  # fmt: skip
 
     assert config(None).pixels == FITTED_PIXELS.grouped_pixels
     assert config(3) == GroupedDirectConfig(24, 24, pixels=3)
@@ -485,10 +596,10 @@ def test_a_call_is_planned_once_per_metadata(monkeypatch):
     staged = stage_filter(flt)
     geometry = (2, (1, 1), ((1, 1), (1, 1)), (1, 1), 1.0, 0.0, "after_activation", "relu")
 
-    def plan(x=x, alpha=1.0, activation="relu", pixels=None):
+    def plan(x=x, alpha=1.0, activation="relu", pixels=None, eps=None):
         groups, stride, padding, dilation, _, beta, order, _ = geometry
         return grouped._plan(x, staged, None, None, None, groups, stride, padding, dilation,
-                             alpha, beta, order, activation, pixels, None)  # fmt: skip
+                             alpha, beta, order, activation, pixels, eps, None)  # fmt: skip
 
     assert plan() == plan() == 1
     assert plan(x=x.clone()) == 1  # other data, same metadata
@@ -496,7 +607,8 @@ def test_a_call_is_planned_once_per_metadata(monkeypatch):
     assert plan(alpha=-1.0) == 3 and plan(activation="silu") == 4
     assert plan(pixels=2) == 5 and plan(pixels=2) == 5
     assert plan(activation={"relu"}) == 6 and plan(activation={"relu"}) == 7  # not memoized
-    assert len(made) == 7
+    assert plan(activation=None, eps=1e-6) == 8 and plan(activation=None, eps=1e-5) == 9
+    assert len(made) == 9
 
 
 def test_the_depthwise_example_compiles_without_a_gpu(capsys):
@@ -528,8 +640,8 @@ def test_out_partly_over_the_source_or_over_x_is_refused(monkeypatch):
     shifted = buffer[64:].view(2, 9, 8, 48)  # 128 bytes on: aligned, overlapping
     with pytest.raises(ValueError, match="partly the source"):
         grouped._run(x, staged, source, None, None, 2, (1, 1), ((1, 1), (1, 1)), (1, 1), 1.0,
-                     1.0, "after_activation", None, None, shifted)  # fmt: skip
+                     1.0, "after_activation", None, None, None, shifted)  # fmt: skip
     plan.has_residual = False
     with pytest.raises(ValueError, match="out overlaps activation"):
         grouped._run(x, staged, None, None, None, 2, (1, 1), ((1, 1), (1, 1)), (1, 1), 1.0,
-                     0.0, "after_activation", None, None, x[:, :, :, :48])  # fmt: skip
+                     0.0, "after_activation", None, None, None, x[:, :, :, :48])  # fmt: skip

@@ -67,6 +67,9 @@ def run_grouped(n, h, w, c, k, groups, r, geom, *, dtype=BF16, out_dtype=None, s
             out = source
         residual = epi["beta"] * source.float()
         kwargs.update(source=source, beta=epi["beta"], residual_order=order)
+    if epi.get("channel_norm_eps") is not None:
+        kwargs["channel_norm_eps"] = eps = epi["channel_norm_eps"]
+        expected = F.layer_norm(expected, expected.shape[-1:], eps=eps)
     if source is not None and order == "before_activation":
         expected = TORCH_ACTIVATIONS[activation](expected + residual)
     else:
@@ -95,6 +98,24 @@ def test_grouped_shapes_with_several_pixels_per_thread(problem, pixels):
 @pytest.mark.parametrize("problem", ["dw5x5-s2", "g4"])
 def test_grouped_residual_with_several_pixels_per_thread(problem):
     run_grouped(*PROBLEMS[problem], beta=0.5, bias=True, activation="silu", pixels=4)
+
+
+@pytest.mark.parametrize("pixels", [1, 3, 8])
+@pytest.mark.parametrize(
+    "problem",
+    [
+        *PROBLEMS.values(),
+        (2, 9, 13, 8, 8, 8, 3, dict(padding=1)),  # one thread a pixel: 128 pixels per CTA
+        (1, 7, 7, 2048, 2048, 2048, 7, dict(padding=3)),  # 256 threads a pixel
+        (3, 10, 10, 88, 88, 88, 7, dict(padding=3)),  # 11 threads a pixel, 12 pixels a CTA
+    ],
+    ids=[*PROBLEMS.keys(), "dw-k8", "dw7x7-k2048", "dw7x7-k88"],
+)
+def test_grouped_channel_norm(problem, pixels):
+    """Each output pixel normalized over its channels (a LayerNorm without affine), on
+    whole rows and on the row tails that leave a thread's last pixels out."""
+    run_grouped(*problem, bias=True, scale=True, alpha=0.5, pixels=pixels,
+                channel_norm_eps=1e-6)  # fmt: skip
 
 
 @pytest.mark.parametrize("activation", [a for a in TORCH_ACTIVATIONS if a])

@@ -58,12 +58,14 @@ def _reference_grouped(x, staged, source=None, *, groups, **kwargs):
         x, staged, source, *args, groups, normalize_pair("stride", geom["stride"]),
         normalize_padding(geom["padding"]), normalize_pair("dilation", geom["dilation"]),
         kwargs["alpha"], kwargs["beta"], kwargs["residual_order"], kwargs.get("activation"),
-        kwargs.get("pixels"), None,
+        kwargs.get("pixels"), kwargs.get("channel_norm_eps"), None,
     )  # fmt: skip
     flt = staged.permute(3, 0, 1, 2).float()
     y = reference(x.float(), flt, {**geom, "groups": groups}, source=source, bias=args[0],
                   scale=args[1], beta=kwargs["beta"], order=kwargs["residual_order"],
                   activation=kwargs.get("activation"), alpha=kwargs["alpha"])  # fmt: skip
+    if kwargs.get("channel_norm_eps") is not None:
+        y = F.layer_norm(y, y.shape[-1:], eps=kwargs["channel_norm_eps"])
     return y.to(x.dtype)
 
 

@@ -515,7 +515,9 @@ def test_convnext_fuses_its_pointwise_linears():
     (NCHW again); the classifier's Linear, on a flattened tensor, stays torch's."""
     gm = cute_conv.optimize(convnext_tiny())
     report = gm.cute_conv_report
-    assert report.counts() == {"conv": 22, "linear+gelu": 18, "linear+permute+mul+add": 18}
+    assert report.counts() == {
+        "conv": 4, "conv+layer_norm": 18, "linear+gelu": 18, "linear+permute+mul+add": 18
+    }
     assert not report.left and module_types(gm)[nn.Linear] == 1  # the classifier
     second = gm.get_submodule("features.1.0.block.5")
     assert second.activation is None and second.residual_order == "after_activation"
@@ -611,6 +613,50 @@ def test_a_buffer_layer_scale_and_the_residual_fuse(kernel_calls):  # noqa: F811
         out = gm(x)
     assert len(kernel_calls) == 1 and kernel_calls[0][2] is not None  # the residual
     assert ((out.float() - expected).norm() / expected.norm()).item() < 1e-2
+
+
+class NormedDepthwise(nn.Module):
+    """ConvNeXt's depthwise conv -> LayerNorm -> Linear, the LayerNorm's value also returned
+    where ``leak`` (then it cannot go)."""
+
+    def __init__(self, leak: bool = False, affine: bool = True) -> None:
+        super().__init__()
+        self.leak = leak
+        self.dw = nn.Conv2d(16, 16, 7, padding=3, groups=16)
+        self.norm = nn.LayerNorm(16, eps=1e-6, elementwise_affine=affine)
+        self.fc = nn.Linear(16, 32)
+        if affine:
+            with torch.no_grad():
+                self.norm.weight.uniform_(0.5, 1.5)
+                self.norm.bias.normal_(0, 0.5)
+
+    def forward(self, x):
+        y = self.norm(self.dw(x).permute(0, 2, 3, 1))
+        return (self.fc(y), y) if self.leak else self.fc(y)
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_a_layer_norm_after_a_depthwise_conv_runs_in_its_kernel(kernel_calls, affine):  # noqa: F811
+    """The depthwise conv normalizes its channels; the LayerNorm's affine is in the Linear."""
+    torch.manual_seed(10)
+    model = NormedDepthwise(affine=affine).to(BF16).eval()
+    gm = cute_conv.optimize(model)
+    assert gm.cute_conv_report.counts() == {"conv+layer_norm": 1, "linear": 1}
+    assert not any(isinstance(m, nn.LayerNorm) for m in gm.modules())
+    assert gm.dw.channel_norm_eps == 1e-6
+    x = torch.randn(2, 16, 9, 11).to(BF16).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        expected = copy_to(model, torch.float32)(x.float())
+        out = gm(x)
+    assert len(kernel_calls) == 2
+    assert out.shape == expected.shape
+    assert ((out.float() - expected).norm() / expected.norm()).item() < 1e-2
+
+
+def test_a_layer_norm_read_elsewhere_stays():
+    gm = cute_conv.optimize(NormedDepthwise(leak=True).to(BF16).eval())
+    assert gm.cute_conv_report.counts() == {"conv": 1, "linear": 1}
+    assert isinstance(gm.norm, nn.LayerNorm) and gm.dw.channel_norm_eps is None
 
 
 def test_float32_linears_stay_torch():

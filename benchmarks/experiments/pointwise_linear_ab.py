@@ -78,28 +78,32 @@ def measure(channels: int, size: int, batch: int, rounds: int) -> dict:
             "graph_us": graph_us}  # fmt: skip
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_stages(description: str, measure_row, methods: tuple[str, ...]) -> None:
+    """The command line of an A/B over ConvNeXt-T's stages: ``measure_row(channels, size,
+    batch, rounds)`` per stage and batch, each row printed and saved as it comes, and the
+    per-forward sums (each stage weighed by its blocks)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     result = {"device": torch.cuda.get_device_name(), "rows": []}
     for batch in args.batches:
-        totals = dict.fromkeys(METHODS, 0.0)
+        totals = dict.fromkeys(methods, 0.0)
         for channels, size, blocks in STAGES:
-            row = measure(channels, size, batch, args.rounds)
+            row = measure_row(channels, size, batch, args.rounds)
             result["rows"].append({**row, "blocks": blocks})
-            for name in METHODS:
+            for name in methods:
                 totals[name] += row["graph_us"][name] * blocks
             bad = [n for n, c in row["checks"].items() if not c["ok"]]
+            fused = f"; fused {row['fused']}" if "fused" in row else ""
             print(f"batch {batch} C={channels} {size}x{size}: "
-                  + ", ".join(f"{n} {row['graph_us'][n]:.1f} us" for n in METHODS)
-                  + f"; fused {row['fused']}; out of tolerance: {bad}", flush=True)  # fmt: skip
+                  + ", ".join(f"{n} {row['graph_us'][n]:.1f} us" for n in methods)
+                  + f"{fused}; out of tolerance: {bad}", flush=True)  # fmt: skip
             args.out.write_text(json.dumps(result, indent=1))
         print(f"batch {batch} per forward (18 blocks): "
               + ", ".join(f"{n} {us:.1f} us" for n, us in totals.items()), flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":
-    main()
+    run_stages(__doc__.splitlines()[0], measure, METHODS)

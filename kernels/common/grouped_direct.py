@@ -26,13 +26,22 @@ the price of fewer threads. Two forms, chosen at compile time by the config:
   channels at a time, and for each input channel one filter vector (its ``VECTOR`` output
   channels), and multiplies each pixel's input into all of them.
 
+With ``channel_norm_eps`` (a LayerNorm over the channels without its affine, which the caller
+folds into the next layer: ConvNeXt's depthwise conv -> LayerNorm -> Linear), each output pixel
+is normalized over its K channels before the store: ``(z - mean) * rsqrt(var + eps)``, ``z``
+the epilogue's value. A pixel's channels are ``K / VECTOR`` adjacent threads, so a CTA then
+holds whole pixel groups (``ceil(THREADS / vectors)`` of them); their sums meet in shared
+memory (one float32 atomic add per thread and pixel, mean first, then the squared deviations
+from it: two passes over registers, no cancellation).
+
 The filter is staged ``[R, S, C / groups, K]`` (``stage_filter`` on the host: the KRSC filter
 permuted) so that a tap's and input channel's weights of adjacent output channels are
-contiguous. No shared memory: neighbouring pixels' re-reads of an input pixel and every
+contiguous. No shared memory (but the norm's sums): neighbouring pixels' re-reads of an input pixel and every
 thread's re-reads of the filter hit L1/L2. Launched with programmatic dependent launch; it
 waits for the previous grid before its first load.
 """
 
+import warnings
 from dataclasses import dataclass
 from math import gcd
 
@@ -48,6 +57,10 @@ VECTOR = 8  # 16-bit output channels per thread: one 16-byte filter load and sto
 MAX_GROUP_IN = 256  # input channels per group: the grouped form unrolls its loop over them
 MAX_PIXELS = 8  # output pixels per thread: each holds VECTOR float32 sums in registers
 MAX_WINDOW = 7  # filter width of the depthwise row window: its columns sit in registers
+# Output channels a normalized pixel may have: its K / VECTOR threads are one CTA (at most
+# 256 threads, so that the window form's registers fit).
+MAX_NORM_CHANNELS = 2048
+NORM_GROUPS = THREADS  # pixel groups per CTA at most (one thread each at K = VECTOR)
 
 
 @dataclass(frozen=True)
@@ -62,12 +75,15 @@ class GroupedDirectConfig:
         window: depthwise only: the filter width ``S`` compiled into the row window form
             (1 .. ``MAX_WINDOW``; the conv's stride and dilation along the row must be 1),
             or 0: the taps walked at run time.
+        channel_norm_eps: None, or each output pixel normalized over its channels with this
+            epsilon (see the module docstring): a finite float >= 0.
     """
 
     group_in: int
     group_out: int
     pixels: int = 1
     window: int = 0
+    channel_norm_eps: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("group_in", "group_out", "pixels", "window"):
@@ -94,6 +110,14 @@ class GroupedDirectConfig:
         if self.window > MAX_WINDOW:
             raise ValueError(
                 f"GroupedDirectConfig.window={self.window}: at most {MAX_WINDOW} filter columns"
+            )
+        eps = self.channel_norm_eps
+        if eps is not None and (
+            isinstance(eps, bool) or not isinstance(eps, float) or not 0.0 <= eps < float("inf")
+        ):
+            raise ValueError(
+                f"GroupedDirectConfig.channel_norm_eps must be None or a finite float >= 0, "
+                f"got {eps!r}"
             )
         if self.window and not self.depthwise:
             raise ValueError(
@@ -131,6 +155,12 @@ class GroupedDirectConv(ConvKernelEntry):
                 "GroupedDirectConv's epilogue takes scale, bias, an activation and a residual "
                 "only (no amax, source scale or epilogue_fn)"
             )
+        self.norm_eps = self.config.channel_norm_eps
+        if self.norm_eps is not None and (spec.activation is not None or spec.has_residual):
+            raise ValueError(
+                "GroupedDirectConv normalizes the channels of alpha * conv * scale + bias only "
+                "(no activation or residual with channel_norm_eps)"
+            )
         self.group_in = self.config.group_in
         self.group_out = self.config.group_out
         self.depthwise = self.config.depthwise
@@ -139,7 +169,8 @@ class GroupedDirectConv(ConvKernelEntry):
         self.window = self.config.window
 
     def smem_bytes(self) -> int:
-        return 0
+        """Shared memory: the norm's per-pixel sums, else none."""
+        return 0 if self.norm_eps is None else 2 * self.pixels * NORM_GROUPS * 4
 
     @cute.jit
     def launch(self, params: ConvLaunchParams, stream):
@@ -173,12 +204,19 @@ class GroupedDirectConv(ConvKernelEntry):
         m_bias = cute.make_tensor(ptrs.bias, vec_layout)
         m_scale = cute.make_tensor(ptrs.scale, vec_layout)
         threads = cutlass.Int64(vectors) * row_blocks
-        self.kernel(m_x, m_f, m_d, m_c, m_bias, m_scale, geo, params.alpha, params.beta).launch(
-            grid=(cutlass.Int32((threads + THREADS - 1) // THREADS), 1, 1),
-            block=[THREADS, 1, 1],
-            stream=stream,
-            use_pdl=True,
-        )
+        cta_threads = THREADS
+        if cutlass.const_expr(self.norm_eps is not None):
+            # Whole pixel groups per CTA: each pixel's channels are reduced within it. (A
+            # block size known at run time only: the DSL says it cannot state it in the PTX.)
+            cta_threads = vectors * ((THREADS + vectors - 1) // vectors)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Dynamic variable in block size")
+            self.kernel(m_x, m_f, m_d, m_c, m_bias, m_scale, geo, params.alpha, params.beta).launch(
+                grid=(cutlass.Int32((threads + cta_threads - 1) // cta_threads), 1, 1),
+                block=[cta_threads, 1, 1],
+                stream=stream,
+                use_pdl=True,
+            )
 
     @cute.kernel
     def kernel(
@@ -195,19 +233,24 @@ class GroupedDirectConv(ConvKernelEntry):
     ):
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
+        cta_threads, _, _ = cute.arch.block_dim()
         pixels = self.pixels
         vectors = cute.size(m_d, mode=[1])
         q_blocks = (geo.q + pixels - 1) // pixels
-        thread = cutlass.Int64(bidx) * THREADS + tidx
+        thread = cutlass.Int64(bidx) * cta_threads + tidx
         v = cutlass.Int32(thread % vectors)
         block = thread // vectors  # (q block, p, n), q block fastest
+        q0 = cutlass.Int32(block % q_blocks) * pixels
+        p = cutlass.Int32((block // q_blocks) % geo.p)
+        n = cutlass.Int32(block // (q_blocks * geo.p))
+        in_range = block < cutlass.Int64(geo.n) * geo.p * q_blocks
+        sums = None
+        if cutlass.const_expr(self.norm_eps is not None):
+            sums = self.zeroed_norm_sums(tidx // vectors, v)
         wait_for_previous_grid()
-        if block < cutlass.Int64(geo.n) * geo.p * q_blocks:
-            q0 = cutlass.Int32(block % q_blocks) * pixels
-            p = cutlass.Int32((block // q_blocks) % geo.p)
-            n = cutlass.Int32(block // (q_blocks * geo.p))
-            acc = cute.make_rmem_tensor((VECTOR, pixels), cutlass.Float32)
-            acc.fill(0.0)
+        acc = cute.make_rmem_tensor((VECTOR, pixels), cutlass.Float32)
+        acc.fill(0.0)
+        if in_range:
             for r in cutlass.range(geo.r):
                 ih = p * geo.stride_h - geo.pad_top + r * geo.dil_h
                 if ih >= 0 and ih < geo.h:
@@ -220,7 +263,12 @@ class GroupedDirectConv(ConvKernelEntry):
                                 self.depthwise_tap(acc, m_x, m_f, geo, v, iw0, ih, n, s, r)
                             else:
                                 self.grouped_tap(acc, m_x, m_f, geo, v, iw0, ih, n, s, r)
-            row0 = (cutlass.Int64(n) * geo.p + p) * geo.q + q0
+        row0 = (cutlass.Int64(n) * geo.p + p) * geo.q + q0
+        if cutlass.const_expr(self.norm_eps is not None):
+            # Every thread reaches the norm's barriers, in range or not.
+            self.normalized_store(acc, sums, tidx // vectors, in_range, q0, v, row0, m_d,
+                                  m_bias, m_scale, geo, alpha)  # fmt: skip
+        elif in_range:
             for j in cutlass.range_constexpr(pixels):
                 if q0 + j < geo.q:
                     self.store(acc[(None, j)], v, row0 + j, m_d, m_c, m_bias, m_scale, alpha, beta)
@@ -284,6 +332,63 @@ class GroupedDirectConv(ConvKernelEntry):
                 for j in cutlass.range_constexpr(self.pixels):
                     sums = acc[(None, j)]
                     sums.store(sums.load() + weights * x_vecs[(i, j)].to(cutlass.Float32))
+
+    @cute.jit
+    def zeroed_norm_sums(self, group, v) -> cute.Tensor:
+        """The norm's shared sums ``(pass, pixel, group)``, the thread's group's zeroed by its
+        first thread, behind a barrier."""
+        smem = cutlass.memory.SmemAllocator()
+        sums = smem.allocate_tensor(
+            cutlass.Float32, cute.make_layout((2, self.pixels, NORM_GROUPS)), byte_alignment=16
+        )
+        if v == 0:
+            for i in cutlass.range_constexpr(2):
+                for j in cutlass.range_constexpr(self.pixels):
+                    sums[(i, j, group)] = cutlass.Float32(0.0)
+        cute.arch.barrier()
+        return sums
+
+    @cute.jit
+    def normalized_store(self, acc, sums, group, in_range, q0, v, row0, m_d, m_bias, m_scale,
+                         geo, alpha):  # fmt: skip
+        """The epilogue's value of each pixel normalized over its K channels: the group's
+        threads add their channels' sums into ``sums``, then their squared deviations from
+        the mean; each stores its vector of ``(z - mean) * rsqrt(var + eps)``."""
+        spec = self.epilogue
+        bias = scale = None
+        if cutlass.const_expr(spec.has_bias):
+            bias = self._load_vector(m_bias[(None, v)])
+        if cutlass.const_expr(spec.has_scale):
+            scale = self._load_vector(m_scale[(None, v)])
+        inv_k = 1.0 / cutlass.Float32(geo.k)
+        values = [apply_epilogue(spec, acc[(None, j)].load(), alpha, scale, bias, None)
+                  for j in range(self.pixels)]  # fmt: skip
+        # A pixel past the row's end (or a thread past the grid's) adds nothing, stores nothing.
+        last = cutlass.Int32(0)
+        if in_range:
+            last = cutlass.min(geo.q - q0, self.pixels)
+        for j in cutlass.range_constexpr(self.pixels):
+            if j < last:
+                self._add_shared(sums, 0, j, group, values[j])
+        cute.arch.barrier()
+        centered = [values[j] - sums[(0, j, group)] * inv_k for j in range(self.pixels)]
+        for j in cutlass.range_constexpr(self.pixels):
+            if j < last:
+                self._add_shared(sums, 1, j, group, centered[j] * centered[j])
+        cute.arch.barrier()
+        out = cute.make_rmem_tensor((VECTOR,), self.out_dtype)
+        for j in cutlass.range_constexpr(self.pixels):
+            if j < last:
+                rstd = cute.math.rsqrt(sums[(1, j, group)] * inv_k + self.norm_eps)
+                out.store((centered[j] * rstd).to(self.out_dtype))
+                cute.autovec_copy(out, m_d[(None, v, row0 + j)])
+
+    @cute.jit
+    def _add_shared(self, sums, pass_, j, group, values: cute.TensorSSA):
+        """Add the sum of a thread's ``values`` to ``sums[pass_, j, group]``."""
+        total = values.reduce(cute.ReductionOp.ADD, cutlass.Float32(0.0), 0)
+        offset = cute.crd2idx((pass_, j, group), sums.layout)
+        cute.arch.atomic_add(sums.iterator + offset, total, scope="cta")
 
     @cute.jit
     def store(self, acc, v, row, m_d, m_c, m_bias, m_scale, alpha, beta):
