@@ -165,13 +165,15 @@ def test_the_kernel_compiles_to_vector_loads_and_a_store_per_pixel(arch, config,
     ids=["depthwise-window", "g24"],
 )  # fmt: skip
 def test_the_channel_norm_reduces_in_shared_memory(arch, config):
-    """Per pixel two float32 atomic adds into shared memory (the sum, then the squared
-    deviations), each pass behind a CTA barrier, an rsqrt, and the pixel's one 16-byte store."""
+    """256-thread CTAs; per pixel and pass (the sum, then the squared deviations) five
+    shuffles within a warp and one float32 atomic add into shared memory, each pass behind a
+    CTA barrier; an rsqrt, and the pixel's one 16-byte store."""
     spec = EpilogueSpec(has_bias=True, vector_dtype="bfloat16")
     kernel = cute_conv.compile_kernel(arch, config=config, epilogue=spec)
     ptx = kernel.ptx
-    assert kernel.smem_bytes == 2 * config.pixels * 128 * 4
+    assert kernel.smem_bytes == 2 * config.pixels * 256 * 4 and ".reqntid 256, 1, 1" in ptx
     assert len(re.findall(r"atom\.shared\.cta\.add\.f32", ptx)) == 2 * config.pixels
+    assert len(re.findall(r"shfl\.sync\.down", ptx)) == 10 * config.pixels
     assert len(re.findall(r"\bbar(?:rier)?\.sync", ptx)) == 3  # the zeroing, then one per pass
     assert len(re.findall(r"rsqrt\.approx", ptx)) == config.pixels
     stores = re.findall(r"st\.global(?:\.\w+)*?\.v(\d)\.[a-z]+(\d+)", ptx)

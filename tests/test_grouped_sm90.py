@@ -105,9 +105,9 @@ def test_grouped_residual_with_several_pixels_per_thread(problem):
     "problem",
     [
         *PROBLEMS.values(),
-        (2, 9, 13, 8, 8, 8, 3, dict(padding=1)),  # one thread a pixel: 128 pixels per CTA
+        (2, 9, 13, 8, 8, 8, 3, dict(padding=1)),  # one thread a pixel: 256 pixel groups a CTA
         (1, 7, 7, 2048, 2048, 2048, 7, dict(padding=3)),  # 256 threads a pixel
-        (3, 10, 10, 88, 88, 88, 7, dict(padding=3)),  # 11 threads a pixel, 12 pixels a CTA
+        (3, 10, 10, 88, 88, 88, 7, dict(padding=3)),  # 11 threads a pixel: groups across warps, idle threads
     ],
     ids=[*PROBLEMS.keys(), "dw-k8", "dw7x7-k2048", "dw7x7-k88"],
 )

@@ -30,9 +30,10 @@ With ``channel_norm_eps`` (a LayerNorm over the channels without its affine, whi
 folds into the next layer: ConvNeXt's depthwise conv -> LayerNorm -> Linear), each output pixel
 is normalized over its K channels before the store: ``(z - mean) * rsqrt(var + eps)``, ``z``
 the epilogue's value. A pixel's channels are ``K / VECTOR`` adjacent threads, so a CTA then
-holds whole pixel groups (``ceil(THREADS / vectors)`` of them); their sums meet in shared
-memory (one float32 atomic add per thread and pixel, mean first, then the squared deviations
-from it: two passes over registers, no cancellation).
+holds whole pixel groups: ``NORM_THREADS // vectors`` of them (its last threads idle where
+that does not divide). Each sum is reduced by shuffles within a warp's part of a group, and
+the parts meet in shared memory (one float32 atomic add per part); mean first, then the
+squared deviations from it: two passes over registers, no cancellation.
 
 The filter is staged ``[R, S, C / groups, K]`` (``stage_filter`` on the host: the KRSC filter
 permuted) so that a tap's and input channel's weights of adjacent output channels are
@@ -41,7 +42,6 @@ thread's re-reads of the filter hit L1/L2. Launched with programmatic dependent 
 waits for the previous grid before its first load.
 """
 
-import warnings
 from dataclasses import dataclass
 from math import gcd
 
@@ -59,8 +59,9 @@ MAX_PIXELS = 8  # output pixels per thread: each holds VECTOR float32 sums in re
 MAX_WINDOW = 7  # filter width of the depthwise row window: its columns sit in registers
 # Output channels a normalized pixel may have: its K / VECTOR threads are one CTA (at most
 # 256 threads, so that the window form's registers fit).
-MAX_NORM_CHANNELS = 2048
-NORM_GROUPS = THREADS  # pixel groups per CTA at most (one thread each at K = VECTOR)
+NORM_THREADS = 256
+MAX_NORM_CHANNELS = NORM_THREADS * VECTOR
+WARP = 32
 
 
 @dataclass(frozen=True)
@@ -170,7 +171,7 @@ class GroupedDirectConv(ConvKernelEntry):
 
     def smem_bytes(self) -> int:
         """Shared memory: the norm's per-pixel sums, else none."""
-        return 0 if self.norm_eps is None else 2 * self.pixels * NORM_GROUPS * 4
+        return 0 if self.norm_eps is None else 2 * self.pixels * NORM_THREADS * 4
 
     @cute.jit
     def launch(self, params: ConvLaunchParams, stream):
@@ -203,20 +204,18 @@ class GroupedDirectConv(ConvKernelEntry):
         vec_layout = cute.make_layout((VECTOR, vectors), stride=(1, VECTOR))
         m_bias = cute.make_tensor(ptrs.bias, vec_layout)
         m_scale = cute.make_tensor(ptrs.scale, vec_layout)
-        threads = cutlass.Int64(vectors) * row_blocks
         cta_threads = THREADS
+        ctas = (cutlass.Int64(vectors) * row_blocks + THREADS - 1) // THREADS
         if cutlass.const_expr(self.norm_eps is not None):
-            # Whole pixel groups per CTA: each pixel's channels are reduced within it. (A
-            # block size known at run time only: the DSL says it cannot state it in the PTX.)
-            cta_threads = vectors * ((THREADS + vectors - 1) // vectors)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Dynamic variable in block size")
-            self.kernel(m_x, m_f, m_d, m_c, m_bias, m_scale, geo, params.alpha, params.beta).launch(
-                grid=(cutlass.Int32((threads + cta_threads - 1) // cta_threads), 1, 1),
-                block=[cta_threads, 1, 1],
-                stream=stream,
-                use_pdl=True,
-            )
+            cta_threads = NORM_THREADS  # whole pixel groups per CTA
+            groups = NORM_THREADS // vectors
+            ctas = (cutlass.Int64(row_blocks) + groups - 1) // groups
+        self.kernel(m_x, m_f, m_d, m_c, m_bias, m_scale, geo, params.alpha, params.beta).launch(
+            grid=(cutlass.Int32(ctas), 1, 1),
+            block=[cta_threads, 1, 1],
+            stream=stream,
+            use_pdl=True,
+        )
 
     @cute.kernel
     def kernel(
@@ -233,20 +232,27 @@ class GroupedDirectConv(ConvKernelEntry):
     ):
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
-        cta_threads, _, _ = cute.arch.block_dim()
         pixels = self.pixels
         vectors = cute.size(m_d, mode=[1])
         q_blocks = (geo.q + pixels - 1) // pixels
-        thread = cutlass.Int64(bidx) * cta_threads + tidx
-        v = cutlass.Int32(thread % vectors)
-        block = thread // vectors  # (q block, p, n), q block fastest
+        blocks = cutlass.Int64(geo.n) * geo.p * q_blocks
+        sums = group = None
+        if cutlass.const_expr(self.norm_eps is not None):
+            group = tidx // vectors  # the CTA's pixel group; past the last: idle threads
+            groups = NORM_THREADS // vectors
+            v = tidx % vectors
+            block = cutlass.Int64(bidx) * groups + group
+            if group >= groups:
+                block = blocks
+            sums = self.zeroed_norm_sums(group, v)
+        else:
+            thread = cutlass.Int64(bidx) * THREADS + tidx
+            v = cutlass.Int32(thread % vectors)
+            block = thread // vectors  # (q block, p, n), q block fastest
         q0 = cutlass.Int32(block % q_blocks) * pixels
         p = cutlass.Int32((block // q_blocks) % geo.p)
         n = cutlass.Int32(block // (q_blocks * geo.p))
-        in_range = block < cutlass.Int64(geo.n) * geo.p * q_blocks
-        sums = None
-        if cutlass.const_expr(self.norm_eps is not None):
-            sums = self.zeroed_norm_sums(tidx // vectors, v)
+        in_range = block < blocks
         wait_for_previous_grid()
         acc = cute.make_rmem_tensor((VECTOR, pixels), cutlass.Float32)
         acc.fill(0.0)
@@ -266,8 +272,8 @@ class GroupedDirectConv(ConvKernelEntry):
         row0 = (cutlass.Int64(n) * geo.p + p) * geo.q + q0
         if cutlass.const_expr(self.norm_eps is not None):
             # Every thread reaches the norm's barriers, in range or not.
-            self.normalized_store(acc, sums, tidx // vectors, in_range, q0, v, row0, m_d,
-                                  m_bias, m_scale, geo, alpha)  # fmt: skip
+            self.normalized_store(acc, sums, tidx, group, in_range, q0, v, row0, m_d, m_bias,
+                                  m_scale, geo, alpha)  # fmt: skip
         elif in_range:
             for j in cutlass.range_constexpr(pixels):
                 if q0 + j < geo.q:
@@ -339,7 +345,7 @@ class GroupedDirectConv(ConvKernelEntry):
         first thread, behind a barrier."""
         smem = cutlass.memory.SmemAllocator()
         sums = smem.allocate_tensor(
-            cutlass.Float32, cute.make_layout((2, self.pixels, NORM_GROUPS)), byte_alignment=16
+            cutlass.Float32, cute.make_layout((2, self.pixels, NORM_THREADS)), byte_alignment=16
         )
         if v == 0:
             for i in cutlass.range_constexpr(2):
@@ -349,8 +355,8 @@ class GroupedDirectConv(ConvKernelEntry):
         return sums
 
     @cute.jit
-    def normalized_store(self, acc, sums, group, in_range, q0, v, row0, m_d, m_bias, m_scale,
-                         geo, alpha):  # fmt: skip
+    def normalized_store(self, acc, sums, tidx, group, in_range, q0, v, row0, m_d, m_bias,
+                         m_scale, geo, alpha):  # fmt: skip
         """The epilogue's value of each pixel normalized over its K channels: the group's
         threads add their channels' sums into ``sums``, then their squared deviations from
         the mean; each stores its vector of ``(z - mean) * rsqrt(var + eps)``."""
@@ -367,14 +373,11 @@ class GroupedDirectConv(ConvKernelEntry):
         last = cutlass.Int32(0)
         if in_range:
             last = cutlass.min(geo.q - q0, self.pixels)
-        for j in cutlass.range_constexpr(self.pixels):
-            if j < last:
-                self._add_shared(sums, 0, j, group, values[j])
+        vectors = cute.size(m_d, mode=[1])
+        self._add_group_sums(sums, 0, values, last, tidx, group, v, vectors)
         cute.arch.barrier()
         centered = [values[j] - sums[(0, j, group)] * inv_k for j in range(self.pixels)]
-        for j in cutlass.range_constexpr(self.pixels):
-            if j < last:
-                self._add_shared(sums, 1, j, group, centered[j] * centered[j])
+        self._add_group_sums(sums, 1, [d * d for d in centered], last, tidx, group, v, vectors)
         cute.arch.barrier()
         out = cute.make_rmem_tensor((VECTOR,), self.out_dtype)
         for j in cutlass.range_constexpr(self.pixels):
@@ -384,11 +387,26 @@ class GroupedDirectConv(ConvKernelEntry):
                 cute.autovec_copy(out, m_d[(None, v, row0 + j)])
 
     @cute.jit
-    def _add_shared(self, sums, pass_, j, group, values: cute.TensorSSA):
-        """Add the sum of a thread's ``values`` to ``sums[pass_, j, group]``."""
-        total = values.reduce(cute.ReductionOp.ADD, cutlass.Float32(0.0), 0)
-        offset = cute.crd2idx((pass_, j, group), sums.layout)
-        cute.arch.atomic_add(sums.iterator + offset, total, scope="cta")
+    def _add_group_sums(self, sums, pass_, values, last, tidx, group, v, vectors):
+        """Add each pixel's sum of ``values`` over the group's threads to ``sums[pass_, j,
+        group]`` (pixels from ``last`` on add nothing): the thread's channels summed, then the
+        sums of the group's threads in this warp by shuffles (lane L adds in lane L + o
+        where that is still the group's, o = 1, 2, .., 16), and the first of them (lane 0 or
+        the group's first thread) adds the warp's part with one atomic add."""
+        lane = tidx % WARP
+        last_lane = cutlass.min((group + 1) * vectors - 1 - (tidx - lane), WARP - 1)
+        for j in cutlass.range_constexpr(self.pixels):
+            total = cutlass.Float32(0.0)
+            if j < last:
+                total = values[j].reduce(cute.ReductionOp.ADD, cutlass.Float32(0.0), 0)
+            for i in cutlass.range_constexpr(5):  # every lane takes part in the shuffles
+                other = cute.arch.shuffle_sync_down(total, 1 << i)
+                if lane + (1 << i) <= last_lane:
+                    total = total + other
+            if cutlass.min(lane, v) == 0:
+                if j < last:
+                    offset = cute.crd2idx((pass_, j, group), sums.layout)
+                    cute.arch.atomic_add(sums.iterator + offset, total, scope="cta")
 
     @cute.jit
     def store(self, acc, v, row, m_d, m_c, m_bias, m_scale, alpha, beta):
