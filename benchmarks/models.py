@@ -2,7 +2,7 @@
 
     python benchmarks/models.py [--models resnet18 resnet50 vgg16 regnet_y_1_6gf
                                  mobilenet_v3_large resnet50_fpn resnext50_32x4d
-                                 efficientnet_b0 convnext_tiny]
+                                 efficientnet_b0 convnext_tiny convnext_small]
                                 [--batches 1 8 32 128]
                                 [--json benchmarks/models.json] [--out benchmarks/MODELS.md]
                                 [--chart benchmarks/models.png] [--render]
@@ -67,7 +67,7 @@ HERE = Path(__file__).resolve().parent
 # detector holds it (FrozenBatchNorm2d), at a detector's image size.
 MODELS = (
     "resnet18", "resnet50", "vgg16", "regnet_y_1_6gf", "mobilenet_v3_large", "resnet50_fpn",
-    "resnext50_32x4d", "efficientnet_b0", "convnext_tiny",
+    "resnext50_32x4d", "efficientnet_b0", "convnext_tiny", "convnext_small",
 )  # fmt: skip
 DETECTION_BACKBONE = "resnet50_fpn"
 BATCHES = (1, 8, 32, 128)
