@@ -12,10 +12,16 @@ view (torch eager); ``grouped+ln``: the grouped kernel then ``F.layer_norm`` (wh
 epilogue. Each checked against float32 from a NaN-poisoned output (``compare_to_reference``),
 CUDA-graph replays in interleaved rounds (medians); the per-forward sums weigh each stage by
 its blocks (3, 3, 9, 3).
+
+``CHANNEL_NORM_PIXELS="1 2 3 4"`` adds ``fused@p``: the fused call at each of those output
+pixels per thread (``grouped_conv2d(pixels=)``; ``fused`` takes the rule's), and
+``CHANNEL_NORM_STAGES=base`` times ConvNeXt-B's stage channels (128 .. 1024) instead of
+ConvNeXt-T's.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -26,12 +32,15 @@ from cute_conv.grouped import grouped_conv2d, stage_filter
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import pointwise_linear_ab  # noqa: E402
 from grouped_direct_ab import checks  # noqa: E402
 from models import replayed_us  # noqa: E402
-from pointwise_linear_ab import run_stages  # noqa: E402
 
 EPS = 1e-6  # torchvision ConvNeXt's LayerNorm
-METHODS = ("cudnn+ln", "grouped+ln", "fused")
+PIXELS = tuple(int(p) for p in os.environ.get("CHANNEL_NORM_PIXELS", "").split())
+METHODS = ("cudnn+ln", "grouped+ln", "fused", *(f"fused@{p}" for p in PIXELS))
+# ConvNeXt-B's stages: (channels, map size, blocks)
+BASE_STAGES = ((128, 56, 3), (256, 28, 3), (512, 14, 27), (1024, 7, 3))
 
 
 def layer_norm(y_nhwc: torch.Tensor) -> torch.Tensor:
@@ -48,15 +57,20 @@ def measure(channels: int, size: int, batch: int, rounds: int) -> dict:
                  padding=3, groups=channels)  # fmt: skip
     expected = layer_norm(z.permute(0, 2, 3, 1))
     x_nchw, w_kcrs, staged = x16.permute(0, 3, 1, 2), flt16.permute(0, 3, 1, 2), stage_filter(flt16)
-    out = torch.full_like(expected, float("nan"), dtype=torch.bfloat16)
+    outs = {name: torch.full_like(expected, float("nan"), dtype=torch.bfloat16)
+            for name in METHODS}  # fmt: skip
     common = dict(filter_layout="rsck", groups=channels, padding=3, bias=bias)
     fns = {
         "cudnn+ln": lambda: layer_norm(
             F.conv2d(x_nchw, w_kcrs, bias.bfloat16(), padding=3, groups=channels).permute(0, 2, 3, 1)
         ),
         "grouped+ln": lambda: layer_norm(grouped_conv2d(x16, staged, **common)),
-        "fused": lambda: grouped_conv2d(x16, staged, channel_norm_eps=EPS, out=out, **common),
-    }
+        "fused": lambda: grouped_conv2d(x16, staged, channel_norm_eps=EPS, out=outs["fused"],
+                                        **common),
+        **{f"fused@{p}": lambda p=p: grouped_conv2d(x16, staged, channel_norm_eps=EPS, pixels=p,
+                                                    out=outs[f"fused@{p}"], **common)
+           for p in PIXELS},
+    }  # fmt: skip
     with torch.no_grad():
         checked = checks(fns, expected)
         graph_us = replayed_us(fns, rounds)
@@ -65,4 +79,6 @@ def measure(channels: int, size: int, batch: int, rounds: int) -> dict:
 
 
 if __name__ == "__main__":
-    run_stages(__doc__.splitlines()[0], measure, METHODS)
+    base = os.environ.get("CHANNEL_NORM_STAGES") == "base"
+    pointwise_linear_ab.run_stages(__doc__.splitlines()[0], measure, METHODS,
+                                   BASE_STAGES if base else pointwise_linear_ab.STAGES)  # fmt: skip

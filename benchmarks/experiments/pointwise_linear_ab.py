@@ -78,10 +78,10 @@ def measure(channels: int, size: int, batch: int, rounds: int) -> dict:
             "graph_us": graph_us}  # fmt: skip
 
 
-def run_stages(description: str, measure_row, methods: tuple[str, ...]) -> None:
-    """The command line of an A/B over ConvNeXt-T's stages: ``measure_row(channels, size,
-    batch, rounds)`` per stage and batch, each row printed and saved as it comes, and the
-    per-forward sums (each stage weighed by its blocks)."""
+def run_stages(description: str, measure_row, methods: tuple[str, ...], stages=STAGES) -> None:
+    """The command line of an A/B over a ConvNeXt's ``stages`` (ConvNeXt-T's by default):
+    ``measure_row(channels, size, batch, rounds)`` per stage and batch, each row printed and
+    saved as it comes, and the per-forward sums (each stage weighed by its blocks)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32])
     parser.add_argument("--rounds", type=int, default=5)
@@ -90,7 +90,7 @@ def run_stages(description: str, measure_row, methods: tuple[str, ...]) -> None:
     result = {"device": torch.cuda.get_device_name(), "rows": []}
     for batch in args.batches:
         totals = dict.fromkeys(methods, 0.0)
-        for channels, size, blocks in STAGES:
+        for channels, size, blocks in stages:
             row = measure_row(channels, size, batch, args.rounds)
             result["rows"].append({**row, "blocks": blocks})
             for name in methods:
@@ -101,7 +101,7 @@ def run_stages(description: str, measure_row, methods: tuple[str, ...]) -> None:
                   + ", ".join(f"{n} {row['graph_us'][n]:.1f} us" for n in methods)
                   + f"{fused}; out of tolerance: {bad}", flush=True)  # fmt: skip
             args.out.write_text(json.dumps(result, indent=1))
-        print(f"batch {batch} per forward (18 blocks): "
+        print(f"batch {batch} per forward ({sum(b for *_, b in stages)} blocks): "
               + ", ".join(f"{n} {us:.1f} us" for n, us in totals.items()), flush=True)  # fmt: skip
 
 
