@@ -219,12 +219,8 @@ def test_gradients_are_torch_grouped_conv_s(shape, order):
     every input's gradient matches torch's own autograd of the grouped conv."""
     c, k, groups = shape
     gen = torch.Generator().manual_seed(4)
-    x = torch.randn(2, 7, 6, c, dtype=torch.float64, generator=gen)
-    flt = torch.randn(k, 3, 3, c // groups, dtype=torch.float64, generator=gen) / 4
-    bias = torch.randn(k, dtype=torch.float64, generator=gen)
-    scale = torch.rand(k, dtype=torch.float64, generator=gen) + 0.5
+    *inputs, grad_out = _float64_operands(c, k, groups, (4, 3), gen)
     source = torch.randn(2, 4, 3, k, dtype=torch.float64, generator=gen)
-    grad_out = torch.randn(2, 4, 3, k, dtype=torch.float64, generator=gen)
     geom = dict(stride=2, padding=((1, 2), (1, 0)), dilation=1)
 
     def ours(x, flt, bias, scale, source):
@@ -242,14 +238,32 @@ def test_gradients_are_torch_grouped_conv_s(shape, order):
             return F.silu(z + 0.5 * source)
         return F.silu(z) + 0.5 * source
 
+    _assert_same_gradients(ours, torchs, (*inputs, source), grad_out)
+
+
+def _float64_operands(c, k, groups, out_hw, gen):
+    """A 2x7x6 NHWC ``x``, a 3x3 filter, bias, scale and an output gradient of ``out_hw``
+    pixels, float64."""
+    x = torch.randn(2, 7, 6, c, dtype=torch.float64, generator=gen)
+    flt = torch.randn(k, 3, 3, c // groups, dtype=torch.float64, generator=gen) / 4
+    bias = torch.randn(k, dtype=torch.float64, generator=gen)
+    scale = torch.rand(k, dtype=torch.float64, generator=gen) + 0.5
+    grad_out = torch.randn(2, *out_hw, k, dtype=torch.float64, generator=gen)
+    return x, flt, bias, scale, grad_out
+
+
+def _assert_same_gradients(ours, torchs, inputs, grad_out):
+    """Both functions' gradients of ``inputs`` (x, filter, bias, scale[, source]) for
+    ``grad_out``, ours through the op's autograd with its CPU reference forward."""
     grads = []
     for fn in (ours, torchs):
-        leaves = [t.clone().requires_grad_() for t in (x, flt, bias, scale, source)]
+        leaves = [t.clone().requires_grad_() for t in inputs]
         with reference_forward_on_cpu():
             out = fn(*leaves)
         out.backward(grad_out)
         grads.append([leaf.grad for leaf in leaves])
-    for name, got, want in zip(("x", "filter", "bias", "scale", "source"), *grads, strict=True):
+    names = ("x", "filter", "bias", "scale", "source")[: len(inputs)]
+    for name, got, want in zip(names, *grads, strict=True):
         torch.testing.assert_close(got, want, msg=name)
 
 
@@ -258,12 +272,7 @@ def test_channel_norm_gradients_are_torch_layer_norm_s(shape):
     """With ``channel_norm_eps``, through the op's autograd, against torch's autograd of the
     grouped conv followed by ``F.layer_norm`` over the channels."""
     c, k, groups = shape
-    gen = torch.Generator().manual_seed(5)
-    x = torch.randn(2, 7, 6, c, dtype=torch.float64, generator=gen)
-    flt = torch.randn(k, 3, 3, c // groups, dtype=torch.float64, generator=gen) / 4
-    bias = torch.randn(k, dtype=torch.float64, generator=gen)
-    scale = torch.rand(k, dtype=torch.float64, generator=gen) + 0.5
-    grad_out = torch.randn(2, 7, 6, k, dtype=torch.float64, generator=gen)
+    *inputs, grad_out = _float64_operands(c, k, groups, (7, 6), torch.Generator().manual_seed(5))
 
     def ours(x, flt, bias, scale):
         return grouped_conv2d(x, stage_filter(flt), filter_layout="rsck", groups=groups,
@@ -275,15 +284,7 @@ def test_channel_norm_gradients_are_torch_layer_norm_s(shape):
         z = z.permute(0, 2, 3, 1) * 0.75 * scale + bias
         return F.layer_norm(z, (k,), eps=1e-5)
 
-    grads = []
-    for fn in (ours, torchs):
-        leaves = [t.clone().requires_grad_() for t in (x, flt, bias, scale)]
-        with reference_forward_on_cpu():
-            out = fn(*leaves)
-        out.backward(grad_out)
-        grads.append([leaf.grad for leaf in leaves])
-    for name, got, want in zip(("x", "filter", "bias", "scale"), *grads, strict=True):
-        torch.testing.assert_close(got, want, msg=name)
+    _assert_same_gradients(ours, torchs, inputs, grad_out)
 
 
 @pytest.mark.parametrize("batch, size, kernel", [(2, 16, True), (32, 64, False)],
