@@ -98,10 +98,20 @@ FITTED = GroupedBounds(
 )
 
 
-def runs_grouped_kernel(macs: int, group_in: int, group_out: int, groups: int, taps: int) -> bool:
+def runs_grouped_kernel(
+    macs: int, group_in: int, group_out: int, groups: int, taps: int, *, normalizes: bool = False
+) -> bool:
     """Whether a grouped conv call of ``macs`` multiply-adds, ``groups`` groups of
     ``group_in`` input and ``group_out`` output channels and ``taps`` (``R * S``) filter taps
-    runs faster on the grouped kernel than on cuDNN."""
+    runs faster on the grouped kernel than on cuDNN.
+
+    A call that ``normalizes`` its output over the channels (``channel_norm_eps``) always
+    does: cuDNN's path adds a LayerNorm pass, and on an H200 the kernel beat cuDNN's conv
+    and torch's LayerNorm on every stage of ConvNeXt-T and ConvNeXt-B (7x7 depthwise, C = 96
+    .. 1024) at batch 1 to 128, by 1.2-1.9x where the bounds below send the plain call to
+    cuDNN (``benchmarks/experiments/channel_norm_ab*.json``, session 75)."""
+    if normalizes:
+        return True
     if group_in == group_out == 1:
         return FITTED_DEPTHWISE.takes(macs, taps)
     return FITTED.takes(macs, group_in, groups)

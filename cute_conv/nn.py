@@ -339,7 +339,8 @@ class Conv2d(nn.Module):
         k, r, s, group_in = self.weight.shape
         macs = n * p * q * k * r * s * group_in
         if not self._grouped_kernel_takes or not runs_grouped_kernel(
-            macs, group_in, k // self.groups, self.groups, r * s
+            macs, group_in, k // self.groups, self.groups, r * s,
+            normalizes=self.channel_norm_eps is not None,
         ):
             return self._forward_torch(x, identity)
         staged = self.weight.permute(1, 2, 3, 0)  # the stored layout: no staging, no cache

@@ -287,24 +287,28 @@ def test_channel_norm_gradients_are_torch_layer_norm_s(shape):
     _assert_same_gradients(ours, torchs, inputs, grad_out)
 
 
-@pytest.mark.parametrize("batch, size, kernel", [(2, 16, True), (32, 64, False)],
-                         ids=["kernel", "cudnn"])  # fmt: skip
-def test_module_normalizes_channels_on_either_path(kernel_calls, batch, size, kernel):  # noqa: F811
-    """``Conv2d(channel_norm_eps=...)``: the kernel's call (its float32 reference here), or
-    past the rule cuDNN's conv and torch's layer norm: the same function."""
+@pytest.mark.parametrize(
+    "channels, batch, size, kernel",
+    [(96, 2, 16, True), (96, 32, 64, True), (20, 2, 16, False)],
+    ids=["kernel", "kernel-past-the-plain-bound", "cudnn-out-of-limits"],
+)
+def test_module_normalizes_channels_on_either_path(kernel_calls, channels, batch, size, kernel):  # noqa: F811
+    """``Conv2d(channel_norm_eps=...)``: the kernel's call (its float32 reference here), at any
+    size (the rule's bound is for plain calls), or, out of the kernel's limits (C=20), cuDNN's
+    conv and torch's layer norm: the same function."""
     torch.manual_seed(7)
-    conv = nn.Conv2d(96, 96, 7, padding=3, groups=96).to(BF16)
+    conv = nn.Conv2d(channels, channels, 7, padding=3, groups=channels).to(BF16)
     module = cute_conv.nn.Conv2d.from_torch(conv).eval()
     module.normalize_channels(1e-6)
     assert "channel_norm(conv + bias, eps=1e-06)" in repr(module)
-    x = torch.randn(batch, 96, size, size).to(BF16).to(memory_format=torch.channels_last)
+    x = torch.randn(batch, channels, size, size).to(BF16).to(memory_format=torch.channels_last)
     with torch.no_grad():
         y = module(x)
         with pytest.raises(ValueError, match="takes no identity"):
             module(x, torch.zeros_like(y))
     assert len(kernel_calls) == int(kernel)
     z = conv.float()(x.float()).permute(0, 2, 3, 1)
-    expected = F.layer_norm(z, (96,), eps=1e-6).permute(0, 3, 1, 2)
+    expected = F.layer_norm(z, (channels,), eps=1e-6).permute(0, 3, 1, 2)
     check = compare_to_reference(y, expected)
     assert check.ok, str(check)
 
@@ -411,6 +415,7 @@ def test_optimize_keeps_grouped_convs_16bit_under_fp8():
     ],
 )  # fmt: skip
 def test_the_rule_bounds_the_multiply_adds(macs, group_in, group_out, groups, taps, runs):
+    assert runs_grouped_kernel(macs, group_in, group_out, groups, taps, normalizes=True)
     assert runs_grouped_kernel(macs, group_in, group_out, groups, taps) is runs
 
 
