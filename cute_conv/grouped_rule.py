@@ -108,7 +108,7 @@ def runs_grouped_kernel(
     A call that ``normalizes`` its output over the channels (``channel_norm_eps``) always
     does: cuDNN's path adds a LayerNorm pass, and on an H200 the kernel beat cuDNN's conv
     and torch's LayerNorm on every stage of ConvNeXt-T and ConvNeXt-B (7x7 depthwise, C = 96
-    .. 1024) at batch 1 to 128, by 1.2-1.9x where the bounds below send the plain call to
+    .. 1024) at batch 1 to 128, by 1.4-1.8x where the bounds below send the plain call to
     cuDNN (``benchmarks/experiments/channel_norm_ab*.json``, session 75)."""
     if normalizes:
         return True
