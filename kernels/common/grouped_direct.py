@@ -37,8 +37,8 @@ squared deviations from it: two passes over registers, no cancellation.
 
 The filter is staged ``[R, S, C / groups, K]`` (``stage_filter`` on the host: the KRSC filter
 permuted) so that a tap's and input channel's weights of adjacent output channels are
-contiguous. No shared memory (but the norm's sums): neighbouring pixels' re-reads of an input pixel and every
-thread's re-reads of the filter hit L1/L2. Launched with programmatic dependent launch; it
+contiguous. No shared memory but the norm's sums: neighbouring pixels' re-reads of an input
+pixel and every thread's re-reads of the filter hit L1/L2. Launched with programmatic dependent launch; it
 waits for the previous grid before its first load.
 """
 
@@ -57,8 +57,8 @@ VECTOR = 8  # 16-bit output channels per thread: one 16-byte filter load and sto
 MAX_GROUP_IN = 256  # input channels per group: the grouped form unrolls its loop over them
 MAX_PIXELS = 8  # output pixels per thread: each holds VECTOR float32 sums in registers
 MAX_WINDOW = 7  # filter width of the depthwise row window: its columns sit in registers
-# Output channels a normalized pixel may have: its K / VECTOR threads are one CTA (at most
-# 256 threads, so that the window form's registers fit).
+# A normalizing kernel's CTA: whole pixel groups of K / VECTOR threads, so a pixel has at most
+# NORM_THREADS * VECTOR channels (256 threads: the window form's registers still fit).
 NORM_THREADS = 256
 MAX_NORM_CHANNELS = NORM_THREADS * VECTOR
 WARP = 32
