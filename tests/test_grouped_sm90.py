@@ -2,7 +2,8 @@
 against float32, into NaN-poisoned outputs: depthwise (the row window and the taps at run
 time), grouped (group widths 4 to 256, a channel multiplier), strides, dilation, asymmetric padding, one to eight output pixels per
 thread, every epilogue term (scale, bias,
-each activation, both residual orders, in place), float16 and float32 outputs, CUDA-graph
+each activation, both residual orders, in place), the channel norm (every shape, tails,
+values far from zero), float16 and float32 outputs, CUDA-graph
 replays, ``cute_conv.nn.Conv2d`` of grouped convs under torch.compile, and optimized models'
 logits against torch's bf16 model's."""
 
@@ -144,6 +145,26 @@ def test_grouped_epilogues(problem, epi):
 def test_grouped_dtypes(out_dtype):
     dtype = torch.float16 if out_dtype == torch.float16 else BF16
     run_grouped(*PROBLEMS["g24"], dtype=dtype, out_dtype=out_dtype, bias=True)
+    run_grouped(*PROBLEMS["dw7x7"], dtype=dtype, out_dtype=out_dtype, bias=True,
+                channel_norm_eps=1e-5)  # fmt: skip
+
+
+def test_grouped_channel_norm_of_values_far_from_zero():
+    """A bias of 100 under unit-scale values: the mean is subtracted before the squares are
+    summed (two passes), so the variance keeps its digits."""
+    n, h, w, c, k, groups, r, geom = PROBLEMS["dw7x7"]
+    gen = torch.Generator("cuda").manual_seed(3)
+    x = torch.randn(n, h, w, c, device="cuda", generator=gen).to(BF16)
+    flt = (torch.randn(k, r, r, 1, device="cuda", generator=gen) / r).to(BF16)
+    bias = 100.0 + torch.randn(k, device="cuda", generator=gen)
+    z = conv2d_reference(x, flt, groups=groups, **geom) + bias
+    expected = F.layer_norm(z.double(), (k,), eps=1e-6).float()
+    out = torch.full(expected.shape, float("nan"), device="cuda", dtype=torch.float32)
+    cute_conv.grouped_conv2d(x, flt, groups=groups, bias=bias, channel_norm_eps=1e-6, out=out,
+                             **geom)  # fmt: skip
+    torch.cuda.synchronize()
+    report = compare_to_reference(out, expected)
+    assert report.ok, str(report)
 
 
 def test_grouped_replays_in_a_cuda_graph():
