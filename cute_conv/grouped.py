@@ -216,18 +216,13 @@ def _check_pixels_arg(pixels: Any) -> None:
         raise ValueError(f"pixels must be in 1 .. {MAX_PIXELS}, got {pixels}")
 
 
-def _check_channel_norm_arg(eps: Any, k: int | None = None) -> None:
+def _check_channel_norm_arg(eps: Any) -> None:
     if eps is None:
         return
     if isinstance(eps, bool) or not isinstance(eps, (int, float)):
         raise TypeError(f"channel_norm_eps must be a float or None, got {type(eps).__name__}")
     if not 0.0 <= eps < math.inf:
         raise ValueError(f"channel_norm_eps must be a finite float >= 0, got {eps!r}")
-    if k is not None and k > MAX_NORM_CHANNELS:
-        raise ValueError(
-            f"channel_norm_eps: K={k} output channels; the kernel normalizes at most "
-            f"{MAX_NORM_CHANNELS}"
-        )
 
 
 def _validate(x, staged_filter, source, bias, scale, groups, stride, padding, dilation,
@@ -272,8 +267,12 @@ def _validate(x, staged_filter, source, bias, scale, groups, stride, padding, di
         )
     if pixels is None:
         pixels = pixels_per_thread(problem, config)
-    if channel_norm_eps is not None:
-        _check_channel_norm_arg(channel_norm_eps, k)
+    if channel_norm_eps is not None:  # its type and range checked above
+        if k > MAX_NORM_CHANNELS:
+            raise ValueError(
+                f"channel_norm_eps: K={k} output channels; the kernel normalizes at most "
+                f"{MAX_NORM_CHANNELS}"
+            )
         if activation is not None or source is not None:
             raise ValueError(
                 "channel_norm_eps normalizes alpha * conv * scale + bias: pass no activation "
@@ -378,7 +377,7 @@ forget_on_clear(_plans.clear)  # a plan holds its kernel: compile.clear_cache dr
 
 def _make_plan(x, staged_filter, source, bias, scale, out, args: tuple) -> _GroupedPlan:
     problem, config, spec, out_dtype = _validate(x, staged_filter, source, bias, scale, *args, out)
-    alpha, beta = args[4], args[5]
+    _, _, _, _, alpha, beta, *_ = args  # as _plan packs them
     for name, t in (("filter", staged_filter), ("source", source), ("bias", bias),
                     ("scale", scale), ("out", out)):  # fmt: skip
         if t is not None and t.device != x.device:
