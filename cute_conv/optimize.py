@@ -34,7 +34,9 @@ its own.
 
 Max pools (``cute_conv.pooling``; torch's channels_last pool kernel is slow): those whose
 windows tile the map (VGG's 2x2 stride-2) become ``TiledMaxPool2d``, the others without ceil mode
-or indices (ResNet's 3x3 stride-2) ``MaxPool2d``, one kernel pass.
+or indices (ResNet's 3x3 stride-2) ``MaxPool2d``, one kernel pass. Global average pools
+(``nn.AdaptiveAvgPool2d(1)``: squeeze-excitation blocks, classifier heads) become
+``GlobalAvgPool2d``, one batched GEMV (torch's channels_last mean is slow too).
 
 What is checked when: the shapes of the activations are unknown at trace time, so a conv is
 judged by its module's attributes (``cute_conv.nn.conv_limits``: groups, padding mode, weight
@@ -63,7 +65,14 @@ from .fold import activation_name, folds_as_batch_norm
 from .nn import Conv2d, conv_limits
 from .optimize_fp8 import FP8_MIN_CHANNELS, FP8_SCALINGS, resolve_scaling, to_fp8
 from .optimize_report import FusedChain, LeftConv, OptimizeReport
-from .pooling import MaxPool2d, TiledMaxPool2d, runs_as_kernel, tiles_the_map
+from .pooling import (
+    GlobalAvgPool2d,
+    MaxPool2d,
+    TiledMaxPool2d,
+    averages_the_map,
+    runs_as_kernel,
+    tiles_the_map,
+)
 
 __all__ = [
     "FP8_MIN_CHANNELS",
@@ -81,7 +90,7 @@ class _Tracer(fx.Tracer):
     again), and torchvision's ``FrozenBatchNorm2d`` too (so that it folds as a BatchNorm)."""
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        ours = isinstance(m, (Conv2d, TiledMaxPool2d, MaxPool2d, DelayedScales))
+        ours = isinstance(m, (Conv2d, TiledMaxPool2d, MaxPool2d, GlobalAvgPool2d, DelayedScales))
         leaf = ours or folds_as_batch_norm(m)
         return leaf or super().is_leaf_module(m, module_qualified_name)
 
@@ -203,6 +212,9 @@ class _Rewriter:
                 self._rewrite_pointwise_linear(node)
             elif node.op == "call_module" and runs_as_kernel(self.modules[node.target]):
                 self._replace_pool(node)
+            elif node.op == "call_module" and averages_the_map(self.modules[node.target]):
+                self.gm.add_submodule(node.target, GlobalAvgPool2d())  # every call of it
+                self.report.avg_pools.append(node.target)
             elif node.op == "call_function" and node.target in _FUNCTIONAL_CONVS:
                 reason = "a functional conv2d call: only nn.Conv2d modules are converted"
                 self.report.left.append(LeftConv(node.name, reason))

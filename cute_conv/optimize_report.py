@@ -47,6 +47,8 @@ class OptimizeReport:
     kept_16bit: list[LeftConv] = field(default_factory=list)
     # Max pools now ``TiledMaxPool2d`` or ``MaxPool2d`` (torch's channels_last kernel is slow).
     pools: list[str] = field(default_factory=list)
+    # Global average pools now ``GlobalAvgPool2d`` (a GEMV; torch's channels_last mean is slow).
+    avg_pools: list[str] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         """Fused chains per pattern, most common first."""
@@ -69,6 +71,8 @@ class OptimizeReport:
             lines.append(f"  {conv.name}: {conv.reason}{folded}")
         if self.pools:
             lines.append(f"max pools run by cute_conv: {len(self.pools)}")
+        if self.avg_pools:
+            lines.append(f"global average pools run as GEMVs: {len(self.avg_pools)}")
         if self.fp8 or self.kept_16bit:
             lines.append(
                 f"fp8 ({self.fp8_scaling} scaling): {len(self.fp8)} fused convs "

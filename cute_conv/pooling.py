@@ -1,4 +1,4 @@
-"""Max pooling of channels_last activations, for ``optimize``.
+"""Max pooling and global average pooling of channels_last activations, for ``optimize``.
 
 torch's channels_last ``max_pool2d`` kernel is slow on the bf16 maps of a model: VGG-16's five
 2x2 pools took 95 us of a 388 us batch-1 forward on an H100 (inductor's kernels: 12 us), and
@@ -10,9 +10,20 @@ ResNet-50's 3x3 stride-2 pool 436 us of a ~3 ms batch-128 forward (inductor's: 9
 - ``MaxPool2d``: any other ``nn.MaxPool2d`` without ceil mode or indices (ResNet's), run on a
   GPU by one pass of ``kernels.common.max_pool``, as the op
   ``cute_conv::max_pool2d`` under ``torch.compile``.
+
+torch's channels_last mean over H and W is slow too: the 16 squeeze-excitation pools of an
+EfficientNet-B0 took ~150 us of a ~740 us batch-8 forward on an H200, 6-27 us of kernel time
+each (inductor fuses them into the kernels before them).
+
+- ``GlobalAvgPool2d``: ``nn.AdaptiveAvgPool2d(1)`` (squeeze-excitation blocks, classifier
+  heads) as one batched GEMV through cuBLAS, a row of ones times each image's ``[H*W, C]``
+  view (``torch.baddbmm``, float32 accumulation), as the op ``cute_conv::global_avg_pool2d``
+  under ``torch.compile``.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -23,11 +34,22 @@ from .cuda_context import current_raw_stream, device_arch, on_device
 from .dtypes import dtype_name
 from .kernels.common.max_pool import POOL_TYPES, VECTOR_BYTES, PoolWindow
 
-__all__ = ["MaxPool2d", "TiledMaxPool2d", "runs_as_kernel", "tiles_the_map"]
+__all__ = [
+    "GlobalAvgPool2d",
+    "MaxPool2d",
+    "TiledMaxPool2d",
+    "averages_the_map",
+    "runs_as_kernel",
+    "tiles_the_map",
+]
 
 
 # The dtypes the kernel pools (``POOL_TYPES``), as torch names them.
 _KERNEL_DTYPES = tuple(getattr(torch, dtype_name(t)) for t in POOL_TYPES)
+# The dtypes ``GlobalAvgPool2d`` averages by a GEMV, and the largest map it takes: its row
+# holds 2**-k (k = ceil(log2(H*W))), a float16 subnormal down to 2**-24.
+_GEMV_DTYPES = (torch.bfloat16, torch.float16)
+_GEMV_MAX_PIXELS = 2**24
 
 
 def _pair(value: int | tuple[int, ...]) -> tuple[int, int]:
@@ -197,3 +219,90 @@ def _(x, kernel_size, stride, padding, dilation):
     sizes = zip((h, w), kernel_size, stride, padding, dilation, strict=True)
     p, q = (_output_size(*args) for args in sizes)
     return x.new_empty((n, c, p, q)).contiguous(memory_format=torch.channels_last)
+
+
+def averages_the_map(pool: nn.Module) -> bool:
+    """Whether ``pool`` is a plain ``nn.AdaptiveAvgPool2d`` to one pixel, which
+    ``GlobalAvgPool2d`` runs."""
+    if type(pool) is not nn.AdaptiveAvgPool2d:
+        return False
+    size = pool.output_size  # an int, or a pair whose entries may be None (the input's size)
+    return tuple(size) == (1, 1) if isinstance(size, (tuple, list)) else size == 1
+
+
+class GlobalAvgPool2d(nn.Module):
+    """``nn.AdaptiveAvgPool2d(1)``: each channel's mean over the map. Channels_last CUDA
+    inputs of 16-bit values go through one batched GEMV (``torch.baddbmm``: cuBLAS, float32
+    accumulation); other inputs, and inputs that require grad, go to ``F.adaptive_avg_pool2d``.
+    The output is ``[N, C, 1, 1]``, channels_last, as torch's."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling() and x.is_cuda and not x.requires_grad:
+            return torch.ops.cute_conv.global_avg_pool2d(x)  # opaque: the ones row is cached
+        if not _gemv_takes(x):
+            return F.adaptive_avg_pool2d(x, 1)
+        return _global_avg_pool_nhwc(x)
+
+
+def _gemv_takes(x: torch.Tensor) -> bool:
+    """Whether ``_global_avg_pool_nhwc`` runs ``x``: see ``GlobalAvgPool2d``."""
+    return (
+        x.is_cuda
+        and x.dim() == 4
+        and x.dtype in _GEMV_DTYPES
+        and not x.requires_grad
+        and x.numel() > 0
+        and x.shape[2] * x.shape[3] <= _GEMV_MAX_PIXELS
+        and x.is_contiguous(memory_format=torch.channels_last)
+    )
+
+
+# A row of ones per (pixels, dtype, device), made once outside CUDA-graph captures.
+_ONES_ROWS: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
+
+
+def _ones_row(pixels: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``[1, 1, pixels]`` of 2**-k, the power of two at most ``1 / pixels``: exact in 16 bits,
+    and it keeps any partial sum of cuBLAS's (which may reduce in the output's dtype) within
+    the inputs' range."""
+    key = (pixels, dtype, device)
+    row = _ONES_ROWS.get(key)
+    if row is None:
+        row = torch.full((1, 1, pixels), 2.0 ** -math.ceil(math.log2(pixels)), dtype=dtype,
+                         device=device)  # fmt: skip
+        capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        if not capturing:  # a row made in a capture is filled only by the graph's replays
+            _ONES_ROWS[key] = row
+    return row
+
+
+def _global_avg_pool_nhwc(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.adaptive_avg_pool2d(x, 1)`` of an NCHW channels_last CUDA tensor that
+    ``GlobalAvgPool2d`` sends to the GEMV (no check here), into ``out`` (``[N, 1, C]``, made
+    if None; its old values are not read)."""
+    n, c, h, w = x.shape
+    pixels = h * w
+    row = _ones_row(pixels, x.dtype, x.device)
+    if out is None:
+        out = torch.empty((n, 1, c), dtype=x.dtype, device=x.device)
+    # alpha scales the row's 2**-k sums to means, in float32
+    alpha = 2.0 ** math.ceil(math.log2(pixels)) / pixels
+    images = x.permute(0, 2, 3, 1).reshape(n, pixels, c)  # a view: x is channels_last
+    torch.baddbmm(out, row.expand(n, 1, pixels), images, beta=0, alpha=alpha, out=out)
+    return out.view(n, 1, 1, c).permute(0, 3, 1, 2)
+
+
+@torch.library.custom_op("cute_conv::global_avg_pool2d", mutates_args=())
+def _global_avg_pool2d_op(x: torch.Tensor) -> torch.Tensor:
+    """``GlobalAvgPool2d``'s forward as an op: the GEMV where it takes ``x``, else torch's
+    pool (its output made channels_last, as the fake implementation says)."""
+    if not _gemv_takes(x):
+        return F.adaptive_avg_pool2d(x, 1).contiguous(memory_format=torch.channels_last)
+    return _global_avg_pool_nhwc(x)
+
+
+@_global_avg_pool2d_op.register_fake
+def _(x):
+    return x.new_empty((x.shape[0], x.shape[1], 1, 1)).contiguous(
+        memory_format=torch.channels_last
+    )

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 import cute_conv
-from cute_conv.pooling import MaxPool2d, TiledMaxPool2d
+from cute_conv.pooling import GlobalAvgPool2d, MaxPool2d, TiledMaxPool2d
 from cute_conv.testing import compare_to_reference
 from tests.gpu import requires_sm90
 from tests.test_autograd import reference_forward_on_cpu
@@ -164,6 +164,20 @@ def test_vgg16_fuses_conv_relu():
     assert nn.MaxPool2d not in types and types[TiledMaxPool2d] == 5
     assert len(gm.cute_conv_report.pools) == 5
     assert "max pools run by cute_conv: 5" in str(gm.cute_conv_report)
+
+
+@pytest.mark.parametrize(
+    "name, avg_pools", [("efficientnet_b0", 17), ("mobilenet_v3_large", 9), ("resnet18", 1)]
+)
+def test_global_average_pools_become_gemvs(name, avg_pools):
+    """Squeeze-excitation blocks' and classifier heads' ``nn.AdaptiveAvgPool2d(1)``."""
+    gm = cute_conv.optimize(build(name))
+    types = module_types(gm)
+    assert nn.AdaptiveAvgPool2d not in types and types[GlobalAvgPool2d] == avg_pools
+    assert len(gm.cute_conv_report.avg_pools) == avg_pools
+    assert f"global average pools run as GEMVs: {avg_pools}" in str(gm.cute_conv_report)
+    again = cute_conv.optimize(gm)  # a GlobalAvgPool2d traces as a leaf
+    assert module_types(again)[GlobalAvgPool2d] == avg_pools and not again.cute_conv_report.avg_pools
 
 
 def test_float32_model_is_left_with_the_reason():
@@ -714,9 +728,12 @@ def _gpu_models(name):
 
 
 @requires_sm90
-@pytest.mark.parametrize("name", ["resnet18", "resnet50", "vgg16", "convnext_tiny"])
+@pytest.mark.parametrize(
+    "name", ["resnet18", "resnet50", "vgg16", "convnext_tiny", "efficientnet_b0"]
+)
 def test_logits_no_worse_than_torch_bf16(name):
-    """ConvNeXt-T: its pointwise Linears as fused 1x1 convs, its 7x7s on the row window."""
+    """ConvNeXt-T: its pointwise Linears as fused 1x1 convs, its 7x7s on the row window;
+    EfficientNet-B0: its squeeze-excitation pools as GEMVs."""
     model, gm = _gpu_models(name)
     x = torch.randn(8, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
     reference_model = _gpu_model(name, torch.float32)

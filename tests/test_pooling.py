@@ -1,10 +1,12 @@
-"""The max pools ``optimize`` rewrites against ``F.max_pool2d``: ``TiledMaxPool2d`` on the CPU
-(the same values, NaN included, for windows that tile the map, with or without a remainder;
-torch's own pool for the inputs it does not take), ``MaxPool2d``'s kernel compiled here and run
-on a GPU (the same bits, NaN included)."""
+"""The pools ``optimize`` rewrites against torch's: ``TiledMaxPool2d`` on the CPU (the same
+values, NaN included, for windows that tile the map, with or without a remainder; torch's own
+pool for the inputs it does not take), ``MaxPool2d``'s kernel compiled here and run on a GPU
+(the same bits, NaN included), ``GlobalAvgPool2d``'s GEMV against float32 means (on the CPU
+and on a GPU)."""
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -14,7 +16,17 @@ from cute_conv.kernels.common.max_pool import PoolWindow
 from torch import nn
 
 from cute_conv.compile import compile_max_pool
-from cute_conv.pooling import MaxPool2d, TiledMaxPool2d, runs_as_kernel, tiles_the_map
+from cute_conv.pooling import (
+    GlobalAvgPool2d,
+    MaxPool2d,
+    TiledMaxPool2d,
+    _global_avg_pool_nhwc,
+    _ones_row,
+    averages_the_map,
+    runs_as_kernel,
+    tiles_the_map,
+)
+from cute_conv.testing import compare_to_reference
 from tests.gpu import requires_sm90
 
 
@@ -176,3 +188,115 @@ def test_max_pool_other_inputs_and_compiled():
     grad = x.float().requires_grad_()
     pool(grad).sum().backward()  # requires grad: torch's pool and its gradient
     assert grad.grad is not None
+
+
+# ---------------------------------------------------------------- global average pools
+
+
+@pytest.mark.parametrize(
+    ("pool", "averages"),
+    [
+        (nn.AdaptiveAvgPool2d(1), True),
+        (nn.AdaptiveAvgPool2d((1, 1)), True),
+        (nn.AdaptiveAvgPool2d(2), False),
+        (nn.AdaptiveAvgPool2d((1, None)), False),
+        (nn.AvgPool2d(7), False),
+        (type("Sub", (nn.AdaptiveAvgPool2d,), {})(1), False),
+    ],
+)
+def test_which_pools_average_the_map(pool, averages):
+    assert averages_the_map(pool) is averages
+
+
+def test_global_avg_pool_module_on_the_cpu_is_torchs():
+    x = _channels_last(2, 24, 7, 9)
+    assert torch.equal(GlobalAvgPool2d()(x), F.adaptive_avg_pool2d(x, 1))
+
+
+@pytest.mark.parametrize("pixels", [1, 3, 49, 3136, 12544, 2**24])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_ones_row_is_an_exact_power_of_two_at_most_the_mean_weight(pixels, dtype):
+    """The row's value survives the 16-bit dtype exactly (a float16 subnormal at 2**24
+    pixels), and alpha (2**k / pixels) lies in [1, 2): the row's sums stay within the inputs'
+    range."""
+    row = _ones_row(pixels, dtype, torch.device("cpu"))
+    k = math.ceil(math.log2(pixels))
+    assert row.shape == (1, 1, pixels) and row.dtype == dtype
+    assert torch.all(row.double() == 2.0**-k)
+    assert 1 <= 2**k / pixels < 2
+
+
+@pytest.mark.parametrize("shape", [(3, 40, 7, 7), (2, 5, 1, 1), (1, 32, 112, 112), (4, 1, 3, 5)])
+def test_global_avg_pool_gemv_matches_float32_on_the_cpu(shape):
+    """The GEMV path itself (torch's CPU baddbmm), into a NaN-poisoned output: each channel's
+    mean of the float32 values, within bf16 rounding."""
+    x = _channels_last(*shape) * 3 + 1
+    out = torch.full((shape[0], 1, shape[1]), float("nan"), dtype=torch.bfloat16)
+    ours = _global_avg_pool_nhwc(x, out)
+    expected = x.float().mean(dim=(2, 3), keepdim=True)
+    assert ours.shape == expected.shape and ours.data_ptr() == out.data_ptr()
+    assert ours.is_contiguous(memory_format=torch.channels_last)
+    report = compare_to_reference(ours, expected)
+    assert report.ok, report
+
+
+def _cuda_channels_last(*shape: int, dtype=torch.bfloat16) -> torch.Tensor:
+    x = torch.randn(*shape, device="cuda") * 3 + 1
+    return x.to(dtype).contiguous(memory_format=torch.channels_last)
+
+
+@requires_sm90
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize(
+    "shape",
+    [(8, 32, 112, 112), (8, 144, 28, 28), (3, 1152, 7, 7), (2, 5, 1, 1), (1, 13, 3, 5)],
+    ids=str,
+)
+def test_global_avg_pool_gemv_matches_float32(shape, dtype):
+    """cuBLAS's GEMV, into a NaN-poisoned output and through the module: the float32 means
+    within 16-bit rounding."""
+    x = _cuda_channels_last(*shape, dtype=dtype)
+    expected = x.float().mean(dim=(2, 3), keepdim=True)
+    out = torch.full((shape[0], 1, shape[1]), float("nan"), dtype=dtype, device="cuda")
+    for ours in (_global_avg_pool_nhwc(x, out), GlobalAvgPool2d()(x)):
+        assert ours.shape == expected.shape and ours.dtype == dtype
+        assert ours.is_contiguous(memory_format=torch.channels_last)
+        report = compare_to_reference(ours, expected)
+        assert report.ok, report
+
+
+@requires_sm90
+def test_global_avg_pool_of_large_float16_values_stays_finite():
+    """12,544 values of 30,000 sum past float16's range (65,504): the row's 2**-14 keeps
+    every partial sum cuBLAS may keep in float16 within it."""
+    x = torch.full((2, 8, 112, 112), 30000.0, dtype=torch.float16, device="cuda")
+    x = x.contiguous(memory_format=torch.channels_last)
+    assert torch.equal(GlobalAvgPool2d()(x), torch.full_like(x[:, :, :1, :1], 30000.0))
+
+
+@requires_sm90
+def test_global_avg_pool_other_inputs_compiled_and_graphed():
+    pool = GlobalAvgPool2d()
+    nchw = torch.randn(2, 16, 9, 9, device="cuda").to(torch.bfloat16)
+    assert torch.equal(pool(nchw), F.adaptive_avg_pool2d(nchw, 1))  # torch's path
+    x32 = torch.randn(2, 16, 9, 9, device="cuda").contiguous(memory_format=torch.channels_last)
+    assert torch.equal(pool(x32), F.adaptive_avg_pool2d(x32, 1))
+    x = _cuda_channels_last(4, 96, 56, 56)
+    expected = x.float().mean(dim=(2, 3), keepdim=True)
+    compiled = torch.compile(pool, fullgraph=True)
+    assert compare_to_reference(compiled(x), expected).ok
+    # A map size first seen inside a capture: its ones row is the graph's, and an eager call
+    # after the capture makes its own.
+    static = _cuda_channels_last(2, 40, 11, 13)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = pool(static)
+    fresh = _cuda_channels_last(2, 40, 11, 13)
+    static.copy_(fresh)
+    graph.replay()
+    expected = fresh.float().mean(dim=(2, 3), keepdim=True)
+    assert compare_to_reference(out, expected).ok
+    assert compare_to_reference(pool(fresh), expected).ok
+    grad = x.detach().clone().requires_grad_()
+    pool(grad).sum().backward()  # requires grad: torch's pool and its gradient
+    assert torch.equal(grad.grad, torch.full_like(grad, 1 / (56 * 56)))

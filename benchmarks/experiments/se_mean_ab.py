@@ -1,0 +1,99 @@
+"""Squeeze-excitation's global average pool on NHWC activations: torch's mean against
+``cute_conv.pooling.GlobalAvgPool2d``'s batched GEMV through cuBLAS (H100/H200):
+
+    python benchmarks/experiments/se_mean_ab.py --models efficientnet_b0 --batches 1 8 32 \
+        --out se_mean_ab.json
+
+Each row is the input of one of the model's ``torchvision.ops.SqueezeExcitation`` blocks
+(found by forward hooks on a CPU pass at 224x224), bf16 channels_last, random values.
+``mean``: ``F.adaptive_avg_pool2d(x, 1)`` as the block runs it (aten's mean over H and W);
+``gemv``: ``GlobalAvgPool2d`` (``torch.baddbmm`` of a row of 2**-k and the ``[N, H*W, C]``
+view, float32 accumulation), what ``optimize`` runs; ``scale*x``: the block's closing
+multiply, for scale. Each checked against the float32 mean, CUDA-graph replays in interleaved
+rounds (medians); the per-forward sums add the model's blocks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import torchvision
+from torchvision.ops import SqueezeExcitation
+
+from cute_conv.pooling import GlobalAvgPool2d
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from grouped_direct_ab import checks  # noqa: E402
+from models import replayed_us  # noqa: E402
+
+METHODS = ("mean", "gemv", "scale*x")
+
+
+def se_inputs(model_name: str) -> list[tuple[int, int, int]]:
+    """``(C, H, W)`` of each squeeze-excitation block's input, in forward order."""
+    model = getattr(torchvision.models, model_name)().eval()
+    shapes: list[tuple[int, int, int]] = []
+    for module in model.modules():
+        if isinstance(module, SqueezeExcitation):
+            module.register_forward_hook(lambda m, args, out: shapes.append(args[0].shape[1:]))
+    with torch.no_grad():
+        model(torch.randn(1, 3, 224, 224))
+    return [tuple(s) for s in shapes]
+
+
+def measure(channels: int, height: int, width: int, batch: int, rounds: int) -> dict:
+    gen = torch.Generator("cuda").manual_seed(0)
+    x = torch.randn(batch, height, width, channels, device="cuda", generator=gen)
+    x16 = x.bfloat16()
+    x_nchw = x16.permute(0, 3, 1, 2)  # channels_last
+    expected = x16.float().mean(dim=(1, 2)).view(batch, channels, 1, 1)
+    pool = GlobalAvgPool2d()
+    scale = torch.rand(batch, channels, 1, 1, device="cuda", generator=gen).bfloat16()
+    fns = {
+        "mean": lambda: F.adaptive_avg_pool2d(x_nchw, 1),
+        "gemv": lambda: pool(x_nchw),
+        "scale*x": lambda: scale * x_nchw,
+    }
+    with torch.no_grad():
+        checked = checks({k: fns[k] for k in ("mean", "gemv")}, expected)
+        graph_us = replayed_us(fns, rounds)
+    return {"channels": channels, "height": height, "width": width, "batch": batch,
+            "checks": checked, "graph_us": graph_us}  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["efficientnet_b0"])
+    parser.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    result = {"device": torch.cuda.get_device_name(), "rows": []}
+    for model_name in args.models:
+        shapes = se_inputs(model_name)
+        for batch in args.batches:
+            totals = dict.fromkeys(METHODS, 0.0)
+            for shape in sorted(set(shapes)):
+                row = {"model": model_name, "blocks": shapes.count(shape),
+                       **measure(*shape, batch, args.rounds)}  # fmt: skip
+                result["rows"].append(row)
+                for name in METHODS:
+                    totals[name] += row["graph_us"][name] * row["blocks"]
+                bad = [n for n, c in row["checks"].items() if not c["ok"]]
+                print(f"{model_name} batch {batch} {shape} x{row['blocks']}: "
+                      + ", ".join(f"{n} {row['graph_us'][n]:.1f} us" for n in METHODS)
+                      + f"; out of tolerance: {bad}", flush=True)  # fmt: skip
+                args.out.write_text(json.dumps(result, indent=1))
+            print(f"{model_name} batch {batch} per forward ({len(shapes)} blocks): "
+                  + ", ".join(f"{n} {us:.1f} us" for n, us in totals.items()), flush=True)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
