@@ -60,6 +60,7 @@ import torch.nn.functional as F
 from torch import fx, nn
 from torch.nn.utils.fusion import fuse_conv_bn_eval
 
+from .channel_norm import ChannelLayerNorm
 from .delayed_scaling import DelayedScales
 from .fold import activation_name, folds_as_batch_norm
 from .nn import Conv2d, conv_limits
@@ -90,7 +91,9 @@ class _Tracer(fx.Tracer):
     again), and torchvision's ``FrozenBatchNorm2d`` too (so that it folds as a BatchNorm)."""
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        ours = isinstance(m, (Conv2d, TiledMaxPool2d, MaxPool2d, GlobalAvgPool2d, DelayedScales))
+        ours = isinstance(
+            m, (Conv2d, ChannelLayerNorm, TiledMaxPool2d, MaxPool2d, GlobalAvgPool2d, DelayedScales)
+        )
         leaf = ours or folds_as_batch_norm(m)
         return leaf or super().is_leaf_module(m, module_qualified_name)
 
@@ -215,6 +218,8 @@ class _Rewriter:
             elif node.op == "call_module" and averages_the_map(self.modules[node.target]):
                 self.gm.add_submodule(node.target, GlobalAvgPool2d())  # every call of it
                 self.report.avg_pools.append(node.target)
+            elif node.op == "call_function" and node.target is F.layer_norm:
+                self._rewrite_channel_layer_norm(node)
             elif node.op == "call_function" and node.target in _FUNCTIONAL_CONVS:
                 reason = "a functional conv2d call: only nn.Conv2d modules are converted"
                 self.report.left.append(LeftConv(node.name, reason))
@@ -359,6 +364,60 @@ class _Rewriter:
         norm_node.replace_all_uses_with(node)
         self.gm.graph.erase_node(norm_node)
         return True
+
+    def _rewrite_channel_layer_norm(self, norm_node: fx.Node) -> None:
+        """``permute(x, NHWC) -> F.layer_norm over C -> permute back`` with nothing else reading
+        the permutes (torchvision's ``LayerNorm2d``: ConvNeXt's stem and downsampling layers)
+        as one ``ChannelLayerNorm`` of ``x``; left as it is where the pattern or the
+        dtypes and channels do not fit."""
+        to_nhwc = norm_node.args[0] if norm_node.args else None
+        back = self._sole_user(norm_node)
+        if (
+            not isinstance(to_nhwc, fx.Node)
+            or _permute_dims(to_nhwc, None) != _TO_NHWC
+            or len(to_nhwc.users) != 1
+            or back is None
+            or _permute_dims(back, norm_node) != _TO_NCHW
+        ):
+            return
+        try:
+            shape, weight, bias, eps = _layer_norm_args(*norm_node.args[1:], **norm_node.kwargs)
+        except TypeError:
+            return
+        if not isinstance(shape, (list, tuple)) or len(shape) != 1:
+            return
+        if any(a is not None and a.op != "get_attr" for a in (weight, bias)):
+            return  # an affine computed in the graph
+        affine = [None if a is None else functools.reduce(getattr, a.target.split("."), self.gm)
+                  for a in (weight, bias)]  # fmt: skip
+        present = [a for a in affine if a is not None]
+        try:
+            (dtype,) = {a.dtype for a in present} or {torch.bfloat16}
+            device = present[0].device if present else None
+            norm = ChannelLayerNorm(int(shape[0]), float(eps), *affine, dtype=dtype, device=device)
+        except (TypeError, ValueError):
+            return  # a float32 affine, or channels the grouped kernel does not take
+        # Named after the LayerNorm module traced through (fx leaves it unused), if any.
+        owner = weight.target.rpartition(".")[0] if weight is not None else ""
+        name = self._fresh_name(f"{owner}_channel_norm" if owner else "channel_norm")
+        self.gm.add_submodule(name, norm)
+        self.modules[name] = norm
+        graph = self.gm.graph
+        with graph.inserting_before(back):
+            replacement = graph.call_module(name, (to_nhwc.args[0],))
+        back.replace_all_uses_with(replacement)
+        for old in (back, norm_node, to_nhwc, weight, bias):
+            if old is not None and not old.users:
+                graph.erase_node(old)
+        self.report.channel_norms.append(name)
+
+    def _fresh_name(self, base: str) -> str:
+        """A module name no module of the graph has."""
+        name, index = base, 0
+        while name in self.names:
+            name, index = f"{base}{index}", index + 1
+        self.names.add(name)
+        return name
 
     def _is_nhwc(self, node: fx.Node) -> bool:
         """Whether ``node`` is an NHWC tensor by the graph: a permute of NCHW to NHWC, past
@@ -532,6 +591,12 @@ def _is_eval_identity(node: fx.Node, value: fx.Node, modules: dict[str, nn.Modul
     args = node.args
     training = args[position] if len(args) > position else node.kwargs.get("training", True)
     return training is False
+
+
+def _layer_norm_args(normalized_shape, weight=None, bias=None, eps=1e-5):
+    """``F.layer_norm``'s arguments after its input, as a traced call passes them (a
+    TypeError for others)."""
+    return normalized_shape, weight, bias, eps
 
 
 def _linear_after_norm(linear: nn.Linear, norm: nn.LayerNorm) -> nn.Linear:

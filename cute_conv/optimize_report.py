@@ -49,6 +49,9 @@ class OptimizeReport:
     pools: list[str] = field(default_factory=list)
     # Global average pools now ``GlobalAvgPool2d`` (a GEMV; torch's channels_last mean is slow).
     avg_pools: list[str] = field(default_factory=list)
+    # LayerNorms over the channels of NCHW tensors now ``ChannelLayerNorm`` (the grouped
+    # kernel's norm; torch's LayerNorm kernel is slow on these).
+    channel_norms: list[str] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         """Fused chains per pattern, most common first."""
@@ -73,6 +76,8 @@ class OptimizeReport:
             lines.append(f"max pools run by cute_conv: {len(self.pools)}")
         if self.avg_pools:
             lines.append(f"global average pools run as GEMVs: {len(self.avg_pools)}")
+        if self.channel_norms:
+            lines.append(f"channel LayerNorms run by the grouped kernel: {len(self.channel_norms)}")
         if self.fp8 or self.kept_16bit:
             lines.append(
                 f"fp8 ({self.fp8_scaling} scaling): {len(self.fp8)} fused convs "

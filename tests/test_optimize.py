@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 import cute_conv
+from cute_conv.channel_norm import ChannelLayerNorm
 from cute_conv.pooling import GlobalAvgPool2d, MaxPool2d, TiledMaxPool2d
 from cute_conv.testing import compare_to_reference
 from tests.gpu import requires_sm90
@@ -539,6 +540,55 @@ def test_convnext_fuses_its_pointwise_linears():
     first = gm.get_submodule("features.1.0.block.3")
     assert first.activation == "gelu" and first.scale is None and first.weight.shape == (384, 1, 1, 96)
     assert "layer_scale" not in gm.code  # folded, its multiply gone
+    # the stem's, the three downsampling layers' and the classifier's LayerNorm2d
+    assert len(report.channel_norms) == module_types(gm)[ChannelLayerNorm] == 5
+    assert "channel LayerNorms run by the grouped kernel: 5" in str(report)
+    assert layer_norm_calls(gm) == 0
+
+
+class ChannelNorms(nn.Module):
+    """``LayerNorm2d``'s pattern three times: over 16 channels (rewritten), again with its NHWC
+    permute read by another op too (left), and over 12 channels (left: the grouped kernel
+    takes multiples of 8)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv16 = nn.Conv2d(8, 16, 1)
+        self.conv12 = nn.Conv2d(16, 12, 1)
+        self.w16, self.b16 = nn.Parameter(torch.rand(16) + 0.5), nn.Parameter(torch.randn(16))
+        self.w12, self.b12 = nn.Parameter(torch.rand(12) + 0.5), nn.Parameter(torch.randn(12))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.layer_norm(self.conv16(x).permute(0, 2, 3, 1), (16,), self.w16, self.b16, 1e-6)
+        y = y.permute(0, 3, 1, 2)
+        nhwc = y.permute(0, 2, 3, 1)
+        z = F.layer_norm(nhwc, (16,), eps=1e-6).permute(0, 3, 1, 2) + nhwc.permute(0, 3, 1, 2)
+        v = self.conv12(z).permute(0, 2, 3, 1)
+        return F.layer_norm(v, (12,), self.w12, self.b12, 1e-6).permute(0, 3, 1, 2)
+
+
+def test_channel_layer_norms_where_the_pattern_holds(kernel_calls):  # noqa: F811
+    torch.manual_seed(3)
+    model = ChannelNorms().eval()
+    gm = cute_conv.optimize(copy_to(model, BF16))
+    assert gm.cute_conv_report.channel_norms == ["channel_norm"]
+    assert module_types(gm)[ChannelLayerNorm] == 1 and layer_norm_calls(gm) == 2
+    x = torch.randn(2, 8, 5, 6).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        reference = model(x)
+        torch_bf16 = copy_to(model, BF16)(x.to(BF16)).float()
+        ours = gm(x.to(BF16)).float()
+    assert len(kernel_calls) == 3  # two 1x1 convs, one normalizing identity conv
+    assert_no_worse_than_torch(ours, torch_bf16, reference)
+
+
+def test_float32_channel_layer_norms_stay_torch():
+    gm = cute_conv.optimize(ChannelNorms().eval())
+    assert not gm.cute_conv_report.channel_norms and layer_norm_calls(gm) == 3
+
+
+def layer_norm_calls(gm: fx.GraphModule) -> int:
+    return sum(node.target is F.layer_norm for node in gm.graph.nodes)
 
 
 def test_convnext_computes_the_model_on_cpu(kernel_calls):  # noqa: F811
@@ -549,7 +599,8 @@ def test_convnext_computes_the_model_on_cpu(kernel_calls):  # noqa: F811
         reference = copy_to(model, torch.float32)(x)
         torch_bf16 = model(x.to(BF16)).float()
         ours = gm(x.to(BF16)).float()
-    assert len(kernel_calls) == 22 + 36 and sum(s is not None for *_, s in kernel_calls) == 18
+    # 22 convs, 36 Linears, 5 LayerNorm2d (ChannelLayerNorm: an identity depthwise conv)
+    assert len(kernel_calls) == 22 + 36 + 5 and sum(s is not None for *_, s in kernel_calls) == 18
     assert_no_worse_than_torch(ours, torch_bf16, reference)
 
 

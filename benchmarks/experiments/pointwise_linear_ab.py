@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import sys
 from pathlib import Path
@@ -89,20 +90,30 @@ def run_stages(description: str, measure_row, methods: tuple[str, ...], stages=S
     args = parser.parse_args()
     result = {"device": torch.cuda.get_device_name(), "rows": []}
     for batch in args.batches:
-        totals = dict.fromkeys(methods, 0.0)
-        for channels, size, blocks in stages:
-            row = measure_row(channels, size, batch, args.rounds)
-            result["rows"].append({**row, "blocks": blocks})
-            for name in methods:
-                totals[name] += row["graph_us"][name] * blocks
-            bad = [n for n, c in row["checks"].items() if not c["ok"]]
-            fused = f"; fused {row['fused']}" if "fused" in row else ""
-            print(f"batch {batch} C={channels} {size}x{size}: "
-                  + ", ".join(f"{n} {row['graph_us'][n]:.1f} us" for n in methods)
-                  + f"{fused}; out of tolerance: {bad}", flush=True)  # fmt: skip
-            args.out.write_text(json.dumps(result, indent=1))
-        print(f"batch {batch} per forward ({sum(b for *_, b in stages)} blocks): "
-              + ", ".join(f"{n} {us:.1f} us" for n, us in totals.items()), flush=True)  # fmt: skip
+        rows = [(f"C={channels} {size}x{size}", blocks,
+                 functools.partial(measure_row, channels, size, batch, args.rounds))
+                for channels, size, blocks in stages]  # fmt: skip
+        measure_rows(f"batch {batch}", rows, methods, result, args.out)
+
+
+def measure_rows(label: str, rows, methods: tuple[str, ...], result: dict, out: Path) -> None:
+    """Measure each ``(row label, blocks, measure)`` of ``rows`` (``measure()`` returns a row
+    with ``checks`` and ``graph_us``), print it and save ``result`` with it, then print the
+    per-forward sums, each row weighed by its blocks."""
+    totals = dict.fromkeys(methods, 0.0)
+    for row_label, blocks, measure in rows:
+        row = {**measure(), "blocks": blocks}
+        result["rows"].append(row)
+        for name in methods:
+            totals[name] += row["graph_us"][name] * blocks
+        bad = [n for n, c in row["checks"].items() if not c["ok"]]
+        fused = f"; fused {row['fused']}" if "fused" in row else ""
+        print(f"{label} {row_label}: "
+              + ", ".join(f"{n} {row['graph_us'][n]:.1f} us" for n in methods)
+              + f"{fused}; out of tolerance: {bad}", flush=True)  # fmt: skip
+        out.write_text(json.dumps(result, indent=1))
+    print(f"{label} per forward ({sum(blocks for _, blocks, _ in rows)} blocks): "
+          + ", ".join(f"{n} {us:.1f} us" for n, us in totals.items()), flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

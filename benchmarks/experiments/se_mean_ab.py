@@ -16,7 +16,7 @@ rounds (medians); the per-forward sums add the model's blocks.
 from __future__ import annotations
 
 import argparse
-import json
+import functools
 import sys
 from pathlib import Path
 
@@ -29,6 +29,7 @@ from cute_conv.pooling import GlobalAvgPool2d
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import pointwise_linear_ab  # noqa: E402
 from grouped_direct_ab import checks  # noqa: E402
 from models import replayed_us  # noqa: E402
 
@@ -47,7 +48,8 @@ def se_inputs(model_name: str) -> list[tuple[int, int, int]]:
     return [tuple(s) for s in shapes]
 
 
-def measure(channels: int, height: int, width: int, batch: int, rounds: int) -> dict:
+def measure(model_name: str, shape: tuple[int, int, int], batch: int, rounds: int) -> dict:
+    channels, height, width = shape
     gen = torch.Generator("cuda").manual_seed(0)
     x = torch.randn(batch, height, width, channels, device="cuda", generator=gen)
     x16 = x.bfloat16()
@@ -63,8 +65,8 @@ def measure(channels: int, height: int, width: int, batch: int, rounds: int) -> 
     with torch.no_grad():
         checked = checks({k: fns[k] for k in ("mean", "gemv")}, expected)
         graph_us = replayed_us(fns, rounds)
-    return {"channels": channels, "height": height, "width": width, "batch": batch,
-            "checks": checked, "graph_us": graph_us}  # fmt: skip
+    return {"model": model_name, "channels": channels, "height": height, "width": width,
+            "batch": batch, "checks": checked, "graph_us": graph_us}  # fmt: skip
 
 
 def main() -> int:
@@ -78,20 +80,11 @@ def main() -> int:
     for model_name in args.models:
         shapes = se_inputs(model_name)
         for batch in args.batches:
-            totals = dict.fromkeys(METHODS, 0.0)
-            for shape in sorted(set(shapes)):
-                row = {"model": model_name, "blocks": shapes.count(shape),
-                       **measure(*shape, batch, args.rounds)}  # fmt: skip
-                result["rows"].append(row)
-                for name in METHODS:
-                    totals[name] += row["graph_us"][name] * row["blocks"]
-                bad = [n for n, c in row["checks"].items() if not c["ok"]]
-                print(f"{model_name} batch {batch} {shape} x{row['blocks']}: "
-                      + ", ".join(f"{n} {row['graph_us'][n]:.1f} us" for n in METHODS)
-                      + f"; out of tolerance: {bad}", flush=True)  # fmt: skip
-                args.out.write_text(json.dumps(result, indent=1))
-            print(f"{model_name} batch {batch} per forward ({len(shapes)} blocks): "
-                  + ", ".join(f"{n} {us:.1f} us" for n, us in totals.items()), flush=True)  # fmt: skip
+            rows = [(f"{shape} x{shapes.count(shape)}", shapes.count(shape),
+                     functools.partial(measure, model_name, shape, batch, args.rounds))
+                    for shape in sorted(set(shapes))]  # fmt: skip
+            pointwise_linear_ab.measure_rows(f"{model_name} batch {batch}", rows, METHODS,
+                                             result, args.out)  # fmt: skip
     return 0
 
 
