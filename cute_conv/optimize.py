@@ -67,6 +67,7 @@ from .nn import Conv2d, conv_limits
 from .optimize_fp8 import FP8_MIN_CHANNELS, FP8_SCALINGS, resolve_scaling, to_fp8
 from .optimize_report import FusedChain, LeftConv, OptimizeReport
 from .pooling import (
+    MAP_DIMS,
     GlobalAvgPool2d,
     MaxPool2d,
     TiledMaxPool2d,
@@ -220,6 +221,8 @@ class _Rewriter:
                 self.report.avg_pools.append(node.target)
             elif node.op == "call_function" and node.target is F.layer_norm:
                 self._rewrite_channel_layer_norm(node)
+            elif (pool := _global_mean(node)) is not None:
+                self._replace_global_mean(node, pool)
             elif node.op == "call_function" and node.target in _FUNCTIONAL_CONVS:
                 reason = "a functional conv2d call: only nn.Conv2d modules are converted"
                 self.report.left.append(LeftConv(node.name, reason))
@@ -411,6 +414,18 @@ class _Rewriter:
                 graph.erase_node(old)
         self.report.channel_norms.append(name)
 
+    def _replace_global_mean(self, node: fx.Node, pool: GlobalAvgPool2d) -> None:
+        """A functional global average pool or mean over the map (``_global_mean``) as the
+        module ``pool``, called on its input."""
+        name = self._fresh_name("global_avg_pool")
+        self.gm.add_submodule(name, pool)
+        self.modules[name] = pool
+        with self.gm.graph.inserting_before(node):
+            replacement = self.gm.graph.call_module(name, (node.args[0],))
+        node.replace_all_uses_with(replacement)
+        self.gm.graph.erase_node(node)
+        self.report.avg_pools.append(name)
+
     def _fresh_name(self, base: str) -> str:
         """A module name no module of the graph has."""
         name, index = base, 0
@@ -591,6 +606,36 @@ def _is_eval_identity(node: fx.Node, value: fx.Node, modules: dict[str, nn.Modul
     args = node.args
     training = args[position] if len(args) > position else node.kwargs.get("training", True)
     return training is False
+
+
+def _global_mean(node: fx.Node) -> GlobalAvgPool2d | None:
+    """The ``GlobalAvgPool2d`` computing ``node`` where it is ``F.adaptive_avg_pool2d(x, 1)``
+    or a mean over the map's two dims (``x.mean((2, 3), keepdim)``, ``torch.mean``; no
+    ``dtype``), else None."""
+    try:
+        if node.op == "call_function" and node.target is F.adaptive_avg_pool2d:
+            x, size = _adaptive_pool_args(*node.args, **node.kwargs)
+            size = tuple(size) if isinstance(size, (list, tuple)) else (size, size)
+            return GlobalAvgPool2d() if isinstance(x, fx.Node) and size == (1, 1) else None
+        if (node.op == "call_method" and node.target == "mean") or (
+            node.op == "call_function" and node.target is torch.mean
+        ):
+            x, dims, keepdim = _mean_args(*node.args, **node.kwargs)
+            if not isinstance(x, fx.Node) or not isinstance(dims, (list, tuple)):
+                return None
+            if tuple(dims) in MAP_DIMS and isinstance(keepdim, bool):
+                return GlobalAvgPool2d(tuple(dims), keepdim)
+    except TypeError:  # arguments these ops do not take as written here
+        return None
+    return None
+
+
+def _adaptive_pool_args(input, output_size):  # noqa: A002 - torch's names
+    return input, output_size
+
+
+def _mean_args(input, dim, keepdim=False):  # noqa: A002 - torch's names
+    return input, dim, keepdim
 
 
 def _layer_norm_args(normalized_shape, weight=None, bias=None, eps=1e-5):

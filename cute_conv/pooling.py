@@ -50,6 +50,8 @@ _KERNEL_DTYPES = tuple(getattr(torch, dtype_name(t)) for t in POOL_TYPES)
 # holds 2**-k (k = ceil(log2(H*W))), a float16 subnormal down to 2**-24.
 _GEMV_DTYPES = (torch.bfloat16, torch.float16)
 _GEMV_MAX_PIXELS = 2**24
+# The dims of an NCHW map a ``mean`` may name (``GlobalAvgPool2d(dims=...)``).
+MAP_DIMS = ((2, 3), (-2, -1))
 
 
 def _pair(value: int | tuple[int, ...]) -> tuple[int, int]:
@@ -231,17 +233,38 @@ def averages_the_map(pool: nn.Module) -> bool:
 
 
 class GlobalAvgPool2d(nn.Module):
-    """``nn.AdaptiveAvgPool2d(1)``: each channel's mean over the map. Channels_last CUDA
-    inputs of 16-bit values go through one batched GEMV (``torch.baddbmm``: cuBLAS, float32
-    accumulation); other inputs, and inputs that require grad, go to ``F.adaptive_avg_pool2d``.
-    The output is ``[N, C, 1, 1]``, channels_last, as torch's."""
+    """``nn.AdaptiveAvgPool2d(1)``, or with ``dims`` the mean ``x.mean(dims, keepdim)`` over
+    the map's two dims (``(2, 3)`` or ``(-2, -1)``): each channel's mean over the map.
+    Channels_last CUDA inputs of 16-bit values go through one batched GEMV (``torch.baddbmm``:
+    cuBLAS, float32 accumulation), ``[N, C, 1, 1]`` channels_last as torch's (``[N, C]``
+    without ``keepdim``); other inputs, and inputs that require grad, go to torch's op."""
+
+    def __init__(self, dims: tuple[int, int] | None = None, keepdim: bool = True) -> None:
+        super().__init__()
+        if dims is not None and tuple(dims) not in MAP_DIMS:
+            raise ValueError(f"dims must be None or one of {MAP_DIMS}, got {dims!r}")
+        if dims is None and not keepdim:
+            raise ValueError("keepdim=False takes dims (nn.AdaptiveAvgPool2d keeps them)")
+        self.dims = None if dims is None else tuple(dims)
+        self.keepdim = keepdim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.compiler.is_compiling() and x.is_cuda and not x.requires_grad:
-            return torch.ops.cute_conv.global_avg_pool2d(x)  # opaque: the ones row is cached
-        if not _gemv_takes(x):
-            return F.adaptive_avg_pool2d(x, 1)
-        return _global_avg_pool_nhwc(x)
+        if x.dim() != 4:
+            y = None  # another rank: torch's op means what it means there
+        elif torch.compiler.is_compiling() and x.is_cuda and not x.requires_grad:
+            y = torch.ops.cute_conv.global_avg_pool2d(x)  # opaque: the ones row is cached
+        elif _gemv_takes(x):
+            y = _global_avg_pool_nhwc(x)
+        else:
+            y = None
+        if y is None:
+            if self.dims is None:
+                return F.adaptive_avg_pool2d(x, 1)
+            return x.mean(self.dims, keepdim=self.keepdim)
+        return y if self.keepdim else y.flatten(1)
+
+    def extra_repr(self) -> str:
+        return "" if self.dims is None else f"dims={self.dims}, keepdim={self.keepdim}"
 
 
 def _gemv_takes(x: torch.Tensor) -> bool:

@@ -181,6 +181,34 @@ def test_global_average_pools_become_gemvs(name, avg_pools):
     assert module_types(again)[GlobalAvgPool2d] == avg_pools and not again.cute_conv_report.avg_pools
 
 
+class FunctionalMeans(nn.Module):
+    """Global average pools written as functions and tensor methods, and means that are not."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            F.adaptive_avg_pool2d(x, 1),  # rewritten, as the next three
+            x.mean((2, 3), keepdim=True),
+            torch.mean(x, dim=[-2, -1]),
+            F.adaptive_avg_pool2d(x, output_size=(1, 1)),
+            x.mean((1, 2)),  # other dims
+            x.mean((2, 3), dtype=torch.float32),  # a dtype
+            F.adaptive_avg_pool2d(x, 2),  # other output sizes
+            F.adaptive_avg_pool2d(x, (1, None)),
+        )
+
+
+def test_functional_global_means_become_gemvs():
+    gm = cute_conv.optimize(FunctionalMeans().eval())
+    pools = [m for m in gm.modules() if isinstance(m, GlobalAvgPool2d)]
+    assert [(p.dims, p.keepdim) for p in pools] == [
+        (None, True), ((2, 3), True), ((-2, -1), False), (None, True)
+    ]
+    assert len(gm.cute_conv_report.avg_pools) == 4
+    x = torch.randn(2, 16, 5, 7).to(BF16).to(memory_format=torch.channels_last)
+    for ours, expected in zip(gm(x), FunctionalMeans()(x), strict=True):  # on the CPU: torch's ops
+        assert ours.shape == expected.shape and torch.equal(ours, expected)
+
+
 def test_float32_model_is_left_with_the_reason():
     gm = cute_conv.optimize(build("resnet18", torch.float32))
     report = gm.cute_conv_report

@@ -211,6 +211,18 @@ def test_which_pools_average_the_map(pool, averages):
 def test_global_avg_pool_module_on_the_cpu_is_torchs():
     x = _channels_last(2, 24, 7, 9)
     assert torch.equal(GlobalAvgPool2d()(x), F.adaptive_avg_pool2d(x, 1))
+    assert torch.equal(GlobalAvgPool2d((-2, -1), keepdim=False)(x), x.mean((-2, -1)))
+    five = torch.randn(2, 3, 4, 5, 6)  # another rank: the mean it replaced
+    assert torch.equal(GlobalAvgPool2d((2, 3))(five), five.mean((2, 3), keepdim=True))
+
+
+@pytest.mark.parametrize(
+    ("dims", "keepdim", "match"),
+    [((1, 2), True, "dims must be None or one of"), (None, False, "keepdim=False takes dims")],
+)
+def test_global_avg_pool_bad_arguments(dims, keepdim, match):
+    with pytest.raises(ValueError, match=match):
+        GlobalAvgPool2d(dims, keepdim)
 
 
 @pytest.mark.parametrize("pixels", [1, 3, 49, 3136, 12544, 2**24])
@@ -263,6 +275,9 @@ def test_global_avg_pool_gemv_matches_float32(shape, dtype):
         assert ours.is_contiguous(memory_format=torch.channels_last)
         report = compare_to_reference(ours, expected)
         assert report.ok, report
+    flat = GlobalAvgPool2d((2, 3), keepdim=False)(x)  # x.mean((2, 3))
+    assert flat.shape == expected.shape[:2]
+    assert compare_to_reference(flat, expected.flatten(1)).ok
 
 
 @requires_sm90
