@@ -45,7 +45,13 @@ from .plan_cache import PlanCache
 from .problem import Conv2dProblemShape, normalize_padding, normalize_pair
 from .validation import ALIGNMENT_BYTES, MAX_GEMM_M, check_alignment, check_tensor
 
-__all__ = ["check_groups", "grouped_conv2d", "grouped_limits", "stage_filter"]
+__all__ = [
+    "check_channel_norm_eps",
+    "check_groups",
+    "grouped_conv2d",
+    "grouped_limits",
+    "stage_filter",
+]
 
 SIXTEEN_BIT_DTYPES = (torch.bfloat16, torch.float16)
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -216,7 +222,9 @@ def _check_pixels_arg(pixels: Any) -> None:
         raise ValueError(f"pixels must be in 1 .. {MAX_PIXELS}, got {pixels}")
 
 
-def _check_channel_norm_arg(eps: Any) -> None:
+def check_channel_norm_eps(eps: Any) -> None:
+    """A ``TypeError`` unless ``eps`` is None or a number, a ``ValueError`` unless it is also
+    finite and >= 0 (``channel_norm_eps`` of ``grouped_conv2d`` and ``nn.Conv2d``)."""
     if eps is None:
         return
     if isinstance(eps, bool) or not isinstance(eps, (int, float)):
@@ -231,7 +239,7 @@ def _validate(x, staged_filter, source, bias, scale, groups, stride, padding, di
     output dtype. Reads shapes, dtypes and strides only (meta tensors pass)."""
     _check_groups_arg(groups)
     _check_pixels_arg(pixels)
-    _check_channel_norm_arg(channel_norm_eps)
+    check_channel_norm_eps(channel_norm_eps)
     check_tensor("activation", x, SIXTEEN_BIT_DTYPES)
     if not isinstance(staged_filter, torch.Tensor):
         raise TypeError(f"filter must be a torch.Tensor, got {type(staged_filter).__name__}")

@@ -33,7 +33,13 @@ from .autograd import conv_operands
 from .epilogue import ACTIVATIONS, EpilogueSpec
 from .fold import activation_name, batch_norm_channels, fold_batch_norm
 from .fp8 import quantize_dynamic, quantize_fp8, quantize_from_amax, quantize_with_scale
-from .grouped import check_groups, grouped_conv2d, grouped_limits, stage_filter
+from .grouped import (
+    check_channel_norm_eps,
+    check_groups,
+    grouped_conv2d,
+    grouped_limits,
+    stage_filter,
+)
 from .grouped_rule import runs_grouped_kernel
 from .kernels.common.grouped_direct import MAX_NORM_CHANNELS
 from .ops import takes_torch_path
@@ -256,7 +262,7 @@ class Conv2d(nn.Module):
 
     def normalize_channels(self, eps: float | None) -> None:
         """Set ``channel_norm_eps`` (see the class): ``eps``, or None for no norm. Raises
-        ValueError as the constructor does."""
+        TypeError or ValueError as the constructor does."""
         _check_channel_norm(eps, self.groups, self.out_channels, self.activation)
         self.channel_norm_eps = eps
 
@@ -619,11 +625,11 @@ class Conv2d(nn.Module):
 def _check_channel_norm(
     eps: float | None, groups: int, out_channels: int, activation: str | None
 ) -> None:
-    """``Conv2d``'s check of ``channel_norm_eps``: a ValueError naming the limit."""
+    """``Conv2d``'s check of ``channel_norm_eps``: a TypeError for a non-number, else a
+    ValueError naming the limit."""
+    check_channel_norm_eps(eps)
     if eps is None:
         return
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps < math.inf:
-        raise ValueError(f"channel_norm_eps must be None or a finite float >= 0, got {eps!r}")
     if groups == 1:
         raise ValueError("channel_norm_eps: only a grouped Conv2d (groups > 1) normalizes")
     if activation is not None:

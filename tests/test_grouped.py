@@ -314,18 +314,19 @@ def test_module_normalizes_channels_on_either_path(kernel_calls, channels, batch
 
 
 @pytest.mark.parametrize(
-    "kwargs, match",
+    "kwargs, error, match",
     [
-        (dict(groups=1), "only a grouped Conv2d"),
-        (dict(activation="relu"), "takes no activation, got 'relu'"),
-        (dict(channel_norm_eps=-1.0), "finite float >= 0, got -1.0"),
-        (dict(channel_norm_eps="x"), "finite float >= 0, got 'x'"),
-        (dict(in_channels=4096, out_channels=4096, groups=4096), "out_channels=4096; at most 2048"),
+        (dict(groups=1), ValueError, "only a grouped Conv2d"),
+        (dict(activation="relu"), ValueError, "takes no activation, got 'relu'"),
+        (dict(channel_norm_eps=-1.0), ValueError, "finite float >= 0, got -1.0"),
+        (dict(channel_norm_eps="x"), TypeError, "a float or None, got str"),
+        (dict(in_channels=4096, out_channels=4096, groups=4096), ValueError,
+         "out_channels=4096; at most 2048"),
     ],
-)
-def test_module_channel_norm_names_the_limit(kwargs, match):
+)  # fmt: skip
+def test_module_channel_norm_names_the_limit(kwargs, error, match):
     args = dict(in_channels=64, out_channels=64, kernel_size=3, groups=64, channel_norm_eps=1e-6)
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(error, match=match):
         cute_conv.nn.Conv2d(**(args | kwargs), device="meta")
 
 
