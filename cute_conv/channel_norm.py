@@ -39,7 +39,8 @@ class ChannelLayerNorm(nn.Module):
     Raises:
         ValueError, TypeError: channels the grouped kernel does not take, what
             ``cute_conv.nn.Conv2d`` refuses of a depthwise conv of ``channels`` channels with
-            ``channel_norm_eps=eps``, or an affine of another shape.
+            ``channel_norm_eps=eps`` (a non-number ``eps``, a dtype other than 16 bits), or
+            an affine that is not a tensor of shape ``[channels]``.
     """
 
     def __init__(
@@ -61,6 +62,8 @@ class ChannelLayerNorm(nn.Module):
             self.norm.weight.fill_(1)
         self.eps = eps
         for name, value in (("weight", weight), ("bias", bias)):
+            if value is not None and not isinstance(value, torch.Tensor):
+                raise TypeError(f"{name} must be a tensor or None, got {type(value).__name__}")
             if value is not None and tuple(value.shape) != (channels,):
                 raise ValueError(f"{name} must have shape ({channels},), got {tuple(value.shape)}")
             param = None if value is None else nn.Parameter(value.detach().to(dtype).clone())

@@ -67,9 +67,18 @@ def test_bad_arguments_raise_value_errors(channels, kwargs, match):
         ChannelLayerNorm(channels, eps, **kwargs)
 
 
-def test_float32_is_refused():
-    with pytest.raises(TypeError):
-        ChannelLayerNorm(16, EPS, dtype=torch.float32)
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"dtype": torch.float32}, "float32"),
+        ({"eps": "1e-6"}, "channel_norm_eps must be a float or None"),
+        ({"weight": [1.0] * 16}, "weight must be a tensor or None, got list"),
+    ],
+)
+def test_bad_types_raise_type_errors(kwargs, match):
+    eps = kwargs.pop("eps", EPS)
+    with pytest.raises(TypeError, match=match):
+        ChannelLayerNorm(16, eps, **kwargs)
 
 
 # ------------------------------------------------------------------------------ on the GPU
