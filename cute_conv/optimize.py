@@ -22,7 +22,10 @@ scale, folded into the epilogue's scale and bias) and a residual add. Other Line
 A grouped conv without activation or add whose value goes to NHWC, through a ``LayerNorm``
 over its channels, into Linears alone (ConvNeXt's depthwise conv -> LayerNorm -> Linear)
 normalizes its output in its kernel (``Conv2d.normalize_channels``); the LayerNorm's weight and
-bias fold (in float32) into those Linears' weights and biases, and the LayerNorm goes.
+bias fold (in float32) into those Linears' weights and biases, and the LayerNorm goes. A
+LayerNorm over the channels of an NCHW value (a permute to NHWC, ``F.layer_norm`` over C, the
+permute back: torchvision's ``LayerNorm2d``, ConvNeXt's stem and downsampling norms) becomes a
+``ChannelLayerNorm``: the grouped kernel's norm on an identity depthwise conv, then the affine.
 
 Grouped and depthwise convs fuse the same way, on the grouped kernel (within
 ``cute_conv.grouped_limits``) or on cuDNN's grouped conv (``cute_conv.nn.Conv2d`` chooses per
@@ -35,8 +38,9 @@ its own.
 Max pools (``cute_conv.pooling``; torch's channels_last pool kernel is slow): those whose
 windows tile the map (VGG's 2x2 stride-2) become ``TiledMaxPool2d``, the others without ceil mode
 or indices (ResNet's 3x3 stride-2) ``MaxPool2d``, one kernel pass. Global average pools
-(``nn.AdaptiveAvgPool2d(1)``: squeeze-excitation blocks, classifier heads) become
-``GlobalAvgPool2d``, one batched GEMV (torch's channels_last mean is slow too).
+(``nn.AdaptiveAvgPool2d(1)``, ``F.adaptive_avg_pool2d(x, 1)``, ``x.mean((2, 3), keepdim)``:
+squeeze-excitation blocks, classifier heads) become ``GlobalAvgPool2d``, one batched GEMV
+(torch's channels_last mean is slow too).
 
 What is checked when: the shapes of the activations are unknown at trace time, so a conv is
 judged by its module's attributes (``cute_conv.nn.conv_limits``: groups, padding mode, weight
