@@ -16,7 +16,7 @@ EfficientNet-B0 took ~150 us of a ~740 us batch-8 forward on an H200, 6-27 us of
 each (inductor fuses them into the kernels before them).
 
 - ``GlobalAvgPool2d``: ``nn.AdaptiveAvgPool2d(1)`` (squeeze-excitation blocks, classifier
-  heads) as one batched GEMV through cuBLAS, a row of ones times each image's ``[H*W, C]``
+  heads) as one batched GEMV through cuBLAS, a row of 2**-k times each image's ``[H*W, C]``
   view (``torch.baddbmm``, float32 accumulation), as the op ``cute_conv::global_avg_pool2d``
   under ``torch.compile``.
 """
@@ -249,17 +249,13 @@ class GlobalAvgPool2d(nn.Module):
         self.keepdim = keepdim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() != 4:
-            y = None  # another rank: torch's op means what it means there
-        elif torch.compiler.is_compiling() and x.is_cuda and not x.requires_grad:
-            y = torch.ops.cute_conv.global_avg_pool2d(x)  # opaque: the ones row is cached
+        if torch.compiler.is_compiling() and x.dim() == 4 and x.is_cuda and not x.requires_grad:
+            y = torch.ops.cute_conv.global_avg_pool2d(x)  # opaque: the GEMV's row is cached
         elif _gemv_takes(x):
             y = _global_avg_pool_nhwc(x)
-        else:
-            y = None
-        if y is None:
-            if self.dims is None:
-                return F.adaptive_avg_pool2d(x, 1)
+        elif self.dims is None:
+            return F.adaptive_avg_pool2d(x, 1)
+        else:  # (for another rank, the mean it replaced)
             return x.mean(self.dims, keepdim=self.keepdim)
         return y if self.keepdim else y.flatten(1)
 
@@ -280,22 +276,22 @@ def _gemv_takes(x: torch.Tensor) -> bool:
     )
 
 
-# A row of ones per (pixels, dtype, device), made once outside CUDA-graph captures.
-_ONES_ROWS: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
+# The GEMV's row per (pixels, dtype, device), made once outside CUDA-graph captures.
+_SUM_ROWS: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
 
 
-def _ones_row(pixels: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def _sum_row(pixels: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """``[1, 1, pixels]`` of 2**-k, the power of two at most ``1 / pixels``: exact in 16 bits,
     and it keeps any partial sum of cuBLAS's (which may reduce in the output's dtype) within
     the inputs' range."""
     key = (pixels, dtype, device)
-    row = _ONES_ROWS.get(key)
+    row = _SUM_ROWS.get(key)
     if row is None:
         row = torch.full((1, 1, pixels), 2.0 ** -math.ceil(math.log2(pixels)), dtype=dtype,
                          device=device)  # fmt: skip
         capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
         if not capturing:  # a row made in a capture is filled only by the graph's replays
-            _ONES_ROWS[key] = row
+            _SUM_ROWS[key] = row
     return row
 
 
@@ -305,7 +301,7 @@ def _global_avg_pool_nhwc(x: torch.Tensor, out: torch.Tensor | None = None) -> t
     if None; its old values are not read)."""
     n, c, h, w = x.shape
     pixels = h * w
-    row = _ones_row(pixels, x.dtype, x.device)
+    row = _sum_row(pixels, x.dtype, x.device)
     if out is None:
         out = torch.empty((n, 1, c), dtype=x.dtype, device=x.device)
     # alpha scales the row's 2**-k sums to means, in float32

@@ -21,7 +21,7 @@ from cute_conv.pooling import (
     MaxPool2d,
     TiledMaxPool2d,
     _global_avg_pool_nhwc,
-    _ones_row,
+    _sum_row,
     averages_the_map,
     runs_as_kernel,
     tiles_the_map,
@@ -227,11 +227,11 @@ def test_global_avg_pool_bad_arguments(dims, keepdim, match):
 
 @pytest.mark.parametrize("pixels", [1, 3, 49, 3136, 12544, 2**24])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_ones_row_is_an_exact_power_of_two_at_most_the_mean_weight(pixels, dtype):
+def test_sum_row_is_an_exact_power_of_two_at_most_the_mean_weight(pixels, dtype):
     """The row's value survives the 16-bit dtype exactly (a float16 subnormal at 2**24
     pixels), and alpha (2**k / pixels) lies in [1, 2): the row's sums stay within the inputs'
     range."""
-    row = _ones_row(pixels, dtype, torch.device("cpu"))
+    row = _sum_row(pixels, dtype, torch.device("cpu"))
     k = math.ceil(math.log2(pixels))
     assert row.shape == (1, 1, pixels) and row.dtype == dtype
     assert torch.all(row.double() == 2.0**-k)
@@ -300,7 +300,7 @@ def test_global_avg_pool_other_inputs_compiled_and_graphed():
     expected = x.float().mean(dim=(2, 3), keepdim=True)
     compiled = torch.compile(pool, fullgraph=True)
     assert compare_to_reference(compiled(x), expected).ok
-    # A map size first seen inside a capture: its ones row is the graph's, and an eager call
+    # A map size first seen inside a capture: its row is the graph's, and an eager call
     # after the capture makes its own.
     static = _cuda_channels_last(2, 40, 11, 13)
     graph = torch.cuda.CUDAGraph()
