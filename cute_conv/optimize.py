@@ -393,7 +393,8 @@ class _Rewriter:
             return
         if not isinstance(shape, (list, tuple)) or len(shape) != 1:
             return
-        if any(a is not None and a.op != "get_attr" for a in (weight, bias)):
+        if any(a is not None and (not isinstance(a, fx.Node) or a.op != "get_attr")
+               for a in (weight, bias)):  # fmt: skip
             return  # an affine computed in the graph
         affine = [None if a is None else functools.reduce(getattr, a.target.split("."), self.gm)
                   for a in (weight, bias)]  # fmt: skip
