@@ -223,7 +223,7 @@ class _Rewriter:
             elif node.op == "call_module" and averages_the_map(self.modules[node.target]):
                 self.gm.add_submodule(node.target, GlobalAvgPool2d())  # every call of it
                 self.report.avg_pools.append(node.target)
-            elif node.op == "call_function" and node.target is F.layer_norm:
+            elif _is_layer_norm(node, self.modules):
                 self._rewrite_channel_layer_norm(node)
             elif (pool := _global_mean(node)) is not None:
                 self._replace_global_mean(node, pool)
@@ -373,10 +373,11 @@ class _Rewriter:
         return True
 
     def _rewrite_channel_layer_norm(self, norm_node: fx.Node) -> None:
-        """``permute(x, NHWC) -> F.layer_norm over C -> permute back`` with nothing else reading
-        the permutes (torchvision's ``LayerNorm2d``: ConvNeXt's stem and downsampling layers)
-        as one ``ChannelLayerNorm`` of ``x``; left as it is where the pattern or the
-        dtypes and channels do not fit."""
+        """``permute(x, NHWC) -> LayerNorm over C -> permute back`` with nothing else reading
+        the permutes (torchvision's ``LayerNorm2d``, which traces to ``F.layer_norm``:
+        ConvNeXt's stem and downsampling layers; or an ``nn.LayerNorm`` module there) as one
+        ``ChannelLayerNorm`` of ``x``; left as it is where the pattern or the dtypes and
+        channels do not fit."""
         to_nhwc = norm_node.args[0] if norm_node.args else None
         back = self._sole_user(norm_node)
         if (
@@ -387,17 +388,24 @@ class _Rewriter:
             or _permute_dims(back, norm_node) != _TO_NCHW
         ):
             return
-        try:
-            shape, weight, bias, eps = _layer_norm_args(*norm_node.args[1:], **norm_node.kwargs)
-        except TypeError:
-            return
+        weight = bias = None  # their get_attr nodes (the functional form's)
+        if norm_node.op == "call_module":
+            module = self.modules[norm_node.target]
+            if len(norm_node.args) != 1 or norm_node.kwargs:
+                return
+            shape, affine, eps = module.normalized_shape, [module.weight, module.bias], module.eps
+        else:
+            try:
+                shape, weight, bias, eps = _layer_norm_args(*norm_node.args[1:], **norm_node.kwargs)
+            except TypeError:
+                return
+            if any(a is not None and (not isinstance(a, fx.Node) or a.op != "get_attr")
+                   for a in (weight, bias)):  # fmt: skip
+                return  # an affine computed in the graph
+            affine = [None if a is None else functools.reduce(getattr, a.target.split("."), self.gm)
+                      for a in (weight, bias)]  # fmt: skip
         if not isinstance(shape, (list, tuple)) or len(shape) != 1:
             return
-        if any(a is not None and (not isinstance(a, fx.Node) or a.op != "get_attr")
-               for a in (weight, bias)):  # fmt: skip
-            return  # an affine computed in the graph
-        affine = [None if a is None else functools.reduce(getattr, a.target.split("."), self.gm)
-                  for a in (weight, bias)]  # fmt: skip
         present = [a for a in affine if a is not None]
         try:
             (dtype,) = {a.dtype for a in present} or {torch.bfloat16}
@@ -405,8 +413,11 @@ class _Rewriter:
             norm = ChannelLayerNorm(int(shape[0]), float(eps), *affine, dtype=dtype, device=device)
         except (TypeError, ValueError):
             return  # a float32 affine, or channels the grouped kernel does not take
-        # Named after the LayerNorm module traced through (fx leaves it unused), if any.
-        owner = weight.target.rpartition(".")[0] if weight is not None else ""
+        # Named after the LayerNorm module (called, or traced through), if any.
+        if norm_node.op == "call_module":
+            owner = norm_node.target
+        else:
+            owner = weight.target.rpartition(".")[0] if weight is not None else ""
         name = self._fresh_name(f"{owner}_channel_norm" if owner else "channel_norm")
         self.gm.add_submodule(name, norm)
         self.modules[name] = norm
@@ -641,6 +652,14 @@ def _adaptive_pool_args(input, output_size):  # noqa: A002 - torch's names
 
 def _mean_args(input, dim, keepdim=False):  # noqa: A002 - torch's names
     return input, dim, keepdim
+
+
+def _is_layer_norm(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
+    """Whether ``node`` calls ``F.layer_norm`` or an ``nn.LayerNorm`` module (not a subclass,
+    whose forward may differ)."""
+    if node.op == "call_function":
+        return node.target is F.layer_norm
+    return node.op == "call_module" and type(modules[node.target]) is nn.LayerNorm
 
 
 def _layer_norm_args(normalized_shape, weight=None, bias=None, eps=1e-5):

@@ -575,9 +575,10 @@ def test_convnext_fuses_its_pointwise_linears():
 
 
 class ChannelNorms(nn.Module):
-    """``LayerNorm2d``'s pattern three times: over 16 channels (rewritten), again with its NHWC
-    permute read by another op too (left), and over 12 channels (left: the grouped kernel
-    takes multiples of 8)."""
+    """``LayerNorm2d``'s pattern four times: over 16 channels (rewritten), as an
+    ``nn.LayerNorm`` module between the permutes (rewritten), with its NHWC permute read by
+    another op too (left), and over 12 channels (left: the grouped kernel takes multiples of
+    8)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -585,10 +586,14 @@ class ChannelNorms(nn.Module):
         self.conv12 = nn.Conv2d(16, 12, 1)
         self.w16, self.b16 = nn.Parameter(torch.rand(16) + 0.5), nn.Parameter(torch.randn(16))
         self.w12, self.b12 = nn.Parameter(torch.rand(12) + 0.5), nn.Parameter(torch.randn(12))
+        self.norm = nn.LayerNorm(16, eps=1e-5)
+        with torch.no_grad():
+            self.norm.weight.uniform_(0.5, 1.5)
+            self.norm.bias.normal_()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = F.layer_norm(self.conv16(x).permute(0, 2, 3, 1), (16,), self.w16, self.b16, 1e-6)
-        y = y.permute(0, 3, 1, 2)
+        y = self.norm(y.permute(0, 3, 1, 2).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
         nhwc = y.permute(0, 2, 3, 1)
         z = F.layer_norm(nhwc, (16,), eps=1e-6).permute(0, 3, 1, 2) + nhwc.permute(0, 3, 1, 2)
         v = self.conv12(z).permute(0, 2, 3, 1)
@@ -599,20 +604,22 @@ def test_channel_layer_norms_where_the_pattern_holds(kernel_calls):  # noqa: F81
     torch.manual_seed(3)
     model = ChannelNorms().eval()
     gm = cute_conv.optimize(copy_to(model, BF16))
-    assert gm.cute_conv_report.channel_norms == ["channel_norm"]
-    assert module_types(gm)[ChannelLayerNorm] == 1 and layer_norm_calls(gm) == 2
+    assert gm.cute_conv_report.channel_norms == ["channel_norm", "norm_channel_norm"]
+    assert module_types(gm)[ChannelLayerNorm] == 2 and layer_norm_calls(gm) == 2
+    assert nn.LayerNorm not in module_types(gm)
     x = torch.randn(2, 8, 5, 6).to(memory_format=torch.channels_last)
     with torch.no_grad():
         reference = model(x)
         torch_bf16 = copy_to(model, BF16)(x.to(BF16)).float()
         ours = gm(x.to(BF16)).float()
-    assert len(kernel_calls) == 3  # two 1x1 convs, one normalizing identity conv
+    assert len(kernel_calls) == 4  # two 1x1 convs, two normalizing identity convs
     assert_no_worse_than_torch(ours, torch_bf16, reference)
 
 
 def test_float32_channel_layer_norms_stay_torch():
     gm = cute_conv.optimize(ChannelNorms().eval())
     assert not gm.cute_conv_report.channel_norms and layer_norm_calls(gm) == 3
+    assert module_types(gm)[nn.LayerNorm] == 1
 
 
 def layer_norm_calls(gm: fx.GraphModule) -> int:
