@@ -79,6 +79,7 @@ from .pooling import (
     runs_as_kernel,
     tiles_the_map,
 )
+from .problem import Padding, Pair, output_size
 
 __all__ = [
     "FP8_MIN_CHANNELS",
@@ -243,7 +244,10 @@ class _Rewriter:
             return
         chain, pattern = [conv_node], ["conv"]
         bn = activation = identity = stopped = None
-        node = self._next(chain)
+        # Ops that read only the conv's shape (an FPN's ``lateral.shape[-2:]`` for the
+        # upsampling it then adds) do not stop the chain: they get the shape from its input.
+        shape_reads = [user for user in conv_node.users if _reads_shape(user, conv_node)]
+        node = self._next(chain, ignored=shape_reads)
         if node is not None and self._is_eval_bn(node):
             bn = self.modules[node.target]
             node = self._extend(chain, pattern, node, "bn")
@@ -265,6 +269,8 @@ class _Rewriter:
                 self._extend(chain, pattern, node, "add")
         order = "before_activation" if before else "after_activation"
         fused = Conv2d.from_torch(conv, bn, activation, residual_order=order)
+        if len(chain) > 1:
+            self._read_shape_from_input(conv_node, shape_reads, fused)
         if conv.groups != 1 and activation is None and identity is None and node is not None:
             if self._fold_channel_norm(node, chain[-1], fused):
                 pattern.append("layer_norm")
@@ -296,6 +302,20 @@ class _Rewriter:
         self.report.fused.append(
             FusedChain(name, "+".join(pattern), tuple(map(_describe, chain)), stopped)
         )
+
+    def _read_shape_from_input(self, conv_node: fx.Node, reads: list[fx.Node], fused: Conv2d) -> None:
+        """Give ``reads`` (``.shape`` / ``.size()`` of the conv's output, which the fused chain
+        replaces) the conv's output shape computed from its input (``_conv_output_shape``)."""
+        graph = self.gm.graph
+        geometry = (fused.out_channels, fused.kernel_size, fused.stride, fused._padding,
+                    fused.dilation)  # fmt: skip
+        for read in reads:
+            with graph.inserting_before(read):
+                shape = graph.call_function(_conv_output_shape, (conv_node.args[0], *geometry))
+                if len(read.args) == 2 and read.op == "call_method":  # .size(dim)
+                    shape = graph.call_function(operator.getitem, (shape, read.args[1]))
+            read.replace_all_uses_with(shape)
+            graph.erase_node(read)
 
     def _rewrite_pointwise_linear(self, linear_node: fx.Node) -> None:
         """An ``nn.Linear`` on the channels of an NHWC tensor (ConvNeXt's pointwise layers) as
@@ -542,19 +562,22 @@ class _Rewriter:
         pattern.append(op)
         return self._next(chain)
 
-    def _next(self, chain: list[fx.Node]) -> fx.Node | None:
+    def _next(self, chain: list[fx.Node], ignored: list[fx.Node] = ()) -> fx.Node | None:
         """The node after the chain's last, past ops that are the identity in eval mode
         (dropout, torchvision's stochastic depth: EfficientNet's residual adds follow one),
-        which join the chain and go with it; None where that value has several readers."""
-        node = self._sole_user(chain[-1])
+        which join the chain and go with it; None where that value has several readers
+        (besides ``ignored``)."""
+        node = self._sole_user(chain[-1], ignored)
         while node is not None and _is_eval_identity(node, chain[-1], self.modules):
             chain.append(node)
             node = self._sole_user(node)
         return node
 
-    def _sole_user(self, node: fx.Node) -> fx.Node | None:
-        """The one node that reads ``node``'s value, or None (no user, or several)."""
-        return next(iter(node.users)) if len(node.users) == 1 else None
+    def _sole_user(self, node: fx.Node, ignored: list[fx.Node] = ()) -> fx.Node | None:
+        """The one node besides ``ignored`` that reads ``node``'s value, or None (no user, or
+        several)."""
+        users = [user for user in node.users if user not in ignored]
+        return users[0] if len(users) == 1 else None
 
     def _activation(self, node: fx.Node, value: fx.Node) -> str | None:
         """The epilogue name of ``node`` when it is an activation of ``value`` the kernel runs,
@@ -652,6 +675,30 @@ def _adaptive_pool_args(input, output_size):  # noqa: A002 - torch's names
 
 def _mean_args(input, dim, keepdim=False):  # noqa: A002 - torch's names
     return input, dim, keepdim
+
+
+def _reads_shape(user: fx.Node, node: fx.Node) -> bool:
+    """Whether ``user`` reads only ``node``'s shape: ``node.shape``, ``node.size()`` or
+    ``node.size(dim)``."""
+    if user.op == "call_function" and user.target is getattr:
+        return user.args == (node, "shape") and not user.kwargs
+    return (
+        user.op == "call_method"
+        and user.target == "size"
+        and user.args[:1] == (node,)
+        and len(user.args) <= 2
+        and not user.kwargs
+    )
+
+
+def _conv_output_shape(
+    x: torch.Tensor, out_channels: int, kernel_size: Pair, stride: Pair, padding: Padding,
+    dilation: Pair,
+) -> torch.Size:  # fmt: skip
+    """The shape of a conv's output on the NCHW ``x``."""
+    n, _, h, w = x.shape
+    sizes = zip((h, w), kernel_size, padding, stride, dilation, strict=True)
+    return torch.Size((n, out_channels, *(output_size(*args) for args in sizes)))
 
 
 def _is_layer_norm(node: fx.Node, modules: dict[str, nn.Module]) -> bool:

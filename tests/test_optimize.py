@@ -115,7 +115,51 @@ def test_frozen_batch_norms_fold_as_batch_norms():
         backbone_name="resnet50", weights=None, norm_layer=frozen_batch_norm_type()
     )
     gm = cute_conv.optimize(backbone.to(BF16).eval())
-    assert gm.cute_conv_report.counts() == {**RESNET_COUNTS["resnet50"], "conv": 8}
+    # three lateral 1x1s with the top-down add (past the read of their shape), five alone
+    assert gm.cute_conv_report.counts() == {**RESNET_COUNTS["resnet50"], "conv+add": 3, "conv": 5}
+
+
+class TopDownAdd(nn.Module):
+    """An FPN level: the lateral conv's output, read for its shape first (the size the coarser
+    level is upsampled to, and its channels), plus that upsampling, then a ReLU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lateral = nn.Conv2d(8, 16, 1)
+        self.coarse = nn.Conv2d(8, 16, 3, stride=2, padding=1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, int]:
+        lateral = self.lateral(x)
+        up = F.interpolate(self.coarse(x), size=lateral.shape[-2:], mode="nearest")
+        return F.relu(lateral + up), lateral.size(1)
+
+
+def test_shape_reads_do_not_stop_a_chain(kernel_calls):  # noqa: F811
+    torch.manual_seed(11)
+    model = TopDownAdd().eval()
+    gm = cute_conv.optimize(copy_to(model, BF16))
+    assert gm.cute_conv_report.counts() == {"conv": 1, "conv+add+relu": 1}
+    x = torch.randn(2, 8, 9, 13).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        reference, _ = model(x)
+        torch_bf16 = copy_to(model, BF16)(x.to(BF16))[0].float()
+        ours, channels = gm(x.to(BF16))
+    assert channels == 16 and len(kernel_calls) == 2 and kernel_calls[1][2] is not None
+    assert_no_worse_than_torch(ours.float(), torch_bf16, reference)
+
+
+def test_shape_reads_compile_into_one_graph_on_cpu():
+    torch.manual_seed(11)
+    model = TopDownAdd().eval()
+    compiled = torch.compile(cute_conv.optimize(copy_to(model, BF16)), backend="eager",
+                             fullgraph=True)  # fmt: skip
+    x = torch.randn(2, 8, 9, 13).to(memory_format=torch.channels_last)
+    with torch.no_grad(), reference_forward_on_cpu():
+        reference, _ = model(x)
+        torch_bf16 = copy_to(model, BF16)(x.to(BF16))[0].float()
+        ours, channels = compiled(x.to(BF16))
+    assert channels == 16
+    assert_no_worse_than_torch(ours.float(), torch_bf16, reference)
 
 
 def test_resnext_fuses_every_grouped_conv():
