@@ -109,11 +109,14 @@ def runs_grouped_kernel(
     does: cuDNN's path adds a LayerNorm pass, and on an H200 the kernel beat cuDNN's conv
     and torch's LayerNorm on every stage of ConvNeXt-T and ConvNeXt-B (7x7 depthwise, C = 96
     .. 1024) at batch 1 to 128, by 1.4-1.8x where the bounds below send the plain call to
-    cuDNN (``benchmarks/experiments/channel_norm_ab*.json``, session 75)."""
+    cuDNN (``benchmarks/experiments/channel_norm_ab*.json``, session 75). So does a
+    depthwise 1x1 conv (``optimize``'s lone BatchNorms): a per-channel scale, one pass over
+    memory in the kernel, where cuDNN's path adds its epilogue's passes (no such call was in
+    the bounds' fits)."""
     if normalizes:
         return True
     if group_in == group_out == 1:
-        return FITTED_DEPTHWISE.takes(macs, taps)
+        return taps == 1 or FITTED_DEPTHWISE.takes(macs, taps)
     return FITTED.takes(macs, group_in, groups)
 
 

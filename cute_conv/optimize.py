@@ -66,7 +66,8 @@ from torch.nn.utils.fusion import fuse_conv_bn_eval
 
 from .channel_norm import ChannelLayerNorm
 from .delayed_scaling import DelayedScales
-from .fold import activation_name, folds_as_batch_norm
+from .fold import activation_name, batch_norm_channels, folds_as_batch_norm
+from .grouped import grouped_limits
 from .nn import Conv2d, conv_limits
 from .optimize_fp8 import FP8_MIN_CHANNELS, FP8_SCALINGS, resolve_scaling, to_fp8
 from .optimize_report import FusedChain, LeftConv, OptimizeReport
@@ -224,6 +225,8 @@ class _Rewriter:
             elif node.op == "call_module" and averages_the_map(self.modules[node.target]):
                 self.gm.add_submodule(node.target, GlobalAvgPool2d())  # every call of it
                 self.report.avg_pools.append(node.target)
+            elif node.op == "call_module" and self._is_eval_bn(node):
+                self._rewrite_batch_norm(node)
             elif _is_layer_norm(node, self.modules):
                 self._rewrite_channel_layer_norm(node)
             elif (pool := _global_mean(node)) is not None:
@@ -302,6 +305,33 @@ class _Rewriter:
         self.report.fused.append(
             FusedChain(name, "+".join(pattern), tuple(map(_describe, chain)), stopped)
         )
+
+    def _rewrite_batch_norm(self, bn_node: fx.Node) -> None:
+        """An eval BatchNorm2d that no conv chain took (after another op: DenseNet's
+        concatenations, pre-activation blocks), with the activation after it, as one pass of
+        the grouped kernel: a depthwise 1x1 conv of ones whose epilogue is the folded
+        BatchNorm and the activation (``bn`` or ``bn+<activation>``). Left where its dtype or
+        channels do not fit the kernel."""
+        if not bn_node.users:  # taken by a conv chain (erased), or read by nothing
+            return
+        bn = self.modules[bn_node.target]
+        if type(bn) is nn.SyncBatchNorm:  # any rank: the kernel takes NCHW alone
+            return
+        chain, pattern = [bn_node], ["bn"]
+        activation = stopped = None
+        node = self._next(chain)
+        if node is not None:
+            try:
+                activation = self._activation(node, chain[-1])
+            except ValueError as exc:
+                stopped = f"{node.name}: {exc}"
+            if activation is not None:
+                self._extend(chain, pattern, node, activation)
+        try:
+            fused = Conv2d.from_torch(_ones_depthwise_conv(bn), bn, activation)
+        except (TypeError, ValueError):
+            return  # a float32 BatchNorm, or channels the grouped kernel does not take
+        self._replace(chain, pattern, fused, bn_node.args[0], None, stopped)
 
     def _read_shape_from_input(self, conv_node: fx.Node, reads: list[fx.Node], fused: Conv2d) -> None:
         """Give ``reads`` (``.shape`` / ``.size()`` of the conv's output, which the fused chain
@@ -675,6 +705,19 @@ def _adaptive_pool_args(input, output_size):  # noqa: A002 - torch's names
 
 def _mean_args(input, dim, keepdim=False):  # noqa: A002 - torch's names
     return input, dim, keepdim
+
+
+def _ones_depthwise_conv(bn: nn.Module) -> nn.Conv2d:
+    """A depthwise 1x1 conv of ones over ``bn``'s channels, in its dtype and on its device
+    (frozen): with ``bn`` folded into its epilogue, the BatchNorm. A ValueError where the
+    grouped kernel does not take the channels."""
+    channels = batch_norm_channels(bn)
+    grouped_limits(channels, channels, channels)
+    stats = bn.running_mean
+    conv = nn.Conv2d(channels, channels, 1, groups=channels, bias=False, device=stats.device,
+                     dtype=stats.dtype)  # fmt: skip
+    nn.init.ones_(conv.weight)
+    return conv.requires_grad_(False).eval()
 
 
 def _reads_shape(user: fx.Node, node: fx.Node) -> bool:

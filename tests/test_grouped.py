@@ -406,6 +406,7 @@ def test_optimize_keeps_grouped_convs_16bit_under_fp8():
     [
         (2**29, 1, 1, 64, 9, True), (2**29 + 1, 1, 1, 64, 9, False),  # depthwise 3x3
         (2**29, 1, 1, 64, 49, True), (2**29 + 1, 1, 1, 64, 49, False),  # 7x7: the same
+        (2**34, 1, 1, 64, 1, True),  # 1x1: a per-channel scale, always the kernel
         (2**26, 8, 8, 32, 9, True), (2**26 + 1, 8, 8, 32, 9, False),  # a power-of-two width
         (2**26, 8, 8, 32, 49, True),  # grouped: the filter size does not move the bound
         (2**23, 16, 16, 32, 9, True), (2**23 + 1, 16, 16, 32, 9, False),  # twice as wide: 1/8

@@ -509,16 +509,15 @@ def test_left_convs_fold_the_batchnorm_after_them(kernel_calls):  # noqa: F811
     model = LeftConvs().to(BF16).eval()
     gm = cute_conv.optimize(model)
     report = gm.cute_conv_report
-    # read_twice is depthwise: fused alone (its output has two readers)
+    # read_twice is depthwise: fused alone (its output has two readers); bn2 (after the
+    # functional conv's +1) and bn5 (after it) are lone BatchNorms: depthwise 1x1s
     assert [(c.module, c.pattern) for c in report.fused] == [
-        ("read_twice", "conv"), ("pointwise", "conv"),
+        ("bn2", "bn"), ("read_twice", "conv"), ("bn5", "bn"), ("pointwise", "conv"),
     ]  # fmt: skip
     assert [(left.name, left.folded_bn) for left in report.left] == [
         ("grouped", "bn1"), ("conv2d", None), ("shared_fused0", "bn3"), ("shared_fused1", "bn4"),
     ]  # fmt: skip
-    assert {name for name, m in gm.named_modules() if isinstance(m, nn.BatchNorm2d)} == {
-        "bn2", "bn5",
-    }  # fmt: skip
+    assert nn.BatchNorm2d not in module_types(gm)
     assert gm.grouped.weight.dtype == gm.grouped.bias.dtype == BF16
     assert gm.grouped.weight.data_ptr() != model.grouped.weight.data_ptr()
     assert "grouped: padding_mode='reflect'" in str(report)
@@ -527,7 +526,7 @@ def test_left_convs_fold_the_batchnorm_after_them(kernel_calls):  # noqa: F811
     with torch.no_grad():
         out = gm(x)
         expected = model.float()(x.float())
-    assert len(kernel_calls) == 2
+    assert len(kernel_calls) == 4
     check = compare_to_reference(out, expected)
     assert check.ok, str(check)
 
@@ -564,6 +563,7 @@ def assert_no_worse_than_torch(
     [
         ("resnet18", "batch", 20, 8), ("resnet18", "frozen", 20, 8), ("resnet18", "sync", 20, 8),
         ("mobilenet_v3_small", "batch", 52, 6), ("efficientnet_b0", "batch", 81, 9),
+        ("densenet121", "batch", 120 + 62, 0),  # its 62 lone BatchNorms: depthwise 1x1s
     ],
 )
 def test_optimized_model_computes_the_model_on_cpu(
@@ -616,6 +616,44 @@ def test_convnext_fuses_its_pointwise_linears():
     assert len(report.channel_norms) == module_types(gm)[ChannelLayerNorm] == 5
     assert "channel LayerNorms run by the grouped kernel: 5" in str(report)
     assert layer_norm_calls(gm) == 0
+
+
+class PreActivation(nn.Module):
+    """BatchNorm and ReLU on a value no conv wrote (a pre-activation block's, DenseNet's after
+    its concatenations), then a conv: as ``norm``'s type is, the BatchNorm is fused or
+    not."""
+
+    def __init__(self, norm: type = nn.BatchNorm2d) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(16, 24, 3, padding=1)
+        self.bn = norm(32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(F.relu(self.bn(torch.cat([x, x * 2], dim=1)))[:, :16])
+
+
+def test_lone_batch_norms_run_on_the_grouped_kernel(kernel_calls):  # noqa: F811
+    torch.manual_seed(5)
+    model = PreActivation().eval()
+    model.bn.load_state_dict(random_bn(32).state_dict())
+    gm = cute_conv.optimize(copy_to(model, BF16))
+    assert gm.cute_conv_report.counts() == {"bn+relu": 1, "conv": 1}
+    assert nn.BatchNorm2d not in module_types(gm) and gm.bn.groups == 32
+    x = torch.randn(2, 16, 7, 9).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        reference = model(x)
+        torch_bf16 = copy_to(model, BF16)(x.to(BF16)).float()
+        ours = gm(x.to(BF16)).float()
+    assert len(kernel_calls) == 2
+    assert_no_worse_than_torch(ours, torch_bf16, reference)
+
+
+@pytest.mark.parametrize("norm", [nn.SyncBatchNorm, nn.BatchNorm2d])
+def test_lone_batch_norms_left(norm):
+    """A SyncBatchNorm (which takes any rank) and a float32 BatchNorm stay torch's."""
+    model = PreActivation(norm).eval()
+    gm = cute_conv.optimize(model if norm is nn.BatchNorm2d else copy_to(model, BF16))
+    assert "bn+relu" not in gm.cute_conv_report.counts() and norm in module_types(gm)
 
 
 class ChannelNorms(nn.Module):
