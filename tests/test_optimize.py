@@ -897,11 +897,12 @@ def _gpu_models(name):
 
 @requires_sm90
 @pytest.mark.parametrize(
-    "name", ["resnet18", "resnet50", "vgg16", "convnext_tiny", "efficientnet_b0"]
+    "name", ["resnet18", "resnet50", "vgg16", "convnext_tiny", "efficientnet_b0", "densenet121"]
 )
 def test_logits_no_worse_than_torch_bf16(name):
     """ConvNeXt-T: its pointwise Linears as fused 1x1 convs, its 7x7s on the row window;
-    EfficientNet-B0: its squeeze-excitation pools as GEMVs."""
+    EfficientNet-B0: its squeeze-excitation pools as GEMVs; DenseNet-121: its lone
+    BatchNorms (not yet run on a GPU)."""
     model, gm = _gpu_models(name)
     x = torch.randn(8, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
     reference_model = _gpu_model(name, torch.float32)
