@@ -902,7 +902,7 @@ def _gpu_models(name):
 def test_logits_no_worse_than_torch_bf16(name):
     """ConvNeXt-T: its pointwise Linears as fused 1x1 convs, its 7x7s on the row window;
     EfficientNet-B0: its squeeze-excitation pools as GEMVs; DenseNet-121: its lone
-    BatchNorms (not yet run on a GPU)."""
+    BatchNorms as depthwise 1x1s."""
     model, gm = _gpu_models(name)
     x = torch.randn(8, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
     reference_model = _gpu_model(name, torch.float32)
