@@ -230,7 +230,9 @@ class _Rewriter:
             elif _is_layer_norm(node, self.modules):
                 self._rewrite_channel_layer_norm(node)
             elif (pool := _global_mean(node)) is not None:
-                self._replace_global_mean(node, pool)
+                self._replace_function(node, pool, "global_avg_pool", self.report.avg_pools)
+            elif (pool := _functional_max_pool(node)) is not None:
+                self._replace_function(node, pool, "max_pool", self.report.pools)
             elif node.op == "call_function" and node.target in _FUNCTIONAL_CONVS:
                 reason = "a functional conv2d call: only nn.Conv2d modules are converted"
                 self.report.left.append(LeftConv(node.name, reason))
@@ -480,17 +482,19 @@ class _Rewriter:
                 graph.erase_node(old)
         self.report.channel_norms.append(name)
 
-    def _replace_global_mean(self, node: fx.Node, pool: GlobalAvgPool2d) -> None:
-        """A functional global average pool or mean over the map (``_global_mean``) as the
-        module ``pool``, called on its input."""
-        name = self._fresh_name("global_avg_pool")
-        self.gm.add_submodule(name, pool)
-        self.modules[name] = pool
+    def _replace_function(
+        self, node: fx.Node, module: nn.Module, base: str, names: list[str]
+    ) -> None:
+        """A functional pool (``_global_mean``, ``_functional_max_pool``) as ``module``, called
+        on its input, named from ``base`` and listed in ``names``."""
+        name = self._fresh_name(base)
+        self.gm.add_submodule(name, module)
+        self.modules[name] = module
         with self.gm.graph.inserting_before(node):
             replacement = self.gm.graph.call_module(name, (node.args[0],))
         node.replace_all_uses_with(replacement)
         self.gm.graph.erase_node(node)
-        self.report.avg_pools.append(name)
+        names.append(name)
 
     def _fresh_name(self, base: str) -> str:
         """A module name no module of the graph has."""
@@ -697,6 +701,33 @@ def _global_mean(node: fx.Node) -> GlobalAvgPool2d | None:
     except TypeError:  # arguments these ops do not take as written here
         return None
     return None
+
+
+def _functional_max_pool(node: fx.Node) -> TiledMaxPool2d | MaxPool2d | None:
+    """The pool module computing ``node`` where it is ``F.max_pool2d`` without indices
+    (Inception-v3's, an FPN's last level), else None."""
+    if node.op != "call_function" or node.target is not F.max_pool2d:
+        return None
+    try:
+        x, torch_pool = _max_pool_args(*node.args, **node.kwargs)
+    except TypeError:  # arguments it does not take as written here
+        return None
+    if not isinstance(x, fx.Node) or not runs_as_kernel(torch_pool):
+        return None
+    kind = TiledMaxPool2d if tiles_the_map(torch_pool) else MaxPool2d
+    return kind.from_torch(torch_pool)
+
+
+def _max_pool_args(
+    input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,  # noqa: A002
+    return_indices=False,
+):  # fmt: skip
+    """``F.max_pool2d``'s input and the ``nn.MaxPool2d`` of its other arguments (a TypeError
+    for non-constant ones)."""
+    args = (kernel_size, stride, padding, dilation)
+    if any(isinstance(a, fx.Node) for a in args) or not isinstance(ceil_mode, bool):
+        raise TypeError("a pool window computed in the graph")
+    return input, nn.MaxPool2d(*args, ceil_mode=ceil_mode, return_indices=return_indices)
 
 
 def _adaptive_pool_args(input, output_size):  # noqa: A002 - torch's names

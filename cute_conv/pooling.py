@@ -101,13 +101,13 @@ class TiledMaxPool2d(nn.Module):
 
 
 def runs_as_kernel(pool: nn.Module) -> bool:
-    """Whether ``pool`` is a plain ``nn.MaxPool2d`` that ``MaxPool2d`` runs (no ceil mode, no
-    indices; its inputs are checked on each call)."""
-    return type(pool) is nn.MaxPool2d and not pool.return_indices and not pool.ceil_mode
+    """Whether ``pool`` is a plain ``nn.MaxPool2d`` that ``MaxPool2d`` runs (no indices; its
+    inputs are checked on each call)."""
+    return type(pool) is nn.MaxPool2d and not pool.return_indices
 
 
 class MaxPool2d(nn.Module):
-    """``nn.MaxPool2d(kernel_size, stride, padding, dilation)`` whose channels_last CUDA
+    """``nn.MaxPool2d(kernel_size, stride, padding, dilation, ceil_mode)`` whose channels_last CUDA
     inputs of 16-bit, float32 or float8_e4m3fn values (an fp8 stem's output, see ``optimize``),
     channels filling 16-byte vectors, go through one kernel pass (``kernels.common.max_pool``);
     other inputs, and inputs that require grad, go to ``F.max_pool2d`` (float8_e4m3fn ones
@@ -119,48 +119,58 @@ class MaxPool2d(nn.Module):
         stride: int | tuple[int, int] | None = None,
         padding: int | tuple[int, int] = 0,
         dilation: int | tuple[int, int] = 1,
+        ceil_mode: bool = False,
     ) -> None:
         super().__init__()
         kernel = _pair(kernel_size)
         self.window = PoolWindow(
             kernel, kernel if stride is None else _pair(stride), _pair(padding), _pair(dilation)
         )
+        self.ceil_mode = bool(ceil_mode)
 
     @classmethod
     def from_torch(cls, pool: nn.MaxPool2d) -> "MaxPool2d":
         if not runs_as_kernel(pool):
             raise ValueError(
-                f"MaxPool2d.from_torch takes an nn.MaxPool2d without ceil_mode or "
-                f"return_indices, got {pool}"
+                f"MaxPool2d.from_torch takes an nn.MaxPool2d without return_indices, got {pool}"
             )
-        return cls(pool.kernel_size, pool.stride, pool.padding, pool.dilation)
+        return cls(pool.kernel_size, pool.stride, pool.padding, pool.dilation, pool.ceil_mode)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.compiler.is_compiling() and x.is_cuda and not x.requires_grad:
             # Opaque to the tracer (the launch reads data pointers): the op checks the rest.
-            return torch.ops.cute_conv.max_pool2d(x, *map(list, self.window))
-        if not _kernel_takes(x, self.window):
-            return _torch_pool(x, self.window)  # torch's errors for a bad window or map
-        return _max_pool2d_nhwc(x, self.window)
+            return torch.ops.cute_conv.max_pool2d(x, *map(list, self.window), self.ceil_mode)
+        if not _kernel_takes(x, self.window, self.ceil_mode):
+            return _torch_pool(x, self.window, self.ceil_mode)  # torch's errors, if any
+        return _max_pool2d_nhwc(x, self.window, self.ceil_mode)
 
     def extra_repr(self) -> str:
         kernel_size, stride, padding, dilation = self.window
-        return f"kernel_size={kernel_size}, stride={stride}, padding={padding}, dilation={dilation}"
+        return (f"kernel_size={kernel_size}, stride={stride}, padding={padding}, "
+                f"dilation={dilation}, ceil_mode={self.ceil_mode}")  # fmt: skip
 
 
-def _output_size(size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
-    return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+def _output_size(
+    size: int, kernel: int, stride: int, padding: int, dilation: int, ceil_mode: bool = False
+) -> int:
+    """torch's pooled size: with ``ceil_mode`` a last, partial window too, unless it would
+    start in the right padding."""
+    span = size + 2 * padding - dilation * (kernel - 1) - 1
+    out = (span + (stride - 1 if ceil_mode else 0)) // stride + 1
+    if ceil_mode and (out - 1) * stride >= size + padding:
+        out -= 1
+    return out
 
 
-def _torch_pool(x: torch.Tensor, window: PoolWindow) -> torch.Tensor:
+def _torch_pool(x: torch.Tensor, window: PoolWindow, ceil_mode: bool) -> torch.Tensor:
     """``F.max_pool2d``; an fp8 ``x`` (which torch does not pool) through float32, exact: the
     maxima are values of ``x``."""
     if x.dtype == torch.float8_e4m3fn:
-        return F.max_pool2d(x.float(), *window).to(x.dtype)
-    return F.max_pool2d(x, *window)
+        return F.max_pool2d(x.float(), *window, ceil_mode=ceil_mode).to(x.dtype)
+    return F.max_pool2d(x, *window, ceil_mode=ceil_mode)
 
 
-def _kernel_takes(x: torch.Tensor, window: PoolWindow) -> bool:
+def _kernel_takes(x: torch.Tensor, window: PoolWindow, ceil_mode: bool) -> bool:
     """Whether ``_max_pool2d_nhwc`` runs ``x``: see ``MaxPool2d``. The window must be one torch
     takes (padding at most half the kernel) with an output of at least one pixel."""
     if not (
@@ -176,17 +186,22 @@ def _kernel_takes(x: torch.Tensor, window: PoolWindow) -> bool:
     kernel_size, stride, padding, dilation = window
     sizes = zip(x.shape[2:], kernel_size, stride, padding, dilation, strict=True)
     for size, k, st, pad, dil in sizes:
-        if min(k, st, dil) < 1 or not 0 <= pad <= k // 2 or _output_size(size, k, st, pad, dil) < 1:
+        if min(k, st, dil) < 1 or not 0 <= pad <= k // 2:
+            return False
+        if _output_size(size, k, st, pad, dil, ceil_mode) < 1:
             return False
     return True
 
 
-def _max_pool2d_nhwc(x: torch.Tensor, window: PoolWindow) -> torch.Tensor:
-    """``F.max_pool2d(x, *window)`` of an NCHW channels_last CUDA tensor that
-    ``MaxPool2d`` sends to the kernel (no check here), in one pass; the output is channels_last."""
+def _max_pool2d_nhwc(x: torch.Tensor, window: PoolWindow, ceil_mode: bool) -> torch.Tensor:
+    """``F.max_pool2d(x, *window, ceil_mode=ceil_mode)`` of an NCHW channels_last CUDA tensor
+    that ``MaxPool2d`` sends to the kernel (no check here), in one pass; the output is
+    channels_last. (The kernel skips every tap outside the map: ceil mode's partial windows
+    are the output size alone.)"""
     n, c, h, w = x.shape
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = window
-    p, q = _output_size(h, kh, sh, ph, dh), _output_size(w, kw, sw, pw, dw)
+    p = _output_size(h, kh, sh, ph, dh, ceil_mode)
+    q = _output_size(w, kw, sw, pw, dw, ceil_mode)
     out = torch.empty((n, c, p, q), dtype=x.dtype, device=x.device,
                       memory_format=torch.channels_last)  # fmt: skip
     if out.numel():
@@ -206,20 +221,21 @@ def _max_pool2d_op(
     stride: list[int],
     padding: list[int],
     dilation: list[int],
+    ceil_mode: bool,
 ) -> torch.Tensor:
     """``MaxPool2d``'s forward as an op: the kernel where it takes ``x``, else torch's pool
     (its output made channels_last, as the fake implementation says)."""
     window = PoolWindow(*(tuple(v) for v in (kernel_size, stride, padding, dilation)))
-    if not _kernel_takes(x, window):
-        return _torch_pool(x, window).contiguous(memory_format=torch.channels_last)
-    return _max_pool2d_nhwc(x, window)
+    if not _kernel_takes(x, window, ceil_mode):
+        return _torch_pool(x, window, ceil_mode).contiguous(memory_format=torch.channels_last)
+    return _max_pool2d_nhwc(x, window, ceil_mode)
 
 
 @_max_pool2d_op.register_fake
-def _(x, kernel_size, stride, padding, dilation):
+def _(x, kernel_size, stride, padding, dilation, ceil_mode):
     n, c, h, w = x.shape
     sizes = zip((h, w), kernel_size, stride, padding, dilation, strict=True)
-    p, q = (_output_size(*args) for args in sizes)
+    p, q = (_output_size(*args, ceil_mode) for args in sizes)
     return x.new_empty((n, c, p, q)).contiguous(memory_format=torch.channels_last)
 
 

@@ -241,6 +241,39 @@ class FunctionalMeans(nn.Module):
         )
 
 
+class FunctionalMaxPools(nn.Module):
+    """``F.max_pool2d`` calls: overlapping windows, windows that tile the map, ceil mode
+    (rewritten), and one returning indices (left)."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            F.max_pool2d(x, 3, 2, 1),
+            F.max_pool2d(x, kernel_size=2),
+            F.max_pool2d(x, 3, stride=2, ceil_mode=True),
+            F.max_pool2d(x, 2, return_indices=True)[0],
+        )
+
+
+def test_functional_max_pools_become_modules():
+    gm = cute_conv.optimize(FunctionalMaxPools().eval())
+    pools = [m for m in gm.modules() if isinstance(m, (MaxPool2d, TiledMaxPool2d))]
+    assert [type(p) for p in pools] == [MaxPool2d, TiledMaxPool2d, MaxPool2d]
+    assert pools[2].ceil_mode and len(gm.cute_conv_report.pools) == 3
+    x = torch.randn(2, 16, 9, 10).to(BF16).to(memory_format=torch.channels_last)
+    for ours, expected in zip(gm(x), FunctionalMaxPools()(x), strict=True):  # on the CPU: torch's
+        assert torch.equal(ours, expected)
+
+
+def test_ceil_mode_max_pools_become_modules():
+    """GoogLeNet's 13 max pools all round their output sizes up."""
+    gm = cute_conv.optimize(
+        torchvision_models().googlenet(weights=None, aux_logits=False, init_weights=False)
+        .to(BF16).eval()
+    )  # fmt: skip
+    pools = [m for m in gm.modules() if isinstance(m, MaxPool2d)]
+    assert len(pools) == len(gm.cute_conv_report.pools) == 13 and all(p.ceil_mode for p in pools)
+
+
 def test_functional_global_means_become_gemvs():
     gm = cute_conv.optimize(FunctionalMeans().eval())
     pools = [m for m in gm.modules() if isinstance(m, GlobalAvgPool2d)]

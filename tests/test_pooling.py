@@ -21,6 +21,7 @@ from cute_conv.pooling import (
     MaxPool2d,
     TiledMaxPool2d,
     _global_avg_pool_nhwc,
+    _output_size,
     _sum_row,
     averages_the_map,
     runs_as_kernel,
@@ -86,7 +87,7 @@ def test_which_pools_tile_the_map(pool, tiles):
         (nn.MaxPool2d(3, stride=2, padding=1), True),
         (nn.MaxPool2d(2), True),
         (nn.MaxPool2d(2, dilation=2), True),
-        (nn.MaxPool2d(2, ceil_mode=True), False),
+        (nn.MaxPool2d(3, stride=2, ceil_mode=True), True),  # GoogLeNet's
         (nn.MaxPool2d(2, return_indices=True), False),
         (nn.AvgPool2d(2), False),
     ],
@@ -94,8 +95,24 @@ def test_which_pools_tile_the_map(pool, tiles):
 def test_which_pools_run_as_the_kernel(pool, runs):
     assert runs_as_kernel(pool) is runs
     if not runs:
-        with pytest.raises(ValueError, match="without ceil_mode or return_indices"):
+        with pytest.raises(ValueError, match="without return_indices"):
             MaxPool2d.from_torch(pool)
+
+
+@pytest.mark.parametrize("ceil_mode", [False, True])
+@pytest.mark.parametrize("size", range(1, 15))
+@pytest.mark.parametrize(
+    ("kernel", "stride", "padding", "dilation"),
+    [(3, 2, 0, 1), (3, 2, 1, 1), (2, 2, 0, 1), (3, 1, 1, 1), (3, 3, 1, 2), (1, 2, 0, 1), (4, 3, 2, 1)],
+)
+def test_output_size_is_torchs(size, kernel, stride, padding, dilation, ceil_mode):
+    """The pooled size the kernel is launched with, against torch's own pool's (ceil mode's
+    partial last window, and its drop where it would start in the padding)."""
+    if dilation * (kernel - 1) + 1 > size + 2 * padding:
+        return  # no window fits: torch raises, and the kernel is not called
+    x = torch.empty(1, 1, size, size)
+    expected = F.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode=ceil_mode).shape[-1]
+    assert _output_size(size, kernel, stride, padding, dilation, ceil_mode) == expected
 
 
 def test_max_pool_module_on_the_cpu_is_torchs():
@@ -151,18 +168,19 @@ GPU_POOLS = [
 @pytest.mark.parametrize("shape", [(2, 64, 17, 23), (1, 8, 5, 4), (3, 24, 112, 112)], ids=str)
 def test_max_pool_kernel_matches_torch(window, dtype, shape):
     """fp8 maps (16-channel vectors; the others go to the float32 fallback) against torch's
-    pool of their float32 values."""
+    pool of their float32 values, without and with ceil mode (its partial last windows)."""
     if dtype == torch.float32 and shape[1] % 4:
         pytest.skip("float32 vectors are 4 channels")
     x = torch.randn(*shape, device="cuda").to(dtype).contiguous(memory_format=torch.channels_last)
     x[0, 1, 2, 3] = float("nan")
     x[-1, -1, 0, 0] = float("-inf")  # NaN in e4m3, which has no infinity
-    ref = F.max_pool2d(x.float(), *window)
-    ours = MaxPool2d(*window)(x)
-    assert ours.shape == ref.shape and ours.dtype == dtype
-    assert ours.is_contiguous(memory_format=torch.channels_last)
-    assert torch.equal(ours.float().isnan(), ref.isnan())
-    assert torch.equal(ours.float().nan_to_num(0.0), ref.nan_to_num(0.0))
+    for ceil_mode in (False, True):
+        ref = F.max_pool2d(x.float(), *window, ceil_mode=ceil_mode)
+        ours = MaxPool2d(*window, ceil_mode=ceil_mode)(x)
+        assert ours.shape == ref.shape and ours.dtype == dtype
+        assert ours.is_contiguous(memory_format=torch.channels_last)
+        assert torch.equal(ours.float().isnan(), ref.isnan())
+        assert torch.equal(ours.float().nan_to_num(0.0), ref.nan_to_num(0.0))
 
 
 @requires_sm90
