@@ -725,7 +725,8 @@ def _max_pool_args(
     """``F.max_pool2d``'s input and the ``nn.MaxPool2d`` of its other arguments (a TypeError
     for non-constant ones)."""
     args = (kernel_size, stride, padding, dilation)
-    if any(isinstance(a, fx.Node) for a in args) or not isinstance(ceil_mode, bool):
+    values = [v for a in args for v in (a if isinstance(a, (tuple, list)) else (a,))]
+    if any(isinstance(v, fx.Node) for v in values) or not isinstance(ceil_mode, bool):
         raise TypeError("a pool window computed in the graph")
     return input, nn.MaxPool2d(*args, ceil_mode=ceil_mode, return_indices=return_indices)
 
