@@ -25,10 +25,9 @@ class ChannelLayerNorm(nn.Module):
     ``(x - mean) / sqrt(var + eps) * weight + bias`` per pixel, over its channels.
 
     Inputs of the module's dtype run the normalization as ``cute_conv.nn.Conv2d`` runs a
-    normalizing depthwise conv (the grouped kernel; cuDNN and ``F.layer_norm`` where the call is
-    out of the kernel's limits; CUDA tensors only, as the fused convs), here of an identity
-    filter, then the affine as one ``torch.addcmul``; the output is channels_last. Inputs of
-    another dtype go to ``F.layer_norm`` on the NHWC view.
+    normalizing depthwise conv, on the grouped kernel (CUDA tensors only, as the fused convs),
+    here of an identity filter, then the affine as one ``torch.addcmul``; the output is
+    channels_last. Inputs of another dtype go to ``F.layer_norm`` on the NHWC view.
 
     Args:
         channels: C, a multiple of 8, at most ``MAX_NORM_CHANNELS`` (2048).
