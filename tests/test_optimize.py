@@ -949,6 +949,30 @@ def test_logits_no_worse_than_torch_bf16(name):
 
 
 @requires_sm90
+@pytest.mark.parametrize("model_type", ["pre_activation", "top_down_add"])
+def test_small_rewrites_on_the_gpu(model_type):
+    """A lone BatchNorm + ReLU as a depthwise 1x1 (``PreActivation``), and a conv + add past
+    a read of the conv's shape (``TopDownAdd``): as close to float32 as torch's bf16."""
+    torch.manual_seed(5)
+    if model_type == "pre_activation":
+        model = PreActivation().eval()
+        model.bn.load_state_dict(random_bn(32).state_dict())
+    else:
+        model = TopDownAdd().eval()
+    model = model.cuda()
+    gm = cute_conv.optimize(copy_to(model, BF16))
+    x = torch.randn(4, 16 if model_type == "pre_activation" else 8, 28, 30, device="cuda")
+    x = x.to(memory_format=torch.channels_last)
+    first = lambda y: y[0] if isinstance(y, tuple) else y  # noqa: E731
+    with torch.no_grad():
+        reference = first(model(x))
+        torch_bf16 = first(copy_to(model, BF16)(x.to(BF16))).float()
+        ours = first(gm(x.to(BF16))).float()
+    assert not ours.isnan().any()
+    assert_no_worse_than_torch(ours, torch_bf16, reference)
+
+
+@requires_sm90
 def test_optimized_resnet18_replays_in_a_cuda_graph():
     _, gm = _gpu_models("resnet18")
     static_x = torch.randn(4, 3, 112, 112, device="cuda").to(BF16)
