@@ -248,7 +248,7 @@ class _Rewriter:
             self._leave(conv_node, reason)
             return
         chain, pattern = [conv_node], ["conv"]
-        bn = activation = identity = stopped = None
+        bn = identity = None
         # Ops that read only the conv's shape (an FPN's ``lateral.shape[-2:]`` for the
         # upsampling it then adds) do not stop the chain: they get the shape from its input.
         shape_reads = [user for user in conv_node.users if _reads_shape(user, conv_node)]
@@ -260,13 +260,7 @@ class _Rewriter:
             identity = _residual_operand(node, chain[-1])
             if identity is not None:  # ResNet's add, before the activation
                 node = self._extend(chain, pattern, node, "add")
-        if node is not None:
-            try:
-                activation = self._activation(node, chain[-1])
-            except ValueError as exc:  # a known activation with an unsupported parameter
-                stopped = f"{node.name}: {exc}"
-            if activation is not None:
-                node = self._extend(chain, pattern, node, activation)
+        activation, node, stopped = self._take_activation(chain, pattern, node)
         before = identity is not None and activation is not None
         if node is not None and identity is None and activation is not None:
             identity = _residual_operand(node, chain[-1])
@@ -320,15 +314,7 @@ class _Rewriter:
         if type(bn) is nn.SyncBatchNorm:  # any rank: the kernel takes NCHW alone
             return
         chain, pattern = [bn_node], ["bn"]
-        activation = stopped = None
-        node = self._next(chain)
-        if node is not None:
-            try:
-                activation = self._activation(node, chain[-1])
-            except ValueError as exc:
-                stopped = f"{node.name}: {exc}"
-            if activation is not None:
-                self._extend(chain, pattern, node, activation)
+        activation, _, stopped = self._take_activation(chain, pattern, self._next(chain))
         try:
             fused = Conv2d.from_torch(_ones_depthwise_conv(bn), bn, activation)
         except (TypeError, ValueError):
@@ -358,15 +344,8 @@ class _Rewriter:
         if linear_node.kwargs or x is None or not self._is_nhwc(x):
             return  # not known to read the channels of an NHWC tensor: torch's Linear
         chain, pattern = [linear_node], ["linear"]
-        activation = scale = identity = stopped = None
-        node = self._next(chain)
-        if node is not None:
-            try:
-                activation = self._activation(node, chain[-1])
-            except ValueError as exc:
-                stopped = f"{node.name}: {exc}"
-            if activation is not None:
-                node = self._extend(chain, pattern, node, activation)
+        scale = identity = None
+        activation, node, stopped = self._take_activation(chain, pattern, self._next(chain))
         to_nchw = node is not None and _permute_dims(node, chain[-1]) == _TO_NCHW
         if to_nchw:
             node = self._extend(chain, pattern, node, "permute")
@@ -612,6 +591,22 @@ class _Rewriter:
         several)."""
         users = [user for user in node.users if user not in ignored]
         return users[0] if len(users) == 1 else None
+
+    def _take_activation(
+        self, chain: list[fx.Node], pattern: list[str], node: fx.Node | None
+    ) -> tuple[str | None, fx.Node | None, str | None]:
+        """Extend the chain with ``node`` where it is an activation of the chain's value that
+        the kernel runs. Returns ``(its epilogue name or None, the node after the chain, why a
+        known activation with an unsupported parameter stopped it or None)``."""
+        if node is None:
+            return None, None, None
+        try:
+            activation = self._activation(node, chain[-1])
+        except ValueError as exc:  # a known activation with an unsupported parameter
+            return None, node, f"{node.name}: {exc}"
+        if activation is None:
+            return None, node, None
+        return activation, self._extend(chain, pattern, node, activation), None
 
     def _activation(self, node: fx.Node, value: fx.Node) -> str | None:
         """The epilogue name of ``node`` when it is an activation of ``value`` the kernel runs,

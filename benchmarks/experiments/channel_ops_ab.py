@@ -14,7 +14,6 @@ rounds (medians); the per-forward sums weigh each call by its count.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import functools
 import sys
@@ -89,12 +88,7 @@ def measure(model, optimized, original, rewritten, activation, shape, batch, rou
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=["densenet121", "convnext_tiny"])
-    parser.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
+    args = pointwise_linear_ab.ab_arguments(__doc__.splitlines()[0], ["densenet121", "convnext_tiny"])
     result = {"device": torch.cuda.get_device_name(), "rows": []}
     for model_name in args.models:
         model = build_model(model_name)

@@ -83,17 +83,25 @@ def run_stages(description: str, measure_row, methods: tuple[str, ...], stages=S
     """The command line of an A/B over a ConvNeXt's ``stages`` (ConvNeXt-T's by default):
     ``measure_row(channels, size, batch, rounds)`` per stage and batch, each row printed and
     saved as it comes, and the per-forward sums (each stage weighed by its blocks)."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
+    args = ab_arguments(description)
     result = {"device": torch.cuda.get_device_name(), "rows": []}
     for batch in args.batches:
         rows = [(f"C={channels} {size}x{size}", blocks,
                  functools.partial(measure_row, channels, size, batch, args.rounds))
                 for channels, size, blocks in stages]  # fmt: skip
         measure_rows(f"batch {batch}", rows, methods, result, args.out)
+
+
+def ab_arguments(description: str, models: list[str] | None = None) -> argparse.Namespace:
+    """The A/B scripts' command line: ``--batches``, ``--rounds``, ``--out``, and with
+    ``models`` (its default) ``--models``."""
+    parser = argparse.ArgumentParser(description=description)
+    if models is not None:
+        parser.add_argument("--models", nargs="+", default=models)
+    parser.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", type=Path, required=True)
+    return parser.parse_args()
 
 
 def measure_rows(label: str, rows, methods: tuple[str, ...], result: dict, out: Path) -> None:

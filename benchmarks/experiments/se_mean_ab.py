@@ -15,7 +15,6 @@ rounds (medians); the per-forward sums add the model's blocks.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import sys
 from pathlib import Path
@@ -70,12 +69,7 @@ def measure(model_name: str, shape: tuple[int, int, int], batch: int, rounds: in
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=["efficientnet_b0"])
-    parser.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
+    args = pointwise_linear_ab.ab_arguments(__doc__.splitlines()[0], ["efficientnet_b0"])
     result = {"device": torch.cuda.get_device_name(), "rows": []}
     for model_name in args.models:
         shapes = se_inputs(model_name)
