@@ -10,7 +10,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cute_conv.channel_norm import ChannelLayerNorm
+from cute_conv.channel_norm import (
+    KERNEL_MAX_CHANNELS,
+    KERNEL_MIN_ELEMENTS,
+    ChannelLayerNorm,
+    runs_norm_kernel,
+)
 from cute_conv.testing import compare_to_reference
 from tests.gpu import requires_sm90
 from tests.test_nn import kernel_calls  # noqa: F401 - a fixture
@@ -37,9 +42,31 @@ def test_computes_layer_norm_2d_through_the_kernel_calls(kernel_calls, with_affi
     weight, bias = affine(24) if with_affine else (None, None)
     norm = ChannelLayerNorm(24, EPS, weight, bias)
     x = (torch.randn(2, 24, 5, 7) * 3 + 2).bfloat16().contiguous(memory_format=torch.channels_last)
-    ours = norm(x)
+    ours = norm.kernel_forward(x)
     assert len(kernel_calls) == 1  # the identity depthwise conv, normalizing
     assert ours.dtype == torch.bfloat16 and ours.is_contiguous(memory_format=torch.channels_last)
+    report = compare_to_reference(ours, layer_norm_2d(x, weight, bias))
+    assert report.ok, report
+
+
+def test_the_rule_bounds_channels_and_elements():
+    assert runs_norm_kernel(KERNEL_MAX_CHANNELS, KERNEL_MIN_ELEMENTS)
+    assert not runs_norm_kernel(KERNEL_MAX_CHANNELS + 8, 100 * KERNEL_MIN_ELEMENTS)
+    assert not runs_norm_kernel(96, KERNEL_MIN_ELEMENTS - 1)
+
+
+@pytest.mark.parametrize(
+    ("shape", "on_kernel"),
+    [((1, 96, 150, 150), True), ((1, 96, 140, 140), False), ((1, 384, 80, 80), False)],
+    ids=str,
+)
+def test_forward_takes_the_kernel_where_the_rule_does(kernel_calls, shape, on_kernel):  # noqa: F811
+    weight, bias = affine(shape[1])
+    norm = ChannelLayerNorm(shape[1], EPS, weight, bias)
+    x = torch.randn(shape).bfloat16().contiguous(memory_format=torch.channels_last)
+    ours = norm(x)
+    assert len(kernel_calls) == int(on_kernel)
+    assert ours.is_contiguous(memory_format=torch.channels_last)
     report = compare_to_reference(ours, layer_norm_2d(x, weight, bias))
     assert report.ok, report
 
@@ -96,18 +123,20 @@ def test_matches_float32_layer_norm_2d(shape, with_affine, dtype):
     norm = ChannelLayerNorm(c, EPS, weight, bias, dtype=dtype, device="cuda")
     x = torch.randn(shape, device="cuda") * 4 + 3
     x = x.to(dtype).contiguous(memory_format=torch.channels_last)
-    ours = norm(x)
-    assert ours.dtype == dtype and ours.is_contiguous(memory_format=torch.channels_last)
-    report = compare_to_reference(ours, layer_norm_2d(x, weight, bias))
-    assert report.ok, report
+    expected = layer_norm_2d(x, weight, bias)
+    for ours in (norm.kernel_forward(x), norm(x)):  # the kernel, and what the rule picks
+        assert ours.dtype == dtype and ours.is_contiguous(memory_format=torch.channels_last)
+        report = compare_to_reference(ours, expected)
+        assert report.ok, report
 
 
 @requires_sm90
 def test_gradients_compile_and_graph_replay():
     weight, bias = affine(96, "cuda")
     norm = ChannelLayerNorm(96, EPS, weight, bias, device="cuda")
-    x = (torch.randn(2, 96, 14, 14, device="cuda") * 2 + 1).bfloat16()
+    x = (torch.randn(2, 96, 112, 112, device="cuda") * 2 + 1).bfloat16()
     x = x.contiguous(memory_format=torch.channels_last)
+    assert runs_norm_kernel(96, x.numel())  # forward takes the kernel
     expected = layer_norm_2d(x, weight, bias)
     leaf, w32, b32 = (t.detach().float().requires_grad_() for t in (x, norm.weight, norm.bias))
     torch_norm = F.layer_norm(leaf.permute(0, 2, 3, 1), (96,), w32, b32, EPS)

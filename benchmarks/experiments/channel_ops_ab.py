@@ -7,7 +7,9 @@ For each distinct call (input shape and rewrite) of a model's lone BatchNorms wi
 activation after them (DenseNet's, ``bn+relu``: a depthwise 1x1 of ones on the grouped kernel)
 and of its ``LayerNorm2d``s (ConvNeXt's: ``ChannelLayerNorm``), as ``cute_conv.optimize``
 rewrites them: ``torch``: the model's own modules, eager (the BatchNorm then the activation;
-the ``LayerNorm2d``); ``cute_conv``: the module ``optimize`` made of them. bf16 channels_last
+the ``LayerNorm2d``); ``cute_conv``: the module ``optimize`` made of them; ``kernel``: that
+module on the grouped kernel whatever its rule says (``ChannelLayerNorm.kernel_forward``; the
+BatchNorms' module itself), so that rows judge ``channel_norm.runs_norm_kernel``. bf16 channels_last
 random inputs, both checked against the float32 modules, CUDA-graph replays in interleaved
 rounds (medians); the per-forward sums weigh each call by its count.
 """
@@ -31,7 +33,7 @@ import pointwise_linear_ab  # noqa: E402
 from grouped_direct_ab import checks  # noqa: E402
 from models import IMAGE_SIZE, build_model, replayed_us  # noqa: E402
 
-METHODS = ("torch", "cute_conv")
+METHODS = ("torch", "cute_conv", "kernel")
 NORM_SUFFIX = "_channel_norm"  # optimize's name of a ChannelLayerNorm: the LayerNorm's + this
 
 
@@ -78,7 +80,9 @@ def measure(model, optimized, original, rewritten, activation, shape, batch, rou
     x = torch.randn(batch, *shape[1:], device="cuda", generator=gen) * 2 + 1
     x = x.contiguous(memory_format=torch.channels_last)
     x16 = x.bfloat16()
-    fns = {"torch": lambda: act(torch_module(x16)), "cute_conv": lambda: ours(x16)}
+    on_kernel = getattr(ours, "kernel_forward", ours)
+    fns = {"torch": lambda: act(torch_module(x16)), "cute_conv": lambda: ours(x16),
+           "kernel": lambda: on_kernel(x16)}  # fmt: skip
     with torch.no_grad():
         expected = act(reference(x16.float()))
         checked = checks(fns, expected)
