@@ -68,7 +68,7 @@ HERE = Path(__file__).resolve().parent
 MODELS = (
     "resnet18", "resnet50", "vgg16", "regnet_y_1_6gf", "mobilenet_v3_large", "resnet50_fpn",
     "resnext50_32x4d", "efficientnet_b0", "convnext_tiny", "convnext_small", "efficientnet_b1",
-    "densenet121",
+    "densenet121", "googlenet", "mobilenet_v2", "shufflenet_v2_x1_0", "wide_resnet50_2",
 )  # fmt: skip
 DETECTION_BACKBONE = "resnet50_fpn"
 BATCHES = (1, 8, 32, 128)

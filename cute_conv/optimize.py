@@ -40,7 +40,9 @@ windows tile the map (VGG's 2x2 stride-2) become ``TiledMaxPool2d``, the others 
 or indices (ResNet's 3x3 stride-2) ``MaxPool2d``, one kernel pass. Global average pools
 (``nn.AdaptiveAvgPool2d(1)``, ``F.adaptive_avg_pool2d(x, 1)``, ``x.mean((2, 3), keepdim)``:
 squeeze-excitation blocks, classifier heads) become ``GlobalAvgPool2d``, one batched GEMV
-(torch's channels_last mean is slow too).
+(torch's channels_last mean is slow too). ShuffleNet's channel shuffle of a concatenation
+(``channel_shuffle(torch.cat(branches, 1), g)``, torchvision's form) becomes one
+``ChannelShuffle``: one copy, channels_last, where torch's leaves the value NCHW-contiguous.
 
 What is checked when: the shapes of the activations are unknown at trace time, so a conv is
 judged by its module's attributes (``cute_conv.nn.conv_limits``: groups, padding mode, weight
@@ -81,6 +83,7 @@ from .pooling import (
     tiles_the_map,
 )
 from .problem import Padding, Pair, output_size
+from .shuffle import ChannelShuffle, ShufflePattern, is_cat_along_channels, match_channel_shuffle
 
 __all__ = [
     "FP8_MIN_CHANNELS",
@@ -92,15 +95,16 @@ __all__ = [
 ]
 
 
-
 class _Tracer(fx.Tracer):
     """``symbolic_trace``'s tracer, with cute_conv modules kept whole (an optimized model traces
     again), and torchvision's ``FrozenBatchNorm2d`` too (so that it folds as a BatchNorm)."""
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         ours = isinstance(
-            m, (Conv2d, ChannelLayerNorm, TiledMaxPool2d, MaxPool2d, GlobalAvgPool2d, DelayedScales)
-        )
+            m,
+            (Conv2d, ChannelLayerNorm, ChannelShuffle, TiledMaxPool2d, MaxPool2d,
+             GlobalAvgPool2d, DelayedScales),
+        )  # fmt: skip
         leaf = ours or folds_as_batch_norm(m)
         return leaf or super().is_leaf_module(m, module_qualified_name)
 
@@ -233,6 +237,8 @@ class _Rewriter:
                 self._replace_function(node, pool, "global_avg_pool", self.report.avg_pools)
             elif (pool := _functional_max_pool(node)) is not None:
                 self._replace_function(node, pool, "max_pool", self.report.pools)
+            elif (shuffle := match_channel_shuffle(node)) is not None:
+                self._replace_shuffle(shuffle)
             elif node.op == "call_function" and node.target in _FUNCTIONAL_CONVS:
                 reason = "a functional conv2d call: only nn.Conv2d modules are converted"
                 self.report.left.append(LeftConv(node.name, reason))
@@ -321,7 +327,9 @@ class _Rewriter:
             return  # a float32 BatchNorm, or channels the grouped kernel does not take
         self._replace(chain, pattern, fused, bn_node.args[0], None, stopped)
 
-    def _read_shape_from_input(self, conv_node: fx.Node, reads: list[fx.Node], fused: Conv2d) -> None:
+    def _read_shape_from_input(
+        self, conv_node: fx.Node, reads: list[fx.Node], fused: Conv2d
+    ) -> None:
         """Give ``reads`` (``.shape`` / ``.size()`` of the conv's output, which the fused chain
         replaces) the conv's output shape computed from its input (``_conv_output_shape``)."""
         graph = self.gm.graph
@@ -475,6 +483,33 @@ class _Rewriter:
         self.gm.graph.erase_node(node)
         names.append(name)
 
+    def _replace_shuffle(self, shuffle: ShufflePattern) -> None:
+        """A channel shuffle (of the tensors of the concatenation before it, if it is one) as
+        one ``ChannelShuffle``; the shape reads, and the concatenation, that nothing else
+        reads go with it."""
+        name = self._fresh_name("channel_shuffle")
+        module = ChannelShuffle(shuffle.groups)
+        self.gm.add_submodule(name, module)
+        self.modules[name] = module
+        graph, last = self.gm.graph, shuffle.nodes[-1]
+        with graph.inserting_before(last):
+            replacement = graph.call_module(name, shuffle.inputs)
+        last.replace_all_uses_with(replacement)
+        unread = {a: None for node in shuffle.nodes for a in node.args if isinstance(a, fx.Node)}
+        for old in reversed(shuffle.nodes):
+            graph.erase_node(old)
+        while unread:
+            node = next(iter(unread))
+            del unread[node]
+            shape_read = node.op in ("call_function", "call_method") and node.target in (
+                operator.getitem, operator.floordiv, getattr, "size"
+            )  # fmt: skip
+            if node.users or not (shape_read or is_cat_along_channels(node)):
+                continue
+            unread.update((a, None) for a in node.args if isinstance(a, fx.Node))
+            graph.erase_node(node)
+        self.report.shuffles.append(name)
+
     def _fresh_name(self, base: str) -> str:
         """A module name no module of the graph has."""
         name, index = base, 0
@@ -487,7 +522,11 @@ class _Rewriter:
         """Whether ``node`` is an NHWC tensor by the graph: a permute of NCHW to NHWC, past
         ops that keep the shape (LayerNorm over the channels, activations, eval identities)."""
         while (dims := _permute_dims(node, None)) is None:
-            if not node.args or not isinstance(node.args[0], fx.Node) or not self._keeps_shape(node):
+            if (
+                not node.args
+                or not isinstance(node.args[0], fx.Node)
+                or not self._keeps_shape(node)
+            ):
                 return False
             node = node.args[0]
         return dims == _TO_NHWC

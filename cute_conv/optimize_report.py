@@ -52,6 +52,9 @@ class OptimizeReport:
     # LayerNorms over the channels of NCHW tensors now ``ChannelLayerNorm`` (the grouped
     # kernel's norm; torch's LayerNorm kernel is slow on these).
     channel_norms: list[str] = field(default_factory=list)
+    # Channel shuffles (with the concatenation before them) now ``ChannelShuffle``: one copy,
+    # channels_last, where torch's makes the value NCHW-contiguous.
+    shuffles: list[str] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         """Fused chains per pattern, most common first."""
@@ -78,6 +81,8 @@ class OptimizeReport:
             lines.append(f"global average pools run as GEMVs: {len(self.avg_pools)}")
         if self.channel_norms:
             lines.append(f"channel LayerNorms run by the grouped kernel: {len(self.channel_norms)}")
+        if self.shuffles:
+            lines.append(f"channel shuffles kept channels_last: {len(self.shuffles)}")
         if self.fp8 or self.kept_16bit:
             lines.append(
                 f"fp8 ({self.fp8_scaling} scaling): {len(self.fp8)} fused convs "
