@@ -46,7 +46,8 @@ class ChannelLayerNorm(nn.Module):
     (``torch_forward``). The output is channels_last for channels_last inputs either way.
 
     Args:
-        channels: C, a multiple of 8, at most ``MAX_NORM_CHANNELS`` (2048).
+        channels: C, even, at most ``MAX_NORM_CHANNELS`` (2048; 1024 where C is not a
+            multiple of 8 but of 4, 512 where it is of 2 only).
         eps: the LayerNorm's eps, a float >= 0.
         weight, bias: the LayerNorm's ``[C]`` affine (copied), or None.
         dtype: bfloat16 or float16, the inputs' dtype.

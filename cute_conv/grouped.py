@@ -33,10 +33,12 @@ from .dtypes import dtype_name
 from .epilogue import RESIDUAL_ORDERS, kernel_vector_dtype, validate_epilogue_args
 from .grouped_rule import pixels_per_thread
 from .kernels.common.grouped_direct import (
+    DEPTHWISE_VECTORS,
     MAX_GROUP_IN,
     MAX_NORM_CHANNELS,
     MAX_PIXELS,
     MAX_WINDOW,
+    NORM_THREADS,
     VECTOR,
     GroupedDirectConfig,
 )
@@ -49,6 +51,7 @@ __all__ = [
     "check_channel_norm_eps",
     "check_groups",
     "grouped_conv2d",
+    "check_norm_channels",
     "grouped_limits",
     "stage_filter",
 ]
@@ -76,8 +79,8 @@ def check_groups(in_channels: int, out_channels: int, groups: int) -> None:
 def grouped_limits(in_channels: int, out_channels: int, groups: int) -> GroupedDirectConfig:
     """The kernel config of a conv of these channels and groups, or a ``ValueError`` naming
     the limit: ``check_groups``; a group has at most ``MAX_GROUP_IN`` input channels; one
-    input and one output channel per group (depthwise, C a multiple of 8), or output channels
-    per group a multiple of 8."""
+    input and one output channel per group (depthwise, C even: a thread takes 8 channels, or 4
+    or 2 where C is not a multiple of 8), or output channels per group a multiple of 8."""
     check_groups(in_channels, out_channels, groups)
     group_in, group_out = in_channels // groups, out_channels // groups
     if group_in > MAX_GROUP_IN:
@@ -86,17 +89,33 @@ def grouped_limits(in_channels: int, out_channels: int, groups: int) -> GroupedD
             f"at most {MAX_GROUP_IN}"
         )
     depthwise = group_in == group_out == 1
-    if depthwise and out_channels % VECTOR:
-        raise ValueError(
-            f"a depthwise conv of {out_channels} channels: the kernel needs a multiple of "
-            f"{VECTOR}"
-        )
-    if not depthwise and group_out % VECTOR:
+    if depthwise:
+        vector = next((v for v in DEPTHWISE_VECTORS if out_channels % v == 0), None)
+        if vector is None:
+            raise ValueError(
+                f"a depthwise conv of {out_channels} channels: the kernel needs a multiple of "
+                f"{DEPTHWISE_VECTORS[-1]}"
+            )
+        return GroupedDirectConfig(1, 1, vector=vector)
+    if group_out % VECTOR:
         raise ValueError(
             f"groups={groups}: {group_out} output channels per group; the grouped kernel needs "
             f"a multiple of {VECTOR} (or one input and one output channel per group: depthwise)"
         )
     return GroupedDirectConfig(group_in, group_out)
+
+
+def check_norm_channels(name: str, channels: int) -> None:
+    """Raise a ``ValueError`` naming ``name`` unless the kernel normalizes ``channels`` output
+    channels (``channel_norm_eps``): a CTA of ``NORM_THREADS`` holds a pixel's channels, so
+    at most ``MAX_NORM_CHANNELS`` (2048) at 8 channels per thread, 1024 at 4, 512 at 2."""
+    vector = next((v for v in DEPTHWISE_VECTORS if channels % v == 0), 1)
+    most = NORM_THREADS * vector
+    if channels > most:
+        odd = "" if most == MAX_NORM_CHANNELS else f" ({channels} is not a multiple of 8)"
+        raise ValueError(
+            f"channel_norm_eps: {name}={channels}; the kernel normalizes at most {most}{odd}"
+        )
 
 
 def row_window(problem: Conv2dProblemShape, config: GroupedDirectConfig) -> int:
@@ -276,11 +295,7 @@ def _validate(x, staged_filter, source, bias, scale, groups, stride, padding, di
     if pixels is None:
         pixels = pixels_per_thread(problem, config)
     if channel_norm_eps is not None:  # its type and range checked above
-        if k > MAX_NORM_CHANNELS:
-            raise ValueError(
-                f"channel_norm_eps: K={k} output channels; the kernel normalizes at most "
-                f"{MAX_NORM_CHANNELS}"
-            )
+        check_norm_channels("K", k)
         if activation is not None or source is not None:
             raise ValueError(
                 "channel_norm_eps normalizes alpha * conv * scale + bias: pass no activation "

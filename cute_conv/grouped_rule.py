@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .kernels.common.grouped_direct import VECTOR, GroupedDirectConfig
+from .kernels.common.grouped_direct import GroupedDirectConfig
 from .problem import Conv2dProblemShape
 
 __all__ = [
@@ -143,7 +143,7 @@ class PixelsRule:
     def pixels(self, problem: Conv2dProblemShape, config: GroupedDirectConfig) -> int:
         if not config.depthwise:
             return self.grouped_pixels if config.group_in <= self.grouped_max_width else 1
-        threads = problem.K // VECTOR * problem.N * problem.P * problem.Q
+        threads = problem.K // config.vector * problem.N * problem.P * problem.Q
         if threads >= self.depthwise_four_pixels_threads:
             return 4
         return 2 if threads >= self.depthwise_two_pixels_threads else 1

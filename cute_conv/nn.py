@@ -36,12 +36,12 @@ from .fp8 import quantize_dynamic, quantize_fp8, quantize_from_amax, quantize_wi
 from .grouped import (
     check_channel_norm_eps,
     check_groups,
+    check_norm_channels,
     grouped_conv2d,
     grouped_limits,
     stage_filter,
 )
 from .grouped_rule import runs_grouped_kernel
-from .kernels.common.grouped_direct import MAX_NORM_CHANNELS
 from .ops import takes_torch_path
 from .problem import Padding, Pair, normalize_padding, normalize_pair, output_size
 from .reference import TORCH_ACTIVATIONS
@@ -634,10 +634,7 @@ def _check_channel_norm(
         raise ValueError("channel_norm_eps: only a grouped Conv2d (groups > 1) normalizes")
     if activation is not None:
         raise ValueError(f"channel_norm_eps takes no activation, got {activation!r}")
-    if out_channels > MAX_NORM_CHANNELS:
-        raise ValueError(
-            f"channel_norm_eps: out_channels={out_channels}; at most {MAX_NORM_CHANNELS}"
-        )
+    check_norm_channels("out_channels", out_channels)
 
 
 def _reset_amax(out_amax: torch.Tensor | None, device: torch.device, reset: bool) -> None:

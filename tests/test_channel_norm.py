@@ -81,7 +81,8 @@ def test_inputs_of_another_dtype_go_to_torch():
 @pytest.mark.parametrize(
     ("channels", "kwargs", "match"),
     [
-        (12, {}, "multiple of 8"),
+        (13, {}, "multiple of 2"),
+        (1026, {}, r"at most 512 \(1026 is not a multiple of 8\)"),  # 2-channel threads
         (4096, {}, "at most 2048"),
         (16, {"weight": torch.ones(8)}, r"weight must have shape \(16,\)"),
         (16, {"bias": torch.ones(16, 1)}, r"bias must have shape \(16,\)"),

@@ -7,6 +7,7 @@ to cuDNN instead (``cute_conv.grouped_rule``), whose torch path runs here as it 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import types
 
@@ -34,6 +35,8 @@ BF16 = torch.bfloat16
     "c, k, groups, config",
     [
         (96, 96, 96, GroupedDirectConfig(1, 1)),  # depthwise
+        (116, 116, 116, GroupedDirectConfig(1, 1, vector=4)),  # ShuffleNetV2's odd depthwise
+        (58, 58, 58, GroupedDirectConfig(1, 1, vector=2)),
         (48, 48, 2, GroupedDirectConfig(24, 24)),  # RegNet's group width 24
         (128, 256, 32, GroupedDirectConfig(4, 8)),  # ResNeXt-50 layer2's
         (16, 128, 16, GroupedDirectConfig(1, 8)),  # a channel multiplier of 8
@@ -49,7 +52,7 @@ def test_grouped_limits_return_the_config(c, k, groups, config):
     [
         (96, 96, 5, "groups=5 must divide in_channels=96 and out_channels=96"),
         (128, 128, 32, "groups=32: 4 output channels per group; .*multiple of 8"),
-        (58, 58, 58, "a depthwise conv of 58 channels: the kernel needs a multiple of 8"),
+        (57, 57, 57, "a depthwise conv of 57 channels: the kernel needs a multiple of 2"),
         (1024, 1024, 2, "512 input channels per group; the grouped kernel takes at most 256"),
         (16, 16, 0, "groups must be a positive int, got 0"),
     ],
@@ -91,7 +94,7 @@ def _call_inputs(n=2, h=9, w=8, c=48, k=48, groups=2, r=3):
         (dict(channel_norm_eps=1e-6, source_shape=(2, 9, 8, 48)), ValueError,
          "pass no activation and no source"),
         (dict(channel_norm_eps=1e-6, k=2056, groups=257), ValueError,
-         "K=2056 output channels; the kernel normalizes at most 2048"),
+         "K=2056; the kernel normalizes at most 2048"),
     ],
 )
 def test_bad_calls_are_refused_before_anything_is_written(change, error, match):
@@ -155,6 +158,38 @@ def test_the_kernel_compiles_to_vector_loads_and_a_store_per_pixel(arch, config,
     # fused multiply-adds (sm_90a), or multiplies of float pairs (sm_100a's f32x2)
     products = len(re.findall(r"fma\.rn\.f32 ", ptx)) + 2 * len(re.findall(r"mul\.f32x2", ptx))
     assert products >= 8 * config.group_in * config.pixels
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+@pytest.mark.parametrize("vector", [4, 2])
+@pytest.mark.parametrize(
+    "config",
+    [GroupedDirectConfig(1, 1), GroupedDirectConfig(1, 1, pixels=2, window=3),
+     GroupedDirectConfig(1, 1, pixels=2, channel_norm_eps=1e-6)],
+    ids=["depthwise", "window", "norm"],
+)  # fmt: skip
+def test_depthwise_vectors_load_and_store_their_width(arch, vector, config):
+    """A depthwise thread of 4 or 2 channels (C not a multiple of 8): every activation,
+    filter and bias load, and each pixel's one store, are ``vector`` channels wide (8 or 4
+    bytes); a multiply-add per channel and tap."""
+    config = dataclasses.replace(config, vector=vector)
+    activation = None if config.channel_norm_eps is not None else "relu"
+    spec = EpilogueSpec(has_bias=True, activation=activation, vector_dtype="bfloat16")
+    ptx = cute_conv.compile_kernel(arch, config=config, epilogue=spec).ptx
+    width = 2 * vector  # bytes
+    loads = re.findall(r"ld\.global(?:\.v(\d))?\.b(\d+)", ptx)
+    assert loads and {int(lanes or 1) * int(bits) // 8 for lanes, bits in loads} == {width}
+    stores = re.findall(r"st\.global(?:\.v(\d))?\.b(\d+)", ptx)
+    assert [int(lanes or 1) * int(bits) // 8 for lanes, bits in stores] == [width] * config.pixels
+    products = len(re.findall(r"fma\.rn\.f32 ", ptx)) + 2 * len(re.findall(r"mul\.f32x2", ptx))
+    assert products >= vector * config.pixels
+
+
+def test_config_vectors_other_than_depthwise_raise():
+    with pytest.raises(ValueError, match="vector=4: one of"):
+        GroupedDirectConfig(24, 24, vector=4)
+    with pytest.raises(ValueError, match="vector=3: one of"):
+        GroupedDirectConfig(1, 1, vector=3)
 
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
@@ -289,12 +324,12 @@ def test_channel_norm_gradients_are_torch_layer_norm_s(shape):
 
 @pytest.mark.parametrize(
     "channels, batch, size, kernel",
-    [(96, 2, 16, True), (96, 32, 64, True), (20, 2, 16, False)],
-    ids=["kernel", "kernel-past-the-plain-bound", "cudnn-out-of-limits"],
+    [(96, 2, 16, True), (96, 32, 64, True), (20, 2, 16, True), (21, 2, 16, False)],
+    ids=["kernel", "kernel-past-the-plain-bound", "kernel-4-channel-vectors", "cudnn-out-of-limits"],
 )
 def test_module_normalizes_channels_on_either_path(kernel_calls, channels, batch, size, kernel):  # noqa: F811
     """``Conv2d(channel_norm_eps=...)``: the kernel's call (its float32 reference here), at any
-    size (the rule's bound is for plain calls), or, out of the kernel's limits (C=20), cuDNN's
+    size (the rule's bound is for plain calls), or, out of the kernel's limits (C=21), cuDNN's
     conv and torch's layer norm: the same function."""
     torch.manual_seed(7)
     conv = nn.Conv2d(channels, channels, 7, padding=3, groups=channels).to(BF16)
@@ -321,7 +356,7 @@ def test_module_normalizes_channels_on_either_path(kernel_calls, channels, batch
         (dict(channel_norm_eps=-1.0), ValueError, "finite float >= 0, got -1.0"),
         (dict(channel_norm_eps="x"), TypeError, "a float or None, got str"),
         (dict(in_channels=4096, out_channels=4096, groups=4096), ValueError,
-         "out_channels=4096; at most 2048"),
+         "out_channels=4096; the kernel normalizes at most 2048"),
     ],
 )  # fmt: skip
 def test_module_channel_norm_names_the_limit(kwargs, error, match):

@@ -31,6 +31,10 @@ PROBLEMS = {
     # the row window (stride and dilation 1 along the row) past both edges of an odd width
     "dw5x5-window-asym": (2, 13, 11, 24, 24, 24, 5,
                           dict(stride=(2, 1), padding=((2, 1), (3, 1)), dilation=(2, 1))),
+    # C not a multiple of 8 (ShuffleNetV2's 58 and 116): 2- and 4-channel threads
+    "dw3x3-c58": (2, 14, 14, 58, 58, 58, 3, dict(padding=1)),
+    "dw3x3-s2-c116": (2, 15, 15, 116, 116, 116, 3, dict(stride=2, padding=1)),
+    "dw5x5-c20": (1, 9, 11, 20, 20, 20, 5, dict(padding=2)),
     "g24": (2, 14, 14, 120, 120, 5, 3, dict(padding=1)),
     "g24-s2": (1, 28, 28, 48, 48, 2, 3, dict(stride=2, padding=1)),
     "g4": (2, 10, 10, 128, 256, 32, 3, dict(padding=1)),
@@ -96,7 +100,7 @@ def test_grouped_shapes_with_several_pixels_per_thread(problem, pixels):
     run_grouped(*problem, bias=True, activation="relu", pixels=pixels)
 
 
-@pytest.mark.parametrize("problem", ["dw5x5-s2", "g4"])
+@pytest.mark.parametrize("problem", ["dw5x5-s2", "g4", "dw3x3-c58"])
 def test_grouped_residual_with_several_pixels_per_thread(problem):
     run_grouped(*PROBLEMS[problem], beta=0.5, bias=True, activation="silu", pixels=4)
 

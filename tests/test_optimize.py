@@ -692,15 +692,15 @@ def test_lone_batch_norms_left(norm):
 class ChannelNorms(nn.Module):
     """``LayerNorm2d``'s pattern four times: over 16 channels (rewritten), as an
     ``nn.LayerNorm`` module between the permutes (rewritten), with its NHWC permute read by
-    another op too (left), and over 12 channels (left: the grouped kernel takes multiples of
-    8)."""
+    another op too (left), and over 13 channels (left: the grouped kernel takes even channel
+    counts)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.conv16 = nn.Conv2d(8, 16, 1)
-        self.conv12 = nn.Conv2d(16, 12, 1)
+        self.conv13 = nn.Conv2d(16, 13, 1)
         self.w16, self.b16 = nn.Parameter(torch.rand(16) + 0.5), nn.Parameter(torch.randn(16))
-        self.w12, self.b12 = nn.Parameter(torch.rand(12) + 0.5), nn.Parameter(torch.randn(12))
+        self.w13, self.b13 = nn.Parameter(torch.rand(13) + 0.5), nn.Parameter(torch.randn(13))
         self.norm = nn.LayerNorm(16, eps=1e-5)
         with torch.no_grad():
             self.norm.weight.uniform_(0.5, 1.5)
@@ -711,8 +711,8 @@ class ChannelNorms(nn.Module):
         y = self.norm(y.permute(0, 3, 1, 2).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
         nhwc = y.permute(0, 2, 3, 1)
         z = F.layer_norm(nhwc, (16,), eps=1e-6).permute(0, 3, 1, 2) + nhwc.permute(0, 3, 1, 2)
-        v = self.conv12(z).permute(0, 2, 3, 1)
-        return F.layer_norm(v, (12,), self.w12, self.b12, 1e-6).permute(0, 3, 1, 2)
+        v = self.conv13(z).permute(0, 2, 3, 1)
+        return F.layer_norm(v, (13,), self.w13, self.b13, 1e-6).permute(0, 3, 1, 2)
 
 
 def test_channel_layer_norms_where_the_pattern_holds(kernel_calls, monkeypatch):  # noqa: F811

@@ -7,7 +7,9 @@ channels per group) and K (``R * S * C / groups``) are a few dozen, far below a 
 tile; cuDNN runs them in NHWC through layout transforms of the activation and the output
 (RegNetY-1.6GF at batch 1 on an H200: three transforms per grouped conv, 40% of the forward).
 
-Each thread owns ``VECTOR`` output channels of ``pixels`` adjacent output pixels of a row
+Each thread owns ``vector`` output channels (``VECTOR``, 8: 16 bytes; a depthwise conv of
+channels not a multiple of 8 takes 4 or 2: ShuffleNetV2's 58 and 116) of ``pixels`` adjacent
+output pixels of a row
 (adjacent threads adjacent channel vectors, so a warp's stores are coalesced). It walks the
 filter taps and sums in float32, then runs the tensor-core kernels' epilogue
 (``apply_epilogue``) on each pixel's vector and stores it with one vector store. A filter
@@ -29,7 +31,7 @@ the price of fewer threads. Two forms, chosen at compile time by the config:
 With ``channel_norm_eps`` (a LayerNorm over the channels without its affine, which the caller
 folds into the next layer: ConvNeXt's depthwise conv -> LayerNorm -> Linear), each output pixel
 is normalized over its K channels before the store: ``(z - mean) * rsqrt(var + eps)``, ``z``
-the epilogue's value. A pixel's channels are ``K / VECTOR`` adjacent threads, so a CTA then
+the epilogue's value. A pixel's channels are ``K / vector`` adjacent threads, so a CTA then
 holds whole pixel groups: ``NORM_THREADS // vectors`` of them (its last threads idle where
 that does not divide). Each sum is reduced by shuffles within a warp's part of a group, and
 the parts meet in shared memory (one float32 atomic add per part); mean first, then the
@@ -54,13 +56,15 @@ from .epilogue import apply_epilogue
 
 THREADS = 128
 VECTOR = 8  # 16-bit output channels per thread: one 16-byte filter load and store
+# A depthwise thread's channels where C is not a multiple of VECTOR: 8- or 4-byte loads.
+DEPTHWISE_VECTORS = (VECTOR, 4, 2)
 MAX_GROUP_IN = 256  # input channels per group: the grouped form unrolls its loop over them
-MAX_PIXELS = 8  # output pixels per thread: each holds VECTOR float32 sums in registers
+MAX_PIXELS = 8  # output pixels per thread: each holds `vector` float32 sums in registers
 MAX_WINDOW = 7  # filter width of the depthwise row window: its columns sit in registers
-# A normalizing kernel's CTA: whole pixel groups of K / VECTOR threads, so a pixel has at most
-# NORM_THREADS * VECTOR channels (256 threads: the window form's registers still fit).
+# A normalizing kernel's CTA: whole pixel groups of K / vector threads, so a pixel has at most
+# NORM_THREADS * vector channels (256 threads: the window form's registers still fit).
 NORM_THREADS = 256
-MAX_NORM_CHANNELS = NORM_THREADS * VECTOR
+MAX_NORM_CHANNELS = NORM_THREADS * VECTOR  # at vector 8; NORM_THREADS * vector in general
 WARP = 32
 
 
@@ -78,6 +82,8 @@ class GroupedDirectConfig:
             or 0: the taps walked at run time.
         channel_norm_eps: None, or each output pixel normalized over its channels with this
             epsilon (see the module docstring): a finite float >= 0.
+        vector: output channels per thread: ``VECTOR``, or (depthwise only) one of
+            ``DEPTHWISE_VECTORS`` (K a multiple of it).
     """
 
     group_in: int
@@ -85,6 +91,7 @@ class GroupedDirectConfig:
     pixels: int = 1
     window: int = 0
     channel_norm_eps: float | None = None
+    vector: int = VECTOR
 
     def __post_init__(self) -> None:
         for name in ("group_in", "group_out", "pixels", "window"):
@@ -120,6 +127,11 @@ class GroupedDirectConfig:
                 f"GroupedDirectConfig.channel_norm_eps must be None or a finite float >= 0, "
                 f"got {eps!r}"
             )
+        if self.vector not in (DEPTHWISE_VECTORS if self.depthwise else (VECTOR,)):
+            raise ValueError(
+                f"GroupedDirectConfig.vector={self.vector!r}: one of {DEPTHWISE_VECTORS} "
+                f"(depthwise), else {VECTOR}"
+            )
         if self.window and not self.depthwise:
             raise ValueError(
                 f"GroupedDirectConfig.window={self.window}: the row window is depthwise only "
@@ -137,11 +149,11 @@ class GroupedDirectConfig:
 
 
 class GroupedDirectConv(ConvKernelEntry):
-    """A grouped conv of 16-bit inputs, a thread per ``VECTOR`` output channels of
+    """A grouped conv of 16-bit inputs, a thread per ``config.vector`` output channels of
     ``config.pixels`` adjacent output pixels of a row (see the module docstring). Takes
     ``ConvLaunchParams`` with the filter pointer at the staged ``[R, S, C / groups, K]``
     filter; ``geometry.c`` and ``geometry.k`` are the whole conv's channels (K a multiple of
-    ``VECTOR``)."""
+    ``config.vector``)."""
 
     config_class = GroupedDirectConfig
 
@@ -165,7 +177,8 @@ class GroupedDirectConv(ConvKernelEntry):
         self.group_in = self.config.group_in
         self.group_out = self.config.group_out
         self.depthwise = self.config.depthwise
-        self.in_vector = VECTOR if self.depthwise else self.config.in_vector
+        self.vector = self.config.vector
+        self.in_vector = self.vector if self.depthwise else self.config.in_vector
         self.pixels = self.config.pixels
         self.window = self.config.window
 
@@ -179,8 +192,9 @@ class GroupedDirectConv(ConvKernelEntry):
         in_vector = self.in_vector
         # 64-bit strides: a large activation's offsets pass 2**31 elements.
         c = cute.assume(cutlass.Int64(geo.c // in_vector) * in_vector, divby=in_vector)
-        k = cute.assume(cutlass.Int64(geo.k // VECTOR) * VECTOR, divby=VECTOR)
-        vectors = geo.k // VECTOR
+        vector = self.vector
+        k = cute.assume(cutlass.Int64(geo.k // vector) * vector, divby=vector)
+        vectors = geo.k // vector
         m_x = cute.make_tensor(
             ptrs.act,
             cute.make_layout(
@@ -192,16 +206,16 @@ class GroupedDirectConv(ConvKernelEntry):
         m_f = cute.make_tensor(
             ptrs.filter,
             cute.make_layout(
-                (VECTOR, vectors, self.group_in, geo.s, geo.r),
-                stride=(1, VECTOR, k, group_k, group_k * geo.s),
+                (vector, vectors, self.group_in, geo.s, geo.r),
+                stride=(1, vector, k, group_k, group_k * geo.s),
             ),
         )
         rows = geo.n * geo.p * geo.q
         row_blocks = geo.n * geo.p * ((geo.q + self.pixels - 1) // self.pixels)
-        out_layout = cute.make_layout((VECTOR, vectors, rows), stride=(1, VECTOR, k))
+        out_layout = cute.make_layout((vector, vectors, rows), stride=(1, vector, k))
         m_d = cute.make_tensor(ptrs.out, out_layout)
         m_c = cute.make_tensor(ptrs.source, out_layout)
-        vec_layout = cute.make_layout((VECTOR, vectors), stride=(1, VECTOR))
+        vec_layout = cute.make_layout((vector, vectors), stride=(1, vector))
         m_bias = cute.make_tensor(ptrs.bias, vec_layout)
         m_scale = cute.make_tensor(ptrs.scale, vec_layout)
         cta_threads = THREADS
@@ -254,7 +268,7 @@ class GroupedDirectConv(ConvKernelEntry):
         n = cutlass.Int32(block // (q_blocks * geo.p))
         in_range = block < blocks
         wait_for_previous_grid()
-        acc = cute.make_rmem_tensor((VECTOR, pixels), cutlass.Float32)
+        acc = cute.make_rmem_tensor((self.vector, pixels), cutlass.Float32)
         acc.fill(0.0)
         if in_range:
             for r in cutlass.range(geo.r):
@@ -283,10 +297,10 @@ class GroupedDirectConv(ConvKernelEntry):
     def depthwise_tap(self, acc, m_x, m_f, geo, v, iw0, ih, n, s, r):
         """One tap of the depthwise form: each output channel times its own input channel,
         one filter vector for all the thread's pixels."""
-        f_vec = cute.make_rmem_tensor((VECTOR,), self.filter_dtype)
+        f_vec = cute.make_rmem_tensor((self.vector,), self.filter_dtype)
         cute.autovec_copy(m_f[(None, v, 0, s, r)], f_vec)
         weights = f_vec.load().to(cutlass.Float32)
-        x_vec = cute.make_rmem_tensor((VECTOR,), self.act_dtype)
+        x_vec = cute.make_rmem_tensor((self.vector,), self.act_dtype)
         for j in cutlass.range_constexpr(self.pixels):
             iw = iw0 + j * geo.stride_w
             if iw >= 0 and iw < geo.w:
@@ -300,14 +314,14 @@ class GroupedDirectConv(ConvKernelEntry):
         the ``pixels + window - 1`` input columns from ``iw0`` loaded (zeros outside the input)
         and converted once, then each tap's filter vector times the columns it meets."""
         columns = self.pixels + self.window - 1
-        x_raw = cute.make_rmem_tensor((VECTOR, columns), self.act_dtype)
+        x_raw = cute.make_rmem_tensor((self.vector, columns), self.act_dtype)
         x_raw.fill(0.0)
         for t in cutlass.range_constexpr(columns):
             iw = iw0 + t
             if iw >= 0 and iw < geo.w:
                 cute.autovec_copy(m_x[(None, v, iw, ih, n)], x_raw[(None, t)])
         inputs = [x_raw[(None, t)].load().to(cutlass.Float32) for t in range(columns)]
-        f_vec = cute.make_rmem_tensor((VECTOR,), self.filter_dtype)
+        f_vec = cute.make_rmem_tensor((self.vector,), self.filter_dtype)
         for s in cutlass.range_constexpr(self.window):
             cute.autovec_copy(m_f[(None, v, 0, s, r)], f_vec)
             weights = f_vec.load().to(cutlass.Float32)
@@ -320,11 +334,11 @@ class GroupedDirectConv(ConvKernelEntry):
         """One tap of the grouped form: every input channel of the thread's group, at each of
         its pixels, times the thread's output channels' weights for it."""
         in_vector = self.in_vector
-        # The group's first input vector: output channel v * VECTOR is in group
-        # v * VECTOR // group_out, whose inputs start at channel group * group_in.
-        first = (v * VECTOR // self.group_out) * (self.group_in // in_vector)
+        # The group's first input vector: output channel v * vector is in group
+        # v * vector // group_out, whose inputs start at channel group * group_in.
+        first = (v * self.vector // self.group_out) * (self.group_in // in_vector)
         x_vecs = cute.make_rmem_tensor((in_vector, self.pixels), self.act_dtype)
-        f_vec = cute.make_rmem_tensor((VECTOR,), self.filter_dtype)
+        f_vec = cute.make_rmem_tensor((self.vector,), self.filter_dtype)
         for c in cutlass.range_constexpr(self.group_in // in_vector):
             # A pixel left of or past the input reads zeros.
             x_vecs.fill(0.0)
@@ -379,7 +393,7 @@ class GroupedDirectConv(ConvKernelEntry):
         centered = [values[j] - sums[(0, j, group)] * inv_k for j in range(self.pixels)]
         self._add_group_sums(sums, 1, [d * d for d in centered], last, tidx, group, v, vectors)
         cute.arch.barrier()
-        out = cute.make_rmem_tensor((VECTOR,), self.out_dtype)
+        out = cute.make_rmem_tensor((self.vector,), self.out_dtype)
         for j in cutlass.range_constexpr(self.pixels):
             if j < last:
                 rstd = cute.math.rsqrt(sums[(1, j, group)] * inv_k + self.norm_eps)
@@ -420,12 +434,12 @@ class GroupedDirectConv(ConvKernelEntry):
         if cutlass.const_expr(spec.has_residual):
             residual = self._load_vector(m_c[(None, v, row)]) * beta
         y = apply_epilogue(spec, acc.load(), alpha, scale, bias, residual)
-        out = cute.make_rmem_tensor((VECTOR,), self.out_dtype)
+        out = cute.make_rmem_tensor((self.vector,), self.out_dtype)
         out.store(y.to(self.out_dtype))
         cute.autovec_copy(out, m_d[(None, v, row)])
 
     @cute.jit
     def _load_vector(self, src: cute.Tensor) -> cute.TensorSSA:
-        staged = cute.make_rmem_tensor((VECTOR,), src.element_type)
+        staged = cute.make_rmem_tensor((self.vector,), src.element_type)
         cute.autovec_copy(src, staged)
         return staged.load().to(cutlass.Float32)
