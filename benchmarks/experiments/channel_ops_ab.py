@@ -104,7 +104,7 @@ def main() -> int:
             kind = (shapes[original], activation, rewritten.endswith(NORM_SUFFIX))
             calls.setdefault(kind, [original, rewritten, activation, 0])[3] += 1
         for batch in args.batches:
-            rows = [(f"{original} {list(shape)}", count,
+            rows = [(f"{original} {[batch, *shape[1:]]}", count,
                      functools.partial(measure, model, optimized, original, rewritten,
                                        activation, shape, batch, args.rounds))
                     for (shape, _, _), (original, rewritten, activation, count)
