@@ -75,13 +75,20 @@ class CompiledConv2d:
 
 
 def kernel_scalars(
-    problem: Conv2dProblemShape, alpha: float, beta: float, max_clusters: int
+    problem: Conv2dProblemShape,
+    alpha: float,
+    beta: float,
+    max_clusters: int,
+    pixel_stride: int | None = None,
 ) -> tuple:
     """The kernel's runtime scalars, ``ConvLaunchParams`` after the pointers: the geometry
-    (``ConvGeometry``), alpha, beta and the bound of the persistent grid."""
+    (``ConvGeometry``), alpha, beta and the bound of the persistent grid. ``pixel_stride``:
+    the grouped kernel's activation read as a channel slice of a tensor of this many channels
+    (its ``geometry.c``; the others' is C)."""
     (pad_top, pad_bottom), (pad_left, pad_right) = problem.padding
+    c = problem.C if pixel_stride is None else pixel_stride
     geometry = ConvGeometry(
-        n=problem.N, h=problem.H, w=problem.W, c=problem.C, k=problem.K, r=problem.R,
+        n=problem.N, h=problem.H, w=problem.W, c=c, k=problem.K, r=problem.R,
         s=problem.S, p=problem.P, q=problem.Q, pad_top=pad_top, pad_bottom=pad_bottom,
         pad_left=pad_left, pad_right=pad_right, stride_h=problem.stride[0],
         stride_w=problem.stride[1], dil_h=problem.dilation[0], dil_w=problem.dilation[1],

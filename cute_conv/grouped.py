@@ -51,6 +51,7 @@ __all__ = [
     "check_channel_norm_eps",
     "check_groups",
     "grouped_conv2d",
+    "channel_slice_stride",
     "check_norm_channels",
     "grouped_limits",
     "stage_filter",
@@ -259,7 +260,8 @@ def _validate(x, staged_filter, source, bias, scale, groups, stride, padding, di
     _check_groups_arg(groups)
     _check_pixels_arg(pixels)
     check_channel_norm_eps(channel_norm_eps)
-    check_tensor("activation", x, SIXTEEN_BIT_DTYPES)
+    pixel_stride = channel_slice_stride(x)  # None: x must be contiguous
+    check_tensor("activation", x, SIXTEEN_BIT_DTYPES, contiguous=pixel_stride is None)
     if not isinstance(staged_filter, torch.Tensor):
         raise TypeError(f"filter must be a torch.Tensor, got {type(staged_filter).__name__}")
     if staged_filter.dim() != 4 or not staged_filter.is_contiguous():
@@ -304,6 +306,12 @@ def _validate(x, staged_filter, source, bias, scale, groups, stride, padding, di
         channel_norm_eps = float(channel_norm_eps)
     config = replace(config, pixels=pixels, window=row_window(problem, config),
                      channel_norm_eps=channel_norm_eps)  # fmt: skip
+    in_vector = config.vector if config.depthwise else config.in_vector
+    if pixel_stride is not None and pixel_stride % in_vector:
+        raise ValueError(
+            f"activation is a channel slice of a tensor of {pixel_stride} channels; its pixel "
+            f"stride must be a multiple of {in_vector} (the kernel's loads)"
+        )
     out_dtype = x.dtype
     if out is not None:
         check_tensor("out", out, OUT_DTYPES)
@@ -318,7 +326,32 @@ def _validate(x, staged_filter, source, bias, scale, groups, stride, padding, di
         activation=activation, epilogue_fn=None, source=source, beta=beta,
         residual_order=residual_order,
     )  # fmt: skip
-    return problem, config, spec, out_dtype
+    return problem, config, spec, out_dtype, pixel_stride
+
+
+def channel_slice_stride(x: object) -> int | None:
+    """``s`` where ``x`` is an NHWC view of the first C of ``s`` > C channels of a dense
+    ``[N, H, W, s]`` tensor (``t[..., :C]``, a concatenation's prefix: DenseNet's, under
+    ``optimize``), which the grouped kernel reads in place; else None."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.layout != torch.strided:
+        return None
+    n, h, w, c = x.shape
+    s = x.stride(2)
+    if x.stride(3) != 1 or s <= c:
+        return None
+    dense = (h * w * s, w * s, s)  # [N, H, W] strides of the [N, H, W, s] tensor
+    for dim, (size, want) in enumerate(zip((n, h, w), dense, strict=True)):
+        if size > 1 and x.stride(dim) != want:
+            return None
+    return s
+
+
+def _extent_bytes(t: Tensor) -> int:
+    """The bytes from ``t``'s first element to past its last (a view's span in memory)."""
+    if t.numel() == 0:
+        return 0
+    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
+    return (last + 1) * t.element_size()
 
 
 @dataclass(frozen=True)
@@ -347,7 +380,7 @@ def _run(x, staged_filter, source, bias, scale, groups, stride, padding, dilatio
     if out is not None and out_overlaps_inputs(
         out.data_ptr(), x.data_ptr(), staged_filter.data_ptr(),
         source.data_ptr() if plan.has_residual else 0,
-        tuple(t.numel() * t.element_size() for t in (x, staged_filter, out)),
+        tuple(_extent_bytes(t) for t in (x, staged_filter, out)),
     ):  # fmt: skip
         raise ValueError(
             "out overlaps activation or filter, or partly the source: pass a separate output "
@@ -399,7 +432,9 @@ forget_on_clear(_plans.clear)  # a plan holds its kernel: compile.clear_cache dr
 
 
 def _make_plan(x, staged_filter, source, bias, scale, out, args: tuple) -> _GroupedPlan:
-    problem, config, spec, out_dtype = _validate(x, staged_filter, source, bias, scale, *args, out)
+    problem, config, spec, out_dtype, pixel_stride = _validate(
+        x, staged_filter, source, bias, scale, *args, out
+    )
     _, _, _, _, alpha, beta, *_ = args  # as _plan packs them
     for name, t in (("filter", staged_filter), ("source", source), ("bias", bias),
                     ("scale", scale), ("out", out)):  # fmt: skip
@@ -413,7 +448,7 @@ def _make_plan(x, staged_filter, source, bias, scale, out, args: tuple) -> _Grou
     )  # fmt: skip
     return _GroupedPlan(
         problem.output_shape, out_dtype, spec.has_residual, kernel_vector_dtype(bias, scale),
-        kernel, kernel_scalars(problem, alpha, beta, 1), problem.gemm_m == 0,
+        kernel, kernel_scalars(problem, alpha, beta, 1, pixel_stride), problem.gemm_m == 0,
     )
 
 
@@ -454,7 +489,7 @@ def _(x, staged_filter, source, bias, scale, groups, stride, padding, dilation, 
       residual_order, activation, pixels=None, channel_norm_eps=None):  # fmt: skip
     with unset_fake_temporarily():
         metas = meta_stand_ins((x, staged_filter, source, bias, scale))
-        problem, _, _, out_dtype = _validate(
+        problem, _, _, out_dtype, _ = _validate(
             *metas, groups, tuple(stride), padding_pairs(padding), tuple(dilation), alpha, beta,
             residual_order, activation, pixels, channel_norm_eps, None,
         )  # fmt: skip

@@ -34,6 +34,7 @@ from .epilogue import ACTIVATIONS, EpilogueSpec
 from .fold import activation_name, batch_norm_channels, fold_batch_norm
 from .fp8 import quantize_dynamic, quantize_fp8, quantize_from_amax, quantize_with_scale
 from .grouped import (
+    channel_slice_stride,
     check_channel_norm_eps,
     check_groups,
     check_norm_channels,
@@ -353,7 +354,7 @@ class Conv2d(nn.Module):
         if not staged.is_contiguous():  # a KRSC weight assigned since: staged once per version
             staged = self._derived_weights("staged", lambda: (stage_filter(self.weight),))[0]
         y = grouped_conv2d(
-            _nhwc(x), staged, filter_layout="rsck", groups=self.groups, stride=self.stride,
+            _grouped_nhwc(x), staged, filter_layout="rsck", groups=self.groups, stride=self.stride,
             padding=self._padding, dilation=self.dilation, bias=self.bias, scale=self.scale,
             activation=self.activation, source=None if identity is None else _nhwc(identity),
             residual_order=self.residual_order, channel_norm_eps=self.channel_norm_eps,
@@ -671,6 +672,17 @@ def _nhwc(t: torch.Tensor) -> torch.Tensor:
     if not t.is_contiguous(memory_format=torch.channels_last):
         t = t.contiguous(memory_format=torch.channels_last)
     return t.permute(0, 2, 3, 1)
+
+
+def _grouped_nhwc(t: torch.Tensor) -> torch.Tensor:
+    """``_nhwc``, but a channel slice of a wider channels_last tensor (``optimize``'s
+    concatenation buffers) is read in place where its pixel stride and offset keep the
+    kernel's 16-byte loads aligned (``grouped.channel_slice_stride``)."""
+    nhwc = t.permute(0, 2, 3, 1)
+    stride = channel_slice_stride(nhwc)
+    if stride is not None and stride % 8 == 0 and nhwc.storage_offset() % 8 == 0:
+        return nhwc
+    return _nhwc(t)
 
 
 def _kernel_padding(

@@ -96,8 +96,11 @@ def output_rows_unaligned(k: int, out_bits: int) -> bool:
     return k * out_bits // 8 % ROW_ALIGNMENT_BYTES != 0
 
 
-def check_tensor(name: str, t: object, dtypes: Sequence[torch.dtype]) -> torch.Tensor:
-    """Check that ``t`` is a dense, contiguous, 16-byte aligned rank-4 tensor of ``dtypes``.
+def check_tensor(
+    name: str, t: object, dtypes: Sequence[torch.dtype], *, contiguous: bool = True
+) -> torch.Tensor:
+    """Check that ``t`` is a dense, contiguous (unless not ``contiguous``: its caller checks
+    its strides), 16-byte aligned rank-4 tensor of ``dtypes``.
 
     ``name`` is one of ``activation``, ``filter``, ``out`` or ``source`` and picks the
     expected layout.
@@ -113,7 +116,7 @@ def check_tensor(name: str, t: object, dtypes: Sequence[torch.dtype]) -> torch.T
         )
     if t.dtype not in dtypes:
         raise TypeError(f"{name} has dtype {t.dtype}; supported dtypes: {_names(dtypes)}")
-    if not t.is_contiguous():
+    if contiguous and not t.is_contiguous():
         hint = f"e.g. t.permute(0, 2, 3, 1).contiguous() for a {torch_layout} tensor t"
         if t.is_contiguous(memory_format=torch.channels_last):
             hint = (

@@ -20,7 +20,8 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import cute_conv
-from cute_conv.grouped import grouped_conv2d, grouped_limits, stage_filter
+from cute_conv.compile import kernel_scalars
+from cute_conv.grouped import channel_slice_stride, grouped_conv2d, grouped_limits, stage_filter
 from cute_conv.grouped_rule import FITTED_PIXELS, pixels_per_thread, runs_grouped_kernel
 from cute_conv.plan_cache import PlanCache
 from cute_conv.problem import Conv2dProblemShape
@@ -690,3 +691,55 @@ def test_out_partly_over_the_source_or_over_x_is_refused(monkeypatch):
     with pytest.raises(ValueError, match="out overlaps activation"):
         grouped._run(x, staged, None, None, None, 2, (1, 1), ((1, 1), (1, 1)), (1, 1), 1.0,
                      0.0, "after_activation", None, None, None, x[:, :, :, :48])  # fmt: skip
+
+
+# ------------------------------------------------------------------ channel slices (DenseNet)
+
+
+def test_channel_slice_stride_names_only_prefixes_of_dense_nhwc():
+    wide = torch.zeros(2, 5, 7, 48)
+    assert channel_slice_stride(wide[..., :32]) == 48
+    assert channel_slice_stride(wide[..., 8:40]) == 48  # its offset is the callers' to check
+    assert channel_slice_stride(torch.zeros(1, 1, 1, 48)[..., :16]) == 48
+    assert channel_slice_stride(wide) is None  # contiguous: not a slice
+    assert channel_slice_stride(wide[:, :, ::2, :32]) is None  # every other pixel of 7
+    assert channel_slice_stride(wide.transpose(1, 2)[..., :32]) is None
+    assert channel_slice_stride(wide[..., :32].float().contiguous()) is None
+
+
+def test_grouped_conv2d_validates_a_channel_slice():
+    """A depthwise call on the first 96 of 104 channels passes validation (then the device
+    check stops it, on the CPU); one whose pixel stride is not a multiple of the kernel's
+    8-channel loads, or whose pixels are not dense, names why."""
+    flt = stage_filter(torch.randn(96, 3, 3, 1).to(BF16))
+    kwargs = dict(groups=96, padding=1, filter_layout="rsck")
+    with pytest.raises(ValueError, match="cute_conv runs on CUDA tensors"):
+        grouped_conv2d(torch.zeros(2, 6, 6, 104, dtype=BF16)[..., :96], flt, **kwargs)
+    with pytest.raises(ValueError, match="pixel stride must be a multiple of 8"):
+        grouped_conv2d(torch.zeros(2, 6, 6, 100, dtype=BF16)[..., :96], flt, **kwargs)
+    with pytest.raises(ValueError, match=r"must be a contiguous \[N, H, W, C\] tensor"):
+        transposed = torch.zeros(2, 12, 6, 104, dtype=BF16).transpose(1, 2)
+        grouped_conv2d(transposed[..., :96], flt, **kwargs)
+
+
+def test_kernel_scalars_take_the_slice_s_pixel_stride():
+    problem = Conv2dProblemShape(N=1, H=4, W=4, C=32, K=32, R=1, S=1)
+    fields = cute_conv.compile.ConvGeometry._fields
+    assert kernel_scalars(problem, 1.0, 1.0, 1)[fields.index("c")] == 32
+    assert kernel_scalars(problem, 1.0, 1.0, 1, pixel_stride=48)[fields.index("c")] == 48
+
+
+def test_module_reads_a_channel_slice_in_place(kernel_calls):  # noqa: F811
+    """``nn.Conv2d``'s grouped path hands a channels_last prefix of a wider tensor to the
+    kernel as it is (no copy): what ``optimize``'s concatenation buffers rely on."""
+    torch.manual_seed(2)
+    conv = nn.Conv2d(32, 32, 1, groups=32).to(BF16)
+    module = cute_conv.nn.Conv2d.from_torch(conv, activation="relu").eval()
+    wide = torch.randn(2, 48, 5, 7).to(BF16).contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        y = module(wide[:, :32])
+    (x, _, _), = kernel_calls
+    assert x.data_ptr() == wide.data_ptr() and x.stride(2) == 48
+    expected = torch.relu(conv.float()(wide[:, :32].float()))
+    check = compare_to_reference(y, expected)
+    assert check.ok, str(check)

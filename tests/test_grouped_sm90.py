@@ -45,10 +45,12 @@ PROBLEMS = {
 }
 
 
-def run_grouped(n, h, w, c, k, groups, r, geom, *, dtype=BF16, out_dtype=None, seed=0, **epi):
-    """One call on fresh random inputs into a NaN-filled output, and its float32 check."""
+def run_grouped(n, h, w, c, k, groups, r, geom, *, dtype=BF16, out_dtype=None, seed=0,
+                wider=0, **epi):  # fmt: skip
+    """One call on fresh random inputs into a NaN-filled output, and its float32 check;
+    ``wider``: the activation the first C channels of a tensor of C + wider (read in place)."""
     gen = torch.Generator("cuda").manual_seed(seed)
-    x = torch.randn(n, h, w, c, device="cuda", generator=gen).to(dtype)
+    x = torch.randn(n, h, w, c + wider, device="cuda", generator=gen).to(dtype)[..., :c]
     flt = (torch.randn(k, r, r, c // groups, device="cuda", generator=gen) / (r * (c // groups) ** 0.5)).to(dtype)
     expected = conv2d_reference(x, flt, groups=groups, **geom) * epi.get("alpha", 1.0)
     kwargs = dict(groups=groups, **geom)
@@ -91,6 +93,15 @@ def run_grouped(n, h, w, c, k, groups, r, geom, *, dtype=BF16, out_dtype=None, s
 @pytest.mark.parametrize("problem", PROBLEMS.values(), ids=PROBLEMS.keys())
 def test_grouped_shapes(problem):
     run_grouped(*problem, bias=True, activation="relu")
+
+
+@pytest.mark.parametrize("wider", [8, 40])
+@pytest.mark.parametrize("problem", ["dw3x3", "dw3x3-c58", "dw5x5-window-asym", "g24", "g4"])
+def test_grouped_reads_a_channel_slice(problem, wider):
+    """The activation a prefix of a wider tensor's channels (``optimize``'s concatenation
+    buffers), with and without the channel norm."""
+    run_grouped(*PROBLEMS[problem], wider=wider, bias=True, activation="relu", pixels=2)
+    run_grouped(*PROBLEMS[problem], wider=wider, bias=True, channel_norm_eps=1e-6)
 
 
 @pytest.mark.parametrize("pixels", [2, 3, 8])
