@@ -43,6 +43,9 @@ squeeze-excitation blocks, classifier heads) become ``GlobalAvgPool2d``, one bat
 (torch's channels_last mean is slow too). ShuffleNet's channel shuffle of a concatenation
 (``channel_shuffle(torch.cat(branches, 1), g)``, torchvision's form) becomes one
 ``ChannelShuffle``: one copy, channels_last, where torch's leaves the value NCHW-contiguous.
+Growing concatenations read only by fused modules (DenseNet's dense blocks) share one buffer
+(``cute_conv.concat``): each value copied into it once, each concatenation a prefix view that
+the grouped kernel reads in place.
 
 What is checked when: the shapes of the activations are unknown at trace time, so a conv is
 judged by its module's attributes (``cute_conv.nn.conv_limits``: groups, padding mode, weight
@@ -67,6 +70,14 @@ from torch import fx, nn
 from torch.nn.utils.fusion import fuse_conv_bn_eval
 
 from .channel_norm import ChannelLayerNorm
+from .concat import (
+    ConcatChain,
+    cat_inputs,
+    concat_buffer,
+    concat_chains,
+    concat_prefix,
+    concat_write,
+)
 from .delayed_scaling import DelayedScales
 from .fold import activation_name, batch_norm_channels, folds_as_batch_norm
 from .grouped import grouped_limits
@@ -83,7 +94,7 @@ from .pooling import (
     tiles_the_map,
 )
 from .problem import Padding, Pair, output_size
-from .shuffle import ChannelShuffle, ShufflePattern, is_cat_along_channels, match_channel_shuffle
+from .shuffle import ChannelShuffle, ShufflePattern, match_channel_shuffle
 
 __all__ = [
     "FP8_MIN_CHANNELS",
@@ -242,6 +253,9 @@ class _Rewriter:
             elif node.op == "call_function" and node.target in _FUNCTIONAL_CONVS:
                 reason = "a functional conv2d call: only nn.Conv2d modules are converted"
                 self.report.left.append(LeftConv(node.name, reason))
+        # After the loop: a concatenation's readers are fused modules by now.
+        for chain in concat_chains(self.gm.graph, self._conv_channels, self._reads_in_place):
+            self._keep_in_one_buffer(chain)
         self.gm.graph.lint()
         self.gm.delete_all_unused_submodules()
         self.gm.recompile()
@@ -504,11 +518,41 @@ class _Rewriter:
             shape_read = node.op in ("call_function", "call_method") and node.target in (
                 operator.getitem, operator.floordiv, getattr, "size"
             )  # fmt: skip
-            if node.users or not (shape_read or is_cat_along_channels(node)):
+            if node.users or not (shape_read or cat_inputs(node) is not None):
                 continue
             unread.update((a, None) for a in node.args if isinstance(a, fx.Node))
             graph.erase_node(node)
         self.report.shuffles.append(name)
+
+    def _keep_in_one_buffer(self, chain: ConcatChain) -> None:
+        """A chain of growing concatenations (``cute_conv.concat``) as one buffer: its first
+        tensor copied in where the first concatenation was, each piece where the next one
+        was, each concatenation a prefix view of it."""
+        graph, after = self.gm.graph, sum(chain.channels)
+        buffer = None
+        for index, cat in enumerate(chain.cats):
+            with graph.inserting_before(cat):
+                if buffer is None:
+                    buffer = graph.call_function(concat_buffer, (chain.first, after))
+                else:
+                    after -= chain.channels[index - 1]
+                    piece = chain.pieces[index - 1]
+                    buffer = graph.call_function(concat_write, (buffer, piece, after))
+                view = graph.call_function(concat_prefix, (buffer, after))
+            cat.replace_all_uses_with(view)
+            graph.erase_node(cat)
+        self.report.concats.append(f"{chain.first.name}: {len(chain.cats)} concatenations")
+
+    def _conv_channels(self, node: fx.Node) -> int | None:
+        """The output channels of a fused module's call, else None."""
+        module = self.gm.get_submodule(node.target) if node.op == "call_module" else None
+        return module.out_channels if isinstance(module, Conv2d) else None
+
+    def _reads_in_place(self, reader: fx.Node, value: fx.Node) -> bool:
+        """Whether ``reader`` is a fused module's call on ``value`` alone (it reads its input,
+        a view of a buffer written after, without writing it)."""
+        fused = self._conv_channels(reader) is not None
+        return fused and reader.args == (value,) and not reader.kwargs
 
     def _fresh_name(self, base: str) -> str:
         """A module name no module of the graph has."""

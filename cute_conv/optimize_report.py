@@ -55,6 +55,9 @@ class OptimizeReport:
     # Channel shuffles (with the concatenation before them) now ``ChannelShuffle``: one copy,
     # channels_last, where torch's makes the value NCHW-contiguous.
     shuffles: list[str] = field(default_factory=list)
+    # Chains of growing concatenations (DenseNet's) kept in one buffer, their readers handed
+    # prefix views (``cute_conv.concat``): one line each, its first tensor and length.
+    concats: list[str] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         """Fused chains per pattern, most common first."""
@@ -83,6 +86,9 @@ class OptimizeReport:
             lines.append(f"channel LayerNorms run by the grouped kernel: {len(self.channel_norms)}")
         if self.shuffles:
             lines.append(f"channel shuffles kept channels_last: {len(self.shuffles)}")
+        if self.concats:
+            lines.append(f"concatenation chains kept in one buffer: {len(self.concats)}")
+            lines += [f"  {chain}" for chain in self.concats]
         if self.fp8 or self.kept_16bit:
             lines.append(
                 f"fp8 ({self.fp8_scaling} scaling): {len(self.fp8)} fused convs "

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 import torch
 from torch import fx, nn
 
-__all__ = ["ChannelShuffle", "ShufflePattern", "is_cat_along_channels", "match_channel_shuffle"]
+from .concat import cat_inputs
+
+__all__ = ["ChannelShuffle", "ShufflePattern", "match_channel_shuffle"]
 
 _TO_NHWC = (0, 2, 3, 1)
 _TO_NCHW = (0, 3, 1, 2)
@@ -104,7 +106,7 @@ def match_channel_shuffle(node: fx.Node) -> ShufflePattern | None:
         return None
     if any(len(v.users) != 1 for v in (split, transpose, contiguous)):
         return None
-    inputs = _cat_along_channels(x) or (x,)
+    inputs = cat_inputs(x) or (x,)
     return ShufflePattern(inputs, groups, (split, transpose, contiguous, node))
 
 
@@ -136,21 +138,3 @@ def _dim_read(node: object, x: fx.Node) -> int | None:
     if size_call or (shape_attr and shape.args == (x, "shape")):
         return index
     return None
-
-
-def is_cat_along_channels(node: fx.Node) -> bool:
-    """Whether ``node`` is ``torch.cat([...], 1)`` of graph values."""
-    return _cat_along_channels(node) is not None
-
-
-def _cat_along_channels(node: fx.Node) -> tuple[fx.Node, ...] | None:
-    """The tensors of ``torch.cat([...], 1)`` (``dim=1`` too), where ``node`` is one."""
-    if node.op != "call_function" or node.target is not torch.cat:
-        return None
-    tensors = node.args[0] if node.args else node.kwargs.get("tensors")
-    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
-    if dim != 1 or not isinstance(tensors, (list, tuple)) or not tensors:
-        return None
-    if not all(isinstance(t, fx.Node) for t in tensors):
-        return None
-    return tuple(tensors)

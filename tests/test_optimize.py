@@ -579,6 +579,15 @@ def test_left_conv_folds_in_float32():
 # ------------------------------------------------------------------------------ ResNet function
 
 
+def float32_bf16_and_ours(model: nn.Module, gm: nn.Module, x: torch.Tensor):
+    """``model``'s output on float32 ``x``, its bf16 copy's and ``gm``'s on bf16 ``x`` (the
+    latter two in float32), without grad."""
+    with torch.no_grad():
+        reference = model(x)
+        torch_bf16 = copy_to(model, BF16)(x.to(BF16)).float()
+        return reference, torch_bf16, gm(x.to(BF16)).float()
+
+
 def assert_no_worse_than_torch(
     ours: torch.Tensor, torch_bf16: torch.Tensor, reference: torch.Tensor
 ) -> None:
@@ -673,10 +682,7 @@ def test_lone_batch_norms_run_on_the_grouped_kernel(kernel_calls):  # noqa: F811
     assert gm.cute_conv_report.counts() == {"bn+relu": 1, "conv": 1}
     assert nn.BatchNorm2d not in module_types(gm) and gm.bn.groups == 32
     x = torch.randn(2, 16, 7, 9).to(memory_format=torch.channels_last)
-    with torch.no_grad():
-        reference = model(x)
-        torch_bf16 = copy_to(model, BF16)(x.to(BF16)).float()
-        ours = gm(x.to(BF16)).float()
+    reference, torch_bf16, ours = float32_bf16_and_ours(model, gm, x)
     assert len(kernel_calls) == 2
     assert_no_worse_than_torch(ours, torch_bf16, reference)
 

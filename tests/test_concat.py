@@ -1,0 +1,106 @@
+"""Growing concatenations in one buffer (``cute_conv.concat``, DenseNet's dense blocks under
+``optimize``): the buffer's prefixes equal ``torch.cat`` of the growing lists, a piece of
+another size is refused, which chains ``optimize`` takes and which it leaves, the kernels'
+reads of the prefixes in place, and torch.compile's trace."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import cute_conv
+from cute_conv.concat import concat_buffer, concat_prefix, concat_write
+from tests.test_nn import kernel_calls, random_bn  # noqa: F401 - kernel_calls is a fixture
+from tests.test_optimize import (
+    BF16,
+    assert_no_worse_than_torch,
+    copy_to,
+    float32_bf16_and_ours,
+)
+
+
+def growing(first, pieces):
+    """The buffer's prefix views after each piece, as ``optimize``'s graph makes them."""
+    after = sum(p.shape[1] for p in pieces)
+    buffer = concat_buffer(first, after)
+    views = [concat_prefix(buffer, after)]
+    for piece in pieces:
+        after -= piece.shape[1]
+        buffer = concat_write(buffer, piece, after)
+        views.append(concat_prefix(buffer, after))
+    return views
+
+
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_prefixes_equal_torch_cat_of_the_growing_lists(channels_last):
+    gen = torch.Generator().manual_seed(0)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    first = torch.randn(2, 16, 5, 3, generator=gen).contiguous(memory_format=fmt)
+    pieces = [torch.randn(2, c, 5, 3, generator=gen) for c in (8, 24, 8)]
+    views = growing(first, pieces)
+    for i, view in enumerate(views):
+        assert torch.equal(view, torch.cat([first, *pieces[:i]], 1))
+        assert view.permute(0, 2, 3, 1).stride() == (15 * 56, 3 * 56, 56, 1)  # one buffer
+    assert views[-1].is_contiguous(memory_format=torch.channels_last)
+
+
+def test_a_piece_of_another_size_is_refused():
+    buffer = concat_buffer(torch.zeros(2, 8, 4, 4), 8)
+    with pytest.raises(ValueError, match=r"shape \(1, 8, 4, 4\) does not concatenate"):
+        concat_write(buffer, torch.zeros(1, 8, 4, 4), 0)  # would broadcast
+    with pytest.raises(ValueError, match=r"shape \(2, 8, 4, 5\) does not concatenate"):
+        concat_write(buffer, torch.zeros(2, 8, 4, 5), 0)
+
+
+def test_traces_into_one_graph():
+    first, a, b = (torch.randn(1, c, 3, 3) for c in (8, 8, 16))
+    compiled = torch.compile(lambda *t: growing(t[0], t[1:])[-1] * 2, fullgraph=True,
+                             backend="eager")  # fmt: skip
+    assert torch.equal(compiled(first, a, b), torch.cat([first, a, b], 1) * 2)
+
+
+class DenseBlock(nn.Module):
+    """DenseNet's block: each layer a BatchNorm + ReLU of the concatenation so far, then a
+    3x3 conv of ``growth`` channels; ``read_elsewhere``: the last concatenation also read by
+    a torch op (no buffer then)."""
+
+    def __init__(self, channels: int, growth: int, layers: int, read_elsewhere=False) -> None:
+        super().__init__()
+        self.norms = nn.ModuleList(random_bn(channels + i * growth) for i in range(layers + 1))
+        self.convs = nn.ModuleList(
+            nn.Conv2d(channels + i * growth, growth, 3, padding=1, bias=False) for i in range(layers)
+        )
+        self.read_elsewhere = read_elsewhere
+
+    def forward(self, x):
+        features = [x]
+        for norm, conv in zip(self.norms, self.convs, strict=False):
+            features.append(conv(torch.relu(norm(torch.cat(features, 1)))))
+        both = torch.cat(features, 1)
+        y = torch.relu(self.norms[-1](both))
+        return y + both.mean() if self.read_elsewhere else y
+
+
+def cat_calls(gm) -> int:
+    return sum(n.target is torch.cat for n in gm.graph.nodes)
+
+
+def test_optimize_keeps_a_dense_block_in_one_buffer(kernel_calls):  # noqa: F811
+    torch.manual_seed(1)
+    model = DenseBlock(16, 8, 3).eval()
+    gm = cute_conv.optimize(copy_to(model, BF16))
+    assert gm.cute_conv_report.concats == ["x: 4 concatenations"] and cat_calls(gm) == 0
+    x = torch.randn(2, 16, 6, 5).to(memory_format=torch.channels_last)
+    reference, torch_bf16, ours = float32_bf16_and_ours(model, gm, x)
+    # 4 BatchNorm + ReLU (depthwise 1x1s of the grouped kernel) and 3 convs
+    assert len(kernel_calls) == 7
+    wide = [t for t, _, _ in kernel_calls if t.stride(2) == 40]  # the buffer: 16 + 3 * 8
+    assert len(wide) == 4 and len({t.data_ptr() for t in wide}) == 1  # read in place
+    assert_no_worse_than_torch(ours, torch_bf16, reference)
+
+
+def test_a_concatenation_read_by_a_torch_op_leaves_the_chain():
+    model = DenseBlock(16, 8, 2, read_elsewhere=True).eval()
+    gm = cute_conv.optimize(copy_to(model, BF16))
+    assert not gm.cute_conv_report.concats and cat_calls(gm) == 3
