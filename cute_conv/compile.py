@@ -22,6 +22,7 @@ from . import disk_cache
 from .arch import ARCHS
 from .config import check_channels
 from .dtypes import CUTLASS_DTYPES, FP8_INPUT_DTYPES, INPUT_DTYPES, dtype_name
+from .kernels.common.channel_scale import SCALE_TYPES, ChannelScaleNhwc
 from .kernels.common.entry import ConvLaunchParams, ConvPointers, check_kernel_dtypes
 from .kernels.common.epilogue import EpilogueSpec
 from .kernels.common.grouped_direct import GroupedDirectConfig, GroupedDirectConv
@@ -428,6 +429,29 @@ def compile_max_pool(arch: str, dtype: Any, window: PoolWindow) -> CompiledHelpe
         raise TypeError(f"window must be a PoolWindow, got {type(window).__name__}")
     dtype = dtype_name(dtype, "dtype", tuple(dtype_name(t) for t in POOL_TYPES))
     return _cached(MaxPoolKey(arch, dtype, window), _compile_max_pool)
+
+
+@dataclasses.dataclass(frozen=True)
+class ChannelScaleKey:
+    """A compiled per-image channel-scale kernel depends on these only."""
+
+    arch: str
+    dtype: str
+
+
+def _compile_channel_scale(key: ChannelScaleKey) -> CompiledHelperKernel:
+    kernel = ChannelScaleNhwc(CUTLASS_DTYPES[key.dtype])
+    return _compile_helper(key, kernel, [_null_pointer(key.dtype)] * 3 + [cutlass.Int32(1)] * 3)
+
+
+def compile_channel_scale(arch: str, dtype: Any) -> CompiledHelperKernel:
+    """Compile (or fetch from the caches) the NHWC per-image channel-scale kernel of ``dtype``
+    (bfloat16 or float16); see ``cute_conv.channel_scale``. Needs no GPU. Launch with
+    ``(x_ptr, scale_ptr, y_ptr, N, H * W, vectors, stream)``, ``vectors`` the channels over
+    ``kernels.common.channel_scale.VECTOR_BYTES / element size``."""
+    _check_arch(arch)
+    dtype = dtype_name(dtype, "dtype", tuple(dtype_name(t) for t in SCALE_TYPES))
+    return _cached(ChannelScaleKey(arch, dtype), _compile_channel_scale)
 
 
 def cached_kernel_count() -> int:

@@ -70,6 +70,7 @@ from torch import fx, nn
 from torch.nn.utils.fusion import fuse_conv_bn_eval
 
 from .channel_norm import ChannelLayerNorm
+from .channel_scale import ChannelScale, match_excitation_scale
 from .concat import (
     ConcatChain,
     cat_inputs,
@@ -113,8 +114,8 @@ class _Tracer(fx.Tracer):
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         ours = isinstance(
             m,
-            (Conv2d, ChannelLayerNorm, ChannelShuffle, TiledMaxPool2d, MaxPool2d,
-             GlobalAvgPool2d, DelayedScales),
+            (Conv2d, ChannelLayerNorm, ChannelScale, ChannelShuffle, TiledMaxPool2d,
+             MaxPool2d, GlobalAvgPool2d, DelayedScales),
         )  # fmt: skip
         leaf = ours or folds_as_batch_norm(m)
         return leaf or super().is_leaf_module(m, module_qualified_name)
@@ -250,6 +251,9 @@ class _Rewriter:
                 self._replace_function(node, pool, "max_pool", self.report.pools)
             elif (shuffle := match_channel_shuffle(node)) is not None:
                 self._replace_shuffle(shuffle)
+            elif (operands := match_excitation_scale(node, self._is_global_pool)) is not None:
+                self._replace_call(node, ChannelScale(), "channel_scale", operands,
+                                   self.report.channel_scales)  # fmt: skip
             elif node.op == "call_function" and node.target in _FUNCTIONAL_CONVS:
                 reason = "a functional conv2d call: only nn.Conv2d modules are converted"
                 self.report.left.append(LeftConv(node.name, reason))
@@ -488,14 +492,27 @@ class _Rewriter:
     ) -> None:
         """A functional pool (``_global_mean``, ``_functional_max_pool``) as ``module``, called
         on its input, named from ``base`` and listed in ``names``."""
+        self._replace_call(node, module, base, (node.args[0],), names)
+
+    def _replace_call(
+        self, node: fx.Node, module: nn.Module, base: str, args: tuple, names: list[str]
+    ) -> None:
+        """``node`` as a call of ``module`` on ``args``, named from ``base`` and listed in
+        ``names``."""
         name = self._fresh_name(base)
         self.gm.add_submodule(name, module)
         self.modules[name] = module
         with self.gm.graph.inserting_before(node):
-            replacement = self.gm.graph.call_module(name, (node.args[0],))
+            replacement = self.gm.graph.call_module(name, args)
         node.replace_all_uses_with(replacement)
         self.gm.graph.erase_node(node)
         names.append(name)
+
+    def _is_global_pool(self, node: fx.Node) -> bool:
+        """Whether ``node`` calls a ``GlobalAvgPool2d`` (what the pools became) on one input."""
+        if node.op != "call_module" or len(node.args) != 1 or node.kwargs:
+            return False
+        return isinstance(self.gm.get_submodule(node.target), GlobalAvgPool2d)
 
     def _replace_shuffle(self, shuffle: ShufflePattern) -> None:
         """A channel shuffle (of the tensors of the concatenation before it, if it is one) as

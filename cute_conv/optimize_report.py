@@ -55,6 +55,9 @@ class OptimizeReport:
     # Channel shuffles (with the concatenation before them) now ``ChannelShuffle``: one copy,
     # channels_last, where torch's makes the value NCHW-contiguous.
     shuffles: list[str] = field(default_factory=list)
+    # Squeeze-excitation multiplies ``scale * x`` now ``ChannelScale`` (one kernel pass; torch's
+    # broadcasting multiply is slow on channels_last maps).
+    channel_scales: list[str] = field(default_factory=list)
     # Chains of growing concatenations (DenseNet's) kept in one buffer, their readers handed
     # prefix views (``cute_conv.concat``): one line each, its first tensor and length.
     concats: list[str] = field(default_factory=list)
@@ -78,14 +81,15 @@ class OptimizeReport:
         for conv in self.left:
             folded = f"; {conv.folded_bn} folded into its weights" if conv.folded_bn else ""
             lines.append(f"  {conv.name}: {conv.reason}{folded}")
-        if self.pools:
-            lines.append(f"max pools run by cute_conv: {len(self.pools)}")
-        if self.avg_pools:
-            lines.append(f"global average pools run as GEMVs: {len(self.avg_pools)}")
-        if self.channel_norms:
-            lines.append(f"channel LayerNorms run by the grouped kernel: {len(self.channel_norms)}")
-        if self.shuffles:
-            lines.append(f"channel shuffles kept channels_last: {len(self.shuffles)}")
+        for replaced, label in (
+            (self.pools, "max pools run by cute_conv"),
+            (self.avg_pools, "global average pools run as GEMVs"),
+            (self.channel_norms, "channel LayerNorms run by the grouped kernel"),
+            (self.shuffles, "channel shuffles kept channels_last"),
+            (self.channel_scales, "squeeze-excitation multiplies run by cute_conv"),
+        ):
+            if replaced:
+                lines.append(f"{label}: {len(replaced)}")
         if self.concats:
             lines.append(f"concatenation chains kept in one buffer: {len(self.concats)}")
             lines += [f"  {chain}" for chain in self.concats]

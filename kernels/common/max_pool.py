@@ -17,6 +17,8 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 
+from .channel_rows import channel_row_stride
+
 VECTOR_BYTES = 16  # per load and store: C must be a multiple of VECTOR_BYTES / element size
 # e4m3 maps too (an fp8 stem's output): max commutes with a monotone per-tensor quantization.
 # Not e5m2: its infinities would come back finite from the saturating conversion.
@@ -61,9 +63,7 @@ class MaxPool2dNhwc:
         stream: cuda.CUstream,
     ):
         vector = self.vector
-        # Every vector starts at a multiple of 16 bytes: one load or store each. Pixel and
-        # image strides are 64-bit: a batch may hold more than 2**31 elements.
-        c = cute.assume(cutlass.Int64(vectors) * vector, divby=vector)
+        c = channel_row_stride(vectors, vector)
         m_x = cute.make_tensor(
             x_ptr,
             cute.make_layout((vector, vectors, w, h, n), stride=(1, vector, c, c * w, c * w * h)),

@@ -26,6 +26,7 @@ from typing import Optional
 import cutlass
 import cutlass.cute as cute
 
+from .channel_rows import channel_row_stride
 from .dependent_launch import wait_for_previous_grid
 from .entry import SIXTEEN_BIT_TYPES, WIDE_OUT_TYPES, ConvKernelEntry, ConvLaunchParams
 from .epilogue import apply_epilogue
@@ -111,9 +112,8 @@ class PointwiseGemv(ConvKernelEntry):
     def launch(self, params: ConvLaunchParams, stream):
         ptrs, geo = params.pointers, params.geometry
         vector = self.vector
-        # C is a multiple of the vector: every vector load is one aligned access.
-        vectors = geo.c // vector
-        c = cute.assume(cutlass.Int64(vectors) * vector, divby=vector)
+        vectors = geo.c // vector  # C is a multiple of the vector
+        c = channel_row_stride(vectors, vector)
         # Output pixel m = (n, p, q), q fastest, reads input pixel (n, p * stride_h, q * stride_w).
         m_a = cute.make_tensor(
             ptrs.act,
