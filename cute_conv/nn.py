@@ -677,8 +677,11 @@ def _nhwc(t: torch.Tensor) -> torch.Tensor:
 def _grouped_nhwc(t: torch.Tensor) -> torch.Tensor:
     """``_nhwc``, but a channel slice of a wider channels_last tensor (``optimize``'s
     concatenation buffers) is read in place where its pixel stride and offset keep the
-    kernel's 16-byte loads aligned (``grouped.channel_slice_stride``)."""
+    kernel's 16-byte loads aligned (``grouped.channel_slice_stride``); not under
+    ``torch.compile``, which does not trace a tensor's offset (the slice is copied there)."""
     nhwc = t.permute(0, 2, 3, 1)
+    if torch.compiler.is_compiling():
+        return _nhwc(t)
     stride = channel_slice_stride(nhwc)
     if stride is not None and stride % 8 == 0 and nhwc.storage_offset() % 8 == 0:
         return nhwc

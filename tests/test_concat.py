@@ -11,6 +11,7 @@ from torch import nn
 
 import cute_conv
 from cute_conv.concat import concat_buffer, concat_prefix, concat_write
+from tests.gpu import requires_sm90
 from tests.test_nn import kernel_calls, random_bn  # noqa: F401 - kernel_calls is a fixture
 from tests.test_optimize import (
     BF16,
@@ -104,3 +105,19 @@ def test_a_concatenation_read_by_a_torch_op_leaves_the_chain():
     model = DenseBlock(16, 8, 2, read_elsewhere=True).eval()
     gm = cute_conv.optimize(copy_to(model, BF16))
     assert not gm.cute_conv_report.concats and cat_calls(gm) == 3
+
+
+@requires_sm90
+def test_an_optimized_dense_block_on_the_gpu():
+    """Eager, and under ``torch.compile(fullgraph=True)`` (where the fused modules copy the
+    prefix views: a tensor's offset does not trace): as close to float32 as torch's bf16."""
+    torch.manual_seed(1)
+    model = DenseBlock(16, 8, 3).eval().cuda()
+    gm = cute_conv.optimize(copy_to(model, BF16))
+    x = torch.randn(4, 16, 28, 30, device="cuda").to(memory_format=torch.channels_last)
+    reference, torch_bf16, ours = float32_bf16_and_ours(model, gm, x)
+    assert not ours.isnan().any()
+    assert_no_worse_than_torch(ours, torch_bf16, reference)
+    with torch.no_grad():
+        compiled = torch.compile(gm, fullgraph=True)(x.to(BF16)).float()
+    assert_no_worse_than_torch(compiled, torch_bf16, reference)
