@@ -115,7 +115,8 @@ def test_an_optimized_dense_block_on_the_gpu():
     model = DenseBlock(16, 8, 3).eval().cuda()
     gm = cute_conv.optimize(copy_to(model, BF16))
     x = torch.randn(4, 16, 28, 30, device="cuda").to(memory_format=torch.channels_last)
-    reference, torch_bf16, ours = float32_bf16_and_ours(model, gm, x)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):  # a float32 reference
+        reference, torch_bf16, ours = float32_bf16_and_ours(model, gm, x)
     assert not ours.isnan().any()
     assert_no_worse_than_torch(ours, torch_bf16, reference)
     with torch.no_grad():
