@@ -48,11 +48,11 @@ from .problem import Conv2dProblemShape, normalize_padding, normalize_pair
 from .validation import ALIGNMENT_BYTES, MAX_GEMM_M, check_alignment, check_tensor
 
 __all__ = [
+    "channel_slice_stride",
     "check_channel_norm_eps",
     "check_groups",
-    "grouped_conv2d",
-    "channel_slice_stride",
     "check_norm_channels",
+    "grouped_conv2d",
     "grouped_limits",
     "stage_filter",
 ]
