@@ -61,7 +61,6 @@ import copy
 import functools
 import operator
 import sys
-from collections import Counter
 from typing import Any
 
 import torch
@@ -71,31 +70,31 @@ from torch.nn.utils.fusion import fuse_conv_bn_eval
 
 from .channel_norm import ChannelLayerNorm
 from .channel_scale import ChannelScale, match_excitation_scale
-from .concat import (
-    ConcatChain,
-    cat_inputs,
-    concat_buffer,
-    concat_chains,
-    concat_prefix,
-    concat_write,
-)
+from .concat import concat_chains
 from .delayed_scaling import DelayedScales
 from .fold import activation_name, batch_norm_channels, folds_as_batch_norm
 from .grouped import grouped_limits
 from .nn import Conv2d, conv_limits
 from .optimize_fp8 import FP8_MIN_CHANNELS, FP8_SCALINGS, resolve_scaling, to_fp8
+from .optimize_ops import (
+    TO_NCHW,
+    TO_NHWC,
+    OpRewrites,
+    functional_max_pool,
+    global_mean,
+    is_layer_norm,
+    permute_dims,
+)
 from .optimize_report import FusedChain, LeftConv, OptimizeReport
 from .pooling import (
-    MAP_DIMS,
     GlobalAvgPool2d,
     MaxPool2d,
     TiledMaxPool2d,
     averages_the_map,
     runs_as_kernel,
-    tiles_the_map,
 )
 from .problem import Padding, Pair, output_size
-from .shuffle import ChannelShuffle, ShufflePattern, match_channel_shuffle
+from .shuffle import ChannelShuffle, match_channel_shuffle
 
 __all__ = [
     "FP8_MIN_CHANNELS",
@@ -218,17 +217,9 @@ def optimize(
     return gm
 
 
-class _Rewriter:
-    """Finds the fusable chains of one GraphModule's graph and replaces them."""
-
-    def __init__(self, gm: fx.GraphModule) -> None:
-        self.gm = gm
-        self.modules = dict(gm.named_modules())
-        self.report = OptimizeReport()
-        # How many nodes call each module: a conv module called twice keeps its name for
-        # neither of its fused replacements.
-        self.calls = Counter(n.target for n in gm.graph.nodes if n.op == "call_module")
-        self.names = set(self.modules)  # taken, by the model's modules or fused ones
+class _Rewriter(OpRewrites):
+    """Finds the fusable chains of one GraphModule's graph and replaces them, and the ops
+    between them that ``OpRewrites`` rewrites."""
 
     def run(self) -> OptimizeReport:
         for node in list(self.gm.graph.nodes):
@@ -243,11 +234,11 @@ class _Rewriter:
                 self.report.avg_pools.append(node.target)
             elif node.op == "call_module" and self._is_eval_bn(node):
                 self._rewrite_batch_norm(node)
-            elif _is_layer_norm(node, self.modules):
+            elif is_layer_norm(node, self.modules):
                 self._rewrite_channel_layer_norm(node)
-            elif (pool := _global_mean(node)) is not None:
+            elif (pool := global_mean(node)) is not None:
                 self._replace_function(node, pool, "global_avg_pool", self.report.avg_pools)
-            elif (pool := _functional_max_pool(node)) is not None:
+            elif (pool := functional_max_pool(node)) is not None:
                 self._replace_function(node, pool, "max_pool", self.report.pools)
             elif (shuffle := match_channel_shuffle(node)) is not None:
                 self._replace_shuffle(shuffle)
@@ -318,7 +309,7 @@ class _Rewriter:
         with graph.inserting_before(last):
             replacement = graph.call_module(name, (x,) if identity is None else (x, identity))
             if nhwc_output:
-                replacement = graph.call_function(torch.permute, (replacement, _TO_NHWC))
+                replacement = graph.call_function(torch.permute, (replacement, TO_NHWC))
         last.replace_all_uses_with(replacement)
         for old in reversed(chain):
             graph.erase_node(old)
@@ -372,7 +363,7 @@ class _Rewriter:
         chain, pattern = [linear_node], ["linear"]
         scale = identity = None
         activation, node, stopped = self._take_activation(chain, pattern, self._next(chain))
-        to_nchw = node is not None and _permute_dims(node, chain[-1]) == _TO_NCHW
+        to_nchw = node is not None and permute_dims(node, chain[-1]) == TO_NCHW
         if to_nchw:
             node = self._extend(chain, pattern, node, "permute")
             if node is not None and activation is None:
@@ -388,11 +379,11 @@ class _Rewriter:
         except (TypeError, ValueError):
             return  # a dtype or size the kernel does not run: torch's Linear
         graph = self.gm.graph
-        if _permute_dims(x, None) == _TO_NHWC:
+        if permute_dims(x, None) == TO_NHWC:
             nchw = x.args[0]  # the permute undone: its input
         else:
             with graph.inserting_before(chain[-1]):
-                nchw = graph.call_function(torch.permute, (x, _TO_NCHW))
+                nchw = graph.call_function(torch.permute, (x, TO_NCHW))
         self._replace(chain, pattern, fused, nchw, identity, stopped, nhwc_output=not to_nchw)
         for unused in (x, None if scale is None else scale[0]):
             if unused is not None and not unused.users:
@@ -403,7 +394,7 @@ class _Rewriter:
         reads that, and the LayerNorm's readers are all Linears called there alone: fold the
         LayerNorm's affine into the Linears, drop it, let ``fused`` normalize, return True
         (False where the pattern does not hold: nothing changed)."""
-        norm_node = self._sole_user(node) if _permute_dims(node, value) == _TO_NHWC else None
+        norm_node = self._sole_user(node) if permute_dims(node, value) == TO_NHWC else None
         if norm_node is None or norm_node.op != "call_module" or len(norm_node.args) != 1:
             return False
         norm = self.modules[norm_node.target]
@@ -429,160 +420,10 @@ class _Rewriter:
         self.gm.graph.erase_node(norm_node)
         return True
 
-    def _rewrite_channel_layer_norm(self, norm_node: fx.Node) -> None:
-        """``permute(x, NHWC) -> LayerNorm over C -> permute back`` with nothing else reading
-        the permutes (torchvision's ``LayerNorm2d``, which traces to ``F.layer_norm``:
-        ConvNeXt's stem and downsampling layers; or an ``nn.LayerNorm`` module there) as one
-        ``ChannelLayerNorm`` of ``x``; left as it is where the pattern or the dtypes and
-        channels do not fit."""
-        to_nhwc = norm_node.args[0] if norm_node.args else None
-        back = self._sole_user(norm_node)
-        if (
-            not isinstance(to_nhwc, fx.Node)
-            or _permute_dims(to_nhwc, None) != _TO_NHWC
-            or len(to_nhwc.users) != 1
-            or back is None
-            or _permute_dims(back, norm_node) != _TO_NCHW
-        ):
-            return
-        weight = bias = None  # their get_attr nodes (the functional form's)
-        if norm_node.op == "call_module":
-            module = self.modules[norm_node.target]
-            if len(norm_node.args) != 1 or norm_node.kwargs:
-                return
-            shape, affine, eps = module.normalized_shape, [module.weight, module.bias], module.eps
-        else:
-            try:
-                shape, weight, bias, eps = _layer_norm_args(*norm_node.args[1:], **norm_node.kwargs)
-            except TypeError:
-                return
-            if any(a is not None and (not isinstance(a, fx.Node) or a.op != "get_attr")
-                   for a in (weight, bias)):  # fmt: skip
-                return  # an affine computed in the graph
-            affine = [None if a is None else functools.reduce(getattr, a.target.split("."), self.gm)
-                      for a in (weight, bias)]  # fmt: skip
-        if not isinstance(shape, (list, tuple)) or len(shape) != 1:
-            return
-        present = [a for a in affine if a is not None]
-        try:
-            (dtype,) = {a.dtype for a in present} or {torch.bfloat16}
-            device = present[0].device if present else None
-            norm = ChannelLayerNorm(int(shape[0]), float(eps), *affine, dtype=dtype, device=device)
-        except (TypeError, ValueError):
-            return  # a float32 affine, or channels the grouped kernel does not take
-        # Named after the LayerNorm module (called, or traced through), if any.
-        if norm_node.op == "call_module":
-            owner = norm_node.target
-        else:
-            owner = weight.target.rpartition(".")[0] if weight is not None else ""
-        name = self._fresh_name(f"{owner}_channel_norm" if owner else "channel_norm")
-        self.gm.add_submodule(name, norm)
-        self.modules[name] = norm
-        graph = self.gm.graph
-        with graph.inserting_before(back):
-            replacement = graph.call_module(name, (to_nhwc.args[0],))
-        back.replace_all_uses_with(replacement)
-        for old in (back, norm_node, to_nhwc, weight, bias):
-            if old is not None and not old.users:
-                graph.erase_node(old)
-        self.report.channel_norms.append(name)
-
-    def _replace_function(
-        self, node: fx.Node, module: nn.Module, base: str, names: list[str]
-    ) -> None:
-        """A functional pool (``_global_mean``, ``_functional_max_pool``) as ``module``, called
-        on its input, named from ``base`` and listed in ``names``."""
-        self._replace_call(node, module, base, (node.args[0],), names)
-
-    def _replace_call(
-        self, node: fx.Node, module: nn.Module, base: str, args: tuple, names: list[str]
-    ) -> None:
-        """``node`` as a call of ``module`` on ``args``, named from ``base`` and listed in
-        ``names``."""
-        name = self._fresh_name(base)
-        self.gm.add_submodule(name, module)
-        self.modules[name] = module
-        with self.gm.graph.inserting_before(node):
-            replacement = self.gm.graph.call_module(name, args)
-        node.replace_all_uses_with(replacement)
-        self.gm.graph.erase_node(node)
-        names.append(name)
-
-    def _is_global_pool(self, node: fx.Node) -> bool:
-        """Whether ``node`` calls a ``GlobalAvgPool2d`` (what the pools became) on one input."""
-        if node.op != "call_module" or len(node.args) != 1 or node.kwargs:
-            return False
-        return isinstance(self.gm.get_submodule(node.target), GlobalAvgPool2d)
-
-    def _replace_shuffle(self, shuffle: ShufflePattern) -> None:
-        """A channel shuffle (of the tensors of the concatenation before it, if it is one) as
-        one ``ChannelShuffle``; the shape reads, and the concatenation, that nothing else
-        reads go with it."""
-        name = self._fresh_name("channel_shuffle")
-        module = ChannelShuffle(shuffle.groups)
-        self.gm.add_submodule(name, module)
-        self.modules[name] = module
-        graph, last = self.gm.graph, shuffle.nodes[-1]
-        with graph.inserting_before(last):
-            replacement = graph.call_module(name, shuffle.inputs)
-        last.replace_all_uses_with(replacement)
-        unread = {a: None for node in shuffle.nodes for a in node.args if isinstance(a, fx.Node)}
-        for old in reversed(shuffle.nodes):
-            graph.erase_node(old)
-        while unread:
-            node = next(iter(unread))
-            del unread[node]
-            shape_read = node.op in ("call_function", "call_method") and node.target in (
-                operator.getitem, operator.floordiv, getattr, "size"
-            )  # fmt: skip
-            if node.users or not (shape_read or cat_inputs(node) is not None):
-                continue
-            unread.update((a, None) for a in node.args if isinstance(a, fx.Node))
-            graph.erase_node(node)
-        self.report.shuffles.append(name)
-
-    def _keep_in_one_buffer(self, chain: ConcatChain) -> None:
-        """A chain of growing concatenations (``cute_conv.concat``) as one buffer: its first
-        tensor copied in where the first concatenation was, each piece where the next one
-        was, each concatenation a prefix view of it."""
-        graph, after = self.gm.graph, sum(chain.channels)
-        buffer = None
-        for index, cat in enumerate(chain.cats):
-            with graph.inserting_before(cat):
-                if buffer is None:
-                    buffer = graph.call_function(concat_buffer, (chain.first, after))
-                else:
-                    after -= chain.channels[index - 1]
-                    piece = chain.pieces[index - 1]
-                    buffer = graph.call_function(concat_write, (buffer, piece, after))
-                view = graph.call_function(concat_prefix, (buffer, after))
-            cat.replace_all_uses_with(view)
-            graph.erase_node(cat)
-        self.report.concats.append(f"{chain.first.name}: {len(chain.cats)} concatenations")
-
-    def _conv_channels(self, node: fx.Node) -> int | None:
-        """The output channels of a fused module's call, else None."""
-        module = self.gm.get_submodule(node.target) if node.op == "call_module" else None
-        return module.out_channels if isinstance(module, Conv2d) else None
-
-    def _reads_in_place(self, reader: fx.Node, value: fx.Node) -> bool:
-        """Whether ``reader`` is a fused module's call on ``value`` alone (it reads its input,
-        a view of a buffer written after, without writing it)."""
-        fused = self._conv_channels(reader) is not None
-        return fused and reader.args == (value,) and not reader.kwargs
-
-    def _fresh_name(self, base: str) -> str:
-        """A module name no module of the graph has."""
-        name, index = base, 0
-        while name in self.names:
-            name, index = f"{base}{index}", index + 1
-        self.names.add(name)
-        return name
-
     def _is_nhwc(self, node: fx.Node) -> bool:
         """Whether ``node`` is an NHWC tensor by the graph: a permute of NCHW to NHWC, past
         ops that keep the shape (LayerNorm over the channels, activations, eval identities)."""
-        while (dims := _permute_dims(node, None)) is None:
+        while (dims := permute_dims(node, None)) is None:
             if (
                 not node.args
                 or not isinstance(node.args[0], fx.Node)
@@ -590,7 +431,7 @@ class _Rewriter:
             ):
                 return False
             node = node.args[0]
-        return dims == _TO_NHWC
+        return dims == TO_NHWC
 
     def _keeps_shape(self, node: fx.Node) -> bool:
         """Whether ``node`` returns its first input's shape: a LayerNorm over the last dim
@@ -658,14 +499,6 @@ class _Rewriter:
         self.gm.graph.erase_node(conv_node)
         self.report.left.append(LeftConv(name, reason, folded_bn=bn_node.target))
 
-    def _replace_pool(self, node: fx.Node) -> None:
-        torch_pool = self.modules[node.target]
-        kind = TiledMaxPool2d if tiles_the_map(torch_pool) else MaxPool2d
-        pool = kind.from_torch(torch_pool)
-        self.gm.add_submodule(node.target, pool)  # every call of the module: the same pool
-        self.modules[node.target] = pool
-        self.report.pools.append(node.target)
-
     def _extend(
         self, chain: list[fx.Node], pattern: list[str], node: fx.Node, op: str
     ) -> fx.Node | None:
@@ -685,12 +518,6 @@ class _Rewriter:
             chain.append(node)
             node = self._sole_user(node)
         return node
-
-    def _sole_user(self, node: fx.Node, ignored: list[fx.Node] = ()) -> fx.Node | None:
-        """The one node besides ``ignored`` that reads ``node``'s value, or None (no user, or
-        several)."""
-        users = [user for user in node.users if user not in ignored]
-        return users[0] if len(users) == 1 else None
 
     def _take_activation(
         self, chain: list[fx.Node], pattern: list[str], node: fx.Node | None
@@ -776,64 +603,6 @@ def _is_eval_identity(node: fx.Node, value: fx.Node, modules: dict[str, nn.Modul
     return training is False
 
 
-def _global_mean(node: fx.Node) -> GlobalAvgPool2d | None:
-    """The ``GlobalAvgPool2d`` computing ``node`` where it is ``F.adaptive_avg_pool2d(x, 1)``
-    or a mean over the map's two dims (``x.mean((2, 3), keepdim)``, ``torch.mean``; no
-    ``dtype``), else None."""
-    try:
-        if node.op == "call_function" and node.target is F.adaptive_avg_pool2d:
-            x, size = _adaptive_pool_args(*node.args, **node.kwargs)
-            size = tuple(size) if isinstance(size, (list, tuple)) else (size, size)
-            return GlobalAvgPool2d() if isinstance(x, fx.Node) and size == (1, 1) else None
-        if (node.op == "call_method" and node.target == "mean") or (
-            node.op == "call_function" and node.target is torch.mean
-        ):
-            x, dims, keepdim = _mean_args(*node.args, **node.kwargs)
-            if not isinstance(x, fx.Node) or not isinstance(dims, (list, tuple)):
-                return None
-            if tuple(dims) in MAP_DIMS and isinstance(keepdim, bool):
-                return GlobalAvgPool2d(tuple(dims), keepdim)
-    except TypeError:  # arguments these ops do not take as written here
-        return None
-    return None
-
-
-def _functional_max_pool(node: fx.Node) -> TiledMaxPool2d | MaxPool2d | None:
-    """The pool module computing ``node`` where it is ``F.max_pool2d`` without indices
-    (Inception-v3's, an FPN's last level), else None."""
-    if node.op != "call_function" or node.target is not F.max_pool2d:
-        return None
-    try:
-        x, torch_pool = _max_pool_args(*node.args, **node.kwargs)
-    except TypeError:  # arguments it does not take as written here
-        return None
-    if not isinstance(x, fx.Node) or not runs_as_kernel(torch_pool):
-        return None
-    kind = TiledMaxPool2d if tiles_the_map(torch_pool) else MaxPool2d
-    return kind.from_torch(torch_pool)
-
-
-def _max_pool_args(
-    input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,  # noqa: A002
-    return_indices=False,
-):  # fmt: skip
-    """``F.max_pool2d``'s input and the ``nn.MaxPool2d`` of its other arguments (a TypeError
-    for non-constant ones)."""
-    args = (kernel_size, stride, padding, dilation)
-    values = [v for a in args for v in (a if isinstance(a, (tuple, list)) else (a,))]
-    if any(isinstance(v, fx.Node) for v in values) or not isinstance(ceil_mode, bool):
-        raise TypeError("a pool window computed in the graph")
-    return input, nn.MaxPool2d(*args, ceil_mode=ceil_mode, return_indices=return_indices)
-
-
-def _adaptive_pool_args(input, output_size):  # noqa: A002 - torch's names
-    return input, output_size
-
-
-def _mean_args(input, dim, keepdim=False):  # noqa: A002 - torch's names
-    return input, dim, keepdim
-
-
 def _ones_depthwise_conv(bn: nn.Module) -> nn.Conv2d:
     """A depthwise 1x1 conv of ones over ``bn``'s channels, in its dtype and on its device
     (frozen): with ``bn`` folded into its epilogue, the BatchNorm. A ValueError where the
@@ -871,20 +640,6 @@ def _conv_output_shape(
     return torch.Size((n, out_channels, *(output_size(*args) for args in sizes)))
 
 
-def _is_layer_norm(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
-    """Whether ``node`` calls ``F.layer_norm`` or an ``nn.LayerNorm`` module (not a subclass,
-    whose forward may differ)."""
-    if node.op == "call_function":
-        return node.target is F.layer_norm
-    return node.op == "call_module" and type(modules[node.target]) is nn.LayerNorm
-
-
-def _layer_norm_args(normalized_shape, weight=None, bias=None, eps=1e-5):
-    """``F.layer_norm``'s arguments after its input, as a traced call passes them (a
-    TypeError for others)."""
-    return normalized_shape, weight, bias, eps
-
-
 def _linear_after_norm(linear: nn.Linear, norm: nn.LayerNorm) -> nn.Linear:
     """A copy of ``linear`` that computes ``linear(norm.weight * y + norm.bias)`` from ``y``
     (folded in float32, stored in the Linear's dtype)."""
@@ -912,22 +667,6 @@ def _describe(node: fx.Node) -> str:
 _ADDS = (operator.add, torch.add)
 _FUNCTIONAL_CONVS = (F.conv2d, torch.conv2d)
 _MULS = (operator.mul, torch.mul)
-_TO_NHWC = (0, 2, 3, 1)
-_TO_NCHW = (0, 3, 1, 2)
-
-
-def _permute_dims(node: fx.Node, value: fx.Node | None) -> tuple | None:
-    """The dims of a ``permute`` node (of ``value``, unless None), else None."""
-    if not (node.op == "call_function" and node.target is torch.permute) and not (
-        node.op == "call_method" and node.target == "permute"
-    ):
-        return None
-    if not node.args or (value is not None and node.args[0] is not value):
-        return None
-    dims = node.args[1:] or (node.kwargs.get("dims"),)
-    if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
-        dims = dims[0]
-    return tuple(dims) if all(isinstance(d, int) for d in dims) else None
 
 
 def _residual_operand(node: fx.Node, value: fx.Node) -> fx.Node | None:

@@ -1,0 +1,309 @@
+"""``optimize``'s rewrites of the ops between the convs, and the graph edits they share.
+
+``OpRewrites`` is the base of ``optimize``'s rewriter: the graph module, its module table,
+the names taken and the report, and the rewrites of pools (max pools, global average pools:
+``cute_conv.pooling``), LayerNorms over an NCHW tensor's channels
+(``cute_conv.channel_norm``), channel shuffles (``cute_conv.shuffle``), squeeze-excitation
+multiplies (``cute_conv.channel_scale``) and chains of growing concatenations
+(``cute_conv.concat``). The conv chains are ``optimize``'s own.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections import Counter
+
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+
+from .channel_norm import ChannelLayerNorm
+from .concat import ConcatChain, cat_inputs, concat_buffer, concat_prefix, concat_write
+from .nn import Conv2d
+from .optimize_report import OptimizeReport
+from .pooling import (
+    MAP_DIMS,
+    GlobalAvgPool2d,
+    MaxPool2d,
+    TiledMaxPool2d,
+    runs_as_kernel,
+    tiles_the_map,
+)
+from .shuffle import ChannelShuffle, ShufflePattern
+
+__all__ = [
+    "TO_NCHW",
+    "TO_NHWC",
+    "OpRewrites",
+    "functional_max_pool",
+    "global_mean",
+    "is_layer_norm",
+    "permute_dims",
+]
+
+TO_NHWC = (0, 2, 3, 1)
+TO_NCHW = (0, 3, 1, 2)
+
+
+class OpRewrites:
+    """The graph module being rewritten and the rewrites of the ops between its convs."""
+
+    def __init__(self, gm: fx.GraphModule) -> None:
+        self.gm = gm
+        self.modules = dict(gm.named_modules())
+        self.report = OptimizeReport()
+        # How many nodes call each module: a conv module called twice keeps its name for
+        # neither of its fused replacements.
+        self.calls = Counter(n.target for n in gm.graph.nodes if n.op == "call_module")
+        self.names = set(self.modules)  # taken, by the model's modules or fused ones
+
+    def _fresh_name(self, base: str) -> str:
+        """A module name no module of the graph has."""
+        name, index = base, 0
+        while name in self.names:
+            name, index = f"{base}{index}", index + 1
+        self.names.add(name)
+        return name
+
+    def _sole_user(self, node: fx.Node, ignored: list[fx.Node] = ()) -> fx.Node | None:
+        """The one node besides ``ignored`` that reads ``node``'s value, or None (no user, or
+        several)."""
+        users = [user for user in node.users if user not in ignored]
+        return users[0] if len(users) == 1 else None
+
+    def _replace_pool(self, node: fx.Node) -> None:
+        torch_pool = self.modules[node.target]
+        kind = TiledMaxPool2d if tiles_the_map(torch_pool) else MaxPool2d
+        pool = kind.from_torch(torch_pool)
+        self.gm.add_submodule(node.target, pool)  # every call of the module: the same pool
+        self.modules[node.target] = pool
+        self.report.pools.append(node.target)
+
+    def _rewrite_channel_layer_norm(self, norm_node: fx.Node) -> None:
+        """``permute(x, NHWC) -> LayerNorm over C -> permute back`` with nothing else reading
+        the permutes (torchvision's ``LayerNorm2d``, which traces to ``F.layer_norm``:
+        ConvNeXt's stem and downsampling layers; or an ``nn.LayerNorm`` module there) as one
+        ``ChannelLayerNorm`` of ``x``; left as it is where the pattern or the dtypes and
+        channels do not fit."""
+        to_nhwc = norm_node.args[0] if norm_node.args else None
+        back = self._sole_user(norm_node)
+        if (
+            not isinstance(to_nhwc, fx.Node)
+            or permute_dims(to_nhwc, None) != TO_NHWC
+            or len(to_nhwc.users) != 1
+            or back is None
+            or permute_dims(back, norm_node) != TO_NCHW
+        ):
+            return
+        weight = bias = None  # their get_attr nodes (the functional form's)
+        if norm_node.op == "call_module":
+            module = self.modules[norm_node.target]
+            if len(norm_node.args) != 1 or norm_node.kwargs:
+                return
+            shape, affine, eps = module.normalized_shape, [module.weight, module.bias], module.eps
+        else:
+            try:
+                shape, weight, bias, eps = _layer_norm_args(*norm_node.args[1:], **norm_node.kwargs)
+            except TypeError:
+                return
+            if any(a is not None and (not isinstance(a, fx.Node) or a.op != "get_attr")
+                   for a in (weight, bias)):  # fmt: skip
+                return  # an affine computed in the graph
+            affine = [None if a is None else functools.reduce(getattr, a.target.split("."), self.gm)
+                      for a in (weight, bias)]  # fmt: skip
+        if not isinstance(shape, (list, tuple)) or len(shape) != 1:
+            return
+        present = [a for a in affine if a is not None]
+        try:
+            (dtype,) = {a.dtype for a in present} or {torch.bfloat16}
+            device = present[0].device if present else None
+            norm = ChannelLayerNorm(int(shape[0]), float(eps), *affine, dtype=dtype, device=device)
+        except (TypeError, ValueError):
+            return  # a float32 affine, or channels the grouped kernel does not take
+        # Named after the LayerNorm module (called, or traced through), if any.
+        if norm_node.op == "call_module":
+            owner = norm_node.target
+        else:
+            owner = weight.target.rpartition(".")[0] if weight is not None else ""
+        name = self._fresh_name(f"{owner}_channel_norm" if owner else "channel_norm")
+        self.gm.add_submodule(name, norm)
+        self.modules[name] = norm
+        graph = self.gm.graph
+        with graph.inserting_before(back):
+            replacement = graph.call_module(name, (to_nhwc.args[0],))
+        back.replace_all_uses_with(replacement)
+        for old in (back, norm_node, to_nhwc, weight, bias):
+            if old is not None and not old.users:
+                graph.erase_node(old)
+        self.report.channel_norms.append(name)
+
+    def _replace_function(
+        self, node: fx.Node, module: nn.Module, base: str, names: list[str]
+    ) -> None:
+        """A functional pool (``_global_mean``, ``_functional_max_pool``) as ``module``, called
+        on its input, named from ``base`` and listed in ``names``."""
+        self._replace_call(node, module, base, (node.args[0],), names)
+
+    def _replace_call(
+        self, node: fx.Node, module: nn.Module, base: str, args: tuple, names: list[str]
+    ) -> None:
+        """``node`` as a call of ``module`` on ``args``, named from ``base`` and listed in
+        ``names``."""
+        name = self._fresh_name(base)
+        self.gm.add_submodule(name, module)
+        self.modules[name] = module
+        with self.gm.graph.inserting_before(node):
+            replacement = self.gm.graph.call_module(name, args)
+        node.replace_all_uses_with(replacement)
+        self.gm.graph.erase_node(node)
+        names.append(name)
+
+    def _is_global_pool(self, node: fx.Node) -> bool:
+        """Whether ``node`` calls a ``GlobalAvgPool2d`` (what the pools became) on one input."""
+        if node.op != "call_module" or len(node.args) != 1 or node.kwargs:
+            return False
+        return isinstance(self.gm.get_submodule(node.target), GlobalAvgPool2d)
+
+    def _replace_shuffle(self, shuffle: ShufflePattern) -> None:
+        """A channel shuffle (of the tensors of the concatenation before it, if it is one) as
+        one ``ChannelShuffle``; the shape reads, and the concatenation, that nothing else
+        reads go with it."""
+        name = self._fresh_name("channel_shuffle")
+        module = ChannelShuffle(shuffle.groups)
+        self.gm.add_submodule(name, module)
+        self.modules[name] = module
+        graph, last = self.gm.graph, shuffle.nodes[-1]
+        with graph.inserting_before(last):
+            replacement = graph.call_module(name, shuffle.inputs)
+        last.replace_all_uses_with(replacement)
+        unread = {a: None for node in shuffle.nodes for a in node.args if isinstance(a, fx.Node)}
+        for old in reversed(shuffle.nodes):
+            graph.erase_node(old)
+        while unread:
+            node = next(iter(unread))
+            del unread[node]
+            shape_read = node.op in ("call_function", "call_method") and node.target in (
+                operator.getitem, operator.floordiv, getattr, "size"
+            )  # fmt: skip
+            if node.users or not (shape_read or cat_inputs(node) is not None):
+                continue
+            unread.update((a, None) for a in node.args if isinstance(a, fx.Node))
+            graph.erase_node(node)
+        self.report.shuffles.append(name)
+
+    def _keep_in_one_buffer(self, chain: ConcatChain) -> None:
+        """A chain of growing concatenations (``cute_conv.concat``) as one buffer: its first
+        tensor copied in where the first concatenation was, each piece where the next one
+        was, each concatenation a prefix view of it."""
+        graph, after = self.gm.graph, sum(chain.channels)
+        buffer = None
+        for index, cat in enumerate(chain.cats):
+            with graph.inserting_before(cat):
+                if buffer is None:
+                    buffer = graph.call_function(concat_buffer, (chain.first, after))
+                else:
+                    after -= chain.channels[index - 1]
+                    piece = chain.pieces[index - 1]
+                    buffer = graph.call_function(concat_write, (buffer, piece, after))
+                view = graph.call_function(concat_prefix, (buffer, after))
+            cat.replace_all_uses_with(view)
+            graph.erase_node(cat)
+        self.report.concats.append(f"{chain.first.name}: {len(chain.cats)} concatenations")
+
+    def _conv_channels(self, node: fx.Node) -> int | None:
+        """The output channels of a fused module's call, else None."""
+        module = self.gm.get_submodule(node.target) if node.op == "call_module" else None
+        return module.out_channels if isinstance(module, Conv2d) else None
+
+    def _reads_in_place(self, reader: fx.Node, value: fx.Node) -> bool:
+        """Whether ``reader`` is a fused module's call on ``value`` alone (it reads its input,
+        a view of a buffer written after, without writing it)."""
+        fused = self._conv_channels(reader) is not None
+        return fused and reader.args == (value,) and not reader.kwargs
+
+
+def global_mean(node: fx.Node) -> GlobalAvgPool2d | None:
+    """The ``GlobalAvgPool2d`` computing ``node`` where it is ``F.adaptive_avg_pool2d(x, 1)``
+    or a mean over the map's two dims (``x.mean((2, 3), keepdim)``, ``torch.mean``; no
+    ``dtype``), else None."""
+    try:
+        if node.op == "call_function" and node.target is F.adaptive_avg_pool2d:
+            x, size = _adaptive_pool_args(*node.args, **node.kwargs)
+            size = tuple(size) if isinstance(size, (list, tuple)) else (size, size)
+            return GlobalAvgPool2d() if isinstance(x, fx.Node) and size == (1, 1) else None
+        if (node.op == "call_method" and node.target == "mean") or (
+            node.op == "call_function" and node.target is torch.mean
+        ):
+            x, dims, keepdim = _mean_args(*node.args, **node.kwargs)
+            if not isinstance(x, fx.Node) or not isinstance(dims, (list, tuple)):
+                return None
+            if tuple(dims) in MAP_DIMS and isinstance(keepdim, bool):
+                return GlobalAvgPool2d(tuple(dims), keepdim)
+    except TypeError:  # arguments these ops do not take as written here
+        return None
+    return None
+
+
+def functional_max_pool(node: fx.Node) -> TiledMaxPool2d | MaxPool2d | None:
+    """The pool module computing ``node`` where it is ``F.max_pool2d`` without indices
+    (Inception-v3's, an FPN's last level), else None."""
+    if node.op != "call_function" or node.target is not F.max_pool2d:
+        return None
+    try:
+        x, torch_pool = _max_pool_args(*node.args, **node.kwargs)
+    except TypeError:  # arguments it does not take as written here
+        return None
+    if not isinstance(x, fx.Node) or not runs_as_kernel(torch_pool):
+        return None
+    kind = TiledMaxPool2d if tiles_the_map(torch_pool) else MaxPool2d
+    return kind.from_torch(torch_pool)
+
+
+def _max_pool_args(
+    input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,  # noqa: A002
+    return_indices=False,
+):  # fmt: skip
+    """``F.max_pool2d``'s input and the ``nn.MaxPool2d`` of its other arguments (a TypeError
+    for non-constant ones)."""
+    args = (kernel_size, stride, padding, dilation)
+    values = [v for a in args for v in (a if isinstance(a, (tuple, list)) else (a,))]
+    if any(isinstance(v, fx.Node) for v in values) or not isinstance(ceil_mode, bool):
+        raise TypeError("a pool window computed in the graph")
+    return input, nn.MaxPool2d(*args, ceil_mode=ceil_mode, return_indices=return_indices)
+
+
+def _adaptive_pool_args(input, output_size):  # noqa: A002 - torch's names
+    return input, output_size
+
+
+def _mean_args(input, dim, keepdim=False):  # noqa: A002 - torch's names
+    return input, dim, keepdim
+
+
+def is_layer_norm(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
+    """Whether ``node`` calls ``F.layer_norm`` or an ``nn.LayerNorm`` module (not a subclass,
+    whose forward may differ)."""
+    if node.op == "call_function":
+        return node.target is F.layer_norm
+    return node.op == "call_module" and type(modules[node.target]) is nn.LayerNorm
+
+
+def _layer_norm_args(normalized_shape, weight=None, bias=None, eps=1e-5):
+    """``F.layer_norm``'s arguments after its input, as a traced call passes them (a
+    TypeError for others)."""
+    return normalized_shape, weight, bias, eps
+
+
+def permute_dims(node: fx.Node, value: fx.Node | None) -> tuple | None:
+    """The dims of a ``permute`` node (of ``value``, unless None), else None."""
+    if not (node.op == "call_function" and node.target is torch.permute) and not (
+        node.op == "call_method" and node.target == "permute"
+    ):
+        return None
+    if not node.args or (value is not None and node.args[0] is not value):
+        return None
+    dims = node.args[1:] or (node.kwargs.get("dims"),)
+    if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
+        dims = dims[0]
+    return tuple(dims) if all(isinstance(d, int) for d in dims) else None
