@@ -43,9 +43,6 @@ squeeze-excitation blocks, classifier heads) become ``GlobalAvgPool2d``, one bat
 (torch's channels_last mean is slow too). ShuffleNet's channel shuffle of a concatenation
 (``channel_shuffle(torch.cat(branches, 1), g)``, torchvision's form) becomes one
 ``ChannelShuffle``: one copy, channels_last, where torch's leaves the value NCHW-contiguous.
-A 1x1 conv chain without activation or add that an ``nn.AvgPool2d(k)`` (stride k, no
-padding, floor mode) alone reads (DenseNet's transitions) becomes one k x k stride-k conv of
-the weight divided by k*k (``conv+avgpool``): the pool's pass and 3/4 of the conv's writes go.
 Growing concatenations read only by fused modules (DenseNet's dense blocks) share one buffer
 (``cute_conv.concat``): each value copied into it once, each concatenation a prefix view that
 the grouped kernel reads in place.
@@ -284,12 +281,6 @@ class _Rewriter(OpRewrites):
             identity = _residual_operand(node, chain[-1])
             if identity is not None:  # an add after the activation
                 self._extend(chain, pattern, node, "add")
-        plain = activation is None and identity is None and not shape_reads
-        window = None if node is None or not plain else _average_window(node, chain[-1], self.modules)
-        if window is not None and _is_pointwise(conv):
-            # DenseNet's transitions: conv 1x1 -> AvgPool2d(k): one k x k stride-k conv.
-            conv = _conv_then_average(conv, window)
-            self._extend(chain, pattern, node, "avgpool")
         order = "before_activation" if before else "after_activation"
         fused = Conv2d.from_torch(conv, bn, activation, residual_order=order)
         if len(chain) > 1:
@@ -623,45 +614,6 @@ def _ones_depthwise_conv(bn: nn.Module) -> nn.Conv2d:
                      dtype=stats.dtype)  # fmt: skip
     nn.init.ones_(conv.weight)
     return conv.requires_grad_(False).eval()
-
-
-def _average_window(node: fx.Node, value: fx.Node, modules: dict[str, nn.Module]) -> int | None:
-    """``k`` where ``node`` is ``nn.AvgPool2d(k)`` of ``value`` alone, its stride ``k``, no
-    padding, floor mode (each output the mean of its own k x k pixels), else None."""
-    if node.op != "call_module" or node.args != (value,) or node.kwargs:
-        return None
-    pool = modules[node.target]
-    if type(pool) is not nn.AvgPool2d or pool.ceil_mode or pool.divisor_override is not None:
-        return None
-    pairs = [v if isinstance(v, (tuple, list)) else (v, v)
-             for v in (pool.kernel_size, pool.stride, pool.padding)]  # fmt: skip
-    (kh, kw), (sh, sw), padding = pairs
-    return kh if kh == kw == sh == sw and tuple(padding) == (0, 0) else None
-
-
-def _is_pointwise(conv: nn.Conv2d) -> bool:
-    """A plain 1x1 conv: stride 1, no padding or dilation, one group."""
-    return (
-        tuple(conv.kernel_size) == (1, 1)
-        and tuple(conv.stride) == (1, 1)
-        and conv.padding in ((0, 0), "valid")
-        and tuple(conv.dilation) == (1, 1)
-        and conv.groups == 1
-    )
-
-
-def _conv_then_average(conv: nn.Conv2d, k: int) -> nn.Conv2d:
-    """The k x k stride-k conv that computes ``AvgPool2d(k)(conv(x))`` of a 1x1 ``conv``: its
-    weight on every tap divided by k*k (in float32, then the conv's dtype: exact for k a
-    power of two), its bias (the mean of a constant) as it is."""
-    weight = conv.weight.detach()
-    pooled = nn.Conv2d(conv.in_channels, conv.out_channels, k, stride=k,
-                       bias=conv.bias is not None, device=weight.device, dtype=weight.dtype)  # fmt: skip
-    with torch.no_grad():
-        pooled.weight.copy_((weight.float() / (k * k)).expand(-1, -1, k, k))
-        if conv.bias is not None:
-            pooled.bias.copy_(conv.bias)
-    return pooled.eval()
 
 
 def _reads_shape(user: fx.Node, node: fx.Node) -> bool:
