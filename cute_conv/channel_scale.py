@@ -24,21 +24,15 @@ _KERNEL_DTYPES = (torch.bfloat16, torch.float16)
 
 
 def kernel_takes(scale: torch.Tensor, x: torch.Tensor) -> bool:
-    """Whether the kernel computes ``scale * x``: CUDA tensors of one 16-bit dtype that need no
-    grad, ``x`` a channels_last ``[N, C, H, W]`` map of 16-byte channel rows, ``scale`` its
-    ``[N, C, 1, 1]`` with the channels of an image adjacent and images C apart (contiguous,
-    or channels_last), both 16-byte aligned."""
-    if not (isinstance(scale, torch.Tensor) and isinstance(x, torch.Tensor)):
-        return False
-    if not (x.is_cuda and x.dim() == 4 and scale.dim() == 4 and x.dtype in _KERNEL_DTYPES):
+    """Whether the kernel computes ``scale * x``: ``_shapes_fit`` (CUDA tensors of one 16-bit
+    dtype that need no grad, ``scale`` of ``x``'s ``[N, C, 1, 1]``), ``x`` channels_last with
+    16-byte channel rows, ``scale``'s channels of an image adjacent and images C apart
+    (contiguous, or channels_last), both 16-byte aligned."""
+    if not _shapes_fit(scale, x):
         return False
     n, c = x.shape[:2]
     return (
-        scale.dtype == x.dtype
-        and scale.device == x.device
-        and tuple(scale.shape) == (n, c, 1, 1)
-        and not (x.requires_grad or scale.requires_grad)
-        and x.is_contiguous(memory_format=torch.channels_last)
+        x.is_contiguous(memory_format=torch.channels_last)
         and (c == 1 or scale.stride(1) == 1)
         and (n == 1 or scale.stride(0) == c)
         and c * x.element_size() % VECTOR_BYTES == 0
@@ -85,8 +79,8 @@ class ChannelScale(nn.Module):
 
 
 def _shapes_fit(scale: torch.Tensor, x: torch.Tensor) -> bool:
-    """What ``kernel_takes`` checks of the shapes, dtypes, device and grad (no data
-    pointers or strides)."""
+    """What ``kernel_takes`` checks of the shapes, dtypes, devices and grad (no data
+    pointers or strides: what a fake tensor under ``torch.compile`` has)."""
     return (
         isinstance(scale, torch.Tensor)
         and isinstance(x, torch.Tensor)
@@ -94,6 +88,7 @@ def _shapes_fit(scale: torch.Tensor, x: torch.Tensor) -> bool:
         and x.dim() == 4
         and x.dtype in _KERNEL_DTYPES
         and scale.dtype == x.dtype
+        and scale.device == x.device
         and tuple(scale.shape) == (*x.shape[:2], 1, 1)
         and not (x.requires_grad or scale.requires_grad)
     )

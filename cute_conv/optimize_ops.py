@@ -126,22 +126,16 @@ class OpRewrites:
             owner = norm_node.target
         else:
             owner = weight.target.rpartition(".")[0] if weight is not None else ""
-        name = self._fresh_name(f"{owner}_channel_norm" if owner else "channel_norm")
-        self.gm.add_submodule(name, norm)
-        self.modules[name] = norm
-        graph = self.gm.graph
-        with graph.inserting_before(back):
-            replacement = graph.call_module(name, (to_nhwc.args[0],))
-        back.replace_all_uses_with(replacement)
-        for old in (back, norm_node, to_nhwc, weight, bias):
+        base = f"{owner}_channel_norm" if owner else "channel_norm"
+        self._replace_call(back, norm, base, (to_nhwc.args[0],), self.report.channel_norms)
+        for old in (norm_node, to_nhwc, weight, bias):
             if old is not None and not old.users:
-                graph.erase_node(old)
-        self.report.channel_norms.append(name)
+                self.gm.graph.erase_node(old)
 
     def _replace_function(
         self, node: fx.Node, module: nn.Module, base: str, names: list[str]
     ) -> None:
-        """A functional pool (``_global_mean``, ``_functional_max_pool``) as ``module``, called
+        """A functional pool (``global_mean``, ``functional_max_pool``) as ``module``, called
         on its input, named from ``base`` and listed in ``names``."""
         self._replace_call(node, module, base, (node.args[0],), names)
 
@@ -169,16 +163,12 @@ class OpRewrites:
         """A channel shuffle (of the tensors of the concatenation before it, if it is one) as
         one ``ChannelShuffle``; the shape reads, and the concatenation, that nothing else
         reads go with it."""
-        name = self._fresh_name("channel_shuffle")
-        module = ChannelShuffle(shuffle.groups)
-        self.gm.add_submodule(name, module)
-        self.modules[name] = module
-        graph, last = self.gm.graph, shuffle.nodes[-1]
-        with graph.inserting_before(last):
-            replacement = graph.call_module(name, shuffle.inputs)
-        last.replace_all_uses_with(replacement)
+        graph = self.gm.graph
+        *rest, last = shuffle.nodes
         unread = {a: None for node in shuffle.nodes for a in node.args if isinstance(a, fx.Node)}
-        for old in reversed(shuffle.nodes):
+        self._replace_call(last, ChannelShuffle(shuffle.groups), "channel_shuffle",
+                           shuffle.inputs, self.report.shuffles)  # fmt: skip
+        for old in reversed(rest):
             graph.erase_node(old)
         while unread:
             node = next(iter(unread))
@@ -190,7 +180,6 @@ class OpRewrites:
                 continue
             unread.update((a, None) for a in node.args if isinstance(a, fx.Node))
             graph.erase_node(node)
-        self.report.shuffles.append(name)
 
     def _keep_in_one_buffer(self, chain: ConcatChain) -> None:
         """A chain of growing concatenations (``cute_conv.concat``) as one buffer: its first
