@@ -36,8 +36,9 @@ its weights and bias, as ``torch.compile``'s freezing folds it, so that it costs
 its own.
 
 Max pools (``cute_conv.pooling``; torch's channels_last pool kernel is slow): those whose
-windows tile the map (VGG's 2x2 stride-2) become ``TiledMaxPool2d``, the others without ceil mode
-or indices (ResNet's 3x3 stride-2) ``MaxPool2d``, one kernel pass. Global average pools
+windows tile the map (VGG's 2x2 stride-2) become ``TiledMaxPool2d``, the others without indices
+(ResNet's 3x3 stride-2) ``MaxPool2d``: one kernel pass each (an ``amax`` for a tiling pool's
+input the kernel does not take). Global average pools
 (``nn.AdaptiveAvgPool2d(1)``, ``F.adaptive_avg_pool2d(x, 1)``, ``x.mean((2, 3), keepdim)``:
 squeeze-excitation blocks, classifier heads) become ``GlobalAvgPool2d``, one batched GEMV
 (torch's channels_last mean is slow too). ShuffleNet's channel shuffle of a concatenation
@@ -89,7 +90,6 @@ from .optimize_report import FusedChain, LeftConv, OptimizeReport
 from .pooling import (
     GlobalAvgPool2d,
     MaxPool2d,
-    TiledMaxPool2d,
     averages_the_map,
     runs_as_kernel,
 )
@@ -113,8 +113,8 @@ class _Tracer(fx.Tracer):
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         ours = isinstance(
             m,
-            (Conv2d, ChannelLayerNorm, ChannelScale, ChannelShuffle, TiledMaxPool2d,
-             MaxPool2d, GlobalAvgPool2d, DelayedScales),
+            (Conv2d, ChannelLayerNorm, ChannelScale, ChannelShuffle, MaxPool2d,
+             GlobalAvgPool2d, DelayedScales),
         )  # fmt: skip
         leaf = ours or folds_as_batch_norm(m)
         return leaf or super().is_leaf_module(m, module_qualified_name)

@@ -15,7 +15,7 @@ from .fp8 import scale_from_amax
 from .kernels.common.max_pool import VECTOR_BYTES as POOL_VECTOR_BYTES
 from .nn import Conv2d
 from .optimize_report import LeftConv, OptimizeReport
-from .pooling import MaxPool2d, TiledMaxPool2d
+from .pooling import MaxPool2d
 
 __all__ = ["FP8_MIN_CHANNELS", "FP8_SCALINGS", "resolve_scaling", "to_fp8"]
 
@@ -179,7 +179,7 @@ def _share_amax(gm: fx.GraphModule, chosen: dict[str, Conv2d]) -> list[str]:
     for node in list(gm.graph.nodes):
         if node.op != "call_module" or node.target not in chosen:
             continue
-        writer = _past_pools(node.args[0], modules, (MaxPool2d, TiledMaxPool2d))
+        writer = _past_pools(node.args[0], modules)
         if not _calls(writer, modules, Conv2d) or called[writer.target] != 1:
             continue
         node.kwargs = {**node.kwargs, "x_amax": _out_amax(gm, writer)}
@@ -233,13 +233,11 @@ def _calls(node: object, modules: dict[str, nn.Module], kinds: type | tuple[type
     )
 
 
-def _past_pools(
-    node: object, modules: dict[str, nn.Module], kinds: tuple[type, ...] = (MaxPool2d,)
-) -> object:
+def _past_pools(node: object, modules: dict[str, nn.Module]) -> object:
     """The node whose values ``node`` holds: ``node`` itself, or the input of the chain of max
-    pools of ``kinds`` whose output it is (``MaxPool2d`` alone by default: the one pool that
-    takes e4m3 maps)."""
-    while _calls(node, modules, kinds):
+    pools whose output it is (``MaxPool2d``s, ``TiledMaxPool2d`` among them: the pools that
+    take e4m3 maps)."""
+    while _calls(node, modules, MaxPool2d):
         node = node.args[0]
     return node
 

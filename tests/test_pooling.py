@@ -1,8 +1,8 @@
-"""The pools ``optimize`` rewrites against torch's: ``TiledMaxPool2d`` on the CPU (the same
-values, NaN included, for windows that tile the map, with or without a remainder; torch's own
-pool for the inputs it does not take), ``MaxPool2d``'s kernel compiled here and run on a GPU
-(the same bits, NaN included), ``GlobalAvgPool2d``'s GEMV against float32 means (on the CPU
-and on a GPU)."""
+"""The pools ``optimize`` rewrites against torch's: ``TiledMaxPool2d``'s amax on the CPU (the
+same values, NaN included, for windows that tile the map, with or without a remainder; torch's
+own pool for the inputs it does not take), ``MaxPool2d``'s kernel (``TiledMaxPool2d``'s too)
+compiled here and run on a GPU (the same bits, NaN included), ``GlobalAvgPool2d``'s GEMV
+against float32 means (on the CPU and on a GPU)."""
 
 from __future__ import annotations
 
@@ -58,6 +58,27 @@ def test_other_inputs_go_to_torch():
     assert x.grad.count_nonzero() == 2 * 8 * 3 * 3
     with pytest.raises(RuntimeError, match="too small"):
         pool(_channels_last(1, 8, 1, 5))
+
+
+def test_tiled_pool_sends_what_the_kernel_takes_to_it(monkeypatch):
+    """A tiling pool is a ``MaxPool2d``: an input the kernel takes goes to the kernel with the
+    pool's window (faster than the amax on a GPU); fp8 inputs it does not take go to the
+    float32 fallback (torch has no fp8 amax)."""
+    import cute_conv.pooling as pooling
+
+    launched = []
+    monkeypatch.setattr(pooling, "_kernel_takes", lambda x, window, ceil_mode: x.dim() == 4)
+    monkeypatch.setattr(
+        pooling, "_max_pool2d_nhwc", lambda x, window, ceil: launched.append((window, ceil)) or x
+    )
+    x = _channels_last(2, 8, 6, 6)
+    assert TiledMaxPool2d((2, 3))(x) is x
+    assert launched == [(PoolWindow((2, 3), (2, 3), (0, 0), (1, 1)), False)]
+    monkeypatch.undo()
+    fp8 = _channels_last(2, 8, 6, 6, dtype=torch.float32).to(torch.float8_e4m3fn)
+    ours = TiledMaxPool2d(2)(fp8)
+    assert ours.dtype == torch.float8_e4m3fn
+    assert torch.equal(ours.float(), F.max_pool2d(fp8.float(), 2))
 
 
 @pytest.mark.parametrize(
@@ -158,6 +179,7 @@ GPU_POOLS = [
     ((3, 3), (3, 2), (0, 1), (2, 1)),
     ((2, 2), (2, 2), (0, 0), (1, 1)),
 ]
+TILING_WINDOW = GPU_POOLS[-1]  # VGG's: also through TiledMaxPool2d
 
 
 @requires_sm90
@@ -176,11 +198,15 @@ def test_max_pool_kernel_matches_torch(window, dtype, shape):
     x[-1, -1, 0, 0] = float("-inf")  # NaN in e4m3, which has no infinity
     for ceil_mode in (False, True):
         ref = F.max_pool2d(x.float(), *window, ceil_mode=ceil_mode)
-        ours = MaxPool2d(*window, ceil_mode=ceil_mode)(x)
-        assert ours.shape == ref.shape and ours.dtype == dtype
-        assert ours.is_contiguous(memory_format=torch.channels_last)
-        assert torch.equal(ours.float().isnan(), ref.isnan())
-        assert torch.equal(ours.float().nan_to_num(0.0), ref.nan_to_num(0.0))
+        pools = [MaxPool2d(*window, ceil_mode=ceil_mode)]
+        if window == TILING_WINDOW and not ceil_mode:
+            pools.append(TiledMaxPool2d(2))  # the kernel, or the amax where it does not take x
+        for pool in pools:
+            ours = pool(x)
+            assert ours.shape == ref.shape and ours.dtype == dtype
+            assert ours.is_contiguous(memory_format=torch.channels_last)
+            assert torch.equal(ours.float().isnan(), ref.isnan())
+            assert torch.equal(ours.float().nan_to_num(0.0), ref.nan_to_num(0.0))
 
 
 @requires_sm90
