@@ -31,7 +31,7 @@ from .kernels.common.max_pool import POOL_TYPES, MaxPool2dNhwc, PoolWindow
 from .kernels.common.pointwise_gemv import PointwiseGemv, PointwiseGemvConfig
 from .kernels.common.quantize import QuantizeFp8
 from .kernels.common.space_to_depth import SpaceToDepthFold
-from .kernels.common.unfold import Im2colColumns
+from .kernels.common.unfold import PATCH_ROW_MAX_COLUMNS, Im2colColumns, Im2colPatchRows
 from .kernels.sm90.config import Conv2dConfig
 from .kernels.sm100.config import Conv2dConfigSm100
 from .problem import Conv2dProblemShape
@@ -351,29 +351,60 @@ def compile_space_to_depth(
     return _cached(key, _compile_space_to_depth)
 
 
+def check_im2col_taps(taps: object, channels: int) -> None:
+    """``TypeError`` unless ``taps`` is a pair of ints, ``ValueError`` unless each is at least 1
+    and the patch (``R * S * channels`` columns) has at most ``PATCH_ROW_MAX_COLUMNS``."""
+    if (
+        not isinstance(taps, tuple)
+        or len(taps) != 2
+        or not all(isinstance(t, int) and not isinstance(t, bool) for t in taps)
+    ):
+        raise TypeError(f"taps must be a pair of ints (R, S), got {taps!r}")
+    if min(taps) < 1:
+        raise ValueError(f"taps must be >= 1 each, got {taps}")
+    if taps[0] * taps[1] * channels > PATCH_ROW_MAX_COLUMNS:
+        raise ValueError(
+            f"taps={taps} with channels={channels} make {taps[0] * taps[1] * channels} columns; "
+            f"the patch-row kernel takes at most {PATCH_ROW_MAX_COLUMNS}"
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class Im2colKey:
-    """A compiled im2col unfolding kernel depends on these only."""
+    """A compiled im2col unfolding kernel depends on these only (``taps``: the window, for the
+    kernel that takes it at compile time)."""
 
     arch: str
     dtype: str
     channels: int
+    taps: tuple[int, int] | None = None
 
 
 def _compile_im2col_columns(key: Im2colKey) -> CompiledHelperKernel:
-    kernel = Im2colColumns(CUTLASS_DTYPES[key.dtype], key.channels)
+    dtype = CUTLASS_DTYPES[key.dtype]
+    if key.taps is None:
+        kernel = Im2colColumns(dtype, key.channels)
+    else:
+        kernel = Im2colPatchRows(dtype, key.channels, key.taps)
     return _compile_helper(key, kernel, [_null_pointer(key.dtype)] * 2 + [cutlass.Int32(1)] * 14)
 
 
-def compile_im2col_columns(arch: str, dtype: Any, channels: int) -> CompiledHelperKernel:
+def compile_im2col_columns(
+    arch: str, dtype: Any, channels: int, taps: tuple[int, int] | None = None
+) -> CompiledHelperKernel:
     """Compile (or fetch from the caches) the kernel that unfolds an activation of
     ``channels`` channels into im2col columns; see ``cute_conv.staging``. Needs no GPU. Launch
     with ``(x_ptr, y_ptr, N, H, W, P, Q, R, S, pad_top, pad_left, stride_h, stride_w, dil_h,
     dil_w, chunks, stream)``, ``chunks`` a column row's 16-byte vectors
-    (``kernels.common.unfold.Im2colColumns``)."""
+    (``kernels.common.unfold.Im2colColumns``). With ``taps = (R, S)`` (a patch of at most
+    ``PATCH_ROW_MAX_COLUMNS`` columns) the window is compile-time and each thread writes a
+    whole row (``Im2colPatchRows``); the launch is the same."""
     _check_arch(arch)
     check_channels(channels)
-    key = Im2colKey(arch, dtype_name(dtype, "dtype", INPUT_DTYPES), channels)
+    if taps is not None:
+        check_im2col_taps(taps, channels)
+        taps = (int(taps[0]), int(taps[1]))
+    key = Im2colKey(arch, dtype_name(dtype, "dtype", INPUT_DTYPES), channels, taps)
     return _cached(key, _compile_im2col_columns)
 
 

@@ -27,7 +27,9 @@ wastes most of each k-tile, since a k-tile never spans two filter taps.
   since neighbouring staged pixels overlap (``fold_shape``). The 7x7 stem with C=8: 2x4
   blocks, 4x2 taps of 64 channels instead of 49 of 8; with C=3: 2x8 blocks, 4x1 taps.
 - Otherwise: the activation is unfolded into explicit im2col columns ``[N, P, Q, R*S*C]`` and
-  the kernel runs the equivalent 1x1 conv, whose k-tiles are full.
+  the kernel runs the equivalent 1x1 conv, whose k-tiles are full. A patch of at most
+  ``PATCH_ROW_MAX_COLUMNS`` columns (VGG's 3x3 stem: 27) is unfolded a row per thread, the
+  window compile-time.
 
 A conv whose filter windows tile its input (``validation.tiles_input``: stride = filter size,
 as in a ViT patch embedding or a ConvNeXt downsampling) runs on the patch view (``patch_view``,
@@ -50,7 +52,7 @@ from .compile import compile_im2col_columns, compile_space_to_depth
 from .cuda_context import current_raw_stream, device_arch, on_device
 from .epilogue import kernel_vector_dtype
 from .kernels.common.space_to_depth import FOLD_ROWS
-from .kernels.common.unfold import VECTOR_BYTES
+from .kernels.common.unfold import PATCH_ROW_MAX_COLUMNS, VECTOR_BYTES
 from .kernels.sm90.schedule_checks import MAX_K_TILE_BYTES
 from .problem import Conv2dProblemShape
 from .validation import MAX_STRIDE, ROW_ALIGNMENT_BYTES, tiles_input
@@ -276,8 +278,9 @@ def _im2col_launch(
 ) -> StagingLaunch | None:
     """The unfolding kernel's launch (``kernels.common.unfold``) that writes the im2col
     columns ``[N, P, Q, width]``: row (n, p, q) holds the (r, s, c) patch under output
-    (p, q), zero past the image and past column R*S*C. None where the kernel cannot take it
-    (it numbers its threads in 32 bits): torch ops stage it then."""
+    (p, q), zero past the image and past column R*S*C (``Im2colPatchRows`` where the patch
+    has at most ``PATCH_ROW_MAX_COLUMNS`` columns). None where the kernel cannot take it (it
+    numbers its threads in 32 bits): torch ops stage it then."""
     vector = VECTOR_BYTES // element_bytes
     if problem.N * problem.P * problem.Q * (width // vector) >= 2**31:
         return None
@@ -287,7 +290,13 @@ def _im2col_launch(
         *problem.stride, *problem.dilation, width // vector,
     )  # fmt: skip
     shape = (problem.N, problem.P, problem.Q, width)
-    return StagingLaunch(compile_im2col_columns, (problem.C,), shape, geometry)
+    columns = problem.R * problem.S * problem.C
+    if columns <= PATCH_ROW_MAX_COLUMNS and width // vector == -(-columns // vector):
+        # A small patch (the RGB stems): a thread per row, the window compile-time.
+        compile_args = (problem.C, (problem.R, problem.S))
+    else:
+        compile_args = (problem.C,)
+    return StagingLaunch(compile_im2col_columns, compile_args, shape, geometry)
 
 
 def _channel_pad_launch(

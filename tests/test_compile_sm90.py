@@ -296,6 +296,34 @@ def test_im2col_kernel_stores_16_byte_vectors(arch):
         assert loads_waiting_on_loads(sass_of_ptx(ptx, arch)) == 0
 
 
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+@pytest.mark.parametrize(
+    ("dtype", "load", "channels", "taps", "stores"),
+    [
+        (torch.bfloat16, "b16", 3, (3, 3), 4),
+        (torch.float8_e4m3fn, "b8", 3, (7, 7), 10),
+        (torch.bfloat16, "b16", 2, (10, 10), 25),  # the most columns, PATCH_ROW_MAX_COLUMNS
+    ],
+)
+def test_patch_row_kernel_loads_each_column_once(arch, dtype, load, channels, taps, stores):
+    """The compile-time window: a thread loads each of its row's R*S*C columns once, all in
+    flight together (none waits on another; no spill), and stores the row as 16-byte vectors;
+    past the thread's row and pixel no division, and a few instructions per column (the taps'
+    offsets are constant multiples of the dilated steps, not 64-bit products per load)."""
+    from cute_conv.compile import compile_im2col_columns
+    from tests.sass import loads_waiting_on_loads, sass_of_ptx
+
+    columns = taps[0] * taps[1] * channels
+    ptx = compile_im2col_columns(arch, dtype, channels, taps).ptx
+    assert ptx.count(f"ld.global.{load}") == columns
+    assert ptx.count("st.global.v4.b32") == stores and "st.global.b" not in ptx
+    assert len(re.findall(r"\b(div|rem)\.", ptx)) == 2  # the row's image and output row
+    sass = sass_of_ptx(ptx, arch)
+    assert loads_waiting_on_loads(sass) == 0 and "STL" not in sass
+    instructions = re.findall(r"^\s+/\*[0-9a-f]{4}\*/", sass, re.MULTILINE)
+    assert len(instructions) < 150 + 8 * columns
+
+
 @pytest.mark.parametrize(
     "kwargs,error,match",
     [
@@ -303,6 +331,10 @@ def test_im2col_kernel_stores_16_byte_vectors(arch):
         (dict(channels=3.0), TypeError, "channels must be an int, got 3.0"),
         (dict(dtype=torch.float32), TypeError, "dtype=float32 is not supported"),
         (dict(arch="sm_80"), ValueError, "arch='sm_80' has no kernel"),
+        (dict(taps=3), TypeError, "taps must be a pair of ints"),
+        (dict(taps=(3, 3.0)), TypeError, "taps must be a pair of ints"),
+        (dict(taps=(0, 3)), ValueError, r"taps must be >= 1 each, got \(0, 3\)"),
+        (dict(taps=(11, 11)), ValueError, "make 363 columns; the patch-row kernel takes at most 200"),
     ],
 )
 def test_im2col_kernel_names_a_wrong_argument(kwargs, error, match):

@@ -165,6 +165,7 @@ def _poison_next_allocation(shape: tuple[int, ...], element_size: int) -> None:
         (3, 17, 21, 1, 5, 4, dict(padding=((0, 2), (3, 1)), dilation=(2, 3))),
         (2, 44, 19, 4, 3, 5, dict(stride=(3, 2), padding=((2, 6), (0, 0)), dilation=(3, 1))),
         (1, 9, 11, 2, 2, 2, dict(padding=((1, 0), (0, 1)))),
+        (2, 30, 27, 3, 11, 11, dict(stride=4, padding=2)),  # 363 columns: a thread per vector
     ],
 )
 def test_im2col_kernel_matches_the_torch_staging(n, h, w, c, r, s, conv, dtype):
@@ -229,6 +230,27 @@ def test_channel_pad_is_one_staging_launch_of_the_pixels():
     assert staging_plan(problem, gathered, 2).activation_launch is None
     aligned = Conv2dProblemShape.from_shapes((2, 32, 48, 256), (100, 3, 3, 256))
     assert staging_plan(aligned, kernel_problem_for(aligned), 2).activation_launch is None
+
+
+@pytest.mark.parametrize(
+    ("c", "r", "s", "element_bytes", "taps"),
+    [
+        (3, 3, 3, 2, (3, 3)),  # VGG's stem: 27 columns, a thread per row
+        (3, 7, 7, 1, (7, 7)),  # 147 columns of 160 (fp8)
+        (2, 10, 10, 2, (10, 10)),  # 200: the most a thread's row takes
+        (4, 8, 8, 2, None),  # 256 columns: a thread per 16-byte vector
+        (3, 11, 11, 2, None),  # AlexNet's 363
+    ],
+)
+def test_small_patches_unfold_a_row_per_thread(c, r, s, element_bytes, taps):
+    """The unfolding launch takes the window at compile time (``Im2colPatchRows``) where the
+    patch has at most ``PATCH_ROW_MAX_COLUMNS`` columns, the same launch geometry either way."""
+    problem = Conv2dProblemShape.from_shapes((2, 40, 36, c), (16, r, s, c), stride=4, padding=2)
+    kp = kernel_problem_for(problem, element_bytes)
+    launch = staging_plan(problem, kp, element_bytes).activation_launch
+    assert uses_im2col(problem, element_bytes) and launch.shape == kp.activation_shape
+    assert launch.compile_args == ((c,) if taps is None else (c, taps))
+    assert launch.geometry[-1] == kp.C * element_bytes // 16  # the row's vectors
 
 
 def test_im2col_is_used_for_few_channels_only():

@@ -8,17 +8,25 @@ columns that round a row up to whole 16-byte TMA units. It replaces torch's pad,
 strided copy (three passes and several host-side views) with one pass: every thread writes one
 16-byte vector of a row, loading each of its elements with a predicate.
 
-The host side (``cute_conv.staging``) owns the geometry; C is the one compile-time extent (the
-division of a column into tap and channel), the rest are runtime values.
+``Im2colPatchRows`` takes the window (R, S) at compile time too, for the patches of at most
+``PATCH_ROW_MAX_COLUMNS`` columns (the RGB stems): every thread then writes a whole row, each
+column's tap and channel a constant, so that the per-element index arithmetic (a runtime
+division by S per element in ``Im2colColumns``) reduces to one bounds check per tap.
+
+The host side (``cute_conv.staging``) owns the geometry; C (and R, S) are the compile-time
+extents, the rest are runtime values.
 """
 
-from typing import NamedTuple
+from typing import NamedTuple, Tuple
 
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 
 VECTOR_BYTES = 16  # one store per thread; rows are whole TMA units, so a multiple of this
+# ``Im2colPatchRows`` holds a row (one load per column) in each thread's registers: up to a 7x7
+# stem's patch of 4 channels (196 columns). 256 spilled on sm_90a; 200 did not.
+PATCH_ROW_MAX_COLUMNS = 200
 _THREADS = 256
 
 
@@ -37,6 +45,18 @@ class _Window(NamedTuple):
     dil_w: cutlass.Int32
 
 
+@cute.jit
+def _patch_corner(row: cutlass.Int32, g: _Window):
+    """``(image, top, left)``: the image of column row ``row`` (output pixel ``(n, p, q)``) and
+    the input coordinates of its patch's top-left tap (in the padding where negative)."""
+    image = row // (g.p * g.q)
+    pixel = row - image * (g.p * g.q)
+    out_h = pixel // g.q
+    top = out_h * g.stride_h - g.pad_top
+    left = (pixel - out_h * g.q) * g.stride_w - g.pad_left
+    return image, top, left
+
+
 class Im2colColumns:
     """``__call__`` is the compiled entry: raw pointers of the contiguous ``[N, H, W, C]`` input
     and the ``[N*P*Q, width]`` columns, then the geometry as Int32 (``n, h, w, p, q, r, s,
@@ -49,6 +69,10 @@ class Im2colColumns:
         self.dtype = dtype
         self.channels = channels
         self.vector = VECTOR_BYTES * 8 // dtype.width
+
+    def threads_per_row(self, chunks: cutlass.Int32) -> cutlass.Int32:
+        """One thread per 16-byte vector of a row."""
+        return chunks
 
     @cute.jit
     def __call__(
@@ -84,8 +108,9 @@ class Im2colColumns:
             y_ptr, cute.make_layout((vector, chunks, rows), stride=(1, vector, width))
         )
         geometry = _Window(p, q, r, s, pad_top, pad_left, stride_h, stride_w, dil_h, dil_w)
+        threads = rows * self.threads_per_row(chunks)
         self.kernel(m_x, m_y, geometry).launch(
-            grid=((rows * chunks + _THREADS - 1) // _THREADS, 1, 1),
+            grid=((threads + _THREADS - 1) // _THREADS, 1, 1),
             block=[_THREADS, 1, 1],
             stream=stream,
         )
@@ -101,11 +126,7 @@ class Im2colColumns:
         row = slot // chunks
         chunk = slot - row * chunks
         if row < rows:
-            image = row // (g.p * g.q)
-            pixel = row - image * (g.p * g.q)
-            out_h = pixel // g.q
-            top = out_h * g.stride_h - g.pad_top
-            left = (pixel - out_h * g.q) * g.stride_w - g.pad_left
+            image, top, left = _patch_corner(row, g)
             values = cute.make_rmem_tensor((self.vector,), self.dtype)
             for e in cutlass.range_constexpr(self.vector):
                 column = chunk * self.vector + e
@@ -120,3 +141,62 @@ class Im2colColumns:
                     value = m_x[(column - tap * self.channels, in_w, in_h, image)]
                 values[e] = value
             cute.autovec_copy(values, m_y[(None, chunk, row)])
+
+
+class Im2colPatchRows(Im2colColumns):
+    """``Im2colColumns`` for a compile-time window of ``taps = (R, S)`` whose patch has at most
+    ``PATCH_ROW_MAX_COLUMNS`` columns: the same entry (its runtime R and S are unused), every
+    thread one whole row, ``ceil(R*S*C / vector)`` vectors (``chunks`` must be that)."""
+
+    def __init__(self, dtype: type[cutlass.Numeric], channels: int, taps: Tuple[int, int]):
+        super().__init__(dtype, channels)
+        if min(taps) < 1:
+            raise ValueError(f"taps={taps} must be at least 1 each")
+        self.taps = taps
+        self.columns = taps[0] * taps[1] * channels
+        if self.columns > PATCH_ROW_MAX_COLUMNS:
+            raise ValueError(
+                f"taps={taps} and channels={channels}: {self.columns} columns, more than "
+                f"{PATCH_ROW_MAX_COLUMNS}"
+            )
+        self.chunks = -(-self.columns // self.vector)
+
+    def threads_per_row(self, chunks: cutlass.Int32) -> cutlass.Int32:
+        return 1
+
+    @cute.kernel
+    def kernel(self, m_x: cute.Tensor, m_y: cute.Tensor, g: "_Window"):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        _, _, rows = m_y.shape
+        _, w, h, _ = m_x.shape
+        _, s = self.taps
+        # Consecutive threads take consecutive rows: a warp's loads span neighbouring pixels.
+        row = bidx * _THREADS + tidx
+        if row < rows:
+            image, top, left = _patch_corner(row, g)
+            # Element offsets from the patch's corner (which may lie in the padding): the
+            # corner's once, a tap's as constant multiples of the dilated steps, so that no
+            # load recomputes a 64-bit product.
+            flat = cute.make_tensor(m_x.iterator, cute.make_layout(cute.cosize(m_x.layout)))
+            corner = cute.crd2idx((0, left, top, image), m_x.layout)
+            _, pixel_stride, row_stride, _ = m_x.layout.stride
+            step_h = row_stride * g.dil_h
+            step_w = pixel_stride * g.dil_w
+            # The whole row's loads before its first store, which they could otherwise not
+            # pass (the compiler cannot tell the columns from the input), so that they are
+            # all in flight together.
+            values = cute.make_rmem_tensor((self.vector, self.chunks), self.dtype)
+            for column in cutlass.range_constexpr(self.vector * self.chunks):
+                value = self.dtype(0)  # past the patch: the row's padding to a TMA unit
+                if cutlass.const_expr(column < self.columns):
+                    tap, channel = divmod(column, self.channels)
+                    tap_h, tap_w = divmod(tap, s)
+                    in_h = top + tap_h * g.dil_h
+                    in_w = left + tap_w * g.dil_w
+                    offset = corner + tap_h * step_h + tap_w * step_w + channel
+                    if in_h >= 0 and in_h < h and in_w >= 0 and in_w < w:
+                        value = flat[offset]
+                values[column] = value
+            for chunk in cutlass.range_constexpr(self.chunks):
+                cute.autovec_copy(values[(None, chunk)], m_y[(None, chunk, row)])
