@@ -27,8 +27,14 @@ from .kernels.common.entry import ConvLaunchParams, ConvPointers, check_kernel_d
 from .kernels.common.epilogue import EpilogueSpec
 from .kernels.common.grouped_direct import GroupedDirectConfig, GroupedDirectConv
 from .kernels.common.im2col import ConvGeometry
-from .kernels.common.max_pool import POOL_TYPES, MaxPool2dNhwc, PoolWindow
 from .kernels.common.pointwise_gemv import PointwiseGemv, PointwiseGemvConfig
+from .kernels.common.pool import (
+    AVG_POOL_TYPES,
+    POOL_TYPES,
+    AvgPool2dNhwc,
+    MaxPool2dNhwc,
+    PoolWindow,
+)
 from .kernels.common.quantize import QuantizeFp8
 from .kernels.common.space_to_depth import SpaceToDepthFold
 from .kernels.common.unfold import PATCH_ROW_MAX_COLUMNS, Im2colColumns, Im2colPatchRows
@@ -454,12 +460,60 @@ def compile_max_pool(arch: str, dtype: Any, window: PoolWindow) -> CompiledHelpe
     """Compile (or fetch from the caches) the NHWC max-pool kernel of ``dtype`` (bfloat16,
     float16, float32 or float8_e4m3fn) for ``window``; see ``cute_conv.pooling``. Needs no
     GPU. Launch with ``(x_ptr, y_ptr, N, H, W, P, Q, vectors, stream)``, ``vectors`` the
-    channels over ``kernels.common.max_pool.VECTOR_BYTES / element size``."""
+    channels over ``kernels.common.pool.VECTOR_BYTES / element size``."""
     _check_arch(arch)
-    if not isinstance(window, PoolWindow):
-        raise TypeError(f"window must be a PoolWindow, got {type(window).__name__}")
+    _check_pool_window(window)
     dtype = dtype_name(dtype, "dtype", tuple(dtype_name(t) for t in POOL_TYPES))
     return _cached(MaxPoolKey(arch, dtype, window), _compile_max_pool)
+
+
+@dataclasses.dataclass(frozen=True)
+class AvgPoolKey:
+    """A compiled average-pool kernel depends on these only."""
+
+    arch: str
+    dtype: str
+    window: PoolWindow
+    count_include_pad: bool
+    divisor_override: int | None
+
+
+def _compile_avg_pool(key: AvgPoolKey) -> CompiledHelperKernel:
+    kernel = AvgPool2dNhwc(
+        CUTLASS_DTYPES[key.dtype], key.window, key.count_include_pad, key.divisor_override
+    )
+    return _compile_helper(key, kernel, [_null_pointer(key.dtype)] * 2 + [cutlass.Int32(1)] * 6)
+
+
+def compile_avg_pool(
+    arch: str,
+    dtype: Any,
+    window: PoolWindow,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> CompiledHelperKernel:
+    """Compile (or fetch from the caches) the NHWC average-pool kernel of ``dtype`` (bfloat16,
+    float16 or float32) for ``window`` (dilation 1) and ``nn.AvgPool2d``'s divisor arguments;
+    see ``cute_conv.pooling``. Needs no GPU. Launched as ``compile_max_pool``'s kernel."""
+    _check_arch(arch)
+    _check_pool_window(window)
+    if tuple(window.dilation) != (1, 1):
+        raise ValueError(f"window.dilation must be (1, 1) for an average pool, got {window.dilation}")
+    if not isinstance(count_include_pad, bool):
+        raise TypeError(f"count_include_pad must be a bool, got {count_include_pad!r}")
+    if divisor_override is not None:
+        if not isinstance(divisor_override, int) or isinstance(divisor_override, bool):
+            raise TypeError(f"divisor_override must be None or an int, got {divisor_override!r}")
+        if divisor_override < 1:
+            raise ValueError(f"divisor_override must be >= 1, got {divisor_override}")
+    dtype = dtype_name(dtype, "dtype", tuple(dtype_name(t) for t in AVG_POOL_TYPES))
+    key = AvgPoolKey(arch, dtype, window, count_include_pad, divisor_override)
+    return _cached(key, _compile_avg_pool)
+
+
+def _check_pool_window(window: object) -> None:
+    if not isinstance(window, PoolWindow):
+        raise TypeError(f"window must be a PoolWindow, got {type(window).__name__}")
 
 
 @dataclasses.dataclass(frozen=True)

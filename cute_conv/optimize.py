@@ -35,10 +35,11 @@ why; a BatchNorm right after such a conv (an ``nn.Conv2d`` itself) is folded int
 its weights and bias, as ``torch.compile``'s freezing folds it, so that it costs no kernel of
 its own.
 
-Max pools (``cute_conv.pooling``; torch's channels_last pool kernel is slow): those whose
-windows tile the map (VGG's 2x2 stride-2) become ``TiledMaxPool2d``, the others without indices
-(ResNet's 3x3 stride-2) ``MaxPool2d``: one kernel pass each (an ``amax`` for a tiling pool's
-input the kernel does not take). Global average pools
+Max and average pools (``cute_conv.pooling``; torch's channels_last pool kernels are slow): max
+pools whose windows tile the map (VGG's 2x2 stride-2) become ``TiledMaxPool2d``, the others
+without indices (ResNet's 3x3 stride-2) ``MaxPool2d``, ``nn.AvgPool2d`` and ``F.avg_pool2d``
+(DenseNet's transitions, Inception's branches) ``AvgPool2d``: one kernel pass each (an
+``amax`` for a tiling pool's input the kernel does not take). Global average pools
 (``nn.AdaptiveAvgPool2d(1)``, ``F.adaptive_avg_pool2d(x, 1)``, ``x.mean((2, 3), keepdim)``:
 squeeze-excitation blocks, classifier heads) become ``GlobalAvgPool2d``, one batched GEMV
 (torch's channels_last mean is slow too). ShuffleNet's channel shuffle of a concatenation
@@ -81,18 +82,13 @@ from .optimize_ops import (
     TO_NCHW,
     TO_NHWC,
     OpRewrites,
-    functional_max_pool,
+    functional_pool,
     global_mean,
     is_layer_norm,
     permute_dims,
 )
 from .optimize_report import FusedChain, LeftConv, OptimizeReport
-from .pooling import (
-    GlobalAvgPool2d,
-    MaxPool2d,
-    averages_the_map,
-    runs_as_kernel,
-)
+from .pooling import AvgPool2d, GlobalAvgPool2d, MaxPool2d, averages_the_map, pool_for
 from .problem import Padding, Pair, output_size
 from .shuffle import ChannelShuffle, match_channel_shuffle
 
@@ -113,7 +109,7 @@ class _Tracer(fx.Tracer):
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         ours = isinstance(
             m,
-            (Conv2d, ChannelLayerNorm, ChannelScale, ChannelShuffle, MaxPool2d,
+            (Conv2d, ChannelLayerNorm, ChannelScale, ChannelShuffle, MaxPool2d, AvgPool2d,
              GlobalAvgPool2d, DelayedScales),
         )  # fmt: skip
         leaf = ours or folds_as_batch_norm(m)
@@ -227,8 +223,8 @@ class _Rewriter(OpRewrites):
                 self._rewrite(node)
             elif node.op == "call_module" and type(self.modules[node.target]) is nn.Linear:
                 self._rewrite_pointwise_linear(node)
-            elif node.op == "call_module" and runs_as_kernel(self.modules[node.target]):
-                self._replace_pool(node)
+            elif node.op == "call_module" and (pool := pool_for(self.modules[node.target])):
+                self._replace_pool(node, pool)
             elif node.op == "call_module" and averages_the_map(self.modules[node.target]):
                 self.gm.add_submodule(node.target, GlobalAvgPool2d())  # every call of it
                 self.report.avg_pools.append(node.target)
@@ -238,8 +234,9 @@ class _Rewriter(OpRewrites):
                 self._rewrite_channel_layer_norm(node)
             elif (pool := global_mean(node)) is not None:
                 self._replace_function(node, pool, "global_avg_pool", self.report.avg_pools)
-            elif (pool := functional_max_pool(node)) is not None:
-                self._replace_function(node, pool, "max_pool", self.report.pools)
+            elif (pool := functional_pool(node)) is not None:
+                base = "avg_pool" if isinstance(pool, AvgPool2d) else "max_pool"
+                self._replace_function(node, pool, base, self.report.pools)
             elif (shuffle := match_channel_shuffle(node)) is not None:
                 self._replace_shuffle(shuffle)
             elif (operands := match_excitation_scale(node, self._is_global_pool)) is not None:

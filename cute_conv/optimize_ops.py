@@ -22,21 +22,14 @@ from .channel_norm import ChannelLayerNorm
 from .concat import ConcatChain, cat_inputs, concat_buffer, concat_prefix, concat_write
 from .nn import Conv2d
 from .optimize_report import OptimizeReport
-from .pooling import (
-    MAP_DIMS,
-    GlobalAvgPool2d,
-    MaxPool2d,
-    TiledMaxPool2d,
-    runs_as_kernel,
-    tiles_the_map,
-)
+from .pooling import MAP_DIMS, GlobalAvgPool2d, pool_for
 from .shuffle import ChannelShuffle, ShufflePattern
 
 __all__ = [
     "TO_NCHW",
     "TO_NHWC",
     "OpRewrites",
-    "functional_max_pool",
+    "functional_pool",
     "global_mean",
     "is_layer_norm",
     "permute_dims",
@@ -72,10 +65,8 @@ class OpRewrites:
         users = [user for user in node.users if user not in ignored]
         return users[0] if len(users) == 1 else None
 
-    def _replace_pool(self, node: fx.Node) -> None:
-        torch_pool = self.modules[node.target]
-        kind = TiledMaxPool2d if tiles_the_map(torch_pool) else MaxPool2d
-        pool = kind.from_torch(torch_pool)
+    def _replace_pool(self, node: fx.Node, pool: nn.Module) -> None:
+        """The pool module ``node`` calls as ``pool`` (``pooling.pool_for``'s)."""
         self.gm.add_submodule(node.target, pool)  # every call of the module: the same pool
         self.modules[node.target] = pool
         self.report.pools.append(node.target)
@@ -135,7 +126,7 @@ class OpRewrites:
     def _replace_function(
         self, node: fx.Node, module: nn.Module, base: str, names: list[str]
     ) -> None:
-        """A functional pool (``global_mean``, ``functional_max_pool``) as ``module``, called
+        """A functional pool (``global_mean``, ``functional_pool``) as ``module``, called
         on its input, named from ``base`` and listed in ``names``."""
         self._replace_call(node, module, base, (node.args[0],), names)
 
@@ -234,19 +225,25 @@ def global_mean(node: fx.Node) -> GlobalAvgPool2d | None:
     return None
 
 
-def functional_max_pool(node: fx.Node) -> TiledMaxPool2d | MaxPool2d | None:
+def functional_pool(node: fx.Node) -> nn.Module | None:
     """The pool module computing ``node`` where it is ``F.max_pool2d`` without indices
-    (Inception-v3's, an FPN's last level), else None."""
-    if node.op != "call_function" or node.target is not F.max_pool2d:
+    (Inception-v3's, an FPN's last level) or ``F.avg_pool2d`` (Inception-v3's), else None."""
+    if node.op != "call_function" or node.target not in _POOL_ARGS:
         return None
     try:
-        x, torch_pool = _max_pool_args(*node.args, **node.kwargs)
+        x, torch_pool = _POOL_ARGS[node.target](*node.args, **node.kwargs)
     except TypeError:  # arguments it does not take as written here
         return None
-    if not isinstance(x, fx.Node) or not runs_as_kernel(torch_pool):
+    if not isinstance(x, fx.Node):
         return None
-    kind = TiledMaxPool2d if tiles_the_map(torch_pool) else MaxPool2d
-    return kind.from_torch(torch_pool)
+    return pool_for(torch_pool)
+
+
+def _constant_window(*args: object) -> None:
+    """A TypeError where a window argument is computed in the graph."""
+    values = [v for a in args for v in (a if isinstance(a, (tuple, list)) else (a,))]
+    if any(isinstance(v, fx.Node) for v in values):
+        raise TypeError("a pool window computed in the graph")
 
 
 def _max_pool_args(
@@ -256,10 +253,22 @@ def _max_pool_args(
     """``F.max_pool2d``'s input and the ``nn.MaxPool2d`` of its other arguments (a TypeError
     for non-constant ones)."""
     args = (kernel_size, stride, padding, dilation)
-    values = [v for a in args for v in (a if isinstance(a, (tuple, list)) else (a,))]
-    if any(isinstance(v, fx.Node) for v in values) or not isinstance(ceil_mode, bool):
-        raise TypeError("a pool window computed in the graph")
+    _constant_window(*args, ceil_mode, return_indices)
     return input, nn.MaxPool2d(*args, ceil_mode=ceil_mode, return_indices=return_indices)
+
+
+def _avg_pool_args(
+    input, kernel_size, stride=None, padding=0, ceil_mode=False,  # noqa: A002
+    count_include_pad=True, divisor_override=None,
+):  # fmt: skip
+    """``F.avg_pool2d``'s input and the ``nn.AvgPool2d`` of its other arguments (a TypeError
+    for non-constant ones)."""
+    args = (kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+    _constant_window(*args)
+    return input, nn.AvgPool2d(*args)
+
+
+_POOL_ARGS = {F.max_pool2d: _max_pool_args, F.avg_pool2d: _avg_pool_args}
 
 
 def _adaptive_pool_args(input, output_size):  # noqa: A002 - torch's names

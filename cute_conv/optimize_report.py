@@ -45,7 +45,8 @@ class OptimizeReport:
     # max|output| from the epilogue (``optimize_fp8._share_amax``): quantized without a reduction.
     fp8_amax_inputs: list[str] = field(default_factory=list)
     kept_16bit: list[LeftConv] = field(default_factory=list)
-    # Max pools now ``TiledMaxPool2d`` or ``MaxPool2d`` (torch's channels_last kernel is slow).
+    # Max and average pools now ``TiledMaxPool2d``, ``MaxPool2d`` or ``AvgPool2d`` (torch's
+    # channels_last kernels are slow).
     pools: list[str] = field(default_factory=list)
     # Global average pools now ``GlobalAvgPool2d`` (a GEMV; torch's channels_last mean is slow).
     avg_pools: list[str] = field(default_factory=list)
@@ -82,7 +83,7 @@ class OptimizeReport:
             folded = f"; {conv.folded_bn} folded into its weights" if conv.folded_bn else ""
             lines.append(f"  {conv.name}: {conv.reason}{folded}")
         for replaced, label in (
-            (self.pools, "max pools run by cute_conv"),
+            (self.pools, "max and average pools run by cute_conv"),
             (self.avg_pools, "global average pools run as GEMVs"),
             (self.channel_norms, "channel LayerNorms run by the grouped kernel"),
             (self.shuffles, "channel shuffles kept channels_last"),

@@ -1,17 +1,22 @@
-"""Max pooling and global average pooling of channels_last activations, for ``optimize``.
+"""Max, average and global average pooling of channels_last activations, for ``optimize``.
 
 torch's channels_last ``max_pool2d`` kernel is slow on the bf16 maps of a model: VGG-16's five
 2x2 pools took 95 us of a 388 us batch-1 forward on an H100 (inductor's kernels: 12 us), and
 ResNet-50's 3x3 stride-2 pool 436 us of a ~3 ms batch-128 forward (inductor's: 98 us).
 
 - ``MaxPool2d``: any ``nn.MaxPool2d`` without indices (ResNet's, GoogLeNet's ceil mode), run on
-  a GPU by one pass of ``kernels.common.max_pool``, as the op ``cute_conv::max_pool2d`` under
+  a GPU by one pass of ``kernels.common.pool``, as the op ``cute_conv::max_pool2d`` under
   ``torch.compile``.
 - ``TiledMaxPool2d``: a ``MaxPool2d`` whose windows tile the map (kernel size equal to the
   stride, no padding, dilation 1, no ceil mode: VGG's pools). Inputs the kernel does not take
   (channels not filling 16-byte vectors, CPU tensors) are one ``amax`` over the window dims of
   a reshaped NHWC view, a reduction torch vectorizes along the contiguous channels, rather than
   torch's pool.
+- ``AvgPool2d``: any ``nn.AvgPool2d`` (DenseNet's 2x2 transitions) or ``F.avg_pool2d`` call
+  (Inception's 3x3 stride-1 branch pools), every argument of torch's kept, run on a GPU by one
+  pass of ``kernels.common.pool`` (the same bits as torch's channels_last pool), as the op
+  ``cute_conv::avg_pool2d`` under ``torch.compile``. torch's took 29.6 us for DenseNet-121's
+  three at batch 8 on an H200 (~0.6 TB/s).
 
 torch's channels_last mean over H and W is slow too: the 16 squeeze-excitation pools of an
 EfficientNet-B0 took ~150 us of a ~740 us batch-8 forward on an H200, 6-27 us of kernel time
@@ -26,28 +31,32 @@ each (inductor fuses them into the kernels before them).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .compile import compile_max_pool
+from .compile import compile_avg_pool, compile_max_pool
 from .cuda_context import current_raw_stream, device_arch, on_device
 from .dtypes import dtype_name
-from .kernels.common.max_pool import POOL_TYPES, VECTOR_BYTES, PoolWindow
+from .kernels.common.pool import AVG_POOL_TYPES, POOL_TYPES, VECTOR_BYTES, PoolWindow
 
 __all__ = [
+    "AvgPool2d",
     "GlobalAvgPool2d",
     "MaxPool2d",
     "TiledMaxPool2d",
     "averages_the_map",
+    "pool_for",
     "runs_as_kernel",
     "tiles_the_map",
 ]
 
 
-# The dtypes the kernel pools (``POOL_TYPES``), as torch names them.
+# The dtypes the kernels pool (``POOL_TYPES``, ``AVG_POOL_TYPES``), as torch names them.
 _KERNEL_DTYPES = tuple(getattr(torch, dtype_name(t)) for t in POOL_TYPES)
+_AVG_KERNEL_DTYPES = tuple(getattr(torch, dtype_name(t)) for t in AVG_POOL_TYPES)
 # The dtypes ``GlobalAvgPool2d`` averages by a GEMV, and the largest map it takes: its row
 # holds 2**-k (k = ceil(log2(H*W))), a float16 subnormal down to 2**-24.
 _GEMV_DTYPES = (torch.bfloat16, torch.float16)
@@ -81,7 +90,7 @@ def runs_as_kernel(pool: nn.Module) -> bool:
 class MaxPool2d(nn.Module):
     """``nn.MaxPool2d(kernel_size, stride, padding, dilation, ceil_mode)`` whose channels_last CUDA
     inputs of 16-bit, float32 or float8_e4m3fn values (an fp8 stem's output, see ``optimize``),
-    channels filling 16-byte vectors, go through one kernel pass (``kernels.common.max_pool``);
+    channels filling 16-byte vectors, go through one kernel pass (``kernels.common.pool``);
     other inputs, and inputs that require grad, go to ``F.max_pool2d`` (float8_e4m3fn ones
     through float32, which torch pools). The same values as torch's pool, NaN included."""
 
@@ -128,11 +137,11 @@ class MaxPool2d(nn.Module):
 
 class TiledMaxPool2d(MaxPool2d):
     """``nn.MaxPool2d(kernel_size)`` (stride = kernel size, no padding: windows that tile the
-    map). Inputs the kernel takes go to it as in ``MaxPool2d`` (on an H200, 2.2-3.3x faster than
-    the ``amax`` below on VGG-16's pools at batch 8-32); other channels_last inputs are one
-    ``amax`` over the window dims of a reshaped view; inputs that require grad (whose gradient
-    torch routes to one element of a tied window, amax to all), fp8 ones and other layouts go
-    to ``MaxPool2d``'s fallback. NaN propagates as in torch's pool."""
+    map). Inputs the kernel takes go to it as in ``MaxPool2d`` (on an H200, 1.2-3.3x faster
+    than the ``amax`` below on VGG-16's five pools at batch 1, 8 and 32); other channels_last
+    inputs are one ``amax`` over the window dims of a reshaped view; inputs that require grad
+    (whose gradient torch routes to one element of a tied window, amax to all), fp8 ones and
+    other layouts go to ``MaxPool2d``'s fallback. NaN propagates as in torch's pool."""
 
     def __init__(self, kernel_size: int | tuple[int, int]) -> None:
         super().__init__(kernel_size)
@@ -180,13 +189,15 @@ def _torch_pool(x: torch.Tensor, window: PoolWindow, ceil_mode: bool) -> torch.T
     return F.max_pool2d(x, *window, ceil_mode=ceil_mode)
 
 
-def _kernel_takes(x: torch.Tensor, window: PoolWindow, ceil_mode: bool) -> bool:
-    """Whether ``_max_pool2d_nhwc`` runs ``x``: see ``MaxPool2d``. The window must be one torch
-    takes (padding at most half the kernel) with an output of at least one pixel."""
+def _kernel_takes(
+    x: torch.Tensor, window: PoolWindow, ceil_mode: bool, dtypes: tuple = _KERNEL_DTYPES
+) -> bool:
+    """Whether a pool kernel of ``dtypes`` runs ``x``: see ``MaxPool2d``. The window must be
+    one torch takes (padding at most half the kernel) with an output of at least one pixel."""
     if not (
         x.is_cuda
         and x.dim() == 4
-        and x.dtype in _KERNEL_DTYPES
+        and x.dtype in dtypes
         and not x.requires_grad
         and x.is_contiguous(memory_format=torch.channels_last)
         and x.shape[1] * x.element_size() % VECTOR_BYTES == 0
@@ -203,25 +214,37 @@ def _kernel_takes(x: torch.Tensor, window: PoolWindow, ceil_mode: bool) -> bool:
     return True
 
 
-def _max_pool2d_nhwc(x: torch.Tensor, window: PoolWindow, ceil_mode: bool) -> torch.Tensor:
-    """``F.max_pool2d(x, *window, ceil_mode=ceil_mode)`` of an NCHW channels_last CUDA tensor
-    that ``MaxPool2d`` sends to the kernel (no check here), in one pass; the output is
-    channels_last. (The kernel skips every tap outside the map: ceil mode's partial windows
-    are the output size alone.)"""
+def _pooled(x: torch.Tensor, window: PoolWindow, ceil_mode: bool) -> torch.Tensor:
+    """The empty channels_last output of pooling ``x`` over ``window``."""
     n, c, h, w = x.shape
-    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = window
-    p = _output_size(h, kh, sh, ph, dh, ceil_mode)
-    q = _output_size(w, kw, sw, pw, dw, ceil_mode)
-    out = torch.empty((n, c, p, q), dtype=x.dtype, device=x.device,
-                      memory_format=torch.channels_last)  # fmt: skip
+    sizes = zip((h, w), *window, strict=True)
+    p, q = (_output_size(*args, ceil_mode) for args in sizes)
+    return x.new_empty((n, c, p, q)).contiguous(memory_format=torch.channels_last)
+
+
+def _pool2d_nhwc(
+    x: torch.Tensor, window: PoolWindow, ceil_mode: bool, compile_fn: Callable
+) -> torch.Tensor:
+    """The pool of an NCHW channels_last CUDA tensor that a pool module sends to the kernel
+    ``compile_fn(arch, dtype)`` (no check here), in one pass; the output is channels_last.
+    (The kernels skip every tap outside the map: ceil mode's partial windows are the output
+    size alone.)"""
+    out = _pooled(x, window, ceil_mode)
     if out.numel():
+        n, c, h, w = x.shape
         device_index = x.get_device()
-        kernel = compile_max_pool(device_arch(device_index), x.dtype, window)
+        kernel = compile_fn(device_arch(device_index), x.dtype)
         vectors = c * x.element_size() // VECTOR_BYTES
         with on_device(device_index):
-            kernel.launch(x.data_ptr(), out.data_ptr(), n, h, w, p, q, vectors,
+            kernel.launch(x.data_ptr(), out.data_ptr(), n, h, w, *out.shape[2:], vectors,
                           current_raw_stream(device_index))  # fmt: skip
     return out
+
+
+def _max_pool2d_nhwc(x: torch.Tensor, window: PoolWindow, ceil_mode: bool) -> torch.Tensor:
+    """``F.max_pool2d(x, *window, ceil_mode=ceil_mode)`` by ``kernels.common.pool``."""
+    compile_fn = lambda arch, dtype: compile_max_pool(arch, dtype, window)  # noqa: E731
+    return _pool2d_nhwc(x, window, ceil_mode, compile_fn)
 
 
 @torch.library.custom_op("cute_conv::max_pool2d", mutates_args=())
@@ -243,10 +266,114 @@ def _max_pool2d_op(
 
 @_max_pool2d_op.register_fake
 def _(x, kernel_size, stride, padding, dilation, ceil_mode):
-    n, c, h, w = x.shape
-    sizes = zip((h, w), kernel_size, stride, padding, dilation, strict=True)
-    p, q = (_output_size(*args, ceil_mode) for args in sizes)
-    return x.new_empty((n, c, p, q)).contiguous(memory_format=torch.channels_last)
+    window = PoolWindow(*(tuple(v) for v in (kernel_size, stride, padding, dilation)))
+    return _pooled(x, window, ceil_mode)
+
+
+class AvgPool2d(nn.Module):
+    """``nn.AvgPool2d(kernel_size, stride, padding, ceil_mode, count_include_pad,
+    divisor_override)`` whose channels_last CUDA inputs of 16-bit or float32 values, channels
+    filling 16-byte vectors, go through one kernel pass (``kernels.common.pool``: the same
+    bits as torch's pool); other inputs, and inputs that require grad, go to
+    ``F.avg_pool2d``. As the op ``cute_conv::avg_pool2d`` under ``torch.compile``."""
+
+    def __init__(
+        self,
+        kernel_size: int | tuple[int, int],
+        stride: int | tuple[int, int] | None = None,
+        padding: int | tuple[int, int] = 0,
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+        divisor_override: int | None = None,
+    ) -> None:
+        super().__init__()
+        kernel = _pair(kernel_size)
+        stride = kernel if stride is None else _pair(stride)
+        self.window = PoolWindow(kernel, stride, _pair(padding), (1, 1))
+        self.ceil_mode = bool(ceil_mode)
+        self.count_include_pad = bool(count_include_pad)
+        self.divisor_override = divisor_override
+
+    @classmethod
+    def from_torch(cls, pool: nn.AvgPool2d) -> "AvgPool2d":
+        if type(pool) is not nn.AvgPool2d:
+            raise ValueError(f"AvgPool2d.from_torch takes an nn.AvgPool2d, got {pool}")
+        return cls(pool.kernel_size, pool.stride, pool.padding, pool.ceil_mode,
+                   pool.count_include_pad, pool.divisor_override)  # fmt: skip
+
+    @property
+    def _divisor(self) -> tuple[bool, int | None]:
+        return self.count_include_pad, self.divisor_override
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kernel_size, stride, padding, _ = self.window
+        if torch.compiler.is_compiling() and x.is_cuda and not x.requires_grad:
+            # Opaque to the tracer (the launch reads data pointers): the op checks the rest.
+            return torch.ops.cute_conv.avg_pool2d(
+                x, list(kernel_size), list(stride), list(padding), self.ceil_mode, *self._divisor
+            )
+        if not _kernel_takes(x, self.window, self.ceil_mode, _AVG_KERNEL_DTYPES):
+            return F.avg_pool2d(x, kernel_size, stride, padding, self.ceil_mode, *self._divisor)
+        return _avg_pool2d_nhwc(x, self.window, self.ceil_mode, *self._divisor)
+
+    def extra_repr(self) -> str:
+        kernel_size, stride, padding, _ = self.window
+        return (f"kernel_size={kernel_size}, stride={stride}, padding={padding}, "
+                f"ceil_mode={self.ceil_mode}, count_include_pad={self.count_include_pad}, "
+                f"divisor_override={self.divisor_override}")  # fmt: skip
+
+
+def _avg_pool2d_nhwc(
+    x: torch.Tensor,
+    window: PoolWindow,
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: int | None,
+) -> torch.Tensor:
+    """``F.avg_pool2d`` of ``x`` over ``window`` by ``kernels.common.pool``."""
+    compile_fn = lambda arch, dtype: compile_avg_pool(  # noqa: E731
+        arch, dtype, window, count_include_pad, divisor_override
+    )
+    return _pool2d_nhwc(x, window, ceil_mode, compile_fn)
+
+
+@torch.library.custom_op("cute_conv::avg_pool2d", mutates_args=())
+def _avg_pool2d_op(
+    x: torch.Tensor,
+    kernel_size: list[int],
+    stride: list[int],
+    padding: list[int],
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: int | None,
+) -> torch.Tensor:
+    """``AvgPool2d``'s forward as an op: the kernel where it takes ``x``, else torch's pool
+    (its output made channels_last, as the fake implementation says)."""
+    window = PoolWindow(tuple(kernel_size), tuple(stride), tuple(padding), (1, 1))
+    divisor = (count_include_pad, divisor_override)
+    if not _kernel_takes(x, window, ceil_mode, _AVG_KERNEL_DTYPES):
+        pooled = F.avg_pool2d(x, kernel_size, stride, padding, ceil_mode, *divisor)
+        return pooled.contiguous(memory_format=torch.channels_last)
+    return _avg_pool2d_nhwc(x, window, ceil_mode, *divisor)
+
+
+@_avg_pool2d_op.register_fake
+def _(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    window = PoolWindow(tuple(kernel_size), tuple(stride), tuple(padding), (1, 1))
+    return _pooled(x, window, ceil_mode)
+
+
+def pool_for(pool: nn.Module) -> nn.Module | None:
+    """The module ``optimize`` puts in place of ``pool``: ``TiledMaxPool2d`` for a plain
+    ``nn.MaxPool2d`` whose windows tile the map, ``MaxPool2d`` for the other ones without
+    indices, ``AvgPool2d`` for a plain ``nn.AvgPool2d``; None for anything else."""
+    if tiles_the_map(pool):
+        return TiledMaxPool2d.from_torch(pool)
+    if runs_as_kernel(pool):
+        return MaxPool2d.from_torch(pool)
+    if type(pool) is nn.AvgPool2d:
+        return AvgPool2d.from_torch(pool)
+    return None
 
 
 def averages_the_map(pool: nn.Module) -> bool:

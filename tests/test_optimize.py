@@ -15,7 +15,7 @@ from torch import fx, nn
 
 import cute_conv
 from cute_conv.channel_norm import ChannelLayerNorm
-from cute_conv.pooling import GlobalAvgPool2d, MaxPool2d, TiledMaxPool2d
+from cute_conv.pooling import AvgPool2d, GlobalAvgPool2d, MaxPool2d, TiledMaxPool2d
 from cute_conv.testing import compare_to_reference
 from tests.gpu import requires_sm90
 from tests.test_autograd import reference_forward_on_cpu
@@ -208,7 +208,7 @@ def test_vgg16_fuses_conv_relu():
     # its 2x2 stride-2 pools tile the map: amax over a view, not torch's channels_last pool
     assert nn.MaxPool2d not in types and types[TiledMaxPool2d] == 5
     assert len(gm.cute_conv_report.pools) == 5
-    assert "max pools run by cute_conv: 5" in str(gm.cute_conv_report)
+    assert "max and average pools run by cute_conv: 5" in str(gm.cute_conv_report)
 
 
 @pytest.mark.parametrize(
@@ -261,6 +261,35 @@ def test_functional_max_pools_become_modules():
     assert pools[2].ceil_mode and len(gm.cute_conv_report.pools) == 3
     x = torch.randn(2, 16, 9, 10).to(BF16).to(memory_format=torch.channels_last)
     for ours, expected in zip(gm(x), FunctionalMaxPools()(x), strict=True):  # on the CPU: torch's
+        assert torch.equal(ours, expected)
+
+
+class AveragePools(nn.Module):
+    """Inception's ``F.avg_pool2d`` branch pool, a DenseNet transition's ``nn.AvgPool2d`` and
+    one of ceil mode without the padding counted: all rewritten."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.transition = nn.AvgPool2d(2, stride=2)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            F.avg_pool2d(x, kernel_size=3, stride=1, padding=1),
+            self.transition(x),
+            F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+        )
+
+
+def test_average_pools_become_modules():
+    gm = cute_conv.optimize(AveragePools().eval())
+    pools = [m for m in gm.modules() if isinstance(m, AvgPool2d)]
+    assert len(pools) == 3 and len(gm.cute_conv_report.pools) == 3
+    assert pools[-1].ceil_mode and not pools[-1].count_include_pad
+    x = torch.randn(2, 16, 9, 10).to(BF16).to(memory_format=torch.channels_last)
+    for ours, expected in zip(gm(x), AveragePools()(x), strict=True):  # on the CPU: torch's
+        assert torch.equal(ours, expected)
+    compiled = torch.compile(gm, backend="eager", fullgraph=True)  # traced: CPU tensors, torch's
+    for ours, expected in zip(compiled(x), AveragePools()(x), strict=True):
         assert torch.equal(ours, expected)
 
 

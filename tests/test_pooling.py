@@ -1,8 +1,8 @@
 """The pools ``optimize`` rewrites against torch's: ``TiledMaxPool2d``'s amax on the CPU (the
 same values, NaN included, for windows that tile the map, with or without a remainder; torch's
 own pool for the inputs it does not take), ``MaxPool2d``'s kernel (``TiledMaxPool2d``'s too)
-compiled here and run on a GPU (the same bits, NaN included), ``GlobalAvgPool2d``'s GEMV
-against float32 means (on the CPU and on a GPU)."""
+and ``AvgPool2d``'s compiled here and run on a GPU (the same bits, NaN included),
+``GlobalAvgPool2d``'s GEMV against float32 means (on the CPU and on a GPU)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
-from cute_conv.kernels.common.max_pool import PoolWindow
+from cute_conv.kernels.common.pool import PoolWindow
 from torch import nn
 
-from cute_conv.compile import compile_max_pool
+from cute_conv.compile import compile_avg_pool, compile_max_pool
 from cute_conv.pooling import (
+    AvgPool2d,
     GlobalAvgPool2d,
     MaxPool2d,
     TiledMaxPool2d,
@@ -24,6 +25,7 @@ from cute_conv.pooling import (
     _output_size,
     _sum_row,
     averages_the_map,
+    pool_for,
     runs_as_kernel,
     tiles_the_map,
 )
@@ -217,10 +219,16 @@ def test_max_pool_other_inputs_and_compiled():
     odd = torch.randn(2, 12, 9, 9, device="cuda").to(torch.bfloat16)  # 12 channels: 24 bytes
     odd = odd.contiguous(memory_format=torch.channels_last)
     assert torch.equal(pool(odd), F.max_pool2d(odd, 3, 2, 1))
-    x = torch.randn(4, 64, 56, 56, device="cuda").to(torch.bfloat16)
+    _check_compiled_and_graphed(pool, (4, 64, 56, 56), lambda x: F.max_pool2d(x, 3, 2, 1))
+
+
+def _check_compiled_and_graphed(pool: nn.Module, shape: tuple, expected) -> None:
+    """``pool`` under torch.compile(fullgraph=True) and replayed from a CUDA graph computes
+    ``expected(x)``; on an input that requires grad it is torch's pool, with its gradient."""
+    x = torch.randn(*shape, device="cuda").to(torch.bfloat16)
     x = x.contiguous(memory_format=torch.channels_last)
     compiled = torch.compile(pool, fullgraph=True)
-    assert torch.equal(compiled(x), F.max_pool2d(x, 3, 2, 1))
+    assert torch.equal(compiled(x), expected(x))
     static = torch.zeros_like(x)
     pool(static)
     graph = torch.cuda.CUDAGraph()
@@ -228,10 +236,124 @@ def test_max_pool_other_inputs_and_compiled():
         out = pool(static)
     static.copy_(x)
     graph.replay()
-    assert torch.equal(out, F.max_pool2d(x, 3, 2, 1))
+    assert torch.equal(out, expected(x))
     grad = x.float().requires_grad_()
-    pool(grad).sum().backward()  # requires grad: torch's pool and its gradient
+    pool(grad).sum().backward()
     assert grad.grad is not None
+
+
+# ---------------------------------------------------------------- average pools
+
+# (kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+AVG_POOLS = [
+    ((2, 2), (2, 2), (0, 0), False, True, None),  # DenseNet's transitions
+    ((3, 3), (1, 1), (1, 1), False, True, None),  # Inception's branches
+    ((3, 3), (2, 2), (1, 1), True, True, None),  # ceil mode: the overhang not counted
+    ((3, 3), (2, 2), (1, 1), True, False, None),
+    ((2, 3), (2, 1), (1, 0), False, False, None),
+    ((3, 2), (3, 2), (1, 1), True, True, 5),
+]
+
+
+@pytest.mark.parametrize(
+    ("pool", "kind"),
+    [
+        (nn.MaxPool2d(2), TiledMaxPool2d),
+        (nn.MaxPool2d(3, stride=2, padding=1), MaxPool2d),
+        (nn.MaxPool2d(2, return_indices=True), None),
+        (nn.AvgPool2d(2), AvgPool2d),
+        (nn.AvgPool2d(3, 1, 1, ceil_mode=True, count_include_pad=False, divisor_override=4), AvgPool2d),
+        (type("Sub", (nn.AvgPool2d,), {})(2), None),  # a subclass: its forward may differ
+        (nn.AdaptiveAvgPool2d(1), None),  # GlobalAvgPool2d's
+    ],
+)
+def test_which_pools_optimize_replaces(pool, kind):
+    ours = pool_for(pool)
+    assert type(ours) is kind if kind else ours is None
+
+
+@pytest.mark.parametrize("args", AVG_POOLS, ids=str)
+def test_avg_pool_module_on_the_cpu_is_torchs(args):
+    """Inputs the kernel does not take (here: CPU tensors) go to ``F.avg_pool2d``; the module
+    keeps every argument of the ``nn.AvgPool2d`` it comes from."""
+    torch_pool = nn.AvgPool2d(*args)
+    pool = AvgPool2d.from_torch(torch_pool)
+    x = _channels_last(2, 16, 9, 11)
+    assert torch.equal(pool(x), torch_pool(x))
+    assert f"count_include_pad={args[4]}, divisor_override={args[5]}" in repr(pool)
+    with pytest.raises(ValueError, match="takes an nn.AvgPool2d"):
+        AvgPool2d.from_torch(nn.MaxPool2d(2))
+
+
+@pytest.mark.parametrize("args", AVG_POOLS[2:], ids=str)
+def test_avg_pool_op_passes_opcheck_on_the_cpu(args):
+    """``cute_conv::avg_pool2d`` (what ``torch.compile`` traces): torch's pool on CPU tensors,
+    channels_last, its fake implementation the same shape (torch.library's opcheck)."""
+    kernel_size, stride, padding, *rest = args
+    x = _channels_last(2, 16, 9, 11)
+    op_args = (x, list(kernel_size), list(stride), list(padding), *rest)
+    torch.library.opcheck(torch.ops.cute_conv.avg_pool2d.default, op_args)
+    ours = torch.ops.cute_conv.avg_pool2d(*op_args)
+    assert ours.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(ours, F.avg_pool2d(x, *args))
+
+
+@pytest.mark.parametrize("args", AVG_POOLS, ids=str)
+def test_avg_pool_kernel_sums_each_tap_and_divides(args):
+    """Every window tap one 16-byte load, summed in float32 and divided with IEEE rounding
+    (``div.rn``: torch's quotient, not a reciprocal's), the result one 16-byte store."""
+    kernel_size, stride, padding, _, count_include_pad, divisor = args
+    window = PoolWindow(kernel_size, stride, padding, (1, 1))
+    ptx = compile_avg_pool("sm_90a", torch.bfloat16, window, count_include_pad, divisor).ptx
+    taps = kernel_size[0] * kernel_size[1]
+    assert len(re.findall(r"ld\.global(\.\w+)*\.v4", ptx)) == taps
+    assert len(re.findall(r"st\.global(\.\w+)*\.v4", ptx)) == 1
+    assert ptx.count("div.rn.f32") == 8 and "rcp." not in ptx and "max.NaN" not in ptx
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        (dict(window=PoolWindow((2, 2), (2, 2), (0, 0), (2, 2))), ValueError, "dilation must be"),
+        (dict(dtype=torch.float8_e4m3fn), TypeError, "dtype=float8_e4m3fn is not supported"),
+        (dict(count_include_pad=1), TypeError, "count_include_pad must be a bool"),
+        (dict(divisor_override=0), ValueError, "divisor_override must be >= 1, got 0"),
+        (dict(divisor_override=True), TypeError, "divisor_override must be None or an int"),
+        (dict(divisor_override=2.0), TypeError, "divisor_override must be None or an int"),
+        (dict(window=((2, 2), (2, 2), (0, 0), (1, 1))), TypeError, "window must be a PoolWindow"),
+    ],
+)
+def test_avg_pool_compile_names_a_wrong_argument(kwargs, error, match):
+    args = {"arch": "sm_90a", "dtype": torch.bfloat16,
+            "window": PoolWindow((2, 2), (2, 2), (0, 0), (1, 1)), **kwargs}  # fmt: skip
+    with pytest.raises(error, match=match):
+        compile_avg_pool(**args)
+
+
+@requires_sm90
+@pytest.mark.parametrize("args", AVG_POOLS, ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("shape", [(2, 64, 17, 23), (1, 8, 5, 4), (3, 24, 56, 56)], ids=str)
+def test_avg_pool_kernel_matches_torch(args, dtype, shape):
+    """The kernel's output is torch's channels_last pool's, bit for bit (sums in its order,
+    its divisor, IEEE division), NaN included."""
+    if dtype == torch.float32 and shape[1] % 4:
+        pytest.skip("float32 vectors are 4 channels")
+    x = torch.randn(*shape, device="cuda").to(dtype).contiguous(memory_format=torch.channels_last)
+    x[0, 1, 2, 3] = float("nan")
+    ref = F.avg_pool2d(x, *args)
+    ours = AvgPool2d(*args)(x)
+    assert ours.shape == ref.shape and ours.dtype == dtype
+    assert ours.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(ours.isnan(), ref.isnan())
+    assert torch.equal(ours.nan_to_num(0.0), ref.nan_to_num(0.0))
+
+
+@requires_sm90
+def test_avg_pool_compiled_and_graphed():
+    _check_compiled_and_graphed(
+        AvgPool2d(3, 1, 1), (4, 64, 35, 35), lambda x: F.avg_pool2d(x, 3, 1, 1)
+    )
 
 
 # ---------------------------------------------------------------- global average pools

@@ -3,7 +3,7 @@
     python benchmarks/experiments/tiled_pool_ab.py --batches 1 8 32 --out tiled_pool_ab.json
 
 ``torch``: ``F.max_pool2d`` (channels_last); ``amax``: ``pooling.TiledMaxPool2d`` (one ``amax``
-over the NHWC view); ``kernel``: ``pooling.MaxPool2d`` (one pass of ``kernels.common.max_pool``).
+over the NHWC view); ``kernel``: ``pooling.MaxPool2d`` (one pass of ``kernels.common.pool``).
 bf16 channels_last random inputs of VGG-16's five pool shapes; each output checked bit for bit
 against torch's; CUDA-graph replays in interleaved rounds (medians).
 """
