@@ -69,11 +69,14 @@ MODELS = (
     "resnet18", "resnet50", "vgg16", "regnet_y_1_6gf", "mobilenet_v3_large", "resnet50_fpn",
     "resnext50_32x4d", "efficientnet_b0", "convnext_tiny", "convnext_small", "efficientnet_b1",
     "densenet121", "googlenet", "mobilenet_v2", "shufflenet_v2_x1_0", "wide_resnet50_2",
+    "inception_v3",
 )  # fmt: skip
 DETECTION_BACKBONE = "resnet50_fpn"
 BATCHES = (1, 8, 32, 128)
 IMAGE_SIZE = 224
 DETECTION_IMAGE_SIZE = 800
+# The models measured at another size than IMAGE_SIZE: the detector's, and Inception-v3's own.
+IMAGE_SIZES = {DETECTION_BACKBONE: DETECTION_IMAGE_SIZE, "inception_v3": 299}
 SEED = 0
 # What is compared, in timing order: cute_conv.optimize, torch eager, torch.compile.
 METHODS = ("cute_conv", "eager", "compile")
@@ -105,7 +108,7 @@ def no_gpu_reason() -> str | None:
 
 def image_size(name: str) -> int:
     """The square images ``name`` is measured on."""
-    return DETECTION_IMAGE_SIZE if name == DETECTION_BACKBONE else IMAGE_SIZE
+    return IMAGE_SIZES.get(name, IMAGE_SIZE)
 
 
 class FlatFeatures(nn.Module):
@@ -393,7 +396,8 @@ def render_markdown(data: dict, chart_name: str) -> str:
         f"bfloat16, channels_last, {IMAGE_SIZE}x{IMAGE_SIZE} ({DETECTION_BACKBONE}: Faster "
         f"R-CNN's ResNet-50-FPN backbone with FrozenBatchNorm2d, as a pretrained detector holds "
         f"it, its five feature maps flattened into one output, {DETECTION_IMAGE_SIZE}x"
-        f"{DETECTION_IMAGE_SIZE}). Each of cute_conv.optimize(model), "
+        f"{DETECTION_IMAGE_SIZE}; inception_v3: {IMAGE_SIZES['inception_v3']}x"
+        f"{IMAGE_SIZES['inception_v3']}). Each of cute_conv.optimize(model), "
         f"torch eager (cuDNN, cudnn.benchmark=True) and torch.compile (freezing, default mode) "
         f"runs as a CUDA graph captured after {WARMUP_CALLS} warmup calls on a side stream; "
         f"graph replays are timed in one process, {ROUNDS} rounds of triton.testing.do_bench "

@@ -235,6 +235,7 @@ def test_detection_backbone_holds_randomized_frozen_batch_norms(models):
     assert len(frozen) == 53 and not any(isinstance(m, nn.BatchNorm2d) for m in model.modules())
     assert all(0.5 <= m.running_var.min() and m.running_var.max() <= 1.5 for m in frozen)
     assert models.image_size("resnet50_fpn") == 800 and models.image_size("resnet50") == 224
+    assert models.image_size("inception_v3") == 299
     with torch.no_grad():
         out = model(torch.randn(1, 3, 64, 64))
     assert out.dim() == 2 and out.shape[0] == 1 and out.isfinite().all()
