@@ -118,7 +118,7 @@ class MaxPool2d(nn.Module):
         return cls(pool.kernel_size, pool.stride, pool.padding, pool.dilation, pool.ceil_mode)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.compiler.is_compiling() and x.is_cuda and not x.requires_grad:
+        if torch.compiler.is_compiling() and x.is_cuda and x.dim() == 4 and not x.requires_grad:
             # Opaque to the tracer (the launch reads data pointers): the op checks the rest.
             return torch.ops.cute_conv.max_pool2d(x, *map(list, self.window), self.ceil_mode)
         if not _kernel_takes(x, self.window, self.ceil_mode):
@@ -307,7 +307,7 @@ class AvgPool2d(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         kernel_size, stride, padding, _ = self.window
-        if torch.compiler.is_compiling() and x.is_cuda and not x.requires_grad:
+        if torch.compiler.is_compiling() and x.is_cuda and x.dim() == 4 and not x.requires_grad:
             # Opaque to the tracer (the launch reads data pointers): the op checks the rest.
             return torch.ops.cute_conv.avg_pool2d(
                 x, list(kernel_size), list(stride), list(padding), self.ceil_mode, *self._divisor

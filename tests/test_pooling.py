@@ -223,12 +223,14 @@ def test_max_pool_other_inputs_and_compiled():
 
 
 def _check_compiled_and_graphed(pool: nn.Module, shape: tuple, expected) -> None:
-    """``pool`` under torch.compile(fullgraph=True) and replayed from a CUDA graph computes
-    ``expected(x)``; on an input that requires grad it is torch's pool, with its gradient."""
+    """``pool`` under torch.compile(fullgraph=True) (an unbatched 3-D input too: torch's pool)
+    and replayed from a CUDA graph computes ``expected(x)``; on an input that requires grad it
+    is torch's pool, with its gradient."""
     x = torch.randn(*shape, device="cuda").to(torch.bfloat16)
     x = x.contiguous(memory_format=torch.channels_last)
     compiled = torch.compile(pool, fullgraph=True)
     assert torch.equal(compiled(x), expected(x))
+    assert torch.equal(compiled(x[0]), expected(x[0]))
     static = torch.zeros_like(x)
     pool(static)
     graph = torch.cuda.CUDAGraph()
