@@ -16,7 +16,7 @@ ResNet-50's 3x3 stride-2 pool 436 us of a ~3 ms batch-128 forward (inductor's: 9
   (Inception's 3x3 stride-1 branch pools), every argument of torch's kept, run on a GPU by one
   pass of ``kernels.common.pool`` (the same bits as torch's channels_last pool), as the op
   ``cute_conv::avg_pool2d`` under ``torch.compile``. torch's took 29.6 us for DenseNet-121's
-  three at batch 8 on an H200 (~0.6 TB/s).
+  three at batch 8 on an H200 (~0.5 TB/s).
 
 torch's channels_last mean over H and W is slow too: the 16 squeeze-excitation pools of an
 EfficientNet-B0 took ~150 us of a ~740 us batch-8 forward on an H200, 6-27 us of kernel time
