@@ -29,6 +29,9 @@ eval, bfloat16, channels_last, 224x224 images, at each batch size:
   settings), where inductor fuses what is not a conv (ConvNeXt's LayerNorms and GELUs,
   EfficientNet's squeeze-excitation pools) around cute_conv's ops; its own report section.
 
+``--models`` also takes any other torchvision classification model (random weights, 224x224):
+a held-out check, reported after these.
+
 Measuring needs an H100/H200. One invocation measures the models and batches it is given and
 merges them into the JSON file (a row per model and batch; a row measured again replaces the
 old one), so that each call stays within a few minutes; it then renders the Markdown report and
@@ -104,6 +107,23 @@ def no_gpu_reason() -> str | None:
     if torch.cuda.get_device_capability() != (9, 0):
         return f"{torch.cuda.get_device_name()} is not a Hopper (compute capability 9.0) GPU"
     return None
+
+
+def model_name(text: str) -> str:
+    """``text`` where it names a model ``build_model`` builds: one of ``MODELS``, or any other
+    torchvision classification model (a held-out check), else an argparse error."""
+    import torchvision
+
+    if text in MODELS or text in torchvision.models.list_models(module=torchvision.models):
+        return text
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is neither one of {', '.join(MODELS)} nor a torchvision classification model"
+    )
+
+
+def _model_order(name: str) -> tuple[int, str]:
+    """Report order: ``MODELS``' own, then other models by name."""
+    return (MODELS.index(name), "") if name in MODELS else (len(MODELS), name)
 
 
 def image_size(name: str) -> int:
@@ -329,7 +349,7 @@ def merge_results(data: dict, rows: list[dict], reports: dict[str, str]) -> dict
     ``reports`` replacing the old reports of their models."""
     fresh = {(r["model"], r["batch"]) for r in rows}
     kept = [r for r in data["rows"] if (r["model"], r["batch"]) not in fresh]
-    merged = sorted(kept + rows, key=lambda r: (MODELS.index(r["model"]), r["batch"]))
+    merged = sorted(kept + rows, key=lambda r: (_model_order(r["model"]), r["batch"]))
     return {"rows": merged, "reports": {**data["reports"], **reports}}
 
 
@@ -534,7 +554,10 @@ def _positive_int(text: str) -> int:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    parser.add_argument(
+        "--models", nargs="+", type=model_name, default=list(MODELS),
+        help="MODELS (the default), or any torchvision classification model",
+    )  # fmt: skip
     parser.add_argument("--batches", nargs="+", type=_positive_int, default=list(BATCHES))
     parser.add_argument("--json", type=Path, default=HERE / "models.json", help="results file")
     parser.add_argument("--out", type=Path, default=HERE / "MODELS.md", help="Markdown report")

@@ -16,7 +16,7 @@ import argparse
 from collections import defaultdict
 
 import torch
-from models import MODELS, build_model, compile_timed, graphed, image_size, no_gpu_reason
+from models import build_model, compile_timed, graphed, image_size, model_name, no_gpu_reason
 from torch.profiler import ProfilerActivity, profile
 
 import cute_conv
@@ -53,7 +53,7 @@ def print_table(title: str, table: dict[str, tuple[int, float]], wall_us: float,
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="resnet50", choices=MODELS)
+    parser.add_argument("--model", default="resnet50", type=model_name)
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--top", type=int, default=15, help="kernel names listed per method")
     args = parser.parse_args()

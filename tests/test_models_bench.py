@@ -112,6 +112,16 @@ def test_merge_replaces_the_rows_measured_again(models):
     assert merged["reports"] == {"resnet18": "old 18", "resnet50": "new 50"}
 
 
+def test_any_torchvision_classifier_is_measured_after_the_models(models):
+    """A model outside ``MODELS`` (a held-out check) parses and sorts after them, by name."""
+    pytest.importorskip("torchvision")
+    args = models.parse_args(["--models", "resnet101", "resnet18", "--render"])
+    assert args.models == ["resnet101", "resnet18"]
+    rows = [row(name, 8, (1.0, 1.0, 1.0)) for name in ("wide_resnet101_2", "resnet101", "vgg16")]
+    merged = models.merge_results({"rows": [], "reports": {}}, rows, {})
+    assert [r["model"] for r in merged["rows"]] == ["vgg16", "resnet101", "wide_resnet101_2"]
+
+
 def test_progress_line(models):
     line = models._progress_line(row("resnet50", 32, (10.0, 20.0, 12.0)))
     assert line.startswith(" resnet50 batch  32: cute_conv 3200 img/s, torch eager 1600 img/s")
@@ -188,7 +198,7 @@ def test_resnet50_example_without_gpu_exits_nonzero():
     ("args", "message"),
     [
         (["--batches", "0"], "batch sizes must be >= 1, got 0"),
-        (["--models", "resnet101"], "invalid choice: 'resnet101'"),
+        (["--models", "resnet1O1"], "'resnet1O1' is neither one of resnet18, resnet50"),
     ],
 )
 def test_bad_arguments(models, capsys, args, message):
