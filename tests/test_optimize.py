@@ -303,6 +303,22 @@ def test_ceil_mode_max_pools_become_modules():
     assert len(pools) == len(gm.cute_conv_report.pools) == 13 and all(p.ceil_mode for p in pools)
 
 
+@pytest.mark.parametrize(
+    ("name", "max_pools", "avg_pools"), [("inception_v3", 4, 9), ("densenet121", 1, 3)]
+)
+def test_models_average_pools_become_modules(name, max_pools, avg_pools):
+    """Inception-v3's branch pools (``F.avg_pool2d``) and DenseNet-121's transitions
+    (``nn.AvgPool2d``): every pool of the model is cute_conv's, no conv is left."""
+    kwargs = {"aux_logits": False, "init_weights": False} if name == "inception_v3" else {}
+    model = getattr(torchvision_models(), name)(weights=None, **kwargs)
+    gm = cute_conv.optimize(model.to(BF16).eval())
+    types = module_types(gm)
+    assert types[AvgPool2d] == avg_pools and types[MaxPool2d] == max_pools
+    assert len(gm.cute_conv_report.pools) == max_pools + avg_pools
+    assert not gm.cute_conv_report.left
+    assert not any(type(m) in (nn.AvgPool2d, nn.MaxPool2d) for m in gm.modules())
+
+
 def test_functional_global_means_become_gemvs():
     gm = cute_conv.optimize(FunctionalMeans().eval())
     pools = [m for m in gm.modules() if isinstance(m, GlobalAvgPool2d)]
