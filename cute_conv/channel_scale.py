@@ -16,7 +16,7 @@ from torch import fx, nn
 
 from .compile import compile_channel_scale
 from .cuda_context import current_raw_stream, device_arch, on_device
-from .kernels.common.channel_scale import VECTOR_BYTES
+from .kernels.common.channel_rows import VECTOR_BYTES
 
 __all__ = ["ChannelScale", "kernel_takes", "match_excitation_scale"]
 

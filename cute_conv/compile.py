@@ -460,7 +460,7 @@ def compile_max_pool(arch: str, dtype: Any, window: PoolWindow) -> CompiledHelpe
     """Compile (or fetch from the caches) the NHWC max-pool kernel of ``dtype`` (bfloat16,
     float16, float32 or float8_e4m3fn) for ``window``; see ``cute_conv.pooling``. Needs no
     GPU. Launch with ``(x_ptr, y_ptr, N, H, W, P, Q, vectors, stream)``, ``vectors`` the
-    channels over ``kernels.common.pool.VECTOR_BYTES / element size``."""
+    channels over ``kernels.common.channel_rows.VECTOR_BYTES / element size``."""
     _check_arch(arch)
     _check_pool_window(window)
     dtype = dtype_name(dtype, "dtype", tuple(dtype_name(t) for t in POOL_TYPES))

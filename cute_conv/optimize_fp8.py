@@ -12,7 +12,7 @@ from torch import fx, nn
 
 from .delayed_scaling import DelayedScales, seed, seed_on_first_call
 from .fp8 import scale_from_amax
-from .kernels.common.pool import VECTOR_BYTES as POOL_VECTOR_BYTES
+from .kernels.common.channel_rows import VECTOR_BYTES as POOL_VECTOR_BYTES
 from .nn import Conv2d
 from .optimize_report import LeftConv, OptimizeReport
 from .pooling import MaxPool2d

@@ -40,7 +40,8 @@ from torch import nn
 from .compile import compile_avg_pool, compile_max_pool
 from .cuda_context import current_raw_stream, device_arch, on_device
 from .dtypes import dtype_name
-from .kernels.common.pool import AVG_POOL_TYPES, POOL_TYPES, VECTOR_BYTES, PoolWindow
+from .kernels.common.channel_rows import VECTOR_BYTES
+from .kernels.common.pool import AVG_POOL_TYPES, POOL_TYPES, PoolWindow
 
 __all__ = [
     "AvgPool2d",

@@ -13,9 +13,8 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 
-from .channel_rows import channel_row_stride
+from .channel_rows import channel_row_stride, vector_elements
 
-VECTOR_BYTES = 16  # per load and store: C must be a multiple of VECTOR_BYTES / element size
 SCALE_TYPES = (cutlass.BFloat16, cutlass.Float16)
 _THREADS = 256
 
@@ -26,12 +25,8 @@ class ChannelScaleNhwc:
     ``vectors = C / vector`` as Int32."""
 
     def __init__(self, dtype: type[cutlass.Numeric]):
-        if dtype not in SCALE_TYPES:
-            raise TypeError(
-                f"dtype must be one of {', '.join(t.__name__ for t in SCALE_TYPES)}, got {dtype}"
-            )
+        self.vector = vector_elements(dtype, SCALE_TYPES)
         self.dtype = dtype
-        self.vector = VECTOR_BYTES * 8 // dtype.width
 
     @cute.jit
     def __call__(

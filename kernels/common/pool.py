@@ -26,9 +26,8 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 
-from .channel_rows import channel_row_stride
+from .channel_rows import channel_row_stride, vector_elements
 
-VECTOR_BYTES = 16  # per load and store: C must be a multiple of VECTOR_BYTES / element size
 # e4m3 maps too (an fp8 stem's output): max commutes with a monotone per-tensor quantization.
 # Not e5m2: its infinities would come back finite from the saturating conversion.
 POOL_TYPES = (cutlass.BFloat16, cutlass.Float16, cutlass.Float32, cutlass.Float8E4M3FN)
@@ -51,14 +50,12 @@ class MaxPool2dNhwc:
     input and ``[N, P, Q, C]`` output, then ``n, h, w, p, q`` and ``vectors = C / vector`` as
     Int32."""
 
+    dtypes = POOL_TYPES  # the values it pools
+
     def __init__(self, dtype: type[cutlass.Numeric], window: PoolWindow):
-        if dtype not in POOL_TYPES:
-            raise TypeError(
-                f"dtype must be one of {', '.join(t.__name__ for t in POOL_TYPES)}, got {dtype}"
-            )
+        self.vector = vector_elements(dtype, self.dtypes)
         self.dtype = dtype
         self.window = window
-        self.vector = VECTOR_BYTES * 8 // dtype.width
 
     @cute.jit
     def __call__(
@@ -139,6 +136,7 @@ class AvgPool2dNhwc(MaxPool2dNhwc):
     """``MaxPool2dNhwc``'s entry and walk of the window (dilation 1), the taps summed and the
     sum divided by torch's divisor (see the module docstring)."""
 
+    dtypes = AVG_POOL_TYPES
     initial = 0.0
 
     def __init__(
@@ -148,10 +146,6 @@ class AvgPool2dNhwc(MaxPool2dNhwc):
         count_include_pad: bool,
         divisor_override: Optional[int],
     ):
-        if dtype not in AVG_POOL_TYPES:
-            raise TypeError(
-                f"dtype must be one of {', '.join(t.__name__ for t in AVG_POOL_TYPES)}, got {dtype}"
-            )
         if tuple(window.dilation) != (1, 1):
             raise ValueError(f"an average pool has no dilation, got {window.dilation}")
         super().__init__(dtype, window)
