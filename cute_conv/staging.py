@@ -28,8 +28,9 @@ wastes most of each k-tile, since a k-tile never spans two filter taps.
   blocks, 4x2 taps of 64 channels instead of 49 of 8; with C=3: 2x8 blocks, 4x1 taps.
 - Otherwise: the activation is unfolded into explicit im2col columns ``[N, P, Q, R*S*C]`` and
   the kernel runs the equivalent 1x1 conv, whose k-tiles are full. A patch of at most
-  ``PATCH_ROW_MAX_COLUMNS`` columns (VGG's 3x3 stem: 27) is unfolded a row per thread, the
-  window compile-time.
+  ``PATCH_ROW_FASTER_COLUMNS`` columns (VGG's 3x3 stem: 27) over at least
+  ``PATCH_ROW_MIN_ROWS`` output pixels is unfolded a row per thread, the window compile-time
+  (``unfolds_rows``).
 
 A conv whose filter windows tile its input (``validation.tiles_input``: stride = filter size,
 as in a ViT patch embedding or a ConvNeXt downsampling) runs on the patch view (``patch_view``,
@@ -52,7 +53,7 @@ from .compile import compile_im2col_columns, compile_space_to_depth
 from .cuda_context import current_raw_stream, device_arch, on_device
 from .epilogue import kernel_vector_dtype
 from .kernels.common.space_to_depth import FOLD_ROWS
-from .kernels.common.unfold import PATCH_ROW_MAX_COLUMNS, VECTOR_BYTES
+from .kernels.common.unfold import VECTOR_BYTES
 from .kernels.sm90.schedule_checks import MAX_K_TILE_BYTES
 from .problem import Conv2dProblemShape
 from .validation import MAX_STRIDE, ROW_ALIGNMENT_BYTES, tiles_input
@@ -72,9 +73,17 @@ __all__ = [
     "staged_weights",
     "staging_plan",
     "super_pixel_view",
+    "unfolds_rows",
     "uses_im2col",
     "uses_space_to_depth",
 ]
+
+# ``Im2colPatchRows`` (a thread per row) against ``Im2colColumns`` (a thread per 16-byte vector),
+# per call on an H200 (benchmarks/experiments/unfold_ab_H200.json): 1.1-1.9x for VGG's 27
+# columns, even for ConvNeXt's 48 at 25k rows, 0.6-0.9x for a 7x7 stem's 147 and at 3k rows,
+# where a row per thread leaves most SMs idle. Bounds fitted between those points.
+PATCH_ROW_FASTER_COLUMNS = 64  # at most the kernel's PATCH_ROW_MAX_COLUMNS
+PATCH_ROW_MIN_ROWS = 8192
 
 # TMA rows are whole 16-byte units: C and K of 16-bit tensors must be multiples of 8
 # elements, of fp8 tensors multiples of 16 (``channel_alignment``).
@@ -278,9 +287,9 @@ def _im2col_launch(
 ) -> StagingLaunch | None:
     """The unfolding kernel's launch (``kernels.common.unfold``) that writes the im2col
     columns ``[N, P, Q, width]``: row (n, p, q) holds the (r, s, c) patch under output
-    (p, q), zero past the image and past column R*S*C (``Im2colPatchRows`` where the patch
-    has at most ``PATCH_ROW_MAX_COLUMNS`` columns). None where the kernel cannot take it (it
-    numbers its threads in 32 bits): torch ops stage it then."""
+    (p, q), zero past the image and past column R*S*C (``Im2colPatchRows`` where
+    ``unfolds_rows``). None where the kernel cannot take it (it numbers its threads in 32
+    bits): torch ops stage it then."""
     vector = VECTOR_BYTES // element_bytes
     if problem.N * problem.P * problem.Q * (width // vector) >= 2**31:
         return None
@@ -290,13 +299,25 @@ def _im2col_launch(
         *problem.stride, *problem.dilation, width // vector,
     )  # fmt: skip
     shape = (problem.N, problem.P, problem.Q, width)
-    columns = problem.R * problem.S * problem.C
-    if columns <= PATCH_ROW_MAX_COLUMNS and width // vector == -(-columns // vector):
-        # A small patch (the RGB stems): a thread per row, the window compile-time.
+    if unfolds_rows(problem, width, element_bytes):
         compile_args = (problem.C, (problem.R, problem.S))
     else:
         compile_args = (problem.C,)
     return StagingLaunch(compile_im2col_columns, compile_args, shape, geometry)
+
+
+def unfolds_rows(problem: Conv2dProblemShape, width: int, element_bytes: int) -> bool:
+    """Whether the columns ``[N, P, Q, width]`` of ``problem`` are unfolded a thread per row
+    (``Im2colPatchRows``): a small patch (the RGB stems) whose row is ``width`` rounded to
+    whole vectors no further, over enough rows to fill the GPU (``PATCH_ROW_FASTER_COLUMNS``,
+    ``PATCH_ROW_MIN_ROWS``)."""
+    vector = VECTOR_BYTES // element_bytes
+    columns = problem.R * problem.S * problem.C
+    return (
+        columns <= PATCH_ROW_FASTER_COLUMNS
+        and width // vector == -(-columns // vector)
+        and problem.N * problem.P * problem.Q >= PATCH_ROW_MIN_ROWS
+    )
 
 
 def _channel_pad_launch(

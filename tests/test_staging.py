@@ -20,6 +20,7 @@ from cute_conv.staging import (
     staged_weights,
     staging_plan,
     super_pixel_view,
+    unfolds_rows,
     uses_im2col,
     uses_space_to_depth,
 )
@@ -168,19 +169,29 @@ def _poison_next_allocation(shape: tuple[int, ...], element_size: int) -> None:
         (2, 30, 27, 3, 11, 11, dict(stride=4, padding=2)),  # 363 columns: a thread per vector
     ],
 )
-def test_im2col_kernel_matches_the_torch_staging(n, h, w, c, r, s, conv, dtype):
-    """The unfolding kernel writes exactly what the torch specification does, every element
-    (its output starts NaN-poisoned, so an element it skips shows); fp8 activations arrive
-    as their bytes (uint8), rows of 16-byte units of them."""
-    from cute_conv.staging import _im2col_columns_torch, _im2col_launch
+@pytest.mark.parametrize("row_per_thread", [False, True])
+def test_im2col_kernel_matches_the_torch_staging(n, h, w, c, r, s, conv, dtype, row_per_thread):
+    """Each unfolding kernel (a thread per vector; a thread per row where the patch fits it,
+    whichever ``unfolds_rows`` would pick) writes exactly what the torch specification does,
+    every element (its output starts NaN-poisoned, so an element it skips shows); fp8
+    activations arrive as their bytes (uint8), rows of 16-byte units of them."""
+    from cute_conv.kernels.common.unfold import PATCH_ROW_MAX_COLUMNS
 
+    from cute_conv.compile import compile_im2col_columns
+    from cute_conv.staging import StagingLaunch, _im2col_columns_torch, _im2col_launch
+
+    if row_per_thread and r * s * c > PATCH_ROW_MAX_COLUMNS:
+        pytest.skip("a patch wider than a thread's row")
     x = _random_activation((n, h, w, c), dtype)
     problem = Conv2dProblemShape.from_shapes(x.shape, (8, r, s, c), **conv)
     kp = kernel_problem_for(problem, x.element_size())
     assert uses_im2col(problem) and kp.C % (16 // x.element_size()) == 0
+    launch = _im2col_launch(problem, kp.C, x.element_size())
+    compile_args = (c, (r, s)) if row_per_thread else (c,)
+    launch = StagingLaunch(compile_im2col_columns, compile_args, launch.shape, launch.geometry)
     expected = _im2col_columns_torch(x.cpu(), problem, kp.C)
     _poison_next_allocation(expected.shape, x.element_size())
-    staged = _im2col_launch(problem, kp.C, x.element_size()).run(x, None)
+    staged = launch.run(x, None)
     torch.cuda.synchronize()
     assert staged.shape == expected.shape and torch.equal(staged.cpu(), expected)
 
@@ -193,6 +204,7 @@ def test_im2col_kernel_matches_the_torch_staging(n, h, w, c, r, s, conv, dtype):
         (2, 32, 48, 257, 1, 1, dict(stride=(2, 3))),  # 257 channels of 264 (fp8: 272)
         (1, 10, 39, 129, 1, 3, dict(stride=3, padding=((0, 0), (1, 0)))),
         (3, 9, 7, 13, 3, 3, dict(padding=1)),  # 13 of 16 (fp8: 16)
+        (1, 96, 96, 13, 3, 3, dict(padding=1)),  # 9,216 pixels: a thread per pixel's row
         (1, 5, 3, 47, 3, 3, dict(dilation=2, padding=2)),
     ],
 )
@@ -233,24 +245,41 @@ def test_channel_pad_is_one_staging_launch_of_the_pixels():
 
 
 @pytest.mark.parametrize(
-    ("c", "r", "s", "element_bytes", "taps"),
+    ("n", "size", "c", "r", "stride", "element_bytes", "rows"),
     [
-        (3, 3, 3, 2, (3, 3)),  # VGG's stem: 27 columns, a thread per row
-        (3, 7, 7, 1, (7, 7)),  # 147 columns of 160 (fp8)
-        (2, 10, 10, 2, (10, 10)),  # 200: the most a thread's row takes
-        (4, 8, 8, 2, None),  # 256 columns: a thread per 16-byte vector
-        (3, 11, 11, 2, None),  # AlexNet's 363
+        (1, 224, 3, 3, 1, 2, True),  # VGG's stem: 27 columns, 50,176 rows
+        (1, 224, 3, 3, 1, 1, True),  # in fp8: 27 columns of 32
+        (1, 64, 3, 3, 1, 2, False),  # 4,096 rows: too few for a row per thread
+        (1, 224, 3, 4, 4, 2, False),  # ConvNeXt's patchify at batch 1: 3,136 rows
+        (8, 224, 3, 4, 4, 2, True),  # and at batch 8: 25,088
+        (8, 224, 3, 7, 3, 2, False),  # 147 columns: a thread per vector
+        (8, 224, 4, 8, 4, 2, False),  # 256 columns
     ],
 )
-def test_small_patches_unfold_a_row_per_thread(c, r, s, element_bytes, taps):
-    """The unfolding launch takes the window at compile time (``Im2colPatchRows``) where the
-    patch has at most ``PATCH_ROW_MAX_COLUMNS`` columns, the same launch geometry either way."""
-    problem = Conv2dProblemShape.from_shapes((2, 40, 36, c), (16, r, s, c), stride=4, padding=2)
+def test_small_patches_over_many_rows_unfold_a_row_per_thread(
+    n, size, c, r, stride, element_bytes, rows
+):
+    """The unfolding launch takes the window at compile time (``Im2colPatchRows``) where
+    ``unfolds_rows``: a patch of at most ``PATCH_ROW_FASTER_COLUMNS`` columns over at least
+    ``PATCH_ROW_MIN_ROWS`` output pixels; the same launch geometry either way."""
+    problem = Conv2dProblemShape.from_shapes(
+        (n, size, size, c), (16, r, r, c), stride=stride, padding=r // 2 if stride == 1 else 0
+    )
     kp = kernel_problem_for(problem, element_bytes)
     launch = staging_plan(problem, kp, element_bytes).activation_launch
     assert uses_im2col(problem, element_bytes) and launch.shape == kp.activation_shape
-    assert launch.compile_args == ((c,) if taps is None else (c, taps))
+    assert unfolds_rows(problem, kp.C, element_bytes) == rows
+    assert launch.compile_args == ((c, (r, r)) if rows else (c,))
     assert launch.geometry[-1] == kp.C * element_bytes // 16  # the row's vectors
+
+
+def test_row_per_thread_bounds_fit_the_kernel():
+    """The routing's column bound is one the patch-row kernel compiles for."""
+    from cute_conv.kernels.common.unfold import PATCH_ROW_MAX_COLUMNS
+
+    from cute_conv.staging import PATCH_ROW_FASTER_COLUMNS
+
+    assert PATCH_ROW_FASTER_COLUMNS <= PATCH_ROW_MAX_COLUMNS
 
 
 def test_im2col_is_used_for_few_channels_only():
