@@ -12,7 +12,7 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
-from cute_conv.kernels.common.pool import PoolWindow
+from cute_conv.kernels.common.pool import TAPS_IN_FLIGHT, PoolWindow
 from torch import nn
 
 from cute_conv.compile import compile_avg_pool, compile_max_pool
@@ -149,12 +149,16 @@ def test_max_pool_module_on_the_cpu_is_torchs():
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "float8_e4m3fn"])
 def test_max_pool_kernel_is_one_vectorized_pass(dtype):
-    """Every window tap is one 16-byte load, the result one 16-byte store; the max keeps NaN."""
+    """Every window tap is one 16-byte load, all in flight together (but the first tap's,
+    which ptxas reloads where it counts), the result one 16-byte store; the max keeps NaN."""
+    from tests.sass import loads_waiting_on_loads, sass_of_ptx
+
     window = PoolWindow((3, 3), (2, 2), (1, 1), (1, 1))
     ptx = compile_max_pool("sm_90a", dtype, window).ptx
     assert len(re.findall(r"ld\.global(\.\w+)*\.v4", ptx)) == 9
     assert len(re.findall(r"st\.global(\.\w+)*\.v4", ptx)) == 1
     assert "max.NaN.f32" in ptx
+    assert loads_waiting_on_loads(sass_of_ptx(ptx, "sm_90a")) <= 1
     with pytest.raises(TypeError, match="window must be a PoolWindow"):
         compile_max_pool("sm_90a", dtype, ((3, 3), (2, 2), (1, 1), (1, 1)))
     with pytest.raises(TypeError, match="dtype=int8 is not supported"):
@@ -179,6 +183,7 @@ GPU_POOLS = [
     ((3, 3), (1, 1), (1, 1), (1, 1)),
     ((2, 3), (2, 1), (1, 0), (1, 1)),
     ((3, 3), (3, 2), (0, 1), (2, 1)),
+    ((5, 5), (2, 2), (2, 2), (1, 1)),  # 25 taps: loads in flight in two groups
     ((2, 2), (2, 2), (0, 0), (1, 1)),
 ]
 TILING_WINDOW = GPU_POOLS[-1]  # VGG's: also through TiledMaxPool2d
@@ -254,6 +259,7 @@ AVG_POOLS = [
     ((3, 3), (2, 2), (1, 1), True, False, None),
     ((2, 3), (2, 1), (1, 0), False, False, None),
     ((3, 2), (3, 2), (1, 1), True, True, 5),
+    ((5, 4), (3, 3), (2, 1), True, False, None),  # 20 taps: loads in flight in two groups
 ]
 
 
@@ -302,8 +308,11 @@ def test_avg_pool_op_passes_opcheck_on_the_cpu(args):
 
 @pytest.mark.parametrize("args", AVG_POOLS, ids=str)
 def test_avg_pool_kernel_sums_each_tap_and_divides(args):
-    """Every window tap one 16-byte load, summed in float32 and divided with IEEE rounding
-    (``div.rn``: torch's quotient, not a reciprocal's), the result one 16-byte store."""
+    """Every window tap one 16-byte load, a window of up to 16 taps' all in flight together
+    (but the first tap's), summed in float32 and divided with IEEE rounding (``div.rn``: torch's quotient, not a
+    reciprocal's), the result one 16-byte store."""
+    from tests.sass import loads_waiting_on_loads, sass_of_ptx
+
     kernel_size, stride, padding, _, count_include_pad, divisor = args
     window = PoolWindow(kernel_size, stride, padding, (1, 1))
     ptx = compile_avg_pool("sm_90a", torch.bfloat16, window, count_include_pad, divisor).ptx
@@ -311,6 +320,8 @@ def test_avg_pool_kernel_sums_each_tap_and_divides(args):
     assert len(re.findall(r"ld\.global(\.\w+)*\.v4", ptx)) == taps
     assert len(re.findall(r"st\.global(\.\w+)*\.v4", ptx)) == 1
     assert ptx.count("div.rn.f32") == 8 and "rcp." not in ptx and "max.NaN" not in ptx
+    if taps <= TAPS_IN_FLIGHT:  # one group of loads (past it, the groups reuse registers)
+        assert loads_waiting_on_loads(sass_of_ptx(ptx, "sm_90a")) <= 1
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,8 @@ POOL_TYPES = (cutlass.BFloat16, cutlass.Float16, cutlass.Float32, cutlass.Float8
 # A mean is no value of the map: no fp8 (its quantization would need a scale).
 AVG_POOL_TYPES = POOL_TYPES[:3]
 _THREADS = 256
+# Taps whose loads a thread holds in flight at once: 16 of 16 bytes in 64 registers.
+TAPS_IN_FLIGHT = 16
 
 
 class PoolWindow(NamedTuple):
@@ -105,15 +107,27 @@ class MaxPool2dNhwc:
             left = out_w * sw - pw
             acc = cute.make_rmem_tensor((self.vector,), cutlass.Float32)
             acc.fill(cutlass.Float32(self.initial))
-            values = cute.make_rmem_tensor((self.vector,), self.dtype)
             wide = cute.make_rmem_tensor((self.vector,), cutlass.Float32)
-            for r in cutlass.range_constexpr(kh):
-                in_h = top + r * dh
-                for s in cutlass.range_constexpr(kw):
+            taps = kh * kw
+            # A group's loads all issued before its first use, unconditionally (a tap past the
+            # map reads the nearest pixel, then counts for nothing), so that they are in
+            # flight together: a load in its own branch, feeding the reduction there, waited
+            # out the one before, and a small pool's time was its taps' latencies end to end.
+            for first in cutlass.range_constexpr(0, taps, TAPS_IN_FLIGHT):
+                group = min(TAPS_IN_FLIGHT, taps - first)
+                values = cute.make_rmem_tensor((self.vector, group), self.dtype)
+                for i in cutlass.range_constexpr(group):
+                    r, s = divmod(first + i, kw)
+                    in_h = cutlass.min(cutlass.max(top + r * dh, 0), h - 1)
+                    in_w = cutlass.min(cutlass.max(left + s * dw, 0), w - 1)
+                    cute.autovec_copy(m_x[(None, chunk, in_w, in_h, image)], values[None, i])
+                # The taps inside the map, reduced in torch's order.
+                for i in cutlass.range_constexpr(group):
+                    r, s = divmod(first + i, kw)
+                    in_h = top + r * dh
                     in_w = left + s * dw
                     if in_h >= 0 and in_h < h and in_w >= 0 and in_w < w:
-                        cute.autovec_copy(m_x[(None, chunk, in_w, in_h, image)], values)
-                        wide.store(values.load().to(cutlass.Float32))
+                        wide.store(values[None, i].load().to(cutlass.Float32))
                         for e in cutlass.range_constexpr(self.vector):
                             acc[e] = self.combine(acc[e], wide[e])
             self.finish(acc, top, left, h, w)
