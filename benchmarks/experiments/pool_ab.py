@@ -5,6 +5,7 @@
 - VGG-16's five tiling max pools (2x2, stride 2): ``torch`` (``F.max_pool2d``), ``amax``
   (``TiledMaxPool2d``'s fallback: one ``amax`` over the NHWC view), ``kernel``
   (``pooling.MaxPool2d``: one pass of ``kernels.common.pool``).
+- ResNet's 3x3 stride-2 max pool of the stem's output: ``torch`` and ``kernel``.
 - DenseNet-121's three 2x2 transitions and Inception-v3's 3x3 stride-1 branch pools: ``torch``
   (``F.avg_pool2d``) and ``kernel`` (``pooling.AvgPool2d``).
 
@@ -30,6 +31,7 @@ from models import replayed_us  # noqa: E402
 
 # Pool inputs at batch 1, (channels, size), per model.
 VGG_POOLS = ((64, 224), (128, 112), (256, 56), (512, 28), (512, 14))
+RESNET_STEM_POOL = ((64, 112),)
 DENSENET_TRANSITIONS = ((128, 56), (256, 28), (512, 14))
 INCEPTION_BRANCHES = ((192, 35), (256, 35), (288, 35), (768, 17), (1280, 8), (2048, 8))
 
@@ -45,6 +47,8 @@ def calls(kind: str, x: torch.Tensor) -> dict:
     if kind == "vgg":
         return {"torch": lambda: F.max_pool2d(x, 2), "amax": lambda: _tiled_amax(x),
                 "kernel": lambda: MaxPool2d(2)(x)}  # fmt: skip
+    if kind == "resnet":
+        return {"torch": lambda: F.max_pool2d(x, 3, 2, 1), "kernel": lambda: MaxPool2d(3, 2, 1)(x)}
     args = (2, 2) if kind == "densenet" else (3, 1, 1)
     return {"torch": lambda: F.avg_pool2d(x, *args), "kernel": lambda: AvgPool2d(*args)(x)}
 
@@ -61,13 +65,14 @@ def measure(kind: str, shape: tuple[int, ...], rounds: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pools", nargs="+", default=["vgg", "densenet", "inception"],
-                        choices=["vgg", "densenet", "inception"])  # fmt: skip
+    kinds = ["vgg", "resnet", "densenet", "inception"]
+    parser.add_argument("--pools", nargs="+", default=kinds, choices=kinds)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    shapes = {"vgg": VGG_POOLS, "densenet": DENSENET_TRANSITIONS, "inception": INCEPTION_BRANCHES}
+    shapes = {"vgg": VGG_POOLS, "resnet": RESNET_STEM_POOL, "densenet": DENSENET_TRANSITIONS,
+              "inception": INCEPTION_BRANCHES}  # fmt: skip
     rows = []
     for kind in args.pools:
         for batch in args.batches:
