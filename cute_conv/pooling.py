@@ -216,11 +216,13 @@ def _kernel_takes(
 
 
 def _pooled(x: torch.Tensor, window: PoolWindow, ceil_mode: bool) -> torch.Tensor:
-    """The empty channels_last output of pooling ``x`` over ``window``."""
+    """The empty channels_last output of pooling ``x`` over ``window``: an NHWC allocation
+    seen as NCHW (a ``.contiguous(memory_format=...)`` of an NCHW one would copy it, a kernel
+    launch per pool)."""
     n, c, h, w = x.shape
     sizes = zip((h, w), *window, strict=True)
     p, q = (_output_size(*args, ceil_mode) for args in sizes)
-    return x.new_empty((n, c, p, q)).contiguous(memory_format=torch.channels_last)
+    return x.new_empty((n, p, q, c)).permute(0, 3, 1, 2)
 
 
 def _pool2d_nhwc(

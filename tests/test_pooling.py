@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from cute_conv.kernels.common.pool import TAPS_IN_FLIGHT, PoolWindow
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from cute_conv.compile import compile_avg_pool, compile_max_pool
 from cute_conv.pooling import (
@@ -23,6 +24,7 @@ from cute_conv.pooling import (
     TiledMaxPool2d,
     _global_avg_pool_nhwc,
     _output_size,
+    _pooled,
     _sum_row,
     averages_the_map,
     pool_for,
@@ -136,6 +138,29 @@ def test_output_size_is_torchs(size, kernel, stride, padding, dilation, ceil_mod
     x = torch.empty(1, 1, size, size)
     expected = F.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode=ceil_mode).shape[-1]
     assert _output_size(size, kernel, stride, padding, dilation, ceil_mode) == expected
+
+
+class _AtenOps(TorchDispatchMode):
+    """The aten ops run inside it, by name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_kernels_output_is_allocated_channels_last_without_a_copy():
+    """The pool kernel's output: one allocation, viewed as NCHW, channels_last (no copy, which
+    would be a kernel launch per pool on the GPU)."""
+    x = _channels_last(2, 16, 9, 11)
+    with _AtenOps() as ops:
+        out = _pooled(x, PoolWindow((3, 3), (2, 2), (1, 1), (1, 1)), ceil_mode=True)
+    assert out.shape == F.max_pool2d(x, 3, 2, 1, ceil_mode=True).shape
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    assert [name.split(".")[0] for name in ops.names] == ["new_empty", "permute"]
 
 
 def test_max_pool_module_on_the_cpu_is_torchs():
