@@ -194,7 +194,9 @@ def _kernel_takes(
     x: torch.Tensor, window: PoolWindow, ceil_mode: bool, dtypes: tuple = _KERNEL_DTYPES
 ) -> bool:
     """Whether a pool kernel of ``dtypes`` runs ``x``: see ``MaxPool2d``. The window must be
-    one torch takes (padding at most half the kernel) with an output of at least one pixel."""
+    one torch takes (padding at most half the kernel) with an output of at least one pixel,
+    over a map of at least one (the kernel reads a tap past the map at the nearest pixel;
+    torch rejects an empty map)."""
     if not (
         x.is_cuda
         and x.dim() == 4
@@ -208,7 +210,7 @@ def _kernel_takes(
     kernel_size, stride, padding, dilation = window
     sizes = zip(x.shape[2:], kernel_size, stride, padding, dilation, strict=True)
     for size, k, st, pad, dil in sizes:
-        if min(k, st, dil) < 1 or not 0 <= pad <= k // 2:
+        if size < 1 or min(k, st, dil) < 1 or not 0 <= pad <= k // 2:
             return False
         if _output_size(size, k, st, pad, dil, ceil_mode) < 1:
             return False

@@ -249,6 +249,11 @@ def test_max_pool_other_inputs_and_compiled():
     odd = torch.randn(2, 12, 9, 9, device="cuda").to(torch.bfloat16)  # 12 channels: 24 bytes
     odd = odd.contiguous(memory_format=torch.channels_last)
     assert torch.equal(pool(odd), F.max_pool2d(odd, 3, 2, 1))
+    # An empty map with a padded window (one output pixel by the size formula): torch's error.
+    empty = torch.empty(1, 64, 0, 5, device="cuda", dtype=torch.bfloat16)
+    for padded in (MaxPool2d(2, padding=1), AvgPool2d(2, padding=1)):
+        with pytest.raises(RuntimeError, match="Expected 3D or 4D"):
+            padded(empty.contiguous(memory_format=torch.channels_last))
     _check_compiled_and_graphed(pool, (4, 64, 56, 56), lambda x: F.max_pool2d(x, 3, 2, 1))
 
 
