@@ -7,7 +7,11 @@ The model is built as ``models.py`` builds it (torchvision, random weights and b
 statistics, eval, bf16, channels_last, 224x224). Prints, for each, the kernels grouped by name
 with their count per forward pass and their device time, largest first, and the sum; the gap
 between the sum and the graph's wall time is launch spacing. This says which layers a batch-1
-model loses on; it times nothing that ``models.py`` reports.
+model loses on; it times nothing that ``models.py`` reports. Our kernels launch with
+programmatic dependent launch: a kernel's span then includes its wait for the one before, so
+their sum can exceed the forward's wall time and a PDL kernel's row is an upper bound. Names
+lose torch's ``void``, ``at::native::`` and anonymous-namespace qualifiers (so that a torch
+elementwise kernel's functor, e.g. ``direct_copy_kernel_cuda``, fits the name column).
 """
 
 from __future__ import annotations
@@ -43,12 +47,20 @@ def kernel_times(replay) -> tuple[dict[str, tuple[int, float]], float]:
     return table, start.elapsed_time(end) * 1e3 / REPLAYS
 
 
-def print_table(title: str, table: dict[str, tuple[int, float]], wall_us: float, top: int) -> None:
+def short_name(name: str, width: int) -> str:
+    """A kernel's name without the qualifiers every torch kernel repeats, cut to ``width``."""
+    for qualifier in ("void ", "at::native::", "(anonymous namespace)::"):
+        name = name.replace(qualifier, "")
+    return name[:width]
+
+
+def print_table(title: str, table: dict[str, tuple[int, float]], wall_us: float, top: int,
+                width: int) -> None:  # fmt: skip
     total = sum(us for _, us in table.values())
     print(f"\n{title}: {wall_us:.1f} us per forward (graph replay), kernels {total:.1f} us")
     print("| kernel | launches | us | share |\n|---|---|---|---|")
     for name, (count, us) in sorted(table.items(), key=lambda item: -item[1][1])[:top]:
-        print(f"| {name[:90]} | {count} | {us:.1f} | {us / total:.0%} |")
+        print(f"| {short_name(name, width)} | {count} | {us:.1f} | {us / total:.0%} |")
 
 
 def main() -> int:
@@ -56,6 +68,7 @@ def main() -> int:
     parser.add_argument("--model", default="resnet50", type=model_name)
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--top", type=int, default=15, help="kernel names listed per method")
+    parser.add_argument("--name-width", type=int, default=120, help="characters of a name")
     args = parser.parse_args()
     reason = no_gpu_reason()
     if reason is not None:
@@ -70,7 +83,8 @@ def main() -> int:
     for title, module in methods.items():
         with torch.no_grad():  # as models.py runs them: no autograd records, inference paths
             replay, _ = graphed(module, x)
-        print_table(f"{args.model} batch {args.batch}, {title}", *kernel_times(replay), args.top)
+        print_table(f"{args.model} batch {args.batch}, {title}", *kernel_times(replay), args.top,
+                    args.name_width)  # fmt: skip
     return 0
 
 

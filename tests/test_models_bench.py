@@ -271,3 +271,18 @@ def test_float32_logits_restores_tf32_flags():
         torch.testing.assert_close(logits, model(x.float()).detach())
     finally:
         matmul.allow_tf32, cudnn.allow_tf32 = saved
+
+
+def test_profile_names_keep_the_torch_kernels_functor():
+    """``profile_model``'s kernel column drops the qualifiers every torch kernel repeats, so
+    that an elementwise kernel's functor (a copy, a fill) shows within the column."""
+    profile_model = importlib.import_module("profile_model")
+    name = (
+        "void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<"
+        "at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}> >(int)"
+    )
+    short = profile_model.short_name(name, 80)
+    assert short.startswith("elementwise_kernel<128, 4, gpu_kernel_impl_nocast<direct_copy")
+    assert len(short) == 80
+    fill = "void at::native::vectorized_elementwise_kernel<8, at::native::FillFunctor<float>>"
+    assert profile_model.short_name(fill, 120) == "vectorized_elementwise_kernel<8, FillFunctor<float>>"
