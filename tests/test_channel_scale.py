@@ -23,12 +23,17 @@ from tests.test_optimize import BF16, build, module_types
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_the_kernel_loads_and_stores_16_byte_vectors(arch, dtype):
+    """x's and the scale's vectors in flight together (neither waits on the other), one
+    16-byte store."""
+    from tests.sass import loads_waiting_on_loads, sass_of_ptx
+
     ptx = compile_channel_scale(arch, dtype).ptx
     loads = re.findall(r"ld\.global(?:\.\w+)*?\.v(\d)\.[a-z]+(\d+)", ptx)
     stores = re.findall(r"st\.global(?:\.\w+)*?\.v(\d)\.[a-z]+(\d+)", ptx)
     assert [int(lanes) * int(bits) // 8 for lanes, bits in loads] == [16, 16]  # x and scale
     assert [int(lanes) * int(bits) // 8 for lanes, bits in stores] == [16]
     assert len(re.findall(r"mul(?:\.rn)?\.(?:bf16x2|f16x2|f32)", ptx)) >= 4
+    assert loads_waiting_on_loads(sass_of_ptx(ptx, arch)) == 0
 
 
 @pytest.mark.parametrize(

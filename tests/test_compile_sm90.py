@@ -270,8 +270,10 @@ def test_residual_kernel_buffers_a_whole_tile_of_source():
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
 def test_space_to_depth_kernel_moves_16_byte_pixels(arch):
-    """The stem's staging kernel: a pixel of 8 bf16 channels is one 16-byte load and store."""
+    """The stem's staging kernel: a pixel of 8 bf16 channels is one 16-byte load and store;
+    of 3 channels, three 2-byte loads in flight together."""
     from cute_conv.compile import compile_space_to_depth
+    from tests.sass import loads_waiting_on_loads, sass_of_ptx
 
     ptx = compile_space_to_depth(arch, torch.bfloat16, 8, 8, 4).ptx
     assert "ld.global.v4.b32" in ptx and "st.global.v4.b32" in ptx
@@ -279,6 +281,7 @@ def test_space_to_depth_kernel_moves_16_byte_pixels(arch):
     # Three channels zero-extended to four: 2-byte loads, one 8-byte store per pixel.
     ptx3 = compile_space_to_depth(arch, torch.bfloat16, 3, 4, 8).ptx
     assert ptx3.count("ld.global.b16") == 3 and "st.global.v2.b32" in ptx3
+    assert loads_waiting_on_loads(sass_of_ptx(ptx3, arch)) == 0
 
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])

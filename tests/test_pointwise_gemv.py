@@ -127,10 +127,16 @@ def ptx_of(config: PointwiseGemvConfig, epilogue: EpilogueSpec | None = None, **
 
 @pytest.mark.parametrize("vector,load", [(8, "v4.b32"), (4, "v2.b32"), (2, "b32"), (1, "b16")])
 def test_each_lane_loads_whole_vectors(vector, load):
+    """Each unrolled step's loads, one per operand row and vector, all in flight together."""
+    from tests.sass import loads_waiting_on_loads, sass_of_ptx
+
     config = PointwiseGemvConfig(vector=vector, rows=2, channels_per_warp=2, unroll=2)
-    loads = re.findall(r"ld\.global\.(\S+)\s", ptx_of(config))
+    ptx = ptx_of(config)
+    loads = re.findall(r"ld\.global\.(\S+)\s", ptx)
     # (2 rows + 2 channels) x 2 unrolled vectors, each one load of the vector's width
     assert loads.count(load) == 8, loads
+    if vector > 1:  # 2-byte loads: ptxas's remainder block reuses the main loop's registers
+        assert loads_waiting_on_loads(sass_of_ptx(ptx, "sm_90a")) == 0
 
 
 def test_the_kernel_has_no_shared_memory_and_reduces_by_shuffles():
