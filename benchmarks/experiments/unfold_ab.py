@@ -96,7 +96,7 @@ def main() -> None:
             rows.append(row)
             times = {k: round(v, 1) for k, v in row["graph_us"].items()}
             print(row["stem"], batch, row["routed"], row["exact"], times)
-    args.out.write_text(json.dumps(rows, indent=1, default=str))
+            args.out.write_text(json.dumps(rows, indent=1, default=str))  # a timeout keeps them
 
 
 if __name__ == "__main__":
