@@ -95,7 +95,7 @@ class MaxPool2dNhwc:
         bidx, _, _ = cute.arch.block_idx()
         _, vectors, w, h, _ = m_x.shape
         _, _, q, p, n = m_y.shape
-        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = self.window
+        (kh, kw), (sh, sw), (ph, pw), _ = self.window
         slot = bidx * _THREADS + tidx
         pixel = slot // vectors
         if pixel < n * p * q:
@@ -117,15 +117,13 @@ class MaxPool2dNhwc:
                 group = min(TAPS_IN_FLIGHT, taps - first)
                 values = cute.make_rmem_tensor((self.vector, group), self.dtype)
                 for i in cutlass.range_constexpr(group):
-                    r, s = divmod(first + i, kw)
-                    in_h = cutlass.min(cutlass.max(top + r * dh, 0), h - 1)
-                    in_w = cutlass.min(cutlass.max(left + s * dw, 0), w - 1)
+                    in_h, in_w = self.tap_position(first + i, top, left)
+                    in_h = cutlass.min(cutlass.max(in_h, 0), h - 1)
+                    in_w = cutlass.min(cutlass.max(in_w, 0), w - 1)
                     cute.autovec_copy(m_x[(None, chunk, in_w, in_h, image)], values[None, i])
                 # The taps inside the map, reduced in torch's order.
                 for i in cutlass.range_constexpr(group):
-                    r, s = divmod(first + i, kw)
-                    in_h = top + r * dh
-                    in_w = left + s * dw
+                    in_h, in_w = self.tap_position(first + i, top, left)
                     if in_h >= 0 and in_h < h and in_w >= 0 and in_w < w:
                         wide.store(values[None, i].load().to(cutlass.Float32))
                         for e in cutlass.range_constexpr(self.vector):
@@ -134,6 +132,13 @@ class MaxPool2dNhwc:
             out = cute.make_rmem_tensor((self.vector,), self.dtype)
             out.store(acc.load().to(self.dtype))
             cute.autovec_copy(out, m_y[(None, chunk, out_w, out_h, image)])
+
+    def tap_position(self, tap: int, top, left):
+        """The input ``(row, column)`` of the window's ``tap``-th tap (rows, then columns),
+        from the window's top-left corner ``(top, left)``; outside the map near the edges."""
+        (_, kw), _, _, (dh, dw) = self.window
+        r, s = divmod(tap, kw)
+        return top + r * dh, left + s * dw
 
     initial = float("-inf")  # the padding: never the max
 
