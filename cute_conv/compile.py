@@ -37,7 +37,11 @@ from .kernels.common.pool import (
 )
 from .kernels.common.quantize import QuantizeFp8
 from .kernels.common.space_to_depth import SpaceToDepthFold
-from .kernels.common.unfold import PATCH_ROW_MAX_COLUMNS, Im2colColumns, Im2colPatchRows
+from .kernels.common.unfold import (
+    Im2colColumns,
+    Im2colPatchRows,
+    check_patch_taps,
+)
 from .kernels.sm90.config import Conv2dConfig
 from .kernels.sm100.config import Conv2dConfigSm100
 from .problem import Conv2dProblemShape
@@ -357,24 +361,6 @@ def compile_space_to_depth(
     return _cached(key, _compile_space_to_depth)
 
 
-def check_im2col_taps(taps: object, channels: int) -> None:
-    """``TypeError`` unless ``taps`` is a pair of ints, ``ValueError`` unless each is at least 1
-    and the patch (``R * S * channels`` columns) has at most ``PATCH_ROW_MAX_COLUMNS``."""
-    if (
-        not isinstance(taps, tuple)
-        or len(taps) != 2
-        or not all(isinstance(t, int) and not isinstance(t, bool) for t in taps)
-    ):
-        raise TypeError(f"taps must be a pair of ints (R, S), got {taps!r}")
-    if min(taps) < 1:
-        raise ValueError(f"taps must be >= 1 each, got {taps}")
-    if taps[0] * taps[1] * channels > PATCH_ROW_MAX_COLUMNS:
-        raise ValueError(
-            f"taps={taps} with channels={channels} make {taps[0] * taps[1] * channels} columns; "
-            f"the patch-row kernel takes at most {PATCH_ROW_MAX_COLUMNS}"
-        )
-
-
 @dataclasses.dataclass(frozen=True)
 class Im2colKey:
     """A compiled im2col unfolding kernel depends on these only (``taps``: the window, for the
@@ -408,7 +394,7 @@ def compile_im2col_columns(
     _check_arch(arch)
     check_channels(channels)
     if taps is not None:
-        check_im2col_taps(taps, channels)
+        check_patch_taps(taps, channels)
         taps = (int(taps[0]), int(taps[1]))
     key = Im2colKey(arch, dtype_name(dtype, "dtype", INPUT_DTYPES), channels, taps)
     return _cached(key, _compile_im2col_columns)

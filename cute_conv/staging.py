@@ -52,8 +52,8 @@ import torch.nn.functional as F
 from .compile import compile_im2col_columns, compile_space_to_depth
 from .cuda_context import current_raw_stream, device_arch, on_device
 from .epilogue import kernel_vector_dtype
+from .kernels.common.channel_rows import VECTOR_BYTES
 from .kernels.common.space_to_depth import FOLD_ROWS
-from .kernels.common.unfold import VECTOR_BYTES
 from .kernels.sm90.schedule_checks import MAX_K_TILE_BYTES
 from .problem import Conv2dProblemShape
 from .validation import MAX_STRIDE, ROW_ALIGNMENT_BYTES, tiles_input

@@ -23,11 +23,31 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 
-VECTOR_BYTES = 16  # one store per thread; rows are whole TMA units, so a multiple of this
+# One store per thread: the rows are whole TMA units, so a multiple of VECTOR_BYTES.
+from .channel_rows import VECTOR_BYTES
+
 # ``Im2colPatchRows`` holds a row (one load per column) in each thread's registers: up to a 7x7
 # stem's patch of 4 channels (196 columns). 256 spilled on sm_90a; 200 did not.
 PATCH_ROW_MAX_COLUMNS = 200
 _THREADS = 256
+
+
+def check_patch_taps(taps: object, channels: int) -> None:
+    """``TypeError`` unless ``taps`` is a pair of ints, ``ValueError`` unless each is at least 1
+    and the patch (``R * S * channels`` columns) has at most ``PATCH_ROW_MAX_COLUMNS``."""
+    if (
+        not isinstance(taps, tuple)
+        or len(taps) != 2
+        or not all(isinstance(t, int) and not isinstance(t, bool) for t in taps)
+    ):
+        raise TypeError(f"taps must be a pair of ints (R, S), got {taps!r}")
+    if min(taps) < 1:
+        raise ValueError(f"taps must be >= 1 each, got {taps}")
+    if taps[0] * taps[1] * channels > PATCH_ROW_MAX_COLUMNS:
+        raise ValueError(
+            f"taps={taps} with channels={channels} make {taps[0] * taps[1] * channels} columns; "
+            f"the patch-row kernel takes at most {PATCH_ROW_MAX_COLUMNS}"
+        )
 
 
 class _Window(NamedTuple):
@@ -150,15 +170,9 @@ class Im2colPatchRows(Im2colColumns):
 
     def __init__(self, dtype: type[cutlass.Numeric], channels: int, taps: Tuple[int, int]):
         super().__init__(dtype, channels)
-        if min(taps) < 1:
-            raise ValueError(f"taps={taps} must be at least 1 each")
+        check_patch_taps(taps, channels)
         self.taps = taps
         self.columns = taps[0] * taps[1] * channels
-        if self.columns > PATCH_ROW_MAX_COLUMNS:
-            raise ValueError(
-                f"taps={taps} and channels={channels}: {self.columns} columns, more than "
-                f"{PATCH_ROW_MAX_COLUMNS}"
-            )
         self.chunks = -(-self.columns // self.vector)
 
     def threads_per_row(self, chunks: cutlass.Int32) -> cutlass.Int32:
