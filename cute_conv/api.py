@@ -63,8 +63,11 @@ def conv2d_fprop(
             ``activation``) returning one of the same shape, compiled into the kernel: use
             arithmetic and ``cutlass.cute.math`` (``lambda y: y * cute.math.tanh(y)``).
             Compiled once per function object.
-        out: optional ``[N, P, Q, K]`` contiguous output to write. Any DLPack tensor is
-            accepted for ``x``, ``filter`` and ``out`` when ``out`` is given.
+        out: optional ``[N, P, Q, K]`` output to write: contiguous, or a channel slice of
+            a contiguous ``[N, P, Q, L]`` tensor (``buf[..., a:a + K]``, L times the element
+            size a multiple of 16 bytes), written in place (a concatenation's part without
+            a copy). Any DLPack tensor is accepted for ``x``, ``filter`` and ``out`` when
+            ``out`` is given.
         out_dtype: bfloat16, float16 or float32, or float8_e4m3fn from any inputs (with
             ``out_scale``); defaults to ``out.dtype`` or the input dtype (bfloat16 for fp8
             inputs).

@@ -91,18 +91,22 @@ def kernel_scalars(
     beta: float,
     max_clusters: int,
     pixel_stride: int | None = None,
+    out_pixel_stride: int | None = None,
 ) -> tuple:
     """The kernel's runtime scalars, ``ConvLaunchParams`` after the pointers: the geometry
     (``ConvGeometry``), alpha, beta and the bound of the persistent grid. ``pixel_stride``:
     the grouped kernel's activation read as a channel slice of a tensor of this many channels
-    (its ``geometry.c``; the others' is C)."""
+    (its ``geometry.c``; the others' is C). ``out_pixel_stride``: the output written as a
+    channel slice of a tensor of this many channels (None: K, a contiguous output)."""
     (pad_top, pad_bottom), (pad_left, pad_right) = problem.padding
     c = problem.C if pixel_stride is None else pixel_stride
+    out_pixels = problem.K if out_pixel_stride is None else out_pixel_stride
     geometry = ConvGeometry(
         n=problem.N, h=problem.H, w=problem.W, c=c, k=problem.K, r=problem.R,
         s=problem.S, p=problem.P, q=problem.Q, pad_top=pad_top, pad_bottom=pad_bottom,
         pad_left=pad_left, pad_right=pad_right, stride_h=problem.stride[0],
         stride_w=problem.stride[1], dil_h=problem.dilation[0], dil_w=problem.dilation[1],
+        out_pixel_stride=out_pixels,
     )  # fmt: skip
     return (*geometry, float(alpha), float(beta), max_clusters)
 

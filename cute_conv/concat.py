@@ -7,7 +7,9 @@ concatenations, 30% of its kernel time). Where each concatenation is read only b
 modules (DenseNet's BatchNorm + ReLU, as depthwise 1x1 convs of the grouped kernel, which read
 a channel prefix of a wider channels_last tensor in place), ``optimize`` allocates the last
 concatenation's buffer once, copies ``x0`` and then each ``fj`` into its channels once, and
-hands every concatenation over as a prefix view of the buffer.
+hands every concatenation over as a prefix view of the buffer. A piece made by a fused conv
+that nothing else reads is written by that conv into its channels (``concat_slice``, the
+conv's ``out=``), and its copy is skipped.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ __all__ = [
     "concat_buffer",
     "concat_chains",
     "concat_prefix",
+    "concat_slice",
     "concat_write",
 ]
 
@@ -49,9 +52,20 @@ def concat_write(buffer: torch.Tensor, piece: torch.Tensor, channels_after: int)
             f"concatenation: a tensor of shape {tuple(piece.shape)} does not concatenate along "
             f"dim 1 with tensors of N, H, W = {n}, {h}, {w}"
         )
-    end = channels - channels_after
-    buffer[:, end - piece.shape[1] : end].copy_(piece)
+    part = concat_slice(buffer, piece.shape[1], channels_after)
+    # Skipped where the piece's conv wrote it in place. torch.compile traces no data
+    # pointers; a copy of a slice onto itself is the same values.
+    in_place = not torch.compiler.is_compiling() and piece.data_ptr() == part.data_ptr()
+    if not (in_place and piece.stride() == part.stride()):
+        part.copy_(piece)
     return buffer
+
+
+def concat_slice(buffer: torch.Tensor, channels: int, channels_after: int) -> torch.Tensor:
+    """``buffer``'s ``channels`` channels that end ``channels_after`` before its last: a view
+    (a piece's place, for its conv to write)."""
+    end = buffer.shape[1] - channels_after
+    return buffer[:, end - channels : end]
 
 
 def concat_prefix(buffer: torch.Tensor, channels_after: int) -> torch.Tensor:

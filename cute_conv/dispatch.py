@@ -41,6 +41,7 @@ from .validation import (
     FP8_DTYPES,
     check_alignment,
     check_fp8_scales,
+    out_pixel_stride,
     output_rows_unaligned,
     validate_conv_inputs,
     validate_device,
@@ -163,7 +164,8 @@ class _LaunchPlan:
     epilogue: EpilogueSpec
     kernel: CompiledConv2d
     staging: StagingPlan  # what the kernel runs (staging.kernel_problem_for) and how
-    scalars: tuple  # the kernel's runtime scalars for the staged problem
+    scalars: tuple  # the kernel's runtime scalars, writing ``out`` where it is
+    staged_scalars: tuple  # the same for a staged call, which writes a contiguous output
     workspace: tuple[int, int] | None  # float32 partials and int32 flags it needs, if any
     nbytes: tuple[int, int, int]  # sizes of x, filter and out, for the aliasing checks
     empty: bool  # N == 0: nothing to launch
@@ -186,7 +188,7 @@ class _LaunchPlan:
         tensors = (x, flt, out, source, bias, scale)
         pointers = tuple(0 if t is None else t.data_ptr() for t in tensors) + scale_pointers
         pointers += self.workspace_pointers(device_index, stream)
-        self.kernel.launch(pointers, self.scalars, stream)
+        self.kernel.launch(pointers, self.staged_scalars, stream)
 
 
 def _plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> _LaunchPlan:  # noqa: A002
@@ -303,13 +305,21 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
         max_clusters = launch_clusters(
             kernel_problem, config, num_sms, resident_clusters(x.device.index, cluster_size)
         )
-    scalars = kernel_scalars(kernel_problem, alpha, beta, max_clusters)
+    staged_scalars = kernel_scalars(kernel_problem, alpha, beta, max_clusters)
+    # A channel slice of a wider tensor (``out_pixel_stride``) is written in place by a direct
+    # launch; a staged call writes a contiguous scratch output and copies it in.
+    out_pixels = problem.K if out is None else out_pixel_stride(out)
+    scalars = staged_scalars
+    if out_pixels != problem.K:
+        scalars = kernel_scalars(kernel_problem, alpha, beta, max_clusters, None, out_pixels)
     used_vectors = (bias if epilogue.has_bias else None, scale if epilogue.has_scale else None)
     vector_dtype = kernel_vector_dtype(*used_vectors)
     vectors_ready = all(
         v is None or (v.dtype == vector_dtype and v.is_contiguous()) for v in used_vectors
     )
     out_bytes = math.prod(problem.output_shape) * out_bits // 8
+    if out_pixels != problem.K:  # a slice's span ends at its last pixel's channels
+        out_bytes = ((problem.gemm_m - 1) * out_pixels + problem.K) * out_bits // 8
     nbytes = (x.numel() * x.element_size(), filter.numel() * filter.element_size(), out_bytes)
     workspace = None
     if target.workspace_size is not None and not on_cuda_cores:
@@ -318,8 +328,8 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
     # The patch view reads and writes the tensors in place: their pointers are the views'.
     staged = kernel_problem is not problem and not staging.patches
     return _LaunchPlan(
-        problem, problem.output_shape, out_dtype, epilogue, kernel, staging, scalars, workspace,
-        nbytes, problem.gemm_m == 0, staged or not vectors_ready,
+        problem, problem.output_shape, out_dtype, epilogue, kernel, staging, scalars,
+        staged_scalars, workspace, nbytes, problem.gemm_m == 0, staged or not vectors_ready,
     )  # fmt: skip
 
 

@@ -272,11 +272,12 @@ class Conv2d(nn.Module):
         x: torch.Tensor,
         identity: torch.Tensor | None = None,
         *,
+        out: torch.Tensor | None = None,
         out_amax: torch.Tensor | None = None,
         x_amax: torch.Tensor | None = None,
         reset_amax: bool = True,
     ) -> torch.Tensor:
-        """Return the NCHW (channels_last) output for an NCHW input.
+        """Return the NCHW (channels_last) output for an NCHW input: ``out`` if given.
 
         Args:
             x: ``[N, C, H, W]`` of the weight's dtype, on a Hopper GPU. Channels_last memory
@@ -287,6 +288,10 @@ class Conv2d(nn.Module):
                 or a tensor that broadcasts to that shape (a traced model's ``conv(x) + t``:
                 the call then runs in torch ops, cuDNN's conv, as torch would; 16-bit only);
                 or None.
+            out: None, or the ``[N, K, P, Q]`` tensor of the output's dtype to write:
+                channels_last, or a channel slice of a channels_last tensor
+                (``buffer[:, a:a + K]``: a concatenation's part). The bfloat16 / float16
+                kernel writes it in place; the grouped, cuDNN and fp8 paths copy into it.
             out_amax: a one-element float32 tensor on the weight's device, or None: set to
                 ``max|output|`` by the epilogue (zeroed first), for an fp8 reader's scale.
             reset_amax: False raises ``out_amax`` without zeroing it first (a caller that
@@ -300,15 +305,22 @@ class Conv2d(nn.Module):
         """
         # Lean on purpose: this runs on every call, beside a kernel call of a few microseconds.
         _check_nchw("x", x, self.in_channels)
+        if out is not None:
+            self._check_out(x, out)
         weight = self.weight
         if self.w_scale is not None:
-            return self._forward_fp8(x, identity, out_amax, x_amax, reset_amax)
+            return _into(out, self._forward_fp8(x, identity, out_amax, x_amax, reset_amax))
         if x.dtype != weight.dtype:
             raise TypeError(f"x has dtype {x.dtype}; the weight is {weight.dtype}")
         if self.groups != 1:  # never fp8 (to_fp8 refuses it)
             if out_amax is not None or x_amax is not None:
                 raise ValueError("a grouped Conv2d keeps no amax (out_amax, x_amax)")
-            return self._forward_grouped(x, identity)
+            return _into(out, self._forward_grouped(x, identity))
+        # In place only without a gradient to track: out= calls have no backward.
+        in_place = out is not None and not (
+            torch.is_grad_enabled() and _requires_grad(x, identity, weight, self.bias)
+        )
+        out_nhwc = out.permute(0, 2, 3, 1) if in_place else None
         if identity is None:
             _reset_amax(out_amax, weight.device, reset_amax)
             fp8_out = self.out_scale is not None  # write_fp8
@@ -316,23 +328,23 @@ class Conv2d(nn.Module):
                 _nhwc(x), weight, stride=self.stride, padding=self._padding,
                 dilation=self.dilation, bias=self.bias, scale=self.scale,
                 activation=self.activation, out_amax=out_amax, out_scale=self.out_scale,
-                out_dtype=torch.float8_e4m3fn if fp8_out else None,
+                out_dtype=torch.float8_e4m3fn if fp8_out else None, out=out_nhwc,
             )  # fmt: skip
         elif self.out_scale is not None:
             raise ValueError("this Conv2d writes fp8 (write_fp8) and takes no identity")
         elif not self._check_identity(x, identity):
             if out_amax is not None:
                 raise ValueError("an identity that broadcasts takes no out_amax")
-            return self._forward_torch(x, identity)
+            return _into(out, self._forward_torch(x, identity))
         else:
             _reset_amax(out_amax, weight.device, reset_amax)
             y = api.conv2d_fprop_with_residual(
                 _nhwc(x), weight, _nhwc(identity), residual_order=self.residual_order,
                 stride=self.stride, padding=self._padding, dilation=self.dilation,
                 bias=self.bias, scale=self.scale, activation=self.activation,
-                out_amax=out_amax,
+                out_amax=out_amax, out=out_nhwc,
             )  # fmt: skip
-        return y.permute(0, 3, 1, 2)
+        return out if in_place else _into(out, y.permute(0, 3, 1, 2))
 
     def _forward_grouped(self, x: torch.Tensor, identity: torch.Tensor | None) -> torch.Tensor:
         """``forward`` of a grouped conv: the grouped kernel on the stored weight, or cuDNN
@@ -570,6 +582,18 @@ class Conv2d(nn.Module):
             output_size(w, s, pad_w, self.stride[1], self.dilation[1]),
         )
 
+    def _check_out(self, x: torch.Tensor, out: Any) -> None:
+        """Raise unless ``out`` is a tensor of the output's shape and dtype (the paths that
+        copy into it would broadcast and convert); the kernel checks its layout and device."""
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+        shape = (x.shape[0], self.out_channels, *self._output_size(*x.shape[2:]))
+        if tuple(out.shape) != shape:
+            raise ValueError(f"out has shape {tuple(out.shape)}; this call writes {shape}")
+        dtype = self.output_dtype if self.out_scale is None else torch.float8_e4m3fn
+        if out.dtype != dtype:
+            raise TypeError(f"out has dtype {out.dtype}; this call writes {dtype}")
+
     def _check_identity(self, x: torch.Tensor, identity: Any) -> bool:
         """Whether ``identity`` has the output's shape (the kernel adds it); False where it
         broadcasts to it (``_forward_torch`` adds it); else raise."""
@@ -665,6 +689,15 @@ def stored_filter(krsc: torch.Tensor, grouped_kernel_takes: bool) -> torch.Tenso
     if not grouped_kernel_takes:
         return krsc.contiguous()
     return stage_filter(krsc).permute(3, 0, 1, 2)
+
+
+def _requires_grad(*tensors: Any) -> bool:
+    return any(getattr(t, "requires_grad", False) for t in tensors)
+
+
+def _into(out: torch.Tensor | None, y: torch.Tensor) -> torch.Tensor:
+    """``y`` copied into ``out`` and ``out`` returned; ``y`` itself without an ``out``."""
+    return y if out is None else out.copy_(y)
 
 
 def _nhwc(t: torch.Tensor) -> torch.Tensor:

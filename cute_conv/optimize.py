@@ -46,8 +46,9 @@ squeeze-excitation blocks, classifier heads) become ``GlobalAvgPool2d``, one bat
 (``channel_shuffle(torch.cat(branches, 1), g)``, torchvision's form) becomes one
 ``ChannelShuffle``: one copy, channels_last, where torch's leaves the value NCHW-contiguous.
 Growing concatenations read only by fused modules (DenseNet's dense blocks) share one buffer
-(``cute_conv.concat``): each value copied into it once, each concatenation a prefix view that
-the grouped kernel reads in place.
+(``cute_conv.concat``): each value copied into it once, or written there by the fused conv
+that makes it (its ``out=``), each concatenation a prefix view that the grouped kernel reads in
+place.
 
 What is checked when: the shapes of the activations are unknown at trace time, so a conv is
 judged by its module's attributes (``cute_conv.nn.conv_limits``: groups, padding mode, weight

@@ -19,7 +19,14 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from .channel_norm import ChannelLayerNorm
-from .concat import ConcatChain, cat_inputs, concat_buffer, concat_prefix, concat_write
+from .concat import (
+    ConcatChain,
+    cat_inputs,
+    concat_buffer,
+    concat_prefix,
+    concat_slice,
+    concat_write,
+)
 from .nn import Conv2d
 from .optimize_report import OptimizeReport
 from .pooling import MAP_DIMS, GlobalAvgPool2d, pool_for
@@ -175,21 +182,48 @@ class OpRewrites:
     def _keep_in_one_buffer(self, chain: ConcatChain) -> None:
         """A chain of growing concatenations (``cute_conv.concat``) as one buffer: its first
         tensor copied in where the first concatenation was, each piece where the next one
-        was, each concatenation a prefix view of it."""
+        was (or written there by its conv, ``_write_in_place``), each concatenation a
+        prefix view of it."""
         graph, after = self.gm.graph, sum(chain.channels)
-        buffer = None
+        order = {node: index for index, node in enumerate(graph.nodes)}
+        buffer = first_buffer = None
+        in_place = 0
         for index, cat in enumerate(chain.cats):
             with graph.inserting_before(cat):
                 if buffer is None:
-                    buffer = graph.call_function(concat_buffer, (chain.first, after))
+                    buffer = first_buffer = graph.call_function(concat_buffer, (chain.first, after))
                 else:
                     after -= chain.channels[index - 1]
                     piece = chain.pieces[index - 1]
+                    if order[piece] > order[chain.cats[0]] and self._write_in_place(
+                        piece, chain, first_buffer, after
+                    ):
+                        in_place += 1
                     buffer = graph.call_function(concat_write, (buffer, piece, after))
                 view = graph.call_function(concat_prefix, (buffer, after))
             cat.replace_all_uses_with(view)
             graph.erase_node(cat)
-        self.report.concats.append(f"{chain.first.name}: {len(chain.cats)} concatenations")
+        self.report.concats.append(
+            f"{chain.first.name}: {len(chain.cats)} concatenations, {in_place} of "
+            f"{len(chain.pieces)} pieces written in place by their convs"
+        )
+
+    def _write_in_place(
+        self, piece: fx.Node, chain: ConcatChain, buffer: fx.Node, channels_after: int
+    ) -> bool:
+        """Hand a piece's fused conv its channels of the buffer as ``out=`` (so that
+        ``concat_write`` has nothing to copy) where the call makes the piece and only the
+        chain reads it; whether it did. The piece must come after the buffer is made."""
+        if self._conv_channels(piece) is None or "out" in piece.kwargs:
+            return False
+        if not all(user in chain.cats for user in piece.users):
+            return False
+        with self.gm.graph.inserting_before(piece):
+            part = self.gm.graph.call_function(
+                concat_slice, (buffer, self._conv_channels(piece), channels_after)
+            )
+        piece.kwargs = {**piece.kwargs, "out": part}
+        return True
 
     def _conv_channels(self, node: fx.Node) -> int | None:
         """The output channels of a fused module's call, else None."""

@@ -687,8 +687,10 @@ def run_staged(
         bias, scale = (
             _kernel_vector(v, dtype, plan, stream, capturing) for v in (bias, scale)
         )
-    kernel_out = out.view(kp.output_shape) if plan.on_view else out
-    scratch = overlaps(out, x) or overlaps(out, filter)
+    # A channel slice of a wider tensor (``validation.out_pixel_stride``) is written through a
+    # scratch output too: the staged kernel writes a contiguous one.
+    scratch = not out.is_contiguous() or overlaps(out, x) or overlaps(out, filter)
+    kernel_out = out.view(kp.output_shape) if plan.on_view and not scratch else out
     if scratch:
         # If ``out`` is also the source, the kernel reads it and writes only the scratch.
         kernel_out = torch.empty(kp.output_shape, dtype=out.dtype, device=out.device)
@@ -728,11 +730,18 @@ def _kernel_vector(
 
 
 def overlaps(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
-    """Whether two contiguous tensors share any byte of memory."""
+    """Whether the spans of two dense tensors (first to last element) share any byte."""
     if a is None or b is None:
         return False
-    nbytes = (a.numel() * a.element_size(), b.numel() * b.element_size())
-    return spans_overlap(a.data_ptr(), nbytes[0], b.data_ptr(), nbytes[1])
+    return spans_overlap(a.data_ptr(), span_bytes(a), b.data_ptr(), span_bytes(b))
+
+
+def span_bytes(t: torch.Tensor) -> int:
+    """The bytes from ``t``'s first element to the end of its last (0 if it has none)."""
+    if t.numel() == 0:
+        return 0
+    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
+    return (last + 1) * t.element_size()
 
 
 def spans_overlap(a: int, a_bytes: int, b: int, b_bytes: int) -> bool:

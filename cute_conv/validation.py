@@ -35,6 +35,7 @@ __all__ = [
     "check_compute_capability",
     "check_problem_limits",
     "check_tensor",
+    "out_pixel_stride",
     "output_rows_unaligned",
     "tiles_input",
     "validate_conv_inputs",
@@ -364,7 +365,8 @@ def _check_out(
     activation: torch.Tensor,
     problem: Conv2dProblemShape,
 ) -> None:
-    check_tensor("out", out, OUTPUT_DTYPES)
+    check_tensor("out", out, OUTPUT_DTYPES, contiguous=False)
+    out_pixel_stride(out)
     if out_dtype is not None and out.dtype != out_dtype:
         raise TypeError(
             f"out has dtype {out.dtype} but out_dtype is {out_dtype}; they must be equal "
@@ -380,6 +382,28 @@ def _check_out(
             f"out is on {out.device} but activation is on {activation.device}; "
             "they must be on the same device"
         )
+
+
+def out_pixel_stride(out: torch.Tensor) -> int:
+    """The elements from one pixel of an ``[N, P, Q, K]`` ``out`` to the next: K where it is
+    contiguous, or L where it is a channel slice of a contiguous ``[N, P, Q, L]`` tensor
+    (``buffer[..., a:a + K]``: a concatenation's part written in place), L a whole number of
+    16-byte units (TMA's row pitch). A ValueError for other strides."""
+    if out.is_contiguous():
+        return out.shape[3]
+    n, p, q, k = out.shape
+    pixels = out.stride(2)
+    sliced = (pixels * p * q, pixels * q, pixels, 1)
+    dims = zip(out.shape, out.stride(), sliced, strict=True)
+    if pixels >= k and pixels * out.element_size() % ALIGNMENT_BYTES == 0:
+        if all(size == 1 or stride == want for size, stride, want in dims):
+            return pixels
+    raise ValueError(
+        f"out must be a contiguous [N, P, Q, K] tensor or a channel slice of one "
+        f"([N, P, Q, L] with L*{out.element_size()} bytes a multiple of {ALIGNMENT_BYTES}), got "
+        f"shape {tuple(out.shape)} with strides {out.stride()}; e.g. "
+        f"buffer.permute(0, 2, 3, 1)[..., a:a + K] for a channels_last [N, L, P, Q] buffer"
+    )
 
 
 def check_compute_capability(capability: tuple[int, int], device: object = "the device") -> str:

@@ -8,9 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import cute_conv
-from cute_conv.concat import concat_buffer, concat_prefix, concat_write
+from cute_conv.concat import concat_buffer, concat_prefix, concat_slice, concat_write
 from tests.gpu import requires_sm90
 from tests.test_nn import kernel_calls, random_bn  # noqa: F401 - kernel_calls is a fixture
 from tests.test_optimize import (
@@ -54,6 +55,32 @@ def test_a_piece_of_another_size_is_refused():
         concat_write(buffer, torch.zeros(2, 8, 4, 5), 0)
 
 
+class _AtenOps(TorchDispatchMode):
+    """The aten ops run inside it, by name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(func.__name__.split(".")[0])
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_piece_written_in_its_slice_is_not_copied_again():
+    first, piece = torch.randn(2, 16, 5, 3), torch.randn(2, 8, 5, 3)
+    buffer = concat_buffer(first, 16)
+    part = concat_slice(buffer, 8, 8)  # the channels after the first, before the last 8
+    part.copy_(piece)  # as the piece's conv writes it (out=part)
+    with _AtenOps() as ops:
+        assert concat_write(buffer, part, 8) is buffer
+    assert "copy_" not in ops.names
+    with _AtenOps() as ops:
+        concat_write(buffer, piece, 8)  # a tensor of its own: copied
+    assert "copy_" in ops.names
+    assert torch.equal(concat_prefix(buffer, 8), torch.cat([first, piece], 1))
+
+
 def test_traces_into_one_graph():
     first, a, b = (torch.randn(1, c, 3, 3) for c in (8, 8, 16))
     compiled = torch.compile(lambda *t: growing(t[0], t[1:])[-1] * 2, fullgraph=True,
@@ -87,17 +114,32 @@ def cat_calls(gm) -> int:
     return sum(n.target is torch.cat for n in gm.graph.nodes)
 
 
-def test_optimize_keeps_a_dense_block_in_one_buffer(kernel_calls):  # noqa: F811
+def test_optimize_keeps_a_dense_block_in_one_buffer(kernel_calls, monkeypatch):  # noqa: F811
     torch.manual_seed(1)
     model = DenseBlock(16, 8, 3).eval()
     gm = cute_conv.optimize(copy_to(model, BF16))
-    assert gm.cute_conv_report.concats == ["x: 4 concatenations"] and cat_calls(gm) == 0
+    assert gm.cute_conv_report.concats == [
+        "x: 4 concatenations, 3 of 3 pieces written in place by their convs"
+    ]
+    assert cat_calls(gm) == 0
+    outs = []
+    fprop = cute_conv.api.conv2d_fprop  # the fixture's
+
+    def recording(*args, out=None, **kwargs):
+        outs.append(out)
+        return fprop(*args, out=out, **kwargs)
+
+    monkeypatch.setattr(cute_conv.api, "conv2d_fprop", recording)
     x = torch.randn(2, 16, 6, 5).to(memory_format=torch.channels_last)
     reference, torch_bf16, ours = float32_bf16_and_ours(model, gm, x)
     # 4 BatchNorm + ReLU (depthwise 1x1s of the grouped kernel) and 3 convs
     assert len(kernel_calls) == 7
     wide = [t for t, _, _ in kernel_calls if t.stride(2) == 40]  # the buffer: 16 + 3 * 8
     assert len(wide) == 4 and len({t.data_ptr() for t in wide}) == 1  # read in place
+    # Each conv wrote its 8 channels of that buffer (NHWC slices), in order after the first 16.
+    buffer = wide[0].data_ptr()
+    assert [o.stride() for o in outs] == [(6 * 5 * 40, 5 * 40, 40, 1)] * 3
+    assert [(o.data_ptr() - buffer) // 2 for o in outs] == [16, 24, 32]
     assert_no_worse_than_torch(ours, torch_bf16, reference)
 
 

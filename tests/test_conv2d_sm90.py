@@ -328,3 +328,43 @@ def test_rejected_call_writes_nothing():
     with pytest.raises(ValueError, match="stride"):
         cute_conv.conv2d_fprop(act, flt, padding=1, stride=9, out=out)
     assert bool((out == 7.0).all())
+
+
+# A channel slice as out=: (N, H, W, C, K, R, S), padding, the buffer's channels and the
+# slice's first, config, residual. The TMA-stored GEMM view, halo tiles (the tile view), K
+# not a 16-byte row (stored by threads), the CUDA-core 1x1 kernel (few pixels), a staged stem
+# (C=3: through a scratch output), the residual (C is K apart, D L apart).
+HALO = cute_conv.Conv2dConfig(tile_m=128, tile_n=64, tile_w=32, halo_h=6)
+OUT_SLICES = {
+    "gemm-view": ((2, 14, 15, 64, 32, 3, 3), 1, 96, 32, None, False),
+    "halo-tiles": ((2, 14, 14, 96, 64, 3, 3), 1, 192, 64, HALO, False),
+    "thread-stores": ((2, 9, 9, 32, 12, 3, 3), 1, 40, 8, None, False),
+    "cuda-core-1x1": ((1, 2, 2, 64, 64, 1, 1), 0, 256, 128, None, False),
+    "staged-stem": ((2, 20, 20, 3, 32, 3, 3), 1, 64, 0, None, False),
+    "residual": ((2, 14, 15, 64, 32, 3, 3), 1, 64, 32, None, True),
+}
+
+
+@pytest.mark.parametrize("case", list(OUT_SLICES))
+def test_out_may_be_a_channel_slice(case):
+    """The result lands in the slice; the buffer's other channels (NaN) are not written."""
+    shape, padding, channels, start, config, residual = OUT_SLICES[case]
+    n, h, w, c, k, r, s = shape
+    act, flt = random_conv_inputs(n, h, w, c, k, r, s)
+    problem = cute_conv.Conv2dProblemShape.from_shapes(act.shape, flt.shape, padding=padding)
+    _, p, q, _ = problem.output_shape
+    buffer = torch.full((n, p, q, channels), float("nan"), dtype=torch.bfloat16, device="cuda")
+    out = buffer[..., start : start + k]
+    ref = conv2d_reference(act, flt, padding=padding)
+    if residual:
+        source = torch.randn(problem.output_shape, device="cuda").to(torch.bfloat16)
+        result = cute_conv.conv2d_fprop_with_residual(
+            act, flt, source, padding=padding, out=out, config=config
+        )
+        ref = ref + source.float()
+    else:
+        result = cute_conv.conv2d_fprop(act, flt, padding=padding, out=out, config=config)
+    assert result is out
+    report = compare_to_reference(out, ref)
+    assert report.ok, f"{case}: {report}"
+    assert buffer[..., :start].isnan().all() and buffer[..., start + k :].isnan().all()

@@ -727,6 +727,10 @@ def test_kernel_scalars_take_the_slice_s_pixel_stride():
     fields = cute_conv.compile.ConvGeometry._fields
     assert kernel_scalars(problem, 1.0, 1.0, 1)[fields.index("c")] == 32
     assert kernel_scalars(problem, 1.0, 1.0, 1, pixel_stride=48)[fields.index("c")] == 48
+    # The output's pixel stride: K for a contiguous output, else the wider tensor's channels.
+    assert kernel_scalars(problem, 1.0, 1.0, 1)[fields.index("out_pixel_stride")] == 32
+    scalars = kernel_scalars(problem, 1.0, 1.0, 1, out_pixel_stride=72)
+    assert scalars[fields.index("out_pixel_stride")] == 72 and scalars[fields.index("k")] == 32
 
 
 def test_module_reads_a_channel_slice_in_place(kernel_calls):  # noqa: F811

@@ -24,16 +24,17 @@ BF16 = torch.bfloat16
 
 def _reference_kernel(x, flt, source, **kwargs):
     """The kernel's contract on CPU tensors: the API's validation (all but the device), then
-    the float32 torch reference of the epilogue, rounded to the output dtype. fp8 calls as
+    the float32 torch reference of the epilogue, rounded to the output dtype (into ``out=``). fp8 calls as
     the kernel takes them: inputs times ``x_scale`` / ``w_scale``, the source times ``beta *
     source_scale``, an fp8 output stored as ``y / out_scale`` saturated to +-448."""
     residual_order = kwargs.pop("residual_order", "after_activation")
     out_amax = kwargs.pop("out_amax", None)
     out_dtype = kwargs.pop("out_dtype", None)
+    out = kwargs.pop("out", None)
     fp8 = {k: kwargs.pop(k, None) for k in ("x_scale", "w_scale", "out_scale")}
     beta = kwargs.pop("beta", 1.0) * _scalar(kwargs.pop("source_scale", None))
     geom = {k: kwargs.pop(k) for k in ("stride", "padding", "dilation")}
-    problem, out_dtype = validate_conv_inputs(x, flt, **geom, out_dtype=out_dtype)
+    problem, out_dtype = validate_conv_inputs(x, flt, **geom, out=out, out_dtype=out_dtype)
     check_fp8_scales(x.dtype, out_dtype, x.device, *fp8.values(), out_amax)
     validate_epilogue_args(problem, out_dtype, x.device, alpha=1.0, epilogue_fn=None,
                            source=source, beta=beta, residual_order=residual_order, **kwargs)  # fmt: skip
@@ -43,7 +44,7 @@ def _reference_kernel(x, flt, source, **kwargs):
         out_amax.copy_(torch.maximum(out_amax, y.abs().max()))
     if fp8["out_scale"] is not None:
         y = (y / fp8["out_scale"]).clamp(-448.0, 448.0)
-    return y.to(out_dtype)
+    return y.to(out_dtype) if out is None else out.copy_(y)
 
 
 def _reference_grouped(x, staged, source=None, *, groups, **kwargs):
@@ -418,6 +419,73 @@ def test_forward_rejects_bad_input(kernel_calls):
             module(x, torch.zeros(2, 16, 5, 5))
         with pytest.raises(TypeError, match="x has dtype torch.float32; the weight is torch.bf"):
             module(x.float())
+    assert not kernel_calls
+
+
+def _buffer_part(n, channels, h, w, start, width):
+    """Channels ``start:start + width`` of a channels_last ``[n, channels, h, w]`` buffer of
+    NaN: a concatenation's part."""
+    buffer = torch.full((n, channels, h, w), float("nan"), dtype=BF16)
+    buffer = buffer.to(memory_format=torch.channels_last)
+    return buffer, buffer[:, start : start + width]
+
+
+@pytest.mark.parametrize("with_identity", [False, True])
+def test_forward_writes_a_channel_slice_in_place(kernel_calls, monkeypatch, with_identity):
+    """``out=``: the kernel is handed the slice's NHWC view (pixels 40 channels apart); the
+    buffer's other channels are left as they were."""
+    torch.manual_seed(4)
+    module = cute_conv.nn.Conv2d.from_torch(nn.Conv2d(8, 16, 3, padding=1).to(BF16)).eval()
+    x = torch.randn(2, 8, 5, 6).to(BF16).to(memory_format=torch.channels_last)
+    identity = torch.randn(2, 16, 5, 6).to(BF16) if with_identity else None
+    buffer, part = _buffer_part(2, 40, 5, 6, 8, 16)
+    outs = []
+    name = "conv2d_fprop_with_residual" if with_identity else "conv2d_fprop"
+    fprop = getattr(cute_conv.api, name)  # the fixture's
+
+    def recording(*args, out=None, **kwargs):
+        outs.append(out)
+        return fprop(*args, out=out, **kwargs)
+
+    monkeypatch.setattr(cute_conv.api, name, recording)
+    with torch.no_grad():
+        y = module(x, identity, out=part)
+        expected = module(x, identity)
+    assert y is part and torch.equal(part, expected)
+    assert outs[0].data_ptr() == part.data_ptr() and outs[0].stride() == (1200, 240, 40, 1)
+    assert buffer[:, :8].isnan().all() and buffer[:, 24:].isnan().all()
+
+
+def test_forward_copies_into_out_where_a_gradient_is_tracked(kernel_calls, monkeypatch):
+    """With a weight that requires grad the call runs without ``out=`` (whose op has no
+    backward) and its result is copied into ``out``."""
+    module = cute_conv.nn.Conv2d(8, 16, 3, padding=1)
+    x = torch.randn(2, 8, 5, 6).to(BF16)
+    _, part = _buffer_part(2, 32, 5, 6, 16, 16)
+    outs = []
+    fprop = cute_conv.api.conv2d_fprop
+
+    def recording(*args, out=None, **kwargs):
+        outs.append(out)
+        return fprop(*args, out=out, **kwargs)
+
+    monkeypatch.setattr(cute_conv.api, "conv2d_fprop", recording)
+    y = module(x, out=part)
+    assert y is part and outs == [None] and not part.isnan().any()
+    with torch.no_grad():
+        assert torch.equal(part, module(x))
+
+
+def test_forward_rejects_a_bad_out_before_any_call(kernel_calls):
+    module = cute_conv.nn.Conv2d(8, 16, 3, padding=1)
+    x = torch.randn(2, 8, 5, 5).to(BF16)
+    with torch.no_grad():
+        with pytest.raises(TypeError, match="out must be a torch.Tensor, got ndarray"):
+            module(x, out=torch.zeros(2, 16, 5, 5).numpy())
+        with pytest.raises(ValueError, match=r"out has shape \(2, 16, 5, 4\).*\(2, 16, 5, 5\)"):
+            module(x, out=torch.zeros(2, 16, 5, 4, dtype=BF16))
+        with pytest.raises(TypeError, match="out has dtype torch.float32; .* torch.bfloat16"):
+            module(x, out=torch.zeros(2, 16, 5, 5))
     assert not kernel_calls
 
 

@@ -12,6 +12,7 @@ from cute_conv.validation import (
     ARCH_TABLE,
     check_compute_capability,
     check_problem_limits,
+    out_pixel_stride,
     output_rows_unaligned,
     validate_conv_inputs,
     validate_device,
@@ -281,6 +282,18 @@ REJECTIONS = [
         id="out-not-contiguous",
     ),
     pytest.param(
+        lambda: _call(out=_t(2, 8, 8, 36)[..., :32]),
+        ValueError,
+        ("out", "channel slice", "L*2 bytes a multiple of 16", "(2304, 288, 36, 1)"),
+        id="out-slice-pitch-not-16-bytes",
+    ),
+    pytest.param(
+        lambda: _call(out=_t(2, 16, 8, 32)[:, ::2]),
+        ValueError,
+        ("out", "channel slice", "(4096, 512, 32, 1)"),
+        id="out-every-other-row",
+    ),
+    pytest.param(
         lambda: _call(out=_t(2, 8, 8, 32, dtype=torch.int32)),
         TypeError,
         ("out", "torch.int32", "torch.float32"),
@@ -383,6 +396,26 @@ def test_output_dtype_resolution(overrides, expected):
 )
 def test_accepts(make_call, no_cuda):
     validate_conv_inputs(**make_call())
+
+
+@pytest.mark.parametrize(
+    "out, pixels",
+    [
+        (_t(2, 8, 8, 32), 32),  # contiguous
+        (_t(2, 8, 8, 48)[..., 8:40], 48),  # a concatenation's part
+        (_t(2, 8, 8, 40)[..., 8:], 40),  # the last part
+        (_t(2, 16, 8, 8).to(memory_format=torch.channels_last)[:, 8:16].permute(0, 2, 3, 1), 16),
+        (_t(1, 1, 1, 24)[..., :4], 4),  # one pixel: contiguous, whatever its pitch
+    ],
+)
+def test_out_pixel_stride_of_contiguous_outputs_and_channel_slices(out, pixels):
+    assert out_pixel_stride(out) == pixels
+
+
+def test_a_channel_slice_is_accepted_as_out(no_cuda):
+    buffer = _t(2, 8, 8, 64)
+    problem, _ = validate_conv_inputs(**_call(out=buffer[..., 16:48]))
+    assert problem.output_shape == (2, 8, 8, 32)
 
 
 def test_c3_k5_accepted():

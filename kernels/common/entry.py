@@ -170,6 +170,7 @@ class ConvKernelEntry:
         stride_w: cutlass.Int32,
         dil_h: cutlass.Int32,
         dil_w: cutlass.Int32,
+        out_pixel_stride: cutlass.Int32,
         alpha: cutlass.Float32,
         beta: cutlass.Float32,
         max_clusters: cutlass.Int32,
@@ -183,6 +184,7 @@ class ConvKernelEntry:
         geometry = ConvGeometry(
             n, h, w, c, k, r, s, p, q,
             pad_top, pad_bottom, pad_left, pad_right, stride_h, stride_w, dil_h, dil_w,
+            out_pixel_stride,
         )  # fmt: skip
         self.launch(ConvLaunchParams(pointers, geometry, alpha, beta, max_clusters), stream)
 

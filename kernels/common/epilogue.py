@@ -346,27 +346,28 @@ def make_epilogue_operands(
 ) -> EpilogueOperands:
     """The epilogue's global operands from a launch's ``ConvPointers``, as every kernel's
     host launch builds them. The output is stored and the residual C loaded by tiled TMA in
-    ``epi_tile`` subtiles of ``output_view`` (by default the (N*P*Q, K) GEMM view); C, bias
+    ``epi_tile`` subtiles of ``output_view`` (by default the (N*P*Q, K) GEMM view), the
+    output's pixels ``geom.out_pixel_stride`` apart and C's K apart; C, bias
     and scale are None where ``spec`` leaves them out, the activation and filter scales
     unless ``dequantize`` (fp8 inputs), the output scale unless ``quantize_output``. With
     ``spec.store_by_threads`` there are no store or source atoms, and the output and source
     are ``output_view`` of their pointers themselves."""
     if cutlass.const_expr(spec.store_by_threads):
-        tma_atom_d, tma_tensor_d = None, output_view(ptrs.out, geom)
+        tma_atom_d, tma_tensor_d = None, output_view(ptrs.out, geom, geom.out_pixel_stride)
     else:
         tma_atom_d, tma_tensor_d = cpasync.make_tiled_tma_atom(
             cpasync.CopyBulkTensorTileS2GOp(),
-            output_view(ptrs.out, geom),
+            output_view(ptrs.out, geom, geom.out_pixel_stride),
             epi_smem_layout,
             epi_tile,
         )
     tma_atom_c, tma_tensor_c = None, None
     if cutlass.const_expr(spec.has_residual and spec.store_by_threads):
-        tma_tensor_c = output_view(ptrs.source, geom)
+        tma_tensor_c = output_view(ptrs.source, geom, geom.k)
     elif cutlass.const_expr(spec.has_residual):
         tma_atom_c, tma_tensor_c = cpasync.make_tiled_tma_atom(
             cpasync.CopyBulkTensorTileG2SOp(),
-            output_view(ptrs.source, geom),
+            output_view(ptrs.source, geom, geom.k),
             source_smem_layout,
             epi_tile,
         )

@@ -212,9 +212,13 @@ class GroupedDirectConv(ConvKernelEntry):
         )
         rows = geo.n * geo.p * geo.q
         row_blocks = geo.n * geo.p * ((geo.q + self.pixels - 1) // self.pixels)
-        out_layout = cute.make_layout((vector, vectors, rows), stride=(1, vector, k))
+        out_pixels = cute.assume(
+            cutlass.Int64(geo.out_pixel_stride // vector) * vector, divby=vector
+        )
+        out_layout = cute.make_layout((vector, vectors, rows), stride=(1, vector, out_pixels))
         m_d = cute.make_tensor(ptrs.out, out_layout)
-        m_c = cute.make_tensor(ptrs.source, out_layout)
+        source_layout = cute.make_layout((vector, vectors, rows), stride=(1, vector, k))
+        m_c = cute.make_tensor(ptrs.source, source_layout)
         vec_layout = cute.make_layout((vector, vectors), stride=(1, vector))
         m_bias = cute.make_tensor(ptrs.bias, vec_layout)
         m_scale = cute.make_tensor(ptrs.scale, vec_layout)

@@ -36,6 +36,9 @@ class ConvGeometry(NamedTuple):
     stride_w: cutlass.Int32
     dil_h: cutlass.Int32
     dil_w: cutlass.Int32
+    # Elements from one output pixel to the next: K, or more where the output is a channel
+    # slice of a wider NHWC tensor (a concatenation's buffer). The residual source is K apart.
+    out_pixel_stride: cutlass.Int32
 
 
 class PixelDivisors(NamedTuple):
@@ -93,20 +96,25 @@ def filter_gemm_view(filter_ptr: cute.Pointer, g: ConvGeometry) -> cute.Tensor:
 
 
 @cute.jit
-def output_gemm_view(out_ptr: cute.Pointer, g: ConvGeometry) -> cute.Tensor:
-    """Contiguous NPQK output as the row-major ``(N*P*Q, K)`` GEMM D matrix (its row offsets
-    64-bit: N*P*Q*K may pass 2**31 elements)."""
+def output_gemm_view(
+    out_ptr: cute.Pointer, g: ConvGeometry, pixel_stride: cutlass.Int32
+) -> cute.Tensor:
+    """NPQK output, its pixels ``pixel_stride`` elements apart, as the row-major
+    ``(N*P*Q, K)`` GEMM D matrix (its row offsets 64-bit: N*P*Q*K may pass 2**31 elements)."""
     m = g.n * g.p * g.q
-    return cute.make_tensor(out_ptr, cute.make_layout((m, g.k), stride=(cutlass.Int64(g.k), 1)))
+    layout = cute.make_layout((m, g.k), stride=(cutlass.Int64(pixel_stride), 1))
+    return cute.make_tensor(out_ptr, layout)
 
 
 @cute.jit
-def output_tile_view(out_ptr: cute.Pointer, g: ConvGeometry) -> cute.Tensor:
-    """Contiguous NPQK output as ``((q, p, n), k)``: halo tiles store (q, p) boxes, clipped
-    at Q and P."""
-    row = g.q * g.k
+def output_tile_view(
+    out_ptr: cute.Pointer, g: ConvGeometry, pixel_stride: cutlass.Int32
+) -> cute.Tensor:
+    """NPQK output, its pixels ``pixel_stride`` elements apart, as ``((q, p, n), k)``: halo
+    tiles store (q, p) boxes, clipped at Q and P."""
+    row = g.q * pixel_stride
     image = cutlass.Int64(g.p) * row
-    layout = cute.make_layout(((g.q, g.p, g.n), g.k), stride=((g.k, row, image), 1))
+    layout = cute.make_layout(((g.q, g.p, g.n), g.k), stride=((pixel_stride, row, image), 1))
     return cute.make_tensor(out_ptr, layout)
 
 

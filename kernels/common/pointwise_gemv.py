@@ -126,9 +126,10 @@ class PointwiseGemv(ConvKernelEntry):
             ptrs.filter, cute.make_layout((vector, vectors, geo.k), stride=(1, vector, c))
         )
         rows = geo.n * geo.p * geo.q
-        out_layout = cute.make_layout((geo.k, rows), stride=(1, cutlass.Int64(geo.k)))
-        m_d = cute.make_tensor(ptrs.out, out_layout)
-        m_c = cute.make_tensor(ptrs.source, out_layout)
+        out_pixels = cutlass.Int64(geo.out_pixel_stride)
+        m_d = cute.make_tensor(ptrs.out, cute.make_layout((geo.k, rows), stride=(1, out_pixels)))
+        source_layout = cute.make_layout((geo.k, rows), stride=(1, cutlass.Int64(geo.k)))
+        m_c = cute.make_tensor(ptrs.source, source_layout)
         m_bias = cute.make_tensor(ptrs.bias, cute.make_layout(geo.k))
         m_scale = cute.make_tensor(ptrs.scale, cute.make_layout(geo.k))
         m_amax = cute.make_tensor(ptrs.amax, cute.make_layout(1))
