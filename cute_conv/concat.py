@@ -9,7 +9,9 @@ a channel prefix of a wider channels_last tensor in place), ``optimize`` allocat
 concatenation's buffer once, copies ``x0`` and then each ``fj`` into its channels once, and
 hands every concatenation over as a prefix view of the buffer. A piece made by a fused conv
 that nothing else reads is written by that conv into its channels (``concat_slice``, the
-conv's ``out=``), and its copy is skipped.
+conv's ``out=``), and its copy is skipped. A lone concatenation of fused convs' outputs
+(Inception's and GoogLeNet's branches, SqueezeNet's expands) is made the same way, in a buffer
+allocated before its first conv (``conv_concat_buffer``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from dataclasses import dataclass
 import torch
 from torch import fx
 
+from .problem import output_size
+
 __all__ = [
     "ConcatChain",
     "cat_inputs",
@@ -29,6 +33,7 @@ __all__ = [
     "concat_prefix",
     "concat_slice",
     "concat_write",
+    "conv_concat_buffer",
 ]
 
 
@@ -40,6 +45,28 @@ def concat_buffer(first: torch.Tensor, more_channels: int) -> torch.Tensor:
                          memory_format=torch.channels_last)  # fmt: skip
     buffer[:, :c].copy_(first)
     return buffer
+
+
+def conv_concat_buffer(
+    x: torch.Tensor,
+    channels: int,
+    kernel_size: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[tuple[int, int], tuple[int, int]],
+    dilation: tuple[int, int],
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """An empty channels_last ``[N, channels, P, Q]`` tensor of ``dtype``, P and Q those of a
+    conv of this geometry on ``x`` (``[N, C, H, W]``): the buffer that a concatenation's
+    convs write their channels of."""
+    n, _, h, w = x.shape
+    p, q = (
+        output_size(size, taps, pad, step, dil)
+        for size, taps, pad, step, dil in zip((h, w), kernel_size, padding, stride, dilation,
+                                              strict=True)
+    )  # fmt: skip
+    return torch.empty((n, channels, p, q), dtype=dtype, device=x.device,
+                       memory_format=torch.channels_last)  # fmt: skip
 
 
 def concat_write(buffer: torch.Tensor, piece: torch.Tensor, channels_after: int) -> torch.Tensor:

@@ -48,7 +48,8 @@ squeeze-excitation blocks, classifier heads) become ``GlobalAvgPool2d``, one bat
 Growing concatenations read only by fused modules (DenseNet's dense blocks) share one buffer
 (``cute_conv.concat``): each value copied into it once, or written there by the fused conv
 that makes it (its ``out=``), each concatenation a prefix view that the grouped kernel reads in
-place.
+place. A lone concatenation of fused convs' outputs (Inception's and GoogLeNet's branches,
+SqueezeNet's expands) is one buffer that those convs write their channels of.
 
 What is checked when: the shapes of the activations are unknown at trace time, so a conv is
 judged by its module's attributes (``cute_conv.nn.conv_limits``: groups, padding mode, weight
@@ -73,7 +74,7 @@ from torch.nn.utils.fusion import fuse_conv_bn_eval
 
 from .channel_norm import ChannelLayerNorm
 from .channel_scale import ChannelScale, match_excitation_scale
-from .concat import concat_chains
+from .concat import cat_inputs, concat_chains
 from .delayed_scaling import DelayedScales
 from .fold import activation_name, batch_norm_channels, folds_as_batch_norm
 from .grouped import grouped_limits
@@ -249,6 +250,8 @@ class _Rewriter(OpRewrites):
         # After the loop: a concatenation's readers are fused modules by now.
         for chain in concat_chains(self.gm.graph, self._conv_channels, self._reads_in_place):
             self._keep_in_one_buffer(chain)
+        for node in [node for node in self.gm.graph.nodes if cat_inputs(node) is not None]:
+            self._write_concatenation(node)
         self.gm.graph.lint()
         self.gm.delete_all_unused_submodules()
         self.gm.recompile()

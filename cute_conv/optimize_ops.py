@@ -26,6 +26,7 @@ from .concat import (
     concat_prefix,
     concat_slice,
     concat_write,
+    conv_concat_buffer,
 )
 from .nn import Conv2d
 from .optimize_report import OptimizeReport
@@ -182,8 +183,8 @@ class OpRewrites:
     def _keep_in_one_buffer(self, chain: ConcatChain) -> None:
         """A chain of growing concatenations (``cute_conv.concat``) as one buffer: its first
         tensor copied in where the first concatenation was, each piece where the next one
-        was (or written there by its conv, ``_write_in_place``), each concatenation a
-        prefix view of it."""
+        was (or written there by its conv, ``_hand_slice``), each concatenation a prefix
+        view of it."""
         graph, after = self.gm.graph, sum(chain.channels)
         order = {node: index for index, node in enumerate(graph.nodes)}
         buffer = first_buffer = None
@@ -195,9 +196,11 @@ class OpRewrites:
                 else:
                     after -= chain.channels[index - 1]
                     piece = chain.pieces[index - 1]
-                    if order[piece] > order[chain.cats[0]] and self._write_in_place(
-                        piece, chain, first_buffer, after
+                    # The piece's conv must come after the buffer is made.
+                    if order[piece] > order[chain.cats[0]] and self._writes_in_place(
+                        piece, chain.cats
                     ):
+                        self._hand_slice(piece, first_buffer, after)
                         in_place += 1
                     buffer = graph.call_function(concat_write, (buffer, piece, after))
                 view = graph.call_function(concat_prefix, (buffer, after))
@@ -208,22 +211,59 @@ class OpRewrites:
             f"{len(chain.pieces)} pieces written in place by their convs"
         )
 
-    def _write_in_place(
-        self, piece: fx.Node, chain: ConcatChain, buffer: fx.Node, channels_after: int
-    ) -> bool:
-        """Hand a piece's fused conv its channels of the buffer as ``out=`` (so that
-        ``concat_write`` has nothing to copy) where the call makes the piece and only the
-        chain reads it; whether it did. The piece must come after the buffer is made."""
-        if self._conv_channels(piece) is None or "out" in piece.kwargs:
-            return False
-        if not all(user in chain.cats for user in piece.users):
-            return False
+    def _write_concatenation(self, cat: fx.Node) -> None:
+        """A concatenation along dim 1 of fused convs' outputs (Inception's and GoogLeNet's
+        branches, SqueezeNet's expands) made in one channels_last buffer, allocated before
+        the first conv that writes its channels of it (``_hand_slice``: those whose output
+        only the concatenation reads); the other pieces are copied in where it was."""
+        graph = self.gm.graph
+        pieces = cat_inputs(cat) or ()
+        channels = [self._conv_channels(piece) for piece in pieces]
+        if len(pieces) < 2 or None in channels or len(set(pieces)) != len(pieces):
+            return
+        writers = [piece for piece in pieces if self._writes_in_place(piece, (cat,))]
+        if not writers:
+            return
+        order = {node: index for index, node in enumerate(graph.nodes)}
+        first = min(writers, key=order.__getitem__)
+        conv = self.gm.get_submodule(first.target)
+        geometry = (conv.kernel_size, conv.stride, conv._padding, conv.dilation)
+        with graph.inserting_before(first):
+            buffer = graph.call_function(
+                conv_concat_buffer, (first.args[0], sum(channels), *geometry, conv.output_dtype)
+            )
+        after = sum(channels)
+        value = buffer
+        for piece, piece_channels in zip(pieces, channels, strict=True):
+            after -= piece_channels
+            if piece in writers:
+                self._hand_slice(piece, buffer, after)
+            with graph.inserting_before(cat):
+                value = graph.call_function(concat_write, (value, piece, after))
+        cat.replace_all_uses_with(value)
+        graph.erase_node(cat)
+        self.report.concat_writes.append(
+            f"{cat.name}: {len(writers)} of {len(pieces)} pieces written in place by their convs"
+        )
+
+    def _writes_in_place(self, piece: fx.Node, readers: tuple[fx.Node, ...]) -> bool:
+        """Whether ``piece`` is a fused conv's call, not yet given an ``out=``, that only
+        ``readers`` read: its conv may write it into its channels of a buffer."""
+        return (
+            self._conv_channels(piece) is not None
+            and "out" not in piece.kwargs
+            and all(user in readers for user in piece.users)
+        )
+
+    def _hand_slice(self, piece: fx.Node, buffer: fx.Node, channels_after: int) -> None:
+        """Hand ``piece``'s fused conv its channels of ``buffer`` (those that end
+        ``channels_after`` before its last) as ``out=``: ``concat_write`` then has nothing to
+        copy."""
         with self.gm.graph.inserting_before(piece):
             part = self.gm.graph.call_function(
                 concat_slice, (buffer, self._conv_channels(piece), channels_after)
             )
         piece.kwargs = {**piece.kwargs, "out": part}
-        return True
 
     def _conv_channels(self, node: fx.Node) -> int | None:
         """The output channels of a fused module's call, else None."""

@@ -62,6 +62,10 @@ class OptimizeReport:
     # Chains of growing concatenations (DenseNet's) kept in one buffer, their readers handed
     # prefix views (``cute_conv.concat``): one line each, its first tensor and length.
     concats: list[str] = field(default_factory=list)
+    # Concatenations of fused convs' outputs (Inception's and GoogLeNet's branches,
+    # SqueezeNet's expands) made in one buffer that those convs write their channels of
+    # (``cute_conv.concat``): one line each, its name and how many pieces were written in place.
+    concat_writes: list[str] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         """Fused chains per pattern, most common first."""
@@ -94,6 +98,9 @@ class OptimizeReport:
         if self.concats:
             lines.append(f"concatenation chains kept in one buffer: {len(self.concats)}")
             lines += [f"  {chain}" for chain in self.concats]
+        if self.concat_writes:
+            lines.append(f"concatenations written by their convs: {len(self.concat_writes)}")
+            lines += [f"  {cat}" for cat in self.concat_writes]
         if self.fp8 or self.kept_16bit:
             lines.append(
                 f"fp8 ({self.fp8_scaling} scaling): {len(self.fp8)} fused convs "

@@ -5,8 +5,11 @@ reads of the prefixes in place, and torch.compile's trace."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -97,7 +100,8 @@ class DenseBlock(nn.Module):
         super().__init__()
         self.norms = nn.ModuleList(random_bn(channels + i * growth) for i in range(layers + 1))
         self.convs = nn.ModuleList(
-            nn.Conv2d(channels + i * growth, growth, 3, padding=1, bias=False) for i in range(layers)
+            nn.Conv2d(channels + i * growth, growth, 3, padding=1, bias=False)
+            for i in range(layers)
         )
         self.read_elsewhere = read_elsewhere
 
@@ -147,6 +151,105 @@ def test_a_concatenation_read_by_a_torch_op_leaves_the_chain():
     model = DenseBlock(16, 8, 2, read_elsewhere=True).eval()
     gm = cute_conv.optimize(copy_to(model, BF16))
     assert not gm.cute_conv_report.concats and cat_calls(gm) == 3
+
+
+class Branches(nn.Module):
+    """Inception's block: branches of conv + BatchNorm + ReLU on one input (one of them two
+    convs deep, one past a pool), concatenated; ``read_elsewhere``: the first branch's output
+    also added to the result; ``pool_piece``: the pool's output itself one more piece."""
+
+    def __init__(self, read_elsewhere=False, pool_piece=False) -> None:
+        super().__init__()
+        self.a = nn.Sequential(nn.Conv2d(16, 8, 1), random_bn(8), nn.ReLU())
+        self.b = nn.Sequential(nn.Conv2d(16, 8, 1), nn.ReLU(), nn.Conv2d(8, 24, 3, padding=1))
+        self.c = nn.Sequential(nn.AvgPool2d(3, 1, 1), nn.Conv2d(16, 16, 1), nn.ReLU())
+        self.read_elsewhere, self.pool_piece = read_elsewhere, pool_piece
+
+    def forward(self, x):
+        a = self.a(x)
+        pieces = [a, self.b(x), self.c(x)] + ([F.max_pool2d(x, 3, 1, 1)] if self.pool_piece else [])
+        y = torch.cat(pieces, 1)
+        return y + a.mean() if self.read_elsewhere else y
+
+
+def test_optimize_has_branch_convs_write_their_channels_of_one_buffer(kernel_calls, monkeypatch):  # noqa: F811
+    torch.manual_seed(2)
+    model = Branches().eval()
+    gm = cute_conv.optimize(copy_to(model, BF16))
+    assert gm.cute_conv_report.concat_writes == [
+        "cat: 3 of 3 pieces written in place by their convs"
+    ]
+    assert cat_calls(gm) == 0
+    outs = []
+    fprop = cute_conv.api.conv2d_fprop  # the fixture's
+
+    def recording(*args, out=None, **kwargs):
+        outs.append(out)
+        return fprop(*args, out=out, **kwargs)
+
+    monkeypatch.setattr(cute_conv.api, "conv2d_fprop", recording)
+    x = torch.randn(2, 16, 7, 6).to(memory_format=torch.channels_last)
+    reference, torch_bf16, ours = float32_bf16_and_ours(model, gm, x)
+    written = [o for o in outs if o is not None]  # the branches' last convs: 8, 24, 16 channels
+    assert [o.shape[3] for o in written] == [8, 24, 16]
+    assert [o.stride() for o in written] == [(7 * 6 * 48, 6 * 48, 48, 1)] * 3
+    buffer = written[0].data_ptr()
+    assert [(o.data_ptr() - buffer) // 2 for o in written] == [0, 8, 32]
+    assert ours.is_contiguous(memory_format=torch.channels_last)
+    assert_no_worse_than_torch(ours, torch_bf16, reference)
+
+
+@pytest.mark.parametrize(
+    "model, expected",
+    [
+        (Branches(read_elsewhere=True), ["cat: 2 of 3 pieces written in place by their convs"]),
+        (Branches(pool_piece=True), []),  # a piece of channels unknown before it runs
+    ],
+    ids=["a-piece-read-elsewhere-is-copied", "a-pool-piece-leaves-torch-cat"],
+)
+def test_concatenations_only_partly_or_not_written_by_their_convs(kernel_calls, model, expected):  # noqa: F811
+    torch.manual_seed(3)
+    model = model.eval()
+    gm = cute_conv.optimize(copy_to(model, BF16))
+    assert gm.cute_conv_report.concat_writes == expected
+    assert cat_calls(gm) == (0 if expected else 1)
+    x = torch.randn(2, 16, 5, 4).to(memory_format=torch.channels_last)
+    reference, torch_bf16, ours = float32_bf16_and_ours(model, gm, x)
+    assert_no_worse_than_torch(ours, torch_bf16, reference)
+
+
+@pytest.mark.parametrize(
+    "name, blocks", [("googlenet", 9), ("inception_v3", 11), ("squeezenet1_1", 8)]
+)
+def test_torchvision_models_concatenations_written_by_their_convs(name, blocks):
+    """GoogLeNet's nine inception blocks; Inception-v3's three A and four C blocks and its two
+    E blocks' two inner pairs each (not its B and D blocks, whose concatenations hold a pool's
+    output, nor the E blocks' outer ones, which hold the inner pairs); SqueezeNet's eight fire
+    modules: every piece a conv's, written in place."""
+    import torchvision
+
+    kwargs = {"aux_logits": False, "init_weights": False} if name != "squeezenet1_1" else {}
+    model = getattr(torchvision.models, name)(weights=None, **kwargs).eval().to(BF16)
+    report = cute_conv.optimize(model).cute_conv_report
+    assert len(report.concat_writes) == blocks, report.concat_writes
+    for line in report.concat_writes:
+        match = re.fullmatch(r"\w+: (\d+) of (\d+) pieces written in place by their convs", line)
+        assert match and match[1] == match[2], line
+
+
+@requires_sm90
+def test_branches_written_in_place_on_the_gpu():
+    torch.manual_seed(2)
+    model = Branches().eval().cuda()
+    gm = cute_conv.optimize(copy_to(model, BF16))
+    x = torch.randn(4, 16, 28, 30, device="cuda").to(memory_format=torch.channels_last)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):  # a float32 reference
+        reference, torch_bf16, ours = float32_bf16_and_ours(model, gm, x)
+    assert not ours.isnan().any()
+    assert_no_worse_than_torch(ours, torch_bf16, reference)
+    with torch.no_grad():
+        compiled = torch.compile(gm, fullgraph=True)(x.to(BF16)).float()
+    assert_no_worse_than_torch(compiled, torch_bf16, reference)
 
 
 @requires_sm90

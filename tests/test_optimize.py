@@ -41,6 +41,8 @@ def build(name: str, dtype=BF16, norm: str = "batch") -> nn.Module:
     torch.manual_seed(0)
     models = torchvision_models()
     kwargs = {"norm_layer": frozen_batch_norm_type()} if norm == "frozen" else {}
+    if name in ("googlenet", "inception_v3"):  # eval-mode logits alone, torch's init
+        kwargs |= {"aux_logits": False, "init_weights": False}
     model = getattr(models, name)(weights=None, **kwargs)
     for module in model.modules():
         if isinstance(module, (nn.BatchNorm2d, frozen_batch_norm_type())):
@@ -651,6 +653,7 @@ def assert_no_worse_than_torch(
         ("resnet18", "batch", 20, 8), ("resnet18", "frozen", 20, 8), ("resnet18", "sync", 20, 8),
         ("mobilenet_v3_small", "batch", 52, 6), ("efficientnet_b0", "batch", 81, 9),
         ("densenet121", "batch", 120 + 62, 0),  # its 62 lone BatchNorms: depthwise 1x1s
+        ("squeezenet1_1", "batch", 26, 0),  # its expands writing their concatenations' halves
     ],
 )
 def test_optimized_model_computes_the_model_on_cpu(
@@ -984,12 +987,18 @@ def _gpu_models(name):
 
 @requires_sm90
 @pytest.mark.parametrize(
-    "name", ["resnet18", "resnet50", "vgg16", "convnext_tiny", "efficientnet_b0", "densenet121"]
-)
+    "name",
+    [
+        "resnet18", "resnet50", "vgg16", "convnext_tiny", "efficientnet_b0", "densenet121",
+        "googlenet", "inception_v3",
+    ],
+)  # fmt: skip
 def test_logits_no_worse_than_torch_bf16(name):
     """ConvNeXt-T: its pointwise Linears as fused 1x1 convs, its 7x7s on the row window;
     EfficientNet-B0: its squeeze-excitation pools as GEMVs; DenseNet-121: its lone
-    BatchNorms as depthwise 1x1s."""
+    BatchNorms as depthwise 1x1s, its convs writing their slices of the dense blocks'
+    buffers; GoogLeNet and Inception-v3: their branches' convs writing their concatenations'
+    channels."""
     model, gm = _gpu_models(name)
     x = torch.randn(8, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
     reference_model = _gpu_model(name, torch.float32)
