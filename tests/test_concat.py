@@ -16,7 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import cute_conv
 from cute_conv.concat import concat_buffer, concat_prefix, concat_slice, concat_write
 from tests.gpu import requires_sm90
-from tests.test_nn import kernel_calls, random_bn  # noqa: F401 - kernel_calls is a fixture
+from tests.test_nn import conv_outs, kernel_calls, random_bn  # noqa: F401 - fixtures
 from tests.test_optimize import (
     BF16,
     assert_no_worse_than_torch,
@@ -118,7 +118,7 @@ def cat_calls(gm) -> int:
     return sum(n.target is torch.cat for n in gm.graph.nodes)
 
 
-def test_optimize_keeps_a_dense_block_in_one_buffer(kernel_calls, monkeypatch):  # noqa: F811
+def test_optimize_keeps_a_dense_block_in_one_buffer(kernel_calls, conv_outs):  # noqa: F811
     torch.manual_seed(1)
     model = DenseBlock(16, 8, 3).eval()
     gm = cute_conv.optimize(copy_to(model, BF16))
@@ -126,14 +126,6 @@ def test_optimize_keeps_a_dense_block_in_one_buffer(kernel_calls, monkeypatch): 
         "x: 4 concatenations, 3 of 3 pieces written in place by their convs"
     ]
     assert cat_calls(gm) == 0
-    outs = []
-    fprop = cute_conv.api.conv2d_fprop  # the fixture's
-
-    def recording(*args, out=None, **kwargs):
-        outs.append(out)
-        return fprop(*args, out=out, **kwargs)
-
-    monkeypatch.setattr(cute_conv.api, "conv2d_fprop", recording)
     x = torch.randn(2, 16, 6, 5).to(memory_format=torch.channels_last)
     reference, torch_bf16, ours = float32_bf16_and_ours(model, gm, x)
     # 4 BatchNorm + ReLU (depthwise 1x1s of the grouped kernel) and 3 convs
@@ -142,8 +134,8 @@ def test_optimize_keeps_a_dense_block_in_one_buffer(kernel_calls, monkeypatch): 
     assert len(wide) == 4 and len({t.data_ptr() for t in wide}) == 1  # read in place
     # Each conv wrote its 8 channels of that buffer (NHWC slices), in order after the first 16.
     buffer = wide[0].data_ptr()
-    assert [o.stride() for o in outs] == [(6 * 5 * 40, 5 * 40, 40, 1)] * 3
-    assert [(o.data_ptr() - buffer) // 2 for o in outs] == [16, 24, 32]
+    assert [o.stride() for o in conv_outs] == [(6 * 5 * 40, 5 * 40, 40, 1)] * 3
+    assert [(o.data_ptr() - buffer) // 2 for o in conv_outs] == [16, 24, 32]
     assert_no_worse_than_torch(ours, torch_bf16, reference)
 
 
@@ -172,7 +164,7 @@ class Branches(nn.Module):
         return y + a.mean() if self.read_elsewhere else y
 
 
-def test_optimize_has_branch_convs_write_their_channels_of_one_buffer(kernel_calls, monkeypatch):  # noqa: F811
+def test_optimize_has_branch_convs_write_their_channels_of_one_buffer(conv_outs):  # noqa: F811
     torch.manual_seed(2)
     model = Branches().eval()
     gm = cute_conv.optimize(copy_to(model, BF16))
@@ -180,17 +172,10 @@ def test_optimize_has_branch_convs_write_their_channels_of_one_buffer(kernel_cal
         "cat: 3 of 3 pieces written in place by their convs"
     ]
     assert cat_calls(gm) == 0
-    outs = []
-    fprop = cute_conv.api.conv2d_fprop  # the fixture's
-
-    def recording(*args, out=None, **kwargs):
-        outs.append(out)
-        return fprop(*args, out=out, **kwargs)
-
-    monkeypatch.setattr(cute_conv.api, "conv2d_fprop", recording)
     x = torch.randn(2, 16, 7, 6).to(memory_format=torch.channels_last)
     reference, torch_bf16, ours = float32_bf16_and_ours(model, gm, x)
-    written = [o for o in outs if o is not None]  # the branches' last convs: 8, 24, 16 channels
+    # The branches' last convs: 8, 24 and 16 channels.
+    written = [o for o in conv_outs if o is not None]
     assert [o.shape[3] for o in written] == [8, 24, 16]
     assert [o.stride() for o in written] == [(7 * 6 * 48, 6 * 48, 48, 1)] * 3
     buffer = written[0].data_ptr()
@@ -238,26 +223,14 @@ def test_torchvision_models_concatenations_written_by_their_convs(name, blocks):
 
 
 @requires_sm90
-def test_branches_written_in_place_on_the_gpu():
-    torch.manual_seed(2)
-    model = Branches().eval().cuda()
-    gm = cute_conv.optimize(copy_to(model, BF16))
-    x = torch.randn(4, 16, 28, 30, device="cuda").to(memory_format=torch.channels_last)
-    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):  # a float32 reference
-        reference, torch_bf16, ours = float32_bf16_and_ours(model, gm, x)
-    assert not ours.isnan().any()
-    assert_no_worse_than_torch(ours, torch_bf16, reference)
-    with torch.no_grad():
-        compiled = torch.compile(gm, fullgraph=True)(x.to(BF16)).float()
-    assert_no_worse_than_torch(compiled, torch_bf16, reference)
-
-
-@requires_sm90
-def test_an_optimized_dense_block_on_the_gpu():
-    """Eager, and under ``torch.compile(fullgraph=True)`` (where the fused modules copy the
-    prefix views: a tensor's offset does not trace): as close to float32 as torch's bf16."""
+@pytest.mark.parametrize("block", ["dense", "branches"])
+def test_optimized_concatenations_on_the_gpu(block):
+    """A dense block and Inception's branches, the convs writing their channels of the
+    buffers; eager, and under ``torch.compile(fullgraph=True)`` (where the fused modules copy
+    the prefix views, a tensor's offset does not trace, and every piece is copied in): as
+    close to float32 as torch's bf16."""
     torch.manual_seed(1)
-    model = DenseBlock(16, 8, 3).eval().cuda()
+    model = (DenseBlock(16, 8, 3) if block == "dense" else Branches()).eval().cuda()
     gm = cute_conv.optimize(copy_to(model, BF16))
     x = torch.randn(4, 16, 28, 30, device="cuda").to(memory_format=torch.channels_last)
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):  # a float32 reference

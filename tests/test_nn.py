@@ -98,6 +98,24 @@ def kernel_calls(monkeypatch):
     return calls
 
 
+@pytest.fixture
+def conv_outs(kernel_calls, monkeypatch):
+    """The ``out=`` of each call of ``kernel_calls``' ``conv2d_fprop`` and
+    ``conv2d_fprop_with_residual`` (None where none was given), in order."""
+    outs = []
+
+    def recording(kernel):
+        def call(*args, out=None, **kwargs):
+            outs.append(out)
+            return kernel(*args, out=out, **kwargs)
+
+        return call
+
+    for name in ("conv2d_fprop", "conv2d_fprop_with_residual"):
+        monkeypatch.setattr(cute_conv.api, name, recording(getattr(cute_conv.api, name)))
+    return outs
+
+
 def random_bn(channels: int, dtype=torch.float32, affine: bool = True) -> nn.BatchNorm2d:
     """An eval-mode BatchNorm2d with random statistics and affine terms."""
     bn = nn.BatchNorm2d(channels, eps=1e-3, affine=affine).to(dtype).eval()
@@ -431,7 +449,7 @@ def _buffer_part(n, channels, h, w, start, width):
 
 
 @pytest.mark.parametrize("with_identity", [False, True])
-def test_forward_writes_a_channel_slice_in_place(kernel_calls, monkeypatch, with_identity):
+def test_forward_writes_a_channel_slice_in_place(conv_outs, with_identity):
     """``out=``: the kernel is handed the slice's NHWC view (pixels 40 channels apart); the
     buffer's other channels are left as they were."""
     torch.manual_seed(4)
@@ -439,39 +457,23 @@ def test_forward_writes_a_channel_slice_in_place(kernel_calls, monkeypatch, with
     x = torch.randn(2, 8, 5, 6).to(BF16).to(memory_format=torch.channels_last)
     identity = torch.randn(2, 16, 5, 6).to(BF16) if with_identity else None
     buffer, part = _buffer_part(2, 40, 5, 6, 8, 16)
-    outs = []
-    name = "conv2d_fprop_with_residual" if with_identity else "conv2d_fprop"
-    fprop = getattr(cute_conv.api, name)  # the fixture's
-
-    def recording(*args, out=None, **kwargs):
-        outs.append(out)
-        return fprop(*args, out=out, **kwargs)
-
-    monkeypatch.setattr(cute_conv.api, name, recording)
     with torch.no_grad():
         y = module(x, identity, out=part)
         expected = module(x, identity)
     assert y is part and torch.equal(part, expected)
-    assert outs[0].data_ptr() == part.data_ptr() and outs[0].stride() == (1200, 240, 40, 1)
+    out = conv_outs[0]
+    assert out.data_ptr() == part.data_ptr() and out.stride() == (1200, 240, 40, 1)
     assert buffer[:, :8].isnan().all() and buffer[:, 24:].isnan().all()
 
 
-def test_forward_copies_into_out_where_a_gradient_is_tracked(kernel_calls, monkeypatch):
+def test_forward_copies_into_out_where_a_gradient_is_tracked(conv_outs):
     """With a weight that requires grad the call runs without ``out=`` (whose op has no
     backward) and its result is copied into ``out``."""
     module = cute_conv.nn.Conv2d(8, 16, 3, padding=1)
     x = torch.randn(2, 8, 5, 6).to(BF16)
     _, part = _buffer_part(2, 32, 5, 6, 16, 16)
-    outs = []
-    fprop = cute_conv.api.conv2d_fprop
-
-    def recording(*args, out=None, **kwargs):
-        outs.append(out)
-        return fprop(*args, out=out, **kwargs)
-
-    monkeypatch.setattr(cute_conv.api, "conv2d_fprop", recording)
     y = module(x, out=part)
-    assert y is part and outs == [None] and not part.isnan().any()
+    assert y is part and conv_outs == [None] and not part.isnan().any()
     with torch.no_grad():
         assert torch.equal(part, module(x))
 
