@@ -46,7 +46,13 @@ from .grouped_rule import runs_grouped_kernel
 from .ops import takes_torch_path
 from .problem import Padding, Pair, normalize_padding, normalize_pair, output_size
 from .reference import TORCH_ACTIVATIONS
-from .validation import INPUT_DTYPES, check_scale_tensor, validate_conv_inputs
+from .validation import (
+    ALIGNMENT_BYTES,
+    INPUT_DTYPES,
+    check_scale_tensor,
+    slice_pixel_stride,
+    validate_conv_inputs,
+)
 
 __all__ = ["Conv2d", "conv_limits"]
 
@@ -291,7 +297,8 @@ class Conv2d(nn.Module):
             out: None, or the ``[N, K, P, Q]`` tensor of the output's dtype to write:
                 channels_last, or a channel slice of a channels_last tensor
                 (``buffer[:, a:a + K]``: a concatenation's part). The bfloat16 / float16
-                kernel writes it in place; the grouped, cuDNN and fp8 paths copy into it.
+                kernel writes it in place where it can (``conv2d_fprop``'s ``out``); the
+                grouped, cuDNN and fp8 paths, and any other layout, copy into it.
             out_amax: a one-element float32 tensor on the weight's device, or None: set to
                 ``max|output|`` by the epilogue (zeroed first), for an fp8 reader's scale.
             reset_amax: False raises ``out_amax`` without zeroing it first (a caller that
@@ -316,11 +323,15 @@ class Conv2d(nn.Module):
             if out_amax is not None or x_amax is not None:
                 raise ValueError("a grouped Conv2d keeps no amax (out_amax, x_amax)")
             return _into(out, self._forward_grouped(x, identity))
-        # In place only without a gradient to track: out= calls have no backward.
-        in_place = out is not None and not (
-            torch.is_grad_enabled() and _requires_grad(x, identity, weight, self.bias)
+        # In place only without a gradient to track (out= calls have no backward), and where
+        # the kernel can store to it.
+        out_nhwc = None if out is None else out.permute(0, 2, 3, 1)
+        in_place = (
+            out is not None
+            and not (torch.is_grad_enabled() and _requires_grad(x, identity, weight, self.bias))
+            and _kernel_stores_to(out_nhwc)
         )
-        out_nhwc = out.permute(0, 2, 3, 1) if in_place else None
+        out_nhwc = out_nhwc if in_place else None
         if identity is None:
             _reset_amax(out_amax, weight.device, reset_amax)
             fp8_out = self.out_scale is not None  # write_fp8
@@ -693,6 +704,12 @@ def stored_filter(krsc: torch.Tensor, grouped_kernel_takes: bool) -> torch.Tenso
 
 def _requires_grad(*tensors: Any) -> bool:
     return any(getattr(t, "requires_grad", False) for t in tensors)
+
+
+def _kernel_stores_to(out: torch.Tensor) -> bool:
+    """Whether the kernel can write the NHWC ``out`` in place: 16-byte aligned, contiguous or a
+    channel slice it takes (``validation.out_pixel_stride``)."""
+    return out.data_ptr() % ALIGNMENT_BYTES == 0 and slice_pixel_stride(out) is not None
 
 
 def _into(out: torch.Tensor | None, y: torch.Tensor) -> torch.Tensor:

@@ -37,6 +37,7 @@ __all__ = [
     "check_tensor",
     "out_pixel_stride",
     "output_rows_unaligned",
+    "slice_pixel_stride",
     "tiles_input",
     "validate_conv_inputs",
     "validate_device",
@@ -389,21 +390,28 @@ def out_pixel_stride(out: torch.Tensor) -> int:
     contiguous, or L where it is a channel slice of a contiguous ``[N, P, Q, L]`` tensor
     (``buffer[..., a:a + K]``: a concatenation's part written in place), L a whole number of
     16-byte units (TMA's row pitch). A ValueError for other strides."""
+    pixels = slice_pixel_stride(out)
+    if pixels is None:
+        raise ValueError(
+            f"out must be a contiguous [N, P, Q, K] tensor or a channel slice of one "
+            f"([N, P, Q, L] with L*{out.element_size()} bytes a multiple of {ALIGNMENT_BYTES}), "
+            f"got shape {tuple(out.shape)} with strides {out.stride()}; e.g. "
+            f"buffer.permute(0, 2, 3, 1)[..., a:a + K] for a channels_last [N, L, P, Q] buffer"
+        )
+    return pixels
+
+
+def slice_pixel_stride(out: torch.Tensor) -> int | None:
+    """``out_pixel_stride`` of an ``[N, P, Q, K]`` tensor, or None where it raises."""
     if out.is_contiguous():
         return out.shape[3]
-    n, p, q, k = out.shape
+    _, p, q, k = out.shape
     pixels = out.stride(2)
     sliced = (pixels * p * q, pixels * q, pixels, 1)
     dims = zip(out.shape, out.stride(), sliced, strict=True)
-    if pixels >= k and pixels * out.element_size() % ALIGNMENT_BYTES == 0:
-        if all(size == 1 or stride == want for size, stride, want in dims):
-            return pixels
-    raise ValueError(
-        f"out must be a contiguous [N, P, Q, K] tensor or a channel slice of one "
-        f"([N, P, Q, L] with L*{out.element_size()} bytes a multiple of {ALIGNMENT_BYTES}), got "
-        f"shape {tuple(out.shape)} with strides {out.stride()}; e.g. "
-        f"buffer.permute(0, 2, 3, 1)[..., a:a + K] for a channels_last [N, L, P, Q] buffer"
-    )
+    if pixels < k or pixels * out.element_size() % ALIGNMENT_BYTES:
+        return None
+    return pixels if all(size == 1 or stride == want for size, stride, want in dims) else None
 
 
 def check_compute_capability(capability: tuple[int, int], device: object = "the device") -> str:

@@ -466,6 +466,26 @@ def test_forward_writes_a_channel_slice_in_place(conv_outs, with_identity):
     assert buffer[:, :8].isnan().all() and buffer[:, 24:].isnan().all()
 
 
+@pytest.mark.parametrize(
+    "channels, start",
+    [(40, 4), (36, 8), (16, 0)],
+    ids=["offset-not-16-bytes", "pitch-not-16-bytes", "nchw-contiguous"],
+)
+def test_forward_copies_into_an_out_the_kernel_cannot_store_to(conv_outs, channels, start):
+    """A slice at a channel offset or of a pitch that is no whole number of 16-byte units
+    (TMA's), or an NCHW-contiguous out: the kernel writes its own output, copied in."""
+    torch.manual_seed(5)
+    module = cute_conv.nn.Conv2d(8, 16, 3, padding=1)
+    x = torch.randn(2, 8, 5, 6).to(BF16)
+    buffer, part = _buffer_part(2, channels, 5, 6, start, 16)
+    if channels == 16:
+        part = buffer.contiguous()
+    with torch.no_grad():
+        y = module(x, out=part)
+        expected = module(x)
+    assert y is part and conv_outs[0] is None and torch.equal(part, expected)
+
+
 def test_forward_copies_into_out_where_a_gradient_is_tracked(conv_outs):
     """With a weight that requires grad the call runs without ``out=`` (whose op has no
     backward) and its result is copied into ``out``."""
