@@ -9,9 +9,9 @@ a channel prefix of a wider channels_last tensor in place), ``optimize`` allocat
 concatenation's buffer once, copies ``x0`` and then each ``fj`` into its channels once, and
 hands every concatenation over as a prefix view of the buffer. A piece made by a fused conv
 that nothing else reads is written by that conv into its channels (``concat_slice``, the
-conv's ``out=``), and its copy is skipped. A lone concatenation of fused convs' outputs
-(Inception's and GoogLeNet's branches, SqueezeNet's expands) is made the same way, in a buffer
-allocated before its first conv (``conv_concat_buffer``).
+conv's ``out=``), and its copy is skipped. A lone concatenation of pieces whose channels the
+graph says (Inception's and GoogLeNet's branches, SqueezeNet's expands) is made the same way, in
+a buffer allocated before its first conv that writes into it (``conv_concat_buffer``).
 """
 
 from __future__ import annotations

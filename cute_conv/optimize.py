@@ -49,7 +49,8 @@ Growing concatenations read only by fused modules (DenseNet's dense blocks) shar
 (``cute_conv.concat``): each value copied into it once, or written there by the fused conv
 that makes it (its ``out=``), each concatenation a prefix view that the grouped kernel reads in
 place. A lone concatenation of fused convs' outputs (Inception's and GoogLeNet's branches,
-SqueezeNet's expands) is one buffer that those convs write their channels of.
+SqueezeNet's expands; pools and concatenations made so among its pieces are copied in) is
+one buffer that those convs write their channels of.
 
 What is checked when: the shapes of the activations are unknown at trace time, so a conv is
 judged by its module's attributes (``cute_conv.nn.conv_limits``: groups, padding mode, weight

@@ -30,7 +30,7 @@ from .concat import (
 )
 from .nn import Conv2d
 from .optimize_report import OptimizeReport
-from .pooling import MAP_DIMS, GlobalAvgPool2d, pool_for
+from .pooling import MAP_DIMS, AvgPool2d, GlobalAvgPool2d, MaxPool2d, pool_for
 from .shuffle import ChannelShuffle, ShufflePattern
 
 __all__ = [
@@ -215,10 +215,11 @@ class OpRewrites:
         """A concatenation along dim 1 of fused convs' outputs (Inception's and GoogLeNet's
         branches, SqueezeNet's expands) made in one channels_last buffer, allocated before
         the first conv that writes its channels of it (``_hand_slice``: those whose output
-        only the concatenation reads); the other pieces are copied in where it was."""
+        only the concatenation reads); the other pieces, of channels the graph says
+        (``_piece_channels``), are copied in where it was."""
         graph = self.gm.graph
         pieces = cat_inputs(cat) or ()
-        channels = [self._conv_channels(piece) for piece in pieces]
+        channels = [self._piece_channels(piece) for piece in pieces]
         if len(pieces) < 2 or None in channels or len(set(pieces)) != len(pieces):
             return
         writers = [piece for piece in pieces if self._writes_in_place(piece, (cat,))]
@@ -245,6 +246,22 @@ class OpRewrites:
         self.report.concat_writes.append(
             f"{cat.name}: {len(writers)} of {len(pieces)} pieces written in place by their convs"
         )
+
+    def _piece_channels(self, node: fx.Node) -> int | None:
+        """The channels of a concatenation's piece where the graph says them: a fused
+        module's output, a pool's (its input's), a concatenation made by
+        ``_write_concatenation`` (Inception-v3's B and D blocks pool the block before, its E
+        blocks concatenate pairs); else None."""
+        if node.op == "call_module":
+            module = self.gm.get_submodule(node.target)
+            if isinstance(module, (MaxPool2d, AvgPool2d)) and isinstance(node.args[0], fx.Node):
+                return self._piece_channels(node.args[0])
+            return self._conv_channels(node)
+        while node.op == "call_function" and node.target is concat_write:
+            node = node.args[0]
+        if node.op == "call_function" and node.target is conv_concat_buffer:
+            return node.args[1]
+        return None
 
     def _writes_in_place(self, piece: fx.Node, readers: tuple[fx.Node, ...]) -> bool:
         """Whether ``piece`` is a fused conv's call, not yet given an ``out=``, that only

@@ -20,6 +20,7 @@ from tests.test_nn import conv_outs, kernel_calls, random_bn  # noqa: F401 - fix
 from tests.test_optimize import (
     BF16,
     assert_no_worse_than_torch,
+    build,
     copy_to,
     float32_bf16_and_ours,
 )
@@ -204,22 +205,43 @@ def test_concatenations_only_partly_or_not_written_by_their_convs(kernel_calls, 
 
 
 @pytest.mark.parametrize(
-    "name, blocks", [("googlenet", 9), ("inception_v3", 11), ("squeezenet1_1", 8)]
+    "name, concatenations, written, pieces",
+    [("googlenet", 9, 36, 36), ("inception_v3", 15, 44, 50), ("squeezenet1_1", 8, 16, 16)],
 )
-def test_torchvision_models_concatenations_written_by_their_convs(name, blocks):
-    """GoogLeNet's nine inception blocks; Inception-v3's three A and four C blocks and its two
-    E blocks' two inner pairs each (not its B and D blocks, whose concatenations hold a pool's
-    output, nor the E blocks' outer ones, which hold the inner pairs); SqueezeNet's eight fire
-    modules: every piece a conv's, written in place."""
+def test_torchvision_models_concatenations_written_by_their_convs(
+    name, concatenations, written, pieces
+):
+    """GoogLeNet's nine inception blocks and SqueezeNet's eight fire modules: every piece a
+    conv's, written in place. Inception-v3: its A and C blocks likewise; its B and D blocks'
+    max pool of the block before copied in (its channels known from that block's buffer);
+    its E blocks' inner pairs written in place, then copied into the outer buffer."""
     import torchvision
 
     kwargs = {"aux_logits": False, "init_weights": False} if name != "squeezenet1_1" else {}
     model = getattr(torchvision.models, name)(weights=None, **kwargs).eval().to(BF16)
     report = cute_conv.optimize(model).cute_conv_report
-    assert len(report.concat_writes) == blocks, report.concat_writes
-    for line in report.concat_writes:
-        match = re.fullmatch(r"\w+: (\d+) of (\d+) pieces written in place by their convs", line)
-        assert match and match[1] == match[2], line
+    counts = [
+        re.fullmatch(r"\w+: (\d+) of (\d+) pieces written in place by their convs", line)
+        for line in report.concat_writes
+    ]
+    assert len(counts) == concatenations and all(counts), report.concat_writes
+    assert sum(int(c[1]) for c in counts) == written
+    assert sum(int(c[2]) for c in counts) == pieces
+
+
+def test_optimized_inception_v3_computes_the_model_on_cpu(kernel_calls):  # noqa: F811
+    """Its 15 concatenations rewritten (pieces written in place, pools and inner pairs
+    copied in at the offsets the graph gives them): the logits as close to the float32
+    model's as torch's own bf16 model's."""
+    model = build("inception_v3")
+    x = torch.randn(1, 3, 96, 96).to(memory_format=torch.channels_last)
+    gm = cute_conv.optimize(model)
+    with torch.no_grad():
+        reference = build("inception_v3", torch.float32)(x)
+        torch_bf16 = model(x.to(BF16)).float()
+        ours = gm(x.to(BF16)).float()
+    assert len(gm.cute_conv_report.concat_writes) == 15 and cat_calls(gm) == 0
+    assert_no_worse_than_torch(ours, torch_bf16, reference)
 
 
 @requires_sm90
