@@ -45,6 +45,7 @@ from .kernels.common.grouped_direct import (
 from .ops import meta_stand_ins, padding_pairs
 from .plan_cache import PlanCache
 from .problem import Conv2dProblemShape, normalize_padding, normalize_pair
+from .staging import span_bytes
 from .validation import ALIGNMENT_BYTES, MAX_GEMM_M, check_alignment, check_tensor
 
 __all__ = [
@@ -346,14 +347,6 @@ def channel_slice_stride(x: object) -> int | None:
     return s
 
 
-def _extent_bytes(t: Tensor) -> int:
-    """The bytes from ``t``'s first element to past its last (a view's span in memory)."""
-    if t.numel() == 0:
-        return 0
-    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
-    return (last + 1) * t.element_size()
-
-
 @dataclass(frozen=True)
 class _GroupedPlan:
     """What a call needs that depends only on tensor metadata and arguments."""
@@ -380,7 +373,7 @@ def _run(x, staged_filter, source, bias, scale, groups, stride, padding, dilatio
     if out is not None and out_overlaps_inputs(
         out.data_ptr(), x.data_ptr(), staged_filter.data_ptr(),
         source.data_ptr() if plan.has_residual else 0,
-        tuple(_extent_bytes(t) for t in (x, staged_filter, out)),
+        tuple(span_bytes(t) for t in (x, staged_filter, out)),
     ):  # fmt: skip
         raise ValueError(
             "out overlaps activation or filter, or partly the source: pass a separate output "

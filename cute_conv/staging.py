@@ -70,6 +70,7 @@ __all__ = [
     "kernel_problem_for",
     "patch_view",
     "run_staged",
+    "span_bytes",
     "staged_weights",
     "staging_plan",
     "super_pixel_view",
