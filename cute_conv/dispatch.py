@@ -31,6 +31,7 @@ from .staging import (
     StagingPlan,
     kernel_problem_for,
     run_staged,
+    span_bytes,
     spans_overlap,
     staging_plan,
 )
@@ -317,9 +318,8 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
     vectors_ready = all(
         v is None or (v.dtype == vector_dtype and v.is_contiguous()) for v in used_vectors
     )
-    out_bytes = math.prod(problem.output_shape) * out_bits // 8
-    if out_pixels != problem.K:  # a slice's span ends at its last pixel's channels
-        out_bytes = ((problem.gemm_m - 1) * out_pixels + problem.K) * out_bits // 8
+    # A channel slice's span ends at its last pixel's channels.
+    out_bytes = math.prod(problem.output_shape) * out_bits // 8 if out is None else span_bytes(out)
     nbytes = (x.numel() * x.element_size(), filter.numel() * filter.element_size(), out_bytes)
     workspace = None
     if target.workspace_size is not None and not on_cuda_cores:
