@@ -46,7 +46,13 @@ from .ops import meta_stand_ins, padding_pairs
 from .plan_cache import PlanCache
 from .problem import Conv2dProblemShape, normalize_padding, normalize_pair
 from .staging import span_bytes
-from .validation import ALIGNMENT_BYTES, MAX_GEMM_M, check_alignment, check_tensor
+from .validation import (
+    ALIGNMENT_BYTES,
+    MAX_GEMM_M,
+    check_alignment,
+    check_tensor,
+    out_pixel_stride,
+)
 
 __all__ = [
     "channel_slice_stride",
@@ -181,9 +187,11 @@ def grouped_conv2d(
         alpha, bias, scale, activation: as ``cute_conv.conv2d_fprop`` takes them.
         source: optional residual ``[N, P, Q, K]`` contiguous, of the output's dtype;
             ``beta`` scales it and ``residual_order`` places it.
-        out: optional ``[N, P, Q, K]`` contiguous output (bfloat16, float16 or float32; may
-            be ``source`` itself, must not overlap ``x`` or ``filter``); else a new one of
-            ``x``'s dtype.
+        out: optional ``[N, P, Q, K]`` output (bfloat16, float16 or float32; may be
+            ``source`` itself, must not overlap ``x`` or ``filter``): contiguous, or a channel
+            slice of a contiguous ``[N, P, Q, L]`` tensor written in place (as
+            ``conv2d_fprop``'s ``out``, L also a multiple of the kernel's 8-channel stores,
+            or 4 / 2 for depthwise convs of fewer channels); else a new one of ``x``'s dtype.
         filter_layout: ``"krsc"`` (staged on each call: a copy of the filter) or ``"rsck"``.
         pixels: output pixels of a row per thread (1 .. 8); None: ``grouped_rule``'s
             ``pixels_per_thread``. Sets speed only, never the result.
@@ -313,21 +321,27 @@ def _validate(x, staged_filter, source, bias, scale, groups, stride, padding, di
             f"activation is a channel slice of a tensor of {pixel_stride} channels; its pixel "
             f"stride must be a multiple of {in_vector} (the kernel's loads)"
         )
-    out_dtype = x.dtype
+    out_dtype, out_pixels = x.dtype, None
     if out is not None:
-        check_tensor("out", out, OUT_DTYPES)
+        check_tensor("out", out, OUT_DTYPES, contiguous=False)
+        out_pixels = out_pixel_stride(out)  # a channel slice is written in place
         out_dtype = out.dtype
         if tuple(out.shape) != problem.output_shape:
             raise ValueError(
                 f"out has shape {tuple(out.shape)}; this conv writes [N, P, Q, K] = "
                 f"{problem.output_shape}"
             )
+        if out_pixels % config.vector:
+            raise ValueError(
+                f"out is a channel slice of a tensor of {out_pixels} channels; its pixel "
+                f"stride must be a multiple of {config.vector} (the kernel's stores)"
+            )
     spec = validate_epilogue_args(
         problem, out_dtype, x.device, alpha=alpha, bias=bias, scale=scale,
         activation=activation, epilogue_fn=None, source=source, beta=beta,
         residual_order=residual_order,
     )  # fmt: skip
-    return problem, config, spec, out_dtype, pixel_stride
+    return problem, config, spec, out_dtype, pixel_stride, out_pixels
 
 
 def channel_slice_stride(x: object) -> int | None:
@@ -425,7 +439,7 @@ forget_on_clear(_plans.clear)  # a plan holds its kernel: compile.clear_cache dr
 
 
 def _make_plan(x, staged_filter, source, bias, scale, out, args: tuple) -> _GroupedPlan:
-    problem, config, spec, out_dtype, pixel_stride = _validate(
+    problem, config, spec, out_dtype, pixel_stride, out_pixels = _validate(
         x, staged_filter, source, bias, scale, *args, out
     )
     _, _, _, _, alpha, beta, *_ = args  # as _plan packs them
@@ -441,7 +455,7 @@ def _make_plan(x, staged_filter, source, bias, scale, out, args: tuple) -> _Grou
     )  # fmt: skip
     return _GroupedPlan(
         problem.output_shape, out_dtype, spec.has_residual, kernel_vector_dtype(bias, scale),
-        kernel, kernel_scalars(problem, alpha, beta, 1, pixel_stride), problem.gemm_m == 0,
+        kernel, kernel_scalars(problem, alpha, beta, 1, pixel_stride, out_pixels), problem.gemm_m == 0,
     )
 
 
@@ -482,7 +496,7 @@ def _(x, staged_filter, source, bias, scale, groups, stride, padding, dilation, 
       residual_order, activation, pixels=None, channel_norm_eps=None):  # fmt: skip
     with unset_fake_temporarily():
         metas = meta_stand_ins((x, staged_filter, source, bias, scale))
-        problem, _, _, out_dtype, _ = _validate(
+        problem, _, _, out_dtype, _, _ = _validate(
             *metas, groups, tuple(stride), padding_pairs(padding), tuple(dilation), alpha, beta,
             residual_order, activation, pixels, channel_norm_eps, None,
         )  # fmt: skip

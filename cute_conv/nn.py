@@ -297,8 +297,8 @@ class Conv2d(nn.Module):
             out: None, or the ``[N, K, P, Q]`` tensor of the output's dtype to write:
                 channels_last, or a channel slice of a channels_last tensor
                 (``buffer[:, a:a + K]``: a concatenation's part). The bfloat16 / float16
-                kernel writes it in place where it can (``conv2d_fprop``'s ``out``); the
-                grouped, cuDNN and fp8 paths, and any other layout, copy into it.
+                and grouped kernels write it in place where they can (``conv2d_fprop``'s
+                ``out``); the cuDNN and fp8 paths, and any other layout, copy into it.
             out_amax: a one-element float32 tensor on the weight's device, or None: set to
                 ``max|output|`` by the epilogue (zeroed first), for an fp8 reader's scale.
             reset_amax: False raises ``out_amax`` without zeroing it first (a caller that
@@ -319,10 +319,6 @@ class Conv2d(nn.Module):
             return _into(out, self._forward_fp8(x, identity, out_amax, x_amax, reset_amax))
         if x.dtype != weight.dtype:
             raise TypeError(f"x has dtype {x.dtype}; the weight is {weight.dtype}")
-        if self.groups != 1:  # never fp8 (to_fp8 refuses it)
-            if out_amax is not None or x_amax is not None:
-                raise ValueError("a grouped Conv2d keeps no amax (out_amax, x_amax)")
-            return _into(out, self._forward_grouped(x, identity))
         # In place only without a gradient to track (out= calls have no backward), and where
         # the kernel can store to it.
         out_nhwc = None if out is None else out.permute(0, 2, 3, 1)
@@ -332,6 +328,12 @@ class Conv2d(nn.Module):
             and _kernel_stores_to(out_nhwc)
         )
         out_nhwc = out_nhwc if in_place else None
+        if self.groups != 1:  # never fp8 (to_fp8 refuses it)
+            if out_amax is not None or x_amax is not None:
+                raise ValueError("a grouped Conv2d keeps no amax (out_amax, x_amax)")
+            # grouped_conv2d takes no out= under torch.compile.
+            writes = in_place and not torch.compiler.is_compiling()
+            return _into(out, self._forward_grouped(x, identity, out if writes else None))
         if identity is None:
             _reset_amax(out_amax, weight.device, reset_amax)
             fp8_out = self.out_scale is not None  # write_fp8
@@ -357,9 +359,12 @@ class Conv2d(nn.Module):
             )  # fmt: skip
         return out if in_place else _into(out, y.permute(0, 3, 1, 2))
 
-    def _forward_grouped(self, x: torch.Tensor, identity: torch.Tensor | None) -> torch.Tensor:
-        """``forward`` of a grouped conv: the grouped kernel on the stored weight, or cuDNN
-        where ``grouped_rule`` says it is faster (the call's multiply-adds)."""
+    def _forward_grouped(
+        self, x: torch.Tensor, identity: torch.Tensor | None, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``forward`` of a grouped conv: the grouped kernel on the stored weight (writing
+        ``out`` in place, if given, and returning it), or cuDNN where ``grouped_rule`` says it
+        is faster (the call's multiply-adds)."""
         if identity is not None and self.channel_norm_eps is not None:
             raise ValueError("a Conv2d with channel_norm_eps takes no identity")
         if identity is not None and not self._check_identity(x, identity):
@@ -381,8 +386,9 @@ class Conv2d(nn.Module):
             padding=self._padding, dilation=self.dilation, bias=self.bias, scale=self.scale,
             activation=self.activation, source=None if identity is None else _nhwc(identity),
             residual_order=self.residual_order, channel_norm_eps=self.channel_norm_eps,
+            out=None if out is None else out.permute(0, 2, 3, 1),
         )  # fmt: skip
-        return y.permute(0, 3, 1, 2)
+        return y.permute(0, 3, 1, 2) if out is None else out
 
     def _forward_torch(self, x: torch.Tensor, identity: torch.Tensor | None) -> torch.Tensor:
         """The same function in torch ops: cuDNN's (grouped) conv with the scale folded into
@@ -713,8 +719,11 @@ def _kernel_stores_to(out: torch.Tensor) -> bool:
 
 
 def _into(out: torch.Tensor | None, y: torch.Tensor) -> torch.Tensor:
-    """``y`` copied into ``out`` and ``out`` returned; ``y`` itself without an ``out``."""
-    return y if out is None else out.copy_(y)
+    """``y`` copied into ``out`` and ``out`` returned (nothing to copy where ``y`` is
+    ``out``, written in place); ``y`` itself without an ``out``."""
+    if out is None or y is out:
+        return y
+    return out.copy_(y)
 
 
 def _nhwc(t: torch.Tensor) -> torch.Tensor:

@@ -83,6 +83,8 @@ def _call_inputs(n=2, h=9, w=8, c=48, k=48, groups=2, r=3):
         (dict(bias_len=7), ValueError, r"bias has shape \(7,\)"),
         (dict(source_shape=(2, 9, 8, 40)), ValueError, "source has shape"),
         (dict(out_shape=(2, 9, 8, 40)), ValueError, "out has shape"),
+        (dict(out_pitch=(52, torch.float32)), ValueError, "52 channels; its pixel stride"),
+        (dict(out_pitch=(52, BF16)), ValueError, r"channel slice of one \(\[N, P, Q, L\]"),
         (dict(cpu=True), ValueError, "activation is on cpu; cute_conv runs on CUDA tensors"),
         (dict(pixels=2.0), TypeError, "pixels must be an int or None, got float"),
         (dict(pixels=9), ValueError, r"pixels must be in 1 \.\. 8, got 9"),
@@ -116,7 +118,10 @@ def test_bad_calls_are_refused_before_anything_is_written(change, error, match):
     if "source_shape" in change:
         kwargs["source"] = torch.zeros(change["source_shape"], dtype=BF16)
     out = torch.full(change.get("out_shape", (2, 9, 8, 48)), float("nan"), dtype=BF16)
-    if "out_shape" in change or "cpu" in change:
+    if "out_pitch" in change:  # a channel slice of a tensor of this many channels
+        pitch, dtype = change["out_pitch"]
+        out = torch.full((2, 9, 8, pitch), float("nan"), dtype=dtype)[..., :48]
+    if "out_shape" in change or "cpu" in change or "out_pitch" in change:
         kwargs["out"] = out
     with pytest.raises(error, match=match):
         grouped_conv2d(x, flt, **kwargs)

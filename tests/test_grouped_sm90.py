@@ -46,9 +46,11 @@ PROBLEMS = {
 
 
 def run_grouped(n, h, w, c, k, groups, r, geom, *, dtype=BF16, out_dtype=None, seed=0,
-                wider=0, **epi):  # fmt: skip
+                wider=0, out_wider=0, **epi):  # fmt: skip
     """One call on fresh random inputs into a NaN-filled output, and its float32 check;
-    ``wider``: the activation the first C channels of a tensor of C + wider (read in place)."""
+    ``wider``: the activation the first C channels of a tensor of C + wider (read in place);
+    ``out_wider``: the output the last K channels of a tensor of K + out_wider (written in
+    place, the others left NaN)."""
     gen = torch.Generator("cuda").manual_seed(seed)
     x = torch.randn(n, h, w, c + wider, device="cuda", generator=gen).to(dtype)[..., :c]
     flt = (torch.randn(k, r, r, c // groups, device="cuda", generator=gen) / (r * (c // groups) ** 0.5)).to(dtype)
@@ -64,7 +66,9 @@ def run_grouped(n, h, w, c, k, groups, r, geom, *, dtype=BF16, out_dtype=None, s
         if name in epi:
             kwargs[name] = epi[name]
     out_dtype = out_dtype or dtype
-    out = torch.full(expected.shape, float("nan"), device="cuda", dtype=out_dtype)
+    n, p, q, _ = expected.shape
+    buffer = torch.full((n, p, q, out_wider + k), float("nan"), device="cuda", dtype=out_dtype)
+    out = buffer[..., out_wider:]
     activation = epi.get("activation")
     order = epi.get("order", "after_activation")
     source = None
@@ -88,6 +92,7 @@ def run_grouped(n, h, w, c, k, groups, r, geom, *, dtype=BF16, out_dtype=None, s
     assert y is out
     report = compare_to_reference(y, expected)
     assert report.ok, str(report)
+    assert buffer[..., :out_wider].isnan().all()
 
 
 @pytest.mark.parametrize("problem", PROBLEMS.values(), ids=PROBLEMS.keys())
@@ -102,6 +107,15 @@ def test_grouped_reads_a_channel_slice(problem, wider):
     buffers), with and without the channel norm."""
     run_grouped(*PROBLEMS[problem], wider=wider, bias=True, activation="relu", pixels=2)
     run_grouped(*PROBLEMS[problem], wider=wider, bias=True, channel_norm_eps=1e-6)
+
+
+@pytest.mark.parametrize("problem", ["dw3x3", "dw5x5-s2", "g24", "g4"])
+def test_grouped_writes_a_channel_slice(problem):
+    """The output the last K channels of a wider tensor (a concatenation's part), with an
+    activation, with the channel norm, and into a float32 output."""
+    run_grouped(*PROBLEMS[problem], out_wider=16, bias=True, activation="relu", pixels=2)
+    run_grouped(*PROBLEMS[problem], out_wider=8, bias=True, channel_norm_eps=1e-6)
+    run_grouped(*PROBLEMS[problem], out_wider=8, out_dtype=torch.float32, bias=True)
 
 
 @pytest.mark.parametrize("pixels", [2, 3, 8])

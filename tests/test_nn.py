@@ -49,7 +49,7 @@ def _reference_kernel(x, flt, source, **kwargs):
 
 def _reference_grouped(x, staged, source=None, *, groups, **kwargs):
     """The grouped kernel's contract on CPU tensors: ``cute_conv.grouped``'s validation, then
-    the float32 torch reference, rounded to the output dtype."""
+    the float32 torch reference, rounded to the output dtype (into ``out=``)."""
     kwargs.setdefault("beta", 1.0)
     kwargs.setdefault("residual_order", "after_activation")
     kwargs.setdefault("alpha", 1.0)
@@ -59,7 +59,7 @@ def _reference_grouped(x, staged, source=None, *, groups, **kwargs):
         x, staged, source, *args, groups, normalize_pair("stride", geom["stride"]),
         normalize_padding(geom["padding"]), normalize_pair("dilation", geom["dilation"]),
         kwargs["alpha"], kwargs["beta"], kwargs["residual_order"], kwargs.get("activation"),
-        kwargs.get("pixels"), kwargs.get("channel_norm_eps"), None,
+        kwargs.get("pixels"), kwargs.get("channel_norm_eps"), kwargs.get("out"),
     )  # fmt: skip
     flt = staged.permute(3, 0, 1, 2).float()
     y = reference(x.float(), flt, {**geom, "groups": groups}, source=source, bias=args[0],
@@ -67,7 +67,8 @@ def _reference_grouped(x, staged, source=None, *, groups, **kwargs):
                   activation=kwargs.get("activation"), alpha=kwargs["alpha"])  # fmt: skip
     if kwargs.get("channel_norm_eps") is not None:
         y = F.layer_norm(y, y.shape[-1:], eps=kwargs["channel_norm_eps"])
-    return y.to(x.dtype)
+    out = kwargs.get("out")
+    return y.to(x.dtype) if out is None else out.copy_(y)
 
 
 def _scalar(scale) -> float:
@@ -463,6 +464,28 @@ def test_forward_writes_a_channel_slice_in_place(conv_outs, with_identity):
     assert y is part and torch.equal(part, expected)
     out = conv_outs[0]
     assert out.data_ptr() == part.data_ptr() and out.stride() == (1200, 240, 40, 1)
+    assert buffer[:, :8].isnan().all() and buffer[:, 24:].isnan().all()
+
+
+def test_a_grouped_forward_writes_a_channel_slice_in_place(kernel_calls, monkeypatch):
+    torch.manual_seed(6)
+    module = cute_conv.nn.Conv2d(16, 16, 3, padding=1, groups=16, activation="relu").eval()
+    x = torch.randn(2, 16, 5, 6).to(BF16).to(memory_format=torch.channels_last)
+    buffer, part = _buffer_part(2, 40, 5, 6, 8, 16)
+    outs = []
+    grouped = cute_conv.nn.grouped_conv2d  # the fixture's
+
+    def recording(*args, out=None, **kwargs):
+        outs.append(out)
+        return grouped(*args, out=out, **kwargs)
+
+    monkeypatch.setattr(cute_conv.nn, "grouped_conv2d", recording)
+    with torch.no_grad():
+        y = module(x, out=part)
+        expected = module(x)
+    assert y is part and torch.equal(part, expected)
+    assert outs[0].data_ptr() == part.data_ptr() and outs[0].stride() == (1200, 240, 40, 1)
+    assert outs[1] is None
     assert buffer[:, :8].isnan().all() and buffer[:, 24:].isnan().all()
 
 
