@@ -7,7 +7,8 @@ every kernel on the stream. The wait sits in the setup shared by all roles, so i
 text it precedes every role's code; these tests hold it there. The SM90 load warp (TMA
 operands, static schedules) and the gather warps wait later, in their first tile, after that
 tile's coordinates and before its first load: a second wait, checked in the SASS. The GPU tests run chains of convs
-under CUDA graphs, where the overlap happens (``test_conv2d_sm90.py``).
+under CUDA graphs, where the overlap happens (``test_conv2d_sm90.py``). The helper kernels
+between the convs (staging, pools, channel scale, fp8 quantization) always launch with PDL.
 """
 
 from __future__ import annotations
@@ -17,12 +18,22 @@ import re
 
 import pytest
 import torch
+from cute_conv.kernels.common.pool import PoolWindow
 
 import cute_conv
 from cute_conv import Conv2dConfig, Conv2dConfigSm100, EpilogueSpec
+from cute_conv.compile import (
+    compile_avg_pool,
+    compile_channel_scale,
+    compile_im2col_columns,
+    compile_max_pool,
+    compile_quantize,
+    compile_space_to_depth,
+)
 
 WAIT = "griddepcontrol.wait;"
 SIGNAL = "griddepcontrol.launch_dependents;"
+BF16 = torch.bfloat16
 FUSED_RESIDUAL = EpilogueSpec(has_bias=True, has_scale=True, activation="relu", has_residual=True)
 
 # Instructions that may touch global memory: loads, stores and atomics in the global or the
@@ -82,6 +93,32 @@ def test_the_wait_precedes_every_global_access(name):
     first_access = _first_global_access(ptx)
     assert first_access is not None, "the pattern finds the kernel's loads and stores"
     assert wait < first_access, ptx[first_access : first_access + 200]
+
+
+_POOL = PoolWindow((3, 3), (2, 2), (1, 1), (1, 1))
+# The helper kernels a model's graph runs between the convs: name -> compile call.
+HELPERS = {
+    "space-to-depth": lambda: compile_space_to_depth("sm_90a", BF16, 3, 4, 8),
+    "im2col-columns": lambda: compile_im2col_columns("sm_90a", BF16, 3),
+    "im2col-patch-rows": lambda: compile_im2col_columns("sm_90a", BF16, 3, (3, 3)),
+    "max-pool": lambda: compile_max_pool("sm_90a", BF16, _POOL),
+    "avg-pool": lambda: compile_avg_pool("sm_90a", BF16, _POOL),
+    "channel-scale": lambda: compile_channel_scale("sm_90a", BF16),
+    "quantize": lambda: compile_quantize("sm_90a", BF16),
+    "quantize-from-amax": lambda: compile_quantize("sm_90a", BF16, from_amax=True),
+}
+
+
+@pytest.mark.parametrize("name", HELPERS)
+def test_helper_kernels_wait_before_every_global_access(name):
+    """The stems' staging, the pools, the squeeze-excitation scale and the fp8 quantization
+    launch with PDL too (each overlaps the kernel before it, and the conv after it starts its
+    setup during it): one wait, then the signal, before any global memory access."""
+    ptx = HELPERS[name]().ptx
+    assert ptx.count(WAIT) == 1 and ptx.count(SIGNAL) == 1
+    assert ptx.index(WAIT) < ptx.index(SIGNAL)
+    first_access = _first_global_access(ptx)
+    assert first_access is not None and ptx.index(WAIT) < first_access
 
 
 @pytest.mark.parametrize("name", LATE_LOAD_WAIT)

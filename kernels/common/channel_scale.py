@@ -14,6 +14,7 @@ import cutlass
 import cutlass.cute as cute
 
 from .channel_rows import channel_row_stride, vector_elements
+from .dependent_launch import wait_for_previous_grid
 
 SCALE_TYPES = (cutlass.BFloat16, cutlass.Float16)
 _THREADS = 256
@@ -50,6 +51,7 @@ class ChannelScaleNhwc:
             grid=(cutlass.Int32((slots + _THREADS - 1) // _THREADS), 1, 1),
             block=[_THREADS, 1, 1],
             stream=stream,
+            use_pdl=True,
         )
 
     @cute.kernel
@@ -59,6 +61,7 @@ class ChannelScaleNhwc:
         _, vectors, pixels, n = m_x.shape
         slot = cutlass.Int64(bidx) * _THREADS + tidx
         row = slot // vectors  # (pixel, image), pixel fastest
+        wait_for_previous_grid()
         if row < cutlass.Int64(n) * pixels:
             chunk = cutlass.Int32(slot - row * vectors)
             image = cutlass.Int32(row // pixels)

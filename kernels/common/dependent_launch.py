@@ -6,6 +6,9 @@ Its setup (barrier init, TMA descriptor prefetch, the cluster sync) then runs on
 previous kernel leaves free or has just left, instead of after the whole grid has drained:
 in a chain of small convs (a model at batch 1, under a CUDA graph) that is a launch gap and a
 prologue per layer. ``griddepcontrol.wait`` is a no-op for a kernel launched without PDL.
+The helper kernels between the convs (the stems' staging, the pools, the channel scale, the
+fp8 quantization) launch with PDL too: a kernel that never signals would hold the next
+conv's launch until its last CTA exits.
 """
 
 import cutlass

@@ -27,6 +27,7 @@ import cutlass
 import cutlass.cute as cute
 
 from .channel_rows import channel_row_stride, vector_elements
+from .dependent_launch import wait_for_previous_grid
 
 # e4m3 maps too (an fp8 stem's output): max commutes with a monotone per-tensor quantization.
 # Not e5m2: its infinities would come back finite from the saturating conversion.
@@ -87,6 +88,7 @@ class MaxPool2dNhwc:
             grid=((slots + _THREADS - 1) // _THREADS, 1, 1),
             block=[_THREADS, 1, 1],
             stream=stream,
+            use_pdl=True,
         )
 
     @cute.kernel
@@ -98,6 +100,7 @@ class MaxPool2dNhwc:
         (kh, kw), (sh, sw), (ph, pw), _ = self.window
         slot = bidx * _THREADS + tidx
         pixel = slot // vectors
+        wait_for_previous_grid()
         if pixel < n * p * q:
             chunk = slot - pixel * vectors
             image = pixel // (p * q)

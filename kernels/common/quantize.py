@@ -16,6 +16,8 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 
+from .dependent_launch import wait_for_previous_grid
+
 VECTOR = 8  # elements per thread: one 16-byte load of 16-bit values
 _THREADS = 256
 _E4M3_MAX = 448.0
@@ -53,6 +55,7 @@ class QuantizeFp8:
             grid=((vectors + _THREADS - 1) // _THREADS, 1, 1),
             block=[_THREADS, 1, 1],
             stream=stream,
+            use_pdl=True,
         )
 
     @cute.kernel
@@ -60,6 +63,7 @@ class QuantizeFp8:
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         vector = bidx * _THREADS + tidx
+        wait_for_previous_grid()
         if cutlass.const_expr(self.from_amax):
             amax = m_amax[0]
             scale = cutlass.Float32(1.0)

@@ -14,6 +14,8 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 
+from .dependent_launch import wait_for_previous_grid
+
 FOLD_ROWS = 2
 # A few CTAs per row of staged pixels; a 1-D grid, since rows x images can pass 65535.
 _THREADS = 256
@@ -75,6 +77,7 @@ class SpaceToDepthFold:
             grid=(ctas_per_row * h2 * n, 1, 1),
             block=[_THREADS, 1, 1],
             stream=stream,
+            use_pdl=True,
         )
 
     @cute.kernel
@@ -98,6 +101,7 @@ class SpaceToDepthFold:
         a = (slot // self.fold_cols) % FOLD_ROWS
         j = slot // (self.fold_cols * FOLD_ROWS)
         _, w, h, _ = m_x.shape
+        wait_for_previous_grid()
         if j < m_y.shape[3]:
             row = 2 * i + a - pad_top
             col = 2 * j + b - pad_left

@@ -25,6 +25,7 @@ import cutlass.cute as cute
 
 # One store per thread: the rows are whole TMA units, so a multiple of VECTOR_BYTES.
 from .channel_rows import VECTOR_BYTES
+from .dependent_launch import wait_for_previous_grid
 
 # ``Im2colPatchRows`` holds a row (one load per column) in each thread's registers: up to a 7x7
 # stem's patch of 4 channels (196 columns). 256 spilled on sm_90a; 200 did not.
@@ -133,6 +134,7 @@ class Im2colColumns:
             grid=((threads + _THREADS - 1) // _THREADS, 1, 1),
             block=[_THREADS, 1, 1],
             stream=stream,
+            use_pdl=True,
         )
 
     @cute.kernel
@@ -145,6 +147,7 @@ class Im2colColumns:
         slot = bidx * _THREADS + tidx
         row = slot // chunks
         chunk = slot - row * chunks
+        wait_for_previous_grid()
         if row < rows:
             image, top, left = _patch_corner(row, g)
             values = cute.make_rmem_tensor((self.vector,), self.dtype)
@@ -187,6 +190,7 @@ class Im2colPatchRows(Im2colColumns):
         _, s = self.taps
         # Consecutive threads take consecutive rows: a warp's loads span neighbouring pixels.
         row = bidx * _THREADS + tidx
+        wait_for_previous_grid()
         if row < rows:
             image, top, left = _patch_corner(row, g)
             # Element offsets from the patch's corner (which may lie in the padding): the
