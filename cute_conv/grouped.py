@@ -49,13 +49,13 @@ from .staging import span_bytes
 from .validation import (
     ALIGNMENT_BYTES,
     MAX_GEMM_M,
+    channel_slice_stride,
     check_alignment,
     check_tensor,
     out_pixel_stride,
 )
 
 __all__ = [
-    "channel_slice_stride",
     "check_channel_norm_eps",
     "check_groups",
     "check_norm_channels",
@@ -342,23 +342,6 @@ def _validate(x, staged_filter, source, bias, scale, groups, stride, padding, di
         residual_order=residual_order,
     )  # fmt: skip
     return problem, config, spec, out_dtype, pixel_stride, out_pixels
-
-
-def channel_slice_stride(x: object) -> int | None:
-    """``s`` where ``x`` is an NHWC view of the first C of ``s`` > C channels of a dense
-    ``[N, H, W, s]`` tensor (``t[..., :C]``, a concatenation's prefix: DenseNet's, under
-    ``optimize``), which the grouped kernel reads in place; else None."""
-    if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.layout != torch.strided:
-        return None
-    n, h, w, c = x.shape
-    s = x.stride(2)
-    if x.stride(3) != 1 or s <= c:
-        return None
-    dense = (h * w * s, w * s, s)  # [N, H, W] strides of the [N, H, W, s] tensor
-    for dim, (size, want) in enumerate(zip((n, h, w), dense, strict=True)):
-        if size > 1 and x.stride(dim) != want:
-            return None
-    return s
 
 
 @dataclass(frozen=True)

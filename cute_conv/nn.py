@@ -34,7 +34,6 @@ from .epilogue import ACTIVATIONS, EpilogueSpec
 from .fold import activation_name, batch_norm_channels, fold_batch_norm
 from .fp8 import quantize_dynamic, quantize_fp8, quantize_from_amax, quantize_with_scale
 from .grouped import (
-    channel_slice_stride,
     check_channel_norm_eps,
     check_groups,
     check_norm_channels,
@@ -49,6 +48,7 @@ from .reference import TORCH_ACTIVATIONS
 from .validation import (
     ALIGNMENT_BYTES,
     INPUT_DTYPES,
+    channel_slice_stride,
     check_scale_tensor,
     slice_pixel_stride,
     validate_conv_inputs,
@@ -736,7 +736,7 @@ def _nhwc(t: torch.Tensor) -> torch.Tensor:
 def _grouped_nhwc(t: torch.Tensor) -> torch.Tensor:
     """``_nhwc``, but a channel slice of a wider channels_last tensor (``optimize``'s
     concatenation buffers) is read in place where its pixel stride and offset keep the
-    kernel's 16-byte loads aligned (``grouped.channel_slice_stride``); not under
+    kernel's 16-byte loads aligned (``validation.channel_slice_stride``); not under
     ``torch.compile``, which does not trace a tensor's offset (the slice is copied there)."""
     nhwc = t.permute(0, 2, 3, 1)
     if torch.compiler.is_compiling():

@@ -34,6 +34,7 @@ __all__ = [
     "OUTPUT_DTYPES",
     "check_compute_capability",
     "check_problem_limits",
+    "channel_slice_stride",
     "check_tensor",
     "out_pixel_stride",
     "output_rows_unaligned",
@@ -405,13 +406,28 @@ def slice_pixel_stride(out: torch.Tensor) -> int | None:
     """``out_pixel_stride`` of an ``[N, P, Q, K]`` tensor, or None where it raises."""
     if out.is_contiguous():
         return out.shape[3]
-    _, p, q, k = out.shape
-    pixels = out.stride(2)
-    sliced = (pixels * p * q, pixels * q, pixels, 1)
-    dims = zip(out.shape, out.stride(), sliced, strict=True)
-    if pixels < k or pixels * out.element_size() % ALIGNMENT_BYTES:
+    pixels = channel_slice_stride(out)
+    if pixels is None or pixels * out.element_size() % ALIGNMENT_BYTES:
         return None
-    return pixels if all(size == 1 or stride == want for size, stride, want in dims) else None
+    return pixels
+
+
+def channel_slice_stride(x: object) -> int | None:
+    """``s`` where ``x`` is an NHWC view of C of the ``s`` > C channels of a dense
+    ``[N, H, W, s]`` tensor (``t[..., a:a + C]``: a concatenation's prefix, DenseNet's under
+    ``optimize``, which the grouped kernel reads in place, or a part the kernels write in
+    place, ``out_pixel_stride``); else None. The offset ``a`` is the caller's to check."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.layout != torch.strided:
+        return None
+    n, h, w, c = x.shape
+    s = x.stride(2)
+    if x.stride(3) != 1 or s <= c:
+        return None
+    dense = (h * w * s, w * s, s)  # [N, H, W] strides of the [N, H, W, s] tensor
+    for dim, (size, want) in enumerate(zip((n, h, w), dense, strict=True)):
+        if size > 1 and x.stride(dim) != want:
+            return None
+    return s
 
 
 def check_compute_capability(capability: tuple[int, int], device: object = "the device") -> str:

@@ -21,11 +21,12 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import cute_conv
 from cute_conv.compile import kernel_scalars
-from cute_conv.grouped import channel_slice_stride, grouped_conv2d, grouped_limits, stage_filter
+from cute_conv.grouped import grouped_conv2d, grouped_limits, stage_filter
 from cute_conv.grouped_rule import FITTED_PIXELS, pixels_per_thread, runs_grouped_kernel
 from cute_conv.plan_cache import PlanCache
 from cute_conv.problem import Conv2dProblemShape
 from cute_conv.testing import compare_to_reference
+from cute_conv.validation import channel_slice_stride
 from tests.test_autograd import reference_forward_on_cpu
 from tests.test_nn import kernel_calls, random_bn  # noqa: F401 - the fixture
 
