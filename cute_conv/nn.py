@@ -321,13 +321,12 @@ class Conv2d(nn.Module):
             raise TypeError(f"x has dtype {x.dtype}; the weight is {weight.dtype}")
         # In place only without a gradient to track (out= calls have no backward), and where
         # the kernel can store to it.
-        out_nhwc = None if out is None else out.permute(0, 2, 3, 1)
         in_place = (
             out is not None
             and not (torch.is_grad_enabled() and _requires_grad(x, identity, weight, self.bias))
-            and _kernel_stores_to(out_nhwc)
+            and _kernel_stores_to(out)
         )
-        out_nhwc = out_nhwc if in_place else None
+        out_nhwc = out.permute(0, 2, 3, 1) if in_place else None
         if self.groups != 1:  # never fp8 (to_fp8 refuses it)
             if out_amax is not None or x_amax is not None:
                 raise ValueError("a grouped Conv2d keeps no amax (out_amax, x_amax)")
@@ -713,9 +712,11 @@ def _requires_grad(*tensors: Any) -> bool:
 
 
 def _kernel_stores_to(out: torch.Tensor) -> bool:
-    """Whether the kernel can write the NHWC ``out`` in place: 16-byte aligned, contiguous or a
-    channel slice it takes (``validation.out_pixel_stride``)."""
-    return out.data_ptr() % ALIGNMENT_BYTES == 0 and slice_pixel_stride(out) is not None
+    """Whether the kernel can write the NCHW ``out`` in place: 16-byte aligned, channels_last
+    or a channel slice of a channels_last tensor that it takes (``validation.out_pixel_stride``
+    of its NHWC view)."""
+    nhwc = out.permute(0, 2, 3, 1)
+    return out.data_ptr() % ALIGNMENT_BYTES == 0 and slice_pixel_stride(nhwc) is not None
 
 
 def _into(out: torch.Tensor | None, y: torch.Tensor) -> torch.Tensor:
