@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import fx
 
-from .problem import output_size
+from .problem import output_hw
 
 __all__ = [
     "ConcatChain",
@@ -60,11 +60,7 @@ def conv_concat_buffer(
     conv of this geometry on ``x`` (``[N, C, H, W]``): the buffer that a concatenation's
     convs write their channels of."""
     n, _, h, w = x.shape
-    p, q = (
-        output_size(size, taps, pad, step, dil)
-        for size, taps, pad, step, dil in zip((h, w), kernel_size, padding, stride, dilation,
-                                              strict=True)
-    )  # fmt: skip
+    p, q = output_hw((h, w), kernel_size, stride, padding, dilation)
     return torch.empty((n, channels, p, q), dtype=dtype, device=x.device,
                        memory_format=torch.channels_last)  # fmt: skip
 

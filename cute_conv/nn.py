@@ -43,7 +43,7 @@ from .grouped import (
 )
 from .grouped_rule import runs_grouped_kernel
 from .ops import takes_torch_path
-from .problem import Padding, Pair, normalize_padding, normalize_pair, output_size
+from .problem import Padding, Pair, normalize_padding, normalize_pair, output_hw
 from .reference import TORCH_ACTIVATIONS
 from .validation import (
     ALIGNMENT_BYTES,
@@ -592,11 +592,7 @@ class Conv2d(nn.Module):
         return y.permute(0, 3, 1, 2)
 
     def _output_size(self, h: int, w: int) -> tuple[int, int]:
-        (r, s), (pad_h, pad_w) = self.kernel_size, self._padding
-        return (
-            output_size(h, r, pad_h, self.stride[0], self.dilation[0]),
-            output_size(w, s, pad_w, self.stride[1], self.dilation[1]),
-        )
+        return output_hw((h, w), self.kernel_size, self.stride, self._padding, self.dilation)
 
     def _check_out(self, x: torch.Tensor, out: Any) -> None:
         """Raise unless ``out`` is a tensor of the output's shape and dtype (the paths that

@@ -92,7 +92,7 @@ from .optimize_ops import (
 )
 from .optimize_report import FusedChain, LeftConv, OptimizeReport
 from .pooling import AvgPool2d, GlobalAvgPool2d, MaxPool2d, averages_the_map, pool_for
-from .problem import Padding, Pair, output_size
+from .problem import Padding, Pair, output_hw
 from .shuffle import ChannelShuffle, match_channel_shuffle
 
 __all__ = [
@@ -638,8 +638,8 @@ def _conv_output_shape(
 ) -> torch.Size:  # fmt: skip
     """The shape of a conv's output on the NCHW ``x``."""
     n, _, h, w = x.shape
-    sizes = zip((h, w), kernel_size, padding, stride, dilation, strict=True)
-    return torch.Size((n, out_channels, *(output_size(*args) for args in sizes)))
+    p, q = output_hw((h, w), kernel_size, stride, padding, dilation)
+    return torch.Size((n, out_channels, p, q))
 
 
 def _linear_after_norm(linear: nn.Linear, norm: nn.LayerNorm) -> nn.Linear:

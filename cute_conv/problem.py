@@ -21,6 +21,7 @@ __all__ = [
     "Pair",
     "normalize_padding",
     "normalize_pair",
+    "output_hw",
     "output_size",
 ]
 
@@ -35,6 +36,14 @@ def output_size(size: int, taps: int, pad: tuple[int, int], stride: int, dilatio
     """Output pixels along one dimension. Not positive when the filter does not fit the padded
     input."""
     return (size + pad[0] + pad[1] - (taps - 1) * dilation - 1) // stride + 1
+
+
+def output_hw(hw: Pair, kernel_size: Pair, stride: Pair, padding: Padding, dilation: Pair) -> Pair:
+    """The output's ``(P, Q)`` for a conv of this geometry on an ``hw`` map (``output_size``
+    along each dimension)."""
+    dims = zip(hw, kernel_size, padding, stride, dilation, strict=True)
+    p, q = (output_size(size, taps, pad, step, dil) for size, taps, pad, step, dil in dims)
+    return p, q
 
 
 def _is_int(value: Any) -> bool:

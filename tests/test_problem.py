@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cute_conv.problem import Conv2dProblemShape, normalize_padding, normalize_pair
+from cute_conv.problem import Conv2dProblemShape, normalize_padding, normalize_pair, output_hw
 
 # (N, H, W, C, K, R, S, padding, stride, dilation)
 GEOMETRIES = [
@@ -168,3 +168,12 @@ def test_problem_rejects(kwargs, error, words):
 def test_from_shapes_rejects(activation_shape, filter_shape, word):
     with pytest.raises(ValueError, match=word):
         Conv2dProblemShape.from_shapes(activation_shape, filter_shape)
+
+
+def test_output_hw_is_the_problem_shape_s_p_and_q():
+    problem = Conv2dProblemShape(
+        N=1, H=17, W=30, C=8, K=8, R=5, S=3, padding=((2, 1), (0, 3)), stride=(2, 3),
+        dilation=(1, 2),
+    )  # fmt: skip
+    hw = output_hw((17, 30), (5, 3), (2, 3), ((2, 1), (0, 3)), (1, 2))
+    assert hw == (problem.P, problem.Q) == (8, 10)
