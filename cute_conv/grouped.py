@@ -438,7 +438,8 @@ def _make_plan(x, staged_filter, source, bias, scale, out, args: tuple) -> _Grou
     )  # fmt: skip
     return _GroupedPlan(
         problem.output_shape, out_dtype, spec.has_residual, kernel_vector_dtype(bias, scale),
-        kernel, kernel_scalars(problem, alpha, beta, 1, pixel_stride, out_pixels), problem.gemm_m == 0,
+        kernel, kernel_scalars(problem, alpha, beta, 1, pixel_stride, out_pixels),
+        problem.gemm_m == 0,
     )
 
 
