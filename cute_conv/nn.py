@@ -319,20 +319,19 @@ class Conv2d(nn.Module):
             return _into(out, self._forward_fp8(x, identity, out_amax, x_amax, reset_amax))
         if x.dtype != weight.dtype:
             raise TypeError(f"x has dtype {x.dtype}; the weight is {weight.dtype}")
-        # In place only without a gradient to track (out= calls have no backward), and where
-        # the kernel can store to it.
+        # In place only without a gradient to track (out= calls have no backward), where the
+        # kernel can store to it, and not under torch.compile (an address does not trace).
         in_place = (
             out is not None
             and not (torch.is_grad_enabled() and _requires_grad(x, identity, weight, self.bias))
+            and not torch.compiler.is_compiling()
             and _kernel_stores_to(out)
         )
         out_nhwc = out.permute(0, 2, 3, 1) if in_place else None
         if self.groups != 1:  # never fp8 (to_fp8 refuses it)
             if out_amax is not None or x_amax is not None:
                 raise ValueError("a grouped Conv2d keeps no amax (out_amax, x_amax)")
-            # grouped_conv2d takes no out= under torch.compile.
-            writes = in_place and not torch.compiler.is_compiling()
-            return _into(out, self._forward_grouped(x, identity, out if writes else None))
+            return _into(out, self._forward_grouped(x, identity, out if in_place else None))
         if identity is None:
             _reset_amax(out_amax, weight.device, reset_amax)
             fp8_out = self.out_scale is not None  # write_fp8

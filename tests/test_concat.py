@@ -244,6 +244,35 @@ def test_optimized_inception_v3_computes_the_model_on_cpu(kernel_calls):  # noqa
     assert_no_worse_than_torch(ours, torch_bf16, reference)
 
 
+class _Traced(Exception):
+    """Raised by ``_capture``: the graph was traced whole, nothing runs."""
+
+
+def _capture(graphs):
+    def backend(graph, example_inputs):
+        graphs.append(graph)
+        raise _Traced
+
+    return backend
+
+
+@pytest.mark.parametrize("block, convs", [("dense", 3), ("branches", 4)])
+def test_optimized_concatenations_trace_whole(block, convs):
+    """Under ``torch.compile(fullgraph=True)`` the rewritten blocks trace into one graph (on
+    CPU tensors, the backend stopping before anything runs): nothing reads a tensor's address
+    while tracing; the convs return their pieces, which are copied in."""
+    torch.manual_seed(1)
+    model = (DenseBlock(16, 8, 3) if block == "dense" else Branches()).eval()
+    gm = cute_conv.optimize(copy_to(model, BF16))
+    x = torch.randn(2, 16, 6, 5).to(memory_format=torch.channels_last).to(BF16)
+    graphs = []
+    with torch.no_grad(), pytest.raises(torch._dynamo.exc.BackendCompilerFailed) as failed:
+        torch.compile(gm, fullgraph=True, backend=_capture(graphs))(x)
+    assert isinstance(failed.value.inner_exception, _Traced) and len(graphs) == 1
+    ops = [n for n in graphs[0].graph.nodes if "cute_conv.conv2d_fprop" in str(n.target)]
+    assert len(ops) == convs
+
+
 @requires_sm90
 @pytest.mark.parametrize("block", ["dense", "branches"])
 def test_optimized_concatenations_on_the_gpu(block):
