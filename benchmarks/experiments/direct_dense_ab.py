@@ -1,0 +1,106 @@
+"""Few-channel dense convs (stems, C <= 16) on the grouped kernel's CUDA-core direct form
+(``groups=1``: one group of all C input channels, ``group_out = K``) against the default path
+(``cute_conv.conv2d_fprop``: staging or gathers, then the tensor cores) and cuDNN, per call
+(H100/H200):
+
+    python benchmarks/experiments/direct_dense_ab.py --max-gflop 2 --out direct_dense_ab.json
+
+The corpus's problems with C <= 16, K a multiple of 8 (the grouped form's output vector) and
+at most ``--max-gflop``, both splits (each row keeps its split, for a rule fitted on the train
+part and judged on the rest). Per problem: the direct outputs checked against a float32
+reference (``F.conv2d`` on the same bf16 inputs, relative error of the whole output), then
+replayed from CUDA graphs in interleaved rounds (medians): ``conv`` (default path), ``direct``
+at 1, 2 and 4 output pixels per thread and at ``pixels_per_thread``'s pick (``direct_rule``),
+``cudnn`` (``F.conv2d``, channels_last), and the fused ``relu(conv + b)`` of the default path
+and of the direct form at the rule's pixels (``conv_fused``, ``direct_fused``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import cute_conv
+from cute_conv.grouped import grouped_conv2d, grouped_limits, stage_filter
+from cute_conv.grouped_rule import pixels_per_thread
+from cute_conv.problem import Conv2dProblemShape
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from models import replayed_us  # noqa: E402
+
+CORPUS = Path(__file__).resolve().parents[1] / "corpus.json"
+PIXELS = (1, 2, 4)
+
+
+def selected(max_gflop: float, max_channels: int) -> list[dict]:
+    problems = json.loads(CORPUS.read_text())["problems"]
+    return [p for p in problems
+            if p["C"] <= max_channels and p["K"] % 8 == 0 and p["gflop"] <= max_gflop]  # fmt: skip
+
+
+def relative_error(y: torch.Tensor, reference: torch.Tensor) -> float:
+    return float((y.float() - reference).norm() / reference.norm().clamp_min(1e-30))
+
+
+def measure(p: dict, rounds: int) -> dict:
+    geom = {"stride": tuple(p["stride"]), "dilation": tuple(p["dilation"])}
+    padding = tuple(tuple(pair) for pair in p["padding"])
+    x = torch.randn(p["N"], p["H"], p["W"], p["C"], device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(p["K"], p["R"], p["S"], p["C"], device="cuda", dtype=torch.bfloat16)
+    w = w / (p["R"] * p["S"] * p["C"]) ** 0.5
+    bias = torch.randn(p["K"], device="cuda", dtype=torch.bfloat16)
+    staged = stage_filter(w)
+    problem = Conv2dProblemShape.from_shapes(x.shape, w.shape, padding=padding, **geom)
+    rule = pixels_per_thread(problem, grouped_limits(p["C"], p["K"], 1))
+    nchw, w_nchw = x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2)
+    (top, bottom), (left, right) = padding
+    padded = F.pad(nchw.float(), (left, right, top, bottom))
+    reference = F.conv2d(padded, w_nchw.float(), **geom).permute(0, 2, 3, 1)
+    fused_reference = torch.relu(reference + bias.float())
+
+    def direct(pixels, **kw):
+        return lambda: grouped_conv2d(x, staged, groups=1, filter_layout="rsck",
+                                      padding=padding, pixels=pixels, **geom, **kw)  # fmt: skip
+
+    fns = {f"direct_p{n}": direct(n) for n in PIXELS}
+    fns["direct_rule"] = direct(rule)
+    errors = {name: relative_error(fn(), reference) for name, fn in fns.items()}
+    fns["direct_fused"] = direct(rule, bias=bias, activation="relu")
+    errors["direct_fused"] = relative_error(fns["direct_fused"](), fused_reference)
+    fns["conv"] = lambda: cute_conv.conv2d_fprop(x, w, padding=padding, **geom)
+    fns["conv_fused"] = lambda: cute_conv.conv2d_fprop(x, w, padding=padding, bias=bias,
+                                                       activation="relu", **geom)  # fmt: skip
+    w_cl = w_nchw.contiguous(memory_format=torch.channels_last)
+    if (top, left) == (bottom, right):
+        fns["cudnn"] = lambda: F.conv2d(nchw, w_cl, padding=(top, left), **geom)
+    else:  # asymmetric: the pad is part of cuDNN's call
+        fns["cudnn"] = lambda: F.conv2d(F.pad(nchw, (left, right, top, bottom)), w_cl, **geom)
+    return {"key": p["key"], "split": p["split"], "tags": p["tags"], "gflop": p["gflop"],
+            "rule_pixels": rule, "rel_err": errors, "graph_us": replayed_us(fns, rounds)}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--max-gflop", type=float, default=2.0)
+    parser.add_argument("--max-channels", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    torch.backends.cudnn.benchmark = True
+    rows = []
+    for p in selected(args.max_gflop, args.max_channels):
+        row = measure(p, args.rounds)
+        rows.append(row)
+        times = {k: round(v, 1) for k, v in row["graph_us"].items()}
+        worst = max(row["rel_err"].values())
+        print(row["key"], row["split"][0], f"err {worst:.1e}", times, flush=True)
+        args.out.write_text(json.dumps(rows, indent=1))  # a timeout keeps them
+
+
+if __name__ == "__main__":
+    main()
