@@ -185,7 +185,7 @@ def measure(p: dict, form: str, variants: tuple[str, ...]) -> dict:
     problem, geom, x, flt = problem_inputs(p)
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
     config = heuristic_config(  # the tensor-core epilogue's A/B: not the CUDA-core kernel
-        problem_shape(p), num_sms, has_residual=form == "fused", pointwise_gemv=False
+        problem_shape(p), num_sms, has_residual=form == "fused", cuda_cores=False
     )
     bias = torch.randn(problem.K, device="cuda", dtype=x.dtype)
     residual = torch.randn(problem.output_shape, device="cuda").to(x.dtype)
@@ -281,7 +281,7 @@ def main() -> None:
     configs = {
         heuristic_config(
             problem_shape(corpus[k]), num_sms, has_residual=args.form == "fused",
-            pointwise_gemv=False,
+            cuda_cores=False,
         )  # fmt: skip
         for k in keys
     }

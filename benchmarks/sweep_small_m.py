@@ -63,7 +63,7 @@ def path_of(problem) -> str | None:
 
     if kernel_problem_for(problem) == problem and gather_replaces(problem) is None:
         return "unstaged"
-    return "gathered" if heuristic_config(problem, NUM_SMS, pointwise_gemv=False).gather else None
+    return "gathered" if heuristic_config(problem, NUM_SMS, cuda_cores=False).gather else None
 
 
 def small_m_problems(problems: list[dict]) -> list[dict]:

@@ -98,7 +98,7 @@ def wide_split_problems(problems: list[dict]) -> list[dict]:
     chosen = []
     for p in problems:
         problem = problem_shape(p)
-        if kernel_problem_for(problem) != problem or heuristic_config(problem, NUM_SMS, pointwise_gemv=False).gather:
+        if kernel_problem_for(problem) != problem or heuristic_config(problem, NUM_SMS, cuda_cores=False).gather:
             continue
         if schedule_shape(problem, 128, 128, 64)[1] >= MIN_K_TILES and wide_variants(problem):
             chosen.append(p)

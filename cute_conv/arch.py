@@ -12,10 +12,12 @@ from typing import Any, Callable, Optional
 
 from .config import check_config_fits, default_config, tiles_hold_whole_rows
 from .config_sm100 import default_config_sm100
+from .direct_rule import direct_dense_config
 from .epilogue_rule import wide_epilogue_config
 from .gather_rule import gathered_config
 from .gemv_rule import pointwise_gemv_config
 from .halo_rule import halo_tiled_config
+from .kernels.common.grouped_direct import GroupedDirectConfig
 from .kernels.common.pointwise_gemv import PointwiseGemvConfig
 from .kernels.sm90.config import SMEM_CAPACITY_SM90, Conv2dConfig
 from .kernels.sm90.conv2d_fprop import Conv2dFpropSm90
@@ -62,6 +64,10 @@ class ArchKernels:
     # ``PointwiseGemvConfig`` for the CUDA-core kernel of few-row 1x1s, or None (None: the
     # arch's tensor-core kernels run every conv).
     pointwise_gemv_rule: Optional[Callable[[Conv2dProblemShape, int, int], Any]]
+    # Likewise, where the pointwise-GEMV rule declines: the same arguments -> a
+    # ``GroupedDirectConfig`` for the CUDA-core direct conv of few-channel dense convs
+    # (``direct_rule``), or None (None: never).
+    direct_rule: Optional[Callable[[Conv2dProblemShape, int, int], Any]]
     # For a call without a config whose C would be padded or unfolded (im2col): ``(the
     # heuristic's config for the channel-padded problem, that problem, SM count, bytes of an
     # input element, the staging spared; keyword ``channels``: the conv's C)`` -> a config
@@ -134,6 +140,7 @@ ARCHS: dict[str, ArchKernels] = {
         whole_rows_rule=tiles_hold_whole_rows,
         autotuned=True,
         pointwise_gemv_rule=pointwise_gemv_config,
+        direct_rule=direct_dense_config,
         gather_rule=gathered_config,
         small_m_rule=small_m_config,
         single_warpgroup_rule=single_warpgroup_config,
@@ -156,6 +163,7 @@ ARCHS: dict[str, ArchKernels] = {
         whole_rows_rule=None,
         autotuned=False,
         pointwise_gemv_rule=None,
+        direct_rule=None,
         gather_rule=None,
         small_m_rule=None,
         single_warpgroup_rule=None,
@@ -172,17 +180,20 @@ ARCHS: dict[str, ArchKernels] = {
 
 
 def config_types() -> tuple[type, ...]:
-    """The config classes of every registered arch, and the CUDA-core kernel's
-    (``PointwiseGemvConfig``, any arch)."""
-    return (*(arch.config_class for arch in ARCHS.values()), PointwiseGemvConfig)
+    """The config classes of every registered arch, and the CUDA-core kernels'
+    (``PointwiseGemvConfig`` and ``GroupedDirectConfig``, any arch)."""
+    return (
+        *(arch.config_class for arch in ARCHS.values()), PointwiseGemvConfig, GroupedDirectConfig
+    )
 
 
 def check_config_type(config: Any) -> None:
-    """Raise ``TypeError`` unless ``config`` is None or a registered arch's config, or a
-    ``PointwiseGemvConfig``."""
+    """Raise ``TypeError`` unless ``config`` is None or a registered arch's config, a
+    ``PointwiseGemvConfig`` or a ``GroupedDirectConfig``."""
     if config is not None and not isinstance(config, config_types()):
         accepted = ", ".join(f"a {a.config_class.__name__} ({name})" for name, a in ARCHS.items())
         raise TypeError(
             f"config must be {accepted}, a PointwiseGemvConfig (1x1 convs of few output "
-            f"pixels) or None, got {type(config).__name__}"
+            "pixels), a GroupedDirectConfig (few-channel convs on CUDA cores) or None, got "
+            f"{type(config).__name__}"
         )

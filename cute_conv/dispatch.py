@@ -19,9 +19,11 @@ from .arch import ARCHS, check_config_type
 from .compile import CompiledConv2d, compile_kernel, forget_on_clear, kernel_scalars
 from .config import bulk_tile_store_pays
 from .cuda_context import current_device, current_raw_stream
+from .direct_rule import check_direct_dense_fits, direct_takes_epilogue
 from .dtypes import dtype_name
 from .epilogue import EpilogueSpec, kernel_vector_dtype, validate_epilogue_args
 from .gemv_rule import check_pointwise_gemv_fits
+from .kernels.common.grouped_direct import GroupedDirectConfig
 from .kernels.common.pointwise_gemv import PointwiseGemvConfig
 from .occupancy import resident_clusters
 from .plan_cache import PlanCache
@@ -36,7 +38,7 @@ from .staging import (
     staging_plan,
 )
 from .tuning import stored_or_tuned_config
-from .untuned import untuned_config
+from .untuned import cuda_core_config, untuned_config
 from .validation import (
     ALIGNMENT_BYTES,
     FP8_DTYPES,
@@ -270,11 +272,14 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
     target = ARCHS[arch]
     config = _config_for_call(
         config, target, problem, kernel_problem, x, tuple(filter.shape), out_dtype, num_sms,
-        epilogue.has_residual,
+        epilogue,
     )  # fmt: skip
-    on_cuda_cores = isinstance(config, PointwiseGemvConfig)
+    on_cuda_cores = isinstance(config, (PointwiseGemvConfig, GroupedDirectConfig))
     if on_cuda_cores:  # it reads the operands as they are
-        check_pointwise_gemv_fits(config, problem, element_bytes, out_bits // 8)
+        if isinstance(config, PointwiseGemvConfig):
+            check_pointwise_gemv_fits(config, problem, element_bytes, out_bits // 8)
+        else:
+            check_direct_dense_fits(config, problem, element_bytes, out_bits // 8, epilogue)
         kernel_problem = problem
         # Its threads store every value: one spelling of the epilogue, one cached kernel.
         epilogue = replace(epilogue, store_by_threads=False, thread_store_pairs=False)
@@ -334,16 +339,20 @@ def _make_plan(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> 
 
 
 def _config_for_call(
-    config, target, problem, kernel_problem, x, filter_shape, out_dtype, num_sms, has_residual
+    config, target, problem, kernel_problem, x, filter_shape, out_dtype, num_sms, epilogue
 ):
-    """The config a call runs: ``config`` if given, else the CUDA-core kernel's where the
-    arch's pointwise-GEMV rule takes the conv (before the autotuner, which tunes tensor-core
-    configs), else the autotuner's choice (stored, or tuned now), else the untuned one
+    """The config a call runs: ``config`` if given, else a CUDA-core kernel's where one of the
+    arch's rules takes the conv (``untuned.cuda_core_config``; the direct conv's only for an
+    epilogue it runs; before the autotuner, which tunes tensor-core configs), else the
+    autotuner's choice (stored, or tuned now), else the untuned one
     (``untuned.untuned_config``). A tuned choice stands as it is: the gather, small-M and
     single-warpgroup rules replace only the heuristic's guess."""
     out_bytes = torch.finfo(out_dtype).bits // 8
-    if config is None and target.pointwise_gemv_rule is not None:
-        config = target.pointwise_gemv_rule(problem, x.element_size(), out_bytes)
+    has_residual = epilogue.has_residual
+    if config is None:
+        config = cuda_core_config(target, problem, x.element_size(), out_bytes)
+        if isinstance(config, GroupedDirectConfig) and not direct_takes_epilogue(epilogue):
+            config = None
     if config is None and target.autotuned:
         config = stored_or_tuned_config(
             problem, kernel_problem, x, filter_shape, out_dtype, has_residual,
@@ -352,7 +361,7 @@ def _config_for_call(
     if config is None:
         config = untuned_config(
             target, problem, kernel_problem, num_sms, has_residual, x.element_size(), out_bytes,
-            pointwise_gemv=False,  # its rule declined above
+            cuda_cores=False,  # their rules declined above
         )  # fmt: skip
     return config
 

@@ -463,7 +463,7 @@ def _autotune(
     # autotuner (``dispatch``), and its choices are stored as ``Conv2dConfig``.
     heuristic = heuristic_config(
         problem, num_sms, has_residual=has_residual, element_bytes=element_bytes,
-        out_bytes=torch.finfo(out_dtype).bits // 8, pointwise_gemv=False,
+        out_bytes=torch.finfo(out_dtype).bits // 8, cuda_cores=False,
     )  # fmt: skip
     if configs is None and heuristic not in candidates:
         candidates.append(heuristic)

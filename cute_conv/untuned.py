@@ -1,6 +1,6 @@
-"""The config a call without one runs when nothing is autotuned: the CUDA-core kernel's for
-1x1 convs of a few output pixels, else the arch's heuristic for the problem the kernel runs,
-a gathering config where it spares a staging pass, the small-M,
+"""The config a call without one runs when nothing is autotuned: a CUDA-core kernel's for
+1x1 convs of a few output pixels and for few-channel stems, else the arch's heuristic for
+the problem the kernel runs, a gathering config where it spares a staging pass, the small-M,
 single-warpgroup, halo, epilogue, cluster, last-wave, pointwise-pair, lone-CTA and ring
 rules. ``dispatch`` runs it; ``tuning`` times it beside its candidates, so that a stored
 choice never runs slower than the call it replaces."""
@@ -12,7 +12,7 @@ from .config import check_heuristic_args
 from .problem import Conv2dProblemShape
 from .staging import channels_padded, gather_replaces, kernel_problem_for, patch_view
 
-__all__ = ["heuristic_config", "untuned_config"]
+__all__ = ["cuda_core_config", "heuristic_config", "untuned_config"]
 
 
 def untuned_config(
@@ -24,10 +24,10 @@ def untuned_config(
     element_bytes: int,
     out_bytes: int = 2,
     *,
-    pointwise_gemv: bool = True,
+    cuda_cores: bool = True,
 ):
-    """The arch's ``PointwiseGemvConfig`` where its pointwise-GEMV rule takes the conv
-    (unless ``pointwise_gemv`` is False: the tensor-core config, the autotuner's baseline).
+    """The arch's CUDA-core config where one of its rules takes the conv (``cuda_core_config``;
+    unless ``cuda_cores`` is False: the tensor-core config, the autotuner's baseline).
     Else the heuristic's config for the staged ``kernel_problem``, or one that gathers
     ``problem``'s operands instead, where its staging is one a gather spares and the arch's
     gather rule takes it (sized by the heuristic on the channel-padded problem); for a conv
@@ -37,10 +37,10 @@ def untuned_config(
     rule schedules it; then as its pair rule clusters it and its lone-CTA rule takes its 2-CTA
     clusters apart; last, as its ring rule sizes its A/B ring. A conv on the patch view
     (``staging.patch_view``: views, nothing copied) is the view's conv, unstaged."""
-    if pointwise_gemv and target.pointwise_gemv_rule is not None:
-        gemv = target.pointwise_gemv_rule(problem, element_bytes, out_bytes)
-        if gemv is not None:
-            return gemv
+    if cuda_cores:
+        on_cuda_cores = cuda_core_config(target, problem, element_bytes, out_bytes)
+        if on_cuda_cores is not None:
+            return on_cuda_cores
     if kernel_problem == patch_view(problem, element_bytes):
         problem = kernel_problem
     config = target.heuristic(kernel_problem, num_sms, has_residual, element_bytes, out_bytes)
@@ -80,6 +80,19 @@ def untuned_config(
     return config
 
 
+def cuda_core_config(
+    target: ArchKernels, problem: Conv2dProblemShape, element_bytes: int, out_bytes: int
+):
+    """The config of a CUDA-core kernel for ``problem`` where the arch's rules take it: its
+    pointwise-GEMV rule (a ``PointwiseGemvConfig``), else its direct rule (a
+    ``GroupedDirectConfig``); None: the tensor cores run it."""
+    for rule in (target.pointwise_gemv_rule, target.direct_rule):
+        config = None if rule is None else rule(problem, element_bytes, out_bytes)
+        if config is not None:
+            return config
+    return None
+
+
 def heuristic_config(
     problem: Conv2dProblemShape,
     num_sms: int,
@@ -88,21 +101,21 @@ def heuristic_config(
     element_bytes: int = 2,
     arch: str = "sm_90a",
     out_bytes: int = 2,
-    pointwise_gemv: bool = True,
+    cuda_cores: bool = True,
 ):
     """The config a call on ``problem`` without one runs on ``arch`` when nothing is
-    autotuned: the CUDA-core kernel's where the pointwise-GEMV rule takes the conv (unless
-    ``pointwise_gemv`` is False), else the heuristic's for the staged kernel problem, or one
+    autotuned: a CUDA-core kernel's where the pointwise-GEMV or the direct rule takes the conv
+    (unless ``cuda_cores`` is False), else the heuristic's for the staged kernel problem, or one
     that gathers the operands where the gather rule takes it, as the small-M rule makes it.
     The benchmarks pass it explicitly, so that a stored autotuner choice cannot stand in for
     it."""
     check_heuristic_args(problem, num_sms, has_residual)
     if arch not in ARCHS:
         raise ValueError(f"arch must be one of {', '.join(ARCHS)}, got {arch!r}")
-    if not isinstance(pointwise_gemv, bool):
-        raise TypeError(f"pointwise_gemv must be a bool, got {pointwise_gemv!r}")
+    if not isinstance(cuda_cores, bool):
+        raise TypeError(f"cuda_cores must be a bool, got {cuda_cores!r}")
     kernel_problem = kernel_problem_for(problem, element_bytes)
     return untuned_config(
         ARCHS[arch], problem, kernel_problem, num_sms, has_residual, element_bytes, out_bytes,
-        pointwise_gemv=pointwise_gemv,
+        cuda_cores=cuda_cores,
     )  # fmt: skip

@@ -570,7 +570,7 @@ def test_autotune_times_the_config_an_untuned_call_runs(tmp_path, monkeypatch, x
     monkeypatch.setattr(torch.cuda, "get_device_properties",
                         lambda device: SimpleNamespace(multi_processor_count=132))  # fmt: skip
     prob = Conv2dProblemShape.from_shapes(x_shape, filter_shape)
-    untuned = heuristic_config(prob, 132, pointwise_gemv=False)  # what autotune times
+    untuned = heuristic_config(prob, 132, cuda_cores=False)  # what autotune times
     assert untuned.tile_n == 32 and untuned not in tuning.candidate_configs(prob)
     timed = []  # the configs of each timing round
 
@@ -759,7 +759,7 @@ def test_small_m_convs_take_narrow_unsplit_tiles():
     # Odd C: gathered (RegNet's SE conv at batch 8), narrow with its gather kept (on tensor
     # cores: a call takes the CUDA-core kernel there, gemv_rule).
     odd = Conv2dProblemShape.from_shapes((8, 1, 1, 222), (888, 1, 1, 222))
-    gathered = heuristic_config(odd, 132, pointwise_gemv=False)
+    gathered = heuristic_config(odd, 132, cuda_cores=False)
     assert gathered.gather and gathered.gather_vector == 2 and gathered.tile_n == 32
     # Channel-padded (too many gather loads): not measured, so the heuristic's config, which
     # the rule would have narrowed.

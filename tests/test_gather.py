@@ -126,7 +126,7 @@ def test_with_gathered_operands_turns_off_what_it_excludes():
 def test_the_gather_loads_the_widest_vector_that_divides_c(channels, vector):
     assert with_gathered_operands(Conv2dConfig(), channels).gather_vector == vector
     if channels <= 16:  # one k-tile: gathered at any bound fitted so far
-        config = heuristic_config(conv(1, 4, channels, 64, 1), 132, pointwise_gemv=False)
+        config = heuristic_config(conv(1, 4, channels, 64, 1), 132, cuda_cores=False)
         assert config.gather_vector == vector  # on tensor cores: the call itself runs a gemv
 
 
@@ -317,6 +317,7 @@ def test_a_stored_autotuner_choice_is_not_replaced_by_the_gather(tmp_path, monke
 
     from cute_conv import dispatch, tuning
     from cute_conv.arch import ARCHS
+    from cute_conv.kernels.common.epilogue import EpilogueSpec
 
     monkeypatch.setenv("CUTE_CONV_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(tuning, "_device_name", lambda index: "Fake H100")
@@ -324,7 +325,7 @@ def test_a_stored_autotuner_choice_is_not_replaced_by_the_gather(tmp_path, monke
     bf16 = torch.bfloat16
     x = torch.empty(problem.activation_shape, dtype=bf16, device="meta")
     args = (ARCHS["sm_90a"], problem, kernel_problem_for(problem), x, problem.filter_shape,
-            bf16, 132, False)  # fmt: skip
+            bf16, 132, EpilogueSpec())  # fmt: skip
     guessed = dispatch._config_for_call(None, *args)
     assert guessed.gather and guessed == heuristic_config(problem, 132)
     stored = Conv2dConfig(tile_n=128, tile_k=16)

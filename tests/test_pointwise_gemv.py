@@ -70,7 +70,7 @@ def test_the_rule_takes_few_row_1x1s(problem, vector, rows):
     config = pointwise_gemv_config(problem, 2, 2)
     assert config == PointwiseGemvConfig(vector=vector, rows=rows)
     assert heuristic_config(problem, 132) == config
-    assert isinstance(heuristic_config(problem, 132, pointwise_gemv=False), Conv2dConfig)
+    assert isinstance(heuristic_config(problem, 132, cuda_cores=False), Conv2dConfig)
 
 
 @pytest.mark.parametrize(

@@ -65,7 +65,7 @@ def test_fp8_keeps_its_ring():
 def test_a_call_without_a_config_takes_the_fitted_rule():
     assert single_tile_ring_config(SMALL, REGNET_1PX) == dataclasses.replace(SMALL, stages=2)
     for has_residual in (False, True):
-        config = heuristic_config(REGNET_1PX, 132, has_residual=has_residual, pointwise_gemv=False)
+        config = heuristic_config(REGNET_1PX, 132, has_residual=has_residual, cuda_cores=False)
         assert config.stages == 2  # on tensor cores: the call itself runs a gemv (gemv_rule)
     # 13 k-tiles: past the fitted bound
     c832 = Conv2dProblemShape.from_shapes((1, 1, 1, 832), (30, 1, 1, 832))

@@ -175,7 +175,7 @@ def test_squeeze_excitation_convs(shape, tensor_cores):
     if tensor_cores:
         problem = cute_conv.Conv2dProblemShape.from_shapes((n, h, w, c), (k, 1, 1, c))
         num_sms = torch.cuda.get_device_properties(0).multi_processor_count
-        config = heuristic_config(problem, num_sms, pointwise_gemv=False)
+        config = heuristic_config(problem, num_sms, cuda_cores=False)
     run_and_check(n, h, w, c, k, 1, 1, activation="sigmoid", scale=False, config=config)
 
 

@@ -13,6 +13,11 @@ replayed from CUDA graphs in interleaved rounds (medians): ``conv`` (default pat
 at 1, 2 and 4 output pixels per thread and at ``pixels_per_thread``'s pick (``direct_rule``),
 ``cudnn`` (``F.conv2d``, channels_last), and the fused ``relu(conv + b)`` of the default path
 and of the direct form at the rule's pixels (``conv_fused``, ``direct_fused``).
+
+``--routed``: the problems ``direct_rule`` takes, after it was adopted: ``conv`` (the default
+call, now the direct form reading the KRSC filter) and ``conv_fused`` checked against float32
+and timed against ``tensor`` / ``tensor_fused`` (the tensor-core config,
+``heuristic_config(..., cuda_cores=False)``), ``direct_rule`` (the staged filter) and cuDNN.
 """
 
 from __future__ import annotations
@@ -26,9 +31,12 @@ import torch
 import torch.nn.functional as F
 
 import cute_conv
+from cute_conv.direct_rule import direct_dense_config
+from cute_conv.dispatch import sm_count
 from cute_conv.grouped import grouped_conv2d, grouped_limits, stage_filter
 from cute_conv.grouped_rule import pixels_per_thread
 from cute_conv.problem import Conv2dProblemShape
+from cute_conv.untuned import heuristic_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models import replayed_us  # noqa: E402
@@ -43,11 +51,19 @@ def selected(max_gflop: float, max_channels: int) -> list[dict]:
             if p["C"] <= max_channels and p["K"] % 8 == 0 and p["gflop"] <= max_gflop]  # fmt: skip
 
 
+def problem_of(p: dict) -> Conv2dProblemShape:
+    shapes = ((p["N"], p["H"], p["W"], p["C"]), (p["K"], p["R"], p["S"], p["C"]))
+    padding = tuple(tuple(pair) for pair in p["padding"])
+    return Conv2dProblemShape.from_shapes(
+        *shapes, stride=tuple(p["stride"]), padding=padding, dilation=tuple(p["dilation"])
+    )
+
+
 def relative_error(y: torch.Tensor, reference: torch.Tensor) -> float:
     return float((y.float() - reference).norm() / reference.norm().clamp_min(1e-30))
 
 
-def measure(p: dict, rounds: int) -> dict:
+def measure(p: dict, rounds: int, routed: bool) -> dict:
     geom = {"stride": tuple(p["stride"]), "dilation": tuple(p["dilation"])}
     padding = tuple(tuple(pair) for pair in p["padding"])
     x = torch.randn(p["N"], p["H"], p["W"], p["C"], device="cuda", dtype=torch.bfloat16)
@@ -55,7 +71,7 @@ def measure(p: dict, rounds: int) -> dict:
     w = w / (p["R"] * p["S"] * p["C"]) ** 0.5
     bias = torch.randn(p["K"], device="cuda", dtype=torch.bfloat16)
     staged = stage_filter(w)
-    problem = Conv2dProblemShape.from_shapes(x.shape, w.shape, padding=padding, **geom)
+    problem = problem_of(p)
     rule = pixels_per_thread(problem, grouped_limits(p["C"], p["K"], 1))
     nchw, w_nchw = x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2)
     (top, bottom), (left, right) = padding
@@ -67,21 +83,33 @@ def measure(p: dict, rounds: int) -> dict:
         return lambda: grouped_conv2d(x, staged, groups=1, filter_layout="rsck",
                                       padding=padding, pixels=pixels, **geom, **kw)  # fmt: skip
 
-    fns = {f"direct_p{n}": direct(n) for n in PIXELS}
+    fns = {} if routed else {f"direct_p{n}": direct(n) for n in PIXELS}
     fns["direct_rule"] = direct(rule)
-    errors = {name: relative_error(fn(), reference) for name, fn in fns.items()}
-    fns["direct_fused"] = direct(rule, bias=bias, activation="relu")
-    errors["direct_fused"] = relative_error(fns["direct_fused"](), fused_reference)
     fns["conv"] = lambda: cute_conv.conv2d_fprop(x, w, padding=padding, **geom)
-    fns["conv_fused"] = lambda: cute_conv.conv2d_fprop(x, w, padding=padding, bias=bias,
-                                                       activation="relu", **geom)  # fmt: skip
+    if routed:
+        tensor = heuristic_config(problem, sm_count(0), cuda_cores=False)
+        fns["tensor"] = lambda: cute_conv.conv2d_fprop(x, w, padding=padding, config=tensor,
+                                                       **geom)  # fmt: skip
+    errors = {name: relative_error(fn(), reference) for name, fn in fns.items()}
+    fused = {"bias": bias, "activation": "relu"}
+    fused_fns = {
+        "direct_fused": direct(rule, **fused),
+        "conv_fused": lambda: cute_conv.conv2d_fprop(x, w, padding=padding, **fused, **geom),
+    }
+    if routed:
+        fused_fns["tensor_fused"] = lambda: cute_conv.conv2d_fprop(
+            x, w, padding=padding, config=tensor, **fused, **geom
+        )
+    errors.update({name: relative_error(fn(), fused_reference) for name, fn in fused_fns.items()})
+    fns.update(fused_fns)
     w_cl = w_nchw.contiguous(memory_format=torch.channels_last)
     if (top, left) == (bottom, right):
         fns["cudnn"] = lambda: F.conv2d(nchw, w_cl, padding=(top, left), **geom)
     else:  # asymmetric: the pad is part of cuDNN's call
         fns["cudnn"] = lambda: F.conv2d(F.pad(nchw, (left, right, top, bottom)), w_cl, **geom)
     return {"key": p["key"], "split": p["split"], "tags": p["tags"], "gflop": p["gflop"],
-            "rule_pixels": rule, "rel_err": errors, "graph_us": replayed_us(fns, rounds)}  # fmt: skip
+            "rule_pixels": rule, "routed": direct_dense_config(problem, 2, 2) is not None,
+            "rel_err": errors, "graph_us": replayed_us(fns, rounds)}  # fmt: skip
 
 
 def main() -> None:
@@ -89,12 +117,15 @@ def main() -> None:
     parser.add_argument("--max-gflop", type=float, default=2.0)
     parser.add_argument("--max-channels", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--routed", action="store_true", help="the problems the rule takes")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
     rows = []
     for p in selected(args.max_gflop, args.max_channels):
-        row = measure(p, args.rounds)
+        if args.routed and direct_dense_config(problem_of(p), 2, 2) is None:
+            continue
+        row = measure(p, args.rounds, args.routed)
         rows.append(row)
         times = {k: round(v, 1) for k, v in row["graph_us"].items()}
         worst = max(row["rel_err"].values())

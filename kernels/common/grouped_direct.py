@@ -84,6 +84,10 @@ class GroupedDirectConfig:
             epsilon (see the module docstring): a finite float >= 0.
         vector: output channels per thread: ``VECTOR``, or (depthwise only) one of
             ``DEPTHWISE_VECTORS`` (K a multiple of it).
+        filter_krsc: the filter read as the conv's KRSC tensor (``[K, R, S, C / groups]``,
+            a thread's output channels ``R * S * C / groups`` apart: scalar loads) instead
+            of staged ``[R, S, C / groups, K]`` (one vector load): for the calls of
+            ``conv2d_fprop`` that ``direct_rule`` sends here, whose filter is not staged.
     """
 
     group_in: int
@@ -92,8 +96,13 @@ class GroupedDirectConfig:
     window: int = 0
     channel_norm_eps: float | None = None
     vector: int = VECTOR
+    filter_krsc: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.filter_krsc, bool):
+            raise ValueError(
+                f"GroupedDirectConfig.filter_krsc must be a bool, got {self.filter_krsc!r}"
+            )
         for name in ("group_in", "group_out", "pixels", "window"):
             value = getattr(self, name)
             least = 0 if name == "window" else 1
@@ -152,7 +161,7 @@ class GroupedDirectConv(ConvKernelEntry):
     """A grouped conv of 16-bit inputs, a thread per ``config.vector`` output channels of
     ``config.pixels`` adjacent output pixels of a row (see the module docstring). Takes
     ``ConvLaunchParams`` with the filter pointer at the staged ``[R, S, C / groups, K]``
-    filter; ``geometry.c`` and ``geometry.k`` are the whole conv's channels (K a multiple of
+    filter (the KRSC one with ``config.filter_krsc``); ``geometry.c`` and ``geometry.k`` are the whole conv's channels (K a multiple of
     ``config.vector``)."""
 
     config_class = GroupedDirectConfig
@@ -203,13 +212,12 @@ class GroupedDirectConv(ConvKernelEntry):
             ),
         )
         group_k = k * self.group_in
-        m_f = cute.make_tensor(
-            ptrs.filter,
-            cute.make_layout(
-                (vector, vectors, self.group_in, geo.s, geo.r),
-                stride=(1, vector, k, group_k, group_k * geo.s),
-            ),
-        )
+        filter_shape = (vector, vectors, self.group_in, geo.s, geo.r)
+        filter_stride = (1, vector, k, group_k, group_k * geo.s)  # staged [R, S, C / g, K]
+        if cutlass.const_expr(self.config.filter_krsc):  # [K, R, S, C / g]
+            taps = cutlass.Int64(geo.r) * geo.s * self.group_in
+            filter_stride = (taps, taps * vector, 1, self.group_in, self.group_in * geo.s)
+        m_f = cute.make_tensor(ptrs.filter, cute.make_layout(filter_shape, stride=filter_stride))
         rows = geo.n * geo.p * geo.q
         row_blocks = geo.n * geo.p * ((geo.q + self.pixels - 1) // self.pixels)
         out_pixels = cute.assume(

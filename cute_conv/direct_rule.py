@@ -1,0 +1,107 @@
+"""Which few-channel dense convs run on the grouped kernel's CUDA-core direct form
+(``GroupedDirectConv`` with one group, reading the KRSC filter as it is) instead of a
+tensor-core kernel, and the checks of such a config against a call.
+
+A stem of a few input channels and a few dozen output channels does little work per output
+pixel (a 3x3 stride-2 of C=3 into K=32: 864 multiply-adds), yet the tensor-core path first
+stages its activation (channel padding or an im2col unfold: a second launch) and then runs a
+GEMM whose K is one or two k-blocks. The direct form reads the activation in place, a thread
+per 8 output channels of a few adjacent output pixels. Per call on an H200
+(``benchmarks/experiments/direct_dense_ab.py``, CUDA-graph replays, the filter staged
+``[R, S, C, K]``; ``experiments/direct_dense_ab_H200.json``), on the corpus's 35 problems of
+C <= 16, K a multiple of 8 and at most 2 GFLOP: the bounds below take the two train problems
+where it won (a 3x3 stride-2 stem of C=3, K=32 at batch 8: 18.0 against 20.6 us; a 1x1 of
+C=K=8 on 64x64 maps at batch 8: 6.9 against 7.4) and none of the 17 where it lost or tied.
+Where it loses: many multiply-adds per pixel (a 7x7 of C=3 into K=64, 9,408: 26 against
+15 us at batch 1), many in all (the 3x3 stride-2 stem at batch 32, 347 M: 47.9 against
+47.5), and few output pixels, where one tensor-core tile is quicker (128 pixels of a 1x1,
+C=12, K=48: 7.9 against 6.4). Any bounds in the train gaps (864 .. 3,456 multiply-adds per
+pixel, 87 M .. 347 M in all, 128 .. 32,768 pixels) split the train part alike; these sit
+near its wins. Judged on the 16 held-out problems: see ``benchmarks/NOTES.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .grouped_rule import pixels_per_thread
+from .kernels.common.epilogue import EpilogueSpec
+from .kernels.common.grouped_direct import MAX_GROUP_IN, VECTOR, GroupedDirectConfig
+from .problem import Conv2dProblemShape
+
+__all__ = [
+    "DIRECT_MAX_CHANNELS",
+    "DIRECT_MAX_MACS",
+    "DIRECT_MAX_PIXEL_MACS",
+    "DIRECT_MIN_PIXELS",
+    "check_direct_dense_fits",
+    "direct_dense_config",
+    "direct_takes_epilogue",
+]
+
+DIRECT_MAX_CHANNELS = 16  # C: the range measured
+DIRECT_MAX_PIXEL_MACS = 1024  # R * S * C * K: multiply-adds per output pixel
+DIRECT_MAX_MACS = 2**27  # N * P * Q * R * S * C * K
+DIRECT_MIN_PIXELS = 2048  # GEMM M: output pixels
+
+
+def direct_dense_config(
+    problem: Conv2dProblemShape, element_bytes: int, out_bytes: int
+) -> GroupedDirectConfig | None:
+    """The ``GroupedDirectConfig`` a call without a config runs ``problem`` with (one group,
+    the KRSC filter, ``grouped_rule``'s pixels per thread), or None for the tensor-core
+    kernels: 16-bit inputs and a 16- or 32-bit output, C at most ``DIRECT_MAX_CHANNELS``,
+    K a multiple of 8, at most ``DIRECT_MAX_PIXEL_MACS`` multiply-adds per output pixel and
+    ``DIRECT_MAX_MACS`` in all, and at least ``DIRECT_MIN_PIXELS`` output pixels."""
+    if element_bytes != 2 or out_bytes < 2:
+        return None
+    if problem.C > DIRECT_MAX_CHANNELS or problem.K % VECTOR:
+        return None
+    pixel_macs = problem.R * problem.S * problem.C * problem.K
+    if pixel_macs > DIRECT_MAX_PIXEL_MACS or problem.gemm_m < DIRECT_MIN_PIXELS:
+        return None
+    if problem.gemm_m * pixel_macs > DIRECT_MAX_MACS:
+        return None
+    config = GroupedDirectConfig(problem.C, problem.K, filter_krsc=True)
+    return replace(config, pixels=pixels_per_thread(problem, config))
+
+
+def direct_takes_epilogue(epilogue: EpilogueSpec) -> bool:
+    """Whether the direct form runs ``epilogue``: scale, bias, an activation and a residual,
+    but no ``epilogue_fn``, amax or source scale."""
+    return not (epilogue.epilogue_fn is not None or epilogue.has_amax or epilogue.has_source_scale)
+
+
+def check_direct_dense_fits(
+    config: GroupedDirectConfig,
+    problem: Conv2dProblemShape,
+    element_bytes: int,
+    out_bytes: int,
+    epilogue: EpilogueSpec,
+) -> None:
+    """Raise ``ValueError`` unless ``config`` runs ``problem`` as a dense conv (a call of
+    ``conv2d_fprop``, its filter KRSC): one group of all C input and K output channels, the
+    KRSC filter, no row window or channel norm, 16-bit inputs, a 16- or 32-bit output and an
+    epilogue ``direct_takes_epilogue``."""
+    if element_bytes != 2 or out_bytes < 2:
+        raise ValueError(
+            "a GroupedDirectConfig runs 16-bit inputs (bfloat16, float16) into a 16- or "
+            f"32-bit output; this call has {element_bytes}-byte inputs and a {out_bytes}-byte "
+            "output"
+        )
+    if (config.group_in, config.group_out) != (problem.C, problem.K):
+        raise ValueError(
+            f"a GroupedDirectConfig for conv2d_fprop is one group of all channels: "
+            f"group_in={problem.C}, group_out={problem.K} (C <= {MAX_GROUP_IN}, K a multiple "
+            f"of {VECTOR}); got group_in={config.group_in}, group_out={config.group_out}"
+        )
+    if not config.filter_krsc or config.window or config.channel_norm_eps is not None:
+        raise ValueError(
+            "a GroupedDirectConfig for conv2d_fprop reads the KRSC filter (filter_krsc=True), "
+            f"with no row window or channel norm; got {config}"
+        )
+    if not direct_takes_epilogue(epilogue):
+        raise ValueError(
+            "a GroupedDirectConfig runs scale, bias, an activation and a residual; this call "
+            "has an epilogue_fn, an out_amax or a source_scale"
+        )

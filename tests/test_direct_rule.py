@@ -1,0 +1,167 @@
+"""Few-channel dense convs on the grouped kernel's direct form, on the CPU: the rule that
+sends them there (``cute_conv.direct_rule``), the checks of such a config against a call,
+the config's KRSC flag, the dispatch's choice, and the compiled PTX (the KRSC filter's
+scalar loads)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import pytest
+import torch
+from cute_conv.kernels.common.epilogue import EpilogueSpec
+
+from cute_conv import (
+    Conv2dConfig,
+    Conv2dProblemShape,
+    GroupedDirectConfig,
+    PointwiseGemvConfig,
+    compile_kernel,
+)
+from cute_conv.arch import ARCHS, check_config_type
+from cute_conv.direct_rule import (
+    DIRECT_MAX_MACS,
+    DIRECT_MAX_PIXEL_MACS,
+    DIRECT_MIN_PIXELS,
+    check_direct_dense_fits,
+    direct_dense_config,
+)
+from cute_conv.dispatch import _config_for_call
+from cute_conv.grouped_rule import pixels_per_thread
+from cute_conv.ops import config_from_str, config_to_str
+from cute_conv.untuned import heuristic_config
+
+
+def conv(n, h, w, c, k, r=1, s=None, **geom) -> Conv2dProblemShape:
+    return Conv2dProblemShape.from_shapes((n, h, w, c), (k, r, r if s is None else s, c), **geom)
+
+
+STEM = conv(1, 224, 224, 3, 32, 3, stride=2, padding=1)  # 864 multiply-adds a pixel
+
+# ---- the rule ----
+
+
+@pytest.mark.parametrize(
+    "problem",
+    [STEM, conv(8, 224, 224, 3, 32, 3, stride=2, padding=1),
+     conv(1, 224, 224, 3, 16, 3, stride=2, padding=1), conv(8, 64, 64, 8, 8),
+     conv(1, 128, 128, 8, 8)],
+    ids=["stem-b1", "stem-b8", "stem-k16", "1x1-c8-b8", "1x1-c8-b1"],
+)  # fmt: skip
+def test_the_rule_takes_few_channel_stems(problem):
+    config = direct_dense_config(problem, 2, 2)
+    expected = GroupedDirectConfig(problem.C, problem.K, filter_krsc=True)
+    assert config == replace(expected, pixels=pixels_per_thread(problem, expected))
+    assert heuristic_config(problem, 132) == config
+    assert isinstance(heuristic_config(problem, 132, cuda_cores=False), Conv2dConfig)
+    assert direct_dense_config(problem, 2, 4) == config  # a float32 output
+
+
+@pytest.mark.parametrize(
+    "problem,element_bytes,out_bytes",
+    [(STEM, 1, 2), (STEM, 2, 1), (conv(1, 224, 224, 17, 32, 1), 2, 2),
+     (conv(1, 224, 224, 3, 36, 3, padding=1), 2, 2),
+     (conv(1, 224, 224, 3, 64, 3, stride=2, padding=1), 2, 2),
+     (conv(1, 224, 224, 3, 64, 7, stride=2, padding=3), 2, 2),
+     (conv(32, 224, 224, 3, 32, 3, stride=2, padding=1), 2, 2),
+     (conv(1, 16, 16, 8, 8), 2, 2), (conv(128, 1, 1, 12, 48), 2, 2)],
+    ids=["fp8-in", "fp8-out", "c17", "k36", "k64-3x3", "7x7", "b32-macs", "m256", "m128"],
+)  # fmt: skip
+def test_the_rule_leaves_the_rest_to_the_tensor_cores(problem, element_bytes, out_bytes):
+    assert direct_dense_config(problem, element_bytes, out_bytes) is None
+
+
+def test_the_rule_bounds_per_pixel_total_and_pixels():
+    # 1x1, C=8: K * 8 multiply-adds a pixel.
+    k = DIRECT_MAX_PIXEL_MACS // 8
+    assert direct_dense_config(conv(1, 64, 64, 8, k), 2, 2) is not None
+    assert direct_dense_config(conv(1, 64, 64, 8, k + 8), 2, 2) is None
+    pixels = DIRECT_MAX_MACS // DIRECT_MAX_PIXEL_MACS  # 2**17 at the per-pixel bound
+    assert direct_dense_config(conv(pixels // 1024, 32, 32, 8, k), 2, 2) is not None
+    assert direct_dense_config(conv(pixels // 1024 + 1, 32, 32, 8, k), 2, 2) is None
+    side = int(DIRECT_MIN_PIXELS**0.5)  # 2048 is no square: 45 * 45 < 2048 <= 45 * 46
+    assert direct_dense_config(conv(1, side, side + 1, 8, 8), 2, 2) is not None
+    assert direct_dense_config(conv(1, side, side, 8, 8), 2, 2) is None
+
+
+def test_the_gemv_rule_comes_first():
+    problem = conv(1, 1, 32, 8, 48)  # 32 output pixels: also under the direct rule's M bound
+    assert isinstance(heuristic_config(problem, 132), PointwiseGemvConfig)
+
+
+# ---- the checks of a config against a call ----
+
+PLAIN = EpilogueSpec()
+
+
+@pytest.mark.parametrize(
+    "config,element_bytes,epilogue,match",
+    [(GroupedDirectConfig(3, 32, filter_krsc=True), 1, PLAIN, "16-bit inputs"),
+     (GroupedDirectConfig(3, 16, filter_krsc=True), 2, PLAIN, "group_in=3, group_out=32"),
+     (GroupedDirectConfig(1, 32, filter_krsc=True), 2, PLAIN, "got group_in=1"),
+     (GroupedDirectConfig(3, 32), 2, PLAIN, "filter_krsc=True"),
+     (GroupedDirectConfig(3, 32, channel_norm_eps=1e-6, filter_krsc=True), 2, PLAIN,
+      "no row window or channel norm"),
+     (GroupedDirectConfig(3, 32, filter_krsc=True), 2, EpilogueSpec(has_amax=True),
+      "out_amax"),
+     (GroupedDirectConfig(3, 32, filter_krsc=True), 2, EpilogueSpec(epilogue_fn=abs),
+      "epilogue_fn")],
+    ids=["fp8", "group-out", "group-in", "staged-filter", "norm", "amax", "epilogue-fn"],
+)  # fmt: skip
+def test_a_config_that_cannot_run_the_call_is_refused(config, element_bytes, epilogue, match):
+    with pytest.raises(ValueError, match=match):
+        check_direct_dense_fits(config, STEM, element_bytes, 2, epilogue)
+
+
+def test_the_config_the_rule_makes_fits_its_call():
+    check_direct_dense_fits(direct_dense_config(STEM, 2, 2), STEM, 2, 2, PLAIN)  # no raise
+
+
+# ---- the config ----
+
+
+def test_filter_krsc_is_a_bool_and_survives_the_ops_string():
+    with pytest.raises(ValueError, match="filter_krsc must be a bool"):
+        GroupedDirectConfig(3, 32, filter_krsc=1)
+    config = GroupedDirectConfig(3, 32, pixels=4, filter_krsc=True)
+    check_config_type(config)  # does not raise
+    assert config_from_str(config_to_str(config)) == config
+
+
+# ---- the dispatch ----
+
+
+def config_for(epilogue: EpilogueSpec):
+    x = torch.empty(1, 224, 224, 3, dtype=torch.bfloat16)  # shapes and dtype only
+    return _config_for_call(None, ARCHS["sm_90a"], STEM, STEM, x, (32, 3, 3, 3), torch.bfloat16,
+                            132, epilogue)  # fmt: skip
+
+
+def test_the_dispatch_runs_the_direct_form_only_for_an_epilogue_it_has(monkeypatch):
+    # Nothing stored or tuned (the autotuner would time on a GPU): the heuristic's config.
+    monkeypatch.setattr("cute_conv.dispatch.stored_or_tuned_config", lambda *a, **k: None)
+    assert config_for(EpilogueSpec(has_bias=True, activation="relu", has_residual=True)) == (
+        direct_dense_config(STEM, 2, 2)
+    )
+    for epilogue in (EpilogueSpec(epilogue_fn=abs), EpilogueSpec(has_amax=True)):
+        assert not isinstance(config_for(epilogue), GroupedDirectConfig)
+
+
+# ---- the kernel ----
+
+
+def filter_loads(config: GroupedDirectConfig) -> dict[str, int]:
+    ptx = compile_kernel("sm_90a", config=config).ptx
+    loads = re.findall(r"ld\.global(?:\.nc)?\.(\S+)\s", ptx)
+    return {width: loads.count(width) for width in set(loads)}
+
+
+def test_the_krsc_filter_is_read_a_channel_at_a_time():
+    """A pixel's 3 input channels: 3 activation loads per pixel either way; the staged
+    filter's 8 output channels one 16-byte load per input channel, the KRSC filter's 8
+    scalar loads (its output channels R * S * C apart)."""
+    staged = filter_loads(GroupedDirectConfig(3, 32, pixels=4))
+    krsc = filter_loads(GroupedDirectConfig(3, 32, pixels=4, filter_krsc=True))
+    assert staged == {"b16": 3 * 4, "v4.b32": 3}
+    assert krsc == {"b16": 3 * 4 + 3 * 8}
