@@ -448,7 +448,8 @@ def _tile(config) -> str:
     """The config's tile, cluster and the choices that set it apart (gathered, stream-K, a
     fixed A/B stage count, halo tiles: `` halo`` for whole rows, `` halo/72`` for a pitched
     halo 72 columns wide; rows measured before this label existed lack it); for the CUDA-core
-    kernel, ``gemv`` and its shape (e.g. ``gemv 8-wide, 1 row x 2``)."""
+    kernels, ``gemv`` and its shape (e.g. ``gemv 8-wide, 1 row x 2``) or ``direct`` and its
+    output pixels per thread (e.g. ``direct 4 px``)."""
     import cute_conv
 
     if isinstance(config, cute_conv.PointwiseGemvConfig):
@@ -456,6 +457,8 @@ def _tile(config) -> str:
             f"gemv {config.vector}-wide, {config.rows} row"
             f"{'s' if config.rows > 1 else ''} x {config.channels_per_warp}"
         )
+    if isinstance(config, cute_conv.GroupedDirectConfig):
+        return f"direct {config.pixels} px"
     gathered = " gathered" if config.gather else ""
     halo = ""
     if config.tile_w:
@@ -473,12 +476,12 @@ def _tile(config) -> str:
 def _plan(config, has_residual: bool) -> str:
     """The SM90 kernel plan a bf16 call of ``config`` compiles (``Conv2dConfig.plan``): its
     A/B ring's stages, output buffers and C buffers, e.g. ``ring 5, out 2x32``; ``CUDA
-    cores`` for the CUDA-core kernel, which has none."""
+    cores`` for the CUDA-core kernels, which have none."""
     import cutlass
 
     import cute_conv
 
-    if isinstance(config, cute_conv.PointwiseGemvConfig):
+    if isinstance(config, (cute_conv.PointwiseGemvConfig, cute_conv.GroupedDirectConfig)):
         return "CUDA cores"
 
     plan = config.plan(cutlass.BFloat16, cutlass.BFloat16, has_residual)

@@ -389,7 +389,7 @@ def untuned_with(
         ARCHS["sm_90a"], heuristic=heuristic, single_warpgroup_rule=single_warpgroup_rule,
         halo_rule=halo_rule, epilogue_rule=epilogue_rule, cluster_rule=cluster_rule,
         last_wave_rule=last_wave_rule, pair_rule=pair_rule, lone_cta_rule=lone_cta_rule,
-        ring_rule=ring_rule, pointwise_gemv_rule=None,  # the sweeps tune tensor-core rules
+        ring_rule=ring_rule, pointwise_gemv_rule=None, direct_rule=None,  # tensor-core rules
     )  # fmt: skip
     element_bytes = 1 if form == "fp8" else 2
     kernel_problem = kernel_problem_for(problem, element_bytes)

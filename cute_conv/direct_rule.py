@@ -18,6 +18,11 @@ Where it loses: many multiply-adds per pixel (a 7x7 of C=3 into K=64, 9,408: 26 
 C=12, K=48: 7.9 against 6.4). Any bounds in the train gaps (864 .. 3,456 multiply-adds per
 pixel, 87 M .. 347 M in all, 128 .. 32,768 pixels) split the train part alike; these sit
 near its wins. Judged on the 16 held-out problems: see ``benchmarks/NOTES.md``.
+
+With the KRSC filter (a thread's 8 filter values 8 scalar loads instead of one 16-byte load)
+the train stem at batch 8 ran 19.9 against 20.7 us, and with a residual (the corpus's
+``relu(conv + b) + r``) 25.2 against the tensor cores' 23.4: the direct form reads the source
+only after its sums, so calls with a residual stay on the tensor cores.
 """
 
 from __future__ import annotations
@@ -46,14 +51,15 @@ DIRECT_MIN_PIXELS = 2048  # GEMM M: output pixels
 
 
 def direct_dense_config(
-    problem: Conv2dProblemShape, element_bytes: int, out_bytes: int
+    problem: Conv2dProblemShape, element_bytes: int, out_bytes: int, has_residual: bool
 ) -> GroupedDirectConfig | None:
     """The ``GroupedDirectConfig`` a call without a config runs ``problem`` with (one group,
     the KRSC filter, ``grouped_rule``'s pixels per thread), or None for the tensor-core
-    kernels: 16-bit inputs and a 16- or 32-bit output, C at most ``DIRECT_MAX_CHANNELS``,
-    K a multiple of 8, at most ``DIRECT_MAX_PIXEL_MACS`` multiply-adds per output pixel and
-    ``DIRECT_MAX_MACS`` in all, and at least ``DIRECT_MIN_PIXELS`` output pixels."""
-    if element_bytes != 2 or out_bytes < 2:
+    kernels: no residual, 16-bit inputs and a 16- or 32-bit output, C at most
+    ``DIRECT_MAX_CHANNELS``, K a multiple of 8, at most ``DIRECT_MAX_PIXEL_MACS``
+    multiply-adds per output pixel and ``DIRECT_MAX_MACS`` in all, and at least
+    ``DIRECT_MIN_PIXELS`` output pixels."""
+    if has_residual or element_bytes != 2 or out_bytes < 2:
         return None
     if problem.C > DIRECT_MAX_CHANNELS or problem.K % VECTOR:
         return None

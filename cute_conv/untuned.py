@@ -38,7 +38,7 @@ def untuned_config(
     clusters apart; last, as its ring rule sizes its A/B ring. A conv on the patch view
     (``staging.patch_view``: views, nothing copied) is the view's conv, unstaged."""
     if cuda_cores:
-        on_cuda_cores = cuda_core_config(target, problem, element_bytes, out_bytes)
+        on_cuda_cores = cuda_core_config(target, problem, element_bytes, out_bytes, has_residual)
         if on_cuda_cores is not None:
             return on_cuda_cores
     if kernel_problem == patch_view(problem, element_bytes):
@@ -81,15 +81,21 @@ def untuned_config(
 
 
 def cuda_core_config(
-    target: ArchKernels, problem: Conv2dProblemShape, element_bytes: int, out_bytes: int
+    target: ArchKernels,
+    problem: Conv2dProblemShape,
+    element_bytes: int,
+    out_bytes: int,
+    has_residual: bool,
 ):
     """The config of a CUDA-core kernel for ``problem`` where the arch's rules take it: its
     pointwise-GEMV rule (a ``PointwiseGemvConfig``), else its direct rule (a
     ``GroupedDirectConfig``); None: the tensor cores run it."""
-    for rule in (target.pointwise_gemv_rule, target.direct_rule):
-        config = None if rule is None else rule(problem, element_bytes, out_bytes)
+    if target.pointwise_gemv_rule is not None:
+        config = target.pointwise_gemv_rule(problem, element_bytes, out_bytes)
         if config is not None:
             return config
+    if target.direct_rule is not None:
+        return target.direct_rule(problem, element_bytes, out_bytes, has_residual)
     return None
 
 

@@ -108,7 +108,7 @@ def measure(p: dict, rounds: int, routed: bool) -> dict:
     else:  # asymmetric: the pad is part of cuDNN's call
         fns["cudnn"] = lambda: F.conv2d(F.pad(nchw, (left, right, top, bottom)), w_cl, **geom)
     return {"key": p["key"], "split": p["split"], "tags": p["tags"], "gflop": p["gflop"],
-            "rule_pixels": rule, "routed": direct_dense_config(problem, 2, 2) is not None,
+            "rule_pixels": rule, "routed": direct_dense_config(problem, 2, 2, False) is not None,
             "rel_err": errors, "graph_us": replayed_us(fns, rounds)}  # fmt: skip
 
 
@@ -123,7 +123,7 @@ def main() -> None:
     torch.backends.cudnn.benchmark = True
     rows = []
     for p in selected(args.max_gflop, args.max_channels):
-        if args.routed and direct_dense_config(problem_of(p), 2, 2) is None:
+        if args.routed and direct_dense_config(problem_of(p), 2, 2, False) is None:
             continue
         row = measure(p, args.rounds, args.routed)
         rows.append(row)
