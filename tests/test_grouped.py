@@ -158,9 +158,9 @@ def test_the_kernel_compiles_to_vector_loads_and_a_store_per_pixel(arch, config,
     assert "griddepcontrol.wait" in ptx
     if config.window:
         # a filter row's input columns loaded once each, a filter vector per tap, and the
-        # bias per stored pixel
+        # bias once for all the thread's pixels
         columns = config.pixels + config.window - 1
-        assert len(loads) == columns + config.window + config.pixels
+        assert len(loads) == columns + config.window + 1
     # each input channel multiplied into the thread's 8 output channels at each of its pixels:
     # fused multiply-adds (sm_90a), or multiplies of float pairs (sm_100a's f32x2)
     products = len(re.findall(r"fma\.rn\.f32 ", ptx)) + 2 * len(re.findall(r"mul\.f32x2", ptx))
@@ -190,6 +190,31 @@ def test_depthwise_vectors_load_and_store_their_width(arch, vector, config):
     assert [int(lanes or 1) * int(bits) // 8 for lanes, bits in stores] == [width] * config.pixels
     products = len(re.findall(r"fma\.rn\.f32 ", ptx)) + 2 * len(re.findall(r"mul\.f32x2", ptx))
     assert products >= vector * config.pixels
+
+
+@pytest.mark.parametrize(
+    "config",
+    [GroupedDirectConfig(3, 32, pixels=4, filter_krsc=True), GroupedDirectConfig(1, 1, pixels=2)],
+    ids=["dense-krsc", "depthwise"],
+)  # fmt: skip
+def test_the_residual_is_loaded_before_the_sums(config):
+    """Each pixel's source vector is loaded before the first multiply-add, so that its
+    latency hides behind them (in the epilogue each load would wait on the previous pixel's
+    store, which may write the same memory): against the kernel without a residual, exactly
+    ``pixels`` more 16-byte loads, all of them before the sums."""
+
+    def wide_loads(has_residual: bool) -> tuple[int, int]:
+        """(16-byte loads before the first multiply-add, 16-byte loads in all)"""
+        spec = EpilogueSpec(has_bias=True, activation="relu", has_residual=has_residual,
+                            vector_dtype="bfloat16")  # fmt: skip
+        ptx = cute_conv.compile_kernel("sm_90a", config=config, epilogue=spec).ptx
+        lines = ptx.splitlines()
+        first_product = next(i for i, line in enumerate(lines) if "fma.rn.f32" in line)
+        wide = [i for i, line in enumerate(lines) if re.search(r"ld\.global\S*\.v4\.b32", line)]
+        return sum(i < first_product for i in wide), len(wide)
+
+    (early, total), (early_plain, total_plain) = wide_loads(True), wide_loads(False)
+    assert early - early_plain == config.pixels and total - total_plain == config.pixels
 
 
 def test_config_vectors_other_than_depthwise_raise():

@@ -12,7 +12,9 @@ channels not a multiple of 8 takes 4 or 2: ShuffleNetV2's 58 and 116) of ``pixel
 output pixels of a row
 (adjacent threads adjacent channel vectors, so a warp's stores are coalesced). It walks the
 filter taps and sums in float32, then runs the tensor-core kernels' epilogue
-(``apply_epilogue``) on each pixel's vector and stores it with one vector store. A filter
+(``apply_epilogue``) on each pixel's vector and stores it with one vector store; a residual's
+source vectors are loaded before the sums (their latency hidden behind the multiply-adds),
+the bias and scale once for all the thread's pixels. A filter
 vector loaded for a tap serves all the thread's pixels: with ``pixels`` > 1 the loads per
 multiply-add fall (their count, not their bytes, bounds the kernel: the re-reads hit L1), at
 the price of fewer threads. Two forms, chosen at compile time by the config:
@@ -279,7 +281,18 @@ class GroupedDirectConv(ConvKernelEntry):
         p = cutlass.Int32((block // q_blocks) % geo.p)
         n = cutlass.Int32(block // (q_blocks * geo.p))
         in_range = block < blocks
+        row0 = (cutlass.Int64(n) * geo.p + p) * geo.q + q0
         wait_for_previous_grid()
+        residuals = None
+        if cutlass.const_expr(self.epilogue.has_residual):
+            # Loaded before the sums, so that their latency hides behind the multiply-adds: in
+            # the epilogue each load would wait on the previous pixel's store (the source may
+            # be the output). A thread reads only the pixels it writes, so in place is safe.
+            residuals = cute.make_rmem_tensor((self.vector, pixels), m_c.element_type)
+            if in_range:
+                for j in cutlass.range_constexpr(pixels):
+                    if q0 + j < geo.q:
+                        cute.autovec_copy(m_c[(None, v, row0 + j)], residuals[(None, j)])
         acc = cute.make_rmem_tensor((self.vector, pixels), cutlass.Float32)
         acc.fill(0.0)
         if in_range:
@@ -295,15 +308,18 @@ class GroupedDirectConv(ConvKernelEntry):
                                 self.depthwise_tap(acc, m_x, m_f, geo, v, iw0, ih, n, s, r)
                             else:
                                 self.grouped_tap(acc, m_x, m_f, geo, v, iw0, ih, n, s, r)
-        row0 = (cutlass.Int64(n) * geo.p + p) * geo.q + q0
         if cutlass.const_expr(self.norm_eps is not None):
             # Every thread reaches the norm's barriers, in range or not.
             self.normalized_store(acc, sums, tidx, group, in_range, q0, v, row0, m_d, m_bias,
                                   m_scale, geo, alpha)  # fmt: skip
         elif in_range:
+            bias, scale = self.channel_vectors(v, m_bias, m_scale)
             for j in cutlass.range_constexpr(pixels):
                 if q0 + j < geo.q:
-                    self.store(acc[(None, j)], v, row0 + j, m_d, m_c, m_bias, m_scale, alpha, beta)
+                    residual = None
+                    if cutlass.const_expr(self.epilogue.has_residual):
+                        residual = residuals[(None, j)].load().to(cutlass.Float32) * beta
+                    self.store(acc[(None, j)], v, row0 + j, m_d, bias, scale, residual, alpha)
 
     @cute.jit
     def depthwise_tap(self, acc, m_x, m_f, geo, v, iw0, ih, n, s, r):
@@ -387,11 +403,7 @@ class GroupedDirectConv(ConvKernelEntry):
         threads add their channels' sums into ``sums``, then their squared deviations from
         the mean; each stores its vector of ``(z - mean) * rsqrt(var + eps)``."""
         spec = self.epilogue
-        bias = scale = None
-        if cutlass.const_expr(spec.has_bias):
-            bias = self._load_vector(m_bias[(None, v)])
-        if cutlass.const_expr(spec.has_scale):
-            scale = self._load_vector(m_scale[(None, v)])
+        bias, scale = self.channel_vectors(v, m_bias, m_scale)
         inv_k = 1.0 / cutlass.Float32(geo.k)
         values = [apply_epilogue(spec, acc[(None, j)].load(), alpha, scale, bias, None)
                   for j in range(self.pixels)]  # fmt: skip
@@ -435,17 +447,22 @@ class GroupedDirectConv(ConvKernelEntry):
                     cute.arch.atomic_add(sums.iterator + offset, total, scope="cta")
 
     @cute.jit
-    def store(self, acc, v, row, m_d, m_c, m_bias, m_scale, alpha, beta):
-        """The epilogue on one thread's vector of sums, and its store."""
+    def channel_vectors(self, v, m_bias, m_scale):
+        """The thread's bias and scale vectors (None where the epilogue has none), loaded once
+        for all its pixels."""
         spec = self.epilogue
-        bias = scale = residual = None
+        bias = scale = None
         if cutlass.const_expr(spec.has_bias):
             bias = self._load_vector(m_bias[(None, v)])
         if cutlass.const_expr(spec.has_scale):
             scale = self._load_vector(m_scale[(None, v)])
-        if cutlass.const_expr(spec.has_residual):
-            residual = self._load_vector(m_c[(None, v, row)]) * beta
-        y = apply_epilogue(spec, acc.load(), alpha, scale, bias, residual)
+        return bias, scale
+
+    @cute.jit
+    def store(self, acc, v, row, m_d, bias, scale, residual, alpha):
+        """The epilogue on one thread's vector of sums (its bias, scale and residual, scaled
+        by beta, given), and its store."""
+        y = apply_epilogue(self.epilogue, acc.load(), alpha, scale, bias, residual)
         out = cute.make_rmem_tensor((self.vector,), self.out_dtype)
         out.store(y.to(self.out_dtype))
         cute.autovec_copy(out, m_d[(None, v, row)])
