@@ -17,7 +17,9 @@ and of the direct form at the rule's pixels (``conv_fused``, ``direct_fused``).
 ``--routed``: the problems ``direct_rule`` takes, after it was adopted: ``conv`` (the default
 call, now the direct form reading the KRSC filter) and ``conv_fused`` checked against float32
 and timed against ``tensor`` / ``tensor_fused`` (the tensor-core config,
-``heuristic_config(..., cuda_cores=False)``), ``direct_rule`` (the staged filter) and cuDNN.
+``heuristic_config(..., cuda_cores=False)``), ``direct_rule`` (the staged filter) and cuDNN;
+and ``relu(conv + b) + r`` on both (``direct_residual``: the rule's config passed explicitly,
+since the rule leaves residual calls to the tensor cores; ``tensor_residual``).
 """
 
 from __future__ import annotations
@@ -102,6 +104,20 @@ def measure(p: dict, rounds: int, routed: bool) -> dict:
         )
     errors.update({name: relative_error(fn(), fused_reference) for name, fn in fused_fns.items()})
     fns.update(fused_fns)
+    if routed:  # relu(conv + b) + r, which the rule leaves to the tensor cores
+        source = torch.randn_like(reference).to(torch.bfloat16)
+        direct_config = direct_dense_config(problem, 2, 2, False)
+        residual_fns = {
+            f"{name}_residual": lambda config=config: cute_conv.conv2d_fprop_with_residual(
+                x, w, source, padding=padding, config=config, **fused, **geom
+            )
+            for name, config in (("direct", direct_config), ("tensor", tensor))
+        }
+        residual_reference = fused_reference + source.float()
+        errors.update(
+            {name: relative_error(fn(), residual_reference) for name, fn in residual_fns.items()}
+        )
+        fns.update(residual_fns)
     w_cl = w_nchw.contiguous(memory_format=torch.channels_last)
     if (top, left) == (bottom, right):
         fns["cudnn"] = lambda: F.conv2d(nchw, w_cl, padding=(top, left), **geom)
