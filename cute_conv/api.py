@@ -14,6 +14,7 @@ import torch
 from . import dispatch, tuning
 from . import ops as _ops  # the torch.library ops: the compile / autograd path
 from .config import Conv2dConfig
+from .kernels.common.grouped_direct import GroupedDirectConfig
 from .kernels.common.pointwise_gemv import PointwiseGemvConfig
 
 __all__ = ["autotune", "conv2d_fprop", "conv2d_fprop_with_residual"]
@@ -36,7 +37,7 @@ def conv2d_fprop(
     epilogue_fn: Callable | None = None,
     out: Any = None,
     out_dtype: torch.dtype | None = None,
-    config: Conv2dConfig | PointwiseGemvConfig | None = None,
+    config: Conv2dConfig | PointwiseGemvConfig | GroupedDirectConfig | None = None,
     stream: torch.cuda.Stream | None = None,
     x_scale: torch.Tensor | None = None,
     w_scale: torch.Tensor | None = None,
@@ -72,9 +73,12 @@ def conv2d_fprop(
             ``out_scale``); defaults to ``out.dtype`` or the input dtype (bfloat16 for fp8
             inputs).
         config: kernel configuration (a ``PointwiseGemvConfig`` runs the CUDA-core kernel
-            of 1x1 convs without padding); defaults to the CUDA-core kernel's for 1x1 convs
-            of a few output pixels (``gemv_rule.pointwise_gemv_config``), else to an
-            autotuned choice if one is stored, else
+            of 1x1 convs without padding, a ``GroupedDirectConfig(C, K, filter_krsc=True)``
+            the CUDA-core direct conv); defaults to the CUDA-core kernel's for 1x1 convs of
+            a few output pixels (``gemv_rule.pointwise_gemv_config``), else the direct
+            conv's for few-channel stems without a residual
+            (``direct_rule.direct_dense_config``), else to an autotuned choice if one is
+            stored, else
             the heuristic's (``untuned.heuristic_config``: ``default_config`` of the kernel
             problem, operands gathered for small odd-C convs, 32-wide unsplit tiles for
             unstaged and gathered convs of a few M tiles, ``small_grid_rules.small_m_config``).
@@ -136,7 +140,7 @@ def conv2d_fprop_with_residual(
     epilogue_fn: Callable | None = None,
     out: Any = None,
     out_dtype: torch.dtype | None = None,
-    config: Conv2dConfig | PointwiseGemvConfig | None = None,
+    config: Conv2dConfig | PointwiseGemvConfig | GroupedDirectConfig | None = None,
     stream: torch.cuda.Stream | None = None,
     x_scale: torch.Tensor | None = None,
     w_scale: torch.Tensor | None = None,
