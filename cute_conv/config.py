@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 from .dtypes import CUTLASS_DTYPES
+from .kernels.common.grouped_direct import GroupedDirectConfig
 from .kernels.common.pointwise_gemv import PointwiseGemvConfig
 from .kernels.sm90.config import (
     HALF_STEP_MIN_K_TILE_BYTES,
@@ -240,6 +241,8 @@ def check_config_fits(config: Conv2dConfig, problem: Conv2dProblemShape) -> None
             hint = " (can_implement_sm100 checks those)"
         elif isinstance(config, PointwiseGemvConfig):
             hint = " (cute_conv.gemv_rule.check_pointwise_gemv_fits checks those)"
+        elif isinstance(config, GroupedDirectConfig):
+            hint = " (cute_conv.direct_rule.check_direct_dense_fits checks those)"
         raise TypeError(f"config must be a Conv2dConfig, got {type(config).__name__}{hint}")
     check_problem(problem)
     if config.tile_w:

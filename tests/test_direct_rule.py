@@ -117,6 +117,13 @@ def test_a_config_that_cannot_run_the_call_is_refused(config, element_bytes, epi
         check_direct_dense_fits(config, STEM, element_bytes, 2, epilogue)
 
 
+def test_check_config_fits_points_a_direct_config_to_its_own_check():
+    from cute_conv import check_config_fits
+
+    with pytest.raises(TypeError, match="check_direct_dense_fits checks those"):
+        check_config_fits(GroupedDirectConfig(3, 32, filter_krsc=True), STEM)
+
+
 def test_the_config_the_rule_makes_fits_its_call():
     check_direct_dense_fits(direct_dense_config(STEM, 2, 2, False), STEM, 2, 2, PLAIN)  # no raise
 
