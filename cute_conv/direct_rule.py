@@ -31,8 +31,14 @@ from dataclasses import replace
 
 from .grouped_rule import pixels_per_thread
 from .kernels.common.epilogue import EpilogueSpec
-from .kernels.common.grouped_direct import MAX_GROUP_IN, VECTOR, GroupedDirectConfig
+from .kernels.common.grouped_direct import (
+    MAX_GROUP_IN,
+    VECTOR,
+    GroupedDirectConfig,
+    runs_epilogue,
+)
 from .problem import Conv2dProblemShape
+from .validation import check_cuda_core_io, cuda_core_io
 
 __all__ = [
     "DIRECT_MAX_CHANNELS",
@@ -41,7 +47,6 @@ __all__ = [
     "DIRECT_MIN_PIXELS",
     "check_direct_dense_fits",
     "direct_dense_config",
-    "direct_takes_epilogue",
 ]
 
 DIRECT_MAX_CHANNELS = 16  # C: the range measured
@@ -59,7 +64,7 @@ def direct_dense_config(
     ``DIRECT_MAX_CHANNELS``, K a multiple of 8, at most ``DIRECT_MAX_PIXEL_MACS``
     multiply-adds per output pixel and ``DIRECT_MAX_MACS`` in all, and at least
     ``DIRECT_MIN_PIXELS`` output pixels."""
-    if has_residual or element_bytes != 2 or out_bytes < 2:
+    if has_residual or not cuda_core_io(element_bytes, out_bytes):
         return None
     if problem.C > DIRECT_MAX_CHANNELS or problem.K % VECTOR:
         return None
@@ -72,12 +77,6 @@ def direct_dense_config(
     return replace(config, pixels=pixels_per_thread(problem, config))
 
 
-def direct_takes_epilogue(epilogue: EpilogueSpec) -> bool:
-    """Whether the direct form runs ``epilogue``: scale, bias, an activation and a residual,
-    but no ``epilogue_fn``, amax or source scale."""
-    return not (epilogue.epilogue_fn is not None or epilogue.has_amax or epilogue.has_source_scale)
-
-
 def check_direct_dense_fits(
     config: GroupedDirectConfig,
     problem: Conv2dProblemShape,
@@ -88,13 +87,8 @@ def check_direct_dense_fits(
     """Raise ``ValueError`` unless ``config`` runs ``problem`` as a dense conv (a call of
     ``conv2d_fprop``, its filter KRSC): one group of all C input and K output channels, the
     KRSC filter, no row window or channel norm, 16-bit inputs, a 16- or 32-bit output and an
-    epilogue ``direct_takes_epilogue``."""
-    if element_bytes != 2 or out_bytes < 2:
-        raise ValueError(
-            "a GroupedDirectConfig runs 16-bit inputs (bfloat16, float16) into a 16- or "
-            f"32-bit output; this call has {element_bytes}-byte inputs and a {out_bytes}-byte "
-            "output"
-        )
+    epilogue the kernel runs (``grouped_direct.runs_epilogue``)."""
+    check_cuda_core_io("GroupedDirectConfig", element_bytes, out_bytes)
     if (config.group_in, config.group_out) != (problem.C, problem.K):
         raise ValueError(
             f"a GroupedDirectConfig for conv2d_fprop is one group of all channels: "
@@ -106,7 +100,7 @@ def check_direct_dense_fits(
             "a GroupedDirectConfig for conv2d_fprop reads the KRSC filter (filter_krsc=True), "
             f"with no row window or channel norm; got {config}"
         )
-    if not direct_takes_epilogue(epilogue):
+    if not runs_epilogue(epilogue):
         raise ValueError(
             "a GroupedDirectConfig runs scale, bias, an activation and a residual; this call "
             "has an epilogue_fn, an out_amax or a source_scale"

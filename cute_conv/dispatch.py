@@ -19,11 +19,11 @@ from .arch import ARCHS, check_config_type
 from .compile import CompiledConv2d, compile_kernel, forget_on_clear, kernel_scalars
 from .config import bulk_tile_store_pays
 from .cuda_context import current_device, current_raw_stream
-from .direct_rule import check_direct_dense_fits, direct_takes_epilogue
+from .direct_rule import check_direct_dense_fits
 from .dtypes import dtype_name
 from .epilogue import EpilogueSpec, kernel_vector_dtype, validate_epilogue_args
 from .gemv_rule import check_pointwise_gemv_fits
-from .kernels.common.grouped_direct import GroupedDirectConfig
+from .kernels.common.grouped_direct import GroupedDirectConfig, runs_epilogue
 from .kernels.common.pointwise_gemv import PointwiseGemvConfig
 from .occupancy import resident_clusters
 from .plan_cache import PlanCache
@@ -351,7 +351,7 @@ def _config_for_call(
     has_residual = epilogue.has_residual
     if config is None:
         config = cuda_core_config(target, problem, x.element_size(), out_bytes, has_residual)
-        if isinstance(config, GroupedDirectConfig) and not direct_takes_epilogue(epilogue):
+        if isinstance(config, GroupedDirectConfig) and not runs_epilogue(epilogue):
             config = None
     if config is None and target.autotuned:
         config = stored_or_tuned_config(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from .kernels.common.pointwise_gemv import VECTOR_WIDTHS, WARPS, PointwiseGemvConfig
 from .problem import Conv2dProblemShape
+from .validation import check_cuda_core_io, cuda_core_io
 
 __all__ = [
     "GEMV_MAX_CTAS",
@@ -52,7 +53,7 @@ def pointwise_gemv_config(
     padding (any stride), an even C (odd ones were not measured), GEMM M at most
     ``GEMV_MAX_ROWS``, at most ``GEMV_MAX_MACS`` multiply-adds and a grid of at most
     ``GEMV_MAX_CTAS`` CTAs."""
-    if element_bytes != 2 or out_bytes < 2 or not _pointwise_unpadded(problem):
+    if not cuda_core_io(element_bytes, out_bytes) or not _pointwise_unpadded(problem):
         return None
     if problem.C % 2 or problem.gemm_m > GEMV_MAX_ROWS:
         return None
@@ -78,12 +79,7 @@ def check_pointwise_gemv_fits(
     ``element_bytes`` and an output of ``out_bytes``): 16-bit inputs, a 16- or 32-bit output,
     a 1x1 filter without padding, C a multiple of ``config.vector``, at most ``MAX_GRID_Y``
     CTA rows of ``config.rows`` output pixels."""
-    if element_bytes != 2 or out_bytes < 2:
-        raise ValueError(
-            "a PointwiseGemvConfig runs 16-bit inputs (bfloat16, float16) into a 16- or "
-            f"32-bit output; this call has {element_bytes}-byte inputs and a {out_bytes}-byte "
-            "output"
-        )
+    check_cuda_core_io("PointwiseGemvConfig", element_bytes, out_bytes)
     if not _pointwise_unpadded(problem):
         raise ValueError(
             "a PointwiseGemvConfig runs 1x1 convs without padding; this call has a "

@@ -33,6 +33,8 @@ __all__ = [
     "INPUT_DTYPES",
     "OUTPUT_DTYPES",
     "check_compute_capability",
+    "check_cuda_core_io",
+    "cuda_core_io",
     "check_problem_limits",
     "channel_slice_stride",
     "check_tensor",
@@ -479,3 +481,18 @@ def validate_device(
             )
     capability = torch.cuda.get_device_capability(device)
     return check_compute_capability(capability, device)
+
+
+def cuda_core_io(element_bytes: int, out_bytes: int) -> bool:
+    """Whether the CUDA-core kernels (``PointwiseGemv``, ``GroupedDirectConv``) take inputs of
+    ``element_bytes`` and an output of ``out_bytes``: 16-bit inputs, a 16- or 32-bit output."""
+    return element_bytes == 2 and out_bytes >= 2
+
+
+def check_cuda_core_io(config_name: str, element_bytes: int, out_bytes: int) -> None:
+    """Raise ``ValueError``, naming ``config_name``, unless ``cuda_core_io``."""
+    if not cuda_core_io(element_bytes, out_bytes):
+        raise ValueError(
+            f"a {config_name} runs 16-bit inputs (bfloat16, float16) into a 16- or 32-bit "
+            f"output; this call has {element_bytes}-byte inputs and a {out_bytes}-byte output"
+        )

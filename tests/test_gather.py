@@ -314,10 +314,10 @@ def test_a_stored_autotuner_choice_is_not_replaced_by_the_gather(tmp_path, monke
     """The gather rule replaces the heuristic's guess only: a config the autotuner stored for
     a small C-padded conv runs as stored, and a config passed in runs as passed."""
     import torch
+    from cute_conv.kernels.common.epilogue import EpilogueSpec
 
     from cute_conv import dispatch, tuning
     from cute_conv.arch import ARCHS
-    from cute_conv.kernels.common.epilogue import EpilogueSpec
 
     monkeypatch.setenv("CUTE_CONV_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(tuning, "_device_name", lambda index: "Fake H100")

@@ -54,7 +54,7 @@ import cutlass.cute as cute
 
 from .dependent_launch import wait_for_previous_grid
 from .entry import SIXTEEN_BIT_TYPES, WIDE_OUT_TYPES, ConvKernelEntry, ConvLaunchParams
-from .epilogue import apply_epilogue
+from .epilogue import EpilogueSpec, apply_epilogue
 
 THREADS = 128
 VECTOR = 8  # 16-bit output channels per thread: one 16-byte filter load and store
@@ -68,6 +68,12 @@ MAX_WINDOW = 7  # filter width of the depthwise row window: its columns sit in r
 NORM_THREADS = 256
 MAX_NORM_CHANNELS = NORM_THREADS * VECTOR  # at vector 8; NORM_THREADS * vector in general
 WARP = 32
+
+
+def runs_epilogue(spec: EpilogueSpec) -> bool:
+    """Whether the kernel runs ``spec``: scale, bias, an activation and a residual, but no
+    ``epilogue_fn``, amax or source scale."""
+    return not (spec.epilogue_fn is not None or spec.has_amax or spec.has_source_scale)
 
 
 @dataclass(frozen=True)
@@ -163,8 +169,8 @@ class GroupedDirectConv(ConvKernelEntry):
     """A grouped conv of 16-bit inputs, a thread per ``config.vector`` output channels of
     ``config.pixels`` adjacent output pixels of a row (see the module docstring). Takes
     ``ConvLaunchParams`` with the filter pointer at the staged ``[R, S, C / groups, K]``
-    filter (the KRSC one with ``config.filter_krsc``); ``geometry.c`` and ``geometry.k`` are the whole conv's channels (K a multiple of
-    ``config.vector``)."""
+    filter (the KRSC one with ``config.filter_krsc``); ``geometry.c`` and ``geometry.k`` are
+    the whole conv's channels (K a multiple of ``config.vector``)."""
 
     config_class = GroupedDirectConfig
 
@@ -174,7 +180,7 @@ class GroupedDirectConv(ConvKernelEntry):
         if self.out_dtype not in WIDE_OUT_TYPES:
             raise TypeError(f"GroupedDirectConv writes 16- or 32-bit outputs, got {self.out_dtype}")
         spec = self.epilogue
-        if spec.has_amax or spec.has_source_scale or spec.epilogue_fn is not None:
+        if not runs_epilogue(spec):
             raise ValueError(
                 "GroupedDirectConv's epilogue takes scale, bias, an activation and a residual "
                 "only (no amax, source scale or epilogue_fn)"
