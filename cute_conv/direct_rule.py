@@ -20,9 +20,11 @@ pixel, 87 M .. 347 M in all, 128 .. 32,768 pixels) split the train part alike; t
 near its wins. Judged on the 16 held-out problems: see ``benchmarks/NOTES.md``.
 
 With the KRSC filter (a thread's 8 filter values 8 scalar loads instead of one 16-byte load)
-the train stem at batch 8 ran 19.9 against 20.7 us, and with a residual (the corpus's
-``relu(conv + b) + r``) 25.2 against the tensor cores' 23.4: the direct form reads the source
-only after its sums, so calls with a residual stay on the tensor cores.
+the train stem at batch 8 ran 19.9 against 20.7 us. Calls with a residual (the corpus's
+``relu(conv + b) + r``) take the same bounds since the kernel loads the source before its sums:
+on the train rows 21.7 against the tensor cores' 23.2 us (the stem at batch 8) and 7.6 against
+8.3 (the 1x1 of C=K=8 at batch 8); held out, 25.1 against 28.2 us summed over three rows
+(``experiments/direct_dense_routed_residual_H200.json``).
 """
 
 from __future__ import annotations
@@ -56,15 +58,15 @@ DIRECT_MIN_PIXELS = 2048  # GEMM M: output pixels
 
 
 def direct_dense_config(
-    problem: Conv2dProblemShape, element_bytes: int, out_bytes: int, has_residual: bool
+    problem: Conv2dProblemShape, element_bytes: int, out_bytes: int
 ) -> GroupedDirectConfig | None:
     """The ``GroupedDirectConfig`` a call without a config runs ``problem`` with (one group,
     the KRSC filter, ``grouped_rule``'s pixels per thread), or None for the tensor-core
-    kernels: no residual, 16-bit inputs and a 16- or 32-bit output, C at most
+    kernels: 16-bit inputs and a 16- or 32-bit output, C at most
     ``DIRECT_MAX_CHANNELS``, K a multiple of 8, at most ``DIRECT_MAX_PIXEL_MACS``
     multiply-adds per output pixel and ``DIRECT_MAX_MACS`` in all, and at least
     ``DIRECT_MIN_PIXELS`` output pixels."""
-    if has_residual or not cuda_core_io(element_bytes, out_bytes):
+    if not cuda_core_io(element_bytes, out_bytes):
         return None
     if problem.C > DIRECT_MAX_CHANNELS or problem.K % VECTOR:
         return None

@@ -350,7 +350,7 @@ def _config_for_call(
     out_bytes = torch.finfo(out_dtype).bits // 8
     has_residual = epilogue.has_residual
     if config is None:
-        config = cuda_core_config(target, problem, x.element_size(), out_bytes, has_residual)
+        config = cuda_core_config(target, problem, x.element_size(), out_bytes)
         if isinstance(config, GroupedDirectConfig) and not runs_epilogue(epilogue):
             config = None
     if config is None and target.autotuned:

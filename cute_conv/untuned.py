@@ -38,7 +38,7 @@ def untuned_config(
     clusters apart; last, as its ring rule sizes its A/B ring. A conv on the patch view
     (``staging.patch_view``: views, nothing copied) is the view's conv, unstaged."""
     if cuda_cores:
-        on_cuda_cores = cuda_core_config(target, problem, element_bytes, out_bytes, has_residual)
+        on_cuda_cores = cuda_core_config(target, problem, element_bytes, out_bytes)
         if on_cuda_cores is not None:
             return on_cuda_cores
     if kernel_problem == patch_view(problem, element_bytes):
@@ -85,7 +85,6 @@ def cuda_core_config(
     problem: Conv2dProblemShape,
     element_bytes: int,
     out_bytes: int,
-    has_residual: bool,
 ):
     """The config of a CUDA-core kernel for ``problem`` where the arch's rules take it: its
     pointwise-GEMV rule (a ``PointwiseGemvConfig``), else its direct rule (a
@@ -95,7 +94,7 @@ def cuda_core_config(
         if config is not None:
             return config
     if target.direct_rule is not None:
-        return target.direct_rule(problem, element_bytes, out_bytes, has_residual)
+        return target.direct_rule(problem, element_bytes, out_bytes)
     return None
 
 

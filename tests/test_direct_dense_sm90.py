@@ -90,6 +90,7 @@ def test_the_rule_sends_few_channel_stems_to_the_direct_form():
         config, _ = plan_config(*shape, **geom)
         assert isinstance(config, Conv2dConfig), shape
     run_and_check(1, 224, 224, 3, 32, 3, 3, geom=dict(stride=2, padding=1))  # the default call
+    run_and_check(1, 224, 224, 3, 32, 3, 3, geom=dict(stride=2, padding=1), beta=1.0)  # residual
 
 
 def test_an_epilogue_function_leaves_the_stem_to_the_tensor_cores():

@@ -50,15 +50,14 @@ STEM = conv(1, 224, 224, 3, 32, 3, stride=2, padding=1)  # 864 multiply-adds a p
     ids=["stem-b1", "stem-b8", "stem-k16", "1x1-c8-b8", "1x1-c8-b1"],
 )  # fmt: skip
 def test_the_rule_takes_few_channel_stems(problem):
-    config = direct_dense_config(problem, 2, 2, False)
+    config = direct_dense_config(problem, 2, 2)
     expected = GroupedDirectConfig(problem.C, problem.K, filter_krsc=True)
     assert config == replace(expected, pixels=pixels_per_thread(problem, expected))
     assert heuristic_config(problem, 132) == config
     assert isinstance(heuristic_config(problem, 132, cuda_cores=False), Conv2dConfig)
-    assert direct_dense_config(problem, 2, 4, False) == config  # a float32 output
-    # A residual: the tensor cores (the direct form reads the source after its sums).
-    assert direct_dense_config(problem, 2, 2, True) is None
-    assert isinstance(heuristic_config(problem, 132, has_residual=True), Conv2dConfig)
+    assert direct_dense_config(problem, 2, 4) == config  # a float32 output
+    # A residual: the same (the direct form loads the source before its sums).
+    assert heuristic_config(problem, 132, has_residual=True) == config
 
 
 @pytest.mark.parametrize(
@@ -72,20 +71,20 @@ def test_the_rule_takes_few_channel_stems(problem):
     ids=["fp8-in", "fp8-out", "c17", "k36", "k64-3x3", "7x7", "b32-macs", "m256", "m128"],
 )  # fmt: skip
 def test_the_rule_leaves_the_rest_to_the_tensor_cores(problem, element_bytes, out_bytes):
-    assert direct_dense_config(problem, element_bytes, out_bytes, False) is None
+    assert direct_dense_config(problem, element_bytes, out_bytes) is None
 
 
 def test_the_rule_bounds_per_pixel_total_and_pixels():
     # 1x1, C=8: K * 8 multiply-adds a pixel.
     k = DIRECT_MAX_PIXEL_MACS // 8
-    assert direct_dense_config(conv(1, 64, 64, 8, k), 2, 2, False) is not None
-    assert direct_dense_config(conv(1, 64, 64, 8, k + 8), 2, 2, False) is None
+    assert direct_dense_config(conv(1, 64, 64, 8, k), 2, 2) is not None
+    assert direct_dense_config(conv(1, 64, 64, 8, k + 8), 2, 2) is None
     pixels = DIRECT_MAX_MACS // DIRECT_MAX_PIXEL_MACS  # 2**17 at the per-pixel bound
-    assert direct_dense_config(conv(pixels // 1024, 32, 32, 8, k), 2, 2, False) is not None
-    assert direct_dense_config(conv(pixels // 1024 + 1, 32, 32, 8, k), 2, 2, False) is None
+    assert direct_dense_config(conv(pixels // 1024, 32, 32, 8, k), 2, 2) is not None
+    assert direct_dense_config(conv(pixels // 1024 + 1, 32, 32, 8, k), 2, 2) is None
     side = int(DIRECT_MIN_PIXELS**0.5)  # 2048 is no square: 45 * 45 < 2048 <= 45 * 46
-    assert direct_dense_config(conv(1, side, side + 1, 8, 8), 2, 2, False) is not None
-    assert direct_dense_config(conv(1, side, side, 8, 8), 2, 2, False) is None
+    assert direct_dense_config(conv(1, side, side + 1, 8, 8), 2, 2) is not None
+    assert direct_dense_config(conv(1, side, side, 8, 8), 2, 2) is None
 
 
 def test_the_gemv_rule_comes_first():
@@ -125,7 +124,7 @@ def test_check_config_fits_points_a_direct_config_to_its_own_check():
 
 
 def test_the_config_the_rule_makes_fits_its_call():
-    check_direct_dense_fits(direct_dense_config(STEM, 2, 2, False), STEM, 2, 2, PLAIN)  # no raise
+    check_direct_dense_fits(direct_dense_config(STEM, 2, 2), STEM, 2, 2, PLAIN)  # no raise
 
 
 # ---- the config ----
@@ -151,11 +150,10 @@ def config_for(epilogue: EpilogueSpec):
 def test_the_dispatch_runs_the_direct_form_only_for_an_epilogue_it_has(monkeypatch):
     # Nothing stored or tuned (the autotuner would time on a GPU): the heuristic's config.
     monkeypatch.setattr("cute_conv.dispatch.stored_or_tuned_config", lambda *a, **k: None)
-    assert config_for(EpilogueSpec(has_bias=True, activation="relu")) == (
-        direct_dense_config(STEM, 2, 2, False)
-    )
-    for epilogue in (EpilogueSpec(epilogue_fn=abs), EpilogueSpec(has_amax=True),
-                     EpilogueSpec(has_residual=True)):  # fmt: skip
+    for epilogue in (EpilogueSpec(has_bias=True, activation="relu"),
+                     EpilogueSpec(has_bias=True, activation="relu", has_residual=True)):  # fmt: skip
+        assert config_for(epilogue) == direct_dense_config(STEM, 2, 2)
+    for epilogue in (EpilogueSpec(epilogue_fn=abs), EpilogueSpec(has_amax=True)):
         assert not isinstance(config_for(epilogue), GroupedDirectConfig)
 
 

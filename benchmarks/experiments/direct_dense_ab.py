@@ -18,8 +18,8 @@ and of the direct form at the rule's pixels (``conv_fused``, ``direct_fused``).
 call, now the direct form reading the KRSC filter) and ``conv_fused`` checked against float32
 and timed against ``tensor`` / ``tensor_fused`` (the tensor-core config,
 ``heuristic_config(..., cuda_cores=False)``), ``direct_rule`` (the staged filter) and cuDNN;
-and ``relu(conv + b) + r`` on both (``direct_residual``: the rule's config passed explicitly,
-since the rule leaves residual calls to the tensor cores; ``tensor_residual``).
+and ``relu(conv + b) + r`` on both (``direct_residual``: the rule's config passed explicitly;
+``tensor_residual``).
 """
 
 from __future__ import annotations
@@ -104,9 +104,9 @@ def measure(p: dict, rounds: int, routed: bool) -> dict:
         )
     errors.update({name: relative_error(fn(), fused_reference) for name, fn in fused_fns.items()})
     fns.update(fused_fns)
-    if routed:  # relu(conv + b) + r, which the rule leaves to the tensor cores
+    if routed:  # relu(conv + b) + r
         source = torch.randn_like(reference).to(torch.bfloat16)
-        direct_config = direct_dense_config(problem, 2, 2, False)
+        direct_config = direct_dense_config(problem, 2, 2)
         residual_fns = {
             f"{name}_residual": lambda config=config: cute_conv.conv2d_fprop_with_residual(
                 x, w, source, padding=padding, config=config, **fused, **geom
@@ -124,7 +124,7 @@ def measure(p: dict, rounds: int, routed: bool) -> dict:
     else:  # asymmetric: the pad is part of cuDNN's call
         fns["cudnn"] = lambda: F.conv2d(F.pad(nchw, (left, right, top, bottom)), w_cl, **geom)
     return {"key": p["key"], "split": p["split"], "tags": p["tags"], "gflop": p["gflop"],
-            "rule_pixels": rule, "routed": direct_dense_config(problem, 2, 2, False) is not None,
+            "rule_pixels": rule, "routed": direct_dense_config(problem, 2, 2) is not None,
             "rel_err": errors, "graph_us": replayed_us(fns, rounds)}  # fmt: skip
 
 
@@ -139,7 +139,7 @@ def main() -> None:
     torch.backends.cudnn.benchmark = True
     rows = []
     for p in selected(args.max_gflop, args.max_channels):
-        if args.routed and direct_dense_config(problem_of(p), 2, 2, False) is None:
+        if args.routed and direct_dense_config(problem_of(p), 2, 2) is None:
             continue
         row = measure(p, args.rounds, args.routed)
         rows.append(row)
