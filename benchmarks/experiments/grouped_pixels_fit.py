@@ -8,8 +8,9 @@ Only the calls ``cute_conv.nn.Conv2d`` runs on the grouped kernel (``runs_groupe
 count. Per (model, batch) forward their times are summed (each call weighed by its count) as
 a rule picks the pixels, beside one pixel per thread (the kernel before it took more) and the
 best swept pixels of each call. ``--search`` walks a grid of ``PixelsRule`` (powers of two for
-the depthwise thresholds, every swept count for the grouped pixels, the package's widest group)
-and takes the least summed time.
+the depthwise thresholds, powers of two and three times them for the grouped two-pixel
+threshold, every swept count for the grouped pixels, the package's widest group) and takes the
+least summed time.
 
 How the package's ``FITTED_PIXELS`` came about (H200, ``grouped_pixels_sweep_*_H200.json``):
 fitted on the sweep's ``FIT_MODELS`` (6,328 us summed against 7,951 at one pixel, 1.256x; the
@@ -104,9 +105,10 @@ def search(rows: list[dict]) -> PixelsRule:
     width = FITTED_PIXELS.grouped_max_width  # the rows' grouped calls are 8 or 24 wide
     grouped_counts = sorted(SWEPT, key=lambda p: p != FITTED_PIXELS.grouped_pixels)
     never = 2**40
-    grid = [PixelsRule(2**two, four, grouped, width)
+    grid = [PixelsRule(2**two, four, grouped, width, grouped_two)
             for grouped in grouped_counts for two in range(10, 25)
-            for four in (never, *(2**e for e in range(two, 25)))]  # fmt: skip
+            for four in (never, *(2**e for e in range(two, 25)))
+            for grouped_two in (0, *(m * 2**e for e in range(12, 22) for m in (1, 3)))]  # fmt: skip
     return min(grid, key=lambda rule: sum(s["rule"] for s in forward_sums(rows, rule).values()))
 
 

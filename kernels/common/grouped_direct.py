@@ -28,7 +28,8 @@ the price of fewer threads. Two forms, chosen at compile time by the config:
 - grouped (``group_out`` a multiple of ``VECTOR``): the thread's output channels share one
   group's inputs: per tap it loads each pixel's activations of the group ``in_vector``
   channels at a time, and for each input channel one filter vector (its ``VECTOR`` output
-  channels), and multiplies each pixel's input into all of them.
+  channels), and multiplies each pixel's input into all of them. A batch of input channels'
+  loads all issue before their multiply-adds (``FILTER_BATCH``).
 
 With ``channel_norm_eps`` (a LayerNorm over the channels without its affine, which the caller
 folds into the next layer: ConvNeXt's depthwise conv -> LayerNorm -> Linear), each output pixel
@@ -61,6 +62,13 @@ VECTOR = 8  # 16-bit output channels per thread: one 16-byte filter load and sto
 # A depthwise thread's channels where C is not a multiple of VECTOR: 8- or 4-byte loads.
 DEPTHWISE_VECTORS = (VECTOR, 4, 2)
 MAX_GROUP_IN = 256  # input channels per group: the grouped form unrolls its loop over them
+# Input channels whose filter vectors a grouped thread loads before multiplying: one round trip
+# to L2 per batch, not per few loads. At most FILTER_BATCH (their VECTOR 16-bit weights each in
+# registers), and at most BATCH_PIXELS / pixels: the sums of more pixels take the registers
+# (on an H200 four pixels ran slower batched, as many threads as RegNet's at batch 32 lost
+# occupancy); at least one activation vector.
+FILTER_BATCH = 32
+BATCH_PIXELS = 48
 MAX_PIXELS = 8  # output pixels per thread: each holds `vector` float32 sums in registers
 MAX_WINDOW = 7  # filter width of the depthwise row window: its columns sit in registers
 # A normalizing kernel's CTA: whole pixel groups of K / vector threads, so a pixel has at most
@@ -366,26 +374,36 @@ class GroupedDirectConv(ConvKernelEntry):
     @cute.jit
     def grouped_tap(self, acc, m_x, m_f, geo, v, iw0, ih, n, s, r):
         """One tap of the grouped form: every input channel of the thread's group, at each of
-        its pixels, times the thread's output channels' weights for it."""
+        its pixels, times the thread's output channels' weights for it. The loads of a batch
+        of input channels (their activations and filter vectors; see ``FILTER_BATCH``) all
+        issue before its multiply-adds, so that their latencies overlap."""
         in_vector = self.in_vector
         # The group's first input vector: output channel v * vector is in group
         # v * vector // group_out, whose inputs start at channel group * group_in.
         first = (v * self.vector // self.group_out) * (self.group_in // in_vector)
-        x_vecs = cute.make_rmem_tensor((in_vector, self.pixels), self.act_dtype)
-        f_vec = cute.make_rmem_tensor((self.vector,), self.filter_dtype)
-        for c in cutlass.range_constexpr(self.group_in // in_vector):
-            # A pixel left of or past the input reads zeros.
-            x_vecs.fill(0.0)
+        batch = min(self.group_in, FILTER_BATCH, BATCH_PIXELS // self.pixels)
+        batch = max(in_vector, batch // in_vector * in_vector)
+        for c0 in cutlass.range_constexpr(0, self.group_in, batch):
+            channels = min(batch, self.group_in - c0)
+            x_vecs = cute.make_rmem_tensor(
+                (in_vector, channels // in_vector, self.pixels), self.act_dtype
+            )
+            x_vecs.fill(0.0)  # a pixel left of or past the input reads zeros
             for j in cutlass.range_constexpr(self.pixels):
                 iw = iw0 + j * geo.stride_w
                 if iw >= 0 and iw < geo.w:
-                    cute.autovec_copy(m_x[(None, first + c, iw, ih, n)], x_vecs[(None, j)])
-            for i in cutlass.range_constexpr(in_vector):
-                cute.autovec_copy(m_f[(None, v, c * in_vector + i, s, r)], f_vec)
-                weights = f_vec.load().to(cutlass.Float32)
+                    for c in cutlass.range_constexpr(channels // in_vector):
+                        src = m_x[(None, first + (c0 + c * in_vector) // in_vector, iw, ih, n)]
+                        cute.autovec_copy(src, x_vecs[(None, c, j)])
+            f_vecs = cute.make_rmem_tensor((self.vector, channels), self.filter_dtype)
+            for i in cutlass.range_constexpr(channels):
+                cute.autovec_copy(m_f[(None, v, c0 + i, s, r)], f_vecs[(None, i)])
+            for i in cutlass.range_constexpr(channels):
+                weights = f_vecs[(None, i)].load().to(cutlass.Float32)
                 for j in cutlass.range_constexpr(self.pixels):
+                    x = x_vecs[(i % in_vector, i // in_vector, j)].to(cutlass.Float32)
                     sums = acc[(None, j)]
-                    sums.store(sums.load() + weights * x_vecs[(i, j)].to(cutlass.Float32))
+                    sums.store(sums.load() + weights * x)
 
     @cute.jit
     def zeroed_norm_sums(self, group, v) -> cute.Tensor:
