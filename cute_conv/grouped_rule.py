@@ -172,11 +172,12 @@ class PixelsRule:
 # ~101 k threads at one pixel each), else four. On an H200 (call82d: the sweep before and after
 # the batching, each against cuDNN in its own process) the train rows (RegNetY-1.6GF,
 # ResNeXt-50) took 2**17 (RegNetY-1.6GF per forward at batch 1 / 8 633 -> 510 / 730 -> 612 us,
-# batch 32 unchanged); held out (call82e, RegNetY-3.2GF) that cost 17% at batch 8: its 12 calls
-# of 113 k threads ran 36.6 us at two pixels against 28.1 at four (the two-pixel grid past one
-# wave). 3 * 2**15 splits every row of both models as the one-wave bound does; chosen after the
-# held-out rows, so no unseen model has judged it: RegNetY-3.2GF per forward at batch 1 / 8 / 32
-# 518 -> 419 / 674 -> 672 / 2,017 -> 2,017 us.
+# at batch 32 its calls keep four pixels, not re-timed after the change); held out (call82e,
+# RegNetY-3.2GF) that cost 17% at batch 8: its 12 calls of 113 k threads ran 36.6 us at two
+# pixels against 28.1 at four (the two-pixel grid past one wave). 3 * 2**15 splits every row of
+# both models as the one-wave bound does; chosen after the held-out rows, so no unseen model has
+# judged it: RegNetY-3.2GF per forward at batch 1 / 8 / 32 518 -> 419 / 674 -> 672 / 2,017 ->
+# 2,017 us.
 FITTED_PIXELS = PixelsRule(
     depthwise_two_pixels_threads=2**16,
     depthwise_four_pixels_threads=2**21,

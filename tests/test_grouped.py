@@ -217,6 +217,24 @@ def test_the_residual_is_loaded_before_the_sums(config):
     assert early - early_plain == config.pixels and total - total_plain == config.pixels
 
 
+@pytest.mark.parametrize(
+    "config,batch",
+    [(GroupedDirectConfig(24, 24), 24), (GroupedDirectConfig(24, 24, pixels=2), 24),
+     (GroupedDirectConfig(64, 64), 32), (GroupedDirectConfig(24, 24, pixels=4), 8)],
+    ids=["g24-p1", "g24-p2", "g64-p1", "g24-p4"],
+)  # fmt: skip
+def test_a_tap_loads_a_batch_of_filter_vectors_before_its_multiply_adds(config, batch):
+    """In the PTX of the grouped form, the first tap's first ``batch`` input channels' filter
+    vectors and the pixels' activation vectors for them are all loaded before its first
+    multiply-add (``FILTER_BATCH``, at most ``BATCH_PIXELS / pixels`` channels)."""
+    spec = EpilogueSpec(has_bias=True, activation="relu", vector_dtype="bfloat16")
+    ptx = cute_conv.compile_kernel("sm_90a", config=config, epilogue=spec).ptx
+    lines = ptx.splitlines()
+    first_product = next(i for i, line in enumerate(lines) if "fma.rn.f32" in line)
+    wide = sum(bool(re.search(r"ld\.global\S*\.v4\.b32", line)) for line in lines[:first_product])
+    assert wide == batch + config.pixels * batch // config.in_vector
+
+
 def test_config_vectors_other_than_depthwise_raise():
     with pytest.raises(ValueError, match="vector=4: one of"):
         GroupedDirectConfig(24, 24, vector=4)
