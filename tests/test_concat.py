@@ -186,16 +186,16 @@ def test_optimize_has_branch_convs_write_their_channels_of_one_buffer(conv_outs)
 
 
 @pytest.mark.parametrize(
-    "model, expected",
+    "branches, expected",
     [
-        (Branches(read_elsewhere=True), ["cat: 2 of 3 pieces written in place by their convs"]),
-        (Branches(pool_piece=True), []),  # a piece of channels unknown before it runs
+        (dict(read_elsewhere=True), ["cat: 2 of 3 pieces written in place by their convs"]),
+        (dict(pool_piece=True), []),  # a piece of channels unknown before it runs
     ],
     ids=["a-piece-read-elsewhere-is-copied", "a-pool-piece-leaves-torch-cat"],
 )
-def test_concatenations_only_partly_or_not_written_by_their_convs(kernel_calls, model, expected):  # noqa: F811
-    torch.manual_seed(3)
-    model = model.eval()
+def test_concatenations_only_partly_or_not_written_by_their_convs(kernel_calls, branches, expected):  # noqa: F811
+    torch.manual_seed(3)  # the weights too: built here, not when the module is collected
+    model = Branches(**branches).eval()
     gm = cute_conv.optimize(copy_to(model, BF16))
     assert gm.cute_conv_report.concat_writes == expected
     assert cat_calls(gm) == (0 if expected else 1)
