@@ -528,6 +528,18 @@ def test_pixels_per_thread(n, size, c, groups, pixels):
     assert FITTED_PIXELS.depthwise_four_pixels_threads == 2**21
 
 
+def test_a_pixels_rule_without_a_two_pixel_threshold_keeps_its_grouped_pixels():
+    """``grouped_two_pixels_threads`` defaults to 0 (never two), the rule before the batched
+    loads; FITTED_PIXELS takes two on the same small call."""
+    rule = dataclasses.replace(FITTED_PIXELS, grouped_two_pixels_threads=0)
+    problem = Conv2dProblemShape(N=1, H=7, W=7, C=48, K=48, R=3, S=3, padding=(1, 1))
+    config = grouped_limits(48, 48, 2)
+    assert rule.pixels(problem, config) == FITTED_PIXELS.grouped_pixels == 4
+    assert FITTED_PIXELS.pixels(problem, config) == 2
+    fields = {f.name: f.default for f in dataclasses.fields(type(FITTED_PIXELS))}
+    assert fields["grouped_two_pixels_threads"] == 0
+
+
 def test_a_call_runs_the_rules_pixels_unless_it_names_them():
     from cute_conv import grouped
 
