@@ -135,7 +135,10 @@ class PixelsRule:
     measured, it keeps one pixel); below ``grouped_two_pixels_threads`` threads (at one pixel
     each) two pixels, whose threads load a batch of filter vectors at once
     (``grouped_direct.BATCH_PIXELS``): there each thread's latency, not the SMs' issue rate,
-    is the call's time.
+    is the call's time. The threshold was fitted on staged filters; the dense direct form
+    (``filter_krsc``: few-channel stems, a thread's weights by scalar loads) keeps
+    ``grouped_pixels``, at which ``direct_rule`` was measured (the batch-1 RGB stem ran 10.8
+    us at two pixels against 9.3 at four, ``experiments/direct_dense_ab_H200.json``).
     """
 
     depthwise_two_pixels_threads: int
@@ -149,7 +152,9 @@ class PixelsRule:
         if not config.depthwise:
             if config.group_in > self.grouped_max_width:
                 return 1
-            return 2 if threads < self.grouped_two_pixels_threads else self.grouped_pixels
+            if config.filter_krsc or threads >= self.grouped_two_pixels_threads:
+                return self.grouped_pixels
+            return 2
         if threads >= self.depthwise_four_pixels_threads:
             return 4
         return 2 if threads >= self.depthwise_two_pixels_threads else 1

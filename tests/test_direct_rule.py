@@ -53,6 +53,7 @@ def test_the_rule_takes_few_channel_stems(problem):
     config = direct_dense_config(problem, 2, 2)
     expected = GroupedDirectConfig(problem.C, problem.K, filter_krsc=True)
     assert config == replace(expected, pixels=pixels_per_thread(problem, expected))
+    assert config.pixels == 4  # the grouped pixels, however few the threads
     assert heuristic_config(problem, 132) == config
     assert isinstance(heuristic_config(problem, 132, cuda_cores=False), Conv2dConfig)
     assert direct_dense_config(problem, 2, 4) == config  # a float32 output
