@@ -76,9 +76,8 @@ def conv2d_fprop(
             of 1x1 convs without padding, a ``GroupedDirectConfig(C, K, filter_krsc=True)``
             the CUDA-core direct conv); defaults to the CUDA-core kernel's for 1x1 convs of
             a few output pixels (``gemv_rule.pointwise_gemv_config``), else the direct
-            conv's for few-channel stems without a residual
-            (``direct_rule.direct_dense_config``), else to an autotuned choice if one is
-            stored, else
+            conv's for few-channel stems (``direct_rule.direct_dense_config``), else to an
+            autotuned choice if one is stored, else
             the heuristic's (``untuned.heuristic_config``: ``default_config`` of the kernel
             problem, operands gathered for small odd-C convs, 32-wide unsplit tiles for
             unstaged and gathered convs of a few M tiles, ``small_grid_rules.small_m_config``).

@@ -393,7 +393,7 @@ class GroupedDirectConv(ConvKernelEntry):
                 iw = iw0 + j * geo.stride_w
                 if iw >= 0 and iw < geo.w:
                     for c in cutlass.range_constexpr(channels // in_vector):
-                        src = m_x[(None, first + (c0 + c * in_vector) // in_vector, iw, ih, n)]
+                        src = m_x[(None, first + c0 // in_vector + c, iw, ih, n)]
                         cute.autovec_copy(src, x_vecs[(None, c, j)])
             f_vecs = cute.make_rmem_tensor((self.vector, channels), self.filter_dtype)
             for i in cutlass.range_constexpr(channels):
