@@ -133,9 +133,11 @@ class PixelsRule:
     threads cost, on groups of up to ``grouped_max_width`` input channels (the kernel unrolls
     its loop over them, ``grouped_pixels`` times over: on wider groups, where no call was
     measured, it keeps one pixel); below ``grouped_two_pixels_threads`` threads (at one pixel
-    each) two pixels, whose threads load a batch of filter vectors at once
-    (``grouped_direct.BATCH_PIXELS``): there each thread's latency, not the SMs' issue rate,
-    is the call's time. The threshold was fitted on staged filters; the dense direct form
+    each) fewer: there each thread's latency, not the SMs' issue rate, is the call's time. Two
+    pixels on groups of ``grouped_two_pixels_min_width`` input channels or more (a filter
+    vector loaded once serves both pixels: RegNet's 24), one on narrower groups (8 or 16: a
+    thread's whole group is one batch of loads per tap at one pixel as at two, so a second
+    pixel only lengthens its chain). The threshold was fitted on staged filters; the dense direct form
     (``filter_krsc``: few-channel stems, a thread's weights by scalar loads) keeps
     ``grouped_pixels``, at which ``direct_rule`` was measured (the batch-1 RGB stem ran 10.8
     us at two pixels against 9.3 at four, ``experiments/direct_dense_ab_H200.json``).
@@ -146,6 +148,7 @@ class PixelsRule:
     grouped_pixels: int
     grouped_max_width: int
     grouped_two_pixels_threads: int = 0  # 0: never
+    grouped_two_pixels_min_width: int = 0
 
     def pixels(self, problem: Conv2dProblemShape, config: GroupedDirectConfig) -> int:
         threads = problem.K // config.vector * problem.N * problem.P * problem.Q
@@ -154,7 +157,7 @@ class PixelsRule:
                 return 1
             if config.filter_krsc or threads >= self.grouped_two_pixels_threads:
                 return self.grouped_pixels
-            return 2
+            return 2 if config.group_in >= self.grouped_two_pixels_min_width else 1
         if threads >= self.depthwise_four_pixels_threads:
             return 4
         return 2 if threads >= self.depthwise_two_pixels_threads else 1
@@ -180,15 +183,27 @@ class PixelsRule:
 # at batch 32 its calls keep four pixels, not re-timed after the change); held out (call82e,
 # RegNetY-3.2GF) that cost 17% at batch 8: its 12 calls of 113 k threads ran 36.6 us at two
 # pixels against 28.1 at four (the two-pixel grid past one wave). 3 * 2**15 splits every row of
-# both models as the one-wave bound does; chosen after the held-out rows, so no unseen model has
-# judged it: RegNetY-3.2GF per forward at batch 1 / 8 / 32 518 -> 419 / 674 -> 672 / 2,017 ->
-# 2,017 us.
+# both models as the one-wave bound does; chosen after the held-out rows: RegNetY-3.2GF per
+# forward at batch 1 / 8 / 32 518 -> 419 / 674 -> 672 / 2,017 -> 2,017 us. Judged in session 83
+# on models named before they were measured (grouped_pixels_sweep_threshold_unseen_H200.json),
+# the kernel's calls summed per forward against four pixels: RegNetX-1.6GF (24 per group)
+# 391 -> 305 / 439 -> 406 / 1,061 -> 1,061 us at batch 1 / 8 / 32, the best per call each.
+# grouped_two_pixels_min_width: the same sweep's 16-wide groups (RegNetY-800MF, RegNetX-800MF
+# at batch 1) ran 18.6-19.6 us at one pixel against 22.5-23.1 at two, as ResNeXt-50's 8-wide
+# batch-1 call in the fit rows (12.4 against 17.0); 24-wide ones 0.3-0.6 us faster at two at
+# batch 1 and up to 35% at batch 8. Narrower groups than 24 take one pixel below the
+# threshold. Judged on models named before they were measured (grouped_pixels_sweep_narrow_
+# H200.json: RegNetY-400MF 8 wide, RegNetX-400MF 16, ResNeXt-101 32x8d and 64x4d at batch 1
+# and 8): their kernel calls 1,089 -> 867 us summed (RegNetY-400MF per forward 266 -> 190 us
+# at batch 1), the best per call 859. At one pixel the 16-wide batch-1 calls still run ~5%
+# slower than cuDNN (RegNetX-400MF 384 against 362 us), which the bounds leave to the kernel.
 FITTED_PIXELS = PixelsRule(
     depthwise_two_pixels_threads=2**16,
     depthwise_four_pixels_threads=2**21,
     grouped_pixels=4,
     grouped_max_width=24,
     grouped_two_pixels_threads=3 * 2**15,
+    grouped_two_pixels_min_width=24,
 )
 
 

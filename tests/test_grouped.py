@@ -517,7 +517,9 @@ def test_the_rule_bounds_the_multiply_adds(macs, group_in, group_out, groups, ta
         (1, 7, 48, 2, 2),  # grouped, 24 per group: two below 3 * 2**15 threads
         (15, 32, 48, 2, 2),  # 15 * 1024 * 6 = 98,304 - 6,144 threads: two
         (17, 32, 48, 2, 4),  # 17 * 1024 * 6 = 98,304 + 6,144 threads: four
-        (11, 32, 64, 4, 2),  # 16 per group, 11 * 1024 * 8 = 90,112 threads: two
+        (11, 32, 64, 4, 1),  # 16 per group, 11 * 1024 * 8 = 90,112 threads: one (narrow)
+        (13, 32, 64, 4, 4),  # 16 per group, 13 * 1024 * 8 = 106,496 threads: four
+        (1, 7, 64, 8, 1),  # 8 per group, below the threshold: one
         (1, 7, 64, 2, 1),  # 32 per group: one
     ],
 )
@@ -538,6 +540,20 @@ def test_a_pixels_rule_without_a_two_pixel_threshold_keeps_its_grouped_pixels():
     assert FITTED_PIXELS.pixels(problem, config) == 2
     fields = {f.name: f.default for f in dataclasses.fields(type(FITTED_PIXELS))}
     assert fields["grouped_two_pixels_threads"] == 0
+
+
+def test_below_the_two_pixel_threshold_narrow_groups_take_one_pixel():
+    """Under ``grouped_two_pixels_threads``, groups narrower than
+    ``grouped_two_pixels_min_width`` take one pixel, wider ones two; its default (0) gives two
+    to every width."""
+    problem = Conv2dProblemShape(N=1, H=7, W=7, C=96, K=96, R=3, S=3, padding=(1, 1))
+    widths = (8, 16, 24)
+    picks = [FITTED_PIXELS.pixels(problem, grouped_limits(96, 96, 96 // w)) for w in widths]
+    assert FITTED_PIXELS.grouped_two_pixels_min_width == 24 and picks == [1, 1, 2]
+    every_width = dataclasses.replace(FITTED_PIXELS, grouped_two_pixels_min_width=0)
+    assert [every_width.pixels(problem, grouped_limits(96, 96, 96 // w)) for w in widths] == [2] * 3
+    fields = {f.name: f.default for f in dataclasses.fields(type(FITTED_PIXELS))}
+    assert fields["grouped_two_pixels_min_width"] == 0
 
 
 def test_a_call_runs_the_rules_pixels_unless_it_names_them():
