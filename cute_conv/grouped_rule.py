@@ -135,9 +135,11 @@ class PixelsRule:
     measured, it keeps one pixel); below ``grouped_two_pixels_threads`` threads (at one pixel
     each) fewer: there each thread's latency, not the SMs' issue rate, is the call's time. Two
     pixels on groups of ``grouped_two_pixels_min_width`` input channels or more (a filter
-    vector loaded once serves both pixels: RegNet's 24), one on narrower groups (8 or 16: a
-    thread's whole group is one batch of loads per tap at one pixel as at two, so a second
-    pixel only lengthens its chain). The threshold was fitted on staged filters; the dense direct form
+    vector loaded once serves both pixels: RegNet's 24) from ``grouped_one_pixel_threads``
+    threads, else one (on narrower groups, 8 or 16, a thread's whole group is one batch of
+    loads per tap at one pixel as at two, so a second pixel only lengthens its chain; on the
+    fewest threads the SMs have room for the one-pixel grid at once). The thresholds were
+    fitted on staged filters; the dense direct form
     (``filter_krsc``: few-channel stems, a thread's weights by scalar loads) keeps
     ``grouped_pixels``, at which ``direct_rule`` was measured (the batch-1 RGB stem ran 10.8
     us at two pixels against 9.3 at four, ``experiments/direct_dense_ab_H200.json``).
@@ -149,6 +151,7 @@ class PixelsRule:
     grouped_max_width: int
     grouped_two_pixels_threads: int = 0  # 0: never
     grouped_two_pixels_min_width: int = 0
+    grouped_one_pixel_threads: int = 0
 
     def pixels(self, problem: Conv2dProblemShape, config: GroupedDirectConfig) -> int:
         threads = problem.K // config.vector * problem.N * problem.P * problem.Q
@@ -157,7 +160,8 @@ class PixelsRule:
                 return 1
             if config.filter_krsc or threads >= self.grouped_two_pixels_threads:
                 return self.grouped_pixels
-            return 2 if config.group_in >= self.grouped_two_pixels_min_width else 1
+            wide = config.group_in >= self.grouped_two_pixels_min_width
+            return 2 if wide and threads >= self.grouped_one_pixel_threads else 1
         if threads >= self.depthwise_four_pixels_threads:
             return 4
         return 2 if threads >= self.depthwise_two_pixels_threads else 1
@@ -197,6 +201,16 @@ class PixelsRule:
 # and 8): their kernel calls 1,089 -> 867 us summed (RegNetY-400MF per forward 266 -> 190 us
 # at batch 1), the best per call 859. At one pixel the 16-wide batch-1 calls still run ~5%
 # slower than cuDNN (RegNetX-400MF 384 against 362 us), which the bounds leave to the kernel.
+# grouped_one_pixel_threads: with ptxas asked for one CTA per SM on the grouped form (the
+# kernel's min_blocks_per_mp: a tap's loads issued together), one pixel beat two on every
+# 24-wide batch-1 call of RegNetY-1.6GF (5,439-11,760 threads, 17.0-18.1 us against
+# 17.3-18.8), two beat one from its batch-8 calls (43,512 threads and up: 20.0-24.6 us against
+# 21.4-34.5); 2**15 lies between (grouped_pixels_sweep_min_ctas_H200.json, the fit rows).
+# Kernel change and threshold together, the kernel's calls summed against HEAD's tree and rule
+# before them (..._min_ctas_base_H200.json, one process each, back to back): fit rows
+# (RegNetY-1.6GF, RegNetY-400MF, RegNetX-400MF at batch 1 and 8) 1,792 -> 1,551 us; held out
+# (..._min_ctas_heldout[_base]_H200.json: RegNetX-1.6GF, RegNetY-800MF) 741 -> 681 us, the
+# rule's pick the best per call on every row, no forward slower.
 FITTED_PIXELS = PixelsRule(
     depthwise_two_pixels_threads=2**16,
     depthwise_four_pixels_threads=2**21,
@@ -204,6 +218,7 @@ FITTED_PIXELS = PixelsRule(
     grouped_max_width=24,
     grouped_two_pixels_threads=3 * 2**15,
     grouped_two_pixels_min_width=24,
+    grouped_one_pixel_threads=2**15,
 )
 
 

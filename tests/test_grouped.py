@@ -167,6 +167,23 @@ def test_the_kernel_compiles_to_vector_loads_and_a_store_per_pixel(arch, config,
     assert products >= 8 * config.group_in * config.pixels
 
 
+@pytest.mark.parametrize(
+    "config, one_cta",
+    [
+        (GroupedDirectConfig(24, 24), True),
+        (GroupedDirectConfig(8, 8, pixels=4), True),
+        (GroupedDirectConfig(32, 32), False),  # wider than ONE_CTA_MAX_GROUP_IN: unmeasured
+        (GroupedDirectConfig(1, 1, pixels=2, window=7), False),  # depthwise
+        (GroupedDirectConfig(16, 16, pixels=4, filter_krsc=True), False),  # the dense direct form
+    ],
+    ids=["g24", "g8-4-pixels", "g32", "depthwise", "krsc"],
+)
+def test_the_staged_grouped_form_asks_ptxas_for_one_cta_per_sm(config, one_cta):
+    ptx = cute_conv.compile_kernel("sm_90a", config=config, epilogue=EpilogueSpec()).ptx
+    assert (".minnctapersm 1" in ptx) is one_cta
+    assert ".maxnreg" not in ptx
+
+
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
 @pytest.mark.parametrize("vector", [4, 2])
 @pytest.mark.parametrize(
@@ -514,7 +531,9 @@ def test_the_rule_bounds_the_multiply_adds(macs, group_in, group_out, groups, ta
         (2, 64, 64 - 8, 64 - 8, 1),  # 8 channels fewer: under 2**16
         (64, 64, 64, 64, 4),  # depthwise, 2**21 threads: four
         (64, 64, 64 - 8, 64 - 8, 2),  # under 2**21
-        (1, 7, 48, 2, 2),  # grouped, 24 per group: two below 3 * 2**15 threads
+        (1, 7, 48, 2, 1),  # grouped, 24 per group, 294 threads: one below 2**15
+        (6, 32, 48, 2, 2),  # 6 * 1024 * 6 = 36,864 threads: two below 3 * 2**15
+        (5, 32, 48, 2, 1),  # 5 * 1024 * 6 = 30,720 threads: one
         (15, 32, 48, 2, 2),  # 15 * 1024 * 6 = 98,304 - 6,144 threads: two
         (17, 32, 48, 2, 4),  # 17 * 1024 * 6 = 98,304 + 6,144 threads: four
         (11, 32, 64, 4, 1),  # 16 per group, 11 * 1024 * 8 = 90,112 threads: one (narrow)
@@ -534,8 +553,8 @@ def test_a_pixels_rule_without_a_two_pixel_threshold_keeps_its_grouped_pixels():
     """``grouped_two_pixels_threads`` defaults to 0 (never two), the rule before the batched
     loads; FITTED_PIXELS takes two on the same small call."""
     rule = dataclasses.replace(FITTED_PIXELS, grouped_two_pixels_threads=0)
-    problem = Conv2dProblemShape(N=1, H=7, W=7, C=48, K=48, R=3, S=3, padding=(1, 1))
-    config = grouped_limits(48, 48, 2)
+    problem = Conv2dProblemShape(N=8, H=28, W=28, C=48, K=48, R=3, S=3, padding=(1, 1))
+    config = grouped_limits(48, 48, 2)  # 8 * 784 * 6 = 37,632 threads
     assert rule.pixels(problem, config) == FITTED_PIXELS.grouped_pixels == 4
     assert FITTED_PIXELS.pixels(problem, config) == 2
     fields = {f.name: f.default for f in dataclasses.fields(type(FITTED_PIXELS))}
@@ -546,14 +565,26 @@ def test_below_the_two_pixel_threshold_narrow_groups_take_one_pixel():
     """Under ``grouped_two_pixels_threads``, groups narrower than
     ``grouped_two_pixels_min_width`` take one pixel, wider ones two; its default (0) gives two
     to every width."""
-    problem = Conv2dProblemShape(N=1, H=7, W=7, C=96, K=96, R=3, S=3, padding=(1, 1))
-    widths = (8, 16, 24)
+    problem = Conv2dProblemShape(N=8, H=28, W=28, C=96, K=96, R=3, S=3, padding=(1, 1))
+    widths = (8, 16, 24)  # 8 * 784 * 12 = 75,264 threads
     picks = [FITTED_PIXELS.pixels(problem, grouped_limits(96, 96, 96 // w)) for w in widths]
     assert FITTED_PIXELS.grouped_two_pixels_min_width == 24 and picks == [1, 1, 2]
     every_width = dataclasses.replace(FITTED_PIXELS, grouped_two_pixels_min_width=0)
     assert [every_width.pixels(problem, grouped_limits(96, 96, 96 // w)) for w in widths] == [2] * 3
     fields = {f.name: f.default for f in dataclasses.fields(type(FITTED_PIXELS))}
     assert fields["grouped_two_pixels_min_width"] == 0
+
+
+def test_the_fewest_threads_take_one_pixel_at_any_width():
+    """Under ``grouped_one_pixel_threads`` (its default, 0: never) every grouped width takes
+    one pixel."""
+    problem = Conv2dProblemShape(N=1, H=28, W=28, C=96, K=96, R=3, S=3, padding=(1, 1))
+    config = grouped_limits(96, 96, 4)  # 24 per group, 784 * 12 = 9,408 threads
+    assert FITTED_PIXELS.grouped_one_pixel_threads == 2**15
+    assert FITTED_PIXELS.pixels(problem, config) == 1
+    assert dataclasses.replace(FITTED_PIXELS, grouped_one_pixel_threads=0).pixels(problem, config) == 2
+    fields = {f.name: f.default for f in dataclasses.fields(type(FITTED_PIXELS))}
+    assert fields["grouped_one_pixel_threads"] == 0
 
 
 def test_a_call_runs_the_rules_pixels_unless_it_names_them():
@@ -567,7 +598,7 @@ def test_a_call_runs_the_rules_pixels_unless_it_names_them():
                                  (1, 1), 1.0, 0.0, "after_activation", None, pixels, None,
                                  None)[1]  # fmt: skip
 
-    assert config(None).pixels == 2  # 98 threads: below FITTED_PIXELS.grouped_two_pixels_threads
+    assert config(None).pixels == 1  # 98 threads: below FITTED_PIXELS.grouped_one_pixel_threads
     assert config(3) == GroupedDirectConfig(24, 24, pixels=3)
 
 

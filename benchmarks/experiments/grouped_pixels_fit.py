@@ -105,11 +105,12 @@ def search(rows: list[dict]) -> PixelsRule:
     width = FITTED_PIXELS.grouped_max_width  # the rows' grouped calls are 8 or 24 wide
     grouped_counts = sorted(SWEPT, key=lambda p: p != FITTED_PIXELS.grouped_pixels)
     never = 2**40
-    grid = [PixelsRule(2**two, four, grouped, width, grouped_two, two_width)
+    grid = [PixelsRule(2**two, four, grouped, width, grouped_two, two_width, one)
             for grouped in grouped_counts for two in range(10, 25)
             for four in (never, *(2**e for e in range(two, 25)))
             for grouped_two in (0, *(m * 2**e for e in range(12, 22) for m in (1, 3)))
-            for two_width in ((0, 16, 24) if grouped_two else (0,))]  # fmt: skip
+            for two_width in ((0, 16, 24) if grouped_two else (0,))
+            for one in ((0, 2**14, 2**15, 2**16) if grouped_two else (0,))]  # fmt: skip
     return min(grid, key=lambda rule: sum(s["rule"] for s in forward_sums(rows, rule).values()))
 
 

@@ -44,7 +44,10 @@ The filter is staged ``[R, S, C / groups, K]`` (``stage_filter`` on the host: th
 permuted) so that a tap's and input channel's weights of adjacent output channels are
 contiguous. No shared memory but the norm's sums: neighbouring pixels' re-reads of an input
 pixel and every thread's re-reads of the filter hit L1/L2. Launched with programmatic dependent launch; it
-waits for the previous grid before its first load.
+waits for the previous grid before its first load. The staged grouped form of groups up to
+``ONE_CTA_MAX_GROUP_IN`` wide asks ptxas for one CTA per SM (``.minnctapersm 1``): without
+it ptxas kept registers for only a few of a tap's loads ahead of their multiply-adds, and a
+batch-1 call's few threads waited on each in turn.
 """
 
 from dataclasses import dataclass
@@ -70,6 +73,9 @@ MAX_GROUP_IN = 256  # input channels per group: the grouped form unrolls its loo
 FILTER_BATCH = 32
 BATCH_PIXELS = 48
 MAX_PIXELS = 8  # output pixels per thread: each holds `vector` float32 sums in registers
+# The widest group whose staged-filter kernel asks ptxas for one CTA per SM (RegNet's 8, 16
+# and 24 measured; wider groups would take ~40% more registers, unmeasured).
+ONE_CTA_MAX_GROUP_IN = 24
 MAX_WINDOW = 7  # filter width of the depthwise row window: its columns sit in registers
 # A normalizing kernel's CTA: whole pixel groups of K / vector threads, so a pixel has at most
 # NORM_THREADS * vector channels (256 threads: the window form's registers still fit).
@@ -206,6 +212,15 @@ class GroupedDirectConv(ConvKernelEntry):
         self.in_vector = self.vector if self.depthwise else self.config.in_vector
         self.pixels = self.config.pixels
         self.window = self.config.window
+        # A grouped thread's chain is long and its loads many: asked for one CTA per SM,
+        # ptxas issues a tap's loads together (registers for all of them) instead of a few
+        # ahead of their multiply-adds. Measured on staged filters of up to
+        # ONE_CTA_MAX_GROUP_IN channels per group; others keep ptxas's own schedule.
+        self.one_cta_schedule = (
+            not self.depthwise
+            and not self.config.filter_krsc
+            and self.group_in <= ONE_CTA_MAX_GROUP_IN
+        )
 
     def smem_bytes(self) -> int:
         """Shared memory: the norm's per-pixel sums, else none."""
@@ -257,6 +272,7 @@ class GroupedDirectConv(ConvKernelEntry):
             block=[cta_threads, 1, 1],
             stream=stream,
             use_pdl=True,
+            min_blocks_per_mp=1 if self.one_cta_schedule else 0,
         )
 
     @cute.kernel
