@@ -150,8 +150,8 @@ class PixelsRule:
     grouped_pixels: int
     grouped_max_width: int
     grouped_two_pixels_threads: int = 0  # 0: never
-    grouped_two_pixels_min_width: int = 0
-    grouped_one_pixel_threads: int = 0
+    grouped_two_pixels_min_width: int = 0  # 0: two pixels at every width
+    grouped_one_pixel_threads: int = 0  # 0: never one (below grouped_two_pixels_threads)
 
     def pixels(self, problem: Conv2dProblemShape, config: GroupedDirectConfig) -> int:
         threads = problem.K // config.vector * problem.N * problem.P * problem.Q
