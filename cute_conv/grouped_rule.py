@@ -139,10 +139,10 @@ class PixelsRule:
     threads, else one (on narrower groups, 8 or 16, a thread's whole group is one batch of
     loads per tap at one pixel as at two, so a second pixel only lengthens its chain; on the
     fewest threads the SMs have room for the one-pixel grid at once). The thresholds were
-    fitted on staged filters; the dense direct form
-    (``filter_krsc``: few-channel stems, a thread's weights by scalar loads) keeps
-    ``grouped_pixels``, at which ``direct_rule`` was measured (the batch-1 RGB stem ran 10.8
-    us at two pixels against 9.3 at four, ``experiments/direct_dense_ab_H200.json``).
+    fitted on staged filters; the dense direct form (``filter_krsc``: few-channel stems, a
+    thread's weights by scalar loads) keeps ``grouped_pixels``, at which ``direct_rule`` was
+    measured (the batch-1 RGB stem ran 10.8 us at two pixels against 9.3 at four,
+    ``experiments/direct_dense_ab_H200.json``).
     """
 
     depthwise_two_pixels_threads: int
@@ -188,7 +188,7 @@ class PixelsRule:
 # RegNetY-3.2GF) that cost 17% at batch 8: its 12 calls of 113 k threads ran 36.6 us at two
 # pixels against 28.1 at four (the two-pixel grid past one wave). 3 * 2**15 splits every row of
 # both models as the one-wave bound does; chosen after the held-out rows: RegNetY-3.2GF per
-# forward at batch 1 / 8 / 32 518 -> 419 / 674 -> 672 / 2,017 -> 2,017 us. Judged in session 83
+# forward at batch 1 / 8 / 32 518 -> 419 / 674 -> 672 / 2,017 -> 2,017 us. Judged afterwards
 # on models named before they were measured (grouped_pixels_sweep_threshold_unseen_H200.json),
 # the kernel's calls summed per forward against four pixels: RegNetX-1.6GF (24 per group)
 # 391 -> 305 / 439 -> 406 / 1,061 -> 1,061 us at batch 1 / 8 / 32, the best per call each.

@@ -43,11 +43,11 @@ squared deviations from it: two passes over registers, no cancellation.
 The filter is staged ``[R, S, C / groups, K]`` (``stage_filter`` on the host: the KRSC filter
 permuted) so that a tap's and input channel's weights of adjacent output channels are
 contiguous. No shared memory but the norm's sums: neighbouring pixels' re-reads of an input
-pixel and every thread's re-reads of the filter hit L1/L2. Launched with programmatic dependent launch; it
-waits for the previous grid before its first load. The staged grouped form of groups up to
-``ONE_CTA_MAX_GROUP_IN`` wide asks ptxas for one CTA per SM (``.minnctapersm 1``): without
-it ptxas kept registers for only a few of a tap's loads ahead of their multiply-adds, and a
-batch-1 call's few threads waited on each in turn.
+pixel and every thread's re-reads of the filter hit L1/L2. Launched with programmatic
+dependent launch; it waits for the previous grid before its first load. The staged grouped
+form of groups up to ``ONE_CTA_MAX_GROUP_IN`` wide asks ptxas for one CTA per SM
+(``.minnctapersm 1``): without it ptxas kept registers for only a few of a tap's loads ahead
+of their multiply-adds, and a batch-1 call's few threads waited on each in turn.
 """
 
 from dataclasses import dataclass
