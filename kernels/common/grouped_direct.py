@@ -45,9 +45,10 @@ permuted) so that a tap's and input channel's weights of adjacent output channel
 contiguous. No shared memory but the norm's sums: neighbouring pixels' re-reads of an input
 pixel and every thread's re-reads of the filter hit L1/L2. Launched with programmatic
 dependent launch; it waits for the previous grid before its first load. The staged grouped
-form of groups up to ``ONE_CTA_MAX_GROUP_IN`` wide asks ptxas for one CTA per SM
-(``.minnctapersm 1``): without it ptxas kept registers for only a few of a tap's loads ahead
-of their multiply-adds, and a batch-1 call's few threads waited on each in turn.
+form asks ptxas for one CTA per SM (``.minnctapersm 1``): without it ptxas kept registers for
+only a few of a tap's loads ahead of their multiply-adds (a batch-1 call's few threads waited
+on each in turn), and held 32- and 64-wide groups to 64 registers, their sums spilled to local
+memory.
 """
 
 from dataclasses import dataclass
@@ -73,9 +74,6 @@ MAX_GROUP_IN = 256  # input channels per group: the grouped form unrolls its loo
 FILTER_BATCH = 32
 BATCH_PIXELS = 48
 MAX_PIXELS = 8  # output pixels per thread: each holds `vector` float32 sums in registers
-# The widest group whose staged-filter kernel asks ptxas for one CTA per SM (RegNet's 8, 16
-# and 24 measured; wider groups would take ~40% more registers, unmeasured).
-ONE_CTA_MAX_GROUP_IN = 24
 MAX_WINDOW = 7  # filter width of the depthwise row window: its columns sit in registers
 # A normalizing kernel's CTA: whole pixel groups of K / vector threads, so a pixel has at most
 # NORM_THREADS * vector channels (256 threads: the window form's registers still fit).
@@ -214,13 +212,9 @@ class GroupedDirectConv(ConvKernelEntry):
         self.window = self.config.window
         # A grouped thread's chain is long and its loads many: asked for one CTA per SM,
         # ptxas issues a tap's loads together (registers for all of them) instead of a few
-        # ahead of their multiply-adds. Measured on staged filters of up to
-        # ONE_CTA_MAX_GROUP_IN channels per group; others keep ptxas's own schedule.
-        self.one_cta_schedule = (
-            not self.depthwise
-            and not self.config.filter_krsc
-            and self.group_in <= ONE_CTA_MAX_GROUP_IN
-        )
+        # ahead of their multiply-adds, and keeps 32- and 64-wide groups' sums out of local
+        # memory. Measured on staged filters; the KRSC form and depthwise keep ptxas's own.
+        self.one_cta_schedule = not self.depthwise and not self.config.filter_krsc
 
     def smem_bytes(self) -> int:
         """Shared memory: the norm's per-pixel sums, else none."""
