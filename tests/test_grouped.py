@@ -172,11 +172,12 @@ def test_the_kernel_compiles_to_vector_loads_and_a_store_per_pixel(arch, config,
     [
         (GroupedDirectConfig(24, 24), True),
         (GroupedDirectConfig(8, 8, pixels=4), True),
-        (GroupedDirectConfig(32, 32), False),  # wider than ONE_CTA_MAX_GROUP_IN: unmeasured
+        (GroupedDirectConfig(32, 32), True),
+        (GroupedDirectConfig(120, 120), True),
         (GroupedDirectConfig(1, 1, pixels=2, window=7), False),  # depthwise
         (GroupedDirectConfig(16, 16, pixels=4, filter_krsc=True), False),  # the dense direct form
     ],
-    ids=["g24", "g8-4-pixels", "g32", "depthwise", "krsc"],
+    ids=["g24", "g8-4-pixels", "g32", "g120", "depthwise", "krsc"],
 )
 def test_the_staged_grouped_form_asks_ptxas_for_one_cta_per_sm(config, one_cta):
     ptx = cute_conv.compile_kernel("sm_90a", config=config, epilogue=EpilogueSpec()).ptx
@@ -509,13 +510,13 @@ def test_optimize_keeps_grouped_convs_16bit_under_fp8():
         (2**29, 1, 1, 64, 9, True), (2**29 + 1, 1, 1, 64, 9, False),  # depthwise 3x3
         (2**29, 1, 1, 64, 49, True), (2**29 + 1, 1, 1, 64, 49, False),  # 7x7: the same
         (2**34, 1, 1, 64, 1, True),  # 1x1: a per-channel scale, always the kernel
-        (2**26, 8, 8, 32, 9, True), (2**26 + 1, 8, 8, 32, 9, False),  # a power-of-two width
-        (2**26, 8, 8, 32, 49, True),  # grouped: the filter size does not move the bound
-        (2**23, 16, 16, 32, 9, True), (2**23 + 1, 16, 16, 32, 9, False),  # twice as wide: 1/8
-        (2**26, 1, 8, 64, 9, True), (2**26 + 1, 1, 8, 64, 9, False),  # below 8 wide: as 8
+        (2**29, 8, 8, 32, 9, True), (2**29 + 1, 8, 8, 32, 9, False),  # a power-of-two width
+        (2**29, 8, 8, 32, 49, True),  # grouped: the filter size does not move the bound
+        (2**26, 16, 16, 32, 9, True), (2**26 + 1, 16, 16, 32, 9, False),  # twice as wide: 1/8
+        (2**29, 1, 8, 64, 9, True), (2**29 + 1, 1, 8, 64, 9, False),  # below 8 wide: as 8
         (2**30.5, 24, 24, 7, 9, True), (2**30.5 + 1, 24, 24, 7, 9, False),  # RegNet's 24
         (2**28.5, 48, 48, 9, 9, True), (2**28.5 + 1, 48, 48, 9, 9, False),  # twice as wide: 1/4
-        (2**26 // 27, 24, 24, 3, 9, True), (2**26 // 27 + 2, 24, 24, 3, 9, False),  # 3 groups
+        (2**28.5, 48, 48, 2, 9, True), (2**28.5 + 1, 48, 48, 2, 9, False),  # 2 groups: the same
     ],
 )  # fmt: skip
 def test_the_rule_bounds_the_multiply_adds(macs, group_in, group_out, groups, taps, runs):
