@@ -33,6 +33,7 @@ from .dtypes import dtype_name
 from .epilogue import RESIDUAL_ORDERS, kernel_vector_dtype, validate_epilogue_args
 from .grouped_rule import pixels_per_thread
 from .kernels.common.grouped_direct import (
+    CHANNEL_SPLITS,
     DEPTHWISE_VECTORS,
     MAX_GROUP_IN,
     MAX_NORM_CHANNELS,
@@ -159,6 +160,7 @@ def grouped_conv2d(
     filter_layout: str = "krsc",
     pixels: int | None = None,
     channel_norm_eps: float | None = None,
+    channel_split: int = 1,
 ) -> Tensor:
     """A grouped (or depthwise) conv with the fused epilogue, in one kernel on CUDA cores:
 
@@ -198,6 +200,12 @@ def grouped_conv2d(
         channel_norm_eps: None, or a float >= 0: normalize each output pixel over its K
             channels (K at most 2048; no ``activation`` and no ``source`` then). Variance
             biased, as ``LayerNorm``'s.
+        channel_split: threads per output vector (1, 2, 4 or 8; more than 1 on grouped,
+            not depthwise, convs without ``channel_norm_eps``, at most one per 8 input
+            channels of a group): each sums a share of the group's input channels, their
+            sums added by warp shuffles; cuts a wide group's chain of multiply-adds. Sets
+            speed only (the float32 sums' order changes). No rule picks it yet: the default,
+            1, is what ``grouped_rule`` was fitted with.
 
     Returns:
         ``out`` or the new output. Sums are float32.
@@ -210,6 +218,7 @@ def grouped_conv2d(
     """
     _check_groups_arg(groups)
     _check_pixels_arg(pixels)
+    _check_channel_split_arg(channel_split)
     if filter_layout == "krsc":
         check_tensor("filter", filter, SIXTEEN_BIT_DTYPES)
         filter = stage_filter(filter)  # noqa: A001
@@ -231,10 +240,11 @@ def grouped_conv2d(
         return torch.ops.cute_conv.grouped_conv2d(
             x, filter, source, bias, scale, groups, list(stride), [*pairs[0], *pairs[1]],
             list(dilation), float(alpha), float(beta), residual_order, activation, pixels,
-            channel_norm_eps,
+            channel_norm_eps, channel_split,
         )  # fmt: skip
     return _run(x, filter, source, bias, scale, groups, stride, pairs, dilation, alpha, beta,
-                residual_order, activation, pixels, channel_norm_eps, out)  # fmt: skip
+                residual_order, activation, pixels, channel_norm_eps, channel_split,
+                out)  # fmt: skip
 
 
 def _check_groups_arg(groups: Any) -> None:
@@ -251,6 +261,13 @@ def _check_pixels_arg(pixels: Any) -> None:
         raise ValueError(f"pixels must be in 1 .. {MAX_PIXELS}, got {pixels}")
 
 
+def _check_channel_split_arg(split: Any) -> None:
+    if isinstance(split, bool) or not isinstance(split, int):
+        raise TypeError(f"channel_split must be an int, got {type(split).__name__}")
+    if split not in CHANNEL_SPLITS:
+        raise ValueError(f"channel_split must be one of {CHANNEL_SPLITS}, got {split}")
+
+
 def check_channel_norm_eps(eps: Any) -> None:
     """A ``TypeError`` unless ``eps`` is None or a number, a ``ValueError`` unless it is also
     finite and >= 0 (``channel_norm_eps`` of ``grouped_conv2d`` and ``nn.Conv2d``)."""
@@ -263,11 +280,13 @@ def check_channel_norm_eps(eps: Any) -> None:
 
 
 def _validate(x, staged_filter, source, bias, scale, groups, stride, padding, dilation,
-              alpha, beta, residual_order, activation, pixels, channel_norm_eps, out):  # fmt: skip
+              alpha, beta, residual_order, activation, pixels, channel_norm_eps, channel_split,
+              out):  # fmt: skip
     """Check a call; return its problem (C, K the whole conv's), config, epilogue spec and
     output dtype. Reads shapes, dtypes and strides only (meta tensors pass)."""
     _check_groups_arg(groups)
     _check_pixels_arg(pixels)
+    _check_channel_split_arg(channel_split)
     check_channel_norm_eps(channel_norm_eps)
     pixel_stride = channel_slice_stride(x)  # None: x must be contiguous
     check_tensor("activation", x, SIXTEEN_BIT_DTYPES, contiguous=pixel_stride is None)
@@ -313,8 +332,18 @@ def _validate(x, staged_filter, source, bias, scale, groups, stride, padding, di
                 "and no source with it"
             )
         channel_norm_eps = float(channel_norm_eps)
+    if channel_split > 1 and (config.depthwise or channel_norm_eps is not None):
+        raise ValueError(
+            f"channel_split={channel_split}: a grouped conv's (not depthwise, no "
+            "channel_norm_eps); pass 1"
+        )
+    if channel_split > config.group_in // config.in_vector:
+        raise ValueError(
+            f"channel_split={channel_split}: at most {config.group_in // config.in_vector} at "
+            f"{config.group_in} input channels per group (one part per {config.in_vector})"
+        )
     config = replace(config, pixels=pixels, window=row_window(problem, config),
-                     channel_norm_eps=channel_norm_eps)  # fmt: skip
+                     channel_norm_eps=channel_norm_eps, channel_split=channel_split)  # fmt: skip
     in_vector = config.vector if config.depthwise else config.in_vector
     if pixel_stride is not None and pixel_stride % in_vector:
         raise ValueError(
@@ -358,11 +387,13 @@ class _GroupedPlan:
 
 
 def _run(x, staged_filter, source, bias, scale, groups, stride, padding, dilation, alpha,
-         beta, residual_order, activation, pixels, channel_norm_eps, out) -> Tensor:  # fmt: skip
+         beta, residual_order, activation, pixels, channel_norm_eps, channel_split,
+         out) -> Tensor:  # fmt: skip
     """The direct path: the call's plan (validated and compiled once per metadata), the
     checks that read data pointers, the launch."""
     plan = _plan(x, staged_filter, source, bias, scale, groups, stride, padding, dilation,
-                 alpha, beta, residual_order, activation, pixels, channel_norm_eps, out)  # fmt: skip
+                 alpha, beta, residual_order, activation, pixels, channel_norm_eps,
+                 channel_split, out)  # fmt: skip
     for name, t in (("activation", x), ("filter", staged_filter), ("source", source),
                     ("out", out)):  # fmt: skip
         if t is not None:
@@ -395,23 +426,23 @@ def _run(x, staged_filter, source, bias, scale, groups, stride, padding, dilatio
 
 
 def _plan(x, staged_filter, source, bias, scale, groups, stride, padding, dilation, alpha,
-          beta, residual_order, activation, pixels, channel_norm_eps, out) -> _GroupedPlan:  # fmt: skip
+          beta, residual_order, activation, pixels, channel_norm_eps, channel_split,
+          out) -> _GroupedPlan:  # fmt: skip
     """``_make_plan``, memoized on the call's metadata (as ``dispatch._plan``: the key holds
     everything validation reads but the data pointers)."""
     args = (groups, stride, padding, dilation, alpha, beta, residual_order, activation, pixels,
-            channel_norm_eps)  # fmt: skip
+            channel_norm_eps, channel_split)  # fmt: skip
     return _plans.memo(_plan_key, _make_plan, (x, staged_filter, source, bias, scale, out, args))
 
 
 def _plan_key(x, staged_filter, source, bias, scale, out, args: tuple) -> tuple:
-    groups, stride, padding, dilation, alpha, beta, residual_order, activation, pixels, eps = (
-        args
-    )
+    (groups, stride, padding, dilation, alpha, beta, residual_order, activation, pixels, eps,
+     split) = args  # fmt: skip
     return (
         *(None if t is None else tensor_key(t)
           for t in (x, staged_filter, source, bias, scale, out)),
         *(freeze_arg(a) for a in (groups, stride, padding, dilation, residual_order, activation,
-                                  pixels, eps)),  # fmt: skip
+                                  pixels, eps, split)),  # fmt: skip
         # With the sign, which 0.0 == -0.0 leaves out and the kernel's products keep.
         *((type(v), v, math.copysign(1.0, v)) for v in (alpha, beta)),
     )  # fmt: skip
@@ -467,28 +498,30 @@ def _grouped_op(
     activation: Optional[str],
     pixels: Optional[int] = None,
     channel_norm_eps: Optional[float] = None,
+    channel_split: int = 1,
 ) -> Tensor:
     """``grouped_conv2d`` on a staged filter as an op (its direct path: autograd runs the
     forward with grad mode off)."""
     return _run(x, staged_filter, source, bias, scale, groups, tuple(stride),
                 padding_pairs(padding), tuple(dilation), alpha, beta, residual_order,
-                activation, pixels, channel_norm_eps, None)  # fmt: skip
+                activation, pixels, channel_norm_eps, channel_split, None)  # fmt: skip
 
 
 @_grouped_op.register_fake
 def _(x, staged_filter, source, bias, scale, groups, stride, padding, dilation, alpha, beta,
-      residual_order, activation, pixels=None, channel_norm_eps=None):  # fmt: skip
+      residual_order, activation, pixels=None, channel_norm_eps=None,
+      channel_split=1):  # fmt: skip
     with unset_fake_temporarily():
         metas = meta_stand_ins((x, staged_filter, source, bias, scale))
         problem, _, _, out_dtype, _, _ = _validate(
             *metas, groups, tuple(stride), padding_pairs(padding), tuple(dilation), alpha, beta,
-            residual_order, activation, pixels, channel_norm_eps, None,
+            residual_order, activation, pixels, channel_norm_eps, channel_split, None,
         )  # fmt: skip
     return x.new_empty(problem.output_shape, dtype=out_dtype)
 
 
 def _setup(ctx, inputs, output) -> None:
-    # The pixels per thread (input 13) set speed only.
+    # The pixels per thread (input 13) and the channel split (input 15) set speed only.
     x, staged, source, bias, scale, groups, stride, padding, dilation, alpha, beta, order, act = (
         inputs[:13]
     )
@@ -504,7 +537,7 @@ def _backward_op(ctx, grad_out):
     gx, gw, gs, gb, gsc = _backward(ctx, grad_out, tuple(ctx.needs_input_grad[:5]))
     if gw is not None:
         gw = gw.permute(1, 2, 3, 0)  # KRSC -> the staged layout
-    return (gx, gw, gs, gb, gsc) + (None,) * 10
+    return (gx, gw, gs, gb, gsc) + (None,) * 11
 
 
 _grouped_op.register_autograd(_backward_op, setup_context=_setup)

@@ -89,6 +89,11 @@ def _call_inputs(n=2, h=9, w=8, c=48, k=48, groups=2, r=3):
         (dict(cpu=True), ValueError, "activation is on cpu; cute_conv runs on CUDA tensors"),
         (dict(pixels=2.0), TypeError, "pixels must be an int or None, got float"),
         (dict(pixels=9), ValueError, r"pixels must be in 1 \.\. 8, got 9"),
+        (dict(channel_split=2.0), TypeError, "channel_split must be an int, got float"),
+        (dict(channel_split=3), ValueError, r"channel_split must be one of \(1, 2, 4, 8\), got 3"),
+        (dict(channel_split=4), ValueError, "channel_split=4: at most 3 at 24 input channels"),
+        (dict(channel_split=2, channel_norm_eps=1e-6), ValueError,
+         "channel_split=2: a grouped conv's"),
         (dict(channel_norm_eps="1e-6"), TypeError, "channel_norm_eps must be a float or None"),
         (dict(channel_norm_eps=True), TypeError, "channel_norm_eps must be a float or None"),
         (dict(channel_norm_eps=-1e-6), ValueError, "channel_norm_eps must be a finite float >= 0"),
@@ -111,7 +116,7 @@ def test_bad_calls_are_refused_before_anything_is_written(change, error, match):
     if "filter_c" in change:
         flt = torch.randn(48, 3, 3, change["filter_c"], dtype=BF16)
     kwargs = dict(groups=groups, padding=change.get("padding", 1), stride=change.get("stride", 1))
-    for name in ("activation", "pixels", "channel_norm_eps"):
+    for name in ("activation", "pixels", "channel_norm_eps", "channel_split"):
         if name in change:
             kwargs[name] = change[name]
     if "bias_len" in change:
@@ -596,7 +601,7 @@ def test_a_call_runs_the_rules_pixels_unless_it_names_them():
 
     def config(pixels):
         return grouped._validate(x, staged, None, None, None, 2, (1, 1), ((1, 1), (1, 1)),
-                                 (1, 1), 1.0, 0.0, "after_activation", None, pixels, None,
+                                 (1, 1), 1.0, 0.0, "after_activation", None, pixels, None, 1,
                                  None)[1]  # fmt: skip
 
     assert config(None).pixels == 1  # 98 threads: below FITTED_PIXELS.grouped_one_pixel_threads
@@ -633,6 +638,49 @@ def test_depthwise_calls_take_the_row_window_where_a_rows_taps_are_adjacent(s, g
 def test_config_refuses_a_window_it_cannot_compile(kwargs, match):
     with pytest.raises(ValueError, match=match):
         GroupedDirectConfig(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(group_in=48, group_out=48, channel_split=3), r"must be one of \(1, 2, 4, 8\)"),
+        (dict(group_in=48, group_out=48, channel_split=True), "must be one of"),
+        (dict(group_in=1, group_out=1, channel_split=2), "the grouped form only"),
+        (dict(group_in=48, group_out=48, channel_split=2, channel_norm_eps=1e-6),
+         "the grouped form only"),
+        (dict(group_in=56, group_out=56, channel_split=8), r"\(7 of 8 channels at group_in=56\)"),
+        (dict(group_in=4, group_out=8, channel_split=2), r"\(1 of 4 channels at group_in=4\)"),
+    ],
+)  # fmt: skip
+def test_config_refuses_a_channel_split_it_cannot_compile(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        GroupedDirectConfig(**kwargs)
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+@pytest.mark.parametrize(
+    "config",
+    [GroupedDirectConfig(48, 48, channel_split=4), GroupedDirectConfig(120, 120, channel_split=2),
+     GroupedDirectConfig(64, 64, pixels=2, channel_split=8)],
+    ids=["g48-4-ragged", "g120-2-ragged", "g64-8-2-pixels"],
+)  # fmt: skip
+def test_a_channel_split_adds_its_parts_by_shuffles_and_stores_once(arch, config):
+    """With ``channel_split`` threads per output vector, each sums its share of the group
+    (the loads of its activation vectors: ``ceil(vectors / split)`` per pixel and tap; a
+    ragged share's last one predicated), the parts' sums meet by ``log2(split)`` butterfly
+    shuffles of each float32 sum, and the vector is stored once per pixel."""
+    spec = EpilogueSpec(has_bias=True, activation="relu", has_residual=True,
+                        vector_dtype="bfloat16")  # fmt: skip
+    ptx = cute_conv.compile_kernel(arch, config=config, epilogue=spec).ptx
+    split = config.channel_split
+    shuffles = len(re.findall(r"shfl\.sync\.bfly", ptx))
+    assert shuffles == (split.bit_length() - 1) * config.vector * config.pixels
+    stores = re.findall(r"st\.global(?:\.\w+)*?\.v(\d)\.[a-z]+(\d+)", ptx)
+    assert [int(lanes) * int(bits) // 8 for lanes, bits in stores] == [16] * config.pixels
+    # a part's multiply-adds: its share of the group's channels into 8 sums per pixel
+    share = -(-config.group_in // config.in_vector // split) * config.in_vector
+    products = len(re.findall(r"fma\.rn\.f32 ", ptx)) + 2 * len(re.findall(r"mul\.f32x2", ptx))
+    assert share * 8 * config.pixels <= products < (share + config.in_vector) * 8 * config.pixels
 
 
 @pytest.mark.parametrize("order", ["after_activation", "before_activation"])
@@ -754,10 +802,10 @@ def test_a_call_is_planned_once_per_metadata(monkeypatch):
     staged = stage_filter(flt)
     geometry = (2, (1, 1), ((1, 1), (1, 1)), (1, 1), 1.0, 0.0, "after_activation", "relu")
 
-    def plan(x=x, alpha=1.0, activation="relu", pixels=None, eps=None):
+    def plan(x=x, alpha=1.0, activation="relu", pixels=None, eps=None, split=1):
         groups, stride, padding, dilation, _, beta, order, _ = geometry
         return grouped._plan(x, staged, None, None, None, groups, stride, padding, dilation,
-                             alpha, beta, order, activation, pixels, eps, None)  # fmt: skip
+                             alpha, beta, order, activation, pixels, eps, split, None)  # fmt: skip
 
     assert plan() == plan() == 1
     assert plan(x=x.clone()) == 1  # other data, same metadata
@@ -766,7 +814,8 @@ def test_a_call_is_planned_once_per_metadata(monkeypatch):
     assert plan(pixels=2) == 5 and plan(pixels=2) == 5
     assert plan(activation={"relu"}) == 6 and plan(activation={"relu"}) == 7  # not memoized
     assert plan(activation=None, eps=1e-6) == 8 and plan(activation=None, eps=1e-5) == 9
-    assert len(made) == 9
+    assert plan(split=2) == 10 and plan(split=2) == 10
+    assert len(made) == 10
 
 
 def test_the_depthwise_example_compiles_without_a_gpu(capsys):
@@ -798,11 +847,11 @@ def test_out_partly_over_the_source_or_over_x_is_refused(monkeypatch):
     shifted = buffer[64:].view(2, 9, 8, 48)  # 128 bytes on: aligned, overlapping
     with pytest.raises(ValueError, match="partly the source"):
         grouped._run(x, staged, source, None, None, 2, (1, 1), ((1, 1), (1, 1)), (1, 1), 1.0,
-                     1.0, "after_activation", None, None, None, shifted)  # fmt: skip
+                     1.0, "after_activation", None, None, None, 1, shifted)  # fmt: skip
     plan.has_residual = False
     with pytest.raises(ValueError, match="out overlaps activation"):
         grouped._run(x, staged, None, None, None, 2, (1, 1), ((1, 1), (1, 1)), (1, 1), 1.0,
-                     0.0, "after_activation", None, None, None, x[:, :, :, :48])  # fmt: skip
+                     0.0, "after_activation", None, None, None, 1, x[:, :, :, :48])  # fmt: skip
 
 
 # ------------------------------------------------------------------ channel slices (DenseNet)

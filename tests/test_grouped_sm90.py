@@ -1,7 +1,7 @@
 """GPU numerics of the grouped / depthwise CUDA-core kernel (``cute_conv.grouped_conv2d``)
 against float32, into NaN-poisoned outputs: depthwise (the row window and the taps at run
 time), grouped (group widths 4 to 256, a channel multiplier), strides, dilation, asymmetric padding, one to eight output pixels per
-thread, every epilogue term (scale, bias,
+thread, two to eight threads per output vector (``channel_split``), every epilogue term (scale, bias,
 each activation, both residual orders, in place), the channel norm (every shape, tails,
 values far from zero), float16 and float32 outputs, CUDA-graph
 replays, ``cute_conv.nn.Conv2d`` of grouped convs under torch.compile, and optimized models'
@@ -62,7 +62,7 @@ def run_grouped(n, h, w, c, k, groups, r, geom, *, dtype=BF16, out_dtype=None, s
     if epi.get("bias"):
         kwargs["bias"] = torch.randn(k, device="cuda", generator=gen).to(dtype)
         expected = expected + kwargs["bias"].float()
-    for name in ("alpha", "pixels"):
+    for name in ("alpha", "pixels", "channel_split"):
         if name in epi:
             kwargs[name] = epi[name]
     out_dtype = out_dtype or dtype
@@ -123,6 +123,30 @@ def test_grouped_writes_a_channel_slice(problem):
 def test_grouped_shapes_with_several_pixels_per_thread(problem, pixels):
     """Rows whose width the pixels do not divide, strides and padding at both edges."""
     run_grouped(*problem, bias=True, activation="relu", pixels=pixels)
+
+
+# Groups of 24, 48, 120 and 256 input channels: 3, 6, 15 and 32 activation vectors, so
+# most splits leave the last parts a vector short.
+SPLIT_PROBLEMS = {
+    "g24": PROBLEMS["g24"],
+    "g48": (1, 14, 13, 192, 192, 4, 3, dict(padding=1)),
+    "g120-s2": (2, 9, 11, 240, 240, 2, 3, dict(stride=2, padding=(0, 1))),
+    "g256": PROBLEMS["g256"],
+}
+
+
+@pytest.mark.parametrize("pixels", [1, 3])
+@pytest.mark.parametrize("split", [2, 4, 8])
+@pytest.mark.parametrize("problem", SPLIT_PROBLEMS.values(), ids=SPLIT_PROBLEMS.keys())
+def test_grouped_channel_split(problem, split, pixels):
+    """Adjacent threads sharing an output vector (``channel_split``), with a residual in
+    both orders, on grids whose last CTA is partly past the output."""
+    c, groups = problem[3], problem[5]
+    if split > c // groups // 8:
+        pytest.skip(f"{c // groups} channels per group: at most {c // groups // 8} parts")
+    run_grouped(*problem, bias=True, activation="relu", pixels=pixels, channel_split=split)
+    run_grouped(*problem, beta=0.5, bias=True, activation="silu", order="before_activation",
+                pixels=pixels, channel_split=split)  # fmt: skip
 
 
 @pytest.mark.parametrize("problem", ["dw5x5-s2", "g4", "dw3x3-c58"])

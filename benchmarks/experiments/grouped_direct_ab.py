@@ -81,9 +81,9 @@ def random_operands(conv: nn.Conv2d, shape: tuple) -> tuple[torch.Tensor, ...]:
 
 def ab_calls(conv: nn.Conv2d, shape: tuple, activation: str | None):
     """``(cudnn, kernel, ref)`` for a call of ``conv`` on ``shape`` (``random_operands``, in
-    bf16): cuDNN's conv with the bias, then the activation; ``kernel(pixels)``, the kernel with
-    both fused on the filter staged once (``pixels`` None: the rule's), its NPQK output viewed
-    NCHW; the float32 reference."""
+    bf16): cuDNN's conv with the bias, then the activation; ``kernel(pixels, channel_split)``,
+    the kernel with both fused on the filter staged once (``pixels`` None: the rule's), its
+    NPQK output viewed NCHW; the float32 reference."""
     groups = conv.groups
     geom = dict(stride=conv.stride, padding=conv.padding, dilation=conv.dilation)
     x, weight, bias = random_operands(conv, shape)
@@ -93,10 +93,10 @@ def ab_calls(conv: nn.Conv2d, shape: tuple, activation: str | None):
     staged = stage_filter(weight.permute(0, 2, 3, 1))
     x_nhwc = x.permute(0, 2, 3, 1)  # a view of the channels_last tensor
 
-    def kernel(pixels: int | None):
+    def kernel(pixels: int | None, channel_split: int = 1):
         return lambda: grouped_conv2d(
             x_nhwc, staged, filter_layout="rsck", groups=groups, bias=bias,
-            activation=activation, pixels=pixels, **geom,
+            activation=activation, pixels=pixels, channel_split=channel_split, **geom,
         ).permute(0, 3, 1, 2)  # fmt: skip
 
     return lambda: act(F.conv2d(x, weight, bias, groups=groups, **geom)), kernel, ref
@@ -126,10 +126,12 @@ def run_ab(
     methods: tuple[str, ...],
     default_models: list[str],
     extra_totals: Callable[[list[dict]], dict[str, float]] = lambda rows: {},
+    takes: Callable[[nn.Conv2d], bool] = lambda conv: True,
 ) -> None:
     """The command line of an A/B over models' grouped convs: ``measure_row(conv, input
-    shape, activation, rounds)`` per distinct call, the rows written to ``--out`` after each
-    (model, batch), its per-forward sums of ``methods`` (and ``extra_totals``) printed."""
+    shape, activation, rounds)`` per distinct call that ``takes``, the rows written to
+    ``--out`` after each (model, batch), its per-forward sums of ``methods`` (those every
+    row has; and ``extra_totals``) printed."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--models", nargs="+", default=default_models)
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32])
@@ -145,9 +147,11 @@ def run_ab(
                 {"model": name, "batch": batch, "calls": calls,
                  **measure_row(conv, shape, activation, args.rounds)}
                 for conv, shape, activation, calls in grouped_convs(model, batch)
+                if takes(conv)
             ]  # fmt: skip
             result["rows"] += rows
-            totals = {m: sum(r["graph_us"][m] * r["calls"] for r in rows) for m in methods}
+            summed = [m for m in methods if all(m in r["graph_us"] for r in rows)]
+            totals = {m: sum(r["graph_us"][m] * r["calls"] for r in rows) for m in summed}
             totals.update(extra_totals(rows))
             bad = [r["input"] for r in rows if not all(c["ok"] for c in r["checks"].values())]
             print(

@@ -29,7 +29,11 @@ the price of fewer threads. Two forms, chosen at compile time by the config:
   group's inputs: per tap it loads each pixel's activations of the group ``in_vector``
   channels at a time, and for each input channel one filter vector (its ``VECTOR`` output
   channels), and multiplies each pixel's input into all of them. A batch of input channels'
-  loads all issue before their multiply-adds (``FILTER_BATCH``).
+  loads all issue before their multiply-adds (``FILTER_BATCH``). With a ``channel_split`` of
+  2, 4 or 8 that many adjacent threads share an output vector, each summing every
+  ``channel_split``-th activation vector of the group; butterfly shuffles add their sums and
+  the first runs the epilogue and stores: a wide group's chain of ``R * S * C / groups``
+  multiply-adds is cut where too few threads leave the SMs idle.
 
 With ``channel_norm_eps`` (a LayerNorm over the channels without its affine, which the caller
 folds into the next layer: ConvNeXt's depthwise conv -> LayerNorm -> Linear), each output pixel
@@ -74,6 +78,7 @@ MAX_GROUP_IN = 256  # input channels per group: the grouped form unrolls its loo
 FILTER_BATCH = 32
 BATCH_PIXELS = 48
 MAX_PIXELS = 8  # output pixels per thread: each holds `vector` float32 sums in registers
+CHANNEL_SPLITS = (1, 2, 4, 8)  # threads per output vector: adjacent lanes of one warp
 MAX_WINDOW = 7  # filter width of the depthwise row window: its columns sit in registers
 # A normalizing kernel's CTA: whole pixel groups of K / vector threads, so a pixel has at most
 # NORM_THREADS * vector channels (256 threads: the window form's registers still fit).
@@ -108,6 +113,10 @@ class GroupedDirectConfig:
             a thread's output channels ``R * S * C / groups`` apart: scalar loads) instead
             of staged ``[R, S, C / groups, K]`` (one vector load): for the calls of
             ``conv2d_fprop`` that ``direct_rule`` sends here, whose filter is not staged.
+        channel_split: threads per output vector (one of ``CHANNEL_SPLITS``), each summing
+            every ``channel_split``-th activation vector of the group: the grouped form
+            only (not depthwise, no ``channel_norm_eps``), at most one part per activation
+            vector of the group (``group_in / in_vector``).
     """
 
     group_in: int
@@ -117,6 +126,7 @@ class GroupedDirectConfig:
     channel_norm_eps: float | None = None
     vector: int = VECTOR
     filter_krsc: bool = False
+    channel_split: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.filter_krsc, bool):
@@ -166,6 +176,27 @@ class GroupedDirectConfig:
                 f"GroupedDirectConfig.window={self.window}: the row window is depthwise only "
                 f"(group_in={self.group_in}, group_out={self.group_out})"
             )
+        self._check_channel_split()
+
+    def _check_channel_split(self) -> None:
+        split = self.channel_split
+        if isinstance(split, bool) or split not in CHANNEL_SPLITS:
+            raise ValueError(
+                f"GroupedDirectConfig.channel_split must be one of {CHANNEL_SPLITS}, got {split!r}"
+            )
+        if split == 1:
+            return
+        if self.depthwise or self.channel_norm_eps is not None:
+            raise ValueError(
+                f"GroupedDirectConfig.channel_split={split}: the grouped form only (not "
+                "depthwise, no channel_norm_eps)"
+            )
+        if split > self.group_in // self.in_vector:
+            raise ValueError(
+                f"GroupedDirectConfig.channel_split={split}: at most one part per activation "
+                f"vector of the group ({self.group_in // self.in_vector} of {self.in_vector} "
+                f"channels at group_in={self.group_in})"
+            )
 
     @property
     def depthwise(self) -> bool:
@@ -210,6 +241,7 @@ class GroupedDirectConv(ConvKernelEntry):
         self.in_vector = self.vector if self.depthwise else self.config.in_vector
         self.pixels = self.config.pixels
         self.window = self.config.window
+        self.split = self.config.channel_split
         # A grouped thread's chain is long and its loads many: asked for one CTA per SM,
         # ptxas issues a tap's loads together (registers for all of them) instead of a few
         # ahead of their multiply-adds, and keeps 32- and 64-wide groups' sums out of local
@@ -256,7 +288,7 @@ class GroupedDirectConv(ConvKernelEntry):
         m_bias = cute.make_tensor(ptrs.bias, vec_layout)
         m_scale = cute.make_tensor(ptrs.scale, vec_layout)
         cta_threads = THREADS
-        ctas = (cutlass.Int64(vectors) * row_blocks + THREADS - 1) // THREADS
+        ctas = (cutlass.Int64(vectors) * row_blocks * self.split + THREADS - 1) // THREADS
         if cutlass.const_expr(self.norm_eps is not None):
             cta_threads = NORM_THREADS  # whole pixel groups per CTA
             groups = NORM_THREADS // vectors
@@ -289,6 +321,7 @@ class GroupedDirectConv(ConvKernelEntry):
         q_blocks = (geo.q + pixels - 1) // pixels
         blocks = cutlass.Int64(geo.n) * geo.p * q_blocks
         sums = group = None
+        part = 0  # the thread's part of its output vector's channels (channel_split)
         if cutlass.const_expr(self.norm_eps is not None):
             group = tidx // vectors  # the CTA's pixel group; past the last: idle threads
             groups = NORM_THREADS // vectors
@@ -299,6 +332,9 @@ class GroupedDirectConv(ConvKernelEntry):
             sums = self.zeroed_norm_sums(group, v)
         else:
             thread = cutlass.Int64(bidx) * THREADS + tidx
+            if cutlass.const_expr(self.split > 1):
+                part = cutlass.Int32(thread % self.split)
+                thread = thread // self.split
             v = cutlass.Int32(thread % vectors)
             block = thread // vectors  # (q block, p, n), q block fastest
         q0 = cutlass.Int32(block % q_blocks) * pixels
@@ -313,7 +349,7 @@ class GroupedDirectConv(ConvKernelEntry):
             # the epilogue each load would wait on the previous pixel's store (the source may
             # be the output). A thread reads only the pixels it writes, so in place is safe.
             residuals = cute.make_rmem_tensor((self.vector, pixels), m_c.element_type)
-            if in_range:
+            if in_range and part == 0:  # the part that stores
                 for j in cutlass.range_constexpr(pixels):
                     if q0 + j < geo.q:
                         cute.autovec_copy(m_c[(None, v, row0 + j)], residuals[(None, j)])
@@ -331,12 +367,14 @@ class GroupedDirectConv(ConvKernelEntry):
                             if cutlass.const_expr(self.depthwise):
                                 self.depthwise_tap(acc, m_x, m_f, geo, v, iw0, ih, n, s, r)
                             else:
-                                self.grouped_tap(acc, m_x, m_f, geo, v, iw0, ih, n, s, r)
+                                self.grouped_tap(acc, m_x, m_f, geo, v, part, iw0, ih, n, s, r)
+        if cutlass.const_expr(self.split > 1):
+            self.add_parts(acc)  # every lane, in range or not: the shuffles take the warp
         if cutlass.const_expr(self.norm_eps is not None):
             # Every thread reaches the norm's barriers, in range or not.
             self.normalized_store(acc, sums, tidx, group, in_range, q0, v, row0, m_d, m_bias,
                                   m_scale, geo, alpha)  # fmt: skip
-        elif in_range:
+        elif in_range and part == 0:
             bias, scale = self.channel_vectors(v, m_bias, m_scale)
             for j in cutlass.range_constexpr(pixels):
                 if q0 + j < geo.q:
@@ -382,38 +420,57 @@ class GroupedDirectConv(ConvKernelEntry):
                 sums.store(sums.load() + inputs[j + s] * weights)
 
     @cute.jit
-    def grouped_tap(self, acc, m_x, m_f, geo, v, iw0, ih, n, s, r):
-        """One tap of the grouped form: every input channel of the thread's group, at each of
-        its pixels, times the thread's output channels' weights for it. The loads of a batch
-        of input channels (their activations and filter vectors; see ``FILTER_BATCH``) all
-        issue before its multiply-adds, so that their latencies overlap."""
-        in_vector = self.in_vector
+    def grouped_tap(self, acc, m_x, m_f, geo, v, part, iw0, ih, n, s, r):
+        """One tap of the grouped form: every input channel of the thread's group (of its
+        ``part``: every ``channel_split``-th activation vector), at each of its pixels, times
+        the thread's output channels' weights for it. The loads of a batch of input channels
+        (their activations and filter vectors; see ``FILTER_BATCH``) all issue before its
+        multiply-adds, so that their latencies overlap."""
+        in_vector, split = self.in_vector, self.split
+        group_vectors = self.group_in // in_vector
+        ragged = group_vectors % split != 0  # the last parts have one vector fewer
         # The group's first input vector: output channel v * vector is in group
         # v * vector // group_out, whose inputs start at channel group * group_in.
-        first = (v * self.vector // self.group_out) * (self.group_in // in_vector)
-        batch = min(self.group_in, FILTER_BATCH, BATCH_PIXELS // self.pixels)
-        batch = max(in_vector, batch // in_vector * in_vector)
-        for c0 in cutlass.range_constexpr(0, self.group_in, batch):
-            channels = min(batch, self.group_in - c0)
-            x_vecs = cute.make_rmem_tensor(
-                (in_vector, channels // in_vector, self.pixels), self.act_dtype
-            )
-            x_vecs.fill(0.0)  # a pixel left of or past the input reads zeros
+        first = (v * self.vector // self.group_out) * group_vectors
+        slots = (group_vectors + split - 1) // split  # activation vectors per part
+        batch = min(slots * in_vector, FILTER_BATCH, BATCH_PIXELS // self.pixels)
+        batch = max(1, batch // in_vector)  # in activation vectors
+        for t0 in cutlass.range_constexpr(0, slots, batch):
+            count = min(batch, slots - t0)
+            channels = count * in_vector
+            x_vecs = cute.make_rmem_tensor((in_vector, count, self.pixels), self.act_dtype)
+            x_vecs.fill(0.0)  # a pixel left of or past the input, or a vector past the group
+            # The part's vectors (t0 + c) * split + part (part is 0 without a split).
+            vecs = [(t0 + c) * split + part for c in range(count)]
             for j in cutlass.range_constexpr(self.pixels):
                 iw = iw0 + j * geo.stride_w
                 if iw >= 0 and iw < geo.w:
-                    for c in cutlass.range_constexpr(channels // in_vector):
-                        src = m_x[(None, first + c0 // in_vector + c, iw, ih, n)]
-                        cute.autovec_copy(src, x_vecs[(None, c, j)])
+                    for c in cutlass.range_constexpr(count):
+                        if not ragged or vecs[c] < group_vectors:
+                            cute.autovec_copy(m_x[(None, first + vecs[c], iw, ih, n)],
+                                              x_vecs[(None, c, j)])  # fmt: skip
             f_vecs = cute.make_rmem_tensor((self.vector, channels), self.filter_dtype)
             for i in cutlass.range_constexpr(channels):
-                cute.autovec_copy(m_f[(None, v, c0 + i, s, r)], f_vecs[(None, i)])
+                vec = vecs[i // in_vector]
+                if cutlass.const_expr(ragged):  # past the group: a valid row, times zeros
+                    vec = cutlass.min(vec, group_vectors - 1)
+                channel = vec * in_vector + i % in_vector
+                cute.autovec_copy(m_f[(None, v, channel, s, r)], f_vecs[(None, i)])
             for i in cutlass.range_constexpr(channels):
                 weights = f_vecs[(None, i)].load().to(cutlass.Float32)
                 for j in cutlass.range_constexpr(self.pixels):
                     x = x_vecs[(i % in_vector, i // in_vector, j)].to(cutlass.Float32)
                     sums = acc[(None, j)]
                     sums.store(sums.load() + weights * x)
+
+    @cute.jit
+    def add_parts(self, acc):
+        """Each output vector's sums over its ``channel_split`` adjacent lanes, in every one
+        of them (butterfly shuffles)."""
+        for o in cutlass.range_constexpr(self.split.bit_length() - 1):
+            for j in cutlass.range_constexpr(self.pixels):
+                for e in cutlass.range_constexpr(self.vector):  # shuffles move 32 bits
+                    acc[(e, j)] = acc[(e, j)] + cute.arch.shuffle_sync_bfly(acc[(e, j)], 1 << o)
 
     @cute.jit
     def zeroed_norm_sums(self, group, v) -> cute.Tensor:
