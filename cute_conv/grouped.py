@@ -33,7 +33,6 @@ from .dtypes import dtype_name
 from .epilogue import RESIDUAL_ORDERS, kernel_vector_dtype, validate_epilogue_args
 from .grouped_rule import pixels_per_thread
 from .kernels.common.grouped_direct import (
-    CHANNEL_SPLITS,
     DEPTHWISE_VECTORS,
     MAX_GROUP_IN,
     MAX_NORM_CHANNELS,
@@ -42,6 +41,7 @@ from .kernels.common.grouped_direct import (
     NORM_THREADS,
     VECTOR,
     GroupedDirectConfig,
+    check_channel_split,
 )
 from .ops import meta_stand_ins, padding_pairs
 from .plan_cache import PlanCache
@@ -262,10 +262,9 @@ def _check_pixels_arg(pixels: Any) -> None:
 
 
 def _check_channel_split_arg(split: Any) -> None:
+    """Its type; what it must be for the call: ``check_channel_split`` in ``_validate``."""
     if isinstance(split, bool) or not isinstance(split, int):
         raise TypeError(f"channel_split must be an int, got {type(split).__name__}")
-    if split not in CHANNEL_SPLITS:
-        raise ValueError(f"channel_split must be one of {CHANNEL_SPLITS}, got {split}")
 
 
 def check_channel_norm_eps(eps: Any) -> None:
@@ -332,16 +331,8 @@ def _validate(x, staged_filter, source, bias, scale, groups, stride, padding, di
                 "and no source with it"
             )
         channel_norm_eps = float(channel_norm_eps)
-    if channel_split > 1 and (config.depthwise or channel_norm_eps is not None):
-        raise ValueError(
-            f"channel_split={channel_split}: a grouped conv's (not depthwise, no "
-            "channel_norm_eps); pass 1"
-        )
-    if channel_split > config.group_in // config.in_vector:
-        raise ValueError(
-            f"channel_split={channel_split}: at most {config.group_in // config.in_vector} at "
-            f"{config.group_in} input channels per group (one part per {config.in_vector})"
-        )
+    check_channel_split("channel_split", channel_split, config.group_in, config.in_vector,
+                        grouped=not config.depthwise and channel_norm_eps is None)  # fmt: skip
     config = replace(config, pixels=pixels, window=row_window(problem, config),
                      channel_norm_eps=channel_norm_eps, channel_split=channel_split)  # fmt: skip
     in_vector = config.vector if config.depthwise else config.in_vector

@@ -91,9 +91,9 @@ def _call_inputs(n=2, h=9, w=8, c=48, k=48, groups=2, r=3):
         (dict(pixels=9), ValueError, r"pixels must be in 1 \.\. 8, got 9"),
         (dict(channel_split=2.0), TypeError, "channel_split must be an int, got float"),
         (dict(channel_split=3), ValueError, r"channel_split must be one of \(1, 2, 4, 8\), got 3"),
-        (dict(channel_split=4), ValueError, "channel_split=4: at most 3 at 24 input channels"),
+        (dict(channel_split=4), ValueError, "channel_split=4: at most 3 at group_in=24"),
         (dict(channel_split=2, channel_norm_eps=1e-6), ValueError,
-         "channel_split=2: a grouped conv's"),
+         "channel_split=2: the grouped form only"),
         (dict(channel_norm_eps="1e-6"), TypeError, "channel_norm_eps must be a float or None"),
         (dict(channel_norm_eps=True), TypeError, "channel_norm_eps must be a float or None"),
         (dict(channel_norm_eps=-1e-6), ValueError, "channel_norm_eps must be a finite float >= 0"),
@@ -588,7 +588,8 @@ def test_the_fewest_threads_take_one_pixel_at_any_width():
     config = grouped_limits(96, 96, 4)  # 24 per group, 784 * 12 = 9,408 threads
     assert FITTED_PIXELS.grouped_one_pixel_threads == 2**15
     assert FITTED_PIXELS.pixels(problem, config) == 1
-    assert dataclasses.replace(FITTED_PIXELS, grouped_one_pixel_threads=0).pixels(problem, config) == 2
+    never_one = dataclasses.replace(FITTED_PIXELS, grouped_one_pixel_threads=0)
+    assert never_one.pixels(problem, config) == 2
     fields = {f.name: f.default for f in dataclasses.fields(type(FITTED_PIXELS))}
     assert fields["grouped_one_pixel_threads"] == 0
 
@@ -648,8 +649,10 @@ def test_config_refuses_a_window_it_cannot_compile(kwargs, match):
         (dict(group_in=1, group_out=1, channel_split=2), "the grouped form only"),
         (dict(group_in=48, group_out=48, channel_split=2, channel_norm_eps=1e-6),
          "the grouped form only"),
-        (dict(group_in=56, group_out=56, channel_split=8), r"\(7 of 8 channels at group_in=56\)"),
-        (dict(group_in=4, group_out=8, channel_split=2), r"\(1 of 4 channels at group_in=4\)"),
+        (dict(group_in=56, group_out=56, channel_split=8),
+         "channel_split=8: at most 7 at group_in=56"),
+        (dict(group_in=4, group_out=8, channel_split=2),
+         r"=2: at most 1 at group_in=4 \(one part per activation vector of 4 channels\)"),
     ],
 )  # fmt: skip
 def test_config_refuses_a_channel_split_it_cannot_compile(kwargs, match):

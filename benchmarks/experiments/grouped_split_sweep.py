@@ -20,6 +20,8 @@ from pathlib import Path
 from cute_conv.kernels.common.grouped_direct import CHANNEL_SPLITS, VECTOR
 from torch import nn
 
+from cute_conv.grouped import grouped_limits
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grouped_direct_ab import ab_calls, checks, run_ab  # noqa: E402
@@ -30,8 +32,9 @@ METHODS = ("cudnn", *(f"s{s}" for s in CHANNEL_SPLITS))
 
 def measure(conv: nn.Conv2d, shape: tuple, activation: str | None, rounds: int) -> dict:
     cudnn, kernel, ref = ab_calls(conv, shape, activation)
-    vectors = conv.in_channels // conv.groups // VECTOR  # a part per activation vector at most
-    fns = {"cudnn": cudnn, **{f"s{s}": kernel(None, s) for s in CHANNEL_SPLITS if s <= vectors}}
+    config = grouped_limits(conv.in_channels, conv.out_channels, conv.groups)
+    parts = config.group_in // config.in_vector  # a part per activation vector at most
+    fns = {"cudnn": cudnn, **{f"s{s}": kernel(None, s) for s in CHANNEL_SPLITS if s <= parts}}
     return {"module": repr(conv), "input": list(shape), "output": list(ref.shape),
             "activation": activation, "checks": checks(fns, ref),
             "graph_us": replayed_us(fns, rounds)}  # fmt: skip

@@ -176,27 +176,10 @@ class GroupedDirectConfig:
                 f"GroupedDirectConfig.window={self.window}: the row window is depthwise only "
                 f"(group_in={self.group_in}, group_out={self.group_out})"
             )
-        self._check_channel_split()
-
-    def _check_channel_split(self) -> None:
-        split = self.channel_split
-        if isinstance(split, bool) or split not in CHANNEL_SPLITS:
-            raise ValueError(
-                f"GroupedDirectConfig.channel_split must be one of {CHANNEL_SPLITS}, got {split!r}"
-            )
-        if split == 1:
-            return
-        if self.depthwise or self.channel_norm_eps is not None:
-            raise ValueError(
-                f"GroupedDirectConfig.channel_split={split}: the grouped form only (not "
-                "depthwise, no channel_norm_eps)"
-            )
-        if split > self.group_in // self.in_vector:
-            raise ValueError(
-                f"GroupedDirectConfig.channel_split={split}: at most one part per activation "
-                f"vector of the group ({self.group_in // self.in_vector} of {self.in_vector} "
-                f"channels at group_in={self.group_in})"
-            )
+        check_channel_split(
+            "GroupedDirectConfig.channel_split", self.channel_split, self.group_in,
+            self.in_vector, grouped=not self.depthwise and self.channel_norm_eps is None,
+        )  # fmt: skip
 
     @property
     def depthwise(self) -> bool:
@@ -206,6 +189,29 @@ class GroupedDirectConfig:
     def in_vector(self) -> int:
         """Input channels per activation load of the grouped form (a divisor of group_in)."""
         return gcd(self.group_in, VECTOR)
+
+
+def check_channel_split(
+    name: str, split: object, group_in: int, in_vector: int, *, grouped: bool
+) -> None:
+    """A ``ValueError`` naming ``name`` unless ``split`` threads per output vector fit a conv
+    of ``group_in`` input channels per group loaded ``in_vector`` at a time: one of
+    ``CHANNEL_SPLITS``, more than 1 only on the ``grouped`` form (not depthwise, no channel
+    norm), at most one part per activation vector of the group."""
+    if isinstance(split, bool) or split not in CHANNEL_SPLITS:
+        raise ValueError(f"{name} must be one of {CHANNEL_SPLITS}, got {split!r}")
+    if split == 1:
+        return
+    if not grouped:
+        raise ValueError(
+            f"{name}={split}: the grouped form only (not depthwise, no channel_norm_eps)"
+        )
+    parts = group_in // in_vector
+    if split > parts:
+        raise ValueError(
+            f"{name}={split}: at most {parts} at group_in={group_in} (one part per activation "
+            f"vector of {in_vector} channels)"
+        )
 
 
 class GroupedDirectConv(ConvKernelEntry):
