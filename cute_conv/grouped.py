@@ -31,7 +31,7 @@ from .cuda_context import current_raw_stream, device_arch, on_device
 from .dispatch import freeze_arg, out_overlaps_inputs, tensor_key
 from .dtypes import dtype_name
 from .epilogue import RESIDUAL_ORDERS, kernel_vector_dtype, validate_epilogue_args
-from .grouped_rule import pixels_per_thread
+from .grouped_rule import channel_split_for, pixels_per_thread
 from .kernels.common.grouped_direct import (
     DEPTHWISE_VECTORS,
     MAX_GROUP_IN,
@@ -160,7 +160,7 @@ def grouped_conv2d(
     filter_layout: str = "krsc",
     pixels: int | None = None,
     channel_norm_eps: float | None = None,
-    channel_split: int = 1,
+    channel_split: int | None = None,
 ) -> Tensor:
     """A grouped (or depthwise) conv with the fused epilogue, in one kernel on CUDA cores:
 
@@ -203,9 +203,9 @@ def grouped_conv2d(
         channel_split: threads per output vector (1, 2, 4 or 8; more than 1 on grouped,
             not depthwise, convs without ``channel_norm_eps``, at most one per 8 input
             channels of a group): each sums a share of the group's input channels, their
-            sums added by warp shuffles; cuts a wide group's chain of multiply-adds. Sets
-            speed only (the float32 sums' order changes). No rule picks it yet: the default,
-            1, is what ``grouped_rule`` was fitted with.
+            sums added by warp shuffles; cuts a wide group's chain of multiply-adds. None:
+            ``grouped_rule``'s ``channel_split_for``. Sets speed only (the float32 sums'
+            order changes).
 
     Returns:
         ``out`` or the new output. Sums are float32.
@@ -263,8 +263,8 @@ def _check_pixels_arg(pixels: Any) -> None:
 
 def _check_channel_split_arg(split: Any) -> None:
     """Its type; what it must be for the call: ``check_channel_split`` in ``_validate``."""
-    if isinstance(split, bool) or not isinstance(split, int):
-        raise TypeError(f"channel_split must be an int, got {type(split).__name__}")
+    if split is not None and (isinstance(split, bool) or not isinstance(split, int)):
+        raise TypeError(f"channel_split must be an int or None, got {type(split).__name__}")
 
 
 def check_channel_norm_eps(eps: Any) -> None:
@@ -331,10 +331,13 @@ def _validate(x, staged_filter, source, bias, scale, groups, stride, padding, di
                 "and no source with it"
             )
         channel_norm_eps = float(channel_norm_eps)
+    config = replace(config, pixels=pixels, window=row_window(problem, config),
+                     channel_norm_eps=channel_norm_eps)  # fmt: skip
+    if channel_split is None:
+        channel_split = channel_split_for(problem, config)
     check_channel_split("channel_split", channel_split, config.group_in, config.in_vector,
                         grouped=not config.depthwise and channel_norm_eps is None)  # fmt: skip
-    config = replace(config, pixels=pixels, window=row_window(problem, config),
-                     channel_norm_eps=channel_norm_eps, channel_split=channel_split)  # fmt: skip
+    config = replace(config, channel_split=channel_split)
     in_vector = config.vector if config.depthwise else config.in_vector
     if pixel_stride is not None and pixel_stride % in_vector:
         raise ValueError(
@@ -489,7 +492,7 @@ def _grouped_op(
     activation: Optional[str],
     pixels: Optional[int] = None,
     channel_norm_eps: Optional[float] = None,
-    channel_split: int = 1,
+    channel_split: Optional[int] = None,
 ) -> Tensor:
     """``grouped_conv2d`` on a staged filter as an op (its direct path: autograd runs the
     forward with grad mode off)."""
@@ -501,7 +504,7 @@ def _grouped_op(
 @_grouped_op.register_fake
 def _(x, staged_filter, source, bias, scale, groups, stride, padding, dilation, alpha, beta,
       residual_order, activation, pixels=None, channel_norm_eps=None,
-      channel_split=1):  # fmt: skip
+      channel_split=None):  # fmt: skip
     with unset_fake_temporarily():
         metas = meta_stand_ins((x, staged_filter, source, bias, scale))
         problem, _, _, out_dtype, _, _ = _validate(

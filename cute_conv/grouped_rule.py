@@ -1,5 +1,6 @@
 """When ``cute_conv.nn.Conv2d`` runs a grouped conv on the grouped kernel, and when on cuDNN;
-and how many output pixels a kernel thread computes (``pixels_per_thread``).
+how many output pixels a kernel thread computes (``pixels_per_thread``); and how many threads
+share an output vector (``channel_split_for``).
 
 The grouped kernel (``kernels/common/grouped_direct.py``) runs on CUDA cores: it wins where
 cuDNN's time is launches and layout transforms, and loses where the work is large enough for
@@ -11,40 +12,44 @@ against cuDNN's conv with the bias, then the activation, CUDA-graph replays):
 - depthwise: up to ``FITTED_DEPTHWISE`` (``DepthwiseBound``: a bound on the multiply-adds
   that may fall with the filter's taps; fitted, it does not).
 - grouped, where cuDNN runs the conv natively in NHWC (the group width ``w = C / groups`` a
-  power of two, as ResNeXt's, or fewer than ``few_groups`` groups; the fitted 2 counts no
-  group count as few: RegNet's 2-group calls, too, run faster under the other bound): up to
-  ``native_max_macs_at_8 * (8 / w) ** native_width_power``. cuDNN's tensor-core tiles fill as
-  the groups widen, so the bound falls with the width.
+  power of two, as ResNeXt's, or fewer than ``few_groups`` groups: RegNet's 2-group calls):
+  up to ``native_max_macs_at_8 * (8 / w) ** native_width_power``. cuDNN's tensor-core tiles
+  fill as the groups widen, so the bound falls with the width.
 - other grouped convs (RegNet's 24, 48, 56 or 120 per group), which cuDNN transforms to NCHW
   and back (tens of microseconds a conv): up to ``transformed_max_macs_at_24 * (24 / w) **
   transformed_width_power``. The kernel's rate falls on wide groups while cuDNN's rises.
 
 Widths below 8 (no model measured) take the bound of 8. The grouped constants (``FITTED``)
 were fitted (``benchmarks/experiments/grouped_rule_fit.py --search``) on the rows of ten
-models at batch 1, 8 and 32, the kernel at the rule's pixels with its one-CTA schedule on
-every group width (``experiments/grouped_direct_ab_all_widths_fit_H200.json``):
+models at batch 1, 8 and 32, the kernel at the rule's pixels and split with its one-CTA
+schedule on every group width (``experiments/grouped_direct_ab_all_widths_fit_H200.json``,
+its batch-1 forwards that the split changes re-measured in ``..._split_fit_b1_H200.json``):
 RegNetY-400MF/800MF/1.6GF/8GF, RegNetX-400MF/1.6GF/3.2GF/8GF, ResNeXt-50 32x4d and
-ResNeXt-101 32x8d (1.215x cuDNN summed per forward over their grouped convs, no forward
-slower; the bounds before gave 1.199x). Held out (``..._all_widths_heldout_H200.json``:
-RegNetX-800MF, RegNetY-3.2GF, ResNeXt-101 64x4d, RegNetY-16GF, RegNetX-16GF, and
-RegNetY-32GF and RegNetX-32GF, never measured before): 1.078x summed, no forward slower
-(the bounds before: 1.073x); the faster of the two on every call would give 1.084x.
+ResNeXt-101 32x8d (1.225x cuDNN summed per forward over their grouped convs, no forward
+slower; the bounds before gave 1.220x on the same rows). Held out
+(``..._all_widths_heldout_H200.json`` with ``..._split_heldout_b1_H200.json``: RegNetX-800MF,
+RegNetY-3.2GF, ResNeXt-101 64x4d, RegNetY-16GF, RegNetX-16GF, RegNetY-32GF and RegNetX-32GF):
+1.082x summed (the bounds before: 1.078x); one forward 0.99x, RegNetX-32GF at batch 1 (1,067
+-> 1,073 us); the faster of the two on every call would give 1.084x.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .kernels.common.grouped_direct import GroupedDirectConfig
+from .kernels.common.grouped_direct import CHANNEL_SPLITS, GroupedDirectConfig
 from .problem import Conv2dProblemShape
 
 __all__ = [
     "FITTED",
     "FITTED_DEPTHWISE",
     "FITTED_PIXELS",
+    "FITTED_SPLIT",
+    "ChannelSplitRule",
     "DepthwiseBound",
     "GroupedBounds",
     "PixelsRule",
+    "channel_split_for",
     "pixels_per_thread",
     "runs_grouped_kernel",
 ]
@@ -97,8 +102,8 @@ FITTED = GroupedBounds(
     native_max_macs_at_8=2**29,
     native_width_power=3,
     transformed_max_macs_at_24=2**30.5,
-    transformed_width_power=2,
-    few_groups=2,
+    transformed_width_power=1,
+    few_groups=3,
 )
 
 
@@ -230,3 +235,56 @@ def pixels_per_thread(problem: Conv2dProblemShape, config: GroupedDirectConfig) 
     """The grouped kernel's output pixels per thread for ``problem`` (``config``'s group
     shape): ``FITTED_PIXELS``."""
     return FITTED_PIXELS.pixels(problem, config)
+
+
+@dataclass(frozen=True)
+class ChannelSplitRule:
+    """How many adjacent threads share a grouped-kernel output vector (``channel_split``),
+    each summing a share of the group's input channels.
+
+    A thread of a wide group at one pixel runs ``R * S * C / groups`` dependent multiply-adds
+    per output channel; on a call of few threads that chain, not the SMs' issue rate, is the
+    call's time (RegNetX-8GF's 120-wide batch-1 calls took ~53 us whatever their size). Split
+    ``s`` ways it is ``s`` times shorter, for ``s`` times the threads and a butterfly of
+    shuffles: it pays while the split grid stays within ``max_threads`` (about a wave of the
+    one-CTA-per-SM schedule), the largest such split being the fastest. Only one-pixel
+    threads of groups of at least ``min_group_in`` input channels split (the narrowest
+    measured): with several pixels a thread's chains already run side by side, and narrower
+    groups' chains are short. At most ``max_split`` ways (the most that any measured call
+    ran fastest at).
+    """
+
+    max_threads: int
+    min_group_in: int
+    max_split: int
+
+    def split(self, problem: Conv2dProblemShape, config: GroupedDirectConfig) -> int:
+        """The split of ``problem`` on ``config`` (its pixels and channel norm set)."""
+        if config.depthwise or config.filter_krsc or config.channel_norm_eps is not None:
+            return 1
+        if config.pixels != 1 or config.group_in < self.min_group_in:
+            return 1
+        threads = problem.K // config.vector * problem.N * problem.P * problem.Q
+        parts = config.group_in // config.in_vector
+        most = min(parts, self.max_split)
+        fits = [s for s in CHANNEL_SPLITS if s <= most and threads * s <= self.max_threads]
+        return max(fits, default=1)
+
+
+# Fitted (benchmarks/experiments/grouped_split_fit.py --search) on grouped_split_sweep.py's
+# rows of RegNetX-8GF, RegNetY-8GF and RegNetX-3.2GF at batch 1 and 8 on an H200 (48-, 56-
+# and 120-wide groups): from 44,032 to 46,080 threads (the grid's steps of 1,024) the rule
+# picks the best swept split of every call; summed over every call 10,717 -> 10,471 us
+# (batch 1 1.08-1.16x per forward, batch 8 unchanged). Judged on RegNetY-16GF, RegNetX-16GF,
+# RegNetY-32GF and RegNetX-32GF (112 to 232 wide, named before they were measured): the best
+# split of all but one call (a 232-wide one, 2,701 against 2,706 us summed), and on
+# ResNeXt-101 32x8d and 64x4d, never swept: the best split of its 64-wide calls (two ways,
+# 0.71x one's time); its 16- and 32-wide batch-1 calls, which min_group_in leaves at one
+# thread, ran 0.83-0.92x at two.
+FITTED_SPLIT = ChannelSplitRule(max_threads=45_000, min_group_in=48, max_split=4)
+
+
+def channel_split_for(problem: Conv2dProblemShape, config: GroupedDirectConfig) -> int:
+    """The grouped kernel's threads per output vector for ``problem`` (``config`` with its
+    pixels and channel norm set): ``FITTED_SPLIT``."""
+    return FITTED_SPLIT.split(problem, config)

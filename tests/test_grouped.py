@@ -22,7 +22,14 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import cute_conv
 from cute_conv.compile import kernel_scalars
 from cute_conv.grouped import grouped_conv2d, grouped_limits, stage_filter
-from cute_conv.grouped_rule import FITTED_PIXELS, pixels_per_thread, runs_grouped_kernel
+from cute_conv.grouped_rule import (
+    FITTED_PIXELS,
+    FITTED_SPLIT,
+    ChannelSplitRule,
+    channel_split_for,
+    pixels_per_thread,
+    runs_grouped_kernel,
+)
 from cute_conv.plan_cache import PlanCache
 from cute_conv.problem import Conv2dProblemShape
 from cute_conv.testing import compare_to_reference
@@ -89,7 +96,7 @@ def _call_inputs(n=2, h=9, w=8, c=48, k=48, groups=2, r=3):
         (dict(cpu=True), ValueError, "activation is on cpu; cute_conv runs on CUDA tensors"),
         (dict(pixels=2.0), TypeError, "pixels must be an int or None, got float"),
         (dict(pixels=9), ValueError, r"pixels must be in 1 \.\. 8, got 9"),
-        (dict(channel_split=2.0), TypeError, "channel_split must be an int, got float"),
+        (dict(channel_split=2.0), TypeError, "channel_split must be an int or None, got float"),
         (dict(channel_split=3), ValueError, r"channel_split must be one of \(1, 2, 4, 8\), got 3"),
         (dict(channel_split=4), ValueError, "channel_split=4: at most 3 at group_in=24"),
         (dict(channel_split=2, channel_norm_eps=1e-6), ValueError,
@@ -520,8 +527,9 @@ def test_optimize_keeps_grouped_convs_16bit_under_fp8():
         (2**26, 16, 16, 32, 9, True), (2**26 + 1, 16, 16, 32, 9, False),  # twice as wide: 1/8
         (2**29, 1, 8, 64, 9, True), (2**29 + 1, 1, 8, 64, 9, False),  # below 8 wide: as 8
         (2**30.5, 24, 24, 7, 9, True), (2**30.5 + 1, 24, 24, 7, 9, False),  # RegNet's 24
-        (2**28.5, 48, 48, 9, 9, True), (2**28.5 + 1, 48, 48, 9, 9, False),  # twice as wide: 1/4
-        (2**28.5, 48, 48, 2, 9, True), (2**28.5 + 1, 48, 48, 2, 9, False),  # 2 groups: the same
+        (2**29.5, 48, 48, 9, 9, True), (2**29.5 + 1, 48, 48, 9, 9, False),  # twice as wide: 1/2
+        (2_485_513, 48, 48, 2, 9, True), (2_485_514, 48, 48, 2, 9, False),  # 2 groups, fewer
+        # than FITTED.few_groups: the native bound, 2**29 * (8 / 48)**3 = 2,485,513.5
     ],
 )  # fmt: skip
 def test_the_rule_bounds_the_multiply_adds(macs, group_in, group_out, groups, taps, runs):
@@ -607,6 +615,55 @@ def test_a_call_runs_the_rules_pixels_unless_it_names_them():
 
     assert config(None).pixels == 1  # 98 threads: below FITTED_PIXELS.grouped_one_pixel_threads
     assert config(3) == GroupedDirectConfig(24, 24, pixels=3)
+
+
+@pytest.mark.parametrize(
+    "n, size, c, groups, stride, split",
+    [
+        (1, 14, 720, 6, 1, 2),  # RegNetX-8GF: 120 wide, 17,640 threads; 4 ways 70,560
+        (1, 28, 240, 2, 1, 1),  # 120 wide, 23,520 threads: 2 ways 47,040, past 45,000
+        (1, 14, 432, 9, 1, 4),  # RegNetX-3.2GF: 48 wide, 10,584 threads
+        (1, 7, 1008, 21, 1, 4),  # 48 wide, 6,174 threads: 8 ways is past its 6 vectors
+        (8, 14, 1008, 21, 1, 1),  # batch 8: 49,392 threads
+        (1, 14, 96, 4, 1, 1),  # 24 wide: narrower than any measured split
+        (1, 7, 512, 8, 1, 4),  # 64 wide, 3,136 threads: 8 ways is past max_split
+        (1, 14, 96, 2, 2, 4),  # 48 wide, stride 2: 12 * 49 = 588 threads
+        (1, 14, 96, 96, 1, 1),  # depthwise
+    ],
+)
+def test_channel_split_for(n, size, c, groups, stride, split):
+    problem = Conv2dProblemShape(N=n, H=size, W=size, C=c, K=c, R=3, S=3, padding=(1, 1),
+                                 stride=(stride, stride))  # fmt: skip
+    config = grouped_limits(c, c, groups)
+    config = dataclasses.replace(config, pixels=pixels_per_thread(problem, config))
+    assert channel_split_for(problem, config) == split
+    assert FITTED_SPLIT == ChannelSplitRule(max_threads=45_000, min_group_in=48, max_split=4)
+
+
+def test_the_split_rule_leaves_several_pixels_and_the_channel_norm_alone():
+    """Only one-pixel threads split: with more pixels, or a normalized output (the split
+    form refuses it), the rule keeps one thread per output vector."""
+    problem = Conv2dProblemShape(N=1, H=7, W=7, C=96, K=96, R=3, S=3, padding=(1, 1))
+    config = grouped_limits(96, 96, 2)  # 48 wide, 588 threads
+    assert channel_split_for(problem, config) == 4
+    assert channel_split_for(problem, dataclasses.replace(config, pixels=2)) == 1
+    normalized = dataclasses.replace(config, channel_norm_eps=1e-6)
+    assert channel_split_for(problem, normalized) == 1
+
+
+def test_a_call_runs_the_rules_split_unless_it_names_it():
+    from cute_conv import grouped
+
+    x, flt = _call_inputs(n=1, h=7, w=7, c=96, k=96)  # 48 per group, 98 * 12 threads
+
+    def config(split):
+        return grouped._validate(x, stage_filter(flt), None, None, None, 2, (1, 1),
+                                 ((1, 1), (1, 1)), (1, 1), 1.0, 0.0, "after_activation", None,
+                                 None, None, split, None)[1]  # fmt: skip
+
+    assert config(None).channel_split == 4
+    assert config(1).channel_split == 1
+    assert config(2).channel_split == 2
 
 
 @pytest.mark.parametrize(

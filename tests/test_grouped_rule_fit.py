@@ -21,6 +21,19 @@ def test_rows_leave_out_depthwise_convs_and_read_the_groups(tmp_path):
     assert (only["c"], only["k"], only["groups"]) == (96, 96, 4)
 
 
+def test_a_forward_measured_again_replaces_its_rows(tmp_path):
+    """A (model, batch) forward in a later file is that file's rows only; others stay."""
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text(json.dumps({"rows": [_row("m", 1, 96, 4, 10, 5.0, 4.0, calls=2),
+                                        _row("m", 1, 96, 2, 10, 5.0, 4.0),
+                                        _row("m", 8, 96, 4, 10, 7.0, 6.0)]}))  # fmt: skip
+    new.write_text(json.dumps({"rows": [_row("m", 1, 96, 4, 10, 5.0, 3.0, calls=2)]}))
+    rows = fit.grouped_rows([old, new])
+    assert sorted((r["batch"], r["groups"], r["graph_us"]["grouped"]) for r in rows) == [
+        (1, 4, 3.0), (8, 4, 6.0)
+    ]
+
+
 def test_choose_takes_the_best_worst_forward_near_the_least_summed_time():
     a, b, c = (fit.GroupedBounds(2**k, 3, 2**29, 2, 4) for k in (24, 25, 26))
     scored = [(1000.0, 0.90, a), (1001.0, 0.95, b), (1010.0, 0.99, c)]  # c: 1% slower

@@ -9,12 +9,17 @@ logits against torch's bf16 model's."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 import cute_conv
+from cute_conv.grouped import grouped_limits
+from cute_conv.grouped_rule import channel_split_for, pixels_per_thread
+from cute_conv.problem import Conv2dProblemShape
 from cute_conv.reference import TORCH_ACTIVATIONS, conv2d_reference
 from cute_conv.testing import compare_to_reference
 
@@ -147,6 +152,19 @@ def test_grouped_channel_split(problem, split, pixels):
     run_grouped(*problem, bias=True, activation="relu", pixels=pixels, channel_split=split)
     run_grouped(*problem, beta=0.5, bias=True, activation="silu", order="before_activation",
                 pixels=pixels, channel_split=split)  # fmt: skip
+
+
+@pytest.mark.parametrize("problem", ["g48", "g120-s2", "g256"])
+def test_grouped_runs_the_rules_split(problem):
+    """Without ``channel_split``, the rule's: more than one thread per output vector on
+    these few-thread calls of wide groups."""
+    n, h, w, c, k, groups, r, geom = SPLIT_PROBLEMS[problem]
+    shape = Conv2dProblemShape(N=n, H=h, W=w, C=c, K=k, R=r, S=r, **geom)
+    config = grouped_limits(c, k, groups)
+    config = replace(config, pixels=pixels_per_thread(shape, config))
+    assert channel_split_for(shape, config) > 1
+    run_grouped(*SPLIT_PROBLEMS[problem], bias=True, activation="relu")
+    run_grouped(*SPLIT_PROBLEMS[problem], beta=0.5, bias=True, activation="silu")
 
 
 @pytest.mark.parametrize("problem", ["dw5x5-s2", "g4", "dw3x3-c58"])

@@ -59,7 +59,7 @@ def _reference_grouped(x, staged, source=None, *, groups, **kwargs):
         x, staged, source, *args, groups, normalize_pair("stride", geom["stride"]),
         normalize_padding(geom["padding"]), normalize_pair("dilation", geom["dilation"]),
         kwargs["alpha"], kwargs["beta"], kwargs["residual_order"], kwargs.get("activation"),
-        kwargs.get("pixels"), kwargs.get("channel_norm_eps"), kwargs.get("channel_split", 1),
+        kwargs.get("pixels"), kwargs.get("channel_norm_eps"), kwargs.get("channel_split"),
         kwargs.get("out"),
     )  # fmt: skip
     flt = staged.permute(3, 0, 1, 2).float()

@@ -82,7 +82,7 @@ def random_operands(conv: nn.Conv2d, shape: tuple) -> tuple[torch.Tensor, ...]:
 def ab_calls(conv: nn.Conv2d, shape: tuple, activation: str | None):
     """``(cudnn, kernel, ref)`` for a call of ``conv`` on ``shape`` (``random_operands``, in
     bf16): cuDNN's conv with the bias, then the activation; ``kernel(pixels, channel_split)``,
-    the kernel with both fused on the filter staged once (``pixels`` None: the rule's), its
+    the kernel with both fused on the filter staged once (either None: the rules'), its
     NPQK output viewed NCHW; the float32 reference."""
     groups = conv.groups
     geom = dict(stride=conv.stride, padding=conv.padding, dilation=conv.dilation)
@@ -93,7 +93,7 @@ def ab_calls(conv: nn.Conv2d, shape: tuple, activation: str | None):
     staged = stage_filter(weight.permute(0, 2, 3, 1))
     x_nhwc = x.permute(0, 2, 3, 1)  # a view of the channels_last tensor
 
-    def kernel(pixels: int | None, channel_split: int = 1):
+    def kernel(pixels: int | None, channel_split: int | None = None):
         return lambda: grouped_conv2d(
             x_nhwc, staged, filter_layout="rsck", groups=groups, bias=bias,
             activation=activation, pixels=pixels, channel_split=channel_split, **geom,

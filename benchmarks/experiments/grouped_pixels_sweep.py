@@ -36,7 +36,7 @@ METHODS = ("cudnn", *(f"p{p}" for p in PIXELS))
 
 def measure(conv: nn.Conv2d, shape: tuple, activation: str | None, rounds: int) -> dict:
     cudnn, kernel, ref = ab_calls(conv, shape, activation)
-    fns = {"cudnn": cudnn, **{f"p{p}": kernel(p) for p in PIXELS}}
+    fns = {"cudnn": cudnn, **{f"p{p}": kernel(p, 1) for p in PIXELS}}  # one thread per vector
     return {"module": repr(conv), "input": list(shape), "output": list(ref.shape),
             "activation": activation, "checks": checks(fns, ref),
             "graph_us": replayed_us(fns, rounds)}  # fmt: skip
