@@ -248,21 +248,19 @@ class ChannelSplitRule:
     ``s`` ways it is ``s`` times shorter, for ``s`` times the threads and a butterfly of
     shuffles: it pays while the split grid stays within ``max_threads`` (about a wave of the
     one-CTA-per-SM schedule), the largest such split being the fastest. Only one-pixel
-    threads of groups of at least ``min_group_in`` input channels split (the narrowest
-    measured): with several pixels a thread's chains already run side by side, and narrower
-    groups' chains are short. At most ``max_split`` ways (the most that any measured call
-    ran fastest at).
+    threads split: with several pixels a thread's chains already run side by side. At most
+    ``max_split`` ways (the most that any measured call ran fastest at), and a part per
+    activation vector of the group at most (16-wide groups: two).
     """
 
     max_threads: int
-    min_group_in: int
     max_split: int
 
     def split(self, problem: Conv2dProblemShape, config: GroupedDirectConfig) -> int:
         """The split of ``problem`` on ``config`` (its pixels and channel norm set)."""
         if config.depthwise or config.filter_krsc or config.channel_norm_eps is not None:
             return 1
-        if config.pixels != 1 or config.group_in < self.min_group_in:
+        if config.pixels != 1:
             return 1
         threads = problem.K // config.vector * problem.N * problem.P * problem.Q
         parts = config.group_in // config.in_vector
@@ -277,11 +275,16 @@ class ChannelSplitRule:
 # picks the best swept split of every call; summed over every call 10,717 -> 10,471 us
 # (batch 1 1.08-1.16x per forward, batch 8 unchanged). Judged on RegNetY-16GF, RegNetX-16GF,
 # RegNetY-32GF and RegNetX-32GF (112 to 232 wide, named before they were measured): the best
-# split of all but one call (a 232-wide one, 2,701 against 2,706 us summed), and on
-# ResNeXt-101 32x8d and 64x4d, never swept: the best split of its 64-wide calls (two ways,
-# 0.71x one's time); its 16- and 32-wide batch-1 calls, which min_group_in leaves at one
-# thread, ran 0.83-0.92x at two.
-FITTED_SPLIT = ChannelSplitRule(max_threads=45_000, min_group_in=48, max_split=4)
+# split of all but one call (a 232-wide one, 2,701 against 2,706 us summed). First adopted on
+# groups of 48 or more input channels only; the narrower ones were then swept (ResNeXt-101
+# 32x8d and 64x4d, ResNeXt-50, RegNetX-400MF, RegNetY-800MF, RegNetX-800MF, RegNetY-1.6GF,
+# RegNetX-1.6GF: 16, 24 and 32 wide) and on none did the same threshold pick a split slower
+# than one thread, so every width takes it: over all thirteen models' calls 71,625 -> 70,893
+# us summed (the best split per call 70,773), batch-1 forwards up to 1.25x (RegNetY-1.6GF),
+# none slower. A 24-wide call of 28,224 threads ran 1.42x slower split in two (56,448
+# threads); some 16- and 32-wide calls of 25,088 threads ran 0.90-0.92x split, which the
+# threshold leaves at one.
+FITTED_SPLIT = ChannelSplitRule(max_threads=45_000, max_split=4)
 
 
 def channel_split_for(problem: Conv2dProblemShape, config: GroupedDirectConfig) -> int:

@@ -625,7 +625,8 @@ def test_a_call_runs_the_rules_pixels_unless_it_names_them():
         (1, 14, 432, 9, 1, 4),  # RegNetX-3.2GF: 48 wide, 10,584 threads
         (1, 7, 1008, 21, 1, 4),  # 48 wide, 6,174 threads: 8 ways is past its 6 vectors
         (8, 14, 1008, 21, 1, 1),  # batch 8: 49,392 threads
-        (1, 14, 96, 4, 1, 1),  # 24 wide: narrower than any measured split
+        (1, 14, 96, 4, 1, 2),  # 24 wide, 2,352 threads: 3 vectors, so 2 ways at most
+        (1, 14, 64, 8, 1, 1),  # 8 wide: one vector, nothing to split
         (1, 7, 512, 8, 1, 4),  # 64 wide, 3,136 threads: 8 ways is past max_split
         (1, 14, 96, 2, 2, 4),  # 48 wide, stride 2: 12 * 49 = 588 threads
         (1, 14, 96, 96, 1, 1),  # depthwise
@@ -637,7 +638,7 @@ def test_channel_split_for(n, size, c, groups, stride, split):
     config = grouped_limits(c, c, groups)
     config = dataclasses.replace(config, pixels=pixels_per_thread(problem, config))
     assert channel_split_for(problem, config) == split
-    assert FITTED_SPLIT == ChannelSplitRule(max_threads=45_000, min_group_in=48, max_split=4)
+    assert FITTED_SPLIT == ChannelSplitRule(max_threads=45_000, max_split=4)
 
 
 def test_the_split_rule_leaves_several_pixels_and_the_channel_norm_alone():

@@ -9,14 +9,15 @@ at one thread per output vector (``s1``), at the split the rule picks and at the
 split of each call, over every swept call (the split sets the kernel's speed whoever calls
 it) and, beside them, over the calls ``cute_conv.nn.Conv2d`` runs on the kernel
 (``runs_grouped_kernel``). ``--search`` walks ``max_threads`` over multiples of 1,024 and
-prints the range of least summed time; ``min_group_in`` and ``max_split`` stay the
-package's (the narrowest swept width, the most ways any call ran fastest at).
+prints the range of least summed time; ``max_split`` stays the package's (the most ways any
+call ran fastest at).
 
 How the package's ``FITTED_SPLIT`` came about (H200): fitted on
 ``grouped_split_sweep_fit_H200.json`` (RegNetX-8GF, RegNetY-8GF, RegNetX-3.2GF at batch 1 and
 8), judged on ``..._heldout_H200.json`` (RegNetY-16GF, RegNetX-16GF, RegNetY-32GF,
-RegNetX-32GF, named before they were measured) and ``..._resnext_H200.json`` (ResNeXt-101
-32x8d and 64x4d). See the comment on ``FITTED_SPLIT``.
+RegNetX-32GF, named before they were measured); narrower groups then swept in
+``..._resnext_H200.json``, ``..._narrow_heldout_H200.json`` and ``..._24_H200.json``. See the
+comment on ``FITTED_SPLIT``.
 """
 
 from __future__ import annotations
