@@ -246,8 +246,9 @@ class ChannelSplitRule:
     per output channel; on a call of few threads that chain, not the SMs' issue rate, is the
     call's time (RegNetX-8GF's 120-wide batch-1 calls took ~53 us whatever their size). Split
     ``s`` ways it is ``s`` times shorter, for ``s`` times the threads and a butterfly of
-    shuffles: it pays while the split grid stays within ``max_threads`` (about a wave of the
-    one-CTA-per-SM schedule), the largest such split being the fastest. Only one-pixel
+    shuffles: it pays while the split grid stays within ``max_threads`` (about one wave of
+    the split kernel on 132 SMs at three 128-thread CTAs an SM, its 136-168 registers on most
+    widths), the largest such split being the fastest. Only one-pixel
     threads split: with several pixels a thread's chains already run side by side. At most
     ``max_split`` ways (the most that any measured call ran fastest at), and a part per
     activation vector of the group at most (16-wide groups: two).
