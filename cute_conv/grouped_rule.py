@@ -234,7 +234,16 @@ FITTED_PIXELS = PixelsRule(
 def pixels_per_thread(problem: Conv2dProblemShape, config: GroupedDirectConfig) -> int:
     """The grouped kernel's output pixels per thread for ``problem`` (``config``'s group
     shape): ``FITTED_PIXELS``."""
+    _check_rule_args(problem, config)
     return FITTED_PIXELS.pixels(problem, config)
+
+
+def _check_rule_args(problem: object, config: object) -> None:
+    """A ``TypeError`` naming the argument unless the two are a problem and a grouped config."""
+    if not isinstance(problem, Conv2dProblemShape):
+        raise TypeError(f"problem must be a Conv2dProblemShape, got {type(problem).__name__}")
+    if not isinstance(config, GroupedDirectConfig):
+        raise TypeError(f"config must be a GroupedDirectConfig, got {type(config).__name__}")
 
 
 @dataclass(frozen=True)
@@ -256,6 +265,14 @@ class ChannelSplitRule:
 
     max_threads: int
     max_split: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_threads, bool) or not isinstance(self.max_threads, int):
+            raise TypeError(f"max_threads must be an int, got {type(self.max_threads).__name__}")
+        if self.max_threads < 1:
+            raise ValueError(f"max_threads must be >= 1, got {self.max_threads}")
+        if isinstance(self.max_split, bool) or self.max_split not in CHANNEL_SPLITS:
+            raise ValueError(f"max_split must be one of {CHANNEL_SPLITS}, got {self.max_split!r}")
 
     def split(self, problem: Conv2dProblemShape, config: GroupedDirectConfig) -> int:
         """The split of ``problem`` on ``config`` (its pixels and channel norm set)."""
@@ -291,4 +308,5 @@ FITTED_SPLIT = ChannelSplitRule(max_threads=45_000, max_split=4)
 def channel_split_for(problem: Conv2dProblemShape, config: GroupedDirectConfig) -> int:
     """The grouped kernel's threads per output vector for ``problem`` (``config`` with its
     pixels and channel norm set): ``FITTED_SPLIT``."""
+    _check_rule_args(problem, config)
     return FITTED_SPLIT.split(problem, config)

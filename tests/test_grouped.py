@@ -641,6 +641,29 @@ def test_channel_split_for(n, size, c, groups, stride, split):
     assert FITTED_SPLIT == ChannelSplitRule(max_threads=45_000, max_split=4)
 
 
+@pytest.mark.parametrize("rule", [channel_split_for, pixels_per_thread])
+def test_the_rules_refuse_what_is_not_a_problem_and_a_config(rule):
+    problem = Conv2dProblemShape(N=1, H=7, W=7, C=96, K=96, R=3, S=3, padding=(1, 1))
+    with pytest.raises(TypeError, match="problem must be a Conv2dProblemShape, got tuple"):
+        rule((1, 7, 7, 96), grouped_limits(96, 96, 2))
+    with pytest.raises(TypeError, match="config must be a GroupedDirectConfig, got NoneType"):
+        rule(problem, None)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(max_threads=0, max_split=4), ValueError, "max_threads must be >= 1, got 0"),
+        (dict(max_threads=2.5, max_split=4), TypeError, "max_threads must be an int, got float"),
+        (dict(max_threads=100, max_split=3), ValueError, r"max_split must be one of \(1, 2, 4, 8\)"),
+        (dict(max_threads=100, max_split=True), ValueError, "max_split must be one of"),
+    ],
+)
+def test_a_split_rule_refuses_bad_constants(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        ChannelSplitRule(**kwargs)
+
+
 def test_the_split_rule_leaves_several_pixels_and_the_channel_norm_alone():
     """Only one-pixel threads split: with more pixels, or a normalized output (the split
     form refuses it), the rule keeps one thread per output vector."""
