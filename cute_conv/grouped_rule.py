@@ -129,6 +129,12 @@ def runs_grouped_kernel(
     return FITTED.takes(macs, group_in, groups)
 
 
+def _one_pixel_threads(problem: Conv2dProblemShape, config: GroupedDirectConfig) -> int:
+    """The grouped kernel's threads for ``problem`` at one output pixel each and one thread
+    per output vector: what the pixels and split rules' thresholds count."""
+    return problem.K // config.vector * problem.N * problem.P * problem.Q
+
+
 @dataclass(frozen=True)
 class PixelsRule:
     """How many adjacent output pixels of a row a grouped-kernel thread computes.
@@ -163,7 +169,7 @@ class PixelsRule:
     grouped_one_pixel_threads: int = 0  # 0: never one (below grouped_two_pixels_threads)
 
     def pixels(self, problem: Conv2dProblemShape, config: GroupedDirectConfig) -> int:
-        threads = problem.K // config.vector * problem.N * problem.P * problem.Q
+        threads = _one_pixel_threads(problem, config)
         if not config.depthwise:
             if config.group_in > self.grouped_max_width:
                 return 1
@@ -280,7 +286,7 @@ class ChannelSplitRule:
             return 1
         if config.pixels != 1:
             return 1
-        threads = problem.K // config.vector * problem.N * problem.P * problem.Q
+        threads = _one_pixel_threads(problem, config)
         parts = config.group_in // config.in_vector
         most = min(parts, self.max_split)
         fits = [s for s in CHANNEL_SPLITS if s <= most and threads * s <= self.max_threads]
