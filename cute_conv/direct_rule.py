@@ -25,6 +25,14 @@ the train stem at batch 8 ran 19.9 against 20.7 us. Calls with a residual (the c
 on the train rows 21.7 against the tensor cores' 23.2 us (the stem at batch 8) and 7.6 against
 8.3 (the 1x1 of C=K=8 at batch 8); held out, 25.1 against 28.2 us summed over three rows
 (``experiments/direct_dense_routed_residual_H200.json``).
+
+K not a multiple of 8 (a VAE's 1x1 into 4 latent channels) takes the same bounds at 4, 2 or 1
+output channels per thread (``output_vector``): the tensor-core path gathers such calls with
+a tile of at least 32 output channels. On the corpus's two train rows (the 1x1 of C=K=4 on
+64x64 and 128x128 maps at batch 8) it ran 6.7 and 7.2 us against the tensor cores' 7.7 and
+12.0 (residual: 7.3 and 8.2 against 8.0 and 14.5); on the five held-out rows plain 6.3-12.7
+against 6.5-12.7 (the 1x1 of C=13, K=5: 7.0 against 9.8), but three of the five residual
+calls slower by 0.2-0.9 us (``experiments/direct_dense_odd_k_H200.json``).
 """
 
 from __future__ import annotations
@@ -35,8 +43,8 @@ from .grouped_rule import pixels_per_thread
 from .kernels.common.epilogue import EpilogueSpec
 from .kernels.common.grouped_direct import (
     MAX_GROUP_IN,
-    VECTOR,
     GroupedDirectConfig,
+    output_vector,
     runs_epilogue,
 )
 from .problem import Conv2dProblemShape
@@ -61,22 +69,24 @@ def direct_dense_config(
     problem: Conv2dProblemShape, element_bytes: int, out_bytes: int
 ) -> GroupedDirectConfig | None:
     """The ``GroupedDirectConfig`` a call without a config runs ``problem`` with (one group,
-    the KRSC filter, ``grouped_rule``'s pixels per thread), or None for the tensor-core
-    kernels: 16-bit inputs and a 16- or 32-bit output, C at most
-    ``DIRECT_MAX_CHANNELS``, K a multiple of 8, at most ``DIRECT_MAX_PIXEL_MACS``
-    multiply-adds per output pixel and ``DIRECT_MAX_MACS`` in all, and at least
-    ``DIRECT_MIN_PIXELS`` output pixels."""
+    the KRSC filter, ``output_vector``'s channels and ``grouped_rule``'s pixels per thread),
+    or None for the tensor-core kernels: 16-bit inputs and a 16- or 32-bit output, C at most
+    ``DIRECT_MAX_CHANNELS``, at most ``DIRECT_MAX_PIXEL_MACS`` multiply-adds per output pixel
+    and ``DIRECT_MAX_MACS`` in all, and at least ``DIRECT_MIN_PIXELS`` output pixels."""
     if not cuda_core_io(element_bytes, out_bytes):
         return None
-    if problem.C > DIRECT_MAX_CHANNELS or problem.K % VECTOR:
+    if problem.C > DIRECT_MAX_CHANNELS:
         return None
     pixel_macs = problem.R * problem.S * problem.C * problem.K
     if pixel_macs > DIRECT_MAX_PIXEL_MACS or problem.gemm_m < DIRECT_MIN_PIXELS:
         return None
     if problem.gemm_m * pixel_macs > DIRECT_MAX_MACS:
         return None
-    config = GroupedDirectConfig(problem.C, problem.K, filter_krsc=True)
+    config = GroupedDirectConfig(
+        problem.C, problem.K, filter_krsc=True, vector=output_vector(problem.K)
+    )
     return replace(config, pixels=pixels_per_thread(problem, config))
+
 
 
 def check_direct_dense_fits(
@@ -94,8 +104,8 @@ def check_direct_dense_fits(
     if (config.group_in, config.group_out) != (problem.C, problem.K):
         raise ValueError(
             f"a GroupedDirectConfig for conv2d_fprop is one group of all channels: "
-            f"group_in={problem.C}, group_out={problem.K} (C <= {MAX_GROUP_IN}, K a multiple "
-            f"of {VECTOR}); got group_in={config.group_in}, group_out={config.group_out}"
+            f"group_in={problem.C}, group_out={problem.K} (C <= {MAX_GROUP_IN}); got "
+            f"group_in={config.group_in}, group_out={config.group_out}"
         )
     if not config.filter_krsc or config.window or config.channel_norm_eps is not None:
         raise ValueError(

@@ -1,15 +1,17 @@
 """GPU numerics of few-channel dense convs on the grouped kernel's direct form reading the
 KRSC filter (``GroupedDirectConfig(filter_krsc=True)``, ``cute_conv.direct_rule``), against
 float32 with the output inside a sentinel guard band (``test_thread_store_sm90.run_and_check``):
-the stems the rule takes and configs past it (C of 1 to 16, K of 8 to 64, strides, dilation,
-asymmetric padding, several pixels per thread), every epilogue term it runs (scale, bias,
-activations, both residual orders, in place), 16-bit and float32 outputs, a channel-slice
-output, a CUDA-graph replay, and the calls the rule sends to it or leaves to the tensor cores."""
+the stems the rule takes and configs past it (C of 1 to 16, K of 4 to 64 and K not a multiple
+of 8 at 4, 2 and 1 channels per thread, strides, dilation, asymmetric padding, several pixels
+per thread), every epilogue term it runs (scale, bias, activations, both residual orders, in
+place), 16-bit and float32 outputs, a channel-slice output, a CUDA-graph replay, and the calls
+the rule sends to it or leaves to the tensor cores."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from cute_conv.kernels.common.grouped_direct import output_vector
 
 import cute_conv
 import cute_conv.reference
@@ -29,11 +31,17 @@ PROBLEMS = {
     "c8-1x1": (2, 20, 17, 8, 8, 1, 1, {}),
     "c16-5x5": (1, 19, 23, 16, 64, 5, 5, dict(padding=2)),  # past the rule's bounds
     "c5-7x7": (2, 21, 18, 5, 24, 7, 7, dict(stride=(2, 3), padding=2)),
+    # K not a multiple of 8: 4, 2 and 1 output channels per thread
+    "c4-k4-1x1": (2, 20, 17, 4, 4, 1, 1, {}),
+    "c3-k6-3x3": (2, 17, 19, 3, 6, 3, 3, dict(stride=2, padding=1)),
+    "c13-k5-1x1": (3, 15, 21, 13, 5, 1, 1, {}),
+    "c3-k13-5x5": (2, 24, 29, 3, 13, 5, 5, dict(stride=3, padding=((2, 6), (0, 0)),
+                                                dilation=(3, 1))),  # fmt: skip
 }
 
 
 def direct(c: int, k: int, pixels: int = 1) -> GroupedDirectConfig:
-    return GroupedDirectConfig(c, k, pixels=pixels, filter_krsc=True)
+    return GroupedDirectConfig(c, k, pixels=pixels, filter_krsc=True, vector=output_vector(k))
 
 
 @pytest.mark.parametrize("pixels", [1, 2, 4, 8])
@@ -43,6 +51,7 @@ def test_direct_shapes(problem, pixels):
     run_and_check(n, h, w, c, k, r, s, geom=geom, config=direct(c, k, pixels))
 
 
+@pytest.mark.parametrize("c,k", [(3, 32), (4, 4), (13, 5)], ids=["k32", "k4", "k5"])
 @pytest.mark.parametrize(
     "epilogue",
     [dict(bias=False, scale=False, activation=None, alpha=1.0), dict(activation="silu"),
@@ -50,19 +59,21 @@ def test_direct_shapes(problem, pixels):
      dict(out_dtype=torch.float32), dict(out_dtype=torch.float16, beta=1.0)],
     ids=["linear", "silu", "residual", "in-place", "pre-act", "fp32", "fp16"],
 )  # fmt: skip
-def test_direct_epilogues(epilogue):
-    run_and_check(2, 30, 30, 3, 32, 3, 3, geom=dict(stride=2, padding=1), config=direct(3, 32, 4),
+def test_direct_epilogues(epilogue, c, k):
+    run_and_check(2, 30, 30, c, k, 3, 3, geom=dict(stride=2, padding=1), config=direct(c, k, 4),
                   **epilogue)  # fmt: skip
 
 
-def test_direct_writes_a_channel_slice_in_place():
-    x, flt = random_conv_inputs(2, 24, 24, 3, 32, 3, 3)
+@pytest.mark.parametrize("k", [32, 5, 4], ids=lambda k: f"k{k}")
+def test_direct_writes_a_channel_slice_in_place(k):
+    offset = 8  # 16 bytes: the output's base alignment
+    x, flt = random_conv_inputs(2, 24, 24, 3, k, 3, 3)
     buffer = torch.full((2, 12, 12, 48), float("nan"), device="cuda", dtype=torch.bfloat16)
-    out = buffer[..., 8:40]
-    cute_conv.conv2d_fprop(x, flt, stride=2, padding=1, out=out, config=direct(3, 32, 2))
+    out = buffer[..., offset:offset + k]
+    cute_conv.conv2d_fprop(x, flt, stride=2, padding=1, out=out, config=direct(3, k, 2))
     ref = cute_conv.reference.conv2d_reference(x, flt, stride=2, padding=1)
     assert compare_to_reference(out, ref).ok
-    assert buffer[..., :8].isnan().all() and buffer[..., 40:].isnan().all()
+    assert buffer[..., :offset].isnan().all() and buffer[..., offset + k:].isnan().all()
 
 
 def test_direct_replays_in_a_cuda_graph():
@@ -91,6 +102,16 @@ def test_the_rule_sends_few_channel_stems_to_the_direct_form():
         assert isinstance(config, Conv2dConfig), shape
     run_and_check(1, 224, 224, 3, 32, 3, 3, geom=dict(stride=2, padding=1))  # the default call
     run_and_check(1, 224, 224, 3, 32, 3, 3, geom=dict(stride=2, padding=1), beta=1.0)  # residual
+
+
+@pytest.mark.parametrize("c,k,vector", [(4, 4, 4), (13, 5, 1), (5, 86, 2)],
+                         ids=["k4", "k5", "k86"])  # fmt: skip
+def test_the_rule_sends_few_output_channels_to_the_direct_form(c, k, vector):
+    config, plan = plan_config(2, 48, 48, c, k, 1)  # 4,608 output pixels
+    assert isinstance(config, GroupedDirectConfig) and config.vector == vector
+    assert not plan.needs_staging
+    run_and_check(2, 48, 48, c, k, 1, 1)  # the default call
+    run_and_check(2, 48, 48, c, k, 1, 1, beta=1.0)
 
 
 def test_an_epilogue_function_leaves_the_stem_to_the_tensor_cores():

@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 import torch
 from cute_conv.kernels.common.epilogue import EpilogueSpec
+from cute_conv.kernels.common.grouped_direct import output_vector
 
 from cute_conv import (
     Conv2dConfig,
@@ -64,15 +65,35 @@ def test_the_rule_takes_few_channel_stems(problem):
 @pytest.mark.parametrize(
     "problem,element_bytes,out_bytes",
     [(STEM, 1, 2), (STEM, 2, 1), (conv(1, 224, 224, 17, 32, 1), 2, 2),
-     (conv(1, 224, 224, 3, 36, 3, padding=1), 2, 2),
+     (conv(1, 224, 224, 3, 40, 3, padding=1), 2, 2),
      (conv(1, 224, 224, 3, 64, 3, stride=2, padding=1), 2, 2),
      (conv(1, 224, 224, 3, 64, 7, stride=2, padding=3), 2, 2),
      (conv(32, 224, 224, 3, 32, 3, stride=2, padding=1), 2, 2),
      (conv(1, 16, 16, 8, 8), 2, 2), (conv(128, 1, 1, 12, 48), 2, 2)],
-    ids=["fp8-in", "fp8-out", "c17", "k36", "k64-3x3", "7x7", "b32-macs", "m256", "m128"],
+    ids=["fp8-in", "fp8-out", "c17", "k40-3x3", "k64-3x3", "7x7", "b32-macs", "m256", "m128"],
 )  # fmt: skip
 def test_the_rule_leaves_the_rest_to_the_tensor_cores(problem, element_bytes, out_bytes):
     assert direct_dense_config(problem, element_bytes, out_bytes) is None
+
+
+@pytest.mark.parametrize(
+    "problem,vector",
+    [(conv(8, 128, 128, 4, 4), 4), (conv(16, 35, 41, 13, 5), 1), (conv(16, 35, 7, 5, 86), 2),
+     (conv(1, 224, 224, 3, 36, 3, padding=1), 4), (conv(1, 64, 64, 3, 1), 1)],
+    ids=["vae-k4", "k5", "k86", "k36-3x3", "k1"],
+)  # fmt: skip
+def test_the_rule_takes_k_not_a_multiple_of_8_at_its_widest_vector(problem, vector):
+    config = direct_dense_config(problem, 2, 2)
+    expected = GroupedDirectConfig(problem.C, problem.K, filter_krsc=True, vector=vector)
+    assert config == replace(expected, pixels=pixels_per_thread(problem, expected))
+    assert heuristic_config(problem, 132) == config
+    check_direct_dense_fits(config, problem, 2, 2, PLAIN)  # no raise
+
+
+@pytest.mark.parametrize("k,vector", [(8, 8), (24, 8), (12, 4), (36, 4), (6, 2), (86, 2), (5, 1),
+                                      (13, 1), (1, 1)])  # fmt: skip
+def test_output_vector_is_the_widest_that_divides(k, vector):
+    assert output_vector(k) == vector
 
 
 def test_the_rule_bounds_per_pixel_total_and_pixels():
@@ -131,12 +152,36 @@ def test_the_config_the_rule_makes_fits_its_call():
 # ---- the config ----
 
 
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [(dict(group_out=5, vector=8), "vector=8: group_out=5 takes vector=1"),
+     (dict(group_out=12, vector=8), "vector=8: group_out=12 takes vector=4"),
+     (dict(group_out=6, vector=4), "vector=4: group_out=6 takes vector=2"),
+     (dict(group_out=24, vector=4), r"vector=4: group_out=24 takes vector=8, the widest of "
+                                    r"\(8, 4, 2, 1\) that divides it \(grouped form\)"),
+     (dict(group_out=1, vector=True), "vector=True: group_out=1 takes vector=1"),
+     (dict(group_out=2, vector=2.0), "vector=2.0: group_out=2 takes vector=2")],
+    ids=["k5-v8", "k12-v8", "k6-v4", "k24-v4", "bool", "float"],
+)  # fmt: skip
+def test_the_grouped_forms_vector_divides_its_output_channels(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        GroupedDirectConfig(3, filter_krsc=True, **kwargs)
+    group_out = kwargs["group_out"]
+    GroupedDirectConfig(3, group_out, filter_krsc=True, vector=output_vector(group_out))
+
+
+def test_a_depthwise_config_keeps_its_own_vectors():
+    with pytest.raises(ValueError, match=r"vector=1: one of \(8, 4, 2\) \(depthwise form\)"):
+        GroupedDirectConfig(1, 1, vector=1)
+
+
 def test_filter_krsc_is_a_bool_and_survives_the_ops_string():
     with pytest.raises(ValueError, match="filter_krsc must be a bool"):
         GroupedDirectConfig(3, 32, filter_krsc=1)
-    config = GroupedDirectConfig(3, 32, pixels=4, filter_krsc=True)
-    check_config_type(config)  # does not raise
-    assert config_from_str(config_to_str(config)) == config
+    for config in (GroupedDirectConfig(3, 32, pixels=4, filter_krsc=True),
+                   GroupedDirectConfig(13, 5, pixels=4, filter_krsc=True, vector=1)):  # fmt: skip
+        check_config_type(config)  # does not raise
+        assert config_from_str(config_to_str(config)) == config
 
 
 # ---- the dispatch ----

@@ -266,7 +266,7 @@ def test_a_tap_loads_a_batch_of_filter_vectors_before_its_multiply_adds(config, 
 
 
 def test_config_vectors_other_than_depthwise_raise():
-    with pytest.raises(ValueError, match="vector=4: one of"):
+    with pytest.raises(ValueError, match="vector=4: group_out=24 takes vector=8"):
         GroupedDirectConfig(24, 24, vector=4)
     with pytest.raises(ValueError, match="vector=3: one of"):
         GroupedDirectConfig(1, 1, vector=3)

@@ -20,6 +20,11 @@ and timed against ``tensor`` / ``tensor_fused`` (the tensor-core config,
 ``heuristic_config(..., cuda_cores=False)``), ``direct_rule`` (the staged filter) and cuDNN;
 and ``relu(conv + b) + r`` on both (``direct_residual``: the rule's config passed explicitly;
 ``tensor_residual``).
+
+``--routed --odd-k``: the same on problems of K not a multiple of 8 (4, 2 or 1 output
+channels per thread), without the staged-filter columns (``grouped_conv2d`` takes 8-channel
+output vectors only), and with the KRSC form at 1, 2, 4 and 8 pixels per thread
+(``krsc_p1`` ..) beside the rule's.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -47,10 +53,13 @@ CORPUS = Path(__file__).resolve().parents[1] / "corpus.json"
 PIXELS = (1, 2, 4)
 
 
-def selected(max_gflop: float, max_channels: int) -> list[dict]:
+def selected(max_gflop: float, max_channels: int, odd_k: bool = False) -> list[dict]:
+    """The corpus's problems of at most ``max_channels`` input channels and ``max_gflop``,
+    K a multiple of 8 (``odd_k``: K not one)."""
     problems = json.loads(CORPUS.read_text())["problems"]
     return [p for p in problems
-            if p["C"] <= max_channels and p["K"] % 8 == 0 and p["gflop"] <= max_gflop]  # fmt: skip
+            if p["C"] <= max_channels and (p["K"] % 8 != 0) == odd_k
+            and p["gflop"] <= max_gflop]  # fmt: skip
 
 
 def problem_of(p: dict) -> Conv2dProblemShape:
@@ -74,7 +83,13 @@ def measure(p: dict, rounds: int, routed: bool) -> dict:
     bias = torch.randn(p["K"], device="cuda", dtype=torch.bfloat16)
     staged = stage_filter(w)
     problem = problem_of(p)
-    rule = pixels_per_thread(problem, grouped_limits(p["C"], p["K"], 1))
+    # grouped_conv2d takes 8-channel output vectors only: K not a multiple of 8 runs only
+    # through conv2d_fprop (the routed calls).
+    staged_form = p["K"] % 8 == 0
+    if staged_form:
+        rule = pixels_per_thread(problem, grouped_limits(p["C"], p["K"], 1))
+    else:
+        rule = direct_dense_config(problem, 2, 2).pixels
     nchw, w_nchw = x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2)
     (top, bottom), (left, right) = padding
     padded = F.pad(nchw.float(), (left, right, top, bottom))
@@ -86,7 +101,14 @@ def measure(p: dict, rounds: int, routed: bool) -> dict:
                                       padding=padding, pixels=pixels, **geom, **kw)  # fmt: skip
 
     fns = {} if routed else {f"direct_p{n}": direct(n) for n in PIXELS}
-    fns["direct_rule"] = direct(rule)
+    if staged_form:
+        fns["direct_rule"] = direct(rule)
+    else:
+        for n in (*PIXELS, 8):
+            config = replace(direct_dense_config(problem, 2, 2), pixels=n)
+            fns[f"krsc_p{n}"] = lambda config=config: cute_conv.conv2d_fprop(
+                x, w, padding=padding, config=config, **geom
+            )
     fns["conv"] = lambda: cute_conv.conv2d_fprop(x, w, padding=padding, **geom)
     if routed:
         tensor = heuristic_config(problem, sm_count(0), cuda_cores=False)
@@ -95,9 +117,10 @@ def measure(p: dict, rounds: int, routed: bool) -> dict:
     errors = {name: relative_error(fn(), reference) for name, fn in fns.items()}
     fused = {"bias": bias, "activation": "relu"}
     fused_fns = {
-        "direct_fused": direct(rule, **fused),
         "conv_fused": lambda: cute_conv.conv2d_fprop(x, w, padding=padding, **fused, **geom),
     }
+    if staged_form:
+        fused_fns["direct_fused"] = direct(rule, **fused)
     if routed:
         fused_fns["tensor_fused"] = lambda: cute_conv.conv2d_fprop(
             x, w, padding=padding, config=tensor, **fused, **geom
@@ -134,11 +157,14 @@ def main() -> None:
     parser.add_argument("--max-channels", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--routed", action="store_true", help="the problems the rule takes")
+    parser.add_argument("--odd-k", action="store_true", help="K not a multiple of 8 (--routed)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
     rows = []
-    for p in selected(args.max_gflop, args.max_channels):
+    if args.odd_k and not args.routed:
+        parser.error("--odd-k times the routed calls only: pass --routed")
+    for p in selected(args.max_gflop, args.max_channels, args.odd_k):
         if args.routed and direct_dense_config(problem_of(p), 2, 2) is None:
             continue
         row = measure(p, args.rounds, args.routed)

@@ -8,8 +8,9 @@ tile; cuDNN runs them in NHWC through layout transforms of the activation and th
 (RegNetY-1.6GF at batch 1 on an H200: three transforms per grouped conv, 40% of the forward).
 
 Each thread owns ``vector`` output channels (``VECTOR``, 8: 16 bytes; a depthwise conv of
-channels not a multiple of 8 takes 4 or 2: ShuffleNetV2's 58 and 116) of ``pixels`` adjacent
-output pixels of a row
+channels not a multiple of 8 takes 4 or 2: ShuffleNetV2's 58 and 116; a grouped one whose
+groups' output channels are not takes 4, 2 or 1: a dense conv into a VAE's 4 latent
+channels) of ``pixels`` adjacent output pixels of a row
 (adjacent threads adjacent channel vectors, so a warp's stores are coalesced). It walks the
 filter taps and sums in float32, then runs the tensor-core kernels' epilogue
 (``apply_epilogue``) on each pixel's vector and stores it with one vector store; a residual's
@@ -25,9 +26,9 @@ the price of fewer threads. Two forms, chosen at compile time by the config:
   are 1), a filter row's taps are unrolled and the ``pixels + window - 1`` input columns they
   read are loaded and converted once each, all before the row's multiply-adds: the loads of
   a row overlap instead of each tap waiting on its own.
-- grouped (``group_out`` a multiple of ``VECTOR``): the thread's output channels share one
+- grouped (``group_out`` a multiple of ``vector``): the thread's output channels share one
   group's inputs: per tap it loads each pixel's activations of the group ``in_vector``
-  channels at a time, and for each input channel one filter vector (its ``VECTOR`` output
+  channels at a time, and for each input channel one filter vector (its ``vector`` output
   channels), and multiplies each pixel's input into all of them. A batch of input channels'
   loads all issue before their multiply-adds (``FILTER_BATCH``). With a ``channel_split`` of
   2, 4 or 8 that many adjacent threads share an output vector, each summing every
@@ -69,6 +70,9 @@ THREADS = 128
 VECTOR = 8  # 16-bit output channels per thread: one 16-byte filter load and store
 # A depthwise thread's channels where C is not a multiple of VECTOR: 8- or 4-byte loads.
 DEPTHWISE_VECTORS = (VECTOR, 4, 2)
+# A grouped thread's output channels where the group's are not a multiple of VECTOR (the dense
+# form's few output channels: a VAE's K=4, a detection head's K=3): 8-, 4- or 2-byte stores.
+GROUPED_VECTORS = (VECTOR, 4, 2, 1)
 MAX_GROUP_IN = 256  # input channels per group: the grouped form unrolls its loop over them
 # Input channels whose filter vectors a grouped thread loads before multiplying: one round trip
 # to L2 per batch, not per few loads. At most FILTER_BATCH (their VECTOR 16-bit weights each in
@@ -87,6 +91,12 @@ MAX_NORM_CHANNELS = NORM_THREADS * VECTOR  # at vector 8; NORM_THREADS * vector 
 WARP = 32
 
 
+def output_vector(group_out: int) -> int:
+    """The grouped form's output channels per thread: the widest of ``GROUPED_VECTORS`` (8, 4,
+    2, 1) that divides ``group_out``."""
+    return next(v for v in GROUPED_VECTORS if group_out % v == 0)
+
+
 def runs_epilogue(spec: EpilogueSpec) -> bool:
     """Whether the kernel runs ``spec``: scale, bias, an activation and a residual, but no
     ``epilogue_fn``, amax or source scale."""
@@ -100,15 +110,16 @@ class GroupedDirectConfig:
     Attributes:
         group_in: input channels per group, ``C / groups`` (1 .. ``MAX_GROUP_IN``).
         group_out: output channels per group, ``K / groups``: 1 with ``group_in == 1``
-            (depthwise), else a multiple of ``VECTOR``.
+            (depthwise), else a multiple of ``vector``.
         pixels: adjacent output pixels of a row per thread (1 .. ``MAX_PIXELS``).
         window: depthwise only: the filter width ``S`` compiled into the row window form
             (1 .. ``MAX_WINDOW``; the conv's stride and dilation along the row must be 1),
             or 0: the taps walked at run time.
         channel_norm_eps: None, or each output pixel normalized over its channels with this
             epsilon (see the module docstring): a finite float >= 0.
-        vector: output channels per thread: ``VECTOR``, or (depthwise only) one of
-            ``DEPTHWISE_VECTORS`` (K a multiple of it).
+        vector: output channels per thread: one of ``DEPTHWISE_VECTORS`` (depthwise: K a
+            multiple of it), else ``output_vector(group_out)``: ``VECTOR`` where
+            ``group_out`` is a multiple of it.
         filter_krsc: the filter read as the conv's KRSC tensor (``[K, R, S, C / groups]``,
             a thread's output channels ``R * S * C / groups`` apart: scalar loads) instead
             of staged ``[R, S, C / groups, K]`` (one vector load): for the calls of
@@ -149,11 +160,6 @@ class GroupedDirectConfig:
                 f"GroupedDirectConfig.pixels={self.pixels}: at most {MAX_PIXELS} output pixels "
                 "per thread"
             )
-        if not self.depthwise and self.group_out % VECTOR:
-            raise ValueError(
-                f"GroupedDirectConfig.group_out={self.group_out}: a multiple of {VECTOR} output "
-                "channels per group, or 1 with group_in=1 (depthwise)"
-            )
         if self.window > MAX_WINDOW:
             raise ValueError(
                 f"GroupedDirectConfig.window={self.window}: at most {MAX_WINDOW} filter columns"
@@ -166,10 +172,17 @@ class GroupedDirectConfig:
                 f"GroupedDirectConfig.channel_norm_eps must be None or a finite float >= 0, "
                 f"got {eps!r}"
             )
-        if self.vector not in (DEPTHWISE_VECTORS if self.depthwise else (VECTOR,)):
-            raise ValueError(
-                f"GroupedDirectConfig.vector={self.vector!r}: one of {DEPTHWISE_VECTORS} "
-                f"(depthwise), else {VECTOR}"
+        if self.depthwise:
+            if type(self.vector) is not int or self.vector not in DEPTHWISE_VECTORS:
+                raise ValueError(
+                    f"GroupedDirectConfig.vector={self.vector!r}: one of {DEPTHWISE_VECTORS} "
+                    "(depthwise form)"
+                )
+        elif type(self.vector) is not int or self.vector != output_vector(self.group_out):
+            raise ValueError(  # `type`: not True, not 1.0
+                f"GroupedDirectConfig.vector={self.vector!r}: group_out={self.group_out} takes "
+                f"vector={output_vector(self.group_out)}, the widest of {GROUPED_VECTORS} that "
+                "divides it (grouped form)"
             )
         if self.window and not self.depthwise:
             raise ValueError(
