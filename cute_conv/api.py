@@ -74,7 +74,8 @@ def conv2d_fprop(
             inputs).
         config: kernel configuration (a ``PointwiseGemvConfig`` runs the CUDA-core kernel
             of 1x1 convs without padding, a ``GroupedDirectConfig(C, K, filter_krsc=True)``
-            the CUDA-core direct conv); defaults to the CUDA-core kernel's for 1x1 convs of
+            the CUDA-core direct conv, with ``vector=4``, 2 or 1 where K is not a multiple
+            of 8: the widest that divides it); defaults to the CUDA-core kernel's for 1x1 convs of
             a few output pixels (``gemv_rule.pointwise_gemv_config``), else the direct
             conv's for few-channel stems (``direct_rule.direct_dense_config``), else to an
             autotuned choice if one is stored, else
