@@ -88,7 +88,6 @@ def direct_dense_config(
     return replace(config, pixels=pixels_per_thread(problem, config))
 
 
-
 def check_direct_dense_fits(
     config: GroupedDirectConfig,
     problem: Conv2dProblemShape,
