@@ -83,13 +83,14 @@ def measure(p: dict, rounds: int, routed: bool) -> dict:
     bias = torch.randn(p["K"], device="cuda", dtype=torch.bfloat16)
     staged = stage_filter(w)
     problem = problem_of(p)
+    routed_config = direct_dense_config(problem, 2, 2)  # None: the rule leaves it
     # grouped_conv2d takes 8-channel output vectors only: K not a multiple of 8 runs only
     # through conv2d_fprop (the routed calls).
     staged_form = p["K"] % 8 == 0
     if staged_form:
         rule = pixels_per_thread(problem, grouped_limits(p["C"], p["K"], 1))
     else:
-        rule = direct_dense_config(problem, 2, 2).pixels
+        rule = routed_config.pixels
     nchw, w_nchw = x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2)
     (top, bottom), (left, right) = padding
     padded = F.pad(nchw.float(), (left, right, top, bottom))
@@ -105,7 +106,7 @@ def measure(p: dict, rounds: int, routed: bool) -> dict:
         fns["direct_rule"] = direct(rule)
     else:
         for n in (*PIXELS, 8):
-            config = replace(direct_dense_config(problem, 2, 2), pixels=n)
+            config = replace(routed_config, pixels=n)
             fns[f"krsc_p{n}"] = lambda config=config: cute_conv.conv2d_fprop(
                 x, w, padding=padding, config=config, **geom
             )
@@ -129,12 +130,11 @@ def measure(p: dict, rounds: int, routed: bool) -> dict:
     fns.update(fused_fns)
     if routed:  # relu(conv + b) + r
         source = torch.randn_like(reference).to(torch.bfloat16)
-        direct_config = direct_dense_config(problem, 2, 2)
         residual_fns = {
             f"{name}_residual": lambda config=config: cute_conv.conv2d_fprop_with_residual(
                 x, w, source, padding=padding, config=config, **fused, **geom
             )
-            for name, config in (("direct", direct_config), ("tensor", tensor))
+            for name, config in (("direct", routed_config), ("tensor", tensor))
         }
         residual_reference = fused_reference + source.float()
         errors.update(
@@ -147,7 +147,7 @@ def measure(p: dict, rounds: int, routed: bool) -> dict:
     else:  # asymmetric: the pad is part of cuDNN's call
         fns["cudnn"] = lambda: F.conv2d(F.pad(nchw, (left, right, top, bottom)), w_cl, **geom)
     return {"key": p["key"], "split": p["split"], "tags": p["tags"], "gflop": p["gflop"],
-            "rule_pixels": rule, "routed": direct_dense_config(problem, 2, 2) is not None,
+            "rule_pixels": rule, "routed": routed_config is not None,
             "rel_err": errors, "graph_us": replayed_us(fns, rounds)}  # fmt: skip
 
 
