@@ -31,11 +31,12 @@ from models import replayed_us  # on the path grouped_direct_ab puts benchmarks/
 from torch import nn
 
 import cute_conv
+from cute_conv import grouped_tensor_cores
 from cute_conv.grouped_rule import runs_grouped_kernel
 from cute_conv.reference import TORCH_ACTIVATIONS
 
 MIN_GROUP = 48  # the narrowest groups cuDNN wins at batch 8 (session 84's bounds)
-METHODS = ("cudnn", "grouped", "as_batch", "per_group")
+METHODS = ("cudnn", "grouped", "as_batch", "per_group", "tensor_cores")
 
 
 def as_batch_call(conv: nn.Conv2d, shape: tuple, activation: str | None):
@@ -93,6 +94,27 @@ def per_group_call(conv: nn.Conv2d, shape: tuple, activation: str | None):
     return call
 
 
+def tensor_core_call(conv: nn.Conv2d, shape: tuple, activation: str | None):
+    """The grouped call on the tensor-core kernel (``grouped_conv2d_tensor_cores``), or None
+    where no tile width divides the group's output channels."""
+    try:
+        grouped_tensor_cores.default_tile_n(conv.out_channels // conv.groups)
+    except ValueError:
+        return None
+    geom = dict(stride=conv.stride, padding=conv.padding, dilation=conv.dilation)
+    x, weight, bias = random_operands(conv, shape)
+    x_nhwc = x.permute(0, 2, 3, 1)  # a view of the channels_last tensor: contiguous NHWC
+    filter_krsc = weight.bfloat16().permute(0, 2, 3, 1).contiguous()
+    bias = bias.bfloat16()
+
+    def call():
+        return grouped_tensor_cores.grouped_conv2d_tensor_cores(
+            x_nhwc, filter_krsc, conv.groups, bias=bias, activation=activation, **geom
+        ).permute(0, 3, 1, 2)
+
+    return call
+
+
 def measure(conv: nn.Conv2d, shape: tuple, activation: str | None, rounds: int) -> dict:
     n, c, _, _ = shape
     k, groups = conv.out_channels, conv.groups
@@ -101,7 +123,10 @@ def measure(conv: nn.Conv2d, shape: tuple, activation: str | None, rounds: int) 
     batched, batched_ref = as_batch_call(conv, shape, activation)
     per_group = per_group_call(conv, shape, activation)
     fns = {"cudnn": cudnn, "grouped": kernel(None), "as_batch": batched, "per_group": per_group}
-    verdicts = checks({"cudnn": cudnn, "grouped": kernel(None), "per_group": per_group}, ref)
+    tensor_cores = tensor_core_call(conv, shape, activation)
+    if tensor_cores is not None:
+        fns["tensor_cores"] = tensor_cores
+    verdicts = checks({name: fn for name, fn in fns.items() if name != "as_batch"}, ref)
     verdicts.update(checks({"as_batch": batched}, batched_ref))
     macs = n * k * ref.shape[2] * ref.shape[3] * r * s * c // groups
     return {"module": repr(conv), "input": list(shape), "activation": activation, "macs": macs,

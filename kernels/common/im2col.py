@@ -89,9 +89,14 @@ def activation_im2col_view(act_ptr: cute.Pointer, g: ConvGeometry) -> cute.Tenso
 
 
 @cute.jit
-def filter_gemm_view(filter_ptr: cute.Pointer, g: ConvGeometry) -> cute.Tensor:
-    """Contiguous KRSC filter as ``(k, (c, s, r))``: the GEMM B operand, K-major."""
-    layout = cute.make_layout((g.k, (g.c, g.s, g.r)), stride=(g.r * g.s * g.c, (1, g.c, g.s * g.c)))
+def filter_gemm_view(filter_ptr: cute.Pointer, g: ConvGeometry, groups: int = 1) -> cute.Tensor:
+    """Contiguous KRSC filter as ``(k, (c, s, r))``: the GEMM B operand, K-major. With
+    ``groups`` (compile-time) the filter of a grouped conv, ``[K, R, S, C / groups]``: a
+    dense filter of ``C / groups`` channels."""
+    c = g.c
+    if cutlass.const_expr(groups > 1):
+        c = g.c // groups
+    layout = cute.make_layout((g.k, (c, g.s, g.r)), stride=(g.r * g.s * c, (1, c, g.s * c)))
     return cute.make_tensor(filter_ptr, layout)
 
 
@@ -128,7 +133,9 @@ def qpn_coord(index, q, p):
 
 @cute.jit
 def im2col_tile_at_origin(
-    tile: cute.Tensor, pixel_divisors: Optional[PixelDivisors] = None
+    tile: cute.Tensor,
+    pixel_divisors: Optional[PixelDivisors] = None,
+    channel_offset: Optional[cutlass.Int32] = None,
 ) -> cute.Tensor:
     """One output tile's im2col TMA coordinates, ``(TMA, (c-blocks, S, R))``, with the tile's
     pixel offset turned into its (w, h, n) coordinate once, here.
@@ -145,6 +152,9 @@ def im2col_tile_at_origin(
     With ``pixel_divisors`` the offset's (q, p, n) takes a multiply-high and a shift per
     division instead of two integer divisions (~60 dependent instructions on the way to each
     tile's first load).
+
+    With ``channel_offset`` the tile's channels start there (a grouped conv's tile reads its
+    group's channels: the coordinate's first mode is the channel).
     """
     layout = tile.layout
     if cutlass.const_expr(pixel_divisors is None):
@@ -153,6 +163,8 @@ def im2col_tile_at_origin(
         pixel, k_offset = layout.offset
         offset = layout.inner((qpn_coord(pixel, *pixel_divisors), k_offset))
     origin = _add_coords(tile.iterator, offset)
+    if cutlass.const_expr(channel_offset is not None):
+        origin = (origin[0] + channel_offset, *origin[1:])
     no_offset = (0, (0, 0, 0))
     return cute.make_tensor(
         origin, cute.make_composed_layout(layout.inner, no_offset, layout.outer)

@@ -10,6 +10,7 @@ the kernel module.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, replace
 from typing import Optional, Tuple, Type
 
@@ -164,6 +165,11 @@ class Conv2dConfig:
             choose (32, or 16 for tiles 32 does not divide; a residual kernel 64 where a tile
             of C fits beside the A/B ring). Wider subtiles take fewer barrier rounds and store
             longer rows per request, at more SMEM per buffer (fewer A/B stages).
+        groups: a grouped conv of this many groups (1: dense). The filter is the grouped
+            conv's ``[K, R, S, C / groups]``; an output tile's channels lie in one group
+            (``tile_n`` must divide ``K / groups``) and its A tiles read that group's
+            channels. Clusters of one CTA along N (a cluster's N tiles may be other groups),
+            no gather, halo tiles or stream-K. Not run on a GPU yet.
     """
 
     tile_m: int = 128
@@ -185,9 +191,20 @@ class Conv2dConfig:
     gather: bool = False
     gather_vector: int = 1
     epi_n: int = 0
+    groups: int = 1
 
     def __post_init__(self) -> None:
         check_field_types(self)
+        if self.groups < 1:
+            raise ValueError(f"groups must be >= 1, got {self.groups}")
+        if self.groups > 1 and (
+            self.cluster_n != 1 or self.gather or self.tile_w or self.stream_k
+        ):
+            raise ValueError(
+                f"groups={self.groups}: clusters of one CTA along N, no gather, halo tiles or "
+                f"stream_k (got cluster_n={self.cluster_n}, gather={self.gather}, "
+                f"tile_w={self.tile_w}, stream_k={self.stream_k})"
+            )
         check_choice("tile_m", self.tile_m, TILE_M_CHOICES)
         check_choice("tile_n", self.tile_n, TILE_N_CHOICES)
         if self.tile_m * self.tile_n > MAX_TILE_ELEMS:
@@ -238,6 +255,13 @@ class Conv2dConfig:
             gather=self.gather,
             gather_vector=self.gather_vector,
         )
+
+    def __repr__(self) -> str:
+        # Dense configs keep the repr they had before ``groups`` (the sweeps' committed rows
+        # and the disk cache's keys are reprs); a grouped one names its groups.
+        fields = [f for f in dataclasses.fields(self) if f.name != "groups" or self.groups != 1]
+        body = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields)
+        return f"{type(self).__name__}({body})"
 
     @property
     def tile_shape_mnk(self) -> tuple[int, int, int]:

@@ -226,6 +226,7 @@ class Conv2dFpropSm90(
         self.tile_h = tile_m // config.tile_w if config.tile_w else 0
         self.halo_stages = config.halo_stages
         self.gather = config.gather
+        self.groups = config.groups
         self.gather_vector = config.gather_vector
         self.producer_registers = (
             _GATHER_PRODUCER_REGISTERS if config.gather else _PRODUCER_REGISTERS
@@ -414,6 +415,9 @@ class Conv2dFpropSm90(
         pixel_divisors = None
         if cutlass.const_expr(not self.tile_w and not self.gather):
             pixel_divisors = PixelDivisors(divisor(geom.q), divisor(geom.p))
+        channel_group = None  # a grouped conv: n tiles per group, channels per group
+        if cutlass.const_expr(self.groups > 1):
+            channel_group = (geom.k // self.groups // tile_n, geom.c // self.groups)
         m_partials, m_flags = None, None
         if cutlass.const_expr(self.stream_k):
             k_tiles = (geom.c + tile_k - 1) // tile_k * geom.s * geom.r
@@ -429,7 +433,7 @@ class Conv2dFpropSm90(
             self.cta_layout_mnk, self.a_smem_layout_staged, self.b_smem_layout_staged,
             self.epi_smem_layout_staged, self.source_smem_layout_staged, raster,
             pixel_divisors, m_partials, m_flags, halo, self.a_tap_layout,
-            geom if self.gather else None,
+            geom if self.gather else None, channel_group,
         )  # fmt: skip
         kernel.launch(
             grid=(cm, cn, num_clusters),
@@ -464,6 +468,7 @@ class Conv2dFpropSm90(
         halo: Optional[HaloGeometry],
         a_tap_layout: cute.ComposedLayout,
         gather_geometry: Optional[ConvGeometry],
+        channel_group: Optional[Tuple[cutlass.Int32, cutlass.Int32]],
     ):
         tma_atom_a, mA_mk, tma_atom_b, mB_nk = ab_operands
         tma_atom_d, mD_mn, tma_atom_c, mC_mn, m_bias, m_scale = epi_operands[:6]
@@ -520,7 +525,7 @@ class Conv2dFpropSm90(
                 if warp_idx == self.load_warp_id:
                     self.load(
                         pipes, halo, tma_atom_a, tma_atom_b, gA, gB, sA, sB, cta_layout_mnk,
-                        cluster_coord_mnk, scheduler, pixel_divisors,
+                        cluster_coord_mnk, scheduler, pixel_divisors, channel_group,
                     )  # fmt: skip
             if cutlass.const_expr(
                 self.epilogue.loads_source_by_tma and not self.roles.source_loader_gathers
@@ -654,6 +659,7 @@ class Conv2dFpropSm90(
         cluster_coord_mnk: cute.Coord,
         scheduler: StaticTileScheduler,
         pixel_divisors: Optional[PixelDivisors],
+        channel_group: Optional[Tuple[cutlass.Int32, cutlass.Int32]],
     ):
         """Load warp: fills the A/B ring for every k-tile of every output tile of this CTA
         (with halo tiles: the halo ring once per c-block, the ring with B per k-tile), through
@@ -699,7 +705,7 @@ class Conv2dFpropSm90(
             loader = Im2colLoader(
                 ab_pipeline, tma_atoms, (tAgA, tBgB), (tAsA, tBsB),
                 (a_mcast_mask, b_mcast_mask), k_shape, pixel_divisors,
-                self.load_warp_waits_late,
+                self.load_warp_waits_late, channel_group,
             )  # fmt: skip
         Producer = pipeline.PipelineUserType.Producer
         ab_state = pipeline.make_pipeline_state(Producer, self.ab_stages)

@@ -151,6 +151,8 @@ class Im2colLoader:
     k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32]  # (c-blocks, S, R)
     pixel_divisors: Optional[PixelDivisors]  # see ``im2col_tile_at_origin``
     waits_late: bool  # see ``OperandLoader.load_tile``
+    # A grouped conv: (n tiles per group, channels per group); None for a dense one.
+    channel_group: Optional[Tuple[cutlass.Int32, cutlass.Int32]] = None
 
     @cute.jit
     def load_tile(
@@ -158,10 +160,17 @@ class Im2colLoader:
     ) -> ProducerStates:
         """See ``OperandLoader``. The hierarchical k mode (c-block, s, r) is walked by nested
         loops or carries: indexing it with a linear k-tile would cost runtime divisions by
-        C/TK and S per load."""
+        C/TK and S per load. A grouped conv's tile reads the channels of the group its
+        output channels are in (``channel_group``)."""
         m_tile, n_tile = scheduler.tile_coord(work)
+        channel_offset = None
+        if cutlass.const_expr(self.channel_group is not None):
+            tiles_per_group, group_channels = self.channel_group
+            channel_offset = (n_tile // tiles_per_group) * group_channels
         ab_gmem = (
-            im2col_tile_at_origin(self.gmem[0][(None, m_tile, None)], self.pixel_divisors),
+            im2col_tile_at_origin(
+                self.gmem[0][(None, m_tile, None)], self.pixel_divisors, channel_offset
+            ),
             self.gmem[1][(None, n_tile, None)],
         )
         wait_before_first_load(self.waits_late, scheduler, work)
@@ -349,7 +358,7 @@ class MainloopMixin:
                 cpasync.CopyBulkTensorTileG2SOp,
                 cpasync.CopyBulkTensorTileG2SMulticastOp,
             ),
-            filter_gemm_view(filter_ptr, geom),
+            filter_gemm_view(filter_ptr, geom, self.groups),
             b_smem_layout,
             (tile_n, (tile_k, 1, 1)),  # hierarchical K keeps the tiler static for runtime C
             num_multicast=self.num_mcast_b,

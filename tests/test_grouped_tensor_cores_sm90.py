@@ -1,0 +1,64 @@
+"""GPU numerics of grouped convs on the SM90 tensor-core kernel
+(``cute_conv.grouped_tensor_cores``) against float32 ``F.conv2d(groups=...)``: groups of 48 to
+128 channels, 1x1 and 3x3, strides, a bias and activations, tile widths that divide the
+group's output channels, and the launcher's refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from cute_conv import Conv2dConfig
+from cute_conv.grouped_tensor_cores import grouped_conv2d_tensor_cores
+from cute_conv.testing import compare_to_reference
+
+pytestmark = pytest.mark.gpu
+
+# (n, h, w, c, k, r, groups, stride, padding)
+CASES = {
+    "regnety8-like-48": (2, 28, 28, 192, 192, 3, 4, 1, 1),
+    "s2": (2, 29, 31, 96, 96, 3, 2, 2, 1),
+    "k2x": (1, 14, 14, 128, 256, 3, 2, 1, 1),
+    "1x1": (3, 10, 12, 256, 256, 1, 2, 1, 0),
+    "g16-64": (1, 16, 16, 1024, 1024, 3, 16, 1, 1),
+    "112": (2, 14, 14, 448, 448, 3, 4, 1, 1),
+}
+
+
+def run(n, h, w, c, k, r, groups, stride, padding, activation="relu", config=None):
+    gen = torch.Generator("cuda").manual_seed(0)
+    x = torch.randn(n, h, w, c, device="cuda", generator=gen).bfloat16()
+    flt = (torch.randn(k, r, r, c // groups, device="cuda", generator=gen)
+           / (r * r * c / groups) ** 0.5).bfloat16()  # fmt: skip
+    bias = torch.randn(k, device="cuda", generator=gen).bfloat16()
+    out = grouped_conv2d_tensor_cores(x, flt, groups, stride=stride, padding=padding,
+                                      bias=bias, activation=activation, config=config)  # fmt: skip
+    ref = F.conv2d(x.permute(0, 3, 1, 2).float(), flt.permute(0, 3, 1, 2).float(),
+                   bias.float(), stride=stride, padding=padding, groups=groups)  # fmt: skip
+    if activation == "relu":
+        ref = torch.relu(ref)
+    report = compare_to_reference(out, ref.permute(0, 2, 3, 1))
+    assert report.ok, report
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_grouped_convs_match_float32(case):
+    run(*case)
+
+
+@pytest.mark.parametrize("tile_n", [32, 64])
+def test_tiles_narrower_than_a_group(tile_n):
+    run(2, 20, 20, 256, 256, 3, 2, 1, 1, config=Conv2dConfig(tile_n=tile_n, groups=2))
+
+
+def test_clusters_along_m_and_no_activation():
+    run(2, 28, 28, 192, 192, 3, 4, 1, 1, activation=None,
+        config=Conv2dConfig(tile_n=48, cluster_m=2, groups=4))  # fmt: skip
+
+
+def test_a_tile_that_straddles_groups_is_refused():
+    x = torch.zeros(1, 8, 8, 112, device="cuda", dtype=torch.bfloat16)
+    flt = torch.zeros(112, 3, 3, 56, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="no tile width divides"):
+        grouped_conv2d_tensor_cores(x, flt, 2, padding=1)  # 56 output channels per group
