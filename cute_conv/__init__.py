@@ -2,7 +2,8 @@
 
 NHWC activation, KRSC filter, NPQK output; one persistent warp-specialized kernel per call
 (a CUDA-core kernel for 1x1 convs of a few output pixels); grouped and depthwise convs on a
-CUDA-core direct kernel (``grouped_conv2d``).
+CUDA-core direct kernel (``grouped_conv2d``), wide groups also on the tensor cores
+(``grouped_conv2d_tensor_cores``).
 """
 
 from . import nn
@@ -13,6 +14,7 @@ from .config_sm100 import Conv2dConfigSm100, can_implement_sm100, default_config
 from .epilogue import ACTIVATIONS, EpilogueSpec
 from .fp8 import quantize_fp8
 from .grouped import grouped_conv2d, grouped_limits
+from .grouped_tensor_cores import grouped_conv2d_tensor_cores
 from .kernels.common.grouped_direct import GroupedDirectConfig
 from .kernels.common.pointwise_gemv import PointwiseGemvConfig
 from .optimize import OptimizeReport, optimize
@@ -39,6 +41,7 @@ __all__ = [
     "default_config",
     "default_config_sm100",
     "grouped_conv2d",
+    "grouped_conv2d_tensor_cores",
     "grouped_limits",
     "nn",
     "optimize",

@@ -63,6 +63,7 @@ __all__ = [
     "grouped_conv2d",
     "grouped_limits",
     "stage_filter",
+    "vector_operand",
 ]
 
 SIXTEEN_BIT_DTYPES = (torch.bfloat16, torch.float16)
@@ -406,7 +407,7 @@ def _run(x, staged_filter, source, bias, scale, groups, stride, padding, dilatio
     if plan.empty:
         return out
     # Bias and scale in one dtype, contiguous (copies only where they are not already).
-    bias, scale = (None if t is None else _vector_operand(t, plan.vector_dtype)
+    bias, scale = (None if t is None else vector_operand(t, plan.vector_dtype)
                    for t in (bias, scale))  # fmt: skip
     pointers = (
         x.data_ptr(), staged_filter.data_ptr(), out.data_ptr(),
@@ -468,8 +469,8 @@ def _make_plan(x, staged_filter, source, bias, scale, out, args: tuple) -> _Grou
     )
 
 
-def _vector_operand(t: Tensor, dtype: torch.dtype) -> Tensor:
-    """``t`` as the kernel reads it: of ``dtype``, contiguous, 16-byte aligned (its vector
+def vector_operand(t: Tensor, dtype: torch.dtype) -> Tensor:
+    """``t`` as the kernels read it: of ``dtype``, contiguous, 16-byte aligned (its vector
     loads); a copy only where it is not."""
     t = t.to(dtype).contiguous()
     return t.clone() if t.data_ptr() % ALIGNMENT_BYTES else t

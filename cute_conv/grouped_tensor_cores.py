@@ -3,32 +3,51 @@
 A conv of ``G`` groups is ``G`` dense convs of ``C / G`` channels side by side. Its KRSC
 filter, ``[K, R, S, C / G]``, is a dense filter of ``C / G`` channels, and where the tile's
 ``tile_n`` divides ``K / G`` an output tile's channels lie in one group: the dense kernel's
-filter, output, bias and residual views serve as they are, and only the activation's tiles
-read their group's channels (``Im2colLoader.channel_group``). Measured as a bound before it
-was built (``benchmarks/experiments/grouped_tensor_core_bound.py``): the same work as one
-dense conv ran 3-9x cuDNN's grouped convs on RegNet's wide groups at batch 8 and 32; built,
-it runs 0.85-1.03x that bound's time at batch 8 and 32, 1.09-1.45x at batch 1
-(``experiments/grouped_tensor_cores_H200.json``).
+filter, output, bias and scale views serve as they are, and only the activation's tiles read
+their group's channels (``Im2colLoader.channel_group``). Measured as a bound before it was
+built (``benchmarks/experiments/grouped_tensor_core_bound.py``): the same work as one dense
+conv ran 3-9x cuDNN's grouped convs on RegNet's wide groups at batch 8 and 32; built, it runs
+0.85-1.03x that bound's time at batch 8 and 32, 1.09-1.45x at batch 1, and faster than cuDNN
+and the CUDA-core grouped kernel on each of the 66 calls of groups of 48 to 256 channels
+measured (``experiments/grouped_tensor_cores_H200.json``). ``tensor_cores_take`` says which
+convs ``cute_conv.nn.Conv2d`` sends here.
 """
 
 from __future__ import annotations
 
-import torch
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Optional
 
-from .compile import compile_kernel, kernel_scalars
+import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+from .autograd import EpilogueArgs
+from .autograd import backward as _backward
+from .autograd import setup_context as _setup_context
+from .compile import CompiledConv2d, compile_kernel, forget_on_clear, kernel_scalars
 from .config import check_config_fits
 from .cuda_context import current_raw_stream, device_arch, on_device
+from .dispatch import freeze_arg, out_overlaps_inputs, tensor_key
 from .dtypes import dtype_name
-from .kernels.common.epilogue import EpilogueSpec
+from .epilogue import kernel_vector_dtype, validate_epilogue_args
+from .grouped import SIXTEEN_BIT_DTYPES, vector_operand
 from .kernels.sm90.config import TILE_N_CHOICES, Conv2dConfig
 from .occupancy import resident_clusters
-from .problem import Conv2dProblemShape
-from .reference import TORCH_ACTIVATIONS
+from .ops import meta_stand_ins, padding_pairs
+from .plan_cache import PlanCache
+from .problem import normalize_padding, normalize_pair
 from .schedule import launch_clusters
+from .staging import span_bytes
+from .validation import check_alignment, check_tensor, out_pixel_stride, validate_conv_inputs
 
-__all__ = ["default_tile_n", "grouped_conv2d_tensor_cores"]
+__all__ = ["MIN_GROUP_IN", "default_tile_n", "grouped_conv2d_tensor_cores", "tensor_cores_take"]
 
-_INPUT_DTYPES = (torch.bfloat16, torch.float16)
+# The narrowest groups measured on the tensor cores (RegNetX-3.2GF's 48): every call of 48 to
+# 256 channels a group ran faster there than on cuDNN and on the CUDA-core grouped kernel.
+MIN_GROUP_IN = 48
+
+Tensor = torch.Tensor
 
 
 def default_tile_n(group_out: int) -> int:
@@ -41,35 +60,161 @@ def default_tile_n(group_out: int) -> int:
     return tile_n
 
 
+def tensor_cores_take(in_channels: int, out_channels: int, groups: int) -> bool:
+    """Whether grouped convs of these channels run on the tensor cores: at least two groups
+    of at least ``MIN_GROUP_IN`` input channels, a multiple of 8 (16-byte filter rows), and
+    a tile width that divides the output channels per group."""
+    if groups < 2 or in_channels % groups or out_channels % groups:
+        return False
+    group_in = in_channels // groups
+    if group_in < MIN_GROUP_IN or group_in % 8:
+        return False
+    try:
+        default_tile_n(out_channels // groups)
+    except ValueError:
+        return False
+    return True
+
+
 def grouped_conv2d_tensor_cores(
-    x: torch.Tensor,
-    filter: torch.Tensor,
-    groups: int,
+    x: Tensor,
+    filter: Tensor,  # noqa: A002
+    /,
     *,
-    stride=1,
-    padding=0,
-    dilation=1,
-    bias: torch.Tensor | None = None,
+    groups: int,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] | Sequence[Sequence[int]] = 0,
+    dilation: int | Sequence[int] = 1,
+    bias: Tensor | None = None,
+    scale: Tensor | None = None,
     activation: str | None = None,
+    out: Tensor | None = None,
     config: Conv2dConfig | None = None,
-) -> torch.Tensor:
-    """``act(conv(x, filter, groups) + bias)`` on the tensor cores: ``x`` a contiguous
-    ``[N, H, W, C]`` bf16/fp16 tensor, ``filter`` the grouped conv's contiguous
-    ``[K, R, S, C / groups]``, ``C / groups`` a multiple of 8 (16-byte filter rows), ``bias``
-    ``[K]`` or None. ``config``: a ``Conv2dConfig`` whose ``groups`` is ``groups`` and whose
-    ``tile_n`` divides ``K / groups`` (default: 128 rows, the widest tile_n that divides it).
-    A ``ValueError`` or ``TypeError`` names the argument before any launch."""
-    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 2:
-        raise ValueError(f"groups must be an int >= 2, got {groups!r}")
-    for name, t in (("x", x), ("filter", filter)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype not in _INPUT_DTYPES or t.dim() != 4 or not t.is_contiguous():
-            raise ValueError(f"{name} must be a contiguous 4-d bfloat16/float16 tensor")
-    if filter.dtype != x.dtype or filter.device != x.device or x.device.type != "cuda":
-        raise ValueError("x and filter must be CUDA tensors of one dtype on one device")
-    n, h, w, c = x.shape
-    k, r, s, group_in = filter.shape
+) -> Tensor:
+    """A grouped conv with a fused epilogue on the tensor cores, in one kernel:
+
+        out = act(conv(x, filter, groups) * scale + bias)
+
+    Args:
+        x: ``[N, H, W, C]`` contiguous (NHWC), bfloat16 or float16, on a Hopper GPU.
+        filter: ``[K, R, S, C / groups]`` contiguous, of ``x``'s dtype.
+        groups: at least 2, dividing C and K; ``C / groups`` a multiple of 8 (16-byte
+            filter rows), ``K / groups`` a multiple of a tile width (``default_tile_n``).
+        stride, padding, dilation: as ``cute_conv.conv2d_fprop`` takes them.
+        bias, scale, activation: as ``cute_conv.conv2d_fprop`` takes them.
+        out: optional ``[N, P, Q, K]`` output of ``x``'s dtype: contiguous, or a channel
+            slice of a contiguous ``[N, P, Q, L]`` tensor, written in place; else a new one.
+        config: a ``Conv2dConfig`` whose ``groups`` is ``groups`` and whose ``tile_n``
+            divides ``K / groups``; None: 128 rows, the widest such ``tile_n``.
+
+    Returns:
+        ``out`` or the new output. Sums are float32.
+
+    Raises:
+        TypeError, ValueError: bad input, before anything is launched or written.
+    """
+    stride, dilation = normalize_pair("stride", stride), normalize_pair("dilation", dilation)
+    pairs = normalize_padding(padding)
+    if torch.compiler.is_compiling() or (
+        torch.is_grad_enabled()
+        and any(getattr(t, "requires_grad", False) for t in (x, filter, bias, scale))
+    ):
+        if out is not None or config is not None:
+            raise TypeError(
+                "out= and config= are not taken under torch.compile or with inputs that "
+                "require grad: use the returned tensor"
+            )
+        return torch.ops.cute_conv.grouped_conv2d_tensor_cores(
+            x, filter, bias, scale, groups, list(stride), [*pairs[0], *pairs[1]],
+            list(dilation), activation,
+        )  # fmt: skip
+    return _run(x, filter, bias, scale, groups, stride, pairs, dilation, activation, out, config)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a call of one metadata launches (``_plan``)."""
+
+    out_shape: tuple[int, int, int, int]
+    vector_dtype: torch.dtype
+    kernel: CompiledConv2d
+    scalars: tuple
+
+
+def _run(x, filter, bias, scale, groups, stride, padding, dilation, activation, out,  # noqa: A002
+         config) -> Tensor:  # fmt: skip
+    """The direct path: the call's plan (validated and compiled once per metadata), the
+    checks that read data pointers, the launch."""
+    plan = _plans.memo(
+        _plan_key, _make_plan,
+        (x, filter, bias, scale, out, (groups, stride, padding, dilation, activation, config)),
+    )  # fmt: skip
+    for name, t in (("activation", x), ("filter", filter), ("out", out)):
+        if t is not None:
+            check_alignment(name, t)
+    if out is not None and out_overlaps_inputs(
+        out.data_ptr(), x.data_ptr(), filter.data_ptr(), 0,
+        tuple(span_bytes(t) for t in (x, filter, out)),
+    ):  # fmt: skip
+        raise ValueError("out overlaps activation or filter: pass a separate output tensor")
+    if out is None:
+        out = torch.empty(plan.out_shape, dtype=x.dtype, device=x.device)
+    # Bias and scale in one dtype, contiguous and aligned (copies only where they are not).
+    bias, scale = (None if t is None else vector_operand(t, plan.vector_dtype)
+                   for t in (bias, scale))  # fmt: skip
+    pointers = (x.data_ptr(), filter.data_ptr(), out.data_ptr(), 0,
+                0 if bias is None else bias.data_ptr(), 0 if scale is None else scale.data_ptr(),
+                *([0] * 7))  # fmt: skip
+    with on_device(x.device.index):
+        plan.kernel.launch(pointers, plan.scalars, current_raw_stream(x.device.index))
+    return out
+
+
+def _plan_key(x, filter, bias, scale, out, args: tuple) -> tuple:  # noqa: A002
+    return (
+        *(None if t is None else tensor_key(t) for t in (x, filter, bias, scale, out)),
+        *(freeze_arg(a) for a in args[:5]),
+        args[5],  # the config: frozen and hashable, or None
+    )
+
+
+_plans: PlanCache[_Plan] = PlanCache()
+forget_on_clear(_plans.clear)  # a plan holds its kernel: compile.clear_cache drops both
+
+
+def _make_plan(x, filter, bias, scale, out, args: tuple) -> _Plan:  # noqa: A002
+    groups, stride, padding, dilation, activation, config = args
+    problem, config, spec = _validate(x, filter, bias, scale, out, *args)
+    for name, t in (("filter", filter), ("bias", bias), ("scale", scale), ("out", out)):
+        if t is not None and t.device != x.device:
+            raise ValueError(f"{name} is on {t.device} but activation is on {x.device}")
+    if x.device.type != "cuda":
+        raise ValueError(f"activation is on {x.device}; cute_conv runs on CUDA tensors")
+    index = x.device.index
+    kernel = compile_kernel(
+        device_arch(index), act_dtype=dtype_name(x.dtype), filter_dtype=dtype_name(x.dtype),
+        out_dtype=dtype_name(x.dtype), config=config, epilogue=spec,
+    )  # fmt: skip
+    num_sms = torch.cuda.get_device_properties(index).multi_processor_count
+    clusters = launch_clusters(problem, config, num_sms, resident_clusters(index, config.cluster_m))
+    out_pixels = None if out is None else out_pixel_stride(out)
+    scalars = kernel_scalars(problem, 1.0, 0.0, clusters, out_pixel_stride=out_pixels)
+    return _Plan(problem.output_shape, kernel_vector_dtype(bias, scale), kernel, scalars)
+
+
+def _validate(x, filter, bias, scale, out, groups, stride, padding, dilation, activation,  # noqa: A002
+              config):  # fmt: skip
+    """Check a call; return its dense problem (C, K the whole conv's), config and epilogue
+    spec. Reads shapes, dtypes and strides only (meta tensors pass)."""
+    if isinstance(groups, bool) or not isinstance(groups, int):
+        raise TypeError(f"groups must be an int, got {type(groups).__name__}")
+    if groups < 2:
+        raise ValueError(f"groups must be >= 2, got {groups}")
+    check_tensor("activation", x, SIXTEEN_BIT_DTYPES)
+    check_tensor("filter", filter, SIXTEEN_BIT_DTYPES)
+    if filter.dtype != x.dtype:
+        raise TypeError(f"filter has dtype {filter.dtype}; activation has {x.dtype}")
+    c, (k, r, s, group_in) = x.shape[3], filter.shape
     if c != group_in * groups or k % groups:
         raise ValueError(
             f"filter has shape {tuple(filter.shape)}; a conv of {c} channels in {groups} "
@@ -77,6 +222,8 @@ def grouped_conv2d_tensor_cores(
         )
     if group_in % 8:
         raise ValueError(f"C / groups = {group_in}: a multiple of 8 (16-byte filter rows)")
+    if k % 8:
+        raise ValueError(f"K = {k}: a multiple of 8 (the output's 16-byte TMA rows)")
     group_out = k // groups
     if config is None:
         config = Conv2dConfig(tile_m=128, tile_n=default_tile_n(group_out), groups=groups)
@@ -87,38 +234,59 @@ def grouped_conv2d_tensor_cores(
             f"config has groups={config.groups}, tile_n={config.tile_n}; this call takes "
             f"groups={groups} and a tile_n dividing K / groups = {group_out}"
         )
-    if k % 8:
-        raise ValueError(f"K = {k}: a multiple of 8 (the output's 16-byte TMA rows)")
-    if activation not in TORCH_ACTIVATIONS:
-        names = sorted(a for a in TORCH_ACTIVATIONS if a is not None)
-        raise ValueError(f"activation must be None or one of {names}, got {activation!r}")
-    if bias is not None and (
-        not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (k,)
-        or bias.device != x.device or not bias.is_contiguous()
-    ):  # fmt: skip
-        raise ValueError(f"bias must be a contiguous [{k}] tensor on {x.device}")
-    # The dense problem over all channels: P, Q and the geometry's C (the activation's pixel
-    # stride) and K (the output's); the kernel reads the filter's C / groups itself.
-    problem = Conv2dProblemShape.from_shapes(
-        (n, h, w, c), (k, r, s, c), stride=stride, padding=padding, dilation=dilation
-    )
-    check_config_fits(config, problem)
-    vector_dtype = None if bias is None else dtype_name(bias.dtype)
-    spec = EpilogueSpec(has_bias=bias is not None, activation=activation,
-                        vector_dtype=vector_dtype)  # fmt: skip
-    index = x.device.index
-    kernel = compile_kernel(
-        device_arch(index), act_dtype=dtype_name(x.dtype), filter_dtype=dtype_name(x.dtype),
-        out_dtype=dtype_name(x.dtype), config=config, epilogue=spec,
+    # The dense problem over all channels (a stand-in filter of C channels): the geometry's
+    # limits, P and Q, C (the activation's pixel stride) and K (the output's).
+    dense_filter = torch.empty((k, r, s, c), dtype=x.dtype, device="meta")
+    problem, _ = validate_conv_inputs(
+        x, dense_filter, stride=stride, padding=padding, dilation=dilation, out=out,
+        out_dtype=x.dtype,
     )  # fmt: skip
-    num_sms = torch.cuda.get_device_properties(index).multi_processor_count
-    clusters = launch_clusters(
-        problem, config, num_sms, resident_clusters(index, config.cluster_m)
-    )
-    out = torch.empty(problem.output_shape, dtype=x.dtype, device=x.device)
-    pointers = (x.data_ptr(), filter.data_ptr(), out.data_ptr(), 0,
-                0 if bias is None else bias.data_ptr(), 0, *([0] * 7))  # fmt: skip
-    with on_device(index):
-        kernel.launch(pointers, kernel_scalars(problem, 1.0, 0.0, clusters),
-                      current_raw_stream(index))  # fmt: skip
-    return out
+    check_config_fits(config, problem)
+    spec = validate_epilogue_args(
+        problem, x.dtype, x.device, alpha=1.0, bias=bias, scale=scale, activation=activation,
+        epilogue_fn=None,
+    )  # fmt: skip
+    return problem, config, spec
+
+
+@torch.library.custom_op("cute_conv::grouped_conv2d_tensor_cores", mutates_args=())
+def _tensor_cores_op(
+    x: Tensor,
+    filter: Tensor,  # noqa: A002
+    bias: Optional[Tensor],
+    scale: Optional[Tensor],
+    groups: int,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    activation: Optional[str],
+) -> Tensor:
+    """``grouped_conv2d_tensor_cores`` as an op (autograd runs it with grad mode off)."""
+    return _run(x, filter, bias, scale, groups, tuple(stride), padding_pairs(padding),
+                tuple(dilation), activation, None, None)  # fmt: skip
+
+
+@_tensor_cores_op.register_fake
+def _(x, filter, bias, scale, groups, stride, padding, dilation, activation):  # noqa: A002
+    with unset_fake_temporarily():
+        metas = meta_stand_ins((x, filter, bias, scale))
+        problem, _, _ = _validate(*metas, None, groups, tuple(stride), padding_pairs(padding),
+                                  tuple(dilation), activation, None)  # fmt: skip
+    return x.new_empty(problem.output_shape)
+
+
+def _setup(ctx, inputs, output) -> None:
+    x, filter, bias, scale, groups, stride, padding, dilation, activation = inputs  # noqa: A001
+    args = EpilogueArgs(stride, padding, dilation, 1.0, 0.0, activation, "after_activation",
+                        groups)  # fmt: skip
+    needs = (*ctx.needs_input_grad[:2], False, *ctx.needs_input_grad[2:4])
+    _setup_context(ctx, (x, filter, None, bias, scale), args, output, needs)
+
+
+def _backward_op(ctx, grad_out):
+    needs = (*ctx.needs_input_grad[:2], False, *ctx.needs_input_grad[2:4])
+    gx, gw, _, gb, gsc = _backward(ctx, grad_out, needs)
+    return (gx, gw, gb, gsc) + (None,) * 5
+
+
+_tensor_cores_op.register_autograd(_backward_op, setup_context=_setup)

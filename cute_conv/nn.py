@@ -42,6 +42,7 @@ from .grouped import (
     stage_filter,
 )
 from .grouped_rule import runs_grouped_kernel
+from .grouped_tensor_cores import grouped_conv2d_tensor_cores, tensor_cores_take
 from .ops import takes_torch_path
 from .problem import Padding, Pair, normalize_padding, normalize_pair, output_hw
 from .reference import TORCH_ACTIVATIONS
@@ -133,10 +134,15 @@ class Conv2d(nn.Module):
         self._grouped_kernel_takes = groups != 1 and _kernel_takes_groups(
             in_channels, out_channels, groups
         )
+        # Wide groups run on the tensor cores (grouped_tensor_cores), where the dense
+        # kernel's geometry limits hold.
+        self._tensor_cores_take = tensor_cores_take(
+            in_channels, out_channels, groups
+        ) and _dense_geometry_holds(self, dtype)
         r, s = self.kernel_size
         group_in = in_channels // groups
         weight = torch.empty(out_channels, r, s, group_in, device=device, dtype=dtype)
-        weight = stored_filter(weight, self._grouped_kernel_takes)
+        weight = stored_filter(weight, self._stages_filter)
         # torch.nn.Conv2d's initialization: its fan-in, C/groups*R*S, is the same in KRSC.
         nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
         self.weight = nn.Parameter(weight)
@@ -208,7 +214,7 @@ class Conv2d(nn.Module):
             activation=name, residual_order=residual_order,
         )  # fmt: skip
         device = conv.weight.device
-        krsc = stored_filter(conv.weight.detach().permute(0, 2, 3, 1), module._grouped_kernel_takes)
+        krsc = stored_filter(conv.weight.detach().permute(0, 2, 3, 1), module._stages_filter)
         trainable = conv.weight.requires_grad  # as the torch modules' parameters were
         module.weight = nn.Parameter(krsc, requires_grad=trainable)
         if bias is not None:
@@ -357,16 +363,31 @@ class Conv2d(nn.Module):
             )  # fmt: skip
         return out if in_place else _into(out, y.permute(0, 3, 1, 2))
 
+    @property
+    def _stages_filter(self) -> bool:
+        """Whether the stored filter is the grouped kernel's ``[R, S, C / groups, K]``
+        (``stored_filter``): for groups it takes that do not run on the tensor cores."""
+        return self._grouped_kernel_takes and not self._tensor_cores_take
+
     def _forward_grouped(
         self, x: torch.Tensor, identity: torch.Tensor | None, out: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """``forward`` of a grouped conv: the grouped kernel on the stored weight (writing
-        ``out`` in place, if given, and returning it), or cuDNN where ``grouped_rule`` says it
-        is faster (the call's multiply-adds)."""
+        """``forward`` of a grouped conv (writing ``out`` in place, if given, and returning
+        it): wide groups without an identity or a channel norm on the tensor cores
+        (``grouped_tensor_cores``); else the grouped kernel on the stored weight, or cuDNN
+        where ``grouped_rule`` says it is faster (the call's multiply-adds)."""
         if identity is not None and self.channel_norm_eps is not None:
             raise ValueError("a Conv2d with channel_norm_eps takes no identity")
         if identity is not None and not self._check_identity(x, identity):
             return self._forward_torch(x, identity)
+        if self._tensor_cores_take and identity is None and self.channel_norm_eps is None:
+            y = grouped_conv2d_tensor_cores(
+                _nhwc(x), self.weight, groups=self.groups, stride=self.stride,
+                padding=self._padding, dilation=self.dilation, bias=self.bias,
+                scale=self.scale, activation=self.activation,
+                out=None if out is None else out.permute(0, 2, 3, 1),
+            )  # fmt: skip
+            return y.permute(0, 3, 1, 2) if out is None else out
         n, _, h, w = x.shape
         p, q = self._output_size(h, w)
         k, r, s, group_in = self.weight.shape
@@ -374,7 +395,7 @@ class Conv2d(nn.Module):
         if not self._grouped_kernel_takes or not runs_grouped_kernel(
             macs, group_in, k // self.groups, self.groups, r * s,
             normalizes=self.channel_norm_eps is not None,
-        ):
+        ):  # fmt: skip
             return self._forward_torch(x, identity)
         staged = self.weight.permute(1, 2, 3, 0)  # the stored layout: no staging, no cache
         if not staged.is_contiguous():  # a KRSC weight assigned since: staged once per version
@@ -691,13 +712,13 @@ def _check_nchw(name: str, t: Any, channels: int) -> None:
         )
 
 
-def stored_filter(krsc: torch.Tensor, grouped_kernel_takes: bool) -> torch.Tensor:
-    """``krsc`` as ``Conv2d`` stores its filter: for groups the grouped kernel takes
-    (``Conv2d._grouped_kernel_takes``), a KRSC view of its ``[R, S, C / groups, K]`` copy,
-    which the kernel reads as it is; else contiguous (no copy if it is), as the tensor-core
-    kernels and cuDNN read it (groups outside the limits only ever run on cuDNN). In-place
-    writes, as ``load_state_dict`` makes, keep the layout."""
-    if not grouped_kernel_takes:
+def stored_filter(krsc: torch.Tensor, staged: bool) -> torch.Tensor:
+    """``krsc`` as ``Conv2d`` stores its filter: ``staged`` (``Conv2d._stages_filter``: the
+    grouped kernel runs it), a KRSC view of its ``[R, S, C / groups, K]`` copy, which that
+    kernel reads as it is; else contiguous (no copy if it is), as the tensor-core kernels
+    and cuDNN read it (groups outside the grouped kernel's limits only ever run on cuDNN).
+    In-place writes, as ``load_state_dict`` makes, keep the layout."""
+    if not staged:
         return krsc.contiguous()
     return stage_filter(krsc).permute(3, 0, 1, 2)
 
@@ -799,17 +820,39 @@ def conv_limits(conv: nn.Conv2d | Conv2d, dtype: torch.dtype) -> None:
             f"dtype {dtype}: the kernel runs bfloat16 and float16 weights only; convert the "
             "model first, e.g. model.to(torch.bfloat16)"
         )
-    kernel_size = normalize_pair("kernel_size", conv.kernel_size)
-    stride = normalize_pair("stride", conv.stride)
-    dilation = normalize_pair("dilation", conv.dilation)
-    padding = _kernel_padding(conv.padding, kernel_size, stride, dilation)
-    if conv.groups != 1:  # the direct kernel has no TMA limits
-        if min(min(pair) for pair in padding) < 0:
-            raise ValueError(f"padding must be >= 0, got {padding}")
+    if conv.groups == 1:
+        _check_dense_geometry(conv, dtype)
         return
+    padding = _kernel_padding(conv.padding, *_geometry(conv))
+    if min(min(pair) for pair in padding) < 0:  # the direct kernel has no TMA limits
+        raise ValueError(f"padding must be >= 0, got {padding}")
+
+
+def _geometry(conv: nn.Conv2d | Conv2d) -> tuple[Pair, Pair, Pair]:
+    """``(kernel_size, stride, dilation)`` of a module's attributes, as pairs."""
+    return tuple(normalize_pair(name, getattr(conv, name))
+                 for name in ("kernel_size", "stride", "dilation"))  # fmt: skip
+
+
+def _check_dense_geometry(conv: nn.Conv2d | Conv2d, dtype: torch.dtype) -> None:
+    """Raise unless the tensor-core kernel's geometry limits that do not depend on the
+    input's size hold: stride 1..8, dilation, padding and filter span within the im2col TMA
+    limits (the package's own validation on a probe input just large enough for the filter,
+    of all C channels: a grouped conv's are its dense problem's)."""
+    kernel_size, stride, dilation = _geometry(conv)
+    padding = _kernel_padding(conv.padding, kernel_size, stride, dilation)
     # Meta tensors: validation reads shapes, dtypes and strides only.
     h, w = ((k - 1) * d + 1 for k, d in zip(kernel_size, dilation, strict=True))
     probe_x = torch.empty(1, h, w, conv.in_channels, dtype=dtype, device="meta")
     probe_w = torch.empty(conv.out_channels, *kernel_size, conv.in_channels, dtype=dtype,
                           device="meta")  # fmt: skip
     validate_conv_inputs(probe_x, probe_w, stride=stride, padding=padding, dilation=dilation)
+
+
+def _dense_geometry_holds(conv: Conv2d, dtype: torch.dtype) -> bool:
+    """Whether ``_check_dense_geometry`` passes."""
+    try:
+        _check_dense_geometry(conv, dtype)
+    except ValueError:
+        return False
+    return True

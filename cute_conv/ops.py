@@ -181,9 +181,11 @@ def call_op(
 
 def config_to_str(config: Any) -> str:
     """A ``Conv2dConfig`` / ``Conv2dConfigSm100`` as its ``repr`` (built field by field, which
-    torch.compile traces), for an op schema."""
+    torch.compile traces; a dense ``Conv2dConfig`` leaves out its ``groups``, as its repr
+    does), for an op schema."""
     check_config_type(config)
-    fields = ", ".join(f"{f.name}={getattr(config, f.name)!r}" for f in dataclasses.fields(config))
+    shown = config.shown_fields() if isinstance(config, Conv2dConfig) else dataclasses.fields(config)
+    fields = ", ".join(f"{f.name}={getattr(config, f.name)!r}" for f in shown)
     return f"{type(config).__name__}({fields})"
 
 

@@ -195,9 +195,14 @@ def reference_forward_on_cpu():
             y = F.layer_norm(y, y.shape[-1:], eps=channel_norm_eps)
         return y.to(x.dtype)
 
+    def tensor_cores(x, flt, bias, scale, groups, stride, padding, dilation, act):
+        return run(x, flt, None, bias, scale, stride, padding, dilation, 1.0, 0.0,
+                   "after_activation", act, None, groups)  # fmt: skip
+
     # A scoped registration (torch's own tests use it): it is undone on exit.
     with torch.library._scoped_library("cute_conv", "IMPL") as lib:
         lib.impl("grouped_conv2d", grouped, "CPU")
+        lib.impl("grouped_conv2d_tensor_cores", tensor_cores, "CPU")
         lib.impl("conv2d_fprop", plain, "CPU")
         lib.impl("conv2d_fprop_with_residual", residual, "CPU")
         lib.impl("conv2d_fprop_out", into_out, "CPU")

@@ -859,14 +859,14 @@ def test_filter_layout_is_checked():
 
 
 def test_unaligned_vectors_are_copied_and_an_unaligned_filter_refused():
-    from cute_conv.grouped import _vector_operand
+    from cute_conv.grouped import vector_operand
 
     bias = torch.randn(17)[1:]  # 4 bytes past a 16-byte boundary
     assert bias.data_ptr() % 16
-    aligned = _vector_operand(bias, torch.float32)
+    aligned = vector_operand(bias, torch.float32)
     assert aligned.data_ptr() % 16 == 0 and torch.equal(aligned, bias)
     already = torch.randn(16)
-    assert _vector_operand(already, torch.float32) is already
+    assert vector_operand(already, torch.float32) is already
     x, flt = _call_inputs()
     staged = torch.empty(stage_filter(flt).numel() + 1, dtype=BF16)[1:].view(3, 3, 24, 48)
     with pytest.raises(ValueError, match="filter.data_ptr.*is not 16-byte aligned"):

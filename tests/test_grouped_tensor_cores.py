@@ -9,11 +9,21 @@ import re
 
 import pytest
 import torch
+import torch.nn.functional as F
 from cute_conv.kernels.common.epilogue import EpilogueSpec
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 import cute_conv
 from cute_conv import Conv2dConfig
-from cute_conv.grouped_tensor_cores import default_tile_n, grouped_conv2d_tensor_cores
+from cute_conv.dispatch import out_overlaps_inputs
+from cute_conv.grouped_tensor_cores import (
+    default_tile_n,
+    grouped_conv2d_tensor_cores,
+    tensor_cores_take,
+)
+from cute_conv.staging import span_bytes
+from tests.test_autograd import reference_forward_on_cpu
+from tests.test_nn import kernel_calls  # noqa: F401  (a fixture)
 
 
 @pytest.mark.parametrize(
@@ -42,7 +52,7 @@ def test_a_grouped_kernel_offsets_its_activation_tiles_by_group():
     assert loads[0] == loads[1] > 0
 
 
-def inputs(n=1, h=8, w=8, c=64, k=64, r=3, groups=4, device="cpu"):
+def inputs(n=1, h=8, w=8, c=128, k=128, r=3, groups=2, device="cpu"):
     x = torch.zeros(n, h, w, c, dtype=torch.bfloat16, device=device)
     flt = torch.zeros(k, r, r, c // groups, dtype=torch.bfloat16, device=device)
     return x, flt
@@ -50,18 +60,120 @@ def inputs(n=1, h=8, w=8, c=64, k=64, r=3, groups=4, device="cpu"):
 
 @pytest.mark.parametrize(
     "args,kwargs,error,match",
-    [(inputs(), dict(groups=1), ValueError, "groups must be an int >= 2"),
-     (inputs(), dict(groups=True), ValueError, "groups must be an int >= 2"),
-     (inputs(), dict(groups=4), ValueError, "must be CUDA tensors"),
-     ((torch.zeros(1, 8, 8, 64), inputs()[1]), dict(groups=4), ValueError, "bfloat16/float16"),
-     ((inputs()[0], torch.zeros(64, 3, 3, 8, dtype=torch.bfloat16)), dict(groups=4), ValueError,
-      "must be CUDA tensors"),
-     ((inputs()[0], "w"), dict(groups=4), TypeError, "filter must be a torch.Tensor")],
-    ids=["one-group", "bool", "cpu", "fp32", "cpu-filter", "not-a-tensor"],
+    [(inputs(), dict(groups=1), ValueError, "groups must be >= 2, got 1"),
+     (inputs(), dict(groups=True), TypeError, "groups must be an int"),
+     (inputs(), dict(groups=2), ValueError, "activation is on cpu"),
+     ((torch.zeros(1, 8, 8, 128), inputs()[1]), dict(groups=2), TypeError, "float32"),
+     ((inputs()[0], "w"), dict(groups=2), TypeError, "filter must be a torch.Tensor"),
+     (inputs(groups=4), dict(groups=2), ValueError, r"takes \[K, R, S, 64\]"),
+     (inputs(c=96, groups=8), dict(groups=8), ValueError, "C / groups = 12: a multiple of 8"),
+     (inputs(k=96, groups=4), dict(groups=4, config=Conv2dConfig(tile_n=32, groups=2)),
+      ValueError, "config has groups=2"),
+     (inputs(k=96, groups=4), dict(groups=4, config=Conv2dConfig(tile_n=48, groups=4)),
+      ValueError, "a tile_n dividing K / groups = 24"),
+     (inputs(), dict(groups=2, stride=9), ValueError, "stride"),
+     (inputs(), dict(groups=2, activation="tanhh"), ValueError, "tanhh"),
+     (inputs(), dict(groups=2, bias=torch.zeros(32)), ValueError, "bias"),
+     (inputs(), dict(groups=2, out=torch.zeros(1, 6, 6, 128)), TypeError, "out")],
+    ids=["one-group", "bool", "cpu", "fp32", "not-a-tensor", "filter-channels", "group-in-12",
+         "config-groups", "config-tile", "stride", "activation", "bias", "out-dtype"],
 )  # fmt: skip
 def test_bad_arguments_are_refused_before_any_launch(args, kwargs, error, match):
     with pytest.raises(error, match=match):
         grouped_conv2d_tensor_cores(*args, **kwargs)
+
+
+def test_an_out_that_overlaps_the_activation_is_refused():
+    # Validation passes on the meta device up to the device check; the overlap is checked
+    # after the plan, which a CPU call does not reach: the check itself on real pointers.
+    x = torch.zeros(1, 8, 8, 128, dtype=torch.bfloat16)
+    assert out_overlaps_inputs(x.data_ptr(), x.data_ptr(), 0, 0, (span_bytes(x), 0, 8))
+
+
+@pytest.mark.parametrize(
+    "channels,groups,takes",
+    [((192, 192), 4, True), ((1008, 1008), 21, True), ((256, 512), 2, True),
+     ((112, 112), 2, False), ((240, 240), 2, False), ((96, 96), 4, False),
+     ((128, 128), 4, False), ((256, 256), 1, False), ((100, 100), 2, False)],
+    ids=["48", "48x21", "k2x", "56", "120", "24", "32", "dense", "50"],
+)  # fmt: skip
+def test_which_groups_the_tensor_cores_take(channels, groups, takes):
+    assert tensor_cores_take(*channels, groups) is takes
+
+
+def test_the_op_traces_to_the_output_shape_and_refuses_bad_groups():
+    with FakeTensorMode():
+        x = torch.empty(2, 14, 14, 192, dtype=torch.bfloat16, device="cuda")
+        flt = torch.empty(192, 3, 3, 48, dtype=torch.bfloat16, device="cuda")
+        y = torch.ops.cute_conv.grouped_conv2d_tensor_cores(
+            x, flt, None, None, 4, [2, 2], [1, 1, 1, 1], [1, 1], "relu"
+        )
+        assert y.shape == (2, 7, 7, 192) and y.dtype == torch.bfloat16
+        with pytest.raises(ValueError, match="a conv of 192 channels in 2 groups"):
+            torch.ops.cute_conv.grouped_conv2d_tensor_cores(
+                x, flt, None, None, 2, [1, 1], [1, 1, 1, 1], [1, 1], None
+            )
+
+
+def test_gradients_are_torch_grouped_conv_s():
+    """Through the op and its registered autograd (forward: the float64 reference on a CPU),
+    every input's gradient matches torch's own autograd of the grouped conv."""
+    groups, c, k = 2, 96, 96
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 7, 6, c, dtype=torch.float64, generator=gen)
+    flt = torch.randn(k, 3, 3, c // groups, dtype=torch.float64, generator=gen) / 8
+    bias = torch.randn(k, dtype=torch.float64, generator=gen)
+    scale = torch.rand(k, dtype=torch.float64, generator=gen) + 0.5
+    grad_out = torch.randn(2, 4, 3, k, dtype=torch.float64, generator=gen)
+
+    def ours(x, flt, bias, scale):
+        return grouped_conv2d_tensor_cores(x, flt, groups=groups, stride=2, padding=1,
+                                           bias=bias, scale=scale, activation="silu")  # fmt: skip
+
+    def torchs(x, flt, bias, scale):
+        z = F.conv2d(x.permute(0, 3, 1, 2), flt.permute(0, 3, 1, 2), stride=2, padding=1,
+                     groups=groups)  # fmt: skip
+        return F.silu(z.permute(0, 2, 3, 1) * scale + bias)
+
+    grads = []
+    for fn in (ours, torchs):
+        leaves = [t.clone().requires_grad_() for t in (x, flt, bias, scale)]
+        with reference_forward_on_cpu():
+            fn(*leaves).backward(grad_out)
+        grads.append([leaf.grad for leaf in leaves])
+    for name, mine, theirs in zip(("x", "filter", "bias", "scale"), *grads, strict=True):
+        torch.testing.assert_close(mine, theirs, msg=name)
+
+
+def test_nn_conv2d_runs_wide_groups_on_the_tensor_cores(kernel_calls):  # noqa: F811
+    """A module of 48-wide groups keeps a contiguous KRSC filter and sends plain calls to
+    the tensor-core launcher (here its CPU stand-in), identities to the grouped kernel's
+    path; 56-wide groups keep the grouped kernel's staged filter."""
+    torch.manual_seed(2)
+    module = cute_conv.nn.Conv2d(96, 96, 3, padding=1, groups=2, activation="relu").eval()
+    assert module._tensor_cores_take and module.weight.is_contiguous()
+    with torch.no_grad():
+        module.scale = torch.rand(96) + 0.5
+    x = torch.randn(2, 96, 6, 5).to(torch.bfloat16).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        y = module(x)
+    ((x_nhwc, flt, _),) = kernel_calls
+    assert flt is module.weight and x_nhwc.data_ptr() == x.data_ptr()
+    ref = F.relu(F.conv2d(x.float(), module.weight.float().permute(0, 3, 1, 2), padding=1,
+                          groups=2) * module.scale.view(-1, 1, 1) + module.bias.view(-1, 1, 1))  # fmt: skip
+    torch.testing.assert_close(y.float(), ref, atol=2e-2, rtol=1e-2)
+    small = x[:1, :, :3, :3]  # within grouped_rule's bound for the grouped kernel
+    with torch.no_grad():
+        module(small, identity=torch.zeros(1, 96, 3, 3, dtype=torch.bfloat16))
+    assert len(kernel_calls) == 2 and kernel_calls[-1][2] is not None
+    assert kernel_calls[-1][1].shape == (3, 3, 48, 96)  # the grouped kernel's staged filter
+    narrow = cute_conv.nn.Conv2d(112, 112, 3, groups=2)
+    assert not narrow._tensor_cores_take and not narrow.weight.is_contiguous()
+
+
+def test_nn_conv2d_keeps_wide_groups_off_the_tensor_cores_past_their_limits():
+    assert not cute_conv.nn.Conv2d(96, 96, 3, stride=9, groups=2)._tensor_cores_take
+    assert cute_conv.nn.Conv2d(96, 96, 3, stride=8, groups=2)._tensor_cores_take
 
 
 @pytest.mark.parametrize("group_out,tile_n", [(48, 48), (112, 112), (128, 128), (256, 256),

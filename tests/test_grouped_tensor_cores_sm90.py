@@ -8,7 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
+import cute_conv
 from cute_conv import Conv2dConfig
 from cute_conv.grouped_tensor_cores import grouped_conv2d_tensor_cores
 from cute_conv.testing import compare_to_reference
@@ -32,7 +34,7 @@ def run(n, h, w, c, k, r, groups, stride, padding, activation="relu", config=Non
     flt = (torch.randn(k, r, r, c // groups, device="cuda", generator=gen)
            / (r * r * c / groups) ** 0.5).bfloat16()  # fmt: skip
     bias = torch.randn(k, device="cuda", generator=gen).bfloat16()
-    out = grouped_conv2d_tensor_cores(x, flt, groups, stride=stride, padding=padding,
+    out = grouped_conv2d_tensor_cores(x, flt, groups=groups, stride=stride, padding=padding,
                                       bias=bias, activation=activation, config=config)  # fmt: skip
     ref = F.conv2d(x.permute(0, 3, 1, 2).float(), flt.permute(0, 3, 1, 2).float(),
                    bias.float(), stride=stride, padding=padding, groups=groups)  # fmt: skip
@@ -61,4 +63,46 @@ def test_a_tile_that_straddles_groups_is_refused():
     x = torch.zeros(1, 8, 8, 112, device="cuda", dtype=torch.bfloat16)
     flt = torch.zeros(112, 3, 3, 56, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="no tile width divides"):
-        grouped_conv2d_tensor_cores(x, flt, 2, padding=1)  # 56 output channels per group
+        grouped_conv2d_tensor_cores(x, flt, groups=2, padding=1)  # 56 output channels per group
+
+
+def test_scale_bias_float16_and_a_channel_slice_of_out():
+    gen = torch.Generator("cuda").manual_seed(1)
+    n, h, w, c, k, groups = 2, 15, 13, 192, 192, 4
+    x = torch.randn(n, h, w, c, device="cuda", generator=gen).half()
+    flt = (torch.randn(k, 3, 3, c // groups, device="cuda", generator=gen) / 15).half()
+    scale = torch.rand(k, device="cuda", generator=gen) + 0.5
+    bias = torch.randn(k, device="cuda", generator=gen)
+    buffer = torch.full((n, h, w, k + 64), float("nan"), device="cuda", dtype=torch.float16)
+    part = buffer[..., 32:32 + k]
+    out = grouped_conv2d_tensor_cores(x, flt, groups=groups, padding=1, bias=bias,
+                                      scale=scale, activation="silu", out=part)  # fmt: skip
+    ref = F.conv2d(x.permute(0, 3, 1, 2).float(), flt.permute(0, 3, 1, 2).float(), padding=1,
+                   groups=groups).permute(0, 2, 3, 1)  # fmt: skip
+    ref = F.silu(ref * scale + bias)
+    assert out is part
+    report = compare_to_reference(part, ref)
+    assert report.ok, report
+    assert buffer[..., :32].isnan().all() and buffer[..., 32 + k:].isnan().all()
+
+
+def test_module_of_wide_groups_eager_compiled_and_differentiated():
+    """``nn.Conv2d`` of 48-wide groups (the tensor cores) against torch's module in float32:
+    eager, under ``torch.compile(fullgraph=True)`` (the op) and its input gradient."""
+    torch.manual_seed(3)
+    conv = nn.Conv2d(192, 192, 3, stride=2, padding=1, groups=4).to(torch.bfloat16).cuda()
+    module = cute_conv.nn.Conv2d.from_torch(conv, activation="relu")
+    assert module._tensor_cores_take
+    x = torch.randn(2, 192, 17, 17, device="cuda").to(torch.bfloat16)
+    x = x.to(memory_format=torch.channels_last)
+    expected = F.relu(conv.float()(x.float()))
+    with torch.no_grad():
+        for fn in (module, torch.compile(module, fullgraph=True)):
+            report = compare_to_reference(fn(x), expected)
+            assert report.ok, str(report)
+    x32 = x.float().requires_grad_()
+    leaf = x.detach().requires_grad_()
+    module(leaf).float().sum().backward()
+    F.relu(conv.float()(x32)).sum().backward()
+    assert compare_to_reference(leaf.grad, x32.grad).ok
+    assert module.weight.grad is not None

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import cute_conv
-from cute_conv import grouped
+from cute_conv import grouped, grouped_tensor_cores
 from cute_conv.epilogue import validate_epilogue_args
 from cute_conv.fold import fold_batch_norm
 from cute_conv.problem import normalize_padding, normalize_pair
@@ -72,6 +72,24 @@ def _reference_grouped(x, staged, source=None, *, groups, **kwargs):
     return y.to(x.dtype) if out is None else out.copy_(y)
 
 
+def _reference_tensor_cores(x, flt, *, groups, **kwargs):
+    """The grouped tensor-core launcher's contract on CPU tensors: its validation, then the
+    float32 torch reference, rounded to the output dtype (into ``out=``)."""
+    geom = {k: kwargs.pop(k) for k in ("stride", "padding", "dilation")}
+    bias, scale, activation = (kwargs.pop(k, None) for k in ("bias", "scale", "activation"))
+    out = kwargs.pop("out", None)
+    grouped_tensor_cores._validate(
+        x, flt, bias, scale, out, groups, normalize_pair("stride", geom["stride"]),
+        normalize_padding(geom["padding"]), normalize_pair("dilation", geom["dilation"]),
+        activation, kwargs.pop("config", None),
+    )  # fmt: skip
+    assert not kwargs, kwargs
+    y = reference(x.float(), flt.float(), {**geom, "groups": groups}, source=None, bias=bias,
+                  scale=scale, beta=0.0, order="after_activation", activation=activation,
+                  alpha=1.0)  # fmt: skip
+    return y.to(x.dtype) if out is None else out.copy_(y)
+
+
 def _scalar(scale) -> float:
     return 1.0 if scale is None else scale.item()
 
@@ -94,7 +112,12 @@ def kernel_calls(monkeypatch):
         calls.append((x, staged, kwargs.get("source")))
         return _reference_grouped(x, staged, **kwargs)
 
+    def tensor_cores(x, flt, /, **kwargs):
+        calls.append((x, flt, None))
+        return _reference_tensor_cores(x, flt, **kwargs)
+
     monkeypatch.setattr(cute_conv.nn, "grouped_conv2d", grouped_staged)
+    monkeypatch.setattr(cute_conv.nn, "grouped_conv2d_tensor_cores", tensor_cores)
     monkeypatch.setattr(cute_conv.api, "conv2d_fprop", fprop)
     monkeypatch.setattr(cute_conv.api, "conv2d_fprop_with_residual", fprop_with_residual)
     return calls

@@ -94,9 +94,10 @@ def per_group_call(conv: nn.Conv2d, shape: tuple, activation: str | None):
     return call
 
 
-def tensor_core_call(conv: nn.Conv2d, shape: tuple, activation: str | None):
-    """The grouped call on the tensor-core kernel (``grouped_conv2d_tensor_cores``), or None
-    where no tile width divides the group's output channels."""
+def tensor_core_call(conv: nn.Conv2d, shape: tuple, activation: str | None, config=None):
+    """The grouped call on the tensor-core kernel (``grouped_conv2d_tensor_cores``, at
+    ``config``; None: its default), or None where no tile width divides the group's output
+    channels."""
     try:
         grouped_tensor_cores.default_tile_n(conv.out_channels // conv.groups)
     except ValueError:
@@ -109,8 +110,9 @@ def tensor_core_call(conv: nn.Conv2d, shape: tuple, activation: str | None):
 
     def call():
         return grouped_tensor_cores.grouped_conv2d_tensor_cores(
-            x_nhwc, filter_krsc, conv.groups, bias=bias, activation=activation, **geom
-        ).permute(0, 3, 1, 2)
+            x_nhwc, filter_krsc, groups=conv.groups, bias=bias, activation=activation,
+            config=config, **geom,
+        ).permute(0, 3, 1, 2)  # fmt: skip
 
     return call
 

@@ -257,11 +257,14 @@ class Conv2dConfig:
         )
 
     def __repr__(self) -> str:
-        # Dense configs keep the repr they had before ``groups`` (the sweeps' committed rows
-        # and the disk cache's keys are reprs); a grouped one names its groups.
-        fields = [f for f in dataclasses.fields(self) if f.name != "groups" or self.groups != 1]
-        body = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields)
+        body = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in self.shown_fields())
         return f"{type(self).__name__}({body})"
+
+    def shown_fields(self) -> list[dataclasses.Field]:
+        """The fields ``repr`` names: all but a dense config's ``groups``, so that dense
+        configs keep the repr they had before it (the sweeps' committed rows and the disk
+        cache's keys are reprs); a grouped one names its groups."""
+        return [f for f in dataclasses.fields(self) if f.name != "groups" or self.groups != 1]
 
     @property
     def tile_shape_mnk(self) -> tuple[int, int, int]:
