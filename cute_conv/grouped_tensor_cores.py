@@ -36,7 +36,7 @@ from .kernels.sm90.config import TILE_N_CHOICES, Conv2dConfig
 from .occupancy import resident_clusters
 from .ops import meta_stand_ins, padding_pairs
 from .plan_cache import PlanCache
-from .problem import normalize_padding, normalize_pair
+from .problem import Conv2dProblemShape, normalize_padding, normalize_pair
 from .schedule import launch_clusters
 from .staging import span_bytes
 from .validation import check_alignment, check_tensor, out_pixel_stride, validate_conv_inputs
@@ -105,7 +105,8 @@ def grouped_conv2d_tensor_cores(
         out: optional ``[N, P, Q, K]`` output of ``x``'s dtype: contiguous, or a channel
             slice of a contiguous ``[N, P, Q, L]`` tensor, written in place; else a new one.
         config: a ``Conv2dConfig`` whose ``groups`` is ``groups`` and whose ``tile_n``
-            divides ``K / groups``; None: 128 rows, the widest such ``tile_n``.
+            divides ``K / groups``; None: the widest such ``tile_n``, 64 rows where 128-row
+            tiles would fill at most half the SMs, else 128.
 
     Returns:
         ``out`` or the new output. Sums are float32.
@@ -183,7 +184,6 @@ forget_on_clear(_plans.clear)  # a plan holds its kernel: compile.clear_cache dr
 
 
 def _make_plan(x, filter, bias, scale, out, args: tuple) -> _Plan:  # noqa: A002
-    groups, stride, padding, dilation, activation, config = args
     problem, config, spec = _validate(x, filter, bias, scale, out, *args)
     for name, t in (("filter", filter), ("bias", bias), ("scale", scale), ("out", out)):
         if t is not None and t.device != x.device:
@@ -191,20 +191,39 @@ def _make_plan(x, filter, bias, scale, out, args: tuple) -> _Plan:  # noqa: A002
     if x.device.type != "cuda":
         raise ValueError(f"activation is on {x.device}; cute_conv runs on CUDA tensors")
     index = x.device.index
+    num_sms = torch.cuda.get_device_properties(index).multi_processor_count
+    if config is None:
+        config = _default_config(problem, args[0], num_sms)
     kernel = compile_kernel(
         device_arch(index), act_dtype=dtype_name(x.dtype), filter_dtype=dtype_name(x.dtype),
         out_dtype=dtype_name(x.dtype), config=config, epilogue=spec,
     )  # fmt: skip
-    num_sms = torch.cuda.get_device_properties(index).multi_processor_count
     clusters = launch_clusters(problem, config, num_sms, resident_clusters(index, config.cluster_m))
     out_pixels = None if out is None else out_pixel_stride(out)
     scalars = kernel_scalars(problem, 1.0, 0.0, clusters, out_pixel_stride=out_pixels)
     return _Plan(problem.output_shape, kernel_vector_dtype(bias, scale), kernel, scalars)
 
 
+def _default_config(problem: Conv2dProblemShape, groups: int, num_sms: int) -> Conv2dConfig:
+    """The widest ``tile_n`` that divides a group's output channels (``default_tile_n``), and
+    64-row tiles where 128-row ones would fill at most half of the ``num_sms`` SMs, else 128.
+
+    Measured on an H200 (``experiments/grouped_tensor_core_tiles.py``; fitted on
+    RegNetX-3.2GF and RegNetY-16GF at batch 1, 8 and 32, judged on RegNetX-16GF): the 64-row
+    tiles ran 0.88-0.93x the 128-row ones' time per forward at batch 1 on the fit, 0.77x on
+    the held-out model, and left batch 8 and 32 as they were (0.997-1.000x). 256-row tiles
+    from a full wave, also fitted, ran 1.04-1.12x on the held-out model (256x128 tiles, a
+    width the fit had not had) and are not taken."""
+    tile_n = default_tile_n(problem.K // groups)
+    tiles = -(-problem.gemm_m // 128) * (problem.K // tile_n)
+    tile_m = 64 if 2 * tiles <= num_sms else 128
+    return Conv2dConfig(tile_m=tile_m, tile_n=tile_n, groups=groups)
+
+
 def _validate(x, filter, bias, scale, out, groups, stride, padding, dilation, activation,  # noqa: A002
               config):  # fmt: skip
-    """Check a call; return its dense problem (C, K the whole conv's), config and epilogue
+    """Check a call; return its dense problem (C, K the whole conv's), its config (None
+    where it takes the default: ``_default_config``, which needs the device) and epilogue
     spec. Reads shapes, dtypes and strides only (meta tensors pass)."""
     if isinstance(groups, bool) or not isinstance(groups, int):
         raise TypeError(f"groups must be an int, got {type(groups).__name__}")
@@ -226,10 +245,10 @@ def _validate(x, filter, bias, scale, out, groups, stride, padding, dilation, ac
         raise ValueError(f"K = {k}: a multiple of 8 (the output's 16-byte TMA rows)")
     group_out = k // groups
     if config is None:
-        config = Conv2dConfig(tile_m=128, tile_n=default_tile_n(group_out), groups=groups)
-    if not isinstance(config, Conv2dConfig):
+        default_tile_n(group_out)  # a ValueError where no tile width divides the group
+    elif not isinstance(config, Conv2dConfig):
         raise TypeError(f"config must be a Conv2dConfig, got {type(config).__name__}")
-    if config.groups != groups or group_out % config.tile_n:
+    elif config.groups != groups or group_out % config.tile_n:
         raise ValueError(
             f"config has groups={config.groups}, tile_n={config.tile_n}; this call takes "
             f"groups={groups} and a tile_n dividing K / groups = {group_out}"
@@ -241,7 +260,8 @@ def _validate(x, filter, bias, scale, out, groups, stride, padding, dilation, ac
         x, dense_filter, stride=stride, padding=padding, dilation=dilation, out=out,
         out_dtype=x.dtype,
     )  # fmt: skip
-    check_config_fits(config, problem)
+    if config is not None:
+        check_config_fits(config, problem)
     spec = validate_epilogue_args(
         problem, x.dtype, x.device, alpha=1.0, bias=bias, scale=scale, activation=activation,
         epilogue_fn=None,

@@ -17,6 +17,7 @@ import cute_conv
 from cute_conv import Conv2dConfig
 from cute_conv.dispatch import out_overlaps_inputs
 from cute_conv.grouped_tensor_cores import (
+    _default_config,
     default_tile_n,
     grouped_conv2d_tensor_cores,
     tensor_cores_take,
@@ -186,3 +187,19 @@ def test_the_default_tile_is_the_widest_that_divides_a_group(group_out, tile_n):
 def test_groups_no_tile_divides_are_refused(group_out):
     with pytest.raises(ValueError, match=f"K / groups = {group_out}: no tile width divides it"):
         default_tile_n(group_out)
+
+
+@pytest.mark.parametrize(
+    "n,hw,k,groups,tile_m",
+    [(1, 14, 896, 7, 64), (8, 14, 896, 7, 128), (1, 7, 3024, 27, 64), (8, 7, 3024, 27, 128),
+     (1, 28, 192, 4, 64), (8, 28, 192, 4, 128)],
+    ids=["x16-b1", "x16-b8", "y16-b1", "y16-b8", "x3-b1", "x3-b8"],
+)  # fmt: skip
+def test_the_default_config_takes_64_rows_where_128_fill_half_the_sms(n, hw, k, groups, tile_m):
+    problem = cute_conv.Conv2dProblemShape.from_shapes(
+        (n, hw, hw, k), (k, 3, 3, k), stride=1, padding=1
+    )
+    config = _default_config(problem, groups, num_sms=132)
+    assert (config.tile_m, config.tile_n, config.groups) == (
+        tile_m, default_tile_n(k // groups), groups
+    )
