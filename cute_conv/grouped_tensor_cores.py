@@ -51,29 +51,25 @@ Tensor = torch.Tensor
 
 
 def default_tile_n(group_out: int) -> int:
-    """The widest tile width (``TILE_N_CHOICES``, at most 256) that divides ``group_out``
-    output channels per group; a ``ValueError`` where none does (56, 120: not multiples of
-    16)."""
-    tile_n = next((t for t in sorted(TILE_N_CHOICES, reverse=True) if group_out % t == 0), None)
-    if tile_n is None:
-        raise ValueError(f"K / groups = {group_out}: no tile width divides it")
-    return tile_n
+    """The tile width (``TILE_N_CHOICES``) whose tiles cover ``group_out`` output channels
+    per group with the fewest columns past the group (its last tile's, computed and not
+    stored), the widest of those: one that divides it where any does, else e.g. 64 for 56
+    and 128 for 120."""
+
+    def padded(tile_n: int) -> int:
+        return -(-group_out // tile_n) * tile_n
+
+    return min(sorted(TILE_N_CHOICES, reverse=True), key=padded)
 
 
 def tensor_cores_take(in_channels: int, out_channels: int, groups: int) -> bool:
     """Whether grouped convs of these channels run on the tensor cores: at least two groups
-    of at least ``MIN_GROUP_IN`` input channels, a multiple of 8 (16-byte filter rows), and
-    a tile width that divides the output channels per group."""
+    of at least ``MIN_GROUP_IN`` input channels, and input and output channels per group
+    multiples of 8 (16-byte filter rows and output group strides)."""
     if groups < 2 or in_channels % groups or out_channels % groups:
         return False
-    group_in = in_channels // groups
-    if group_in < MIN_GROUP_IN or group_in % 8:
-        return False
-    try:
-        default_tile_n(out_channels // groups)
-    except ValueError:
-        return False
-    return True
+    group_in, group_out = in_channels // groups, out_channels // groups
+    return group_in >= MIN_GROUP_IN and group_in % 8 == 0 and group_out % 8 == 0
 
 
 def grouped_conv2d_tensor_cores(
@@ -98,15 +94,14 @@ def grouped_conv2d_tensor_cores(
     Args:
         x: ``[N, H, W, C]`` contiguous (NHWC), bfloat16 or float16, on a Hopper GPU.
         filter: ``[K, R, S, C / groups]`` contiguous, of ``x``'s dtype.
-        groups: at least 2, dividing C and K; ``C / groups`` a multiple of 8 (16-byte
-            filter rows), ``K / groups`` a multiple of a tile width (``default_tile_n``).
+        groups: at least 2, dividing C and K; ``C / groups`` and ``K / groups`` multiples
+            of 8 (16-byte filter rows and output group strides).
         stride, padding, dilation: as ``cute_conv.conv2d_fprop`` takes them.
         bias, scale, activation: as ``cute_conv.conv2d_fprop`` takes them.
         out: optional ``[N, P, Q, K]`` output of ``x``'s dtype: contiguous, or a channel
             slice of a contiguous ``[N, P, Q, L]`` tensor, written in place; else a new one.
-        config: a ``Conv2dConfig`` whose ``groups`` is ``groups`` and whose ``tile_n``
-            divides ``K / groups``; None: the widest such ``tile_n``, 64 rows where 128-row
-            tiles would fill at most half the SMs, else 128.
+        config: a ``Conv2dConfig`` whose ``groups`` is ``groups``; None: ``default_tile_n``,
+            64 rows where 128-row tiles would fill at most half the SMs, else 128.
 
     Returns:
         ``out`` or the new output. Sums are float32.
@@ -205,8 +200,8 @@ def _make_plan(x, filter, bias, scale, out, args: tuple) -> _Plan:  # noqa: A002
 
 
 def _default_config(problem: Conv2dProblemShape, groups: int, num_sms: int) -> Conv2dConfig:
-    """The widest ``tile_n`` that divides a group's output channels (``default_tile_n``), and
-    64-row tiles where 128-row ones would fill at most half of the ``num_sms`` SMs, else 128.
+    """``default_tile_n`` of a group's output channels, and 64-row tiles where 128-row ones
+    would fill at most half of the ``num_sms`` SMs, else 128.
 
     Measured on an H200 (``experiments/grouped_tensor_core_tiles.py``; fitted on
     RegNetX-3.2GF and RegNetY-16GF at batch 1, 8 and 32, judged on RegNetX-16GF): the 64-row
@@ -241,18 +236,14 @@ def _validate(x, filter, bias, scale, out, groups, stride, padding, dilation, ac
         )
     if group_in % 8:
         raise ValueError(f"C / groups = {group_in}: a multiple of 8 (16-byte filter rows)")
-    if k % 8:
-        raise ValueError(f"K = {k}: a multiple of 8 (the output's 16-byte TMA rows)")
-    group_out = k // groups
-    if config is None:
-        default_tile_n(group_out)  # a ValueError where no tile width divides the group
-    elif not isinstance(config, Conv2dConfig):
-        raise TypeError(f"config must be a Conv2dConfig, got {type(config).__name__}")
-    elif config.groups != groups or group_out % config.tile_n:
+    if (k // groups) % 8:
         raise ValueError(
-            f"config has groups={config.groups}, tile_n={config.tile_n}; this call takes "
-            f"groups={groups} and a tile_n dividing K / groups = {group_out}"
+            f"K / groups = {k // groups}: a multiple of 8 (16-byte output group strides)"
         )
+    if config is not None and not isinstance(config, Conv2dConfig):
+        raise TypeError(f"config must be a Conv2dConfig, got {type(config).__name__}")
+    if config is not None and config.groups != groups:
+        raise ValueError(f"config has groups={config.groups}; this call takes groups={groups}")
     # The dense problem over all channels (a stand-in filter of C channels): the geometry's
     # limits, P and Q, C (the activation's pixel stride) and K (the output's).
     dense_filter = torch.empty((k, r, s, c), dtype=x.dtype, device="meta")

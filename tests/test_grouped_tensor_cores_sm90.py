@@ -1,7 +1,8 @@
 """GPU numerics of grouped convs on the SM90 tensor-core kernel
 (``cute_conv.grouped_tensor_cores``) against float32 ``F.conv2d(groups=...)``: groups of 48 to
-128 channels, 1x1 and 3x3, strides, a bias and activations, tile widths that divide the
-group's output channels, and the launcher's refusals."""
+232 channels, 1x1 and 3x3, strides, a bias, a scale and activations, tile widths that divide
+the group's output channels and ones that do not (a group's last tile reaching past it), an
+output channel slice written in place, and ``nn.Conv2d`` eager, compiled and differentiated."""
 
 from __future__ import annotations
 
@@ -25,6 +26,11 @@ CASES = {
     "1x1": (3, 10, 12, 256, 256, 1, 2, 1, 0),
     "g16-64": (1, 16, 16, 1024, 1024, 3, 16, 1, 1),
     "112": (2, 14, 14, 448, 448, 3, 4, 1, 1),
+    # Widths no tile divides: the last tile of a group reaches past it (64 for 56, ...).
+    "56": (2, 14, 14, 448, 448, 3, 8, 1, 1),
+    "120-s2": (2, 15, 15, 240, 240, 3, 2, 2, 1),
+    "232": (1, 7, 7, 464, 464, 3, 2, 1, 1),
+    "168-k2x": (1, 9, 9, 384, 672, 1, 4, 1, 0),
 }
 
 
@@ -59,16 +65,18 @@ def test_clusters_along_m_and_no_activation():
         config=Conv2dConfig(tile_n=48, cluster_m=2, groups=4))  # fmt: skip
 
 
-def test_a_tile_that_straddles_groups_is_refused():
-    x = torch.zeros(1, 8, 8, 112, device="cuda", dtype=torch.bfloat16)
-    flt = torch.zeros(112, 3, 3, 56, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="no tile width divides"):
-        grouped_conv2d_tensor_cores(x, flt, groups=2, padding=1)  # 56 output channels per group
+@pytest.mark.parametrize("tile_n,cluster_m", [(32, 1), (48, 1), (64, 2), (128, 1)])
+def test_groups_of_56_at_any_tile_width(tile_n, cluster_m):
+    """Two tiles a group, the second partial (32, 48), one padded tile (64, multicast along
+    M), one tile past two groups' width (128)."""
+    run(2, 12, 12, 224, 224, 3, 4, 1, 1,
+        config=Conv2dConfig(tile_n=tile_n, cluster_m=cluster_m, groups=4))  # fmt: skip
 
 
-def test_scale_bias_float16_and_a_channel_slice_of_out():
+@pytest.mark.parametrize("channels", [192, 224], ids=["48", "56"])
+def test_scale_bias_float16_and_a_channel_slice_of_out(channels):
     gen = torch.Generator("cuda").manual_seed(1)
-    n, h, w, c, k, groups = 2, 15, 13, 192, 192, 4
+    n, h, w, c, k, groups = 2, 15, 13, channels, channels, 4
     x = torch.randn(n, h, w, c, device="cuda", generator=gen).half()
     flt = (torch.randn(k, 3, 3, c // groups, device="cuda", generator=gen) / 15).half()
     scale = torch.rand(k, device="cuda", generator=gen) + 0.5

@@ -96,12 +96,7 @@ def per_group_call(conv: nn.Conv2d, shape: tuple, activation: str | None):
 
 def tensor_core_call(conv: nn.Conv2d, shape: tuple, activation: str | None, config=None):
     """The grouped call on the tensor-core kernel (``grouped_conv2d_tensor_cores``, at
-    ``config``; None: its default), or None where no tile width divides the group's output
-    channels."""
-    try:
-        grouped_tensor_cores.default_tile_n(conv.out_channels // conv.groups)
-    except ValueError:
-        return None
+    ``config``; None: its default)."""
     geom = dict(stride=conv.stride, padding=conv.padding, dilation=conv.dilation)
     x, weight, bias = random_operands(conv, shape)
     x_nhwc = x.permute(0, 2, 3, 1)  # a view of the channels_last tensor: contiguous NHWC
@@ -124,10 +119,8 @@ def measure(conv: nn.Conv2d, shape: tuple, activation: str | None, rounds: int) 
     cudnn, kernel, ref = ab_calls(conv, shape, activation)
     batched, batched_ref = as_batch_call(conv, shape, activation)
     per_group = per_group_call(conv, shape, activation)
-    fns = {"cudnn": cudnn, "grouped": kernel(None), "as_batch": batched, "per_group": per_group}
-    tensor_cores = tensor_core_call(conv, shape, activation)
-    if tensor_cores is not None:
-        fns["tensor_cores"] = tensor_cores
+    fns = {"cudnn": cudnn, "grouped": kernel(None), "as_batch": batched, "per_group": per_group,
+           "tensor_cores": tensor_core_call(conv, shape, activation)}  # fmt: skip
     verdicts = checks({name: fn for name, fn in fns.items() if name != "as_batch"}, ref)
     verdicts.update(checks({"as_batch": batched}, batched_ref))
     macs = n * k * ref.shape[2] * ref.shape[3] * r * s * c // groups

@@ -91,23 +91,39 @@ def activation_im2col_view(act_ptr: cute.Pointer, g: ConvGeometry) -> cute.Tenso
 @cute.jit
 def filter_gemm_view(filter_ptr: cute.Pointer, g: ConvGeometry, groups: int = 1) -> cute.Tensor:
     """Contiguous KRSC filter as ``(k, (c, s, r))``: the GEMM B operand, K-major. With
-    ``groups`` (compile-time) the filter of a grouped conv, ``[K, R, S, C / groups]``: a
-    dense filter of ``C / groups`` channels."""
-    c = g.c
-    if cutlass.const_expr(groups > 1):
-        c = g.c // groups
-    layout = cute.make_layout((g.k, (c, g.s, g.r)), stride=(g.r * g.s * c, (1, c, g.s * c)))
+    ``groups`` (compile-time) the filter of a grouped conv, ``[K, R, S, C / groups]``, as a
+    dense filter of ``C / groups`` channels whose k is ``(k in the group, group)``: a tile
+    of ``(tile_n, 1)`` rows stays in its group, the rows past the group's last (where
+    ``tile_n`` does not divide it) outside the view (TMA fills them with zeros)."""
+    if cutlass.const_expr(groups == 1):
+        layout = cute.make_layout(
+            (g.k, (g.c, g.s, g.r)), stride=(g.r * g.s * g.c, (1, g.c, g.s * g.c))
+        )
+        return cute.make_tensor(filter_ptr, layout)
+    c, group_out = g.c // groups, g.k // groups
+    row = g.r * g.s * c
+    layout = cute.make_layout(
+        ((group_out, groups), (c, g.s, g.r)), stride=((row, group_out * row), (1, c, g.s * c))
+    )
     return cute.make_tensor(filter_ptr, layout)
 
 
 @cute.jit
 def output_gemm_view(
-    out_ptr: cute.Pointer, g: ConvGeometry, pixel_stride: cutlass.Int32
+    out_ptr: cute.Pointer, g: ConvGeometry, pixel_stride: cutlass.Int32, groups: int = 1
 ) -> cute.Tensor:
     """NPQK output, its pixels ``pixel_stride`` elements apart, as the row-major
-    ``(N*P*Q, K)`` GEMM D matrix (its row offsets 64-bit: N*P*Q*K may pass 2**31 elements)."""
+    ``(N*P*Q, K)`` GEMM D matrix (its row offsets 64-bit: N*P*Q*K may pass 2**31 elements).
+    With ``groups`` (compile-time), K as ``(k in the group, group)`` (``filter_gemm_view``):
+    a tile's columns past its group's last are outside the view (TMA stores skip them)."""
     m = g.n * g.p * g.q
-    layout = cute.make_layout((m, g.k), stride=(cutlass.Int64(pixel_stride), 1))
+    if cutlass.const_expr(groups == 1):
+        layout = cute.make_layout((m, g.k), stride=(cutlass.Int64(pixel_stride), 1))
+        return cute.make_tensor(out_ptr, layout)
+    group_out = g.k // groups
+    layout = cute.make_layout(
+        (m, (group_out, groups)), stride=(cutlass.Int64(pixel_stride), (1, group_out))
+    )
     return cute.make_tensor(out_ptr, layout)
 
 

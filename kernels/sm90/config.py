@@ -167,9 +167,10 @@ class Conv2dConfig:
             longer rows per request, at more SMEM per buffer (fewer A/B stages).
         groups: a grouped conv of this many groups (1: dense). The filter is the grouped
             conv's ``[K, R, S, C / groups]``; an output tile's channels lie in one group
-            (``tile_n`` must divide ``K / groups``) and its A tiles read that group's
-            channels. Clusters of one CTA along N (a cluster's N tiles may be other groups),
-            no gather, halo tiles or stream-K. Not run on a GPU yet.
+            (a group takes ``ceil(K / groups / tile_n)`` tiles, its last one's columns past
+            the group left out: zeros read, nothing stored) and its A tiles read that
+            group's channels. Clusters of one CTA along N (a cluster's N tiles may be other
+            groups), no gather, halo tiles or stream-K.
     """
 
     tile_m: int = 128

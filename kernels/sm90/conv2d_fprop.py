@@ -31,7 +31,8 @@ in its first tile, after the tile's coordinates and before its first load
 (``load_warp_waits_late``).
 """
 
-from typing import NamedTuple, Optional, Tuple
+import functools
+from typing import Callable, NamedTuple, Optional, Tuple
 
 import cuda.bindings.driver as cuda
 import cutlass
@@ -262,6 +263,20 @@ class Conv2dFpropSm90(
         self.epi_tiler = (
             ((config.tile_w, self.tile_h, 1), epi_n) if config.tile_w else self.epi_tile
         )
+        # A tile's output channels: tile_n of K, or of a grouped conv's (k in the group,
+        # group) (filter_gemm_view): the tile and its subtiles stay in one group.
+        self.n_tiler = config.tile_n if self.groups == 1 else (config.tile_n, 1)
+        if self.groups > 1:
+            self.epi_tiler = (tile_m, (epi_n, 1))
+
+    def _output_view(self) -> Callable:
+        """How the epilogue views the output (and C): halo tiles' ``((q, p, n), k)``, else
+        the ``(N*P*Q, K)`` GEMM view, a grouped conv's K as (k in the group, group)."""
+        if self.tile_w:
+            return output_tile_view
+        if self.groups > 1:
+            return functools.partial(output_gemm_view, groups=self.groups)
+        return output_gemm_view
 
     def _consumer_register_budget(self) -> int:
         """Registers per consumer thread after ``setmaxnreg``: what the register file
@@ -382,7 +397,7 @@ class Conv2dFpropSm90(
         epi_operands = make_epilogue_operands(
             self.epilogue, geom, ptrs, epi_smem_layout,
             cute.slice_(self.source_smem_layout_staged, (None, None, 0)), self.epi_tiler,
-            output_tile_view if self.tile_w else output_gemm_view,
+            self._output_view(),
             dequantize=self.act_dtype in FP8_TYPES,
             quantize_output=self.out_dtype in FP8_TYPES,
         )  # fmt: skip
@@ -402,6 +417,12 @@ class Conv2dFpropSm90(
         else:
             num_tiles_m = (geom.n * geom.p * geom.q + tile_m - 1) // tile_m
         num_tiles_n = (geom.k + tile_n - 1) // tile_n
+        channel_group = None  # a grouped conv: n tiles per group, channels per group (C, K)
+        if cutlass.const_expr(self.groups > 1):
+            group_in, group_out = geom.c // self.groups, geom.k // self.groups
+            tiles_per_group = (group_out + tile_n - 1) // tile_n
+            channel_group = (tiles_per_group, group_in, group_out)
+            num_tiles_n = tiles_per_group * self.groups
         cm, cn = self.cluster_mn
         # The divisors are made here, on the host: the kernel's roles only multiply and shift.
         # Not for the gather warps, whose loads of a group then share registers (ptxas, 104
@@ -415,9 +436,6 @@ class Conv2dFpropSm90(
         pixel_divisors = None
         if cutlass.const_expr(not self.tile_w and not self.gather):
             pixel_divisors = PixelDivisors(divisor(geom.q), divisor(geom.p))
-        channel_group = None  # a grouped conv: n tiles per group, channels per group
-        if cutlass.const_expr(self.groups > 1):
-            channel_group = (geom.k // self.groups // tile_n, geom.c // self.groups)
         m_partials, m_flags = None, None
         if cutlass.const_expr(self.stream_k):
             k_tiles = (geom.c + tile_k - 1) // tile_k * geom.s * geom.r
@@ -468,7 +486,7 @@ class Conv2dFpropSm90(
         halo: Optional[HaloGeometry],
         a_tap_layout: cute.ComposedLayout,
         gather_geometry: Optional[ConvGeometry],
-        channel_group: Optional[Tuple[cutlass.Int32, cutlass.Int32]],
+        channel_group: Optional[Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32]],
     ):
         tma_atom_a, mA_mk, tma_atom_b, mB_nk = ab_operands
         tma_atom_d, mD_mn, tma_atom_c, mC_mn, m_bias, m_scale = epi_operands[:6]
@@ -557,7 +575,7 @@ class Conv2dFpropSm90(
                 ),  # fmt: skip
                 EpilogueArgs(
                     tma_atom_d, gD, cD, d_shape, gC, m_bias, m_scale, alpha, beta, out_factor,
-                    epi_operands.m_amax,
+                    epi_operands.m_amax, channel_group,
                 ),  # fmt: skip
                 # With dynamic scheduling m_flags holds the work counters instead.
                 StreamKWorkspace(m_partials, m_flags if self.stream_k else None),
@@ -582,10 +600,11 @@ class Conv2dFpropSm90(
         gA = mA_mk
         if cutlass.const_expr(not (self.tile_w or self.gather)):
             gA = cute.local_tile(mA_mk, (tile_m, (tile_k, 1, 1)), (None, None))
-        # (tile_n, (tile_k,1,1), n_tiles, (c_blocks, S, R))
-        gB = cute.local_tile(mB_nk, (tile_n, (tile_k, 1, 1)), (None, None))
+        # (tile_n, (tile_k,1,1), n_tiles, (c_blocks, S, R)); grouped: tile_n and n_tiles
+        # are (tile_n, 1) and (tiles per group, groups)
+        gB = cute.local_tile(mB_nk, (self.n_tiler, (tile_k, 1, 1)), (None, None))
         # (tile_m, tile_n, m_tiles, n_tiles); tile_m is (tile_w, tile_h, 1) with halo tiles
-        tiler_mn = (self.epi_tiler[0], tile_n)
+        tiler_mn = (self.epi_tiler[0], self.n_tiler)
         gD = cute.local_tile(mD_mn, tiler_mn, (None, None))
         gC, cD = None, None
         if cutlass.const_expr(self.epilogue.has_residual):
@@ -659,7 +678,7 @@ class Conv2dFpropSm90(
         cluster_coord_mnk: cute.Coord,
         scheduler: StaticTileScheduler,
         pixel_divisors: Optional[PixelDivisors],
-        channel_group: Optional[Tuple[cutlass.Int32, cutlass.Int32]],
+        channel_group: Optional[Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32]],
     ):
         """Load warp: fills the A/B ring for every k-tile of every output tile of this CTA
         (with halo tiles: the halo ring once per c-block, the ring with B per k-tile), through

@@ -63,6 +63,8 @@ class EpilogueArgs(NamedTuple):
     beta: cutlass.Float32
     out_factor: Optional[cutlass.Float32]  # fp8 output: 1 / out_scale
     amax: Optional[cute.Tensor]  # the output's amax in global memory (None: not kept)
+    # A grouped conv: (n tiles per group, input and output channels per group), else None.
+    channel_group: Optional[Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32]] = None
 
 
 class Sm90Epilogue(NamedTuple):
@@ -207,7 +209,7 @@ class Sm90EpilogueMixin:
     ):  # fmt: skip
         """Before output tile column ``n_tile``'s mainloop: its bias/scale into registers where
         they fit for the whole tile, else into L2 for the epilogue's loads."""
-        tile_n0 = n_tile * self.tile_mnk[1]
+        tile_n0 = self.tile_first_channel(n_tile, args)
         if cutlass.const_expr(parts.vectors.preloaded and not parts.vectors_ahead):
             preload_channel_vectors(self.epilogue, parts.vectors, tile_n0, self.epi_tile[1])
         else:
@@ -357,7 +359,6 @@ class Sm90EpilogueMixin:
                 parts, work, scheduler, num_epi_tiles_done, args, warp_idx
             )
         source_state, gD, alpha, beta = states.source, args.gD, args.alpha, args.beta
-        tile_n = self.tile_mnk[1]
         m_tile, n_tile = scheduler.tile_coord(work)
         tRS_rAcc = parts.tRS_rAcc
         tRS_rD = parts.tRS_rD
@@ -381,13 +382,14 @@ class Sm90EpilogueMixin:
         epi_tile_layout = self.epi_tile_layout(gD_tile)
         num_epi_tiles = cute.size(epi_tile_layout)
         subtile_columns = [epi_tile_layout.get_hier_coord(i)[1] for i in range(num_epi_tiles)]
-        self.load_vectors_ahead(parts, n_tile, subtile_columns, None)
+        tile_n0 = self.tile_first_channel(n_tile, args)
+        self.load_vectors_ahead(parts, tile_n0, subtile_columns, None)
         for epi_idx in cutlass.range_constexpr(num_epi_tiles):
-            self.load_vectors_ahead(parts, n_tile, subtile_columns, epi_idx)
+            self.load_vectors_ahead(parts, tile_n0, subtile_columns, epi_idx)
             for v in cutlass.range_constexpr(size_tRS_rD):
                 tRS_rD[v] = tRS_rAcc[epi_idx * size_tRS_rD + v]
             subtile_m, subtile_n = epi_tile_layout.get_hier_coord(epi_idx)
-            subtile_n0 = n_tile * tile_n + subtile_n * self.epi_tile[1]
+            subtile_n0 = tile_n0 + subtile_n * self.epi_tile[1]
             vectors = subtile_vectors(parts.vectors, subtile_n)
             if cutlass.const_expr(self.epilogue.store_by_threads):
                 subtile = ((None, None), (subtile_m, subtile_n))  # (epi_m, epi_n)
@@ -416,15 +418,29 @@ class Sm90EpilogueMixin:
                     source_state.advance()
         return states._replace(source=source_state), num_epi_tiles_done + num_epi_tiles
 
+    @cute.jit
+    def tile_first_channel(self, n_tile: cutlass.Int32, args: EpilogueArgs) -> cutlass.Int32:
+        """The first output channel of output tile column ``n_tile``: ``n_tile * tile_n``,
+        or in a grouped conv its group's first plus its place in the group (a group's last
+        tile may reach past the group: ``filter_gemm_view``)."""
+        tile_n = self.tile_mnk[1]
+        first = n_tile * tile_n
+        if cutlass.const_expr(args.channel_group is not None):
+            tiles_per_group, _, group_out = args.channel_group
+            group = n_tile // tiles_per_group
+            first = group * group_out + (n_tile - group * tiles_per_group) * tile_n
+        return first
+
     def load_vectors_ahead(
         self,
         parts: "Sm90Epilogue",
-        n_tile: cutlass.Int32,
+        tile_n0: cutlass.Int32,
         subtile_columns: List[int],
         epi_idx: Optional[int],
     ):
         """With ``parts.vectors_ahead`` (d), load into their registers the bias/scale of the
-        subtile d ahead of subtile ``epi_idx`` of output tile column ``n_tile``, or, before
+        subtile d ahead of subtile ``epi_idx`` of the output tile of first channel
+        ``tile_n0``, or, before
         the first subtile (``epi_idx`` None), of the first d subtiles; ``subtile_columns``:
         each subtile's column, in the epilogue's order."""
         ahead = parts.vectors_ahead
@@ -433,7 +449,7 @@ class Sm90EpilogueMixin:
             last = ahead if epi_idx is None else epi_idx + ahead + 1
             for subtile_n in subtile_columns[first:last]:
                 preload_channel_vectors(
-                    self.epilogue, parts.vectors, n_tile * self.tile_mnk[1], self.epi_tile[1],
+                    self.epilogue, parts.vectors, tile_n0, self.epi_tile[1],
                     (subtile_n,),
                 )  # fmt: skip
 
@@ -484,13 +500,14 @@ class Sm90EpilogueMixin:
         cD_tile = cute.zipped_divide(args.cD[(None, None, m_tile, n_tile)], self.epi_tiler)
         tRS_rD, size_tRS_rD = parts.tRS_rD, cute.size(parts.tRS_rD)
         subtile_columns = list(range(num_epi_tiles))  # one row of subtiles
-        self.load_vectors_ahead(parts, n_tile, subtile_columns, None)
+        tile_n0 = self.tile_first_channel(n_tile, args)
+        self.load_vectors_ahead(parts, tile_n0, subtile_columns, None)
         for epi_idx in cutlass.range_constexpr(num_epi_tiles):
-            self.load_vectors_ahead(parts, n_tile, subtile_columns, epi_idx)
+            self.load_vectors_ahead(parts, tile_n0, subtile_columns, epi_idx)
             for v in cutlass.range_constexpr(size_tRS_rD):
                 tRS_rD[v] = parts.tRS_rAcc[epi_idx * size_tRS_rD + v]
             subtile = ((None, None), (0, epi_idx))  # (epi_m, epi_n): one row of subtiles
-            subtile_n0 = n_tile * tile_n + epi_idx * self.epi_tile[1]
+            subtile_n0 = tile_n0 + epi_idx * self.epi_tile[1]
             store_subtile_by_threads(
                 self.epilogue, tRS_rD.load(), args.alpha, args.beta,
                 subtile_vectors(parts.vectors, epi_idx), subtile_n0, out, staged_tile[subtile],
@@ -508,6 +525,7 @@ class Sm90EpilogueMixin:
     @staticmethod
     def epi_tile_layout(g_tile_divided: cute.Tensor) -> cute.Layout:
         """Order of the epilogue subtiles of one output tile, as (M, N) coordinates: N fastest
-        (a halo tile's M subtile mode is (1, 1, 1): its coordinate 0 indexes it whole)."""
-        shape = (cute.size(g_tile_divided.shape[1][0]), g_tile_divided.shape[1][1])
+        (a halo tile's M subtile mode is (1, 1, 1): its coordinate 0 indexes it whole; a
+        grouped conv's N subtile mode is (subtiles, 1): a flat coordinate indexes it)."""
+        shape = (cute.size(g_tile_divided.shape[1][0]), cute.size(g_tile_divided.shape[1][1]))
         return cute.make_layout(shape, stride=(shape[1], 1))

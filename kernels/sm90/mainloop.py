@@ -151,8 +151,9 @@ class Im2colLoader:
     k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32]  # (c-blocks, S, R)
     pixel_divisors: Optional[PixelDivisors]  # see ``im2col_tile_at_origin``
     waits_late: bool  # see ``OperandLoader.load_tile``
-    # A grouped conv: (n tiles per group, channels per group); None for a dense one.
-    channel_group: Optional[Tuple[cutlass.Int32, cutlass.Int32]] = None
+    # A grouped conv: (n tiles per group, input and output channels per group); None for a
+    # dense one.
+    channel_group: Optional[Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32]] = None
 
     @cute.jit
     def load_tile(
@@ -165,7 +166,7 @@ class Im2colLoader:
         m_tile, n_tile = scheduler.tile_coord(work)
         channel_offset = None
         if cutlass.const_expr(self.channel_group is not None):
-            tiles_per_group, group_channels = self.channel_group
+            tiles_per_group, group_channels, _ = self.channel_group
             channel_offset = (n_tile // tiles_per_group) * group_channels
         ab_gmem = (
             im2col_tile_at_origin(
@@ -360,7 +361,9 @@ class MainloopMixin:
             ),
             filter_gemm_view(filter_ptr, geom, self.groups),
             b_smem_layout,
-            (tile_n, (tile_k, 1, 1)),  # hierarchical K keeps the tiler static for runtime C
+            # Hierarchical K keeps the tiler static for runtime C (and a grouped conv's N,
+            # its runtime channels per group: filter_gemm_view).
+            (self.n_tiler, (tile_k, 1, 1)),
             num_multicast=self.num_mcast_b,
         )
         return tma_atom_a, tma_tensor_a, tma_atom_b, tma_tensor_b
