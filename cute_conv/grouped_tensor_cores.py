@@ -41,7 +41,16 @@ from .schedule import launch_clusters
 from .staging import span_bytes
 from .validation import check_alignment, check_tensor, out_pixel_stride, validate_conv_inputs
 
-__all__ = ["MIN_GROUP_IN", "default_tile_n", "grouped_conv2d_tensor_cores", "tensor_cores_take"]
+__all__ = [
+    "MIN_GROUP_IN",
+    "SM90_ARCH",
+    "default_tile_n",
+    "grouped_conv2d_tensor_cores",
+    "runs_on_tensor_cores",
+    "tensor_cores_take",
+]
+
+SM90_ARCH = "sm_90a"  # the kernel that takes groups (Conv2dConfig.groups); SM100's does not
 
 # The narrowest groups measured on the tensor cores (RegNetX-3.2GF's 48): every call of 48 to
 # 256 channels a group ran faster there than on cuDNN and on the CUDA-core grouped kernel.
@@ -70,6 +79,11 @@ def tensor_cores_take(in_channels: int, out_channels: int, groups: int) -> bool:
         return False
     group_in, group_out = in_channels // groups, out_channels // groups
     return group_in >= MIN_GROUP_IN and group_in % 8 == 0 and group_out % 8 == 0
+
+
+def runs_on_tensor_cores(device: torch.device) -> bool:
+    """Whether ``device`` runs grouped convs on the tensor cores: an SM90 GPU."""
+    return device.type == "cuda" and device_arch(device.index) == SM90_ARCH
 
 
 def grouped_conv2d_tensor_cores(
@@ -186,11 +200,17 @@ def _make_plan(x, filter, bias, scale, out, args: tuple) -> _Plan:  # noqa: A002
     if x.device.type != "cuda":
         raise ValueError(f"activation is on {x.device}; cute_conv runs on CUDA tensors")
     index = x.device.index
+    arch = device_arch(index)
+    if arch != SM90_ARCH:
+        raise ValueError(
+            f"activation is on a {arch} device; grouped convs on the tensor cores run on "
+            f"{SM90_ARCH} (H100/H200) only: use cute_conv.grouped_conv2d"
+        )
     num_sms = torch.cuda.get_device_properties(index).multi_processor_count
     if config is None:
         config = _default_config(problem, args[0], num_sms)
     kernel = compile_kernel(
-        device_arch(index), act_dtype=dtype_name(x.dtype), filter_dtype=dtype_name(x.dtype),
+        arch, act_dtype=dtype_name(x.dtype), filter_dtype=dtype_name(x.dtype),
         out_dtype=dtype_name(x.dtype), config=config, epilogue=spec,
     )  # fmt: skip
     clusters = launch_clusters(problem, config, num_sms, resident_clusters(index, config.cluster_m))

@@ -42,7 +42,11 @@ from .grouped import (
     stage_filter,
 )
 from .grouped_rule import runs_grouped_kernel
-from .grouped_tensor_cores import grouped_conv2d_tensor_cores, tensor_cores_take
+from .grouped_tensor_cores import (
+    grouped_conv2d_tensor_cores,
+    runs_on_tensor_cores,
+    tensor_cores_take,
+)
 from .ops import takes_torch_path
 from .problem import Padding, Pair, normalize_padding, normalize_pair, output_hw
 from .reference import TORCH_ACTIVATIONS
@@ -373,14 +377,19 @@ class Conv2d(nn.Module):
         self, x: torch.Tensor, identity: torch.Tensor | None, out: torch.Tensor | None = None
     ) -> torch.Tensor:
         """``forward`` of a grouped conv (writing ``out`` in place, if given, and returning
-        it): wide groups without an identity or a channel norm on the tensor cores
-        (``grouped_tensor_cores``); else the grouped kernel on the stored weight, or cuDNN
+        it): wide groups without an identity or a channel norm on an SM90 GPU's tensor
+        cores (``grouped_tensor_cores``); else the grouped kernel on the stored weight, or cuDNN
         where ``grouped_rule`` says it is faster (the call's multiply-adds)."""
         if identity is not None and self.channel_norm_eps is not None:
             raise ValueError("a Conv2d with channel_norm_eps takes no identity")
         if identity is not None and not self._check_identity(x, identity):
             return self._forward_torch(x, identity)
-        if self._tensor_cores_take and identity is None and self.channel_norm_eps is None:
+        if (
+            self._tensor_cores_take
+            and identity is None
+            and self.channel_norm_eps is None
+            and runs_on_tensor_cores(x.device)
+        ):
             y = grouped_conv2d_tensor_cores(
                 _nhwc(x), self.weight, groups=self.groups, stride=self.stride,
                 padding=self._padding, dilation=self.dilation, bias=self.bias,

@@ -14,7 +14,7 @@ from cute_conv.kernels.common.epilogue import EpilogueSpec
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import cute_conv
-from cute_conv import Conv2dConfig
+from cute_conv import Conv2dConfig, grouped_tensor_cores
 from cute_conv.dispatch import out_overlaps_inputs
 from cute_conv.grouped_tensor_cores import (
     _default_config,
@@ -209,3 +209,11 @@ def test_the_default_config_takes_64_rows_where_128_fill_half_the_sms(n, hw, k, 
     assert (config.tile_m, config.tile_n, config.groups) == (
         tile_m, default_tile_n(k // groups), groups
     )
+
+
+@pytest.mark.parametrize("arch,runs", [("sm_90a", True), ("sm_100a", False)])
+def test_only_sm90_devices_run_groups_on_the_tensor_cores(monkeypatch, arch, runs):
+    """The SM100 kernel takes no groups: nn.Conv2d keeps the grouped kernel there."""
+    monkeypatch.setattr(grouped_tensor_cores, "device_arch", lambda index: arch)
+    assert grouped_tensor_cores.runs_on_tensor_cores(torch.device("cuda", 0)) is runs
+    assert not grouped_tensor_cores.runs_on_tensor_cores(torch.device("cpu"))

@@ -118,6 +118,7 @@ def kernel_calls(monkeypatch):
 
     monkeypatch.setattr(cute_conv.nn, "grouped_conv2d", grouped_staged)
     monkeypatch.setattr(cute_conv.nn, "grouped_conv2d_tensor_cores", tensor_cores)
+    monkeypatch.setattr(cute_conv.nn, "runs_on_tensor_cores", lambda device: True)  # as SM90
     monkeypatch.setattr(cute_conv.api, "conv2d_fprop", fprop)
     monkeypatch.setattr(cute_conv.api, "conv2d_fprop_with_residual", fprop_with_residual)
     return calls
