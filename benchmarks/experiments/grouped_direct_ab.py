@@ -127,15 +127,18 @@ def run_ab(
     default_models: list[str],
     extra_totals: Callable[[list[dict]], dict[str, float]] = lambda rows: {},
     takes: Callable[[nn.Conv2d], bool] = lambda conv: True,
+    min_group_in: int = 0,
 ) -> None:
     """The command line of an A/B over models' grouped convs: ``measure_row(conv, input
-    shape, activation, rounds)`` per distinct call that ``takes``, the rows written to
-    ``--out`` after each (model, batch), its per-forward sums of ``methods`` (those every
+    shape, activation, rounds)`` per distinct call that ``takes`` of at least
+    ``--min-group-in`` (default ``min_group_in``) input channels a group, the rows written
+    to ``--out`` after each (model, batch), its per-forward sums of ``methods`` (those every
     row has; and ``extra_totals``) printed."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--models", nargs="+", default=default_models)
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--min-group-in", type=int, default=min_group_in)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
@@ -147,7 +150,7 @@ def run_ab(
                 {"model": name, "batch": batch, "calls": calls,
                  **measure_row(conv, shape, activation, args.rounds)}
                 for conv, shape, activation, calls in grouped_convs(model, batch)
-                if takes(conv)
+                if takes(conv) and conv.in_channels // conv.groups >= args.min_group_in
             ]  # fmt: skip
             result["rows"] += rows
             summed = [m for m in methods if all(m in r["graph_us"] for r in rows)]

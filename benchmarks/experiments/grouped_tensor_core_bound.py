@@ -18,8 +18,8 @@ then one ``conv2d_fprop`` per group on its filter and bias, writing its channel 
 output in place (``G`` launches). Beside them ``cudnn`` (the grouped conv with its bias, then
 the activation) and ``grouped`` (the CUDA-core kernel at the rules' pixels and split).
 ``as_batch`` is checked against float32 on its own operands, the others against the grouped
-conv's. Calls of fewer than ``MIN_GROUP`` input channels per group, or
-output channels per group not a multiple of 8, are skipped.
+conv's. Calls of fewer than ``--min-group-in`` (default ``MIN_GROUP``) input channels per
+group, or input or output channels per group not a multiple of 8, are skipped.
 """
 
 from __future__ import annotations
@@ -130,15 +130,16 @@ def measure(conv: nn.Conv2d, shape: tuple, activation: str | None, rounds: int) 
 
 
 def wide_groups(conv: nn.Conv2d) -> bool:
-    """A grouped (not depthwise) conv of at least ``MIN_GROUP`` input channels and a multiple
-    of 8 output channels per group."""
+    """A grouped (not depthwise) conv the tensor cores take at some width: multiples of 8
+    input and output channels per group (``--min-group-in``, default ``MIN_GROUP``, sets the
+    narrowest group timed)."""
     group_in = conv.in_channels // conv.groups
     group_out = conv.out_channels // conv.groups
-    return group_in >= MIN_GROUP and group_out % 8 == 0
+    return conv.groups > 1 and group_in % 8 == 0 and group_out % 8 == 0
 
 
 if __name__ == "__main__":
     run_ab(
         __doc__.splitlines()[0], measure, METHODS, ["regnet_y_8gf"], rule_total,
-        takes=wide_groups,
+        takes=wide_groups, min_group_in=MIN_GROUP,
     )  # fmt: skip

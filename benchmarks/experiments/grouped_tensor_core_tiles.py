@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from cute_conv.kernels.sm90.config import MAX_TILE_ELEMS, TILE_N_CHOICES
 from grouped_direct_ab import ab_calls, checks, run_ab
-from grouped_tensor_core_bound import tensor_core_call, wide_groups
+from grouped_tensor_core_bound import MIN_GROUP, tensor_core_call, wide_groups
 from models import replayed_us  # on the path grouped_direct_ab puts benchmarks/ on
 from torch import nn
 
@@ -50,4 +50,5 @@ def measure(conv: nn.Conv2d, shape: tuple, activation: str | None, rounds: int) 
 
 
 if __name__ == "__main__":
-    run_ab(__doc__.splitlines()[0], measure, METHODS, ["regnet_x_3_2gf"], takes=wide_groups)
+    run_ab(__doc__.splitlines()[0], measure, METHODS, ["regnet_x_3_2gf"], takes=wide_groups,
+           min_group_in=MIN_GROUP)  # fmt: skip
