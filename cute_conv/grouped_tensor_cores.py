@@ -149,6 +149,7 @@ class _Plan:
     vector_dtype: torch.dtype
     kernel: CompiledConv2d
     scalars: tuple
+    empty: bool  # N*P*Q == 0: nothing to launch
 
 
 def _run(x, filter, bias, scale, groups, stride, padding, dilation, activation, out,  # noqa: A002
@@ -169,6 +170,8 @@ def _run(x, filter, bias, scale, groups, stride, padding, dilation, activation, 
         raise ValueError("out overlaps activation or filter: pass a separate output tensor")
     if out is None:
         out = torch.empty(plan.out_shape, dtype=x.dtype, device=x.device)
+    if plan.empty:
+        return out
     # Bias and scale in one dtype, contiguous and aligned (copies only where they are not).
     bias, scale = (None if t is None else vector_operand(t, plan.vector_dtype)
                    for t in (bias, scale))  # fmt: skip
@@ -216,7 +219,8 @@ def _make_plan(x, filter, bias, scale, out, args: tuple) -> _Plan:  # noqa: A002
     clusters = launch_clusters(problem, config, num_sms, resident_clusters(index, config.cluster_m))
     out_pixels = None if out is None else out_pixel_stride(out)
     scalars = kernel_scalars(problem, 1.0, 0.0, clusters, out_pixel_stride=out_pixels)
-    return _Plan(problem.output_shape, kernel_vector_dtype(bias, scale), kernel, scalars)
+    return _Plan(problem.output_shape, kernel_vector_dtype(bias, scale), kernel, scalars,
+                 problem.gemm_m == 0)  # fmt: skip
 
 
 def _default_config(problem: Conv2dProblemShape, groups: int, num_sms: int) -> Conv2dConfig:

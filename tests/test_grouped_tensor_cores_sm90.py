@@ -114,3 +114,10 @@ def test_module_of_wide_groups_eager_compiled_and_differentiated():
     F.relu(conv.float()(x32)).sum().backward()
     assert compare_to_reference(leaf.grad, x32.grad).ok
     assert module.weight.grad is not None
+
+
+def test_an_empty_batch_launches_nothing():
+    x = torch.zeros(0, 8, 8, 128, device="cuda", dtype=torch.bfloat16)
+    flt = torch.zeros(128, 3, 3, 64, device="cuda", dtype=torch.bfloat16)
+    out = grouped_conv2d_tensor_cores(x, flt, groups=2, padding=1)
+    assert out.shape == (0, 8, 8, 128)
