@@ -17,3 +17,14 @@ def test_takes_groups_of_whole_input_and_output_vectors():
     assert not bound.wide_groups(nn.Conv2d(96, 96, 3, groups=96))  # depthwise
     assert not bound.wide_groups(nn.Conv2d(96, 60, 3, groups=2))  # 30 out per group
     assert bound.MIN_GROUP == 48
+
+
+def test_the_tile_experiment_times_tile_shapes_and_narrower_k_tiles():
+    import grouped_tensor_core_tiles as tiles
+
+    shapes = {name: (c.tile_m, c.tile_n, c.tile_k) for name, c in tiles.tile_configs(56, 8).items()}
+    assert shapes["m128"] == (128, 64, 64) and shapes["m64_k16"] == (64, 64, 16)
+    assert "m128_half" not in shapes  # 32 does not divide 56
+    half_step = tiles.tile_configs(48, 4)  # 48-wide tiles take k-tiles of >= 32 channels
+    assert "m128_k32" in half_step and "m128_k16" not in half_step
+    assert set(tiles.tile_configs(128, 2)) == set(tiles.METHODS) - {"cudnn"}

@@ -3,18 +3,24 @@
     python benchmarks/experiments/grouped_tensor_core_tiles.py --models regnet_x_3_2gf \
         --batches 1 8 32 --out grouped_tensor_core_tiles.json
 
-``grouped_conv2d_tensor_cores`` takes 128-row tiles of the widest ``tile_n`` that divides a
-group's output channels by default. At batch 1 it ran 1.09-1.45x the time of the same work as
-one dense conv (``grouped_tensor_core_bound.py``'s ``as_batch``), whose rules pick smaller
-tiles on small grids. This times each wide-group call (the bound's ``wide_groups``) at
-64-, 128- and 256-row tiles (256 where ``tile_n`` is at most 128) of the default width, and
-at 64 and 128 rows of half that width where it is a tile width and still divides the group,
-against cuDNN; every output is checked against float32.
+Session 87 measured 128-row tiles of ``default_tile_n``'s width against 64- and 256-row ones
+(256 where ``tile_n`` is at most 128) and 64 and 128 rows of half that width (where it is a
+tile width and still divides the group): ``grouped_conv2d_tensor_cores`` took the 64-row part
+of the rule fitted on them. Since, it also times 64- and 128-row tiles of 32- and 16-channel
+k-tiles (the default is 64): a group of 48 input channels fills 3/4 of a 64-wide
+k-tile's multiply-adds, 24 channels 3/8, where 16-wide k-tiles waste none (half-step widths,
+48, 80, ..., take k-tiles of at least 32 channels). Each wide-group call (the bound's
+``wide_groups``) against cuDNN; every output is checked against float32.
 """
 
 from __future__ import annotations
 
-from cute_conv.kernels.sm90.config import MAX_TILE_ELEMS, TILE_N_CHOICES
+from cute_conv.kernels.sm90.config import (
+    HALF_STEP_MIN_K_TILE_BYTES,
+    MAX_TILE_ELEMS,
+    TILE_N_CHOICES,
+    is_half_step,
+)
 from grouped_direct_ab import ab_calls, checks, run_ab
 from grouped_tensor_core_bound import MIN_GROUP, tensor_core_call, wide_groups
 from models import replayed_us  # on the path grouped_direct_ab puts benchmarks/ on
@@ -23,20 +29,31 @@ from torch import nn
 from cute_conv import Conv2dConfig
 from cute_conv.grouped_tensor_cores import default_tile_n
 
-METHODS = ("cudnn", "m64", "m128", "m256", "m64_half", "m128_half")
+TILE_METHODS = ("m64", "m128", "m256", "m64_half", "m128_half")
+K_TILE_METHODS = ("m64_k32", "m128_k32", "m64_k16", "m128_k16")
+METHODS = ("cudnn", *TILE_METHODS, *K_TILE_METHODS)
+BF16_BYTES = 2
 
 
 def tile_configs(group_out: int, groups: int) -> dict[str, Conv2dConfig]:
-    """The configs timed for a call of ``groups`` groups of ``group_out`` output channels."""
+    """The configs timed for a call of ``groups`` groups of ``group_out`` output channels:
+    the tile shapes, and the narrower k-tiles of the default width."""
     width = default_tile_n(group_out)
     configs = {}
     for name, tile_n in (("", width), ("_half", width // 2)):
-        if tile_n not in TILE_N_CHOICES or group_out % tile_n:
+        if name and (tile_n not in TILE_N_CHOICES or group_out % tile_n):
             continue
         for tile_m in (64, 128, 256):
             if tile_m * tile_n <= MAX_TILE_ELEMS and (name == "" or tile_m < 256):
                 configs[f"m{tile_m}{name}"] = Conv2dConfig(tile_m=tile_m, tile_n=tile_n,
                                                            groups=groups)  # fmt: skip
+    for tile_k in (32, 16):
+        if is_half_step(width) and tile_k * BF16_BYTES < HALF_STEP_MIN_K_TILE_BYTES:
+            continue
+        for tile_m in (64, 128):
+            configs[f"m{tile_m}_k{tile_k}"] = Conv2dConfig(
+                tile_m=tile_m, tile_n=width, tile_k=tile_k, groups=groups
+            )
     return configs
 
 
