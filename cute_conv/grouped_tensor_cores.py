@@ -1,16 +1,17 @@
 """Grouped convs of wide groups on the SM90 tensor-core kernel (``Conv2dConfig.groups``).
 
 A conv of ``G`` groups is ``G`` dense convs of ``C / G`` channels side by side. Its KRSC
-filter, ``[K, R, S, C / G]``, is a dense filter of ``C / G`` channels, and where the tile's
-``tile_n`` divides ``K / G`` an output tile's channels lie in one group: the dense kernel's
-filter, output, bias and scale views serve as they are, and only the activation's tiles read
-their group's channels (``Im2colLoader.channel_group``). Measured as a bound before it was
-built (``benchmarks/experiments/grouped_tensor_core_bound.py``): the same work as one dense
-conv ran 3-9x cuDNN's grouped convs on RegNet's wide groups at batch 8 and 32; built, it runs
-0.85-1.03x that bound's time at batch 8 and 32, 1.09-1.45x at batch 1, and faster than cuDNN
-and the CUDA-core grouped kernel on each of the 66 calls of groups of 48 to 256 channels
-measured (``experiments/grouped_tensor_cores_H200.json``). ``tensor_cores_take`` says which
-convs ``cute_conv.nn.Conv2d`` sends here.
+filter, ``[K, R, S, C / G]``, is a dense filter of ``C / G`` channels. The kernel views the
+filter's and the output's K as (k in the group, group) (``filter_gemm_view``,
+``output_gemm_view``): an output tile's channels lie in one group, a group's last tile may
+reach past it (zeros read, nothing stored there: 56 channels a group on 64-wide tiles), and
+the tile's activation loads read its group's channels (``Im2colLoader.channel_group``).
+Measured as a bound before it was built (``benchmarks/experiments/grouped_tensor_core_bound.py``):
+the same work as one dense conv ran 3-9x cuDNN's grouped convs on RegNet's wide groups at
+batch 8 and 32; built, it runs 0.85-1.03x that bound's time at batch 8 and 32, 1.09-1.45x
+at batch 1, and faster than cuDNN and the CUDA-core grouped kernel on every call of groups
+of 48 to 256 channels measured (``experiments/grouped_tensor_cores*_H200.json``).
+``tensor_cores_take`` says which convs ``cute_conv.nn.Conv2d`` sends here.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ __all__ = [
     "grouped_conv2d_tensor_cores",
     "runs_on_tensor_cores",
     "tensor_cores_take",
+    "tiles_per_group",
 ]
 
 SM90_ARCH = "sm_90a"  # the kernel that takes groups (Conv2dConfig.groups); SM100's does not
@@ -59,16 +61,20 @@ MIN_GROUP_IN = 48
 Tensor = torch.Tensor
 
 
+def tiles_per_group(group_out: int, tile_n: int) -> int:
+    """The output tiles of ``tile_n`` channels a group of ``group_out`` takes (the kernel's
+    own count: its last one may reach past the group)."""
+    return -(-group_out // tile_n)
+
+
 def default_tile_n(group_out: int) -> int:
     """The tile width (``TILE_N_CHOICES``) whose tiles cover ``group_out`` output channels
     per group with the fewest columns past the group (its last tile's, computed and not
     stored), the widest of those: one that divides it where any does, else e.g. 64 for 56
     and 128 for 120."""
-
-    def padded(tile_n: int) -> int:
-        return -(-group_out // tile_n) * tile_n
-
-    return min(sorted(TILE_N_CHOICES, reverse=True), key=padded)
+    return min(
+        sorted(TILE_N_CHOICES, reverse=True), key=lambda t: tiles_per_group(group_out, t) * t
+    )
 
 
 def tensor_cores_take(in_channels: int, out_channels: int, groups: int) -> bool:
@@ -310,17 +316,21 @@ def _(x, filter, bias, scale, groups, stride, padding, dilation, activation):  #
     return x.new_empty(problem.output_shape)
 
 
+def _needs_grad(ctx) -> tuple[bool, ...]:
+    """Which of the shared backward's ``(x, filter, source, bias, scale)`` need a gradient:
+    the op's ``(x, filter, bias, scale)`` inputs', no source."""
+    return (*ctx.needs_input_grad[:2], False, *ctx.needs_input_grad[2:4])
+
+
 def _setup(ctx, inputs, output) -> None:
     x, filter, bias, scale, groups, stride, padding, dilation, activation = inputs  # noqa: A001
     args = EpilogueArgs(stride, padding, dilation, 1.0, 0.0, activation, "after_activation",
                         groups)  # fmt: skip
-    needs = (*ctx.needs_input_grad[:2], False, *ctx.needs_input_grad[2:4])
-    _setup_context(ctx, (x, filter, None, bias, scale), args, output, needs)
+    _setup_context(ctx, (x, filter, None, bias, scale), args, output, _needs_grad(ctx))
 
 
 def _backward_op(ctx, grad_out):
-    needs = (*ctx.needs_input_grad[:2], False, *ctx.needs_input_grad[2:4])
-    gx, gw, _, gb, gsc = _backward(ctx, grad_out, needs)
+    gx, gw, _, gb, gsc = _backward(ctx, grad_out, _needs_grad(ctx))
     return (gx, gw, gb, gsc) + (None,) * 5
 
 

@@ -258,16 +258,18 @@ class Conv2dFpropSm90(
         self.ab_stages = self.plan.ab_stages
         epi_n = self.plan.epi_n
         self.epi_tile = (tile_m, epi_n)
-        # How the output and C tiles are divided into subtiles: halo tiles are
-        # (tile_w, tile_h, 1) boxes of the (Q, P, N) output pixels.
-        self.epi_tiler = (
-            ((config.tile_w, self.tile_h, 1), epi_n) if config.tile_w else self.epi_tile
-        )
         # A tile's output channels: tile_n of K, or of a grouped conv's (k in the group,
         # group) (filter_gemm_view): the tile and its subtiles stay in one group.
         self.n_tiler = config.tile_n if self.groups == 1 else (config.tile_n, 1)
-        if self.groups > 1:
+        # How the output and C tiles are divided into subtiles: halo tiles are
+        # (tile_w, tile_h, 1) boxes of the (Q, P, N) output pixels; a grouped conv's
+        # subtiles are (epi_n, 1) of its (k in the group, group) channels.
+        if config.tile_w:
+            self.epi_tiler = ((config.tile_w, self.tile_h, 1), epi_n)
+        elif self.groups > 1:
             self.epi_tiler = (tile_m, (epi_n, 1))
+        else:
+            self.epi_tiler = self.epi_tile
 
     def _output_view(self) -> Callable:
         """How the epilogue views the output (and C): halo tiles' ``((q, p, n), k)``, else
