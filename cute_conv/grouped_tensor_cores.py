@@ -239,8 +239,9 @@ def _default_config(problem: Conv2dProblemShape, groups: int, num_sms: int) -> C
     the held-out model, and left batch 8 and 32 as they were (0.997-1.000x). 256-row tiles
     from a full wave, also fitted, ran 1.04-1.12x on the held-out model (256x128 tiles, a
     width the fit had not had) and are not taken."""
-    tile_n = default_tile_n(problem.K // groups)
-    tiles = -(-problem.gemm_m // 128) * (problem.K // tile_n)
+    group_out = problem.K // groups
+    tile_n = default_tile_n(group_out)
+    tiles = -(-problem.gemm_m // 128) * groups * tiles_per_group(group_out, tile_n)
     tile_m = 64 if 2 * tiles <= num_sms else 128
     return Conv2dConfig(tile_m=tile_m, tile_n=tile_n, groups=groups)
 

@@ -198,8 +198,9 @@ def test_the_default_tile_leaves_the_fewest_columns_past_a_group(group_out, tile
 @pytest.mark.parametrize(
     "n,hw,k,groups,tile_m",
     [(1, 14, 896, 7, 64), (8, 14, 896, 7, 128), (1, 7, 3024, 27, 64), (8, 7, 3024, 27, 128),
-     (1, 28, 192, 4, 64), (8, 28, 192, 4, 128)],
-    ids=["x16-b1", "x16-b8", "y16-b1", "y16-b8", "x3-b1", "x3-b8"],
+     (1, 28, 192, 4, 64), (8, 28, 192, 4, 128), (1, 33, 448, 8, 128), (1, 31, 448, 8, 64)],
+    ids=["x16-b1", "x16-b8", "y16-b1", "y16-b8", "x3-b1", "x3-b8", "56-72-tiles",
+         "56-64-tiles"],
 )  # fmt: skip
 def test_the_default_config_takes_64_rows_where_128_fill_half_the_sms(n, hw, k, groups, tile_m):
     problem = cute_conv.Conv2dProblemShape.from_shapes(
