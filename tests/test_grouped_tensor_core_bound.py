@@ -28,3 +28,12 @@ def test_the_tile_experiment_times_tile_shapes_and_narrower_k_tiles():
     half_step = tiles.tile_configs(48, 4)  # 48-wide tiles take k-tiles of >= 32 channels
     assert "m128_k32" in half_step and "m128_k16" not in half_step
     assert set(tiles.tile_configs(128, 2)) == set(tiles.METHODS) - {"cudnn"}
+
+
+def test_groups_as_images_puts_each_groups_channels_in_an_image_of_its_own():
+    import torch
+
+    x = torch.arange(2 * 3 * 4 * 6).reshape(2, 3, 4, 6)  # NHWC, 6 channels in 3 groups
+    images = bound.groups_as_images(x, 3)
+    assert images.shape == (3, 2, 3, 4, 2)
+    assert torch.equal(images[1], x[..., 2:4])

@@ -39,18 +39,29 @@ MIN_GROUP = 48  # the narrowest groups cuDNN wins at batch 8 (session 84's bound
 METHODS = ("cudnn", "grouped", "as_batch", "per_group", "tensor_cores")
 
 
+def conv_geometry(conv: nn.Conv2d) -> dict:
+    """``conv``'s stride, padding and dilation as ``conv2d_fprop``'s keyword arguments."""
+    return dict(stride=conv.stride, padding=conv.padding, dilation=conv.dilation)
+
+
+def groups_as_images(x_nhwc: torch.Tensor, groups: int) -> torch.Tensor:
+    """``[N, H, W, C]`` as ``[G, N, H, W, C / G]`` (a view): each group's channels an image
+    of their own."""
+    n, h, w, c = x_nhwc.shape
+    return x_nhwc.reshape(n, h, w, groups, c // groups).permute(3, 0, 1, 2, 4)
+
+
 def as_batch_call(conv: nn.Conv2d, shape: tuple, activation: str | None):
     """``(call, ref)``: the grouped call's work as one dense conv over ``[G * N, H, W, C / G]``
     with group 0's filter and bias, and its float32 reference."""
     groups = conv.groups
     n, c, h, w = shape
-    geom = dict(stride=conv.stride, padding=conv.padding, dilation=conv.dilation)
+    geom = conv_geometry(conv)
     x, weight, bias = random_operands(conv, shape)
     k_group = conv.out_channels // groups
     weight, bias = weight[:k_group].bfloat16(), bias[:k_group].bfloat16()
-    # [N, H, W, G, C / G] -> [G, N, H, W, C / G]: each group's channels an image of their own.
-    x_groups = x.permute(0, 2, 3, 1).reshape(n, h, w, groups, c // groups)
-    x_batch = x_groups.permute(3, 0, 1, 2, 4).reshape(groups * n, h, w, c // groups).contiguous()
+    x_batch = groups_as_images(x.permute(0, 2, 3, 1), groups)
+    x_batch = x_batch.reshape(groups * n, h, w, c // groups).contiguous()
     filter_krsc = weight.permute(0, 2, 3, 1).contiguous()
     act = TORCH_ACTIVATIONS[activation]
     ref = act(F.conv2d(x_batch.permute(0, 3, 1, 2).float(), weight.float(), bias.float(), **geom))
@@ -68,7 +79,7 @@ def per_group_call(conv: nn.Conv2d, shape: tuple, activation: str | None):
     ``conv2d_fprop`` per group into its channel slice of the output (NPQK viewed NCHW)."""
     groups = conv.groups
     n, c, h, w = shape
-    geom = dict(stride=conv.stride, padding=conv.padding, dilation=conv.dilation)
+    geom = conv_geometry(conv)
     x, weight, bias = random_operands(conv, shape)
     k_group = conv.out_channels // groups
     filters = weight.bfloat16().permute(0, 2, 3, 1).contiguous().view(
@@ -83,7 +94,7 @@ def per_group_call(conv: nn.Conv2d, shape: tuple, activation: str | None):
                       dtype=torch.bfloat16)  # fmt: skip
 
     def call():
-        x_groups = x_nhwc.reshape(n, h, w, groups, c // groups).permute(3, 0, 1, 2, 4).contiguous()
+        x_groups = groups_as_images(x_nhwc, groups).contiguous()
         for g in range(groups):
             cute_conv.conv2d_fprop(
                 x_groups[g], filters[g], bias=biases[g], activation=activation,
@@ -97,7 +108,7 @@ def per_group_call(conv: nn.Conv2d, shape: tuple, activation: str | None):
 def tensor_core_call(conv: nn.Conv2d, shape: tuple, activation: str | None, config=None):
     """The grouped call on the tensor-core kernel (``grouped_conv2d_tensor_cores``, at
     ``config``; None: its default)."""
-    geom = dict(stride=conv.stride, padding=conv.padding, dilation=conv.dilation)
+    geom = conv_geometry(conv)
     x, weight, bias = random_operands(conv, shape)
     x_nhwc = x.permute(0, 2, 3, 1)  # a view of the channels_last tensor: contiguous NHWC
     filter_krsc = weight.bfloat16().permute(0, 2, 3, 1).contiguous()
