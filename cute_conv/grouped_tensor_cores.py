@@ -35,7 +35,7 @@ from .epilogue import kernel_vector_dtype, validate_epilogue_args
 from .grouped import SIXTEEN_BIT_DTYPES, vector_operand
 from .kernels.sm90.config import TILE_N_CHOICES, Conv2dConfig
 from .occupancy import resident_clusters
-from .ops import meta_stand_ins, padding_pairs
+from .ops import meta_stand_ins, padding_pairs, takes_torch_path
 from .plan_cache import PlanCache
 from .problem import Conv2dProblemShape, normalize_padding, normalize_pair
 from .schedule import launch_clusters
@@ -131,10 +131,7 @@ def grouped_conv2d_tensor_cores(
     """
     stride, dilation = normalize_pair("stride", stride), normalize_pair("dilation", dilation)
     pairs = normalize_padding(padding)
-    if torch.compiler.is_compiling() or (
-        torch.is_grad_enabled()
-        and any(getattr(t, "requires_grad", False) for t in (x, filter, bias, scale))
-    ):
+    if takes_torch_path(x, filter, None, bias, scale, None):
         if out is not None or config is not None:
             raise TypeError(
                 "out= and config= are not taken under torch.compile or with inputs that "
