@@ -10,7 +10,7 @@ Measured as a bound before it was built (``benchmarks/experiments/grouped_tensor
 the same work as one dense conv ran 3-9x cuDNN's grouped convs on RegNet's wide groups at
 batch 8 and 32; built, it runs 0.85-1.03x that bound's time at batch 8 and 32, 1.09-1.45x
 at batch 1, and faster than cuDNN and the CUDA-core grouped kernel on every call of groups
-of 48 to 256 channels measured (``experiments/grouped_tensor_cores*_H200.json``).
+of 24 to 256 channels measured but one (``experiments/grouped_tensor_cores*_H200.json``).
 ``tensor_cores_take`` says which convs ``cute_conv.nn.Conv2d`` sends here.
 """
 
@@ -54,9 +54,13 @@ __all__ = [
 
 SM90_ARCH = "sm_90a"  # the kernel that takes groups (Conv2dConfig.groups); SM100's does not
 
-# The narrowest groups measured on the tensor cores (RegNetX-3.2GF's 48): every call of 48 to
-# 256 channels a group ran faster there than on cuDNN and on the CUDA-core grouped kernel.
-MIN_GROUP_IN = 48
+# The narrowest groups that ran faster on the tensor cores than on cuDNN and on the CUDA-core
+# grouped kernel (H200, ``experiments/grouped_tensor_cores_narrow_H200.json``): fitted on
+# RegNetY-1.6GF's 24-wide and ResNeXt-50's 16- and 32-wide groups, judged on RegNetY-3.2GF's
+# 24 and ResNeXt-101's 32 (0.47-0.78x the rule's time at batch 1 to 32, one call at 1.02x).
+# 16-wide groups fill a quarter of a 64-channel k-tile: they won at batch 1 and lost 1.2-2x
+# from ~460M multiply-adds a call, so they stay on the CUDA-core kernel / cuDNN.
+MIN_GROUP_IN = 24
 
 Tensor = torch.Tensor
 
@@ -227,19 +231,26 @@ def _make_plan(x, filter, bias, scale, out, args: tuple) -> _Plan:  # noqa: A002
 
 
 def _default_config(problem: Conv2dProblemShape, groups: int, num_sms: int) -> Conv2dConfig:
-    """``default_tile_n`` of a group's output channels, and 64-row tiles where 128-row ones
-    would fill at most half of the ``num_sms`` SMs, else 128.
+    """``default_tile_n`` of a group's output channels; 256-row tiles where those are
+    narrower than 128 channels and fill the ``num_sms`` SMs at least once, 64-row ones where
+    128-row ones would fill at most half of them, else 128.
 
-    Measured on an H200 (``experiments/grouped_tensor_core_tiles.py``; fitted on
-    RegNetX-3.2GF and RegNetY-16GF at batch 1, 8 and 32, judged on RegNetX-16GF): the 64-row
-    tiles ran 0.88-0.93x the 128-row ones' time per forward at batch 1 on the fit, 0.77x on
-    the held-out model, and left batch 8 and 32 as they were (0.997-1.000x). 256-row tiles
-    from a full wave, also fitted, ran 1.04-1.12x on the held-out model (256x128 tiles, a
-    width the fit had not had) and are not taken."""
+    Measured on an H200 (``experiments/grouped_tensor_core_tiles.py``), per forward over a
+    model's grouped calls. 64 rows: fitted on RegNetX-3.2GF and RegNetY-16GF at batch 1, 8
+    and 32, 0.88-0.93x the 128-row tiles' time at batch 1, 0.77x on the held-out
+    RegNetX-16GF, batch 8 and 32 as they were. 256 rows: fitted on the same two (48- and
+    112-wide tiles), 0.91x at batch 32 and 0.997-1.006x at batch 8; judged on RegNetY-8GF's
+    64-wide tiles, 0.96x / 0.87x at batch 8 / 32. 256x128 tiles ran 1.04-1.12x on
+    RegNetX-16GF and are not taken."""
     group_out = problem.K // groups
     tile_n = default_tile_n(group_out)
-    tiles = -(-problem.gemm_m // 128) * groups * tiles_per_group(group_out, tile_n)
-    tile_m = 64 if 2 * tiles <= num_sms else 128
+    per_row = groups * tiles_per_group(group_out, tile_n)  # tiles along N
+    if tile_n < 128 and -(-problem.gemm_m // 256) * per_row >= num_sms:
+        tile_m = 256
+    elif 2 * -(-problem.gemm_m // 128) * per_row <= num_sms:
+        tile_m = 64
+    else:
+        tile_m = 128
     return Conv2dConfig(tile_m=tile_m, tile_n=tile_n, groups=groups)
 
 

@@ -12,7 +12,7 @@ a CUDA graph's replay); the epilogue (a float32 per-channel ``scale`` and
     y = act(conv(x) * scale + bias + identity)        residual_order="before_activation"
 
 ``forward`` calls ``cute_conv.conv2d_fprop`` / ``conv2d_fprop_with_residual`` (a grouped or
-depthwise conv: groups of at least 48 channels on the tensor cores,
+depthwise conv: groups of at least 24 channels on the tensor cores,
 ``cute_conv.grouped_tensor_cores``; others ``cute_conv.grouped``'s CUDA-core kernel, or, where
 ``cute_conv.grouped_rule`` finds the call too large for it or the groups are out of
 ``grouped_limits``, cuDNN's grouped conv and torch ops for the epilogue), so the module

@@ -101,10 +101,11 @@ def test_an_out_that_overlaps_the_activation_is_refused():
 @pytest.mark.parametrize(
     "channels,groups,takes",
     [((192, 192), 4, True), ((1008, 1008), 21, True), ((256, 512), 2, True),
-     ((112, 112), 2, True), ((240, 240), 2, True), ((96, 96), 4, False),
-     ((128, 128), 4, False), ((256, 256), 1, False), ((100, 100), 2, False),
-     ((96, 40), 2, False)],
-    ids=["48", "48x21", "k2x", "56", "120", "24", "32", "dense", "50", "group-out-20"],
+     ((112, 112), 2, True), ((240, 240), 2, True), ((96, 96), 4, True),
+     ((128, 128), 4, True), ((64, 64), 4, False), ((256, 256), 1, False),
+     ((100, 100), 2, False), ((96, 40), 2, False), ((80, 80), 4, False)],
+    ids=["48", "48x21", "k2x", "56", "120", "24", "32", "16", "dense", "50", "group-out-20",
+         "20"],
 )  # fmt: skip
 def test_which_groups_the_tensor_cores_take(channels, groups, takes):
     assert tensor_cores_take(*channels, groups) is takes
@@ -157,7 +158,7 @@ def test_gradients_are_torch_grouped_conv_s():
 def test_nn_conv2d_runs_wide_groups_on_the_tensor_cores(kernel_calls):  # noqa: F811
     """A module of 48-wide groups keeps a contiguous KRSC filter and sends plain calls to
     the tensor-core launcher (here its CPU stand-in), identities to the grouped kernel's
-    path; 56-wide groups keep the grouped kernel's staged filter."""
+    path; 16-wide groups keep the grouped kernel's staged filter."""
     torch.manual_seed(2)
     module = cute_conv.nn.Conv2d(96, 96, 3, padding=1, groups=2, activation="relu").eval()
     assert module._tensor_cores_take and module.weight.is_contiguous()
@@ -176,7 +177,7 @@ def test_nn_conv2d_runs_wide_groups_on_the_tensor_cores(kernel_calls):  # noqa: 
         module(small, identity=torch.zeros(1, 96, 3, 3, dtype=torch.bfloat16))
     assert len(kernel_calls) == 2 and kernel_calls[-1][2] is not None
     assert kernel_calls[-1][1].shape == (3, 3, 48, 96)  # the grouped kernel's staged filter
-    narrow = cute_conv.nn.Conv2d(96, 96, 3, groups=4)  # 24 channels a group
+    narrow = cute_conv.nn.Conv2d(64, 64, 3, groups=4)  # 16 channels a group
     assert not narrow._tensor_cores_take and not narrow.weight.is_contiguous()
 
 
@@ -197,12 +198,17 @@ def test_the_default_tile_leaves_the_fewest_columns_past_a_group(group_out, tile
 
 @pytest.mark.parametrize(
     "n,hw,k,groups,tile_m",
-    [(1, 14, 896, 7, 64), (8, 14, 896, 7, 128), (1, 7, 3024, 27, 64), (8, 7, 3024, 27, 128),
-     (1, 28, 192, 4, 64), (8, 28, 192, 4, 128), (1, 33, 448, 8, 128), (1, 31, 448, 8, 64)],
-    ids=["x16-b1", "x16-b8", "y16-b1", "y16-b8", "x3-b1", "x3-b8", "56-72-tiles",
-         "56-64-tiles"],
+    [(1, 14, 896, 7, 64), (8, 14, 896, 7, 128), (32, 14, 896, 7, 128),
+     (1, 7, 3024, 27, 64), (8, 7, 3024, 27, 128), (1, 28, 192, 4, 64), (8, 28, 192, 4, 128),
+     (32, 28, 192, 4, 256), (1, 33, 448, 8, 128), (1, 31, 448, 8, 64), (8, 28, 448, 8, 256),
+     (8, 14, 896, 16, 128), (32, 14, 336, 14, 256)],
+    ids=["x16-b1", "x16-b8", "x16-b32-128-wide", "y16-b1", "y16-b8", "x3-b1", "x3-b8",
+         "x3-b32", "56-72-tiles", "56-64-tiles", "y8-b8-full-wave", "y8-b8-short-of-a-wave",
+         "24-wide-b32"],
 )  # fmt: skip
-def test_the_default_config_takes_64_rows_where_128_fill_half_the_sms(n, hw, k, groups, tile_m):
+def test_the_default_config_takes_rows_by_the_tiles_wave(n, hw, k, groups, tile_m):
+    """256 rows where tiles narrower than 128 channels fill the SMs at least once, 64 where
+    128-row tiles fill at most half of them."""
     problem = cute_conv.Conv2dProblemShape.from_shapes(
         (n, hw, hw, k), (k, 3, 3, k), stride=1, padding=1
     )

@@ -1,5 +1,5 @@
 """GPU numerics of grouped convs on the SM90 tensor-core kernel
-(``cute_conv.grouped_tensor_cores``) against float32 ``F.conv2d(groups=...)``: groups of 48 to
+(``cute_conv.grouped_tensor_cores``) against float32 ``F.conv2d(groups=...)``: groups of 24 to
 232 channels, 1x1 and 3x3, strides, a bias, a scale and activations, tile widths that divide
 the group's output channels and ones that do not (a group's last tile reaching past it), an
 output channel slice written in place, and ``nn.Conv2d`` eager, compiled and differentiated."""
@@ -31,6 +31,14 @@ CASES = {
     "120-s2": (2, 15, 15, 240, 240, 3, 2, 2, 1),
     "232": (1, 7, 7, 464, 464, 3, 2, 1, 1),
     "168-k2x": (1, 9, 9, 384, 672, 1, 4, 1, 0),
+    # Groups narrower than a 64-channel k-tile: its loads reach into the next group's
+    # channels (the filter's zeros past the group multiply them) and past C (zeros).
+    "24": (2, 28, 28, 120, 120, 3, 5, 1, 1),
+    "32-s2": (2, 15, 15, 256, 256, 3, 8, 2, 1),
+    "40-1x1": (1, 14, 14, 160, 160, 1, 4, 1, 0),
+    # Defaults of 256-row tiles (a full wave of them, narrower than 128 channels).
+    "24-256-rows": (8, 30, 30, 120, 120, 3, 5, 1, 1),
+    "56-256-rows": (8, 28, 28, 448, 448, 3, 8, 1, 1),
 }
 
 

@@ -9,8 +9,10 @@ tile width and still divides the group): ``grouped_conv2d_tensor_cores`` took th
 of the rule fitted on them. Since, it also times 64- and 128-row tiles of 32- and 16-channel
 k-tiles (the default is 64): a group of 48 input channels fills 3/4 of a 64-wide
 k-tile's multiply-adds, 24 channels 3/8, where 16-wide k-tiles waste none (half-step widths,
-48, 80, ..., take k-tiles of at least 32 channels). Each wide-group call (the bound's
-``wide_groups``) against cuDNN; every output is checked against float32.
+48, 80, ..., take k-tiles of at least 32 channels). Run on an H200 (session 88,
+``grouped_tensor_core_ktiles_H200.json``), the narrower k-tiles ran 1.1-1.9x the 64-channel
+ones' time per forward on RegNetY-8GF and RegNetX-8GF: not taken. Each wide-group call (the
+bound's ``wide_groups``) against cuDNN; every output is checked against float32.
 """
 
 from __future__ import annotations
