@@ -339,6 +339,22 @@ def cudnn_conv2d(
     )
 
 
+def problem_operands(p: dict) -> tuple:
+    """``(problem, geometry keywords, x, filter, config, fused config)`` of corpus problem
+    ``p``: fresh random operands on the GPU and the heuristic's configs of its plain and
+    fused calls (explicit, so that a stored autotuner choice cannot stand in for them)."""
+    from cute_conv.testing import random_conv_inputs
+    from cute_conv.untuned import heuristic_config
+
+    problem = problem_shape(p)
+    geom = dict(stride=problem.stride, padding=problem.padding, dilation=problem.dilation)
+    x, flt = random_conv_inputs(*(p[d] for d in "NHWCKRS"))
+    num_sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    config = heuristic_config(problem, num_sms)
+    fused_config = heuristic_config(problem, num_sms, has_residual=True)
+    return problem, geom, x, flt, config, fused_config
+
+
 def bench_problem(p: dict, cudnn_frontend, *, fp8: bool = False, fused_only: bool = False) -> dict:
     """One corpus problem: checks, then interleaved timings of everything that checked
     (``fp8``: the plain conv and the fp8 comparison instead of the fused orders;
@@ -347,16 +363,9 @@ def bench_problem(p: dict, cudnn_frontend, *, fp8: bool = False, fused_only: boo
 
     import cute_conv
     from cute_conv.reference import conv2d_reference
-    from cute_conv.testing import random_conv_inputs
-    from cute_conv.untuned import heuristic_config
 
-    problem = problem_shape(p)
-    geom = dict(stride=problem.stride, padding=problem.padding, dilation=problem.dilation)
-    x, flt = random_conv_inputs(*(p[d] for d in "NHWCKRS"))
+    problem, geom, x, flt, config, fused_config = problem_operands(p)
     num_sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    # Explicit heuristic configs, so that a stored autotuner choice cannot stand in for them.
-    config = heuristic_config(problem, num_sms)
-    fused_config = heuristic_config(problem, num_sms, has_residual=True)
     row: dict = {
         "key": p["key"], "split": p["split"], "tags": p["tags"], "model": p["model"],
         "gflop": p["gflop"], "config": _tile(config), "fused_config": _tile(fused_config),

@@ -447,20 +447,21 @@ def test_module_channel_norm_names_the_limit(kwargs, error, match):
 
 def test_module_from_torch_runs_the_grouped_path(kernel_calls):  # noqa: F811
     torch.manual_seed(5)
-    conv = nn.Conv2d(48, 48, 3, stride=2, padding=1, groups=2, bias=False).to(BF16)
-    bn = random_bn(48, BF16)
+    # 16 channels a group: narrower than the tensor cores take (tensor_cores_take).
+    conv = nn.Conv2d(32, 32, 3, stride=2, padding=1, groups=2, bias=False).to(BF16)
+    bn = random_bn(32, BF16)
     module = cute_conv.nn.Conv2d.from_torch(conv, bn, nn.ReLU()).eval()
-    assert module.groups == 2 and module.weight.shape == (48, 3, 3, 24)
+    assert module.groups == 2 and module.weight.shape == (32, 3, 3, 16)
     assert "groups=2" in repr(module)
-    x = torch.randn(2, 48, 9, 8).to(BF16).to(memory_format=torch.channels_last)
-    identity = torch.randn(2, 48, 5, 4).to(BF16).to(memory_format=torch.channels_last)
+    x = torch.randn(2, 32, 9, 8).to(BF16).to(memory_format=torch.channels_last)
+    identity = torch.randn(2, 32, 5, 4).to(BF16).to(memory_format=torch.channels_last)
     with torch.no_grad():
         y = module(x, identity)
         module(x)
     (x_nhwc, staged, source), (_, staged_again, _) = kernel_calls
     assert x_nhwc.data_ptr() == x.data_ptr() and source.data_ptr() == identity.data_ptr()
     # The weight is stored as the kernel reads it: no call stages it.
-    assert staged.shape == (3, 3, 24, 48) and staged.is_contiguous()
+    assert staged.shape == (3, 3, 16, 32) and staged.is_contiguous()
     assert staged.data_ptr() == staged_again.data_ptr() == module.weight.data_ptr()
     expected = F.relu(bn.float()(conv.float()(x.float()))) + identity.float()
     check = compare_to_reference(y, expected)

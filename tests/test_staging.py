@@ -17,6 +17,7 @@ from cute_conv.staging import (
     overlaps,
     patch_view,
     run_staged,
+    span_bytes,
     staged_weights,
     staging_plan,
     super_pixel_view,
@@ -436,6 +437,15 @@ def test_overlaps():
     assert overlaps(base[:50], base[49:])
     assert not overlaps(base[:50], base[50:])
     assert not overlaps(base, None)
+
+
+def test_span_bytes_from_the_first_element_to_the_end_of_the_last():
+    nhwc = torch.zeros(2, 3, 4, 16, dtype=torch.bfloat16)
+    assert span_bytes(nhwc) == nhwc.numel() * 2  # contiguous
+    assert span_bytes(nhwc[..., 4:12]) == (((1 * 3 + 2) * 4 + 3) * 16 + 7 + 1) * 2  # a slice
+    assert span_bytes(nhwc.permute(0, 3, 1, 2)) == nhwc.numel() * 2  # channels_last NCHW
+    assert span_bytes(nhwc[:, :, :, :1].expand(2, 3, 4, 5)) == ((1 * 3 + 2) * 4 + 3) * 32 + 2
+    assert span_bytes(nhwc[:0]) == 0
 
 
 @pytest.mark.parametrize("k", [64, 60], ids=["k-aligned", "k-padded"])

@@ -1,0 +1,94 @@
+"""Host time per call of corpus problems, staged and not (H100/H200):
+
+    python benchmarks/experiments/staged_host_time.py --out host_time.json \
+        n8_h11_w4_c346_k460_r2_s2_pad0.1.0.0_str3.3_dil1.1 \
+        n8_h13_w21_c256_k3_r1_s1_pad0.0.0.0_str1.1_dil1.1
+
+The corpus's worst eager rows are staged calls (C not a multiple of 8, unfolded strides)
+whose CUDA-graph replays win: the host, not the GPU, sets their eager pace. Per problem and
+per call form (the plain conv and both fused orders, at the heuristic's configs, as
+``bench_corpus.py`` calls them): ``host_us``, the time to issue 300 calls with no
+synchronize between them; ``eager_us`` and ``graph_us``, ``triton.testing.do_bench``'s
+median of the call and of its CUDA-graph replay; ``python_calls``, the Python function calls
+per call (cProfile, whose own overhead leaves its times out); ``kernels``, the kernels one
+call launches (torch.profiler). Nothing is checked here: ``bench_corpus.py`` checks these
+calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import pstats
+import sys
+import time
+from pathlib import Path
+
+import torch
+from triton.testing import do_bench
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
+from bench_corpus import ORDERS, load_corpus, problem_operands  # noqa: E402
+from models import replay_of  # noqa: E402
+
+import cute_conv  # noqa: E402
+
+ISSUED_CALLS = 300
+
+
+def call_forms(p: dict) -> dict:
+    """The plain call and the two fused orders of corpus problem ``p``, on fresh operands."""
+    problem, geom, x, flt, config, fused_config = problem_operands(p)
+    out = torch.empty(problem.output_shape, dtype=x.dtype, device="cuda")
+    bias = torch.randn(p["K"], device="cuda", dtype=x.dtype)
+    res = torch.randn(problem.output_shape, device="cuda").to(x.dtype)
+    fused_out = torch.empty_like(res)
+    forms = {"plain": lambda: cute_conv.conv2d_fprop(x, flt, out=out, config=config, **geom)}
+    for order in ORDERS:
+        forms[order] = lambda order=order: cute_conv.conv2d_fprop_with_residual(
+            x, flt, res, bias=bias, activation="relu", residual_order=order, out=fused_out,
+            config=fused_config, **geom,
+        )  # fmt: skip
+    return forms
+
+
+def measure(fn) -> dict:
+    fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(ISSUED_CALLS):
+        fn()
+    host_us = (time.perf_counter() - start) / ISSUED_CALLS * 1e6
+    torch.cuda.synchronize()
+    profile = cProfile.Profile()
+    profile.runcall(fn)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return {
+        "host_us": host_us,
+        "eager_us": do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3,
+        "graph_us": do_bench(replay_of(fn), warmup=25, rep=100, return_mode="median") * 1e3,
+        "python_calls": pstats.Stats(profile).total_calls,
+        "kernels": kernels,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("keys", nargs="+", help="corpus keys")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    corpus = {p["key"]: p for p in load_corpus()}
+    rows = []
+    for key in args.keys:
+        for form, fn in call_forms(corpus[key]).items():
+            rows.append({"key": key, "form": form, **measure(fn)})
+            print(json.dumps({k: v for k, v in rows[-1].items() if k != "kernels"}), flush=True)
+            args.out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
