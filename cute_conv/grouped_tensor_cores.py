@@ -125,10 +125,17 @@ def grouped_conv2d_tensor_cores(
         out: optional ``[N, P, Q, K]`` output of ``x``'s dtype: contiguous, or a channel
             slice of a contiguous ``[N, P, Q, L]`` tensor, written in place; else a new one.
         config: a ``Conv2dConfig`` whose ``groups`` is ``groups``; None: ``default_tile_n``,
-            64 rows where 128-row tiles would fill at most half the SMs, else 128.
+            256 rows where tiles narrower than 128 channels fill the SMs once, 64 where
+            128-row tiles would fill at most half of them, else 128 (``_default_config``).
 
     Returns:
         ``out`` or the new output. Sums are float32.
+
+    Non-finite inputs: where ``C / groups`` is not a multiple of the config's k-tile
+    (``tile_k``, 64 channels: 24, 48, 56, 112, ...), a group's last k-tile reads channels of
+    the next groups of ``x`` against the filter's zero columns past the group, so an Inf or
+    NaN in one group's channels makes the outputs of groups before it NaN too (torch's
+    grouped conv keeps it in its group). Finite inputs are unaffected.
 
     Raises:
         TypeError, ValueError: bad input, before anything is launched or written.
