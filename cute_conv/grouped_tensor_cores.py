@@ -10,7 +10,7 @@ Measured as a bound before it was built (``benchmarks/experiments/grouped_tensor
 the same work as one dense conv ran 3-9x cuDNN's grouped convs on RegNet's wide groups at
 batch 8 and 32; built, it runs 0.85-1.03x that bound's time at batch 8 and 32, 1.09-1.45x
 at batch 1, and faster than cuDNN and the CUDA-core grouped kernel on every call of groups
-of 24 to 256 channels measured but one (``experiments/grouped_tensor_cores*_H200.json``).
+of 24 to 256 channels measured but two (``experiments/grouped_tensor_cores*_H200.json``).
 ``tensor_cores_take`` says which convs ``cute_conv.nn.Conv2d`` sends here.
 """
 
@@ -58,8 +58,8 @@ SM90_ARCH = "sm_90a"  # the kernel that takes groups (Conv2dConfig.groups); SM10
 # grouped kernel (H200, ``experiments/grouped_tensor_cores_narrow_H200.json``): fitted on
 # RegNetY-1.6GF's 24-wide and ResNeXt-50's 16- and 32-wide groups, judged on RegNetY-3.2GF's
 # 24 and ResNeXt-101's 32 (0.47-0.78x the rule's time at batch 1 to 32, one call at 1.02x).
-# 16-wide groups fill a quarter of a 64-channel k-tile: they won at batch 1 and lost 1.2-2x
-# from ~460M multiply-adds a call, so they stay on the CUDA-core kernel / cuDNN.
+# 16-wide groups fill a quarter of a 64-channel k-tile: they won up to ~116M multiply-adds a
+# call and lost 1.2-2.1x from ~460M, so they stay on the CUDA-core kernel / cuDNN.
 MIN_GROUP_IN = 24
 
 Tensor = torch.Tensor
