@@ -99,9 +99,8 @@ def conv2d(  # noqa: A002
     if plan.empty:
         return out
     # The kernel cannot write an input, nor read a source it is overwriting.
-    needs_staging = plan.needs_staging or (
-        not fresh_out and out_overlaps_inputs(out_ptr, x_ptr, f_ptr, src_ptr, plan.nbytes)
-    )
+    aliased = not fresh_out and out_overlaps_inputs(out_ptr, x_ptr, f_ptr, src_ptr, plan.nbytes)
+    needs_staging = plan.needs_staging or aliased
     scale_pointers = _NO_SCALES if fp8_scales is None else _scale_pointers(fp8_scales)
     # x is a CUDA tensor (validated), so get_device() is its index, without a device object.
     device_index = x.get_device()
@@ -114,10 +113,10 @@ def conv2d(  # noqa: A002
         staged = (plan.staging, x, filter, out, source, bias, scale)
         if stream is None and device_index == current_device():
             # The staging ops go to the current stream, the one the kernel launches on.
-            run_staged(launch, *staged, stream=raw_stream)
+            run_staged(launch, *staged, stream=raw_stream, may_alias=aliased)
         else:
             with torch.cuda.device(device_index), torch.cuda.stream(stream):
-                run_staged(launch, *staged, stream=raw_stream)
+                run_staged(launch, *staged, stream=raw_stream, may_alias=aliased)
         return out
     pointers = (
         x_ptr, f_ptr, out_ptr, src_ptr,
@@ -188,9 +187,12 @@ class _LaunchPlan:
     ) -> None:
         """Launch on tensors already laid out for the kernel (see ``staging``); the
         tensors of terms the epilogue leaves out are None."""
-        tensors = (x, flt, out, source, bias, scale)
-        pointers = tuple(0 if t is None else t.data_ptr() for t in tensors) + scale_pointers
-        pointers += self.workspace_pointers(device_index, stream)
+        pointers = (
+            x.data_ptr(), flt.data_ptr(), out.data_ptr(),
+            0 if source is None else source.data_ptr(), 0 if bias is None else bias.data_ptr(),
+            0 if scale is None else scale.data_ptr(), *scale_pointers,
+            *self.workspace_pointers(device_index, stream),
+        )  # fmt: skip
         self.kernel.launch(pointers, self.staged_scalars, stream)
 
 
@@ -378,8 +380,17 @@ def freeze_arg(value: Any) -> Any:
         return value
     # A pair of ints, as nn.Conv2d passes its geometry: its own key, at a fifth of the cost
     # of freezing each element (1.7 -> 0.4 us a pair on a CPU host; three pairs a call).
-    if kind is tuple and len(value) == 2 and type(value[0]) is int and type(value[1]) is int:
-        return (True, value)
+    if kind is tuple and len(value) == 2:
+        first, second = value
+        if type(first) is int and type(second) is int:
+            return (True, value)
+        # Per-side padding, ((top, bottom), (left, right)): as cheap a key, by the same test.
+        if (
+            type(first) is tuple and type(second) is tuple and len(first) == len(second) == 2
+            and type(first[0]) is int and type(first[1]) is int
+            and type(second[0]) is int and type(second[1]) is int
+        ):  # fmt: skip
+            return (False, value)
     if kind is float:
         return (kind, value)
     if isinstance(value, (list, tuple)):

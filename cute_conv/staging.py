@@ -369,19 +369,24 @@ class StagingLaunch:
 
     def run(self, x: torch.Tensor, stream: int | None) -> torch.Tensor:
         """The staged copy of ``x`` (a CUDA tensor; fp8 as its bytes), by one launch on
-        ``stream`` (a raw handle; None: the current stream)."""
+        ``stream`` (a raw handle on ``x``'s device, which must be current, as in
+        ``run_staged``; None: that device is made current and its current stream taken)."""
         device_index = x.get_device()
-        if stream is None:
-            stream = current_raw_stream(device_index)
-        kernel = self.kernels.get((device_index, x.dtype))
+        key = (device_index, x.dtype)
+        kernel = self.kernels.get(key)
         if kernel is None:
             # fp8 arrives as bytes (uint8): the kernels move them as fp8 values, unconverted.
             dtype = torch.float8_e4m3fn if x.element_size() == 1 else x.dtype
             kernel = self.compile_fn(device_arch(device_index), dtype, *self.compile_args)
-            self.kernels[(device_index, x.dtype)] = kernel
+            self.kernels[key] = kernel
         staged = x.new_empty(self.shape)  # x's dtype and device, without parsing them
-        with on_device(device_index):
+        if stream is not None:  # the per-call path: no device lookup, no context
             kernel.launch(x.data_ptr(), staged.data_ptr(), *self.geometry, stream)
+            return staged
+        with on_device(device_index):
+            kernel.launch(
+                x.data_ptr(), staged.data_ptr(), *self.geometry, current_raw_stream(device_index)
+            )
         return staged
 
 
@@ -641,11 +646,15 @@ def run_staged(
     scale: torch.Tensor | None,
     *,
     stream: int | None = None,
+    may_alias: bool = True,
 ) -> None:
     """Stage the operands, call ``launch(x, filter, out, source, bias, scale)``, unstage.
 
-    Must run with the call's stream current; ``stream`` is its raw handle (None: looked up
-    when a staging kernel needs it). The copies, by case:
+    Must run with the call's device and stream current; ``stream`` is the stream's raw
+    handle (None: looked up when a staging kernel needs it). ``may_alias=False``: the caller
+    has found that ``out`` shares no byte with ``x``, ``filter`` or a distinct ``source``
+    (``dispatch`` compares their data pointers and spans), so those checks are skipped.
+    The copies, by case:
     - C not a multiple of 8: ``x`` and ``filter`` zero-padded to the next multiple (zero
       channels add nothing); ``x`` by one staging kernel on the GPU. K is never padded
       (see ``kernel_problem_for``).
@@ -690,13 +699,15 @@ def run_staged(
         )
     # A channel slice of a wider tensor (``validation.out_pixel_stride``) is written through a
     # scratch output too: the staged kernel writes a contiguous one.
-    scratch = not out.is_contiguous() or overlaps(out, x) or overlaps(out, filter)
+    scratch = not out.is_contiguous() or (
+        may_alias and (overlaps(out, x) or overlaps(out, filter))
+    )
     kernel_out = out.view(kp.output_shape) if plan.on_view and not scratch else out
     if scratch:
         # If ``out`` is also the source, the kernel reads it and writes only the scratch.
         kernel_out = torch.empty(kp.output_shape, dtype=out.dtype, device=out.device)
     if source is not None:
-        if source is not out and overlaps(source, out):
+        if may_alias and source is not out and overlaps(source, out):
             source = source.clone()
         source = source.view(kp.output_shape) if plan.on_view else source
     launch(x_k, flt_k, kernel_out, source, bias, scale)

@@ -432,6 +432,28 @@ def test_out_aliasing_x_goes_through_a_scratch():
     torch.testing.assert_close(x, expected, rtol=1e-5, atol=1e-4)
 
 
+def test_a_caller_that_ruled_out_aliasing_gets_out_written_directly():
+    """``may_alias=False`` (``dispatch`` compared the pointers): no scratch output and no
+    copy of the source; the kernel writes ``out`` and reads the source as given."""
+    x = torch.randn(1, 6, 6, 12)
+    flt = torch.randn(16, 3, 3, 12)
+    problem = Conv2dProblemShape.from_shapes(x.shape, flt.shape, padding=1)
+    kp = kernel_problem_for(problem)
+    out = torch.full(problem.output_shape, float("nan"))
+    source = torch.randn(problem.output_shape)
+    seen = {}
+
+    def launch(xs, fs, kernel_out, kernel_source, bias, scale):
+        seen["out"], seen["source"] = kernel_out is out, kernel_source is source
+        fake_launch(kp)(xs, fs, kernel_out, kernel_source, bias, scale)
+
+    plan = staging_plan(problem, kp, 2)
+    run_staged(launch, plan, x, flt, out, source, None, None, may_alias=False)
+    assert seen == {"out": True, "source": True}
+    torch.testing.assert_close(out, conv2d_reference(x, flt, padding=1) + source, rtol=1e-5,
+                               atol=1e-4)  # fmt: skip
+
+
 def test_overlaps():
     base = torch.zeros(100)
     assert overlaps(base[:50], base[49:])

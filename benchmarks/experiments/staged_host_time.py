@@ -10,8 +10,9 @@ per call form (the plain conv and both fused orders, at the heuristic's configs,
 ``bench_corpus.py`` calls them): ``host_us``, the time to issue 300 calls with no
 synchronize between them; ``eager_us`` and ``graph_us``, ``triton.testing.do_bench``'s
 median of the call and of its CUDA-graph replay; ``python_calls``, the Python function calls
-per call (cProfile, whose own overhead leaves its times out); ``kernels``, the kernels one
-call launches (torch.profiler). Nothing is checked here: ``bench_corpus.py`` checks these
+per call, and ``top_functions``, the functions of most own time over ``PROFILED_CALLS`` calls
+(cProfile: its own overhead inflates the times, so read them against each other);
+``kernels``, the kernels one call launches (torch.profiler). Nothing is checked here: ``bench_corpus.py`` checks these
 calls.
 """
 
@@ -35,6 +36,8 @@ from models import replay_of  # noqa: E402
 import cute_conv  # noqa: E402
 
 ISSUED_CALLS = 300
+PROFILED_CALLS = 100
+TOP_FUNCTIONS = 25
 
 
 def call_forms(p: dict) -> dict:
@@ -63,6 +66,13 @@ def measure(fn) -> dict:
     torch.cuda.synchronize()
     profile = cProfile.Profile()
     profile.runcall(fn)
+    calls = pstats.Stats(profile).total_calls
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(PROFILED_CALLS):
+        fn()
+    profile.disable()
+    torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
@@ -71,9 +81,25 @@ def measure(fn) -> dict:
         "host_us": host_us,
         "eager_us": do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3,
         "graph_us": do_bench(replay_of(fn), warmup=25, rep=100, return_mode="median") * 1e3,
-        "python_calls": pstats.Stats(profile).total_calls,
+        "python_calls": calls,
+        "top_functions": top_functions(profile),
         "kernels": kernels,
     }
+
+
+def top_functions(profile: cProfile.Profile) -> list[dict]:
+    """The functions of most own time in ``profile``, per call of the form."""
+    stats = pstats.Stats(profile).stats
+    rows = [
+        {
+            "function": f"{Path(file).name}:{line}:{name}",
+            "calls": calls / PROFILED_CALLS,
+            "own_us": own / PROFILED_CALLS * 1e6,
+            "cumulative_us": cumulative / PROFILED_CALLS * 1e6,
+        }
+        for (file, line, name), (_, calls, own, cumulative, _) in stats.items()
+    ]
+    return sorted(rows, key=lambda row: -row["own_us"])[:TOP_FUNCTIONS]
 
 
 def main() -> None:
@@ -86,8 +112,11 @@ def main() -> None:
     for key in args.keys:
         for form, fn in call_forms(corpus[key]).items():
             rows.append({"key": key, "form": form, **measure(fn)})
-            print(json.dumps({k: v for k, v in rows[-1].items() if k != "kernels"}), flush=True)
-            args.out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows}, indent=1))
+            shown = {k: v for k, v in rows[-1].items() if k not in ("kernels", "top_functions")}
+            print(json.dumps(shown), flush=True)
+            args.out.write_text(
+                json.dumps({"device": torch.cuda.get_device_name(), "rows": rows}, indent=1)
+            )
 
 
 if __name__ == "__main__":
