@@ -131,13 +131,9 @@ def grouped_conv2d_tensor_cores(
     Returns:
         ``out`` or the new output. Sums are float32.
 
-    Non-finite inputs: where ``C / groups`` is not a multiple of 16 (24, 40, 56, 120, ...),
-    the last 16-channel step of a group's last k-tile (the MMA skips whole steps past the
-    group, not the 8 channels left over) reads 8 channels of the next group of ``x``
-    against the filter's zero columns past the group, so an Inf or NaN there makes the
-    outputs of the group before it NaN too (torch's grouped conv keeps it in its group;
-    measured on an H200 for 24 and 56, not for 32, 48 and 64). Finite inputs are
-    unaffected.
+    Non-finite inputs stay in their group, as in torch: a tile reads ``x`` as a 3-d conv's
+    view whose batch is the group (``kernels.common.im2col.activation_im2col_view``), so the
+    channels of a k-tile past its group are zeros, not the next group's values.
 
     Raises:
         TypeError, ValueError: bad input, before anything is launched or written.

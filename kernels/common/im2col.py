@@ -10,7 +10,7 @@ Every extent and every geometry scalar here may be a runtime ``Int32``: one comp
 serves every N/H/W/padding/stride/dilation.
 """
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Tuple
 
 import cutlass
 import cutlass.cute as cute
@@ -80,11 +80,24 @@ class ChannelBlocks(NamedTuple):
 
 
 @cute.jit
-def activation_im2col_view(act_ptr: cute.Pointer, g: ConvGeometry) -> cute.Tensor:
-    """Contiguous NHWC activation as ``((w, h, n), c)``, the form the im2col TMA atom expects."""
+def activation_im2col_view(act_ptr: cute.Pointer, g: ConvGeometry, groups: int = 1) -> cute.Tensor:
+    """Contiguous NHWC activation as ``((w, h, n), c)``, the form the im2col TMA atom expects.
+
+    With ``groups`` (compile-time) the activation of a grouped conv as a 3-d conv's
+    ``((w, h, d, n), c)``: the images as the depth, the group as the batch (``C / groups``
+    elements apart) and ``C / groups`` channels. A tile's pixel walk (w, h, then images)
+    stays in its group, and the channels of a k-tile past the group's last are outside the
+    view: TMA fills them with zeros instead of reading the next group's (whose Inf or NaN
+    would turn the products with the filter's zero columns into NaN)."""
     row = g.w * g.c
     image = cutlass.Int64(g.h) * row  # N*H*W*C may pass 2**31 elements
-    layout = cute.make_layout(((g.w, g.h, g.n), g.c), stride=((g.c, row, image), 1))
+    if cutlass.const_expr(groups == 1):
+        layout = cute.make_layout(((g.w, g.h, g.n), g.c), stride=((g.c, row, image), 1))
+        return cute.make_tensor(act_ptr, layout)
+    group_in = g.c // groups
+    layout = cute.make_layout(
+        ((g.w, g.h, g.n, groups), group_in), stride=((g.c, row, image, group_in), 1)
+    )
     return cute.make_tensor(act_ptr, layout)
 
 
@@ -151,7 +164,7 @@ def qpn_coord(index, q, p):
 def im2col_tile_at_origin(
     tile: cute.Tensor,
     pixel_divisors: Optional[PixelDivisors] = None,
-    channel_offset: Optional[cutlass.Int32] = None,
+    group: Optional[Tuple[cutlass.Int32, cutlass.Int32]] = None,
 ) -> cute.Tensor:
     """One output tile's im2col TMA coordinates, ``(TMA, (c-blocks, S, R))``, with the tile's
     pixel offset turned into its (w, h, n) coordinate once, here.
@@ -169,21 +182,25 @@ def im2col_tile_at_origin(
     division instead of two integer divisions (~60 dependent instructions on the way to each
     tile's first load).
 
-    With ``channel_offset`` the tile's channels start there (a grouped conv's tile reads its
-    group's channels: the coordinate's first mode is the channel).
+    With ``group``, ``(group, images)`` (a grouped conv's view, ``activation_im2col_view``;
+    needs ``pixel_divisors``), the tile reads that group: its pixel's (q, p, image) and the
+    group are the view's (w, h, d, n) coordinate. A tile wholly past the last image (the
+    spare CTAs of a cluster along M) starts in a later group instead: the im2col box must
+    start inside the depth it walks (an image past it faults), and its rows are not stored.
     """
     layout = tile.layout
     if cutlass.const_expr(pixel_divisors is None):
         offset = layout.inner(layout.offset)
     else:
         pixel, k_offset = layout.offset
-        offset = layout.inner((qpn_coord(pixel, *pixel_divisors), k_offset))
+        pixel_coord = qpn_coord(pixel, *pixel_divisors)
+        if cutlass.const_expr(group is not None):
+            (q, p, image), (group_index, images) = pixel_coord, group
+            pixel_coord = (q, p, image % images, group_index + image // images)
+        offset = layout.inner((pixel_coord, k_offset))
     origin = _add_coords(tile.iterator, offset)
-    if cutlass.const_expr(channel_offset is not None):
-        origin = (origin[0] + channel_offset, *origin[1:])
-    no_offset = (0, (0, 0, 0))
     return cute.make_tensor(
-        origin, cute.make_composed_layout(layout.inner, no_offset, layout.outer)
+        origin, cute.make_composed_layout(layout.inner, _zeros_like(layout.offset), layout.outer)
     )
 
 
@@ -194,15 +211,24 @@ def _add_coords(a, b):
     return a + b
 
 
-def fprop_im2col_params(g: ConvGeometry) -> dict:
+def _zeros_like(coord):
+    """The zero coordinate of ``coord``'s profile."""
+    if isinstance(coord, tuple):
+        return tuple(_zeros_like(c) for c in coord)
+    return 0
+
+
+def fprop_im2col_params(g: ConvGeometry, groups: int = 1) -> dict:
     """Keyword arguments of ``cpasync.make_im2col_tma_atom`` for forward propagation.
 
     The corners bound the filter's footprint relative to the input, W before H
     (the same formulas as CUTLASS's conv collective): the box walks output pixels from
     ``-pad_lo`` to ``W - 1 + pad_hi - (S-1)*dil`` with the conv stride, and the filter tap
-    offsets ``(s, r) * dilation`` are added by the im2col offsets of each load.
+    offsets ``(s, r) * dilation`` are added by the im2col offsets of each load. A grouped
+    conv's view (``activation_im2col_view``) adds the depth of its images: one filter tap,
+    no padding, stride 1.
     """
-    return dict(
+    params = dict(
         lower_corner_whd=(-g.pad_left, -g.pad_top),
         upper_corner_whd=(
             g.pad_right - (g.s - 1) * g.dil_w,
@@ -214,3 +240,10 @@ def fprop_im2col_params(g: ConvGeometry) -> dict:
         lower_srt=(0, 0),
         stride_srt=(g.dil_w, g.dil_h),
     )
+    if groups == 1:
+        return params
+    depth = dict(
+        lower_corner_whd=0, upper_corner_whd=0, lower_padding_whd=0, upper_padding_whd=0,
+        stride_whd=1, lower_srt=0, stride_srt=1,
+    )  # fmt: skip
+    return {name: (*value, depth[name]) for name, value in params.items()}

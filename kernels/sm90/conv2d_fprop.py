@@ -419,11 +419,12 @@ class Conv2dFpropSm90(
         else:
             num_tiles_m = (geom.n * geom.p * geom.q + tile_m - 1) // tile_m
         num_tiles_n = (geom.k + tile_n - 1) // tile_n
-        channel_group = None  # a grouped conv: n tiles per group, channels per group (C, K)
+        # A grouped conv: n tiles per group, output channels per group, images.
+        channel_group = None
         if cutlass.const_expr(self.groups > 1):
-            group_in, group_out = geom.c // self.groups, geom.k // self.groups
+            group_out = geom.k // self.groups
             tiles_per_group = (group_out + tile_n - 1) // tile_n
-            channel_group = (tiles_per_group, group_in, group_out)
+            channel_group = (tiles_per_group, group_out, geom.n)
             num_tiles_n = tiles_per_group * self.groups
         cm, cn = self.cluster_mn
         # The divisors are made here, on the host: the kernel's roles only multiply and shift.

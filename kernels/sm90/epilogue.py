@@ -426,7 +426,7 @@ class Sm90EpilogueMixin:
         tile_n = self.tile_mnk[1]
         first = n_tile * tile_n
         if cutlass.const_expr(args.channel_group is not None):
-            tiles_per_group, _, group_out = args.channel_group
+            tiles_per_group, group_out, _ = args.channel_group
             group = n_tile // tiles_per_group
             first = group * group_out + (n_tile - group * tiles_per_group) * tile_n
         return first

@@ -151,7 +151,7 @@ class Im2colLoader:
     k_shape: Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32]  # (c-blocks, S, R)
     pixel_divisors: Optional[PixelDivisors]  # see ``im2col_tile_at_origin``
     waits_late: bool  # see ``OperandLoader.load_tile``
-    # A grouped conv: (n tiles per group, input and output channels per group); None for a
+    # A grouped conv: (n tiles per group, output channels per group, images); None for a
     # dense one.
     channel_group: Optional[Tuple[cutlass.Int32, cutlass.Int32, cutlass.Int32]] = None
 
@@ -161,17 +161,15 @@ class Im2colLoader:
     ) -> ProducerStates:
         """See ``OperandLoader``. The hierarchical k mode (c-block, s, r) is walked by nested
         loops or carries: indexing it with a linear k-tile would cost runtime divisions by
-        C/TK and S per load. A grouped conv's tile reads the channels of the group its
-        output channels are in (``channel_group``)."""
+        C/TK and S per load. A grouped conv's tile reads the group its output channels are
+        in (``channel_group``; ``activation_im2col_view``)."""
         m_tile, n_tile = scheduler.tile_coord(work)
-        channel_offset = None
+        group = None
         if cutlass.const_expr(self.channel_group is not None):
-            tiles_per_group, group_channels, _ = self.channel_group
-            channel_offset = (n_tile // tiles_per_group) * group_channels
+            tiles_per_group, _, images = self.channel_group
+            group = (n_tile // tiles_per_group, images)
         ab_gmem = (
-            im2col_tile_at_origin(
-                self.gmem[0][(None, m_tile, None)], self.pixel_divisors, channel_offset
-            ),
+            im2col_tile_at_origin(self.gmem[0][(None, m_tile, None)], self.pixel_divisors, group),
             self.gmem[1][(None, n_tile, None)],
         )
         wait_before_first_load(self.waits_late, scheduler, work)
@@ -347,12 +345,16 @@ class MainloopMixin:
                     cpasync.CopyBulkTensorIm2ColG2SOp,
                     cpasync.CopyBulkTensorIm2ColG2SMulticastOp,
                 ),
-                activation_im2col_view(act_ptr, geom),
+                activation_im2col_view(act_ptr, geom, self.groups),
                 a_smem_layout,
                 (tile_m, tile_k),  # the activation's K mode is c alone: a flat tiler here
                 num_multicast=self.num_mcast_a,
-                **fprop_im2col_params(geom),
+                **fprop_im2col_params(geom, self.groups),
             )
+            if cutlass.const_expr(self.groups > 1):
+                # The 3-d view's K mode is (c, s, r, t): its one depth tap dropped, the K
+                # mode is (c, s, r) as the filter's.
+                tma_tensor_a = cute.group_modes(tma_tensor_a[(None, (None, None, None, 0))], 1, 4)
         tma_atom_b, tma_tensor_b = cpasync.make_tiled_tma_atom(
             _load_op(
                 self.num_mcast_b,
