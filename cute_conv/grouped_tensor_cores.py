@@ -40,7 +40,14 @@ from .plan_cache import PlanCache
 from .problem import Conv2dProblemShape, normalize_padding, normalize_pair
 from .schedule import launch_clusters
 from .staging import span_bytes
-from .validation import check_alignment, check_tensor, out_pixel_stride, validate_conv_inputs
+from .validation import (
+    IM2COL_3D,
+    check_alignment,
+    check_problem_limits,
+    check_tensor,
+    out_pixel_stride,
+    validate_conv_inputs,
+)
 
 __all__ = [
     "MIN_GROUP_IN",
@@ -295,6 +302,7 @@ def _validate(x, filter, bias, scale, out, groups, stride, padding, dilation, ac
         x, dense_filter, stride=stride, padding=padding, dilation=dilation, out=out,
         out_dtype=x.dtype,
     )  # fmt: skip
+    check_problem_limits(problem, IM2COL_3D)  # the kernel's view of x (activation_im2col_view)
     if config is not None:
         check_config_fits(config, problem)
     spec = validate_epilogue_args(

@@ -53,8 +53,12 @@ from .problem import Padding, Pair, normalize_padding, normalize_pair, output_hw
 from .reference import TORCH_ACTIVATIONS
 from .validation import (
     ALIGNMENT_BYTES,
+    IM2COL_2D,
+    IM2COL_3D,
     INPUT_DTYPES,
+    Im2colLimits,
     channel_slice_stride,
+    check_problem_limits,
     check_scale_tensor,
     slice_pixel_stride,
     validate_conv_inputs,
@@ -139,11 +143,11 @@ class Conv2d(nn.Module):
         self._grouped_kernel_takes = groups != 1 and _kernel_takes_groups(
             in_channels, out_channels, groups
         )
-        # Wide groups run on the tensor cores (grouped_tensor_cores), where the dense
-        # kernel's geometry limits hold.
+        # Wide groups run on the tensor cores (grouped_tensor_cores), where the geometry
+        # limits of its 3-d im2col view hold.
         self._tensor_cores_take = tensor_cores_take(
             in_channels, out_channels, groups
-        ) and _dense_geometry_holds(self, dtype)
+        ) and _dense_geometry_holds(self, dtype, IM2COL_3D)
         r, s = self.kernel_size
         group_in = in_channels // groups
         weight = torch.empty(out_channels, r, s, group_in, device=device, dtype=dtype)
@@ -844,11 +848,13 @@ def _geometry(conv: nn.Conv2d | Conv2d) -> tuple[Pair, Pair, Pair]:
                  for name in ("kernel_size", "stride", "dilation"))  # fmt: skip
 
 
-def _check_dense_geometry(conv: nn.Conv2d | Conv2d, dtype: torch.dtype) -> None:
+def _check_dense_geometry(
+    conv: nn.Conv2d | Conv2d, dtype: torch.dtype, limits: Im2colLimits = IM2COL_2D
+) -> None:
     """Raise unless the tensor-core kernel's geometry limits that do not depend on the
     input's size hold: stride 1..8, dilation, padding and filter span within the im2col TMA
-    limits (the package's own validation on a probe input just large enough for the filter,
-    of all C channels: a grouped conv's are its dense problem's)."""
+    ``limits`` (the package's own validation on a probe input just large enough for the
+    filter, of all C channels: a grouped conv's are its dense problem's)."""
     kernel_size, stride, dilation = _geometry(conv)
     padding = _kernel_padding(conv.padding, kernel_size, stride, dilation)
     # Meta tensors: validation reads shapes, dtypes and strides only.
@@ -856,13 +862,16 @@ def _check_dense_geometry(conv: nn.Conv2d | Conv2d, dtype: torch.dtype) -> None:
     probe_x = torch.empty(1, h, w, conv.in_channels, dtype=dtype, device="meta")
     probe_w = torch.empty(conv.out_channels, *kernel_size, conv.in_channels, dtype=dtype,
                           device="meta")  # fmt: skip
-    validate_conv_inputs(probe_x, probe_w, stride=stride, padding=padding, dilation=dilation)
+    problem, _ = validate_conv_inputs(
+        probe_x, probe_w, stride=stride, padding=padding, dilation=dilation
+    )
+    check_problem_limits(problem, limits)
 
 
-def _dense_geometry_holds(conv: Conv2d, dtype: torch.dtype) -> bool:
-    """Whether ``_check_dense_geometry`` passes."""
+def _dense_geometry_holds(conv: Conv2d, dtype: torch.dtype, limits: Im2colLimits) -> bool:
+    """Whether ``_check_dense_geometry`` passes within ``limits``."""
     try:
-        _check_dense_geometry(conv, dtype)
+        _check_dense_geometry(conv, dtype, limits)
     except ValueError:
         return False
     return True

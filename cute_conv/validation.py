@@ -6,7 +6,8 @@ place that asks the CUDA runtime anything. Every error names the argument, the o
 and the limit; nothing here writes to any tensor.
 
 The limits are those of docs/ARCHITECTURE.md section 4: im2col-mode TMA on a 4-D tensor (pixel-box
-corners in [-128, 127], traversal stride <= 8, filter span <= 255) and the Int32 implicit-GEMM
+corners in [-128, 127], traversal stride <= 8, filter span <= 255: ``IM2COL_2D``; the grouped
+tensor cores' 5-D view is narrower, ``IM2COL_3D``) and the Int32 implicit-GEMM
 M coordinate. A conv whose filter windows tile its input (``tiles_input``: a ViT-style patch
 embedding) may have any stride: the kernel never runs it at that stride (see
 ``staging.patch_view``).
@@ -30,7 +31,10 @@ __all__ = [
     "check_scale_tensor",
     "default_out_dtype",
     "FP8_DTYPES",
+    "IM2COL_2D",
+    "IM2COL_3D",
     "INPUT_DTYPES",
+    "Im2colLimits",
     "OUTPUT_DTYPES",
     "channel_slice_stride",
     "check_compute_capability",
@@ -56,9 +60,25 @@ ALIGNMENT_BYTES = 16  # TMA global base addresses
 # TMA row strides: C channel rows are padded to this; output rows that are not whole units of
 # it are stored by the epilogue threads (``output_rows_unaligned``).
 ROW_ALIGNMENT_BYTES = 16
-MAX_PAD_LO = 128  # lower im2col corner -pad_lo >= -128
-CORNER_MIN, CORNER_MAX = -128, 127  # upper im2col corner pad_hi - (R-1)*dilation
-MAX_FILTER_SPAN = 255  # (R-1)*dilation
+
+
+class Im2colLimits(NamedTuple):
+    """The im2col TMA's pixel-box limits, by the spatial rank of its view: the box corners'
+    and the filter taps' offsets are signed and unsigned fields of 8 bits per spatial
+    dimension on a 2-d conv's (4-d) view and of 5 on a 3-d conv's (5-d, the grouped tensor
+    cores' ``activation_im2col_view``)."""
+
+    max_pad_lo: int  # lower corner -pad_lo >= -max_pad_lo
+    corner_min: int  # upper corner pad_hi - (R-1)*dilation in [corner_min, corner_max]
+    corner_max: int
+    max_filter_span: int  # (R-1)*dilation
+    what: str  # the TMA the limits are of, for errors
+
+
+IM2COL_2D = Im2colLimits(128, -128, 127, 255, "im2col TMA")
+IM2COL_3D = Im2colLimits(
+    16, -16, 15, 31, "3-d im2col TMA of grouped convs on the tensor cores (groups as its batch)"
+)
 MIN_STRIDE, MAX_STRIDE = 1, 8  # im2col traversal stride
 MAX_GEMM_M = 2**31  # exclusive: N*P*Q is an Int32 coordinate
 
@@ -171,9 +191,10 @@ def tiles_input(problem: Conv2dProblemShape) -> bool:
     )
 
 
-def check_problem_limits(problem: Conv2dProblemShape) -> None:
-    """Raise ``ValueError`` unless the output is non-empty and im2col TMA can express it (any
-    stride where the filter's windows tile the input: ``tiles_input``)."""
+def check_problem_limits(problem: Conv2dProblemShape, limits: Im2colLimits = IM2COL_2D) -> None:
+    """Raise ``ValueError`` unless the output is non-empty and im2col TMA can express it
+    within ``limits`` (any stride where the filter's windows tile the input:
+    ``tiles_input``)."""
     if max(problem.stride) > MAX_STRIDE and not tiles_input(problem):
         raise ValueError(
             f"stride must be in {MIN_STRIDE}..{MAX_STRIDE} (im2col TMA limit), got "
@@ -199,22 +220,23 @@ def check_problem_limits(problem: Conv2dProblemShape) -> None:
                 f"dilated extent (filter {f_name}={taps}, dilation={dil}): "
                 f"{size + lo + hi} < ({f_name}-1)*dilation + 1 = {span + 1}"
             )
-        if lo > MAX_PAD_LO:
+        if lo > limits.max_pad_lo:
             raise ValueError(
-                f"padding {lo_name}={lo} exceeds the im2col TMA limit: padding before each "
-                f"spatial dimension must be <= {MAX_PAD_LO}"
+                f"padding {lo_name}={lo} exceeds the {limits.what} limit: padding before each "
+                f"spatial dimension must be <= {limits.max_pad_lo}"
             )
-        if span > MAX_FILTER_SPAN:
+        if span > limits.max_filter_span:
             raise ValueError(
                 f"filter {f_name}={taps} with dilation={dil} spans ({f_name}-1)*dilation = {span} "
-                f"{what} positions; the im2col TMA limit is {MAX_FILTER_SPAN}"
+                f"{what} positions; the {limits.what} limit is {limits.max_filter_span}"
             )
         corner = hi - span
-        if not CORNER_MIN <= corner <= CORNER_MAX:
+        if not limits.corner_min <= corner <= limits.corner_max:
             raise ValueError(
                 f"padding {hi_name}={hi} minus the filter span (filter {f_name}={taps}, "
-                f"dilation={dil}: ({f_name}-1)*dilation = {span}) is {corner}; the im2col TMA "
-                f"limit is {CORNER_MIN} <= padding {hi_name} - ({f_name}-1)*dilation <= {CORNER_MAX}"
+                f"dilation={dil}: ({f_name}-1)*dilation = {span}) is {corner}; the {limits.what} "
+                f"limit is {limits.corner_min} <= padding {hi_name} - ({f_name}-1)*dilation <= "
+                f"{limits.corner_max}"
             )
     if problem.gemm_m >= MAX_GEMM_M:
         raise ValueError(

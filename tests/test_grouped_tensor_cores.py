@@ -85,11 +85,15 @@ def inputs(n=1, h=8, w=8, c=128, k=128, r=3, groups=2, device="cpu"):
      (inputs(k=80, groups=4), dict(groups=4), ValueError,
       "K / groups = 20: a multiple of 8"),
      (inputs(), dict(groups=2, stride=9), ValueError, "stride"),
+     (inputs(), dict(groups=2, padding=17), ValueError, "padding top=17 exceeds the 3-d im2col"),
+     (inputs(), dict(groups=2, padding=16, dilation=16), ValueError,
+      r"spans \(R-1\)\*dilation = 32 height positions; the 3-d im2col"),
      (inputs(), dict(groups=2, activation="tanhh"), ValueError, "tanhh"),
      (inputs(), dict(groups=2, bias=torch.zeros(32)), ValueError, "bias"),
      (inputs(), dict(groups=2, out=torch.zeros(1, 6, 6, 128)), TypeError, "out")],
     ids=["one-group", "bool", "cpu", "fp32", "not-a-tensor", "filter-channels", "group-in-12",
-         "config-groups", "group-out-20", "stride", "activation", "bias", "out-dtype"],
+         "config-groups", "group-out-20", "stride", "pad-3d", "span-3d", "activation", "bias",
+         "out-dtype"],
 )  # fmt: skip
 def test_bad_arguments_are_refused_before_any_launch(args, kwargs, error, match):
     with pytest.raises(error, match=match):
@@ -189,6 +193,10 @@ def test_nn_conv2d_runs_wide_groups_on_the_tensor_cores(kernel_calls):  # noqa: 
 def test_nn_conv2d_keeps_wide_groups_off_the_tensor_cores_past_their_limits():
     assert not cute_conv.nn.Conv2d(96, 96, 3, stride=9, groups=2)._tensor_cores_take
     assert cute_conv.nn.Conv2d(96, 96, 3, stride=8, groups=2)._tensor_cores_take
+    # The 3-d im2col view's 5-bit fields (validation.IM2COL_3D), within the dense 4-d limits.
+    assert not cute_conv.nn.Conv2d(96, 96, 3, padding=16, dilation=16, groups=2)._tensor_cores_take
+    assert cute_conv.nn.Conv2d(96, 96, 3, padding=15, dilation=15, groups=2)._tensor_cores_take
+    assert not cute_conv.nn.Conv2d(96, 96, 3, padding=17, groups=2)._tensor_cores_take
 
 
 @pytest.mark.parametrize(

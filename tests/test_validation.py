@@ -10,6 +10,7 @@ import torch
 from cute_conv.problem import Conv2dProblemShape
 from cute_conv.validation import (
     ARCH_TABLE,
+    IM2COL_3D,
     check_compute_capability,
     check_problem_limits,
     out_pixel_stride,
@@ -421,6 +422,25 @@ def test_a_channel_slice_is_accepted_as_out(no_cuda):
 def test_c3_k5_accepted():
     problem, _ = validate_conv_inputs(_t(1, 8, 8, 3), _t(5, 3, 3, 3), padding=1)
     assert (problem.C, problem.K) == (3, 5)
+
+
+@pytest.mark.parametrize(
+    "padding,dilation,message",
+    [((16, 16), 1, None), ((17, 0), 1, "padding top=17 exceeds"), ((15, 15), 15, None),
+     ((16, 16), 16, r"spans \(R-1\)\*dilation = 32"), ((0, 0), 8, None),
+     ((0, 0), 9, r"is -18; the 3-d im2col TMA .* limit is -16")],
+    ids=["pad-16", "pad-17", "span-30", "span-32", "corner-16", "corner-18"],
+)  # fmt: skip
+def test_the_3d_view_of_grouped_tensor_cores_has_5_bit_limits(padding, dilation, message):
+    (top, bottom) = padding
+    problem = Conv2dProblemShape(1, 64, 64, 8, 8, 3, 3, padding=((top, bottom), (0, 0)),
+                                 dilation=(dilation, 1))  # fmt: skip
+    check_problem_limits(problem)  # the 2-d view takes all of them
+    if message is None:
+        check_problem_limits(problem, IM2COL_3D)
+    else:
+        with pytest.raises(ValueError, match=message):
+            check_problem_limits(problem, IM2COL_3D)
 
 
 def test_gemm_m_limit_is_exclusive():
