@@ -43,7 +43,6 @@ from .staging import span_bytes
 from .validation import (
     IM2COL_3D,
     check_alignment,
-    check_problem_limits,
     check_tensor,
     out_pixel_stride,
     validate_conv_inputs,
@@ -298,11 +297,11 @@ def _validate(x, filter, bias, scale, out, groups, stride, padding, dilation, ac
     # The dense problem over all channels (a stand-in filter of C channels): the geometry's
     # limits, P and Q, C (the activation's pixel stride) and K (the output's).
     dense_filter = torch.empty((k, r, s, c), dtype=x.dtype, device="meta")
+    # IM2COL_3D: the kernel's view of x (activation_im2col_view).
     problem, _ = validate_conv_inputs(
         x, dense_filter, stride=stride, padding=padding, dilation=dilation, out=out,
-        out_dtype=x.dtype,
+        out_dtype=x.dtype, limits=IM2COL_3D,
     )  # fmt: skip
-    check_problem_limits(problem, IM2COL_3D)  # the kernel's view of x (activation_im2col_view)
     if config is not None:
         check_config_fits(config, problem)
     spec = validate_epilogue_args(

@@ -58,7 +58,6 @@ from .validation import (
     INPUT_DTYPES,
     Im2colLimits,
     channel_slice_stride,
-    check_problem_limits,
     check_scale_tensor,
     slice_pixel_stride,
     validate_conv_inputs,
@@ -862,10 +861,9 @@ def _check_dense_geometry(
     probe_x = torch.empty(1, h, w, conv.in_channels, dtype=dtype, device="meta")
     probe_w = torch.empty(conv.out_channels, *kernel_size, conv.in_channels, dtype=dtype,
                           device="meta")  # fmt: skip
-    problem, _ = validate_conv_inputs(
-        probe_x, probe_w, stride=stride, padding=padding, dilation=dilation
+    validate_conv_inputs(
+        probe_x, probe_w, stride=stride, padding=padding, dilation=dilation, limits=limits
     )
-    check_problem_limits(problem, limits)
 
 
 def _dense_geometry_holds(conv: Conv2d, dtype: torch.dtype, limits: Im2colLimits) -> bool:

@@ -254,8 +254,10 @@ def validate_conv_inputs(
     dilation: int | Sequence[int] = 1,
     out: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
+    limits: Im2colLimits = IM2COL_2D,
 ) -> tuple[Conv2dProblemShape, torch.dtype]:
     """Check a Conv2D forward call; return its problem shape and the resolved output dtype.
+    ``limits``: the im2col TMA's of the kernel that runs it (``check_problem_limits``).
 
     The output dtype is ``out_dtype`` if given, else ``out.dtype`` if ``out`` is given, else the
     activation's dtype (bfloat16 for fp8 inputs). C or K that is not a multiple of 16 bytes is
@@ -294,7 +296,7 @@ def validate_conv_inputs(
     problem = Conv2dProblemShape(
         n, h, w, c, k, r, s, padding=padding_hw, stride=stride_hw, dilation=dilation_hw
     )
-    check_problem_limits(problem)
+    check_problem_limits(problem, limits)
 
     if out_dtype is not None:
         if not isinstance(out_dtype, torch.dtype):
