@@ -54,6 +54,7 @@ __all__ = [
     "default_tile_n",
     "grouped_conv2d_tensor_cores",
     "runs_on_tensor_cores",
+    "tensor_cores_pay",
     "tensor_cores_take",
     "tiles_per_group",
 ]
@@ -64,9 +65,14 @@ SM90_ARCH = "sm_90a"  # the kernel that takes groups (Conv2dConfig.groups); SM10
 # grouped kernel (H200, ``experiments/grouped_tensor_cores_narrow_H200.json``): fitted on
 # RegNetY-1.6GF's 24-wide and ResNeXt-50's 16- and 32-wide groups, judged on RegNetY-3.2GF's
 # 24 and ResNeXt-101's 32 (0.47-0.78x the rule's time at batch 1 to 32, one call at 1.02x).
-# 16-wide groups fill a quarter of a 64-channel k-tile: they won up to ~116M multiply-adds a
-# call and lost 1.2-2.1x from ~460M, so they stay on the CUDA-core kernel / cuDNN.
-MIN_GROUP_IN = 24
+MIN_GROUP_IN = 16
+# Groups narrower than WIDE_GROUP_IN fill a quarter of a 64-channel k-tile: on the 3-d view
+# (``experiments/grouped_tensor_cores_16wide_H200.json``) ResNeXt-50's 16-wide calls ran
+# 0.70-0.79x the rule's time up to 116M multiply-adds a call, 0.99-1.07x at 462M; judged on
+# ResNeXt-101's, 0.73-0.80x at 58M, 0.96-1.08x at 462M, 1.39-1.59x at 1.85G. The bound is
+# the geometric mean of the largest win and the first tie.
+WIDE_GROUP_IN = 24
+NARROW_GROUP_MAX_MACS = 231_000_000
 
 Tensor = torch.Tensor
 
@@ -95,6 +101,14 @@ def tensor_cores_take(in_channels: int, out_channels: int, groups: int) -> bool:
         return False
     group_in, group_out = in_channels // groups, out_channels // groups
     return group_in >= MIN_GROUP_IN and group_in % 8 == 0 and group_out % 8 == 0
+
+
+def tensor_cores_pay(group_in: int, macs: int) -> bool:
+    """Whether a call of convs ``tensor_cores_take`` takes runs faster on the tensor cores than
+    where ``grouped_rule`` sends it: always for groups of at least ``WIDE_GROUP_IN`` input
+    channels, up to ``NARROW_GROUP_MAX_MACS`` multiply-adds (``N*P*Q*K*R*S*C/G``) for
+    narrower ones."""
+    return group_in >= WIDE_GROUP_IN or macs <= NARROW_GROUP_MAX_MACS
 
 
 def runs_on_tensor_cores(device: torch.device) -> bool:

@@ -12,11 +12,12 @@ a CUDA graph's replay); the epilogue (a float32 per-channel ``scale`` and
     y = act(conv(x) * scale + bias + identity)        residual_order="before_activation"
 
 ``forward`` calls ``cute_conv.conv2d_fprop`` / ``conv2d_fprop_with_residual`` (a grouped or
-depthwise conv: groups of at least 24 channels on the tensor cores,
-``cute_conv.grouped_tensor_cores``; others ``cute_conv.grouped``'s CUDA-core kernel, or, where
-``cute_conv.grouped_rule`` finds the call too large for it or the groups are out of
-``grouped_limits``, cuDNN's grouped conv and torch ops for the epilogue), so the module
-behaves as they do under ``torch.compile`` and autograd; its kernel needs a Hopper GPU.
+depthwise conv: groups of at least 24 channels, and calls of 16-channel groups up to
+``tensor_cores_pay``'s size, on the tensor cores, ``cute_conv.grouped_tensor_cores``; others
+``cute_conv.grouped``'s CUDA-core kernel, or, where ``cute_conv.grouped_rule`` finds the call
+too large for it or the groups are out of ``grouped_limits``, cuDNN's grouped conv and torch
+ops for the epilogue), so the module behaves as they do under ``torch.compile`` and autograd;
+its kernel needs a Hopper GPU.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from .grouped_rule import runs_grouped_kernel
 from .grouped_tensor_cores import (
     grouped_conv2d_tensor_cores,
     runs_on_tensor_cores,
+    tensor_cores_pay,
     tensor_cores_take,
 )
 from .ops import takes_torch_path
@@ -382,17 +384,23 @@ class Conv2d(nn.Module):
     ) -> torch.Tensor:
         """``forward`` of a grouped conv (writing ``out`` in place, if given, and returning
         it): wide groups without an identity or a channel norm on an SM90 GPU's tensor
-        cores (``grouped_tensor_cores``); else the grouped kernel on the stored weight, or cuDNN
+        cores (``grouped_tensor_cores``) where ``tensor_cores_pay``; else the grouped kernel on
+        the stored weight (staged once from KRSC where the tensor cores took it), or cuDNN
         where ``grouped_rule`` says it is faster (the call's multiply-adds)."""
         if identity is not None and self.channel_norm_eps is not None:
             raise ValueError("a Conv2d with channel_norm_eps takes no identity")
         if identity is not None and not self._check_identity(x, identity):
             return self._forward_torch(x, identity)
+        n, _, h, w = x.shape
+        p, q = self._output_size(h, w)
+        k, r, s, group_in = self.weight.shape
+        macs = n * p * q * k * r * s * group_in
         if (
             self._tensor_cores_take
             and identity is None
             and self.channel_norm_eps is None
             and runs_on_tensor_cores(x.device)
+            and tensor_cores_pay(group_in, macs)
         ):
             y = grouped_conv2d_tensor_cores(
                 _nhwc(x), self.weight, groups=self.groups, stride=self.stride,
@@ -401,10 +409,6 @@ class Conv2d(nn.Module):
                 out=None if out is None else out.permute(0, 2, 3, 1),
             )  # fmt: skip
             return y.permute(0, 3, 1, 2) if out is None else out
-        n, _, h, w = x.shape
-        p, q = self._output_size(h, w)
-        k, r, s, group_in = self.weight.shape
-        macs = n * p * q * k * r * s * group_in
         if not self._grouped_kernel_takes or not runs_grouped_kernel(
             macs, group_in, k // self.groups, self.groups, r * s,
             normalizes=self.channel_norm_eps is not None,

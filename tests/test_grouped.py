@@ -447,12 +447,12 @@ def test_module_channel_norm_names_the_limit(kwargs, error, match):
 
 def test_module_from_torch_runs_the_grouped_path(kernel_calls):  # noqa: F811
     torch.manual_seed(5)
-    # 16 channels a group: narrower than the tensor cores take (tensor_cores_take).
-    conv = nn.Conv2d(32, 32, 3, stride=2, padding=1, groups=2, bias=False).to(BF16)
+    # 8 channels a group: narrower than the tensor cores take (tensor_cores_take).
+    conv = nn.Conv2d(32, 32, 3, stride=2, padding=1, groups=4, bias=False).to(BF16)
     bn = random_bn(32, BF16)
     module = cute_conv.nn.Conv2d.from_torch(conv, bn, nn.ReLU()).eval()
-    assert module.groups == 2 and module.weight.shape == (32, 3, 3, 16)
-    assert "groups=2" in repr(module)
+    assert module.groups == 4 and module.weight.shape == (32, 3, 3, 8)
+    assert "groups=4" in repr(module)
     x = torch.randn(2, 32, 9, 8).to(BF16).to(memory_format=torch.channels_last)
     identity = torch.randn(2, 32, 5, 4).to(BF16).to(memory_format=torch.channels_last)
     with torch.no_grad():
@@ -461,7 +461,7 @@ def test_module_from_torch_runs_the_grouped_path(kernel_calls):  # noqa: F811
     (x_nhwc, staged, source), (_, staged_again, _) = kernel_calls
     assert x_nhwc.data_ptr() == x.data_ptr() and source.data_ptr() == identity.data_ptr()
     # The weight is stored as the kernel reads it: no call stages it.
-    assert staged.shape == (3, 3, 16, 32) and staged.is_contiguous()
+    assert staged.shape == (3, 3, 8, 32) and staged.is_contiguous()
     assert staged.data_ptr() == staged_again.data_ptr() == module.weight.data_ptr()
     expected = F.relu(bn.float()(conv.float()(x.float()))) + identity.float()
     check = compare_to_reference(y, expected)

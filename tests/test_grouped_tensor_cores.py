@@ -20,6 +20,7 @@ from cute_conv.grouped_tensor_cores import (
     _default_config,
     default_tile_n,
     grouped_conv2d_tensor_cores,
+    tensor_cores_pay,
     tensor_cores_take,
 )
 from cute_conv.staging import span_bytes
@@ -111,13 +112,20 @@ def test_an_out_that_overlaps_the_activation_is_refused():
     "channels,groups,takes",
     [((192, 192), 4, True), ((1008, 1008), 21, True), ((256, 512), 2, True),
      ((112, 112), 2, True), ((240, 240), 2, True), ((96, 96), 4, True),
-     ((128, 128), 4, True), ((64, 64), 4, False), ((256, 256), 1, False),
-     ((100, 100), 2, False), ((96, 40), 2, False), ((80, 80), 4, False)],
-    ids=["48", "48x21", "k2x", "56", "120", "24", "32", "16", "dense", "50", "group-out-20",
-         "20"],
+     ((128, 128), 4, True), ((64, 64), 4, True), ((64, 64), 8, False),
+     ((256, 256), 1, False), ((100, 100), 2, False), ((96, 40), 2, False),
+     ((80, 80), 4, False)],
+    ids=["48", "48x21", "k2x", "56", "120", "24", "32", "16", "8", "dense", "50",
+         "group-out-20", "20"],
 )  # fmt: skip
 def test_which_groups_the_tensor_cores_take(channels, groups, takes):
     assert tensor_cores_take(*channels, groups) is takes
+
+
+def test_narrow_groups_pay_on_the_tensor_cores_up_to_their_bound():
+    bound = grouped_tensor_cores.NARROW_GROUP_MAX_MACS
+    assert tensor_cores_pay(16, bound) and not tensor_cores_pay(16, bound + 1)
+    assert tensor_cores_pay(24, 100 * bound)
 
 
 def test_the_op_traces_to_the_output_shape_and_refuses_bad_groups():
@@ -167,7 +175,7 @@ def test_gradients_are_torch_grouped_conv_s():
 def test_nn_conv2d_runs_wide_groups_on_the_tensor_cores(kernel_calls):  # noqa: F811
     """A module of 48-wide groups keeps a contiguous KRSC filter and sends plain calls to
     the tensor-core launcher (here its CPU stand-in), identities to the grouped kernel's
-    path; 16-wide groups keep the grouped kernel's staged filter."""
+    path; 8-wide groups keep the grouped kernel's staged filter."""
     torch.manual_seed(2)
     module = cute_conv.nn.Conv2d(96, 96, 3, padding=1, groups=2, activation="relu").eval()
     assert module._tensor_cores_take and module.weight.is_contiguous()
@@ -186,8 +194,35 @@ def test_nn_conv2d_runs_wide_groups_on_the_tensor_cores(kernel_calls):  # noqa: 
         module(small, identity=torch.zeros(1, 96, 3, 3, dtype=torch.bfloat16))
     assert len(kernel_calls) == 2 and kernel_calls[-1][2] is not None
     assert kernel_calls[-1][1].shape == (3, 3, 48, 96)  # the grouped kernel's staged filter
-    narrow = cute_conv.nn.Conv2d(64, 64, 3, groups=4)  # 16 channels a group
+    narrow = cute_conv.nn.Conv2d(64, 64, 3, groups=8)  # 8 channels a group
     assert not narrow._tensor_cores_take and not narrow.weight.is_contiguous()
+
+
+def test_nn_conv2d_runs_16_wide_groups_on_the_tensor_cores_up_to_their_bound(
+    kernel_calls, monkeypatch  # noqa: F811
+):
+    """A module of 16-wide groups keeps a contiguous KRSC filter; a call within
+    ``NARROW_GROUP_MAX_MACS`` runs on the tensor cores, one past it on the grouped kernel's
+    path, its filter staged once from KRSC."""
+    torch.manual_seed(3)
+    module = cute_conv.nn.Conv2d(64, 64, 3, padding=1, groups=4, activation="relu").eval()
+    assert module._tensor_cores_take and module.weight.is_contiguous()
+    x = torch.randn(1, 64, 5, 6).to(torch.bfloat16).to(memory_format=torch.channels_last)
+    ref = F.relu(F.conv2d(x.float(), module.weight.float().permute(0, 3, 1, 2), padding=1,
+                          groups=4) + module.bias.view(-1, 1, 1))  # fmt: skip
+    macs = 1 * 5 * 6 * 64 * 9 * 16
+    with torch.no_grad():
+        y = module(x)
+    assert kernel_calls[-1][1] is module.weight
+    torch.testing.assert_close(y.float(), ref, atol=2e-2, rtol=1e-2)
+    monkeypatch.setattr(grouped_tensor_cores, "NARROW_GROUP_MAX_MACS", macs - 1)
+    with torch.no_grad():
+        y = module(x)
+        module(x)
+    assert len(kernel_calls) == 3
+    assert kernel_calls[-1][1].shape == (3, 3, 16, 64)  # the grouped kernel's staged filter
+    assert kernel_calls[-1][1] is kernel_calls[-2][1]  # staged once
+    torch.testing.assert_close(y.float(), ref, atol=2e-2, rtol=1e-2)
 
 
 def test_nn_conv2d_keeps_wide_groups_off_the_tensor_cores_past_their_limits():

@@ -1,5 +1,5 @@
 """GPU numerics of grouped convs on the SM90 tensor-core kernel
-(``cute_conv.grouped_tensor_cores``) against float32 ``F.conv2d(groups=...)``: groups of 24 to
+(``cute_conv.grouped_tensor_cores``) against float32 ``F.conv2d(groups=...)``: groups of 16 to
 232 channels, 1x1 and 3x3, strides, a bias, a scale and activations, tile widths that divide
 the group's output channels and ones that do not (a group's last tile reaching past it), an
 output channel slice written in place, and ``nn.Conv2d`` eager, compiled and differentiated."""
@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import cute_conv
-from cute_conv import Conv2dConfig
+from cute_conv import Conv2dConfig, grouped_tensor_cores
 from cute_conv.grouped_tensor_cores import grouped_conv2d_tensor_cores
 from cute_conv.testing import compare_to_reference
 
@@ -36,6 +36,8 @@ CASES = {
     "24": (2, 28, 28, 120, 120, 3, 5, 1, 1),
     "32-s2": (2, 15, 15, 256, 256, 3, 8, 2, 1),
     "40-1x1": (1, 14, 14, 160, 160, 1, 4, 1, 0),
+    "16": (2, 28, 28, 128, 128, 3, 8, 1, 1),
+    "16-s2": (2, 15, 15, 64, 64, 3, 4, 2, 1),
     # Defaults of 256-row tiles (a full wave of them, narrower than 128 channels).
     "24-256-rows": (8, 30, 30, 120, 120, 3, 5, 1, 1),
     "56-256-rows": (8, 28, 28, 448, 448, 3, 8, 1, 1),
@@ -150,3 +152,22 @@ def test_a_non_finite_input_stays_in_its_group(width):
                     for g in range(groups)]  # fmt: skip
     assert torch_finite == [True, False, True, True]
     assert ours == torch_finite
+
+
+def test_module_of_16_wide_groups_on_both_sides_of_their_bound(monkeypatch):
+    """``nn.Conv2d`` of 16-wide groups: a call within ``NARROW_GROUP_MAX_MACS`` on the tensor
+    cores, the same call past it on the grouped kernel's path (its filter staged from KRSC)."""
+    torch.manual_seed(4)
+    conv = nn.Conv2d(128, 128, 3, padding=1, groups=8).to(torch.bfloat16).cuda()
+    module = cute_conv.nn.Conv2d.from_torch(conv, activation="relu")
+    assert module._tensor_cores_take and module.weight.is_contiguous()
+    x = torch.randn(2, 128, 14, 14, device="cuda").to(torch.bfloat16)
+    x = x.to(memory_format=torch.channels_last)
+    expected = F.relu(conv.float()(x.float()))
+    with torch.no_grad():
+        report = compare_to_reference(module(x), expected)
+        assert report.ok, str(report)
+        monkeypatch.setattr(grouped_tensor_cores, "NARROW_GROUP_MAX_MACS", 0)
+        report = compare_to_reference(module(x), expected)
+        assert report.ok, str(report)
+    assert "staged" in module._derived_cache
