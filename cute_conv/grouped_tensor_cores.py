@@ -10,8 +10,9 @@ Measured as a bound before it was built (``benchmarks/experiments/grouped_tensor
 the same work as one dense conv ran 3-9x cuDNN's grouped convs on RegNet's wide groups at
 batch 8 and 32; built, it runs 0.85-1.03x that bound's time at batch 8 and 32, 1.09-1.45x
 at batch 1, and faster than cuDNN and the CUDA-core grouped kernel on every call of groups
-of 24 to 256 channels measured but two (``experiments/grouped_tensor_cores*_H200.json``).
-``tensor_cores_take`` says which convs ``cute_conv.nn.Conv2d`` sends here.
+of 24 to 256 channels measured but two (``experiments/grouped_tensor_cores*_H200.json``), and
+on 16-wide groups up to a size (``tensor_cores_pay``). ``tensor_cores_take`` says which convs
+``cute_conv.nn.Conv2d`` sends here, ``tensor_cores_pay`` which of their calls.
 """
 
 from __future__ import annotations
