@@ -62,17 +62,20 @@ __all__ = [
 
 SM90_ARCH = "sm_90a"  # the kernel that takes groups (Conv2dConfig.groups); SM100's does not
 
-# The narrowest groups that ran faster on the tensor cores than on cuDNN and on the CUDA-core
-# grouped kernel (H200, ``experiments/grouped_tensor_cores_narrow_H200.json``): fitted on
-# RegNetY-1.6GF's 24-wide and ResNeXt-50's 16- and 32-wide groups, judged on RegNetY-3.2GF's
-# 24 and ResNeXt-101's 32 (0.47-0.78x the rule's time at batch 1 to 32, one call at 1.02x).
-MIN_GROUP_IN = 16
-# Groups narrower than WIDE_GROUP_IN fill a quarter of a 64-channel k-tile: on the 3-d view
+# Groups of at least WIDE_GROUP_IN channels ran faster on the tensor cores than on cuDNN and
+# on the CUDA-core grouped kernel at the sizes measured (H200,
+# ``experiments/grouped_tensor_cores_narrow_H200.json``): fitted on RegNetY-1.6GF's 24-wide and
+# ResNeXt-50's 32-wide groups, judged on RegNetY-3.2GF's 24 and ResNeXt-101's 32 (0.47-0.78x
+# the rule's time at batch 1 to 32, one call at 1.02x).
+WIDE_GROUP_IN = 24
+# Narrower groups, down to MIN_GROUP_IN, fill a quarter of a 64-channel k-tile and pay only up
+# to NARROW_GROUP_MAX_MACS a call: on the 3-d view
 # (``experiments/grouped_tensor_cores_16wide_H200.json``) ResNeXt-50's 16-wide calls ran
 # 0.70-0.79x the rule's time up to 116M multiply-adds a call, 0.99-1.07x at 462M; judged on
-# ResNeXt-101's, 0.73-0.80x at 58M, 0.96-1.08x at 462M, 1.39-1.59x at 1.85G. The bound is
-# the geometric mean of the largest win and the first tie.
-WIDE_GROUP_IN = 24
+# ResNeXt-101's, 0.73-0.80x at 58M, 0.96-1.08x at 462M, 1.39-1.59x at 1.85G, and on
+# RegNetX-400MF's and RegNetY-800MF's, 0.65-0.86x on every call within the bound. The bound
+# is the geometric mean of the largest win and the first tie.
+MIN_GROUP_IN = 16
 NARROW_GROUP_MAX_MACS = 231_000_000
 
 Tensor = torch.Tensor
