@@ -34,7 +34,13 @@ from .dispatch import freeze_arg, out_overlaps_inputs, tensor_key
 from .dtypes import dtype_name
 from .epilogue import kernel_vector_dtype, validate_epilogue_args
 from .grouped import SIXTEEN_BIT_DTYPES, vector_operand
-from .kernels.sm90.config import TILE_N_CHOICES, Conv2dConfig
+from .kernels.sm90.config import (
+    HALF_STEP_MIN_K_TILE_BYTES,
+    TILE_K_CHOICES,
+    TILE_N_CHOICES,
+    Conv2dConfig,
+    is_half_step,
+)
 from .occupancy import resident_clusters
 from .ops import meta_stand_ins, padding_pairs, takes_torch_path
 from .plan_cache import PlanCache
@@ -52,6 +58,7 @@ from .validation import (
 __all__ = [
     "MIN_GROUP_IN",
     "SM90_ARCH",
+    "default_tile_k",
     "default_tile_n",
     "grouped_conv2d_tensor_cores",
     "runs_on_tensor_cores",
@@ -68,15 +75,17 @@ SM90_ARCH = "sm_90a"  # the kernel that takes groups (Conv2dConfig.groups); SM10
 # ResNeXt-50's 32-wide groups, judged on RegNetY-3.2GF's 24 and ResNeXt-101's 32 (0.47-0.78x
 # the rule's time at batch 1 to 32, one call at 1.02x).
 WIDE_GROUP_IN = 24
-# Narrower groups, down to MIN_GROUP_IN, fill a quarter of a 64-channel k-tile and pay only up
-# to NARROW_GROUP_MAX_MACS a call: on the 3-d view
-# (``experiments/grouped_tensor_cores_16wide_H200.json``) ResNeXt-50's 16-wide calls ran
-# 0.70-0.79x the rule's time up to 116M multiply-adds a call, 0.99-1.07x at 462M; judged on
-# ResNeXt-101's, 0.73-0.80x at 58M, 0.96-1.08x at 462M, 1.39-1.59x at 1.85G, and on
-# RegNetX-400MF's and RegNetY-800MF's, 0.65-0.86x on every call within the bound. The bound
-# is the geometric mean of the largest win and the first tie.
+# Narrower groups, down to MIN_GROUP_IN, pay only up to NARROW_GROUP_MAX_MACS a call. On
+# their own 16-channel k-tiles (``default_tile_k``,
+# ``experiments/grouped_tensor_core_bound_16k_H200.json``) ResNeXt-50's 16-wide calls ran 0.61-0.63x the rule's time at 116M multiply-adds a call,
+# 0.73-0.78x at 462M, 0.93-0.98x at 925M; the bound is the geometric mean of the last two,
+# the largest clear win and the first near tie (the same rule put it at 231M on 64-channel
+# k-tiles). Judged on models no rule saw: RegNetX-800MF's and ResNeXt-101 64x4d's
+# 16-wide calls within it ran 0.51-0.76x, past it (925M) 0.91-0.98x.
 MIN_GROUP_IN = 16
-NARROW_GROUP_MAX_MACS = 231_000_000
+NARROW_GROUP_MAX_MACS = 654_000_000
+DEFAULT_TILE_K = Conv2dConfig.tile_k  # 64 channels: a 128-byte bf16 row
+BF16_BYTES = 2
 
 Tensor = torch.Tensor
 
@@ -95,6 +104,16 @@ def default_tile_n(group_out: int) -> int:
     return min(
         sorted(TILE_N_CHOICES, reverse=True), key=lambda t: tiles_per_group(group_out, t) * t
     )
+
+
+def default_tile_k(group_in: int, tile_n: int) -> int:
+    """The k-tile (``TILE_K_CHOICES``) of a group of ``group_in`` input channels: the
+    narrowest that covers the group, at most the kernel's default 64 (a wider group loops
+    over 64-channel k-tiles). A k-tile past the group multiplies zeros: 64 channels on a
+    16-wide group are three quarters zeros. Half-step tile widths (``is_half_step``) keep
+    k-tiles of at least ``HALF_STEP_MIN_K_TILE_BYTES``."""
+    floor = HALF_STEP_MIN_K_TILE_BYTES // BF16_BYTES if is_half_step(tile_n) else 0
+    return min(t for t in TILE_K_CHOICES if t >= min(max(group_in, floor), DEFAULT_TILE_K))
 
 
 def tensor_cores_take(in_channels: int, out_channels: int, groups: int) -> bool:
@@ -260,9 +279,10 @@ def _make_plan(x, filter, bias, scale, out, args: tuple) -> _Plan:  # noqa: A002
 
 
 def _default_config(problem: Conv2dProblemShape, groups: int, num_sms: int) -> Conv2dConfig:
-    """``default_tile_n`` of a group's output channels; 256-row tiles where those are
-    narrower than 128 channels and fill the ``num_sms`` SMs at least once, 64-row ones where
-    128-row ones would fill at most half of them, else 128.
+    """``default_tile_n`` of a group's output channels, ``default_tile_k`` of its input
+    channels; 256-row tiles where the k-tile is 64 wide and the tiles narrower than 128
+    channels fill the ``num_sms`` SMs at least once, 64-row ones where 128-row ones would
+    fill at most half of them, else 128.
 
     Measured on an H200 (``experiments/grouped_tensor_core_tiles.py``), per forward over a
     model's grouped calls. 64 rows: fitted on RegNetX-3.2GF and RegNetY-16GF at batch 1, 8
@@ -270,17 +290,25 @@ def _default_config(problem: Conv2dProblemShape, groups: int, num_sms: int) -> C
     RegNetX-16GF, batch 8 and 32 as they were. 256 rows: fitted on the same two (48- and
     112-wide tiles), 0.91x at batch 32 and 0.997-1.006x at batch 8; judged on RegNetY-8GF's
     64-wide tiles, 0.96x / 0.87x at batch 8 / 32. 256x128 tiles ran 1.04-1.12x on
-    RegNetX-16GF and are not taken."""
+    RegNetX-16GF and are not taken. A narrow group's own k-tile (16 or 32 channels, 128
+    rows where 64-channel ones took 256): fitted on ResNeXt-50's 16- and 32-wide and
+    RegNetX-400MF's 16-wide calls, 0.70-0.94x the 64-channel k-tiles' time at batch 8 and
+    32, 0.89-1.02x at batch 1; judged on ResNeXt-101 32x8d's and RegNetY-800MF's (0.66-0.86x)
+    and on RegNetY-1.6GF's 24-wide groups, a width no fit had (32-channel k-tiles,
+    0.88-0.97x at batch 1, 0.79-0.95x at 8 and 32)
+    (``experiments/grouped_tensor_core_ktiles_16wide_H200.json``)."""
     group_out = problem.K // groups
     tile_n = default_tile_n(group_out)
+    tile_k = default_tile_k(problem.C // groups, tile_n)
     per_row = groups * tiles_per_group(group_out, tile_n)  # tiles along N
-    if tile_n < 128 and -(-problem.gemm_m // 256) * per_row >= num_sms:
+    wide_k = tile_k == DEFAULT_TILE_K  # narrower k-tiles were measured at 64 and 128 rows only
+    if wide_k and tile_n < 128 and -(-problem.gemm_m // 256) * per_row >= num_sms:
         tile_m = 256
     elif 2 * -(-problem.gemm_m // 128) * per_row <= num_sms:
         tile_m = 64
     else:
         tile_m = 128
-    return Conv2dConfig(tile_m=tile_m, tile_n=tile_n, groups=groups)
+    return Conv2dConfig(tile_m=tile_m, tile_n=tile_n, tile_k=tile_k, groups=groups)
 
 
 def _validate(x, filter, bias, scale, out, groups, stride, padding, dilation, activation,  # noqa: A002

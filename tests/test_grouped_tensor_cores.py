@@ -18,6 +18,7 @@ from cute_conv import Conv2dConfig, grouped_tensor_cores
 from cute_conv.dispatch import out_overlaps_inputs
 from cute_conv.grouped_tensor_cores import (
     _default_config,
+    default_tile_k,
     default_tile_n,
     grouped_conv2d_tensor_cores,
     tensor_cores_pay,
@@ -249,14 +250,16 @@ def test_the_default_tile_leaves_the_fewest_columns_past_a_group(group_out, tile
     [(1, 14, 896, 7, 64), (8, 14, 896, 7, 128), (32, 14, 896, 7, 128),
      (1, 7, 3024, 27, 64), (8, 7, 3024, 27, 128), (1, 28, 192, 4, 64), (8, 28, 192, 4, 128),
      (32, 28, 192, 4, 256), (1, 33, 448, 8, 128), (1, 31, 448, 8, 64), (8, 28, 448, 8, 256),
-     (8, 14, 896, 16, 128), (32, 14, 336, 14, 256)],
+     (8, 14, 896, 16, 128), (32, 14, 336, 14, 128), (32, 14, 512, 32, 128),
+     (1, 14, 512, 32, 64)],
     ids=["x16-b1", "x16-b8", "x16-b32-128-wide", "y16-b1", "y16-b8", "x3-b1", "x3-b8",
          "x3-b32", "56-72-tiles", "56-64-tiles", "y8-b8-full-wave", "y8-b8-short-of-a-wave",
-         "24-wide-b32"],
+         "24-wide-b32-narrow-k", "16-wide-b32-narrow-k", "16-wide-b1"],
 )  # fmt: skip
 def test_the_default_config_takes_rows_by_the_tiles_wave(n, hw, k, groups, tile_m):
-    """256 rows where tiles narrower than 128 channels fill the SMs at least once, 64 where
-    128-row tiles fill at most half of them."""
+    """256 rows where 64-channel k-tiles' tiles narrower than 128 channels fill the SMs at
+    least once (narrower k-tiles keep 128), 64 where 128-row tiles fill at most half of
+    them."""
     problem = cute_conv.Conv2dProblemShape.from_shapes(
         (n, hw, hw, k), (k, 3, 3, k), stride=1, padding=1
     )
@@ -264,6 +267,35 @@ def test_the_default_config_takes_rows_by_the_tiles_wave(n, hw, k, groups, tile_
     assert (config.tile_m, config.tile_n, config.groups) == (
         tile_m, default_tile_n(k // groups), groups
     )
+
+
+@pytest.mark.parametrize(
+    "group_in,tile_n,tile_k",
+    [(16, 32, 16), (24, 32, 32), (32, 32, 32), (40, 64, 64), (64, 64, 64), (448, 128, 64),
+     (16, 48, 32), (32, 80, 32), (56, 48, 64)],
+)  # fmt: skip
+def test_the_default_k_tile_is_the_narrowest_that_covers_the_group(group_in, tile_n, tile_k):
+    """At most 64 channels; half-step tile widths (48, 80, ...) keep 64-byte k-tiles."""
+    assert default_tile_k(group_in, tile_n) == tile_k
+
+
+@pytest.mark.parametrize(
+    "group_in,tile_k", [(16, 16), (32, 32), (24, 32), (48, 64), (64, 64), (128, 64)]
+)
+def test_the_default_config_takes_the_groups_k_tile(group_in, tile_k):
+    problem = cute_conv.Conv2dProblemShape.from_shapes(
+        (8, 28, 28, 8 * group_in), (8 * group_in, 3, 3, 8 * group_in), stride=1, padding=1
+    )
+    assert _default_config(problem, 8, num_sms=132).tile_k == tile_k
+
+
+@pytest.mark.parametrize("tile_k", [16, 32])
+def test_a_grouped_kernel_compiles_at_a_narrow_groups_k_tile(tile_k):
+    """One k-tile a filter tap: its im2col loads are boxes of ``tile_k`` channels."""
+    config = Conv2dConfig(tile_m=128, tile_n=32, tile_k=tile_k, groups=8)
+    kernel = cute_conv.compile_kernel("sm_90a", config=config, epilogue=EpilogueSpec())
+    assert re.search(r"cp\.async\.bulk\.tensor\.\dd\S*im2col", kernel.ptx)
+    assert re.search(r"wgmma\.mma_async\S*\.bf16", kernel.ptx)
 
 
 @pytest.mark.parametrize("arch,runs", [("sm_90a", True), ("sm_100a", False)])

@@ -11,7 +11,9 @@ k-tiles (the default is 64): a group of 48 input channels fills 3/4 of a 64-wide
 k-tile's multiply-adds, 24 channels 3/8, where 16-wide k-tiles waste none (half-step widths,
 48, 80, ..., take k-tiles of at least 32 channels). Run on an H200 (session 88,
 ``grouped_tensor_core_ktiles_H200.json``), the narrower k-tiles ran 1.1-1.9x the 64-channel
-ones' time per forward on RegNetY-8GF and RegNetX-8GF: not taken. Each wide-group call (the
+ones' time per forward on RegNetY-8GF and RegNetX-8GF: not taken. Session 91 ran them on
+16-, 24- and 32-wide groups (``--min-group-in 16``), where they won on every call but one
+(``grouped_tensor_core_ktiles_16wide_H200.json``): ``default_tile_k``. Each wide-group call (the
 bound's ``wide_groups``) against cuDNN; every output is checked against float32.
 """
 
