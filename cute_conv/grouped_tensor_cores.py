@@ -34,6 +34,7 @@ from .dispatch import freeze_arg, out_overlaps_inputs, tensor_key
 from .dtypes import dtype_name
 from .epilogue import kernel_vector_dtype, validate_epilogue_args
 from .grouped import SIXTEEN_BIT_DTYPES, vector_operand
+from .kernels.common.config_checks import check_choice
 from .kernels.sm90.config import (
     HALF_STEP_MIN_K_TILE_BYTES,
     TILE_K_CHOICES,
@@ -101,6 +102,7 @@ def default_tile_n(group_out: int) -> int:
     per group with the fewest columns past the group (its last tile's, computed and not
     stored), the widest of those: one that divides it where any does, else e.g. 64 for 56
     and 128 for 120."""
+    _check_group_width("group_out", group_out)
     return min(
         sorted(TILE_N_CHOICES, reverse=True), key=lambda t: tiles_per_group(group_out, t) * t
     )
@@ -112,8 +114,17 @@ def default_tile_k(group_in: int, tile_n: int) -> int:
     over 64-channel k-tiles). A k-tile past the group multiplies zeros: 64 channels on a
     16-wide group are three quarters zeros. Half-step tile widths (``is_half_step``) keep
     k-tiles of at least ``HALF_STEP_MIN_K_TILE_BYTES``."""
+    _check_group_width("group_in", group_in)
+    check_choice("tile_n", tile_n, TILE_N_CHOICES)
     floor = HALF_STEP_MIN_K_TILE_BYTES // BF16_BYTES if is_half_step(tile_n) else 0
     return min(t for t in TILE_K_CHOICES if t >= min(max(group_in, floor), DEFAULT_TILE_K))
+
+
+def _check_group_width(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
 
 
 def tensor_cores_take(in_channels: int, out_channels: int, groups: int) -> bool:

@@ -280,6 +280,20 @@ def test_the_default_k_tile_is_the_narrowest_that_covers_the_group(group_in, til
 
 
 @pytest.mark.parametrize(
+    "call,error,match",
+    [(lambda: default_tile_k(0, 32), ValueError, "group_in must be >= 1, got 0"),
+     (lambda: default_tile_k(16.0, 32), TypeError, "group_in must be an int"),
+     (lambda: default_tile_k(16, 40), ValueError, "tile_n must be one of"),
+     (lambda: default_tile_n(-8), ValueError, "group_out must be >= 1, got -8"),
+     (lambda: default_tile_n(True), TypeError, "group_out must be an int")],
+    ids=["zero-group", "float-group", "tile-n", "negative-group-out", "bool-group-out"],
+)  # fmt: skip
+def test_the_default_tiles_refuse_bad_widths(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+@pytest.mark.parametrize(
     "group_in,tile_k", [(16, 16), (32, 32), (24, 32), (48, 64), (64, 64), (128, 64)]
 )
 def test_the_default_config_takes_the_groups_k_tile(group_in, tile_k):
