@@ -13,7 +13,8 @@ k-tile's multiply-adds, 24 channels 3/8, where 16-wide k-tiles waste none (half-
 ``grouped_tensor_core_ktiles_H200.json``), the narrower k-tiles ran 1.1-1.9x the 64-channel
 ones' time per forward on RegNetY-8GF and RegNetX-8GF: not taken. Session 91 ran them on
 16-, 24- and 32-wide groups (``--min-group-in 16``), where they won on every call but one
-(``grouped_tensor_core_ktiles_16wide_H200.json``): ``default_tile_k``. Each wide-group call (the
+(``grouped_tensor_core_ktiles_16wide_H200.json``): ``default_tile_k``, at 64 and 128 rows
+(256-row tiles of narrow k-tiles, timed since, were not then). Each wide-group call (the
 bound's ``wide_groups``) against cuDNN; every output is checked against float32.
 """
 
@@ -34,7 +35,7 @@ from cute_conv import Conv2dConfig
 from cute_conv.grouped_tensor_cores import default_tile_n
 
 TILE_METHODS = ("m64", "m128", "m256", "m64_half", "m128_half")
-K_TILE_METHODS = ("m64_k32", "m128_k32", "m64_k16", "m128_k16")
+K_TILE_METHODS = ("m64_k32", "m128_k32", "m256_k32", "m64_k16", "m128_k16", "m256_k16")
 METHODS = ("cudnn", *TILE_METHODS, *K_TILE_METHODS)
 BF16_BYTES = 2
 
@@ -54,7 +55,9 @@ def tile_configs(group_out: int, groups: int) -> dict[str, Conv2dConfig]:
     for tile_k in (32, 16):
         if is_half_step(width) and tile_k * BF16_BYTES < HALF_STEP_MIN_K_TILE_BYTES:
             continue
-        for tile_m in (64, 128):
+        for tile_m in (64, 128, 256):
+            if tile_m * width > MAX_TILE_ELEMS:
+                continue
             configs[f"m{tile_m}_k{tile_k}"] = Conv2dConfig(
                 tile_m=tile_m, tile_n=width, tile_k=tile_k, groups=groups
             )
