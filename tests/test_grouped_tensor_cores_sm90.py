@@ -31,15 +31,16 @@ CASES = {
     "120-s2": (2, 15, 15, 240, 240, 3, 2, 2, 1),
     "232": (1, 7, 7, 464, 464, 3, 2, 1, 1),
     "168-k2x": (1, 9, 9, 384, 672, 1, 4, 1, 0),
-    # Groups narrower than a 64-channel k-tile: its loads reach into the next group's
-    # channels (the filter's zeros past the group multiply them) and past C (zeros).
+    # Groups narrower than 64 channels: by default on k-tiles of their own width (16, or 32
+    # for 24 and 32: default_tile_k); test_narrow_groups_on_64_channel_k_tiles runs 64.
     "24": (2, 28, 28, 120, 120, 3, 5, 1, 1),
     "32-s2": (2, 15, 15, 256, 256, 3, 8, 2, 1),
     "40-1x1": (1, 14, 14, 160, 160, 1, 4, 1, 0),
     "16": (2, 28, 28, 128, 128, 3, 8, 1, 1),
     "16-s2": (2, 15, 15, 64, 64, 3, 4, 2, 1),
-    # Defaults of 256-row tiles (a full wave of them, narrower than 128 channels).
-    "24-256-rows": (8, 30, 30, 120, 120, 3, 5, 1, 1),
+    # A full wave of tiles narrower than 128 channels: 128 rows on 32-channel k-tiles (24),
+    # 256 rows on 64-channel ones (56).
+    "24-full-wave": (8, 30, 30, 120, 120, 3, 5, 1, 1),
     "56-256-rows": (8, 28, 28, 448, 448, 3, 8, 1, 1),
 }
 
@@ -63,6 +64,13 @@ def run(n, h, w, c, k, r, groups, stride, padding, activation="relu", config=Non
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_grouped_convs_match_float32(case):
     run(*case)
+
+
+@pytest.mark.parametrize("tile_m", [128, 256])
+def test_narrow_groups_on_64_channel_k_tiles(tile_m):
+    """The k-tile reaches past a 24-wide group: the 3-d view reads zeros there."""
+    run(2, 28, 28, 120, 120, 3, 5, 1, 1,
+        config=Conv2dConfig(tile_m=tile_m, tile_n=32, tile_k=64, groups=5))  # fmt: skip
 
 
 @pytest.mark.parametrize("tile_n", [32, 64])
