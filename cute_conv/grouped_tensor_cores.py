@@ -85,8 +85,8 @@ WIDE_GROUP_IN = 24
 # 16-wide calls within it ran 0.51-0.76x, past it (925M) 0.91-0.98x.
 MIN_GROUP_IN = 16
 NARROW_GROUP_MAX_MACS = 654_000_000
-DEFAULT_TILE_K = Conv2dConfig.tile_k  # 64 channels: a 128-byte bf16 row
-BF16_BYTES = 2
+DEFAULT_TILE_K = Conv2dConfig.tile_k  # 64 channels: a 128-byte row
+ELEMENT_BYTES = 2  # of SIXTEEN_BIT_DTYPES, the activations grouped calls take
 
 Tensor = torch.Tensor
 
@@ -116,7 +116,7 @@ def default_tile_k(group_in: int, tile_n: int) -> int:
     k-tiles of at least ``HALF_STEP_MIN_K_TILE_BYTES``."""
     _check_group_width("group_in", group_in)
     check_choice("tile_n", tile_n, TILE_N_CHOICES)
-    floor = HALF_STEP_MIN_K_TILE_BYTES // BF16_BYTES if is_half_step(tile_n) else 0
+    floor = HALF_STEP_MIN_K_TILE_BYTES // ELEMENT_BYTES if is_half_step(tile_n) else 0
     return min(t for t in TILE_K_CHOICES if t >= min(max(group_in, floor), DEFAULT_TILE_K))
 
 
