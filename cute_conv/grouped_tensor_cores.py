@@ -78,11 +78,12 @@ SM90_ARCH = "sm_90a"  # the kernel that takes groups (Conv2dConfig.groups); SM10
 WIDE_GROUP_IN = 24
 # Narrower groups, down to MIN_GROUP_IN, pay only up to NARROW_GROUP_MAX_MACS a call. On
 # their own 16-channel k-tiles (``default_tile_k``,
-# ``experiments/grouped_tensor_core_bound_16k_H200.json``) ResNeXt-50's 16-wide calls ran 0.61-0.63x the rule's time at 116M multiply-adds a call,
-# 0.73-0.78x at 462M, 0.93-0.98x at 925M; the bound is the geometric mean of the last two,
-# the largest clear win and the first near tie (the same rule put it at 231M on 64-channel
-# k-tiles). Judged on models no rule saw: RegNetX-800MF's and ResNeXt-101 64x4d's
-# 16-wide calls within it ran 0.51-0.76x, past it (925M) 0.91-0.98x.
+# ``experiments/grouped_tensor_core_bound_16k_H200.json``) ResNeXt-50's 16-wide calls ran
+# 0.61-0.63x the rule's time at 116M multiply-adds a call, 0.73-0.78x at 462M, 0.93-0.98x at
+# 925M; the bound is the geometric mean of the last two, the largest clear win and the first
+# near tie (the same rule put it at 231M on 64-channel k-tiles). Judged on models no rule
+# saw: RegNetX-800MF's and ResNeXt-101 64x4d's 16-wide calls within it ran 0.51-0.76x, past
+# it (925M) 0.91-0.98x.
 MIN_GROUP_IN = 16
 NARROW_GROUP_MAX_MACS = 654_000_000
 DEFAULT_TILE_K = Conv2dConfig.tile_k  # 64 channels: a 128-byte row

@@ -32,12 +32,11 @@ from models import replayed_us  # on the path grouped_direct_ab puts benchmarks/
 from torch import nn
 
 from cute_conv import Conv2dConfig
-from cute_conv.grouped_tensor_cores import default_tile_n
+from cute_conv.grouped_tensor_cores import ELEMENT_BYTES, default_tile_n
 
 TILE_METHODS = ("m64", "m128", "m256", "m64_half", "m128_half")
 K_TILE_METHODS = ("m64_k32", "m128_k32", "m256_k32", "m64_k16", "m128_k16", "m256_k16")
 METHODS = ("cudnn", *TILE_METHODS, *K_TILE_METHODS)
-BF16_BYTES = 2
 
 
 def tile_configs(group_out: int, groups: int) -> dict[str, Conv2dConfig]:
@@ -53,7 +52,7 @@ def tile_configs(group_out: int, groups: int) -> dict[str, Conv2dConfig]:
                 configs[f"m{tile_m}{name}"] = Conv2dConfig(tile_m=tile_m, tile_n=tile_n,
                                                            groups=groups)  # fmt: skip
     for tile_k in (32, 16):
-        if is_half_step(width) and tile_k * BF16_BYTES < HALF_STEP_MIN_K_TILE_BYTES:
+        if is_half_step(width) and tile_k * ELEMENT_BYTES < HALF_STEP_MIN_K_TILE_BYTES:
             continue
         for tile_m in (64, 128, 256):
             if tile_m * width > MAX_TILE_ELEMS:
