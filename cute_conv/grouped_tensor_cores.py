@@ -83,10 +83,15 @@ WIDE_GROUP_IN = 24
 # 925M; the bound is the geometric mean of the last two, the largest clear win and the first
 # near tie (the same rule put it at 231M on 64-channel k-tiles). Judged on models no rule
 # saw: RegNetX-800MF's and ResNeXt-101 64x4d's 16-wide calls within it ran 0.51-0.76x, past
-# it (925M) 0.91-0.98x.
+# it (925M) 0.91-0.98x. 8-wide groups on 16-channel k-tiles ran 1.8-2.8x the rule's time at
+# 116M-925M (ResNeXt-50, ``experiments/grouped_tensor_core_bound_8wide_H200.json``).
 MIN_GROUP_IN = 16
 NARROW_GROUP_MAX_MACS = 654_000_000
 DEFAULT_TILE_K = Conv2dConfig.tile_k  # 64 channels: a 128-byte row
+# 256-row tiles of a narrow group's own k-tile pay from about one and a half waves of them
+# (``_default_config``): at 1.06-1.33 waves they ran 1.04-1.13x the 128-row tiles' time, from
+# 1.48 waves 0.86-0.97x (``experiments/grouped_tensor_core_ktiles_256rows_H200.json``).
+NARROW_K_TILE_MIN_WAVES_256 = 1.4
 ELEMENT_BYTES = 2  # of SIXTEEN_BIT_DTYPES, the activations grouped calls take
 
 Tensor = torch.Tensor
@@ -292,9 +297,9 @@ def _make_plan(x, filter, bias, scale, out, args: tuple) -> _Plan:  # noqa: A002
 
 def _default_config(problem: Conv2dProblemShape, groups: int, num_sms: int) -> Conv2dConfig:
     """``default_tile_n`` of a group's output channels, ``default_tile_k`` of its input
-    channels; 256-row tiles where the k-tile is 64 wide and the tiles narrower than 128
-    channels fill the ``num_sms`` SMs at least once, 64-row ones where 128-row ones would
-    fill at most half of them, else 128.
+    channels; 256-row tiles where tiles narrower than 128 channels fill the ``num_sms`` SMs
+    at least once (``NARROW_K_TILE_MIN_WAVES_256`` times on narrow k-tiles), 64-row ones
+    where 128-row ones would fill at most half of them, else 128.
 
     Measured on an H200 (``experiments/grouped_tensor_core_tiles.py``), per forward over a
     model's grouped calls. 64 rows: fitted on RegNetX-3.2GF and RegNetY-16GF at batch 1, 8
@@ -302,19 +307,21 @@ def _default_config(problem: Conv2dProblemShape, groups: int, num_sms: int) -> C
     RegNetX-16GF, batch 8 and 32 as they were. 256 rows: fitted on the same two (48- and
     112-wide tiles), 0.91x at batch 32 and 0.997-1.006x at batch 8; judged on RegNetY-8GF's
     64-wide tiles, 0.96x / 0.87x at batch 8 / 32. 256x128 tiles ran 1.04-1.12x on
-    RegNetX-16GF and are not taken. A narrow group's own k-tile (16 or 32 channels, 128
-    rows where 64-channel ones took 256): fitted on ResNeXt-50's 16- and 32-wide and
-    RegNetX-400MF's 16-wide calls, 0.70-0.94x the 64-channel k-tiles' time at batch 8 and
-    32, 0.89-1.02x at batch 1; judged on ResNeXt-101 32x8d's and RegNetY-800MF's (0.66-0.86x)
-    and on RegNetY-1.6GF's 24-wide groups, a width no fit had (32-channel k-tiles,
-    0.88-0.97x at batch 1, 0.79-0.95x at 8 and 32)
-    (``experiments/grouped_tensor_core_ktiles_16wide_H200.json``)."""
+    RegNetX-16GF and are not taken. A narrow group's own k-tile (16 or 32 channels): fitted
+    on ResNeXt-50's 16- and 32-wide and RegNetX-400MF's 16-wide calls, 0.70-0.94x the
+    64-channel k-tiles' time at batch 8 and 32, 0.89-1.02x at batch 1; judged on ResNeXt-101
+    32x8d's and RegNetY-800MF's (0.66-0.86x) and on RegNetY-1.6GF's 24-wide groups, a width
+    no fit had (32-channel k-tiles, 0.88-0.97x at batch 1, 0.79-0.95x at 8 and 32)
+    (``experiments/grouped_tensor_core_ktiles_16wide_H200.json``). Its 256-row tiles from 1.4
+    waves, against 128 rows: fitted on those two models and four RegNets, judged on
+    ResNeXt-101 32x8d and 64x4d and RegNetX-800MF at batch 8 and 32, 0.80-1.01x a call,
+    0.84-0.99x per forward (``experiments/grouped_tensor_core_ktiles_256rows_H200.json``)."""
     group_out = problem.K // groups
     tile_n = default_tile_n(group_out)
     tile_k = default_tile_k(problem.C // groups, tile_n)
     per_row = groups * tiles_per_group(group_out, tile_n)  # tiles along N
-    wide_k = tile_k == DEFAULT_TILE_K  # narrower k-tiles were measured at 64 and 128 rows only
-    if wide_k and tile_n < 128 and -(-problem.gemm_m // 256) * per_row >= num_sms:
+    min_waves = 1 if tile_k == DEFAULT_TILE_K else NARROW_K_TILE_MIN_WAVES_256
+    if tile_n < 128 and -(-problem.gemm_m // 256) * per_row >= min_waves * num_sms:
         tile_m = 256
     elif 2 * -(-problem.gemm_m // 128) * per_row <= num_sms:
         tile_m = 64

@@ -250,16 +250,17 @@ def test_the_default_tile_leaves_the_fewest_columns_past_a_group(group_out, tile
     [(1, 14, 896, 7, 64), (8, 14, 896, 7, 128), (32, 14, 896, 7, 128),
      (1, 7, 3024, 27, 64), (8, 7, 3024, 27, 128), (1, 28, 192, 4, 64), (8, 28, 192, 4, 128),
      (32, 28, 192, 4, 256), (1, 33, 448, 8, 128), (1, 31, 448, 8, 64), (8, 28, 448, 8, 256),
-     (8, 14, 896, 16, 128), (32, 14, 336, 14, 128), (32, 14, 512, 32, 128),
-     (1, 14, 512, 32, 64)],
+     (8, 14, 896, 16, 128), (32, 14, 336, 14, 256), (32, 14, 512, 32, 256),
+     (8, 7, 512, 32, 128), (8, 14, 320, 20, 128), (1, 14, 512, 32, 64)],
     ids=["x16-b1", "x16-b8", "x16-b32-128-wide", "y16-b1", "y16-b8", "x3-b1", "x3-b8",
          "x3-b32", "56-72-tiles", "56-64-tiles", "y8-b8-full-wave", "y8-b8-short-of-a-wave",
-         "24-wide-b32-narrow-k", "16-wide-b32-narrow-k", "16-wide-b1"],
+         "24-wide-b32-narrow-k", "16-wide-b32-narrow-k", "16-wide-b8-half-a-wave",
+         "16-wide-b8-short-of-its-waves", "16-wide-b1"],
 )  # fmt: skip
 def test_the_default_config_takes_rows_by_the_tiles_wave(n, hw, k, groups, tile_m):
-    """256 rows where 64-channel k-tiles' tiles narrower than 128 channels fill the SMs at
-    least once (narrower k-tiles keep 128), 64 where 128-row tiles fill at most half of
-    them."""
+    """256 rows where tiles narrower than 128 channels fill the SMs at least once (1.4 times
+    on narrow k-tiles: 140 tiles of 132 take 128 rows), 64 where 128-row tiles fill at most
+    half of them."""
     problem = cute_conv.Conv2dProblemShape.from_shapes(
         (n, hw, hw, k), (k, 3, 3, k), stride=1, padding=1
     )

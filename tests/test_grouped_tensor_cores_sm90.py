@@ -38,9 +38,10 @@ CASES = {
     "40-1x1": (1, 14, 14, 160, 160, 1, 4, 1, 0),
     "16": (2, 28, 28, 128, 128, 3, 8, 1, 1),
     "16-s2": (2, 15, 15, 64, 64, 3, 4, 2, 1),
-    # A full wave of tiles narrower than 128 channels: 128 rows on 32-channel k-tiles (24),
-    # 256 rows on 64-channel ones (56).
-    "24-full-wave": (8, 30, 30, 120, 120, 3, 5, 1, 1),
+    # Waves of 256-row tiles narrower than 128 channels: on 16-, 32- and 64-channel k-tiles
+    # (16, 24, 56).
+    "16-256-rows": (8, 28, 28, 256, 256, 3, 16, 1, 1),
+    "24-256-rows": (8, 30, 30, 240, 240, 3, 10, 1, 1),
     "56-256-rows": (8, 28, 28, 448, 448, 3, 8, 1, 1),
 }
 

@@ -13,9 +13,10 @@ k-tile's multiply-adds, 24 channels 3/8, where 16-wide k-tiles waste none (half-
 ``grouped_tensor_core_ktiles_H200.json``), the narrower k-tiles ran 1.1-1.9x the 64-channel
 ones' time per forward on RegNetY-8GF and RegNetX-8GF: not taken. Session 91 ran them on
 16-, 24- and 32-wide groups (``--min-group-in 16``), where they won on every call but one
-(``grouped_tensor_core_ktiles_16wide_H200.json``): ``default_tile_k``, at 64 and 128 rows
-(256-row tiles of narrow k-tiles, timed since, were not then). Each wide-group call (the
-bound's ``wide_groups``) against cuDNN; every output is checked against float32.
+(``grouped_tensor_core_ktiles_16wide_H200.json``): ``default_tile_k``. Session 92 judged
+their 256-row tiles (``grouped_tensor_core_ktiles_256rows_H200.json``): taken from 1.4
+waves of them. Each wide-group call (the bound's ``wide_groups``) against cuDNN; every
+output is checked against float32.
 """
 
 from __future__ import annotations
