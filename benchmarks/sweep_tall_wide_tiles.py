@@ -4,8 +4,8 @@ The variant: ``default_config`` gives plain 16-bit convs' 128-wide tiles of 128-
 256 rows from ``min_waves_tall_wide`` waves of 256-row M tiles (by default never); the fit of
 ``cute_conv.config._MIN_WAVES_TALL_WIDE``.
 
-    python benchmarks/sweep_tall_wide_tiles.py [--max-seconds 500]   # H100/H200
-    python benchmarks/sweep_tall_wide_tiles.py --fit                 # no GPU
+    python benchmarks/sweep_tall_wide_tiles.py [--form plain|fused] [--max-seconds 500]  # H100/H200
+    python benchmarks/sweep_tall_wide_tiles.py [--form plain|fused] --fit                # no GPU
 
 ``--results PATH`` measures into (or fits from) another file than
 ``tall_wide_tiles_sweep.json`` (the H200's rows), e.g. ``tall_wide_tiles_sweep_H100.json``
@@ -40,7 +40,10 @@ sys.path.insert(0, str(HERE))
 
 from sweep_rows import BoundSweep, rule_bound_config  # noqa: E402
 
-RESULTS_PATHS = {"plain": HERE / "tall_wide_tiles_sweep.json"}
+RESULTS_PATHS = {
+    "plain": HERE / "tall_wide_tiles_sweep.json",
+    "fused": HERE / "tall_wide_tiles_fused_sweep_H200.json",
+}
 # Each GPU's rows, fitted apart: both give the same bound.
 GPU_PATHS = (RESULTS_PATHS["plain"], HERE / "tall_wide_tiles_sweep_H100.json")
 NUM_SMS = 132  # H100 SXM and H200: the selection and the fit use the same count
@@ -55,7 +58,7 @@ FITTED = dict(
 SWEEP = BoundSweep(
     rule_bound_config("min_waves_tall_wide", NUM_SMS, **FITTED), off=math.inf,
     on=MIN_WAVES_SELECTED, baseline="rows_128", variant="rows_256", grid=MIN_WAVES_GRID,
-    constants={"plain": "_MIN_WAVES_TALL_WIDE"},
+    constants={"plain": "_MIN_WAVES_TALL_WIDE", "fused": "_MIN_WAVES_TALL_WIDE_FUSED"},
 )  # fmt: skip
 configs_of, tall_wide_problems = SWEEP.configs_of, SWEEP.problems
 

@@ -108,6 +108,9 @@ _MIN_WAVES_TALL_FUSED_FP8 = 4
 # least this many waves of them (see default_config): fitted on the corpus's train part on an
 # H200 and, apart, on an H100 (benchmarks/sweep_tall_wide_tiles.py; both gave 6).
 _MIN_WAVES_TALL_WIDE = 6
+# The same for calls with a residual: not taken (math.inf) until swept (sweep_tall_wide_tiles.py
+# --form fused).
+_MIN_WAVES_TALL_WIDE_FUSED = math.inf
 # Three warpgroups of 64 rows (see default_config): the one tile of them measured faster, where
 # at least a wave of them costs at most this factor of the 128-row tiles' cost.
 _THREE_WARPGROUP_TILE = (192, 128)
@@ -614,6 +617,8 @@ def default_config(
         min_waves_tall = _MIN_WAVES_TALL if plain else _MIN_WAVES_TALL_FUSED_FP8
     if min_waves_tall_wide is None:
         min_waves_tall_wide = _MIN_WAVES_TALL_WIDE if plain else math.inf
+        if has_residual and element_bytes == 2:
+            min_waves_tall_wide = _MIN_WAVES_TALL_WIDE_FUSED
     check_bound("half_step_min_k_tiles", half_step_min_k_tiles, "k-tiles")
     check_bound("residual_narrow_max_k", residual_narrow_max_k, "GEMM K channels")
     check_bound(

@@ -25,6 +25,20 @@ def test_the_selection_is_128x128_tiles_of_stride_1_multi_tap_convs_made_256_row
         assert (base.tile_m, tall.tile_m, base.tile_n, tall.tile_n) == (128, 256, 128, 128)
 
 
+def test_the_fused_selection_is_the_plain_one_with_a_residual():
+    """Calls with a residual keep 128 rows (``_MIN_WAVES_TALL_WIDE_FUSED``, not yet swept):
+    the fused form measures the same convs at 256 rows."""
+    corpus = load_corpus()
+    plain = sweep.tall_wide_problems(corpus)
+    fused = sweep.tall_wide_problems(corpus, "fused")
+    assert [p["key"] for p in fused] == [p["key"] for p in plain]
+    for p in fused:
+        configs = sweep.configs_of(problem_shape(p), "fused")
+        base, tall = configs[sweep.SWEEP.baseline], configs[sweep.SWEEP.variant]
+        assert (base.tile_m, tall.tile_m, base.tile_n, tall.tile_n) == (128, 256, 128, 128)
+        assert config.default_config(problem_shape(p), has_residual=True) == base
+
+
 @pytest.mark.parametrize("path", sweep.GPU_PATHS, ids=["H200", "H100"])
 def test_committed_rows_are_the_selection_and_every_config_passed(path):
     rows = json.loads(path.read_text())["rows"]
