@@ -4,11 +4,13 @@ The variant: ``default_config`` gives 64-wide tiles (and narrower ones on short 
 256 rows from ``min_waves_tall`` waves of 256-row M tiles instead of 4; the fit of
 ``cute_conv.config._MIN_WAVES_TALL``.
 
-    python benchmarks/sweep_tall_tiles.py [--max-seconds 500]   # H100/H200
-    python benchmarks/sweep_tall_tiles.py --fit                 # no GPU
+    python benchmarks/sweep_tall_tiles.py [--form plain|fused] [--max-seconds 500]  # H100/H200
+    python benchmarks/sweep_tall_tiles.py [--form plain|fused] --fit                # no GPU
 
 ``--results PATH`` measures into (or fits from) another file than ``tall_tiles_sweep.json``
-(the H200's rows), e.g. ``tall_tiles_sweep_H100.json``, an H100's.
+(the H200's rows), e.g. ``tall_tiles_sweep_H100.json``, an H100's. ``--form fused`` times the
+same rule on calls with a residual, which keep the bound of 4 (``_MIN_WAVES_TALL_FUSED_FP8``,
+shared with fp8) until their rows are measured (not yet).
 
 Why: the bound of 4 waves was measured on the suite's shapes (ResNet-50's 56x56 3x3 and
 the stem). The autotuner's candidates on the corpus's worst rows (H100) ran RegNet's batch-8
@@ -36,7 +38,10 @@ sys.path.insert(0, str(HERE))
 
 from sweep_rows import BoundSweep, rule_bound_config  # noqa: E402
 
-RESULTS_PATHS = {"plain": HERE / "tall_tiles_sweep.json"}
+RESULTS_PATHS = {
+    "plain": HERE / "tall_tiles_sweep.json",
+    "fused": HERE / "tall_tiles_fused_sweep_H200.json",
+}
 # Each GPU's rows, fitted apart: both give the same bound.
 GPU_PATHS = (RESULTS_PATHS["plain"], HERE / "tall_tiles_sweep_H100.json")
 NUM_SMS = 132  # H100 SXM and H200: the selection and the fit use the same count
@@ -50,7 +55,7 @@ FITTED = dict(
 SWEEP = BoundSweep(
     rule_bound_config("min_waves_tall", NUM_SMS, **FITTED), off=4, on=MIN_WAVES_SELECTED,
     baseline="four_waves", variant="tall", grid=MIN_WAVES_GRID,
-    constants={"plain": "_MIN_WAVES_TALL"},
+    constants={"plain": "_MIN_WAVES_TALL", "fused": "_MIN_WAVES_TALL_FUSED_FP8"},
 )  # fmt: skip
 configs_of, tall_problems = SWEEP.configs_of, SWEEP.problems
 

@@ -23,6 +23,18 @@ def test_the_selection_is_narrow_128_row_tiles_made_256_rows():
         assert (base.tile_m, tall.tile_m) == (128, 256) and base.tile_n == tall.tile_n <= 128
 
 
+def test_the_fused_selection_is_todays_residual_calls_made_256_rows():
+    """Calls with a residual keep 4 waves (``_MIN_WAVES_TALL_FUSED_FP8``, not yet swept); a
+    ping-pong call (128x128) leaves ping-pong at 256 rows."""
+    chosen = sweep.tall_problems(load_corpus(), "fused")
+    assert len(chosen) >= 30
+    for p in chosen:
+        configs = sweep.configs_of(problem_shape(p), "fused")
+        base, tall = configs[sweep.SWEEP.baseline], configs[sweep.SWEEP.variant]
+        assert (base.tile_m, tall.tile_m) == (128, 256) and tall.tile_n <= 128
+        assert base.tile_n == tall.tile_n or base.pingpong
+
+
 @pytest.mark.parametrize("path", sweep.GPU_PATHS, ids=["H200", "H100"])
 def test_committed_rows_are_the_selection_and_every_config_passed(path):
     rows = json.loads(path.read_text())["rows"]
