@@ -43,7 +43,7 @@ from .kernels.common.grouped_direct import (
     GroupedDirectConfig,
     check_channel_split,
 )
-from .ops import meta_stand_ins, padding_pairs
+from .ops import meta_stand_ins, padding_pairs, takes_torch_path
 from .plan_cache import PlanCache
 from .problem import Conv2dProblemShape, normalize_padding, normalize_pair
 from .staging import span_bytes
@@ -229,10 +229,7 @@ def grouped_conv2d(
     pairs = normalize_padding(padding)
     if source is None:
         beta, residual_order = 0.0, _AFTER
-    needs_grad = torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (x, filter, source, bias, scale)
-    )
-    if torch.compiler.is_compiling() or needs_grad:
+    if takes_torch_path(x, filter, source, bias, scale, None):
         if out is not None:
             raise TypeError(
                 "out= is not taken under torch.compile or with inputs that require grad: "

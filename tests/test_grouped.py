@@ -993,3 +993,12 @@ def test_module_reads_a_channel_slice_in_place(kernel_calls):  # noqa: F811
     expected = torch.relu(conv.float()(wide[:, :32].float()))
     check = compare_to_reference(y, expected)
     assert check.ok, str(check)
+
+
+@pytest.mark.parametrize("name", ["bias", "scale", "source"])
+@pytest.mark.parametrize("value", [1.5, [1.0, 2.0]], ids=["float", "list"])
+def test_a_vector_or_source_not_a_tensor_is_a_type_error(name, value):
+    """Not an AttributeError from the grad-mode check that reads ``requires_grad``."""
+    x, flt = _call_inputs()
+    with pytest.raises(TypeError, match=f"{name} must be a torch.Tensor"):
+        grouped_conv2d(x, flt, groups=2, padding=1, **{name: value})
