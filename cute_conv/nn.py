@@ -813,20 +813,23 @@ def _kernel_takes_groups(in_channels: int, out_channels: int, groups: int) -> bo
 def conv_limits(conv: nn.Conv2d | Conv2d, dtype: torch.dtype) -> None:
     """Raise unless the kernel can run a conv of these attributes and weight ``dtype``.
 
-    Checked here, from the attributes alone: groups (``check_groups``), padding mode,
-    dtype, and the geometry limits that do not depend on the input's size (groups=1: stride
-    1..8, dilation, padding and filter span within the im2col TMA limits, by the package's own
-    validation on a probe input just large enough for the filter; grouped: padding >= 0).
+    Checked here, from the attributes alone: channels and groups (``check_groups``), kernel
+    size and dilation of at least 1, padding mode, dtype, and the geometry limits that do
+    not depend on the input's size (groups=1: stride 1..8, dilation, padding and filter span
+    within the im2col TMA limits, by the package's own validation on a probe input just
+    large enough for the filter; grouped: padding >= 0).
     The limits that do (an output of at least one pixel, N*P*Q < 2**31) are checked on every
     call.
 
     Raises:
         TypeError: ``dtype`` is not bfloat16/float16.
-        ValueError: groups that do not divide the channels, padding_mode != "zeros", or
-            geometry out of the limits.
+        ValueError: channels or groups that are not positive ints, groups that do not
+            divide the channels, padding_mode != "zeros", or geometry out of the limits.
     """
-    if conv.groups != 1:
-        check_groups(conv.in_channels, conv.out_channels, conv.groups)
+    check_groups(conv.in_channels, conv.out_channels, conv.groups)
+    for name, pair in zip(("kernel_size", "dilation"), _geometry(conv)[::2], strict=True):
+        if min(pair) < 1:
+            raise ValueError(f"{name} must be >= 1, got {pair}")
     if conv.padding_mode != "zeros":
         raise ValueError(
             f"padding_mode={conv.padding_mode!r}: the kernel pads with zeros only "

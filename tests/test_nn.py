@@ -267,6 +267,22 @@ def test_from_torch_names_the_limit(conv, error, match):
         cute_conv.nn.Conv2d.from_torch(conv)
 
 
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [(dict(in_channels=-1), "in_channels must be a positive int, got -1"),
+     (dict(out_channels=0), "out_channels must be a positive int, got 0"),
+     (dict(kernel_size=-1), r"kernel_size must be >= 1, got \(-1, -1\)"),
+     (dict(kernel_size=(3, 0)), r"kernel_size must be >= 1, got \(3, 0\)"),
+     (dict(dilation=-1), r"dilation must be >= 1, got \(-1, -1\)")],
+    ids=["in-channels", "out-channels", "kernel-size", "kernel-width", "dilation"],
+)  # fmt: skip
+def test_the_module_names_a_bad_size_before_making_its_weight(kwargs, match):
+    """A ValueError, as torch's geometry errors are, not the RuntimeError of an empty tensor
+    of a negative size."""
+    with pytest.raises(ValueError, match=match):
+        cute_conv.nn.Conv2d(**(dict(in_channels=16, out_channels=16, kernel_size=3) | kwargs))
+
+
 def test_from_torch_rejects_bad_companions():
     conv = nn.Conv2d(8, 16, 3).to(BF16)
     with pytest.raises(ValueError, match="training mode"):
