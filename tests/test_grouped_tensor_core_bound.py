@@ -27,7 +27,19 @@ def test_the_tile_experiment_times_tile_shapes_and_narrower_k_tiles():
     assert "m128_half" not in shapes  # 32 does not divide 56
     half_step = tiles.tile_configs(48, 4)  # 48-wide tiles take k-tiles of >= 32 channels
     assert "m128_k32" in half_step and "m128_k16" not in half_step
-    assert set(tiles.tile_configs(128, 2)) == set(tiles.METHODS) - {"cudnn"}
+    timed = set(tiles.tile_configs(128, 2)) | set(tiles.schedule_configs(128, 128, 2))
+    assert timed == set(tiles.METHODS) - {"cudnn"}
+
+
+def test_the_tile_experiment_times_the_default_tiles_on_the_other_schedules():
+    import grouped_tensor_core_tiles as tiles
+
+    narrow = tiles.schedule_configs(16, 16, 32)  # 32-wide tiles on 16-channel k-tiles
+    assert narrow["m128_pingpong"].pingpong and narrow["m128_dynamic"].dynamic_schedule
+    assert {(c.tile_m, c.tile_n, c.tile_k, c.groups) for c in narrow.values()} == {
+        (128, 32, 16, 32)
+    }
+    assert set(tiles.schedule_configs(232, 232, 2)) == {"m128_dynamic"}  # 240 wide: no ping-pong
 
 
 def test_groups_as_images_puts_each_groups_channels_in_an_image_of_its_own():

@@ -304,10 +304,17 @@ def test_the_default_config_takes_the_groups_k_tile(group_in, tile_k):
     assert _default_config(problem, 8, num_sms=132).tile_k == tile_k
 
 
-@pytest.mark.parametrize("tile_k", [16, 32])
-def test_a_grouped_kernel_compiles_at_a_narrow_groups_k_tile(tile_k):
-    """One k-tile a filter tap: its im2col loads are boxes of ``tile_k`` channels."""
-    config = Conv2dConfig(tile_m=128, tile_n=32, tile_k=tile_k, groups=8)
+@pytest.mark.parametrize(
+    "options",
+    [dict(tile_k=16), dict(tile_k=32), dict(tile_k=16, pingpong=True),
+     dict(tile_k=16, dynamic_schedule=True)],
+    ids=["k16", "k32", "k16-pingpong", "k16-dynamic"],
+)  # fmt: skip
+def test_a_grouped_kernel_compiles_at_a_narrow_groups_k_tile(options):
+    """One k-tile a filter tap: its im2col loads are boxes of ``tile_k`` channels; ping-pong
+    consumers and a tile counter take grouped tiles too (timed beside the static schedule by
+    ``grouped_tensor_core_tiles.py``)."""
+    config = Conv2dConfig(tile_m=128, tile_n=32, groups=8, **options)
     kernel = cute_conv.compile_kernel("sm_90a", config=config, epilogue=EpilogueSpec())
     assert re.search(r"cp\.async\.bulk\.tensor\.\dd\S*im2col", kernel.ptx)
     assert re.search(r"wgmma\.mma_async\S*\.bf16", kernel.ptx)

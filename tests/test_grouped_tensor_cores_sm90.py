@@ -13,7 +13,11 @@ from torch import nn
 
 import cute_conv
 from cute_conv import Conv2dConfig, grouped_tensor_cores
-from cute_conv.grouped_tensor_cores import grouped_conv2d_tensor_cores
+from cute_conv.grouped_tensor_cores import (
+    default_tile_k,
+    default_tile_n,
+    grouped_conv2d_tensor_cores,
+)
 from cute_conv.testing import compare_to_reference
 
 pytestmark = pytest.mark.gpu
@@ -90,6 +94,19 @@ def test_groups_of_56_at_any_tile_width(tile_n, cluster_m):
     M), one tile past two groups' width (128)."""
     run(2, 12, 12, 224, 224, 3, 4, 1, 1,
         config=Conv2dConfig(tile_n=tile_n, cluster_m=cluster_m, groups=4))  # fmt: skip
+
+
+@pytest.mark.parametrize("schedule", ["pingpong", "dynamic_schedule"])
+@pytest.mark.parametrize("case", [(2, 28, 28, 128, 128, 3, 8, 1, 1), (2, 14, 14, 448, 448, 3, 8, 1, 1)],
+                         ids=["16-wide", "56-wide"])  # fmt: skip
+def test_grouped_tiles_on_the_other_schedules(schedule, case):
+    """Each consumer's own tiles (ping-pong), tiles taken from a counter (dynamic): the
+    group of a tile comes from its N coordinate on either."""
+    group_in = case[3] // case[6]
+    tile_n = default_tile_n(case[4] // case[6])
+    config = Conv2dConfig(tile_n=tile_n, tile_k=default_tile_k(group_in, tile_n), groups=case[6],
+                          **{schedule: True})  # fmt: skip
+    run(*case, config=config)
 
 
 @pytest.mark.parametrize("channels", [192, 224], ids=["48", "56"])

@@ -15,8 +15,9 @@ ones' time per forward on RegNetY-8GF and RegNetX-8GF: not taken. Session 91 ran
 16-, 24- and 32-wide groups (``--min-group-in 16``), where they won on every call but one
 (``grouped_tensor_core_ktiles_16wide_H200.json``): ``default_tile_k``. Session 92 judged
 their 256-row tiles (``grouped_tensor_core_ktiles_256rows_H200.json``): taken from 1.4
-waves of them. Each wide-group call (the bound's ``wide_groups``) against cuDNN; every
-output is checked against float32.
+waves of them. Since, it also times the default tiles on the ping-pong and dynamic
+schedules (``schedule_configs``; not yet run). Each wide-group call (the bound's
+``wide_groups``) against cuDNN; every output is checked against float32.
 """
 
 from __future__ import annotations
@@ -33,11 +34,12 @@ from models import replayed_us  # on the path grouped_direct_ab puts benchmarks/
 from torch import nn
 
 from cute_conv import Conv2dConfig
-from cute_conv.grouped_tensor_cores import ELEMENT_BYTES, default_tile_n
+from cute_conv.grouped_tensor_cores import ELEMENT_BYTES, default_tile_k, default_tile_n
 
 TILE_METHODS = ("m64", "m128", "m256", "m64_half", "m128_half")
 K_TILE_METHODS = ("m64_k32", "m128_k32", "m256_k32", "m64_k16", "m128_k16", "m256_k16")
-METHODS = ("cudnn", *TILE_METHODS, *K_TILE_METHODS)
+SCHEDULE_METHODS = ("m128_pingpong", "m128_dynamic")
+METHODS = ("cudnn", *TILE_METHODS, *K_TILE_METHODS, *SCHEDULE_METHODS)
 
 
 def tile_configs(group_out: int, groups: int) -> dict[str, Conv2dConfig]:
@@ -64,10 +66,27 @@ def tile_configs(group_out: int, groups: int) -> dict[str, Conv2dConfig]:
     return configs
 
 
+def schedule_configs(group_in: int, group_out: int, groups: int) -> dict[str, Conv2dConfig]:
+    """128-row tiles of the default width and k-tile on the kernel's other schedules:
+    ping-pong (one consumer's epilogue under the other's mainloop; tiles at most 128 wide)
+    and tiles taken from a counter. Compare with ``m128`` / ``m128_k*``, the same tiles
+    statically scheduled by both consumers."""
+    width = default_tile_n(group_out)
+    tile = dict(tile_m=128, tile_n=width, tile_k=default_tile_k(group_in, width), groups=groups)
+    configs = {"m128_dynamic": Conv2dConfig(**tile, dynamic_schedule=True)}
+    if width <= 128:
+        configs["m128_pingpong"] = Conv2dConfig(**tile, pingpong=True)
+    return configs
+
+
 def measure(conv: nn.Conv2d, shape: tuple, activation: str | None, rounds: int) -> dict:
     cudnn, _, ref = ab_calls(conv, shape, activation)
     fns = {"cudnn": cudnn}
-    for name, config in tile_configs(conv.out_channels // conv.groups, conv.groups).items():
+    group_in, group_out = conv.in_channels // conv.groups, conv.out_channels // conv.groups
+    configs = tile_configs(group_out, conv.groups) | schedule_configs(
+        group_in, group_out, conv.groups
+    )
+    for name, config in configs.items():
         fns[name] = tensor_core_call(conv, shape, activation, config)
     return {"module": repr(conv), "input": list(shape), "activation": activation,
             "checks": checks(fns, ref), "graph_us": replayed_us(fns, rounds)}  # fmt: skip
