@@ -616,9 +616,11 @@ def default_config(
     if min_waves_tall is None:
         min_waves_tall = _MIN_WAVES_TALL if plain else _MIN_WAVES_TALL_FUSED_FP8
     if min_waves_tall_wide is None:
-        min_waves_tall_wide = _MIN_WAVES_TALL_WIDE if plain else math.inf
-        if has_residual and element_bytes == 2:
-            min_waves_tall_wide = _MIN_WAVES_TALL_WIDE_FUSED
+        fused_16_bit = has_residual and element_bytes == 2
+        min_waves_tall_wide = (
+            _MIN_WAVES_TALL_WIDE if plain else _MIN_WAVES_TALL_WIDE_FUSED if fused_16_bit
+            else math.inf
+        )  # fmt: skip
     check_bound("half_step_min_k_tiles", half_step_min_k_tiles, "k-tiles")
     check_bound("residual_narrow_max_k", residual_narrow_max_k, "GEMM K channels")
     check_bound(
