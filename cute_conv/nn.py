@@ -61,6 +61,7 @@ from .validation import (
     Im2colLimits,
     channel_slice_stride,
     check_scale_tensor,
+    check_stride_dilation,
     slice_pixel_stride,
     validate_conv_inputs,
 )
@@ -814,7 +815,7 @@ def conv_limits(conv: nn.Conv2d | Conv2d, dtype: torch.dtype) -> None:
     """Raise unless the kernel can run a conv of these attributes and weight ``dtype``.
 
     Checked here, from the attributes alone: channels and groups (``check_groups``), kernel
-    size and dilation of at least 1, padding mode, dtype, and the geometry limits that do
+    size, stride and dilation of at least 1, padding mode, dtype, and the geometry limits that do
     not depend on the input's size (groups=1: stride 1..8, dilation, padding and filter span
     within the im2col TMA limits, by the package's own validation on a probe input just
     large enough for the filter; grouped: padding >= 0).
@@ -827,9 +828,10 @@ def conv_limits(conv: nn.Conv2d | Conv2d, dtype: torch.dtype) -> None:
             divide the channels, padding_mode != "zeros", or geometry out of the limits.
     """
     check_groups(conv.in_channels, conv.out_channels, conv.groups)
-    for name, pair in zip(("kernel_size", "dilation"), _geometry(conv)[::2], strict=True):
-        if min(pair) < 1:
-            raise ValueError(f"{name} must be >= 1, got {pair}")
+    kernel_size, stride, dilation = _geometry(conv)
+    if min(kernel_size) < 1:
+        raise ValueError(f"kernel_size must be >= 1, got {kernel_size}")
+    check_stride_dilation(stride, dilation)
     if conv.padding_mode != "zeros":
         raise ValueError(
             f"padding_mode={conv.padding_mode!r}: the kernel pads with zeros only "

@@ -29,6 +29,7 @@ __all__ = [
     "check_alignment",
     "check_fp8_scales",
     "check_scale_tensor",
+    "check_stride_dilation",
     "default_out_dtype",
     "FP8_DTYPES",
     "IM2COL_2D",
@@ -166,7 +167,9 @@ def check_alignment(name: str, t: torch.Tensor) -> None:
         )
 
 
-def _check_stride_dilation(stride: Pair, dilation: Pair) -> None:
+def check_stride_dilation(stride: Pair, dilation: Pair) -> None:
+    """A ``ValueError`` unless every stride is at least ``MIN_STRIDE`` and every dilation at
+    least 1, naming the dimension."""
     for dim, s in zip("hw", stride, strict=True):
         if s < MIN_STRIDE:
             raise ValueError(
@@ -275,7 +278,7 @@ def validate_conv_inputs(
     stride_hw = normalize_pair("stride", stride)
     dilation_hw = normalize_pair("dilation", dilation)
     padding_hw = normalize_padding(padding)
-    _check_stride_dilation(stride_hw, dilation_hw)
+    check_stride_dilation(stride_hw, dilation_hw)
 
     n, h, w, c = activation.shape
     k, r, s, c_filter = filter.shape

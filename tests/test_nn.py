@@ -273,8 +273,10 @@ def test_from_torch_names_the_limit(conv, error, match):
      (dict(out_channels=0), "out_channels must be a positive int, got 0"),
      (dict(kernel_size=-1), r"kernel_size must be >= 1, got \(-1, -1\)"),
      (dict(kernel_size=(3, 0)), r"kernel_size must be >= 1, got \(3, 0\)"),
-     (dict(dilation=-1), r"dilation must be >= 1, got \(-1, -1\)")],
-    ids=["in-channels", "out-channels", "kernel-size", "kernel-width", "dilation"],
+     (dict(dilation=-1), r"dilation must be >= 1, got -1 along h \(dilation=\(-1, -1\)\)"),
+     (dict(groups=2, stride=(1, 0)), r"stride must be >= 1, got 0 along w \(stride=\(1, 0\)\)")],
+    ids=["in-channels", "out-channels", "kernel-size", "kernel-width", "dilation",
+         "grouped-stride"],
 )  # fmt: skip
 def test_the_module_names_a_bad_size_before_making_its_weight(kwargs, match):
     """A ValueError, as torch's geometry errors are, not the RuntimeError of an empty tensor
