@@ -616,11 +616,12 @@ def default_config(
     if min_waves_tall is None:
         min_waves_tall = _MIN_WAVES_TALL if plain else _MIN_WAVES_TALL_FUSED_FP8
     if min_waves_tall_wide is None:
-        fused_16_bit = has_residual and element_bytes == 2
-        min_waves_tall_wide = (
-            _MIN_WAVES_TALL_WIDE if plain else _MIN_WAVES_TALL_WIDE_FUSED if fused_16_bit
-            else math.inf
-        )  # fmt: skip
+        if plain:
+            min_waves_tall_wide = _MIN_WAVES_TALL_WIDE
+        elif element_bytes == 2:  # 16-bit with a residual
+            min_waves_tall_wide = _MIN_WAVES_TALL_WIDE_FUSED
+        else:  # fp8 was not measured
+            min_waves_tall_wide = math.inf
     check_bound("half_step_min_k_tiles", half_step_min_k_tiles, "k-tiles")
     check_bound("residual_narrow_max_k", residual_narrow_max_k, "GEMM K channels")
     check_bound(
