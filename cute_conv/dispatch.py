@@ -49,7 +49,7 @@ from .validation import (
     validate_conv_inputs,
     validate_device,
 )
-from .workspace import kernel_workspace
+from .workspace import workspace_pointers
 
 __all__ = [
     "config_runner",
@@ -131,7 +131,6 @@ def conv2d(  # noqa: A002
     return out
 
 
-_NO_WORKSPACE = (0, 0)
 # ``fp8_scales`` of a call that passes none: (x_scale, w_scale, out_scale, out_amax,
 # source_scale).
 NO_SCALE_TENSORS = (None, None, None, None, None)
@@ -178,9 +177,7 @@ class _LaunchPlan:
     def workspace_pointers(self, device_index: int, stream: int) -> tuple[int, int]:
         """The stream-K / dynamic scheduling workspace of this call's stream, or null
         pointers."""
-        if self.workspace is None:
-            return _NO_WORKSPACE
-        return kernel_workspace(device_index, stream, *self.workspace)
+        return workspace_pointers(self.workspace, device_index, stream)
 
     def launch(
         self, x, flt, out, source, bias, scale, *, scale_pointers, device_index: int, stream: int

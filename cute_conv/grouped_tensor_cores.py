@@ -55,6 +55,7 @@ from .validation import (
     out_pixel_stride,
     validate_conv_inputs,
 )
+from .workspace import workspace_pointers, workspace_size_sm90
 
 __all__ = [
     "MIN_GROUP_IN",
@@ -221,6 +222,7 @@ class _Plan:
     vector_dtype: torch.dtype
     kernel: CompiledConv2d
     scalars: tuple
+    workspace: tuple[int, int] | None  # the dynamic schedule's counters, if it takes them
     empty: bool  # N*P*Q == 0: nothing to launch
 
 
@@ -249,9 +251,12 @@ def _run(x, filter, bias, scale, groups, stride, padding, dilation, activation, 
                    for t in (bias, scale))  # fmt: skip
     pointers = (x.data_ptr(), filter.data_ptr(), out.data_ptr(), 0,
                 0 if bias is None else bias.data_ptr(), 0 if scale is None else scale.data_ptr(),
-                *([0] * 7))  # fmt: skip
-    with on_device(x.device.index):
-        plan.kernel.launch(pointers, plan.scalars, current_raw_stream(x.device.index))
+                *([0] * 5))  # fmt: skip
+    index = x.device.index
+    with on_device(index):
+        stream = current_raw_stream(index)
+        pointers += workspace_pointers(plan.workspace, index, stream)
+        plan.kernel.launch(pointers, plan.scalars, stream)
     return out
 
 
@@ -292,7 +297,7 @@ def _make_plan(x, filter, bias, scale, out, args: tuple) -> _Plan:  # noqa: A002
     out_pixels = None if out is None else out_pixel_stride(out)
     scalars = kernel_scalars(problem, 1.0, 0.0, clusters, out_pixel_stride=out_pixels)
     return _Plan(problem.output_shape, kernel_vector_dtype(bias, scale), kernel, scalars,
-                 problem.gemm_m == 0)  # fmt: skip
+                 workspace_size_sm90(problem, config, clusters), problem.gemm_m == 0)  # fmt: skip
 
 
 def _default_config(problem: Conv2dProblemShape, groups: int, num_sms: int) -> Conv2dConfig:

@@ -38,7 +38,13 @@ from .kernels.sm90.config import Conv2dConfig
 from .problem import Conv2dProblemShape
 from .schedule import cluster_tile_count
 
-__all__ = ["DYNAMIC_SCHEDULE_COUNTERS", "capture_id", "kernel_workspace", "workspace_size_sm90"]
+__all__ = [
+    "DYNAMIC_SCHEDULE_COUNTERS",
+    "capture_id",
+    "kernel_workspace",
+    "workspace_pointers",
+    "workspace_size_sm90",
+]
 
 # (device, stream) or, while capturing, (device, stream, capture id) -> (partials, flags)
 _buffers: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
@@ -89,6 +95,17 @@ def kernel_workspace(
             with _lock:
                 _make_spare_flags(device_index, buffers[1].numel())
     return buffers[0].data_ptr(), buffers[1].data_ptr()
+
+
+def workspace_pointers(
+    workspace: tuple[int, int] | None, device_index: int, stream: int
+) -> tuple[int, int]:
+    """The kernel's last two pointers: the stream-K / dynamic scheduling workspace of sizes
+    ``workspace`` (``workspace_size_sm90``) on the raw stream ``stream``, or null pointers
+    where the kernel needs none."""
+    if workspace is None:
+        return 0, 0
+    return kernel_workspace(device_index, stream, *workspace)
 
 
 def capture_id(stream: int) -> int | None:
