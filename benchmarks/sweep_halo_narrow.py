@@ -35,7 +35,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from sweep_rows import BoundSweep, rule_bound_config  # noqa: E402
+from sweep_rows import FUSED_TALL_BEFORE_FIT, BoundSweep, rule_bound_config  # noqa: E402
 
 FORMS = ("plain", "fused")
 GPUS = ("H200", "H100")
@@ -55,7 +55,7 @@ BOUNDS = ("halo_narrow_min_column_fill", "halo_narrow_min_waves")
 FITTED = dict(
     single_warpgroup_max_k_tiles=None, single_warpgroup_widen_max_k_tiles=None,
     whole_source_min_k=None, halo_min_column_fill=None, wide_epilogue_max_k_tiles=None,
-    min_waves_tall=None, min_waves_tall_wide=None,
+    min_waves_tall=FUSED_TALL_BEFORE_FIT, min_waves_tall_wide=None,
 )  # fmt: skip
 
 SWEEP = BoundSweep(

@@ -35,7 +35,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from sweep_rows import EVERY_RULE_FITTED, BoundSweep, rule_bound_config  # noqa: E402
+from sweep_rows import BoundSweep, fitted_before, rule_bound_config  # noqa: E402
 
 RESULTS_PATHS = {"fused": HERE / "residual_pointwise_width_sweep_H200.json"}
 NUM_SMS = 132  # H100 SXM and H200: the selection and the fit use the same count
@@ -43,7 +43,7 @@ OFF, ON = 0, math.inf
 GRID = (OFF, 256, 512, 1024, 2048, ON)
 
 SWEEP = BoundSweep(
-    rule_bound_config("residual_narrow_pointwise_max_k", NUM_SMS, **EVERY_RULE_FITTED),
+    rule_bound_config("residual_narrow_pointwise_max_k", NUM_SMS, **fitted_before("min_waves_tall")),
     off=OFF, on=ON, baseline="wide", variant="narrow", grid=GRID,
     constants={"fused": "RESIDUAL_NARROW_POINTWISE_MAX_GEMM_K"},
 )  # fmt: skip

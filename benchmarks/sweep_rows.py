@@ -25,13 +25,19 @@ BEFORE_SQUARE_SPLIT = {"square_split_min_k_tiles": math.inf}
 # ``untuned_with``'s bound that leaves out the last-wave rule (sweep_last_wave.py), as the
 # sweeps before it measured.
 BEFORE_LAST_WAVE = {"last_wave_max_fill": 0}
-# ``untuned_with``'s k-tile bounds of the rules fitted since sweep_pointwise_pair.py, in the
-# order they were fitted (each off at 0): the lone-CTA rule (sweep_lone_cta.py), the ring rule
-# (sweep_single_tile_ring.py). A sweep run before one of them measured without it and every
-# one after it (``fitted_before``); a rule fitted next goes at the end.
+# ``untuned_with``'s bound on 256-row tiles before sweep_tall_tiles.py --form fused fitted it
+# for calls with a residual: the suite's 4 waves for them, plain calls' fitted bound (None).
+FUSED_TALL_BEFORE_FIT = {"plain": None, "fused": SUITE_TALL_TILES["min_waves_tall"]}
+# ``untuned_with``'s bounds of the rules fitted since sweep_pointwise_pair.py, in the order they
+# were fitted, each with the value that leaves it out: the lone-CTA rule (sweep_lone_cta.py),
+# the ring rule (sweep_single_tile_ring.py), the narrowing of residual 1x1s
+# (sweep_residual_pointwise_width.py), fused calls' 256-row tiles (sweep_tall_tiles.py --form
+# fused). A sweep run before one of them measured without it and every one after it
+# (``fitted_before``); a rule fitted next goes at the end.
 RULES_IN_FIT_ORDER = (
-    "lone_cta_max_k_tiles", "single_tile_ring_max_k_tiles", "residual_narrow_pointwise_max_k"
-)
+    ("lone_cta_max_k_tiles", 0), ("single_tile_ring_max_k_tiles", 0),
+    ("residual_narrow_pointwise_max_k", 0), ("min_waves_tall", FUSED_TALL_BEFORE_FIT),
+)  # fmt: skip
 # ``untuned_with``'s keywords that put every rule it defaults off (as the sweeps before those
 # rules measured) at its fitted bound: a sweep run now measures against what calls run today.
 EVERY_RULE_FITTED = dict(
@@ -48,8 +54,8 @@ EVERY_RULE_FITTED = dict(
 def fitted_before(rule: str) -> dict:
     """``EVERY_RULE_FITTED`` with ``rule`` (one of ``RULES_IN_FIT_ORDER``) and every rule
     fitted after it off: the calls a sweep run before ``rule`` was fitted measured."""
-    later = RULES_IN_FIT_ORDER[RULES_IN_FIT_ORDER.index(rule) :]
-    return EVERY_RULE_FITTED | dict.fromkeys(later, 0)
+    names = [name for name, _ in RULES_IN_FIT_ORDER]
+    return EVERY_RULE_FITTED | dict(RULES_IN_FIT_ORDER[names.index(rule) :])
 
 
 def gpu_results_paths(stem: str) -> tuple[Path, Path]:
@@ -296,7 +302,7 @@ def untuned_with(
     halo_min_waves: float | None = None, halo_narrow_min_column_fill: float | None = math.inf,
     halo_narrow_min_waves: float | None = None, wide_epilogue_max_k_tiles: float | None = 0,
     wide_epilogue_min_ab_stages: int | None = None,
-    min_waves_tall: float | None = SUITE_TALL_TILES["min_waves_tall"],
+    min_waves_tall: float | dict | None = SUITE_TALL_TILES["min_waves_tall"],
     min_waves_tall_wide: float | None = SUITE_TALL_TILES["min_waves_tall_wide"],
     wide_cluster_min_share: float | None = math.inf,
     wide_cluster_max_share: float | None = None, wide_cluster_residual: bool = False,
@@ -333,7 +339,8 @@ def untuned_with(
     the pair rule (``pointwise_pair_max_k_tiles``, 0), the lone-CTA rule
     (``lone_cta_max_k_tiles``, 0), the ring rule (``single_tile_ring_max_k_tiles``, 0) and
     the narrowing of residual 1x1 convs (``residual_narrow_pointwise_max_k``, 0); None takes
-    a rule's fitted bound."""
+    a rule's fitted bound. ``min_waves_tall`` may be a bound per form (a dict, a form it
+    leaves out taking None: ``FUSED_TALL_BEFORE_FIT``)."""
     from cute_conv.arch import ARCHS
     from cute_conv.config import default_config
     from cute_conv.epilogue_rule import wide_epilogue_config
@@ -348,6 +355,9 @@ def untuned_with(
     )
     from cute_conv.staging import kernel_problem_for
     from cute_conv.untuned import untuned_config
+
+    if isinstance(min_waves_tall, dict):
+        min_waves_tall = min_waves_tall.get(form)
 
     def heuristic(problem, num_sms, has_residual, element_bytes, out_bytes):
         return default_config(

@@ -9,8 +9,8 @@ The variant: ``default_config`` gives 64-wide tiles (and narrower ones on short 
 
 ``--results PATH`` measures into (or fits from) another file than ``tall_tiles_sweep.json``
 (the H200's rows), e.g. ``tall_tiles_sweep_H100.json``, an H100's. ``--form fused`` times the
-same rule on calls with a residual, which keep the bound of 4 (``_MIN_WAVES_TALL_FUSED_FP8``,
-shared with fp8) until their rows are measured (not yet).
+same rule on calls with a residual (``tall_tiles_fused_sweep_H200.json``), the fit of
+``_MIN_WAVES_TALL_FUSED``; fp8 calls keep the bound of 4 (``_MIN_WAVES_TALL_FP8``).
 
 Why: the bound of 4 waves was measured on the suite's shapes (ResNet-50's 56x56 3x3 and
 the stem). The autotuner's candidates on the corpus's worst rows (H100) ran RegNet's batch-8
@@ -55,7 +55,7 @@ FITTED = dict(
 SWEEP = BoundSweep(
     rule_bound_config("min_waves_tall", NUM_SMS, **FITTED), off=4, on=MIN_WAVES_SELECTED,
     baseline="four_waves", variant="tall", grid=MIN_WAVES_GRID,
-    constants={"plain": "_MIN_WAVES_TALL", "fused": "_MIN_WAVES_TALL_FUSED_FP8"},
+    constants={"plain": "_MIN_WAVES_TALL", "fused": "_MIN_WAVES_TALL_FUSED"},
 )  # fmt: skip
 configs_of, tall_problems = SWEEP.configs_of, SWEEP.problems
 

@@ -10,7 +10,9 @@ The variant: ``default_config`` gives plain 16-bit convs' 128-wide tiles of 128-
 ``--results PATH`` measures into (or fits from) another file than
 ``tall_wide_tiles_sweep.json`` (the H200's rows), e.g. ``tall_wide_tiles_sweep_H100.json``
 (an H100's: measured when the rule took strided and 1x1 convs too, 36 of them, and cut to
-this selection; the 27 left out lost at 256 rows, see ``default_config``).
+this selection; the 27 left out lost at 256 rows, see ``default_config``). ``--form fused``
+times the same convs with a residual (``tall_wide_tiles_fused_sweep_H200.json``): no bound
+gained on the train part, so those calls keep 128 rows (``_MIN_WAVES_TALL_WIDE_FUSED``, never).
 
 Why: a 128x128 tile loads 32 KB of A and filter per 64 channels for 1M MACs, which on a
 3x3 conv of K=128 (VGG's 112x112 layers, the VAE decoders) binds on L2 traffic; a 256x128
@@ -38,7 +40,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from sweep_rows import BoundSweep, rule_bound_config  # noqa: E402
+from sweep_rows import FUSED_TALL_BEFORE_FIT, BoundSweep, rule_bound_config  # noqa: E402
 
 RESULTS_PATHS = {
     "plain": HERE / "tall_wide_tiles_sweep.json",
@@ -52,7 +54,7 @@ MIN_WAVES_GRID = (1, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32, math.inf)
 FITTED = dict(
     single_warpgroup_max_k_tiles=None, single_warpgroup_widen_max_k_tiles=None,
     whole_source_min_k=None, halo_min_column_fill=None, wide_epilogue_max_k_tiles=None,
-    min_waves_tall=None,
+    min_waves_tall=FUSED_TALL_BEFORE_FIT,
 )  # fmt: skip
 
 SWEEP = BoundSweep(

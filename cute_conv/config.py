@@ -101,15 +101,17 @@ ELEMENT_BYTES = (1, 2)  # fp8, 16-bit inputs
 OUT_BYTES = (1, 2, 4)  # e4m3, 16-bit, float32 outputs
 # 256-row tiles for 64-wide ones, given at least this many waves of them (see default_config):
 # for plain 16-bit calls fitted on the corpus's train part on an H200 and, apart, on an H100
-# (benchmarks/sweep_tall_tiles.py; both gave 1.5); fused and fp8 calls keep the suite's bound.
+# (benchmarks/sweep_tall_tiles.py; both gave 1.5); for 16-bit calls with a residual on an
+# H200 (--form fused: 0.5, the least measured); fp8 calls keep the suite's bound.
 _MIN_WAVES_TALL = 1.5
-_MIN_WAVES_TALL_FUSED_FP8 = 4
+_MIN_WAVES_TALL_FUSED = 0.5
+_MIN_WAVES_TALL_FP8 = 4
 # 256-row tiles for 128-wide ones of plain 16-bit stride-1 convs of several taps, given at
 # least this many waves of them (see default_config): fitted on the corpus's train part on an
 # H200 and, apart, on an H100 (benchmarks/sweep_tall_wide_tiles.py; both gave 6).
 _MIN_WAVES_TALL_WIDE = 6
-# The same for calls with a residual: not taken (math.inf) until swept (sweep_tall_wide_tiles.py
-# --form fused).
+# The same for calls with a residual: never (--form fused on an H200: no bound gained on the
+# train part; fused 256x128 tiles ran 0.99-1.33x the 128x128 ones' time).
 _MIN_WAVES_TALL_WIDE_FUSED = math.inf
 # Three warpgroups of 64 rows (see default_config): the one tile of them measured faster, where
 # at least a wave of them costs at most this factor of the 128-row tiles' cost.
@@ -412,7 +414,8 @@ def default_config(
     one or two waves of tiles losing, which the tiles-per-SM bound now leaves out.
 
     tile_m: 256 for 64-wide tiles (K <= 64) with at least ``min_waves_tall`` (None:
-    ``_MIN_WAVES_TALL`` for plain 16-bit calls, else ``_MIN_WAVES_TALL_FUSED_FP8``) waves of
+    ``_MIN_WAVES_TALL`` for plain 16-bit calls, ``_MIN_WAVES_TALL_FUSED`` for 16-bit calls
+    with a residual, ``_MIN_WAVES_TALL_FP8`` for fp8 ones) waves of
     them: the filter traffic and the barrier rounds per MMA halve. Measured on an H200: r50-c2 3x3
     (C=K=64) 0.89x -> 1.06x cuDNN, the folded stem 2.24x -> 2.59x; wider tiles (128 and up)
     were slower at 256 rows on every suite shape but one (1x1, K=128, +3%). Also 256 rows,
@@ -426,9 +429,12 @@ def default_config(
     grid 0.5-4 waves) it is 1.5: 1.026x on the 12 train convs it takes, held-out 1.044x (3),
     e.g. RegNet's batch-8 112x112 1x1 of C=32, K=96 14.7 -> 12.2 us (cuDNN 12.8); below ~1.5
     waves 256-row tiles lost up to 11% (ResNet's batch-1 224x224 3x3 at C=64). An H100's
-    rows, fitted apart, gave the same bound (train 1.021x, held-out 1.026x). Fused and fp8
-    calls were not measured (they keep 4). Residual kernels stay on single CTAs there
-    (the fused stem: 0.3335 ms at 2x1, 0.3056 at 1x1).
+    rows, fitted apart, gave the same bound (train 1.021x, held-out 1.026x). Calls with a
+    residual, the same 30 convs fitted apart (H200), take 0.5, the least measured: 1.028x on
+    22 train convs, held-out 1.057x (8), per conv 0.87-1.17x (the worst again ResNet's
+    batch-1 224x224 3x3 at C=64, 1.48 waves). fp8 calls were not measured (they keep 4).
+    Residual kernels stay on single CTAs there (the fused stem: 0.3335 ms at 2x1, 0.3056 at
+    1x1).
 
     tile_m 256 for 128-wide tiles of 128-byte k-tiles too, for plain 16-bit stride-1 convs
     of several taps with at least ``min_waves_tall_wide`` (None: ``_MIN_WAVES_TALL_WIDE``)
@@ -439,7 +445,8 @@ def default_config(
     1.017x / 1.012x on the 4 train convs, held-out 1.029x / 1.019x on 5; e.g. VGG's batch-128
     112x112 3x3 of C=64, K=128 0.434 -> 0.403 ms on the H200 (cuDNN 0.396). Below ~4 waves
     256-row tiles lost (up to 20% at one wave); strided and 1x1 convs lost at any count
-    (0.76-1.01x on an H100, 27 convs), so they keep 128 rows.
+    (0.76-1.01x on an H100, 27 convs), so they keep 128 rows, as do calls with a residual
+    (``--form fused``, H200: 0.99-1.33x the 128x128 time, no bound gaining on the train part).
 
     tile_n 32 for K <= 32 (the MMA of 64-wide tiles is at least half padding there), on
     128-row tiles, or with K <= 8 and at least ``_MIN_WAVES_NARROW_TALL`` of a wave of them,
@@ -614,7 +621,12 @@ def default_config(
         three_warpgroup_max_cost = THREE_WARPGROUP_MAX_COST
     plain = not has_residual and element_bytes == 2
     if min_waves_tall is None:
-        min_waves_tall = _MIN_WAVES_TALL if plain else _MIN_WAVES_TALL_FUSED_FP8
+        if plain:
+            min_waves_tall = _MIN_WAVES_TALL
+        elif element_bytes == 2:  # 16-bit with a residual
+            min_waves_tall = _MIN_WAVES_TALL_FUSED
+        else:
+            min_waves_tall = _MIN_WAVES_TALL_FP8
     if min_waves_tall_wide is None:
         if plain:
             min_waves_tall_wide = _MIN_WAVES_TALL_WIDE

@@ -24,7 +24,7 @@ def test_the_selection_is_narrow_128_row_tiles_made_256_rows():
 
 
 def test_the_fused_selection_is_todays_residual_calls_made_256_rows():
-    """Calls with a residual keep 4 waves (``_MIN_WAVES_TALL_FUSED_FP8``, not yet swept); a
+    """The convs whose residual call takes 256 rows from 0.5 waves but not from 4; a
     ping-pong call (128x128) leaves ping-pong at 256 rows."""
     chosen = sweep.tall_problems(load_corpus(), "fused")
     assert len(chosen) >= 30
@@ -46,11 +46,23 @@ def test_each_gpus_fit_gives_the_plain_bound(path):
     assert sweep.SWEEP.fit("plain", path) == config._MIN_WAVES_TALL
 
 
-def test_fused_and_fp8_calls_keep_the_suite_bound():
+def test_committed_fused_rows_are_the_selection_and_the_fit_gives_the_fused_bound():
+    path = sweep.RESULTS_PATHS["fused"]
+    rows = json.loads(path.read_text())["rows"]
+    check_committed_rows(sweep.SWEEP, sweep.tall_problems(load_corpus(), "fused"), rows, "fused")
+    assert sweep.SWEEP.fit("fused", path) == config._MIN_WAVES_TALL_FUSED
+
+
+def test_each_form_takes_its_own_bound():
     # RegNet's batch-8 112x112 1x1, C=32 -> K=96: 2.97 waves of 256-row tiles.
     problem = Conv2dProblemShape.from_shapes((8, 112, 112, 32), (96, 1, 1, 32))
     assert config.default_config(problem).tile_m == 256
-    assert config.default_config(problem, has_residual=True).tile_m == 128
+    assert config.default_config(problem, has_residual=True).tile_m == 256
+    assert config.default_config(problem, element_bytes=1).tile_m == 128
     assert config.default_config(problem, min_waves_tall=4).tile_m == 128
+    # ResNet's batch-1 224x224 3x3 at C=64: 1.48 waves, 256 rows with a residual only.
+    stem_stage = Conv2dProblemShape.from_shapes((1, 224, 224, 64), (64, 3, 3, 64), padding=1)
+    assert config.default_config(stem_stage).tile_m == 128
+    assert config.default_config(stem_stage, has_residual=True).tile_m == 256
     with pytest.raises(TypeError, match="min_waves_tall must be None or a number of waves"):
         config.default_config(problem, min_waves_tall="4")

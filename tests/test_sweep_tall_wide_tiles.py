@@ -5,11 +5,13 @@ config passed its check, and that each GPU's fit gives ``default_config``'s boun
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import sweep_tall_wide_tiles as sweep
 from bench_corpus import load_corpus, problem_shape
 from bound_sweep_rows import check_committed_rows
+from sweep_rows import passed_rows
 
 from cute_conv import Conv2dProblemShape, config
 
@@ -26,8 +28,8 @@ def test_the_selection_is_128x128_tiles_of_stride_1_multi_tap_convs_made_256_row
 
 
 def test_the_fused_selection_is_the_plain_one_with_a_residual():
-    """Calls with a residual keep 128 rows (``_MIN_WAVES_TALL_WIDE_FUSED``, not yet swept):
-    the fused form measures the same convs at 256 rows."""
+    """Calls with a residual keep 128 rows (``_MIN_WAVES_TALL_WIDE_FUSED``): the fused form
+    measures the same convs at 256 rows."""
     corpus = load_corpus()
     plain = sweep.tall_wide_problems(corpus)
     fused = sweep.tall_wide_problems(corpus, "fused")
@@ -48,6 +50,19 @@ def test_committed_rows_are_the_selection_and_every_config_passed(path):
 @pytest.mark.parametrize("path", sweep.GPU_PATHS, ids=["H200", "H100"])
 def test_each_gpus_fit_gives_the_plain_bound(path):
     assert sweep.SWEEP.fit("plain", path) == config._MIN_WAVES_TALL_WIDE
+
+
+def test_committed_fused_rows_are_the_selection_and_no_bound_gains_on_train():
+    """The fit's bound (the middle of the grid's ties) takes no train conv: every bound that
+    takes one scores below 1, so calls with a residual keep 128 rows (math.inf)."""
+    path = sweep.RESULTS_PATHS["fused"]
+    results = json.loads(path.read_text())
+    check_committed_rows(sweep.SWEEP, sweep.tall_wide_problems(load_corpus(), "fused"),
+                         results["rows"], "fused")  # fmt: skip
+    train = [r for r in passed_rows(results) if r["split"] == "train"]
+    fitted = sweep.SWEEP.fit("fused", path)
+    assert all(sweep.SWEEP.chosen_name(r, fitted, "fused") == sweep.SWEEP.baseline for r in train)
+    assert config._MIN_WAVES_TALL_WIDE_FUSED == math.inf
 
 
 def test_only_plain_stride_1_multi_tap_convs_take_256_rows_at_128_wide():
