@@ -3,7 +3,7 @@
     python benchmarks/bench_corpus.py --plan                       # sections and estimates, no GPU
     python benchmarks/bench_corpus.py --section 0 [--sections S]   # one section (H100/H200)
     python benchmarks/bench_corpus.py --split heldout --tag "1x1"  # or a class of the corpus
-    python benchmarks/bench_corpus.py --keys KEY,KEY --section 0   # or named problems (a rerun)
+    python benchmarks/bench_corpus.py --keys KEY,KEY               # or named problems (a rerun)
     python benchmarks/bench_corpus.py --measured-before 20261125T05 --section 0  # stale rows
     python benchmarks/bench_corpus.py --config-changed --section 0  # rows a rule change moved
     python benchmarks/bench_corpus.py --measured-on "NVIDIA H100 80GB HBM3" --plan  # its rows
@@ -958,7 +958,10 @@ def write_chart(rows: list[dict], comps: list[str], path: Path, device: str) -> 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--section", type=int, help="run this section (0-based)")
+    parser.add_argument(
+        "--section", type=int,
+        help="run this section (0-based); needed where the selection has several",
+    )  # fmt: skip
     parser.add_argument(
         "--sections", type=int,
         help=f"split the selection into this many sections (default: each under "
@@ -1071,6 +1074,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"section {i}: {len(part)} problems, ~{est:.0f} s estimated")
             print("  --keys " + ",".join(p["key"] for p in part))
         return 0
+    if args.section is None and len(parts) == 1:
+        args.section = 0  # one section (a few named problems, say): nothing to choose
     if args.section is None:
         parser.error(f"--section K is required (0..{len(parts) - 1}; --plan lists them)")
     if not 0 <= args.section < len(parts):

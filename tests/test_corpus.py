@@ -177,6 +177,21 @@ def test_fused_only_leaves_the_plain_timings_out_of_the_estimate():
         bench_corpus.main(["--fp8", "--fused-only", "--plan"])
 
 
+def test_a_selection_of_one_section_needs_no_section_argument(monkeypatch):
+    """Named problems that fit one section run without ``--section``; the whole corpus,
+    several sections, still needs it. (The GPU check and the run itself stubbed.)"""
+    ran = []
+    monkeypatch.setattr(bench_corpus.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(bench_corpus.torch.cuda, "get_device_capability", lambda: (9, 0))
+    monkeypatch.setattr(bench_corpus, "run_benchmark", lambda part, *_: ran.append(part) or 0)
+    keys = [p["key"] for p in COMMITTED["problems"][:2]]
+    assert bench_corpus.main(["--keys", ",".join(keys), "--no-frontend"]) == 0
+    assert [[p["key"] for p in part] for part in ran] == [keys]
+    with pytest.raises(SystemExit):
+        bench_corpus.main([])
+    assert len(ran) == 1
+
+
 # ---- the report ----
 
 
