@@ -619,21 +619,18 @@ def default_config(
         whole_source_min_tiles_per_sm = WHOLE_SOURCE_MIN_TILES_PER_SM
     if three_warpgroup_max_cost is None:
         three_warpgroup_max_cost = THREE_WARPGROUP_MAX_COST
-    plain = not has_residual and element_bytes == 2
+    # The 256-row tiles' fitted bounds (64-wide, 128-wide) of the call's form; fp8's 128-wide
+    # tiles were not measured.
+    if element_bytes == 2 and not has_residual:  # plain 16-bit
+        tall_bounds = (_MIN_WAVES_TALL, _MIN_WAVES_TALL_WIDE)
+    elif element_bytes == 2:  # 16-bit with a residual
+        tall_bounds = (_MIN_WAVES_TALL_FUSED, _MIN_WAVES_TALL_WIDE_FUSED)
+    else:
+        tall_bounds = (_MIN_WAVES_TALL_FP8, math.inf)
     if min_waves_tall is None:
-        if plain:
-            min_waves_tall = _MIN_WAVES_TALL
-        elif element_bytes == 2:  # 16-bit with a residual
-            min_waves_tall = _MIN_WAVES_TALL_FUSED
-        else:
-            min_waves_tall = _MIN_WAVES_TALL_FP8
+        min_waves_tall = tall_bounds[0]
     if min_waves_tall_wide is None:
-        if plain:
-            min_waves_tall_wide = _MIN_WAVES_TALL_WIDE
-        elif element_bytes == 2:  # 16-bit with a residual
-            min_waves_tall_wide = _MIN_WAVES_TALL_WIDE_FUSED
-        else:  # fp8 was not measured
-            min_waves_tall_wide = math.inf
+        min_waves_tall_wide = tall_bounds[1]
     check_bound("half_step_min_k_tiles", half_step_min_k_tiles, "k-tiles")
     check_bound("residual_narrow_max_k", residual_narrow_max_k, "GEMM K channels")
     check_bound(

@@ -18,8 +18,9 @@ their 256-row tiles (``grouped_tensor_core_ktiles_256rows_H200.json``): taken fr
 waves of them. Since, it also times the default tiles on the ping-pong and dynamic
 schedules (``schedule_configs``); session 93 ran them on ResNeXt-50 at batch 8 and 32
 (``grouped_tensor_core_schedules_H200.json``): ping-pong 0.96-1.03x the static 128-row
-tiles' time (1.02-1.10x the rule's choice), dynamic 1.1-1.3x: neither taken. Each wide-group call (the bound's
-``wide_groups``) against cuDNN; every output is checked against float32.
+tiles' time (1.02-1.10x the rule's choice), dynamic 1.1-1.3x: neither taken. Each
+wide-group call (the bound's ``wide_groups``) against cuDNN; every output is checked against
+float32.
 """
 
 from __future__ import annotations
