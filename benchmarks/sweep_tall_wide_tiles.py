@@ -4,8 +4,8 @@ The variant: ``default_config`` gives plain 16-bit convs' 128-wide tiles of 128-
 256 rows from ``min_waves_tall_wide`` waves of 256-row M tiles (by default never); the fit of
 ``cute_conv.config._MIN_WAVES_TALL_WIDE``.
 
-    python benchmarks/sweep_tall_wide_tiles.py [--form plain|fused] [--max-seconds 500]  # H100/H200
-    python benchmarks/sweep_tall_wide_tiles.py [--form plain|fused] --fit                # no GPU
+    python benchmarks/sweep_tall_wide_tiles.py [--form plain|fused|fp8] [--max-seconds 500]  # H100/H200
+    python benchmarks/sweep_tall_wide_tiles.py [--form plain|fused|fp8] --fit                # no GPU
 
 ``--results PATH`` measures into (or fits from) another file than
 ``tall_wide_tiles_sweep.json`` (the H200's rows), e.g. ``tall_wide_tiles_sweep_H100.json``
@@ -13,6 +13,8 @@ The variant: ``default_config`` gives plain 16-bit convs' 128-wide tiles of 128-
 this selection; the 27 left out lost at 256 rows, see ``default_config``). ``--form fused``
 times the same convs with a residual (``tall_wide_tiles_fused_sweep_H200.json``): no bound
 gained on the train part, so those calls keep 128 rows (``_MIN_WAVES_TALL_WIDE_FUSED``, never).
+``--form fp8`` times them on e4m3 inputs (bf16 out, ``tall_wide_tiles_fp8_sweep_H200.json``),
+the fit of ``_MIN_WAVES_TALL_WIDE_FP8``.
 
 Why: a 128x128 tile loads 32 KB of A and filter per 64 channels for 1M MACs, which on a
 3x3 conv of K=128 (VGG's 112x112 layers, the VAE decoders) binds on L2 traffic; a 256x128
@@ -45,6 +47,7 @@ from sweep_rows import FUSED_TALL_BEFORE_FIT, BoundSweep, rule_bound_config  # n
 RESULTS_PATHS = {
     "plain": HERE / "tall_wide_tiles_sweep.json",
     "fused": HERE / "tall_wide_tiles_fused_sweep_H200.json",
+    "fp8": HERE / "tall_wide_tiles_fp8_sweep_H200.json",
 }
 # Each GPU's rows, fitted apart: both give the same bound.
 GPU_PATHS = (RESULTS_PATHS["plain"], HERE / "tall_wide_tiles_sweep_H100.json")
@@ -60,7 +63,10 @@ FITTED = dict(
 SWEEP = BoundSweep(
     rule_bound_config("min_waves_tall_wide", NUM_SMS, **FITTED), off=math.inf,
     on=MIN_WAVES_SELECTED, baseline="rows_128", variant="rows_256", grid=MIN_WAVES_GRID,
-    constants={"plain": "_MIN_WAVES_TALL_WIDE", "fused": "_MIN_WAVES_TALL_WIDE_FUSED"},
+    constants={
+        "plain": "_MIN_WAVES_TALL_WIDE", "fused": "_MIN_WAVES_TALL_WIDE_FUSED",
+        "fp8": "_MIN_WAVES_TALL_WIDE_FP8",
+    },
 )  # fmt: skip
 configs_of, tall_wide_problems = SWEEP.configs_of, SWEEP.problems
 

@@ -113,6 +113,8 @@ _MIN_WAVES_TALL_WIDE = 6
 # The same for calls with a residual: never (--form fused on an H200: no bound gained on the
 # train part; fused 256x128 tiles ran 0.99-1.33x the 128x128 ones' time).
 _MIN_WAVES_TALL_WIDE_FUSED = math.inf
+# fp8 calls' 128-wide tiles: never (not measured; --form fp8 measures it).
+_MIN_WAVES_TALL_WIDE_FP8 = math.inf
 # Three warpgroups of 64 rows (see default_config): the one tile of them measured faster, where
 # at least a wave of them costs at most this factor of the 128-row tiles' cost.
 _THREE_WARPGROUP_TILE = (192, 128)
@@ -619,14 +621,13 @@ def default_config(
         whole_source_min_tiles_per_sm = WHOLE_SOURCE_MIN_TILES_PER_SM
     if three_warpgroup_max_cost is None:
         three_warpgroup_max_cost = THREE_WARPGROUP_MAX_COST
-    # The 256-row tiles' fitted bounds (64-wide, 128-wide) of the call's form; fp8's 128-wide
-    # tiles were not measured.
+    # The 256-row tiles' fitted bounds (64-wide, 128-wide) of the call's form.
     if element_bytes == 2 and not has_residual:  # plain 16-bit
         tall_bounds = (_MIN_WAVES_TALL, _MIN_WAVES_TALL_WIDE)
     elif element_bytes == 2:  # 16-bit with a residual
         tall_bounds = (_MIN_WAVES_TALL_FUSED, _MIN_WAVES_TALL_WIDE_FUSED)
     else:
-        tall_bounds = (_MIN_WAVES_TALL_FP8, math.inf)
+        tall_bounds = (_MIN_WAVES_TALL_FP8, _MIN_WAVES_TALL_WIDE_FP8)
     if min_waves_tall is None:
         min_waves_tall = tall_bounds[0]
     if min_waves_tall_wide is None:
