@@ -101,11 +101,11 @@ ELEMENT_BYTES = (1, 2)  # fp8, 16-bit inputs
 OUT_BYTES = (1, 2, 4)  # e4m3, 16-bit, float32 outputs
 # 256-row tiles for 64-wide ones, given at least this many waves of them (see default_config):
 # for plain 16-bit calls fitted on the corpus's train part on an H200 and, apart, on an H100
-# (benchmarks/sweep_tall_tiles.py; both gave 1.5); for 16-bit calls with a residual on an
-# H200 (--form fused: 0.5, the least measured); fp8 calls keep the suite's bound.
+# (benchmarks/sweep_tall_tiles.py; both gave 1.5); for 16-bit calls with a residual and for
+# fp8 calls on an H200 (--form fused, --form fp8: 0.5, the least measured).
 _MIN_WAVES_TALL = 1.5
 _MIN_WAVES_TALL_FUSED = 0.5
-_MIN_WAVES_TALL_FP8 = 4
+_MIN_WAVES_TALL_FP8 = 0.5
 # 256-row tiles for 128-wide ones of plain 16-bit stride-1 convs of several taps, given at
 # least this many waves of them (see default_config): fitted on the corpus's train part on an
 # H200 and, apart, on an H100 (benchmarks/sweep_tall_wide_tiles.py; both gave 6).
@@ -113,8 +113,9 @@ _MIN_WAVES_TALL_WIDE = 6
 # The same for calls with a residual: never (--form fused on an H200: no bound gained on the
 # train part; fused 256x128 tiles ran 0.99-1.33x the 128x128 ones' time).
 _MIN_WAVES_TALL_WIDE_FUSED = math.inf
-# fp8 calls' 128-wide tiles: never (not measured; --form fp8 measures it).
-_MIN_WAVES_TALL_WIDE_FP8 = math.inf
+# The same for fp8 calls: --form fp8 on an H200, fitted on 3 train convs (1.005x, one takes
+# it), 1.034x on the 3 held-out (one takes it).
+_MIN_WAVES_TALL_WIDE_FP8 = 6
 # Three warpgroups of 64 rows (see default_config): the one tile of them measured faster, where
 # at least a wave of them costs at most this factor of the 128-row tiles' cost.
 _THREE_WARPGROUP_TILE = (192, 128)
@@ -434,14 +435,18 @@ def default_config(
     rows, fitted apart, gave the same bound (train 1.021x, held-out 1.026x). Calls with a
     residual, the same 30 convs fitted apart (H200), take 0.5, the least measured: 1.028x on
     22 train convs, held-out 1.057x (8), per conv 0.87-1.17x (the worst again ResNet's
-    batch-1 224x224 3x3 at C=64, 1.48 waves). fp8 calls were not measured (they keep 4).
+    batch-1 224x224 3x3 at C=64, 1.48 waves). fp8 calls (``--form fp8``, H200: the 40 convs
+    of 0.5-4 waves it can change there) take 0.5 too: 1.078x on 26 train convs, held-out
+    1.094x (14), per conv 0.92-1.41x (losing on batch-1 130x130 1x1s and a 28x28 C=192 1x1,
+    by 4-8%; gaining most on the 56x56 and 112x112 1x1s of C=32-64).
     Residual kernels stay on single CTAs there (the fused stem: 0.3335 ms at 2x1, 0.3056 at
     1x1).
 
-    tile_m 256 for 128-wide tiles of 128-byte k-tiles too, for plain 16-bit stride-1 convs
-    of several taps with at least ``min_waves_tall_wide`` (None: ``_MIN_WAVES_TALL_WIDE``)
-    waves of 256-row tiles: a 128x128 tile loads 32 KB of A and filter per 1M MACs, a
-    256x128 one 48 KB per 2M, and on the large 3x3 convs of K=128 that traffic binds.
+    tile_m 256 for 128-wide tiles of 128-byte k-tiles too, for plain stride-1 convs of
+    several taps with at least ``min_waves_tall_wide`` (None: ``_MIN_WAVES_TALL_WIDE``,
+    ``_MIN_WAVES_TALL_WIDE_FP8`` for fp8 calls) waves of 256-row tiles: a 128x128 tile
+    loads 32 KB of A and filter per 1M MACs, a 256x128 one 48 KB per 2M, and on the large
+    3x3 convs of K=128 that traffic binds.
     Measured (``benchmarks/sweep_tall_wide_tiles.py``: the 9 corpus convs the rule can
     change, CUDA-graph replays, each GPU fitted apart to the same bound) on an H200 / an H100:
     1.017x / 1.012x on the 4 train convs, held-out 1.029x / 1.019x on 5; e.g. VGG's batch-128
@@ -449,6 +454,10 @@ def default_config(
     256-row tiles lost (up to 20% at one wave); strided and 1x1 convs lost at any count
     (0.76-1.01x on an H100, 27 convs), so they keep 128 rows, as do calls with a residual
     (``--form fused``, H200: 0.99-1.33x the 128x128 time, no bound gaining on the train part).
+    Plain fp8 calls (``--form fp8``, H200, 6 convs) fit 6 waves as well, on thin evidence: one
+    train conv takes it (VGG's batch-32 112x112 C=K=128, 1.015x) and one held-out (its
+    batch-128 form, 0.458 -> 0.414 ms); below it 256 rows lost 4-18% (ResNet's batch-128
+    28x28 C=K=128 3x3, r50-c3-3x3 of the suite, 28.4 -> 30.3 us).
 
     tile_n 32 for K <= 32 (the MMA of 64-wide tiles is at least half padding there), on
     128-row tiles, or with K <= 8 and at least ``_MIN_WAVES_NARROW_TALL`` of a wave of them,
@@ -621,13 +630,17 @@ def default_config(
         whole_source_min_tiles_per_sm = WHOLE_SOURCE_MIN_TILES_PER_SM
     if three_warpgroup_max_cost is None:
         three_warpgroup_max_cost = THREE_WARPGROUP_MAX_COST
-    # The 256-row tiles' fitted bounds (64-wide, 128-wide) of the call's form.
+    # The 256-row tiles' fitted bounds (64-wide, 128-wide) of the call's form. fp8 calls with
+    # a residual were not measured: their 128-wide tiles keep the fused calls' bound (a whole
+    # 16-bit tile of C does not fit beside 256x128 stages).
     if element_bytes == 2 and not has_residual:  # plain 16-bit
         tall_bounds = (_MIN_WAVES_TALL, _MIN_WAVES_TALL_WIDE)
     elif element_bytes == 2:  # 16-bit with a residual
         tall_bounds = (_MIN_WAVES_TALL_FUSED, _MIN_WAVES_TALL_WIDE_FUSED)
-    else:
+    elif not has_residual:  # plain fp8
         tall_bounds = (_MIN_WAVES_TALL_FP8, _MIN_WAVES_TALL_WIDE_FP8)
+    else:
+        tall_bounds = (_MIN_WAVES_TALL_FP8, _MIN_WAVES_TALL_WIDE_FUSED)
     if min_waves_tall is None:
         min_waves_tall = tall_bounds[0]
     if min_waves_tall_wide is None:

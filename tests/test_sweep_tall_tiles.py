@@ -1,6 +1,7 @@
 """The tall-tile sweep's CPU parts (benchmarks/sweep_tall_tiles.py): which problems and
 configs it measures, that the committed rows are that selection with every config passed its
-check, and that the fit gives ``default_config``'s bound for plain 16-bit calls."""
+check, and that the fit gives ``default_config``'s bound of each form (plain and fused 16-bit
+calls, fp8 calls)."""
 
 from __future__ import annotations
 
@@ -53,16 +54,25 @@ def test_committed_fused_rows_are_the_selection_and_the_fit_gives_the_fused_boun
     assert sweep.SWEEP.fit("fused", path) == config._MIN_WAVES_TALL_FUSED
 
 
+def test_committed_fp8_rows_are_the_selection_and_the_fit_gives_the_fp8_bound():
+    path = sweep.RESULTS_PATHS["fp8"]
+    rows = json.loads(path.read_text())["rows"]
+    check_committed_rows(sweep.SWEEP, sweep.tall_problems(load_corpus(), "fp8"), rows, "fp8")
+    assert sweep.SWEEP.fit("fp8", path) == config._MIN_WAVES_TALL_FP8
+
+
 def test_each_form_takes_its_own_bound():
     # RegNet's batch-8 112x112 1x1, C=32 -> K=96: 2.97 waves of 256-row tiles.
     problem = Conv2dProblemShape.from_shapes((8, 112, 112, 32), (96, 1, 1, 32))
     assert config.default_config(problem).tile_m == 256
     assert config.default_config(problem, has_residual=True).tile_m == 256
-    assert config.default_config(problem, element_bytes=1).tile_m == 128
+    assert config.default_config(problem, element_bytes=1).tile_m == 256
     assert config.default_config(problem, min_waves_tall=4).tile_m == 128
-    # ResNet's batch-1 224x224 3x3 at C=64: 1.48 waves, 256 rows with a residual only.
+    assert config.default_config(problem, element_bytes=1, min_waves_tall=4).tile_m == 128
+    # ResNet's batch-1 224x224 3x3 at C=64: 1.48 waves, 256 rows with a residual or on fp8.
     stem_stage = Conv2dProblemShape.from_shapes((1, 224, 224, 64), (64, 3, 3, 64), padding=1)
     assert config.default_config(stem_stage).tile_m == 128
     assert config.default_config(stem_stage, has_residual=True).tile_m == 256
+    assert config.default_config(stem_stage, element_bytes=1).tile_m == 256
     with pytest.raises(TypeError, match="min_waves_tall must be None or a number of waves"):
         config.default_config(problem, min_waves_tall="4")

@@ -65,16 +65,27 @@ def test_committed_fused_rows_are_the_selection_and_no_bound_gains_on_train():
     assert config._MIN_WAVES_TALL_WIDE_FUSED == math.inf
 
 
+def test_committed_fp8_rows_are_the_selection_and_the_fit_gives_the_fp8_bound():
+    path = sweep.RESULTS_PATHS["fp8"]
+    rows = json.loads(path.read_text())["rows"]
+    check_committed_rows(sweep.SWEEP, sweep.tall_wide_problems(load_corpus(), "fp8"), rows, "fp8")
+    assert sweep.SWEEP.fit("fp8", path) == config._MIN_WAVES_TALL_WIDE_FP8
+
+
 def test_only_plain_stride_1_multi_tap_convs_take_256_rows_at_128_wide():
     # VGG's batch-128 112x112 3x3, C=64 -> K=128: 47.5 waves of 256-row tiles.
     problem = Conv2dProblemShape.from_shapes((128, 112, 112, 64), (128, 3, 3, 64), padding=1)
     plain = config.default_config(problem)
     assert (plain.tile_m, plain.tile_n) == (256, 128)
     assert config.default_config(problem, has_residual=True).tile_m == 128
-    # fp8 keeps 128 rows at C=128 (full 128-byte k-tiles; at C=64 its short ones take 256).
+    # fp8 at C=128 (full 128-byte k-tiles; at C=64 its short ones take 256 rows anyway): 256
+    # rows from 6 waves (47.5 here), not with a residual, not at 2.97 waves (r50-c3-3x3).
     wide_c = Conv2dProblemShape.from_shapes((128, 112, 112, 128), (128, 3, 3, 128), padding=1)
     assert config.default_config(wide_c).tile_m == 256
-    assert config.default_config(wide_c, element_bytes=1).tile_m == 128
+    assert config.default_config(wide_c, element_bytes=1).tile_m == 256
+    assert config.default_config(wide_c, element_bytes=1, has_residual=True).tile_m == 128
+    r50_c3 = Conv2dProblemShape.from_shapes((128, 28, 28, 128), (128, 3, 3, 128), padding=1)
+    assert config.default_config(r50_c3, element_bytes=1).tile_m == 128
     assert config.default_config(problem, min_waves_tall_wide=48).tile_m == 128
     strided = Conv2dProblemShape.from_shapes(
         (128, 224, 224, 64), (128, 3, 3, 64), padding=1, stride=2
