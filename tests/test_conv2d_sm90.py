@@ -262,18 +262,26 @@ def test_default_output_on_the_current_stream():
 @pytest.mark.parametrize("how", ["current", "argument"])
 def test_kernel_runs_on_the_callers_stream(how):
     act, flt = random_conv_inputs(2, 10, 10, 64, 64, 3, 3)
-    out = torch.full((2, 10, 10, 64), float("nan"), dtype=torch.bfloat16, device="cuda")
-    # Compiled and loaded first: a cold compile would outlast the sleep below.
-    cute_conv.conv2d_fprop(act, flt, padding=1)
+    out = torch.empty((2, 10, 10, 64), dtype=torch.bfloat16, device="cuda")
     side = torch.cuda.Stream()
+
+    def conv_on_side_stream():
+        if how == "current":
+            with torch.cuda.stream(side):
+                cute_conv.conv2d_fprop(act, flt, padding=1, out=out)
+        else:
+            cute_conv.conv2d_fprop(act, flt, padding=1, out=out, stream=side)
+
+    # This very call first (compiled, loaded, its launch planned), so that the timed one's
+    # host work is short beside the sleep; slow host work under a loaded CPU failed the test.
+    side.wait_stream(torch.cuda.current_stream())
+    conv_on_side_stream()
+    torch.cuda.current_stream().wait_stream(side)
+    out.fill_(float("nan"))
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        torch.cuda._sleep(200_000_000)  # ~0.1 s of work queued ahead of the conv
-    if how == "current":
-        with torch.cuda.stream(side):
-            cute_conv.conv2d_fprop(act, flt, padding=1, out=out)
-    else:
-        cute_conv.conv2d_fprop(act, flt, padding=1, out=out, stream=side)
+        torch.cuda._sleep(1_000_000_000)  # ~0.5 s of work queued ahead of the conv
+    conv_on_side_stream()
     # On the side stream the conv still waits behind the sleep: the default stream sees NaN.
     assert torch.isnan(out.float()).all()
     side.synchronize()
