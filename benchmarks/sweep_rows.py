@@ -250,10 +250,21 @@ def sweep_main(doc: str, sweep: Callable[[float], None], offline: Callable[[], N
         sweep(args.max_seconds)
 
 
+def is_fp8_form(form: str) -> bool:
+    """Whether a sweep's ``form`` runs e4m3 inputs (``fp8``, ``fused_fp8``)."""
+    return form in ("fp8", "fused_fp8")
+
+
+def has_residual_form(form: str) -> bool:
+    """Whether a sweep's ``form`` runs ``relu(conv + b) + r`` (``fused``, ``fused_fp8``)."""
+    return form in ("fused", "fused_fp8")
+
+
 def measure_configs(p: dict, form: str, configs: dict, eager: bool = True) -> dict:
     """``{"checks", "ms"}`` of corpus problem ``p`` run by each of ``configs`` (name ->
-    config) in ``form``: ``plain`` (bf16), ``fused`` (``relu(conv + b) + r``, bf16) or
-    ``fp8`` (plain on e4m3 inputs, bf16 out). Each is checked against a float32 reference
+    config) in ``form``: ``plain`` (bf16), ``fused`` (``relu(conv + b) + r``, bf16),
+    ``fp8`` (plain on e4m3 inputs, bf16 out) or ``fused_fp8`` (``fused`` on e4m3 inputs, bf16
+    residual and out). Each is checked against a float32 reference
     (fp8: on the dequantized inputs) from a NaN-poisoned output, then those that pass are
     timed eagerly (unless ``eager`` is False) and replayed from CUDA graphs (``NAME_graph``),
     interleaved as ``bench.py`` times, with cuDNN's replay (``cudnn_graph``) on the same
@@ -267,26 +278,27 @@ def measure_configs(p: dict, form: str, configs: dict, eager: bool = True) -> di
 
     problem, geom, x, flt = problem_inputs(p)
     inputs, scales = (x, flt), {}
-    if form == "fp8":
+    if is_fp8_form(form):
         (qx, sx), (qf, sf) = cute_conv.quantize_fp8(x.float()), cute_conv.quantize_fp8(flt.float())
         x, flt = (qx.float() * sx).to(x.dtype), (qf.float() * sf).to(flt.dtype)  # dequantized
         inputs, scales = (qx, qf), {"x_scale": sx, "w_scale": sf}
     ref = conv2d_reference(x, flt, **geom)
     bias = torch.randn(problem.K, device="cuda", dtype=x.dtype)
     residual = torch.randn(problem.output_shape, device="cuda").to(x.dtype)
-    if form == "fused":
+    if has_residual_form(form):
         ref = torch.relu(ref + bias.float()) + residual.float()
 
         def call(config, out):
             return cute_conv.conv2d_fprop_with_residual(
-                *inputs, residual, bias=bias, activation="relu", out=out, config=config, **geom
-            )
+                *inputs, residual, bias=bias, activation="relu", out=out, config=config,
+                **scales, **geom,
+            )  # fmt: skip
     else:
 
         def call(config, out):
             return cute_conv.conv2d_fprop(*inputs, out=out, config=config, **scales, **geom)
 
-    checks, fns = checked_runs(x, flt, ref, geom, configs, call, fp8_inputs=form == "fp8")
+    checks, fns = checked_runs(x, flt, ref, geom, configs, call, fp8_inputs=is_fp8_form(form))
     # A graph holds no reference to the output its kernels write: ``fns`` (each run binds its
     # output) stays alive while the replays are timed.
     timed = (fns if eager else {}) | {f"{name}_graph": replay_of(run) for name, run in fns.items()}
@@ -313,7 +325,7 @@ def untuned_with(
     lone_cta_max_k_tiles: float | None = 0, single_tile_ring_max_k_tiles: float | None = 0,
     residual_narrow_pointwise_max_k: float | None = 0, **heuristic_kwargs,
 ):  # fmt: skip
-    """The config a call of ``form`` (``plain``, ``fused`` or ``fp8``, as in
+    """The config a call of ``form`` (``plain``, ``fused``, ``fp8`` or ``fused_fp8``, as in
     ``measure_configs``) without one runs on ``problem`` (``untuned.untuned_config``: staging,
     the gather and small-M rules included) when ``default_config`` takes ``min_waves_tall``,
     ``min_waves_tall_wide`` and ``heuristic_kwargs``, a rule's switch or bound, the
@@ -401,9 +413,11 @@ def untuned_with(
         last_wave_rule=last_wave_rule, pair_rule=pair_rule, lone_cta_rule=lone_cta_rule,
         ring_rule=ring_rule, pointwise_gemv_rule=None, direct_rule=None,  # tensor-core rules
     )  # fmt: skip
-    element_bytes = 1 if form == "fp8" else 2
+    element_bytes = 1 if is_fp8_form(form) else 2
     kernel_problem = kernel_problem_for(problem, element_bytes)
-    return untuned_config(arch, problem, kernel_problem, num_sms, form == "fused", element_bytes)
+    return untuned_config(
+        arch, problem, kernel_problem, num_sms, has_residual_form(form), element_bytes
+    )
 
 
 def rule_bound_config(
@@ -612,7 +626,7 @@ class BoundSweep:
             c.compiled_form() for p in todo
             for c in self.configs_of(problem_shape(p), form).values()
         }  # fmt: skip
-        precompile(configs, "float8_e4m3fn" if form == "fp8" else "bfloat16")
+        precompile(configs, "float8_e4m3fn" if is_fp8_form(form) else "bfloat16")
         sweep_new_problems(
             path, select, functools.partial(self.measure, form=form), max_seconds, ("key", "ms"),
             source=self.all_problems,

@@ -4,14 +4,15 @@ The variant: ``default_config`` gives 64-wide tiles (and narrower ones on short 
 256 rows from ``min_waves_tall`` waves of 256-row M tiles instead of 4; the fit of
 ``cute_conv.config._MIN_WAVES_TALL``.
 
-    python benchmarks/sweep_tall_tiles.py [--form plain|fused|fp8] [--max-seconds 500]  # H100/H200
-    python benchmarks/sweep_tall_tiles.py [--form plain|fused|fp8] --fit                # no GPU
+    python benchmarks/sweep_tall_tiles.py [--form FORM] [--max-seconds 500]  # H100/H200
+    python benchmarks/sweep_tall_tiles.py [--form FORM] --fit                # no GPU
 
 ``--results PATH`` measures into (or fits from) another file than ``tall_tiles_sweep.json``
 (the H200's rows), e.g. ``tall_tiles_sweep_H100.json``, an H100's. ``--form fused`` times the
 same rule on calls with a residual (``tall_tiles_fused_sweep_H200.json``), the fit of
 ``_MIN_WAVES_TALL_FUSED``; ``--form fp8`` on e4m3 inputs (bf16 out,
-``tall_tiles_fp8_sweep_H200.json``), the fit of ``_MIN_WAVES_TALL_FP8``.
+``tall_tiles_fp8_sweep_H200.json``), the fit of ``_MIN_WAVES_TALL_FP8``, and ``--form
+fused_fp8`` both (``tall_tiles_fused_fp8_sweep_H200.json``), fp8 calls with a residual.
 
 Why: the bound of 4 waves was measured on the suite's shapes (ResNet-50's 56x56 3x3 and
 the stem). The autotuner's candidates on the corpus's worst rows (H100) ran RegNet's batch-8
@@ -43,6 +44,7 @@ RESULTS_PATHS = {
     "plain": HERE / "tall_tiles_sweep.json",
     "fused": HERE / "tall_tiles_fused_sweep_H200.json",
     "fp8": HERE / "tall_tiles_fp8_sweep_H200.json",
+    "fused_fp8": HERE / "tall_tiles_fused_fp8_sweep_H200.json",
 }
 # Each GPU's rows, fitted apart: both give the same bound.
 GPU_PATHS = (RESULTS_PATHS["plain"], HERE / "tall_tiles_sweep_H100.json")
@@ -59,6 +61,7 @@ SWEEP = BoundSweep(
     baseline="four_waves", variant="tall", grid=MIN_WAVES_GRID,
     constants={
         "plain": "_MIN_WAVES_TALL", "fused": "_MIN_WAVES_TALL_FUSED", "fp8": "_MIN_WAVES_TALL_FP8",
+        "fused_fp8": "_MIN_WAVES_TALL_FP8",
     },
 )  # fmt: skip
 configs_of, tall_problems = SWEEP.configs_of, SWEEP.problems

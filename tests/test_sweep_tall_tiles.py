@@ -36,6 +36,23 @@ def test_the_fused_selection_is_todays_residual_calls_made_256_rows():
         assert base.tile_n == tall.tile_n or base.pingpong
 
 
+def test_the_fused_fp8_selection_is_fp8_residual_calls_made_256_rows():
+    """fp8 calls with a residual: the fp8 form's e4m3 K tiles, not the bf16 residual call's."""
+    chosen = sweep.tall_problems(load_corpus(), "fused_fp8")
+    assert len(chosen) >= 30
+    k_tiles_differ = False
+    for p in chosen:
+        problem = problem_shape(p)
+        configs = sweep.configs_of(problem, "fused_fp8")
+        base, tall = configs[sweep.SWEEP.baseline], configs[sweep.SWEEP.variant]
+        assert (base.tile_m, tall.tile_m) == (128, 256) and tall.tile_n <= 128
+        bf16 = sweep.configs_of(problem, "fused")[sweep.SWEEP.baseline]
+        fp8 = sweep.configs_of(problem, "fp8")[sweep.SWEEP.baseline]
+        assert base.tile_k == fp8.tile_k
+        k_tiles_differ |= base.tile_k != bf16.tile_k
+    assert k_tiles_differ
+
+
 @pytest.mark.parametrize("path", sweep.GPU_PATHS, ids=["H200", "H100"])
 def test_committed_rows_are_the_selection_and_every_config_passed(path):
     rows = json.loads(path.read_text())["rows"]
