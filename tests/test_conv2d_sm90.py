@@ -272,18 +272,23 @@ def test_kernel_runs_on_the_callers_stream(how):
         else:
             cute_conv.conv2d_fprop(act, flt, padding=1, out=out, stream=side)
 
-    # This very call first (compiled, loaded, its launch planned), so that the timed one's
-    # host work is short beside the sleep; slow host work under a loaded CPU failed the test.
+    def all_nan():
+        return torch.isnan(out.float()).all()
+
+    # This very call and the check first: the first launch of a lazily loaded kernel (CUDA's
+    # default module loading) waits for the whole device, the sleep included, and the check's
+    # kernels loaded after the sleep had seen the conv's output (H200, both cases).
     side.wait_stream(torch.cuda.current_stream())
     conv_on_side_stream()
     torch.cuda.current_stream().wait_stream(side)
+    all_nan()
     out.fill_(float("nan"))
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         torch.cuda._sleep(1_000_000_000)  # ~0.5 s of work queued ahead of the conv
     conv_on_side_stream()
     # On the side stream the conv still waits behind the sleep: the default stream sees NaN.
-    assert torch.isnan(out.float()).all()
+    assert all_nan()
     side.synchronize()
     report = compare_to_reference(out, conv2d_reference(act, flt, padding=1))
     assert report.ok, str(report)
