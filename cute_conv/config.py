@@ -102,7 +102,8 @@ OUT_BYTES = (1, 2, 4)  # e4m3, 16-bit, float32 outputs
 # 256-row tiles for 64-wide ones, given at least this many waves of them (see default_config):
 # for plain 16-bit calls fitted on the corpus's train part on an H200 and, apart, on an H100
 # (benchmarks/sweep_tall_tiles.py; both gave 1.5); for 16-bit calls with a residual and for
-# fp8 calls on an H200 (--form fused, --form fp8: 0.5, the least measured).
+# fp8 calls, with and without one, on an H200 (--form fused, fp8, fused_fp8: each gave 0.5,
+# the least measured).
 _MIN_WAVES_TALL = 1.5
 _MIN_WAVES_TALL_FUSED = 0.5
 _MIN_WAVES_TALL_FP8 = 0.5
@@ -438,7 +439,10 @@ def default_config(
     batch-1 224x224 3x3 at C=64, 1.48 waves). fp8 calls (``--form fp8``, H200: the 40 convs
     of 0.5-4 waves it can change there) take 0.5 too: 1.078x on 26 train convs, held-out
     1.094x (14), per conv 0.92-1.41x (losing on batch-1 130x130 1x1s and a 28x28 C=192 1x1,
-    by 4-8%; gaining most on the 56x56 and 112x112 1x1s of C=32-64).
+    by 4-8%; gaining most on the 56x56 and 112x112 1x1s of C=32-64); fp8 calls with a
+    residual (``--form fused_fp8``, 47 convs fitted apart) take it as well: 1.053x on 30
+    train convs, held-out 1.060x (17), per conv 0.85-1.24x (losing on batch-1 maps of 1-2
+    waves, the worst a 100x168 3x3 of C=256, K=36).
     Residual kernels stay on single CTAs there (the fused stem: 0.3335 ms at 2x1, 0.3056 at
     1x1).
 
@@ -630,9 +634,9 @@ def default_config(
         whole_source_min_tiles_per_sm = WHOLE_SOURCE_MIN_TILES_PER_SM
     if three_warpgroup_max_cost is None:
         three_warpgroup_max_cost = THREE_WARPGROUP_MAX_COST
-    # The 256-row tiles' fitted bounds (64-wide, 128-wide) of the call's form. fp8 calls with
-    # a residual were not measured: their 128-wide tiles keep the fused calls' bound (a whole
-    # 16-bit tile of C does not fit beside 256x128 stages).
+    # The 256-row tiles' fitted bounds (64-wide, 128-wide) of the call's form. The 128-wide
+    # tiles of fp8 calls with a residual were not measured: they keep the fused calls' bound
+    # (a whole 16-bit tile of C does not fit beside 256x128 stages).
     if element_bytes == 2 and not has_residual:  # plain 16-bit
         tall_bounds = (_MIN_WAVES_TALL, _MIN_WAVES_TALL_WIDE)
     elif element_bytes == 2:  # 16-bit with a residual

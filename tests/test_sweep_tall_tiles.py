@@ -78,6 +78,15 @@ def test_committed_fp8_rows_are_the_selection_and_the_fit_gives_the_fp8_bound():
     assert sweep.SWEEP.fit("fp8", path) == config._MIN_WAVES_TALL_FP8
 
 
+def test_committed_fused_fp8_rows_are_the_selection_and_the_fit_gives_the_fp8_bound():
+    """fp8 calls with a residual share the plain fp8 calls' bound: their own fit gives it."""
+    path = sweep.RESULTS_PATHS["fused_fp8"]
+    rows = json.loads(path.read_text())["rows"]
+    selected = sweep.tall_problems(load_corpus(), "fused_fp8")
+    check_committed_rows(sweep.SWEEP, selected, rows, "fused_fp8")
+    assert sweep.SWEEP.fit("fused_fp8", path) == config._MIN_WAVES_TALL_FP8
+
+
 def test_each_form_takes_its_own_bound():
     # RegNet's batch-8 112x112 1x1, C=32 -> K=96: 2.97 waves of 256-row tiles.
     problem = Conv2dProblemShape.from_shapes((8, 112, 112, 32), (96, 1, 1, 32))
