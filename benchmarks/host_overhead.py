@@ -3,7 +3,7 @@
     python benchmarks/host_overhead.py                          # on an H100/H200
     python benchmarks/host_overhead.py --base-dir OLD_CHECKOUT  # also an older version's calls
 
-A tiny conv (1x8x8x64, 64 3x3 filters, bf16), so that the host, not the GPU, sets the pace:
+A tiny conv (1x8x8x64, 64 3x3 filters, bf16; two fp8 rows on its e4m3 quantization), so that the host, not the GPU, sets the pace:
 each row is the median over ``bench.HOST_LOOPS`` loops of ``bench.HOST_CALLS_PER_LOOP`` calls
 (one synchronize per loop), as ``bench.py`` measures its host overhead; the rows are measured
 in ``--rounds`` rounds, the order reversed every other round, and the median round reported.
@@ -28,6 +28,7 @@ from compare_versions import import_base, materialize_base
 
 import cute_conv
 from cute_conv.testing import random_conv_inputs
+from cute_conv.untuned import heuristic_config
 
 # stride, padding and dilation as nn.Conv2d's modules hold and pass them.
 TUPLES = dict(stride=(1, 1), padding=(1, 1), dilation=(1, 1))
@@ -40,6 +41,14 @@ def calls(base_dir: Path | None, workdir: Path) -> dict[str, Callable[[], object
     x_nchw, flt_nchw = x.permute(0, 3, 1, 2), flt.permute(0, 3, 1, 2)
     op = torch.ops.cute_conv.conv2d_fprop
     conv = cute_conv.conv2d_fprop
+
+    (qx, x_scale), (qf, w_scale) = cute_conv.quantize_fp8(x), cute_conv.quantize_fp8(flt)
+    problem = cute_conv.Conv2dProblemShape.from_shapes(x.shape, flt.shape, padding=1)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    fp8_config = heuristic_config(problem, sms, element_bytes=1)
+
+    def fp8_call(**kwargs) -> None:
+        conv(qx, qf, padding=1, out=out, x_scale=x_scale, w_scale=w_scale, **kwargs)
 
     def no_grad_call() -> None:
         with torch.no_grad():
@@ -55,6 +64,10 @@ def calls(base_dir: Path | None, workdir: Path) -> dict[str, Callable[[], object
             None,
         ),
         "... filter requires grad (forward, autograd)": lambda: conv(x, flt_grad, padding=1),
+        "fp8: e4m3 x and w, per-tensor scales, out=out": fp8_call,
+        "... config=heuristic_config(...) (as the fp8 corpus calls)": lambda: fp8_call(
+            config=fp8_config
+        ),
         "F.conv2d (cuDNN, channels_last)": lambda: F.conv2d(x_nchw, flt_nchw, padding=1),
     }
     if base_dir is not None:
