@@ -64,27 +64,14 @@ def test_each_gpus_fit_gives_the_plain_bound(path):
     assert sweep.SWEEP.fit("plain", path) == config._MIN_WAVES_TALL
 
 
-def test_committed_fused_rows_are_the_selection_and_the_fit_gives_the_fused_bound():
-    path = sweep.RESULTS_PATHS["fused"]
+@pytest.mark.parametrize("form", ["fused", "fp8", "fused_fp8"])
+def test_committed_rows_of_each_form_are_the_selection_and_the_fit_gives_its_bound(form):
+    """Each form's H200 rows fitted apart give the constant ``default_config`` takes for it
+    (fp8 calls with a residual share the plain fp8 calls' ``_MIN_WAVES_TALL_FP8``)."""
+    path = sweep.RESULTS_PATHS[form]
     rows = json.loads(path.read_text())["rows"]
-    check_committed_rows(sweep.SWEEP, sweep.tall_problems(load_corpus(), "fused"), rows, "fused")
-    assert sweep.SWEEP.fit("fused", path) == config._MIN_WAVES_TALL_FUSED
-
-
-def test_committed_fp8_rows_are_the_selection_and_the_fit_gives_the_fp8_bound():
-    path = sweep.RESULTS_PATHS["fp8"]
-    rows = json.loads(path.read_text())["rows"]
-    check_committed_rows(sweep.SWEEP, sweep.tall_problems(load_corpus(), "fp8"), rows, "fp8")
-    assert sweep.SWEEP.fit("fp8", path) == config._MIN_WAVES_TALL_FP8
-
-
-def test_committed_fused_fp8_rows_are_the_selection_and_the_fit_gives_the_fp8_bound():
-    """fp8 calls with a residual share the plain fp8 calls' bound: their own fit gives it."""
-    path = sweep.RESULTS_PATHS["fused_fp8"]
-    rows = json.loads(path.read_text())["rows"]
-    selected = sweep.tall_problems(load_corpus(), "fused_fp8")
-    check_committed_rows(sweep.SWEEP, selected, rows, "fused_fp8")
-    assert sweep.SWEEP.fit("fused_fp8", path) == config._MIN_WAVES_TALL_FP8
+    check_committed_rows(sweep.SWEEP, sweep.tall_problems(load_corpus(), form), rows, form)
+    assert sweep.SWEEP.fit(form, path) == getattr(config, sweep.SWEEP.constants[form])
 
 
 def test_each_form_takes_its_own_bound():
