@@ -27,8 +27,8 @@ Per problem, in one process (bf16 in/out, fp32 accumulation):
   those columns are skipped, and the output says so.
 - ``--fp8`` instead of the fused orders: ours on e4m3 inputs (per-tensor scales, bf16 output,
   the heuristic's fp8 config) vs ours bf16, cuDNN bf16 and the frontend's fp8 graph (conv ->
-  two scales -> bf16, best of its first plans), checked against a float32 reference on the
-  dequantized inputs (``bench_fp8.fp8_comparison``); results in ``corpus_fp8_results.json``,
+  two scales -> bf16, best of its first plans), ours also replayed from CUDA graphs against
+  the bf16 replays, checked against a float32 reference on the dequantized inputs (``bench_fp8.fp8_comparison``); results in ``corpus_fp8_results.json``,
   report ``CORPUS_FP8.md``.
 - ``--fused-only``: the fused orders alone, for a change that moves only them (an epilogue's
   bias loads): the report keeps each problem's plain columns from its latest row that has
@@ -106,6 +106,10 @@ COMPARISONS: dict[str, tuple[str, str | tuple[str, ...], str]] = {
     "fp8": ("fp8_ms", "ours_ms", "ours fp8 vs ours bf16"),
     "fp8_cudnn": ("fp8_ms", "cudnn_ms", "ours fp8 vs cuDNN bf16"),
     "fp8_frontend": ("fp8_ms", "cudnn_fp8_ms", "ours fp8 vs cuDNN frontend fp8"),
+    # ... replayed from CUDA graphs: small fp8 convs' eager times are the host's (rows measured
+    # before 2026-12-03 have the eager columns alone).
+    "fp8_graph": ("fp8_graph_ms", "ours_graph_ms", "ours fp8 vs ours bf16, CUDA graphs"),
+    "fp8_cudnn_graph": ("fp8_graph_ms", "cudnn_graph_ms", "ours fp8 vs cuDNN bf16, CUDA graphs"),
 }
 # The speed targets' floors (issue 22): no plain conv below 0.95x cuDNN, no fused one below
 # 1.0x the cuDNN frontend; the report counts the problems under them.
@@ -131,9 +135,10 @@ def estimate_seconds(
     """Estimated wall time of ``bench_problem`` on ``problem`` (see the constants above)."""
     call_s = problem["gflop"] * 1e9 / EST_RATE_FLOPS
     fused = 1 if fp8 else len(ORDERS)  # fp8: ours and the frontend's fp8 conv
-    # The plain conv and cuDNN, eager and replayed from CUDA graphs, then the fused forms
-    # (bf16: eager and replayed too).
-    timed = (0 if fused_only else 4) + (2 * fused if frontend else fused) * (1 if fp8 else 2)
+    # The plain conv and cuDNN, eager and replayed from CUDA graphs, then the fused forms,
+    # ours and the frontend's, eager and replayed (fp8: ours both ways, the frontend eager).
+    ours_fused, frontend_fused = 2 * fused, (fused if fp8 else 2 * fused) if frontend else 0
+    timed = (0 if fused_only else 4) + ours_fused + frontend_fused
     screen = FRONTEND_SCREEN_S * fused / len(ORDERS) if frontend else 0.0
     return PROBLEM_SETUP_S + screen + ROUNDS * timed * (DO_BENCH_S + 10 * call_s)
 
@@ -389,6 +394,8 @@ def bench_problem(p: dict, cudnn_frontend, *, fp8: bool = False, fused_only: boo
         from bench_fp8 import fp8_comparison
 
         fns |= fp8_comparison(row, problem, geom, x, flt, cudnn_frontend is not None, num_sms)
+        if "fp8_ms" in fns:
+            fns["fp8_graph_ms"] = replay_of(fns["fp8_ms"])
         del ref
         row.update(time_interleaved(fns))
         return row

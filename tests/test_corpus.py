@@ -257,6 +257,37 @@ def test_render_of_a_corpus_held_out_whole_has_no_train_columns(tmp_path):
     assert "| 1x1 | 1.000x / 0.707x (2) | 3.000x / 3.000x (1) |" in text
 
 
+def test_render_of_fp8_rows_compares_the_replays_where_rows_have_them(tmp_path):
+    """fp8 rows: eager ratios against our bf16, cuDNN's and the frontend's fp8; replayed ones
+    against the bf16 replays, over the rows that have them (older rows have none)."""
+    times = dict(ours_ms=2.0, cudnn_ms=2.0, fp8_ms=4.0, cudnn_fp8_ms=4.0)
+    replays = dict(ours_graph_ms=2.0, cudnn_graph_ms=3.0, fp8_graph_ms=1.0)
+    rows = [
+        _row("a", "heldout", ["1x1"], 1.0, **times, **replays),
+        _row("b", "heldout", ["1x1"], 1.0, **times),  # measured before the replays
+    ]
+    run = {"device": "H200", "torch": "2.x", "cudnn": 1, "cudnn_frontend": "1.x"}
+    results = {"runs": [{**run, "run_id": "1", "gemm_tflops": 800.0, "rows": rows}]}
+    text = bench_corpus.render(results, tmp_path / "r.md", tmp_path / "c.png")
+    assert text.startswith("# Corpus benchmark (fp8)")
+    assert "| ours fp8 vs ours bf16 | heldout | 0.500x / 0.500x (2) | - |" in text
+    assert "| ours fp8 vs cuDNN frontend fp8 | heldout | 1.000x / 1.000x (2) | - |" in text
+    assert "| ours fp8 vs ours bf16, CUDA graphs | heldout | 2.000x / 2.000x (1) | - |" in text
+    assert "| ours fp8 vs cuDNN bf16, CUDA graphs | heldout | 3.000x / 3.000x (1) | - |" in text
+
+
+def test_the_fp8_estimate_counts_our_replays_and_the_frontends_eager_calls():
+    p = BY_KEY[RESNET50_1X1]
+    # per timed function: ROUNDS do_bench calls (the problem's own time is ~0 here)
+    per_fn = bench_corpus.ROUNDS * (bench_corpus.DO_BENCH_S + 10 * p["gflop"] * 1e9
+                                    / bench_corpus.EST_RATE_FLOPS)  # fmt: skip
+    no_frontend = bench_corpus.estimate_seconds(p, frontend=False, fp8=True)
+    with_frontend = bench_corpus.estimate_seconds(p, fp8=True)
+    assert no_frontend == pytest.approx(bench_corpus.PROBLEM_SETUP_S + 6 * per_fn)
+    screen = bench_corpus.FRONTEND_SCREEN_S / len(bench_corpus.ORDERS)
+    assert with_frontend == pytest.approx(no_frontend + screen + per_fn)
+
+
 def test_render_defaults_to_the_latest_device_and_lists_failures(tmp_path):
     results = _results()
     results["runs"][2]["rows"][2]["checks"]["plain"] = {"ok": False, "rel_err": 0.5}
@@ -470,6 +501,9 @@ def test_bench_problem_on_small_problems():
     row = bench_corpus.bench_problem(problems[0], frontend, fused_only=True)
     assert set(row["checks"]) == {"after", "before"} and "ours_ms" not in row
     assert row["after_ms"] > 0 and row["before_ms"] > 0
+    row = bench_corpus.bench_problem(problems[0], frontend, fp8=True)
+    assert row["checks"]["fp8"]["ok"] and "after_ms" not in row
+    assert row["fp8_ms"] > 0 and row["fp8_graph_ms"] > 0 and row["ours_graph_ms"] > 0
 
 
 @pytest.mark.parametrize("padding", [((1, 1), (2, 2)), ((0, 1), (0, 1)), ((2, 0), (1, 3))], ids=str)
