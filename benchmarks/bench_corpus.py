@@ -28,8 +28,9 @@ Per problem, in one process (bf16 in/out, fp32 accumulation):
 - ``--fp8`` instead of the fused orders: ours on e4m3 inputs (per-tensor scales, bf16 output,
   the heuristic's fp8 config) vs ours bf16, cuDNN bf16 and the frontend's fp8 graph (conv ->
   two scales -> bf16, best of its first plans), ours also replayed from CUDA graphs against
-  the bf16 replays, checked against a float32 reference on the dequantized inputs (``bench_fp8.fp8_comparison``); results in ``corpus_fp8_results.json``,
-  report ``CORPUS_FP8.md``.
+  the bf16 replays, checked against a float32 reference on the dequantized inputs
+  (``bench_fp8.fp8_comparison``); results in ``corpus_fp8_results.json``, report
+  ``CORPUS_FP8.md``.
 - ``--fused-only``: the fused orders alone, for a change that moves only them (an epilogue's
   bias loads): the report keeps each problem's plain columns from its latest row that has
   them (``latest_rows``), so each ratio's two times still come from one run.

@@ -3,10 +3,11 @@
     python benchmarks/host_overhead.py                          # on an H100/H200
     python benchmarks/host_overhead.py --base-dir OLD_CHECKOUT  # also an older version's calls
 
-A tiny conv (1x8x8x64, 64 3x3 filters, bf16; two fp8 rows on its e4m3 quantization), so that the host, not the GPU, sets the pace:
-each row is the median over ``bench.HOST_LOOPS`` loops of ``bench.HOST_CALLS_PER_LOOP`` calls
-(one synchronize per loop), as ``bench.py`` measures its host overhead; the rows are measured
-in ``--rounds`` rounds, the order reversed every other round, and the median round reported.
+A tiny conv (1x8x8x64, 64 3x3 filters, bf16; two fp8 rows on its e4m3 quantization), so
+that the host, not the GPU, sets the pace: each row is the median over ``bench.HOST_LOOPS``
+loops of ``bench.HOST_CALLS_PER_LOOP`` calls (one synchronize per loop), as ``bench.py``
+measures its host overhead; the rows are measured in ``--rounds`` rounds, the order reversed
+every other round, and the median round reported.
 With ``--base-dir`` (a tree holding an older checkout's ``cute_conv/`` and ``kernels/``) the
 old version is imported beside this one (``compare_versions.import_base``) and its public calls
 are rows too. The public function's eager path checks ``torch.compiler.is_compiling()`` and
