@@ -156,6 +156,17 @@ def test_residual_across_configs(config):
     run_case((16, 40, 40, 64, 264, 3, 3, dict(padding=1)), case, config=config)
 
 
+@pytest.mark.parametrize("raster_along_m", [True, False], ids=["raster-m", "raster-n"])
+def test_channel_vectors_follow_the_tile_column(raster_along_m):
+    """A CTA keeps its bias and scale registers for its next tile of the same column and
+    loads them anew where the column changes: rastered along M, its tiles mostly share a
+    column; along N, every tile changes it (three columns of K=320, ~4 tiles per CTA)."""
+    config = cute_conv.Conv2dConfig(raster_along_m=raster_along_m)
+    case = dict(scale=True, bias=True, activation="relu", residual=1.0)
+    run_case((16, 40, 40, 64, 320, 3, 3, dict(padding=1)), case, config=config)
+    run_case((16, 40, 40, 64, 320, 3, 3, dict(padding=1)), dict(bias=True), config=config)
+
+
 def test_fp32_output_and_16bit_vectors():
     case = dict(scale=True, bias=True, activation="gelu_tanh", residual=0.5)
     run_case(SHAPES[0].values[0], case, out_dtype=torch.float32, vector_dtype=torch.bfloat16)

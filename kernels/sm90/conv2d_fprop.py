@@ -975,6 +975,9 @@ class Conv2dFpropSm90(
             if warpgroup_idx == 1:
                 work, valid, states = self.skip_tile(items, work, states, k_tile_cnt, k_shape[0])
         preloads_source = epilogue.source_regs is not None  # trace time
+        # The tile column whose bias/scale the registers hold (or L2 has): a tile of the
+        # same column, the next of a persistent CTA where K fits one tile, loads none.
+        vectors_n_tile = cutlass.Int32(-1)
         while valid:
             k_first, k_end = items.k_tile_range(work)
             if cutlass.const_expr(self.epilogue.has_channel_vectors or preloads_source):
@@ -982,7 +985,9 @@ class Conv2dFpropSm90(
                 if k_first == 0:
                     m_tile, n_tile = items.tile_coord(work)
                     if cutlass.const_expr(self.epilogue.has_channel_vectors):
-                        self.load_tile_vectors(epilogue, epi_args, n_tile, tile_tidx)
+                        if n_tile != vectors_n_tile:
+                            self.load_tile_vectors(epilogue, epi_args, n_tile, tile_tidx)
+                            vectors_n_tile = n_tile
                     if cutlass.const_expr(preloads_source):
                         self.preload_tile_source(epilogue, m_tile, n_tile, epi_args)
             if cutlass.const_expr(self.pingpong):
