@@ -159,8 +159,9 @@ def test_residual_across_configs(config):
 @pytest.mark.parametrize("raster_along_m", [True, False], ids=["raster-m", "raster-n"])
 def test_channel_vectors_follow_the_tile_column(raster_along_m):
     """A CTA keeps its bias and scale registers for its next tile of the same column and
-    loads them anew where the column changes: rastered along M, its tiles mostly share a
-    column; along N, every tile changes it (three columns of K=320, ~4 tiles per CTA)."""
+    loads them anew where the column changes. Three columns (K=320) of 200 row tiles, ~4.5
+    tiles a CTA: where a CTA's successive tiles keep or change their column depends on the
+    raster, so both rasters run."""
     config = cute_conv.Conv2dConfig(raster_along_m=raster_along_m)
     case = dict(scale=True, bias=True, activation="relu", residual=1.0)
     run_case((16, 40, 40, 64, 320, 3, 3, dict(padding=1)), case, config=config)
