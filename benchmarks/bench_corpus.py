@@ -107,8 +107,8 @@ COMPARISONS: dict[str, tuple[str, str | tuple[str, ...], str]] = {
     "fp8": ("fp8_ms", "ours_ms", "ours fp8 vs ours bf16"),
     "fp8_cudnn": ("fp8_ms", "cudnn_ms", "ours fp8 vs cuDNN bf16"),
     "fp8_frontend": ("fp8_ms", "cudnn_fp8_ms", "ours fp8 vs cuDNN frontend fp8"),
-    # ... replayed from CUDA graphs: small fp8 convs' eager times are the host's (rows measured
-    # before 2026-12-03 have the eager columns alone).
+    # ... replayed from CUDA graphs: the GPU's time without the host's, which can set a small
+    # conv's eager time (rows measured before 2026-12-03 have the eager columns alone).
     "fp8_graph": ("fp8_graph_ms", "ours_graph_ms", "ours fp8 vs ours bf16, CUDA graphs"),
     "fp8_cudnn_graph": ("fp8_graph_ms", "cudnn_graph_ms", "ours fp8 vs cuDNN bf16, CUDA graphs"),
 }
