@@ -3,47 +3,36 @@ staged stems (H100/H200):
 
     python benchmarks/experiments/host_parts.py --rounds 3 > host_parts.log
 
-Each step is called in a loop of ``--calls`` calls without synchronizing (the GPU work of
-these convs is a few microseconds, so the host sets the pace), and reported as the median of
-five loops. The steps: the public call, ``dispatch.conv2d`` under it, the cached plan lookup
-and its key, an output allocation, and the launches (the staging kernel's and the conv
-kernel's alone). The host's speed moves between and within runs: compare steps measured in
-one round.
+Each step is called in loops of ``bench.HOST_CALLS_PER_LOOP`` calls without synchronizing
+(the GPU work of these convs is a few microseconds, so the host sets the pace), and reported
+as the median of five loops, as ``bench.py`` times its host overhead (``host_parts_H200.log``
+came from a first copy that warmed each step up by 50 calls, not 100). The steps: the public
+call, ``dispatch.conv2d`` under it, the cached plan lookup and its key, an output
+allocation, and the launches (the staging kernel's and the conv kernel's alone). The host's
+speed moves between and within runs: compare steps measured in one round.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import sys
 import traceback
-from typing import Callable
+from pathlib import Path
 
 import torch
 
-import cute_conv
-from cute_conv import dispatch
-from cute_conv.cuda_context import current_raw_stream
-from cute_conv.staging import _bytes, _stage_filter, staged_weights
-from cute_conv.testing import random_conv_inputs
-from cute_conv.untuned import heuristic_config
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
+from bench import _host_us_per_call as host_us  # noqa: E402
+
+import cute_conv  # noqa: E402
+from cute_conv import dispatch  # noqa: E402
+from cute_conv.cuda_context import current_raw_stream  # noqa: E402
+from cute_conv.staging import _bytes, _stage_filter, staged_weights  # noqa: E402
+from cute_conv.testing import random_conv_inputs  # noqa: E402
+from cute_conv.untuned import heuristic_config  # noqa: E402
 
 
-def host_us(fn: Callable[[], object], calls: int) -> float:
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    loops = []
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        loops.append((time.perf_counter() - start) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(loops)
-
-
-def steps(n, h, c, k, r, stride, pad, fp8, config, calls) -> tuple[str, dict[str, float]]:
+def steps(n, h, c, k, r, stride, pad, fp8, config) -> tuple[str, dict[str, float]]:
     """The host time of each step of one conv's eager call (square maps and filters)."""
     x, f = random_conv_inputs(n, h, h, c, k, r, r)
     geom = dict(stride=stride, padding=pad)
@@ -66,28 +55,24 @@ def steps(n, h, c, k, r, stride, pad, fp8, config, calls) -> tuple[str, dict[str
     plan = dispatch._plan(x, f, None, out, None, None, args, scales)
     raw = current_raw_stream(0)
     row = {
-        "call": host_us(call, calls),
+        "call": host_us(call),
         "dispatch.conv2d": host_us(
-            lambda: dispatch.conv2d(x, f, None, None, None, out, None, args, scales), calls
+            lambda: dispatch.conv2d(x, f, None, None, None, out, None, args, scales)
         ),
         "_plan (cached)": host_us(
-            lambda: dispatch._plan(x, f, None, out, None, None, args, scales), calls
+            lambda: dispatch._plan(x, f, None, out, None, None, args, scales)
         ),
-        "_plan_key": host_us(
-            lambda: dispatch._plan_key(x, f, None, out, None, None, args, scales), calls
-        ),
-        "current_raw_stream": host_us(lambda: current_raw_stream(0), calls),
-        "torch.cuda.is_current_stream_capturing": host_us(
-            torch.cuda.is_current_stream_capturing, calls
-        ),
-        "x.new_empty(out shape)": host_us(lambda: x.new_empty(plan.out_shape), calls),
+        "_plan_key": host_us(lambda: dispatch._plan_key(x, f, None, out, None, None, args, scales)),
+        "current_raw_stream": host_us(lambda: current_raw_stream(0)),
+        "torch.cuda.is_current_stream_capturing": host_us(torch.cuda.is_current_stream_capturing),
+        "x.new_empty(out shape)": host_us(lambda: x.new_empty(plan.out_shape)),
     }
     scale_pointers = (0,) * 5 if scales is None else dispatch._scale_pointers(scales)
     if plan.needs_staging:
         staging, launch = plan.staging, plan.staging.activation_launch
         x_bytes = _bytes(x)
-        row["x.view(uint8)"] = host_us(lambda: x.view(torch.uint8), calls)
-        row["activation_launch.run"] = host_us(lambda: launch.run(x_bytes, raw), calls)
+        row["x.view(uint8)"] = host_us(lambda: x.view(torch.uint8))
+        row["activation_launch.run"] = host_us(lambda: launch.run(x_bytes, raw))
         x_k = launch.run(x_bytes, raw).view(x.dtype)
         f_k = _stage_filter(_bytes(f), staging).view(f.dtype)
         out_k = out.view(staging.kernel_problem.output_shape) if staging.on_view else out
@@ -98,15 +83,15 @@ def steps(n, h, c, k, r, stride, pad, fp8, config, calls) -> tuple[str, dict[str
                 scale_pointers=scale_pointers, device_index=0, stream=raw,
             )  # fmt: skip
 
-        row["plan.launch (conv kernel only)"] = host_us(conv_launch, calls)
+        row["plan.launch (conv kernel only)"] = host_us(conv_launch)
         how = (staging, raw)
         row["staged_weights.get (hit)"] = host_us(
-            lambda: staged_weights.get(f, how, lambda: f_k, capturing=False), calls
+            lambda: staged_weights.get(f, how, lambda: f_k, capturing=False)
         )
     else:
         pointers = (x.data_ptr(), f.data_ptr(), out.data_ptr(), 0, 0, 0, *scale_pointers, 0, 0)
         row["kernel.launch (conv kernel only)"] = host_us(
-            lambda: plan.kernel.launch(pointers, plan.scalars, raw), calls
+            lambda: plan.kernel.launch(pointers, plan.scalars, raw)
         )
     return f"{type(plan.kernel.key.config).__name__} staged={plan.needs_staging}", row
 
@@ -130,13 +115,12 @@ CASES = {
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3, help="passes over every case")
-    parser.add_argument("--calls", type=int, default=1000, help="calls per timed loop")
     args = parser.parse_args()
     for i in range(args.rounds):
         print(f"#### round {i}")
         for label, case in CASES.items():
             try:
-                plan, row = steps(*case, calls=args.calls)
+                plan, row = steps(*case)
             except Exception:  # noqa: BLE001 - one case failing leaves the others to run
                 print(f"== {label} FAILED")
                 traceback.print_exc()
