@@ -8,8 +8,9 @@ Each step is called in loops of ``bench.HOST_CALLS_PER_LOOP`` calls without sync
 as the median of five loops, as ``bench.py`` times its host overhead (``host_parts_H200.log``
 came from a first copy that warmed each step up by 50 calls, not 100). The steps: the public
 call, ``dispatch.conv2d`` under it, the cached plan lookup and its key, an output
-allocation, and the launches (the staging kernel's and the conv kernel's alone). The host's
-speed moves between and within runs: compare steps measured in one round.
+allocation, and the launches (the staging kernel's and the conv kernel's alone; since session
+97 also the staging kernel into a kept buffer and both launches in turn, not yet run). The
+host's speed moves between and within runs: compare steps measured in one round.
 """
 
 from __future__ import annotations
@@ -84,6 +85,20 @@ def steps(n, h, c, k, r, stride, pad, fp8, config) -> tuple[str, dict[str, float
             )  # fmt: skip
 
         row["plan.launch (conv kernel only)"] = host_us(conv_launch)
+        # The staging kernel into a kept buffer (no allocation), then both launches of a
+        # staged call in turn: does a launch cost more after another kernel's?
+        staging_kernel = next(iter(launch.kernels.values()))
+        kept = x_bytes.new_empty(launch.shape)
+
+        def staging_launch() -> None:
+            staging_kernel.launch(x_bytes.data_ptr(), kept.data_ptr(), *launch.geometry, raw)
+
+        def both_launches() -> None:
+            staging_launch()
+            conv_launch()
+
+        row["staging kernel.launch (kept buffer)"] = host_us(staging_launch)
+        row["staging + conv launches in turn"] = host_us(both_launches)
         how = (staging, raw)
         row["staged_weights.get (hit)"] = host_us(
             lambda: staged_weights.get(f, how, lambda: f_k, capturing=False)
