@@ -139,8 +139,15 @@ _NO_SCALES = (0, 0, 0, 0, 0)
 
 def _scale_pointers(fp8_scales: tuple) -> tuple[int, ...]:
     """The kernel's pointers to x_scale, w_scale, out_scale, out_amax and source_scale (0
-    for None), in ``ConvPointers``' order."""
-    return tuple(0 if t is None else t.data_ptr() for t in fp8_scales)
+    for None), in ``ConvPointers``' order (written out, not looped: every fp8 call runs it)."""
+    x_scale, w_scale, out_scale, out_amax, source_scale = fp8_scales
+    return (
+        0 if x_scale is None else x_scale.data_ptr(),
+        0 if w_scale is None else w_scale.data_ptr(),
+        0 if out_scale is None else out_scale.data_ptr(),
+        0 if out_amax is None else out_amax.data_ptr(),
+        0 if source_scale is None else source_scale.data_ptr(),
+    )
 
 
 def out_overlaps_inputs(out_ptr: int, x_ptr: int, f_ptr: int, src_ptr: int, nbytes: tuple) -> bool:
@@ -224,9 +231,21 @@ def _plan_key(x, filter, source, out, bias, scale, args: tuple, fp8_scales) -> t
         if activation is epilogue_fn is out_dtype is config is None
         else (freeze_arg(activation), freeze_arg(epilogue_fn), freeze_arg(out_dtype),
               freeze_arg(config)),
-        None
-        if fp8_scales is None
-        else tuple(None if t is None else tensor_key(t) for t in fp8_scales),
+        None if fp8_scales is None else _scale_keys(*fp8_scales),
+    )  # fmt: skip
+
+
+def _scale_key(t: torch.Tensor | None) -> tuple | None:
+    """The plan key of one scale tensor: what ``validation.check_scale_tensor`` reads (type,
+    dtype, device, layout, element count), not the strides of its one element."""
+    return None if t is None else (type(t), t.dtype, t.device, t.layout, t.shape)
+
+
+def _scale_keys(x_scale, w_scale, out_scale, out_amax, source_scale) -> tuple:
+    """The scale tensors' keys, written out rather than looped (every fp8 call runs it)."""
+    return (
+        _scale_key(x_scale), _scale_key(w_scale), _scale_key(out_scale), _scale_key(out_amax),
+        _scale_key(source_scale),
     )  # fmt: skip
 
 

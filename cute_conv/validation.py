@@ -371,13 +371,15 @@ def check_fp8_scales(
 
 
 def check_scale_tensor(name: str, value: object, device: torch.device, owner: str) -> None:
-    """``TypeError`` unless ``value`` is a tensor, ``ValueError`` unless it is one float32
-    element on ``device`` (where ``owner``, named in the message, lives): an fp8 scale as the
-    kernels read it."""
+    """``TypeError`` unless ``value`` is a tensor, ``ValueError`` unless it is one dense
+    float32 element on ``device`` (where ``owner``, named in the message, lives): an fp8
+    scale as the kernels read it."""
     if not isinstance(value, torch.Tensor):
         raise TypeError(
             f"{name} must be a one-element float32 torch.Tensor, got {type(value).__name__}"
         )
+    if value.layout != torch.strided:  # the kernel reads the element at data_ptr()
+        raise ValueError(f"{name} must be a dense (torch.strided) tensor, got layout {value.layout}")
     if value.dtype != torch.float32 or value.numel() != 1:
         raise ValueError(
             f"{name} must be a one-element float32 tensor, got dtype {value.dtype} and "

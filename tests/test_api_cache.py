@@ -124,3 +124,34 @@ def test_clear_cache_drops_the_plans(made):
     cute_conv.compile.clear_cache()
     _conv()
     assert len(made) == 2
+
+
+def _fp8_conv(**scales) -> None:
+    x, f = _t(dtype=torch.float8_e4m3fn), _t((64, 3, 3, 64), dtype=torch.float8_e4m3fn)
+    scales = dict(x_scale=torch.ones(1), w_scale=torch.ones(1)) | scales
+    cute_conv.conv2d_fprop(x, f, out=_t(), padding=1, **scales)
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        pytest.param(lambda: _fp8_conv(x_scale=torch.ones(1, dtype=torch.float64)), id="dtype"),
+        pytest.param(lambda: _fp8_conv(w_scale=torch.ones(())), id="shape"),
+        pytest.param(lambda: _fp8_conv(w_scale=torch.ones(1).to_sparse()), id="layout"),
+        pytest.param(lambda: _fp8_conv(x_scale=torch.ones(1, device="meta")), id="device"),
+        pytest.param(lambda: _fp8_conv(x_scale=torch.ones(1).as_subclass(_Sub)), id="subclass"),
+        pytest.param(lambda: _fp8_conv(out_amax=torch.zeros(1)), id="amax"),
+    ],
+)  # fmt: skip
+def test_scale_differences_make_new_plans(made, variant):
+    _fp8_conv()
+    variant()
+    variant()
+    assert len(made) == 2
+
+
+def test_a_scales_strides_are_not_in_the_key(made):
+    """Validation reads a scale's one element, not its strides: they share a plan."""
+    _fp8_conv(x_scale=torch.ones(1, 1))
+    _fp8_conv(x_scale=torch.ones(1, 2)[:, :1])  # strides (2, 1), not (1, 1)
+    assert len(made) == 1

@@ -36,6 +36,7 @@ BAD_CALLS = [
     pytest.param({}, dict(w_scale=torch.ones(2)), ValueError, r"w_scale must be a one-element float32 tensor, got dtype torch.float32 and shape \(2,\)", id="w-scale-two"),
     pytest.param({}, dict(x_scale=1.0), TypeError, "x_scale must be a one-element float32 torch.Tensor, got float", id="x-scale-float"),
     pytest.param({}, dict(x_scale=_scale(device="meta")), ValueError, "x_scale is on meta but activation is on cpu", id="x-scale-device"),
+    pytest.param({}, dict(w_scale=torch.ones(1).to_sparse()), ValueError, r"w_scale must be a dense \(torch.strided\) tensor, got layout torch.sparse_coo", id="w-scale-sparse"),
     pytest.param({}, dict(out_dtype=E4M3), ValueError, "out_scale is required with fp8 output", id="fp8-out-no-scale"),
     pytest.param({}, dict(out_scale=_scale()), ValueError, "out_scale is only for fp8 output", id="out-scale-bf16-out"),
     pytest.param({}, dict(out_dtype=E5M2, out_scale=_scale()), TypeError, "out_dtype is torch.float8_e5m2", id="e5m2-out"),
