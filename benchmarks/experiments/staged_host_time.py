@@ -13,7 +13,8 @@ median of the call and of its CUDA-graph replay; ``python_calls``, the Python fu
 per call, and ``top_functions``, the functions of most own time over ``PROFILED_CALLS`` calls
 (cProfile: its own overhead inflates the times, so read them against each other);
 ``kernels``, the kernels one call launches (torch.profiler). Nothing is checked here: ``bench_corpus.py`` checks these
-calls.
+calls. ``--fp8`` adds the fp8 plain call (e.g. the RGB stem's, which the fp8 corpus timed at
+44.5 us eager against 13.8 replayed on an H200: ``fp8_stem_host_H200.log``).
 """
 
 from __future__ import annotations
@@ -34,14 +35,17 @@ from bench_corpus import ORDERS, load_corpus, problem_operands  # noqa: E402
 from models import replay_of  # noqa: E402
 
 import cute_conv  # noqa: E402
+from cute_conv.untuned import heuristic_config  # noqa: E402
 
 ISSUED_CALLS = 300
 PROFILED_CALLS = 100
 TOP_FUNCTIONS = 25
 
 
-def call_forms(p: dict) -> dict:
-    """The plain call and the two fused orders of corpus problem ``p``, on fresh operands."""
+def call_forms(p: dict, fp8: bool = False) -> dict:
+    """The plain call and the two fused orders of corpus problem ``p``, on fresh operands
+    (``fp8``: and the plain call on their e4m3 quantization, per-tensor scales, bf16 output,
+    the heuristic's fp8 config, as ``bench_corpus.py --fp8`` calls it)."""
     problem, geom, x, flt, config, fused_config = problem_operands(p)
     out = torch.empty(problem.output_shape, dtype=x.dtype, device="cuda")
     bias = torch.randn(p["K"], device="cuda", dtype=x.dtype)
@@ -53,6 +57,13 @@ def call_forms(p: dict) -> dict:
             x, flt, res, bias=bias, activation="relu", residual_order=order, out=fused_out,
             config=fused_config, **geom,
         )  # fmt: skip
+    if fp8:
+        (qx, x_scale), (qf, w_scale) = (cute_conv.quantize_fp8(t.float()) for t in (x, flt))
+        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+        fp8_config = heuristic_config(problem, sms, element_bytes=1)
+        forms["fp8"] = lambda: cute_conv.conv2d_fprop(
+            qx, qf, out=out, x_scale=x_scale, w_scale=w_scale, config=fp8_config, **geom
+        )
     return forms
 
 
@@ -106,11 +117,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("keys", nargs="+", help="corpus keys")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--fp8", action="store_true", help="also the fp8 plain call")
     args = parser.parse_args()
     corpus = {p["key"]: p for p in load_corpus()}
     rows = []
     for key in args.keys:
-        for form, fn in call_forms(corpus[key]).items():
+        for form, fn in call_forms(corpus[key], args.fp8).items():
             rows.append({"key": key, "form": form, **measure(fn)})
             shown = {k: v for k, v in rows[-1].items() if k not in ("kernels", "top_functions")}
             print(json.dumps(shown), flush=True)
