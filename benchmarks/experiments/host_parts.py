@@ -9,7 +9,7 @@ as the median of five loops, as ``bench.py`` times its host overhead (``host_par
 came from a first copy that warmed each step up by 50 calls, not 100). The steps: the public
 call, ``dispatch.conv2d`` under it, the cached plan lookup and its key, an output
 allocation, and the launches (the staging kernel's and the conv kernel's alone; since session
-97 also the staging kernel into a kept buffer and both launches in turn, not yet run). The
+97 also the staging kernel into a kept buffer and both launches in turn). The
 host's speed moves between and within runs: compare steps measured in one round.
 """
 

@@ -26,6 +26,7 @@ import dataclasses
 import json
 import statistics
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 import torch
 from tile_timeline import parse_field, shape_of  # beside this script; puts benchmarks/ on the path
@@ -63,10 +64,22 @@ def kernel_durations(call, calls: int = CALLS) -> dict:
     }
 
 
-def conv_durations(spec: str, num_sms: int, fused: bool = False, cudnn=None) -> dict:
-    """Our call's and cuDNN's kernel durations for ``spec`` (``NAME[:field=value...]``);
-    ``fused``: also our fused call's and, with ``cudnn`` (the frontend module), the
-    frontend's fused graph's (``fused_durations``)."""
+class ConvCalls(NamedTuple):
+    """A spec's plain call and cuDNN's on the same fresh operands."""
+
+    problem: cute_conv.Conv2dProblemShape
+    x: torch.Tensor
+    flt: torch.Tensor
+    overrides: dict
+    config: cute_conv.Conv2dConfig
+    ours: Callable[[], object]
+    cudnn: Callable[[], object]
+
+
+def conv_calls(spec: str, num_sms: int) -> ConvCalls:
+    """Our plain call (the heuristic's config, ``spec``'s overrides applied) and
+    ``F.conv2d`` on its channels_last views (``cudnn.benchmark``) for ``spec``
+    (``NAME[:field=value...]``)."""
     from bench_corpus import cudnn_conv2d
 
     name, *fields = spec.split(":")
@@ -80,19 +93,29 @@ def conv_durations(spec: str, num_sms: int, fused: bool = False, cudnn=None) -> 
     config = dataclasses.replace(heuristic_config(problem, num_sms), **overrides)
     out = torch.empty(problem.output_shape, device="cuda", dtype=torch.bfloat16)
     x_cl, w_cl = x.permute(0, 3, 1, 2), flt.permute(0, 3, 1, 2)
-    row = {
-        "config": repr(config),
-        "ours": kernel_durations(
-            lambda: cute_conv.conv2d_fprop(x, flt, out=out, config=config, **geom)
-        ),
+    return ConvCalls(
+        problem, x, flt, overrides, config,
+        lambda: cute_conv.conv2d_fprop(x, flt, out=out, config=config, **geom),
         # Asymmetric padding: the pad kernel is among cuDNN's, as in the corpus benchmark.
-        "cudnn": kernel_durations(cudnn_conv2d(x_cl, w_cl, problem)),
+        cudnn_conv2d(x_cl, w_cl, problem),
+    )  # fmt: skip
+
+
+def conv_durations(spec: str, num_sms: int, fused: bool = False, cudnn=None) -> dict:
+    """Our call's and cuDNN's kernel durations for ``spec`` (``NAME[:field=value...]``);
+    ``fused``: also our fused call's and, with ``cudnn`` (the frontend module), the
+    frontend's fused graph's (``fused_durations``)."""
+    calls = conv_calls(spec, num_sms)
+    row = {
+        "config": repr(calls.config),
+        "ours": kernel_durations(calls.ours),
+        "cudnn": kernel_durations(calls.cudnn),
     }
     if fused:
         fused_config = dataclasses.replace(
-            heuristic_config(problem, num_sms, has_residual=True), **overrides
+            heuristic_config(calls.problem, num_sms, has_residual=True), **calls.overrides
         )
-        row |= fused_durations(x, flt, problem, fused_config, cudnn)
+        row |= fused_durations(calls.x, calls.flt, calls.problem, fused_config, cudnn)
     return row
 
 
