@@ -28,7 +28,7 @@ HEADLINE = (
     "gpu__time_duration.sum",
     "sm__cycles_elapsed.avg.per_second",
     "sm__throughput.avg.pct_of_peak_sustained_elapsed",
-    "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
     "sm__inst_executed_pipe_uniform.avg.pct_of_peak_sustained_active",
     "lts__t_sector_hit_rate.pct",
     "lts__throughput.avg.pct_of_peak_sustained_elapsed",
