@@ -64,10 +64,11 @@ class ArchKernels:
     # ``PointwiseGemvConfig`` for the CUDA-core kernel of few-row 1x1s, or None (None: the
     # arch's tensor-core kernels run every conv).
     pointwise_gemv_rule: Optional[Callable[[Conv2dProblemShape, int, int], Any]]
-    # Likewise, where the pointwise-GEMV rule declines: the same arguments -> a
+    # Likewise, where the pointwise-GEMV rule declines: the same arguments and whether the
+    # tensor-core path would copy the activation first (``staging.copies_activation``) -> a
     # ``GroupedDirectConfig`` for the CUDA-core direct conv of few-channel dense convs
     # (``direct_rule``), or None (None: never).
-    direct_rule: Optional[Callable[[Conv2dProblemShape, int, int], Any]]
+    direct_rule: Optional[Callable[[Conv2dProblemShape, int, int, bool], Any]]
     # For a call without a config whose C would be padded or unfolded (im2col): ``(the
     # heuristic's config for the channel-padded problem, that problem, SM count, bytes of an
     # input element, the staging spared; keyword ``channels``: the conv's C)`` -> a config

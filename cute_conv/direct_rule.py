@@ -33,6 +33,20 @@ a tile of at least 32 output channels. On the corpus's two train rows (the 1x1 o
 12.0 (residual: 7.3 and 8.2 against 8.0 and 14.5); on the five held-out rows plain 6.3-12.7
 against 6.5-12.7 (the 1x1 of C=13, K=5: 7.0 against 9.8), but three of the five residual
 calls slower by 0.2-0.9 us (``experiments/direct_dense_odd_k_H200.json``).
+
+Where the tensor-core path stages nothing (C of 8 or 16: whole 16-byte TMA rows) the launch
+the rule saves is not there, and the direct form pays for its KRSC filter's scalar loads
+more with every 8 output channels. On 24 fresh draws inside the bounds above that the tensor
+cores run unstaged (``experiments/direct_unstaged_problems.py``; H200, CUDA-graph replays,
+``experiments/direct_unstaged_ab_H200.json``), the 19 train draws and the corpus's train
+1x1 of C=K=8 at batch 8 put the direct form ahead only at K = 8 on 32,768+ output pixels
+(11.9 against 15.7 us, 18.5 against 29.9, and 6.9 against 7.4); it lost every K >= 16
+(up to 31.8 against 22.5 us at K=48) and K = 8 on 4,608-16,384 pixels. So unstaged convs
+take the direct form only at ``DIRECT_UNSTAGED_MAX_K`` output channels on
+``DIRECT_UNSTAGED_MIN_PIXELS`` output pixels or more. Judged on the 5 held-out draws, the
+corpus's three held-out unstaged rows and two validation-corpus rows (whose loss, 11.0
+against 6.7 us on a 1x1 of C=16, K=64, prompted the measurement): see
+``benchmarks/NOTES.md``.
 """
 
 from __future__ import annotations
@@ -55,6 +69,8 @@ __all__ = [
     "DIRECT_MAX_MACS",
     "DIRECT_MAX_PIXEL_MACS",
     "DIRECT_MIN_PIXELS",
+    "DIRECT_UNSTAGED_MAX_K",
+    "DIRECT_UNSTAGED_MIN_PIXELS",
     "check_direct_dense_fits",
     "direct_dense_config",
 ]
@@ -63,16 +79,22 @@ DIRECT_MAX_CHANNELS = 16  # C: the range measured
 DIRECT_MAX_PIXEL_MACS = 1024  # R * S * C * K: multiply-adds per output pixel
 DIRECT_MAX_MACS = 2**27  # N * P * Q * R * S * C * K
 DIRECT_MIN_PIXELS = 2048  # GEMM M: output pixels
+# Where the tensor cores would run the conv unstaged: K and the output pixels it must have.
+DIRECT_UNSTAGED_MAX_K = 8
+DIRECT_UNSTAGED_MIN_PIXELS = 32768
 
 
 def direct_dense_config(
-    problem: Conv2dProblemShape, element_bytes: int, out_bytes: int
+    problem: Conv2dProblemShape, element_bytes: int, out_bytes: int, staged: bool
 ) -> GroupedDirectConfig | None:
     """The ``GroupedDirectConfig`` a call without a config runs ``problem`` with (one group,
     the KRSC filter, ``output_vector``'s channels and ``grouped_rule``'s pixels per thread),
     or None for the tensor-core kernels: 16-bit inputs and a 16- or 32-bit output, C at most
     ``DIRECT_MAX_CHANNELS``, at most ``DIRECT_MAX_PIXEL_MACS`` multiply-adds per output pixel
-    and ``DIRECT_MAX_MACS`` in all, and at least ``DIRECT_MIN_PIXELS`` output pixels."""
+    and ``DIRECT_MAX_MACS`` in all, and at least ``DIRECT_MIN_PIXELS`` output pixels; unless
+    the tensor cores would copy its activation first (``staged``, as
+    ``staging.copies_activation`` tells), K at most ``DIRECT_UNSTAGED_MAX_K`` and at least
+    ``DIRECT_UNSTAGED_MIN_PIXELS`` output pixels."""
     if not cuda_core_io(element_bytes, out_bytes):
         return None
     if problem.C > DIRECT_MAX_CHANNELS:
@@ -81,6 +103,10 @@ def direct_dense_config(
     if pixel_macs > DIRECT_MAX_PIXEL_MACS or problem.gemm_m < DIRECT_MIN_PIXELS:
         return None
     if problem.gemm_m * pixel_macs > DIRECT_MAX_MACS:
+        return None
+    if not staged and (
+        problem.K > DIRECT_UNSTAGED_MAX_K or problem.gemm_m < DIRECT_UNSTAGED_MIN_PIXELS
+    ):
         return None
     config = GroupedDirectConfig(
         problem.C, problem.K, filter_krsc=True, vector=output_vector(problem.K)

@@ -257,6 +257,15 @@ def kernel_problem_for(
     return channels_padded(problem, element_bytes)
 
 
+def copies_activation(problem: Conv2dProblemShape, element_bytes: int = 2) -> bool:
+    """Whether the tensor-core path copies ``problem``'s activation before its conv (channel
+    padding, an im2col unfold, a stem's super pixels or space-to-depth) rather than running
+    it as it is or on views of it (``patch_view``)."""
+    if kernel_problem_for(problem, element_bytes) is problem:
+        return False
+    return patch_view(problem, element_bytes) is None
+
+
 def channels_padded(problem: Conv2dProblemShape, element_bytes: int = 2) -> Conv2dProblemShape:
     """``problem`` with C zero-padded to whole TMA rows (itself where it has them): how the
     heuristic sizes the tiles of a kernel that gathers it."""

@@ -10,7 +10,13 @@ from __future__ import annotations
 from .arch import ARCHS, ArchKernels
 from .config import check_heuristic_args
 from .problem import Conv2dProblemShape
-from .staging import channels_padded, gather_replaces, kernel_problem_for, patch_view
+from .staging import (
+    channels_padded,
+    copies_activation,
+    gather_replaces,
+    kernel_problem_for,
+    patch_view,
+)
 
 __all__ = ["cuda_core_config", "heuristic_config", "untuned_config"]
 
@@ -94,7 +100,8 @@ def cuda_core_config(
         if config is not None:
             return config
     if target.direct_rule is not None:
-        return target.direct_rule(problem, element_bytes, out_bytes)
+        staged = copies_activation(problem, element_bytes)
+        return target.direct_rule(problem, element_bytes, out_bytes, staged)
     return None
 
 

@@ -114,6 +114,16 @@ def test_the_rule_sends_few_output_channels_to_the_direct_form(c, k, vector):
     run_and_check(2, 48, 48, c, k, 1, 1, beta=1.0)
 
 
+def test_unstaged_few_channel_convs_take_the_direct_form_only_at_k8_on_many_pixels():
+    # C=16: the tensor cores read it as it is, and ran it faster (the validation corpus's).
+    config, plan = plan_config(1, 112, 112, 16, 64, 1)
+    assert isinstance(config, Conv2dConfig) and not plan.needs_staging
+    config, _ = plan_config(8, 64, 64, 8, 8, 1)  # K = 8 on 32,768 output pixels
+    assert isinstance(config, GroupedDirectConfig)
+    run_and_check(1, 112, 112, 16, 64, 1, 1)  # the default call
+    run_and_check(1, 112, 112, 16, 64, 1, 1, beta=1.0)
+
+
 def test_an_epilogue_function_leaves_the_stem_to_the_tensor_cores():
     x, flt = random_conv_inputs(1, 64, 64, 3, 32, 3, 3)
     out = cute_conv.conv2d_fprop(x, flt, stride=2, padding=1, epilogue_fn=lambda y: y * 0.5)

@@ -25,17 +25,26 @@ from cute_conv.direct_rule import (
     DIRECT_MAX_MACS,
     DIRECT_MAX_PIXEL_MACS,
     DIRECT_MIN_PIXELS,
+    DIRECT_UNSTAGED_MAX_K,
+    DIRECT_UNSTAGED_MIN_PIXELS,
     check_direct_dense_fits,
-    direct_dense_config,
 )
+from cute_conv.direct_rule import direct_dense_config as _direct_dense_config
 from cute_conv.dispatch import _config_for_call
 from cute_conv.grouped_rule import pixels_per_thread
 from cute_conv.ops import config_from_str, config_to_str
+from cute_conv.staging import copies_activation
 from cute_conv.untuned import heuristic_config
 
 
 def conv(n, h, w, c, k, r=1, s=None, **geom) -> Conv2dProblemShape:
     return Conv2dProblemShape.from_shapes((n, h, w, c), (k, r, r if s is None else s, c), **geom)
+
+
+def direct_dense_config(problem, element_bytes, out_bytes):
+    """The rule as a call without a config asks it (``untuned.cuda_core_config``)."""
+    staged = copies_activation(problem, element_bytes)
+    return _direct_dense_config(problem, element_bytes, out_bytes, staged)
 
 
 STEM = conv(1, 224, 224, 3, 32, 3, stride=2, padding=1)  # 864 multiply-adds a pixel
@@ -47,8 +56,8 @@ STEM = conv(1, 224, 224, 3, 32, 3, stride=2, padding=1)  # 864 multiply-adds a p
     "problem",
     [STEM, conv(8, 224, 224, 3, 32, 3, stride=2, padding=1),
      conv(1, 224, 224, 3, 16, 3, stride=2, padding=1), conv(8, 64, 64, 8, 8),
-     conv(1, 128, 128, 8, 8)],
-    ids=["stem-b1", "stem-b8", "stem-k16", "1x1-c8-b8", "1x1-c8-b1"],
+     conv(4, 128, 128, 8, 8, 3, padding=1), conv(1, 128, 128, 4, 8)],
+    ids=["stem-b1", "stem-b8", "stem-k16", "1x1-c8-b8", "3x3-c8-b4", "1x1-c4-b1"],
 )  # fmt: skip
 def test_the_rule_takes_few_channel_stems(problem):
     config = direct_dense_config(problem, 2, 2)
@@ -97,16 +106,33 @@ def test_output_vector_is_the_widest_that_divides(k, vector):
 
 
 def test_the_rule_bounds_per_pixel_total_and_pixels():
-    # 1x1, C=8: K * 8 multiply-adds a pixel.
-    k = DIRECT_MAX_PIXEL_MACS // 8
-    assert direct_dense_config(conv(1, 64, 64, 8, k), 2, 2) is not None
-    assert direct_dense_config(conv(1, 64, 64, 8, k + 8), 2, 2) is None
+    # 1x1, C=4 (staged on the tensor cores: padded to 8): K * 4 multiply-adds a pixel.
+    k = DIRECT_MAX_PIXEL_MACS // 4
+    assert direct_dense_config(conv(1, 64, 64, 4, k), 2, 2) is not None
+    assert direct_dense_config(conv(1, 64, 64, 4, k + 8), 2, 2) is None
     pixels = DIRECT_MAX_MACS // DIRECT_MAX_PIXEL_MACS  # 2**17 at the per-pixel bound
-    assert direct_dense_config(conv(pixels // 1024, 32, 32, 8, k), 2, 2) is not None
-    assert direct_dense_config(conv(pixels // 1024 + 1, 32, 32, 8, k), 2, 2) is None
+    assert direct_dense_config(conv(pixels // 1024, 32, 32, 4, k), 2, 2) is not None
+    assert direct_dense_config(conv(pixels // 1024 + 1, 32, 32, 4, k), 2, 2) is None
     side = int(DIRECT_MIN_PIXELS**0.5)  # 2048 is no square: 45 * 45 < 2048 <= 45 * 46
-    assert direct_dense_config(conv(1, side, side + 1, 8, 8), 2, 2) is not None
-    assert direct_dense_config(conv(1, side, side, 8, 8), 2, 2) is None
+    assert direct_dense_config(conv(1, side, side + 1, 4, 8), 2, 2) is not None
+    assert direct_dense_config(conv(1, side, side, 4, 8), 2, 2) is None
+
+
+def test_unstaged_convs_take_the_direct_form_at_few_outputs_on_many_pixels():
+    # C of 8 or 16: whole TMA rows, which the tensor cores read as they are.
+    for problem in (conv(8, 64, 64, 8, 8), conv(1, 112, 112, 16, 64), conv(2, 48, 48, 8, 8, 3)):
+        assert not copies_activation(problem, 2)
+    assert copies_activation(STEM, 2) and copies_activation(conv(1, 64, 64, 4, 4), 2)
+    k, w = DIRECT_UNSTAGED_MAX_K, DIRECT_UNSTAGED_MIN_PIXELS // 128
+    assert direct_dense_config(conv(1, 128, w, 8, k), 2, 2) is not None
+    assert direct_dense_config(conv(1, 128, w - 1, 8, k), 2, 2) is None
+    assert direct_dense_config(conv(1, 128, w, 8, k + 8), 2, 2) is None
+    assert direct_dense_config(conv(1, 128, w, 16, k), 2, 2) is not None
+    # The validation corpus's 1x1s of C=16 at batch 1 on 112x112 maps run on the tensor cores.
+    for k in (16, 64):
+        problem = conv(1, 112, 112, 16, k)
+        assert direct_dense_config(problem, 2, 2) is None
+        assert isinstance(heuristic_config(problem, 132), Conv2dConfig)
 
 
 def test_the_gemv_rule_comes_first():

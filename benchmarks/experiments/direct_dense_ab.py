@@ -21,6 +21,9 @@ and timed against ``tensor`` / ``tensor_fused`` (the tensor-core config,
 and ``relu(conv + b) + r`` on both (``direct_residual``: the rule's config passed explicitly;
 ``tensor_residual``).
 
+``--corpus FILE``: the problems of another file in ``corpus.json``'s form (the validation
+corpus, or ``direct_unstaged_problems.json``: fresh draws inside the rule's bounds).
+
 ``--routed --odd-k``: the same on problems of K not a multiple of 8 (4, 2 or 1 output
 channels per thread), without the staged-filter columns (``grouped_conv2d`` takes 8-channel
 output vectors only), and with the KRSC form at 1, 2, 4 and 8 pixels per thread
@@ -39,12 +42,12 @@ import torch
 import torch.nn.functional as F
 
 import cute_conv
-from cute_conv.direct_rule import direct_dense_config
+from cute_conv.arch import ARCHS
 from cute_conv.dispatch import sm_count
 from cute_conv.grouped import grouped_conv2d, grouped_limits, stage_filter
 from cute_conv.grouped_rule import pixels_per_thread
 from cute_conv.problem import Conv2dProblemShape
-from cute_conv.untuned import heuristic_config
+from cute_conv.untuned import cuda_core_config, heuristic_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models import replayed_us  # noqa: E402
@@ -53,10 +56,12 @@ CORPUS = Path(__file__).resolve().parents[1] / "corpus.json"
 PIXELS = (1, 2, 4)
 
 
-def selected(max_gflop: float, max_channels: int, odd_k: bool = False) -> list[dict]:
-    """The corpus's problems of at most ``max_channels`` input channels and ``max_gflop``,
-    K a multiple of 8 (``odd_k``: K not one)."""
-    problems = json.loads(CORPUS.read_text())["problems"]
+def selected(
+    max_gflop: float, max_channels: int, odd_k: bool = False, corpus: Path = CORPUS
+) -> list[dict]:
+    """The problems of ``corpus`` of at most ``max_channels`` input channels and
+    ``max_gflop``, K a multiple of 8 (``odd_k``: K not one)."""
+    problems = json.loads(corpus.read_text())["problems"]
     return [p for p in problems
             if p["C"] <= max_channels and (p["K"] % 8 != 0) == odd_k
             and p["gflop"] <= max_gflop]  # fmt: skip
@@ -83,7 +88,7 @@ def measure(p: dict, rounds: int, routed: bool) -> dict:
     bias = torch.randn(p["K"], device="cuda", dtype=torch.bfloat16)
     staged = stage_filter(w)
     problem = problem_of(p)
-    routed_config = direct_dense_config(problem, 2, 2)  # None: the rule leaves it
+    routed_config = cuda_core_config(ARCHS["sm_90a"], problem, 2, 2)  # None: the rule leaves it
     # grouped_conv2d takes 8-channel output vectors only: K not a multiple of 8 runs only
     # through conv2d_fprop (the routed calls).
     staged_form = p["K"] % 8 == 0
@@ -158,14 +163,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--routed", action="store_true", help="the problems the rule takes")
     parser.add_argument("--odd-k", action="store_true", help="K not a multiple of 8 (--routed)")
+    parser.add_argument(
+        "--corpus", type=Path, default=CORPUS,
+        help="a problems file in corpus.json's form (e.g. the validation corpus)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
     rows = []
     if args.odd_k and not args.routed:
         parser.error("--odd-k times the routed calls only: pass --routed")
-    for p in selected(args.max_gflop, args.max_channels, args.odd_k):
-        if args.routed and direct_dense_config(problem_of(p), 2, 2) is None:
+    for p in selected(args.max_gflop, args.max_channels, args.odd_k, args.corpus):
+        if args.routed and cuda_core_config(ARCHS["sm_90a"], problem_of(p), 2, 2) is None:
             continue
         row = measure(p, args.rounds, args.routed)
         rows.append(row)
