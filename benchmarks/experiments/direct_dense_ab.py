@@ -42,12 +42,13 @@ import torch
 import torch.nn.functional as F
 
 import cute_conv
-from cute_conv.arch import ARCHS
+from cute_conv.direct_rule import direct_dense_config
 from cute_conv.dispatch import sm_count
 from cute_conv.grouped import grouped_conv2d, grouped_limits, stage_filter
 from cute_conv.grouped_rule import pixels_per_thread
 from cute_conv.problem import Conv2dProblemShape
-from cute_conv.untuned import cuda_core_config, heuristic_config
+from cute_conv.staging import copies_activation
+from cute_conv.untuned import heuristic_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models import replayed_us  # noqa: E402
@@ -75,6 +76,11 @@ def problem_of(p: dict) -> Conv2dProblemShape:
     )
 
 
+def rule_config(problem: Conv2dProblemShape):
+    """The direct rule's config for ``problem`` as a call asks it, or None where it leaves it."""
+    return direct_dense_config(problem, 2, 2, copies_activation(problem, 2))
+
+
 def relative_error(y: torch.Tensor, reference: torch.Tensor) -> float:
     return float((y.float() - reference).norm() / reference.norm().clamp_min(1e-30))
 
@@ -88,7 +94,7 @@ def measure(p: dict, rounds: int, routed: bool) -> dict:
     bias = torch.randn(p["K"], device="cuda", dtype=torch.bfloat16)
     staged = stage_filter(w)
     problem = problem_of(p)
-    routed_config = cuda_core_config(ARCHS["sm_90a"], problem, 2, 2)  # None: the rule leaves it
+    routed_config = rule_config(problem)  # None: the rule leaves it
     # grouped_conv2d takes 8-channel output vectors only: K not a multiple of 8 runs only
     # through conv2d_fprop (the routed calls).
     staged_form = p["K"] % 8 == 0
@@ -174,7 +180,7 @@ def main() -> None:
     if args.odd_k and not args.routed:
         parser.error("--odd-k times the routed calls only: pass --routed")
     for p in selected(args.max_gflop, args.max_channels, args.odd_k, args.corpus):
-        if args.routed and cuda_core_config(ARCHS["sm_90a"], problem_of(p), 2, 2) is None:
+        if args.routed and rule_config(problem_of(p)) is None:
             continue
         row = measure(p, args.rounds, args.routed)
         rows.append(row)
