@@ -37,7 +37,7 @@ calls slower by 0.2-0.9 us (``experiments/direct_dense_odd_k_H200.json``).
 Where the tensor-core path stages nothing (C of 8 or 16: whole 16-byte TMA rows) the launch
 the rule saves is not there, and the direct form pays for its KRSC filter's scalar loads
 more with every 8 output channels. On 24 fresh draws inside the bounds above that the tensor
-cores run unstaged (``experiments/direct_unstaged_problems.py``; H200, CUDA-graph replays,
+cores run unstaged (``experiments/direct_fresh_problems.py``; H200, CUDA-graph replays,
 ``experiments/direct_unstaged_ab_H200.json``), the 19 train draws and the corpus's train
 1x1 of C=K=8 at batch 8 put the direct form ahead only at K = 8 on 32,768+ output pixels
 (11.9 against 15.7 us, 18.5 against 29.9, and 6.9 against 7.4); it lost every K >= 16

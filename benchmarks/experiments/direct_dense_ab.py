@@ -22,7 +22,8 @@ and ``relu(conv + b) + r`` on both (``direct_residual``: the rule's config passe
 ``tensor_residual``).
 
 ``--corpus FILE``: the problems of another file in ``corpus.json``'s form (the validation
-corpus, or ``direct_unstaged_problems.json``: fresh draws inside the rule's bounds).
+corpus, or ``direct_unstaged_problems.json`` / ``direct_staged_wide_k_problems.json``: fresh
+draws inside the rule's bounds, ``direct_fresh_problems.py``).
 
 ``--routed --odd-k``: the same on problems of K not a multiple of 8 (4, 2 or 1 output
 channels per thread), without the staged-filter columns (``grouped_conv2d`` takes 8-channel
