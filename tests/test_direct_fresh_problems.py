@@ -8,17 +8,10 @@ import json
 
 import direct_fresh_problems as draws
 import pytest
+from bench_corpus import problem_shape
 
 from cute_conv.direct_rule import direct_dense_config
-from cute_conv.problem import Conv2dProblemShape
 from cute_conv.staging import copies_activation
-
-
-def _problem(p: dict) -> Conv2dProblemShape:
-    return Conv2dProblemShape.from_shapes(
-        (p["N"], p["H"], p["W"], p["C"]), (p["K"], p["R"], p["S"], p["C"]),
-        padding=tuple(map(tuple, p["padding"])), stride=tuple(p["stride"]),
-    )  # fmt: skip
 
 
 @pytest.mark.parametrize("staged", [False, True], ids=["unstaged", "staged"])
@@ -26,7 +19,7 @@ def test_the_draws_are_what_their_family_says(staged):
     problems = draws.generate(staged, seed=5, count=12)["problems"]
     assert len({p["key"] for p in problems}) == 12
     for p in problems:
-        problem = _problem(p)
+        problem = problem_shape(p)
         assert p["C"] in draws.CHANNELS[staged]
         assert copies_activation(problem, 2) == staged
         assert direct_dense_config(problem, 2, 2, staged=True) is not None

@@ -52,6 +52,7 @@ from cute_conv.staging import copies_activation
 from cute_conv.untuned import heuristic_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench_corpus import problem_shape  # noqa: E402
 from models import replayed_us  # noqa: E402
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus.json"
@@ -67,14 +68,6 @@ def selected(
     return [p for p in problems
             if p["C"] <= max_channels and (p["K"] % 8 != 0) == odd_k
             and p["gflop"] <= max_gflop]  # fmt: skip
-
-
-def problem_of(p: dict) -> Conv2dProblemShape:
-    shapes = ((p["N"], p["H"], p["W"], p["C"]), (p["K"], p["R"], p["S"], p["C"]))
-    padding = tuple(tuple(pair) for pair in p["padding"])
-    return Conv2dProblemShape.from_shapes(
-        *shapes, stride=tuple(p["stride"]), padding=padding, dilation=tuple(p["dilation"])
-    )
 
 
 def rule_config(problem: Conv2dProblemShape):
@@ -94,7 +87,7 @@ def measure(p: dict, rounds: int, routed: bool) -> dict:
     w = w / (p["R"] * p["S"] * p["C"]) ** 0.5
     bias = torch.randn(p["K"], device="cuda", dtype=torch.bfloat16)
     staged = stage_filter(w)
-    problem = problem_of(p)
+    problem = problem_shape(p)
     routed_config = rule_config(problem)  # None: the rule leaves it
     # grouped_conv2d takes 8-channel output vectors only: K not a multiple of 8 runs only
     # through conv2d_fprop (the routed calls).
@@ -181,7 +174,7 @@ def main() -> None:
     if args.odd_k and not args.routed:
         parser.error("--odd-k times the routed calls only: pass --routed")
     for p in selected(args.max_gflop, args.max_channels, args.odd_k, args.corpus):
-        if args.routed and rule_config(problem_of(p)) is None:
+        if args.routed and rule_config(problem_shape(p)) is None:
             continue
         row = measure(p, args.rounds, args.routed)
         rows.append(row)
