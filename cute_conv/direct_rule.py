@@ -47,12 +47,24 @@ take the direct form only at ``DIRECT_UNSTAGED_MAX_K`` output channels on
 corpus's three held-out unstaged rows and two validation-corpus rows (whose loss, 11.0
 against 6.7 us on a 1x1 of C=16, K=64, prompted the measurement): see
 ``benchmarks/NOTES.md``.
+
+Where the tensor cores stage the conv, the train rows above stop at K=32, yet a 1x1 of C=4
+may have K up to 256 within the bounds. On 24 fresh draws there (1x1s of C 3-7 or 9-15, K
+48-272, ``direct_fresh_problems.py --staged``; H200, CUDA-graph replays,
+``experiments/direct_staged_wide_k_ab_H200.json``) the bound on K fitted on the 10 train
+draws (``experiments/direct_rule_fit.py``) is ``DIRECT_STAGED_MAX_K``: past it the direct
+form lost plain on all 8 train draws (the 1x1 of C=4, K=80 at batch 32 on 64x64 maps: 18.6
+against 14.8 us), at it won on both (C=5 at batch 4 on 224x224 maps: 18.8 against 32.1;
+with a residual one of the two). On the train draws the time
+under the bound over the time with none: plain 0.913x, ``relu(conv + b)`` 0.908x, with a
+residual 0.928x. Judged on the 13 held-out draws and the corpus: see ``benchmarks/NOTES.md``.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from .config import check_bound
 from .grouped_rule import pixels_per_thread
 from .kernels.common.epilogue import EpilogueSpec
 from .kernels.common.grouped_direct import (
@@ -69,6 +81,7 @@ __all__ = [
     "DIRECT_MAX_MACS",
     "DIRECT_MAX_PIXEL_MACS",
     "DIRECT_MIN_PIXELS",
+    "DIRECT_STAGED_MAX_K",
     "DIRECT_UNSTAGED_MAX_K",
     "DIRECT_UNSTAGED_MIN_PIXELS",
     "check_direct_dense_fits",
@@ -82,23 +95,38 @@ DIRECT_MIN_PIXELS = 2048  # GEMM M: output pixels
 # Where the tensor cores would run the conv unstaged: K and the output pixels it must have.
 DIRECT_UNSTAGED_MAX_K = 8
 DIRECT_UNSTAGED_MIN_PIXELS = 32768
+# Where they would stage it: K at most this (fitted on fresh draws past the train rows' K).
+DIRECT_STAGED_MAX_K = 48
 
 
 def direct_dense_config(
-    problem: Conv2dProblemShape, element_bytes: int, out_bytes: int, staged: bool
+    problem: Conv2dProblemShape,
+    element_bytes: int,
+    out_bytes: int,
+    staged: bool,
+    *,
+    staged_max_k: float | None = None,
 ) -> GroupedDirectConfig | None:
     """The ``GroupedDirectConfig`` a call without a config runs ``problem`` with (one group,
     the KRSC filter, ``output_vector``'s channels and ``grouped_rule``'s pixels per thread),
     or None for the tensor-core kernels: 16-bit inputs and a 16- or 32-bit output, C at most
-    ``DIRECT_MAX_CHANNELS``, at most ``DIRECT_MAX_PIXEL_MACS`` multiply-adds per output pixel
+    ``DIRECT_MAX_CHANNELS`` (not C = K = 1, the depthwise form's shape), at most
+    ``DIRECT_MAX_PIXEL_MACS`` multiply-adds per output pixel
     and ``DIRECT_MAX_MACS`` in all, and at least ``DIRECT_MIN_PIXELS`` output pixels; unless
     the tensor cores would copy its activation first (``staged``, as
     ``staging.copies_activation`` tells), K at most ``DIRECT_UNSTAGED_MAX_K`` and at least
-    ``DIRECT_UNSTAGED_MIN_PIXELS`` output pixels."""
+    ``DIRECT_UNSTAGED_MIN_PIXELS`` output pixels; if they would, K at most
+    ``staged_max_k`` (None: ``DIRECT_STAGED_MAX_K``; ``math.inf``: none, the bounds
+    ``experiments/direct_fresh_problems.py`` draws in)."""
+    if staged_max_k is None:
+        staged_max_k = DIRECT_STAGED_MAX_K
+    check_bound("staged_max_k", staged_max_k, "output channels")
     if not cuda_core_io(element_bytes, out_bytes):
         return None
     if problem.C > DIRECT_MAX_CHANNELS:
         return None
+    if problem.C == problem.K == 1:
+        return None  # one channel in and out is the depthwise form, of 2+ channels a thread
     pixel_macs = problem.R * problem.S * problem.C * problem.K
     if pixel_macs > DIRECT_MAX_PIXEL_MACS or problem.gemm_m < DIRECT_MIN_PIXELS:
         return None
@@ -107,6 +135,8 @@ def direct_dense_config(
     if not staged and (
         problem.K > DIRECT_UNSTAGED_MAX_K or problem.gemm_m < DIRECT_UNSTAGED_MIN_PIXELS
     ):
+        return None
+    if staged and problem.K > staged_max_k:
         return None
     config = GroupedDirectConfig(
         problem.C, problem.K, filter_krsc=True, vector=output_vector(problem.K)

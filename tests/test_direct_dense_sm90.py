@@ -104,14 +104,27 @@ def test_the_rule_sends_few_channel_stems_to_the_direct_form():
     run_and_check(1, 224, 224, 3, 32, 3, 3, geom=dict(stride=2, padding=1), beta=1.0)  # residual
 
 
-@pytest.mark.parametrize("c,k,vector", [(4, 4, 4), (13, 5, 1), (5, 86, 2)],
-                         ids=["k4", "k5", "k86"])  # fmt: skip
+@pytest.mark.parametrize("c,k,vector", [(4, 4, 4), (13, 5, 1), (5, 46, 2)],
+                         ids=["k4", "k5", "k46"])  # fmt: skip
 def test_the_rule_sends_few_output_channels_to_the_direct_form(c, k, vector):
     config, plan = plan_config(2, 48, 48, c, k, 1)  # 4,608 output pixels
     assert isinstance(config, GroupedDirectConfig) and config.vector == vector
     assert not plan.needs_staging
     run_and_check(2, 48, 48, c, k, 1, 1)  # the default call
     run_and_check(2, 48, 48, c, k, 1, 1, beta=1.0)
+
+
+def test_staged_convs_past_the_k_bound_run_on_the_tensor_cores():
+    config, _ = plan_config(2, 48, 48, 5, 86, 1)  # K past DIRECT_STAGED_MAX_K
+    assert isinstance(config, Conv2dConfig)
+    run_and_check(2, 48, 48, 5, 86, 1, 1)  # the default call
+    run_and_check(2, 48, 48, 5, 86, 1, 1, beta=1.0)
+
+
+def test_one_channel_in_and_out_runs_on_the_tensor_cores():
+    config, _ = plan_config(1, 64, 64, 1, 1, 3, padding=1)  # a 3x3 of one channel in and out
+    assert isinstance(config, Conv2dConfig)
+    run_and_check(1, 64, 64, 1, 1, 3, 3, geom=dict(padding=1))  # the default call
 
 
 def test_unstaged_few_channel_convs_take_the_direct_form_only_at_k8_on_many_pixels():

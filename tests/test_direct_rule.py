@@ -5,6 +5,7 @@ scalar loads)."""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import replace
 
@@ -25,6 +26,7 @@ from cute_conv.direct_rule import (
     DIRECT_MAX_MACS,
     DIRECT_MAX_PIXEL_MACS,
     DIRECT_MIN_PIXELS,
+    DIRECT_STAGED_MAX_K,
     DIRECT_UNSTAGED_MAX_K,
     DIRECT_UNSTAGED_MIN_PIXELS,
     check_direct_dense_fits,
@@ -87,9 +89,9 @@ def test_the_rule_leaves_the_rest_to_the_tensor_cores(problem, element_bytes, ou
 
 @pytest.mark.parametrize(
     "problem,vector",
-    [(conv(8, 128, 128, 4, 4), 4), (conv(16, 35, 41, 13, 5), 1), (conv(16, 35, 7, 5, 86), 2),
+    [(conv(8, 128, 128, 4, 4), 4), (conv(16, 35, 41, 13, 5), 1), (conv(16, 35, 7, 5, 46), 2),
      (conv(1, 224, 224, 3, 36, 3, padding=1), 4), (conv(1, 64, 64, 3, 1), 1)],
-    ids=["vae-k4", "k5", "k86", "k36-3x3", "k1"],
+    ids=["vae-k4", "k5", "k46", "k36-3x3", "k1"],
 )  # fmt: skip
 def test_the_rule_takes_k_not_a_multiple_of_8_at_its_widest_vector(problem, vector):
     config = direct_dense_config(problem, 2, 2)
@@ -106,16 +108,28 @@ def test_output_vector_is_the_widest_that_divides(k, vector):
 
 
 def test_the_rule_bounds_per_pixel_total_and_pixels():
-    # 1x1, C=4 (staged on the tensor cores: padded to 8): K * 4 multiply-adds a pixel.
-    k = DIRECT_MAX_PIXEL_MACS // 4
-    assert direct_dense_config(conv(1, 64, 64, 4, k), 2, 2) is not None
-    assert direct_dense_config(conv(1, 64, 64, 4, k + 8), 2, 2) is None
-    pixels = DIRECT_MAX_MACS // DIRECT_MAX_PIXEL_MACS  # 2**17 at the per-pixel bound
-    assert direct_dense_config(conv(pixels // 1024, 32, 32, 4, k), 2, 2) is not None
-    assert direct_dense_config(conv(pixels // 1024 + 1, 32, 32, 4, k), 2, 2) is None
+    # 3x3, C=3 (staged on the tensor cores): 27 * K multiply-adds a pixel.
+    k = DIRECT_MAX_PIXEL_MACS // 27  # 37
+    assert direct_dense_config(conv(1, 64, 64, 3, k, 3, padding=1), 2, 2) is not None
+    assert direct_dense_config(conv(1, 64, 64, 3, k + 1, 3, padding=1), 2, 2) is None
+    batch = DIRECT_MAX_MACS // (27 * k) // 1024  # of 32x32 output maps
+    assert direct_dense_config(conv(batch, 32, 32, 3, k, 3, padding=1), 2, 2) is not None
+    assert direct_dense_config(conv(batch + 1, 32, 32, 3, k, 3, padding=1), 2, 2) is None
     side = int(DIRECT_MIN_PIXELS**0.5)  # 2048 is no square: 45 * 45 < 2048 <= 45 * 46
     assert direct_dense_config(conv(1, side, side + 1, 4, 8), 2, 2) is not None
     assert direct_dense_config(conv(1, side, side, 4, 8), 2, 2) is None
+
+
+def test_staged_convs_take_the_direct_form_up_to_a_k_bound():
+    # 1x1s of C=4: staged (padded to 8) on the tensor cores.
+    k = DIRECT_STAGED_MAX_K
+    assert direct_dense_config(conv(4, 64, 64, 4, k), 2, 2) is not None
+    assert direct_dense_config(conv(4, 64, 64, 4, k + 8), 2, 2) is None
+    wide = conv(4, 64, 64, 4, 256)  # 1024 multiply-adds a pixel: inside the other bounds
+    assert _direct_dense_config(wide, 2, 2, True, staged_max_k=math.inf) is not None
+    assert isinstance(heuristic_config(wide, 132), Conv2dConfig)
+    with pytest.raises(TypeError, match="staged_max_k must be None or a number"):
+        _direct_dense_config(wide, 2, 2, True, staged_max_k="48")
 
 
 def test_unstaged_convs_take_the_direct_form_at_few_outputs_on_many_pixels():
@@ -246,3 +260,10 @@ def test_the_krsc_filter_is_read_a_channel_at_a_time():
     krsc = filter_loads(GroupedDirectConfig(3, 32, pixels=4, filter_krsc=True))
     assert staged == {"b16": 3 * 4, "v4.b32": 3}
     assert krsc == {"b16": 3 * 4 + 3 * 8}
+
+
+def test_one_channel_in_and_out_runs_on_the_tensor_cores():
+    # GroupedDirectConfig(1, 1) is the depthwise form, whose threads take 2+ channels.
+    problem = conv(1, 64, 64, 1, 1, 3, padding=1)
+    assert direct_dense_config(problem, 2, 2) is None
+    assert isinstance(heuristic_config(problem, 132), Conv2dConfig)

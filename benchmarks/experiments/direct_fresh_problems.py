@@ -26,6 +26,7 @@ multiply-adds are inside its bounds. Problems are written in ``corpus.json``'s f
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import sys
 from pathlib import Path
@@ -72,7 +73,8 @@ def generate(staged: bool = False, seed: int | None = None, count: int = COUNT) 
         key = corpus.problem_key(problem)
         if key in keys or copies_activation(problem, 2) != staged:
             continue
-        if direct_dense_config(problem, 2, 2, staged=True) is None:  # the bounds of all convs
+        # The rule's bounds of staged convs but their K bound (which these draws fitted).
+        if direct_dense_config(problem, 2, 2, staged=True, staged_max_k=math.inf) is None:
             continue
         keys.add(key)
         sites.append((site, n))
