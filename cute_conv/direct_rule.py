@@ -55,9 +55,9 @@ may have K up to 256 within the bounds. On 24 fresh draws there (1x1s of C 3-7 o
 draws (``experiments/direct_rule_fit.py``) is ``DIRECT_STAGED_MAX_K``: past it the direct
 form lost plain on all 8 train draws (the 1x1 of C=4, K=80 at batch 32 on 64x64 maps: 18.6
 against 14.8 us), at it won on both (C=5 at batch 4 on 224x224 maps: 18.8 against 32.1;
-with a residual one of the two). On the train draws the time
-under the bound over the time with none: plain 0.913x, ``relu(conv + b)`` 0.908x, with a
-residual 0.928x. Judged on the 13 held-out draws and the corpus: see ``benchmarks/NOTES.md``.
+with a residual one of the two). On the train draws the time under the bound over the time
+with none: plain 0.913x, ``relu(conv + b)`` 0.908x, with a residual 0.928x. Judged on the
+13 held-out draws and the corpus: see ``benchmarks/NOTES.md``.
 """
 
 from __future__ import annotations
@@ -111,8 +111,8 @@ def direct_dense_config(
     the KRSC filter, ``output_vector``'s channels and ``grouped_rule``'s pixels per thread),
     or None for the tensor-core kernels: 16-bit inputs and a 16- or 32-bit output, C at most
     ``DIRECT_MAX_CHANNELS`` (not C = K = 1, the depthwise form's shape), at most
-    ``DIRECT_MAX_PIXEL_MACS`` multiply-adds per output pixel
-    and ``DIRECT_MAX_MACS`` in all, and at least ``DIRECT_MIN_PIXELS`` output pixels; unless
+    ``DIRECT_MAX_PIXEL_MACS`` multiply-adds per output pixel and ``DIRECT_MAX_MACS`` in all,
+    and at least ``DIRECT_MIN_PIXELS`` output pixels; unless
     the tensor cores would copy its activation first (``staged``, as
     ``staging.copies_activation`` tells), K at most ``DIRECT_UNSTAGED_MAX_K`` and at least
     ``DIRECT_UNSTAGED_MIN_PIXELS`` output pixels; if they would, K at most
