@@ -3,6 +3,7 @@ both, and fit the gather rule's bounds (``gather_rule.MAX_GATHER_LOADS_PER_SM``)
 
     python benchmarks/sweep_gather.py [--max-seconds 500]   # H100/H200, both splits
     python benchmarks/sweep_gather.py --fit                 # no GPU
+    python benchmarks/sweep_gather.py --results benchmarks/gather_sweep_H200.json [--fit]
 
 The problems: every corpus problem whose staging a gather spares (``staging.gather_replaces``:
 C zero-padded, or unfolded into im2col columns). Per problem, in one process: the heuristic's
@@ -11,10 +12,10 @@ call, and a staged filter per CUDA-graph replay), the heuristic's config for the
 channel-padded problem with both operands gathered ("gathered",
 ``gather_rule.with_gathered_operands``), and cuDNN's ``F.conv2d``, each checked against the
 float32 reference, then timed eagerly and replayed from CUDA graphs, interleaved as
-``bench.py`` times. Rows go to ``gather_sweep.json`` with the staging spared and each
-problem's gather loads per SM (``gather_rule.gather_loads_per_sm``); a rerun skips the
-problems already there. ``--fit`` picks a bound per staging on the train part and reports
-both parts: the score of a bound is the geomean, over the problems, of the faster variant's
+``bench.py`` times. Rows go to ``gather_sweep.json`` (an H100's: the rule's fit;
+``--results``: another GPU's file) with the staging spared and each problem's gather loads
+per SM (``gather_rule.gather_loads_per_sm``); a rerun skips the problems already there.
+``--fit`` picks a bound per staging on the train part and reports both parts: the score of a bound is the geomean, over the problems, of the faster variant's
 time over the chosen one's, eager and replayed alike (their geomean: an eager caller and a
 captured model both count); the best score wins, ties going to the middle one.
 """
@@ -74,8 +75,8 @@ def measure(p: dict) -> dict:
     return row | {"checks": checks, "ms": time_interleaved(fns)}
 
 
-def sweep(max_seconds: float) -> None:
-    sweep_new_problems(RESULTS_PATH, gather_problems, measure, max_seconds, ("key", "ms"))
+def sweep(max_seconds: float, path: Path = RESULTS_PATH) -> None:
+    sweep_new_problems(path, gather_problems, measure, max_seconds, ("key", "ms"))
 
 
 VARIANTS = ("staged", "gathered")
@@ -96,9 +97,10 @@ def score(rows: list[dict], bound: float, suffix: str = "") -> float:
     return best_over_chosen(rows, VARIANTS, lambda r: _chosen(r, bound), suffix)
 
 
-def measured_rows(replaces: str | None = None) -> list[dict]:
-    """The rows with both variants timed (of the staging ``replaces`` spares, if given)."""
-    rows = timed_rows(RESULTS_PATH, VARIANTS)
+def measured_rows(replaces: str | None = None, path: Path = RESULTS_PATH) -> list[dict]:
+    """The rows of ``path`` with both variants timed (of the staging ``replaces`` spares, if
+    given)."""
+    rows = timed_rows(path, VARIANTS)
     return [r for r in rows if replaces is None or r["replaces"] == replaces]
 
 
@@ -114,9 +116,9 @@ def _ratio_to_chosen(rows: list[dict], variant: str, bound: float, suffix: str) 
     return geomean(r["ms"][variant] / chosen_ms(r, bound, suffix) for r in rows)
 
 
-def fit() -> None:
+def fit(path: Path = RESULTS_PATH) -> None:
     for replaces in ("pad", "im2col"):
-        train, heldout = by_split(measured_rows(replaces))
+        train, heldout = by_split(measured_rows(replaces, path))
         bound = fit_bound(train)
         print(f"{replaces}: bound fitted on {len(train)} train problems: {bound} loads per SM")
         for name, part in (("train", train), ("held-out", heldout)):
@@ -130,7 +132,7 @@ def fit() -> None:
 
 
 def main() -> None:
-    sweep_main(__doc__, sweep, fit, "--fit")
+    sweep_main(__doc__, sweep, fit, "--fit", results=RESULTS_PATH)
 
 
 if __name__ == "__main__":

@@ -234,20 +234,26 @@ def precompile(configs: set, act_dtype: str = "bfloat16") -> None:
     print(f"{len(configs)} kernels compiled")
 
 
-def sweep_main(doc: str, sweep: Callable[[float], None], offline: Callable[[], None],
-               offline_flag: str) -> None:  # fmt: skip
+def sweep_main(doc: str, sweep: Callable[..., None], offline: Callable[..., None],
+               offline_flag: str, results: Path | None = None) -> None:  # fmt: skip
     """A sweep's command line: measure within ``--max-seconds`` (GPU), or with
-    ``offline_flag`` run ``offline`` (fit or report, no GPU)."""
+    ``offline_flag`` run ``offline`` (fit or report, no GPU). With ``results`` (the sweep's
+    file) it also takes ``--results PATH``, another file to measure into or fit from (a
+    second GPU's rows), and passes the path on: ``sweep(max_seconds, path)``,
+    ``offline(path)``."""
     import argparse
 
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--max-seconds", type=float, default=500.0)
     parser.add_argument(offline_flag, action="store_true", help="no GPU: from the results file")
+    if results is not None:
+        parser.add_argument("--results", type=Path, default=results, help=f"default {results}")
     args = parser.parse_args()
+    paths = () if results is None else (args.results,)
     if getattr(args, offline_flag.lstrip("-")):
-        offline()
+        offline(*paths)
     else:
-        sweep(args.max_seconds)
+        sweep(args.max_seconds, *paths)
 
 
 def is_fp8_form(form: str) -> bool:

@@ -3,6 +3,8 @@ the fit behind ``gather_rule.MAX_GATHER_LOADS_PER_SM``."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import sweep_gather
 from bench_corpus import load_corpus, problem_shape
@@ -35,3 +37,17 @@ def test_the_rule_picks_by_the_bound():
     row = {"loads_per_sm": 100, "ms": {"staged": 2.0, "gathered": 1.0}}
     assert sweep_gather.chosen_ms(row, 100) == 1.0 and sweep_gather.chosen_ms(row, 99) == 2.0
     assert sweep_gather.score([row], 99) == 0.5 and sweep_gather.score([row], 100) == 1.0
+
+
+def test_another_gpus_rows_fit_from_their_own_file(tmp_path, capsys):
+    rows = [
+        {"key": f"k{i}", "split": "train", "replaces": "pad", "loads_per_sm": loads,
+         "ms": {"staged": 2.0, "gathered": gathered, "staged_graph": 2.0,
+                "gathered_graph": gathered}}
+        for i, (loads, gathered) in enumerate([(10, 1.0), (20, 1.0), (30, 3.0)])
+    ]  # fmt: skip
+    path = tmp_path / "gather_sweep_other.json"
+    path.write_text(json.dumps({"device": "another GPU", "rows": rows}))
+    assert sweep_gather.measured_rows("pad", path) == rows
+    assert sweep_gather.measured_rows("im2col", path) == []
+    assert sweep_gather.fit_bound(rows) == 20  # gathered pays up to 20 loads per SM, not at 30
