@@ -28,6 +28,7 @@ import functools
 import hashlib
 import json
 import random
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -52,6 +53,11 @@ SEED = 22
 RANDOM_COUNT = 75
 RANDOM_BATCHES = (1, 2, 3, 4, 8, 16)
 TRAIN_PERCENT = 70
+# problem_key's form: its numbers, in order.
+_KEY = re.compile(
+    r"n(\d+)_h(\d+)_w(\d+)_c(\d+)_k(\d+)_r(\d+)_s(\d+)_pad(\d+)\.(\d+)\.(\d+)\.(\d+)"
+    r"_str(\d+)\.(\d+)_dil(\d+)\.(\d+)"
+)
 
 TAGS = {
     "1x1": "R = S = 1",
@@ -372,6 +378,18 @@ def problem_key(p: Conv2dProblemShape) -> str:
         f"n{p.N}_h{p.H}_w{p.W}_c{p.C}_k{p.K}_r{p.R}_s{p.S}_pad{t}.{b}.{lft}.{rgt}"
         f"_str{p.stride[0]}.{p.stride[1]}_dil{p.dilation[0]}.{p.dilation[1]}"
     )
+
+
+def problem_of_key(key: str) -> Conv2dProblemShape:
+    """The problem ``problem_key`` names (its inverse)."""
+    match = _KEY.fullmatch(key)
+    if match is None:
+        raise ValueError(f"not a problem key: {key!r}")
+    n, h, w, c, k, r, s, top, bottom, left, right, *stride_dilation = map(int, match.groups())
+    return Conv2dProblemShape(
+        n, h, w, c, k, r, s, padding=((top, bottom), (left, right)),
+        stride=tuple(stride_dilation[:2]), dilation=tuple(stride_dilation[2:]),
+    )  # fmt: skip
 
 
 def split_of(key: str) -> str:

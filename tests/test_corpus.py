@@ -70,10 +70,16 @@ def test_corpus_size_and_unique_keys():
         assert model in families
 
 
+def test_a_key_that_is_not_one_is_refused():
+    with pytest.raises(ValueError, match="not a problem key"):
+        corpus.problem_of_key(RESNET50_STEM + "_x")
+
+
 def test_problems_are_valid_and_match_their_keys():
     for p in COMMITTED["problems"]:
         problem = _shape(p)
         assert corpus.problem_key(problem) == p["key"]
+        assert corpus.problem_of_key(p["key"]) == problem
         assert corpus.rejection(problem, groups=1) is None, p["key"]
         assert p["gflop"] == pytest.approx(problem.flops / 1e9, abs=1e-4)
         assert problem.flops <= corpus.MAX_FLOPS

@@ -20,7 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import geomean  # noqa: E402
+from corpus import problem_of_key  # noqa: E402
 
 # The forms compared: (the direct form's column, the tensor cores' column).
 FORMS = {
@@ -31,28 +36,16 @@ FORMS = {
 
 
 def variable_of(row: dict, variable: str) -> int:
-    """The row's value of ``variable``, read from its key (``n.._h.._w.._c.._k.._r.._s..``
-    and its stride) : ``K``, ``pixels`` (N * P * Q) or ``pixel_macs`` (R * S * C * K)."""
-    fields = dict(
-        (part[0], int(part[1:]))
-        for part in row["key"].split("_")[:7]
-        if part[:1] in "nhwckrs" and part[1:].isdigit()
-    )
+    """The value of ``variable`` for the row's problem (named by its key): ``K``, ``pixels``
+    (output pixels, N * P * Q) or ``pixel_macs`` (R * S * C * K)."""
+    problem = problem_of_key(row["key"])
     if variable == "K":
-        return fields["k"]
+        return problem.K
     if variable == "pixel_macs":
-        return fields["r"] * fields["s"] * fields["c"] * fields["k"]
+        return problem.R * problem.S * problem.C * problem.K
     if variable == "pixels":
-        stride = row["key"].split("_str")[1].split("_")[0].split(".")
-        pad = [int(v) for v in row["key"].split("_pad")[1].split("_")[0].split(".")]
-        p = (fields["h"] + pad[0] + pad[1] - fields["r"]) // int(stride[0]) + 1
-        q = (fields["w"] + pad[2] + pad[3] - fields["s"]) // int(stride[1]) + 1
-        return fields["n"] * p * q
+        return problem.gemm_m
     raise ValueError(f"variable must be K, pixels or pixel_macs, got {variable!r}")
-
-
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
 
 
 def judge(rows: list[dict], variable: str, bound: float) -> dict[str, float]:
