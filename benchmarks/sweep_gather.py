@@ -15,9 +15,10 @@ float32 reference, then timed eagerly and replayed from CUDA graphs, interleaved
 ``bench.py`` times. Rows go to ``gather_sweep.json`` (an H100's: the rule's fit;
 ``--results``: another GPU's file) with the staging spared and each problem's gather loads
 per SM (``gather_rule.gather_loads_per_sm``); a rerun skips the problems already there.
-``--fit`` picks a bound per staging on the train part and reports both parts: the score of a bound is the geomean, over the problems, of the faster variant's
-time over the chosen one's, eager and replayed alike (their geomean: an eager caller and a
-captured model both count); the best score wins, ties going to the middle one.
+``--fit`` picks a bound per staging on the train part and reports both parts: the score of
+a bound is the geomean, over the problems, of the faster variant's time over the chosen
+one's, eager and replayed alike (their geomean: an eager caller and a captured model both
+count); the best score wins, ties going to the middle one.
 """
 
 from __future__ import annotations

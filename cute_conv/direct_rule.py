@@ -112,12 +112,11 @@ def direct_dense_config(
     or None for the tensor-core kernels: 16-bit inputs and a 16- or 32-bit output, C at most
     ``DIRECT_MAX_CHANNELS`` (not C = K = 1, the depthwise form's shape), at most
     ``DIRECT_MAX_PIXEL_MACS`` multiply-adds per output pixel and ``DIRECT_MAX_MACS`` in all,
-    and at least ``DIRECT_MIN_PIXELS`` output pixels; unless
-    the tensor cores would copy its activation first (``staged``, as
-    ``staging.copies_activation`` tells), K at most ``DIRECT_UNSTAGED_MAX_K`` and at least
-    ``DIRECT_UNSTAGED_MIN_PIXELS`` output pixels; if they would, K at most
-    ``staged_max_k`` (None: ``DIRECT_STAGED_MAX_K``; ``math.inf``: none, the bounds
-    ``experiments/direct_fresh_problems.py`` draws in)."""
+    and at least ``DIRECT_MIN_PIXELS`` output pixels; unless the tensor cores would copy its
+    activation first (``staged``, as ``staging.copies_activation`` tells), K at most
+    ``DIRECT_UNSTAGED_MAX_K`` and at least ``DIRECT_UNSTAGED_MIN_PIXELS`` output pixels; if
+    they would, K at most ``staged_max_k`` (None: ``DIRECT_STAGED_MAX_K``; ``math.inf``:
+    none, the bounds ``experiments/direct_fresh_problems.py`` draws in)."""
     if staged_max_k is None:
         staged_max_k = DIRECT_STAGED_MAX_K
     check_bound("staged_max_k", staged_max_k, "output channels")
