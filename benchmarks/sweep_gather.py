@@ -4,6 +4,7 @@ both, and fit the gather rule's bounds (``gather_rule.MAX_GATHER_LOADS_PER_SM``)
     python benchmarks/sweep_gather.py [--max-seconds 500]   # H100/H200, both splits
     python benchmarks/sweep_gather.py --fit                 # no GPU
     python benchmarks/sweep_gather.py --results benchmarks/gather_sweep_H200.json [--fit]
+    python benchmarks/sweep_gather.py --joint               # no GPU: the rule's bounds
 
 The problems: every corpus problem whose staging a gather spares (``staging.gather_replaces``:
 C zero-padded, or unfolded into im2col columns). Per problem, in one process: the heuristic's
@@ -12,13 +13,15 @@ call, and a staged filter per CUDA-graph replay), the heuristic's config for the
 channel-padded problem with both operands gathered ("gathered",
 ``gather_rule.with_gathered_operands``), and cuDNN's ``F.conv2d``, each checked against the
 float32 reference, then timed eagerly and replayed from CUDA graphs, interleaved as
-``bench.py`` times. Rows go to ``gather_sweep.json`` (an H100's: the rule's fit;
-``--results``: another GPU's file) with the staging spared and each problem's gather loads
-per SM (``gather_rule.gather_loads_per_sm``); a rerun skips the problems already there.
-``--fit`` picks a bound per staging on the train part and reports both parts: the score of
-a bound is the geomean, over the problems, of the faster variant's time over the chosen
-one's, eager and replayed alike (their geomean: an eager caller and a captured model both
-count); the best score wins, ties going to the middle one.
+``bench.py`` times. Rows go to ``gather_sweep.json`` (an H100's; ``--results``: another
+GPU's file, ``gather_sweep_H200.json`` an H200's) with the staging spared and each problem's
+gather loads per SM (``gather_rule.gather_loads_per_sm``); a rerun skips the problems
+already there. ``--fit`` picks a bound per staging on one file's train part and reports both
+parts: the score of a bound is the geomean, over the problems, of the faster variant's time
+over the chosen one's, eager and replayed alike (their geomean: an eager caller and a
+captured model both count); the best score wins, ties going to the middle one. ``--joint``
+fits on every GPU's train rows together (the rule's bounds, one for all GPUs) and reports
+each GPU's parts.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from sweep_rows import (  # noqa: E402
     by_split,
     checked_runs,
     cudnn_run,
+    load_results,
     middle_of_best,
     problem_inputs,
     sweep_main,
@@ -44,6 +48,7 @@ from sweep_rows import (  # noqa: E402
 )
 
 RESULTS_PATH = HERE / "gather_sweep.json"
+JOINT_PATHS = (RESULTS_PATH, HERE / "gather_sweep_H200.json")
 NUM_SMS = 132  # H100 SXM: the SM count the bound's rows are counted on
 
 
@@ -117,23 +122,42 @@ def _ratio_to_chosen(rows: list[dict], variant: str, bound: float, suffix: str) 
     return geomean(r["ms"][variant] / chosen_ms(r, bound, suffix) for r in rows)
 
 
+def joint_train_rows(replaces: str, paths: tuple[Path, ...] = JOINT_PATHS) -> list[dict]:
+    """The train rows of every file of ``paths`` (several GPUs' sweeps) for ``replaces``."""
+    return [r for path in paths for r in by_split(measured_rows(replaces, path))[0]]
+
+
 def fit(path: Path = RESULTS_PATH) -> None:
     for replaces in ("pad", "im2col"):
         train, heldout = by_split(measured_rows(replaces, path))
         bound = fit_bound(train)
         print(f"{replaces}: bound fitted on {len(train)} train problems: {bound} loads per SM")
-        for name, part in (("train", train), ("held-out", heldout)):
-            print(f"  {name} ({len(part)} problems):")
-            for suffix, what in (("", "eager"), ("_graph", "CUDA graphs")):
-                best = score(part, bound, suffix)
-                staged = _ratio_to_chosen(part, "staged" + suffix, bound, suffix)
-                cudnn = _ratio_to_chosen(part, "cudnn" + suffix, bound, suffix)
-                print(f"    {what}: chosen at {best:.3f} of the best; staged / chosen "
-                      f"{staged:.3f}; cuDNN / chosen {cudnn:.3f}")  # fmt: skip
+        _report(train, heldout, bound)
+
+
+def joint_fit(paths: tuple[Path, ...] = JOINT_PATHS) -> None:
+    for replaces in ("pad", "im2col"):
+        bound = fit_bound(joint_train_rows(replaces, paths))
+        print(f"{replaces}: bound fitted on every GPU's train problems: {bound} loads per SM")
+        for path in paths:
+            print(f" {path.name} ({load_results(path).get('device', 'no device')}):")
+            _report(*by_split(measured_rows(replaces, path)), bound)
+
+
+def _report(train: list[dict], heldout: list[dict], bound: float) -> None:
+    """Each part's score at ``bound``, and the staged path's and cuDNN's times over it."""
+    for name, part in (("train", train), ("held-out", heldout)):
+        print(f"  {name} ({len(part)} problems):")
+        for suffix, what in (("", "eager"), ("_graph", "CUDA graphs")):
+            best = score(part, bound, suffix)
+            staged = _ratio_to_chosen(part, "staged" + suffix, bound, suffix)
+            cudnn = _ratio_to_chosen(part, "cudnn" + suffix, bound, suffix)
+            print(f"    {what}: chosen at {best:.3f} of the best; staged / chosen "
+                  f"{staged:.3f}; cuDNN / chosen {cudnn:.3f}")  # fmt: skip
 
 
 def main() -> None:
-    sweep_main(__doc__, sweep, fit, "--fit", results=RESULTS_PATH)
+    sweep_main(__doc__, sweep, fit, "--fit", results=RESULTS_PATH, joint=joint_fit)
 
 
 if __name__ == "__main__":

@@ -235,12 +235,14 @@ def precompile(configs: set, act_dtype: str = "bfloat16") -> None:
 
 
 def sweep_main(doc: str, sweep: Callable[..., None], offline: Callable[..., None],
-               offline_flag: str, results: Path | None = None) -> None:  # fmt: skip
+               offline_flag: str, results: Path | None = None,
+               joint: Callable[[], None] | None = None) -> None:  # fmt: skip
     """A sweep's command line: measure within ``--max-seconds`` (GPU), or with
     ``offline_flag`` run ``offline`` (fit or report, no GPU). With ``results`` (the sweep's
     file) it also takes ``--results PATH``, another file to measure into or fit from (a
     second GPU's rows), and passes the path on: ``sweep(max_seconds, path)``,
-    ``offline(path)``."""
+    ``offline(path)``. With ``joint`` it also takes ``--joint``: run ``joint()`` (a fit on
+    every GPU's rows together, no GPU)."""
     import argparse
 
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
@@ -248,9 +250,13 @@ def sweep_main(doc: str, sweep: Callable[..., None], offline: Callable[..., None
     parser.add_argument(offline_flag, action="store_true", help="no GPU: from the results file")
     if results is not None:
         parser.add_argument("--results", type=Path, default=results, help=f"default {results}")
+    if joint is not None:
+        parser.add_argument("--joint", action="store_true", help="no GPU: every GPU's rows")
     args = parser.parse_args()
     paths = () if results is None else (args.results,)
-    if getattr(args, offline_flag.lstrip("-")):
+    if joint is not None and args.joint:
+        joint()
+    elif getattr(args, offline_flag.lstrip("-")):
         offline(*paths)
     else:
         sweep(args.max_seconds, *paths)

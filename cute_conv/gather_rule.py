@@ -24,9 +24,9 @@ __all__ = [
 
 # Gathered operands (see gathered_config) for convs whose SMs each issue at most this many
 # gather loads (A and filter tile rows x k-tile channels / gather_vector, summed over the SM's
-# tiles), by the staging they spare: fitted on the corpus's train part on an H100
-# (benchmarks/sweep_gather.py, gather_sweep.json).
-MAX_GATHER_LOADS_PER_SM = {"pad": 50176, "im2col": 28672}
+# tiles), by the staging they spare: fitted on the corpus's train part on an H100 and an
+# H200 together (benchmarks/sweep_gather.py --joint, gather_sweep*.json).
+MAX_GATHER_LOADS_PER_SM = {"pad": 43008, "im2col": 28672}
 GATHERED_ELEMENT_BYTES = GATHER_ELEMENT_BITS // 8
 
 

@@ -13,11 +13,12 @@ from cute_conv.gather_rule import MAX_GATHER_LOADS_PER_SM
 from cute_conv.staging import gather_replaces
 
 
-def test_the_selection_is_the_staged_c_and_is_what_was_measured():
+@pytest.mark.parametrize("path", sweep_gather.JOINT_PATHS, ids=lambda p: p.name)
+def test_the_selection_is_the_staged_c_and_is_what_was_measured(path):
     chosen = sweep_gather.gather_problems(load_corpus())
     for p in chosen:
         assert problem_shape(p).C % 8 and gather_replaces(problem_shape(p)) in ("pad", "im2col")
-    rows = sweep_gather.measured_rows()
+    rows = sweep_gather.measured_rows(path=path)
     assert {r["key"] for r in rows} == {p["key"] for p in chosen}
     assert all(r["replaces"] == gather_replaces(problem_shape(r)) for r in _with_shapes(rows))
 
@@ -28,8 +29,11 @@ def _with_shapes(rows: list[dict]) -> list[dict]:
 
 
 @pytest.mark.parametrize("replaces", ["pad", "im2col"])
-def test_each_bound_is_the_fit_of_the_committed_sweep(replaces):
-    train = [r for r in sweep_gather.measured_rows(replaces) if r["split"] == "train"]
+def test_each_bound_is_the_joint_fit_of_the_committed_sweeps(replaces):
+    per_gpu = [sweep_gather.joint_train_rows(replaces, (p,)) for p in sweep_gather.JOINT_PATHS]
+    assert all(per_gpu) and all(r["split"] == "train" for rows in per_gpu for r in rows)
+    train = sweep_gather.joint_train_rows(replaces)
+    assert len(train) == sum(map(len, per_gpu))
     assert sweep_gather.fit_bound(train) == MAX_GATHER_LOADS_PER_SM[replaces]
 
 
