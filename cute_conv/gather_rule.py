@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .config import Conv2dConfig, check_channels, check_element_bytes, check_heuristic_args
+from .kernels.sm90.gather import copies_async
 from .kernels.sm90.schedule_checks import GATHER_ELEMENT_BITS, GATHER_VECTOR_CHOICES
 from .problem import Conv2dProblemShape
 from .schedule import schedule_shape
@@ -19,6 +20,7 @@ __all__ = [
     "MAX_GATHER_LOADS_PER_SM",
     "gather_loads_per_sm",
     "gathered_config",
+    "packed_k_tiles",
     "with_gathered_operands",
 ]
 
@@ -28,6 +30,10 @@ __all__ = [
 # H200 together (benchmarks/sweep_gather.py --joint, gather_sweep*.json).
 MAX_GATHER_LOADS_PER_SM = {"pad": 43008, "im2col": 28672}
 GATHERED_ELEMENT_BYTES = GATHER_ELEMENT_BITS // 8
+# Register gathers (vectors of 1 or 2 channels, not cp.async copies) pack their taps only in
+# k-tiles of at most this many channels: in wider ones a packed run's per-vector taps kept
+# fewer loads in flight or spilled (tests/test_gather.py's SASS checks).
+PACKED_REGISTER_MAX_TILE_K = 16
 
 
 def gathered_config(
@@ -47,7 +53,10 @@ def gathered_config(
     ``MAX_GATHER_LOADS_PER_SM[replaces]`` gather loads (``gather_loads_per_sm``); else None
     (the staged path). The gather warps load far slower than TMA, so this pays on small convs
     only, where the staging's launches and passes cost more than the kernel's whole
-    mainloop. fp8 inputs (``element_bytes`` 1) are never gathered."""
+    mainloop. fp8 inputs (``element_bytes`` 1) are never gathered. The taps are packed
+    (``Conv2dConfig.pack_taps``) where that takes fewer k-tiles (``packed_k_tiles``; each
+    k-tile is a round trip of the gather loads) and the gather copies asynchronously or its
+    k-tiles are at most ``PACKED_REGISTER_MAX_TILE_K`` channels."""
     check_element_bytes(element_bytes)
     if replaces not in MAX_GATHER_LOADS_PER_SM:
         raise ValueError(
@@ -58,7 +67,26 @@ def gathered_config(
         return None
     if gather_loads_per_sm(gathered, padded_problem, num_sms) > MAX_GATHER_LOADS_PER_SM[replaces]:
         return None
-    return gathered
+    taps = padded_problem.R * padded_problem.S
+    tap_k_tiles = taps * -(-channels // gathered.tile_k)
+    packs = packed_k_tiles(gathered, taps, channels) < tap_k_tiles and (
+        copies_async(gathered.gather_vector) or gathered.tile_k <= PACKED_REGISTER_MAX_TILE_K
+    )
+    return replace(gathered, pack_taps=packs)
+
+
+def packed_k_tiles(config: Conv2dConfig, taps: int, channels: int) -> int:
+    """The k-tiles of a gathered filter row of ``taps`` taps of ``channels`` channels with
+    ``Conv2dConfig.pack_taps``: the row's elements back to back in k-tiles of ``tile_k``
+    (without it, each tap takes ``ceil(channels / tile_k)``)."""
+    if not isinstance(config, Conv2dConfig):
+        raise TypeError(f"config must be a Conv2dConfig, got {type(config).__name__}")
+    if isinstance(taps, bool) or not isinstance(taps, int):
+        raise TypeError(f"taps must be an int (R*S), got {taps!r}")
+    if taps < 1:
+        raise ValueError(f"taps must be >= 1 (R*S), got {taps}")
+    check_channels(channels, " (the conv's C)")
+    return -(-taps * channels // config.tile_k)
 
 
 def with_gathered_operands(config: Conv2dConfig, channels: int) -> Conv2dConfig:

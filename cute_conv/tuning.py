@@ -515,6 +515,7 @@ def _config_id(config: Conv2dConfig) -> str:
         f"{f'-halo{config.tile_w}x{config.halo_h}' if config.tile_w else ''}"
         f"{f'p{config.halo_w}' if config.halo_w else ''}"
         f"{f'-gather{config.gather_vector}' if config.gather else ''}"
+        f"{'-packed' if config.pack_taps else ''}"
         f"{f'-epi{config.epi_n}' if config.epi_n else ''}"
     )
 

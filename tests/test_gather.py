@@ -17,6 +17,7 @@ from cute_conv.gather_rule import (
     MAX_GATHER_LOADS_PER_SM,
     gather_loads_per_sm,
     gathered_config,
+    packed_k_tiles,
     with_gathered_operands,
 )
 from cute_conv.problem import Conv2dProblemShape
@@ -113,6 +114,51 @@ def test_gathered_config_threshold_is_loads_per_sm():
             for replaces, bound in MAX_GATHER_LOADS_PER_SM.items():
                 chosen = gathered_config(config, problem, replaces=replaces, channels=channels)
                 assert (chosen is not None) == (elems // vector <= bound)
+
+
+@pytest.mark.parametrize(
+    "channels,r,s,tile_k,packed",
+    [(1, 1, 7, 16, True),  # 7 taps of one channel: 7 k-tiles -> 1
+     (3, 3, 3, 16, True),  # 27 elements: 9 -> 2
+     (12, 3, 3, 16, True),  # 108: 9 -> 7
+     (20, 3, 3, 32, True),  # 180: 9 -> 6 (cp.async copies of 4 channels)
+     (40, 3, 3, 32, True),  # 2 k-tiles a tap, 18 -> 12 (360 / 32)
+     (13, 1, 1, 16, False),  # one tap: nothing to pack
+     (16, 3, 3, 16, False),  # whole k-tiles a tap already
+     (3, 3, 3, 32, False),  # register gathers pack 16-channel k-tiles only
+     (10, 3, 3, 64, False)],
+    ids=str,
+)  # fmt: skip
+def test_gathered_config_packs_the_taps_where_that_takes_fewer_k_tiles(
+    channels, r, s, tile_k, packed
+):
+    problem = Conv2dProblemShape.from_shapes((1, 12, 12, 8), (32, r, s, 8))
+    chosen = gathered_config(Conv2dConfig(tile_m=64, tile_n=32, tile_k=tile_k), problem,
+                             channels=channels)  # fmt: skip
+    taps_k_tiles = r * s * -(-channels // tile_k)
+    assert packed_k_tiles(chosen, r * s, channels) == -(-r * s * channels // tile_k)
+    fewer = packed_k_tiles(chosen, r * s, channels) < taps_k_tiles
+    register_gather = chosen.gather_vector < 4
+    assert chosen.pack_taps == (fewer and not (register_gather and tile_k > 16)) == packed
+
+
+def test_packed_k_tiles_checks_its_arguments():
+    config = Conv2dConfig(tile_k=16, gather=True)
+    with pytest.raises(TypeError, match="config must be a Conv2dConfig"):
+        packed_k_tiles(None, 9, 3)
+    with pytest.raises(TypeError, match="taps must be an int"):
+        packed_k_tiles(config, 9.0, 3)
+    with pytest.raises(ValueError, match="taps must be >= 1"):
+        packed_k_tiles(config, 0, 3)
+    with pytest.raises(ValueError, match="channels must be >= 1"):
+        packed_k_tiles(config, 9, 0)
+
+
+def test_pack_taps_needs_gather_and_shows_only_when_set():
+    with pytest.raises(ValueError, match="pack_taps .* needs gather=True"):
+        Conv2dConfig(pack_taps=True)
+    assert "pack_taps" not in repr(Conv2dConfig(gather=True))
+    assert repr(Conv2dConfig(gather=True, pack_taps=True)).endswith("pack_taps=True)")
 
 
 def test_with_gathered_operands_turns_off_what_it_excludes():
@@ -375,3 +421,24 @@ def test_small_register_gathers_load_several_k_tiles_before_storing(tile_mnk, ve
     assert _longest_load_batch(sass) == batch * units * 8 // vector
     assert loads_waiting_on_loads(sass) == 0
     assert not re.search(r"\b(STL|LDL)\b", sass), "no spills"
+
+
+@pytest.mark.parametrize(
+    "tile_mnk,vector",
+    [((64, 32, 16), 1), ((64, 64, 16), 1), ((64, 32, 32), 4), ((128, 128, 16), 4),
+     ((128, 64, 16), 2)],
+    ids=str,
+)  # fmt: skip
+def test_packed_taps_keep_the_gather_loads_in_flight(tile_mnk, vector):
+    """With packed taps each vector's tap is stepped from the run's first (one division a
+    run, not one a vector): such tiles keep their loads in flight together, without
+    spills, and read no TMA operand. (Not every tile the rule packs: at 128x128x16 with
+    1-channel vectors 5 loads wait on others, 1 unpacked.)"""
+    tile_m, tile_n, tile_k = tile_mnk
+    config = Conv2dConfig(tile_m=tile_m, tile_n=tile_n, tile_k=tile_k, gather=True,
+                          gather_vector=vector, pack_taps=True)  # fmt: skip
+    kernel = cute_conv.compile_kernel("sm_90a", config=config)
+    assert "im2col" not in kernel.ptx
+    sass = sass_of(kernel.cubin)
+    assert loads_waiting_on_loads(sass) == 0
+    assert not re.search(r"\b(STL|LDL)\b", sass)

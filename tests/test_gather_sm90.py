@@ -2,7 +2,7 @@
 multiple of 8, activation and filter read unpadded, against a float32 reference with the output inside a sentinel
 guard band (``test_thread_store_sm90.run_and_check``): odd and even C, padding, strides,
 dilation, M and C tails inside a k-tile, several k-tiles per tap, loads of 1, 2 and 4
-channels (``gather_vector``), residuals, K not a multiple of 8 (thread stores), CUDA-graph
+channels (``gather_vector``), taps packed into k-tiles (``pack_taps``), residuals, K not a multiple of 8 (thread stores), CUDA-graph
 replays, and the heuristic's choice of it."""
 
 from __future__ import annotations
@@ -58,6 +58,53 @@ def test_gathered_operands_by_vectors(problem, vector, tile_k):
     *shape, geom = problem
     config = Conv2dConfig(tile_n=64, tile_k=tile_k, gather=True, gather_vector=vector)
     run_and_check(*shape, geom=geom, config=config)
+
+
+# Packed taps (pack_taps): every problem, every vector that divides its C, k-tiles of 16 and
+# 64 channels (a k-tile holding several taps, a tap's channels split across two k-tiles, the
+# row's last k-tile part past R*S*C).
+PACKED_CASES = [
+    pytest.param(problem, vector, id=f"{name}-v{vector}")
+    for name, problem in PROBLEMS.items()
+    for vector in (1, 2, 4)
+    if problem[3] % vector == 0
+]
+
+
+@pytest.mark.parametrize("tile_k", [16, 64])
+@pytest.mark.parametrize("problem,vector", PACKED_CASES)
+def test_gathered_operands_with_packed_taps(problem, vector, tile_k):
+    *shape, geom = problem
+    config = Conv2dConfig(
+        tile_n=64, tile_k=tile_k, gather=True, gather_vector=vector, pack_taps=True
+    )
+    run_and_check(*shape, geom=geom, config=config)
+
+
+@pytest.mark.parametrize(
+    "c,config",
+    [(3, Conv2dConfig(tile_m=64, tile_n=32, tile_k=16, gather=True, pack_taps=True)),
+     (20, Conv2dConfig(tile_m=64, tile_n=32, tile_k=32, gather=True, gather_vector=4,
+                       pack_taps=True)),
+     (6, Conv2dConfig(tile_m=256, tile_n=32, tile_k=32, gather=True, gather_vector=2,
+                      pack_taps=True))],
+    ids=["c3-64x32x16", "c20-64x32x32-v4", "c6-256x32x32-v2"],
+)  # fmt: skip
+@pytest.mark.parametrize("order", ["after_activation", "before_activation"])
+def test_packed_taps_with_a_residual(c, config, order):
+    run_and_check(3, 17, 13, c, 40, 3, 5, geom=dict(padding=(1, 2), dilation=(2, 1)),
+                  config=config, beta=0.5, order=order)  # fmt: skip
+
+
+def test_the_heuristic_packs_the_taps_of_a_one_channel_1x7():
+    x = torch.empty(8, 12, 34, 1, device="cuda", dtype=torch.bfloat16)
+    flt = torch.empty(24, 1, 7, 1, device="cuda", dtype=torch.bfloat16)
+    args = ((2, 2), ((0, 0), (5, 0)), (1, 3), 1.0, 0.0, "after_activation", None, None, None,
+            None)  # fmt: skip
+    plan = _plan(x, flt, None, None, None, None, args, None)
+    assert plan.kernel.key.config.gather and plan.kernel.key.config.pack_taps
+    run_and_check(8, 12, 34, 1, 24, 1, 7, geom=dict(stride=2, padding=((0, 0), (5, 0)),
+                  dilation=(1, 3)))  # fmt: skip
 
 
 @pytest.mark.parametrize(

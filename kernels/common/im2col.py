@@ -122,6 +122,18 @@ def filter_gemm_view(filter_ptr: cute.Pointer, g: ConvGeometry, groups: int = 1)
 
 
 @cute.jit
+def packed_filter_view(filter_ptr: cute.Pointer, g: ConvGeometry) -> cute.Tensor:
+    """Contiguous KRSC filter as ``(k, (r*s*c, 1, 1))``: the GEMM B operand of a gather
+    with packed taps (``Conv2dConfig.pack_taps``), each row's taps back to back as one
+    tap's channels, so that its k-tiles walk the row in ``filter_gemm_view``'s mode order
+    (its c-blocks, one tap)."""
+    row = g.r * g.s * g.c
+    return cute.make_tensor(
+        filter_ptr, cute.make_layout((g.k, (row, 1, 1)), stride=(row, (1, 0, 0)))
+    )
+
+
+@cute.jit
 def output_gemm_view(
     out_ptr: cute.Pointer, g: ConvGeometry, pixel_stride: cutlass.Int32, groups: int = 1
 ) -> cute.Tensor:

@@ -160,6 +160,12 @@ class Conv2dConfig:
         gather_vector: with ``gather``, channels per gathered load: 1, 2 or 4 (2, 4 or 8
             bytes). C must be a multiple of it (``check_config_fits`` says so);
             ``gather_rule.with_gathered_operands`` takes the largest that divides C.
+        pack_taps: with ``gather``, the GEMM K is the filter row's R*S*C elements back to
+            back (the k-tile walk ``ceil(R*S*C / tile_k)`` k-tiles) instead of a tap's C
+            channels per k-tile, zero-filled to tile_k: a conv of few channels per tap
+            (C=1 1x7: 7 k-tiles -> 1 of 16) takes fewer k-tiles, each vector's tap decoded
+            from its place in the row. ``gather_rule.gathered_config`` sets it where it
+            saves k-tiles.
         epi_n: width of the epilogue's output subtiles (tile_m x epi_n, each staged in SMEM
             and stored by one TMA store): 16, 32 or 64, dividing tile_n; 0 lets the kernel
             choose (32, or 16 for tiles 32 does not divide; a residual kernel 64 where a tile
@@ -193,6 +199,7 @@ class Conv2dConfig:
     gather_vector: int = 1
     epi_n: int = 0
     groups: int = 1
+    pack_taps: bool = False
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -206,6 +213,8 @@ class Conv2dConfig:
                 f"stream_k (got cluster_n={self.cluster_n}, gather={self.gather}, "
                 f"tile_w={self.tile_w}, stream_k={self.stream_k})"
             )
+        if self.pack_taps and not self.gather:
+            raise ValueError("pack_taps packs the gathered k-tiles: it needs gather=True")
         check_choice("tile_m", self.tile_m, TILE_M_CHOICES)
         check_choice("tile_n", self.tile_n, TILE_N_CHOICES)
         if self.tile_m * self.tile_n > MAX_TILE_ELEMS:
@@ -262,10 +271,14 @@ class Conv2dConfig:
         return f"{type(self).__name__}({body})"
 
     def shown_fields(self) -> list[dataclasses.Field]:
-        """The fields ``repr`` names: all but a dense config's ``groups``, so that dense
-        configs keep the repr they had before it (the sweeps' committed rows and the disk
-        cache's keys are reprs); a grouped one names its groups."""
-        return [f for f in dataclasses.fields(self) if f.name != "groups" or self.groups != 1]
+        """The fields ``repr`` names: all but ``groups`` and ``pack_taps`` at their defaults,
+        so that other configs keep the repr they had before those fields (the sweeps'
+        committed rows and the disk cache's keys are reprs)."""
+        hidden = {"groups": 1, "pack_taps": False}
+        return [
+            f for f in dataclasses.fields(self)
+            if f.name not in hidden or getattr(self, f.name) != hidden[f.name]
+        ]  # fmt: skip
 
     @property
     def tile_shape_mnk(self) -> tuple[int, int, int]:

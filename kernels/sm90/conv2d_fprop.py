@@ -229,6 +229,7 @@ class Conv2dFpropSm90(
         self.gather = config.gather
         self.groups = config.groups
         self.gather_vector = config.gather_vector
+        self.pack_taps = config.pack_taps
         self.producer_registers = (
             _GATHER_PRODUCER_REGISTERS if config.gather else _PRODUCER_REGISTERS
         )
@@ -787,6 +788,7 @@ class Conv2dFpropSm90(
         gather = OperandGather(
             ab_pipeline, *gmem, *smem_tiles, geometry, k_shape, self.tile_mnk,
             self.gather_threads, self.gather_vector, self.gather_warps_wait_late,
+            self.pack_taps,
         )  # fmt: skip
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stages)
         source_state, source_items = None, None

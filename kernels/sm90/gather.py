@@ -113,6 +113,7 @@ class OperandGather:
     threads: int
     vector: int
     waits_late: bool = False  # see ``gather_tile``
+    packs_taps: bool = False  # Conv2dConfig.pack_taps: k_shape is (k-tiles of the row, 1, 1)
 
     @property
     def copies_async(self) -> bool:
@@ -232,7 +233,8 @@ class OperandGather:
     @cute.jit
     def _vector_views(self) -> Tuple[cute.Tensor, cute.Tensor]:
         """The activation as ``((w, h, n), (vector, C / vector))`` and the filter as ``(k,
-        ((vector, C / vector), s, r))``: a vector of channels is one mode-0 slice, whose
+        ((vector, C / vector), s, r))`` (``packs_taps``: ``(k, ((vector, R*S*C / vector), 1,
+        1))``, the row's taps back to back): a vector of channels is one mode-0 slice, whose
         address the strides (multiples of ``vector``) prove aligned for one load."""
         g, v = self.geometry, self.vector
         c = cute.assume(g.c, divby=v)
@@ -242,14 +244,16 @@ class OperandGather:
             self.mA.iterator,
             cute.make_layout(((g.w, g.h, g.n), (v, g.c // v)), stride=((c, row, image), (1, v))),
         )
-        filters = cute.make_tensor(
-            self.mB.iterator,
-            cute.make_layout(
-                (g.k, ((v, g.c // v), g.s, g.r)),
-                stride=(g.r * g.s * c, ((1, v), c, g.s * c)),
-            ),
-        )
-        return activation, filters
+        filter_row = cute.assume(g.r * g.s * c, divby=v)
+        if cutlass.const_expr(self.packs_taps):
+            filter_layout = cute.make_layout(
+                (g.k, ((v, filter_row // v), 1, 1)), stride=(filter_row, ((1, v), 0, 0))
+            )
+        else:
+            filter_layout = cute.make_layout(
+                (g.k, ((v, g.c // v), g.s, g.r)), stride=(filter_row, ((1, v), c, g.s * c))
+            )
+        return activation, cute.make_tensor(self.mB.iterator, filter_layout)
 
     @cute.jit
     def _gather_rows(
@@ -299,38 +303,50 @@ class OperandGather:
         return unit // runs, unit % runs
 
     @cute.jit
-    def _load_vectors(self, source, inside, c0: cutlass.Int32, run: cute.Tensor):
-        """``run`` = the channels from ``c0`` on of ``source(v)`` (vector v of the row, a
-        ``(vector,)`` tensor) where ``inside`` and the vector lies below C, else zero. Each
+    def _load_vectors(self, vector_at, run: cute.Tensor):
+        """``run`` = the run's vectors; ``vector_at(i)`` = ``(ok, view)``: whether to read
+        vector i (else zero) and a function giving the ``(vector,)`` tensor of its channels
+        (called only where read, so that its address is computed under the predicate). Each
         vector is loaded into a value of its own before it is written into ``run``, so that
         the run's loads all issue before the first one is waited for; with
         ``copies_async``, ``run`` is the stage's run itself and each vector a cp.async copy
         (``_copy_vectors``)."""
         run_vectors = cute.zipped_divide(run, (self.vector,))
         if cutlass.const_expr(self.copies_async):
-            self._copy_vectors(source, inside, c0, run_vectors)
+            self._copy_vectors(vector_at, run_vectors)
         else:
             for i in cutlass.range_constexpr(RUN_CHANNELS // self.vector):
-                v = c0 // self.vector + i
+                ok, view = vector_at(i)
                 values = cute.full((self.vector,), 0, run.element_type)
-                if inside & (v * self.vector < self.geometry.c):
-                    values = source(v).load()
+                if ok:
+                    values = view().load()
                 run_vectors[(None, i)].store(values)
 
     @cute.jit
-    def _copy_vectors(self, source, inside, c0: cutlass.Int32, run_vectors: cute.Tensor):
+    def _copy_vectors(self, vector_at, run_vectors: cute.Tensor):
         """``copies_async``: each vector of the run (``run_vectors``, in the stage) copied by
-        ``cp.async`` from ``source(v)`` where ``inside`` and below C, else zeroed by a store."""
+        ``cp.async`` from its view where ``vector_at(i)`` says to read it, else zeroed by a
+        store."""
         atom = cute.make_copy_atom(
             cpasync.CopyG2SOp(), run_vectors.element_type,
             num_bits_per_copy=run_vectors.element_type.width * self.vector,
         )  # fmt: skip
         for i in cutlass.range_constexpr(RUN_CHANNELS // self.vector):
-            v = c0 // self.vector + i
-            if inside & (v * self.vector < self.geometry.c):
-                cute.copy(atom, source(v), run_vectors[(None, i)])
+            ok, view = vector_at(i)
+            if ok:
+                cute.copy(atom, view(), run_vectors[(None, i)])
             else:
                 run_vectors[(None, i)].store(cute.full((self.vector,), 0, run_vectors.element_type))
+
+    def _row_vectors(self, source, inside, c0: cutlass.Int32, extent):
+        """``vector_at`` (``_load_vectors``) of the run from element ``c0`` on of a row of
+        ``extent`` elements: vector v = ``source(v)``, read where ``inside`` and below the
+        extent."""
+        first = c0 // self.vector
+        return lambda i: (
+            inside & ((first + i) * self.vector < extent),
+            lambda: source(first + i),
+        )
 
     @cute.jit
     def _activation_run(
@@ -338,7 +354,9 @@ class OperandGather:
         run: cute.Tensor,
     ):  # fmt: skip
         """Row m of the im2col A at filter tap ``k_coord``, channels from c0 on: the input
-        pixel under output pixel m, or zero in the padding and past M or C."""
+        pixel under output pixel m, or zero in the padding and past M or C. With
+        ``packs_taps``, c0 is the place in the filter row (taps back to back): each vector's
+        tap comes from it (``_packed_vectors``)."""
         g = self.geometry
         _, s, r = k_coord
         # m = (n * P + p) * Q + q, by two unsigned divisions (signed ones cost twice as much).
@@ -348,16 +366,67 @@ class OperandGather:
         q = cutlass.Int32(m_u - pixel_row * q_u)
         p = cutlass.Int32(pixel_row - n_u * p_u)
         n = cutlass.Int32(n_u)
-        h = p * g.stride_h + r * g.dil_h - g.pad_top
-        w = q * g.stride_w + s * g.dil_w - g.pad_left
-        inside = (n < g.n) & (h >= 0) & (h < g.h) & (w >= 0) & (w < g.w)
-        self._load_vectors(lambda v: activation[((w, h, n), (None, v))], inside, c0, run)
+        h = p * g.stride_h - g.pad_top
+        w = q * g.stride_w - g.pad_left
+        if cutlass.const_expr(self.packs_taps):
+            vectors = self._packed_vectors(activation, (w, h, n), c0)
+        else:
+            h = h + r * g.dil_h
+            w = w + s * g.dil_w
+            inside = (n < g.n) & (h >= 0) & (h < g.h) & (w >= 0) & (w < g.w)
+            vectors = self._row_vectors(
+                lambda v: activation[((w, h, n), (None, v))], inside, c0, g.c
+            )
+        self._load_vectors(vectors, run)
+
+    def _packed_vectors(self, activation: cute.Tensor, origin: Tuple, c0: cutlass.Int32):
+        """``packs_taps``: ``vector_at`` (``_load_vectors``) of an A run from place ``c0`` of
+        the filter row on, for the output pixel whose window starts at input ``origin``
+        ``(w, h, n)``: a vector's tap and channels are its place's quotient and remainder by
+        C, the first vector's by division, the next ones' by stepping (C, S and R wrap)."""
+        g = self.geometry
+        w0, h0, n = origin
+        per_tap_u = cutlass.Uint32(g.c // self.vector)
+        first_u = cutlass.Uint32(c0 // self.vector)
+        tap_u = first_u // per_tap_u
+        taps_s_u = cutlass.Uint32(g.s)
+        r_u = tap_u // taps_s_u
+        cv = cutlass.Int32(first_u - tap_u * per_tap_u)
+        s = cutlass.Int32(tap_u - r_u * taps_s_u)
+        r = cutlass.Int32(r_u)
+        per_tap = cutlass.Int32(per_tap_u)
+        places = []  # (ok, w, h, channel vector) of each vector of the run
+        for i in range(RUN_CHANNELS // self.vector):
+            if i > 0:
+                cv = cv + 1
+                next_tap = cv == per_tap
+                cv = cutlass.select_(next_tap, cutlass.Int32(0), cv)
+                s = cutlass.select_(next_tap, s + 1, s)
+                next_row = s == g.s
+                s = cutlass.select_(next_row, cutlass.Int32(0), s)
+                r = cutlass.select_(next_row, r + 1, r)
+            h = h0 + r * g.dil_h
+            w = w0 + s * g.dil_w
+            ok = (n < g.n) & (r < g.r) & (h >= 0) & (h < g.h) & (w >= 0) & (w < g.w)
+            places.append((ok, w, h, cv))
+
+        def vector_at(i):
+            ok, w, h, cv = places[i]
+            return ok, lambda: activation[((w, h, n), (None, cv))]
+
+        return vector_at
 
     @cute.jit
     def _filter_run(
         self, filters: cute.Tensor, k: cutlass.Int32, c0: cutlass.Int32, k_coord: Tuple,
         run: cute.Tensor,
     ):  # fmt: skip
-        """Row k of the filter at tap ``k_coord``, channels from c0 on, zero past K or C."""
+        """Row k of the filter at tap ``k_coord``, channels from c0 on, zero past K or C
+        (``packs_taps``: the row's taps back to back, zero past its R*S*C elements)."""
+        g = self.geometry
         _, s, r = k_coord
-        self._load_vectors(lambda v: filters[(k, ((None, v), s, r))], k < self.geometry.k, c0, run)
+        extent = g.c
+        if cutlass.const_expr(self.packs_taps):
+            extent = g.r * g.s * g.c
+        source = lambda v: filters[(k, ((None, v), s, r))]  # noqa: E731
+        self._load_vectors(self._row_vectors(source, k < g.k, c0, extent), run)

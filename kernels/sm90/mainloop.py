@@ -38,6 +38,7 @@ from ..common.im2col import (
     filter_gemm_view,
     fprop_im2col_params,
     im2col_tile_at_origin,
+    packed_filter_view,
 )
 from ..common.tile_scheduler import StaticTileScheduler
 from .gather import copies_async
@@ -328,8 +329,10 @@ class MainloopMixin:
         b_smem_layout = cute.slice_(self.b_smem_layout_staged, (None, None, 0))
 
         if cutlass.const_expr(self.gather):
-            act, flt = activation_im2col_view(act_ptr, geom), filter_gemm_view(filter_ptr, geom)
-            return None, act, None, flt
+            flt = filter_gemm_view(filter_ptr, geom)
+            if cutlass.const_expr(self.pack_taps):
+                flt = packed_filter_view(filter_ptr, geom)
+            return None, activation_im2col_view(act_ptr, geom), None, flt
         if cutlass.const_expr(self.tile_w):
             # A halo: a (tile_k channels, halo pitch columns, halo_h rows, 1 image) box.
             tma_atom_a, tma_tensor_a = cpasync.make_tiled_tma_atom(
