@@ -462,9 +462,10 @@ def _checked(row: dict, name: str, fn: Callable[[], object], out, ref) -> bool:
 
 
 def _tile(config) -> str:
-    """The config's tile, cluster and the choices that set it apart (gathered, stream-K, a
-    fixed A/B stage count, halo tiles: `` halo`` for whole rows, `` halo/72`` for a pitched
-    halo 72 columns wide; rows measured before this label existed lack it); for the CUDA-core
+    """The config's tile, cluster and the choices that set it apart (gathered, `` gathered
+    packed`` with packed taps, stream-K, a fixed A/B stage count, halo tiles: `` halo`` for
+    whole rows, `` halo/72`` for a pitched halo 72 columns wide; rows measured before this
+    label existed lack it); for the CUDA-core
     kernels, ``gemv`` and its shape (e.g. ``gemv 8-wide, 1 row x 2``) or ``direct`` and its
     output pixels per thread (e.g. ``direct 4 px``)."""
     import cute_conv
@@ -476,7 +477,7 @@ def _tile(config) -> str:
         )
     if isinstance(config, cute_conv.GroupedDirectConfig):
         return f"direct {config.pixels} px"
-    gathered = " gathered" if config.gather else ""
+    gathered = (" gathered packed" if config.pack_taps else " gathered") if config.gather else ""
     halo = ""
     if config.tile_w:
         halo = f" halo/{config.halo_w}" if config.halo_w else " halo"
