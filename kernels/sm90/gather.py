@@ -15,6 +15,12 @@ before any store (``k_tiles_per_batch``). Before the
 thread arrives on the stage's full barrier, a proxy fence makes its stores visible to WGMMA
 (the async proxy).
 
+With packed taps (``Conv2dConfig.pack_taps``) the k-tiles walk the filter row's R*S*C
+elements back to back instead of one tap's channels each (the k-tile walk is then
+``(k-tiles of the row, 1, 1)``, the filter row one run of them): a C=1 1x7 fills one
+k-tile of 16 instead of seven of 1 real channel. A unit's vectors may then lie in different
+taps: each A vector's tap and channels come from its place in the row.
+
 ``vector`` is 1, 2 or 4 (C a multiple of it, a compile-time promise the host checks): 2-,
 4- or 8-byte loads. Vectors of 4 channels are copied by ``cp.async`` (8 bytes) straight
 into the stage, with zeros stored by the thread where the vector lies outside: no registers
