@@ -4,7 +4,9 @@
         n1_h1_w1_c120_k30_r1_s1_pad0.0.0.0_str1.1_dil1.1:stages=2 --out durations.json
 
 For each suite shape or corpus key (``:field=value`` after it overrides a field of the
-heuristic's bf16 config), the plain call (``conv2d_fprop``) and ``F.conv2d`` on its
+heuristic's bf16 config; ``:cuda_cores=False`` first takes the tensor-core config where a
+CUDA-core rule takes the conv, e.g. ``KEY:cuda_cores=False:gather=True:pack_taps=True``),
+the plain call (``conv2d_fprop``) and ``F.conv2d`` on its
 channels_last views (``cudnn.benchmark``): CUPTI's duration of each kernel a call launches
 (``torch.profiler``, the median over calls on L2-resident inputs, each waited for), in
 microseconds, with the kernels' names; beside them one trivial torch kernel's. Small convs
@@ -90,7 +92,7 @@ def conv_calls(spec: str, num_sms: int) -> ConvCalls:
     x, flt = x32.bfloat16(), f32.bfloat16()
     problem = cute_conv.Conv2dProblemShape.from_shapes(x.shape, flt.shape, **geom)
     overrides = {key: parse_field(value) for key, value in (f.split("=") for f in fields)}
-    config = dataclasses.replace(heuristic_config(problem, num_sms), **overrides)
+    config = overridden_default(problem, num_sms, overrides)
     out = torch.empty(problem.output_shape, device="cuda", dtype=torch.bfloat16)
     x_cl, w_cl = x.permute(0, 3, 1, 2), flt.permute(0, 3, 1, 2)
     return ConvCalls(
@@ -99,6 +101,16 @@ def conv_calls(spec: str, num_sms: int) -> ConvCalls:
         # Asymmetric padding: the pad kernel is among cuDNN's, as in the corpus benchmark.
         cudnn_conv2d(x_cl, w_cl, problem),
     )  # fmt: skip
+
+
+def overridden_default(problem, num_sms: int, overrides: dict, has_residual: bool = False):
+    """The heuristic's config for ``problem`` with ``overrides``' fields; their pseudo-field
+    ``cuda_cores`` (default True) goes to ``heuristic_config`` instead (False: the
+    tensor-core config where a CUDA-core rule takes the conv)."""
+    fields = dict(overrides)
+    cuda_cores = fields.pop("cuda_cores", True)
+    default = heuristic_config(problem, num_sms, has_residual=has_residual, cuda_cores=cuda_cores)
+    return dataclasses.replace(default, **fields)
 
 
 def conv_durations(spec: str, num_sms: int, fused: bool = False, cudnn=None) -> dict:
@@ -112,9 +124,7 @@ def conv_durations(spec: str, num_sms: int, fused: bool = False, cudnn=None) -> 
         "cudnn": kernel_durations(calls.cudnn),
     }
     if fused:
-        fused_config = dataclasses.replace(
-            heuristic_config(calls.problem, num_sms, has_residual=True), **calls.overrides
-        )
+        fused_config = overridden_default(calls.problem, num_sms, calls.overrides, True)
         row |= fused_durations(calls.x, calls.flt, calls.problem, fused_config, cudnn)
     return row
 
