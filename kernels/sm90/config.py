@@ -165,7 +165,7 @@ class Conv2dConfig:
             channels per k-tile, zero-filled to tile_k: a conv of few channels per tap
             (C=1 1x7: 7 k-tiles -> 1 of 16) takes fewer k-tiles, each vector's tap decoded
             from its place in the row. ``gather_rule.gathered_config`` sets it where it
-            saves k-tiles.
+            saves k-tiles (register gathers: at 16-channel k-tiles only).
         epi_n: width of the epilogue's output subtiles (tile_m x epi_n, each staged in SMEM
             and stored by one TMA store): 16, 32 or 64, dividing tile_n; 0 lets the kernel
             choose (32, or 16 for tiles 32 does not divide; a residual kernel 64 where a tile
