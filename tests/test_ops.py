@@ -191,8 +191,9 @@ def test_opcheck_out_op():
 @pytest.mark.parametrize(
     "config",
     [cute_conv.Conv2dConfig(), cute_conv.Conv2dConfig(tile_n=256, stream_k=True, swizzle=4),
+     cute_conv.Conv2dConfig(tile_m=64, tile_n=32, tile_k=16, gather=True, pack_taps=True),
      Conv2dConfigSm100(cta_group=1, mma_m=128, mma_n=128)],
-    ids=["sm90-default", "sm90-stream-k", "sm100"],
+    ids=["sm90-default", "sm90-stream-k", "sm90-packed-taps", "sm100"],
 )  # fmt: skip
 def test_config_round_trips_through_its_string(config):
     text = ops.config_to_str(config)
