@@ -34,9 +34,13 @@ FUSED_TALL_BEFORE_FIT = {"plain": None, "fused": SUITE_TALL_TILES["min_waves_tal
 # (sweep_residual_pointwise_width.py), fused calls' 256-row tiles (sweep_tall_tiles.py --form
 # fused). A sweep run before one of them measured without it and every one after it
 # (``fitted_before``); a rule fitted next goes at the end.
+# The gather rule's bounds before ``sweep_gather.py --joint`` refitted them on an H200's rows
+# too (its H100 fit).
+GATHER_H100_BOUNDS = {"pad": 50176, "im2col": 28672}
 RULES_IN_FIT_ORDER = (
     ("lone_cta_max_k_tiles", 0), ("single_tile_ring_max_k_tiles", 0),
     ("residual_narrow_pointwise_max_k", 0), ("min_waves_tall", FUSED_TALL_BEFORE_FIT),
+    ("gather_max_loads_per_sm", GATHER_H100_BOUNDS), ("gather_pack_taps", False),
 )  # fmt: skip
 # ``untuned_with``'s keywords that put every rule it defaults off (as the sweeps before those
 # rules measured) at its fitted bound: a sweep run now measures against what calls run today.
@@ -48,6 +52,7 @@ EVERY_RULE_FITTED = dict(
     paired_m_max_channel_fill=None, square_split_min_k_tiles=None, last_wave_max_fill=None,
     last_wave_min_k_tiles=None, pointwise_pair_max_k_tiles=None, lone_cta_max_k_tiles=None,
     single_tile_ring_max_k_tiles=None, residual_narrow_pointwise_max_k=None,
+    gather_max_loads_per_sm=None, gather_pack_taps=True,
 )  # fmt: skip
 
 
@@ -335,7 +340,9 @@ def untuned_with(
     square_split_min_k_tiles: float | None = math.inf, last_wave_max_fill: float | None = 0,
     last_wave_min_k_tiles: float | None = None, pointwise_pair_max_k_tiles: float | None = 0,
     lone_cta_max_k_tiles: float | None = 0, single_tile_ring_max_k_tiles: float | None = 0,
-    residual_narrow_pointwise_max_k: float | None = 0, **heuristic_kwargs,
+    residual_narrow_pointwise_max_k: float | None = 0,
+    gather_max_loads_per_sm: dict | None = GATHER_H100_BOUNDS, gather_pack_taps: bool = False,
+    **heuristic_kwargs,
 ):  # fmt: skip
     """The config a call of ``form`` (``plain``, ``fused``, ``fp8`` or ``fused_fp8``, as in
     ``measure_configs``) without one runs on ``problem`` (``untuned.untuned_config``: staging,
@@ -349,8 +356,9 @@ def untuned_with(
     ``wide_cluster_min_share``, ``wide_cluster_max_share`` and ``wide_cluster_residual`` (its
     ``take_residual``), the last-wave rule ``last_wave_max_fill`` and
     ``last_wave_min_k_tiles``, the pair rule ``pointwise_pair_max_k_tiles``, the lone-CTA
-    rule ``lone_cta_max_k_tiles`` and the ring rule ``single_tile_ring_max_k_tiles``: a
-    sweep's variant of the heuristic.
+    rule ``lone_cta_max_k_tiles``, the ring rule ``single_tile_ring_max_k_tiles`` and the
+    gather rule ``gather_max_loads_per_sm`` and ``gather_pack_taps`` (``gathered_config``'s
+    ``max_loads_per_sm`` and ``pack_taps``): a sweep's variant of the heuristic.
     The rules fitted after most sweeps ran default to off, as those sweeps measured: the
     single-warpgroup rule and its wider tiles (0), ``default_config``'s
     ``whole_source_min_k`` (inf) and 256-row tiles' bounds
@@ -362,12 +370,14 @@ def untuned_with(
     (``square_split_min_k_tiles``, inf), the last-wave rule (``last_wave_max_fill``, 0),
     the pair rule (``pointwise_pair_max_k_tiles``, 0), the lone-CTA rule
     (``lone_cta_max_k_tiles``, 0), the ring rule (``single_tile_ring_max_k_tiles``, 0) and
-    the narrowing of residual 1x1 convs (``residual_narrow_pointwise_max_k``, 0); None takes
-    a rule's fitted bound. ``min_waves_tall`` may be a bound per form (a dict, a form it
+    the narrowing of residual 1x1 convs (``residual_narrow_pointwise_max_k``, 0) and the
+    gather rule's refit and packed taps (``GATHER_H100_BOUNDS``, False); None takes a rule's
+    fitted bound. ``min_waves_tall`` may be a bound per form (a dict, a form it
     leaves out taking None: ``FUSED_TALL_BEFORE_FIT``)."""
     from cute_conv.arch import ARCHS
     from cute_conv.config import default_config
     from cute_conv.epilogue_rule import wide_epilogue_config
+    from cute_conv.gather_rule import gathered_config
     from cute_conv.halo_rule import halo_tiled_config
     from cute_conv.ring_rule import single_tile_ring_config
     from cute_conv.small_grid_rules import (
@@ -419,11 +429,15 @@ def untuned_with(
     pair_rule = functools.partial(pointwise_pair_config, max_k_tiles=pointwise_pair_max_k_tiles)
     lone_cta_rule = functools.partial(lone_cta_config, max_k_tiles=lone_cta_max_k_tiles)
     ring_rule = functools.partial(single_tile_ring_config, max_k_tiles=single_tile_ring_max_k_tiles)
+    gather_rule = functools.partial(
+        gathered_config, max_loads_per_sm=gather_max_loads_per_sm, pack_taps=gather_pack_taps
+    )
     arch = dataclasses.replace(
         ARCHS["sm_90a"], heuristic=heuristic, single_warpgroup_rule=single_warpgroup_rule,
         halo_rule=halo_rule, epilogue_rule=epilogue_rule, cluster_rule=cluster_rule,
         last_wave_rule=last_wave_rule, pair_rule=pair_rule, lone_cta_rule=lone_cta_rule,
-        ring_rule=ring_rule, pointwise_gemv_rule=None, direct_rule=None,  # tensor-core rules
+        ring_rule=ring_rule, gather_rule=gather_rule, pointwise_gemv_rule=None,
+        direct_rule=None,  # tensor-core rules
     )  # fmt: skip
     element_bytes = 1 if is_fp8_form(form) else 2
     kernel_problem = kernel_problem_for(problem, element_bytes)

@@ -34,6 +34,7 @@ sys.path.insert(0, str(HERE))
 
 from bench import geomean  # noqa: E402
 from sweep_rows import (  # noqa: E402
+    GATHER_H100_BOUNDS,
     by_split,
     load_results,
     measure_configs,
@@ -56,14 +57,33 @@ GROUPS = (
 )  # fmt: skip
 
 
+def arch_as_measured(**rules):
+    """The sm_90a arch as this sweep measured it, ``rules`` replaced: its gather rule at the
+    H100 bounds, taps unpacked (``sweep_rows.GATHER_H100_BOUNDS``; refitted and packed
+    since)."""
+    import functools
+
+    from cute_conv.arch import ARCHS
+    from cute_conv.gather_rule import gathered_config
+
+    gather_rule = functools.partial(
+        gathered_config, max_loads_per_sm=GATHER_H100_BOUNDS, pack_taps=False
+    )
+    return dataclasses.replace(ARCHS["sm_90a"], gather_rule=gather_rule, **rules)
+
+
 def path_of(problem) -> str | None:
     """``"unstaged"``, ``"gathered"`` (the library gathers its operands), or None (staged)."""
     from cute_conv.staging import gather_replaces, kernel_problem_for
-    from cute_conv.untuned import heuristic_config
+    from cute_conv.untuned import untuned_config
 
     if kernel_problem_for(problem) == problem and gather_replaces(problem) is None:
         return "unstaged"
-    return "gathered" if heuristic_config(problem, NUM_SMS, cuda_cores=False).gather else None
+    config = untuned_config(
+        arch_as_measured(), problem, kernel_problem_for(problem), NUM_SMS, False, 2,
+        cuda_cores=False,
+    )  # fmt: skip
+    return "gathered" if config.gather else None
 
 
 def small_m_problems(problems: list[dict]) -> list[dict]:
@@ -90,12 +110,11 @@ def heuristic_of(problem, form: str):
     """The config a call of ``form`` runs on ``problem`` without the small-M rule: the
     untuned choice (``untuned_config``: the heuristic's, or the gathering config) with that
     rule taken out of the arch's."""
-    from cute_conv.arch import ARCHS
     from cute_conv.staging import kernel_problem_for
     from cute_conv.untuned import untuned_config
 
     element_bytes = 1 if form == "fp8" else 2
-    without_rule = dataclasses.replace(ARCHS["sm_90a"], small_m_rule=None, pointwise_gemv_rule=None)
+    without_rule = arch_as_measured(small_m_rule=None, pointwise_gemv_rule=None)
     kernel_problem = kernel_problem_for(problem, element_bytes)
     return untuned_config(
         without_rule, problem, kernel_problem, NUM_SMS, form == "fused", element_bytes

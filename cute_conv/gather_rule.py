@@ -44,6 +44,8 @@ def gathered_config(
     replaces: str = "pad",
     *,
     channels: int,
+    max_loads_per_sm: dict[str, float] | None = None,
+    pack_taps: bool = True,
 ) -> Conv2dConfig | None:
     """For a call of ``channels`` input channels whose operands would be staged
     (``replaces``: ``"pad"``, C zero-padded to a multiple of 8, or ``"im2col"``, unfolded into
@@ -56,23 +58,31 @@ def gathered_config(
     mainloop. fp8 inputs (``element_bytes`` 1) are never gathered. The taps are packed
     (``Conv2dConfig.pack_taps``) where that takes fewer k-tiles (``packed_k_tiles``; each
     k-tile is a round trip of the gather loads) and the gather copies asynchronously or its
-    k-tiles are at most ``PACKED_REGISTER_MAX_TILE_K`` channels."""
+    k-tiles are at most ``PACKED_REGISTER_MAX_TILE_K`` channels. A sweep's variant of the
+    rule: ``max_loads_per_sm`` (by staging spared; None: ``MAX_GATHER_LOADS_PER_SM``) and
+    ``pack_taps`` False (no packing, as the rule was before it)."""
     check_element_bytes(element_bytes)
-    if replaces not in MAX_GATHER_LOADS_PER_SM:
+    bounds = MAX_GATHER_LOADS_PER_SM if max_loads_per_sm is None else max_loads_per_sm
+    if not isinstance(bounds, dict) or set(bounds) != set(MAX_GATHER_LOADS_PER_SM):
         raise ValueError(
-            f"replaces must be one of {', '.join(MAX_GATHER_LOADS_PER_SM)}, got {replaces!r}"
+            f"max_loads_per_sm must be None or a dict of {', '.join(MAX_GATHER_LOADS_PER_SM)}, "
+            f"got {max_loads_per_sm!r}"
         )
+    if not isinstance(pack_taps, bool):
+        raise TypeError(f"pack_taps must be a bool, got {pack_taps!r}")
+    if replaces not in bounds:
+        raise ValueError(f"replaces must be one of {', '.join(bounds)}, got {replaces!r}")
     gathered = with_gathered_operands(config, channels)
     if element_bytes != GATHERED_ELEMENT_BYTES:
         return None
-    if gather_loads_per_sm(gathered, padded_problem, num_sms) > MAX_GATHER_LOADS_PER_SM[replaces]:
+    if gather_loads_per_sm(gathered, padded_problem, num_sms) > bounds[replaces]:
         return None
     taps = padded_problem.R * padded_problem.S
     tap_k_tiles = taps * -(-channels // gathered.tile_k)
     packs = packed_k_tiles(gathered, taps, channels) < tap_k_tiles and (
         copies_async(gathered.gather_vector) or gathered.tile_k <= PACKED_REGISTER_MAX_TILE_K
     )
-    return replace(gathered, pack_taps=packs)
+    return replace(gathered, pack_taps=pack_taps and packs)
 
 
 def packed_k_tiles(config: Conv2dConfig, taps: int, channels: int) -> int:

@@ -199,6 +199,24 @@ def test_gathered_config_checks_its_arguments():
         gathered_config(Conv2dConfig(), small, 132, element_bytes=4, channels=15)
     with pytest.raises(ValueError, match="replaces must be one of pad, im2col"):
         gathered_config(Conv2dConfig(), small, 132, replaces="space-to-depth", channels=15)
+    with pytest.raises(ValueError, match="max_loads_per_sm must be None or a dict of pad"):
+        gathered_config(Conv2dConfig(), small, channels=15, max_loads_per_sm={"pad": 1})
+    with pytest.raises(TypeError, match="pack_taps must be a bool"):
+        gathered_config(Conv2dConfig(), small, channels=15, pack_taps=1)
+
+
+def test_a_sweeps_variant_of_the_gather_rule_takes_its_bounds_and_packing():
+    """``max_loads_per_sm`` replaces the fitted bounds and ``pack_taps=False`` leaves the
+    taps unpacked: the rule as sweeps run before the refit and the packing measured it."""
+    problem = conv(1, 12, 12, 8, 3, padding=1)
+    base = Conv2dConfig(tile_m=64, tile_n=32, tile_k=16)
+    loads = gather_loads_per_sm(with_gathered_operands(base, 3), problem)
+    assert gathered_config(base, problem, channels=3).pack_taps  # 27 elements: 9 -> 2
+    assert not gathered_config(base, problem, channels=3, pack_taps=False).pack_taps
+    tight = {"pad": loads - 1, "im2col": loads - 1}
+    assert gathered_config(base, problem, channels=3, max_loads_per_sm=tight) is None
+    at = {"pad": loads, "im2col": loads}
+    assert gathered_config(base, problem, channels=3, max_loads_per_sm=at) is not None
 
 
 def test_heuristic_config_gathers_small_padded_and_unfolded_convs():

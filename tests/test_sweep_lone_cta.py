@@ -92,11 +92,14 @@ def test_the_committed_rows_fit_the_bound(form):
 def test_sweeps_run_before_a_rule_take_it_and_the_rules_after_it_off():
     lone, ring = {"lone_cta_max_k_tiles": 0}, {"single_tile_ring_max_k_tiles": 0}
     pointwise = {"residual_narrow_pointwise_max_k": 0}
-    tall = {"min_waves_tall": {"plain": None, "fused": 4}}  # fused calls' bound, fitted last
-    later = pointwise | tall
+    tall = {"min_waves_tall": {"plain": None, "fused": 4}}  # fused calls' bound
+    gather = {"gather_max_loads_per_sm": {"pad": 50176, "im2col": 28672}}  # the H100 fit
+    packed = {"gather_pack_taps": False}  # fitted last
+    later = pointwise | tall | gather | packed
     assert fitted_before("lone_cta_max_k_tiles") == EVERY_RULE_FITTED | lone | ring | later
     assert fitted_before("single_tile_ring_max_k_tiles") == EVERY_RULE_FITTED | ring | later
     assert fitted_before("residual_narrow_pointwise_max_k") == EVERY_RULE_FITTED | later
-    assert fitted_before("min_waves_tall") == EVERY_RULE_FITTED | tall
+    assert fitted_before("min_waves_tall") == EVERY_RULE_FITTED | tall | gather | packed
+    assert fitted_before("gather_pack_taps") == EVERY_RULE_FITTED | packed
     with pytest.raises(ValueError):
         fitted_before("no_such_rule")
