@@ -28,15 +28,16 @@ BEFORE_LAST_WAVE = {"last_wave_max_fill": 0}
 # ``untuned_with``'s bound on 256-row tiles before sweep_tall_tiles.py --form fused fitted it
 # for calls with a residual: the suite's 4 waves for them, plain calls' fitted bound (None).
 FUSED_TALL_BEFORE_FIT = {"plain": None, "fused": SUITE_TALL_TILES["min_waves_tall"]}
+# The gather rule's bounds before ``sweep_gather.py --joint`` refitted them on an H200's rows
+# too (its H100 fit).
+GATHER_H100_BOUNDS = {"pad": 50176, "im2col": 28672}
 # ``untuned_with``'s bounds of the rules fitted since sweep_pointwise_pair.py, in the order they
 # were fitted, each with the value that leaves it out: the lone-CTA rule (sweep_lone_cta.py),
 # the ring rule (sweep_single_tile_ring.py), the narrowing of residual 1x1s
 # (sweep_residual_pointwise_width.py), fused calls' 256-row tiles (sweep_tall_tiles.py --form
-# fused). A sweep run before one of them measured without it and every one after it
-# (``fitted_before``); a rule fitted next goes at the end.
-# The gather rule's bounds before ``sweep_gather.py --joint`` refitted them on an H200's rows
-# too (its H100 fit).
-GATHER_H100_BOUNDS = {"pad": 50176, "im2col": 28672}
+# fused), the gather rule's joint refit and its packed taps (sweep_gather.py --joint). A sweep
+# run before one of them measured without it and every one after it (``fitted_before``); a
+# rule fitted next goes at the end.
 RULES_IN_FIT_ORDER = (
     ("lone_cta_max_k_tiles", 0), ("single_tile_ring_max_k_tiles", 0),
     ("residual_narrow_pointwise_max_k", 0), ("min_waves_tall", FUSED_TALL_BEFORE_FIT),

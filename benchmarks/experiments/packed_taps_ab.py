@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from pathlib import Path
 
@@ -32,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 import corpus  # noqa: E402
 from bench import geomean  # noqa: E402
+from bench_corpus import load_corpus, problem_shape  # noqa: E402
 from sweep_rows import load_results, measure_configs, sweep_new_problems  # noqa: E402
 
 PROBLEMS_PATH = HERE / "packed_taps_fresh_problems.json"
@@ -59,7 +59,7 @@ def generate(seed: int = SEED, count: int = COUNT) -> dict:
     taken = {
         p["key"]
         for name in ("corpus.json", "validation_corpus.json")
-        for p in json.loads((HERE.parent / name).read_text())["problems"]
+        for p in load_corpus(HERE.parent / name)
     }
     chosen: dict[str, tuple[corpus.ConvSite, int]] = {}
     for site, n in corpus.random_sites(50 * count, seed=seed):
@@ -77,8 +77,6 @@ def generate(seed: int = SEED, count: int = COUNT) -> dict:
 
 def measure(p: dict) -> dict:
     """Both forms' packed and unpacked runs of problem ``p`` (the forms whose default packs)."""
-    from bench_corpus import problem_shape
-
     row = {k: p[k] for k in ("key", "split")}
     for form in FORMS:
         config = default_config(problem_shape(p), form)
@@ -125,7 +123,7 @@ def main() -> int:
     elif args.report:
         report(args.report)
     elif args.out:
-        problems = json.loads(PROBLEMS_PATH.read_text())["problems"]
+        problems = load_corpus(PROBLEMS_PATH)
         sweep_new_problems(args.out, lambda ps: ps, measure, args.max_seconds, ("key",),
                            source=lambda: problems)  # fmt: skip
     else:
