@@ -329,9 +329,8 @@ class MainloopMixin:
         b_smem_layout = cute.slice_(self.b_smem_layout_staged, (None, None, 0))
 
         if cutlass.const_expr(self.gather):
-            flt = filter_gemm_view(filter_ptr, geom)
-            if cutlass.const_expr(self.pack_taps):
-                flt = packed_filter_view(filter_ptr, geom)
+            packed = cutlass.const_expr(self.pack_taps)
+            flt = (packed_filter_view if packed else filter_gemm_view)(filter_ptr, geom)
             return None, activation_im2col_view(act_ptr, geom), None, flt
         if cutlass.const_expr(self.tile_w):
             # A halo: a (tile_k channels, halo pitch columns, halo_h rows, 1 image) box.
